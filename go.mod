@@ -1,0 +1,3 @@
+module ppc.dev/ppc
+
+go 1.26
