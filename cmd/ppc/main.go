@@ -1,0 +1,228 @@
+// Command ppc is the ppc toolchain's command-line interface: flags and printing only; every
+// decision lives in the packages it calls.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// command is one `ppc` subcommand.
+type command struct {
+	name, args, summary string
+	// flags declares the command's flags on fs and returns the function that runs it.
+	setup func(fs *flag.FlagSet, env *env) func(args []string) error
+}
+
+// env is what a command sees of the outside world, so tests run the CLI in-process.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+}
+
+var commands []*command // filled in by init functions of the command files, sorted in main
+
+// Exit statuses (DESIGN.md §9).
+const (
+	exitOK     = 0
+	exitFailed = 1 // a check failed (compare, validation) or an internal error
+	exitInput  = 2 // bad input or usage
+)
+
+// usageError reports a bad command line; it exits 2 and prints the command's usage hint.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// checkFailed reports a failed check (exit 1).
+type checkFailed struct{ err error }
+
+func (e checkFailed) Error() string { return e.err.Error() }
+func (e checkFailed) Unwrap() error { return e.err }
+
+func main() {
+	os.Exit(run(os.Args[1:], &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}))
+}
+
+func findCommand(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// run executes one command line and returns the exit status.
+func run(args []string, e *env) int {
+	sort.Slice(commands, func(i, j int) bool { return commands[i].name < commands[j].name })
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
+		if len(args) > 1 {
+			if c := findCommand(args[1]); c != nil {
+				printCommandHelp(c, e.stdout)
+				return exitOK
+			}
+		}
+		printHelp(e.stdout)
+		if len(args) == 0 {
+			return exitInput
+		}
+		return exitOK
+	}
+	c := findCommand(args[0])
+	if c == nil {
+		fmt.Fprintf(e.stderr, "ppc: unknown command %q\nRun 'ppc help' for the list of commands.\n", args[0])
+		return exitInput
+	}
+	fs := flag.NewFlagSet("ppc "+c.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	runFn := c.setup(fs, e)
+	flagArgs, positional, err := splitArgs(fs, args[1:])
+	if err == nil {
+		err = fs.Parse(flagArgs)
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		printCommandHelp(c, e.stdout)
+		return exitOK
+	}
+	if err == nil {
+		err = runFn(positional)
+	}
+	return report(c, err, e.stderr)
+}
+
+// report prints err and maps it to an exit status.
+func report(c *command, err error, stderr io.Writer) int {
+	if err == nil {
+		return exitOK
+	}
+	var ue usageError
+	var cf checkFailed
+	switch {
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "ppc %s: %v\nusage: ppc %s %s\nRun 'ppc %s --help' for details.\n", c.name, err, c.name, c.args, c.name)
+		return exitInput
+	case errors.As(err, &cf):
+		fmt.Fprintf(stderr, "ppc %s: %v\n", c.name, err)
+		return exitFailed
+	case isInternal(err):
+		fmt.Fprintf(stderr, "ppc %s: %v\n", c.name, err)
+		return exitFailed
+	default:
+		fmt.Fprintf(stderr, "ppc %s: %v\n", c.name, err)
+		return exitInput
+	}
+}
+
+// splitArgs separates flags from positional arguments so that flags may follow them
+// (`ppc opt model.ir --passes=cse`), which Go's flag package alone does not allow.
+func splitArgs(fs *flag.FlagSet, args []string) (flags, positional []string, err error) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return flags, append(positional, args[i+1:]...), nil
+		}
+		if len(a) < 2 || a[0] != '-' {
+			positional = append(positional, a)
+			continue
+		}
+		name := strings.TrimLeft(a, "-")
+		name, _, hasValue := strings.Cut(name, "=")
+		if name == "h" || name == "help" {
+			return nil, nil, flag.ErrHelp
+		}
+		f := fs.Lookup(name)
+		if f == nil {
+			return nil, nil, usagef("unknown flag --%s", name)
+		}
+		flags = append(flags, a)
+		if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); hasValue || ok && bf.IsBoolFlag() {
+			continue
+		}
+		if i+1 >= len(args) {
+			return nil, nil, usagef("flag --%s needs a value", name)
+		}
+		i++
+		flags = append(flags, args[i])
+	}
+	return flags, positional, nil
+}
+
+func printHelp(w io.Writer) {
+	fmt.Fprint(w, `ppc compiles neural-network training (ONNX models or ppc's model DSL) into one program per
+rank of a pipeline/tensor/data-parallel mesh, lets you inspect every step, and runs the result.
+
+Usage: ppc <command> [arguments] [flags]
+
+Commands:
+`)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, "\nRun 'ppc <command> --help' for a command's flags.\n")
+}
+
+func printCommandHelp(c *command, w io.Writer) {
+	fmt.Fprintf(w, "usage: ppc %s %s\n\n%s\n", c.name, c.args, c.summary)
+	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
+	c.setup(fs, &env{})
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n == 0 {
+		return
+	}
+	fmt.Fprint(w, "\nFlags:\n")
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		arg := "--" + f.Name
+		if name != "" {
+			arg += " " + name
+		}
+		fmt.Fprintf(w, "  %s\n      %s", arg, usage)
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "[]" {
+			fmt.Fprintf(w, " (default %s)", f.DefValue)
+		}
+		fmt.Fprintln(w)
+	})
+}
+
+// listFlag collects a repeatable flag (`--dim a=1 --dim b=2`); commas also separate values.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) Set(s string) error {
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			*l = append(*l, v)
+		}
+	}
+	return nil
+}
+
+// readInput reads a named file, or standard input for "-".
+func readInput(e *env, path string) (string, error) {
+	if path == "-" {
+		b, err := io.ReadAll(e.stdin)
+		return string(b), err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%v", trimPathError(err))
+	}
+	return string(b), nil
+}
+
+func trimPathError(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %v", pe.Path, pe.Err)
+	}
+	return err
+}

@@ -1,0 +1,219 @@
+package ir
+
+import (
+	"fmt"
+)
+
+// maxVerifyErrors bounds how many problems one Verify call reports.
+const maxVerifyErrors = 10
+
+// DefaultMeshAxes are the axis names a sharding may use when the module declares no mesh.
+var DefaultMeshAxes = []string{"dp", "pp", "tp", "cp", "ep"}
+
+// Verify checks a module against the op table and the IR's structural rules: unique function
+// names; every operand defined earlier in its own function (SSA dominance in a single block);
+// operand counts and attribute names and kinds; declared result types equal to the types the
+// op table infers (an unknown `?` type is accepted and left for shape-infer); well-formed
+// annotations (stage, phase, shardings whose rank matches and whose axes are mesh axes); and,
+// once the module carries `comm_explicit` (set by send/recv insertion), that no value crosses a
+// pipeline stage boundary except through a send/recv pair. It returns an ErrorList.
+func Verify(m *Module) error {
+	v := verifier{m: m, axes: map[string]bool{}}
+	v.module()
+	if len(v.errs) == 0 {
+		return nil
+	}
+	return v.errs
+}
+
+type verifier struct {
+	m    *Module
+	errs ErrorList
+	axes map[string]bool
+}
+
+func (v *verifier) errorf(loc Loc, format string, args ...any) {
+	if len(v.errs) < maxVerifyErrors {
+		v.errs = append(v.errs, ErrorAt(v.m.Source, loc, format, args...))
+	}
+}
+
+// opErrorf reports a problem with an op; when the op has no source position the message
+// quotes the op so the reader can find it in a dump.
+func (v *verifier) opErrorf(f *Func, op *Op, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if op.Loc.Line == 0 {
+		msg = fmt.Sprintf("%s\n    in @%s: %s", msg, f.Name, op.String())
+	}
+	v.errorf(op.Loc, "%s", msg)
+}
+
+func (v *verifier) module() {
+	m := v.m
+	if mesh := m.Attrs.Get("mesh"); mesh != nil {
+		d, ok := mesh.(Dict)
+		if !ok {
+			v.errorf(Loc{}, "module attribute mesh must be a dictionary of axis sizes, got %s", AttrString(mesh))
+		}
+		for _, a := range d {
+			if n, ok := a.Value.(Int); !ok || n < 1 {
+				v.errorf(Loc{}, "mesh axis %s must have a positive size, got %s", a.Name, AttrString(a.Value))
+			}
+			v.axes[a.Name] = true
+		}
+	} else {
+		for _, a := range DefaultMeshAxes {
+			v.axes[a] = true
+		}
+	}
+	names := map[string]bool{}
+	for _, f := range m.Funcs {
+		if f.Name == "" {
+			v.errorf(f.Loc, "function without a name")
+		}
+		if names[f.Name] {
+			v.errorf(f.Loc, "function @%s defined twice", f.Name)
+		}
+		names[f.Name] = true
+		v.fn(f, m.Attrs.Has("comm_explicit"))
+	}
+}
+
+func (v *verifier) fn(f *Func, commExplicit bool) {
+	if len(f.ArgAttrs) != len(f.Args) || len(f.ResultAttrs) != len(f.Results) {
+		v.errorf(f.Loc, "@%s: argument or result attribute lists do not match the signature", f.Name)
+		return
+	}
+	defined := make(map[*Value]bool, len(f.Args)+len(f.Ops))
+	for i, a := range f.Args {
+		switch {
+		case a == nil:
+			v.errorf(f.Loc, "@%s: argument %d is nil", f.Name, i)
+			return
+		case a.Def != nil || a.Index != i:
+			v.errorf(f.Loc, "@%s: argument %%%s is not wired as argument %d", f.Name, a.Name, i)
+		case !a.Type.Known():
+			v.errorf(f.Loc, "@%s: argument %%%s has no type", f.Name, a.Name)
+		case defined[a]:
+			v.errorf(f.Loc, "@%s: argument %%%s listed twice", f.Name, a.Name)
+		}
+		defined[a] = true
+	}
+	in := make([]Type, 0, 8)
+	for _, op := range f.Ops {
+		if op == nil || op.Def == nil {
+			v.errorf(f.Loc, "@%s: op without a definition", f.Name)
+			continue
+		}
+		def := op.Def
+		if n := len(op.Operands); n < def.MinOperands || def.MaxOperands >= 0 && n > def.MaxOperands {
+			v.opErrorf(f, op, "op %s takes %s operands, got %d", def.Name, def.OperandCountString(), n)
+			continue
+		}
+		ok := true
+		in = in[:0]
+		allKnown := true
+		for i, x := range op.Operands {
+			switch {
+			case x == nil:
+				v.opErrorf(f, op, "operand %d of %s is nil", i, def.Name)
+				ok = false
+			case !defined[x]:
+				v.opErrorf(f, op, "operand %d of %s (%s) is not defined before its use in @%s", i, def.Name, valueName(x), f.Name)
+				ok = false
+			default:
+				in = append(in, x.Type)
+				allKnown = allKnown && x.Type.Known()
+			}
+		}
+		if _, err := def.CheckAttrs(op.Attrs); err != nil {
+			v.opErrorf(f, op, "%v", err)
+			ok = false
+		}
+		for i, r := range op.Results {
+			if r == nil || r.Def != op || r.Index != i {
+				v.opErrorf(f, op, "result %d of %s is not wired to its op", i, def.Name)
+				ok = false
+			} else if defined[r] {
+				v.opErrorf(f, op, "value %s defined twice", valueName(r))
+				ok = false
+			}
+		}
+		if ok && allKnown {
+			v.checkTypes(f, op, in)
+		}
+		v.checkAnnotations(f, op, commExplicit)
+		for _, r := range op.Results {
+			if r != nil {
+				defined[r] = true
+			}
+		}
+	}
+	for i, r := range f.Results {
+		if r == nil || !defined[r] {
+			v.errorf(f.Loc, "@%s: returned value %d is not defined in the function", f.Name, i)
+		}
+	}
+}
+
+func (v *verifier) checkTypes(f *Func, op *Op, in []Type) {
+	want, err := op.Def.Infer(in, op.Attrs)
+	if err != nil {
+		v.opErrorf(f, op, "%s: %v", op.Def.Name, err)
+		return
+	}
+	if len(want) != len(op.Results) {
+		v.opErrorf(f, op, "op %s produces %d results, but %d are declared", op.Def.Name, len(want), len(op.Results))
+		return
+	}
+	for i, r := range op.Results {
+		if r.Type.Known() && !r.Type.Equal(want[i]) {
+			v.opErrorf(f, op, "%s: result %d declared %s, but the operands give %s", op.Def.Name, i, r.Type, want[i])
+		}
+	}
+}
+
+func (v *verifier) checkAnnotations(f *Func, op *Op, commExplicit bool) {
+	if op.Stage < NoStage {
+		v.opErrorf(f, op, "bad stage %d", op.Stage)
+	}
+	if op.Phase > Opt {
+		v.opErrorf(f, op, "bad phase %d", op.Phase)
+	}
+	if s := op.Shard; s != nil {
+		used := map[string]bool{}
+		for _, axes := range append(append([][]string{}, s.Dims...), s.Partial) {
+			for _, a := range axes {
+				if !v.axes[a] {
+					v.opErrorf(f, op, "shard uses %q, which is not a mesh axis", a)
+				}
+				if used[a] {
+					v.opErrorf(f, op, "shard uses mesh axis %s twice", a)
+				}
+				used[a] = true
+			}
+		}
+		for _, r := range op.Results {
+			if r != nil && r.Type.Known() && len(s.Dims) != r.Type.Rank() {
+				v.opErrorf(f, op, "shard lists %d dims but %s has rank %d", len(s.Dims), valueName(r), r.Type.Rank())
+			}
+		}
+	}
+	if commExplicit && op.Stage != NoStage {
+		for _, x := range op.Operands {
+			if x != nil && x.Def != nil && x.Def.Stage != NoStage && x.Def.Stage != op.Stage {
+				v.opErrorf(f, op, "value %s crosses from stage %d to stage %d without a send/recv pair", valueName(x), x.Def.Stage, op.Stage)
+			}
+		}
+	}
+}
+
+func valueName(x *Value) string {
+	if x.Name != "" {
+		return "%" + x.Name
+	}
+	if x.Def != nil && x.Def.Def != nil {
+		return fmt.Sprintf("result %d of %s", x.Index, x.Def.Def.Name)
+	}
+	return fmt.Sprintf("argument %d", x.Index)
+}

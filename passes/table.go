@@ -1,0 +1,10 @@
+package passes
+
+// table is every pass in the order a full compile runs them (`ppc passes` lists it so).
+// Adding a pass means adding a row here; nothing registers itself.
+var table = []*Pass{
+	ShapeInfer,
+	Canonicalize,
+	CSE,
+	DCE,
+}
