@@ -47,7 +47,7 @@ var unaryF = map[string]func(float64) float64{
 		}
 		return 0
 	},
-	"exp": math.Exp, "log": math.Log, "sqrt": math.Sqrt, "tanh": math.Tanh, "erf": math.Erf,
+	"exp": math.Exp, "log": math.Log, "sin": math.Sin, "cos": math.Cos, "sqrt": math.Sqrt, "tanh": math.Tanh, "erf": math.Erf,
 	"rsqrt":   func(x float64) float64 { return 1 / math.Sqrt(x) },
 	"sigmoid": func(x float64) float64 { return 1 / (1 + math.Exp(-x)) },
 	"silu":    func(x float64) float64 { return x / (1 + math.Exp(-x)) },
@@ -168,6 +168,16 @@ func foldInto(op *Op, in []*Dense, out []*Dense) (bool, error) {
 				o.setI64(i, int64(f(float64(in[0].I64(i)))))
 			}
 		}
+		return true, nil
+	case name == "iota":
+		axis, _ := NormAxis(op.Attrs.Int("axis", 0), o.Type.Rank())
+		forEachCoord(o.Type.Shape, func(k int, c []int) {
+			if isF {
+				o.setF64(k, float64(c[axis]))
+			} else {
+				o.setI64(k, int64(c[axis]))
+			}
+		})
 		return true, nil
 	case name == "not":
 		for i := 0; i < o.Len(); i++ {

@@ -584,3 +584,14 @@ func (d *Dense) Check() error {
 	}
 	return nil
 }
+
+func inferIota(_ []Type, at Attrs) ([]Type, error) {
+	t := Type(at.Get("type").(TypeAttr))
+	if t.DType == Bool {
+		return nil, fmt.Errorf("iota of bool")
+	}
+	if _, err := NormAxis(at.Int("axis", 0), t.Rank()); err != nil {
+		return nil, err
+	}
+	return one(t)
+}

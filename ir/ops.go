@@ -1,7 +1,13 @@
 package ir
 
-// The op table: every IR op as data. Later issues add rows (convolutions, gradient kernels…);
-// passes look rows up by name and read their traits, the verifier checks ops against them.
+import "slices"
+
+// The op table: every IR op as data. It is one table kept in several files by topic —
+// coreOps (here: the ops of MLPs and GPT/Llama-style transformers, collectives and
+// point-to-point), nnOps (ops_nn.go: convolutions, pooling, normalisations and the rest of what
+// ONNX models need) and gradOps (ops_grad.go: fused gradient kernels the autodiff emits). Passes
+// look rows up by name and read their traits; the verifier checks ops against them.
+var opTable = slices.Concat(coreOps, nnOps, gradOps)
 
 var reductionKinds = []string{"sum", "mean", "max", "min"}
 
@@ -28,7 +34,7 @@ func reduction(name, doc string) OpDef {
 	return OpDef{Name: name, Doc: doc, MinOperands: 1, MaxOperands: 1, Traits: Pure | Reduction, Attrs: reduceAttrs, Infer: inferReduce}
 }
 
-var opTable = []OpDef{
+var coreOps = []OpDef{
 	// Elementwise arithmetic with numpy broadcasting.
 	binaryOp("add", "a + b", Commutative, inferBinary),
 	binaryOp("sub", "a - b", 0, inferBinary),
@@ -61,6 +67,11 @@ var opTable = []OpDef{
 	unaryOp("sqrt", "square root", inferFloatUnary),
 	unaryOp("rsqrt", "1 / sqrt(x)", inferFloatUnary),
 	unaryOp("erf", "the error function", inferFloatUnary),
+	unaryOp("sin", "sine", inferFloatUnary),
+	unaryOp("cos", "cosine", inferFloatUnary),
+	{Name: "iota", Doc: "a tensor of the given type whose elements are their index along axis (0, 1, 2, …); builds positions and causal masks at run time instead of as large constants",
+		MinOperands: 0, MaxOperands: 0, Traits: Pure, Infer: inferIota,
+		Attrs: []AttrSpec{{Name: "type", Kind: KindType}, axisAttr(false)}},
 
 	// Normalisations and softmax along an axis (default the last).
 	{Name: "softmax", Doc: "softmax along axis (default -1)", MinOperands: 1, MaxOperands: 1, Traits: Pure,
