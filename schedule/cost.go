@@ -1,0 +1,263 @@
+package schedule
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Cost gives the simulator its times. Times are in arbitrary units (the
+// Chrome trace shows one unit as one millisecond).
+//
+// F, I and W are the times of one micro-batch's forward, input-gradient and
+// weight-gradient pass through one stage; B, the full backward, defaults to
+// I+W when zero. FB is the time of an OVERLAP_F_B action; when zero it is the
+// sum of the two overlapped computations (F + B, run back to back, no gain).
+// DualPipe's F&B is this FB.
+//
+// Stages, when set, gives per-stage values instead (len must equal the
+// schedule's stage count): a model's cost model drives the simulator through
+// it. FB stays uniform.
+//
+// Comm is the latency of one cross-rank transfer (SEND to the peer's mailbox,
+// or the implicit transfer of a compute_only schedule); with Bandwidth > 0 a
+// transfer also takes CommBytes/Bandwidth. Transfers between stages on the
+// same rank are free, and transfers do not contend for links (each takes
+// its own time, in parallel with compute). ActBytes is the size of one
+// stashed activation (one micro-batch, one stage); when set the result
+// reports peak bytes too.
+type Cost struct {
+	F, I, W, B float64
+	FB         float64
+	Comm       float64
+	Bandwidth  float64
+	CommBytes  float64
+	ActBytes   float64
+	Stages     []StageCost
+}
+
+// StageCost is the cost of one stage. B zero means I+W. CommBytes is the size
+// of the stage's output activation (sent forward to the next stage; its
+// gradient, of the same size, comes back).
+type StageCost struct {
+	F, I, W, B float64
+	CommBytes  float64
+	ActBytes   float64
+}
+
+// UnitCost is F = I = W = 1, B = 2, FB = F+B = 3, no communication cost:
+// the setting of the papers' bubble formulas.
+func UnitCost() Cost { return Cost{F: 1, I: 1, W: 1} }
+
+var costKeys = []string{"F", "I", "W", "B", "FB", "comm", "bw", "bytes", "act"}
+
+// ParseCost parses a cost specification such as "F=1,I=1,W=1,comm=0".
+// Keys: F, I, W, B (full backward, default I+W), FB (or F&B: overlapped
+// forward+backward, default F+B), comm (latency per transfer), bw (bytes per
+// time unit, 0 = unlimited), bytes (bytes per transfer), act (bytes per
+// stashed activation). Keys are case-insensitive except F, I, W, B, FB.
+// Unset F, I, W default to 1; everything else to 0. Values must be finite
+// and non-negative; an empty string gives UnitCost.
+func ParseCost(spec string) (Cost, error) {
+	c := UnitCost()
+	seen := map[string]bool{}
+	for _, field := range strings.Split(spec, ",") {
+		field = strings.TrimSpace(field)
+		if field == "" {
+			continue
+		}
+		key, val, ok := strings.Cut(field, "=")
+		if !ok {
+			return Cost{}, fmt.Errorf("cost %q: want key=value, e.g. F=1", field)
+		}
+		key = strings.TrimSpace(key)
+		canon := canonicalCostKey(key)
+		if canon == "" {
+			return Cost{}, fmt.Errorf("cost %q: unknown key %q (valid: %s)", field, key, strings.Join(costKeys, ", "))
+		}
+		if seen[canon] {
+			return Cost{}, fmt.Errorf("cost %q: %s given twice", field, canon)
+		}
+		seen[canon] = true
+		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if errors.Is(err, strconv.ErrRange) {
+			v, err = math.Inf(1), nil
+		}
+		if err != nil {
+			return Cost{}, fmt.Errorf("cost %q: %q is not a number", field, strings.TrimSpace(val))
+		}
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			return Cost{}, fmt.Errorf("cost %q: %s must be finite and non-negative", field, canon)
+		}
+		switch canon {
+		case "F":
+			c.F = v
+		case "I":
+			c.I = v
+		case "W":
+			c.W = v
+		case "B":
+			c.B = v
+		case "FB":
+			c.FB = v
+		case "comm":
+			c.Comm = v
+		case "bw":
+			c.Bandwidth = v
+		case "bytes":
+			c.CommBytes = v
+		case "act":
+			c.ActBytes = v
+		}
+	}
+	return c, nil
+}
+
+func canonicalCostKey(k string) string {
+	switch k {
+	case "F", "I", "W", "B", "FB":
+		return k
+	case "F&B", "fb":
+		return "FB"
+	}
+	switch strings.ToLower(k) {
+	case "comm", "latency":
+		return "comm"
+	case "bw", "bandwidth":
+		return "bw"
+	case "bytes", "comm_bytes":
+		return "bytes"
+	case "act", "act_bytes", "activation_bytes":
+		return "act"
+	}
+	return ""
+}
+
+// String formats c in ParseCost's syntax.
+func (c Cost) String() string {
+	kv := []string{
+		"F=" + fmtNum(c.F), "I=" + fmtNum(c.I), "W=" + fmtNum(c.W),
+	}
+	if c.B > 0 {
+		kv = append(kv, "B="+fmtNum(c.B))
+	}
+	if c.FB > 0 {
+		kv = append(kv, "FB="+fmtNum(c.FB))
+	}
+	kv = append(kv, "comm="+fmtNum(c.Comm))
+	if c.Bandwidth > 0 {
+		kv = append(kv, "bw="+fmtNum(c.Bandwidth))
+	}
+	if c.CommBytes > 0 {
+		kv = append(kv, "bytes="+fmtNum(c.CommBytes))
+	}
+	if c.ActBytes > 0 {
+		kv = append(kv, "act="+fmtNum(c.ActBytes))
+	}
+	return strings.Join(kv, ",")
+}
+
+func fmtNum(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+
+// check validates c for a schedule of the given number of stages.
+func (c *Cost) check(stages int) error {
+	bad := func(name string, v float64) error {
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			return fmt.Errorf("cost %s = %v: must be finite and non-negative", name, v)
+		}
+		return nil
+	}
+	vals := map[string]float64{"F": c.F, "I": c.I, "W": c.W, "B": c.B, "FB": c.FB, "comm": c.Comm,
+		"bw": c.Bandwidth, "bytes": c.CommBytes, "act": c.ActBytes}
+	names := make([]string, 0, len(vals))
+	for k := range vals {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if err := bad(k, vals[k]); err != nil {
+			return err
+		}
+	}
+	if len(c.Stages) > 0 && len(c.Stages) != stages {
+		return fmt.Errorf("cost has %d per-stage entries but the schedule has %d stages", len(c.Stages), stages)
+	}
+	for s, sc := range c.Stages {
+		for _, f := range []struct {
+			n string
+			v float64
+		}{{"F", sc.F}, {"I", sc.I}, {"W", sc.W}, {"B", sc.B}, {"bytes", sc.CommBytes}, {"act", sc.ActBytes}} {
+			if err := bad(fmt.Sprintf("%s of stage %d", f.n, s), f.v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// costModel answers the engine's questions; the zero value costs nothing.
+type costModel struct {
+	c *Cost
+}
+
+func (m *costModel) stage(s int) StageCost {
+	c := m.c
+	if s < len(c.Stages) {
+		return c.Stages[s]
+	}
+	return StageCost{F: c.F, I: c.I, W: c.W, B: c.B, CommBytes: c.CommBytes, ActBytes: c.ActBytes}
+}
+
+func (m *costModel) compute(a Action) float64 {
+	if m.c == nil {
+		return 0
+	}
+	sc := m.stage(a.Stage)
+	switch a.Kind {
+	case Forward:
+		return sc.F
+	case BackwardInput:
+		return sc.I
+	case BackwardWeight:
+		return sc.W
+	case FullBackward:
+		if sc.B > 0 {
+			return sc.B
+		}
+		return sc.I + sc.W
+	}
+	return 0
+}
+
+func (m *costModel) overlap(a, b Action) float64 {
+	if m.c == nil {
+		return 0
+	}
+	if m.c.FB > 0 {
+		return m.c.FB
+	}
+	return m.compute(a) + m.compute(b)
+}
+
+// transfer is the time to move the activation (or its gradient) across the
+// boundary between stage b and b+1.
+func (m *costModel) transfer(b int) float64 {
+	if m.c == nil {
+		return 0
+	}
+	t := m.c.Comm
+	if m.c.Bandwidth > 0 {
+		t += m.stage(b).CommBytes / m.c.Bandwidth
+	}
+	return t
+}
+
+func (m *costModel) actBytes(s int) float64 {
+	if m.c == nil {
+		return 0
+	}
+	return m.stage(s).ActBytes
+}

@@ -1,0 +1,225 @@
+package schedule
+
+import (
+	"bufio"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// Colours per action type, in the spirit of the papers' figures.
+var svgColors = map[string]string{
+	"F":   "#3f7fd0", // forward: blue
+	"B":   "#ee8a2f", // full backward: orange
+	"I":   "#1aa6b7", // input gradient: teal
+	"W":   "#5aa64f", // weight gradient: green
+	"F&B": "#8e5fc2", // overlapped forward and backward: purple
+}
+
+var svgLegend = []struct{ key, label string }{
+	{"F", "F forward"}, {"B", "B backward (I+W)"}, {"I", "I input grad"}, {"W", "W weight grad"}, {"F&B", "F&B overlapped"},
+}
+
+// WriteSVG draws the timeline as the schedule figures of the GPipe, Zero
+// Bubble and DualPipe papers do: one row per rank, time to the right, one
+// cell per computation coloured by type (F blue, B orange, I teal, W green,
+// overlapped F&B purple, outlined) with its micro-batch number inside (F/B
+// micro-batches for an overlap); a rank's second and later stages (virtual
+// chunks) are drawn in a lighter shade. Idle time shows as the grey row
+// background; communication actions are not drawn. A legend and a caption
+// with the step time, bubble and peak activations follow.
+//
+// Each rank is a <g class="rank"> and each computation a <rect> whose class
+// starts with "cell", so tools and tests can find them.
+func (r *Result) WriteSVG(w io.Writer) error {
+	const (
+		left   = 96.0 // rank labels
+		top    = 44.0
+		rowH   = 26.0
+		rowGap = 6.0
+		right  = 24.0
+	)
+	step := r.StepTime
+	if step <= 0 {
+		step = 1
+	}
+	plotW := math.Min(1600, math.Max(640, 26*step))
+	px := plotW / step
+	width := left + plotW + right
+	rowsH := float64(r.Ranks)*(rowH+rowGap) - rowGap
+	axisY := top + rowsH + 8
+	legendY := axisY + 34
+	height := legendY + 60
+
+	chunk := r.chunkIndex()
+	nchunk := max(1, maxChunk(chunk))
+	present := map[string]bool{}
+	b := bufio.NewWriter(w)
+	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" width="%s" height="%s" viewBox="0 0 %s %s" font-family="Helvetica, Arial, sans-serif">`+"\n",
+		num(width), num(height), num(width), num(height))
+	fmt.Fprintf(b, `<rect width="100%%" height="100%%" fill="#ffffff"/>`+"\n")
+	title := r.Name
+	if title == "" {
+		title = "schedule"
+	}
+	fmt.Fprintf(b, `<text x="%s" y="24" font-size="16" font-weight="bold" fill="#222">%s</text>`+"\n", num(left),
+		esc(fmt.Sprintf("%s — %d ranks, %d stages, %d micro-batches (%s)", title, r.Ranks, r.Stages, r.Microbatches, r.Format)))
+
+	for rank := 0; rank < r.Ranks; rank++ {
+		y := top + float64(rank)*(rowH+rowGap)
+		fmt.Fprintf(b, `<g class="rank" id="rank-%d">`+"\n", rank)
+		fmt.Fprintf(b, `<text x="%s" y="%s" font-size="13" text-anchor="end" fill="#222">rank %d</text>`+"\n",
+			num(left-10), num(y+rowH/2+4.5), rank)
+		fmt.Fprintf(b, `<rect class="row" x="%s" y="%s" width="%s" height="%s" fill="#ececec"/>`+"\n",
+			num(left), num(y), num(plotW), num(rowH))
+		if rank < len(r.Events) {
+			for _, e := range r.Events[rank] {
+				a := e.Action
+				if !a.Kind.IsCompute() {
+					continue
+				}
+				key, label, ch := a.Kind.String(), strconv.Itoa(a.Microbatch), 0
+				if a.Kind == OverlapFB {
+					key = "F&B"
+					label = fmt.Sprintf("%d/%d", a.Sub[0].Microbatch, a.Sub[1].Microbatch)
+				} else if a.Stage >= 0 && a.Stage < len(chunk) {
+					ch = chunk[a.Stage]
+				}
+				present[key] = true
+				fill := svgColors[key]
+				textFill := "#ffffff"
+				if key == "B" {
+					textFill = "#1f1f1f"
+				}
+				if ch > 0 {
+					fill = lighten(fill, 0.5*float64(ch)/float64(nchunk))
+					textFill = "#1f1f1f"
+				}
+				x, cw := left+e.Start*px, (e.End-e.Start)*px
+				stroke, sw := "#ffffff", math.Min(1, cw/6) // thin cells get thin separators
+				if a.Kind == OverlapFB {
+					stroke, sw = "#111111", math.Min(1.5, cw/4)
+				}
+				fmt.Fprintf(b, `<rect class="cell %s" x="%s" y="%s" width="%s" height="%s" rx="2" fill="%s" stroke="%s" stroke-width="%s"><title>%s [%s, %s]</title></rect>`+"\n",
+					cellClass(key), num(x), num(y), num(cw), num(rowH), fill, stroke, num(sw), esc(a.String()), num(e.Start), num(e.End))
+				fs := math.Min(12, math.Min(rowH*0.5, cw/(0.62*float64(len(label))+0.4)))
+				if fs >= 6 {
+					fmt.Fprintf(b, `<text x="%s" y="%s" font-size="%s" text-anchor="middle" fill="%s">%s</text>`+"\n",
+						num(x+cw/2), num(y+rowH/2+fs*0.36), num(fs), textFill, esc(label))
+				}
+			}
+		}
+		b.WriteString("</g>\n")
+	}
+
+	// time axis
+	fmt.Fprintf(b, `<g class="axis" font-size="11" fill="#444"><line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#666"/>`+"\n",
+		num(left), num(axisY), num(left+plotW), num(axisY))
+	tick := niceTick(step / 10)
+	for t := 0.0; t <= step+1e-9; t += tick {
+		x := left + t*px
+		fmt.Fprintf(b, `<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#666"/><text x="%s" y="%s" text-anchor="middle">%s</text>`+"\n",
+			num(x), num(axisY), num(x), num(axisY+4), num(x), num(axisY+16), num(t))
+	}
+	fmt.Fprintf(b, `<text x="%s" y="%s" text-anchor="end">time</text></g>`+"\n", num(left-10), num(axisY+16))
+
+	// legend
+	b.WriteString(`<g class="legend" font-size="12" fill="#222">` + "\n")
+	lx := left
+	for _, l := range svgLegend {
+		if !present[l.key] {
+			continue
+		}
+		stroke := "none"
+		if l.key == "F&B" {
+			stroke = "#111111"
+		}
+		fmt.Fprintf(b, `<rect x="%s" y="%s" width="14" height="14" rx="2" fill="%s" stroke="%s"/><text x="%s" y="%s">%s</text>`+"\n",
+			num(lx), num(legendY-11), svgColors[l.key], stroke, num(lx+19), num(legendY), esc(l.label))
+		lx += 19 + 7.2*float64(len(l.label)) + 18
+	}
+	if maxChunk(chunk) > 0 {
+		fmt.Fprintf(b, `<text x="%s" y="%s" fill="#555">lighter: a rank's later stages</text>`+"\n", num(lx), num(legendY))
+	}
+	b.WriteString("</g>\n")
+
+	// caption
+	caption := fmt.Sprintf("step time %s · ideal %s · bubble %s = %.2f%% of ideal", num(r.StepTime), num(r.IdealTime), num(r.BubbleTime), 100*r.BubbleRatio)
+	caption2 := fmt.Sprintf("peak activations per rank %s · costs %s", joinInts(r.PeakActivations), r.Cost)
+	fmt.Fprintf(b, `<text class="caption" x="%s" y="%s" font-size="13" font-weight="bold" fill="#222">%s</text>`+"\n", num(left), num(legendY+28), esc(caption))
+	fmt.Fprintf(b, `<text class="caption" x="%s" y="%s" font-size="12" fill="#444">%s</text>`+"\n", num(left), num(legendY+46), esc(caption2))
+	b.WriteString("</svg>\n")
+	return b.Flush()
+}
+
+// chunkIndex maps each stage to its position among its rank's stages.
+func (r *Result) chunkIndex() []int {
+	out := make([]int, r.Stages)
+	seen := map[int]int{}
+	for st := 0; st < r.Stages && st < len(r.Placement); st++ {
+		rank := r.Placement[st]
+		out[st] = seen[rank]
+		seen[rank]++
+	}
+	return out
+}
+
+func maxChunk(c []int) int {
+	m := 0
+	for _, v := range c {
+		m = max(m, v)
+	}
+	return m
+}
+
+func cellClass(key string) string {
+	if key == "F&B" {
+		return "FB"
+	}
+	return key
+}
+
+// lighten mixes a #rrggbb colour with white.
+func lighten(hex string, f float64) string {
+	v, err := strconv.ParseUint(strings.TrimPrefix(hex, "#"), 16, 32)
+	if err != nil {
+		return hex
+	}
+	mix := func(c uint64) uint64 { return uint64(math.Round(float64(c) + (255-float64(c))*f)) }
+	return fmt.Sprintf("#%02x%02x%02x", mix(v>>16&0xff), mix(v>>8&0xff), mix(v&0xff))
+}
+
+// niceTick rounds x up to 1, 2 or 5 times a power of ten.
+func niceTick(x float64) float64 {
+	if x <= 0 || math.IsNaN(x) || math.IsInf(x, 0) {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(x)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*p >= x {
+			return m * p
+		}
+	}
+	return 10 * p
+}
+
+func num(v float64) string {
+	return strconv.FormatFloat(math.Round(v*100)/100, 'f', -1, 64)
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, "/")
+}
+
+func esc(s string) string {
+	var b strings.Builder
+	xml.EscapeText(&b, []byte(s))
+	return b.String()
+}
