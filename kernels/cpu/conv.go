@@ -1,0 +1,687 @@
+package cpu
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sort"
+	"sync"
+	"unsafe"
+)
+
+// ConvParams describes an N-d convolution (ONNX Conv semantics) on NC(D)HW tensors:
+// x is [Batch, InC, Spatial...], w is [OutC, InC/Groups, Kernel...], bias is [OutC] and
+// y is [Batch, OutC, OutSpatial...], all flat row-major.
+//
+//	out[i] = floor((Spatial[i] + PadBegin[i] + PadEnd[i] - Dilation[i]·(Kernel[i]-1) - 1) / Stride[i]) + 1
+//
+// Fill in the exported fields and call Init, which validates them, defaults nil Stride and
+// Dilation to 1, nil pads to 0 and Groups 0 to 1, and computes OutSpatial. auto_pad is resolved by the
+// caller into explicit pads. A Params value may be reused for many calls but not modified
+// after Init; calls with the same Params may run concurrently.
+type ConvParams struct {
+	Batch, InC, OutC, Groups int
+	Spatial                  []int // input spatial dims
+	Kernel, Stride, Dilation []int
+	PadBegin, PadEnd         []int
+	OutSpatial               []int // computed by Init
+
+	g convGeom
+}
+
+// convGeom is the shape arithmetic shared by Conv, its adjoints and ConvTranspose.
+type convGeom struct {
+	batch, inC, outC, groups int
+	cg, ocg                  int // channels per group, in and out
+	inSize, outSize, kSize   int // products of spatial dims
+	kdim                     int // cg·kSize: rows of the im2col matrix
+	pointwise                bool
+	lastStride               int
+	// segs lists, for every kernel tap and output line (all spatial axes but the last),
+	// the run of output positions along the last axis whose input lies inside x.
+	segs     []convSeg
+	segStart []int32 // segs[segStart[k]:segStart[k+1]] are tap k's, in output order
+	init     bool
+}
+
+// convSeg says: for kernel tap k, outputs yOff..yOff+n-1 (plane offsets) read inputs
+// xOff, xOff+s, ... where s is the last axis's stride.
+type convSeg struct{ k, yOff, xOff, n int32 }
+
+func defaultInts(v []int, rank, def int, name string) ([]int, error) {
+	if v == nil {
+		v = make([]int, rank)
+		for i := range v {
+			v[i] = def
+		}
+		return v, nil
+	}
+	if len(v) != rank {
+		return nil, fmt.Errorf("%s has %d entries, want %d (one per spatial axis)", name, len(v), rank)
+	}
+	return v, nil
+}
+
+// maxConvElems bounds spatial plane sizes so offsets fit the int32 segment table.
+const maxConvElems = math.MaxInt32
+
+// sizeOK reports whether the product of dims fits in an int with room to spare (computed
+// in float64 so the check itself cannot overflow, on 32-bit platforms too).
+func sizeOK(dims ...int) bool {
+	p := 1.0
+	for _, d := range dims {
+		p *= float64(d)
+	}
+	return p < float64(math.MaxInt)/16
+}
+
+// Init validates the parameters and computes OutSpatial.
+func (p *ConvParams) Init() error {
+	rank := len(p.Spatial)
+	if rank == 0 {
+		return errors.New("conv: no spatial dimensions")
+	}
+	var err error
+	if len(p.Kernel) != rank {
+		return fmt.Errorf("conv: Kernel has %d entries, want %d", len(p.Kernel), rank)
+	}
+	if p.Stride, err = defaultInts(p.Stride, rank, 1, "conv: Stride"); err != nil {
+		return err
+	}
+	if p.Dilation, err = defaultInts(p.Dilation, rank, 1, "conv: Dilation"); err != nil {
+		return err
+	}
+	if p.PadBegin, err = defaultInts(p.PadBegin, rank, 0, "conv: PadBegin"); err != nil {
+		return err
+	}
+	if p.PadEnd, err = defaultInts(p.PadEnd, rank, 0, "conv: PadEnd"); err != nil {
+		return err
+	}
+	if p.Groups == 0 {
+		p.Groups = 1
+	}
+	out := make([]int, rank)
+	for i := 0; i < rank; i++ {
+		if p.Spatial[i] < 1 || p.Kernel[i] < 1 || p.Stride[i] < 1 || p.Dilation[i] < 1 {
+			return fmt.Errorf("conv: axis %d: spatial %d, kernel %d, stride %d, dilation %d must all be ≥ 1", i, p.Spatial[i], p.Kernel[i], p.Stride[i], p.Dilation[i])
+		}
+		if p.PadBegin[i] < 0 || p.PadEnd[i] < 0 {
+			return fmt.Errorf("conv: axis %d: negative padding %d, %d", i, p.PadBegin[i], p.PadEnd[i])
+		}
+		ext := p.Dilation[i]*(p.Kernel[i]-1) + 1
+		span := p.Spatial[i] + p.PadBegin[i] + p.PadEnd[i] - ext
+		if span < 0 {
+			return fmt.Errorf("conv: axis %d: dilated kernel %d larger than padded input %d", i, ext, p.Spatial[i]+p.PadBegin[i]+p.PadEnd[i])
+		}
+		out[i] = span/p.Stride[i] + 1
+	}
+	p.OutSpatial = out
+	return p.g.setup(p.Batch, p.InC, p.OutC, p.Groups, p.Spatial, out, p.Kernel, p.Stride, p.Dilation, p.PadBegin)
+}
+
+// setup fills the geometry for a convolution mapping spatial dims in → out (out may be
+// given explicitly, as ConvTranspose does).
+func (g *convGeom) setup(batch, inC, outC, groups int, in, out, kernel, stride, dil, pb []int) error {
+	if batch < 0 || inC < 1 || outC < 1 {
+		return fmt.Errorf("conv: batch %d, input channels %d, output channels %d invalid", batch, inC, outC)
+	}
+	if groups < 1 || inC%groups != 0 || outC%groups != 0 {
+		return fmt.Errorf("conv: groups %d must be ≥ 1 and divide channels %d and %d", groups, inC, outC)
+	}
+	*g = convGeom{batch: batch, inC: inC, outC: outC, groups: groups, cg: inC / groups, ocg: outC / groups}
+	g.inSize, g.outSize, g.kSize = 1, 1, 1
+	g.pointwise = true
+	for i := range in {
+		if !sizeOK(g.inSize, in[i]) || !sizeOK(g.outSize, out[i]) || !sizeOK(g.kSize, kernel[i]) {
+			return errors.New("conv: spatial size too large")
+		}
+		g.inSize *= in[i]
+		g.outSize *= out[i]
+		g.kSize *= kernel[i]
+		if g.inSize >= maxConvElems || g.outSize >= maxConvElems || g.kSize >= maxConvElems {
+			return errors.New("conv: spatial size too large")
+		}
+		if kernel[i] != 1 || stride[i] != 1 || pb[i] != 0 || in[i] != out[i] {
+			g.pointwise = false
+		}
+	}
+	g.kdim = g.cg * g.kSize
+	if !sizeOK(batch, inC, g.inSize) || !sizeOK(batch, outC, g.outSize) || !sizeOK(outC, g.kdim) || !sizeOK(g.kdim, g.outSize) {
+		return errors.New("conv: tensor too large")
+	}
+	r := len(in)
+	g.lastStride = stride[r-1]
+	// Enumerate segments: for each tap (k multi-index) and each output line (o multi-index
+	// over the leading r-1 axes) whose leading input coordinates are all inside x, the
+	// valid range of the last output coordinate.
+	kIdx := make([]int, r)
+	oIdx := make([]int, r)
+	lines := g.outSize / out[r-1]
+	g.segStart = make([]int32, g.kSize+1)
+	for k := 0; k < g.kSize; k++ {
+		g.segStart[k] = int32(len(g.segs))
+		// kIdx = multi-index of k
+		for i, rem := r-1, k; i >= 0; i-- {
+			kIdx[i] = rem % kernel[i]
+			rem /= kernel[i]
+		}
+		off := kIdx[r-1]*dil[r-1] - pb[r-1] // input = o·s + off along the last axis
+		s, iw, ow := stride[r-1], in[r-1], out[r-1]
+		lo := 0
+		if off < 0 {
+			lo = (-off + s - 1) / s
+		}
+		hi := 0
+		if iw-1-off >= 0 {
+			hi = min(ow, (iw-1-off)/s+1)
+		}
+		if lo >= hi {
+			continue
+		}
+		for line := 0; line < lines; line++ {
+			for i, rem := r-2, line; i >= 0; i-- {
+				oIdx[i] = rem % out[i]
+				rem /= out[i]
+			}
+			xOff, ok := 0, true
+			for i := 0; i < r-1; i++ {
+				pos := oIdx[i]*stride[i] + kIdx[i]*dil[i] - pb[i]
+				if pos < 0 || pos >= in[i] {
+					ok = false
+					break
+				}
+				xOff = xOff*in[i] + pos
+			}
+			if !ok {
+				continue
+			}
+			xOff = xOff*iw + lo*s + off
+			g.segs = append(g.segs, convSeg{k: int32(k), yOff: int32(line*ow + lo), xOff: int32(xOff), n: int32(hi - lo)})
+		}
+	}
+	g.segStart[g.kSize] = int32(len(g.segs))
+	g.init = true
+	return nil
+}
+
+// XLen, WLen and YLen are the element counts Conv requires of x, w and y (bias needs OutC).
+func (p *ConvParams) XLen() int { return p.Batch * p.InC * p.g.inSize }
+func (p *ConvParams) WLen() int { return p.OutC * p.g.kdim }
+func (p *ConvParams) YLen() int { return p.Batch * p.OutC * p.g.outSize }
+
+func (g *convGeom) mustInit(op string) {
+	if !g.init {
+		panic("cpu." + op + ": params not initialised (call Init and check its error)")
+	}
+}
+
+func needLen(op, name string, have, want int) {
+	if have < want {
+		panic(fmt.Sprintf("cpu.%s: len(%s) = %d, need %d", op, name, have, want))
+	}
+}
+
+// convCols is the im2col matrix of one image and group — kdim × outSize, row (c, k) holding
+// for each output position the input under kernel tap k of channel c (0 in the padding) —
+// as a GEMM B operand (transposed when trans). It is packed straight from x, so the
+// matrix, often far larger than the image, is never written out.
+type convCols[T Float] struct {
+	g     *convGeom
+	x     []T // the group's first input channel onwards
+	trans bool
+}
+
+// row writes col[r, from:from+n] to dst[:n].
+func (cc *convCols[T]) row(r, from, n int, dst []T) {
+	g := cc.g
+	c, k := r/g.kSize, r%g.kSize
+	xc := cc.x[c*g.inSize : (c+1)*g.inSize]
+	dst = dst[:n]
+	clear(dst)
+	s := g.lastStride
+	g.visit(k, from, n, func(dOff, xOff, cnt int) {
+		d := dst[dOff : dOff+cnt]
+		src := xc[xOff:]
+		if s == 1 {
+			copy(d, src)
+			return
+		}
+		for j := range d {
+			d[j] = src[j*s]
+		}
+	})
+}
+
+var convPackOld = true
+
+func (cc *convCols[T]) pack(pc, jc, kb, nb, nr int, dst, tmp []T) {
+	if !cc.trans && convPackOld {
+		for p := 0; p < kb; p++ {
+			cc.row(pc+p, jc, nb, tmp)
+			for s := 0; s < nb; s += nr {
+				d := dst[s*kb+p*nr : s*kb+p*nr+nr]
+				if nb-s >= nr {
+					if !gemmFastCopy(d, tmp[s:s+nr], nr, 1, nr) {
+						copy(d, tmp[s:s+nr])
+					}
+					continue
+				}
+				copy(d, tmp[s:nb])
+				clear(d[nb-s:])
+			}
+		}
+		return
+	}
+	if !cc.trans {
+		g := cc.g
+		st := g.lastStride
+		width := (nb + nr - 1) / nr * nr // including the zero padding of the last sliver
+		for p := 0; p < kb; p++ {
+			r := pc + p
+			c, k := r/g.kSize, r%g.kSize
+			xc := cc.x[c*g.inSize : (c+1)*g.inSize]
+			// Write the runs of this col row straight into the slivers: column j goes to
+			// dst[(j/nr)·nr·kb + p·nr + j%nr]. Runs are split where slivers end; columns
+			// no run covers (padding) are zeroed.
+			pos := 0
+			put := func(from, cnt int, src []T) {
+				for cnt > 0 {
+					sl, w := from/nr, from%nr
+					n := min(cnt, nr-w)
+					d := dst[sl*nr*kb+p*nr+w:][:n]
+					switch {
+					case src == nil:
+						clear(d)
+					case st == 1:
+						for i := range d {
+							d[i] = src[i]
+						}
+						src = src[n:]
+					default:
+						for i := range d {
+							d[i] = src[i*st]
+						}
+						src = src[min(len(src), n*st):]
+					}
+					from += n
+					cnt -= n
+				}
+			}
+			g.visit(k, jc, nb, func(dOff, xOff, cnt int) {
+				put(pos, dOff-pos, nil)
+				put(dOff, cnt, xc[xOff:])
+				pos = dOff + cnt
+			})
+			put(pos, width-pos, nil)
+		}
+		return
+	}
+	// op(B) = colᵀ: op(B)[p, j] = col[j, p], so each sliver column is a stretch of a col row.
+	for s := 0; s < nb; s += nr {
+		cols := min(nr, nb-s)
+		d := dst[s*kb : s*kb+nr*kb]
+		for j0 := 0; j0 < cols; j0 += 8 { // eight col rows at a time (tmp holds 8·kc)
+			n := min(8, cols-j0)
+			for i := 0; i < n; i++ {
+				cc.row(jc+s+j0+i, pc, kb, tmp[i*kb:])
+			}
+			gemmInterleave(d[j0:], nr, n, kb, func(i int) []T { return tmp[i*kb : (i+1)*kb] })
+		}
+		for j := cols; j < nr; j++ {
+			for p := 0; p < kb; p++ {
+				d[p*nr+j] = 0
+			}
+		}
+	}
+}
+
+// visit calls f(dOff, xOff, cnt) for each run of output positions from+dOff ..
+// from+dOff+cnt-1 (within [from, from+n)) whose input under tap k lies inside the image,
+// starting at plane offset xOff and advancing by the last axis's stride.
+func (g *convGeom) visit(k, from, n int, f func(dOff, xOff, cnt int)) {
+	segs := g.segs[g.segStart[k]:g.segStart[k+1]]
+	i := sort.Search(len(segs), func(i int) bool { return int(segs[i].yOff+segs[i].n) > from })
+	end := from + n
+	for ; i < len(segs); i++ {
+		sg := segs[i]
+		y0 := int(sg.yOff)
+		if y0 >= end {
+			break
+		}
+		a, b := max(y0, from), min(y0+int(sg.n), end)
+		f(a-from, int(sg.xOff)+(a-y0)*g.lastStride, b-a)
+	}
+}
+
+// convCol2imCols adds columns [from, from+n) of a column matrix (held in col with row
+// stride n) back onto the input positions they were read from: the adjoint of im2col,
+// restricted to a block of output positions. x is the group's first input channel.
+func convCol2imCols[T Float](g *convGeom, col []T, from, n int, x []T) {
+	s := g.lastStride
+	for r := 0; r < g.kdim; r++ {
+		c, k := r/g.kSize, r%g.kSize
+		xc := x[c*g.inSize : (c+1)*g.inSize]
+		cr := col[r*n : (r+1)*n]
+		g.visit(k, from, n, func(dOff, xOff, cnt int) {
+			src := cr[dOff : dOff+cnt]
+			if s == 1 {
+				dst := xc[xOff : xOff+cnt]
+				for i, v := range src {
+					dst[i] += v
+				}
+				return
+			}
+			dst := xc[xOff:]
+			for i, v := range src {
+				dst[i*s] += v
+			}
+		})
+	}
+}
+
+// convBuf is pooled scratch memory (im2col matrices, partial gradients) viewed as []T.
+type convBuf struct{ raw []float64 }
+
+var convPool sync.Pool
+
+func convGetBuf[T Float](n int) (*convBuf, []T) {
+	b, _ := convPool.Get().(*convBuf)
+	if b == nil {
+		b = new(convBuf)
+	}
+	words := max(1, (n*int(unsafe.Sizeof(T(0)))+7)/8)
+	if cap(b.raw) < words {
+		b.raw = make([]float64, words)
+	}
+	return b, unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b.raw[:words]))), n)
+}
+
+func convPutBuf(b *convBuf) { convPool.Put(b) }
+
+// convColBlock bounds the elements of the column-matrix block ConvBackwardData works
+// through at a time (so its scratch stays a few MB however large the image). Smaller
+// blocks would stay in L2 but re-pack Wᵀ for every block, which measured slower.
+var convColBlock = 1 << 20
+
+// direct reports whether a group is better computed by direct loops than by GEMM: with
+// one input channel per group (depthwise) the GEMM would have m = ocg rows, so almost all
+// of each mr-row register tile would be wasted.
+func (g *convGeom) direct() bool { return g.cg == 1 && g.ocg <= 4 && !g.pointwise }
+
+// convSchedule runs task(t, innerWorkers) for t in [0, tasks): spread over the cores when
+// there are enough independent tasks to balance (each then uses one core), otherwise one
+// after another, each using every core inside its GEMM.
+func convSchedule(tasks int, small bool, task func(t, inner int)) {
+	workers := runtime.GOMAXPROCS(0)
+	if workers == 1 || tasks == 1 && !small {
+		for t := 0; t < tasks; t++ {
+			task(t, workers)
+		}
+		return
+	}
+	if small || tasks%workers == 0 || tasks >= 4*workers {
+		Parallel(tasks, 1, func(lo, hi int) {
+			for t := lo; t < hi; t++ {
+				task(t, 1)
+			}
+		})
+		return
+	}
+	for t := 0; t < tasks; t++ {
+		task(t, workers)
+	}
+}
+
+// Conv computes y = conv(x, w) + bias (ONNX Conv). bias may be nil. It uses im2col plus a
+// GEMM per image and group (the GEMM alone for 1×1 stride-1 unpadded kernels, and direct
+// loops for depthwise groups). Scratch: one im2col matrix (InC/Groups·prod(Kernel) ×
+// prod(OutSpatial) elements) per worker, pooled.
+//
+// Preconditions (panics otherwise): p.Init succeeded; len(x) ≥ XLen(), len(w) ≥ WLen(),
+// len(y) ≥ YLen(), bias nil or len(bias) ≥ OutC; y does not overlap x or w.
+func Conv[T Float](p *ConvParams, x, w, bias, y []T) {
+	g := &p.g
+	g.mustInit("Conv")
+	needLen("Conv", "x", len(x), p.XLen())
+	needLen("Conv", "w", len(w), p.WLen())
+	needLen("Conv", "y", len(y), p.YLen())
+	if bias != nil {
+		needLen("Conv", "bias", len(bias), p.OutC)
+	}
+	convForward(g, x, w, bias, y)
+}
+
+func convForward[T Float](g *convGeom, x, w, bias, y []T) {
+	small := g.direct() || gemmWork(g.ocg, g.outSize, g.kdim) < gemmParallelWork
+	convSchedule(g.batch*g.groups, small, func(t, inner int) {
+		n, gr := t/g.groups, t%g.groups
+		xg := x[(n*g.inC+gr*g.cg)*g.inSize:][:g.cg*g.inSize]
+		yg := y[(n*g.outC+gr*g.ocg)*g.outSize:][:g.ocg*g.outSize]
+		wg := w[gr*g.ocg*g.kdim:][:g.ocg*g.kdim]
+		switch {
+		case g.direct():
+			clear(yg)
+			s := g.lastStride
+			for j := 0; j < g.ocg; j++ {
+				yj := yg[j*g.outSize : (j+1)*g.outSize]
+				wj := wg[j*g.kSize : (j+1)*g.kSize]
+				for _, sg := range g.segs {
+					wv := wj[sg.k]
+					dst := yj[sg.yOff:][:sg.n]
+					if s == 1 {
+						src := xg[sg.xOff:][:len(dst)]
+						for i, v := range src {
+							dst[i] += wv * v
+						}
+						continue
+					}
+					src := xg[sg.xOff:]
+					for i := range dst {
+						dst[i] += wv * src[i*s]
+					}
+				}
+			}
+		case g.pointwise:
+			gemmRun(false, false, g.ocg, g.outSize, g.cg, 1, wg, g.kdim, xg, g.inSize, 0, yg, g.outSize, inner)
+		default:
+			gemmRunSrc(false, g.ocg, g.outSize, g.kdim, 1, wg, g.kdim, &convCols[T]{g, xg, false}, 0, yg, g.outSize, inner)
+		}
+		if bias != nil {
+			for j := 0; j < g.ocg; j++ {
+				bv := bias[gr*g.ocg+j]
+				yj := yg[j*g.outSize : (j+1)*g.outSize]
+				for i := range yj {
+					yj[i] += bv
+				}
+			}
+		}
+	})
+}
+
+// ConvBackwardData computes dx, the gradient of the loss with respect to Conv's input x,
+// from dy (shaped like y) and w: dx = convᵀ(dy, w). dx is overwritten.
+//
+// Preconditions (panics otherwise): p.Init succeeded; len(dy) ≥ YLen(), len(w) ≥ WLen(),
+// len(dx) ≥ XLen(); dx does not overlap dy or w.
+func ConvBackwardData[T Float](p *ConvParams, dy, w, dx []T) {
+	g := &p.g
+	g.mustInit("ConvBackwardData")
+	needLen("ConvBackwardData", "dy", len(dy), p.YLen())
+	needLen("ConvBackwardData", "w", len(w), p.WLen())
+	needLen("ConvBackwardData", "dx", len(dx), p.XLen())
+	convBackwardData(g, dy, w, dx)
+}
+
+func convBackwardData[T Float](g *convGeom, dy, w, dx []T) {
+	small := g.direct() || gemmWork(g.kdim, g.outSize, g.ocg) < gemmParallelWork
+	convSchedule(g.batch*g.groups, small, func(t, inner int) {
+		n, gr := t/g.groups, t%g.groups
+		dyg := dy[(n*g.outC+gr*g.ocg)*g.outSize:][:g.ocg*g.outSize]
+		dxg := dx[(n*g.inC+gr*g.cg)*g.inSize:][:g.cg*g.inSize]
+		wg := w[gr*g.ocg*g.kdim:][:g.ocg*g.kdim]
+		switch {
+		case g.direct():
+			clear(dxg)
+			s := g.lastStride
+			for j := 0; j < g.ocg; j++ {
+				dyj := dyg[j*g.outSize : (j+1)*g.outSize]
+				wj := wg[j*g.kSize : (j+1)*g.kSize]
+				for _, sg := range g.segs {
+					wv := wj[sg.k]
+					src := dyj[sg.yOff:][:sg.n]
+					if s == 1 {
+						dst := dxg[sg.xOff:][:len(src)]
+						for i, v := range src {
+							dst[i] += wv * v
+						}
+						continue
+					}
+					dst := dxg[sg.xOff:]
+					for i, v := range src {
+						dst[i*s] += wv * v
+					}
+				}
+			}
+		case g.pointwise:
+			gemmRun(true, false, g.cg, g.outSize, g.ocg, 1, wg, g.kdim, dyg, g.outSize, 0, dxg, g.inSize, inner)
+		default:
+			// dcol = Wᵀ·dy, computed a block of output positions at a time, then added back
+			// onto the image positions it came from (col2im).
+			cb := min(g.outSize, max(64, convColBlock/g.kdim/64*64))
+			buf, col := convGetBuf[T](g.kdim * cb)
+			clear(dxg)
+			for j0 := 0; j0 < g.outSize; j0 += cb {
+				n := min(cb, g.outSize-j0)
+				gemmRun(true, false, g.kdim, n, g.ocg, 1, wg, g.kdim, dyg[j0:], g.outSize, 0, col, n, inner)
+				convCol2imCols(g, col, j0, n, dxg)
+			}
+			convPutBuf(buf)
+		}
+	})
+}
+
+// ConvBackwardFilter computes dw, the gradient with respect to Conv's weights, summed over
+// the batch: dw = Σₙ dyₙ · im2col(xₙ)ᵀ per group. dw is overwritten. If db is non-nil it
+// receives the bias gradient (dy summed over batch and space), as ConvBiasGrad computes.
+// Scratch: an im2col matrix per worker, plus one dw-sized partial sum per extra worker
+// when the batch rather than the groups is split across cores.
+//
+// Preconditions (panics otherwise): p.Init succeeded; len(x) ≥ XLen(), len(dy) ≥ YLen(),
+// len(dw) ≥ WLen(), db nil or len(db) ≥ OutC.
+func ConvBackwardFilter[T Float](p *ConvParams, x, dy, dw, db []T) {
+	g := &p.g
+	g.mustInit("ConvBackwardFilter")
+	needLen("ConvBackwardFilter", "x", len(x), p.XLen())
+	needLen("ConvBackwardFilter", "dy", len(dy), p.YLen())
+	needLen("ConvBackwardFilter", "dw", len(dw), p.WLen())
+	convBackwardFilter(g, x, dy, dw)
+	if db != nil {
+		needLen("ConvBackwardFilter", "db", len(db), p.OutC)
+		ConvBiasGrad(dy, p.Batch, p.OutC, g.outSize, db)
+	}
+}
+
+// convFilterImage adds (beta = 1) or writes (beta = 0) one image's contribution to one
+// group's weight gradient dwg.
+func convFilterImage[T Float](g *convGeom, xg, dyg, dwg []T, beta T, inner int) {
+	switch {
+	case g.direct():
+		if beta == 0 {
+			clear(dwg)
+		}
+		s := g.lastStride
+		for j := 0; j < g.ocg; j++ {
+			dyj := dyg[j*g.outSize : (j+1)*g.outSize]
+			dwj := dwg[j*g.kSize : (j+1)*g.kSize]
+			for _, sg := range g.segs {
+				src := dyj[sg.yOff:][:sg.n]
+				var acc T
+				if s == 1 {
+					for i, v := range xg[sg.xOff:][:len(src)] {
+						acc += src[i] * v
+					}
+				} else {
+					xs := xg[sg.xOff:]
+					for i, v := range src {
+						acc += v * xs[i*s]
+					}
+				}
+				dwj[sg.k] += acc
+			}
+		}
+	case g.pointwise:
+		gemmRun(false, true, g.ocg, g.cg, g.outSize, 1, dyg, g.outSize, xg, g.inSize, beta, dwg, g.kdim, inner)
+	default:
+		gemmRunSrc(false, g.ocg, g.kdim, g.outSize, 1, dyg, g.outSize, &convCols[T]{g, xg, true}, beta, dwg, g.kdim, inner)
+	}
+}
+
+func convBackwardFilter[T Float](g *convGeom, x, dy, dw []T) {
+	workers := runtime.GOMAXPROCS(0)
+	wlen := g.ocg * g.kdim
+	group := func(gr int, n0, n1 int, dwg []T, inner int) {
+		for n := n0; n < n1; n++ {
+			xg := x[(n*g.inC+gr*g.cg)*g.inSize:][:g.cg*g.inSize]
+			dyg := dy[(n*g.outC+gr*g.ocg)*g.outSize:][:g.ocg*g.outSize]
+			beta := T(1)
+			if n == n0 {
+				beta = 0
+			}
+			convFilterImage(g, xg, dyg, dwg, beta, inner)
+		}
+		if n0 == n1 {
+			clear(dwg)
+		}
+	}
+	if g.groups >= workers || workers == 1 || g.batch < 2 {
+		small := g.groups >= workers || g.direct()
+		convSchedule(g.groups, small, func(gr, inner int) {
+			group(gr, 0, g.batch, dw[gr*wlen:(gr+1)*wlen], inner)
+		})
+		return
+	}
+	// Few groups, several images: each worker sums a share of the batch into its own
+	// partial gradient (worker 0 straight into dw), then the partials are added up.
+	parts := min(workers, g.batch)
+	for gr := 0; gr < g.groups; gr++ {
+		dwg := dw[gr*wlen : (gr+1)*wlen]
+		bufs := make([]*convBuf, parts)
+		partial := make([][]T, parts)
+		partial[0] = dwg
+		for i := 1; i < parts; i++ {
+			bufs[i], partial[i] = convGetBuf[T](wlen)
+		}
+		Parallel(parts, 1, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				group(gr, i*g.batch/parts, (i+1)*g.batch/parts, partial[i], 1)
+			}
+		})
+		for i := 1; i < parts; i++ {
+			for j, v := range partial[i] {
+				dwg[j] += v
+			}
+			convPutBuf(bufs[i])
+		}
+	}
+}
+
+// ConvBiasGrad sums dy ([n, c, spatial]) over the batch and spatial axes into db ([c]),
+// the gradient of a per-channel bias. db is overwritten.
+func ConvBiasGrad[T Float](dy []T, n, c, spatial int, db []T) {
+	needLen("ConvBiasGrad", "dy", len(dy), n*c*spatial)
+	needLen("ConvBiasGrad", "db", len(db), c)
+	Parallel(c, max(1, 4096/max(1, n*spatial)), func(lo, hi int) {
+		for ch := lo; ch < hi; ch++ {
+			var s float64
+			for b := 0; b < n; b++ {
+				var part T
+				for _, v := range dy[(b*c+ch)*spatial : (b*c+ch+1)*spatial] {
+					part += v
+				}
+				s += float64(part)
+			}
+			db[ch] = T(s)
+		}
+	})
+}

@@ -1,0 +1,413 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// convNaive visits every (image, out channel, output position, in channel, tap) of a
+// convolution and calls f with the flat indices of x, w and y involved. Forward, data
+// gradient and filter gradient references are all written on top of it.
+func convNaive(p *ConvParams, f func(xi, wi, yi int)) {
+	r := len(p.Spatial)
+	cg, ocg := p.InC/p.Groups, p.OutC/p.Groups
+	outSize, inSize, kSize := 1, 1, 1
+	for i := 0; i < r; i++ {
+		outSize *= p.OutSpatial[i]
+		inSize *= p.Spatial[i]
+		kSize *= p.Kernel[i]
+	}
+	o := make([]int, r)
+	k := make([]int, r)
+	for n := 0; n < p.Batch; n++ {
+		for oc := 0; oc < p.OutC; oc++ {
+			g := oc / ocg
+			for oi := 0; oi < outSize; oi++ {
+				unflatten(oi, p.OutSpatial, o)
+				for c := 0; c < cg; c++ {
+					for ki := 0; ki < kSize; ki++ {
+						unflatten(ki, p.Kernel, k)
+						xi, ok := 0, true
+						for d := 0; d < r; d++ {
+							pos := o[d]*p.Stride[d] + k[d]*p.Dilation[d] - p.PadBegin[d]
+							if pos < 0 || pos >= p.Spatial[d] {
+								ok = false
+								break
+							}
+							xi = xi*p.Spatial[d] + pos
+						}
+						if !ok {
+							continue
+						}
+						f((n*p.InC+g*cg+c)*inSize+xi, (oc*cg+c)*kSize+ki, (n*p.OutC+oc)*outSize+oi)
+					}
+				}
+			}
+		}
+	}
+}
+
+func unflatten(i int, dims, idx []int) {
+	for d := len(dims) - 1; d >= 0; d-- {
+		idx[d] = i % dims[d]
+		i /= dims[d]
+	}
+}
+
+type convCase struct {
+	batch, inC, outC, groups     int
+	spatial, kernel, stride, dil []int
+	padB, padE                   []int
+}
+
+func (c convCase) params() *ConvParams {
+	return &ConvParams{Batch: c.batch, InC: c.inC, OutC: c.outC, Groups: c.groups, Spatial: c.spatial, Kernel: c.kernel, Stride: c.stride, Dilation: c.dil, PadBegin: c.padB, PadEnd: c.padE}
+}
+
+var convCases = []convCase{
+	{2, 3, 4, 1, []int{7}, []int{3}, []int{1}, []int{1}, []int{1}, []int{1}},
+	{1, 4, 6, 2, []int{11}, []int{3}, []int{2}, []int{2}, []int{0}, []int{3}},
+	{2, 3, 5, 1, []int{6, 7}, []int{3, 3}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{1, 1}},
+	{1, 4, 4, 4, []int{9, 8}, []int{3, 3}, []int{2, 1}, []int{1, 2}, []int{1, 0}, []int{2, 1}}, // depthwise
+	{2, 2, 6, 2, []int{5, 5}, []int{3, 2}, []int{1, 1}, []int{1, 1}, []int{0, 1}, []int{1, 0}}, // channel multiplier 3
+	{2, 6, 4, 2, []int{5, 6}, []int{1, 1}, nil, nil, nil, nil},                                 // pointwise
+	{1, 3, 2, 1, []int{8, 7}, []int{1, 1}, []int{2, 2}, nil, nil, nil},                         // strided 1×1
+	{1, 2, 3, 1, []int{4, 5, 6}, []int{2, 3, 2}, []int{1, 2, 2}, []int{1, 1, 2}, []int{1, 0, 1}, []int{0, 1, 1}},
+	{3, 8, 8, 2, []int{6, 6}, []int{3, 3}, []int{2, 2}, []int{1, 1}, []int{1, 1}, []int{0, 0}},
+	{1, 1, 1, 1, []int{1, 1}, []int{3, 3}, nil, nil, []int{1, 1}, []int{1, 1}},
+	{1, 3, 4, 1, []int{12, 11}, []int{3, 3}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{1, 1}},
+	// One large task: the GEMM itself is split across cores (through the im2col packer).
+	{1, 8, 32, 1, []int{20, 20}, []int{3, 3}, nil, nil, []int{1, 1}, []int{1, 1}},
+	{1, 4, 40, 1, []int{30, 31}, []int{2, 3}, []int{2, 1}, nil, []int{0, 1}, []int{1, 0}},
+}
+
+func TestConvForward(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for ci, tc := range convCases {
+		p := tc.params()
+		if err := p.Init(); err != nil {
+			t.Fatalf("case %d: %v", ci, err)
+		}
+		x := randSlice[float64](r, p.XLen())
+		w := randSlice[float64](r, p.WLen())
+		bias := randSlice[float64](r, p.OutC)
+		want := make([]float64, p.YLen())
+		convNaive(p, func(xi, wi, yi int) { want[yi] += x[xi] * w[wi] })
+		outSize := p.YLen() / max(1, p.Batch*p.OutC)
+		for i := range want {
+			want[i] += bias[(i/outSize)%p.OutC]
+		}
+		y := make([]float64, p.YLen())
+		for i := range y {
+			y[i] = math.NaN()
+		}
+		Conv(p, x, w, bias, y)
+		assertClose(t, fmt.Sprintf("case %d f64", ci), y, want, 1e-12)
+		// float32 path
+		x32, w32, b32 := toF32(x), toF32(w), toF32(bias)
+		y32 := make([]float32, p.YLen())
+		Conv(p, x32, w32, b32, y32)
+		assertClose(t, fmt.Sprintf("case %d f32", ci), toF64(y32), want, 1e-5)
+	}
+}
+
+func TestConvBackward(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	for ci, tc := range convCases {
+		p := tc.params()
+		if err := p.Init(); err != nil {
+			t.Fatal(err)
+		}
+		x := randSlice[float64](r, p.XLen())
+		w := randSlice[float64](r, p.WLen())
+		dy := randSlice[float64](r, p.YLen())
+		wantDx := make([]float64, p.XLen())
+		wantDw := make([]float64, p.WLen())
+		convNaive(p, func(xi, wi, yi int) {
+			wantDx[xi] += w[wi] * dy[yi]
+			wantDw[wi] += x[xi] * dy[yi]
+		})
+		dx := make([]float64, p.XLen())
+		dw := make([]float64, p.WLen())
+		db := make([]float64, p.OutC)
+		// A tiny column block makes ConvBackwardData walk several blocks.
+		for _, blk := range []int{1 << 20, 100} {
+			old := convColBlock
+			convColBlock = blk
+			for i := range dx {
+				dx[i] = math.NaN()
+			}
+			ConvBackwardData(p, dy, w, dx)
+			convColBlock = old
+			assertClose(t, fmt.Sprintf("case %d dx block %d", ci, blk), dx, wantDx, 1e-12)
+		}
+		ConvBackwardFilter(p, x, dy, dw, db)
+		assertClose(t, fmt.Sprintf("case %d dw", ci), dw, wantDw, 1e-12)
+		outSize := p.YLen() / max(1, p.Batch*p.OutC)
+		wantDb := make([]float64, p.OutC)
+		for i, v := range dy {
+			wantDb[(i/outSize)%p.OutC] += v
+		}
+		assertClose(t, fmt.Sprintf("case %d db", ci), db, wantDb, 1e-12)
+
+		// Finite differences of L = Σ y·dy (float64, central differences) at a few points.
+		loss := func() float64 {
+			y := make([]float64, p.YLen())
+			Conv(p, x, w, nil, y)
+			var s float64
+			for i := range y {
+				s += y[i] * dy[i]
+			}
+			return s
+		}
+		const h = 1e-4
+		for trial := 0; trial < 3; trial++ {
+			for _, v := range []struct {
+				buf, grad []float64
+				name      string
+			}{{x, dx, "dx"}, {w, dw, "dw"}} {
+				i := r.IntN(len(v.buf))
+				old := v.buf[i]
+				v.buf[i] = old + h
+				lp := loss()
+				v.buf[i] = old - h
+				lm := loss()
+				v.buf[i] = old
+				fd := (lp - lm) / (2 * h)
+				if math.Abs(fd-v.grad[i]) > 1e-6*math.Max(1, math.Abs(fd)) {
+					t.Errorf("case %d: %s[%d] = %v, finite difference %v", ci, v.name, i, v.grad[i], fd)
+				}
+			}
+		}
+	}
+}
+
+// convTransposeNaive implements ONNX ConvTranspose straight from its definition: every
+// input element scatters x·w into the outputs its kernel taps reach.
+func convTransposeNaive(p *ConvTransposeParams, x, w, bias []float64) []float64 {
+	r := len(p.Spatial)
+	y := make([]float64, p.YLen())
+	icg, ocg := p.InC/p.Groups, p.OutC/p.Groups
+	inSize, outSize, kSize := 1, 1, 1
+	for d := 0; d < r; d++ {
+		inSize *= p.Spatial[d]
+		outSize *= p.OutSpatial[d]
+		kSize *= p.Kernel[d]
+	}
+	ii, k := make([]int, r), make([]int, r)
+	for n := 0; n < p.Batch; n++ {
+		for ic := 0; ic < p.InC; ic++ {
+			g := ic / icg
+			for i := 0; i < inSize; i++ {
+				unflatten(i, p.Spatial, ii)
+				for ki := 0; ki < kSize; ki++ {
+					unflatten(ki, p.Kernel, k)
+					o, ok := 0, true
+					for d := 0; d < r; d++ {
+						pos := ii[d]*p.Stride[d] + k[d]*p.Dilation[d] - p.PadBegin[d]
+						if pos < 0 || pos >= p.OutSpatial[d] {
+							ok = false
+							break
+						}
+						o = o*p.OutSpatial[d] + pos
+					}
+					if !ok {
+						continue
+					}
+					for j := 0; j < ocg; j++ {
+						oc := g*ocg + j
+						y[(n*p.OutC+oc)*outSize+o] += x[(n*p.InC+ic)*inSize+i] * w[(ic*ocg+j)*kSize+ki]
+					}
+				}
+			}
+		}
+	}
+	for i := range y {
+		y[i] += bias[(i/outSize)%p.OutC]
+	}
+	return y
+}
+
+func TestConvTranspose(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	cases := []ConvTransposeParams{
+		{Batch: 2, InC: 3, OutC: 2, Groups: 1, Spatial: []int{5}, Kernel: []int{3}, Stride: []int{2}, PadBegin: []int{1}, PadEnd: []int{0}, OutputPadding: []int{1}},
+		{Batch: 1, InC: 4, OutC: 6, Groups: 2, Spatial: []int{4, 3}, Kernel: []int{3, 2}, Stride: []int{2, 3}, Dilation: []int{2, 1}, PadBegin: []int{1, 0}, PadEnd: []int{2, 1}, OutputPadding: []int{1, 2}},
+		{Batch: 2, InC: 3, OutC: 3, Groups: 3, Spatial: []int{4, 4}, Kernel: []int{3, 3}, Stride: []int{2, 2}},
+		{Batch: 1, InC: 2, OutC: 3, Groups: 1, Spatial: []int{3, 3, 2}, Kernel: []int{2, 2, 3}, Stride: []int{1, 2, 1}, PadBegin: []int{0, 1, 1}, PadEnd: []int{1, 0, 1}},
+		{Batch: 2, InC: 4, OutC: 5, Groups: 1, Spatial: []int{3, 4}, Kernel: []int{1, 1}},
+	}
+	for ci := range cases {
+		p := &cases[ci]
+		if err := p.Init(); err != nil {
+			t.Fatalf("case %d: %v", ci, err)
+		}
+		x := randSlice[float64](r, p.XLen())
+		w := randSlice[float64](r, p.WLen())
+		bias := randSlice[float64](r, p.OutC)
+		want := convTransposeNaive(p, x, w, bias)
+		y := make([]float64, p.YLen())
+		ConvTranspose(p, x, w, bias, y)
+		assertClose(t, fmt.Sprintf("convtranspose case %d", ci), y, want, 1e-12)
+
+		// Adjoint identities: <ConvT(x), dy> = <x, dx> and = <w, dw> (without bias).
+		dy := randSlice[float64](r, p.YLen())
+		ConvTranspose(p, x, w, nil, y)
+		dx := make([]float64, p.XLen())
+		dw := make([]float64, p.WLen())
+		db := make([]float64, p.OutC)
+		ConvTransposeBackwardData(p, dy, w, dx)
+		ConvTransposeBackwardFilter(p, x, dy, dw, db)
+		lhs := dot(y, dy)
+		if d := dot(x, dx); math.Abs(lhs-d) > 1e-10*math.Max(1, math.Abs(lhs)) {
+			t.Errorf("case %d: <y,dy>=%v <x,dx>=%v", ci, lhs, d)
+		}
+		if d := dot(w, dw); math.Abs(lhs-d) > 1e-10*math.Max(1, math.Abs(lhs)) {
+			t.Errorf("case %d: <y,dy>=%v <w,dw>=%v", ci, lhs, d)
+		}
+	}
+}
+
+func TestConvInitErrors(t *testing.T) {
+	bad := []ConvParams{
+		{Batch: 1, InC: 3, OutC: 4, Groups: 2, Spatial: []int{5}, Kernel: []int{3}},
+		{Batch: 1, InC: 4, OutC: 4, Groups: 1, Spatial: []int{2}, Kernel: []int{5}},
+		{Batch: 1, InC: 4, OutC: 4, Groups: 1, Spatial: []int{5}, Kernel: []int{3, 3}},
+		{Batch: 1, InC: 4, OutC: 4, Groups: 1, Spatial: []int{5}, Kernel: []int{3}, Stride: []int{0}},
+		{Batch: 1, InC: 4, OutC: 4, Groups: 1, Spatial: []int{5}, Kernel: []int{3}, PadBegin: []int{-1}},
+		{Batch: 1, InC: 4, OutC: 4, Groups: 1},
+	}
+	for i := range bad {
+		if err := bad[i].Init(); err == nil {
+			t.Errorf("case %d: Init accepted %+v", i, bad[i])
+		}
+	}
+	ct := ConvTransposeParams{Batch: 1, InC: 1, OutC: 1, Groups: 1, Spatial: []int{2}, Kernel: []int{1}, PadBegin: []int{1}, PadEnd: []int{1}}
+	if err := ct.Init(); err == nil {
+		t.Error("ConvTranspose with empty output accepted")
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("Conv without Init did not panic")
+		}
+	}()
+	Conv(&ConvParams{}, []float32{}, nil, nil, nil)
+}
+
+func assertClose(t *testing.T, name string, got, want []float64, tol float64) {
+	t.Helper()
+	if len(got) < len(want) {
+		t.Fatalf("%s: len %d < %d", name, len(got), len(want))
+	}
+	for i := range want {
+		if !(math.Abs(got[i]-want[i]) <= tol*(1+math.Abs(want[i]))) {
+			t.Fatalf("%s: [%d] = %v, want %v", name, i, got[i], want[i])
+		}
+	}
+}
+
+func dot(a, b []float64) float64 {
+	var s float64
+	for i := range a {
+		s += a[i] * b[i]
+	}
+	return s
+}
+
+func toF32(s []float64) []float32 {
+	o := make([]float32, len(s))
+	for i, v := range s {
+		o[i] = float32(v)
+	}
+	return o
+}
+
+func toF64(s []float32) []float64 {
+	o := make([]float64, len(s))
+	for i, v := range s {
+		o[i] = float64(v)
+	}
+	return o
+}
+
+// BenchmarkConvResNet is a ResNet-50 stage-1 3×3 convolution: batch 8, 64→64 channels,
+// 56×56, pad 1.
+func BenchmarkConvResNet(b *testing.B) {
+	p := &ConvParams{Batch: 8, InC: 64, OutC: 64, Groups: 1, Spatial: []int{56, 56}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}
+	if err := p.Init(); err != nil {
+		b.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(1, 1))
+	x := randSlice[float32](r, p.XLen())
+	w := randSlice[float32](r, p.WLen())
+	y := make([]float32, p.YLen())
+	dw := make([]float32, p.WLen())
+	flops := 2.0 * float64(p.YLen()) * float64(p.WLen()/p.OutC)
+	report := func(b *testing.B) {
+		b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	}
+	b.Run("forward", func(b *testing.B) {
+		for b.Loop() {
+			Conv(p, x, w, nil, y)
+		}
+		report(b)
+	})
+	b.Run("backward-data", func(b *testing.B) {
+		for b.Loop() {
+			ConvBackwardData(p, y, w, x)
+		}
+		report(b)
+	})
+	b.Run("backward-filter", func(b *testing.B) {
+		for b.Loop() {
+			ConvBackwardFilter(p, x, y, dw, nil)
+		}
+		report(b)
+	})
+}
+
+func BenchmarkConvDepthwise(b *testing.B) {
+	p := &ConvParams{Batch: 8, InC: 128, OutC: 128, Groups: 128, Spatial: []int{56, 56}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}
+	if err := p.Init(); err != nil {
+		b.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(1, 1))
+	x := randSlice[float32](r, p.XLen())
+	w := randSlice[float32](r, p.WLen())
+	y := make([]float32, p.YLen())
+	for b.Loop() {
+		Conv(p, x, w, nil, y)
+	}
+	b.ReportMetric(2*float64(p.YLen())*9*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+// TestConvGenericKernel runs convolution through the pure-Go GEMM kernel, whose 4-wide
+// slivers take the packer's scalar paths.
+func TestConvGenericKernel(t *testing.T) {
+	gemmForceGeneric = true
+	defer func() { gemmForceGeneric = false }()
+	r := rand.New(rand.NewPCG(17, 18))
+	for _, ci := range []int{2, 8, 11} {
+		p := convCases[ci].params()
+		if err := p.Init(); err != nil {
+			t.Fatal(err)
+		}
+		x := randSlice[float64](r, p.XLen())
+		w := randSlice[float64](r, p.WLen())
+		dy := randSlice[float64](r, p.YLen())
+		want := make([]float64, p.YLen())
+		wantDw := make([]float64, p.WLen())
+		convNaive(p, func(xi, wi, yi int) {
+			want[yi] += x[xi] * w[wi]
+			wantDw[wi] += x[xi] * dy[yi]
+		})
+		y32 := make([]float32, p.YLen())
+		Conv(p, toF32(x), toF32(w), nil, y32)
+		assertClose(t, fmt.Sprintf("case %d generic f32", ci), toF64(y32), want, 1e-5)
+		dw := make([]float64, p.WLen())
+		ConvBackwardFilter(p, x, dy, dw, nil)
+		assertClose(t, fmt.Sprintf("case %d generic dw", ci), dw, wantDw, 1e-12)
+	}
+}

@@ -1,0 +1,275 @@
+//go:build ignore
+
+// gemm_asmgen.go writes gemm_amd64.s: the register-blocked GEMM micro-kernels. They are
+// generated because each one is the same k-loop unrolled over an mr×nr tile of accumulators,
+// and writing several hundred near-identical FMA lines by hand invites register typos.
+//
+//	go run gemm_asmgen.go
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+)
+
+var out bytes.Buffer
+
+func p(format string, args ...any) { fmt.Fprintf(&out, format+"\n", args...) }
+
+// kernel describes one micro-kernel: mr rows × nv vectors of lanes elements.
+type kernel struct {
+	name   string
+	mr, nv int
+	reg    string // "Y" or "Z"
+	lanes  int
+	double bool
+}
+
+func (k kernel) es() int { // element size in bytes
+	if k.double {
+		return 8
+	}
+	return 4
+}
+func (k kernel) sfx() string {
+	if k.double {
+		return "PD"
+	}
+	return "PS"
+}
+func (k kernel) bcast() string {
+	if k.double {
+		return "VBROADCASTSD"
+	}
+	return "VBROADCASTSS"
+}
+func (k kernel) r(i int) string { return fmt.Sprintf("%s%d", k.reg, i) }
+
+// Register plan: accumulators 0..mr*nv-1, then nv B vectors, then two broadcast registers
+// (alternating, so consecutive rows' broadcasts do not serialise on one register).
+func (k kernel) acc(i, v int) string { return k.r(i*k.nv + v) }
+func (k kernel) breg(v int) string   { return k.r(k.mr*k.nv + v) }
+func (k kernel) areg(i int) string   { return k.r(k.mr*k.nv + k.nv + i%2) }
+
+func (k kernel) step(u int) {
+	es, nr := k.es(), k.nv*k.lanes
+	vb := k.lanes * es
+	for v := 0; v < k.nv; v++ {
+		p("\tVMOVUPS %d(DI), %s", (u*nr)*es+v*vb, k.breg(v))
+	}
+	for i := 0; i < k.mr; i++ {
+		p("\t%s %d(SI), %s", k.bcast(), (u*k.mr+i)*es, k.areg(i))
+		for v := 0; v < k.nv; v++ {
+			p("\tVFMADD231%s %s, %s, %s", k.sfx(), k.breg(v), k.areg(i), k.acc(i, v))
+		}
+	}
+}
+
+func (k kernel) gen() {
+	es, nr := k.es(), k.nv*k.lanes
+	vb := k.lanes * es
+	shift := 2
+	betaOff, modeOff, argSize := 44, 48, 56
+	if k.double {
+		shift, betaOff, modeOff, argSize = 3, 48, 56, 64
+	}
+	typ := "float32"
+	if k.double {
+		typ = "float64"
+	}
+	p("// func %s(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta %s, mode int)", k.name, typ)
+	p("// C[0:%d, 0:%d] = alpha·A·B (+ beta·C): A packed k×%d, B packed k×%d, C row-major with ldc elements.", k.mr, nr, k.mr, nr)
+	p("TEXT ·%s(SB), NOSPLIT, $0-%d", k.name, argSize)
+	p("\tMOVQ k+0(FP), CX")
+	p("\tMOVQ a+8(FP), SI")
+	p("\tMOVQ b+16(FP), DI")
+	p("\tMOVQ c+24(FP), DX")
+	p("\tMOVQ ldc+32(FP), R8")
+	p("\tSHLQ $%d, R8", shift)
+	for i := 0; i < k.mr*k.nv; i++ {
+		if k.reg == "Z" {
+			p("\tVPXORD %s, %s, %s", k.r(i), k.r(i), k.r(i))
+		} else {
+			p("\tVXORPS %s, %s, %s", k.r(i), k.r(i), k.r(i))
+		}
+	}
+	// Touch C early so its lines arrive while the k-loop runs.
+	p("\tMOVQ DX, R9")
+	for i := 0; i < k.mr; i++ {
+		p("\tPREFETCHT0 (R9)")
+		p("\tPREFETCHT0 %d(R9)", nr*es-1)
+		p("\tADDQ R8, R9")
+	}
+	p("\tMOVQ CX, R10")
+	p("\tSHRQ $2, R10")
+	p("\tANDQ $3, CX")
+	p("\tTESTQ R10, R10")
+	p("\tJZ %s_tail", k.name)
+	p("%s_loop4:", k.name)
+	p("\tPREFETCHT0 %d(DI)", 16*nr*es)
+	for u := 0; u < 4; u++ {
+		k.step(u)
+	}
+	p("\tADDQ $%d, SI", 4*k.mr*es)
+	p("\tADDQ $%d, DI", 4*nr*es)
+	p("\tDECQ R10")
+	p("\tJNZ %s_loop4", k.name)
+	p("%s_tail:", k.name)
+	p("\tTESTQ CX, CX")
+	p("\tJZ %s_store", k.name)
+	p("%s_loop1:", k.name)
+	k.step(0)
+	p("\tADDQ $%d, SI", k.mr*es)
+	p("\tADDQ $%d, DI", nr*es)
+	p("\tDECQ CX")
+	p("\tJNZ %s_loop1", k.name)
+	p("%s_store:", k.name)
+	alpha, beta := k.areg(0), k.areg(1)
+	p("\t%s alpha+40(FP), %s", k.bcast(), alpha)
+	p("\tMOVQ mode+%d(FP), AX", modeOff)
+	p("\tCMPQ AX, $1")
+	p("\tJEQ %s_add", k.name)
+	p("\tJGT %s_general", k.name)
+	// mode 0: overwrite C (beta == 0: never read C, so NaNs in it do not leak through).
+	for i := 0; i < k.mr; i++ {
+		for v := 0; v < k.nv; v++ {
+			p("\tVMUL%s %s, %s, %s", k.sfx(), alpha, k.acc(i, v), k.acc(i, v))
+			p("\tVMOVUPS %s, %d(DX)", k.acc(i, v), v*vb)
+		}
+		p("\tADDQ R8, DX")
+	}
+	p("\tJMP %s_done", k.name)
+	p("%s_add:", k.name) // mode 1: beta == 1
+	for i := 0; i < k.mr; i++ {
+		for v := 0; v < k.nv; v++ {
+			p("\tVMUL%s %s, %s, %s", k.sfx(), alpha, k.acc(i, v), k.acc(i, v))
+			p("\tVADD%s %d(DX), %s, %s", k.sfx(), v*vb, k.acc(i, v), k.acc(i, v))
+			p("\tVMOVUPS %s, %d(DX)", k.acc(i, v), v*vb)
+		}
+		p("\tADDQ R8, DX")
+	}
+	p("\tJMP %s_done", k.name)
+	p("%s_general:", k.name) // mode 2: any other beta
+	p("\t%s beta+%d(FP), %s", k.bcast(), betaOff, beta)
+	for i := 0; i < k.mr; i++ {
+		for v := 0; v < k.nv; v++ {
+			p("\tVMUL%s %s, %s, %s", k.sfx(), alpha, k.acc(i, v), k.acc(i, v))
+			p("\tVFMADD231%s %d(DX), %s, %s", k.sfx(), v*vb, beta, k.acc(i, v))
+			p("\tVMOVUPS %s, %d(DX)", k.acc(i, v), v*vb)
+		}
+		p("\tADDQ R8, DX")
+	}
+	p("%s_done:", k.name)
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
+// peak emits a loop of 2*n independent FMAs per iteration, used by the benchmarks to measure
+// the core's FMA throughput (the denominator of "fraction of peak").
+func peak(name, reg string, n int) {
+	p("// func %s(iters int)", name)
+	p("TEXT ·%s(SB), NOSPLIT, $0-8", name)
+	p("\tMOVQ iters+0(FP), CX")
+	for i := 0; i < n+1; i++ {
+		if reg == "Z" {
+			p("\tVPXORD %s%d, %s%d, %s%d", reg, i, reg, i, reg, i)
+		} else {
+			p("\tVXORPS %s%d, %s%d, %s%d", reg, i, reg, i, reg, i)
+		}
+	}
+	p("%s_loop:", name)
+	for r := 0; r < 2; r++ {
+		for i := 0; i < n; i++ {
+			p("\tVFMADD231PS %s%d, %s%d, %s%d", reg, n, reg, n, reg, i)
+		}
+	}
+	p("\tDECQ CX")
+	p("\tJNZ %s_loop", name)
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
+func main() {
+	p("// Code generated by gemm_asmgen.go; DO NOT EDIT.")
+	p("")
+	p("//go:build amd64 && !purego")
+	p("")
+	p("#include \"textflag.h\"")
+	p("")
+	p(`// func gemmCPUID(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
+TEXT ·gemmCPUID(SB), NOSPLIT, $0-24
+	MOVL eaxArg+0(FP), AX
+	MOVL ecxArg+4(FP), CX
+	CPUID
+	MOVL AX, eax+8(FP)
+	MOVL BX, ebx+12(FP)
+	MOVL CX, ecx+16(FP)
+	MOVL DX, edx+20(FP)
+	RET
+
+// func gemmCopyRowsAVX(dst, src unsafe.Pointer, srcStride, rows, width int)
+// Copies rows runs of width bytes (64 or 128), src runs srcStride bytes apart, to dst
+// back to back: the packing of full-width GEMM slivers.
+TEXT ·gemmCopyRowsAVX(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ srcStride+16(FP), DX
+	MOVQ rows+24(FP), CX
+	MOVQ width+32(FP), AX
+	TESTQ CX, CX
+	JZ copy_done
+	CMPQ AX, $64
+	JEQ copy64
+copy128:
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS 64(SI), Y2
+	VMOVUPS 96(SI), Y3
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	ADDQ DX, SI
+	ADDQ $128, DI
+	DECQ CX
+	JNZ copy128
+	JMP copy_done
+copy64:
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	ADDQ DX, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ copy64
+copy_done:
+	VZEROUPPER
+	RET
+
+// func gemmXGETBV() (eax, edx uint32)
+TEXT ·gemmXGETBV(SB), NOSPLIT, $0-8
+	MOVL $0, CX
+	XGETBV
+	MOVL AX, eax+0(FP)
+	MOVL DX, edx+4(FP)
+	RET
+`)
+	for _, k := range []kernel{
+		{name: "gemmKernS6x16AVX2", mr: 6, nv: 2, reg: "Y", lanes: 8},
+		{name: "gemmKernD6x8AVX2", mr: 6, nv: 2, reg: "Y", lanes: 4, double: true},
+		{name: "gemmKernS8x32AVX512", mr: 8, nv: 2, reg: "Z", lanes: 16},
+		{name: "gemmKernD8x16AVX512", mr: 8, nv: 2, reg: "Z", lanes: 8, double: true},
+	} {
+		k.gen()
+	}
+	peak("gemmPeakAVX2", "Y", 12)
+	peak("gemmPeakAVX512", "Z", 24)
+	if err := os.WriteFile("gemm_amd64.s", out.Bytes(), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,16 @@
+//go:build !amd64 || purego
+
+package cpu
+
+// Without assembly kernels every GEMM uses the pure-Go micro-kernel.
+var gemmImplS, gemmImplD *gemmImpl
+
+// gemmAvailable lists the micro-kernels this machine can run for the element size.
+func gemmAvailable(size uintptr) []*gemmImpl {
+	if size == 4 {
+		return []*gemmImpl{&gemmGenericS}
+	}
+	return []*gemmImpl{&gemmGenericD}
+}
+
+func gemmFastCopy[T Float](dst, src []T, ld, kb, w int) bool { return false }

@@ -1,0 +1,391 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+	"unsafe"
+)
+
+// gemmNaive is the reference: a float64 triple loop over the same storage conventions.
+func gemmNaive[T Float](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) []float64 {
+	out := make([]float64, m*n)
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			var s float64
+			for p := 0; p < k; p++ {
+				var av, bv T
+				if transA {
+					av = a[p*lda+i]
+				} else {
+					av = a[i*lda+p]
+				}
+				if transB {
+					bv = b[j*ldb+p]
+				} else {
+					bv = b[p*ldb+j]
+				}
+				s += float64(av) * float64(bv)
+			}
+			v := float64(alpha) * s
+			if beta != 0 {
+				v += float64(beta) * float64(c[i*ldc+j])
+			}
+			out[i*n+j] = v
+		}
+	}
+	return out
+}
+
+func randSlice[T Float](r *rand.Rand, n int) []T {
+	s := make([]T, n)
+	for i := range s {
+		s[i] = T(r.Float64()*2 - 1)
+	}
+	return s
+}
+
+// gemmTol is the tolerance for a result of k-term dot products of values in [-1, 1].
+func gemmTol[T Float](k int) float64 {
+	if unsafe.Sizeof(T(0)) == 4 {
+		return 1e-5 * float64(k+4)
+	}
+	return 1e-13 * float64(k+4)
+}
+
+func testGemmCase[T Float](t *testing.T, r *rand.Rand, transA, transB bool, m, n, k int, alpha, beta T, pad int) {
+	t.Helper()
+	ar, ac := m, k
+	if transA {
+		ar, ac = k, m
+	}
+	br, bc := k, n
+	if transB {
+		br, bc = n, k
+	}
+	lda, ldb, ldc := ac+pad, bc+2*pad, n+3*pad
+	a := randSlice[T](r, max(0, (ar-1)*lda+ac))
+	b := randSlice[T](r, max(0, (br-1)*ldb+bc))
+	c := randSlice[T](r, max(0, (m-1)*ldc+n))
+	if beta == 0 {
+		for i := range c {
+			c[i] = T(math.NaN()) // BLAS semantics: beta == 0 must not read C
+		}
+	}
+	want := gemmNaive(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	// Values between rows (ldc padding) must survive untouched.
+	guard := append([]T(nil), c...)
+	Gemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	tol := gemmTol[T](k) * (1 + math.Abs(float64(alpha)))
+	for i := 0; i < m; i++ {
+		for j := 0; j < ldc && i*ldc+j < len(c); j++ {
+			got := float64(c[i*ldc+j])
+			if j >= n {
+				if c[i*ldc+j] != guard[i*ldc+j] && !(got != got) {
+					t.Fatalf("tA=%v tB=%v m=%d n=%d k=%d: padding C[%d,%d] modified", transA, transB, m, n, k, i, j)
+				}
+				continue
+			}
+			if w := want[i*n+j]; !(math.Abs(got-w) <= tol*(1+math.Abs(w))) {
+				t.Fatalf("tA=%v tB=%v m=%d n=%d k=%d alpha=%v beta=%v pad=%d: C[%d,%d]=%v want %v", transA, transB, m, n, k, alpha, beta, pad, i, j, got, w)
+			}
+		}
+	}
+}
+
+func testGemmAll[T Float](t *testing.T, impl *gemmImpl) {
+	r := rand.New(rand.NewPCG(1, 2))
+	sizes := []int{1, 3, 17, 33, 100}
+	for _, tA := range []bool{false, true} {
+		for _, tB := range []bool{false, true} {
+			for _, m := range sizes {
+				for _, n := range sizes {
+					for _, k := range []int{1, 17, 100} {
+						testGemmCase[T](t, r, tA, tB, m, n, k, 1, 0, 0)
+					}
+				}
+			}
+			// Odd alpha/beta, padded leading dimensions, and sizes crossing kc/mc/nc blocks.
+			for _, ab := range [][2]T{{1, 1}, {0.5, -2}, {-1.5, 0}, {0, 0.25}, {2, 1}} {
+				testGemmCase[T](t, r, tA, tB, 33, 17, 65, ab[0], ab[1], 3)
+				testGemmCase[T](t, r, tA, tB, impl.mr+1, impl.nr*2+3, impl.kc+7, ab[0], ab[1], 1)
+			}
+			testGemmCase[T](t, r, tA, tB, 257, 257, 257, 1, 0.5, 0)
+			testGemmCase[T](t, r, tA, tB, impl.mc+5, 40, impl.kc*2+1, 1, 1, 2)
+			testGemmCase[T](t, r, tA, tB, 3, 1, 3000, 1, 0, 0)
+			testGemmCase[T](t, r, tA, tB, 0, 5, 5, 1, 0, 0)
+			testGemmCase[T](t, r, tA, tB, 5, 5, 0, 1, 0, 0)
+			testGemmCase[T](t, r, tA, tB, 5, 7, 0, 1, 0.5, 2)
+		}
+	}
+	// Wide and tall thin matrices exercise the row/column parallel split.
+	testGemmCase[T](t, r, false, false, 2, 3000, 40, 1, 0, 0)
+	testGemmCase[T](t, r, false, true, 3000, 5, 40, 1, 0, 0)
+}
+
+// withImpl pins the GEMM kernel for T's size for the duration of f.
+func withImpl[T Float](impl *gemmImpl, f func()) {
+	if unsafe.Sizeof(T(0)) == 4 {
+		old := gemmForceS
+		gemmForceS = impl
+		defer func() { gemmForceS = old }()
+	} else {
+		old := gemmForceD
+		gemmForceD = impl
+		defer func() { gemmForceD = old }()
+	}
+	f()
+}
+
+func TestGemm(t *testing.T) {
+	for _, impl := range gemmAvailable(4) {
+		t.Run("f32/"+impl.name, func(t *testing.T) { withImpl[float32](impl, func() { testGemmAll[float32](t, impl) }) })
+	}
+	for _, impl := range gemmAvailable(8) {
+		t.Run("f64/"+impl.name, func(t *testing.T) { withImpl[float64](impl, func() { testGemmAll[float64](t, impl) }) })
+	}
+}
+
+func TestGemmForceGeneric(t *testing.T) {
+	gemmForceGeneric = true
+	defer func() { gemmForceGeneric = false }()
+	if got := gemmImplFor(4); got != &gemmGenericS {
+		t.Fatalf("forced generic float32 kernel is %s", got.name)
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	testGemmCase[float32](t, r, true, false, 37, 41, 300, 1, 0, 1)
+	testGemmCase[float64](t, r, false, true, 37, 41, 300, 1, 0.5, 1)
+}
+
+type myFloat float32
+
+func TestGemmDerivedType(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	testGemmCase[myFloat](t, r, false, false, 20, 30, 40, 1, 0, 0)
+}
+
+func TestGemmSerial(t *testing.T) {
+	old := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(old)
+	r := rand.New(rand.NewPCG(7, 8))
+	testGemmCase[float32](t, r, false, false, 100, 100, 100, 1, 0, 0)
+}
+
+func TestGemmGrid(t *testing.T) {
+	impl := &gemmAVX2Like
+	for _, tc := range []struct{ m, n, w, pm, pn int }{
+		{1024, 1024, 2, 0, 0}, {2, 3000, 2, 1, 2}, {3000, 5, 2, 2, 1}, {6, 16, 2, 1, 1}, {100, 1000, 4, 1, 4}, {1000, 1000, 4, 0, 0},
+	} {
+		pm, pn := gemmGrid(impl, tc.m, tc.n, tc.w)
+		if pm*pn > tc.w || (tc.pm != 0 && (pm != tc.pm || pn != tc.pn)) {
+			t.Errorf("gemmGrid(%d,%d,%d) = %d×%d, want %d×%d", tc.m, tc.n, tc.w, pm, pn, tc.pm, tc.pn)
+		}
+	}
+}
+
+var gemmAVX2Like = gemmImpl{mr: 6, nr: 16, kc: 256, mc: 288, nc: 3072}
+
+func TestBatchedGemm(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, tc := range []struct {
+		batch, m, n, k int
+		bcastA, bcastB bool
+		tA, tB         bool
+	}{
+		{5, 7, 9, 11, false, false, false, false},
+		{4, 33, 17, 20, true, false, false, true},
+		{6, 17, 33, 20, false, true, true, false},
+		{3, 100, 100, 100, false, false, true, true},
+		{1, 100, 64, 70, true, true, false, false},
+	} {
+		for _, beta := range []float64{0, 1, 0.5} {
+			m, n, k := tc.m, tc.n, tc.k
+			lda, ldb, ldc := k+1, n+2, n
+			if tc.tA {
+				lda = m + 1
+			}
+			if tc.tB {
+				ldb = k + 2
+			}
+			sa, sb, sc := m*lda+5, k*ldb+3, m*ldc+1
+			if tc.tA {
+				sa = k*lda + 5
+			}
+			if tc.tB {
+				sb = n*ldb + 3
+			}
+			if tc.bcastA {
+				sa = 0
+			}
+			if tc.bcastB {
+				sb = 0
+			}
+			a := randSlice[float64](r, (tc.batch-1)*sa+max(k, m)*lda)
+			b := randSlice[float64](r, (tc.batch-1)*sb+max(k, n)*ldb)
+			c := randSlice[float64](r, (tc.batch-1)*sc+m*ldc)
+			want := make([][]float64, tc.batch)
+			for i := range want {
+				want[i] = gemmNaive(tc.tA, tc.tB, m, n, k, 1.5, a[i*sa:], lda, b[i*sb:], ldb, beta, c[i*sc:], ldc)
+			}
+			BatchedGemm(tc.batch, tc.tA, tc.tB, m, n, k, 1.5, a, lda, sa, b, ldb, sb, beta, c, ldc, sc)
+			for bi := range want {
+				for i := 0; i < m; i++ {
+					for j := 0; j < n; j++ {
+						if got, w := c[bi*sc+i*ldc+j], want[bi][i*n+j]; math.Abs(got-w) > 1e-12*(1+math.Abs(w)) {
+							t.Fatalf("%+v beta=%v: batch %d C[%d,%d]=%v want %v", tc, beta, bi, i, j, got, w)
+						}
+					}
+				}
+			}
+		}
+	}
+	// strideC == 0: the GEMMs run in sequence on one C, accumulating with beta = 1.
+	a := randSlice[float32](r, 3*4*5)
+	b := randSlice[float32](r, 3*5*6)
+	c := make([]float32, 4*6)
+	BatchedGemm(3, false, false, 4, 6, 5, 1, a, 5, 20, b, 6, 30, 1, c, 6, 0)
+	want := make([]float64, 4*6)
+	for bi := 0; bi < 3; bi++ {
+		w := gemmNaive(false, false, 4, 6, 5, 1, a[bi*20:], 5, b[bi*30:], 6, 0, c, 6)
+		for i := range want {
+			want[i] += w[i]
+		}
+	}
+	for i := range want {
+		if math.Abs(float64(c[i])-want[i]) > 1e-5 {
+			t.Fatalf("strideC=0: C[%d]=%v want %v", i, c[i], want[i])
+		}
+	}
+}
+
+func TestBatchedGemmDegenerate(t *testing.T) {
+	c := []float32{1, 2, 3, 4}
+	// k = 0: A and B are not read, so empty slices with any stride are fine; C = beta·C.
+	BatchedGemm(2, false, false, 1, 2, 0, 1, nil, 1, 5, nil, 2, 7, 0.5, c, 2, 2)
+	if c[0] != 0.5 || c[3] != 2 {
+		t.Errorf("k=0 batched: C = %v", c)
+	}
+	BatchedGemm[float32](3, false, false, 0, 2, 4, 1, nil, 4, 9, nil, 2, 9, 0, nil, 2, 9)
+}
+
+func TestGemmPanics(t *testing.T) {
+	for i, f := range []func(){
+		func() {
+			Gemm(false, false, 2, 2, 2, 1, make([]float32, 3), 2, make([]float32, 4), 2, 0, make([]float32, 4), 2)
+		},
+		func() {
+			Gemm(false, false, 2, 2, 2, 1, make([]float32, 4), 1, make([]float32, 4), 2, 0, make([]float32, 4), 2)
+		},
+		func() { Gemm[float32](false, false, -1, 2, 2, 1, nil, 2, nil, 2, 0, nil, 2) },
+		func() {
+			BatchedGemm(2, false, false, 2, 2, 2, 1, make([]float32, 4), 2, 4, make([]float32, 8), 2, 4, 0, make([]float32, 8), 2, 4)
+		},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("case %d: no panic", i)
+				}
+			}()
+			f()
+		}()
+	}
+}
+
+// ---- Benchmarks ----
+
+func benchGemm[T Float](b *testing.B, transA, transB bool, m, n, k int) {
+	r := rand.New(rand.NewPCG(1, 1))
+	lda, ldb := k, n
+	if transA {
+		lda = m
+	}
+	if transB {
+		ldb = k
+	}
+	a := randSlice[T](r, m*k)
+	bb := randSlice[T](r, k*n)
+	c := make([]T, m*n)
+	b.ResetTimer()
+	for b.Loop() {
+		Gemm(transA, transB, m, n, k, 1, a, lda, bb, ldb, 0, c, n)
+	}
+	gflops := 2 * float64(m) * float64(n) * float64(k) * float64(b.N) / b.Elapsed().Seconds() / 1e9
+	b.ReportMetric(gflops, "GFLOP/s")
+}
+
+// benchImpls runs f once per available float32 kernel and thread count.
+func benchVariants(b *testing.B, size uintptr, f func(b *testing.B)) {
+	for _, impl := range gemmAvailable(size) {
+		for _, threads := range []int{1, runtime.GOMAXPROCS(0)} {
+			b.Run(fmt.Sprintf("%s/threads=%d", impl.name, threads), func(b *testing.B) {
+				old := runtime.GOMAXPROCS(threads)
+				defer runtime.GOMAXPROCS(old)
+				if size == 4 {
+					withImpl[float32](impl, func() { f(b) })
+				} else {
+					withImpl[float64](impl, func() { f(b) })
+				}
+			})
+			if threads == runtime.GOMAXPROCS(0) {
+				break
+			}
+		}
+	}
+}
+
+func BenchmarkGemm1024(b *testing.B) {
+	benchVariants(b, 4, func(b *testing.B) { benchGemm[float32](b, false, false, 1024, 1024, 1024) })
+}
+
+func BenchmarkGemm1024F64(b *testing.B) {
+	benchVariants(b, 8, func(b *testing.B) { benchGemm[float64](b, false, false, 1024, 1024, 1024) })
+}
+
+// BenchmarkGemmTransformer is a BERT-base sized feed-forward layer: forward (X·W) and the
+// backward pass's dX = dY·Wᵀ, which reads the weight transposed.
+func BenchmarkGemmTransformer(b *testing.B) {
+	b.Run("NN", func(b *testing.B) {
+		benchVariants(b, 4, func(b *testing.B) { benchGemm[float32](b, false, false, 2048, 3072, 768) })
+	})
+	b.Run("NT", func(b *testing.B) {
+		benchVariants(b, 4, func(b *testing.B) { benchGemm[float32](b, false, true, 2048, 768, 3072) })
+	})
+	b.Run("TN", func(b *testing.B) { // dW = Xᵀ·dY
+		benchVariants(b, 4, func(b *testing.B) { benchGemm[float32](b, true, false, 768, 3072, 2048) })
+	})
+}
+
+func BenchmarkGemmSmall(b *testing.B) {
+	for _, s := range []int{8, 32, 64, 128} {
+		b.Run(fmt.Sprint(s), func(b *testing.B) { benchGemm[float32](b, false, false, s, s, s) })
+	}
+}
+
+func TestGemmAllocs(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 1))
+	a, b, c := randSlice[float32](r, 64*64), randSlice[float32](r, 64*64), make([]float32, 64*64)
+	Gemm(false, false, 64, 64, 64, 1, a, 64, b, 64, 0, c, 64) // warm the pool
+	if n := testing.AllocsPerRun(20, func() { Gemm(false, false, 64, 64, 64, 1, a, 64, b, 64, 0, c, 64) }); n > 1 {
+		t.Errorf("small serial Gemm allocates %v times per call", n)
+	}
+	big, bb, cc := randSlice[float32](r, 512*512), randSlice[float32](r, 512*512), make([]float32, 512*512)
+	Gemm(false, false, 512, 512, 512, 1, big, 512, bb, 512, 0, cc, 512)
+	if n := testing.AllocsPerRun(5, func() { Gemm(false, false, 512, 512, 512, 1, big, 512, bb, 512, 0, cc, 512) }); n > 8 {
+		t.Errorf("parallel Gemm allocates %v times per call", n)
+	}
+}
+
+// The packing code relies on mc and nc being multiples of mr and nr (a packed block is
+// sized for whole slivers).
+func TestGemmImplBlocking(t *testing.T) {
+	for _, size := range []uintptr{4, 8} {
+		for _, impl := range gemmAvailable(size) {
+			if impl.mc%impl.mr != 0 || impl.nc%impl.nr != 0 || impl.kc < 1 {
+				t.Errorf("%s: mc=%d nc=%d kc=%d not multiples of mr=%d nr=%d", impl.name, impl.mc, impl.nc, impl.kc, impl.mr, impl.nr)
+			}
+		}
+	}
+}

@@ -1,0 +1,494 @@
+package cpu
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// PoolParams describes an N-d pooling window (ONNX MaxPool, AveragePool, LpPool) on
+// NC(D)HW tensors: x is [Batch, Channels, Spatial...], y is [Batch, Channels, OutSpatial...].
+// With ext = Dilation·(Kernel-1) + 1,
+//
+//	out[i] = floor((Spatial[i] + PadBegin[i] + PadEnd[i] - ext[i]) / Stride[i]) + 1
+//
+// or with ceil instead of floor when CeilMode is set; in ceil mode a last window that would
+// start inside the end padding is dropped (as ONNX Runtime and PyTorch do), so every window
+// starts inside the input or the begin padding. Windows that run past the end padding in
+// ceil mode are clipped there.
+//
+// CountIncludePad (AveragePool) divides by the number of window taps inside the padded
+// input (input plus explicit pads, not the ceil-mode overhang) instead of only the taps
+// inside the input. P is LpPool's norm order (0 means 2). Init validates, defaults nil
+// Stride/Dilation to 1 and nil pads to 0, and computes OutSpatial. Up to 3 spatial axes.
+type PoolParams struct {
+	Batch, Channels          int
+	Spatial                  []int
+	Kernel, Stride, Dilation []int
+	PadBegin, PadEnd         []int
+	CeilMode                 bool
+	CountIncludePad          bool
+	P                        int
+	OutSpatial               []int // computed by Init
+
+	// Per axis, padded to 3 axes with unit leading dims: input/output sizes, and for each
+	// output position the first valid input coordinate, the number of valid taps, and the
+	// number of taps inside the padded input.
+	in, out, dil    [3]int
+	first, cnt, pad [3][]int
+	inSize, outSize int
+	// Along the last axis, tap t reads input o·stride + off[t] for outputs o in [lo[t], hi[t]).
+	k2, s2         int
+	lo2, hi2, off2 []int
+	init           bool
+}
+
+// Init validates the parameters and computes OutSpatial.
+func (p *PoolParams) Init() error {
+	r := len(p.Spatial)
+	if r == 0 || r > 3 {
+		return fmt.Errorf("pool: %d spatial axes, want 1 to 3", r)
+	}
+	if p.Batch < 0 || p.Channels < 1 {
+		return fmt.Errorf("pool: batch %d, channels %d invalid", p.Batch, p.Channels)
+	}
+	if len(p.Kernel) != r {
+		return fmt.Errorf("pool: Kernel has %d entries, want %d", len(p.Kernel), r)
+	}
+	var err error
+	for _, f := range []struct {
+		v    *[]int
+		def  int
+		name string
+	}{{&p.Stride, 1, "Stride"}, {&p.Dilation, 1, "Dilation"}, {&p.PadBegin, 0, "PadBegin"}, {&p.PadEnd, 0, "PadEnd"}} {
+		if *f.v, err = defaultInts(*f.v, r, f.def, "pool: "+f.name); err != nil {
+			return err
+		}
+	}
+	if p.P == 0 {
+		p.P = 2
+	}
+	if p.P < 0 {
+		return errors.New("pool: negative Lp order")
+	}
+	p.OutSpatial = make([]int, r)
+	p.inSize, p.outSize = 1, 1
+	for a := 0; a < 3; a++ {
+		p.in[a], p.out[a], p.dil[a] = 1, 1, 1
+		p.first[a], p.cnt[a], p.pad[a] = []int{0}, []int{1}, []int{1}
+	}
+	for i := 0; i < r; i++ {
+		in, k, s, d, pb, pe := p.Spatial[i], p.Kernel[i], p.Stride[i], p.Dilation[i], p.PadBegin[i], p.PadEnd[i]
+		if in < 1 || k < 1 || s < 1 || d < 1 {
+			return fmt.Errorf("pool: axis %d: spatial %d, kernel %d, stride %d, dilation %d must all be ≥ 1", i, in, k, s, d)
+		}
+		if pb < 0 || pe < 0 {
+			return fmt.Errorf("pool: axis %d: negative padding", i)
+		}
+		ext := d*(k-1) + 1
+		span := in + pb + pe - ext
+		if span < 0 {
+			return fmt.Errorf("pool: axis %d: dilated kernel %d larger than padded input %d", i, ext, in+pb+pe)
+		}
+		out := span/s + 1
+		if p.CeilMode {
+			// Drop an extra ceil-mode window that would start in the end padding, but never
+			// go below the floor-mode count (whose windows all lie inside the padded input).
+			if c := (span+s-1)/s + 1; c > out && (c-1)*s < in+pb {
+				out = c
+			}
+		}
+		p.OutSpatial[i] = out
+		a := 3 - r + i
+		p.in[a], p.out[a], p.dil[a] = in, out, d
+		p.first[a], p.cnt[a], p.pad[a] = make([]int, out), make([]int, out), make([]int, out)
+		for o := 0; o < out; o++ {
+			start := o*s - pb
+			valid, padded, first := 0, 0, -1
+			for t := 0; t < k; t++ {
+				pos := start + t*d
+				if pos >= -pb && pos < in+pe {
+					padded++
+				}
+				if pos >= 0 && pos < in {
+					if first < 0 {
+						first = pos
+					}
+					valid++
+				}
+			}
+			p.first[a][o], p.cnt[a][o], p.pad[a][o] = max(first, 0), valid, padded
+		}
+		p.inSize *= in
+		p.outSize *= out
+		if i == r-1 {
+			p.k2, p.s2 = k, s
+			p.lo2, p.hi2, p.off2 = make([]int, k), make([]int, k), make([]int, k)
+			for t := 0; t < k; t++ {
+				off := t*d - pb
+				lo := 0
+				if off < 0 {
+					lo = (-off + s - 1) / s
+				}
+				hi := 0
+				if in-1-off >= 0 {
+					hi = min(out, (in-1-off)/s+1)
+				}
+				p.lo2[t], p.hi2[t], p.off2[t] = lo, max(lo, hi), off
+			}
+		}
+	}
+	if !sizeOK(p.Batch, p.Channels, p.inSize) {
+		return errors.New("pool: tensor too large")
+	}
+	p.init = true
+	return nil
+}
+
+// XLen and YLen are the element counts the pooling kernels require of x and y.
+func (p *PoolParams) XLen() int { return p.Batch * p.Channels * p.inSize }
+func (p *PoolParams) YLen() int { return p.Batch * p.Channels * p.outSize }
+
+func (p *PoolParams) check(op string, x, y int) {
+	if !p.init {
+		panic("cpu." + op + ": params not initialised (call Init and check its error)")
+	}
+	needLen(op, "x", x, p.XLen())
+	needLen(op, "y", y, p.YLen())
+}
+
+// planes runs f(plane) for every (image, channel) plane in parallel.
+func (p *PoolParams) planes(f func(pl int)) {
+	Parallel(p.Batch*p.Channels, max(1, 2048/max(1, p.outSize)), func(lo, hi int) {
+		for pl := lo; pl < hi; pl++ {
+			f(pl)
+		}
+	})
+}
+
+// forEachWindow calls f(yi, o) for every output position of a plane: yi is its plane
+// offset and o its coordinates (3-axis form).
+func (p *PoolParams) forEachWindow(f func(yi int, o [3]int)) {
+	yi := 0
+	for o0 := 0; o0 < p.out[0]; o0++ {
+		for o1 := 0; o1 < p.out[1]; o1++ {
+			for o2 := 0; o2 < p.out[2]; o2++ {
+				f(yi, [3]int{o0, o1, o2})
+				yi++
+			}
+		}
+	}
+}
+
+// taps calls g(xi) for the plane offset of every window tap of output o inside the input.
+func (p *PoolParams) taps(o [3]int, g func(xi int)) {
+	f0, f1, f2 := p.first[0][o[0]], p.first[1][o[1]], p.first[2][o[2]]
+	c0, c1, c2 := p.cnt[0][o[0]], p.cnt[1][o[1]], p.cnt[2][o[2]]
+	d0, d1, d2 := p.dil[0], p.dil[1], p.dil[2]
+	for t0 := 0; t0 < c0; t0++ {
+		r0 := (f0 + t0*d0) * p.in[1]
+		for t1 := 0; t1 < c1; t1++ {
+			r1 := (r0 + f1 + t1*d1) * p.in[2]
+			for t2 := 0; t2 < c2; t2++ {
+				g(r1 + f2 + t2*d2)
+			}
+		}
+	}
+}
+
+// outRows calls f(yOff, rows, div) for every output row (a run along the last axis) of a
+// plane: yOff is its plane offset, rows the plane offsets of the starts of the input rows
+// its windows cover (inside the input), and div[o] AvgPool's divisor for output o. Kernels then sweep whole rows per tap, whose
+// iterations are independent, instead of reducing each small window serially.
+func (p *PoolParams) outRows(f func(yOff int, rows []int, div []int)) {
+	rows := make([]int, 0, 16)
+	div := make([]int, p.out[2])
+	c2 := p.cnt[2]
+	if p.CountIncludePad {
+		c2 = p.pad[2]
+	}
+	in1, in2 := p.in[1], p.in[2]
+	d0, d1 := p.dil[0], p.dil[1]
+	yOff := 0
+	for o0 := 0; o0 < p.out[0]; o0++ {
+		f0, c0 := p.first[0][o0], p.cnt[0][o0]
+		for o1 := 0; o1 < p.out[1]; o1++ {
+			f1, c1 := p.first[1][o1], p.cnt[1][o1]
+			rows = rows[:0]
+			for t0 := 0; t0 < c0; t0++ {
+				for t1 := 0; t1 < c1; t1++ {
+					rows = append(rows, ((f0+t0*d0)*in1+f1+t1*d1)*in2)
+				}
+			}
+			c01 := p.cnt[0][o0] * p.cnt[1][o1]
+			if p.CountIncludePad {
+				c01 = p.pad[0][o0] * p.pad[1][o1]
+			}
+			for o := range div {
+				div[o] = c01 * c2[o]
+			}
+			f(yOff, rows, div)
+			yOff += p.out[2]
+		}
+	}
+}
+
+// MaxPool computes y = max over each window (ONNX MaxPool; padding never wins). NaN
+// inputs propagate. If argmax is non-nil it receives, for every output, the flat index
+// into x of the maximum (ONNX Indices with storage_order 0: n·C·prod(Spatial) + c·
+// prod(Spatial) + spatial offset), which MaxPoolBackward consumes; a window with no tap
+// inside the input (only possible with unusual pads and dilations) yields -Inf and -1.
+//
+// Preconditions (panics otherwise): p.Init succeeded; len(x) ≥ XLen(), len(y) ≥ YLen(),
+// argmax nil or len(argmax) ≥ YLen() and XLen() ≤ MaxInt32.
+func MaxPool[T Float](p *PoolParams, x, y []T, argmax []int32) {
+	p.check("MaxPool", len(x), len(y))
+	if argmax != nil {
+		needLen("MaxPool", "argmax", len(argmax), p.YLen())
+		if p.XLen() > math.MaxInt32 {
+			panic("cpu.MaxPool: input too large for int32 argmax")
+		}
+	}
+	p.planes(func(pl int) {
+		xp := x[pl*p.inSize : (pl+1)*p.inSize]
+		yp := y[pl*p.outSize : (pl+1)*p.outSize]
+		var ap []int32
+		if argmax != nil {
+			ap = argmax[pl*p.outSize : (pl+1)*p.outSize]
+		}
+		base := int32(pl * p.inSize)
+		in2, d2 := p.in[2], p.dil[2]
+		p.outRows(func(yOff int, rows []int, div []int) {
+			yr := yp[yOff : yOff+p.out[2]]
+			for i := range yr {
+				yr[i] = T(math.Inf(-1))
+			}
+			for _, r := range rows {
+				xr := xp[r : r+in2]
+				for t := 0; t < p.k2; t++ {
+					off := p.off2[t]
+					for o := p.lo2[t]; o < p.hi2[t]; o++ {
+						yr[o] = max(yr[o], xr[o*p.s2+off]) // builtin max: NaN propagates
+					}
+				}
+			}
+			if ap == nil {
+				return
+			}
+			// The first tap (in row-major window order) holding the maximum; for a NaN
+			// maximum, the first NaN.
+			ar := ap[yOff : yOff+p.out[2]]
+			for o, best := range yr {
+				bi := int32(-1)
+				nan := best != best
+				f2, c2 := p.first[2][o], p.cnt[2][o]
+			search:
+				for _, r := range rows {
+					for t := 0; t < c2; t++ {
+						if v := xp[r+f2+t*d2]; v == best || (nan && v != v) {
+							bi = base + int32(r+f2+t*d2)
+							break search
+						}
+					}
+				}
+				ar[o] = bi
+			}
+		})
+	})
+}
+
+// MaxPoolBackward scatters dy onto the positions MaxPool selected: dx = 0, then
+// dx[argmax[i]] += dy[i]. dx is overwritten.
+//
+// Preconditions (panics otherwise): p.Init succeeded; len(dy), len(argmax) ≥ YLen(),
+// len(dx) ≥ XLen(); argmax as produced by MaxPool with the same p.
+func MaxPoolBackward[T Float](p *PoolParams, dy []T, argmax []int32, dx []T) {
+	p.check("MaxPoolBackward", len(dx), len(dy))
+	needLen("MaxPoolBackward", "argmax", len(argmax), p.YLen())
+	// Each plane's argmax entries point into the same plane, so planes are independent.
+	p.planes(func(pl int) {
+		clear(dx[pl*p.inSize : (pl+1)*p.inSize])
+		for i := pl * p.outSize; i < (pl+1)*p.outSize; i++ {
+			if j := argmax[i]; j >= 0 {
+				dx[j] += dy[i]
+			}
+		}
+	})
+}
+
+// AvgPool computes y = the mean of each window (ONNX AveragePool), dividing by the taps
+// inside the input, or inside the padded input when p.CountIncludePad. A window without
+// any counted tap yields 0.
+//
+// Preconditions (panics otherwise): p.Init succeeded; len(x) ≥ XLen(), len(y) ≥ YLen().
+func AvgPool[T Float](p *PoolParams, x, y []T) {
+	p.check("AvgPool", len(x), len(y))
+	p.planes(func(pl int) {
+		xp := x[pl*p.inSize : (pl+1)*p.inSize]
+		yp := y[pl*p.outSize : (pl+1)*p.outSize]
+		in2 := p.in[2]
+		p.outRows(func(yOff int, rows []int, div []int) {
+			yr := yp[yOff : yOff+p.out[2]]
+			clear(yr)
+			for _, r := range rows {
+				xr := xp[r : r+in2]
+				for t := 0; t < p.k2; t++ {
+					off := p.off2[t]
+					for o := p.lo2[t]; o < p.hi2[t]; o++ {
+						yr[o] += xr[o*p.s2+off]
+					}
+				}
+			}
+			for o, n := range div {
+				if n > 0 {
+					yr[o] /= T(n)
+				}
+			}
+		})
+	})
+}
+
+// AvgPoolBackward is AvgPool's adjoint: each dy is spread evenly (with AvgPool's divisor)
+// over its window's taps inside the input. dx is overwritten.
+//
+// Preconditions (panics otherwise): p.Init succeeded; len(dy) ≥ YLen(), len(dx) ≥ XLen().
+func AvgPoolBackward[T Float](p *PoolParams, dy, dx []T) {
+	p.check("AvgPoolBackward", len(dx), len(dy))
+	p.planes(func(pl int) {
+		dxp := dx[pl*p.inSize : (pl+1)*p.inSize]
+		dyp := dy[pl*p.outSize : (pl+1)*p.outSize]
+		clear(dxp)
+		in2 := p.in[2]
+		g := make([]T, p.out[2])
+		p.outRows(func(yOff int, rows []int, div []int) {
+			for o, n := range div {
+				g[o] = 0
+				if n > 0 {
+					g[o] = dyp[yOff+o] / T(n)
+				}
+			}
+			for _, r := range rows {
+				xr := dxp[r : r+in2]
+				for t := 0; t < p.k2; t++ {
+					off := p.off2[t]
+					for o := p.lo2[t]; o < p.hi2[t]; o++ {
+						xr[o*p.s2+off] += g[o]
+					}
+				}
+			}
+		})
+	})
+}
+
+// LpPool computes y = (Σ |x|^P)^(1/P) over each window (ONNX LpPool; padding contributes
+// zeros).
+//
+// Preconditions (panics otherwise): p.Init succeeded; len(x) ≥ XLen(), len(y) ≥ YLen().
+func LpPool[T Float](p *PoolParams, x, y []T) {
+	p.check("LpPool", len(x), len(y))
+	order := float64(p.P)
+	p.planes(func(pl int) {
+		xp := x[pl*p.inSize : (pl+1)*p.inSize]
+		yp := y[pl*p.outSize : (pl+1)*p.outSize]
+		p.forEachWindow(func(yi int, o [3]int) {
+			var s float64
+			switch p.P {
+			case 1:
+				p.taps(o, func(xi int) { s += math.Abs(float64(xp[xi])) })
+			case 2:
+				p.taps(o, func(xi int) { v := float64(xp[xi]); s += v * v })
+				s = math.Sqrt(s)
+			default:
+				p.taps(o, func(xi int) { s += math.Pow(math.Abs(float64(xp[xi])), order) })
+				s = math.Pow(s, 1/order)
+			}
+			yp[yi] = T(s)
+		})
+	})
+}
+
+// LpPoolBackward is LpPool's gradient: dx = Σ dy·|x|^(P-1)·sign(x) / y^(P-1) over the
+// windows containing each input (0 where y is 0). dx is overwritten.
+func LpPoolBackward[T Float](p *PoolParams, x, y, dy, dx []T) {
+	p.check("LpPoolBackward", len(x), len(y))
+	p.check("LpPoolBackward", len(dx), len(dy))
+	order := float64(p.P)
+	p.planes(func(pl int) {
+		xp := x[pl*p.inSize : (pl+1)*p.inSize]
+		dxp := dx[pl*p.inSize : (pl+1)*p.inSize]
+		yp := y[pl*p.outSize : (pl+1)*p.outSize]
+		dyp := dy[pl*p.outSize : (pl+1)*p.outSize]
+		clear(dxp)
+		p.forEachWindow(func(yi int, o [3]int) {
+			yv := float64(yp[yi])
+			if yv == 0 {
+				return
+			}
+			g := float64(dyp[yi]) / math.Pow(yv, order-1)
+			p.taps(o, func(xi int) {
+				v := float64(xp[xi])
+				d := math.Pow(math.Abs(v), order-1)
+				if v < 0 {
+					d = -d
+				}
+				dxp[xi] += T(g * d)
+			})
+		})
+	})
+}
+
+// GlobalAvgPool averages each of the n·c planes of x ([n, c, spatial]) into y ([n, c]).
+func GlobalAvgPool[T Float](x []T, n, c, spatial int, y []T) {
+	globalPool("GlobalAvgPool", x, n, c, spatial, y, func(p []T) T {
+		var s float64
+		for _, v := range p {
+			s += float64(v)
+		}
+		return T(s / float64(max(1, len(p))))
+	})
+}
+
+// GlobalMaxPool takes the maximum of each of the n·c planes of x ([n, c, spatial]) into y
+// ([n, c]); NaNs propagate, an empty plane gives -Inf.
+func GlobalMaxPool[T Float](x []T, n, c, spatial int, y []T) {
+	globalPool("GlobalMaxPool", x, n, c, spatial, y, func(p []T) T {
+		best := T(math.Inf(-1))
+		for _, v := range p {
+			if v > best || v != v {
+				best = v
+				if v != v {
+					break
+				}
+			}
+		}
+		return best
+	})
+}
+
+// GlobalAvgPoolBackward spreads dy ([n, c]) evenly over each plane of dx ([n, c, spatial]).
+func GlobalAvgPoolBackward[T Float](dy []T, n, c, spatial int, dx []T) {
+	needLen("GlobalAvgPoolBackward", "dy", len(dy), n*c)
+	needLen("GlobalAvgPoolBackward", "dx", len(dx), n*c*spatial)
+	Parallel(n*c, max(1, 4096/max(1, spatial)), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			g := dy[i] / T(spatial)
+			p := dx[i*spatial : (i+1)*spatial]
+			for j := range p {
+				p[j] = g
+			}
+		}
+	})
+}
+
+func globalPool[T Float](op string, x []T, n, c, spatial int, y []T, f func([]T) T) {
+	if n < 0 || c < 0 || spatial < 0 {
+		panic(fmt.Sprintf("cpu.%s: negative shape %d, %d, %d", op, n, c, spatial))
+	}
+	needLen(op, "x", len(x), n*c*spatial)
+	needLen(op, "y", len(y), n*c)
+	Parallel(n*c, max(1, 4096/max(1, spatial)), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			y[i] = f(x[i*spatial : (i+1)*spatial])
+		}
+	})
+}

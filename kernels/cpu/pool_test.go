@@ -1,0 +1,227 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// poolNaive computes pooling straight from the ONNX reference semantics: a window per
+// output over the explicitly padded input, with the ceil-mode overhang clipped.
+func poolNaive(p *PoolParams, x []float64, kind string) (y []float64, arg []int32) {
+	r := len(p.Spatial)
+	inSize, outSize, kSize := 1, 1, 1
+	for d := 0; d < r; d++ {
+		inSize *= p.Spatial[d]
+		outSize *= p.OutSpatial[d]
+		kSize *= p.Kernel[d]
+	}
+	y = make([]float64, p.Batch*p.Channels*outSize)
+	arg = make([]int32, len(y))
+	o, k := make([]int, r), make([]int, r)
+	for pl := 0; pl < p.Batch*p.Channels; pl++ {
+		for oi := 0; oi < outSize; oi++ {
+			unflatten(oi, p.OutSpatial, o)
+			best, bi, sum, cnt, padCnt, lp := math.Inf(-1), -1, 0.0, 0, 0, 0.0
+			for ki := 0; ki < kSize; ki++ {
+				unflatten(ki, p.Kernel, k)
+				xi, inside, inPad := 0, true, true
+				for d := 0; d < r; d++ {
+					pos := o[d]*p.Stride[d] + k[d]*p.Dilation[d] - p.PadBegin[d]
+					if pos < -p.PadBegin[d] || pos >= p.Spatial[d]+p.PadEnd[d] {
+						inPad = false
+					}
+					if pos < 0 || pos >= p.Spatial[d] {
+						inside = false
+					}
+					xi = xi*p.Spatial[d] + pos
+				}
+				if inPad {
+					padCnt++
+				}
+				if !inside {
+					continue
+				}
+				v := x[pl*inSize+xi]
+				cnt++
+				sum += v
+				lp += math.Pow(math.Abs(v), float64(p.P))
+				if v > best {
+					best, bi = v, pl*inSize+xi
+				}
+			}
+			i := pl*outSize + oi
+			switch kind {
+			case "max":
+				y[i], arg[i] = best, int32(bi)
+			case "avg":
+				div := cnt
+				if p.CountIncludePad {
+					div = padCnt
+				}
+				y[i] = sum / float64(div)
+			case "lp":
+				y[i] = math.Pow(lp, 1/float64(p.P))
+			}
+		}
+	}
+	return y, arg
+}
+
+var poolCases = []PoolParams{
+	{Batch: 2, Channels: 3, Spatial: []int{9}, Kernel: []int{3}, Stride: []int{2}, PadBegin: []int{1}, PadEnd: []int{1}},
+	{Batch: 1, Channels: 2, Spatial: []int{7, 8}, Kernel: []int{3, 3}, Stride: []int{2, 2}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}},
+	{Batch: 1, Channels: 2, Spatial: []int{7, 8}, Kernel: []int{3, 2}, Stride: []int{2, 3}, PadBegin: []int{1, 0}, PadEnd: []int{0, 1}, CeilMode: true},
+	{Batch: 2, Channels: 1, Spatial: []int{6, 6}, Kernel: []int{2, 2}, Stride: []int{2, 2}, CeilMode: true, CountIncludePad: true},
+	{Batch: 1, Channels: 2, Spatial: []int{7, 7}, Kernel: []int{3, 3}, Stride: []int{2, 2}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}, CeilMode: true, CountIncludePad: true},
+	{Batch: 1, Channels: 2, Spatial: []int{9, 10}, Kernel: []int{2, 3}, Stride: []int{1, 2}, Dilation: []int{2, 3}, PadBegin: []int{1, 2}, PadEnd: []int{2, 0}},
+	{Batch: 1, Channels: 2, Spatial: []int{4, 5, 6}, Kernel: []int{2, 3, 2}, Stride: []int{2, 1, 2}, PadBegin: []int{0, 1, 1}, PadEnd: []int{1, 1, 0}, CeilMode: true},
+	{Batch: 1, Channels: 1, Spatial: []int{5, 5}, Kernel: []int{5, 5}, P: 3},
+}
+
+func TestPool(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	for ci := range poolCases {
+		p := poolCases[ci]
+		if err := p.Init(); err != nil {
+			t.Fatalf("case %d: %v", ci, err)
+		}
+		x := randSlice[float64](r, p.XLen())
+		name := fmt.Sprintf("case %d %v", ci, p.OutSpatial)
+		y := make([]float64, p.YLen())
+		arg := make([]int32, p.YLen())
+		wantMax, wantArg := poolNaive(&p, x, "max")
+		MaxPool(&p, x, y, arg)
+		assertClose(t, name+" max", y, wantMax, 0)
+		for i := range arg {
+			if arg[i] != wantArg[i] {
+				t.Fatalf("%s: argmax[%d] = %d, want %d", name, i, arg[i], wantArg[i])
+			}
+		}
+		wantAvg, _ := poolNaive(&p, x, "avg")
+		AvgPool(&p, x, y)
+		assertClose(t, name+" avg", y, wantAvg, 1e-14)
+		wantLp, _ := poolNaive(&p, x, "lp")
+		LpPool(&p, x, y)
+		assertClose(t, name+" lp", y, wantLp, 1e-12)
+		y32 := make([]float32, p.YLen())
+		AvgPool(&p, toF32(x), y32)
+		assertClose(t, name+" avg f32", toF64(y32), wantAvg, 1e-6)
+
+		// Backward: adjoint identity for the linear AvgPool and max (with fixed argmax), and
+		// finite differences for all three.
+		dy := randSlice[float64](r, p.YLen())
+		dx := make([]float64, p.XLen())
+		AvgPoolBackward(&p, dy, dx)
+		AvgPool(&p, x, y)
+		if a, b := dot(y, dy), dot(x, dx); math.Abs(a-b) > 1e-12*math.Max(1, math.Abs(a)) {
+			t.Errorf("%s: avg adjoint <y,dy>=%v <x,dx>=%v", name, a, b)
+		}
+		MaxPool(&p, x, y, arg)
+		MaxPoolBackward(&p, dy, arg, dx)
+		checkFD(t, name+" max", x, dx, dy, func(y []float64) { MaxPool(&p, x, y, nil) }, len(y))
+		AvgPoolBackward(&p, dy, dx)
+		checkFD(t, name+" avg", x, dx, dy, func(y []float64) { AvgPool(&p, x, y) }, len(y))
+		LpPool(&p, x, y)
+		LpPoolBackward(&p, x, y, dy, dx)
+		checkFD(t, name+" lp", x, dx, dy, func(y []float64) { LpPool(&p, x, y) }, len(y))
+	}
+}
+
+// checkFD compares grad with central differences of L = Σ f(x)·dy at every coordinate.
+func checkFD(t *testing.T, name string, x, grad, dy []float64, f func(y []float64), ylen int) {
+	t.Helper()
+	y := make([]float64, ylen)
+	loss := func() float64 { f(y); return dot(y, dy) }
+	const h = 1e-6
+	for i := range x {
+		old := x[i]
+		x[i] = old + h
+		lp := loss()
+		x[i] = old - h
+		lm := loss()
+		x[i] = old
+		fd := (lp - lm) / (2 * h)
+		if math.Abs(fd-grad[i]) > 1e-6*math.Max(1, math.Abs(fd)) {
+			t.Fatalf("%s: grad[%d] = %v, finite difference %v", name, i, grad[i], fd)
+		}
+	}
+}
+
+func TestPoolOutputShapes(t *testing.T) {
+	for _, tc := range []struct {
+		in, k, s, pb, pe int
+		ceil             bool
+		want             int
+	}{
+		{112, 3, 2, 1, 1, false, 56}, {5, 2, 2, 0, 0, false, 2}, {5, 2, 2, 0, 0, true, 3},
+		{6, 3, 2, 1, 1, true, 4}, {4, 3, 2, 1, 1, true, 3}, {4, 1, 2, 0, 1, true, 3}, {5, 2, 2, 0, 1, true, 3}, {2, 2, 2, 1, 1, true, 2}, {32, 3, 2, 0, 0, true, 16},
+	} {
+		p := PoolParams{Batch: 1, Channels: 1, Spatial: []int{tc.in}, Kernel: []int{tc.k}, Stride: []int{tc.s}, PadBegin: []int{tc.pb}, PadEnd: []int{tc.pe}, CeilMode: tc.ceil}
+		if err := p.Init(); err != nil || p.OutSpatial[0] != tc.want {
+			t.Errorf("%+v: out %v err %v, want %d", tc, p.OutSpatial, err, tc.want)
+		}
+	}
+	for _, bad := range []PoolParams{
+		{Batch: 1, Channels: 1, Spatial: []int{2}, Kernel: []int{5}},
+		{Batch: 1, Channels: 1, Spatial: []int{2, 2, 2, 2}, Kernel: []int{1, 1, 1, 1}},
+		{Batch: 1, Channels: 0, Spatial: []int{2}, Kernel: []int{1}},
+		{Batch: 1, Channels: 1, Spatial: []int{4}, Kernel: []int{1}, Stride: []int{0}},
+	} {
+		if err := bad.Init(); err == nil {
+			t.Errorf("Init accepted %+v", bad)
+		}
+	}
+}
+
+func TestMaxPoolNaN(t *testing.T) {
+	p := PoolParams{Batch: 1, Channels: 1, Spatial: []int{4}, Kernel: []int{2}, Stride: []int{2}}
+	if err := p.Init(); err != nil {
+		t.Fatal(err)
+	}
+	y := make([]float32, 2)
+	MaxPool(&p, []float32{1, float32(math.NaN()), float32(math.NaN()), 3}, y, nil)
+	if y[0] == y[0] || y[1] == y[1] {
+		t.Errorf("NaN did not propagate: %v", y)
+	}
+}
+
+func TestGlobalPool(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 24))
+	n, c, sp := 2, 3, 17
+	x := randSlice[float64](r, n*c*sp)
+	avg, mx := make([]float64, n*c), make([]float64, n*c)
+	GlobalAvgPool(x, n, c, sp, avg)
+	GlobalMaxPool(x, n, c, sp, mx)
+	for i := 0; i < n*c; i++ {
+		s, m := 0.0, math.Inf(-1)
+		for _, v := range x[i*sp : (i+1)*sp] {
+			s += v
+			m = math.Max(m, v)
+		}
+		if math.Abs(avg[i]-s/float64(sp)) > 1e-14 || mx[i] != m {
+			t.Fatalf("plane %d: avg %v max %v, want %v %v", i, avg[i], mx[i], s/float64(sp), m)
+		}
+	}
+	dy := randSlice[float64](r, n*c)
+	dx := make([]float64, n*c*sp)
+	GlobalAvgPoolBackward(dy, n, c, sp, dx)
+	if a, b := dot(avg, dy), dot(x, dx); math.Abs(a-b) > 1e-12 {
+		t.Errorf("global avg adjoint %v vs %v", a, b)
+	}
+}
+
+func BenchmarkMaxPool(b *testing.B) {
+	p := PoolParams{Batch: 8, Channels: 64, Spatial: []int{112, 112}, Kernel: []int{3, 3}, Stride: []int{2, 2}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}
+	if err := p.Init(); err != nil {
+		b.Fatal(err)
+	}
+	x := randSlice[float32](rand.New(rand.NewPCG(1, 1)), p.XLen())
+	y := make([]float32, p.YLen())
+	arg := make([]int32, p.YLen())
+	for b.Loop() {
+		MaxPool(&p, x, y, arg)
+	}
+	b.ReportMetric(float64(p.XLen()*4)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+}
