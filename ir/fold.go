@@ -360,7 +360,7 @@ func foldInto(op *Op, in []*Dense, out []*Dense) (bool, error) {
 		}
 		return true, nil
 	}
-	return false, nil
+	return foldNN(op, in, out)
 }
 
 func copyElem(dst *Dense, i int, src *Dense, j int) {

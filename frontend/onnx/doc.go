@@ -1,5 +1,103 @@
 // Package onnx imports ONNX models (.onnx protobuf files, decoded with the project's own
-// .proto subset in onnxpb) into ir.Module: initializers become parameters, graph inputs
-// become inputs, shape arithmetic folds at import so the IR is static, and exporter patterns
-// (decomposed LayerNorm, erf/tanh GELU, MatMul+Add) are raised to the IR's high-level ops.
+// .proto subset in onnxpb) into an ir.Module with one function @forward that follows the
+// model convention of ir/model.go.
+//
+//	m, err := onnx.Load("model.onnx", onnx.Options{Dims: map[string]int{"batch_size": 8}})
+//
+// Load reads the file (external tensor data relative to its directory), Import does the same
+// from bytes; both verify the result with ir.Verify. Errors are *ir.Error values whose Loc
+// names the file and, for anything a node causes, the ONNX node as `"name" (OpType)` (the
+// first output's name when the node has none); every op of the IR carries that Loc too, so
+// the verifier's and later passes' messages point at the model.
+//
+// # The module
+//
+//   - Module name: the graph's name (else the file's base name) with every byte that is not a
+//     letter, digit, '_' or '.' replaced by '_'. Module attributes: opset = {domain = version}
+//     (the default domain written "") and producer = "<producer_name> <producer_version>".
+//   - Graph inputs that are not initializers become arguments {input, name = "<onnx name>"}.
+//     Symbolic dims are bound from Options.Dims; every unbound dim is reported at once, with
+//     the inputs and dim indices where it appears and how to bind it (--dim NAME=VALUE).
+//     With Options.Microbatches = M > 1 the leading dim of every input is divided by M
+//     before anything else, so shape arithmetic folds for one micro-batch.
+//   - Initializers: a floating-point initializer of rank >= 1 that feeds at least one
+//     trainable operand slot becomes a parameter argument {param, data = dense<…>} named after
+//     the initializer (plus name = "<onnx name>" when the printer could not keep the name,
+//     as for the all-digit names of old PyTorch exports). Every other initializer — integer
+//     or bool data, rank-0 scalars, and tensors that feed only non-trainable slots
+//     (shape, axes, pads, scales and sizes operands, Slice starts/ends/steps, Clip bounds,
+//     BatchNormalization's running mean and variance; the table nonTrainable) — is a
+//     constant, created where first used and folded away when only shape arithmetic uses
+//     it. Old exports that also list initializers as graph inputs are handled the same way.
+//     Unused initializers are dropped.
+//   - Graph outputs become results {name = "<onnx output name>"} in order; a declared output
+//     type that disagrees with the computed one (dtype, rank or a fixed dim) is an error.
+//   - IR values keep the ONNX tensor name when it is printable (the printer quotes names
+//     that are not bare and numbers all-digit ones).
+//
+// # Lowering
+//
+// Every op is built through an ir.Builder whose emit hook folds any op whose operands are
+// all constants (ir.Fold, extended for the nn ops in ir/fold_nn.go), so Shape, Size,
+// ConstantOfShape, Range, Constant and the Gather/Unsqueeze/Concat/Cast/arithmetic chains
+// exporters build around them become constants and then disappear; operands that must be
+// static (Reshape's shape, Slice's starts, Pad's pads, Resize's sizes…) are read from those
+// constants, and an operand that depends on a graph input is an error naming it. A final
+// dead-code pass removes what folding and raising left unused.
+//
+// Decompositions into core ops: Flatten, Squeeze, Unsqueeze and Reshape → reshape (0 copies
+// the input dim unless allowzero); DepthToSpace (DCR, CRD) and SpaceToDepth → reshape,
+// transpose, reshape; Expand → broadcast (bidirectional); Tile → reshape, broadcast,
+// reshape; Sum, Mean, Max, Min of n inputs → chains of add / max / min (Mean divides);
+// Clip → max and min with the bounds; Softsign → x / (1 + |x|); Reciprocal → 1 / x;
+// PRelu → where(x < 0, x·slope, x) (before opset 7 a 1-D slope is per channel);
+// HardSwish → x · hard_sigmoid(x; 1/6, 1/2); ThresholdedRelu, Celu, Mish likewise;
+// LessOrEqual / GreaterOrEqual → or(less|greater, equal); Xor → not(equal); ReduceL1,
+// ReduceL2, ReduceSumSquare, ReduceLogSum → reduce_sum with abs / mul / sqrt / log;
+// Identity, inference Dropout (its mask is a constant true), Cast to the same dtype and
+// trivial Slice / Pad / Transpose / Resize → nothing; Gemm → matmul with transpose flags and
+// C as the bias operand when alpha = beta = 1 (else explicit mul and add); opset < 13
+// Softmax / LogSoftmax → reshape to 2-D at axis, softmax over the last dim, reshape back
+// (or the plain op when axis is already the last dim); opset < 7 broadcast = 1 with axis →
+// a reshape of B appending unit dims. Ops with their own IR rows (ir/ops_nn.go, each Doc
+// stating the exact ONNX semantics): conv and conv_transpose (auto_pad and output_shape
+// resolved to explicit pads), max_pool and avg_pool (global pools as kernel = spatial dims),
+// batch_norm, instance_norm, lrn, pad, resize (Upsample and opset 10 Resize as asymmetric
+// with nearest rounding down; sizes always static), gather_elements, elu, selu,
+// leaky_relu, softplus, hard_sigmoid, shrink, sign, floor, ceil, round, reduce_min,
+// reduce_prod, reduce_log_sum_exp, arg_max and arg_min. LayerNormalization (opset 17) →
+// layer_norm, Gelu (opset 20) → gelu.
+//
+// Opset differences are honoured from opset 1 on where the exports need them: attributes
+// that became inputs (Slice 10, Split / Squeeze / Unsqueeze / ReduceSum 13, the other
+// Reduce* 18, Pad 11, Clip 11, Reshape 5, Upsample 9), changed defaults (Softmax axis, Concat
+// axis), and ops that gained attributes (pool dilations and ceil_mode, Split num_outputs,
+// Shape start/end, Pad axes).
+//
+// Sequence, optional, string, training (ai.onnx.preview.training) and control-flow (If,
+// Loop, Scan) ops, ops of other domains and ops ppc does not implement are rejected before
+// anything else is imported, with one uniform message:
+//
+//	model.onnx: node "seq" (SequenceConstruct): unsupported op SequenceConstruct (sequence ops are not supported)
+//
+// # Pattern raising
+//
+// After lowering, raise.go rewrites exporter patterns into the IR's high-level ops so that
+// sharding and recompute see them: the decomposed LayerNorm (ReduceMean → Sub → Pow 2 or
+// self-Mul → ReduceMean → Add eps → Sqrt → Div [→ Mul gamma [→ Add beta]] over trailing
+// axes) → layer_norm with scale and bias when their shapes are exactly the normalised dims;
+// GELU's erf form x·0.5·(1 + erf(x/√2)) in its association orders → gelu; the tanh form
+// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) → gelu {approximate = tanh}; MatMul followed
+// by the only use Add of a 1-D bias over the last dim → matmul with a bias operand. A
+// pattern is raised only when it matches exactly: constants within 1e-6 relative, every
+// intermediate value used only inside the pattern and not returned.
+//
+// # Robustness
+//
+// The loader never trusts sizes from the file: ranks are capped at 32, element counts at
+// 2^50, every tensor's payload (raw_data, typed fields or external file range) must hold
+// exactly what its dims declare before anything is allocated from them, external data must
+// stay inside the model's directory, splat constants stand for ConstantOfShape, and folding
+// is bounded by ir.MaxFoldElements. FuzzImport exercises this; its crashers are kept under
+// testdata/fuzz.
 package onnx
