@@ -227,10 +227,10 @@ func (v Int) appendAttr(b []byte) []byte { return strconv.AppendInt(b, int64(v),
 func (v Float) appendAttr(b []byte) []byte {
 	return appendFloat(b, float64(v), 64, true)
 }
-func (v BoolAttr) appendAttr(b []byte) []byte   { return strconv.AppendBool(b, bool(v)) }
-func (v String) appendAttr(b []byte) []byte { return strconv.AppendQuote(b, string(v)) }
-func (v Ident) appendAttr(b []byte) []byte  { return append(b, v...) }
-func (Unit) appendAttr(b []byte) []byte     { return b }
+func (v BoolAttr) appendAttr(b []byte) []byte { return strconv.AppendBool(b, bool(v)) }
+func (v String) appendAttr(b []byte) []byte   { return strconv.AppendQuote(b, string(v)) }
+func (v Ident) appendAttr(b []byte) []byte    { return append(b, v...) }
+func (Unit) appendAttr(b []byte) []byte       { return b }
 func (v TypeAttr) appendAttr(b []byte) []byte {
 	return Type(v).appendTo(b)
 }

@@ -116,7 +116,7 @@ func TestLargeDenseIsHexAndRoundTrips(t *testing.T) {
 // including the position of the caret.
 var errorCases = []struct {
 	name, body, want string
-	line, col     int
+	line, col        int
 }{
 	{"undefined", "%1 = add %x, %a : f32[4]", "undefined value %x", 2, 12},
 	{"unknown op", "%1 = ad %a, %a : f32[4]", `unknown op "ad"`, 2, 8},

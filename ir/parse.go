@@ -97,7 +97,10 @@ func (p *parser) module() *Module {
 	m := &Module{}
 	if p.is(tIdent, "module") {
 		p.next()
-		m.Name = p.expect(tSymbol, "a module name like @model").text
+		if p.tok.kind == tSymbol {
+			m.Name = p.tok.text
+			p.next()
+		}
 		if p.is(tIdent, "attributes") {
 			p.next()
 			m.Attrs, _ = p.dict()

@@ -55,8 +55,11 @@ type printer struct {
 
 func (p *printer) module(m *Module) {
 	if m.Name != "" || len(m.Attrs) > 0 {
-		p.b = append(p.b, "module "...)
-		p.b = appendSymbol(p.b, m.Name)
+		p.b = append(p.b, "module"...)
+		if m.Name != "" {
+			p.b = append(p.b, ' ')
+			p.b = appendSymbol(p.b, m.Name)
+		}
 		if len(m.Attrs) > 0 {
 			p.b = append(p.b, " attributes "...)
 			p.attrs(m.Attrs)

@@ -7,4 +7,9 @@ var table = []*Pass{
 	Canonicalize,
 	CSE,
 	DCE,
+	AddLoss,
+	Partition,
+	Autodiff,
+	Optimizer,
+	SplitStages,
 }

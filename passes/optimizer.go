@@ -1,0 +1,317 @@
+package passes
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+
+	"ppc.dev/ppc/ir"
+)
+
+// OptimizerFunc is the name of the function the optimizer pass adds: one parameter update,
+// run once per step after the last micro-batch's gradients have been accumulated.
+const OptimizerFunc = "optimizer"
+
+// Attributes of @optimizer's arguments and results.
+const (
+	// AttrState (string, on an argument) marks optimizer state and names it
+	// "<param>.<PyTorch state name>", e.g. "layers.0.wq.exp_avg".
+	AttrState = "state"
+	// AttrUpdate (string, on a result) names the parameter or state the result replaces.
+	AttrUpdate = "update"
+	// AttrStep (unit, on an argument) marks the 1-based step count, an f32 scalar.
+	AttrStep = "step"
+	// AttrMicrobatches (int, on the module) is the number of micro-batches per step.
+	AttrMicrobatches = "microbatches"
+)
+
+// Optimizer adds @optimizer, the parameter update, to a module that has @train.
+var Optimizer = &Pass{
+	Name: "optimizer",
+	Doc: "Add func @optimizer (every op phase = opt): for each {param} argument of @train, in order, the arguments " +
+		"%<name> {param}, %d.<name> {grad = \"<name>\"} (the gradient summed over the step's micro-batches) and the " +
+		"state %<name>.<state> {init = \"zeros\", state = \"<name>.<state>\"} — adamw: exp_avg, exp_avg_sq; sgd with " +
+		"momentum > 0: momentum_buffer; plain sgd: none (PyTorch's state names) — then one argument %step: f32[] " +
+		"{step}, the 1-based step count the runtime provides. Results, per parameter: the new parameter " +
+		"{update = \"<name>\"}, then each new state {update = \"<name>.<state>\"}. Gradients and state are fp32 " +
+		"(f64 for an f64 parameter); a parameter of another dtype is cast to fp32 for the update and back. The " +
+		"gradient is first divided by M, the module attribute microbatches (default 1), so that the step follows " +
+		"the mean loss over the global batch. adamw follows torch.optim.AdamW op by op: p ← p·(1 − lr·wd); " +
+		"m ← m + (1 − β1)·(g − m); v ← v·β2 + (1 − β2)·g·g; p ← p − (lr/(1 − β1^t))·m/(√v/√(1 − β2^t) + eps), the " +
+		"per-step scalars computed in f64 from %step as PyTorch does in Python floats. sgd follows torch.optim.SGD " +
+		"(no dampening, no Nesterov): g ← g + wd·p; buf ← buf·momentum + g; p ← p − lr·buf (with the zero-initialised " +
+		"buffer the first step gives buf = g exactly, PyTorch's clone). The op order is fixed, so the update is " +
+		"bitwise reproducible for every partitioning. Options take the kind's defaults when not given.",
+	Options: []Option{
+		{Name: "kind", Default: "adamw", Doc: "adamw or sgd"},
+		{Name: "lr", Doc: "learning rate, >= 0 (default 1e-3 for adamw, 0.01 for sgd)"},
+		{Name: "beta1", Doc: "adamw: first-moment decay in [0, 1) (default 0.9)"},
+		{Name: "beta2", Doc: "adamw: second-moment decay in [0, 1) (default 0.999)"},
+		{Name: "eps", Doc: "adamw: denominator term, >= 0 (default 1e-8)"},
+		{Name: "weight_decay", Doc: "adamw: decoupled weight decay (default 0.01); sgd: L2 term added to the gradient (default 0); >= 0"},
+		{Name: "momentum", Doc: "sgd: momentum, >= 0 (default 0.9; 0 keeps no state)"},
+	},
+	Run: func(m *ir.Module, opts Options) error {
+		cfg, err := parseOptimizerOptions(opts)
+		if err != nil {
+			return err
+		}
+		return addOptimizer(m, cfg)
+	},
+}
+
+// optConfig is a parsed optimizer configuration.
+type optConfig struct {
+	kind                                         string
+	lr, beta1, beta2, eps, weightDecay, momentum float64
+}
+
+func parseOptimizerOptions(o Options) (optConfig, error) {
+	c := optConfig{kind: o["kind"]}
+	if c.kind == "" {
+		c.kind = "adamw"
+	}
+	type opt struct {
+		name string
+		dst  *float64
+		def  float64
+	}
+	var own, other []opt
+	switch c.kind {
+	case "adamw":
+		own = []opt{{"lr", &c.lr, 1e-3}, {"beta1", &c.beta1, 0.9}, {"beta2", &c.beta2, 0.999}, {"eps", &c.eps, 1e-8}, {"weight_decay", &c.weightDecay, 0.01}}
+		other = []opt{{name: "momentum"}}
+	case "sgd":
+		own = []opt{{"lr", &c.lr, 0.01}, {"momentum", &c.momentum, 0.9}, {"weight_decay", &c.weightDecay, 0}}
+		other = []opt{{name: "beta1"}, {name: "beta2"}, {name: "eps"}}
+	default:
+		return c, fmt.Errorf("optimizer: unknown kind %q (want adamw or sgd)", c.kind)
+	}
+	for _, x := range other {
+		if o[x.name] != "" {
+			return c, fmt.Errorf("optimizer: option %s does not apply to kind=%s", x.name, c.kind)
+		}
+	}
+	for _, x := range own {
+		*x.dst = x.def
+		s := o[x.name]
+		if s == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+			return c, fmt.Errorf("optimizer: option %s=%q is not a finite number", x.name, s)
+		}
+		*x.dst = v
+	}
+	switch {
+	case c.lr < 0:
+		return c, fmt.Errorf("optimizer: lr must be >= 0, got %g", c.lr)
+	case c.beta1 < 0 || c.beta1 >= 1:
+		return c, fmt.Errorf("optimizer: beta1 must be in [0, 1), got %g", c.beta1)
+	case c.beta2 < 0 || c.beta2 >= 1:
+		return c, fmt.Errorf("optimizer: beta2 must be in [0, 1), got %g", c.beta2)
+	case c.eps < 0:
+		return c, fmt.Errorf("optimizer: eps must be >= 0, got %g", c.eps)
+	case c.weightDecay < 0:
+		return c, fmt.Errorf("optimizer: weight_decay must be >= 0, got %g", c.weightDecay)
+	case c.momentum < 0:
+		return c, fmt.Errorf("optimizer: momentum must be >= 0, got %g", c.momentum)
+	}
+	return c, nil
+}
+
+// stateNames lists the per-parameter state of an optimizer configuration (PyTorch's names).
+func (c optConfig) stateNames() []string {
+	switch {
+	case c.kind == "adamw":
+		return []string{"exp_avg", "exp_avg_sq"}
+	case c.momentum != 0:
+		return []string{"momentum_buffer"}
+	}
+	return nil
+}
+
+// Microbatches returns the module's micro-batch count M (default 1).
+func Microbatches(m *ir.Module) (int, error) {
+	a := m.Attrs.Get(AttrMicrobatches)
+	if a == nil {
+		return 1, nil
+	}
+	n, ok := a.(ir.Int)
+	if !ok || n < 1 {
+		return 0, fmt.Errorf("module attribute %s must be a positive integer, got %s", AttrMicrobatches, ir.AttrString(a))
+	}
+	return int(n), nil
+}
+
+// optParam is one parameter's arguments in @optimizer.
+type optParam struct {
+	p, g  *ir.Value
+	state []*ir.Value
+	names []string // state names, parallel to state
+}
+
+func addOptimizer(m *ir.Module, c optConfig) error {
+	train := m.Func(TrainFunc)
+	if train == nil {
+		return fmt.Errorf("optimizer: the module has no @%s function; run autodiff first", TrainFunc)
+	}
+	errf := func(format string, args ...any) error {
+		return ir.ErrorAt(m.Source, train.Loc, "optimizer: "+format, args...)
+	}
+	if m.Func(OptimizerFunc) != nil {
+		return errf("the module already has an @%s function", OptimizerFunc)
+	}
+	nmb, err := Microbatches(m)
+	if err != nil {
+		return errf("%v", err)
+	}
+	hasGrad := map[string]bool{}
+	for _, ra := range train.ResultAttrs {
+		if name := ra.Str(ir.AttrGrad, ""); name != "" {
+			hasGrad[name] = true
+		}
+	}
+	f := ir.NewFunc(OptimizerFunc)
+	f.Loc = train.Loc
+	var ps []optParam
+	for _, p := range train.Params() {
+		if !hasGrad[p.Name] {
+			return errf("@%s returns no gradient for parameter %%%s", TrainFunc, p.Name)
+		}
+		ct := computeType(p.Type)
+		op := optParam{
+			p: f.AddArg(p.Name, p.Type, ir.Attrs{{Name: ir.AttrParam, Value: ir.Unit{}}}),
+			g: f.AddArg("d."+p.Name, ct, ir.Attrs{{Name: ir.AttrGrad, Value: ir.String(p.Name)}}),
+		}
+		for _, s := range c.stateNames() {
+			name := p.Name + "." + s
+			op.names = append(op.names, name)
+			op.state = append(op.state, f.AddArg(name, ct,
+				ir.Attrs{{Name: ir.AttrInit, Value: ir.String("zeros")}, {Name: AttrState, Value: ir.String(name)}}))
+		}
+		ps = append(ps, op)
+	}
+	step := f.AddArg("step", ir.T(ir.F32), ir.Attrs{{Name: AttrStep, Value: ir.Unit{}}})
+
+	b := ir.NewBuilder(f)
+	b.Phase = ir.Opt
+	ob := &optBuilder{b: b, c: c, step: step, scalars: map[ir.DType]*adamScalars{}, consts: map[optConst]*ir.Value{}}
+	for _, op := range ps {
+		ct := op.g.Type.DType
+		p := op.p
+		if p.Type.DType != ct {
+			p = b.Cast(p, ct)
+		}
+		g := op.g
+		if nmb != 1 {
+			g = b.Div(g, ob.k(ct, float64(nmb)))
+		}
+		var newP *ir.Value
+		var newState []*ir.Value
+		if c.kind == "adamw" {
+			newP, newState = ob.adamw(p, g, op.state[0], op.state[1])
+		} else {
+			newP, newState = ob.sgd(p, g, op.state)
+		}
+		if newP.Type.DType != op.p.Type.DType {
+			newP = b.Cast(newP, op.p.Type.DType)
+		}
+		newP.Name = "new." + op.p.Name
+		f.AddResult(newP, ir.Attrs{{Name: AttrUpdate, Value: ir.String(op.p.Name)}})
+		for i, s := range newState {
+			s.Name = "new." + op.names[i]
+			f.AddResult(s, ir.Attrs{{Name: AttrUpdate, Value: ir.String(op.names[i])}})
+		}
+	}
+	if err := b.Err(); err != nil {
+		return errf("%v", err)
+	}
+	m.Funcs = append(m.Funcs, f)
+	return nil
+}
+
+// computeType is the type gradients, state and update math use for a parameter of type t:
+// f32, or f64 for an f64 parameter.
+func computeType(t ir.Type) ir.Type {
+	if t.DType == ir.F64 {
+		return t
+	}
+	return ir.Type{DType: ir.F32, Shape: t.Shape}
+}
+
+type optBuilder struct {
+	b       *ir.Builder
+	c       optConfig
+	step    *ir.Value
+	scalars map[ir.DType]*adamScalars
+	consts  map[optConst]*ir.Value
+}
+
+type optConst struct {
+	dt ir.DType
+	v  float64
+}
+
+// adamScalars are AdamW's per-step scalars, shared by every parameter of one dtype.
+type adamScalars struct{ stepSize, bc2Sqrt *ir.Value }
+
+// k returns a scalar constant, built once per dtype and value and shared by every parameter.
+func (o *optBuilder) k(dt ir.DType, v float64) *ir.Value {
+	key := optConst{dt, v}
+	if c := o.consts[key]; c != nil {
+		return c
+	}
+	c := scalarConst(o.b, dt, v)
+	o.consts[key] = c
+	return c
+}
+
+// adamScalars computes, in f64 from the step count t, step_size = lr/(1 − β1^t) and
+// √(1 − β2^t), rounded once to dt — as PyTorch computes them in Python floats.
+func (o *optBuilder) adamScalars(dt ir.DType) *adamScalars {
+	if s := o.scalars[dt]; s != nil {
+		return s
+	}
+	b := o.b
+	t := b.Cast(o.step, ir.F64)
+	one := o.k(ir.F64, 1)
+	bc1 := b.Sub(one, b.Op1("pow", nil, o.k(ir.F64, o.c.beta1), t))
+	bc2 := b.Sub(one, b.Op1("pow", nil, o.k(ir.F64, o.c.beta2), t))
+	s := &adamScalars{stepSize: b.Div(o.k(ir.F64, o.c.lr), bc1), bc2Sqrt: b.Unary("sqrt", bc2)}
+	if dt != ir.F64 {
+		s.stepSize, s.bc2Sqrt = b.Cast(s.stepSize, dt), b.Cast(s.bc2Sqrt, dt)
+	}
+	s.stepSize.Name, s.bc2Sqrt.Name = "step_size", "bias_correction2_sqrt" // PyTorch's names
+	o.scalars[dt] = s
+	return s
+}
+
+// adamw is one torch.optim.AdamW step (single-tensor, non-amsgrad, not maximising).
+func (o *optBuilder) adamw(p, g, m, v *ir.Value) (*ir.Value, []*ir.Value) {
+	b, c, dt := o.b, o.c, g.Type.DType
+	if c.lr*c.weightDecay != 0 {
+		p = b.Mul(p, o.k(dt, 1-c.lr*c.weightDecay)) // param.mul_(1 - lr*weight_decay)
+	}
+	m1 := b.Add(m, b.Mul(b.Sub(g, m), o.k(dt, 1-c.beta1)))                          // exp_avg.lerp_(grad, 1 - beta1)
+	v1 := b.Add(b.Mul(v, o.k(dt, c.beta2)), b.Mul(b.Mul(g, o.k(dt, 1-c.beta2)), g)) // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+	s := o.adamScalars(dt)
+	denom := b.Add(b.Div(b.Unary("sqrt", v1), s.bc2Sqrt), o.k(dt, c.eps)) // (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+	p1 := b.Sub(p, b.Mul(b.Div(m1, denom), s.stepSize))                   // param.addcdiv_(exp_avg, denom, value=-step_size)
+	return p1, []*ir.Value{m1, v1}
+}
+
+// sgd is one torch.optim.SGD step (no dampening, no Nesterov, not maximising).
+func (o *optBuilder) sgd(p, g *ir.Value, state []*ir.Value) (*ir.Value, []*ir.Value) {
+	b, c, dt := o.b, o.c, g.Type.DType
+	if c.weightDecay != 0 {
+		g = b.Add(g, b.Mul(p, o.k(dt, c.weightDecay))) // grad.add(param, alpha=weight_decay)
+	}
+	var out []*ir.Value
+	if c.momentum != 0 {
+		g = b.Add(b.Mul(state[0], o.k(dt, c.momentum)), g) // buf.mul_(momentum).add_(grad)
+		out = append(out, g)
+	}
+	return b.Sub(p, b.Mul(g, o.k(dt, c.lr))), out // param.add_(buf, alpha=-lr)
+}

@@ -1,0 +1,272 @@
+package passes
+
+import (
+	"fmt"
+	"strconv"
+
+	"ppc.dev/ppc/ir"
+)
+
+// Kinds of per-stage functions, named as the schedule actions that run them.
+const (
+	KindF = "F" // forward
+	KindI = "I" // input gradients (bwd_in)
+	KindW = "W" // weight gradients (bwd_w)
+)
+
+// StageFuncName is the name of stage s's function of the given kind (F, I or W).
+func StageFuncName(kind string, stage int) string { return kind + "_s" + strconv.Itoa(stage) }
+
+// AttrPort (string, on arguments and results of per-stage functions) names a value that one
+// per-stage function produces and another consumes: an activation sent to the next stage, a
+// gradient sent back, or a value stashed between a stage's F, I and W. Producer and consumers
+// carry the same key; the code generator gives each (key, micro-batch) a buffer, and a
+// send/recv pair when producer and consumer sit on different ranks.
+const AttrPort = "port"
+
+// SplitStages cuts the training function into per-stage F, I and W functions.
+var SplitStages = &Pass{
+	Name: "split-stages",
+	Doc: "Cut @train (or @forward, for inference) into one function per pipeline stage and phase: " +
+		"F_sK (phase fwd), I_sK (bwd_in) and W_sK (bwd_w), so a schedule can run them separately per " +
+		"micro-batch. Ops without a stage belong to stage 0, ops without a phase to F. A value used " +
+		"outside the function that defines it becomes a result and an argument carrying the same " +
+		"`port` key (activations to the next stage, gradients back, stashes between F, I and W); model " +
+		"inputs and parameters stay arguments with their attributes; the loss and the parameter " +
+		"gradients are returned by the functions that compute them. A parameter gradient summed over " +
+		"several stages (tied weights) is returned as one partial gradient per stage; the runtime " +
+		"adds the partials. Empty functions are omitted.",
+	Run: func(m *ir.Module, _ Options) error {
+		src := m.Func("train")
+		if src == nil {
+			src = m.Func(ir.ForwardFunc)
+		}
+		if src == nil {
+			return fmt.Errorf("module has neither @train nor @forward")
+		}
+		funcs, err := splitStages(m, src)
+		if err != nil {
+			return err
+		}
+		var out []*ir.Func
+		for _, f := range m.Funcs {
+			if f != src {
+				out = append(out, f)
+			}
+		}
+		m.Funcs = append(funcs, out...)
+		return nil
+	},
+}
+
+func opStage(op *ir.Op) int {
+	if op.Stage == ir.NoStage {
+		return 0
+	}
+	return op.Stage
+}
+
+func opKind(op *ir.Op) string {
+	switch op.Phase {
+	case ir.BwdIn:
+		return KindI
+	case ir.BwdW:
+		return KindW
+	case ir.Opt:
+		return ""
+	}
+	return KindF
+}
+
+type stageKey struct {
+	stage int
+	kind  string
+}
+
+func splitStages(m *ir.Module, src *ir.Func) ([]*ir.Func, error) {
+	src.Results, src.ResultAttrs = splitTiedGrads(src)
+	RemoveDead(src) // the cross-stage sums that were replaced
+	results, resultAttrs := src.Results, src.ResultAttrs
+	nstages := 0
+	home := map[*ir.Value]stageKey{} // defining function of each op result
+	for _, op := range src.Ops {
+		if op.Phase == ir.Opt {
+			return nil, ir.ErrorAt(m.Source, op.Loc, "split-stages: optimizer op %s inside @%s", op.Def.Name, src.Name)
+		}
+		k := stageKey{opStage(op), opKind(op)}
+		nstages = max(nstages, k.stage+1)
+		for _, r := range op.Results {
+			home[r] = k
+		}
+	}
+	if nstages == 0 {
+		nstages = 1
+	}
+	funcs := map[stageKey]*ir.Func{}
+	get := func(k stageKey) *ir.Func {
+		f := funcs[k]
+		if f == nil {
+			f = ir.NewFunc(StageFuncName(k.kind, k.stage))
+			f.Attrs = ir.Attrs{{Name: "kind", Value: ir.Ident(k.kind)}, {Name: "stage", Value: ir.Int(k.stage)}}
+			funcs[k] = f
+		}
+		return f
+	}
+	argIndex := map[*ir.Value]int{}
+	for i, a := range src.Args {
+		argIndex[a] = i
+	}
+	ports := map[*ir.Value]string{}
+	usedPort := map[string]bool{}
+	portOf := func(v *ir.Value) string {
+		if p, ok := ports[v]; ok {
+			return p
+		}
+		base := v.Name
+		if base == "" {
+			base = "v" + strconv.Itoa(len(ports))
+		}
+		p := base
+		for i := 1; usedPort[p]; i++ {
+			p = base + "." + strconv.Itoa(i)
+		}
+		usedPort[p] = true
+		ports[v] = p
+		return p
+	}
+	exported := map[*ir.Value]bool{}
+	local := map[stageKey]map[*ir.Value]*ir.Value{}
+	localOf := func(k stageKey, v *ir.Value) *ir.Value {
+		if local[k] == nil {
+			local[k] = map[*ir.Value]*ir.Value{}
+		}
+		if w, ok := local[k][v]; ok {
+			return w
+		}
+		f := get(k)
+		var w *ir.Value
+		if i, isArg := argIndex[v]; isArg {
+			w = f.AddArg(v.Name, v.Type, src.ArgAttrs[i])
+		} else {
+			p := portOf(v)
+			w = f.AddArg(p, v.Type, ir.Attrs{{Name: AttrPort, Value: ir.String(p)}})
+			if !exported[v] {
+				get(home[v]).AddResult(v, ir.Attrs{{Name: AttrPort, Value: ir.String(p)}})
+				exported[v] = true
+			}
+		}
+		local[k][v] = w
+		return w
+	}
+	for _, op := range src.Ops {
+		k := home[op.Results[0]]
+		if len(op.Results) == 0 {
+			k = stageKey{opStage(op), opKind(op)}
+		}
+		f := get(k)
+		for i, x := range op.Operands {
+			if hk, ok := home[x]; ok && hk == k {
+				continue
+			}
+			op.Operands[i] = localOf(k, x)
+		}
+		f.Ops = append(f.Ops, op)
+	}
+	for i, r := range results {
+		k, ok := home[r]
+		if !ok {
+			return nil, fmt.Errorf("split-stages: @%s returns an argument or foreign value (result %d)", src.Name, i)
+		}
+		get(k).AddResult(r, resultAttrs[i])
+	}
+	// Order: F, I, W for stage 0, then stage 1, ….
+	var out []*ir.Func
+	for s := 0; s < nstages; s++ {
+		for _, kind := range []string{KindF, KindI, KindW} {
+			if f := funcs[stageKey{s, kind}]; f != nil {
+				out = append(out, f)
+			}
+		}
+	}
+	m.Attrs = m.Attrs.Set("stages", ir.Int(nstages))
+	return out, nil
+}
+
+// splitTiedGrads returns src's results, replacing each parameter gradient that is a sum of
+// contributions from several stages by one partial sum per stage (each returned with the same
+// grad attribute), so that no op adds values from two stages. The runtime accumulates all
+// results that name the same gradient into one buffer, and reduces it across the ranks that
+// hold the parameter.
+func splitTiedGrads(src *ir.Func) ([]*ir.Value, []ir.Attrs) {
+	var results []*ir.Value
+	var attrs []ir.Attrs
+	for i, r := range src.Results {
+		if !src.ResultAttrs[i].Has(ir.AttrGrad) || r.Def == nil || r.Def.Def.Name != "add" || !crossesStages(r.Def) {
+			results = append(results, r)
+			attrs = append(attrs, src.ResultAttrs[i])
+			continue
+		}
+		// Collect the leaves of the add tree that spans stages, grouped by stage.
+		byStage := map[int][]*ir.Value{}
+		var order []int
+		var walk func(v *ir.Value)
+		walk = func(v *ir.Value) {
+			if v.Def != nil && v.Def.Def.Name == "add" && crossesStages(v.Def) && v.Def.Operands[0].Type.Equal(v.Type) && v.Def.Operands[1].Type.Equal(v.Type) {
+				walk(v.Def.Operands[0])
+				walk(v.Def.Operands[1])
+				return
+			}
+			s := 0
+			if v.Def != nil {
+				s = opStage(v.Def)
+			}
+			if _, seen := byStage[s]; !seen {
+				order = append(order, s)
+			}
+			byStage[s] = append(byStage[s], v)
+		}
+		walk(r)
+		for _, s := range order {
+			leaves := byStage[s]
+			sum := leaves[0]
+			for _, l := range leaves[1:] {
+				op := ir.NewOp(ir.MustLookup("add"), []*ir.Value{sum, l}, nil, []ir.Type{sum.Type})
+				op.Stage, op.Phase = s, ir.BwdW
+				src.Ops = insertAfter(src.Ops, l.Def, op)
+				sum = op.Results[0]
+			}
+			results = append(results, sum)
+			attrs = append(attrs, src.ResultAttrs[i])
+		}
+	}
+	return results, attrs
+}
+
+func crossesStages(op *ir.Op) bool {
+	s := opStage(op)
+	for _, x := range op.Operands {
+		if x.Def != nil && opStage(x.Def) != s {
+			return true
+		}
+	}
+	return false
+}
+
+// insertAfter inserts op right after the later of after and the defs of op's operands.
+func insertAfter(ops []*ir.Op, after *ir.Op, op *ir.Op) []*ir.Op {
+	pos := 0
+	for i, o := range ops {
+		if o == after {
+			pos = i + 1
+		}
+		for _, x := range op.Operands {
+			if x.Def == o {
+				pos = max(pos, i+1)
+			}
+		}
+	}
+	ops = append(ops, nil)
+	copy(ops[pos+1:], ops[pos:])
+	ops[pos] = op
+	return ops
+}
