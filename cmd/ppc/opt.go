@@ -61,6 +61,10 @@ func init() {
 	})
 }
 
+type passesConfig = passes.Config
+
+func knownPass(name string) bool { return passes.Lookup(name) != nil }
+
 // isInternal reports errors that are bugs in ppc rather than in the input (exit 1).
 func isInternal(err error) bool {
 	var pe *passes.PassError

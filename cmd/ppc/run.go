@@ -1,0 +1,192 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/cpu"
+	"ppc.dev/ppc/runtime/device"
+)
+
+func init() {
+	commands = append(commands, &command{
+		name: "run", args: "DIR [flags]",
+		summary: "Run a compiled plan: every rank in this process, training for --steps steps.",
+		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
+			steps := fs.Int("steps", 10, "training steps to run")
+			seed := fs.Uint64("seed", 1, "seed of parameter initialisation and synthetic data")
+			dev := fs.String("device", "cpu", "device: cpu or cuda")
+			data := fs.String("data", "", "training data: a raw uint16/uint32 token stream (nanoGPT's train.bin) or NAME=FILE.npy (repeatable with commas)")
+			save := fs.String("save", "", "write a safetensors checkpoint of parameters and optimizer state to `DIR` at the end")
+			resume := fs.String("resume", "", "continue from the checkpoint in `DIR`")
+			trace := fs.String("trace", "", "write a Chrome trace (Perfetto) of the executed instructions to `FILE`")
+			logJSON := fs.String("log-json", "", "append one JSON record per step to `FILE`")
+			return func(args []string) error {
+				if len(args) != 1 {
+					return usagef("want one plan directory, got %d arguments", len(args))
+				}
+				if *steps < 0 {
+					return usagef("--steps must be non-negative")
+				}
+				d, err := openDevice(*dev)
+				if err != nil {
+					return err
+				}
+				job, err := runtime.Load(args[0], d)
+				if err != nil {
+					return err
+				}
+				if err := job.Init(*seed); err != nil {
+					return err
+				}
+				first := 1
+				if *resume != "" {
+					step, _, err := job.Resume(*resume)
+					var ie *runtime.InputError
+					if errors.As(err, &ie) {
+						return err
+					}
+					if err != nil {
+						fmt.Fprintf(e.stderr, "ppc run: %v\n", err)
+					}
+					first = step + 1
+				}
+				opts := runtime.Options{Seed: *seed}
+				if *data != "" {
+					src, err := runtime.OpenData(*data, job.Plan, *seed)
+					if err != nil {
+						return err
+					}
+					opts.Data = src
+				}
+				if *trace != "" {
+					opts.Trace = runtime.NewTrace()
+				}
+				var logw io.Writer
+				if *logJSON != "" {
+					f, err := os.OpenFile(*logJSON, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+					if err != nil {
+						return err
+					}
+					defer f.Close()
+					logw = f
+				}
+				if err := train(e, job, opts, first, *steps, logw); err != nil {
+					return err
+				}
+				if *trace != "" {
+					f, err := os.Create(*trace)
+					if err != nil {
+						return err
+					}
+					if err := opts.Trace.Write(f); err != nil {
+						f.Close()
+						return err
+					}
+					if err := f.Close(); err != nil {
+						return err
+					}
+				}
+				if *save != "" {
+					if err := job.Save(*save, *seed); err != nil {
+						return err
+					}
+					fmt.Fprintf(e.stdout, "saved checkpoint to %s\n", *save)
+				}
+				return nil
+			}
+		},
+	})
+}
+
+func openDevice(name string) (device.Device, error) {
+	switch name {
+	case "cpu":
+		return cpu.New(), nil
+	case "cuda":
+		return nil, fmt.Errorf("--device cuda: no CUDA device is available to this build (libcuda could not be opened); use --device cpu")
+	}
+	return nil, usagef("--device must be cpu or cuda, got %q", name)
+}
+
+// isTerminal reports whether w is an interactive terminal (progress bar instead of lines).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+type stepRecord struct {
+	Step        int     `json:"step"`
+	Loss        float64 `json:"loss"`
+	TimeMS      float64 `json:"time_ms"`
+	Samples     int     `json:"samples"`
+	SamplesPerS float64 `json:"samples_per_s"`
+	TokensPerS  float64 `json:"tokens_per_s,omitempty"`
+}
+
+func train(e *env, job *runtime.Job, opts runtime.Options, first, steps int, logw io.Writer) error {
+	var bar *progressbar.ProgressBar
+	if isTerminal(e.stdout) && steps > 1 {
+		bar = progressbar.NewOptions(steps, progressbar.OptionSetWriter(e.stdout), progressbar.OptionShowCount(),
+			progressbar.OptionSetDescription("training"), progressbar.OptionClearOnFinish(), progressbar.OptionSetWidth(30))
+	}
+	var firstLoss, lastLoss float64
+	var total time.Duration
+	for i := 0; i < steps; i++ {
+		res, err := job.Step(opts)
+		if err != nil {
+			return err
+		}
+		if math.IsNaN(res.Loss) || math.IsInf(res.Loss, 0) {
+			return checkFailed{fmt.Errorf("step %d: loss is %v", res.Step, res.Loss)}
+		}
+		if i == 0 {
+			firstLoss = res.Loss
+		}
+		lastLoss = res.Loss
+		total += res.Duration
+		rec := stepRecord{Step: res.Step, Loss: res.Loss, TimeMS: float64(res.Duration.Microseconds()) / 1000, Samples: res.Samples}
+		secs := res.Duration.Seconds()
+		if secs > 0 {
+			rec.SamplesPerS = float64(res.Samples) / secs
+			rec.TokensPerS = float64(res.Tokens) / secs
+		}
+		if logw != nil {
+			b, _ := json.Marshal(rec)
+			fmt.Fprintf(logw, "%s\n", b)
+		}
+		line := fmt.Sprintf("step %d loss=%.4f time=%s", res.Step, res.Loss, res.Duration.Round(time.Microsecond*100))
+		if rec.TokensPerS > 0 {
+			line += fmt.Sprintf(" tokens/s=%.0f", rec.TokensPerS)
+		} else if rec.SamplesPerS > 0 {
+			line += fmt.Sprintf(" samples/s=%.0f", rec.SamplesPerS)
+		}
+		if bar != nil {
+			bar.Describe(fmt.Sprintf("step %d loss=%.4f", res.Step, res.Loss))
+			_ = bar.Add(1)
+		} else {
+			fmt.Fprintln(e.stdout, line)
+		}
+	}
+	if bar != nil {
+		_ = bar.Finish()
+	}
+	if steps > 0 {
+		fmt.Fprintf(e.stdout, "ran %d step(s): loss %.4f → %.4f, mean step %s\n", steps, firstLoss, lastLoss, (total / time.Duration(steps)).Round(time.Microsecond*100))
+	}
+	_ = first
+	return nil
+}

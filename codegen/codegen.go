@@ -1,0 +1,759 @@
+package codegen
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"strings"
+
+	pb "ppc.dev/ppc/codegen/programpb"
+	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/lower"
+	"ppc.dev/ppc/passes"
+)
+
+// Action is one compute action of a pipeline schedule: run stage Stage's F, I or W function
+// (B = I then W) for micro-batch Microbatch.
+type Action struct {
+	Kind       string
+	Stage      int
+	Microbatch int
+}
+
+func (a Action) String() string { return fmt.Sprintf("%d%s%d", a.Stage, a.Kind, a.Microbatch) }
+
+// Schedule is what code generation needs of a pipeline schedule: the stage → rank placement
+// and each rank's compute actions in order. Communication is derived from the data
+// dependencies: each value is sent right after the action producing it and received right
+// before the first action that needs it (sends never block), so a schedule whose compute order
+// is valid (schedule.Validate) cannot deadlock.
+type Schedule struct {
+	Name      string
+	Placement []int
+	Actions   [][]Action
+}
+
+// Options for Generate.
+type Options struct {
+	Schedule Schedule
+	// Optimizer names the optimizer for plan.json ("adamw", "sgd"); empty for inference.
+	Optimizer string
+	// Source is the model source, hashed into the plan and programs.
+	Source []byte
+}
+
+// Output is a compiled job: the plan and one program per rank.
+type Output struct {
+	Plan     *Plan
+	Programs []*pb.Program
+}
+
+// Generate emits one program per rank for a module split into per-stage functions
+// (passes.SplitStages) and, for training, an @optimizer function.
+func Generate(m *ir.Module, opts Options) (*Output, error) {
+	g := &gen{m: m, funcs: map[string]*ir.Func{}, blocks: map[string]*lower.Block{}, sched: opts.Schedule,
+		portProducer: map[string]string{}, portConsumers: map[string][]string{}, portIndex: map[string]int{}}
+	g.microbatches = m.Attrs.Int("microbatches", 1)
+	g.stages = m.Attrs.Int("stages", 1)
+	if g.microbatches < 1 {
+		return nil, fmt.Errorf("module attribute microbatches = %d", g.microbatches)
+	}
+	if len(g.sched.Placement) != g.stages {
+		return nil, fmt.Errorf("schedule places %d stages, the module has %d", len(g.sched.Placement), g.stages)
+	}
+	ranks := len(g.sched.Actions)
+	for s, r := range g.sched.Placement {
+		if r < 0 || r >= ranks {
+			return nil, fmt.Errorf("stage %d placed on rank %d of %d", s, r, ranks)
+		}
+	}
+	for _, f := range m.Funcs {
+		g.funcs[f.Name] = f
+		if f.Name == "optimizer" {
+			continue
+		}
+		if f.Attrs.Str("kind", "") == "" {
+			return nil, fmt.Errorf("function @%s is not a per-stage function; run split-stages", f.Name)
+		}
+		b, err := lower.Func(f)
+		if err != nil {
+			return nil, err
+		}
+		g.blocks[f.Name] = b
+		for i := range f.Results {
+			if p := f.ResultAttrs[i].Str(passes.AttrPort, ""); p != "" {
+				if _, dup := g.portProducer[p]; !dup {
+					g.portIndex[p] = len(g.portIndex)
+				}
+				g.portProducer[p] = f.Name
+			}
+		}
+		for i := range f.Args {
+			if p := f.ArgAttrs[i].Str(passes.AttrPort, ""); p != "" {
+				g.portConsumers[p] = append(g.portConsumers[p], f.Name)
+			}
+		}
+	}
+	for p, consumers := range g.portConsumers {
+		if _, ok := g.portProducer[p]; !ok {
+			return nil, fmt.Errorf("port %q is consumed by @%s but produced nowhere", p, consumers[0])
+		}
+	}
+	sum := sha256.Sum256(opts.Source)
+	hash := hex.EncodeToString(sum[:8])
+	out := &Output{Plan: &Plan{FormatVersion: FormatVersion, Model: m.Name, SourceHash: hash,
+		Mesh: Mesh{PP: ranks, DP: 1, TP: 1}, World: ranks, Microbatches: g.microbatches, Stages: g.stages,
+		StageRanks: g.sched.Placement, Schedule: PlanSchedule{Name: g.sched.Name}, Training: g.funcs["optimizer"] != nil,
+		Optimizer: opts.Optimizer}}
+	for r := 0; r < ranks; r++ {
+		rg := g.newRank(r, ranks, hash)
+		if err := rg.emit(); err != nil {
+			return nil, fmt.Errorf("rank %d: %v", r, err)
+		}
+		out.Programs = append(out.Programs, rg.prog)
+		out.Plan.Ranks = append(out.Plan.Ranks, rg.info)
+		var acts []string
+		for _, a := range g.sched.Actions[r] {
+			acts = append(acts, a.String())
+		}
+		out.Plan.Schedule.Actions = append(out.Plan.Schedule.Actions, acts)
+	}
+	g.describe(out.Plan, out.Programs)
+	return out, nil
+}
+
+type gen struct {
+	m             *ir.Module
+	funcs         map[string]*ir.Func
+	blocks        map[string]*lower.Block
+	sched         Schedule
+	microbatches  int
+	stages        int
+	portProducer  map[string]string
+	portConsumers map[string][]string
+	portIndex     map[string]int
+}
+
+func (g *gen) rankOfFunc(name string) int {
+	return g.sched.Placement[g.funcs[name].Attrs.Int("stage", 0)]
+}
+
+type portKey struct {
+	port string
+	mb   int
+}
+
+type rankGen struct {
+	g       *gen
+	rank    int
+	prog    *pb.Program
+	info    RankInfo
+	kernels map[string]int
+	named   map[string]int // param/grad/state/step buffers by role-qualified name
+	inputs  map[portKey]int
+	ports   map[portKey]int
+	consts  map[*ir.Dense]int
+	first   map[int]int // arena buffer → first instruction touching it
+	last    map[int]int // arena buffer → last instruction touching it
+	stages  []int
+}
+
+func (g *gen) newRank(r, world int, hash string) *rankGen {
+	rg := &rankGen{g: g, rank: r, kernels: map[string]int{}, named: map[string]int{}, inputs: map[portKey]int{},
+		ports: map[portKey]int{}, consts: map[*ir.Dense]int{}, first: map[int]int{}, last: map[int]int{}}
+	rg.prog = &pb.Program{FormatVersion: FormatVersion, Rank: int32(r), World: int32(world), Microbatches: int32(g.microbatches),
+		SourceHash: hash, Coords: []*pb.NamedInt{{Name: "pp", Value: int64(r)}, {Name: "dp"}, {Name: "tp"}}}
+	for s, pr := range g.sched.Placement {
+		if pr == r {
+			rg.stages = append(rg.stages, s)
+		}
+	}
+	rg.info = RankInfo{Rank: r, Program: ProgramFile(r), Stages: rg.stages}
+	return rg
+}
+
+func (rg *rankGen) buffer(b *pb.Buffer) int {
+	b.Id = int32(len(rg.prog.Buffers))
+	rg.prog.Buffers = append(rg.prog.Buffers, b)
+	return int(b.Id)
+}
+
+func tensorFields(t ir.Type) (pb.DType, []int64) {
+	shape := make([]int64, len(t.Shape))
+	for i, d := range t.Shape {
+		shape[i] = int64(d)
+	}
+	return pb.DType(t.DType), shape
+}
+
+func (rg *rankGen) newBuffer(name string, t ir.Type, role pb.Role) int {
+	dt, shape := tensorFields(t)
+	return rg.buffer(&pb.Buffer{Name: name, Dtype: dt, Shape: shape, Role: role})
+}
+
+func (rg *rankGen) instr(in *pb.Instr) {
+	idx := len(rg.prog.Instrs)
+	rg.prog.Instrs = append(rg.prog.Instrs, in)
+	touch := func(id int32) {
+		r := rg.prog.Buffers[id].Role
+		if r != pb.Role_ACTIVATION && r != pb.Role_INPUT {
+			return
+		}
+		if _, ok := rg.first[int(id)]; !ok {
+			rg.first[int(id)] = idx
+		}
+		rg.last[int(id)] = idx
+	}
+	for _, id := range in.In {
+		touch(id)
+	}
+	for _, id := range in.Out {
+		touch(id)
+	}
+}
+
+// emit builds the rank's instruction stream for one training step.
+func (rg *rankGen) emit() error {
+	g := rg.g
+	training := g.funcs["optimizer"] != nil
+	// Gradient accumulators start each step at zero; they are created on first use, so zero
+	// them once every action has been generated (the ZEROs go first in the stream).
+	for _, a := range g.sched.Actions[rg.rank] {
+		if g.sched.Placement[a.Stage] != rg.rank {
+			return fmt.Errorf("action %s runs stage %d, which is placed on rank %d", a, a.Stage, g.sched.Placement[a.Stage])
+		}
+		if a.Microbatch < 0 || a.Microbatch >= g.microbatches {
+			return fmt.Errorf("action %s: micro-batch out of range (%d micro-batches)", a, g.microbatches)
+		}
+		kinds := []string{a.Kind}
+		if a.Kind == "B" {
+			kinds = []string{passes.KindI, passes.KindW}
+		}
+		for _, k := range kinds {
+			name := passes.StageFuncName(k, a.Stage)
+			f := g.funcs[name]
+			if f == nil {
+				continue // e.g. a stage without parameters has no W function
+			}
+			if err := rg.instance(f, g.blocks[name], a.Stage, a.Microbatch, k); err != nil {
+				return fmt.Errorf("%s: %v", a, err)
+			}
+		}
+	}
+	if training {
+		if err := rg.reduceTiedGrads(); err != nil {
+			return err
+		}
+		if err := rg.optimizer(); err != nil {
+			return err
+		}
+		// Zero gradient accumulators at the start of the step.
+		var zeros []*pb.Instr
+		for _, b := range rg.prog.Buffers {
+			if b.Role == pb.Role_GRAD {
+				zeros = append(zeros, &pb.Instr{Kind: pb.Instr_ZERO, Out: []int32{b.Id}})
+			}
+		}
+		rg.prog.Instrs = append(zeros, rg.prog.Instrs...)
+		for id := range rg.first {
+			rg.first[id] += len(zeros)
+			rg.last[id] += len(zeros)
+		}
+	}
+	rg.planMemory()
+	return nil
+}
+
+// instance emits one run of a per-stage function for micro-batch mb.
+func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind string) error {
+	slotBuf := make([]int, len(b.Slots))
+	for i := range slotBuf {
+		slotBuf[i] = -1
+	}
+	for i := range f.Args {
+		buf, err := rg.bindArg(f, i, mb)
+		if err != nil {
+			return err
+		}
+		slotBuf[b.Args[i]] = buf
+	}
+	for slot, d := range b.Consts {
+		slotBuf[slot] = rg.constBuffer(d)
+	}
+	rg.instr(&pb.Instr{Kind: pb.Instr_BEGIN, Label: kind, Stage: int32(stage), Microbatch: int32(mb)})
+	for _, l := range b.Launches {
+		in := &pb.Instr{Kind: pb.Instr_LAUNCH, Kernel: int32(rg.kernel(&b.Kernels[l.Kernel])), Stage: int32(stage), Microbatch: int32(mb)}
+		for _, s := range l.In {
+			if slotBuf[s] < 0 {
+				return fmt.Errorf("@%s: value %d used before it is computed", f.Name, s)
+			}
+			in.In = append(in.In, int32(slotBuf[s]))
+		}
+		for _, s := range l.Out {
+			if slotBuf[s] < 0 {
+				name := b.SlotNames[s]
+				if name == "" {
+					name = fmt.Sprintf("%s.%d", f.Name, s)
+				}
+				slotBuf[s] = rg.newBuffer(fmt.Sprintf("%s#%d", name, mb), b.Slots[s], pb.Role_ACTIVATION)
+			}
+			in.Out = append(in.Out, int32(slotBuf[s]))
+		}
+		rg.info.FLOPs += launchFLOPs(&b.Kernels[l.Kernel], b, l)
+		rg.instr(in)
+	}
+	rg.instr(&pb.Instr{Kind: pb.Instr_END, Label: kind, Stage: int32(stage), Microbatch: int32(mb)})
+	for i := range f.Results {
+		at := f.ResultAttrs[i]
+		buf := slotBuf[b.Results[i]]
+		switch {
+		case at.Has(passes.AttrPort):
+			p := at.Str(passes.AttrPort, "")
+			rg.ports[portKey{p, mb}] = buf
+			sent := map[int]bool{}
+			for _, c := range rg.g.portConsumers[p] {
+				if r := rg.g.rankOfFunc(c); r != rg.rank && !sent[r] {
+					sent[r] = true
+					rg.instr(&pb.Instr{Kind: pb.Instr_SEND, In: []int32{int32(buf)}, Peer: int32(r), Tag: rg.tag(p, mb), Stage: int32(stage), Microbatch: int32(mb)})
+				}
+			}
+		case at.Has(ir.AttrLoss):
+			rg.instr(&pb.Instr{Kind: pb.Instr_LOSS, In: []int32{int32(buf)}, Microbatch: int32(mb)})
+		case at.Has(ir.AttrGrad):
+			name := at.Str(ir.AttrGrad, "")
+			grad := rg.named["grad:"+name]
+			if _, ok := rg.named["grad:"+name]; !ok {
+				t := b.Slots[b.Results[i]]
+				grad = rg.newBuffer(name, ir.Type{DType: ir.F32, Shape: t.Shape}, pb.Role_GRAD)
+				rg.named["grad:"+name] = grad
+			}
+			rg.instr(&pb.Instr{Kind: pb.Instr_ACCUM, In: []int32{int32(buf)}, Out: []int32{int32(grad)}, Microbatch: int32(mb)})
+		case at.Has(ir.AttrName):
+			out := rg.newBuffer(at.Str(ir.AttrName, ""), b.Slots[b.Results[i]], pb.Role_OUTPUT)
+			rg.prog.Buffers[out].Microbatch = int32(mb)
+			rg.instr(&pb.Instr{Kind: pb.Instr_COPY, In: []int32{int32(buf)}, Out: []int32{int32(out)}, Microbatch: int32(mb)})
+		}
+	}
+	return nil
+}
+
+func (rg *rankGen) tag(port string, mb int) int64 {
+	return int64(rg.g.portIndex[port])*int64(rg.g.microbatches) + int64(mb)
+}
+
+// bindArg returns the buffer feeding argument i of f for micro-batch mb, emitting an INPUT or
+// RECV when the value is not yet on this rank.
+func (rg *rankGen) bindArg(f *ir.Func, i, mb int) (int, error) {
+	a, at := f.Args[i], f.ArgAttrs[i]
+	switch {
+	case at.Has(passes.AttrPort):
+		p := at.Str(passes.AttrPort, "")
+		if buf, ok := rg.ports[portKey{p, mb}]; ok {
+			return buf, nil
+		}
+		producer := rg.g.portProducer[p]
+		pr := rg.g.rankOfFunc(producer)
+		if pr == rg.rank {
+			return 0, fmt.Errorf("@%s needs %q of micro-batch %d before @%s computes it on this rank", f.Name, p, mb, producer)
+		}
+		buf := rg.newBuffer(fmt.Sprintf("%s#%d", p, mb), a.Type, pb.Role_ACTIVATION)
+		rg.instr(&pb.Instr{Kind: pb.Instr_RECV, Out: []int32{int32(buf)}, Peer: int32(pr), Tag: rg.tag(p, mb), Microbatch: int32(mb)})
+		rg.ports[portKey{p, mb}] = buf
+		return buf, nil
+	case at.Has(ir.AttrInput):
+		k := portKey{a.Name, mb}
+		if buf, ok := rg.inputs[k]; ok {
+			return buf, nil
+		}
+		buf := rg.newBuffer(fmt.Sprintf("%s#%d", a.Name, mb), a.Type, pb.Role_INPUT)
+		rg.instr(&pb.Instr{Kind: pb.Instr_INPUT, Out: []int32{int32(buf)}, Label: a.Name, Microbatch: int32(mb)})
+		rg.inputs[k] = buf
+		return buf, nil
+	case at.Has(ir.AttrParam):
+		return rg.param(a.Name, a.Type, at)
+	case at.Has(ir.AttrGrad):
+		name := at.Str(ir.AttrGrad, "")
+		if buf, ok := rg.named["grad:"+name]; ok {
+			return buf, nil
+		}
+		return 0, fmt.Errorf("@%s needs the gradient of %q, which no function on this rank computes", f.Name, name)
+	case at.Has("state"):
+		name := at.Str("state", "")
+		if buf, ok := rg.named["state:"+name]; ok {
+			return buf, nil
+		}
+		buf := rg.newBuffer(name, a.Type, pb.Role_STATE)
+		rg.prog.Buffers[buf].Init = at.Str(ir.AttrInit, "zeros")
+		rg.named["state:"+name] = buf
+		return buf, nil
+	case at.Has("step"):
+		if buf, ok := rg.named["step"]; ok {
+			return buf, nil
+		}
+		buf := rg.newBuffer("step", a.Type, pb.Role_STEP)
+		rg.named["step"] = buf
+		return buf, nil
+	}
+	return 0, fmt.Errorf("@%s: argument %%%s has no input, param, port, grad, state or step attribute", f.Name, a.Name)
+}
+
+func (rg *rankGen) param(name string, t ir.Type, at ir.Attrs) (int, error) {
+	if buf, ok := rg.named["param:"+name]; ok {
+		if !rg.typeOf(buf).Equal(t) {
+			return 0, fmt.Errorf("parameter %q used with types %s and %s", name, rg.typeOf(buf), t)
+		}
+		return buf, nil
+	}
+	buf := rg.newBuffer(name, t, pb.Role_PARAM)
+	b := rg.prog.Buffers[buf]
+	if d, ok := at.Get(ir.AttrData).(*ir.Dense); ok {
+		if d.Elided {
+			return 0, fmt.Errorf("parameter %q: its data was elided; re-import the model", name)
+		}
+		b.Data = expand(d)
+	} else {
+		b.Init = at.Str(ir.AttrInit, "zeros")
+	}
+	b.GlobalShape = b.Shape
+	rg.named["param:"+name] = buf
+	return buf, nil
+}
+
+func expand(d *ir.Dense) []byte {
+	if !d.Splat {
+		return d.Data
+	}
+	n := d.Type.NumElements()
+	out := make([]byte, 0, len(d.Data)*n)
+	for i := 0; i < n; i++ {
+		out = append(out, d.Data...)
+	}
+	return out
+}
+
+func (rg *rankGen) typeOf(buf int) ir.Type {
+	b := rg.prog.Buffers[buf]
+	shape := make(ir.Shape, len(b.Shape))
+	for i, d := range b.Shape {
+		shape[i] = int(d)
+	}
+	return ir.Type{DType: ir.DType(b.Dtype), Shape: shape}
+}
+
+func (rg *rankGen) constBuffer(d *ir.Dense) int {
+	if buf, ok := rg.consts[d]; ok {
+		return buf
+	}
+	buf := rg.newBuffer("const", d.Type, pb.Role_CONST)
+	rg.prog.Buffers[buf].Data = d.Data
+	rg.prog.Buffers[buf].Splat = d.Splat
+	rg.consts[d] = buf
+	return buf
+}
+
+func (rg *rankGen) kernel(k *lower.Kernel) int {
+	key := kernelKey(k)
+	if i, ok := rg.kernels[key]; ok {
+		return i
+	}
+	pk := &pb.Kernel{}
+	if k.Op != nil {
+		pk.Op = k.Op.Name
+		pk.Attrs = attrsToProto(k.Attrs)
+	} else {
+		pk.Op = "fused"
+		for _, st := range k.Fused {
+			dt, shape := tensorFields(st.Type)
+			args := make([]int32, len(st.Args))
+			for i, a := range st.Args {
+				args[i] = int32(a)
+			}
+			pk.Fused = append(pk.Fused, &pb.FusedStep{Op: st.Op.Name, Args: args, Attrs: attrsToProto(st.Attrs),
+				Type: &pb.TensorType{Dtype: dt, Shape: shape}})
+		}
+	}
+	rg.kernels[key] = len(rg.prog.Kernels)
+	rg.prog.Kernels = append(rg.prog.Kernels, pk)
+	return len(rg.prog.Kernels) - 1
+}
+
+func kernelKey(k *lower.Kernel) string {
+	var b strings.Builder
+	if k.Op != nil {
+		b.WriteString(k.Op.Name)
+		b.WriteString(ir.AttrString(ir.Dict(k.Attrs)))
+		return b.String()
+	}
+	for _, st := range k.Fused {
+		fmt.Fprintf(&b, "%s%v%s%s;", st.Op.Name, st.Args, ir.AttrString(ir.Dict(st.Attrs)), st.Type)
+	}
+	return b.String()
+}
+
+// reduceTiedGrads sums the gradient of every parameter held by several ranks across them.
+func (rg *rankGen) reduceTiedGrads() error {
+	holders := rg.g.paramRanks()
+	var names []string
+	for name := range holders {
+		if len(holders[name]) > 1 {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		grad, ok := rg.named["grad:"+name]
+		if !ok {
+			continue
+		}
+		group := holders[name]
+		if !contains(group, rg.rank) {
+			continue
+		}
+		g := make([]int32, len(group))
+		for i, r := range group {
+			g[i] = int32(r)
+		}
+		rg.instr(&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{int32(grad)}, Group: g})
+	}
+	return nil
+}
+
+func contains(xs []int, x int) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// paramRanks maps each parameter to the sorted ranks whose functions compute its gradient.
+func (g *gen) paramRanks() map[string][]int {
+	out := map[string][]int{}
+	for _, f := range g.funcs {
+		if f.Name == "optimizer" {
+			continue
+		}
+		r := g.rankOfFunc(f.Name)
+		for i := range f.Results {
+			if name := f.ResultAttrs[i].Str(ir.AttrGrad, ""); name != "" && !contains(out[name], r) {
+				out[name] = append(out[name], r)
+			}
+		}
+	}
+	for _, rs := range out {
+		sort.Ints(rs)
+	}
+	return out
+}
+
+// optimizer emits this rank's slice of @optimizer: the updates of the parameters it holds.
+func (rg *rankGen) optimizer() error {
+	full := rg.g.funcs["optimizer"]
+	f := full.Clone()
+	var keepR []*ir.Value
+	var keepRA []ir.Attrs
+	for i, r := range f.Results {
+		target := f.ResultAttrs[i].Str("update", "")
+		if rg.holds(target) {
+			keepR = append(keepR, r)
+			keepRA = append(keepRA, f.ResultAttrs[i])
+		}
+	}
+	f.Results, f.ResultAttrs = keepR, keepRA
+	passes.RemoveDead(f)
+	used := map[*ir.Value]bool{}
+	for _, op := range f.Ops {
+		for _, x := range op.Operands {
+			used[x] = true
+		}
+	}
+	for _, r := range f.Results {
+		used[r] = true
+	}
+	var args []*ir.Value
+	var argAttrs []ir.Attrs
+	for i, a := range f.Args {
+		if used[a] {
+			a.Index = len(args)
+			args = append(args, a)
+			argAttrs = append(argAttrs, f.ArgAttrs[i])
+		}
+	}
+	f.Args, f.ArgAttrs = args, argAttrs
+	if len(f.Results) == 0 {
+		return nil
+	}
+	b, err := lower.Func(f)
+	if err != nil {
+		return err
+	}
+	slotBuf := make([]int, len(b.Slots))
+	for i := range slotBuf {
+		slotBuf[i] = -1
+	}
+	for i := range f.Args {
+		buf, err := rg.bindArg(f, i, 0)
+		if err != nil {
+			return err
+		}
+		slotBuf[b.Args[i]] = buf
+	}
+	for slot, d := range b.Consts {
+		slotBuf[slot] = rg.constBuffer(d)
+	}
+	rg.instr(&pb.Instr{Kind: pb.Instr_BEGIN, Label: "OPT", Stage: -1})
+	for _, l := range b.Launches {
+		in := &pb.Instr{Kind: pb.Instr_LAUNCH, Kernel: int32(rg.kernel(&b.Kernels[l.Kernel])), Stage: -1}
+		for _, s := range l.In {
+			in.In = append(in.In, int32(slotBuf[s]))
+		}
+		for _, s := range l.Out {
+			if slotBuf[s] < 0 {
+				slotBuf[s] = rg.newBuffer(fmt.Sprintf("opt.%d", s), b.Slots[s], pb.Role_ACTIVATION)
+			}
+			in.Out = append(in.Out, int32(slotBuf[s]))
+		}
+		rg.instr(in)
+	}
+	// Write the updates back only after every launch, so no update is read as an old value.
+	for i := range f.Results {
+		target := f.ResultAttrs[i].Str("update", "")
+		dst, ok := rg.named["param:"+target]
+		if !ok {
+			dst, ok = rg.named["state:"+target]
+		}
+		if !ok {
+			return fmt.Errorf("@optimizer updates %q, which is neither a parameter nor a state here", target)
+		}
+		rg.instr(&pb.Instr{Kind: pb.Instr_COPY, In: []int32{int32(slotBuf[b.Results[i]])}, Out: []int32{int32(dst)}})
+	}
+	rg.instr(&pb.Instr{Kind: pb.Instr_END, Label: "OPT", Stage: -1})
+	return nil
+}
+
+// holds reports whether this rank keeps the parameter (or the state of the parameter) named.
+func (rg *rankGen) holds(name string) bool {
+	for {
+		if _, ok := rg.named["param:"+name]; ok {
+			return true
+		}
+		i := strings.LastIndexByte(name, '.')
+		if i < 0 {
+			return false
+		}
+		name = name[:i]
+	}
+}
+
+func (rg *rankGen) planMemory() {
+	var ids []int
+	for id := range rg.first {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	iv := make([]lower.Interval, len(ids))
+	for i, id := range ids {
+		iv[i] = lower.Interval{Start: rg.first[id], End: rg.last[id], Size: rg.typeOf(id).Bytes()}
+	}
+	offsets, arena, _ := lower.PlanMemory(iv)
+	for i, id := range ids {
+		rg.prog.Buffers[id].Offset = offsets[i]
+	}
+	rg.prog.ArenaBytes = arena
+	rg.info.ArenaBytes = arena
+	rg.info.Instructions = len(rg.prog.Instrs)
+	for _, b := range rg.prog.Buffers {
+		n := rg.typeOf(int(b.Id)).Bytes()
+		switch b.Role {
+		case pb.Role_PARAM:
+			rg.info.ParamBytes += n
+		case pb.Role_GRAD:
+			rg.info.GradBytes += n
+		case pb.Role_STATE:
+			rg.info.StateBytes += n
+		case pb.Role_CONST:
+			rg.info.ConstBytes += n
+		}
+	}
+	rg.info.PeakBytes = arena + rg.info.ParamBytes + rg.info.GradBytes + rg.info.StateBytes + rg.info.ConstBytes
+}
+
+func launchFLOPs(k *lower.Kernel, b *lower.Block, l lower.Launch) int64 {
+	if k.Op == nil || k.Op.Name != "matmul" || len(l.In) < 2 {
+		return 0
+	}
+	a := b.Slots[l.In[0]].Shape
+	out := b.Slots[l.Out[0]]
+	kdim := 1
+	if len(a) > 0 {
+		kdim = a[len(a)-1]
+		if k.Attrs.Bool("transpose_a", false) && len(a) >= 2 {
+			kdim = a[len(a)-2]
+		}
+	}
+	return 2 * int64(out.NumElements()) * int64(kdim)
+}
+
+// describe fills the plan's input and parameter tables.
+func (g *gen) describe(p *Plan, progs []*pb.Program) {
+	seenIn := map[string]bool{}
+	holders := map[string][]int{}
+	var order []string
+	params := map[string]Param{}
+	for _, f := range g.m.Funcs {
+		for i, a := range f.Args {
+			at := f.ArgAttrs[i]
+			switch {
+			case at.Has(ir.AttrInput) && !seenIn[a.Name]:
+				seenIn[a.Name] = true
+				p.Inputs = append(p.Inputs, Input{Name: a.Name, ModelName: at.Str(ir.AttrName, ""), DType: a.Type.DType.String(), MicrobatchShape: a.Type.Shape,
+					Range: at.Ints("range"), Label: at.Has(ir.AttrLabel), ShiftOf: at.Str("shift_of", "")})
+			case at.Has(ir.AttrParam) && f.Name != "optimizer":
+				if _, ok := params[a.Name]; !ok {
+					order = append(order, a.Name)
+					params[a.Name] = Param{Name: a.Name, DType: a.Type.DType.String(), Shape: a.Type.Shape, Init: at.Str(ir.AttrInit, "")}
+				}
+				r := g.rankOfFunc(f.Name)
+				if !contains(holders[a.Name], r) {
+					holders[a.Name] = append(holders[a.Name], r)
+				}
+			}
+		}
+	}
+	for _, prog := range progs {
+		for _, b := range prog.Buffers {
+			if b.Role == pb.Role_STATE {
+				for _, name := range order {
+					if strings.HasPrefix(b.Name, name+".") {
+						pr := params[name]
+						pr.State = append(pr.State, strings.TrimPrefix(b.Name, name+"."))
+						params[name] = pr
+					}
+				}
+			}
+			if b.Role == pb.Role_OUTPUT && b.Microbatch == 0 {
+				p.Outputs = append(p.Outputs, b.Name)
+			}
+		}
+	}
+	for _, name := range order {
+		pr := params[name]
+		pr.Ranks = holders[name]
+		sort.Ints(pr.Ranks)
+		sort.Strings(pr.State)
+		pr.State = dedup(pr.State)
+		p.Params = append(p.Params, pr)
+	}
+}
+
+func dedup(s []string) []string {
+	var out []string
+	for i, x := range s {
+		if i == 0 || x != s[i-1] {
+			out = append(out, x)
+		}
+	}
+	return out
+}

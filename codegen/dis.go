@@ -1,0 +1,141 @@
+package codegen
+
+import (
+	"fmt"
+	"strings"
+
+	pb "ppc.dev/ppc/codegen/programpb"
+)
+
+// Disassemble prints a program as text: header, buffers, kernels, then the instruction stream
+// with each action's instructions indented under its BEGIN marker.
+func Disassemble(p *pb.Program) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "program rank %d of %d, format %d, %d micro-batches, source %s\n", p.Rank, p.World, p.FormatVersion, p.Microbatches, p.SourceHash)
+	var coords []string
+	for _, c := range p.Coords {
+		coords = append(coords, fmt.Sprintf("%s=%d", c.Name, c.Value))
+	}
+	fmt.Fprintf(&b, "coords %s\narena %d bytes\n\nbuffers:\n", strings.Join(coords, " "), p.ArenaBytes)
+	for _, buf := range p.Buffers {
+		t, err := TypeFromProto(buf.Dtype, buf.Shape)
+		ts := t.String()
+		if err != nil {
+			ts = "<" + err.Error() + ">"
+		}
+		fmt.Fprintf(&b, "  b%-5d %-10s %-22s %s", buf.Id, strings.ToLower(buf.Role.String()), ts, buf.Name)
+		switch buf.Role {
+		case pb.Role_ACTIVATION, pb.Role_INPUT:
+			fmt.Fprintf(&b, " @%d", buf.Offset)
+		case pb.Role_PARAM, pb.Role_STATE:
+			if buf.Data != nil {
+				fmt.Fprintf(&b, " data[%d bytes]", len(buf.Data))
+			} else {
+				fmt.Fprintf(&b, " init=%s", buf.Init)
+			}
+		case pb.Role_CONST:
+			fmt.Fprintf(&b, " data[%d bytes]", len(buf.Data))
+			if buf.Splat {
+				b.WriteString(" splat")
+			}
+		case pb.Role_OUTPUT:
+			fmt.Fprintf(&b, " mb=%d", buf.Microbatch)
+		}
+		b.WriteByte('\n')
+	}
+	b.WriteString("\nkernels:\n")
+	for i, k := range p.Kernels {
+		fmt.Fprintf(&b, "  k%-4d %s\n", i, kernelText(k))
+	}
+	b.WriteString("\ninstructions:\n")
+	indent := "  "
+	for i, in := range p.Instrs {
+		if in.Kind == pb.Instr_END {
+			indent = "  "
+		}
+		fmt.Fprintf(&b, "%5d %s%s\n", i, indent, instrText(p, in))
+		if in.Kind == pb.Instr_BEGIN {
+			indent = "    "
+		}
+	}
+	return b.String()
+}
+
+func bufs(ids []int32) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = fmt.Sprintf("b%d", id)
+	}
+	return strings.Join(s, ", ")
+}
+
+func attrText(as []*pb.NamedAttr) string {
+	a, err := AttrsFromProto(as)
+	if err != nil {
+		return "{<" + err.Error() + ">}"
+	}
+	if len(a) == 0 {
+		return ""
+	}
+	s := ""
+	for i, x := range a {
+		if i > 0 {
+			s += ", "
+		}
+		s += x.Name
+		if v := attrValueText(x.Value); v != "" {
+			s += " = " + v
+		}
+	}
+	return " {" + s + "}"
+}
+
+func kernelText(k *pb.Kernel) string {
+	if k.Op != "fused" {
+		return k.Op + attrText(k.Attrs)
+	}
+	var steps []string
+	for i, st := range k.Fused {
+		args := make([]string, len(st.Args))
+		for j, a := range st.Args {
+			args[j] = fmt.Sprintf("$%d", a)
+		}
+		steps = append(steps, fmt.Sprintf("s%d = %s %s%s", i, st.Op, strings.Join(args, ", "), attrText(st.Attrs)))
+	}
+	return "fused [" + strings.Join(steps, "; ") + "]"
+}
+
+func instrText(p *pb.Program, in *pb.Instr) string {
+	switch in.Kind {
+	case pb.Instr_LAUNCH:
+		name := "?"
+		if in.Kernel >= 0 && int(in.Kernel) < len(p.Kernels) {
+			name = p.Kernels[in.Kernel].Op
+		}
+		return fmt.Sprintf("%s = launch k%d %s(%s)", bufs(in.Out), in.Kernel, name, bufs(in.In))
+	case pb.Instr_INPUT:
+		return fmt.Sprintf("%s = input %q mb %d", bufs(in.Out), in.Label, in.Microbatch)
+	case pb.Instr_SEND:
+		return fmt.Sprintf("send %s to rank %d tag %d", bufs(in.In), in.Peer, in.Tag)
+	case pb.Instr_RECV:
+		return fmt.Sprintf("%s = recv from rank %d tag %d", bufs(in.Out), in.Peer, in.Tag)
+	case pb.Instr_ZERO:
+		return fmt.Sprintf("zero %s", bufs(in.Out))
+	case pb.Instr_ACCUM:
+		return fmt.Sprintf("%s += %s", bufs(in.Out), bufs(in.In))
+	case pb.Instr_COPY:
+		return fmt.Sprintf("%s = copy %s", bufs(in.Out), bufs(in.In))
+	case pb.Instr_ALL_REDUCE:
+		return fmt.Sprintf("all_reduce %s over ranks %v", bufs(in.In), in.Group)
+	case pb.Instr_LOSS:
+		return fmt.Sprintf("loss %s mb %d", bufs(in.In), in.Microbatch)
+	case pb.Instr_BEGIN:
+		if in.Label == "OPT" {
+			return "begin OPT"
+		}
+		return fmt.Sprintf("begin %s stage %d mb %d", in.Label, in.Stage, in.Microbatch)
+	case pb.Instr_END:
+		return "end " + in.Label
+	}
+	return in.Kind.String()
+}

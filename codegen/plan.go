@@ -1,0 +1,144 @@
+package codegen
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// FormatVersion is written into every program and plan; the loader rejects other versions.
+const FormatVersion = 1
+
+// Plan is plan.json: what the whole compiled job looks like, for the runtime and for people.
+type Plan struct {
+	FormatVersion int    `json:"format_version"`
+	Model         string `json:"model"`
+	SourceHash    string `json:"source_hash"`
+	// Mesh sizes; world = pp·dp·tp. Ranks are numbered tp fastest, then pp, then dp.
+	Mesh         Mesh         `json:"mesh"`
+	World        int          `json:"world"`
+	Microbatches int          `json:"microbatches"`
+	Stages       int          `json:"stages"`
+	StageRanks   []int        `json:"stage_ranks"` // stage → pipeline rank
+	Schedule     PlanSchedule `json:"schedule"`
+	Training     bool         `json:"training"`
+	Optimizer    string       `json:"optimizer,omitempty"`
+	Inputs       []Input      `json:"inputs"`
+	Params       []Param      `json:"params"`
+	Ranks        []RankInfo   `json:"ranks"`
+	Outputs      []string     `json:"outputs,omitempty"` // forward-only plans: output names
+}
+
+// Mesh is the device mesh.
+type Mesh struct {
+	PP int `json:"pp"`
+	DP int `json:"dp"`
+	TP int `json:"tp"`
+}
+
+// PlanSchedule records the pipeline schedule as per-rank action lists in PyTorch's grammar.
+type PlanSchedule struct {
+	Name    string     `json:"name"`
+	Actions [][]string `json:"actions"`
+}
+
+// Input is a model input as the runtime feeds it.
+type Input struct {
+	Name            string `json:"name"`
+	ModelName       string `json:"model_name,omitempty"` // the model's own name (ONNX tensor name) when it differs
+	DType           string `json:"dtype"`
+	MicrobatchShape []int  `json:"microbatch_shape"` // leading dim: samples per micro-batch
+	Range           []int  `json:"range,omitempty"`  // integer inputs: [lo, hi)
+	Label           bool   `json:"label,omitempty"`
+	ShiftOf         string `json:"shift_of,omitempty"` // labels that are this token input shifted by one
+}
+
+// Param is a model parameter and where it lives.
+type Param struct {
+	Name  string `json:"name"`
+	DType string `json:"dtype"`
+	Shape []int  `json:"shape"`
+	Init  string `json:"init,omitempty"`
+	Ranks []int  `json:"ranks"`
+	// State names the optimizer state buffers kept for it.
+	State []string `json:"state,omitempty"`
+}
+
+// RankInfo summarises one rank's program.
+type RankInfo struct {
+	Rank         int    `json:"rank"`
+	Program      string `json:"program"`
+	Stages       []int  `json:"stages"`
+	Instructions int    `json:"instructions"`
+	ArenaBytes   int64  `json:"arena_bytes"`    // activation arena (peak live activations, planned)
+	ParamBytes   int64  `json:"param_bytes"`    // parameters on this rank
+	GradBytes    int64  `json:"grad_bytes"`     // their gradient accumulators
+	StateBytes   int64  `json:"state_bytes"`    // optimizer state
+	ConstBytes   int64  `json:"const_bytes"`    // compile-time constants
+	PeakBytes    int64  `json:"peak_bytes"`     // all of the above
+	FLOPs        int64  `json:"flops_per_step"` // matmul and convolution FLOPs per step
+}
+
+// ProgramFile is the file name of rank r's program.
+func ProgramFile(r int) string { return fmt.Sprintf("rank-%05d.ppx", r) }
+
+// ReadPlan loads and checks plan.json.
+func ReadPlan(dir string) (*Plan, error) {
+	path := filepath.Join(dir, "plan.json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var p Plan
+	if err := json.Unmarshal(data, &p); err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	if err := p.check(); err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	return &p, nil
+}
+
+func (p *Plan) check() error {
+	switch {
+	case p.FormatVersion != FormatVersion:
+		return fmt.Errorf("format version %d, this ppc reads %d", p.FormatVersion, FormatVersion)
+	case p.World < 1 || p.World > 1<<16:
+		return fmt.Errorf("world size %d out of range", p.World)
+	case len(p.Ranks) != p.World:
+		return fmt.Errorf("%d ranks listed for world size %d", len(p.Ranks), p.World)
+	case p.Microbatches < 1:
+		return fmt.Errorf("micro-batches %d < 1", p.Microbatches)
+	case p.Mesh.PP*max(p.Mesh.DP, 1)*max(p.Mesh.TP, 1) != p.World:
+		return fmt.Errorf("mesh %+v does not multiply to world size %d", p.Mesh, p.World)
+	}
+	for i, r := range p.Ranks {
+		if r.Rank != i || r.Program != ProgramFile(i) {
+			return fmt.Errorf("rank entry %d is malformed", i)
+		}
+	}
+	for _, in := range p.Inputs {
+		if len(in.MicrobatchShape) == 0 || in.Name == "" {
+			return fmt.Errorf("input %q has no shape", in.Name)
+		}
+		for _, d := range in.MicrobatchShape {
+			if d < 0 || d > 1<<40 {
+				return fmt.Errorf("input %q has a bad shape %v", in.Name, in.MicrobatchShape)
+			}
+		}
+		if in.Range != nil && (len(in.Range) != 2 || in.Range[0] >= in.Range[1]) {
+			return fmt.Errorf("input %q has a bad range %v", in.Name, in.Range)
+		}
+	}
+	return nil
+}
+
+// WritePlan writes plan.json.
+func WritePlan(dir string, p *Plan) error {
+	data, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "plan.json"), append(data, '\n'), 0o644)
+}

@@ -1,0 +1,191 @@
+package compiler
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	"ppc.dev/ppc/codegen"
+	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/passes"
+	"ppc.dev/ppc/schedule"
+)
+
+// Options describe one compile.
+type Options struct {
+	// Model loading (see Load).
+	Load LoadOptions
+	// Parallelism and schedule.
+	PP            int
+	Microbatches  int
+	Schedule      string // generator name, or a .csv file in PyTorch's format
+	VirtualStages int
+	// Training.
+	ForwardOnly bool
+	Loss        string // ONNX models without a loss: "ce" or "mse"
+	LossOutput  int
+	Optimizer   string // pass options, e.g. "adamw" or "sgd{lr=0.1}"
+	// Pass manager.
+	Passes passes.Config
+}
+
+// Result is a compiled job.
+type Result struct {
+	Module *ir.Module
+	Output *codegen.Output
+}
+
+// Compile loads the model and produces the job in memory.
+func Compile(model string, opts Options) (*Result, error) {
+	if opts.PP < 1 {
+		opts.PP = 1
+	}
+	if opts.Microbatches < 1 {
+		opts.Microbatches = 1
+	}
+	lo := opts.Load
+	lo.Microbatches = opts.Microbatches
+	m, src, err := Load(model, lo)
+	if err != nil {
+		return nil, err
+	}
+	m.Attrs = m.Attrs.Set("microbatches", ir.Int(opts.Microbatches))
+	pipeline := []string{"canonicalize", "cse", "dce"}
+	hasLoss := false
+	if f := m.Func(ir.ForwardFunc); f != nil {
+		for _, ra := range f.ResultAttrs {
+			hasLoss = hasLoss || ra.Has(ir.AttrLoss)
+		}
+	}
+	if !opts.ForwardOnly && !hasLoss {
+		kind := opts.Loss
+		if kind == "" {
+			kind = "ce"
+		}
+		pipeline = append(pipeline, fmt.Sprintf("add-loss{kind=%s,output=%d}", kind, opts.LossOutput))
+	}
+	pipeline = append(pipeline, fmt.Sprintf("partition{pp=%d}", opts.PP))
+	if !opts.ForwardOnly {
+		opt := opts.Optimizer
+		if opt == "" {
+			opt = "adamw"
+		}
+		if !strings.HasPrefix(opt, "optimizer") {
+			name, rest, _ := strings.Cut(opt, "{")
+			opt = "optimizer{kind=" + name
+			if rest != "" {
+				opt += "," + rest
+			} else {
+				opt += "}"
+			}
+		}
+		pipeline = append(pipeline, "autodiff", opt, "cse", "dce")
+	}
+	pipeline = append(pipeline, "split-stages")
+	pl, err := passes.ParsePipeline(strings.Join(pipeline, ","))
+	if err != nil {
+		return nil, err
+	}
+	if err := passes.Run(m, pl, opts.Passes); err != nil {
+		return nil, err
+	}
+	sched, err := buildSchedule(opts, m.Attrs.Int("stages", 1))
+	if err != nil {
+		return nil, err
+	}
+	optName := ""
+	if !opts.ForwardOnly {
+		optName = opts.Optimizer
+		if optName == "" {
+			optName = "adamw"
+		}
+	}
+	out, err := codegen.Generate(m, codegen.Options{Schedule: sched, Optimizer: optName, Source: src})
+	if err != nil {
+		return nil, err
+	}
+	return &Result{Module: m, Output: out}, nil
+}
+
+// buildSchedule makes the pipeline schedule: a generator by name, or a PyTorch CSV.
+func buildSchedule(opts Options, stages int) (codegen.Schedule, error) {
+	name := opts.Schedule
+	if name == "" {
+		name = "1f1b"
+	}
+	var s *schedule.Schedule
+	var err error
+	if strings.HasSuffix(name, ".csv") {
+		f, ferr := os.Open(name)
+		if ferr != nil {
+			return codegen.Schedule{}, ferr
+		}
+		defer f.Close()
+		s, err = schedule.ParseCSV(f)
+		if err == nil {
+			err = schedule.Validate(s)
+		}
+	} else {
+		s, err = schedule.Generate(name, opts.PP, opts.Microbatches, opts.VirtualStages)
+	}
+	if err != nil {
+		return codegen.Schedule{}, err
+	}
+	if s.Stages != stages {
+		return codegen.Schedule{}, fmt.Errorf("schedule %s has %d stages, the model is split into %d", name, s.Stages, stages)
+	}
+	if s.Microbatches != opts.Microbatches {
+		return codegen.Schedule{}, fmt.Errorf("schedule %s has %d micro-batches, --microbatches is %d", name, s.Microbatches, opts.Microbatches)
+	}
+	cs := codegen.Schedule{Name: s.Name, Placement: s.Placement}
+	for _, acts := range s.Actions {
+		var row []codegen.Action
+		for _, a := range acts {
+			row = append(row, computeActions(a)...)
+		}
+		cs.Actions = append(cs.Actions, row)
+	}
+	return cs, nil
+}
+
+// computeActions keeps the compute part of a schedule action (communication is derived by
+// code generation from the data flow).
+func computeActions(a schedule.Action) []codegen.Action {
+	switch a.Kind {
+	case schedule.Forward:
+		return []codegen.Action{{Kind: "F", Stage: a.Stage, Microbatch: a.Microbatch}}
+	case schedule.BackwardInput:
+		return []codegen.Action{{Kind: "I", Stage: a.Stage, Microbatch: a.Microbatch}}
+	case schedule.BackwardWeight:
+		return []codegen.Action{{Kind: "W", Stage: a.Stage, Microbatch: a.Microbatch}}
+	case schedule.FullBackward:
+		return []codegen.Action{{Kind: "B", Stage: a.Stage, Microbatch: a.Microbatch}}
+	case schedule.OverlapFB:
+		var out []codegen.Action
+		for _, sub := range a.Sub {
+			out = append(out, computeActions(sub)...)
+		}
+		return out
+	}
+	return nil
+}
+
+// Write writes plan.json and the rank programs into dir.
+func (r *Result) Write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for i, p := range r.Output.Programs {
+		data, err := proto.Marshal(p)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, codegen.ProgramFile(i)), data, 0o644); err != nil {
+			return err
+		}
+	}
+	return codegen.WritePlan(dir, r.Output.Plan)
+}

@@ -1,0 +1,77 @@
+package lower
+
+import (
+	"sort"
+)
+
+// Alignment of every buffer in an arena, in bytes (cache line, and enough for any vector
+// load of any element type).
+const Alignment = 64
+
+// Interval is a buffer's lifetime in instruction indices: live from Start through End
+// (inclusive), of Size bytes.
+type Interval struct {
+	Start, End int
+	Size       int64
+}
+
+// PlanMemory assigns each interval an offset in one arena so that buffers live at the same
+// time never overlap, and returns the offsets and the arena size (peak). It is greedy
+// best-fit in order of start time, placing each buffer in the smallest free gap that holds
+// it, which on the stack-like lifetimes of training steps comes close to the lower bound
+// (the peak of live bytes), also returned for reporting.
+func PlanMemory(iv []Interval) (offsets []int64, arena, liveBound int64) {
+	offsets = make([]int64, len(iv))
+	order := make([]int, len(iv))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		x, y := iv[order[a]], iv[order[b]]
+		if x.Start != y.Start {
+			return x.Start < y.Start
+		}
+		return x.Size > y.Size
+	})
+	type placed struct {
+		off, size int64
+		end       int
+	}
+	var live []placed // sorted by offset
+	var liveBytes int64
+	for _, i := range order {
+		cur := iv[i]
+		size := (cur.Size + Alignment - 1) / Alignment * Alignment
+		// Retire buffers that ended before this one starts.
+		kept := live[:0]
+		for _, p := range live {
+			if p.end >= cur.Start {
+				kept = append(kept, p)
+			} else {
+				liveBytes -= p.size
+			}
+		}
+		live = kept
+		// Best fit among the gaps between live buffers.
+		best, bestGap := int64(-1), int64(-1)
+		prevEnd := int64(0)
+		for _, p := range live {
+			if gap := p.off - prevEnd; gap >= size && (bestGap < 0 || gap < bestGap) {
+				best, bestGap = prevEnd, gap
+			}
+			prevEnd = max(prevEnd, p.off+p.size)
+		}
+		if best < 0 {
+			best = prevEnd
+		}
+		offsets[i] = best
+		arena = max(arena, best+size)
+		liveBytes += size
+		liveBound = max(liveBound, liveBytes)
+		at := sort.Search(len(live), func(k int) bool { return live[k].off > best })
+		live = append(live, placed{})
+		copy(live[at+1:], live[at:])
+		live[at] = placed{best, size, cur.End}
+	}
+	return offsets, arena, liveBound
+}

@@ -1,0 +1,223 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// transport is the in-process communication of all ranks of a job: sends are buffered
+// (they never block), receives block until the matching message arrives, and all-reduces
+// block until every member of the group has arrived. It watches for hangs: when every rank
+// that has not finished is blocked and nothing can wake any of them, it aborts all of them
+// with a report of who waits for what, instead of hanging.
+type transport struct {
+	mu       sync.Mutex
+	cond     *sync.Cond
+	world    int
+	mail     map[msgKey][]byte
+	state    []rankState
+	reduces  map[string]*reduction
+	aborted  error
+	finished int
+}
+
+type msgKey struct {
+	src, dst int
+	tag      int64
+}
+
+type rankState struct {
+	blocked bool
+	what    string // for reports: "recv from rank 0 (tag 12)"
+	done    bool
+	wake    func() bool // reports whether the rank could proceed now
+}
+
+type reduction struct {
+	group   []int
+	arrived map[int][]float32
+	result  []float32
+	taken   int
+}
+
+func newTransport(world int) *transport {
+	t := &transport{world: world, mail: map[msgKey][]byte{}, state: make([]rankState, world), reduces: map[string]*reduction{}}
+	t.cond = sync.NewCond(&t.mu)
+	return t
+}
+
+// abort stops every rank with err (the first error wins).
+func (t *transport) abort(err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.aborted == nil {
+		t.aborted = err
+	}
+	t.cond.Broadcast()
+}
+
+// resetStep prepares for a new step after all ranks finished the previous one.
+func (t *transport) resetStep() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.finished = 0
+	t.aborted = nil
+	t.mail = map[msgKey][]byte{}
+	t.reduces = map[string]*reduction{}
+	for i := range t.state {
+		t.state[i] = rankState{}
+	}
+}
+
+// finish marks rank r as done with this step.
+func (t *transport) finish(r int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.state[r].done = true
+	t.finished++
+	t.checkHang()
+	t.cond.Broadcast()
+}
+
+func (t *transport) send(src, dst int, tag int64, data []byte) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.aborted != nil {
+		return errAborted
+	}
+	k := msgKey{src, dst, tag}
+	if _, dup := t.mail[k]; dup {
+		return fmt.Errorf("rank %d sends tag %d to rank %d twice", src, tag, dst)
+	}
+	t.mail[k] = append([]byte(nil), data...)
+	t.cond.Broadcast()
+	return nil
+}
+
+func (t *transport) recv(dst, src int, tag int64, into []byte) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := msgKey{src, dst, tag}
+	ready := func() bool { _, ok := t.mail[k]; return ok }
+	if err := t.wait(dst, fmt.Sprintf("recv from rank %d (tag %d)", src, tag), ready); err != nil {
+		return err
+	}
+	msg := t.mail[k]
+	delete(t.mail, k)
+	if len(msg) != len(into) {
+		return fmt.Errorf("rank %d: message from rank %d (tag %d) has %d bytes, want %d", dst, src, tag, len(msg), len(into))
+	}
+	copy(into, msg)
+	return nil
+}
+
+// allReduceF32 sums data over group, in group order (so the result is the same on every
+// member and does not depend on arrival order), and writes the sum back into data.
+func (t *transport) allReduceF32(r int, group []int, key string, data []float32) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	red := t.reduces[key]
+	if red == nil {
+		red = &reduction{group: group, arrived: map[int][]float32{}}
+		t.reduces[key] = red
+	}
+	red.arrived[r] = append([]float32(nil), data...)
+	if len(red.arrived) == len(group) {
+		sum := make([]float32, len(data))
+		for _, m := range group {
+			part := red.arrived[m]
+			if len(part) != len(sum) {
+				return fmt.Errorf("all-reduce %s: rank %d has %d elements, rank %d has %d", key, m, len(part), r, len(sum))
+			}
+			for i, v := range part {
+				sum[i] += v
+			}
+		}
+		red.result = sum
+		t.cond.Broadcast()
+	}
+	ready := func() bool { return red.result != nil }
+	if err := t.wait(r, fmt.Sprintf("all-reduce %s with ranks %v", key, group), ready); err != nil {
+		return err
+	}
+	copy(data, red.result)
+	red.taken++
+	if red.taken == len(group) {
+		delete(t.reduces, key)
+	}
+	return nil
+}
+
+// wait blocks rank r until ready() holds, the job aborts, or the job hangs. t.mu is held.
+func (t *transport) wait(r int, what string, ready func() bool) error {
+	for !ready() {
+		if t.aborted != nil {
+			return errAborted
+		}
+		t.state[r] = rankState{blocked: true, what: what, wake: ready}
+		t.checkHang()
+		if t.aborted != nil {
+			t.state[r] = rankState{}
+			return errAborted
+		}
+		t.cond.Wait()
+		t.state[r] = rankState{}
+	}
+	return nil
+}
+
+// HangError reports ranks that wait forever.
+type HangError struct {
+	Waiting map[int]string // rank → what it waits for
+	Done    []int
+}
+
+func (e *HangError) Error() string {
+	var b strings.Builder
+	b.WriteString("hang: every running rank is blocked")
+	var ranks []int
+	for r := range e.Waiting {
+		ranks = append(ranks, r)
+	}
+	sort.Ints(ranks)
+	for _, r := range ranks {
+		fmt.Fprintf(&b, "\n  rank %d waits for %s", r, e.Waiting[r])
+	}
+	if len(e.Done) > 0 {
+		fmt.Fprintf(&b, "\n  ranks %v finished the step", e.Done)
+	}
+	return b.String()
+}
+
+// checkHang aborts when no rank can make progress. t.mu is held.
+func (t *transport) checkHang() {
+	if t.aborted != nil {
+		return
+	}
+	waiting := map[int]string{}
+	var done []int
+	for r, s := range t.state {
+		switch {
+		case s.done:
+			done = append(done, r)
+		case !s.blocked:
+			return // someone is still running
+		case s.wake != nil && s.wake():
+			return // someone can proceed
+		default:
+			waiting[r] = s.what
+		}
+	}
+	if len(waiting) == 0 {
+		return
+	}
+	t.aborted = &HangError{Waiting: waiting, Done: done}
+	t.cond.Broadcast()
+}
+
+// errAborted is what a blocked rank returns when the job stops because of another rank (the
+// job reports that rank's error, or the hang).
+var errAborted = errors.New("aborted")

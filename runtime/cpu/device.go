@@ -1,0 +1,66 @@
+// Package cpu is the runtime's CPU device: it prepares a kernel for every IR op from the
+// numeric routines in kernels/cpu, checking dtypes and attributes once at load time so that a
+// launch only computes.
+//
+// Elementwise ops, alone or fused into chains by the lowering, run on one engine
+// (elementwise.go): values are computed in float64 chunks and rounded to each step's dtype
+// after every step, which for + − × ÷ and √ equals IEEE arithmetic in that dtype; so the
+// results do not depend on how ops were fused, and a pipeline that cuts a chain at a stage
+// boundary computes exactly what one device computes.
+package cpu
+
+import (
+	"fmt"
+
+	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/runtime/device"
+)
+
+// Device is the CPU device.
+type Device struct{}
+
+// New returns the CPU device.
+func New() *Device { return &Device{} }
+
+// Name is "cpu".
+func (*Device) Name() string { return "cpu" }
+
+// builder prepares the kernel of one op for a launch site.
+type builder func(s *device.Spec) (device.Impl, error)
+
+// builders maps op names to their preparation, for every non-elementwise op.
+var builders = map[string]builder{}
+
+func register(name string, b builder) {
+	if builders[name] != nil {
+		panic("runtime/cpu: kernel " + name + " registered twice")
+	}
+	builders[name] = b
+}
+
+// Prepare implements device.Device.
+func (d *Device) Prepare(s *device.Spec) (impl device.Impl, err error) {
+	defer func() {
+		// A preparation bug must surface as an error naming the op, never crash the loader.
+		if r := recover(); r != nil {
+			impl, err = nil, fmt.Errorf("cannot prepare %s: %v", s.Name(), r)
+		}
+	}()
+	if s.Op == nil || s.Op.Has(ir.Elementwise) {
+		return prepareElementwise(s)
+	}
+	b := builders[s.Op.Name]
+	if b == nil {
+		return nil, fmt.Errorf("no CPU kernel for op %s", s.Op.Name)
+	}
+	return b(s)
+}
+
+// Supports reports whether the CPU device has a kernel for the op.
+func Supports(op *ir.OpDef) bool {
+	if op.Has(ir.Elementwise) {
+		_, ok := elementwiseOps[op.Name]
+		return ok
+	}
+	return builders[op.Name] != nil
+}

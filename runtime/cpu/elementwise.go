@@ -1,0 +1,462 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"ppc.dev/ppc/ir"
+	k "ppc.dev/ppc/kernels/cpu"
+	"ppc.dev/ppc/runtime/device"
+)
+
+// chunk is the number of elements each elementwise step processes at a time: large enough
+// to amortise the per-step dispatch, small enough for the chunk buffers to stay in L1/L2.
+const chunk = 512
+
+// ewFunc computes one elementwise step over a chunk: dst[i] = f(args[0][i], args[1][i], …).
+type ewFunc func(dst []float64, args [][]float64)
+
+// ewBuilder prepares an elementwise op for its attributes and result dtype.
+type ewBuilder func(attrs ir.Attrs, out ir.DType) (ewFunc, error)
+
+// elementwiseOps holds every elementwise op the CPU runs. Ops of other files (ONNX ops,
+// gradient ops) add themselves with registerElementwise.
+var elementwiseOps = map[string]ewBuilder{}
+
+func registerElementwise(name string, b ewBuilder) {
+	if elementwiseOps[name] != nil {
+		panic("runtime/cpu: elementwise op " + name + " registered twice")
+	}
+	elementwiseOps[name] = b
+}
+
+// unary wraps a scalar function as a builder.
+func unary(f func(float64) float64) ewBuilder {
+	return func(ir.Attrs, ir.DType) (ewFunc, error) {
+		return func(dst []float64, a [][]float64) {
+			x := a[0][:len(dst)]
+			for i := range dst {
+				dst[i] = f(x[i])
+			}
+		}, nil
+	}
+}
+
+func binary(f func(x, y float64) float64) ewBuilder {
+	return func(ir.Attrs, ir.DType) (ewFunc, error) {
+		return func(dst []float64, a [][]float64) {
+			x, y := a[0][:len(dst)], a[1][:len(dst)]
+			for i := range dst {
+				dst[i] = f(x[i], y[i])
+			}
+		}, nil
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func init() {
+	registerElementwise("add", func(ir.Attrs, ir.DType) (ewFunc, error) {
+		return func(dst []float64, a [][]float64) {
+			x, y := a[0][:len(dst)], a[1][:len(dst)]
+			for i := range dst {
+				dst[i] = x[i] + y[i]
+			}
+		}, nil
+	})
+	registerElementwise("sub", binary(func(x, y float64) float64 { return x - y }))
+	registerElementwise("mul", func(ir.Attrs, ir.DType) (ewFunc, error) {
+		return func(dst []float64, a [][]float64) {
+			x, y := a[0][:len(dst)], a[1][:len(dst)]
+			for i := range dst {
+				dst[i] = x[i] * y[i]
+			}
+		}, nil
+	})
+	registerElementwise("div", func(_ ir.Attrs, out ir.DType) (ewFunc, error) {
+		if out.IsInt() {
+			return func(dst []float64, a [][]float64) {
+				for i := range dst {
+					if a[1][i] == 0 {
+						dst[i] = 0 // integer division by zero: defined as 0 rather than a crash
+						continue
+					}
+					dst[i] = math.Trunc(a[0][i] / a[1][i])
+				}
+			}, nil
+		}
+		return binary(func(x, y float64) float64 { return x / y })(nil, out)
+	})
+	registerElementwise("pow", binary(math.Pow))
+	registerElementwise("max", binary(math.Max))
+	registerElementwise("min", binary(math.Min))
+	registerElementwise("equal", binary(func(x, y float64) float64 { return b2f(x == y) }))
+	registerElementwise("less", binary(func(x, y float64) float64 { return b2f(x < y) }))
+	registerElementwise("greater", binary(func(x, y float64) float64 { return b2f(x > y) }))
+	registerElementwise("and", binary(func(x, y float64) float64 { return b2f(x != 0 && y != 0) }))
+	registerElementwise("or", binary(func(x, y float64) float64 { return b2f(x != 0 || y != 0) }))
+	registerElementwise("not", unary(func(x float64) float64 { return b2f(x == 0) }))
+	registerElementwise("where", func(ir.Attrs, ir.DType) (ewFunc, error) {
+		return func(dst []float64, a [][]float64) {
+			for i := range dst {
+				if a[0][i] != 0 {
+					dst[i] = a[1][i]
+				} else {
+					dst[i] = a[2][i]
+				}
+			}
+		}, nil
+	})
+	registerElementwise("neg", unary(func(x float64) float64 { return -x }))
+	registerElementwise("abs", unary(math.Abs))
+	registerElementwise("relu", unary(func(x float64) float64 {
+		if x > 0 {
+			return x
+		}
+		return 0
+	}))
+	registerElementwise("gelu", func(at ir.Attrs, _ ir.DType) (ewFunc, error) {
+		if at.Str("approximate", "none") == "tanh" {
+			return unary(k.GeluTanh[float64])(nil, 0)
+		}
+		return unary(k.Gelu[float64])(nil, 0)
+	})
+	registerElementwise("silu", unary(k.Silu[float64]))
+	registerElementwise("tanh", unary(math.Tanh))
+	registerElementwise("sigmoid", unary(k.Sigmoid[float64]))
+	registerElementwise("exp", unary(math.Exp))
+	registerElementwise("log", unary(math.Log))
+	registerElementwise("sqrt", unary(math.Sqrt))
+	registerElementwise("rsqrt", unary(func(x float64) float64 { return 1 / math.Sqrt(x) }))
+	registerElementwise("erf", unary(math.Erf))
+	registerElementwise("sin", unary(math.Sin))
+	registerElementwise("cos", unary(math.Cos))
+	registerElementwise("cast", unary(func(x float64) float64 { return x })) // rounding to the dtype does the cast
+}
+
+// loader copies a chunk of one input, broadcast to the output shape, into float64.
+type loader func(dst []float64, lo int)
+
+func makeLoader(t ir.Type, out ir.Shape) (func(data []byte) loader, error) {
+	get, err := getter(t.DType)
+	if err != nil {
+		return nil, err
+	}
+	n := t.NumElements()
+	switch {
+	case t.Shape.Equal(out):
+		return func(data []byte) loader {
+			if t.DType == ir.F32 {
+				src := f32view(data)
+				return func(dst []float64, lo int) {
+					s := src[lo : lo+len(dst)]
+					for i := range dst {
+						dst[i] = float64(s[i])
+					}
+				}
+			}
+			return func(dst []float64, lo int) {
+				for i := range dst {
+					dst[i] = get(data, lo+i)
+				}
+			}
+		}, nil
+	case n == 1:
+		return func(data []byte) loader {
+			return func(dst []float64, lo int) {
+				v := get(data, 0)
+				for i := range dst {
+					dst[i] = v
+				}
+			}
+		}, nil
+	}
+	// Trailing-dims broadcast (a row vector such as a bias): source index = e mod n.
+	if isSuffix(t.Shape, out) {
+		return func(data []byte) loader {
+			return func(dst []float64, lo int) {
+				j := lo % n
+				for i := range dst {
+					dst[i] = get(data, j)
+					j++
+					if j == n {
+						j = 0
+					}
+				}
+			}
+		}, nil
+	}
+	strides := k.BroadcastStrides(t.Shape, out)
+	return func(data []byte) loader {
+		return func(dst []float64, lo int) {
+			// Odometer over output coordinates starting at lo.
+			coord := make([]int, len(out))
+			rem := lo
+			for d := len(out) - 1; d >= 0; d-- {
+				if out[d] > 0 {
+					coord[d] = rem % out[d]
+					rem /= out[d]
+				}
+			}
+			src := 0
+			for d := range out {
+				src += coord[d] * strides[d]
+			}
+			for i := range dst {
+				dst[i] = get(data, src)
+				for d := len(out) - 1; d >= 0; d-- {
+					coord[d]++
+					src += strides[d]
+					if coord[d] < out[d] {
+						break
+					}
+					src -= strides[d] * coord[d]
+					coord[d] = 0
+				}
+			}
+		}
+	}, nil
+}
+
+// isSuffix reports whether s (rank ≤ out's, no leading-dim broadcast inside) equals the
+// trailing dims of out after dropping its leading 1s.
+func isSuffix(s, out ir.Shape) bool {
+	i := 0
+	for i < len(s) && s[i] == 1 {
+		i++
+	}
+	s = s[i:]
+	if len(s) > len(out) {
+		return false
+	}
+	return s.Equal(out[len(out)-len(s):])
+}
+
+func f32view(b []byte) []float32 {
+	return device.Tensor{Data: b}.F32()
+}
+
+// getter reads element i of a buffer of dtype d as float64.
+func getter(d ir.DType) (func(b []byte, i int) float64, error) {
+	switch d {
+	case ir.F32:
+		return func(b []byte, i int) float64 {
+			return float64(math.Float32frombits(uint32(b[4*i]) | uint32(b[4*i+1])<<8 | uint32(b[4*i+2])<<16 | uint32(b[4*i+3])<<24))
+		}, nil
+	case ir.F64:
+		return func(b []byte, i int) float64 {
+			return device.Tensor{Data: b}.F64()[i]
+		}, nil
+	case ir.F16:
+		return func(b []byte, i int) float64 { return float64(ir.F16ToF32(uint16(b[2*i]) | uint16(b[2*i+1])<<8)) }, nil
+	case ir.BF16:
+		return func(b []byte, i int) float64 { return float64(ir.BF16ToF32(uint16(b[2*i]) | uint16(b[2*i+1])<<8)) }, nil
+	case ir.I64:
+		return func(b []byte, i int) float64 { return float64(device.Tensor{Data: b}.I64()[i]) }, nil
+	case ir.I32:
+		return func(b []byte, i int) float64 { return float64(device.Tensor{Data: b}.I32()[i]) }, nil
+	case ir.I8:
+		return func(b []byte, i int) float64 { return float64(int8(b[i])) }, nil
+	case ir.U8, ir.Bool:
+		return func(b []byte, i int) float64 { return float64(b[i]) }, nil
+	}
+	return nil, fmt.Errorf("dtype %s not supported", d)
+}
+
+// rounder rounds float64 values to what dtype d can hold (the step's own arithmetic).
+func rounder(d ir.DType) (func([]float64), error) {
+	switch d {
+	case ir.F64:
+		return func([]float64) {}, nil
+	case ir.F32:
+		return func(v []float64) {
+			for i, x := range v {
+				v[i] = float64(float32(x))
+			}
+		}, nil
+	case ir.F16:
+		return func(v []float64) {
+			for i, x := range v {
+				v[i] = float64(ir.F16ToF32(ir.F32ToF16(float32(x))))
+			}
+		}, nil
+	case ir.BF16:
+		return func(v []float64) {
+			for i, x := range v {
+				v[i] = float64(ir.BF16ToF32(ir.F32ToBF16(float32(x))))
+			}
+		}, nil
+	case ir.I64, ir.I32, ir.I8, ir.U8:
+		return func(v []float64) {
+			for i, x := range v {
+				if x != x {
+					v[i] = 0
+				} else {
+					v[i] = math.Trunc(x)
+				}
+			}
+		}, nil
+	case ir.Bool:
+		return func(v []float64) {
+			for i, x := range v {
+				v[i] = b2f(x != 0)
+			}
+		}, nil
+	}
+	return nil, fmt.Errorf("dtype %s not supported", d)
+}
+
+// storer writes a float64 chunk (already rounded) into the output.
+func storer(d ir.DType) (func(data []byte, lo int, v []float64), error) {
+	switch d {
+	case ir.F32:
+		return func(data []byte, lo int, v []float64) {
+			dst := f32view(data)[lo : lo+len(v)]
+			for i, x := range v {
+				dst[i] = float32(x)
+			}
+		}, nil
+	case ir.F64:
+		return func(data []byte, lo int, v []float64) { copy(device.Tensor{Data: data}.F64()[lo:], v) }, nil
+	case ir.F16:
+		return func(data []byte, lo int, v []float64) {
+			dst := device.Tensor{Data: data}.U16()[lo:]
+			for i, x := range v {
+				dst[i] = ir.F32ToF16(float32(x))
+			}
+		}, nil
+	case ir.BF16:
+		return func(data []byte, lo int, v []float64) {
+			dst := device.Tensor{Data: data}.U16()[lo:]
+			for i, x := range v {
+				dst[i] = ir.F32ToBF16(float32(x))
+			}
+		}, nil
+	case ir.I64:
+		return func(data []byte, lo int, v []float64) {
+			dst := device.Tensor{Data: data}.I64()[lo:]
+			for i, x := range v {
+				dst[i] = int64(x)
+			}
+		}, nil
+	case ir.I32:
+		return func(data []byte, lo int, v []float64) {
+			dst := device.Tensor{Data: data}.I32()[lo:]
+			for i, x := range v {
+				dst[i] = int32(x)
+			}
+		}, nil
+	case ir.I8:
+		return func(data []byte, lo int, v []float64) {
+			for i, x := range v {
+				data[lo+i] = byte(int8(x))
+			}
+		}, nil
+	case ir.U8, ir.Bool:
+		return func(data []byte, lo int, v []float64) {
+			for i, x := range v {
+				data[lo+i] = byte(x)
+			}
+		}, nil
+	}
+	return nil, fmt.Errorf("dtype %s not supported", d)
+}
+
+// prepareElementwise builds the engine for a fused chain or a single elementwise op.
+func prepareElementwise(s *device.Spec) (device.Impl, error) {
+	steps := s.Fused
+	if s.Op != nil {
+		args := make([]int, len(s.In))
+		for i := range args {
+			args[i] = i
+		}
+		if len(s.Out) != 1 {
+			return nil, fmt.Errorf("elementwise %s with %d results", s.Op.Name, len(s.Out))
+		}
+		steps = []device.FusedStep{{Op: s.Op, Args: args, Attrs: s.Attrs, Type: s.Out[0]}}
+	}
+	out := s.Out[0]
+	nIn := len(s.In)
+	type step struct {
+		f     ewFunc
+		round func([]float64)
+		args  []int
+	}
+	prepared := make([]step, len(steps))
+	for i, st := range steps {
+		b := elementwiseOps[st.Op.Name]
+		if b == nil {
+			return nil, fmt.Errorf("no CPU kernel for elementwise op %s", st.Op.Name)
+		}
+		f, err := b(st.Attrs, st.Type.DType)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v", st.Op.Name, err)
+		}
+		r, err := rounder(st.Type.DType)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v", st.Op.Name, err)
+		}
+		for _, a := range st.Args {
+			if a < 0 || a >= nIn+i {
+				return nil, fmt.Errorf("fused step %d reads value %d", i, a)
+			}
+			if a < nIn && !out.Shape.Equal(s.In[a].Shape) {
+				if _, err := ir.BroadcastShapes(s.In[a].Shape, out.Shape); err != nil {
+					return nil, fmt.Errorf("input %d %s does not broadcast to %s", a, s.In[a], out)
+				}
+			}
+		}
+		prepared[i] = step{f, r, st.Args}
+	}
+	loaders := make([]func([]byte) loader, nIn)
+	for i, t := range s.In {
+		l, err := makeLoader(t, out.Shape)
+		if err != nil {
+			return nil, fmt.Errorf("input %d: %v", i, err)
+		}
+		loaders[i] = l
+	}
+	store, err := storer(out.DType)
+	if err != nil {
+		return nil, err
+	}
+	total := out.NumElements()
+	return func(in, outs []device.Tensor) error {
+		loads := make([]loader, nIn)
+		for i, l := range loaders {
+			loads[i] = l(in[i].Data)
+		}
+		nChunks := (total + chunk - 1) / chunk
+		k.Parallel(nChunks, max(1, 16384/chunk), func(c0, c1 int) {
+			vals := make([][]float64, nIn+len(prepared))
+			backing := make([]float64, chunk*(nIn+len(prepared)))
+			for i := range vals {
+				vals[i] = backing[i*chunk : (i+1)*chunk]
+			}
+			args := make([][]float64, 0, 4)
+			for c := c0; c < c1; c++ {
+				lo := c * chunk
+				n := min(chunk, total-lo)
+				for i, l := range loads {
+					l(vals[i][:n], lo)
+				}
+				for j, st := range prepared {
+					args = args[:0]
+					for _, a := range st.args {
+						args = append(args, vals[a][:n])
+					}
+					dst := vals[nIn+j][:n]
+					st.f(dst, args)
+					st.round(dst)
+				}
+				store(outs[0].Data, lo, vals[len(vals)-1][:n])
+			}
+		})
+		return nil
+	}, nil
+}

@@ -1,0 +1,330 @@
+package runtime
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/sbinet/npyio/npy"
+
+	"ppc.dev/ppc/codegen"
+	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/kernels/cpu"
+	"ppc.dev/ppc/runtime/device"
+)
+
+// OpenData opens training data given as `FILE` (a token stream: raw little-endian uint16, or
+// uint32 when the vocabulary exceeds 65536, like nanoGPT's train.bin; or a 1-D integer .npy)
+// or as `NAME=FILE.npy,…` (one array per model input whose first axis is the sample).
+func OpenData(spec string, plan *codegen.Plan, seed uint64) (DataSource, error) {
+	if !strings.Contains(spec, "=") {
+		return openTokenStream(spec, plan, seed)
+	}
+	src := &arrayData{plan: plan, arrays: map[string]*array{}}
+	for _, kv := range strings.Split(spec, ",") {
+		name, path, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, inputErrorf("--data %q: want NAME=FILE.npy", kv)
+		}
+		var in *codegen.Input
+		for i := range plan.Inputs {
+			if plan.Inputs[i].Name == name {
+				in = &plan.Inputs[i]
+			}
+		}
+		if in == nil {
+			return nil, inputErrorf("--data: the model has no input %q", name)
+		}
+		a, err := readNpy(path)
+		if err != nil {
+			return nil, &InputError{err}
+		}
+		if len(a.shape) == 0 || !ir.Shape(a.shape[1:]).Equal(in.MicrobatchShape[1:]) {
+			return nil, inputErrorf("%s: array shape %v does not hold samples of input %q (%v per sample)", path, a.shape, name, in.MicrobatchShape[1:])
+		}
+		if a.shape[0] == 0 {
+			return nil, inputErrorf("%s: no samples", path)
+		}
+		src.arrays[name] = a
+	}
+	for _, in := range plan.Inputs {
+		if _, ok := src.arrays[in.Name]; !ok {
+			return nil, inputErrorf("--data gives no array for input %q", in.Name)
+		}
+	}
+	return src, nil
+}
+
+// array is a loaded .npy array as float64 values (exact for the integer ranges of token ids
+// and labels).
+type array struct {
+	shape []int
+	vals  []float64
+}
+
+func readNpy(path string) (*array, error) {
+	t, err := ReadNpy(path)
+	if err != nil {
+		return nil, err
+	}
+	return &array{shape: t.Type.Shape, vals: Float64s(t)}, nil
+}
+
+type arrayData struct {
+	plan   *codegen.Plan
+	arrays map[string]*array
+}
+
+func (d *arrayData) Fill(in codegen.Input, step, mb int, t device.Tensor) error {
+	a := d.arrays[in.Name]
+	samples := in.MicrobatchShape[0]
+	per := t.Type.NumElements() / max(samples, 1)
+	global := samples * d.plan.Microbatches
+	vals := make([]float64, t.Type.NumElements())
+	for i := 0; i < samples; i++ {
+		row := ((step-1)*global + mb*samples + i) % a.shape[0]
+		copy(vals[i*per:(i+1)*per], a.vals[row*per:(row+1)*per])
+	}
+	if in.Range != nil {
+		for _, v := range vals {
+			if v < float64(in.Range[0]) || v >= float64(in.Range[1]) {
+				return fmt.Errorf("input %q: value %v outside [%d, %d)", in.Name, v, in.Range[0], in.Range[1])
+			}
+		}
+	}
+	return storeAny(t, vals)
+}
+
+// tokenStream samples windows of a token file: sample s of step t reads tokens at a random
+// offset (from the seed, step and sample index); labels with shift_of read the next tokens.
+type tokenStream struct {
+	path   string
+	tokens []uint32
+	seed   uint64
+	plan   *codegen.Plan
+}
+
+func openTokenStream(path string, plan *codegen.Plan, seed uint64) (DataSource, error) {
+	var vocab int
+	var seq int
+	for _, in := range plan.Inputs {
+		if in.Range != nil && !in.Label {
+			vocab, seq = in.Range[1], in.MicrobatchShape[len(in.MicrobatchShape)-1]
+		} else if in.ShiftOf == "" && in.Range == nil {
+			return nil, inputErrorf("--data %s: a token stream feeds token inputs, but the model has input %q (%s); give NAME=FILE.npy per input", path, in.Name, in.DType)
+		}
+	}
+	if vocab == 0 {
+		return nil, inputErrorf("--data %s: the model has no token input", path)
+	}
+	var toks []uint32
+	if strings.EqualFold(filepath.Ext(path), ".npy") {
+		a, err := readNpy(path)
+		if err != nil {
+			return nil, &InputError{err}
+		}
+		if len(a.shape) != 1 {
+			return nil, inputErrorf("%s: a token stream must be 1-D, has shape %v", path, a.shape)
+		}
+		toks = make([]uint32, len(a.vals))
+		for i, v := range a.vals {
+			toks[i] = uint32(v)
+		}
+	} else {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return nil, &InputError{err}
+		}
+		width := 2
+		if vocab > 1<<16 {
+			width = 4
+		}
+		if len(raw)%width != 0 {
+			return nil, inputErrorf("%s: %d bytes is not a whole number of %d-byte tokens", path, len(raw), width)
+		}
+		toks = make([]uint32, len(raw)/width)
+		for i := range toks {
+			if width == 2 {
+				toks[i] = uint32(binary.LittleEndian.Uint16(raw[2*i:]))
+			} else {
+				toks[i] = binary.LittleEndian.Uint32(raw[4*i:])
+			}
+		}
+	}
+	if len(toks) < seq+2 {
+		return nil, inputErrorf("%s: %d tokens, fewer than one sequence of %d plus its next token", path, len(toks), seq)
+	}
+	for i, t := range toks {
+		if int(t) >= vocab {
+			return nil, inputErrorf("%s: token %d at position %d is outside the vocabulary of %d", path, t, i, vocab)
+		}
+	}
+	return &tokenStream{path: path, tokens: toks, seed: seed, plan: plan}, nil
+}
+
+func (d *tokenStream) Fill(in codegen.Input, step, mb int, t device.Tensor) error {
+	samples := in.MicrobatchShape[0]
+	per := t.Type.NumElements() / max(samples, 1)
+	shift := 0
+	if in.ShiftOf != "" {
+		shift = 1
+	}
+	windows := len(d.tokens) - per - 1
+	key := cpu.KeyFor(d.seed, fmt.Sprintf("data/stream/%d", step))
+	vals := make([]float64, t.Type.NumElements())
+	u := make([]float64, 1)
+	for i := 0; i < samples; i++ {
+		cpu.FillUniform(u, key, uint64(mb*samples+i), 0, 1)
+		off := min(int(u[0]*float64(windows)), windows-1) + shift
+		for j := 0; j < per; j++ {
+			vals[i*per+j] = float64(d.tokens[off+j])
+		}
+	}
+	return storeAny(t, vals)
+}
+
+// ReadNpy reads a .npy file as a tensor of its own dtype (f64, f32, i64, i32, i8, u8, bool).
+func ReadNpy(path string) (device.Tensor, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return device.Tensor{}, err
+	}
+	defer f.Close()
+	r, err := npy.NewReader(f)
+	if err != nil {
+		return device.Tensor{}, fmt.Errorf("%s: not a .npy file: %v", path, err)
+	}
+	if r.Header.Descr.Fortran {
+		return device.Tensor{}, fmt.Errorf("%s: Fortran-ordered arrays are not supported", path)
+	}
+	shape := ir.Shape(append([]int{}, r.Header.Descr.Shape...))
+	n := 1
+	for _, d := range shape {
+		if d < 0 || (d > 0 && n > (1<<40)/d) {
+			return device.Tensor{}, fmt.Errorf("%s: bad shape %v", path, shape)
+		}
+		n *= d
+	}
+	var t device.Tensor
+	switch strings.TrimLeft(r.Header.Descr.Type, "<>=|") {
+	case "f8":
+		v := make([]float64, n)
+		err = r.Read(&v)
+		t = device.Tensor{Type: ir.Type{DType: ir.F64, Shape: shape}, Data: alignedBytes(int64(8 * n))}
+		copy(t.F64(), v)
+	case "f4":
+		v := make([]float32, n)
+		err = r.Read(&v)
+		t = device.Tensor{Type: ir.Type{DType: ir.F32, Shape: shape}, Data: alignedBytes(int64(4 * n))}
+		copy(t.F32(), v)
+	case "i8":
+		v := make([]int64, n)
+		err = r.Read(&v)
+		t = device.Tensor{Type: ir.Type{DType: ir.I64, Shape: shape}, Data: alignedBytes(int64(8 * n))}
+		copy(t.I64(), v)
+	case "i4":
+		v := make([]int32, n)
+		err = r.Read(&v)
+		t = device.Tensor{Type: ir.Type{DType: ir.I32, Shape: shape}, Data: alignedBytes(int64(4 * n))}
+		copy(t.I32(), v)
+	case "i1":
+		v := make([]int8, n)
+		err = r.Read(&v)
+		t = device.Tensor{Type: ir.Type{DType: ir.I8, Shape: shape}, Data: alignedBytes(int64(n))}
+		for i, x := range v {
+			t.Data[i] = byte(x)
+		}
+	case "u1", "b1":
+		dt := ir.U8
+		if strings.HasSuffix(r.Header.Descr.Type, "b1") {
+			dt = ir.Bool
+			v := make([]bool, n)
+			err = r.Read(&v)
+			t = device.Tensor{Type: ir.Type{DType: dt, Shape: shape}, Data: alignedBytes(int64(n))}
+			for i, x := range v {
+				if x {
+					t.Data[i] = 1
+				}
+			}
+			break
+		}
+		v := make([]uint8, n)
+		err = r.Read(&v)
+		t = device.Tensor{Type: ir.Type{DType: dt, Shape: shape}, Data: alignedBytes(int64(n))}
+		copy(t.Data, v)
+	default:
+		return device.Tensor{}, fmt.Errorf("%s: unsupported .npy dtype %q", path, r.Header.Descr.Type)
+	}
+	if err != nil {
+		return device.Tensor{}, fmt.Errorf("%s: %v", path, err)
+	}
+	return t, nil
+}
+
+// WriteNpy writes a tensor as .npy version 1.0 (f16 and bf16 are widened to f32, which .npy
+// readers all understand).
+func WriteNpy(path string, t device.Tensor) error {
+	descr := map[ir.DType]string{ir.F64: "<f8", ir.F32: "<f4", ir.I64: "<i8", ir.I32: "<i4", ir.I8: "|i1", ir.U8: "|u1", ir.Bool: "|b1"}
+	d, ok := descr[t.Type.DType]
+	data := t.Data
+	if !ok {
+		d = "<f4"
+		w := device.Tensor{Type: ir.Type{DType: ir.F32, Shape: t.Type.Shape}, Data: alignedBytes(int64(4 * t.Type.NumElements()))}
+		for i, x := range Float64s(t) {
+			w.F32()[i] = float32(x)
+		}
+		data = w.Data
+	}
+	dims := make([]string, len(t.Type.Shape))
+	for i, x := range t.Type.Shape {
+		dims[i] = fmt.Sprint(x)
+	}
+	shape := strings.Join(dims, ", ")
+	if len(dims) == 1 {
+		shape += ","
+	}
+	header := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", d, shape)
+	// Pad so that magic (6) + version (2) + length (2) + header + newline is a multiple of 64.
+	for (10+len(header)+1)%64 != 0 {
+		header += " "
+	}
+	header += "\n"
+	out := make([]byte, 0, 10+len(header)+len(data))
+	out = append(out, "\x93NUMPY\x01\x00"...)
+	out = binary.LittleEndian.AppendUint16(out, uint16(len(header)))
+	out = append(out, header...)
+	out = append(out, data...)
+	return os.WriteFile(path, out, 0o644)
+}
+
+// Float64s returns a tensor's elements as float64.
+func Float64s(t device.Tensor) []float64 {
+	n := t.Type.NumElements()
+	out := make([]float64, n)
+	get, err := elementGetter(t.Type.DType)
+	if err != nil {
+		return out
+	}
+	for i := range out {
+		out[i] = get(t, i)
+	}
+	return out
+}
+
+func elementGetter(d ir.DType) (func(t device.Tensor, i int) float64, error) {
+	switch d {
+	case ir.F64, ir.F32, ir.F16, ir.BF16:
+		return elemF64, nil
+	case ir.I64:
+		return func(t device.Tensor, i int) float64 { return float64(t.I64()[i]) }, nil
+	case ir.I32:
+		return func(t device.Tensor, i int) float64 { return float64(t.I32()[i]) }, nil
+	case ir.I8:
+		return func(t device.Tensor, i int) float64 { return float64(int8(t.Data[i])) }, nil
+	case ir.U8, ir.Bool:
+		return func(t device.Tensor, i int) float64 { return float64(t.Data[i]) }, nil
+	}
+	return nil, fmt.Errorf("dtype %s", d)
+}

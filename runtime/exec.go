@@ -1,0 +1,264 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"time"
+
+	"ppc.dev/ppc/codegen"
+	pb "ppc.dev/ppc/codegen/programpb"
+	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/kernels/cpu"
+	"ppc.dev/ppc/runtime/device"
+)
+
+// Options control a run.
+type Options struct {
+	Seed uint64
+	Data DataSource // nil: synthetic data from Seed
+	// Trace, when set, records every executed instruction with its rank and time.
+	Trace *Trace
+}
+
+// StepResult is what one training step reports.
+type StepResult struct {
+	Step     int
+	Loss     float64 // mean over micro-batches (NaN for inference plans)
+	Duration time.Duration
+	Samples  int // samples processed (global batch)
+	Tokens   int // tokens processed, when the inputs are token sequences
+}
+
+// Init creates every rank's parameters, optimizer state and constants (the step counter
+// starts at 0, so the first Step runs step 1).
+func (j *Job) Init(seed uint64) error {
+	for _, r := range j.Ranks {
+		for i, b := range r.Prog.Buffers {
+			switch b.Role {
+			case pb.Role_PARAM, pb.Role_STATE:
+				if err := initBuffer(b, r.Bufs[i], seed); err != nil {
+					return fmt.Errorf("rank %d: %s: %v", r.Index, b.Name, err)
+				}
+			}
+		}
+		r.step = 0
+	}
+	return nil
+}
+
+// Step runs one training step (or one inference pass) on every rank, each in its own
+// goroutine, and returns the mean loss over micro-batches.
+func (j *Job) Step(opts Options) (StepResult, error) {
+	data := opts.Data
+	if data == nil {
+		data = &Synthetic{Seed: opts.Seed, Plan: j.Plan}
+	}
+	step := 0
+	if len(j.Ranks) > 0 {
+		step = j.Ranks[0].step + 1
+	}
+	j.comm.resetStep()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, r := range j.Ranks {
+		wg.Add(1)
+		go func(r *Rank) {
+			defer wg.Done()
+			if err := j.runRank(r, step, data, opts.Trace, start); err != nil {
+				j.comm.abort(err) // the first error is the one reported
+			}
+			j.comm.finish(r.Index)
+		}(r)
+	}
+	wg.Wait()
+	res := StepResult{Step: step, Duration: time.Since(start), Loss: math.NaN()}
+	j.comm.mu.Lock()
+	err := j.comm.aborted
+	j.comm.mu.Unlock()
+	if err != nil {
+		return res, err
+	}
+	var sum float64
+	n := 0
+	for _, r := range j.Ranks {
+		r.step = step
+		for _, l := range r.losses {
+			sum += l
+			n++
+		}
+		r.losses = r.losses[:0]
+	}
+	if n > 0 {
+		res.Loss = sum / float64(n)
+	}
+	for _, in := range j.Plan.Inputs {
+		if !in.Label {
+			res.Samples = in.MicrobatchShape[0] * j.Plan.Microbatches
+			if in.Range != nil && len(in.MicrobatchShape) == 2 {
+				res.Tokens = res.Samples * in.MicrobatchShape[1]
+			}
+			break
+		}
+	}
+	return res, nil
+}
+
+func (j *Job) runRank(r *Rank, step int, data DataSource, tr *Trace, t0 time.Time) error {
+	for i, b := range r.Prog.Buffers {
+		if b.Role == pb.Role_STEP {
+			if err := storeF64(r.Bufs[i], []float64{float64(step)}); err != nil {
+				return err
+			}
+		}
+	}
+	for n := range r.instrs {
+		it := &r.instrs[n]
+		var began time.Time
+		if tr != nil {
+			began = time.Now()
+		}
+		if err := j.exec(r, it, step, data); err != nil {
+			if errors.Is(err, errAborted) {
+				return err // another rank's failure, already recorded
+			}
+			if _, hang := err.(*HangError); hang {
+				return err
+			}
+			return fmt.Errorf("rank %d, instruction %d (%s): %v", r.Index, n, describeInstr(it), err)
+		}
+		if tr != nil {
+			tr.record(r.Index, step, it, began.Sub(t0), time.Since(began))
+		}
+	}
+	return nil
+}
+
+func describeInstr(it *instr) string {
+	switch it.Kind {
+	case pb.Instr_LAUNCH:
+		return "launch " + it.name
+	case pb.Instr_INPUT:
+		return fmt.Sprintf("input %s of micro-batch %d", it.Label, it.Microbatch)
+	case pb.Instr_SEND, pb.Instr_RECV:
+		return fmt.Sprintf("%s peer %d tag %d", it.Kind, it.Peer, it.Tag)
+	}
+	return it.Kind.String()
+}
+
+func (j *Job) exec(r *Rank, it *instr, step int, data DataSource) error {
+	switch it.Kind {
+	case pb.Instr_LAUNCH:
+		return it.impl(it.in, it.out)
+	case pb.Instr_INPUT:
+		return data.Fill(r.inputs[it.Label], step, int(it.Microbatch), it.out[0])
+	case pb.Instr_SEND:
+		return j.comm.send(r.Index, int(it.Peer), it.Tag, it.in[0].Data)
+	case pb.Instr_RECV:
+		return j.comm.recv(r.Index, int(it.Peer), it.Tag, it.out[0].Data)
+	case pb.Instr_ZERO:
+		clear(it.out[0].Data)
+	case pb.Instr_ACCUM:
+		return accumulate(it.out[0], it.in[0])
+	case pb.Instr_COPY:
+		copy(it.out[0].Data, it.in[0].Data)
+	case pb.Instr_ALL_REDUCE:
+		group := make([]int, len(it.Group))
+		for i, g := range it.Group {
+			group[i] = int(g)
+		}
+		sort.Ints(group)
+		key := fmt.Sprintf("%s@%d", r.Prog.Buffers[it.In[0]].Name, step)
+		return j.comm.allReduceF32(r.Index, group, key, it.in[0].F32())
+	case pb.Instr_LOSS:
+		r.losses = append(r.losses, scalar(it.in[0]))
+	}
+	return nil
+}
+
+func scalar(t device.Tensor) float64 {
+	switch t.Type.DType {
+	case ir.F64:
+		return t.F64()[0]
+	case ir.F32:
+		return float64(t.F32()[0])
+	case ir.F16:
+		return float64(ir.F16ToF32(t.U16()[0]))
+	case ir.BF16:
+		return float64(ir.BF16ToF32(t.U16()[0]))
+	}
+	return math.NaN()
+}
+
+// accumulate adds src into dst (f32 or f64), elementwise, in a fixed order per element.
+func accumulate(dst, src device.Tensor) error {
+	switch {
+	case dst.Type.DType == ir.F32 && src.Type.DType == ir.F32:
+		d, s := dst.F32(), src.F32()
+		cpu.Parallel(len(d), 1<<14, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				d[i] += s[i]
+			}
+		})
+	case dst.Type.DType == ir.F64 && src.Type.DType == ir.F64:
+		d, s := dst.F64(), src.F64()
+		for i := range d {
+			d[i] += s[i]
+		}
+	case dst.Type.DType == ir.F32:
+		d := dst.F32()
+		for i := range d {
+			d[i] += float32(elemF64(src, i))
+		}
+	default:
+		return fmt.Errorf("cannot accumulate %s into %s", src.Type, dst.Type)
+	}
+	return nil
+}
+
+func elemF64(t device.Tensor, i int) float64 {
+	switch t.Type.DType {
+	case ir.F64:
+		return t.F64()[i]
+	case ir.F32:
+		return float64(t.F32()[i])
+	case ir.F16:
+		return float64(ir.F16ToF32(t.U16()[i]))
+	case ir.BF16:
+		return float64(ir.BF16ToF32(t.U16()[i]))
+	}
+	return 0
+}
+
+// Outputs returns the OUTPUT buffers of micro-batch mb by name (forward-only plans).
+func (j *Job) Outputs(mb int) map[string]device.Tensor {
+	out := map[string]device.Tensor{}
+	for _, r := range j.Ranks {
+		for i, b := range r.Prog.Buffers {
+			if b.Role == pb.Role_OUTPUT && int(b.Microbatch) == mb {
+				out[b.Name] = r.Bufs[i]
+			}
+		}
+	}
+	return out
+}
+
+// Buffers returns, by name, every buffer of the given role on any rank (the first rank's
+// copy when several hold it: tied and replicated parameters are equal on every holder).
+func (j *Job) Buffers(role pb.Role) map[string]device.Tensor {
+	out := map[string]device.Tensor{}
+	for _, r := range j.Ranks {
+		for i, b := range r.Prog.Buffers {
+			if b.Role == role {
+				if _, ok := out[b.Name]; !ok {
+					out[b.Name] = r.Bufs[i]
+				}
+			}
+		}
+	}
+	return out
+}
+
+var _ = codegen.FormatVersion

@@ -1,0 +1,142 @@
+package runtime
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	pb "ppc.dev/ppc/codegen/programpb"
+	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/kernels/cpu"
+	"ppc.dev/ppc/runtime/device"
+)
+
+// initSpec is a parsed initialiser.
+type initSpec struct {
+	kind string  // normal, uniform, zeros, ones
+	a, b float64 // std / bounds
+}
+
+func parseInit(s string) (initSpec, error) {
+	s = strings.TrimSpace(s)
+	switch s {
+	case "zeros", "":
+		return initSpec{kind: "zeros"}, nil
+	case "ones":
+		return initSpec{kind: "ones"}, nil
+	}
+	name, rest, ok := strings.Cut(s, "(")
+	if !ok || !strings.HasSuffix(rest, ")") {
+		return initSpec{}, fmt.Errorf("bad initialiser %q (want normal(STD), uniform(A, B), zeros or ones)", s)
+	}
+	var args []float64
+	for _, f := range strings.Split(strings.TrimSuffix(rest, ")"), ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil {
+			return initSpec{}, fmt.Errorf("bad initialiser %q: %v", s, err)
+		}
+		args = append(args, v)
+	}
+	switch {
+	case name == "normal" && len(args) == 1 && args[0] >= 0:
+		return initSpec{kind: "normal", a: args[0]}, nil
+	case name == "uniform" && len(args) == 2 && args[0] <= args[1]:
+		return initSpec{kind: "uniform", a: args[0], b: args[1]}, nil
+	}
+	return initSpec{}, fmt.Errorf("bad initialiser %q (want normal(STD), uniform(A, B), zeros or ones)", s)
+}
+
+// initBuffer fills a parameter or state buffer. Random values come from the counter-based RNG
+// keyed by (seed, name) at element indices of the full tensor, so a shard (global_offset into
+// global_shape) holds exactly its slice of what one device would hold.
+func initBuffer(b *pb.Buffer, t device.Tensor, seed uint64) error {
+	if b.Data != nil {
+		copy(t.Data, b.Data)
+		return nil
+	}
+	spec, err := parseInit(b.Init)
+	if err != nil {
+		return err
+	}
+	n := t.Type.NumElements()
+	f64 := make([]float64, n)
+	switch spec.kind {
+	case "ones":
+		for i := range f64 {
+			f64[i] = 1
+		}
+	case "normal", "uniform":
+		key := cpu.KeyFor(seed, b.Name)
+		// Fill each run of elements that is contiguous in the full tensor with one call, so
+		// an unsharded tensor is one run and a shard one run per row of its last dim.
+		runs := contiguousRuns(b, t.Type)
+		for _, r := range runs {
+			dst := f64[r.local : r.local+r.n]
+			if spec.kind == "normal" {
+				cpu.FillNormal(dst, key, uint64(r.global), 0, spec.a)
+			} else {
+				cpu.FillUniform(dst, key, uint64(r.global), spec.a, spec.b)
+			}
+		}
+	}
+	return storeF64(t, f64)
+}
+
+type run struct{ local, global, n int64 }
+
+// contiguousRuns lists the stretches of a (possibly sharded) buffer that are contiguous in the
+// full tensor, with their element offsets in the buffer and in the full tensor.
+func contiguousRuns(b *pb.Buffer, t ir.Type) []run {
+	n := int64(t.NumElements())
+	if len(b.GlobalShape) == 0 || len(b.GlobalOffset) == 0 || t.Rank() == 0 {
+		return []run{{0, 0, n}}
+	}
+	rank := t.Rank()
+	last := int64(t.Shape[rank-1])
+	if last == 0 {
+		return nil
+	}
+	var out []run
+	coord := make([]int64, rank)
+	for local := int64(0); local < n; local += last {
+		var lin int64
+		for d := 0; d < rank; d++ {
+			lin = lin*b.GlobalShape[d] + b.GlobalOffset[d] + coord[d]
+		}
+		out = append(out, run{local, lin, last})
+		for d := rank - 2; d >= 0; d-- {
+			coord[d]++
+			if coord[d] < int64(t.Shape[d]) {
+				break
+			}
+			coord[d] = 0
+		}
+	}
+	return out
+}
+
+// storeF64 writes float64 values into a float tensor of any float dtype.
+func storeF64(t device.Tensor, v []float64) error {
+	switch t.Type.DType {
+	case ir.F64:
+		copy(t.F64(), v)
+	case ir.F32:
+		d := t.F32()
+		for i, x := range v {
+			d[i] = float32(x)
+		}
+	case ir.F16:
+		d := t.U16()
+		for i, x := range v {
+			d[i] = ir.F32ToF16(float32(x))
+		}
+	case ir.BF16:
+		d := t.U16()
+		for i, x := range v {
+			d[i] = ir.F32ToBF16(float32(x))
+		}
+	default:
+		return fmt.Errorf("cannot initialise a %s tensor with random values", t.Type.DType)
+	}
+	return nil
+}

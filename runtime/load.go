@@ -1,0 +1,579 @@
+package runtime
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"unsafe"
+
+	"google.golang.org/protobuf/proto"
+
+	"ppc.dev/ppc/codegen"
+	pb "ppc.dev/ppc/codegen/programpb"
+	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/runtime/device"
+)
+
+// Job is a loaded, validated plan: every rank's program prepared on a device, with memory.
+type Job struct {
+	Dir   string
+	Plan  *codegen.Plan
+	Ranks []*Rank
+	dev   device.Device
+	comm  *transport
+}
+
+// Rank is one rank's prepared program and memory.
+type Rank struct {
+	Index  int
+	Prog   *pb.Program
+	Bufs   []device.Tensor
+	instrs []instr
+	arena  []byte
+	losses []float64
+	inputs map[string]codegen.Input
+	step   int
+}
+
+type instr struct {
+	*pb.Instr
+	impl    device.Impl
+	in, out []device.Tensor
+	name    string // kernel name for traces
+}
+
+// InputError marks a problem with the files given to the runtime (exit status 2).
+type InputError struct{ Err error }
+
+func (e *InputError) Error() string { return e.Err.Error() }
+func (e *InputError) Unwrap() error { return e.Err }
+
+func inputErrorf(format string, args ...any) error {
+	return &InputError{fmt.Errorf(format, args...)}
+}
+
+// Load reads plan.json and every rank's program from dir, validates them completely, and
+// prepares them on dev. A malformed or corrupted file is an *InputError naming the file and
+// the problem; nothing is executed before everything checks out.
+func Load(dir string, dev device.Device) (*Job, error) {
+	plan, err := codegen.ReadPlan(dir)
+	if err != nil {
+		return nil, &InputError{err}
+	}
+	j := &Job{Dir: dir, Plan: plan, dev: dev, comm: newTransport(plan.World)}
+	for r := range plan.Ranks {
+		path := filepath.Join(dir, codegen.ProgramFile(r))
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, &InputError{err}
+		}
+		prog := &pb.Program{}
+		if err := proto.Unmarshal(data, prog); err != nil {
+			return nil, inputErrorf("%s: not a ppc program: %v", path, err)
+		}
+		rank, err := j.prepare(r, prog)
+		if err != nil {
+			return nil, inputErrorf("%s: %v", path, err)
+		}
+		j.Ranks = append(j.Ranks, rank)
+	}
+	return j, nil
+}
+
+// New prepares an in-memory compiled job (the same validation as Load, without files).
+func New(out *codegen.Output, dev device.Device) (*Job, error) {
+	j := &Job{Plan: out.Plan, dev: dev, comm: newTransport(out.Plan.World)}
+	for r, p := range out.Programs {
+		rank, err := j.prepare(r, p)
+		if err != nil {
+			return nil, fmt.Errorf("rank %d: %v", r, err)
+		}
+		j.Ranks = append(j.Ranks, rank)
+	}
+	return j, nil
+}
+
+// LoadProgram validates and prepares a single program read from bytes (for tools and fuzzing).
+func LoadProgram(data []byte, plan *codegen.Plan, dev device.Device) (*Rank, error) {
+	prog := &pb.Program{}
+	if err := proto.Unmarshal(data, prog); err != nil {
+		return nil, inputErrorf("not a ppc program: %v", err)
+	}
+	j := &Job{Plan: plan, dev: dev, comm: newTransport(plan.World)}
+	r, err := j.prepare(int(prog.Rank), prog)
+	if err != nil {
+		return nil, &InputError{err}
+	}
+	return r, nil
+}
+
+// maxArena bounds what a program may ask for before the runtime checks the machine.
+const maxBytes = 1 << 46
+
+func (j *Job) prepare(r int, prog *pb.Program) (*Rank, error) {
+	plan := j.Plan
+	switch {
+	case prog.FormatVersion != codegen.FormatVersion:
+		return nil, fmt.Errorf("format version %d, this ppc reads %d", prog.FormatVersion, codegen.FormatVersion)
+	case int(prog.Rank) != r:
+		return nil, fmt.Errorf("program is for rank %d, expected rank %d", prog.Rank, r)
+	case int(prog.World) != plan.World:
+		return nil, fmt.Errorf("program is for world size %d, the plan has %d", prog.World, plan.World)
+	case int(prog.Microbatches) != plan.Microbatches:
+		return nil, fmt.Errorf("program has %d micro-batches, the plan %d", prog.Microbatches, plan.Microbatches)
+	case prog.SourceHash != plan.SourceHash:
+		return nil, fmt.Errorf("program was compiled from another model (source hash %s, plan %s)", prog.SourceHash, plan.SourceHash)
+	case prog.ArenaBytes < 0 || prog.ArenaBytes > maxBytes:
+		return nil, fmt.Errorf("arena of %d bytes", prog.ArenaBytes)
+	}
+	rank := &Rank{Index: r, Prog: prog, inputs: map[string]codegen.Input{}}
+	for _, in := range plan.Inputs {
+		rank.inputs[in.Name] = in
+	}
+	types := make([]ir.Type, len(prog.Buffers))
+	var persistent int64
+	for i, b := range prog.Buffers {
+		if b == nil || int(b.Id) != i {
+			return nil, fmt.Errorf("buffer %d: id mismatch", i)
+		}
+		t, err := codegen.TypeFromProto(b.Dtype, b.Shape)
+		if err != nil {
+			return nil, fmt.Errorf("buffer %d (%s): %v", i, b.Name, err)
+		}
+		types[i] = t
+		size := t.Bytes()
+		switch b.Role {
+		case pb.Role_ACTIVATION, pb.Role_INPUT:
+			if b.Offset < 0 || b.Offset%64 != 0 || b.Offset+size > prog.ArenaBytes {
+				return nil, fmt.Errorf("buffer %d (%s): %d bytes at offset %d do not fit the %d-byte arena", i, b.Name, size, b.Offset, prog.ArenaBytes)
+			}
+		case pb.Role_CONST:
+			want := size
+			if b.Splat {
+				want = int64(t.DType.Size())
+			}
+			if int64(len(b.Data)) != want {
+				return nil, fmt.Errorf("constant buffer %d holds %d bytes, its type %s needs %d", i, len(b.Data), t, want)
+			}
+			persistent += size
+		case pb.Role_PARAM:
+			if b.Data != nil && int64(len(b.Data)) != size {
+				return nil, fmt.Errorf("parameter %s holds %d bytes, its type %s needs %d", b.Name, len(b.Data), t, size)
+			}
+			if b.Data == nil {
+				if _, err := parseInit(b.Init); err != nil {
+					return nil, fmt.Errorf("parameter %s: %v", b.Name, err)
+				}
+			}
+			if err := checkShard(b, t); err != nil {
+				return nil, fmt.Errorf("parameter %s: %v", b.Name, err)
+			}
+			persistent += size
+		case pb.Role_STATE:
+			if _, err := parseInit(b.Init); err != nil {
+				return nil, fmt.Errorf("state %s: %v", b.Name, err)
+			}
+			persistent += size
+		case pb.Role_GRAD, pb.Role_OUTPUT:
+			persistent += size
+		case pb.Role_STEP:
+			if t.NumElements() != 1 || !t.DType.IsFloat() {
+				return nil, fmt.Errorf("step buffer %d must be a float scalar, is %s", i, t)
+			}
+		default:
+			return nil, fmt.Errorf("buffer %d (%s): unknown role %d", i, b.Name, b.Role)
+		}
+		if persistent > maxBytes {
+			return nil, fmt.Errorf("program needs more than %d bytes", int64(maxBytes))
+		}
+	}
+	if err := checkMemory(prog.ArenaBytes + persistent); err != nil {
+		return nil, err
+	}
+	rank.arena = alignedBytes(prog.ArenaBytes)
+	rank.Bufs = make([]device.Tensor, len(prog.Buffers))
+	for i, b := range prog.Buffers {
+		t := types[i]
+		switch b.Role {
+		case pb.Role_ACTIVATION, pb.Role_INPUT:
+			rank.Bufs[i] = device.Tensor{Type: t, Data: rank.arena[b.Offset : b.Offset+t.Bytes() : b.Offset+t.Bytes()]}
+		default:
+			rank.Bufs[i] = device.Tensor{Type: t, Data: alignedBytes(t.Bytes())}
+			if b.Role == pb.Role_CONST {
+				fillConst(rank.Bufs[i].Data, b.Data, b.Splat)
+			}
+		}
+	}
+	// Kernels: op names and attributes against the IR op table.
+	specs := make([]*device.Spec, len(prog.Kernels))
+	for k, pk := range prog.Kernels {
+		s, err := kernelSpec(pk)
+		if err != nil {
+			return nil, fmt.Errorf("kernel %d (%s): %v", k, pk.GetOp(), err)
+		}
+		specs[k] = s
+	}
+	rank.instrs = make([]instr, len(prog.Instrs))
+	for n, in := range prog.Instrs {
+		if in == nil {
+			return nil, fmt.Errorf("instruction %d is empty", n)
+		}
+		it, err := j.prepareInstr(rank, in, specs, types)
+		if err != nil {
+			return nil, fmt.Errorf("instruction %d (%s): %v", n, in.Kind, err)
+		}
+		rank.instrs[n] = it
+	}
+	return rank, nil
+}
+
+func checkShard(b *pb.Buffer, t ir.Type) error {
+	if len(b.GlobalShape) == 0 && len(b.GlobalOffset) == 0 {
+		return nil
+	}
+	if len(b.GlobalShape) != t.Rank() || (len(b.GlobalOffset) != 0 && len(b.GlobalOffset) != t.Rank()) {
+		return fmt.Errorf("shard description does not match rank %d", t.Rank())
+	}
+	for i, g := range b.GlobalShape {
+		off := int64(0)
+		if len(b.GlobalOffset) > 0 {
+			off = b.GlobalOffset[i]
+		}
+		if g < 0 || g > 1<<40 || off < 0 || off+int64(t.Shape[i]) > g {
+			return fmt.Errorf("shard [%d:+%d] outside global dim %d", off, t.Shape[i], g)
+		}
+	}
+	return nil
+}
+
+func kernelSpec(pk *pb.Kernel) (*device.Spec, error) {
+	if pk.Op == "fused" {
+		if len(pk.Fused) == 0 || len(pk.Fused) > 4096 {
+			return nil, fmt.Errorf("fused kernel with %d steps", len(pk.Fused))
+		}
+		s := &device.Spec{}
+		for i, st := range pk.Fused {
+			if st == nil {
+				return nil, fmt.Errorf("fused step %d is empty", i)
+			}
+			def := ir.Lookup(st.Op)
+			if def == nil || !def.Has(ir.Elementwise) {
+				return nil, fmt.Errorf("fused step %d: %q is not an elementwise op", i, st.Op)
+			}
+			attrs, err := codegen.AttrsFromProto(st.Attrs)
+			if err != nil {
+				return nil, fmt.Errorf("fused step %d: %v", i, err)
+			}
+			if _, err := def.CheckAttrs(attrs); err != nil {
+				return nil, fmt.Errorf("fused step %d: %v", i, err)
+			}
+			if st.Type == nil {
+				return nil, fmt.Errorf("fused step %d has no type", i)
+			}
+			t, err := codegen.TypeFromProto(st.Type.Dtype, st.Type.Shape)
+			if err != nil {
+				return nil, fmt.Errorf("fused step %d: %v", i, err)
+			}
+			args := make([]int, len(st.Args))
+			for a, x := range st.Args {
+				args[a] = int(x)
+			}
+			s.Fused = append(s.Fused, device.FusedStep{Op: def, Args: args, Attrs: attrs, Type: t})
+		}
+		return s, nil
+	}
+	def := ir.Lookup(pk.Op)
+	if def == nil {
+		return nil, fmt.Errorf("unknown op %q", pk.Op)
+	}
+	if def.Has(ir.P2P) || def.Has(ir.Collective) {
+		return nil, fmt.Errorf("op %s is communication, not a kernel", pk.Op)
+	}
+	attrs, err := codegen.AttrsFromProto(pk.Attrs)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := def.CheckAttrs(attrs); err != nil {
+		return nil, err
+	}
+	return &device.Spec{Op: def, Attrs: attrs}, nil
+}
+
+func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, types []ir.Type) (instr, error) {
+	it := instr{Instr: in}
+	buf := func(ids []int32) ([]device.Tensor, error) {
+		out := make([]device.Tensor, len(ids))
+		for i, id := range ids {
+			if id < 0 || int(id) >= len(rank.Bufs) {
+				return nil, fmt.Errorf("buffer %d out of range (%d buffers)", id, len(rank.Bufs))
+			}
+			out[i] = rank.Bufs[id]
+		}
+		return out, nil
+	}
+	var err error
+	if it.in, err = buf(in.In); err != nil {
+		return it, err
+	}
+	if it.out, err = buf(in.Out); err != nil {
+		return it, err
+	}
+	count := func(nin, nout int) error {
+		if len(in.In) != nin || len(in.Out) != nout {
+			return fmt.Errorf("takes %d inputs and %d outputs, has %d and %d", nin, nout, len(in.In), len(in.Out))
+		}
+		return nil
+	}
+	role := func(id int32) pb.Role { return rank.Prog.Buffers[id].Role }
+	writable := func() error {
+		for _, id := range in.Out {
+			switch role(id) {
+			case pb.Role_CONST, pb.Role_PARAM, pb.Role_STEP:
+				if in.Kind != pb.Instr_COPY || role(id) != pb.Role_PARAM {
+					return fmt.Errorf("writes to read-only buffer %d (%s)", id, role(id))
+				}
+			}
+		}
+		return nil
+	}
+	if err := writable(); err != nil {
+		return it, err
+	}
+	peerOK := func() error {
+		if in.Peer < 0 || int(in.Peer) >= j.Plan.World || int(in.Peer) == rank.Index {
+			return fmt.Errorf("peer %d is not another rank of %d", in.Peer, j.Plan.World)
+		}
+		return nil
+	}
+	switch in.Kind {
+	case pb.Instr_LAUNCH:
+		if in.Kernel < 0 || int(in.Kernel) >= len(specs) {
+			return it, fmt.Errorf("kernel %d out of range", in.Kernel)
+		}
+		spec := *specs[in.Kernel]
+		for _, x := range it.in {
+			spec.In = append(spec.In, x.Type)
+		}
+		for _, x := range it.out {
+			spec.Out = append(spec.Out, x.Type)
+		}
+		if err := checkLaunch(&spec); err != nil {
+			return it, err
+		}
+		it.name = spec.Name()
+		impl, err := j.dev.Prepare(&spec)
+		if err != nil {
+			return it, fmt.Errorf("%s: %v", spec.Name(), err)
+		}
+		it.impl = impl
+	case pb.Instr_INPUT:
+		if err := count(0, 1); err != nil {
+			return it, err
+		}
+		spec, ok := rank.inputs[in.Label]
+		if !ok {
+			return it, fmt.Errorf("input %q is not in the plan", in.Label)
+		}
+		t := it.out[0].Type
+		if t.DType.String() != spec.DType || !t.Shape.Equal(spec.MicrobatchShape) {
+			return it, fmt.Errorf("input %q: buffer %s, the plan says %s%v", in.Label, t, spec.DType, spec.MicrobatchShape)
+		}
+		if in.Microbatch < 0 || int(in.Microbatch) >= j.Plan.Microbatches {
+			return it, fmt.Errorf("micro-batch %d out of range", in.Microbatch)
+		}
+	case pb.Instr_SEND:
+		if err := count(1, 0); err != nil {
+			return it, err
+		}
+		return it, peerOK()
+	case pb.Instr_RECV:
+		if err := count(0, 1); err != nil {
+			return it, err
+		}
+		return it, peerOK()
+	case pb.Instr_ZERO:
+		return it, count(0, 1)
+	case pb.Instr_ACCUM:
+		if err := count(1, 1); err != nil {
+			return it, err
+		}
+		a, b := it.in[0].Type, it.out[0].Type
+		if !a.Shape.Equal(b.Shape) || !a.DType.IsFloat() || (b.DType != ir.F32 && b.DType != ir.F64) {
+			return it, fmt.Errorf("cannot accumulate %s into %s", a, b)
+		}
+	case pb.Instr_COPY:
+		if err := count(1, 1); err != nil {
+			return it, err
+		}
+		if !it.in[0].Type.Equal(it.out[0].Type) {
+			return it, fmt.Errorf("copies %s into %s", it.in[0].Type, it.out[0].Type)
+		}
+	case pb.Instr_ALL_REDUCE:
+		if err := count(1, 0); err != nil {
+			return it, err
+		}
+		if dt := it.in[0].Type.DType; dt != ir.F32 {
+			return it, fmt.Errorf("all-reduce of %s (only f32 gradients)", dt)
+		}
+		member := false
+		seen := map[int32]bool{}
+		for _, g := range in.Group {
+			if g < 0 || int(g) >= j.Plan.World || seen[g] {
+				return it, fmt.Errorf("bad group %v", in.Group)
+			}
+			seen[g] = true
+			member = member || int(g) == rank.Index
+		}
+		if !member {
+			return it, fmt.Errorf("rank %d is not in its all-reduce group %v", rank.Index, in.Group)
+		}
+	case pb.Instr_LOSS:
+		if err := count(1, 0); err != nil {
+			return it, err
+		}
+		if t := it.in[0].Type; t.NumElements() != 1 || !t.DType.IsFloat() {
+			return it, fmt.Errorf("loss must be a float scalar, is %s", t)
+		}
+		if in.Microbatch < 0 || int(in.Microbatch) >= j.Plan.Microbatches {
+			return it, fmt.Errorf("micro-batch %d out of range", in.Microbatch)
+		}
+	case pb.Instr_BEGIN, pb.Instr_END, pb.Instr_NOP:
+		return it, count(0, 0)
+	default:
+		return it, fmt.Errorf("unknown instruction kind %d", in.Kind)
+	}
+	return it, nil
+}
+
+// checkLaunch re-checks a launch against the IR op table: result types must be exactly what
+// the op infers from the operand types, so a corrupted program cannot reach a kernel with
+// buffers it would index out of bounds.
+func checkLaunch(s *device.Spec) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("malformed kernel: %v", r)
+		}
+	}()
+	if s.Op != nil {
+		n := len(s.In)
+		if n < s.Op.MinOperands || s.Op.MaxOperands >= 0 && n > s.Op.MaxOperands {
+			return fmt.Errorf("%s takes %s operands, got %d", s.Op.Name, s.Op.OperandCountString(), n)
+		}
+		want, err := s.Op.Infer(s.In, s.Attrs)
+		if err != nil {
+			return fmt.Errorf("%s: %v", s.Op.Name, err)
+		}
+		return sameTypes(s.Op.Name, want, s.Out)
+	}
+	if len(s.Out) != 1 {
+		return fmt.Errorf("fused kernel with %d outputs", len(s.Out))
+	}
+	vals := append([]ir.Type(nil), s.In...)
+	for i, st := range s.Fused {
+		in := make([]ir.Type, len(st.Args))
+		for a, x := range st.Args {
+			if x < 0 || x >= len(vals) {
+				return fmt.Errorf("fused step %d reads value %d of %d", i, x, len(vals))
+			}
+			in[a] = vals[x]
+		}
+		if n := len(in); n < st.Op.MinOperands || st.Op.MaxOperands >= 0 && n > st.Op.MaxOperands {
+			return fmt.Errorf("fused step %d: %s takes %s operands, got %d", i, st.Op.Name, st.Op.OperandCountString(), n)
+		}
+		want, err := st.Op.Infer(in, st.Attrs)
+		if err != nil {
+			return fmt.Errorf("fused step %d: %s: %v", i, st.Op.Name, err)
+		}
+		if err := sameTypes(st.Op.Name, want, []ir.Type{st.Type}); err != nil {
+			return fmt.Errorf("fused step %d: %v", i, err)
+		}
+		vals = append(vals, st.Type)
+	}
+	return sameTypes("fused", vals[len(vals)-1:], s.Out)
+}
+
+func sameTypes(op string, want, got []ir.Type) error {
+	if len(want) != len(got) {
+		return fmt.Errorf("%s produces %d results, %d buffers given", op, len(want), len(got))
+	}
+	for i := range want {
+		if !want[i].Equal(got[i]) {
+			return fmt.Errorf("%s result %d is %s, buffer is %s", op, i, want[i], got[i])
+		}
+	}
+	return nil
+}
+
+// alignedBytes allocates n bytes aligned to 64.
+func alignedBytes(n int64) []byte {
+	if n == 0 {
+		return []byte{}
+	}
+	raw := make([]byte, n+63)
+	off := int((64 - uintptr(unsafe.Pointer(&raw[0]))%64) % 64)
+	return raw[off : int64(off)+n : int64(off)+n]
+}
+
+func fillConst(dst, data []byte, splat bool) {
+	if !splat {
+		copy(dst, data)
+		return
+	}
+	for i := 0; i < len(dst); i += len(data) {
+		copy(dst[i:], data)
+	}
+}
+
+// checkMemory refuses programs that cannot fit this machine's available memory.
+func checkMemory(need int64) error {
+	avail := availableMemory()
+	if avail > 0 && need > avail {
+		return fmt.Errorf("needs %s of memory, this machine has %s available", formatBytes(need), formatBytes(avail))
+	}
+	return nil
+}
+
+func availableMemory() int64 {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	var kb int64
+	for _, line := range splitLines(string(data)) {
+		if n, _ := fmt.Sscanf(line, "MemAvailable: %d kB", &kb); n == 1 {
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+func splitLines(s string) []string {
+	var out []string
+	for len(s) > 0 {
+		i := 0
+		for i < len(s) && s[i] != '\n' {
+			i++
+		}
+		out = append(out, s[:i])
+		if i < len(s) {
+			i++
+		}
+		s = s[i:]
+	}
+	return out
+}
+
+// formatBytes prints a byte count with a binary unit.
+func formatBytes(n int64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
+	f := float64(n)
+	u := 0
+	for f >= 1024 && u < len(units)-1 {
+		f /= 1024
+		u++
+	}
+	if u == 0 {
+		return fmt.Sprintf("%d B", n)
+	}
+	return fmt.Sprintf("%.1f %s", f, units[u])
+}

@@ -1,0 +1,230 @@
+package runtime
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"ppc.dev/ppc/codegen"
+	pb "ppc.dev/ppc/codegen/programpb"
+	"ppc.dev/ppc/compiler"
+	"ppc.dev/ppc/runtime/cpu"
+)
+
+// compileIR compiles an IR model into a temporary plan directory.
+func compileIR(t testing.TB, path string, opts compiler.Options) string {
+	t.Helper()
+	res, err := compiler.Compile(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := res.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestForwardRunsAndIsDeterministic(t *testing.T) {
+	dir := compileIR(t, "../testdata/ir/mlp.ir", compiler.Options{ForwardOnly: true, Microbatches: 1})
+	var losses []float64
+	for i := 0; i < 2; i++ {
+		job, err := Load(dir, cpu.New())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := job.Init(7); err != nil {
+			t.Fatal(err)
+		}
+		r, err := job.Step(Options{Seed: 7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		losses = append(losses, r.Loss)
+	}
+	if losses[0] != losses[1] {
+		t.Fatalf("two runs differ: %v", losses)
+	}
+	// Random init of a 10-class classifier: the loss is near ln 10.
+	if losses[0] < 2.0 || losses[0] > 2.6 {
+		t.Fatalf("loss %v is not near ln(10)", losses[0])
+	}
+}
+
+// corrupt applies f to rank 0's program in a copy of dir and returns the new dir.
+func corrupt(t *testing.T, dir string, f func(p *pb.Program)) string {
+	t.Helper()
+	out := t.TempDir()
+	for _, name := range []string{"plan.json", codegen.ProgramFile(0)} {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name != "plan.json" {
+			p := &pb.Program{}
+			if err := proto.Unmarshal(data, p); err != nil {
+				t.Fatal(err)
+			}
+			f(p)
+			if data, err = proto.Marshal(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(out, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+func firstLaunch(p *pb.Program) *pb.Instr {
+	for _, in := range p.Instrs {
+		if in.Kind == pb.Instr_LAUNCH {
+			return in
+		}
+	}
+	return nil
+}
+
+func TestLoaderRejectsCorruptPrograms(t *testing.T) {
+	dir := compileIR(t, "../testdata/ir/mlp.ir", compiler.Options{ForwardOnly: true, Microbatches: 1})
+	cases := []struct {
+		name string
+		f    func(p *pb.Program)
+		want string
+	}{
+		{"format", func(p *pb.Program) { p.FormatVersion = 99 }, "format version 99"},
+		{"rank", func(p *pb.Program) { p.Rank = 3 }, "program is for rank 3"},
+		{"hash", func(p *pb.Program) { p.SourceHash = "x" }, "another model"},
+		{"offset", func(p *pb.Program) {
+			for _, b := range p.Buffers {
+				if b.Role == pb.Role_ACTIVATION {
+					b.Offset = p.ArenaBytes
+					return
+				}
+			}
+		}, "do not fit the"},
+		{"dtype", func(p *pb.Program) { p.Buffers[0].Dtype = 77 }, "bad dtype 77"},
+		{"shape", func(p *pb.Program) { firstLaunchOut(p).Shape = []int64{3} }, "is f32[16,64], buffer is f32[3]"},
+		{"kernel index", func(p *pb.Program) { firstLaunch(p).Kernel = 999 }, "kernel 999 out of range"},
+		{"buffer index", func(p *pb.Program) { firstLaunch(p).In[0] = 12345 }, "buffer 12345 out of range"},
+		{"op", func(p *pb.Program) { p.Kernels[0].Op = "frobnicate" }, `unknown op "frobnicate"`},
+		{"attr", func(p *pb.Program) {
+			p.Kernels[0].Attrs = append(p.Kernels[0].Attrs, &pb.NamedAttr{Name: "bogus", Value: &pb.Attr{Value: &pb.Attr_I{I: 1}}})
+		}, `has no attribute "bogus"`},
+		{"const data", func(p *pb.Program) {
+			for _, b := range p.Buffers {
+				if b.Role == pb.Role_CONST {
+					b.Data = b.Data[:1]
+					return
+				}
+			}
+			p.Buffers = append(p.Buffers, &pb.Buffer{Id: int32(len(p.Buffers)), Role: pb.Role_CONST, Dtype: pb.DType_F32, Shape: []int64{2}, Data: []byte{1}})
+		}, "constant buffer"},
+		{"init", func(p *pb.Program) {
+			for _, b := range p.Buffers {
+				if b.Role == pb.Role_PARAM {
+					b.Init = "gaussian(1)"
+					return
+				}
+			}
+		}, `bad initialiser "gaussian(1)"`},
+		{"peer", func(p *pb.Program) {
+			p.Instrs = append(p.Instrs, &pb.Instr{Kind: pb.Instr_SEND, In: []int32{0}, Peer: 5})
+		}, "peer 5 is not another rank"},
+		{"input", func(p *pb.Program) {
+			for _, in := range p.Instrs {
+				if in.Kind == pb.Instr_INPUT {
+					in.Label = "nope"
+					return
+				}
+			}
+		}, `input "nope" is not in the plan`},
+		{"kind", func(p *pb.Program) { p.Instrs[0].Kind = 42 }, "unknown instruction kind 42"},
+		{"write const", func(p *pb.Program) {
+			for _, b := range p.Buffers {
+				if b.Role == pb.Role_PARAM {
+					p.Instrs = append(p.Instrs, &pb.Instr{Kind: pb.Instr_ZERO, Out: []int32{b.Id}})
+					return
+				}
+			}
+		}, "writes to read-only buffer"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			bad := corrupt(t, dir, c.f)
+			_, err := Load(bad, cpu.New())
+			var ie *InputError
+			if err == nil || !errors.As(err, &ie) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want an InputError containing %q", err, c.want)
+			}
+			if !strings.Contains(err.Error(), "rank-00000.ppx") {
+				t.Fatalf("error does not name the file: %v", err)
+			}
+		})
+	}
+}
+
+func firstLaunchOut(p *pb.Program) *pb.Buffer {
+	return p.Buffers[firstLaunch(p).Out[0]]
+}
+
+func TestLoaderRejectsBadFiles(t *testing.T) {
+	dir := compileIR(t, "../testdata/ir/mlp.ir", compiler.Options{ForwardOnly: true, Microbatches: 1})
+	prog, _ := os.ReadFile(filepath.Join(dir, codegen.ProgramFile(0)))
+	plan, _ := os.ReadFile(filepath.Join(dir, "plan.json"))
+	cases := []struct {
+		name       string
+		plan, prog []byte
+		want       string
+	}{
+		{"truncated program", plan, prog[:len(prog)/2], "not a ppc program"},
+		{"random program", plan, []byte("\x0a\xff\xff\xff\xff\x0f garbage"), "not a ppc program"},
+		{"truncated plan", plan[:len(plan)/2], prog, "plan.json"},
+		{"plan not json", []byte("hello"), prog, "plan.json"},
+		{"plan world", []byte(strings.Replace(string(plan), `"world": 1`, `"world": 0`, 1)), prog, "world size 0"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := t.TempDir()
+			os.WriteFile(filepath.Join(d, "plan.json"), c.plan, 0o644)
+			os.WriteFile(filepath.Join(d, codegen.ProgramFile(0)), c.prog, 0o644)
+			_, err := Load(d, cpu.New())
+			var ie *InputError
+			if err == nil || !errors.As(err, &ie) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want an InputError containing %q", err, c.want)
+			}
+		})
+	}
+	if _, err := Load(t.TempDir(), cpu.New()); err == nil || !strings.Contains(err.Error(), "plan.json") {
+		t.Fatalf("empty dir: %v", err)
+	}
+}
+
+// FuzzLoadProgram feeds mutated programs to the loader and runs whatever loads: the runtime
+// must report bad programs as errors, never crash.
+func FuzzLoadProgram(f *testing.F) {
+	dir := compileIR(f, "../testdata/ir/mlp.ir", compiler.Options{ForwardOnly: true, Microbatches: 1})
+	prog, _ := os.ReadFile(filepath.Join(dir, codegen.ProgramFile(0)))
+	plan, err := codegen.ReadPlan(dir)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(prog)
+	f.Add(prog[:len(prog)/3])
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := LoadProgram(data, plan, cpu.New())
+		if err != nil {
+			return
+		}
+		j := &Job{Plan: plan, Ranks: []*Rank{r}, dev: cpu.New(), comm: newTransport(plan.World)}
+		if err := j.Init(1); err != nil {
+			return
+		}
+		_, _ = j.Step(Options{Seed: 1})
+	})
+}
