@@ -324,8 +324,13 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 			name := at.Str(ir.AttrGrad, "")
 			grad := rg.named["grad:"+name]
 			if _, ok := rg.named["grad:"+name]; !ok {
+				// Gradients accumulate in fp32 (fp64 for fp64 parameters).
 				t := b.Slots[b.Results[i]]
-				grad = rg.newBuffer(name, ir.Type{DType: ir.F32, Shape: t.Shape}, pb.Role_GRAD)
+				dt := ir.F32
+				if t.DType == ir.F64 {
+					dt = ir.F64
+				}
+				grad = rg.newBuffer(name, ir.Type{DType: dt, Shape: t.Shape}, pb.Role_GRAD)
 				rg.named["grad:"+name] = grad
 			}
 			rg.instr(&pb.Instr{Kind: pb.Instr_ACCUM, In: []int32{int32(buf)}, Out: []int32{int32(grad)}, Microbatch: int32(mb)})
