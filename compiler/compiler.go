@@ -23,6 +23,9 @@ type Options struct {
 	Microbatches  int
 	Schedule      string // generator name, or a .csv file in PyTorch's format
 	VirtualStages int
+	Partition     string // markers, layout or auto ("": markers when the model has any, else auto)
+	Layout        string // for Partition == "layout"
+	Mem           int64  // bytes per device for auto partitioning (0: unlimited)
 	// Training.
 	ForwardOnly bool
 	Loss        string // ONNX models without a loss: "ce" or "mse"
@@ -67,7 +70,14 @@ func Compile(model string, opts Options) (*Result, error) {
 		}
 		pipeline = append(pipeline, fmt.Sprintf("add-loss{kind=%s,output=%d}", kind, opts.LossOutput))
 	}
-	pipeline = append(pipeline, fmt.Sprintf("partition{pp=%d}", opts.PP))
+	part := fmt.Sprintf("partition{pp=%d,virtual=%d,mem=%d", opts.PP, max(opts.VirtualStages, 1), opts.Mem)
+	if opts.Partition != "" {
+		part += ",mode=" + opts.Partition
+	}
+	if opts.Layout != "" {
+		part += ",layout=" + opts.Layout
+	}
+	pipeline = append(pipeline, part+"}")
 	if !opts.ForwardOnly {
 		opt := opts.Optimizer
 		if opt == "" {

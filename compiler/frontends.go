@@ -1,11 +1,18 @@
 package compiler
 
 import (
+	"ppc.dev/ppc/frontend/dsl"
 	"ppc.dev/ppc/frontend/onnx"
 	"ppc.dev/ppc/ir"
 )
 
 func init() {
+	frontends[".ppm"] = func(path string, src []byte, opts LoadOptions) (*ir.Module, error) {
+		if len(opts.Dims) > 0 {
+			return nil, &ir.Error{Loc: ir.Loc{File: path}, Msg: "--dim applies to ONNX models; DSL models take --set NAME=VALUE"}
+		}
+		return dsl.Load(path, src, dsl.Options{Set: opts.Set, Preset: opts.Preset, Microbatches: opts.Microbatches})
+	}
 	frontends[".onnx"] = func(path string, src []byte, opts LoadOptions) (*ir.Module, error) {
 		if len(opts.Set) > 0 || opts.Preset != "" {
 			return nil, &ir.Error{Loc: ir.Loc{File: path}, Msg: "--set and --preset apply to DSL models, not ONNX"}

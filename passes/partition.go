@@ -2,6 +2,11 @@ package passes
 
 import (
 	"fmt"
+	"math"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
 
 	"ppc.dev/ppc/ir"
 )
@@ -9,39 +14,714 @@ import (
 // Partition assigns every op of @forward a pipeline stage.
 var Partition = &Pass{
 	Name: "partition",
-	Doc: "Assign every op of @forward a pipeline stage in [0, pp). With pp=1 every op goes to stage 0. " +
-		"With pp>1 the model's stage markers are used when their number equals pp.",
-	Options: []Option{{Name: "pp", Default: "1", Doc: "number of pipeline stages"}},
-	Run: func(m *ir.Module, opts Options) error {
-		pp, err := opts.Int("pp")
-		if err != nil {
+	Doc: "Assign every op of @forward a pipeline stage in [0, pp·virtual). The model is first cut into " +
+		"units: its layers when parameters are namespaced by layer (`layers.3.…` → E for what comes " +
+		"before the first layer, t0…tN−1, L for what follows the last), else its stage markers, else " +
+		"the points where a single activation crosses. mode=markers uses the model's stage markers " +
+		"(grouping neighbours when there are more markers than stages); mode=layout places units as a " +
+		"Megatron-style layout string says (`E,t*4|t*4|t*4|t*4,L`, stages separated by `|`, which " +
+		"must cover the model exactly); mode=auto balances the cost model's per-unit time (forward, " +
+		"input and weight gradients, and the communication at each cut) with a dynamic program that " +
+		"minimises the bottleneck stage, i.e. the pipeline time T = Σtᵢ + (M−1)·max tⱼ, under a " +
+		"per-device memory limit (mem, bytes). The default mode is markers when the model has any, " +
+		"else auto. Ops that depend on no model input (constants, masks, transposed weights) go to the " +
+		"stage of their first user. The chosen layout and per-stage costs are recorded in the module " +
+		"attribute `partition`.",
+	Options: []Option{
+		{Name: "pp", Default: "1", Doc: "pipeline ranks"},
+		{Name: "virtual", Default: "1", Doc: "stages per rank (interleaved and V-shaped schedules)"},
+		{Name: "mode", Default: "", Doc: "markers, layout or auto (default: markers when the model has any, else auto)"},
+		{Name: "layout", Default: "", Doc: "the layout string for mode=layout"},
+		{Name: "mem", Default: "0", Doc: "bytes of memory per device for mode=auto (0: unlimited)"},
+	},
+	Run: runPartition,
+}
+
+// unit is a contiguous piece of the model that a stage holds whole.
+type unit struct {
+	label      string // E, t3, L
+	kind       byte   // 'E', 't', 'L'
+	f, i, w    float64
+	params     int64 // parameter bytes
+	paramCount int64
+	act        int64   // activation bytes per micro-batch
+	cut        float64 // bytes crossing from this unit to later ones
+	flops      float64
+}
+
+func runPartition(m *ir.Module, opts Options) error {
+	f := m.Func(ir.ForwardFunc)
+	if f == nil {
+		return fmt.Errorf("module has no @%s", ir.ForwardFunc)
+	}
+	if err := partition(m, f, opts); err != nil {
+		// Point at the function, so the message carries the model's location.
+		return ir.ErrorAt(m.Source, f.Loc, "%v", err)
+	}
+	return nil
+}
+
+func partition(m *ir.Module, f *ir.Func, opts Options) error {
+	pp, err := opts.Int("pp")
+	if err != nil {
+		return err
+	}
+	virtual, err := opts.Int("virtual")
+	if err != nil {
+		return err
+	}
+	var memLimit int64
+	if _, err := fmt.Sscan(opts["mem"], &memLimit); err != nil || memLimit < 0 {
+		return fmt.Errorf("option mem=%q is not a byte count", opts["mem"])
+	}
+	if pp < 1 || virtual < 1 {
+		return fmt.Errorf("pp and virtual must be at least 1 (got pp=%d, virtual=%d)", pp, virtual)
+	}
+	stages := pp * virtual
+	mb := m.Attrs.Int("microbatches", 1)
+	a := analyse(f)
+	mode := opts["mode"]
+	if mode == "" {
+		mode = "auto"
+		if a.markers > 0 {
+			mode = "markers"
+		}
+	}
+	var assign []int // unit → stage
+	var units []unit
+	var unitOf map[*ir.Op]int
+	switch mode {
+	case "markers":
+		if a.markers == 0 {
+			return fmt.Errorf("mode=markers: the model has no stage markers (use mode=auto or mode=layout)")
+		}
+		units, unitOf = a.markerUnits()
+		if len(units) < stages {
+			return fmt.Errorf("the model marks %d stages; pp=%d × virtual=%d needs %d", len(units), pp, virtual, stages)
+		}
+		if assign, err = balance(units, stages, 0, pp, mb, virtual); err != nil {
 			return err
 		}
-		if pp < 1 {
-			return fmt.Errorf("pp must be at least 1, got %d", pp)
+	case "layout":
+		units, unitOf = a.layerUnits()
+		if assign, err = parseLayout(opts["layout"], units, stages); err != nil {
+			return err
 		}
-		f := m.Func(ir.ForwardFunc)
-		if f == nil {
-			return fmt.Errorf("module has no @%s", ir.ForwardFunc)
+	case "auto":
+		units, unitOf = a.layerUnits()
+		if len(units) < stages {
+			return fmt.Errorf("pp=%d × virtual=%d = %d stages, but the model has only %d partitionable layers (%s)",
+				pp, virtual, stages, len(units), unitRange(units))
 		}
-		if pp == 1 {
-			for _, op := range f.Ops {
-				op.Stage = 0
-			}
-			return nil
+		if assign, err = balance(units, stages, memLimit, pp, mb, virtual); err != nil {
+			return err
 		}
-		markers := 0
-		for _, op := range f.Ops {
-			markers = max(markers, op.Stage+1)
-		}
-		if markers != pp {
-			return fmt.Errorf("the model has %d marked stages; pp=%d needs exactly that many", markers, pp)
-		}
-		for _, op := range f.Ops {
-			if op.Stage == ir.NoStage {
-				op.Stage = 0
-			}
-		}
-		return nil
-	},
+	default:
+		return fmt.Errorf("mode must be markers, layout or auto, got %q", mode)
+	}
+	for _, op := range f.Ops {
+		op.Stage = assign[unitOf[op]]
+	}
+	m.Attrs = m.Attrs.Set("partition", describePartition(mode, units, assign, stages, mb))
+	return nil
 }
+
+// analysis holds what partitioning needs to know about @forward.
+type analysis struct {
+	f       *ir.Func
+	data    map[*ir.Value]bool // depends on a model input
+	isParam map[*ir.Value]bool
+	costs   map[*ir.Op]OpCost
+	markers int // number of distinct marker stages (0: none)
+}
+
+func analyse(f *ir.Func) *analysis {
+	a := &analysis{f: f, data: map[*ir.Value]bool{}, isParam: map[*ir.Value]bool{}, costs: map[*ir.Op]OpCost{}}
+	for i, arg := range f.Args {
+		a.data[arg] = f.ArgAttrs[i].Has(ir.AttrInput)
+		a.isParam[arg] = f.ArgAttrs[i].Has(ir.AttrParam)
+	}
+	maxMarker := -1
+	for _, op := range f.Ops {
+		d := false
+		for _, x := range op.Operands {
+			d = d || a.data[x]
+		}
+		for _, r := range op.Results {
+			a.data[r] = d
+		}
+		a.costs[op] = CostOf(op, func(v *ir.Value) bool { return a.isParam[v] })
+		maxMarker = max(maxMarker, op.Stage)
+	}
+	a.markers = maxMarker + 1
+	return a
+}
+
+var layerRE = regexp.MustCompile(`(?:^|[./_])(?:layers|layer|h|blocks|block)[./_](\d+)(?:[./_]|$)`)
+
+// layerOfParam extracts the layer index of a namespaced parameter name, or −1.
+func layerOfParam(name string) int {
+	m := layerRE.FindStringSubmatch(name)
+	if m == nil {
+		return -1
+	}
+	n, err := strconv.Atoi(m[1])
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// layerUnits cuts the model into E, t0…tN−1, L by parameter namespaces, or, when parameters
+// carry no layer index, at the points where a single activation crosses.
+func (a *analysis) layerUnits() ([]unit, map[*ir.Op]int) {
+	f := a.f
+	// For values computed from parameters alone: the highest layer index of the parameters
+	// they derive from (−1: none) and whether a parameter without a layer index is among them.
+	type origin struct {
+		layer int
+		other bool
+	}
+	org := map[*ir.Value]origin{}
+	maxLayer := -1
+	for i, arg := range f.Args {
+		org[arg] = origin{layer: -1}
+		if f.ArgAttrs[i].Has(ir.AttrParam) {
+			l := layerOfParam(arg.Name)
+			org[arg] = origin{layer: l, other: l < 0}
+			maxLayer = max(maxLayer, l)
+		}
+	}
+	if maxLayer < 0 {
+		return a.cutUnits()
+	}
+	// Unit codes: E = −1, layer k = k, L = maxLayer+1. An op that reads model data belongs to
+	// the latest layer among its inputs and its parameters; one that also reads a parameter
+	// outside the layers after the last layer has run belongs to L.
+	code := map[*ir.Value]int{}
+	opCode := map[*ir.Op]int{}
+	lCode := maxLayer + 1
+	var floating []*ir.Op
+	for _, op := range f.Ops {
+		if r := resultOrNil(op); r != nil && !a.data[r] {
+			o := origin{layer: -1}
+			for _, x := range op.Operands {
+				o.layer = max(o.layer, org[x].layer)
+				o.other = o.other || org[x].other
+			}
+			for _, r := range op.Results {
+				org[r] = o
+			}
+			floating = append(floating, op)
+			continue
+		}
+		c := -1
+		usesOther := false
+		for _, x := range op.Operands {
+			if a.data[x] {
+				if x.Def != nil {
+					c = max(c, code[x])
+				}
+				continue
+			}
+			c = max(c, org[x].layer)
+			usesOther = usesOther || org[x].other
+		}
+		if usesOther && c == maxLayer {
+			c = lCode
+		}
+		opCode[op] = c
+		for _, r := range op.Results {
+			code[r] = c
+		}
+	}
+	hasE, hasL := false, false
+	for _, c := range opCode {
+		hasE = hasE || c == -1
+		hasL = hasL || c == lCode
+	}
+	var units []unit
+	index := map[int]int{}
+	add := func(c int, label string, kind byte) {
+		index[c] = len(units)
+		units = append(units, unit{label: label, kind: kind})
+	}
+	if hasE {
+		add(-1, "E", 'E')
+	}
+	for l := 0; l <= maxLayer; l++ {
+		add(l, "t"+strconv.Itoa(l), 't')
+	}
+	if hasL {
+		add(lCode, "L", 'L')
+	}
+	unitOf := map[*ir.Op]int{}
+	for op, c := range opCode {
+		if u, ok := index[c]; ok {
+			unitOf[op] = u
+		} else {
+			unitOf[op] = index[-1]
+		}
+	}
+	a.placeFloating(floating, unitOf)
+	a.fillCosts(units, unitOf)
+	return units, unitOf
+}
+
+// Results0 returns the first result or nil (ops without results count as data-dependent).
+func resultOrNil(op *ir.Op) *ir.Value {
+	if len(op.Results) == 0 {
+		return nil
+	}
+	return op.Results[0]
+}
+
+// cutUnits cuts the model after every op where exactly one activation is live.
+func (a *analysis) cutUnits() ([]unit, map[*ir.Op]int) {
+	f := a.f
+	lastUse := map[*ir.Value]int{}
+	for i, op := range f.Ops {
+		for _, x := range op.Operands {
+			lastUse[x] = i
+		}
+	}
+	for _, r := range f.Results {
+		lastUse[r] = len(f.Ops)
+	}
+	unitOf := map[*ir.Op]int{}
+	var floating []*ir.Op
+	cur := 0
+	live := map[*ir.Value]bool{}
+	var units []unit
+	units = append(units, unit{})
+	for i, op := range f.Ops {
+		if r := resultOrNil(op); r != nil && !a.data[r] {
+			floating = append(floating, op)
+			continue
+		}
+		unitOf[op] = cur
+		for _, r := range op.Results {
+			if lastUse[r] > i {
+				live[r] = true
+			}
+		}
+		for x := range live {
+			if lastUse[x] <= i {
+				delete(live, x)
+			}
+		}
+		if len(live) == 1 && i < len(f.Ops)-1 {
+			cur++
+			units = append(units, unit{})
+		}
+	}
+	// Drop a trailing empty unit and name the rest t0, t1, ….
+	used := map[int]bool{}
+	for _, u := range unitOf {
+		used[u] = true
+	}
+	remap := map[int]int{}
+	var kept []unit
+	for u := range units {
+		if used[u] {
+			remap[u] = len(kept)
+			kept = append(kept, unit{label: "t" + strconv.Itoa(len(kept)), kind: 't'})
+		}
+	}
+	for op, u := range unitOf {
+		unitOf[op] = remap[u]
+	}
+	if len(kept) == 0 {
+		kept = []unit{{label: "t0", kind: 't'}}
+	}
+	a.placeFloating(floating, unitOf)
+	a.fillCosts(kept, unitOf)
+	return kept, unitOf
+}
+
+// markerUnits uses the model's stage markers as units.
+func (a *analysis) markerUnits() ([]unit, map[*ir.Op]int) {
+	units := make([]unit, a.markers)
+	for i := range units {
+		units[i] = unit{label: "m" + strconv.Itoa(i), kind: 't'}
+	}
+	unitOf := map[*ir.Op]int{}
+	for _, op := range a.f.Ops {
+		unitOf[op] = max(op.Stage, 0)
+	}
+	a.fillCosts(units, unitOf)
+	return units, unitOf
+}
+
+// placeFloating puts each op that depends on no model input into the unit of its first user
+// (ops with no user go to the last unit).
+func (a *analysis) placeFloating(floating []*ir.Op, unitOf map[*ir.Op]int) {
+	users := a.f.Uses()
+	last := 0
+	for _, u := range unitOf {
+		last = max(last, u)
+	}
+	// Walk backwards so a chain of floating ops follows its final user.
+	for i := len(floating) - 1; i >= 0; i-- {
+		op := floating[i]
+		best := -1
+		for _, r := range op.Results {
+			for _, user := range users[r] {
+				if u, ok := unitOf[user]; ok && (best < 0 || u < best) {
+					best = u
+				}
+			}
+		}
+		if best < 0 {
+			best = last
+		}
+		unitOf[op] = best
+	}
+}
+
+// fillCosts sums op costs per unit and the bytes crossing each cut.
+func (a *analysis) fillCosts(units []unit, unitOf map[*ir.Op]int) {
+	seenParam := make([]map[*ir.Value]bool, len(units))
+	for i := range seenParam {
+		seenParam[i] = map[*ir.Value]bool{}
+	}
+	lastUser := map[*ir.Value]int{}
+	for _, op := range a.f.Ops {
+		u := unitOf[op]
+		c := a.costs[op]
+		units[u].f += c.F
+		units[u].i += c.I
+		units[u].w += c.W
+		units[u].act += c.ActBytes
+		units[u].flops += c.FLOPs
+		for _, x := range op.Operands {
+			if a.isParam[x] && !seenParam[u][x] {
+				seenParam[u][x] = true
+				units[u].params += x.Type.Bytes()
+				units[u].paramCount += int64(x.Type.NumElements())
+			}
+			if a.data[x] {
+				lastUser[x] = max(lastUser[x], u)
+			}
+		}
+	}
+	for _, op := range a.f.Ops {
+		u := unitOf[op]
+		for _, r := range op.Results {
+			if lu, ok := lastUser[r]; ok && lu > u {
+				for k := u; k < lu; k++ {
+					units[k].cut += float64(r.Type.Bytes())
+				}
+			}
+		}
+	}
+}
+
+func unitRange(units []unit) string {
+	if len(units) == 0 {
+		return "none"
+	}
+	if len(units) <= 3 {
+		var s []string
+		for _, u := range units {
+			s = append(s, u.label)
+		}
+		return strings.Join(s, ", ")
+	}
+	return units[0].label + ", " + units[1].label + " … " + units[len(units)-1].label
+}
+
+// stageTime is the cost model's compute time of a group of units for one micro-batch
+// (forward, input gradient and weight gradient).
+func stageTime(units []unit, lo, hi int) float64 {
+	t := 0.0
+	for _, u := range units[lo:hi] {
+		t += u.f + u.i + u.w
+	}
+	return t
+}
+
+// cutTime is the time to send the activations across the cut after unit k and their
+// gradients back. Transfers overlap compute in a pipeline, so they count in the pipeline
+// time and break ties between equally balanced splits, but do not make a stage a bottleneck.
+func cutTime(units []unit, k int) float64 {
+	cc := CostConstants
+	return 2 * (units[k].cut/cc.LinkBandwidth + cc.LinkLatency)
+}
+
+// stageMemory estimates the bytes a device needs for a group of units: parameters with their
+// gradients and optimizer state, plus the activations of the micro-batches in flight (pp under
+// 1F1B on the first rank, at most M).
+func stageMemory(units []unit, lo, hi, inflight int) int64 {
+	var params, act int64
+	for _, u := range units[lo:hi] {
+		params += u.params
+		act += u.act
+	}
+	return params*(1+CostConstants.OptStateBytes) + act*int64(inflight)
+}
+
+// balance splits units into `stages` contiguous groups minimising the bottleneck stage time
+// (dynamic programming over cut positions), subject to the memory limit per stage.
+func balance(units []unit, stages int, memLimit int64, pp, mb, virtual int) ([]int, error) {
+	n := len(units)
+	inflight := max(1, min(pp, mb))
+	perStage := int64(0)
+	if memLimit > 0 {
+		perStage = memLimit / int64(virtual)
+	}
+	inf := math.Inf(1)
+	// best[s][i]: the smallest bottleneck splitting units[0:i] into s groups; comm[s][i] the
+	// cut time of that split, minimised among equal bottlenecks.
+	best := make([][]float64, stages+1)
+	comm := make([][]float64, stages+1)
+	from := make([][]int, stages+1)
+	for s := range best {
+		best[s] = make([]float64, n+1)
+		comm[s] = make([]float64, n+1)
+		from[s] = make([]int, n+1)
+		for i := range best[s] {
+			best[s][i] = inf
+		}
+	}
+	best[0][0] = 0
+	better := func(b, c, b0, c0 float64) bool {
+		const rel = 1e-9
+		if b < b0*(1-rel) {
+			return true
+		}
+		return b <= b0*(1+rel) && c < c0
+	}
+	for s := 1; s <= stages; s++ {
+		for i := s; i <= n-(stages-s); i++ {
+			for j := s - 1; j < i; j++ {
+				if best[s-1][j] == inf {
+					continue
+				}
+				if perStage > 0 && stageMemory(units, j, i, inflight) > perStage {
+					continue
+				}
+				b := math.Max(best[s-1][j], stageTime(units, j, i))
+				c := comm[s-1][j]
+				if j > 0 {
+					c += cutTime(units, j-1)
+				}
+				if best[s][i] == inf || better(b, c, best[s][i], comm[s][i]) {
+					best[s][i], comm[s][i], from[s][i] = b, c, j
+				}
+			}
+		}
+	}
+	if best[stages][n] == inf {
+		if perStage > 0 {
+			worst, who := int64(0), ""
+			for k := range units {
+				if need := stageMemory(units, k, k+1, inflight); need > worst {
+					worst, who = need, units[k].label
+				}
+			}
+			return nil, fmt.Errorf("no split into %d stages fits mem=%d bytes per device (%d per stage); layer %s alone needs %d bytes", stages, memLimit, perStage, who, worst)
+		}
+		return nil, fmt.Errorf("cannot split %d units into %d stages", n, stages)
+	}
+	assign := make([]int, n)
+	i := n
+	for s := stages; s >= 1; s-- {
+		j := from[s][i]
+		for k := j; k < i; k++ {
+			assign[k] = s - 1
+		}
+		i = j
+	}
+	return assign, nil
+}
+
+// parseLayout reads a Megatron-style layout: stages separated by '|', each a comma list of E,
+// L, t and t*N, covering the model's units exactly and in order.
+func parseLayout(layout string, units []unit, stages int) ([]int, error) {
+	if strings.TrimSpace(layout) == "" {
+		return nil, fmt.Errorf("mode=layout needs a layout string, e.g. %s", exampleLayout(units, stages))
+	}
+	parts := strings.Split(layout, "|")
+	if len(parts) != stages {
+		return nil, fmt.Errorf("layout %q has %d stages, pp × virtual is %d", layout, len(parts), stages)
+	}
+	var seq []byte
+	var stageOf []int
+	for s, p := range parts {
+		if strings.TrimSpace(p) == "" {
+			return nil, fmt.Errorf("layout %q: stage %d is empty", layout, s)
+		}
+		for _, item := range strings.Split(p, ",") {
+			item = strings.TrimSpace(item)
+			kind, count := item, 1
+			if k, n, ok := strings.Cut(item, "*"); ok {
+				c, err := strconv.Atoi(strings.TrimSpace(n))
+				if err != nil || c < 1 || c > 1<<20 {
+					return nil, fmt.Errorf("layout %q: bad repeat count in %q", layout, item)
+				}
+				kind, count = strings.TrimSpace(k), c
+			}
+			if kind != "E" && kind != "L" && kind != "t" {
+				return nil, fmt.Errorf("layout %q: unknown item %q (use E, t, t*N, L)", layout, item)
+			}
+			for i := 0; i < count; i++ {
+				seq = append(seq, kind[0])
+				stageOf = append(stageOf, s)
+			}
+		}
+	}
+	want := make([]byte, len(units))
+	for i, u := range units {
+		want[i] = u.kind
+	}
+	if string(seq) != string(want) {
+		return nil, fmt.Errorf("layout %q does not cover the model exactly: it places %s, the model has %s (%d layers); e.g. %s",
+			layout, summarize(seq), summarize(want), countKind(want, 't'), exampleLayout(units, stages))
+	}
+	return stageOf, nil
+}
+
+func countKind(s []byte, k byte) int {
+	n := 0
+	for _, c := range s {
+		if c == k {
+			n++
+		}
+	}
+	return n
+}
+
+func summarize(s []byte) string {
+	var parts []string
+	for i := 0; i < len(s); {
+		j := i
+		for j < len(s) && s[j] == s[i] {
+			j++
+		}
+		if j-i == 1 {
+			parts = append(parts, string(s[i]))
+		} else {
+			parts = append(parts, fmt.Sprintf("%c*%d", s[i], j-i))
+		}
+		i = j
+	}
+	return strings.Join(parts, ",")
+}
+
+// exampleLayout spreads the layers evenly, as a hint in errors.
+func exampleLayout(units []unit, stages int) string {
+	var ts int
+	hasE, hasL := false, false
+	for _, u := range units {
+		switch u.kind {
+		case 't':
+			ts++
+		case 'E':
+			hasE = true
+		case 'L':
+			hasL = true
+		}
+	}
+	var parts []string
+	for s := 0; s < stages; s++ {
+		n := ts/stages + map[bool]int{true: 1}[s < ts%stages]
+		var items []string
+		if s == 0 && hasE {
+			items = append(items, "E")
+		}
+		if n > 0 {
+			items = append(items, fmt.Sprintf("t*%d", n))
+		}
+		if s == stages-1 && hasL {
+			items = append(items, "L")
+		}
+		parts = append(parts, strings.Join(items, ","))
+	}
+	return strings.Join(parts, "|")
+}
+
+// describePartition records the layout and per-stage estimates as a module attribute.
+func describePartition(mode string, units []unit, assign []int, stages, mb int) ir.Attr {
+	var list ir.List
+	var times []float64
+	for s := 0; s < stages; s++ {
+		var labels []string
+		var f, i, w, flops float64
+		var params, act int64
+		lo, hi := -1, -1
+		for k, u := range units {
+			if assign[k] != s {
+				continue
+			}
+			if lo < 0 {
+				lo = k
+			}
+			hi = k + 1
+			labels = append(labels, u.label)
+			f, i, w, flops = f+u.f, i+u.i, w+u.w, flops+u.flops
+			params += u.paramCount
+			act += u.act
+		}
+		t := 0.0
+		if lo >= 0 {
+			t = stageTime(units, lo, hi)
+		}
+		times = append(times, t)
+		list = append(list, ir.Dict(ir.Attrs{
+			{Name: "act_bytes", Value: ir.Int(act)},
+			{Name: "f", Value: ir.Float(f)},
+			{Name: "flops", Value: ir.Float(flops)},
+			{Name: "i", Value: ir.Float(i)},
+			{Name: "layers", Value: ir.String(compactLabels(labels))},
+			{Name: "params", Value: ir.Int(params)},
+			{Name: "time", Value: ir.Float(t)},
+			{Name: "w", Value: ir.Float(w)},
+		}))
+	}
+	sum, worst := 0.0, 0.0
+	for _, t := range times {
+		sum += t
+		worst = math.Max(worst, t)
+	}
+	for k := 0; k+1 < len(units); k++ {
+		if assign[k] != assign[k+1] {
+			sum += cutTime(units, k)
+		}
+	}
+	return ir.Dict(ir.Attrs{
+		{Name: "mode", Value: ir.Ident(mode)},
+		{Name: "pipeline_time", Value: ir.Float(sum + float64(mb-1)*worst)},
+		{Name: "stages", Value: list},
+	})
+}
+
+// compactLabels writes t0,t1,t2,t3 as t0-t3.
+func compactLabels(labels []string) string {
+	var out []string
+	for i := 0; i < len(labels); {
+		j := i
+		num := func(k int) int {
+			if k >= len(labels) || len(labels[k]) < 2 || (labels[k][0] != 't' && labels[k][0] != 'm') {
+				return -1
+			}
+			n, err := strconv.Atoi(labels[k][1:])
+			if err != nil {
+				return -1
+			}
+			return n
+		}
+		for num(j) >= 0 && num(j+1) == num(j)+1 && labels[j+1][0] == labels[i][0] {
+			j++
+		}
+		if j > i {
+			out = append(out, labels[i]+"-"+labels[j])
+		} else {
+			out = append(out, labels[i])
+		}
+		i = j + 1
+	}
+	return strings.Join(out, ",")
+}
+
+var _ = sort.Ints

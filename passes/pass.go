@@ -98,6 +98,9 @@ func (s Step) String() string {
 	var kv []string
 	for _, o := range s.Pass.Options {
 		if v := s.Options[o.Name]; v != o.Default {
+			if strings.ContainsAny(v, ",{}") {
+				v = `"` + v + `"`
+			}
 			kv = append(kv, o.Name+"="+v)
 		}
 	}
@@ -141,11 +144,11 @@ func ParsePipeline(s string) (Pipeline, error) {
 		}
 		s = s[end:]
 		if strings.HasPrefix(s, "{") {
-			close := strings.IndexByte(s, '}')
+			close := optionsEnd(s)
 			if close < 0 {
 				return nil, fmt.Errorf("pass %s: unterminated '{' in options", name)
 			}
-			for _, kv := range strings.Split(s[1:close], ",") {
+			for _, kv := range splitOptions(s[1:close]) {
 				k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
 				if !ok {
 					return nil, fmt.Errorf("pass %s: option %q is not key=value", name, kv)
@@ -154,7 +157,11 @@ func ParsePipeline(s string) (Pipeline, error) {
 				if _, known := opts[k]; !known {
 					return nil, fmt.Errorf("pass %s has no option %q%s", name, k, optionList(p))
 				}
-				opts[k] = strings.TrimSpace(v)
+				v = strings.TrimSpace(v)
+				if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+					v = v[1 : len(v)-1]
+				}
+				opts[k] = v
 			}
 			s = s[close+1:]
 		}
@@ -170,6 +177,41 @@ func ParsePipeline(s string) (Pipeline, error) {
 		}
 	}
 	return out, nil
+}
+
+// optionsEnd finds the '}' closing an option list, skipping quoted values.
+func optionsEnd(s string) int {
+	quoted := false
+	for i := 1; i < len(s); i++ {
+		switch s[i] {
+		case '"':
+			quoted = !quoted
+		case '}':
+			if !quoted {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// splitOptions splits key=value pairs at commas outside quotes (a layout string is written
+// layout="E,t*4|t*4,L").
+func splitOptions(s string) []string {
+	var out []string
+	quoted, start := false, 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '"':
+			quoted = !quoted
+		case ',':
+			if !quoted {
+				out = append(out, s[start:i])
+				start = i + 1
+			}
+		}
+	}
+	return append(out, s[start:])
 }
 
 func optionList(p *Pass) string {

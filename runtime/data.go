@@ -141,8 +141,6 @@ func storeAny(t device.Tensor, v []float64) error {
 	return nil
 }
 
-
-
 // Fixed feeds given tensors: each holds the whole global batch of one input (its leading dim
 // is micro-batches × samples per micro-batch); micro-batch mb reads its slice.
 type Fixed map[string]device.Tensor
