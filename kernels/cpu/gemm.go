@@ -528,7 +528,7 @@ func gemmPackB[T Float](trans bool, b []T, ldb, pc, jc, kb, nb, nr int, dst []T)
 // short slice would call memmove for every row. It reports false for widths it does not
 // specialise.
 func gemmCopyRows[T Float](dst, src []T, ld, kb, w int) bool {
-	if kb == 0 || gemmFastCopy(dst, src, ld, kb, w) {
+	if kb == 0 || gemmFastCopy(dst, w, src, ld, kb, w) {
 		return true
 	}
 	_ = src[(kb-1)*ld+w-1]

@@ -24,19 +24,20 @@ func gemmKernS8x32AVX512(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta flo
 func gemmKernD8x16AVX512(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int)
 
 //go:noescape
-func gemmCopyRowsAVX(dst, src unsafe.Pointer, srcStride, rows, width int)
+func gemmCopyRowsAVX(dst, src unsafe.Pointer, dstStride, srcStride, rows, width int)
 
-// gemmFastCopy copies kb rows of w elements (src rows ld apart) to dst back to back with
-// vector moves, for the row widths the packed slivers use; it reports false otherwise.
-func gemmFastCopy[T Float](dst, src []T, ld, kb, w int) bool {
+// gemmFastCopy copies rows runs of w elements from src (runs srcLd elements apart) to dst
+// (runs dstLd apart) with vector moves, for the run widths the packed slivers use (64 or
+// 128 bytes); it reports false, copying nothing, otherwise.
+func gemmFastCopy[T Float](dst []T, dstLd int, src []T, srcLd, rows, w int) bool {
 	size := int(unsafe.Sizeof(T(0)))
 	bytes := w * size
-	if !gemmHasAVX2FMA || (bytes != 64 && bytes != 128) || kb == 0 {
+	if !gemmHasAVX2FMA || (bytes != 64 && bytes != 128) || rows == 0 {
 		return false
 	}
-	_ = src[(kb-1)*ld+w-1] // bounds: the assembly trusts these
-	_ = dst[kb*w-1]
-	gemmCopyRowsAVX(unsafe.Pointer(&dst[0]), unsafe.Pointer(&src[0]), ld*size, kb, bytes)
+	_ = src[(rows-1)*srcLd+w-1] // bounds: the assembly trusts these
+	_ = dst[(rows-1)*dstLd+w-1]
+	gemmCopyRowsAVX(unsafe.Pointer(&dst[0]), unsafe.Pointer(&src[0]), dstLd*size, srcLd*size, rows, bytes)
 	return true
 }
 

@@ -210,15 +210,17 @@ TEXT ·gemmCPUID(SB), NOSPLIT, $0-24
 	MOVL DX, edx+20(FP)
 	RET
 
-// func gemmCopyRowsAVX(dst, src unsafe.Pointer, srcStride, rows, width int)
-// Copies rows runs of width bytes (64 or 128), src runs srcStride bytes apart, to dst
-// back to back: the packing of full-width GEMM slivers.
-TEXT ·gemmCopyRowsAVX(SB), NOSPLIT, $0-40
+// func gemmCopyRowsAVX(dst, src unsafe.Pointer, dstStride, srcStride, rows, width int)
+// Copies rows runs of width bytes (64 or 128) from src to dst, advancing src by srcStride
+// and dst by dstStride bytes per run: packing full-width GEMM slivers (and scattering a
+// row across slivers).
+TEXT ·gemmCopyRowsAVX(SB), NOSPLIT, $0-48
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
-	MOVQ srcStride+16(FP), DX
-	MOVQ rows+24(FP), CX
-	MOVQ width+32(FP), AX
+	MOVQ dstStride+16(FP), R8
+	MOVQ srcStride+24(FP), DX
+	MOVQ rows+32(FP), CX
+	MOVQ width+40(FP), AX
 	TESTQ CX, CX
 	JZ copy_done
 	CMPQ AX, $64
@@ -233,7 +235,7 @@ copy128:
 	VMOVUPS Y2, 64(DI)
 	VMOVUPS Y3, 96(DI)
 	ADDQ DX, SI
-	ADDQ $128, DI
+	ADDQ R8, DI
 	DECQ CX
 	JNZ copy128
 	JMP copy_done
@@ -243,7 +245,7 @@ copy64:
 	VMOVUPS Y0, (DI)
 	VMOVUPS Y1, 32(DI)
 	ADDQ DX, SI
-	ADDQ $64, DI
+	ADDQ R8, DI
 	DECQ CX
 	JNZ copy64
 copy_done:

@@ -13,4 +13,4 @@ func gemmAvailable(size uintptr) []*gemmImpl {
 	return []*gemmImpl{&gemmGenericD}
 }
 
-func gemmFastCopy[T Float](dst, src []T, ld, kb, w int) bool { return false }
+func gemmFastCopy[T Float](dst []T, dstLd int, src []T, srcLd, rows, w int) bool { return false }

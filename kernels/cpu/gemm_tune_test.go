@@ -131,13 +131,7 @@ func TestTuneConv(t *testing.T) {
 	y := make([]float32, p.YLen())
 	dw := make([]float32, p.WLen())
 	flops := 2.0 * float64(p.YLen()) * float64(p.WLen()/p.OutC)
-	for i := 0; i < 3; i++ {
-		convPackOld = true
-		fmt.Printf("conv forward old %.1f GFLOP/s\n", cpuRate(flops, 3, func() { Conv(p, x, w, nil, y) }))
-		convPackOld = false
-		fmt.Printf("conv forward new %.1f GFLOP/s\n", cpuRate(flops, 3, func() { Conv(p, x, w, nil, y) }))
-	}
-	convPackOld = true
+	fmt.Printf("conv forward %.1f GFLOP/s\n", cpuRate(flops, 3, func() { Conv(p, x, w, nil, y) }))
 	for _, cb := range []int{64 << 10, 256 << 10, 1 << 20, 4 << 20} {
 		convColBlock = cb
 		fmt.Printf("conv backward-data block %d: %.1f GFLOP/s\n", cb, cpuRate(flops, 3, func() { ConvBackwardData(p, y, w, x) }))

@@ -27,6 +27,7 @@ const (
 	ResizePytorchHalfPixel   ResizeCoordMode = "pytorch_half_pixel"
 	ResizeAlignCorners       ResizeCoordMode = "align_corners"
 	ResizeAsymmetric         ResizeCoordMode = "asymmetric"
+	ResizeTFHalfPixelForNN   ResizeCoordMode = "tf_half_pixel_for_nn"
 	ResizeTFCropAndResize    ResizeCoordMode = "tf_crop_and_resize"
 
 	ResizeRoundPreferFloor ResizeNearestMode = "round_prefer_floor"
@@ -47,9 +48,21 @@ const (
 // for all axes followed by the ends, normalised to [0, 1]. Antialiasing (opset 18) is not
 // supported.
 //
-// Out-of-range source coordinates clamp to the edge, except under tf_crop_and_resize,
-// where an output whose coordinate on any axis falls outside the input takes
-// ExtrapolationValue.
+// Coordinate transforms follow the ONNX operator text and ONNX Runtime (and the project's
+// IR resize op), with out the integer output extent and s the axis's scale:
+//
+//	half_pixel           (o+0.5)/s − 0.5
+//	pytorch_half_pixel   (o+0.5)/s − 0.5, or 0 when out = 1
+//	align_corners        o·(in−1)/(out−1), or 0 when out = 1
+//	asymmetric           o/s
+//	tf_half_pixel_for_nn (o+0.5)/s
+//	half_pixel_symmetric in/2·(1 − out/(s·in)) + (o+0.5)/s − 0.5
+//	tf_crop_and_resize   start·(in−1) + o·(end−start)·(in−1)/(out−1), or (start+end)/2·(in−1) when out = 1
+//
+// (The ONNX Python reference implementation differs where out = 1 and takes s·in rather
+// than out as the resized length; the two agree whenever s = out/in.) Out-of-range source
+// coordinates clamp to the edge, except under tf_crop_and_resize, where an output whose
+// coordinate on any axis falls outside the input takes ExtrapolationValue.
 type ResizeParams struct {
 	InShape, OutShape  []int
 	Scales             []float64
@@ -103,7 +116,7 @@ func (p *ResizeParams) Init() error {
 		return fmt.Errorf("resize: unknown mode %q", p.Mode)
 	}
 	switch p.CoordMode {
-	case ResizeHalfPixel, ResizeHalfPixelSymmetric, ResizePytorchHalfPixel, ResizeAlignCorners, ResizeAsymmetric:
+	case ResizeHalfPixel, ResizeHalfPixelSymmetric, ResizePytorchHalfPixel, ResizeAlignCorners, ResizeAsymmetric, ResizeTFHalfPixelForNN:
 	case ResizeTFCropAndResize:
 		if len(p.Roi) != 2*r {
 			return fmt.Errorf("resize: tf_crop_and_resize needs %d roi values, have %d", 2*r, len(p.Roi))
@@ -157,8 +170,7 @@ func (p *ResizeParams) scale(i int) float64 {
 // source maps output coordinate x on axis i to the input coordinate (ONNX
 // coordinate_transformation_mode); ok is false when tf_crop_and_resize falls outside.
 func (p *ResizeParams) source(i, x int) (float64, bool) {
-	in, outInt, s := float64(p.InShape[i]), p.OutShape[i], p.scale(i)
-	out := s * in // ONNX's length_resized: the unrounded output length
+	in, out, s := float64(p.InShape[i]), float64(p.OutShape[i]), p.scale(i)
 	xf := float64(x)
 	switch p.CoordMode {
 	case ResizeAlignCorners:
@@ -170,22 +182,23 @@ func (p *ResizeParams) source(i, x int) (float64, bool) {
 		return xf / s, true
 	case ResizePytorchHalfPixel:
 		if out == 1 {
-			return -0.5, true
+			return 0, true
 		}
 		return (xf+0.5)/s - 0.5, true
+	case ResizeTFHalfPixelForNN:
+		return (xf + 0.5) / s, true
 	case ResizeHalfPixelSymmetric:
-		adj := float64(outInt) / out
+		adj := out / (s * in)
 		return in/2*(1-adj) + (xf+0.5)/s - 0.5, true
 	case ResizeTFCropAndResize:
 		r := len(p.InShape)
 		start, end := p.Roi[i], p.Roi[r+i]
 		var v float64
 		if out == 1 {
-			v = (end - start) * (in - 1) / 2
+			v = (start + end) / 2 * (in - 1)
 		} else {
-			v = xf * (end - start) * (in - 1) / (out - 1)
+			v = start*(in-1) + xf*(end-start)*(in-1)/(out-1)
 		}
-		v += start * (in - 1)
 		return v, v >= 0 && v <= in-1
 	default: // half_pixel
 		return (xf+0.5)/s - 0.5, true

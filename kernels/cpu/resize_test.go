@@ -9,7 +9,8 @@ import (
 )
 
 // resizeRef follows the ONNX reference implementation's structure: recursive 1-D
-// interpolation, neighbours taken from an edge-padded copy of the data.
+// interpolation, neighbours taken from an edge-padded copy of the data. (It shares the
+// kernel's coordinate transform, p.source; TestResizeCoordinates checks that separately.)
 func resizeRef(p *ResizeParams, x []float64) []float64 {
 	r := len(p.InShape)
 	y := make([]float64, p.YLen())
@@ -136,7 +137,7 @@ func TestResize(t *testing.T) {
 		{[]int{6}, []int{1}, nil},
 		{[]int{2, 3}, []int{5, 7}, nil},
 	}
-	coords := []ResizeCoordMode{ResizeHalfPixel, ResizeHalfPixelSymmetric, ResizePytorchHalfPixel, ResizeAlignCorners, ResizeAsymmetric, ResizeTFCropAndResize}
+	coords := []ResizeCoordMode{ResizeHalfPixel, ResizeHalfPixelSymmetric, ResizePytorchHalfPixel, ResizeAlignCorners, ResizeAsymmetric, ResizeTFHalfPixelForNN, ResizeTFCropAndResize}
 	nearest := []ResizeNearestMode{ResizeRoundPreferFloor, ResizeRoundPreferCeil, ResizeFloor, ResizeCeil}
 	for si, sh := range shapes {
 		for _, cm := range coords {
@@ -248,5 +249,48 @@ func TestResizeONNXExamples(t *testing.T) {
 		y := make([]float64, p.YLen())
 		Resize(&p, tc.x, y)
 		assertClose(t, fmt.Sprintf("%s %s", p.Mode, p.CoordMode), y, tc.want, 1e-7)
+	}
+}
+
+// TestResizeCoordinates pins the coordinate transforms to hand-computed values, including
+// the unit-extent cases where ONNX Runtime (followed here) and the Python reference differ.
+func TestResizeCoordinates(t *testing.T) {
+	for _, tc := range []struct {
+		mode    ResizeCoordMode
+		in, out int
+		scale   float64
+		o       int
+		want    float64
+	}{
+		{ResizeHalfPixel, 4, 8, 0, 3, 1.25},
+		{ResizePytorchHalfPixel, 4, 8, 0, 3, 1.25},
+		{ResizePytorchHalfPixel, 4, 1, 0.3, 0, 0},
+		{ResizeAlignCorners, 4, 7, 0, 3, 1.5},
+		{ResizeAlignCorners, 4, 1, 0.3, 0, 0},
+		{ResizeAlignCorners, 5, 2, 0.5, 1, 4}, // uses the output extent 2, not s·in = 2.5
+		{ResizeAsymmetric, 4, 8, 0, 3, 1.5},
+		{ResizeTFHalfPixelForNN, 4, 8, 0, 3, 1.75},
+		{ResizeHalfPixelSymmetric, 5, 2, 0.5, 0, 5.0/2*(1-2/2.5) + 0.5/0.5 - 0.5},
+	} {
+		p := ResizeParams{InShape: []int{tc.in}, OutShape: []int{tc.out}, CoordMode: tc.mode}
+		if tc.scale != 0 {
+			p.Scales = []float64{tc.scale}
+		}
+		if err := p.Init(); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := p.source(0, tc.o); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("%s in=%d out=%d o=%d: %v, want %v", tc.mode, tc.in, tc.out, tc.o, got, tc.want)
+		}
+	}
+	// Unit extent under pytorch_half_pixel samples exactly input 0, even for cubic.
+	p := ResizeParams{InShape: []int{4}, OutShape: []int{1}, Mode: ResizeCubic, CoordMode: ResizePytorchHalfPixel}
+	if err := p.Init(); err != nil {
+		t.Fatal(err)
+	}
+	y := make([]float64, 1)
+	Resize(&p, []float64{3, 5, 7, 11}, y)
+	if y[0] != 3 {
+		t.Errorf("pytorch_half_pixel cubic unit extent: %v, want 3", y[0])
 	}
 }
