@@ -26,6 +26,8 @@ type Options struct {
 	Partition     string // markers, layout or auto ("": markers when the model has any, else auto)
 	Layout        string // for Partition == "layout"
 	Mem           int64  // bytes per device for auto partitioning (0: unlimited)
+	// Recompute: none, selective or full.
+	Recompute string
 	// Training.
 	ForwardOnly bool
 	Loss        string // ONNX models without a loss: "ce" or "mse"
@@ -94,7 +96,11 @@ func Compile(model string, opts Options) (*Result, error) {
 		}
 		pipeline = append(pipeline, "autodiff", opt, "cse", "dce")
 	}
-	pipeline = append(pipeline, "split-stages")
+	split := "split-stages"
+	if opts.Recompute != "" && opts.Recompute != "none" {
+		split = fmt.Sprintf("split-stages{recompute=%s}", opts.Recompute)
+	}
+	pipeline = append(pipeline, split)
 	pl, err := passes.ParsePipeline(strings.Join(pipeline, ","))
 	if err != nil {
 		return nil, err

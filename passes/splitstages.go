@@ -36,7 +36,17 @@ var SplitStages = &Pass{
 		"gradients are returned by the functions that compute them. A parameter gradient summed over " +
 		"several stages (tied weights) is returned as one partial gradient per stage; the runtime " +
 		"adds the partials. Empty functions are omitted.",
-	Run: func(m *ir.Module, _ Options) error {
+	Options: []Option{{Name: "recompute", Default: "none", Doc: "none: stash every forward value the backward uses; " +
+		"full: stash only each stage's inputs and recompute its forward ops inside I (W takes what it needs from I); " +
+		"selective: recompute attention internals (the chain from the scores matmul through the softmax), stash the rest"}},
+	Run: func(m *ir.Module, opts Options) error {
+		mode := opts["recompute"]
+		if mode == "" {
+			mode = "none"
+		}
+		if mode != "none" && mode != "full" && mode != "selective" {
+			return fmt.Errorf("recompute must be none, selective or full, got %q", mode)
+		}
 		src := m.Func("train")
 		if src == nil {
 			src = m.Func(ir.ForwardFunc)
@@ -44,7 +54,7 @@ var SplitStages = &Pass{
 		if src == nil {
 			return fmt.Errorf("module has neither @train nor @forward")
 		}
-		funcs, err := splitStages(m, src)
+		funcs, err := splitStages(m, src, mode)
 		if err != nil {
 			return err
 		}
@@ -83,7 +93,7 @@ type stageKey struct {
 	kind  string
 }
 
-func splitStages(m *ir.Module, src *ir.Func) ([]*ir.Func, error) {
+func splitStages(m *ir.Module, src *ir.Func, recompute string) ([]*ir.Func, error) {
 	src.Results, src.ResultAttrs = splitTiedGrads(src)
 	RemoveDead(src) // the cross-stage sums that were replaced
 	results, resultAttrs := src.Results, src.ResultAttrs
@@ -135,8 +145,14 @@ func splitStages(m *ir.Module, src *ir.Func) ([]*ir.Func, error) {
 		return p
 	}
 	exported := map[*ir.Value]bool{}
+	remat := rematerializable(src, recompute)
+	// origin maps an argument created in a per-stage function back to the @train value it
+	// stands for: ops keep being rewritten to read their function's arguments, and a
+	// recomputed copy must start again from the original values.
+	origin := map[*ir.Value]*ir.Value{}
 	local := map[stageKey]map[*ir.Value]*ir.Value{}
-	localOf := func(k stageKey, v *ir.Value) *ir.Value {
+	var localOf func(k stageKey, v *ir.Value) *ir.Value
+	localOf = func(k stageKey, v *ir.Value) *ir.Value {
 		if local[k] == nil {
 			local[k] = map[*ir.Value]*ir.Value{}
 		}
@@ -145,6 +161,42 @@ func splitStages(m *ir.Module, src *ir.Func) ([]*ir.Func, error) {
 		}
 		f := get(k)
 		var w *ir.Value
+		hk, defined := home[v]
+		switch {
+		case defined && remat[v.Def] && hk.kind == KindF && hk.stage == k.stage && k.kind == KindW:
+			// W takes recomputed values from its stage's I, which recomputes them once.
+			c := localOf(stageKey{k.stage, KindI}, v)
+			w = localOf(k, c)
+		case defined && remat[v.Def] && hk.kind == KindF && hk.stage == k.stage && k.kind == KindI:
+			// Recompute the op here instead of stashing its result.
+			op := v.Def
+			operands := make([]*ir.Value, len(op.Operands))
+			for i, x := range op.Operands {
+				if o, ok := origin[x]; ok {
+					x = o
+				}
+				operands[i] = localOf(k, x)
+			}
+			types := make([]ir.Type, len(op.Results))
+			for i, r := range op.Results {
+				types[i] = r.Type
+			}
+			c := ir.NewOp(op.Def, operands, op.Attrs, types)
+			c.CopyAnnotations(op)
+			c.Remat = true
+			c.Loc = op.Loc
+			for i, r := range op.Results {
+				c.Results[i].Name = r.Name
+				home[c.Results[i]] = k
+				local[k][r] = c.Results[i]
+			}
+			f.Ops = append(f.Ops, c)
+			w = c.Results[v.Index]
+		}
+		if w != nil {
+			local[k][v] = w
+			return w
+		}
 		if i, isArg := argIndex[v]; isArg {
 			w = f.AddArg(v.Name, v.Type, src.ArgAttrs[i])
 		} else {
@@ -156,6 +208,7 @@ func splitStages(m *ir.Module, src *ir.Func) ([]*ir.Func, error) {
 			}
 		}
 		local[k][v] = w
+		origin[w] = v
 		return w
 	}
 	for _, op := range src.Ops {
@@ -269,4 +322,42 @@ func insertAfter(ops []*ir.Op, after *ir.Op, op *ir.Op) []*ir.Op {
 	copy(ops[pos+1:], ops[pos:])
 	ops[pos] = op
 	return ops
+}
+
+// rematerializable returns the forward ops a backward function recomputes rather than reads
+// from a stash: every forward op for full recompute; for selective, the attention internals
+// — each softmax and the chain of elementwise ops feeding it back to and including the
+// scores matmul (whose operands, q and k, stay stashed) — and operand-free ops such as iota.
+func rematerializable(f *ir.Func, mode string) map[*ir.Op]bool {
+	out := map[*ir.Op]bool{}
+	switch mode {
+	case "full":
+		for _, op := range f.Ops {
+			if opKind(op) == KindF {
+				out[op] = true
+			}
+		}
+	case "selective":
+		var walk func(op *ir.Op)
+		walk = func(op *ir.Op) {
+			if op == nil || out[op] || opKind(op) != KindF {
+				return
+			}
+			switch {
+			case op.Def.Name == "matmul":
+				out[op] = true // the scores matmul: its operands stay stashed
+			case op.Def.Has(ir.Elementwise) || op.Def.Name == "softmax" || len(op.Operands) == 0:
+				out[op] = true
+				for _, x := range op.Operands {
+					walk(x.Def)
+				}
+			}
+		}
+		for _, op := range f.Ops {
+			if op.Def.Name == "softmax" && opKind(op) == KindF {
+				walk(op)
+			}
+		}
+	}
+	return out
 }

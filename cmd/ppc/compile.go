@@ -64,6 +64,10 @@ func init() {
 			fs.StringVar(&opts.Schedule, "schedule", "1f1b", "pipeline schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zbv, dualpipev, or a PyTorch `FILE.csv`")
 			fs.IntVar(&opts.VirtualStages, "virtual-stages", 0, "stages per rank for interleaved and V-shaped schedules (0: the schedule's default)")
 			fs.BoolVar(&opts.ForwardOnly, "forward-only", false, "compile inference (no backward, no optimizer)")
+			fs.StringVar(&opts.Partition, "partition", "", "how to cut the model into stages: markers, layout or auto (default: markers when the model has any, else auto)")
+			fs.StringVar(&opts.Layout, "layout", "", "stage layout for --partition layout, e.g. \"E,t*4|t*4|t*4|t*4,L\"")
+			mem := fs.String("mem", "", "memory per device for --partition auto, e.g. 80GiB (default: unlimited)")
+			fs.StringVar(&opts.Recompute, "recompute", "none", "activation recomputation: none, selective (attention internals) or full (stash only stage inputs)")
 			fs.StringVar(&opts.Loss, "loss", "ce", "loss for ONNX models without one: ce or mse")
 			fs.IntVar(&opts.LossOutput, "loss-output", 0, "which model output the loss applies to")
 			fs.StringVar(&opts.Optimizer, "optimizer", "adamw", "optimizer: adamw or sgd, with options as adamw{lr=3e-4,weight_decay=0.1}")
@@ -80,6 +84,24 @@ func init() {
 					return err
 				}
 				opts.Load = lo
+				if *mem != "" {
+					if opts.Mem, err = parseBytes(*mem); err != nil {
+						return usagef("--mem: %v", err)
+					}
+				}
+				if opts.Layout != "" && opts.Partition == "" {
+					opts.Partition = "layout"
+				}
+				switch opts.Partition {
+				case "", "markers", "layout", "auto":
+				default:
+					return usagef("--partition must be markers, layout or auto, got %q", opts.Partition)
+				}
+				switch opts.Recompute {
+				case "none", "selective", "full":
+				default:
+					return usagef("--recompute must be none, selective or full, got %q", opts.Recompute)
+				}
 				if opts.Loss != "ce" && opts.Loss != "mse" {
 					return usagef("--loss must be ce or mse, got %q", opts.Loss)
 				}
@@ -199,4 +221,24 @@ func formatBytes(n int64) string {
 		return fmt.Sprintf("%d B", n)
 	}
 	return fmt.Sprintf("%.1f %s", f, units[u])
+}
+
+// parseBytes reads a byte count with an optional unit: 1073741824, 80GiB, 80GB, 512MiB.
+func parseBytes(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mul    int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
+	num, mul := strings.TrimSpace(s), int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(num, u.suffix) {
+			num, mul = strings.TrimSpace(strings.TrimSuffix(num, u.suffix)), u.mul
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || v <= 0 || v*float64(mul) > 1<<62 {
+		return 0, fmt.Errorf("%q is not a byte count (e.g. 80GiB)", s)
+	}
+	return int64(v * float64(mul)), nil
 }

@@ -165,12 +165,12 @@ func rel(a, b float64) float64 {
 }
 
 // TestModelStages checks the stage markers: gpt and llama tiny split into 8 stages (one per
-// layer, embedding with the first, head and loss with the last), mlp into 4.
+// layer, embedding with the first, head and loss with the last), and mlp into 8 (one per layer, head with the last).
 func TestModelStages(t *testing.T) {
 	for _, tc := range []struct {
 		file   string
 		stages int
-	}{{"gpt.ppm", 8}, {"llama.ppm", 8}, {"mlp.ppm", 4}} {
+	}{{"gpt.ppm", 8}, {"llama.ppm", 8}, {"mlp.ppm", 8}} {
 		m, err := Load(tc.file, readModel(t, tc.file), Options{Preset: "tiny"})
 		if err != nil {
 			t.Fatal(err)
