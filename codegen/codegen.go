@@ -242,7 +242,7 @@ func (rg *rankGen) emit() error {
 		}
 	}
 	if training {
-		if err := rg.reduceTiedGrads(); err != nil {
+		if err := rg.sumPartials(); err != nil {
 			return err
 		}
 		if err := rg.optimizer(); err != nil {
@@ -322,16 +322,20 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 			rg.instr(&pb.Instr{Kind: pb.Instr_LOSS, In: []int32{int32(buf)}, Microbatch: int32(mb)})
 		case at.Has(ir.AttrGrad):
 			name := at.Str(ir.AttrGrad, "")
-			grad := rg.named["grad:"+name]
-			if _, ok := rg.named["grad:"+name]; !ok {
+			key := "grad:" + name
+			if at.Has(passes.AttrPartial) {
+				key = fmt.Sprintf("grad:%s#%d", name, at.Int(passes.AttrPartial, 0))
+			}
+			grad, ok := rg.named[key]
+			if !ok {
 				// Gradients accumulate in fp32 (fp64 for fp64 parameters).
 				t := b.Slots[b.Results[i]]
 				dt := ir.F32
 				if t.DType == ir.F64 {
 					dt = ir.F64
 				}
-				grad = rg.newBuffer(name, ir.Type{DType: dt, Shape: t.Shape}, pb.Role_GRAD)
-				rg.named["grad:"+name] = grad
+				grad = rg.newBuffer(strings.TrimPrefix(key, "grad:"), ir.Type{DType: dt, Shape: t.Shape}, pb.Role_GRAD)
+				rg.named[key] = grad
 			}
 			rg.instr(&pb.Instr{Kind: pb.Instr_ACCUM, In: []int32{int32(buf)}, Out: []int32{int32(grad)}, Microbatch: int32(mb)})
 		case at.Has(ir.AttrName):
@@ -496,32 +500,83 @@ func kernelKey(k *lower.Kernel) string {
 	return b.String()
 }
 
-// reduceTiedGrads sums the gradient of every parameter held by several ranks across them.
-func (rg *rankGen) reduceTiedGrads() error {
-	holders := rg.g.paramRanks()
+// sumPartials forms the gradient of every parameter whose uses contribute separate partials
+// (tied weights): each rank holding the parameter receives the partials other ranks computed
+// and adds all of them in partial order — the same additions, in the same order, as on one
+// device, so the sum is bit-identical whatever the split.
+func (rg *rankGen) sumPartials() error {
+	partials := rg.g.partials()
 	var names []string
-	for name := range holders {
-		if len(holders[name]) > 1 {
-			names = append(names, name)
-		}
+	for name := range partials {
+		names = append(names, name)
 	}
 	sort.Strings(names)
-	for _, name := range names {
-		grad, ok := rg.named["grad:"+name]
-		if !ok {
+	holders := rg.g.paramRanks()
+	for pi, name := range names {
+		parts := partials[name]
+		if !contains(holders[name], rg.rank) {
 			continue
 		}
-		group := holders[name]
-		if !contains(group, rg.rank) {
-			continue
+		tag := func(k int) int64 { return -1 - int64(pi)*4096 - int64(k) }
+		bufs := make([]int, len(parts))
+		for k, owner := range parts {
+			if owner != rg.rank {
+				continue
+			}
+			bufs[k] = rg.named[fmt.Sprintf("grad:%s#%d", name, k)]
+			for _, r := range holders[name] {
+				if r != rg.rank {
+					rg.instr(&pb.Instr{Kind: pb.Instr_SEND, In: []int32{int32(bufs[k])}, Peer: int32(r), Tag: tag(k)})
+				}
+			}
 		}
-		g := make([]int32, len(group))
-		for i, r := range group {
-			g[i] = int32(r)
+		var t ir.Type
+		for k, owner := range parts {
+			if owner == rg.rank {
+				t = rg.typeOf(bufs[k])
+			}
 		}
-		rg.instr(&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{int32(grad)}, Group: g})
+		for k, owner := range parts {
+			if owner == rg.rank {
+				continue
+			}
+			if !t.Known() {
+				return fmt.Errorf("gradient %q: no partial on a rank that holds the parameter", name)
+			}
+			bufs[k] = rg.newBuffer(fmt.Sprintf("%s#%d", name, k), t, pb.Role_ACTIVATION)
+			rg.instr(&pb.Instr{Kind: pb.Instr_RECV, Out: []int32{int32(bufs[k])}, Peer: int32(owner), Tag: tag(k)})
+		}
+		final := rg.newBuffer(name, t, pb.Role_GRAD)
+		rg.named["grad:"+name] = final
+		rg.instr(&pb.Instr{Kind: pb.Instr_COPY, In: []int32{int32(bufs[0])}, Out: []int32{int32(final)}})
+		for _, b := range bufs[1:] {
+			rg.instr(&pb.Instr{Kind: pb.Instr_ACCUM, In: []int32{int32(b)}, Out: []int32{int32(final)}})
+		}
 	}
 	return nil
+}
+
+// partials maps each parameter with partial gradients to the rank computing each partial.
+func (g *gen) partials() map[string][]int {
+	out := map[string][]int{}
+	for _, f := range g.funcs {
+		if f.Name == "optimizer" {
+			continue
+		}
+		r := g.rankOfFunc(f.Name)
+		for i := range f.Results {
+			at := f.ResultAttrs[i]
+			if !at.Has(passes.AttrPartial) {
+				continue
+			}
+			name, k := at.Str(ir.AttrGrad, ""), at.Int(passes.AttrPartial, 0)
+			for len(out[name]) <= k {
+				out[name] = append(out[name], -1)
+			}
+			out[name][k] = r
+		}
+	}
+	return out
 }
 
 func contains(xs []int, x int) bool {

@@ -2,6 +2,7 @@ package passes
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 
 	"ppc.dev/ppc/ir"
@@ -33,9 +34,10 @@ var SplitStages = &Pass{
 		"outside the function that defines it becomes a result and an argument carrying the same " +
 		"`port` key (activations to the next stage, gradients back, stashes between F, I and W); model " +
 		"inputs and parameters stay arguments with their attributes; the loss and the parameter " +
-		"gradients are returned by the functions that compute them. A parameter gradient summed over " +
-		"several stages (tied weights) is returned as one partial gradient per stage; the runtime " +
-		"adds the partials. Empty functions are omitted.",
+		"gradients are returned by the functions that compute them. A parameter gradient autodiff summed " +
+		"over several uses (tied weights) is returned as one partial per use, `{grad = NAME, partial = K}` " +
+		"in forward order; the runtime accumulates each partial and adds them in order after the last " +
+		"micro-batch, so the sum does not depend on the pipeline split. Empty functions are omitted.",
 	Options: []Option{{Name: "recompute", Default: "none", Doc: "none: stash every forward value the backward uses; " +
 		"full: stash only each stage's inputs and recompute its forward ops inside I (W takes what it needs from I); " +
 		"selective: recompute attention internals (the chain from the scores matmul through the softmax), stash the rest"}},
@@ -95,7 +97,7 @@ type stageKey struct {
 
 func splitStages(m *ir.Module, src *ir.Func, recompute string) ([]*ir.Func, error) {
 	src.Results, src.ResultAttrs = splitTiedGrads(src)
-	RemoveDead(src) // the cross-stage sums that were replaced
+	RemoveDead(src) // the sums of tied-weight contributions that were replaced
 	results, resultAttrs := src.Results, src.ResultAttrs
 	nstages := 0
 	home := map[*ir.Value]stageKey{} // defining function of each op result
@@ -245,83 +247,61 @@ func splitStages(m *ir.Module, src *ir.Func, recompute string) ([]*ir.Func, erro
 	return out, nil
 }
 
-// splitTiedGrads returns src's results, replacing each parameter gradient that is a sum of
-// contributions from several stages by one partial sum per stage (each returned with the same
-// grad attribute), so that no op adds values from two stages. The runtime accumulates all
-// results that name the same gradient into one buffer, and reduces it across the ranks that
-// hold the parameter.
+// AttrPartial (int, on a gradient result) numbers the contributions to a parameter used in
+// several places (tied weights), in forward order.
+const AttrPartial = "partial"
+
+// splitTiedGrads returns src's results, replacing each parameter gradient that autodiff
+// summed from several uses of the parameter by one result per use, numbered in forward order
+// (`{grad = "wte", partial = k}`). The sum moves to after the last micro-batch: the runtime
+// keeps one accumulator per partial and adds them in partial order, the same order whatever
+// the pipeline split, so a tied weight gets bit-identical gradients on one device and on
+// many — and no op adds values from two stages.
 func splitTiedGrads(src *ir.Func) ([]*ir.Value, []ir.Attrs) {
+	pos := map[*ir.Op]int{}
+	for i, op := range src.Ops {
+		pos[op] = i
+	}
 	var results []*ir.Value
 	var attrs []ir.Attrs
 	for i, r := range src.Results {
-		if !src.ResultAttrs[i].Has(ir.AttrGrad) || r.Def == nil || r.Def.Def.Name != "add" || !crossesStages(r.Def) {
+		isSum := func(v *ir.Value) bool {
+			d := v.Def
+			return d != nil && d.Def.Name == "add" && d.Phase == ir.BwdW &&
+				d.Operands[0].Type.Equal(v.Type) && d.Operands[1].Type.Equal(v.Type)
+		}
+		if !src.ResultAttrs[i].Has(ir.AttrGrad) || !isSum(r) {
 			results = append(results, r)
 			attrs = append(attrs, src.ResultAttrs[i])
 			continue
 		}
-		// Collect the leaves of the add tree that spans stages, grouped by stage.
-		byStage := map[int][]*ir.Value{}
-		var order []int
+		var leaves []*ir.Value
 		var walk func(v *ir.Value)
 		walk = func(v *ir.Value) {
-			if v.Def != nil && v.Def.Def.Name == "add" && crossesStages(v.Def) && v.Def.Operands[0].Type.Equal(v.Type) && v.Def.Operands[1].Type.Equal(v.Type) {
+			if isSum(v) {
 				walk(v.Def.Operands[0])
 				walk(v.Def.Operands[1])
 				return
 			}
-			s := 0
-			if v.Def != nil {
-				s = opStage(v.Def)
-			}
-			if _, seen := byStage[s]; !seen {
-				order = append(order, s)
-			}
-			byStage[s] = append(byStage[s], v)
+			leaves = append(leaves, v)
 		}
 		walk(r)
-		for _, s := range order {
-			leaves := byStage[s]
-			sum := leaves[0]
-			for _, l := range leaves[1:] {
-				op := ir.NewOp(ir.MustLookup("add"), []*ir.Value{sum, l}, nil, []ir.Type{sum.Type})
-				op.Stage, op.Phase = s, ir.BwdW
-				src.Ops = insertAfter(src.Ops, l.Def, op)
-				sum = op.Results[0]
-			}
-			results = append(results, sum)
-			attrs = append(attrs, src.ResultAttrs[i])
+		// Forward order of the uses: a use's gradient is computed in reverse, so order the
+		// leaves by the position of their defining op, latest first.
+		sort.SliceStable(leaves, func(a, b int) bool { return leafPos(pos, leaves[a]) > leafPos(pos, leaves[b]) })
+		for k, l := range leaves {
+			results = append(results, l)
+			attrs = append(attrs, src.ResultAttrs[i].Set(AttrPartial, ir.Int(k)))
 		}
 	}
 	return results, attrs
 }
 
-func crossesStages(op *ir.Op) bool {
-	s := opStage(op)
-	for _, x := range op.Operands {
-		if x.Def != nil && opStage(x.Def) != s {
-			return true
-		}
+func leafPos(pos map[*ir.Op]int, v *ir.Value) int {
+	if v.Def == nil {
+		return -1
 	}
-	return false
-}
-
-// insertAfter inserts op right after the later of after and the defs of op's operands.
-func insertAfter(ops []*ir.Op, after *ir.Op, op *ir.Op) []*ir.Op {
-	pos := 0
-	for i, o := range ops {
-		if o == after {
-			pos = i + 1
-		}
-		for _, x := range op.Operands {
-			if x.Def == o {
-				pos = max(pos, i+1)
-			}
-		}
-	}
-	ops = append(ops, nil)
-	copy(ops[pos+1:], ops[pos:])
-	ops[pos] = op
-	return ops
+	return pos[v.Def]
 }
 
 // rematerializable returns the forward ops a backward function recomputes rather than reads
