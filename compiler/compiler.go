@@ -72,7 +72,13 @@ func Compile(model string, opts Options) (*Result, error) {
 		}
 		pipeline = append(pipeline, fmt.Sprintf("add-loss{kind=%s,output=%d}", kind, opts.LossOutput))
 	}
-	part := fmt.Sprintf("partition{pp=%d,virtual=%d,mem=%d", opts.PP, max(opts.VirtualStages, 1), opts.Mem)
+	// The schedule decides how many stages each rank holds (interleaved and V-shaped
+	// schedules default to two), so build it before partitioning.
+	sched, err := loadSchedule(&opts)
+	if err != nil {
+		return nil, err
+	}
+	part := fmt.Sprintf("partition{pp=%d,virtual=%d,mem=%d", sched.Ranks, sched.Stages/sched.Ranks, opts.Mem)
 	if opts.Partition != "" {
 		part += ",mode=" + opts.Partition
 	}
@@ -108,7 +114,7 @@ func Compile(model string, opts Options) (*Result, error) {
 	if err := passes.Run(m, pl, opts.Passes); err != nil {
 		return nil, err
 	}
-	sched, err := buildSchedule(opts, m.Attrs.Int("stages", 1))
+	cs, err := codegenSchedule(sched, m.Attrs.Int("stages", 1))
 	if err != nil {
 		return nil, err
 	}
@@ -119,42 +125,61 @@ func Compile(model string, opts Options) (*Result, error) {
 			optName = "adamw"
 		}
 	}
-	out, err := codegen.Generate(m, codegen.Options{Schedule: sched, Optimizer: optName, Source: src})
+	out, err := codegen.Generate(m, codegen.Options{Schedule: cs, Optimizer: optName, Source: src})
 	if err != nil {
 		return nil, err
 	}
 	return &Result{Module: m, Output: out}, nil
 }
 
-// buildSchedule makes the pipeline schedule: a generator by name, or a PyTorch CSV.
-func buildSchedule(opts Options, stages int) (codegen.Schedule, error) {
+// loadSchedule makes the pipeline schedule: a generator by name, or a PyTorch CSV (whose
+// rank count then sets --pp).
+func loadSchedule(opts *Options) (*schedule.Schedule, error) {
 	name := opts.Schedule
 	if name == "" {
 		name = "1f1b"
 	}
-	var s *schedule.Schedule
-	var err error
-	if strings.HasSuffix(name, ".csv") {
-		f, ferr := os.Open(name)
-		if ferr != nil {
-			return codegen.Schedule{}, ferr
-		}
-		defer f.Close()
-		s, err = schedule.ParseCSV(f)
-		if err == nil {
-			err = schedule.Validate(s)
-		}
-	} else {
-		s, err = schedule.Generate(name, opts.PP, opts.Microbatches, opts.VirtualStages)
+	if !strings.HasSuffix(name, ".csv") {
+		return schedule.Generate(name, opts.PP, opts.Microbatches, opts.VirtualStages)
 	}
+	f, err := os.Open(name)
 	if err != nil {
-		return codegen.Schedule{}, err
+		return nil, err
 	}
-	if s.Stages != stages {
-		return codegen.Schedule{}, fmt.Errorf("schedule %s has %d stages, the model is split into %d", name, s.Stages, stages)
+	defer f.Close()
+	s, err := schedule.ParseCSV(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", name, err)
+	}
+	if err := schedule.Validate(s); err != nil {
+		return nil, &ScheduleError{File: name, Err: err}
+	}
+	if opts.PP > 1 && opts.PP != s.Ranks {
+		return nil, fmt.Errorf("%s has %d ranks, --pp is %d", name, s.Ranks, opts.PP)
 	}
 	if s.Microbatches != opts.Microbatches {
-		return codegen.Schedule{}, fmt.Errorf("schedule %s has %d micro-batches, --microbatches is %d", name, s.Microbatches, opts.Microbatches)
+		return nil, fmt.Errorf("%s has %d micro-batches, --microbatches is %d", name, s.Microbatches, opts.Microbatches)
+	}
+	if s.Stages%s.Ranks != 0 {
+		return nil, fmt.Errorf("%s places %d stages on %d ranks; ppc needs the same number of stages on every rank", name, s.Stages, s.Ranks)
+	}
+	opts.PP = s.Ranks
+	return s, nil
+}
+
+// ScheduleError is a schedule that fails validation (a failed check: exit status 1).
+type ScheduleError struct {
+	File string
+	Err  error
+}
+
+func (e *ScheduleError) Error() string { return fmt.Sprintf("%s: %v", e.File, e.Err) }
+func (e *ScheduleError) Unwrap() error { return e.Err }
+
+// codegenSchedule keeps the compute actions of a schedule for code generation.
+func codegenSchedule(s *schedule.Schedule, stages int) (codegen.Schedule, error) {
+	if s.Stages != stages {
+		return codegen.Schedule{}, fmt.Errorf("schedule %s has %d stages, the model is split into %d", s.Name, s.Stages, stages)
 	}
 	cs := codegen.Schedule{Name: s.Name, Placement: s.Placement}
 	for _, acts := range s.Actions {
