@@ -41,6 +41,8 @@ type Options struct {
 	Optimizer string
 	// Source is the model source, hashed into the plan and programs.
 	Source []byte
+	// Recompute is recorded in the plan.
+	Recompute string
 }
 
 // Output is a compiled job: the plan and one program per rank.
@@ -120,6 +122,8 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 		out.Plan.Schedule.Actions = append(out.Plan.Schedule.Actions, acts)
 	}
 	g.describe(out.Plan, out.Programs)
+	out.Plan.StageInfo = g.stageInfo()
+	out.Plan.Recompute = opts.Recompute
 	return out, nil
 }
 
@@ -816,4 +820,63 @@ func dedup(s []string) []string {
 		}
 	}
 	return out
+}
+
+// stageInfo summarises each stage from the partition pass's estimates and the per-stage
+// functions' ports.
+func (g *gen) stageInfo() []StageInfo {
+	info := make([]StageInfo, g.stages)
+	for s := range info {
+		info[s] = StageInfo{Stage: s, Rank: g.sched.Placement[s]}
+	}
+	if part, ok := g.m.Attrs.Get("partition").(ir.Dict); ok {
+		if list, ok := ir.Attrs(part).Get("stages").(ir.List); ok {
+			for s, e := range list {
+				d, ok := e.(ir.Dict)
+				if !ok || s >= len(info) {
+					continue
+				}
+				at := ir.Attrs(d)
+				info[s].Layers = at.Str("layers", "")
+				info[s].Params = int64(at.Int("params", 0))
+				info[s].FLOPs = at.Float("flops", 0)
+				info[s].F, info[s].I, info[s].W = at.Float("f", 0), at.Float("i", 0), at.Float("w", 0)
+			}
+		}
+	}
+	// Ports: a value consumed by a stage's I or W is stashed by that stage; one produced by a
+	// stage's F and consumed by a later stage's F is sent forward.
+	types := map[string]ir.Type{}
+	for _, f := range g.funcs {
+		for i, r := range f.Results {
+			if p := f.ResultAttrs[i].Str(passes.AttrPort, ""); p != "" {
+				types[p] = r.Type
+			}
+		}
+	}
+	for p, consumers := range g.portConsumers {
+		prod := g.funcs[g.portProducer[p]]
+		ps := prod.Attrs.Int("stage", 0)
+		stashed, sent := map[int]bool{}, false
+		for _, c := range consumers {
+			cf := g.funcs[c]
+			cs := cf.Attrs.Int("stage", 0)
+			kind := cf.Attrs.Str("kind", "")
+			if kind != passes.KindF && prod.Attrs.Str("kind", "") == passes.KindF {
+				stashed[cs] = true
+			}
+			if kind == passes.KindF && cs != ps {
+				sent = true
+			}
+		}
+		for s := range stashed {
+			if s < len(info) {
+				info[s].StashBytes += types[p].Bytes()
+			}
+		}
+		if sent && ps < len(info) {
+			info[ps].SendBytes += types[p].Bytes()
+		}
+	}
+	return info
 }

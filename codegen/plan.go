@@ -21,6 +21,8 @@ type Plan struct {
 	Microbatches int          `json:"microbatches"`
 	Stages       int          `json:"stages"`
 	StageRanks   []int        `json:"stage_ranks"` // stage → pipeline rank
+	StageInfo    []StageInfo  `json:"stage_info,omitempty"`
+	Recompute    string       `json:"recompute,omitempty"`
 	Schedule     PlanSchedule `json:"schedule"`
 	Training     bool         `json:"training"`
 	Optimizer    string       `json:"optimizer,omitempty"`
@@ -28,6 +30,21 @@ type Plan struct {
 	Params       []Param      `json:"params"`
 	Ranks        []RankInfo   `json:"ranks"`
 	Outputs      []string     `json:"outputs,omitempty"` // forward-only plans: output names
+}
+
+// StageInfo describes one pipeline stage: what it holds and the cost model's estimates per
+// micro-batch, which `ppc simulate DIR` uses as action costs.
+type StageInfo struct {
+	Stage      int     `json:"stage"`
+	Rank       int     `json:"rank"`
+	Layers     string  `json:"layers,omitempty"` // e.g. "E,t0-t3"
+	Params     int64   `json:"params"`
+	FLOPs      float64 `json:"forward_flops"` // per micro-batch
+	StashBytes int64   `json:"stash_bytes"`   // activations kept from F to I/W, per micro-batch
+	SendBytes  int64   `json:"send_bytes"`    // activations sent to later stages, per micro-batch
+	F          float64 `json:"f_seconds"`     // cost model estimates
+	I          float64 `json:"i_seconds"`
+	W          float64 `json:"w_seconds"`
 }
 
 // Mesh is the device mesh.

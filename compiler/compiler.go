@@ -83,7 +83,7 @@ func Compile(model string, opts Options) (*Result, error) {
 		part += ",mode=" + opts.Partition
 	}
 	if opts.Layout != "" {
-		part += ",layout=" + opts.Layout
+		part += `,layout="` + opts.Layout + `"`
 	}
 	pipeline = append(pipeline, part+"}")
 	if !opts.ForwardOnly {
@@ -125,7 +125,7 @@ func Compile(model string, opts Options) (*Result, error) {
 			optName = "adamw"
 		}
 	}
-	out, err := codegen.Generate(m, codegen.Options{Schedule: cs, Optimizer: optName, Source: src})
+	out, err := codegen.Generate(m, codegen.Options{Schedule: cs, Optimizer: optName, Source: src, Recompute: opts.Recompute})
 	if err != nil {
 		return nil, err
 	}

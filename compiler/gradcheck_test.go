@@ -2,6 +2,7 @@ package compiler
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	pb "ppc.dev/ppc/codegen/programpb"
@@ -39,6 +40,9 @@ func TestGradientsEndToEnd(t *testing.T) {
 	loss()
 	grads := map[string][]float64{}
 	for name, g := range job.Buffers(pb.Role_GRAD) {
+		if strings.Contains(name, "#") {
+			continue // a partial of a parameter used twice; its sum has the plain name
+		}
 		grads[name] = append([]float64(nil), g.F64()...)
 	}
 	params := job.Buffers(pb.Role_PARAM)

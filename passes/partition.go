@@ -96,6 +96,7 @@ func partition(m *ir.Module, f *ir.Func, opts Options) error {
 			return fmt.Errorf("mode=markers: the model has no stage markers (use mode=auto or mode=layout)")
 		}
 		units, unitOf = a.markerUnits()
+		a.labelMarkers(units, unitOf)
 		if len(units) < stages {
 			return fmt.Errorf("the model marks %d stages; pp=%d × virtual=%d needs %d", len(units), pp, virtual, stages)
 		}
@@ -351,6 +352,39 @@ func (a *analysis) markerUnits() ([]unit, map[*ir.Op]int) {
 	}
 	a.fillCosts(units, unitOf)
 	return units, unitOf
+}
+
+// labelMarkers names marker units by the layers they hold (E,t0 …) when parameters are
+// namespaced by layer, so a stage table reads in layers whatever the partition mode.
+func (a *analysis) labelMarkers(units []unit, unitOf map[*ir.Op]int) {
+	layers, layerOf := a.layerUnits()
+	seen := make([]map[int]bool, len(units))
+	names := make([][]string, len(units))
+	for _, op := range a.f.Ops {
+		m, l := unitOf[op], layerOf[op]
+		if seen[m] == nil {
+			seen[m] = map[int]bool{}
+		}
+		if !seen[m][l] {
+			seen[m][l] = true
+			names[m] = append(names[m], layers[l].label)
+		}
+	}
+	for m := range units {
+		if len(names[m]) > 0 {
+			sort.SliceStable(names[m], func(i, j int) bool { return layerIndex(layers, names[m][i]) < layerIndex(layers, names[m][j]) })
+			units[m].label = strings.Join(names[m], ",")
+		}
+	}
+}
+
+func layerIndex(units []unit, label string) int {
+	for i, u := range units {
+		if u.label == label {
+			return i
+		}
+	}
+	return len(units)
 }
 
 // placeFloating puts each op that depends on no model input into the unit of its first user
@@ -658,7 +692,7 @@ func describePartition(mode string, units []unit, assign []int, stages, mb int) 
 				lo = k
 			}
 			hi = k + 1
-			labels = append(labels, u.label)
+			labels = append(labels, strings.Split(u.label, ",")...)
 			f, i, w, flops = f+u.f, i+u.i, w+u.w, flops+u.flops
 			params += u.paramCount
 			act += u.act
@@ -724,4 +758,3 @@ func compactLabels(labels []string) string {
 	return strings.Join(out, ",")
 }
 
-var _ = sort.Ints

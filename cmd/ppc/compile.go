@@ -183,7 +183,34 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 			r.Rank, formatBytes(r.PeakBytes), formatBytes(r.ParamBytes), formatBytes(r.GradBytes), formatBytes(r.StateBytes),
 			formatBytes(r.ArenaBytes), r.Instructions)
 	}
+	if len(p.StageInfo) > 1 {
+		printStages(w, p)
+	}
 	_ = codegen.FormatVersion
+}
+
+// printStages prints the stage table: where each stage runs, what it holds, and how balanced
+// the cost model thinks it is.
+func printStages(w io.Writer, p *codegen.Plan) {
+	var sum, worst float64
+	for _, s := range p.StageInfo {
+		t := s.F + s.I + s.W
+		sum += t
+		worst = max(worst, t)
+	}
+	mean := sum / float64(len(p.StageInfo))
+	fmt.Fprintf(w, "\n  %-5s %-4s %-14s %12s %12s %14s %10s\n", "stage", "rank", "layers", "params", "FLOPs/mb", "stash/mb", "imbalance")
+	for _, s := range p.StageInfo {
+		imb := 0.0
+		if mean > 0 {
+			imb = ((s.F + s.I + s.W) - mean) / mean * 100
+		}
+		fmt.Fprintf(w, "  %-5d %-4d %-14s %12s %12s %14s %+9.1f%%\n", s.Stage, s.Rank, s.Layers, groupDigits(s.Params),
+			formatFLOPs(int64(s.FLOPs)), formatBytes(s.StashBytes), imb)
+	}
+	if mean > 0 {
+		fmt.Fprintf(w, "  bottleneck stage %.1f%% above the mean (cost model)\n", (worst-mean)/mean*100)
+	}
 }
 
 func groupDigits(n int64) string {

@@ -112,7 +112,7 @@ func report(c *command, err error, stderr io.Writer) int {
 	case errors.As(err, &cf):
 		fmt.Fprintf(stderr, "ppc %s: %v\n", c.name, err)
 		return exitFailed
-	case isInternal(err):
+	case isInternal(err) || isFailedCheck(err):
 		fmt.Fprintf(stderr, "ppc %s: %v\n", c.name, err)
 		return exitFailed
 	default:

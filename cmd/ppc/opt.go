@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 
+	"ppc.dev/ppc/compiler"
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/passes"
 )
@@ -64,6 +65,13 @@ func init() {
 type passesConfig = passes.Config
 
 func knownPass(name string) bool { return passes.Lookup(name) != nil }
+
+// isFailedCheck reports errors that are failed validations rather than bad input (exit 1):
+// a schedule that deadlocks or misses a dependency.
+func isFailedCheck(err error) bool {
+	var se *compiler.ScheduleError
+	return errors.As(err, &se)
+}
 
 // isInternal reports errors that are bugs in ppc rather than in the input (exit 1).
 func isInternal(err error) bool {

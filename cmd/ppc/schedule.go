@@ -7,8 +7,10 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"ppc.dev/ppc/codegen"
+	"ppc.dev/ppc/passes"
 	"ppc.dev/ppc/schedule"
 )
 
@@ -86,7 +88,7 @@ func init() {
 		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
 			var sf scheduleFlags
 			sf.register(fs)
-			costFlag := fs.String("cost", "F=1,I=1,W=1", "per-action costs and link latency, e.g. F=1,I=1,W=1,comm=0.1")
+			costFlag := fs.String("cost", "", "per-action costs and link latency, e.g. F=1,I=1,W=1,comm=0.1 (default: unit costs; for a plan, the cost model's per-stage estimates in seconds)")
 			asJSON := fs.Bool("json", false, "print the results as JSON")
 			trace := fs.String("trace", "", "write a Chrome trace to `FILE`")
 			svg := fs.String("svg", "", "write the timeline as SVG to `FILE`")
@@ -99,7 +101,11 @@ func init() {
 					if s, err = sf.load(); err != nil {
 						return err
 					}
-					if cost, err = schedule.ParseCost(*costFlag); err != nil {
+					spec := *costFlag
+					if spec == "" {
+						spec = "F=1,I=1,W=1"
+					}
+					if cost, err = schedule.ParseCost(spec); err != nil {
 						return usagef("--cost: %v", err)
 					}
 				case 1:
@@ -136,8 +142,13 @@ func init() {
 					return enc.Encode(res)
 				}
 				fmt.Fprintf(e.stdout, "schedule %s: %d ranks, %d stages, %d micro-batches\n", s.Name, s.Ranks, s.Stages, s.Microbatches)
-				fmt.Fprintf(e.stdout, "  step time     %.4g\n  ideal time    %.4g (busiest rank's compute)\n  bubble        %.4g (ratio %.4f of ideal)\n",
-					res.StepTime, res.IdealTime, res.BubbleTime, res.BubbleRatio)
+				unit := func(v float64) string { return fmt.Sprintf("%.4g", v) }
+				if len(args) == 1 && *costFlag == "" {
+					unit = func(v float64) string { return time.Duration(v * 1e9).String() }
+					fmt.Fprintf(e.stdout, "  (cost model estimates per micro-batch and stage; see plan.json stage_info)\n")
+				}
+				fmt.Fprintf(e.stdout, "  step time     %s\n  ideal time    %s (busiest rank's compute)\n  bubble        %s (ratio %.4f of ideal)\n",
+					unit(res.StepTime), unit(res.IdealTime), unit(res.BubbleTime), res.BubbleRatio)
 				for r, a := range res.PeakActivations {
 					fmt.Fprintf(e.stdout, "  rank %-3d      peak activations %d micro-batch(es)", r, a)
 					if r < len(res.PeakActivationBytes) {
@@ -175,9 +186,22 @@ func planSchedule(plan *codegen.Plan, costFlag string) (*schedule.Schedule, sche
 		return nil, schedule.Cost{}, fmt.Errorf("plan's schedule: %v", err)
 	}
 	s.Name = plan.Schedule.Name
-	cost, err := schedule.ParseCost(costFlag)
-	if err != nil {
-		return nil, cost, usagef("--cost: %v", err)
+	if costFlag != "" || len(plan.StageInfo) != s.Stages {
+		if costFlag == "" {
+			costFlag = "F=1,I=1,W=1"
+		}
+		cost, err := schedule.ParseCost(costFlag)
+		if err != nil {
+			return nil, cost, usagef("--cost: %v", err)
+		}
+		return s, cost, nil
+	}
+	// The cost model's estimates, in seconds, with the link model of passes.CostConstants.
+	cc := passes.CostConstants
+	cost := schedule.Cost{F: 1, I: 1, W: 1, Comm: cc.LinkLatency, Bandwidth: cc.LinkBandwidth}
+	for _, st := range plan.StageInfo {
+		cost.Stages = append(cost.Stages, schedule.StageCost{F: st.F, I: st.I, W: st.W,
+			CommBytes: float64(st.SendBytes), ActBytes: float64(st.StashBytes)})
 	}
 	return s, cost, nil
 }
