@@ -17,6 +17,6 @@ func init() {
 		if len(opts.Set) > 0 || opts.Preset != "" {
 			return nil, &ir.Error{Loc: ir.Loc{File: path}, Msg: "--set and --preset apply to DSL models, not ONNX"}
 		}
-		return onnx.Import(path, src, dirOf(path), onnx.Options{Dims: opts.Dims, Microbatches: opts.Microbatches})
+		return onnx.Import(path, src, dirOf(path), onnx.Options{Dims: opts.Dims, Microbatches: opts.Microbatches, Frozen: opts.Frozen})
 	}
 }

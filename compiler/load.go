@@ -15,6 +15,7 @@ type LoadOptions struct {
 	Set          map[string]string // DSL config overrides
 	Preset       string            // DSL preset
 	Microbatches int
+	Frozen       map[string]*ir.Dense // ONNX graph inputs fixed at compile time (shapes)
 }
 
 // Load reads a model by its extension: .onnx (ONNX), .ppm (the model DSL) or .ir (IR text).

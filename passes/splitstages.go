@@ -230,7 +230,13 @@ func splitStages(m *ir.Module, src *ir.Func, recompute string) ([]*ir.Func, erro
 	for i, r := range results {
 		k, ok := home[r]
 		if !ok {
-			return nil, fmt.Errorf("split-stages: @%s returns an argument or foreign value (result %d)", src.Name, i)
+			if _, isArg := argIndex[r]; !isArg {
+				return nil, fmt.Errorf("split-stages: @%s returns a value it does not define (result %d)", src.Name, i)
+			}
+			// A model that returns one of its inputs: stage 0's forward passes it through.
+			k = stageKey{0, KindF}
+			get(k).AddResult(localOf(k, r), resultAttrs[i])
+			continue
 		}
 		get(k).AddResult(r, resultAttrs[i])
 	}

@@ -8,11 +8,7 @@ import (
 	"strings"
 
 	"ppc.dev/ppc/compiler"
-	"ppc.dev/ppc/frontend/onnx"
-	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime"
-	"ppc.dev/ppc/runtime/cpu"
-	"ppc.dev/ppc/runtime/device"
 )
 
 func init() {
@@ -45,7 +41,7 @@ func init() {
 					}
 					given[k] = v
 				}
-				outs, gen, err := Infer(args[0], lo, given, *seed)
+				outs, gen, err := compiler.Infer(args[0], lo, given, *seed)
 				if err != nil {
 					return err
 				}
@@ -65,11 +61,11 @@ func init() {
 					fmt.Fprintf(e.stdout, "input  %-24s %-16s generated, saved to %s\n", name, t.Type, p)
 				}
 				for _, o := range outs {
-					p := filepath.Join(*outDir, sanitize(o.name)+".npy")
-					if err := runtime.WriteNpy(p, o.t); err != nil {
+					p := filepath.Join(*outDir, sanitize(o.Name)+".npy")
+					if err := runtime.WriteNpy(p, o.Tensor); err != nil {
 						return err
 					}
-					fmt.Fprintf(e.stdout, "output %-24s %-16s %s\n", o.name, o.t.Type, p)
+					fmt.Fprintf(e.stdout, "output %-24s %-16s %s\n", o.Name, o.Tensor.Type, p)
 				}
 				return nil
 			}
@@ -90,103 +86,4 @@ func sanitize(name string) string {
 		return "_"
 	}
 	return string(b)
-}
-
-type namedTensor struct {
-	name string
-	t    device.Tensor
-}
-
-// Infer compiles the model for inference and runs it once. given maps input names (the
-// model's own names, or IR argument names) to .pb/.npy files; the rest are generated and
-// returned so the caller can save them.
-func Infer(model string, lo compiler.LoadOptions, given map[string]string, seed uint64) ([]namedTensor, map[string]device.Tensor, error) {
-	res, err := compiler.Compile(model, compiler.Options{Load: lo, ForwardOnly: true, Microbatches: 1})
-	if err != nil {
-		return nil, nil, err
-	}
-	job, err := runtime.New(res.Output, cpu.New())
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := job.Init(seed); err != nil {
-		return nil, nil, err
-	}
-	plan := job.Plan
-	data := runtime.Fixed{}
-	generated := map[string]device.Tensor{}
-	used := map[string]bool{}
-	synth := &runtime.Synthetic{Seed: seed, Plan: plan}
-	for _, in := range plan.Inputs {
-		name := in.ModelName
-		if name == "" {
-			name = in.Name
-		}
-		dt, _ := ir.ParseDType(in.DType)
-		want := ir.Type{DType: dt, Shape: ir.Shape(in.MicrobatchShape)}
-		path, ok := given[name]
-		if !ok {
-			path, ok = given[in.Name]
-			used[in.Name] = ok
-		} else {
-			used[name] = true
-		}
-		if !ok {
-			t := device.Tensor{Type: want, Data: make([]byte, want.Bytes())}
-			if err := synth.Fill(in, 1, 0, t); err != nil {
-				return nil, nil, err
-			}
-			data[in.Name] = t
-			generated[name] = t
-			continue
-		}
-		t, err := readInputFile(path)
-		if err != nil {
-			return nil, nil, err
-		}
-		if !t.Type.Equal(want) {
-			return nil, nil, fmt.Errorf("input %q: %s holds %s, the model needs %s", name, path, t.Type, want)
-		}
-		data[in.Name] = t
-	}
-	for name := range given {
-		if !used[name] {
-			var names []string
-			for _, in := range plan.Inputs {
-				n := in.ModelName
-				if n == "" {
-					n = in.Name
-				}
-				names = append(names, n)
-			}
-			return nil, nil, fmt.Errorf("--input %s: the model has no such input (inputs: %s)", name, strings.Join(names, ", "))
-		}
-	}
-	if _, err := job.Step(runtime.Options{Seed: seed, Data: data}); err != nil {
-		return nil, nil, err
-	}
-	outs := job.Outputs(0)
-	var result []namedTensor
-	for _, name := range plan.Outputs {
-		result = append(result, namedTensor{name, outs[name]})
-	}
-	return result, generated, nil
-}
-
-func readInputFile(path string) (device.Tensor, error) {
-	if strings.EqualFold(filepath.Ext(path), ".npy") {
-		return runtime.ReadNpy(path)
-	}
-	_, d, err := onnx.ReadTensor(path)
-	if err != nil {
-		return device.Tensor{}, err
-	}
-	data := d.Data
-	if d.Splat {
-		data = make([]byte, 0, d.Type.Bytes())
-		for i := 0; i < d.Type.NumElements(); i++ {
-			data = append(data, d.Data...)
-		}
-	}
-	return device.Tensor{Type: d.Type, Data: append([]byte(nil), data...)}, nil
 }

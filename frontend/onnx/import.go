@@ -1,11 +1,13 @@
 package onnx
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -20,6 +22,9 @@ import (
 type Options struct {
 	Dims         map[string]int // --dim NAME=VALUE bindings of symbolic dims
 	Microbatches int            // 0 or 1: as declared. M > 1: the leading (batch) dim of every graph input is divided by M before shape folding, so @forward describes one micro-batch (error if not divisible, naming the input)
+	// Frozen gives graph inputs fixed values, imported as initializers (constants), for inputs
+	// that decide shapes, which a static IR cannot take at run time.
+	Frozen map[string]*ir.Dense
 }
 
 // Load reads an .onnx file (and external data relative to its directory), decodes it,
@@ -38,6 +43,9 @@ func Import(name string, data []byte, dir string, opts Options) (*ir.Module, err
 	var m onnxpb.ModelProto
 	if err := (proto.UnmarshalOptions{RecursionLimit: 64}).Unmarshal(data, &m); err != nil {
 		return nil, &ir.Error{Loc: ir.Loc{File: name}, Msg: "not a valid ONNX model: " + protoMessage(err)}
+	}
+	if err := freezeInputs(&m, opts.Frozen); err != nil {
+		return nil, &ir.Error{Loc: ir.Loc{File: name}, Msg: err.Error()}
 	}
 	imp := &importer{file: name, dir: dir, opts: opts, model: &m}
 	mod, err := imp.run()
@@ -633,4 +641,40 @@ func dce(f *ir.Func) {
 		f.Ops[i] = nil
 	}
 	f.Ops = out
+}
+
+// freezeInputs adds the frozen inputs' values as initializers.
+func freezeInputs(m *onnxpb.ModelProto, frozen map[string]*ir.Dense) error {
+	if len(frozen) == 0 {
+		return nil
+	}
+	if m.Graph == nil {
+		return fmt.Errorf("the model has no graph")
+	}
+	codes := map[ir.DType]int32{ir.F32: 1, ir.U8: 2, ir.I8: 3, ir.I32: 6, ir.I64: 7, ir.Bool: 9, ir.F16: 10, ir.F64: 11, ir.BF16: 16}
+	names := make([]string, 0, len(frozen))
+	for n := range frozen {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		d := frozen[n]
+		found := false
+		for _, in := range m.Graph.Input {
+			found = found || in.GetName() == n
+		}
+		if !found {
+			return fmt.Errorf("cannot freeze %q: not a graph input", n)
+		}
+		dims := make([]int64, len(d.Type.Shape))
+		for i, x := range d.Type.Shape {
+			dims[i] = int64(x)
+		}
+		raw := d.Data
+		if d.Splat {
+			raw = bytes.Repeat(d.Data, d.Type.NumElements())
+		}
+		m.Graph.Initializer = append(m.Graph.Initializer, &onnxpb.TensorProto{Name: n, Dims: dims, DataType: codes[d.Type.DType], RawData: raw})
+	}
+	return nil
 }

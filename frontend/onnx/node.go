@@ -64,8 +64,19 @@ func (c *nodeCtx) constIn(i int, what string) (*ir.Dense, error) {
 	if _, err := c.imp.value(name); err != nil {
 		return nil, err
 	}
-	return nil, c.errorf("input %q (%s) must be a compile-time constant (ppc needs static shapes), but it depends on graph inputs", name, what)
+	return nil, &NeedsConstantError{Tensor: name, Err: c.errorf("input %q (%s) must be a compile-time constant (ppc needs static shapes), but it depends on graph inputs", name, what)}
 }
+
+// NeedsConstantError reports a tensor that must be known at compile time (a shape) but is
+// computed from graph inputs. A caller that knows the value of such a graph input (ppc infer
+// given the input's data) can import again with it in Options.Frozen.
+type NeedsConstantError struct {
+	Tensor string
+	Err    error
+}
+
+func (e *NeedsConstantError) Error() string { return e.Err.Error() }
+func (e *NeedsConstantError) Unwrap() error { return e.Err }
 
 // constInts returns input i as a list of integers.
 func (c *nodeCtx) constInts(i int, what string) ([]int, error) {

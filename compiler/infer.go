@@ -1,0 +1,140 @@
+package compiler
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"ppc.dev/ppc/frontend/onnx"
+	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/cpu"
+	"ppc.dev/ppc/runtime/device"
+)
+
+// Output is one model output.
+type Output struct {
+	Name   string
+	Tensor device.Tensor
+}
+
+// Infer compiles the model for inference and runs its forward pass once on the CPU. given maps
+// input names (the model's own names, or IR argument names) to .pb (ONNX TensorProto) or .npy
+// files; inputs not given are drawn at random from seed and returned so the caller can save
+// them. Outputs come back in the model's order.
+func Infer(model string, lo LoadOptions, given map[string]string, seed uint64) ([]Output, map[string]device.Tensor, error) {
+	res, err := Compile(model, Options{Load: lo, ForwardOnly: true, Microbatches: 1})
+	// An input that decides a shape cannot stay an input of a static plan; when its data is
+	// given, compile it in as a constant and try again.
+	for tries := 0; err != nil && tries < len(given); tries++ {
+		var nc *onnx.NeedsConstantError
+		if !errors.As(err, &nc) {
+			break
+		}
+		path, ok := given[nc.Tensor]
+		if !ok {
+			break
+		}
+		t, rerr := readInputFile(path)
+		if rerr != nil {
+			return nil, nil, rerr
+		}
+		if lo.Frozen == nil {
+			lo.Frozen = map[string]*ir.Dense{}
+		}
+		lo.Frozen[nc.Tensor] = &ir.Dense{Type: t.Type, Data: t.Data}
+		res, err = Compile(model, Options{Load: lo, ForwardOnly: true, Microbatches: 1})
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	frozen := lo.Frozen
+	job, err := runtime.New(res.Output, cpu.New())
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := job.Init(seed); err != nil {
+		return nil, nil, err
+	}
+	plan := job.Plan
+	data := runtime.Fixed{}
+	generated := map[string]device.Tensor{}
+	used := map[string]bool{}
+	synth := &runtime.Synthetic{Seed: seed, Plan: plan}
+	for _, in := range plan.Inputs {
+		name := in.ModelName
+		if name == "" {
+			name = in.Name
+		}
+		dt, _ := ir.ParseDType(in.DType)
+		want := ir.Type{DType: dt, Shape: ir.Shape(in.MicrobatchShape)}
+		path, ok := given[name]
+		if !ok {
+			path, ok = given[in.Name]
+			used[in.Name] = ok
+		} else {
+			used[name] = true
+		}
+		if !ok {
+			t := device.Tensor{Type: want, Data: make([]byte, want.Bytes())}
+			if err := synth.Fill(in, 1, 0, t); err != nil {
+				return nil, nil, err
+			}
+			data[in.Name] = t
+			generated[name] = t
+			continue
+		}
+		t, err := readInputFile(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !t.Type.Equal(want) {
+			return nil, nil, fmt.Errorf("input %q: %s holds %s, the model needs %s", name, path, t.Type, want)
+		}
+		data[in.Name] = t
+	}
+	for name := range given {
+		if _, ok := frozen[name]; ok {
+			continue
+		}
+		if !used[name] {
+			var names []string
+			for _, in := range plan.Inputs {
+				n := in.ModelName
+				if n == "" {
+					n = in.Name
+				}
+				names = append(names, n)
+			}
+			return nil, nil, fmt.Errorf("--input %s: the model has no such input (inputs: %s)", name, strings.Join(names, ", "))
+		}
+	}
+	if _, err := job.Step(runtime.Options{Seed: seed, Data: data}); err != nil {
+		return nil, nil, err
+	}
+	outs := job.Outputs(0)
+	var result []Output
+	for _, name := range plan.Outputs {
+		result = append(result, Output{name, outs[name]})
+	}
+	return result, generated, nil
+}
+
+func readInputFile(path string) (device.Tensor, error) {
+	if strings.EqualFold(filepath.Ext(path), ".npy") {
+		return runtime.ReadNpy(path)
+	}
+	_, d, err := onnx.ReadTensor(path)
+	if err != nil {
+		return device.Tensor{}, err
+	}
+	data := d.Data
+	if d.Splat {
+		data = make([]byte, 0, d.Type.Bytes())
+		for i := 0; i < d.Type.NumElements(); i++ {
+			data = append(data, d.Data...)
+		}
+	}
+	return device.Tensor{Type: d.Type, Data: append([]byte(nil), data...)}, nil
+}
