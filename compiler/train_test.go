@@ -1,0 +1,193 @@
+package compiler
+
+import (
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"testing"
+
+	pb "ppc.dev/ppc/codegen/programpb"
+	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/cpu"
+)
+
+// TestTinyGPTLearns trains gpt.ppm --preset tiny for 200 steps on the synthetic repeating
+// motifs and requires the loss to fall by at least half.
+func TestTinyGPTLearns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("200 training steps; run without -short")
+	}
+	res, err := Compile("../testdata/models/gpt.ppm", Options{Load: LoadOptions{Preset: "tiny"}, Microbatches: 2, Optimizer: "adamw{lr=1e-2}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := runtime.New(res.Output, cpu.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := job.Init(1); err != nil {
+		t.Fatal(err)
+	}
+	var first, last float64
+	for i := 0; i < 200; i++ {
+		r, err := job.Step(runtime.Options{Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = r.Loss
+		}
+		last = r.Loss
+	}
+	t.Logf("loss %.4f → %.4f", first, last)
+	if last > first/2 {
+		t.Fatalf("loss fell from %.4f to %.4f, less than half", first, last)
+	}
+}
+
+// TestSaveResumeBitwise: saving after 2 steps and resuming for 2 more gives exactly the
+// parameters and optimizer state of 4 uninterrupted steps.
+func TestSaveResumeBitwise(t *testing.T) {
+	opts := Options{Load: LoadOptions{Preset: "tiny"}, Microbatches: 2, PP: 2}
+	res, err := Compile("../testdata/models/gpt.ppm", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(steps int, resume, save string) map[string][]float64 {
+		job, err := runtime.New(res.Output, cpu.New())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := job.Init(9); err != nil {
+			t.Fatal(err)
+		}
+		if resume != "" {
+			step, seed, err := job.Resume(resume)
+			if err != nil || step != 2 || seed != 9 {
+				t.Fatalf("resume: step %d seed %d: %v", step, seed, err)
+			}
+		}
+		for i := 0; i < steps; i++ {
+			if _, err := job.Step(runtime.Options{Seed: 9}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if save != "" {
+			if err := job.Save(save, 9); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out := map[string][]float64{}
+		for _, role := range []pb.Role{pb.Role_PARAM, pb.Role_STATE} {
+			for n, b := range job.Buffers(role) {
+				out[n] = runtime.Float64s(b)
+			}
+		}
+		return out
+	}
+	straight := run(4, "", "")
+	dir := t.TempDir()
+	run(2, "", dir)
+	resumed := run(2, dir, "")
+	for n, want := range straight {
+		got := resumed[n]
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("%s[%d]: resumed %v, uninterrupted %v", n, i, got[i], want[i])
+			}
+		}
+	}
+	// The checkpoint resumes into another layout too (one rank instead of two).
+	single, err := Compile("../testdata/models/gpt.ppm", Options{Load: LoadOptions{Preset: "tiny"}, Microbatches: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := runtime.New(single.Output, cpu.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := job.Resume(dir); err != nil {
+		t.Fatalf("resume into one rank: %v", err)
+	}
+}
+
+func TestCorruptCheckpoint(t *testing.T) {
+	res, err := Compile("../testdata/ir/mlp.ir", Options{Microbatches: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := runtime.New(res.Output, cpu.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	job.Init(1)
+	dir := t.TempDir()
+	if err := job.Save(dir, 1); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, runtime.CheckpointFile)
+	good, _ := os.ReadFile(path)
+	cases := map[string][]byte{
+		"truncated": good[:len(good)-7],
+		"empty":     {},
+		"huge header": func() []byte {
+			b := append([]byte{}, good...)
+			binary.LittleEndian.PutUint64(b, 1<<40)
+			return b
+		}(),
+		"bad json": append([]byte{8, 0, 0, 0, 0, 0, 0, 0}, []byte("{nope   ")...),
+	}
+	for name, data := range cases {
+		os.WriteFile(path, data, 0o644)
+		var ie *runtime.InputError
+		if _, _, err := job.Resume(dir); err == nil || !asInputError(err, &ie) {
+			t.Errorf("%s checkpoint: got %v, want an input error", name, err)
+		}
+	}
+}
+
+func asInputError(err error, target **runtime.InputError) bool {
+	e, ok := err.(*runtime.InputError)
+	if ok {
+		*target = e
+	}
+	return ok
+}
+
+// TestTokenStreamData trains from a nanoGPT-style uint16 token file.
+func TestTokenStreamData(t *testing.T) {
+	res, err := Compile("../testdata/models/gpt.ppm", Options{Load: LoadOptions{Preset: "tiny"}, Microbatches: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := runtime.New(res.Output, cpu.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	job.Init(1)
+	path := filepath.Join(t.TempDir(), "train.bin")
+	toks := make([]byte, 2*5000)
+	for i := 0; i < 5000; i++ {
+		binary.LittleEndian.PutUint16(toks[2*i:], uint16(i*7%512))
+	}
+	os.WriteFile(path, toks, 0o644)
+	src, err := runtime.OpenData(path, job.Plan, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := job.Step(runtime.Options{Seed: 1, Data: src})
+	if err != nil || r.Loss < 5 || r.Loss > 7 {
+		t.Fatalf("loss %v, err %v", r.Loss, err)
+	}
+	// A token beyond the vocabulary is refused up front.
+	binary.LittleEndian.PutUint16(toks[100:], 60000)
+	os.WriteFile(path, toks, 0o644)
+	if _, err := runtime.OpenData(path, job.Plan, 1); err == nil {
+		t.Fatal("out-of-vocabulary token accepted")
+	}
+	odd := filepath.Join(t.TempDir(), "odd.bin")
+	os.WriteFile(odd, toks[:11], 0o644)
+	if _, err := runtime.OpenData(odd, job.Plan, 1); err == nil {
+		t.Fatal("odd-length token file accepted")
+	}
+}
