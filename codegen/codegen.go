@@ -324,6 +324,12 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 			}
 		case at.Has(ir.AttrLoss):
 			rg.instr(&pb.Instr{Kind: pb.Instr_LOSS, In: []int32{int32(buf)}, Microbatch: int32(mb)})
+			if rg.g.funcs["optimizer"] == nil {
+				// Inference of a model with a loss: the loss is its output.
+				out := rg.newBuffer(at.Str(ir.AttrName, "loss"), b.Slots[b.Results[i]], pb.Role_OUTPUT)
+				rg.prog.Buffers[out].Microbatch = int32(mb)
+				rg.instr(&pb.Instr{Kind: pb.Instr_COPY, In: []int32{int32(buf)}, Out: []int32{int32(out)}, Microbatch: int32(mb)})
+			}
 		case at.Has(ir.AttrGrad):
 			name := at.Str(ir.AttrGrad, "")
 			key := "grad:" + name
