@@ -757,4 +757,3 @@ func compactLabels(labels []string) string {
 	}
 	return strings.Join(out, ",")
 }
-

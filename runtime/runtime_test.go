@@ -1,4 +1,4 @@
-package runtime
+package runtime_test
 
 import (
 	"errors"
@@ -12,6 +12,7 @@ import (
 	"ppc.dev/ppc/codegen"
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/compiler"
+	. "ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/cpu"
 )
 
@@ -217,11 +218,18 @@ func FuzzLoadProgram(f *testing.F) {
 	f.Add(prog)
 	f.Add(prog[:len(prog)/3])
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r, err := LoadProgram(data, plan, cpu.New())
-		if err != nil {
+		p := &pb.Program{}
+		if proto.Unmarshal(data, p) != nil {
 			return
 		}
-		j := &Job{Plan: plan, Ranks: []*Rank{r}, dev: cpu.New(), comm: newTransport(plan.World)}
+		j, err := New(&codegen.Output{Plan: plan, Programs: []*pb.Program{p}}, cpu.New())
+		if err != nil {
+			var ie *InputError
+			if !errors.As(err, &ie) && !strings.Contains(err.Error(), "rank 0:") {
+				t.Fatalf("loader error of type %T: %v", err, err)
+			}
+			return
+		}
 		if err := j.Init(1); err != nil {
 			return
 		}

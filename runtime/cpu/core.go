@@ -223,8 +223,14 @@ func prepareSoftmax(logOf bool) builder {
 		outer, n, inner := outerInner(s.In[0].Shape, axis)
 		if logOf {
 			return byDType(d,
-				func(in, out []device.Tensor) error { k.LogSoftmax(in[0].F32(), out[0].F32(), outer, n, inner); return nil },
-				func(in, out []device.Tensor) error { k.LogSoftmax(in[0].F64(), out[0].F64(), outer, n, inner); return nil }), nil
+				func(in, out []device.Tensor) error {
+					k.LogSoftmax(in[0].F32(), out[0].F32(), outer, n, inner)
+					return nil
+				},
+				func(in, out []device.Tensor) error {
+					k.LogSoftmax(in[0].F64(), out[0].F64(), outer, n, inner)
+					return nil
+				}), nil
 		}
 		return byDType(d,
 			func(in, out []device.Tensor) error { k.Softmax(in[0].F32(), out[0].F32(), outer, n, inner); return nil },
@@ -346,16 +352,34 @@ func prepareReduce(kind string) builder {
 			switch kind {
 			case "sum":
 				return byDType(d,
-					func(in, out []device.Tensor) error { k.ReduceSum(in[0].F32(), outer, n, inner, out[0].F32()); return nil },
-					func(in, out []device.Tensor) error { k.ReduceSum(in[0].F64(), outer, n, inner, out[0].F64()); return nil }), nil
+					func(in, out []device.Tensor) error {
+						k.ReduceSum(in[0].F32(), outer, n, inner, out[0].F32())
+						return nil
+					},
+					func(in, out []device.Tensor) error {
+						k.ReduceSum(in[0].F64(), outer, n, inner, out[0].F64())
+						return nil
+					}), nil
 			case "mean":
 				return byDType(d,
-					func(in, out []device.Tensor) error { k.ReduceMean(in[0].F32(), outer, n, inner, out[0].F32()); return nil },
-					func(in, out []device.Tensor) error { k.ReduceMean(in[0].F64(), outer, n, inner, out[0].F64()); return nil }), nil
+					func(in, out []device.Tensor) error {
+						k.ReduceMean(in[0].F32(), outer, n, inner, out[0].F32())
+						return nil
+					},
+					func(in, out []device.Tensor) error {
+						k.ReduceMean(in[0].F64(), outer, n, inner, out[0].F64())
+						return nil
+					}), nil
 			case "max":
 				return byDType(d,
-					func(in, out []device.Tensor) error { k.ReduceMax(in[0].F32(), outer, n, inner, out[0].F32()); return nil },
-					func(in, out []device.Tensor) error { k.ReduceMax(in[0].F64(), outer, n, inner, out[0].F64()); return nil }), nil
+					func(in, out []device.Tensor) error {
+						k.ReduceMax(in[0].F32(), outer, n, inner, out[0].F32())
+						return nil
+					},
+					func(in, out []device.Tensor) error {
+						k.ReduceMax(in[0].F64(), outer, n, inner, out[0].F64())
+						return nil
+					}), nil
 			}
 		}
 		if kind == "max" {

@@ -120,9 +120,12 @@ func init() {
 		}
 		return 0
 	}))
-	registerElementwise("gelu", func(at ir.Attrs, _ ir.DType) (ewFunc, error) {
+	registerElementwise("gelu", func(at ir.Attrs, out ir.DType) (ewFunc, error) {
 		if at.Str("approximate", "none") == "tanh" {
 			return unary(k.GeluTanh[float64])(nil, 0)
+		}
+		if out == ir.F32 {
+			return geluF32, nil // the same values, rounded to f32 (gelu.go)
 		}
 		return unary(k.Gelu[float64])(nil, 0)
 	})
@@ -151,7 +154,8 @@ func makeLoader(t ir.Type, out ir.Shape) (func(data []byte) loader, error) {
 	switch {
 	case t.Shape.Equal(out):
 		return func(data []byte) loader {
-			if t.DType == ir.F32 {
+			switch t.DType {
+			case ir.F32:
 				src := f32view(data)
 				return func(dst []float64, lo int) {
 					s := src[lo : lo+len(dst)]
@@ -159,6 +163,9 @@ func makeLoader(t ir.Type, out ir.Shape) (func(data []byte) loader, error) {
 						dst[i] = float64(s[i])
 					}
 				}
+			case ir.F64:
+				src := device.Tensor{Data: data}.F64()
+				return func(dst []float64, lo int) { copy(dst, src[lo:lo+len(dst)]) }
 			}
 			return func(dst []float64, lo int) {
 				for i := range dst {
@@ -179,6 +186,12 @@ func makeLoader(t ir.Type, out ir.Shape) (func(data []byte) loader, error) {
 	// Trailing-dims broadcast (a row vector such as a bias): source index = e mod n.
 	if isSuffix(t.Shape, out) {
 		return func(data []byte) loader {
+			switch t.DType {
+			case ir.F32:
+				return suffixLoader(f32view(data)[:n])
+			case ir.F64:
+				return suffixLoader(device.Tensor{Data: data}.F64()[:n])
+			}
 			return func(dst []float64, lo int) {
 				j := lo % n
 				for i := range dst {
@@ -221,6 +234,24 @@ func makeLoader(t ir.Type, out ir.Shape) (func(data []byte) loader, error) {
 			}
 		}
 	}, nil
+}
+
+// suffixLoader loads a row src repeated along the output (source index = e mod len(src)) in
+// runs of contiguous elements.
+func suffixLoader[T k.Float](src []T) loader {
+	n := len(src)
+	return func(dst []float64, lo int) {
+		j := lo % n
+		for i := 0; i < len(dst); {
+			run := src[j:min(n, j+len(dst)-i)]
+			d := dst[i : i+len(run)]
+			for t, v := range run {
+				d[t] = float64(v)
+			}
+			i += len(run)
+			j = 0
+		}
+	}
 }
 
 // isSuffix reports whether s (rank ≤ out's, no leading-dim broadcast inside) equals the
@@ -367,8 +398,20 @@ func storer(d ir.DType) (func(data []byte, lo int, v []float64), error) {
 	return nil, fmt.Errorf("dtype %s not supported", d)
 }
 
-// prepareElementwise builds the engine for a fused chain or a single elementwise op.
+// prepareElementwise builds the kernel of a fused chain or a single elementwise op: a fast
+// path when one applies (they compute exactly what the engine computes), else the engine.
 func prepareElementwise(s *device.Spec) (device.Impl, error) {
+	if impl := arithFastPath(s); impl != nil {
+		return impl, nil
+	}
+	if impl := arithChainFastPath(s); impl != nil {
+		return impl, nil
+	}
+	return prepareEngine(s)
+}
+
+// prepareEngine builds the fused engine for a chain or a single elementwise op.
+func prepareEngine(s *device.Spec) (device.Impl, error) {
 	steps := s.Fused
 	if s.Op != nil {
 		args := make([]int, len(s.In))
@@ -411,6 +454,11 @@ func prepareElementwise(s *device.Spec) (device.Impl, error) {
 				}
 			}
 		}
+		if i == len(steps)-1 && st.Type.DType.IsFloat() && st.Type.DType == out.DType {
+			// The store rounds a float result to its dtype exactly as the rounder would
+			// (f32 and f64 directly; f16 and bf16 through f32 in both), so skip the pass.
+			r = nil
+		}
 		prepared[i] = step{f, r, st.Args}
 	}
 	loaders := make([]func([]byte) loader, nIn)
@@ -452,7 +500,9 @@ func prepareElementwise(s *device.Spec) (device.Impl, error) {
 					}
 					dst := vals[nIn+j][:n]
 					st.f(dst, args)
-					st.round(dst)
+					if st.round != nil {
+						st.round(dst)
+					}
 				}
 				store(outs[0].Data, lo, vals[len(vals)-1][:n])
 			}
