@@ -122,6 +122,9 @@ func init() {
 	}))
 	registerElementwise("gelu", func(at ir.Attrs, out ir.DType) (ewFunc, error) {
 		if at.Str("approximate", "none") == "tanh" {
+			if out == ir.F32 {
+				return geluTanhF32, nil // float32 arithmetic (gelu_tanh.go)
+			}
 			return unary(k.GeluTanh[float64])(nil, 0)
 		}
 		if out == ir.F32 {

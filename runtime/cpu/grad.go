@@ -27,6 +27,8 @@ func init() {
 		switch {
 		case !out.IsFloat():
 			return nil, fmt.Errorf("supports floating-point operands, not %s", out)
+		case at.Str("approximate", "none") == "tanh" && out == ir.F32:
+			return geluTanhGradF32, nil // float32 arithmetic (gelu_tanh.go)
 		case at.Str("approximate", "none") == "tanh":
 			return binary(func(x, dy float64) float64 { return dy * k.GeluTanhGrad(x) })(at, out)
 		case out == ir.F32:
