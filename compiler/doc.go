@@ -1,5 +1,12 @@
-// Package compiler owns the whole compile: it loads a model with the right frontend (.onnx,
-// .ppm, or .ir), runs the pass pipeline (cleanup, partition, autodiff, optimizer, split into
-// per-stage functions), builds the pipeline schedule and generates the per-rank programs and
-// plan.json. The CLI only parses flags into Options and prints the Result.
+// Package compiler owns the whole compile, which DESIGN.md's package table leaves between the
+// CLI and the packages: it loads a model with the right frontend (.onnx, .ppm, or .ir), builds
+// the pipeline schedule (which fixes the number of stages per rank), runs the pass pipeline —
+// canonicalize, cse, dce, [add-loss], partition, autodiff, optimizer, cse, dce, split-stages —
+// and generates the per-rank programs and plan.json. It also runs inference for `ppc infer`.
+// The CLI only parses flags into Options and prints the Result.
+//
+// Micro-batching happens in the frontends: the model's batch (the DSL's `batch` config, the
+// leading dim of ONNX inputs) is the global batch, and the frontend builds @forward for one
+// micro-batch of it, so every later stage sees static micro-batch shapes. IR files are taken
+// to describe one micro-batch.
 package compiler

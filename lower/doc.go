@@ -1,6 +1,7 @@
-// Package lower owns the step from IR to kernel-level instructions: choosing a kernel for
-// each op, fusing chains of elementwise ops into one kernel, buffer liveness and the memory
-// plan (offsets in one arena per rank, peak bytes reported). It is filled in by the
-// single-device training issue; the IR is designed so that lowering needs only the op table's
-// traits and static shapes.
+// Package lower owns the step from an IR function to kernel launches over numbered value
+// slots (Block): constants become constant slots, chains of elementwise ops fuse into one
+// launch when each intermediate has a single user in the chain and the chain's shape, and
+// every other op is one launch. It also owns the memory planner (PlanMemory): greedy best-fit
+// offsets in one arena for buffers with known lifetimes, which code generation runs over each
+// rank's whole unrolled step.
 package lower
