@@ -286,26 +286,8 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 		slotBuf[slot] = rg.constBuffer(d)
 	}
 	rg.instr(&pb.Instr{Kind: pb.Instr_BEGIN, Label: kind, Stage: int32(stage), Microbatch: int32(mb)})
-	for _, l := range b.Launches {
-		in := &pb.Instr{Kind: pb.Instr_LAUNCH, Kernel: int32(rg.kernel(&b.Kernels[l.Kernel])), Stage: int32(stage), Microbatch: int32(mb)}
-		for _, s := range l.In {
-			if slotBuf[s] < 0 {
-				return fmt.Errorf("@%s: value %d used before it is computed", f.Name, s)
-			}
-			in.In = append(in.In, int32(slotBuf[s]))
-		}
-		for _, s := range l.Out {
-			if slotBuf[s] < 0 {
-				name := b.SlotNames[s]
-				if name == "" {
-					name = fmt.Sprintf("%s.%d", f.Name, s)
-				}
-				slotBuf[s] = rg.newBuffer(fmt.Sprintf("%s#%d", name, mb), b.Slots[s], pb.Role_ACTIVATION)
-			}
-			in.Out = append(in.Out, int32(slotBuf[s]))
-		}
-		rg.info.FLOPs += launchFLOPs(&b.Kernels[l.Kernel], b, l)
-		rg.instr(in)
+	if err := rg.launches(f, b, slotBuf, stage, mb); err != nil {
+		return err
 	}
 	rg.instr(&pb.Instr{Kind: pb.Instr_END, Label: kind, Stage: int32(stage), Microbatch: int32(mb)})
 	for i := range f.Results {
@@ -353,6 +335,33 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 			rg.prog.Buffers[out].Microbatch = int32(mb)
 			rg.instr(&pb.Instr{Kind: pb.Instr_COPY, In: []int32{int32(buf)}, Out: []int32{int32(out)}, Microbatch: int32(mb)})
 		}
+	}
+	return nil
+}
+
+// launches emits a block's kernel launches, giving each value it computes a fresh activation
+// buffer (named after the IR value and the micro-batch).
+func (rg *rankGen) launches(f *ir.Func, b *lower.Block, slotBuf []int, stage, mb int) error {
+	for _, l := range b.Launches {
+		in := &pb.Instr{Kind: pb.Instr_LAUNCH, Kernel: int32(rg.kernel(&b.Kernels[l.Kernel])), Stage: int32(stage), Microbatch: int32(mb)}
+		for _, s := range l.In {
+			if slotBuf[s] < 0 {
+				return fmt.Errorf("@%s: value %d used before it is computed", f.Name, s)
+			}
+			in.In = append(in.In, int32(slotBuf[s]))
+		}
+		for _, s := range l.Out {
+			if slotBuf[s] < 0 {
+				name := b.SlotNames[s]
+				if name == "" {
+					name = fmt.Sprintf("%s.%d", f.Name, s)
+				}
+				slotBuf[s] = rg.newBuffer(fmt.Sprintf("%s#%d", name, mb), b.Slots[s], pb.Role_ACTIVATION)
+			}
+			in.Out = append(in.Out, int32(slotBuf[s]))
+		}
+		rg.info.FLOPs += launchFLOPs(&b.Kernels[l.Kernel], b, l)
+		rg.instr(in)
 	}
 	return nil
 }
@@ -515,13 +524,12 @@ func kernelKey(k *lower.Kernel) string {
 // and adds all of them in partial order — the same additions, in the same order, as on one
 // device, so the sum is bit-identical whatever the split.
 func (rg *rankGen) sumPartials() error {
-	partials := rg.g.partials()
+	holders, partials := rg.g.gradRanks()
 	var names []string
 	for name := range partials {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	holders := rg.g.paramRanks()
 	for pi, name := range names {
 		parts := partials[name]
 		if !contains(holders[name], rg.rank) {
@@ -566,29 +574,6 @@ func (rg *rankGen) sumPartials() error {
 	return nil
 }
 
-// partials maps each parameter with partial gradients to the rank computing each partial.
-func (g *gen) partials() map[string][]int {
-	out := map[string][]int{}
-	for _, f := range g.funcs {
-		if f.Name == "optimizer" {
-			continue
-		}
-		r := g.rankOfFunc(f.Name)
-		for i := range f.Results {
-			at := f.ResultAttrs[i]
-			if !at.Has(passes.AttrPartial) {
-				continue
-			}
-			name, k := at.Str(ir.AttrGrad, ""), at.Int(passes.AttrPartial, 0)
-			for len(out[name]) <= k {
-				out[name] = append(out[name], -1)
-			}
-			out[name][k] = r
-		}
-	}
-	return out
-}
-
 func contains(xs []int, x int) bool {
 	for _, y := range xs {
 		if y == x {
@@ -598,24 +583,37 @@ func contains(xs []int, x int) bool {
 	return false
 }
 
-// paramRanks maps each parameter to the sorted ranks whose functions compute its gradient.
-func (g *gen) paramRanks() map[string][]int {
-	out := map[string][]int{}
+// gradRanks maps each parameter to the sorted ranks whose functions compute (part of) its
+// gradient, and each parameter with partial gradients to the rank computing each partial.
+func (g *gen) gradRanks() (holders, partials map[string][]int) {
+	holders, partials = map[string][]int{}, map[string][]int{}
 	for _, f := range g.funcs {
 		if f.Name == "optimizer" {
 			continue
 		}
 		r := g.rankOfFunc(f.Name)
 		for i := range f.Results {
-			if name := f.ResultAttrs[i].Str(ir.AttrGrad, ""); name != "" && !contains(out[name], r) {
-				out[name] = append(out[name], r)
+			at := f.ResultAttrs[i]
+			name := at.Str(ir.AttrGrad, "")
+			if name == "" {
+				continue
+			}
+			if !contains(holders[name], r) {
+				holders[name] = append(holders[name], r)
+			}
+			if at.Has(passes.AttrPartial) {
+				k := at.Int(passes.AttrPartial, 0)
+				for len(partials[name]) <= k {
+					partials[name] = append(partials[name], -1)
+				}
+				partials[name][k] = r
 			}
 		}
 	}
-	for _, rs := range out {
+	for _, rs := range holders {
 		sort.Ints(rs)
 	}
-	return out
+	return holders, partials
 }
 
 // optimizer emits this rank's slice of @optimizer: the updates of the parameters it holds.
@@ -674,18 +672,8 @@ func (rg *rankGen) optimizer() error {
 		slotBuf[slot] = rg.constBuffer(d)
 	}
 	rg.instr(&pb.Instr{Kind: pb.Instr_BEGIN, Label: "OPT", Stage: -1})
-	for _, l := range b.Launches {
-		in := &pb.Instr{Kind: pb.Instr_LAUNCH, Kernel: int32(rg.kernel(&b.Kernels[l.Kernel])), Stage: -1}
-		for _, s := range l.In {
-			in.In = append(in.In, int32(slotBuf[s]))
-		}
-		for _, s := range l.Out {
-			if slotBuf[s] < 0 {
-				slotBuf[s] = rg.newBuffer(fmt.Sprintf("opt.%d", s), b.Slots[s], pb.Role_ACTIVATION)
-			}
-			in.Out = append(in.Out, int32(slotBuf[s]))
-		}
-		rg.instr(in)
+	if err := rg.launches(f, b, slotBuf, -1, 0); err != nil {
+		return err
 	}
 	// Write the updates back only after every launch, so no update is read as an old value.
 	for i := range f.Results {

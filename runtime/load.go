@@ -528,7 +528,7 @@ func fillConst(dst, data []byte, splat bool) {
 func checkMemory(need int64) error {
 	avail := availableMemory()
 	if avail > 0 && need > avail {
-		return fmt.Errorf("needs %s of memory, this machine has %s available", formatBytes(need), formatBytes(avail))
+		return fmt.Errorf("needs %s of memory, this machine has %s available", FormatBytes(need), FormatBytes(avail))
 	}
 	return nil
 }
@@ -563,8 +563,8 @@ func splitLines(s string) []string {
 	return out
 }
 
-// formatBytes prints a byte count with a binary unit.
-func formatBytes(n int64) string {
+// FormatBytes prints a byte count with a binary unit (12.5 MiB).
+func FormatBytes(n int64) string {
 	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
 	f := float64(n)
 	u := 0

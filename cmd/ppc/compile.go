@@ -10,6 +10,7 @@ import (
 	"ppc.dev/ppc/codegen"
 	"ppc.dev/ppc/compiler"
 	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/runtime"
 )
 
 // loadFlags are the frontend flags shared by import, compile and infer.
@@ -236,19 +237,7 @@ func formatFLOPs(f int64) string {
 	return fmt.Sprintf("%.3g EFLOP", v)
 }
 
-func formatBytes(n int64) string {
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
-	f := float64(n)
-	u := 0
-	for f >= 1024 && u < len(units)-1 {
-		f /= 1024
-		u++
-	}
-	if u == 0 {
-		return fmt.Sprintf("%d B", n)
-	}
-	return fmt.Sprintf("%.1f %s", f, units[u])
-}
+func formatBytes(n int64) string { return runtime.FormatBytes(n) }
 
 // parseBytes reads a byte count with an optional unit: 1073741824, 80GiB, 80GB, 512MiB.
 func parseBytes(s string) (int64, error) {
