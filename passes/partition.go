@@ -495,8 +495,16 @@ func stageMemory(units []unit, lo, hi, inflight int) int64 {
 	return params*(1+CostConstants.OptStateBytes) + act*int64(inflight)
 }
 
-// balance splits units into `stages` contiguous groups minimising the bottleneck stage time
-// (dynamic programming over cut positions), subject to the memory limit per stage.
+// balance splits units into `stages` contiguous groups minimising the pipeline time
+//
+//	T = Σ tᵢ + Σ cuts + (M−1)·max tⱼ
+//
+// (the TeraPipe / Alpa formulation: one micro-batch traverses every stage and cut, the others
+// follow at the pace of the slowest stage), subject to the memory limit per stage. As in
+// TeraPipe it enumerates the bottleneck: for each candidate t_max (a group's time), a dynamic
+// program over cut positions finds the split with the least communication whose stages all
+// take at most t_max; Σ tᵢ is the same for every split. Candidates are tried in increasing
+// order and the search stops once (M−1)·t_max alone exceeds the best T found.
 func balance(units []unit, stages int, memLimit int64, pp, mb, virtual int) ([]int, error) {
 	n := len(units)
 	inflight := max(1, min(pp, mb))
@@ -504,49 +512,80 @@ func balance(units []unit, stages int, memLimit int64, pp, mb, virtual int) ([]i
 	if memLimit > 0 {
 		perStage = memLimit / int64(virtual)
 	}
-	inf := math.Inf(1)
-	// best[s][i]: the smallest bottleneck splitting units[0:i] into s groups; comm[s][i] the
-	// cut time of that split, minimised among equal bottlenecks.
-	best := make([][]float64, stages+1)
-	comm := make([][]float64, stages+1)
-	from := make([][]int, stages+1)
-	for s := range best {
-		best[s] = make([]float64, n+1)
-		comm[s] = make([]float64, n+1)
-		from[s] = make([]int, n+1)
-		for i := range best[s] {
-			best[s][i] = inf
-		}
+	fits := func(j, i int) bool { return perStage == 0 || stageMemory(units, j, i, inflight) <= perStage }
+	prefix := make([]float64, n+1)
+	for k, u := range units {
+		prefix[k+1] = prefix[k] + u.f + u.i + u.w
 	}
-	best[0][0] = 0
-	better := func(b, c, b0, c0 float64) bool {
-		const rel = 1e-9
-		if b < b0*(1-rel) {
-			return true
-		}
-		return b <= b0*(1+rel) && c < c0
-	}
-	for s := 1; s <= stages; s++ {
-		for i := s; i <= n-(stages-s); i++ {
-			for j := s - 1; j < i; j++ {
-				if best[s-1][j] == inf {
-					continue
-				}
-				if perStage > 0 && stageMemory(units, j, i, inflight) > perStage {
-					continue
-				}
-				b := math.Max(best[s-1][j], stageTime(units, j, i))
-				c := comm[s-1][j]
-				if j > 0 {
-					c += cutTime(units, j-1)
-				}
-				if best[s][i] == inf || better(b, c, best[s][i], comm[s][i]) {
-					best[s][i], comm[s][i], from[s][i] = b, c, j
-				}
+	var candidates []float64
+	for j := 0; j < n; j++ {
+		for i := j + 1; i <= n; i++ {
+			if fits(j, i) {
+				candidates = append(candidates, prefix[i]-prefix[j])
 			}
 		}
 	}
-	if best[stages][n] == inf {
+	sort.Float64s(candidates)
+	inf := math.Inf(1)
+	var best []int
+	bestT := inf
+	comm := make([][]float64, stages+1)
+	from := make([][]int, stages+1)
+	for s := range comm {
+		comm[s] = make([]float64, n+1)
+		from[s] = make([]int, n+1)
+	}
+	const slack = 1e-12
+	for ci, tmax := range candidates {
+		if ci > 0 && tmax == candidates[ci-1] {
+			continue
+		}
+		if prefix[n]+float64(mb-1)*tmax >= bestT {
+			break // no larger bottleneck can win
+		}
+		// comm[s][i]: least cut time splitting units[0:i] into s groups of time ≤ tmax.
+		for s := range comm {
+			for i := range comm[s] {
+				comm[s][i] = inf
+			}
+		}
+		comm[0][0] = 0
+		for s := 1; s <= stages; s++ {
+			for i := s; i <= n-(stages-s); i++ {
+				for j := i - 1; j >= s-1; j-- {
+					if prefix[i]-prefix[j] > tmax*(1+slack) {
+						break // earlier j only make the group longer
+					}
+					if comm[s-1][j] == inf || !fits(j, i) {
+						continue
+					}
+					c := comm[s-1][j]
+					if j > 0 {
+						c += cutTime(units, j-1)
+					}
+					if c < comm[s][i] {
+						comm[s][i], from[s][i] = c, j
+					}
+				}
+			}
+		}
+		if comm[stages][n] == inf {
+			continue
+		}
+		if t := prefix[n] + comm[stages][n] + float64(mb-1)*tmax; t < bestT {
+			bestT = t
+			best = make([]int, n)
+			i := n
+			for s := stages; s >= 1; s-- {
+				j := from[s][i]
+				for k := j; k < i; k++ {
+					best[k] = s - 1
+				}
+				i = j
+			}
+		}
+	}
+	if best == nil {
 		if perStage > 0 {
 			worst, who := int64(0), ""
 			for k := range units {
@@ -558,16 +597,7 @@ func balance(units []unit, stages int, memLimit int64, pp, mb, virtual int) ([]i
 		}
 		return nil, fmt.Errorf("cannot split %d units into %d stages", n, stages)
 	}
-	assign := make([]int, n)
-	i := n
-	for s := stages; s >= 1; s-- {
-		j := from[s][i]
-		for k := j; k < i; k++ {
-			assign[k] = s - 1
-		}
-		i = j
-	}
-	return assign, nil
+	return best, nil
 }
 
 // parseLayout reads a Megatron-style layout: stages separated by '|', each a comma list of E,
