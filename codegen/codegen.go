@@ -738,8 +738,24 @@ func (rg *rankGen) planMemory() {
 	rg.info.PeakBytes = arena + rg.info.ParamBytes + rg.info.GradBytes + rg.info.StateBytes + rg.info.ConstBytes
 }
 
+// launchFLOPs counts the multiply-add FLOPs of matmuls and convolutions (2 per MAC).
 func launchFLOPs(k *lower.Kernel, b *lower.Block, l lower.Launch) int64 {
-	if k.Op == nil || k.Op.Name != "matmul" || len(l.In) < 2 {
+	if k.Op == nil || len(l.In) < 2 {
+		return 0
+	}
+	if k.Op.Name == "conv" || k.Op.Name == "conv_transpose" {
+		w := b.Slots[l.In[1]].Shape
+		per := int64(1)
+		for _, d := range w[1:] {
+			per *= int64(d)
+		}
+		if k.Op.Name == "conv_transpose" {
+			// Each input element spreads over the kernel window of every output channel group.
+			return 2 * int64(b.Slots[l.In[0]].NumElements()) * per
+		}
+		return 2 * int64(b.Slots[l.Out[0]].NumElements()) * per
+	}
+	if k.Op.Name != "matmul" {
 		return 0
 	}
 	a := b.Slots[l.In[0]].Shape

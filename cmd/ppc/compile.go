@@ -178,7 +178,7 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 	fmt.Fprintf(w, "  parameters   %s (%d tensors)\n", groupDigits(params), len(p.Params))
 	fmt.Fprintf(w, "  mesh         pp=%d dp=%d tp=%d: %d rank(s), %d stage(s), schedule %s, %d micro-batch(es)\n",
 		p.Mesh.PP, p.Mesh.DP, p.Mesh.TP, p.World, p.Stages, p.Schedule.Name, p.Microbatches)
-	fmt.Fprintf(w, "  FLOPs/step   %s (matmuls)\n", formatFLOPs(flops))
+	fmt.Fprintf(w, "  FLOPs/step   %s (matmuls and convolutions)\n", formatFLOPs(flops))
 	for _, r := range p.Ranks {
 		fmt.Fprintf(w, "  rank %-3d     peak %s = params %s + grads %s + optimizer %s + activations %s; %d instructions\n",
 			r.Rank, formatBytes(r.PeakBytes), formatBytes(r.ParamBytes), formatBytes(r.GradBytes), formatBytes(r.StateBytes),

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -150,8 +151,9 @@ func train(e *env, job *runtime.Job, opts runtime.Options, first, steps int, log
 		if err != nil {
 			return err
 		}
-		if math.IsNaN(res.Loss) || math.IsInf(res.Loss, 0) {
-			return checkFailed{fmt.Errorf("step %d: loss is %v", res.Step, res.Loss)}
+		hasLoss := !math.IsNaN(res.Loss) || job.Plan.Training
+		if job.Plan.Training && (math.IsNaN(res.Loss) || math.IsInf(res.Loss, 0)) {
+			return checkFailed{fmt.Errorf("step %d: loss is %v (training diverged)", res.Step, res.Loss)}
 		}
 		if i == 0 {
 			firstLoss = res.Loss
@@ -168,14 +170,17 @@ func train(e *env, job *runtime.Job, opts runtime.Options, first, steps int, log
 			b, _ := json.Marshal(rec)
 			fmt.Fprintf(logw, "%s\n", b)
 		}
-		line := fmt.Sprintf("step %d loss=%.4f time=%s", res.Step, res.Loss, res.Duration.Round(time.Microsecond*100))
+		line := fmt.Sprintf("step %d loss=%.4f time=%s", res.Step, res.Loss, roundDuration(res.Duration))
+		if !hasLoss {
+			line = fmt.Sprintf("step %d time=%s", res.Step, roundDuration(res.Duration))
+		}
 		if rec.TokensPerS > 0 {
 			line += fmt.Sprintf(" tokens/s=%.0f", rec.TokensPerS)
 		} else if rec.SamplesPerS > 0 {
 			line += fmt.Sprintf(" samples/s=%.0f", rec.SamplesPerS)
 		}
 		if bar != nil {
-			bar.Describe(fmt.Sprintf("step %d loss=%.4f", res.Step, res.Loss))
+			bar.Describe(strings.SplitN(line, " time=", 2)[0])
 			_ = bar.Add(1)
 		} else {
 			fmt.Fprintln(e.stdout, line)
@@ -185,8 +190,24 @@ func train(e *env, job *runtime.Job, opts runtime.Options, first, steps int, log
 		_ = bar.Finish()
 	}
 	if steps > 0 {
-		fmt.Fprintf(e.stdout, "ran %d step(s): loss %.4f → %.4f, mean step %s\n", steps, firstLoss, lastLoss, (total / time.Duration(steps)).Round(time.Microsecond*100))
+		mean := roundDuration(total / time.Duration(steps))
+		if job.Plan.Training || !math.IsNaN(lastLoss) {
+			fmt.Fprintf(e.stdout, "ran %d step(s): loss %.4f → %.4f, mean step %s\n", steps, firstLoss, lastLoss, mean)
+		} else {
+			fmt.Fprintf(e.stdout, "ran %d forward pass(es), mean %s\n", steps, mean)
+		}
 	}
 	_ = first
 	return nil
+}
+
+// roundDuration keeps three or four significant digits of a step time.
+func roundDuration(d time.Duration) time.Duration {
+	switch {
+	case d < 10*time.Millisecond:
+		return d.Round(time.Microsecond)
+	case d < 10*time.Second:
+		return d.Round(100 * time.Microsecond)
+	}
+	return d.Round(time.Millisecond)
 }
