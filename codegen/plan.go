@@ -16,20 +16,22 @@ type Plan struct {
 	Model         string `json:"model"`
 	SourceHash    string `json:"source_hash"`
 	// Mesh sizes; world = pp·dp·tp. Ranks are numbered tp fastest, then pp, then dp.
-	Mesh         Mesh         `json:"mesh"`
-	World        int          `json:"world"`
-	Microbatches int          `json:"microbatches"`
-	Stages       int          `json:"stages"`
-	StageRanks   []int        `json:"stage_ranks"` // stage → pipeline rank
-	StageInfo    []StageInfo  `json:"stage_info,omitempty"`
-	Recompute    string       `json:"recompute,omitempty"`
-	Schedule     PlanSchedule `json:"schedule"`
-	Training     bool         `json:"training"`
-	Optimizer    string       `json:"optimizer,omitempty"`
-	Inputs       []Input      `json:"inputs"`
-	Params       []Param      `json:"params"`
-	Ranks        []RankInfo   `json:"ranks"`
-	Outputs      []string     `json:"outputs,omitempty"` // forward-only plans: output names
+	Mesh         Mesh        `json:"mesh"`
+	World        int         `json:"world"`
+	Microbatches int         `json:"microbatches"`
+	Stages       int         `json:"stages"`
+	StageRanks   []int       `json:"stage_ranks"` // stage → pipeline rank
+	StageInfo    []StageInfo `json:"stage_info,omitempty"`
+	Recompute    string      `json:"recompute,omitempty"`
+	// Estimate is the schedule simulated with the cost model's per-stage times.
+	Estimate  *Estimate    `json:"estimate,omitempty"`
+	Schedule  PlanSchedule `json:"schedule"`
+	Training  bool         `json:"training"`
+	Optimizer string       `json:"optimizer,omitempty"`
+	Inputs    []Input      `json:"inputs"`
+	Params    []Param      `json:"params"`
+	Ranks     []RankInfo   `json:"ranks"`
+	Outputs   []string     `json:"outputs,omitempty"` // forward-only plans: output names
 }
 
 // StageInfo describes one pipeline stage: what it holds and the cost model's estimates per
@@ -45,6 +47,13 @@ type StageInfo struct {
 	F          float64 `json:"f_seconds"`     // cost model estimates
 	I          float64 `json:"i_seconds"`
 	W          float64 `json:"w_seconds"`
+}
+
+// Estimate is what the simulator predicts for one step of the plan.
+type Estimate struct {
+	StepSeconds     float64 `json:"step_seconds"`
+	BubbleRatio     float64 `json:"bubble_ratio"`
+	PeakActivations []int   `json:"peak_activations"` // micro-batches stashed per rank
 }
 
 // Mesh is the device mesh.

@@ -129,7 +129,38 @@ func Compile(model string, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if est, err := estimate(sched, out.Plan); err == nil {
+		out.Plan.Estimate = est
+	}
 	return &Result{Module: m, Output: out}, nil
+}
+
+// StageCosts turns a plan's per-stage cost-model estimates into simulator costs (seconds,
+// with the link model of passes.CostConstants). ok is false when the plan has no estimates.
+func StageCosts(plan *codegen.Plan) (schedule.Cost, bool) {
+	if len(plan.StageInfo) != plan.Stages || plan.Stages == 0 {
+		return schedule.Cost{}, false
+	}
+	cc := passes.CostConstants
+	cost := schedule.Cost{F: 1, I: 1, W: 1, Comm: cc.LinkLatency, Bandwidth: cc.LinkBandwidth}
+	for _, st := range plan.StageInfo {
+		cost.Stages = append(cost.Stages, schedule.StageCost{F: st.F, I: st.I, W: st.W,
+			CommBytes: float64(st.SendBytes), ActBytes: float64(st.StashBytes)})
+	}
+	return cost, true
+}
+
+// estimate simulates the plan's schedule with the cost model.
+func estimate(s *schedule.Schedule, plan *codegen.Plan) (*codegen.Estimate, error) {
+	cost, ok := StageCosts(plan)
+	if !ok || !plan.Training {
+		return nil, fmt.Errorf("no estimate")
+	}
+	res, err := schedule.Simulate(s, cost)
+	if err != nil {
+		return nil, err
+	}
+	return &codegen.Estimate{StepSeconds: res.StepTime, BubbleRatio: res.BubbleRatio, PeakActivations: res.PeakActivations}, nil
 }
 
 // loadSchedule makes the pipeline schedule: a generator by name, or a PyTorch CSV (whose

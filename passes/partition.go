@@ -142,16 +142,24 @@ func analyse(f *ir.Func) *analysis {
 		a.data[arg] = f.ArgAttrs[i].Has(ir.AttrInput)
 		a.isParam[arg] = f.ArgAttrs[i].Has(ir.AttrParam)
 	}
+	// weight: a parameter, or computed from parameters alone (a transposed or cast weight),
+	// whose use gives an op a weight gradient.
+	weight := map[*ir.Value]bool{}
+	for arg, p := range a.isParam {
+		weight[arg] = p
+	}
 	maxMarker := -1
 	for _, op := range f.Ops {
-		d := false
+		d, w := false, false
 		for _, x := range op.Operands {
 			d = d || a.data[x]
+			w = w || weight[x]
 		}
 		for _, r := range op.Results {
 			a.data[r] = d
+			weight[r] = w && !d
 		}
-		a.costs[op] = CostOf(op, func(v *ir.Value) bool { return a.isParam[v] })
+		a.costs[op] = CostOf(op, func(v *ir.Value) bool { return weight[v] })
 		maxMarker = max(maxMarker, op.Stage)
 	}
 	a.markers = maxMarker + 1

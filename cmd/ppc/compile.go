@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"ppc.dev/ppc/codegen"
 	"ppc.dev/ppc/compiler"
@@ -186,6 +187,10 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 	}
 	if len(p.StageInfo) > 1 {
 		printStages(w, p)
+	}
+	if e := p.Estimate; e != nil && p.World > 1 {
+		fmt.Fprintf(w, "  simulated step (cost model): %s, bubble %.1f%% of the busiest rank's compute, peak stashed micro-batches per rank %v\n",
+			time.Duration(e.StepSeconds*1e9), 100*e.BubbleRatio, e.PeakActivations)
 	}
 	_ = codegen.FormatVersion
 }

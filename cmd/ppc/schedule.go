@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"ppc.dev/ppc/codegen"
-	"ppc.dev/ppc/passes"
+	"ppc.dev/ppc/compiler"
 	"ppc.dev/ppc/schedule"
 )
 
@@ -186,7 +186,7 @@ func planSchedule(plan *codegen.Plan, costFlag string) (*schedule.Schedule, sche
 		return nil, schedule.Cost{}, fmt.Errorf("plan's schedule: %v", err)
 	}
 	s.Name = plan.Schedule.Name
-	if costFlag != "" || len(plan.StageInfo) != s.Stages {
+	if _, ok := compiler.StageCosts(plan); costFlag != "" || !ok {
 		if costFlag == "" {
 			costFlag = "F=1,I=1,W=1"
 		}
@@ -196,12 +196,6 @@ func planSchedule(plan *codegen.Plan, costFlag string) (*schedule.Schedule, sche
 		}
 		return s, cost, nil
 	}
-	// The cost model's estimates, in seconds, with the link model of passes.CostConstants.
-	cc := passes.CostConstants
-	cost := schedule.Cost{F: 1, I: 1, W: 1, Comm: cc.LinkLatency, Bandwidth: cc.LinkBandwidth}
-	for _, st := range plan.StageInfo {
-		cost.Stages = append(cost.Stages, schedule.StageCost{F: st.F, I: st.I, W: st.W,
-			CommBytes: float64(st.SendBytes), ActBytes: float64(st.StashBytes)})
-	}
+	cost, _ := compiler.StageCosts(plan)
 	return s, cost, nil
 }
