@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"ppc.dev/ppc/codegen"
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/kernels/cpu"
@@ -261,7 +260,6 @@ func (j *Job) Buffers(role pb.Role) map[string]device.Tensor {
 	return out
 }
 
-var _ = codegen.FormatVersion
 
 // ResetStep sets the rank's step counter (the next Step runs step n+1); tests use it to replay
 // a step with the same data.

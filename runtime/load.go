@@ -524,9 +524,16 @@ func fillConst(dst, data []byte, splat bool) {
 	}
 }
 
+// MemoryLimit, when positive, caps the memory one rank's program may ask for (tests and
+// fuzzing use it); otherwise the limit is the machine's available memory.
+var MemoryLimit int64
+
 // checkMemory refuses programs that cannot fit this machine's available memory.
 func checkMemory(need int64) error {
 	avail := availableMemory()
+	if MemoryLimit > 0 {
+		avail = MemoryLimit
+	}
 	if avail > 0 && need > avail {
 		return fmt.Errorf("needs %s of memory, this machine has %s available", FormatBytes(need), FormatBytes(avail))
 	}

@@ -217,6 +217,8 @@ func FuzzLoadProgram(f *testing.F) {
 	}
 	f.Add(prog)
 	f.Add(prog[:len(prog)/3])
+	// A mutated program may ask for gigabytes and minutes of valid work; keep each input small.
+	MemoryLimit = 64 << 20
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p := &pb.Program{}
 		if proto.Unmarshal(data, p) != nil {

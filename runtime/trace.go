@@ -3,6 +3,7 @@ package runtime
 import (
 	"encoding/json"
 	"io"
+	"strconv"
 	"sync"
 	"time"
 
@@ -61,18 +62,9 @@ func actionName(it *instr) string {
 	if it.Label == "OPT" {
 		return "OPT"
 	}
-	return it.Label + itoa(int(it.Microbatch)) + " s" + itoa(int(it.Stage))
+	return it.Label + strconv.Itoa(int(it.Microbatch)) + " s" + strconv.Itoa(int(it.Stage))
 }
 
-func itoa(n int) string {
-	if n < 0 {
-		return "-" + itoa(-n)
-	}
-	if n < 10 {
-		return string(rune('0' + n))
-	}
-	return itoa(n/10) + string(rune('0'+n%10))
-}
 
 // Write writes the trace in the Trace Event Format.
 func (t *Trace) Write(w io.Writer) error {
@@ -84,7 +76,7 @@ func (t *Trace) Write(w io.Writer) error {
 		ranks[e.Pid] = true
 	}
 	for r := range ranks {
-		meta = append(meta, traceEvent{Name: "process_name", Ph: "M", Pid: r, Args: map[string]any{"name": "rank " + itoa(r)}},
+		meta = append(meta, traceEvent{Name: "process_name", Ph: "M", Pid: r, Args: map[string]any{"name": "rank " + strconv.Itoa(r)}},
 			traceEvent{Name: "thread_name", Ph: "M", Pid: r, Tid: 0, Args: map[string]any{"name": "actions"}},
 			traceEvent{Name: "thread_name", Ph: "M", Pid: r, Tid: 1, Args: map[string]any{"name": "kernels"}})
 	}

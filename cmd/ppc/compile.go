@@ -192,7 +192,6 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 		fmt.Fprintf(w, "  simulated step (cost model): %s, bubble %.1f%% of the busiest rank's compute, peak stashed micro-batches per rank %v\n",
 			time.Duration(e.StepSeconds*1e9), 100*e.BubbleRatio, e.PeakActivations)
 	}
-	_ = codegen.FormatVersion
 }
 
 // printStages prints the stage table: where each stage runs, what it holds, and how balanced

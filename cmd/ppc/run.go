@@ -49,9 +49,8 @@ func init() {
 				if err := job.Init(*seed); err != nil {
 					return err
 				}
-				first := 1
 				if *resume != "" {
-					step, _, err := job.Resume(*resume)
+					_, _, err := job.Resume(*resume)
 					var ie *runtime.InputError
 					if errors.As(err, &ie) {
 						return err
@@ -59,7 +58,6 @@ func init() {
 					if err != nil {
 						fmt.Fprintf(e.stderr, "ppc run: %v\n", err)
 					}
-					first = step + 1
 				}
 				opts := runtime.Options{Seed: *seed}
 				if *data != "" {
@@ -81,7 +79,7 @@ func init() {
 					defer f.Close()
 					logw = f
 				}
-				if err := train(e, job, opts, first, *steps, logw); err != nil {
+				if err := train(e, job, opts, *steps, logw); err != nil {
 					return err
 				}
 				if *trace != "" {
@@ -138,7 +136,7 @@ type stepRecord struct {
 	TokensPerS  float64 `json:"tokens_per_s,omitempty"`
 }
 
-func train(e *env, job *runtime.Job, opts runtime.Options, first, steps int, logw io.Writer) error {
+func train(e *env, job *runtime.Job, opts runtime.Options, steps int, logw io.Writer) error {
 	var bar *progressbar.ProgressBar
 	if isTerminal(e.stdout) && steps > 1 {
 		bar = progressbar.NewOptions(steps, progressbar.OptionSetWriter(e.stdout), progressbar.OptionShowCount(),
@@ -197,7 +195,6 @@ func train(e *env, job *runtime.Job, opts runtime.Options, first, steps int, log
 			fmt.Fprintf(e.stdout, "ran %d forward pass(es), mean %s\n", steps, mean)
 		}
 	}
-	_ = first
 	return nil
 }
 
