@@ -260,7 +260,6 @@ func (j *Job) Buffers(role pb.Role) map[string]device.Tensor {
 	return out
 }
 
-
 // ResetStep sets the rank's step counter (the next Step runs step n+1); tests use it to replay
 // a step with the same data.
 func (r *Rank) ResetStep(n int) { r.step = n }

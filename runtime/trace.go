@@ -65,7 +65,6 @@ func actionName(it *instr) string {
 	return it.Label + strconv.Itoa(int(it.Microbatch)) + " s" + strconv.Itoa(int(it.Stage))
 }
 
-
 // Write writes the trace in the Trace Event Format.
 func (t *Trace) Write(w io.Writer) error {
 	t.mu.Lock()
