@@ -1,0 +1,85 @@
+package codegen
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	pb "ppc.dev/ppc/codegen/programpb"
+	"ppc.dev/ppc/ir"
+)
+
+func TestAttrsRoundTrip(t *testing.T) {
+	in := ir.Attrs{
+		{Name: "a", Value: ir.Int(-3)}, {Name: "b", Value: ir.Float(0.5)}, {Name: "c", Value: ir.BoolAttr(true)},
+		{Name: "d", Value: ir.String("x")}, {Name: "e", Value: ir.Ident("tanh")}, {Name: "f", Value: ir.Unit{}},
+		{Name: "g", Value: ir.Ints(1, 2)}, {Name: "h", Value: ir.List{ir.Float(1.5), ir.Int(2)}},
+		{Name: "i", Value: ir.TypeAttr(ir.T(ir.F32, 2, 3))}, {Name: "j", Value: ir.Splat(ir.T(ir.F32, 4), 1)},
+	}
+	out, err := AttrsFromProto(attrsToProto(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A mixed list comes back as floats; everything else is unchanged.
+	want := ir.AttrString(ir.Dict(in.Set("h", ir.List{ir.Float(1.5), ir.Float(2)})))
+	if got := ir.AttrString(ir.Dict(out)); got != want {
+		t.Fatalf("round trip:\n got %s\nwant %s", got, want)
+	}
+	if _, err := AttrsFromProto([]*pb.NamedAttr{{Name: "x"}}); err == nil {
+		t.Fatal("empty attribute accepted")
+	}
+	bad := []*pb.NamedAttr{{Name: "d", Value: &pb.Attr{Value: &pb.Attr_Dense{Dense: &pb.Dense{Type: &pb.TensorType{Dtype: pb.DType_F32, Shape: []int64{4}}, Data: []byte{1}}}}}}
+	if _, err := AttrsFromProto(bad); err == nil || !strings.Contains(err.Error(), "holds 1 bytes") {
+		t.Fatalf("short dense: %v", err)
+	}
+}
+
+func TestReadPlanErrors(t *testing.T) {
+	good := `{"format_version": 1, "world": 1, "mesh": {"pp": 1, "dp": 1, "tp": 1}, "microbatches": 1,
+ "ranks": [{"rank": 0, "program": "rank-00000.ppx"}], "inputs": [{"name": "x", "dtype": "f32", "microbatch_shape": [2, 3]}]}`
+	for _, c := range []struct{ text, want string }{
+		{good, ""},
+		{strings.Replace(good, `"format_version": 1`, `"format_version": 7`, 1), "format version 7"},
+		{strings.Replace(good, `"microbatches": 1`, `"microbatches": 0`, 1), "micro-batches 0"},
+		{strings.Replace(good, `"pp": 1`, `"pp": 2`, 1), "does not multiply"},
+		{strings.Replace(good, `rank-00000`, `rank-9`, 1), "rank entry 0 is malformed"},
+		{strings.Replace(good, `[2, 3]`, `[]`, 1), `input "x" has no shape`},
+		{`{"world": `, "unexpected end"},
+	} {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "plan.json"), []byte(c.text), 0o644)
+		_, err := ReadPlan(dir)
+		if c.want == "" {
+			if err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "plan.json") {
+			t.Errorf("got %v, want %q", err, c.want)
+		}
+	}
+}
+
+func TestDisassemble(t *testing.T) {
+	p := &pb.Program{FormatVersion: FormatVersion, Rank: 1, World: 2, Microbatches: 1, ArenaBytes: 64,
+		Buffers: []*pb.Buffer{
+			{Id: 0, Name: "x#0", Dtype: pb.DType_F32, Shape: []int64{4}, Role: pb.Role_ACTIVATION},
+			{Id: 1, Name: "w", Dtype: pb.DType_F32, Shape: []int64{4}, Role: pb.Role_PARAM, Init: "normal(0.02)"},
+		},
+		Kernels: []*pb.Kernel{{Op: "add"}},
+		Instrs: []*pb.Instr{
+			{Kind: pb.Instr_BEGIN, Label: "F", Stage: 1},
+			{Kind: pb.Instr_RECV, Out: []int32{0}, Peer: 0, Tag: 5},
+			{Kind: pb.Instr_LAUNCH, Kernel: 0, In: []int32{0, 1}, Out: []int32{0}},
+			{Kind: pb.Instr_END, Label: "F"},
+		}}
+	s := Disassemble(p)
+	for _, want := range []string{"program rank 1 of 2", "b1     param      f32[4]", "init=normal(0.02)", "k0    add",
+		"begin F stage 1 mb 0", "    b0 = recv from rank 0 tag 5", "b0 = launch k0 add(b0, b1)", "end F"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("disassembly lacks %q:\n%s", want, s)
+		}
+	}
+}

@@ -1,0 +1,108 @@
+package lower
+
+import (
+	"math/rand"
+	"strings"
+	"testing"
+
+	"ppc.dev/ppc/ir"
+)
+
+func parseFunc(t *testing.T, src string) *ir.Func {
+	t.Helper()
+	m, err := ir.ParseAndVerify("t.ir", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Funcs[0]
+}
+
+func TestFusion(t *testing.T) {
+	f := parseFunc(t, `func @f(%x: f32[4,8], %b: f32[8], %w: f32[8,8]) -> (f32[4,8], f32[4,8]) {
+  %0 = add %x, %b : f32[4,8]
+  %1 = mul %0, %0 : f32[4,8]
+  %2 = relu %1 : f32[4,8]
+  %3 = matmul %2, %w : f32[4,8]
+  %4 = tanh %3 : f32[4,8]
+  %5 = exp %4 : f32[4,8]
+  %6 = neg %4 : f32[4,8]
+  %c = constant {value = dense<f32[]: 2>} : f32[]
+  %7 = mul %5, %c : f32[4,8]
+  return %7, %6
+}
+`)
+	b, err := Func(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, l := range b.Launches {
+		names = append(names, b.Kernels[l.Kernel].Name())
+	}
+	// %0 is used twice (both operands of the mul), so it stays its own launch while mul→relu
+	// fuse; tanh has two users and stays; exp→mul fuse, emitted where their root (the mul) is.
+	got := strings.Join(names, " ")
+	want := "add fused(mul,relu) matmul tanh neg fused(exp,mul)"
+	if got != want {
+		t.Fatalf("launches %q, want %q", got, want)
+	}
+	if len(b.Consts) != 1 {
+		t.Fatalf("%d constant slots", len(b.Consts))
+	}
+	// The fused exp→mul reads %4 and the constant, and writes %7.
+	last := b.Launches[4]
+	if len(last.In) != 2 || b.Slots[last.Out[0]].String() != "f32[4,8]" {
+		t.Fatalf("fused launch %+v", last)
+	}
+}
+
+func TestFusionKeepsShapes(t *testing.T) {
+	// A broadcasting op whose operand has a smaller shape does not pull that operand's
+	// producer into its loop.
+	f := parseFunc(t, `func @f(%x: f32[8], %y: f32[4,8]) -> (f32[4,8]) {
+  %0 = exp %x : f32[8]
+  %1 = add %y, %0 : f32[4,8]
+  return %1
+}
+`)
+	b, err := Func(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Launches) != 2 {
+		t.Fatalf("%d launches, want exp and add separately", len(b.Launches))
+	}
+}
+
+func TestPlanMemory(t *testing.T) {
+	r := rand.New(rand.NewSource(1))
+	for trial := 0; trial < 200; trial++ {
+		n := 1 + r.Intn(60)
+		iv := make([]Interval, n)
+		for i := range iv {
+			s := r.Intn(100)
+			iv[i] = Interval{Start: s, End: s + r.Intn(30), Size: int64(1 + r.Intn(5000))}
+		}
+		off, arena, bound := PlanMemory(iv)
+		if arena < bound {
+			t.Fatalf("arena %d below the live bound %d", arena, bound)
+		}
+		for i := range iv {
+			if off[i]%Alignment != 0 || off[i]+iv[i].Size > arena {
+				t.Fatalf("buffer %d misplaced at %d (arena %d)", i, off[i], arena)
+			}
+			for j := i + 1; j < n; j++ {
+				live := iv[i].Start <= iv[j].End && iv[j].Start <= iv[i].End
+				overlap := off[i] < off[j]+iv[j].Size && off[j] < off[i]+iv[i].Size
+				if live && overlap {
+					t.Fatalf("buffers %d %+v and %d %+v overlap at %d and %d", i, iv[i], j, iv[j], off[i], off[j])
+				}
+			}
+		}
+	}
+	// Stack-like lifetimes reuse memory: the arena is the peak, not the sum.
+	off, arena, _ := PlanMemory([]Interval{{0, 1, 1024}, {2, 3, 1024}, {4, 5, 1024}})
+	if arena != 1024 || off[1] != 0 {
+		t.Fatalf("sequential buffers not reused: offsets %v arena %d", off, arena)
+	}
+}
