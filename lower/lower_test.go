@@ -50,7 +50,7 @@ func TestFusion(t *testing.T) {
 		t.Fatalf("%d constant slots", len(b.Consts))
 	}
 	// The fused exp→mul reads %4 and the constant, and writes %7.
-	last := b.Launches[4]
+	last := b.Launches[5]
 	if len(last.In) != 2 || b.Slots[last.Out[0]].String() != "f32[4,8]" {
 		t.Fatalf("fused launch %+v", last)
 	}
