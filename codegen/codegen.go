@@ -743,6 +743,16 @@ func launchFLOPs(k *lower.Kernel, b *lower.Block, l lower.Launch) int64 {
 	if k.Op == nil || len(l.In) < 2 {
 		return 0
 	}
+	if k.Op.Name == "conv_grad_filter" {
+		// One MAC per (output element of the forward conv, filter element per output channel).
+		dy := b.Slots[l.In[1]]
+		w := b.Slots[l.Out[0]].Shape
+		per := int64(1)
+		for _, d := range w[1:] {
+			per *= int64(d)
+		}
+		return 2 * int64(dy.NumElements()) * per
+	}
 	if k.Op.Name == "conv" || k.Op.Name == "conv_transpose" {
 		w := b.Slots[l.In[1]].Shape
 		per := int64(1)

@@ -30,7 +30,7 @@ var Autodiff = &Pass{
 		"final graph by backward reachability from the activation gradients. A backward op inherits the stage and " +
 		"location of the forward op it differentiates; the sum of several contributions to a value gets the stage " +
 		"of the value's defining op (of a parameter's first user); the seed gets the loss's stage. Gradient rules " +
-		"are a table keyed by op name (grad_rules.go); broadcasting operands get reduce_sum over the broadcast dims " +
+		"are a table keyed by op name (grad_rules.go for the core ops, grad_rules_nn.go for convolution, pooling and the other ONNX ops); broadcasting operands get reduce_sum over the broadcast dims " +
 		"(then a reshape), max/min send ties to the first operand, reduce_max to the first maximal element. An op " +
 		"between a parameter and the loss without a rule is an error naming the op and its location. Forward ops " +
 		"no longer needed (they fed only dropped results) are removed.",

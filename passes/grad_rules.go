@@ -100,9 +100,12 @@ func keepAttrs(op *ir.Op, names ...string) ir.Attrs {
 	return at
 }
 
-// gradRules is the gradient table, keyed by op name. Ops absent from it have no rule: one that
-// lies between a parameter and the loss is an error naming it.
-var gradRules = map[string]gradRule{
+// gradRules is the gradient table, keyed by op name: the core ops' rules (coreGradRules) and
+// the nn ops' (grad_rules_nn.go). Ops absent from it have no rule: one that lies between a
+// parameter and the loss is an error naming it.
+var gradRules = mergeRules(coreGradRules, nnGradRules)
+
+var coreGradRules = map[string]gradRule{
 	// No gradient flows through these (their results are constants, integers or bools).
 	"constant": nil, "iota": nil, "equal": nil, "less": nil, "greater": nil, "and": nil, "or": nil, "not": nil,
 

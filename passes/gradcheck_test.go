@@ -159,6 +159,82 @@ var gradCases = []gradCase{
 	{name: "mse", args: "%p: f64[2,3] {param}, %t: f64[2,3] {input}", body: "%y = mse %p, %t : ?", want: []string{"mse_grad"}},
 	{name: "mse sum", args: "%p: f64[2,3] {param}, %t: f64[2,3] {param}", body: "%y = mse %p, %t {reduction = sum} : ?"},
 	{name: "mse none", args: "%p: f64[2,3] {param}, %t: f64[2,3] {param}", body: "%y = mse %p, %t {reduction = none} : ?"},
+
+	// The nn ops (grad_rules_nn.go): convolutions with strides, dilations, groups, pads and the
+	// input positions no window reaches; pooling with ceil_mode and count_include_pad.
+	{name: "conv", args: "%x: f64[2,3,5,5] {param}, %w: f64[4,3,3,3] {param}, %b: f64[4] {param}",
+		body: "%y = conv %x, %w, %b {pads = [1, 1, 1, 1]} : ?", want: []string{"conv_transpose", "conv_grad_filter", "reduce_sum"}},
+	{name: "conv strided ragged", args: "%x: f64[1,2,6,7] {param}, %w: f64[2,2,2,3] {param}",
+		body: "%y = conv %x, %w {dilations = [1, 2], pads = [0, 1, 1, 0], strides = [2, 3]} : ?"},
+	{name: "conv groups", args: "%x: f64[2,4,5,6] {param}, %w: f64[6,2,2,2] {param}, %b: f64[6] {param}",
+		body: "%y = conv %x, %w, %b {dilations = [2, 1], groups = 2, strides = [1, 2]} : ?"},
+	{name: "conv depthwise 1d", args: "%x: f64[2,3,7] {param}, %w: f64[3,1,3] {param}",
+		body: "%y = conv %x, %w {groups = 3, pads = [2, 1], strides = [2]} : ?"},
+	{name: "conv 3d", args: "%x: f64[1,2,3,4,3] {param}, %w: f64[2,2,2,2,2] {param}",
+		body: "%y = conv %x, %w {pads = [1, 0, 0, 0, 1, 1], strides = [1, 2, 1]} : ?"},
+	{name: "conv input data", args: "%x: f64[2,2,4,4] {input}, %w: f64[3,2,2,2] {param}, %b: f64[3] {param}",
+		body: "%y = conv %x, %w, %b {strides = [2, 2]} : ?"},
+	{name: "conv_transpose", args: "%x: f64[1,2,3,3] {param}, %w: f64[2,3,3,3] {param}, %b: f64[3] {param}",
+		body: "%y = conv_transpose %x, %w, %b {output_padding = [1, 0], pads = [1, 1, 0, 0], strides = [2, 2]} : ?",
+		want: []string{"conv", "conv_grad_filter"}},
+	{name: "conv_transpose groups", args: "%x: f64[2,4,3,2] {param}, %w: f64[4,1,2,2] {param}",
+		body: "%y = conv_transpose %x, %w {dilations = [1, 2], groups = 2, strides = [1, 2]} : ?"},
+	{name: "max_pool", args: "%x: f64[1,2,5,5] {param}", body: "%y = max_pool %x {kernel = [3, 3], pads = [1, 1, 1, 1], strides = [2, 2]} : ?",
+		want: []string{"max_pool_grad"}},
+	{name: "max_pool ceil_mode dilations", args: "%x: f64[2,1,6,7] {param}",
+		body: "%y = max_pool %x {ceil_mode = true, dilations = [2, 1], kernel = [2, 3], strides = [2, 2]} : ?"},
+	{name: "max_pool global", args: "%x: f64[2,3,3,2] {param}", body: "%y = max_pool %x {kernel = [3, 2]} : ?"},
+	{name: "avg_pool", args: "%x: f64[1,2,5,5] {param}", body: "%y = avg_pool %x {kernel = [3, 3], pads = [1, 1, 1, 1], strides = [2, 2]} : ?",
+		want: []string{"avg_pool_grad"}},
+	{name: "avg_pool count_include_pad ceil_mode", args: "%x: f64[1,2,6,5] {param}",
+		body: "%y = avg_pool %x {ceil_mode = true, count_include_pad = true, kernel = [3, 2], pads = [1, 0, 1, 1], strides = [2, 2]} : ?"},
+	{name: "avg_pool global 1d", args: "%x: f64[2,3,4] {param}", body: "%y = avg_pool %x {kernel = [4]} : ?"},
+	{name: "batch_norm", args: "%x: f64[2,3,2,2] {param}, %s: f64[3] {param}, %b: f64[3] {param}, %m: f64[3] {input}, %v: f64[3] {input}",
+		body: "%y = batch_norm %x, %s, %b, %m, %v {eps = 0.001} : ?", vals: map[string][]float64{"m": {0.1, -0.3, 0.5}, "v": {0.8, 1.5, 0.3}},
+		want: []string{"batch_norm_grad_input", "batch_norm_grad_params"}},
+	{name: "batch_norm input x", args: "%x: f64[3,2] {input}, %s: f64[2] {param}, %b: f64[2] {param}, %m: f64[2] {input}, %v: f64[2] {input}",
+		body: "%y = batch_norm %x, %s, %b, %m, %v : ?", vals: map[string][]float64{"m": {0.1, -0.3}, "v": {0.8, 1.5}}},
+	{name: "instance_norm", args: "%x: f64[2,3,4] {param}, %s: f64[3] {param}, %b: f64[3] {param}",
+		body: "%y = instance_norm %x, %s, %b : ?", want: []string{"instance_norm_grad_input", "instance_norm_grad_params"}},
+	{name: "instance_norm 2d", args: "%x: f64[1,2,2,3] {param}, %s: f64[2] {param}, %b: f64[2] {param}",
+		body: "%y = instance_norm %x, %s, %b {eps = 0.01} : ?"},
+	{name: "lrn", args: "%x: f64[2,5,2,2] {param}", body: "%y = lrn %x {alpha = 0.3, bias = 2, size = 3} : ?", want: []string{"lrn_grad"}},
+	{name: "lrn even size", args: "%x: f64[1,4,3] {param}", body: "%y = lrn %x {alpha = 0.5, beta = 0.6, size = 2} : ?"},
+	{name: "pad constant", args: "%x: f64[2,3] {param}", body: "%y = pad %x {pads = [1, 0, 2, -1], value = 0.5} : ?", want: []string{"pad"}},
+	{name: "pad reflect", args: "%x: f64[3,4] {param}", body: "%y = pad %x {mode = reflect, pads = [2, 1, 1, 3]} : ?", want: []string{"pad_grad"}},
+	{name: "pad edge", args: "%x: f64[1,2,3] {param}", body: "%y = pad %x {mode = edge, pads = [0, 1, 3, 0, 2, -1]} : ?"},
+	{name: "pad wrap", args: "%x: f64[3,2] {param}", body: "%y = pad %x {mode = wrap, pads = [2, 0, 1, 3]} : ?"},
+	{name: "resize linear", args: "%x: f64[1,2,3,4] {param}", body: "%y = resize %x {mode = linear, sizes = [1, 2, 5, 7]} : ?",
+		want: []string{"resize_grad"}},
+	{name: "resize linear align_corners down", args: "%x: f64[1,1,5,4] {param}",
+		body: "%y = resize %x {coordinate_transformation_mode = align_corners, mode = linear, sizes = [1, 1, 3, 6]} : ?"},
+	{name: "resize nearest", args: "%x: f64[1,2,2,3] {param}", body: "%y = resize %x {sizes = [1, 2, 4, 7]} : ?"},
+	{name: "resize nearest asymmetric floor", args: "%x: f64[2,1,5] {param}",
+		body: "%y = resize %x {coordinate_transformation_mode = asymmetric, nearest_mode = floor, scales = [1.0, 1.0, 0.6], sizes = [2, 1, 3]} : ?"},
+	{name: "resize cubic", args: "%x: f64[1,1,4,4] {param}", body: "%y = resize %x {mode = cubic, sizes = [1, 1, 6, 3]} : ?"},
+	{name: "gather_elements", args: "%x: f64[3,4] {param}, %i: i64[2,4] {input}", body: "%y = gather_elements %x, %i : ?",
+		vals: map[string][]float64{"i": {0, 2, 2, -1, 0, 0, 1, 2}}, want: []string{"gather_elements_grad"}},
+	{name: "gather_elements axis -1", args: "%x: f64[2,3] {param}, %i: i64[2,5] {input}", body: "%y = gather_elements %x, %i {axis = -1} : ?",
+		vals: map[string][]float64{"i": {0, 2, 2, -1, 1, 0, 0, 1, 2, -3}}},
+	gradUnaryCase("elu", "", gradAwayFromZero, "elu_grad"),
+	gradUnaryCase("elu", "{alpha = 0.5}", gradAwayFromZero),
+	gradUnaryCase("selu", "", gradAwayFromZero, "selu_grad"),
+	gradUnaryCase("selu", "{alpha = 1.5, gamma = 2}", gradAwayFromZero),
+	gradUnaryCase("leaky_relu", "{alpha = 0.2}", gradAwayFromZero, "leaky_relu_grad"),
+	gradUnaryCase("softplus", "", nil, "softplus_grad"),
+	gradUnaryCase("hard_sigmoid", "", gradUniform(-4, 4), "hard_sigmoid_grad"),
+	gradUnaryCase("hard_sigmoid", "{alpha = 0.5, beta = 0.25}", gradUniform(-3, 3)),
+	gradUnaryCase("shrink", "{bias = 0.1}", gradUniform(-1.5, 1.5), "shrink_grad"),
+	gradUnaryCase("shrink", "{lambd = 0.2}", gradUniform(-1.5, 1.5)),
+	{name: "floor has no gradient", args: "%x: f64[2,3] {param}", body: "%f = floor %x : ?\n  %y = mul %x, %f : ?"},
+	{name: "reduce_min", args: "%x: f64[2,3,4] {param}", body: "%y = reduce_min %x {axes = [1]} : ?", want: []string{"reduce_min_grad"}},
+	{name: "reduce_min keepdims", args: "%x: f64[2,3,4] {param}", body: "%y = reduce_min %x {axes = [0, 2], keepdims = true} : ?"},
+	{name: "reduce_prod", args: "%x: f64[2,3,4] {param}", body: "%y = reduce_prod %x {axes = [0, 2]} : ?", want: []string{"reduce_prod_grad"}},
+	{name: "reduce_prod with a zero", args: "%x: f64[2,3] {param}", body: "%y = reduce_prod %x {axes = [1], keepdims = true} : ?",
+		vals: map[string][]float64{"x": {0.5, 0, -1.5, 2, 0.7, -0.3}}},
+	{name: "reduce_prod all", args: "%x: f64[2,3] {param}", body: "%y = reduce_prod %x : ?"},
+	{name: "reduce_log_sum_exp", args: "%x: f64[2,3,4] {param}", body: "%y = reduce_log_sum_exp %x {axes = [1]} : ?"},
+	{name: "reduce_log_sum_exp all keepdims", args: "%x: f64[2,3,4] {param}", body: "%y = reduce_log_sum_exp %x {axes = [0, 2], keepdims = true} : ?"},
 }
 
 func TestGradRules(t *testing.T) {
@@ -397,6 +473,25 @@ func @forward(%x: f64[4,6] {input}, %labels: i64[4] {input, label}, %w1: f64[6,8
   return %loss
 }
 `, map[string][]float64{"tokens": {0, 4, 4, 1, 2, 0}, "labels": {1, 0, 4, 4, 3, 2}}},
+
+	// A small CNN: conv → relu → max_pool → batch_norm → strided conv (whose input gradient needs
+	// output_padding) → leaky_relu → global avg_pool → linear → cross_entropy.
+	{"cnn", `func @forward(%x: f64[2,2,6,6] {input}, %labels: i64[2] {input, label}, %w1: f64[3,2,3,3] {param}, %b1: f64[3] {param}, %bn.scale: f64[3] {param}, %bn.bias: f64[3] {param}, %w2: f64[4,3,3,3] {param}, %fc: f64[4,3] {param}) -> (f64[] {loss}) {
+  %mean = constant {value = dense<f64[3]: [0.1, -0.2, 0.3]>} : f64[3]
+  %var = constant {value = dense<f64[3]: [0.5, 1.5, 2]>} : f64[3]
+  %c1 = conv %x, %w1, %b1 {pads = [1, 1, 1, 1]} : f64[2,3,6,6]
+  %r1 = relu %c1 : f64[2,3,6,6]
+  %p1 = max_pool %r1 {kernel = [2, 2], strides = [2, 2]} : f64[2,3,3,3]
+  %n1 = batch_norm %p1, %bn.scale, %bn.bias, %mean, %var : f64[2,3,3,3]
+  %c2 = conv %n1, %w2 {pads = [1, 1, 1, 1], strides = [2, 2]} : f64[2,4,2,2]
+  %a2 = leaky_relu %c2 {alpha = 0.1} : f64[2,4,2,2]
+  %g = avg_pool %a2 {kernel = [2, 2]} : f64[2,4,1,1]
+  %f = reshape %g {shape = [2, 4]} : f64[2,4]
+  %logits = matmul %f, %fc : f64[2,3]
+  %loss = cross_entropy %logits, %labels : f64[]
+  return %loss
+}
+`, map[string][]float64{"labels": {2, 0}}},
 }
 
 func TestGradModels(t *testing.T) {
