@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"sync"
 
 	"ppc.dev/ppc/ir"
 	k "ppc.dev/ppc/kernels/cpu"
@@ -484,12 +485,9 @@ func prepareEngine(s *device.Spec) (device.Impl, error) {
 		}
 		nChunks := (total + chunk - 1) / chunk
 		k.Parallel(nChunks, max(1, 16384/chunk), func(c0, c1 int) {
-			vals := make([][]float64, nIn+len(prepared))
-			backing := make([]float64, chunk*(nIn+len(prepared)))
-			for i := range vals {
-				vals[i] = backing[i*chunk : (i+1)*chunk]
-			}
-			args := make([][]float64, 0, 4)
+			sc := getScratch(nIn + len(prepared))
+			defer scratchPool.Put(sc)
+			vals, args := sc.vals, sc.args
 			for c := c0; c < c1; c++ {
 				lo := c * chunk
 				n := min(chunk, total-lo)
@@ -512,4 +510,27 @@ func prepareEngine(s *device.Spec) (device.Impl, error) {
 		})
 		return nil
 	}, nil
+}
+
+// scratch is one worker's chunk buffers; pooled because the engine runs thousands of small
+// launches a step and allocating them each time showed up as GC work.
+type scratch struct {
+	backing []float64
+	vals    [][]float64
+	args    [][]float64
+}
+
+var scratchPool = sync.Pool{New: func() any { return &scratch{} }}
+
+func getScratch(n int) *scratch {
+	sc := scratchPool.Get().(*scratch)
+	if cap(sc.backing) < n*chunk {
+		sc.backing = make([]float64, n*chunk)
+	}
+	sc.vals = sc.vals[:0]
+	for i := 0; i < n; i++ {
+		sc.vals = append(sc.vals, sc.backing[i*chunk:(i+1)*chunk])
+	}
+	sc.args = sc.args[:0]
+	return sc
 }
