@@ -44,7 +44,8 @@ func TestReadPlanErrors(t *testing.T) {
 		{strings.Replace(good, `"microbatches": 1`, `"microbatches": 0`, 1), "micro-batches 0"},
 		{strings.Replace(good, `"pp": 1`, `"pp": 2`, 1), "does not multiply"},
 		{strings.Replace(good, `rank-00000`, `rank-9`, 1), "rank entry 0 is malformed"},
-		{strings.Replace(good, `[2, 3]`, `[]`, 1), `input "x" has no shape`},
+		{strings.Replace(good, `[2, 3]`, `[]`, 1), ""}, // a scalar input: one sample per micro-batch
+		{strings.Replace(good, `"name": "x"`, `"name": ""`, 1), `an input has no name`},
 		{`{"world": `, "unexpected end"},
 	} {
 		dir := t.TempDir()
@@ -59,6 +60,31 @@ func TestReadPlanErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "plan.json") {
 			t.Errorf("got %v, want %q", err, c.want)
 		}
+	}
+}
+
+// TestReadPlanNotADirectory: a plan is a directory; a file, a missing path or a directory
+// without plan.json each get a message that says which.
+func TestReadPlanNotADirectory(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "plan.json")
+	os.WriteFile(file, []byte("{}"), 0o644)
+	for _, c := range []struct{ path, want string }{
+		{file, file + " is a file; want the plan directory that ppc compile -o wrote"},
+		{filepath.Join(dir, "none"), filepath.Join(dir, "none") + ": no such plan directory"},
+		{t.TempDir(), "not a plan directory (no plan.json)"},
+	} {
+		if _, err := ReadPlan(c.path); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ReadPlan(%s): %v, want %q", c.path, err, c.want)
+		}
+	}
+}
+
+func TestInputSamples(t *testing.T) {
+	batched := Input{Name: "x", MicrobatchShape: []int{4, 3}}
+	scalar := Input{Name: "y", MicrobatchShape: []int{}}
+	if batched.Samples() != 4 || len(batched.SampleShape()) != 1 || scalar.Samples() != 1 || len(scalar.SampleShape()) != 0 {
+		t.Fatalf("samples %d %v, scalar %d %v", batched.Samples(), batched.SampleShape(), scalar.Samples(), scalar.SampleShape())
 	}
 }
 

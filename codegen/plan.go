@@ -2,7 +2,9 @@ package codegen
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -80,6 +82,24 @@ type Input struct {
 	ShiftOf         string `json:"shift_of,omitempty"` // labels that are this token input shifted by one
 }
 
+// Samples is the number of samples in one micro-batch of the input: its leading dim, or 1
+// for a scalar input (an unbatched model, e.g. a class label for one row of logits).
+func (in Input) Samples() int {
+	if len(in.MicrobatchShape) == 0 {
+		return 1
+	}
+	return in.MicrobatchShape[0]
+}
+
+// SampleShape is the shape of one sample: the micro-batch shape without its leading dim
+// (empty for a scalar input).
+func (in Input) SampleShape() []int {
+	if len(in.MicrobatchShape) == 0 {
+		return nil
+	}
+	return in.MicrobatchShape[1:]
+}
+
 // Param is a model parameter and where it lives.
 type Param struct {
 	Name  string `json:"name"`
@@ -104,6 +124,10 @@ type RankInfo struct {
 	ConstBytes   int64  `json:"const_bytes"`    // compile-time constants
 	PeakBytes    int64  `json:"peak_bytes"`     // all of the above
 	FLOPs        int64  `json:"flops_per_step"` // matmul and convolution FLOPs per step
+	// ProgramSHA256 is the SHA-256 of the program file, hex: the loader refuses a program
+	// that a bit flip, a truncated copy or another compile has changed, since many such
+	// changes still decode and validate (a different operand buffer, a renamed tensor).
+	ProgramSHA256 string `json:"program_sha256,omitempty"`
 }
 
 // ProgramFile is the file name of rank r's program.
@@ -111,8 +135,17 @@ func ProgramFile(r int) string { return fmt.Sprintf("rank-%05d.ppx", r) }
 
 // ReadPlan loads and checks plan.json.
 func ReadPlan(dir string) (*Plan, error) {
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+		return nil, fmt.Errorf("%s is a file; want the plan directory that ppc compile -o wrote (holding plan.json)", dir)
+	}
 	path := filepath.Join(dir, "plan.json")
 	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, serr := os.Stat(dir); serr != nil {
+			return nil, fmt.Errorf("%s: no such plan directory", dir)
+		}
+		return nil, fmt.Errorf("%s: not a plan directory (no plan.json); compile a model into it with ppc compile MODEL -o DIR", dir)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -145,8 +178,9 @@ func (p *Plan) check() error {
 		}
 	}
 	for _, in := range p.Inputs {
-		if len(in.MicrobatchShape) == 0 || in.Name == "" {
-			return fmt.Errorf("input %q has no shape", in.Name)
+		// An empty shape is a scalar input (one sample per micro-batch), not an error.
+		if in.Name == "" {
+			return fmt.Errorf("an input has no name")
 		}
 		for _, d := range in.MicrobatchShape {
 			if d < 0 || d > 1<<40 {

@@ -1,6 +1,8 @@
 package compiler
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -49,7 +51,23 @@ func Compile(model string, opts Options) (*Result, error) {
 		opts.PP = 1
 	}
 	if opts.Microbatches < 1 {
+		// Not given: a CSV schedule says how many micro-batches it runs (a bad file is
+		// reported by loadSchedule below).
 		opts.Microbatches = 1
+		if schedule.IsCSVName(opts.Schedule) {
+			if s, err := schedule.ReadCSVFile(opts.Schedule); err == nil {
+				opts.Microbatches = s.Microbatches
+			}
+		}
+	}
+	// Check the optimizer spec before anything is compiled: a typo in a flag is not a
+	// failure of the optimizer pass (which would leave a reproducer behind).
+	optStep := ""
+	if !opts.ForwardOnly {
+		var err error
+		if optStep, err = optimizerStep(opts.Optimizer); err != nil {
+			return nil, err
+		}
 	}
 	lo := opts.Load
 	lo.Microbatches = opts.Microbatches
@@ -57,14 +75,29 @@ func Compile(model string, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if m.Name == "" {
+		// IR text may leave the module unnamed; the plan and summaries name the file.
+		m.Name = strings.TrimSuffix(filepath.Base(model), filepath.Ext(model))
+	}
+	fwd := m.Func(ir.ForwardFunc)
+	if fwd == nil {
+		return nil, fmt.Errorf("%s: the model has no func @%s (its forward pass) to compile", model, ir.ForwardFunc)
+	}
+	hasLoss := false
+	for _, ra := range fwd.ResultAttrs {
+		hasLoss = hasLoss || ra.Has(ir.AttrLoss)
+	}
+	switch {
+	case hasLoss && !opts.ForwardOnly && (opts.Loss != "" || opts.LossOutput != 0):
+		return nil, fmt.Errorf("%s: the model computes its own loss; --loss and --loss-output apply to models without one (ONNX)", model)
+	case !hasLoss && !opts.ForwardOnly && (opts.LossOutput < 0 || opts.LossOutput >= len(fwd.Results)):
+		return nil, fmt.Errorf("%s: --loss-output %d: the model has %d output(s), numbered from 0", model, opts.LossOutput, len(fwd.Results))
+	case !hasLoss && !opts.ForwardOnly && !fwd.Results[opts.LossOutput].Type.DType.IsFloat():
+		return nil, fmt.Errorf("%s: output %d is %s; a loss needs a floating-point output (choose another with --loss-output, or compile inference with --forward-only)",
+			model, opts.LossOutput, fwd.Results[opts.LossOutput].Type)
+	}
 	m.Attrs = m.Attrs.Set("microbatches", ir.Int(opts.Microbatches))
 	pipeline := []string{"canonicalize", "cse", "dce"}
-	hasLoss := false
-	if f := m.Func(ir.ForwardFunc); f != nil {
-		for _, ra := range f.ResultAttrs {
-			hasLoss = hasLoss || ra.Has(ir.AttrLoss)
-		}
-	}
 	if !opts.ForwardOnly && !hasLoss {
 		kind := opts.Loss
 		if kind == "" {
@@ -87,20 +120,7 @@ func Compile(model string, opts Options) (*Result, error) {
 	}
 	pipeline = append(pipeline, part+"}")
 	if !opts.ForwardOnly {
-		opt := opts.Optimizer
-		if opt == "" {
-			opt = "adamw"
-		}
-		if !strings.HasPrefix(opt, "optimizer") {
-			name, rest, _ := strings.Cut(opt, "{")
-			opt = "optimizer{kind=" + name
-			if rest != "" {
-				opt += "," + rest
-			} else {
-				opt += "}"
-			}
-		}
-		pipeline = append(pipeline, "autodiff", opt, "cse", "dce")
+		pipeline = append(pipeline, "autodiff", optStep, "cse", "dce")
 	}
 	split := "split-stages"
 	if opts.Recompute != "" && opts.Recompute != "none" {
@@ -135,6 +155,35 @@ func Compile(model string, opts Options) (*Result, error) {
 	return &Result{Module: m, Output: out}, nil
 }
 
+// optimizerStep turns an --optimizer value (adamw, sgd{lr=0.1}, or the pass's own
+// optimizer{kind=…}) into the optimizer pass's pipeline step, checking its options.
+func optimizerStep(spec string) (string, error) {
+	step := spec
+	if step == "" {
+		step = "adamw"
+	}
+	if !strings.HasPrefix(step, "optimizer") {
+		name, rest, _ := strings.Cut(step, "{")
+		step = "optimizer{kind=" + name
+		if rest != "" {
+			step += "," + rest
+		} else {
+			step += "}"
+		}
+	}
+	pl, err := passes.ParsePipeline(step)
+	if err == nil && (len(pl) != 1 || pl[0].Pass != passes.Optimizer) {
+		err = fmt.Errorf("want adamw or sgd, with options as adamw{lr=3e-4}")
+	}
+	if err == nil {
+		err = passes.CheckOptimizerOptions(pl[0].Options)
+	}
+	if err != nil {
+		return "", fmt.Errorf("--optimizer %q: %s", spec, strings.TrimPrefix(err.Error(), "optimizer: "))
+	}
+	return step, nil
+}
+
 // StageCosts turns a plan's per-stage cost-model estimates into simulator costs (seconds,
 // with the link model of passes.CostConstants). ok is false when the plan has no estimates.
 func StageCosts(plan *codegen.Plan) (schedule.Cost, bool) {
@@ -164,23 +213,18 @@ func estimate(s *schedule.Schedule, plan *codegen.Plan) (*codegen.Estimate, erro
 }
 
 // loadSchedule makes the pipeline schedule: a generator by name, or a PyTorch CSV (whose
-// rank count then sets --pp).
+// rank count then sets --pp; Compile takes its micro-batch count when none is given).
 func loadSchedule(opts *Options) (*schedule.Schedule, error) {
 	name := opts.Schedule
 	if name == "" {
 		name = "1f1b"
 	}
-	if !strings.HasSuffix(name, ".csv") {
+	if !schedule.IsCSVName(name) {
 		return schedule.Generate(name, opts.PP, opts.Microbatches, opts.VirtualStages)
 	}
-	f, err := os.Open(name)
+	s, err := schedule.ReadCSVFile(name)
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	s, err := schedule.ParseCSV(f)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %v", name, err)
 	}
 	if err := schedule.Validate(s); err != nil {
 		return nil, &ScheduleError{File: name, Err: err}
@@ -193,6 +237,9 @@ func loadSchedule(opts *Options) (*schedule.Schedule, error) {
 	}
 	if s.Stages%s.Ranks != 0 {
 		return nil, fmt.Errorf("%s places %d stages on %d ranks; ppc needs the same number of stages on every rank", name, s.Stages, s.Ranks)
+	}
+	if v := s.Stages / s.Ranks; opts.VirtualStages > 0 && opts.VirtualStages != v {
+		return nil, fmt.Errorf("%s places %d stage(s) on each rank, --virtual-stages is %d", name, v, opts.VirtualStages)
 	}
 	opts.PP = s.Ranks
 	return s, nil
@@ -251,12 +298,28 @@ func (r *Result) Write(dir string) error {
 		return err
 	}
 	for i, p := range r.Output.Programs {
-		data, err := proto.Marshal(p)
+		data, err := proto.MarshalOptions{Deterministic: true}.Marshal(p)
 		if err != nil {
 			return err
 		}
+		if i < len(r.Output.Plan.Ranks) {
+			sum := sha256.Sum256(data)
+			r.Output.Plan.Ranks[i].ProgramSHA256 = hex.EncodeToString(sum[:])
+		}
 		if err := os.WriteFile(filepath.Join(dir, codegen.ProgramFile(i)), data, 0o644); err != nil {
 			return err
+		}
+	}
+	// Recompiling into a directory that held a plan with more ranks would leave its
+	// programs behind, looking like part of this plan: remove them.
+	old, _ := filepath.Glob(filepath.Join(dir, "rank-*.ppx"))
+	for _, path := range old {
+		var n int
+		if _, err := fmt.Sscanf(filepath.Base(path), "rank-%d.ppx", &n); err == nil && n >= len(r.Output.Programs) &&
+			filepath.Base(path) == codegen.ProgramFile(n) {
+			if err := os.Remove(path); err != nil {
+				return err
+			}
 		}
 	}
 	return codegen.WritePlan(dir, r.Output.Plan)

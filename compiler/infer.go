@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"ppc.dev/ppc/frontend/onnx"
@@ -92,6 +93,15 @@ func Infer(model string, lo LoadOptions, given map[string]string, seed uint64) (
 		if !t.Type.Equal(want) {
 			return nil, nil, fmt.Errorf("input %q: %s holds %s, the model needs %s", name, path, t.Type, want)
 		}
+		// Token ids and class labels out of range would fail inside a kernel, in terms of
+		// instructions and rows; say which file holds the bad value.
+		if in.Range != nil {
+			for i, v := range runtime.Float64s(t) {
+				if v < float64(in.Range[0]) || v >= float64(in.Range[1]) {
+					return nil, nil, fmt.Errorf("input %q: %s holds %v at element %d, outside the model's range [%d, %d)", name, path, v, i, in.Range[0], in.Range[1])
+				}
+			}
+		}
 		data[in.Name] = t
 	}
 	for name := range given {
@@ -105,9 +115,10 @@ func Infer(model string, lo LoadOptions, given map[string]string, seed uint64) (
 				if n == "" {
 					n = in.Name
 				}
-				names = append(names, n)
+				names = append(names, strconv.Quote(n))
 			}
-			return nil, nil, fmt.Errorf("--input %s: the model has no such input (inputs: %s)", name, strings.Join(names, ", "))
+			// Quoted: ONNX names such as "0" would read as a count.
+			return nil, nil, fmt.Errorf("--input %s: the model has no such input (its inputs: %s)", name, strings.Join(names, ", "))
 		}
 	}
 	if _, err := job.Step(runtime.Options{Seed: seed, Data: data}); err != nil {

@@ -1,7 +1,9 @@
 package compiler
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,6 +25,11 @@ type LoadOptions struct {
 func Load(path string, opts LoadOptions) (*ir.Module, []byte, error) {
 	src, err := os.ReadFile(path)
 	if err != nil {
+		// "model.onnx: is a directory", not "read model.onnx: is a directory".
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return nil, nil, fmt.Errorf("%s: %v", path, pe.Err)
+		}
 		return nil, nil, err
 	}
 	switch ext := strings.ToLower(filepath.Ext(path)); ext {

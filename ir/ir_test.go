@@ -140,6 +140,7 @@ var errorCases = []struct {
 	{"result count", "%1, %2 = add %a, %a : f32[4], f32[4]", "op add produces 1 results, but 2 are declared", 2, 12},
 	{"names vs types", "%1, %2 = add %a, %a : f32[4]", "2 result names but 1 result types", 2, 12},
 	{"bad char", "%1 = add %a, %a : f32[4] $", "unexpected character '$'", 2, 28},
+	{"non-ASCII char", "%1 = add %a, %a : f32[4] é", "unexpected character 'é'", 2, 28},
 	{"dense count", "%1 = constant {value = dense<f32[3]: [1, 2]>} : f32[3]", "needs 3 elements, got 2", 2, 45},
 	{"dense kind", "%1 = constant {value = dense<i32[1]: [1.5]>} : i32[1]", "float 1.5 in i32 data", 2, 41},
 	{"dense hex", "%1 = constant {value = dense<f32[1]: 0x0000>} : f32[1]", "holds 2 bytes, want 4", 2, 26},

@@ -2,6 +2,7 @@ package ir
 
 import (
 	"strconv"
+	"unicode/utf8"
 )
 
 type tokKind uint8
@@ -163,7 +164,9 @@ func (lx *lexer) next() token {
 		lx.advance(1)
 		return token{kind: tPunct, text: lx.src[start : start+1], line: line, col: col}
 	}
-	return lx.fail(line, col, "unexpected character "+strconv.QuoteRune(rune(c)))
+	// Name the whole character, not the first byte of its UTF-8 encoding.
+	r, _ := utf8.DecodeRuneInString(lx.src[lx.pos:])
+	return lx.fail(line, col, "unexpected character "+strconv.QuoteRune(r))
 }
 
 func (lx *lexer) hasPrefix(p string) bool {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 )
 
 // maxElements bounds the element count of any parsed type, so that hostile input cannot make
@@ -16,6 +17,8 @@ const maxElements = 1 << 50
 // attribute names and kinds — and returns the first problem as an *Error with the source line
 // and a caret. Type agreement is the verifier's job (Verify); ParseAndVerify does both.
 func Parse(name, text string) (m *Module, err error) {
+	// Editors on Windows may start a file with a UTF-8 byte-order mark; it is not IR.
+	text = strings.TrimPrefix(text, "\ufeff")
 	p := &parser{lx: lexer{src: text, line: 1, col: 1}, src: &Source{Name: name, Text: text}}
 	defer func() {
 		if r := recover(); r != nil {

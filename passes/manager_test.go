@@ -41,6 +41,8 @@ func TestParsePipeline(t *testing.T) {
 		"cse dce":     `unknown pass "cse dce"`,
 		"canonical":   "did you mean canonicalize?",
 		"cse{novalue": "unterminated",
+		"cse,,dce":    "empty pass name in the pipeline",
+		",cse":        "empty pass name in the pipeline",
 	} {
 		if _, err := ParsePipeline(in); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ParsePipeline(%q) = %v, want error containing %q", in, err, want)
@@ -156,6 +158,8 @@ func TestReproducerRunsAsGoldenTest(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 	rec := &recorder{}
+	// Replaying the failure writes a reproducer of its own to the temporary directory.
+	t.Setenv("TMPDIR", t.TempDir())
 	func() {
 		defer func() {
 			if r := recover(); r != nil && r != rec {

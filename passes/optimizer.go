@@ -60,6 +60,13 @@ var Optimizer = &Pass{
 	},
 }
 
+// CheckOptimizerOptions validates the optimizer pass's options without a module, so that a
+// bad --optimizer is reported before anything is compiled.
+func CheckOptimizerOptions(o Options) error {
+	_, err := parseOptimizerOptions(o)
+	return err
+}
+
 // optConfig is a parsed optimizer configuration.
 type optConfig struct {
 	kind                                         string

@@ -169,6 +169,21 @@ func TestOptimizerErrors(t *testing.T) {
 			t.Errorf("%s: got %v, want an error containing %q", c.pipeline, err, c.want)
 		}
 	}
+	// The same option errors without a module, for checking a command line up front.
+	for spec, want := range map[string]string{
+		"optimizer{kind=sgd,lr=0.5}": "",
+		"optimizer{lr=fast}":         `option lr="fast" is not a finite number`,
+		"optimizer{kind=lamb}":       `unknown kind "lamb"`,
+	} {
+		pl, err := ParsePipeline(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = CheckOptimizerOptions(pl[0].Options)
+		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("CheckOptimizerOptions(%s) = %v, want %q", spec, err, want)
+		}
+	}
 	m, _ := ir.ParseAndVerify("in.ir", strings.Replace(optimizerModel, "microbatches = 4", "microbatches = 0", 1))
 	pl, _ := ParsePipeline("autodiff,optimizer")
 	if err := Run(m, pl, Config{ReproDir: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "microbatches must be a positive integer, got 0") {

@@ -134,6 +134,10 @@ func ParsePipeline(s string) (Pipeline, error) {
 			end = len(s)
 		}
 		name := strings.TrimSpace(s[:end])
+		if name == "" {
+			// ",," or a leading ',' or '{': there is no name to suggest a spelling for.
+			return nil, fmt.Errorf("empty pass name in the pipeline (passes are separated by single commas)")
+		}
 		p := byName[name]
 		if p == nil {
 			return nil, fmt.Errorf("unknown pass %q%s; run `ppc passes` for the list", name, suggestPass(name))

@@ -44,14 +44,24 @@ func (j *Job) Resume(dir string) (step int, seed uint64, err error) {
 	if err != nil || step < 0 {
 		return 0, 0, inputErrorf("%s: metadata has no valid step count", path)
 	}
-	seed, _ = strconv.ParseUint(meta["seed"], 10, 64)
+	// The seed picks the synthetic data of the remaining steps, so a caller needs it to
+	// continue the run that saved the checkpoint.
+	seed, err = strconv.ParseUint(meta["seed"], 10, 64)
+	if err != nil {
+		return 0, 0, inputErrorf("%s: metadata has no valid seed", path)
+	}
 	for _, r := range j.Ranks {
 		for i, b := range r.Prog.Buffers {
 			if b.Role != pb.Role_PARAM && b.Role != pb.Role_STATE {
 				continue
 			}
 			t, ok := tensors[b.Name]
-			if !ok {
+			switch {
+			case !ok && meta["model"] != "" && meta["model"] != j.Plan.Model:
+				return 0, 0, inputErrorf("%s: has no tensor %q: it is a checkpoint of model %s, the plan is model %s", path, b.Name, meta["model"], j.Plan.Model)
+			case !ok && b.Role == pb.Role_STATE:
+				return 0, 0, inputErrorf("%s: has no optimizer state %q: it was saved with another optimizer (or by a forward-only plan); the plan uses %s", path, b.Name, j.Plan.Optimizer)
+			case !ok:
 				return 0, 0, inputErrorf("%s: has no tensor %q", path, b.Name)
 			}
 			want := r.Bufs[i].Type

@@ -48,8 +48,7 @@ func (s *Synthetic) classInput() (codegen.Input, bool) {
 }
 
 func (s *Synthetic) Fill(in codegen.Input, step, mb int, t device.Tensor) error {
-	shape := in.MicrobatchShape
-	samples := shape[0]
+	samples := in.Samples()
 	per := t.Type.NumElements() / max(samples, 1)
 	first := mb * samples
 	vals := make([]float64, t.Type.NumElements())

@@ -3,6 +3,7 @@ package runtime
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,9 +25,13 @@ func OpenData(spec string, plan *codegen.Plan, seed uint64) (DataSource, error) 
 	}
 	src := &arrayData{plan: plan, arrays: map[string]*array{}}
 	for _, kv := range strings.Split(spec, ",") {
-		name, path, ok := strings.Cut(kv, "=")
-		if !ok {
+		name, path, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		name, path = strings.TrimSpace(name), strings.TrimSpace(path)
+		if !ok || name == "" || path == "" {
 			return nil, inputErrorf("--data %q: want NAME=FILE.npy", kv)
+		}
+		if _, dup := src.arrays[name]; dup {
+			return nil, inputErrorf("--data gives input %q twice", name)
 		}
 		var in *codegen.Input
 		for i := range plan.Inputs {
@@ -41,11 +46,14 @@ func OpenData(spec string, plan *codegen.Plan, seed uint64) (DataSource, error) 
 		if err != nil {
 			return nil, &InputError{err}
 		}
-		if len(a.shape) == 0 || !ir.Shape(a.shape[1:]).Equal(in.MicrobatchShape[1:]) {
-			return nil, inputErrorf("%s: array shape %v does not hold samples of input %q (%v per sample)", path, a.shape, name, in.MicrobatchShape[1:])
+		if len(a.shape) == 0 || !ir.Shape(a.shape[1:]).Equal(in.SampleShape()) {
+			return nil, inputErrorf("%s: array shape %v does not hold samples of input %q (%v per sample)", path, a.shape, name, in.SampleShape())
 		}
 		if a.shape[0] == 0 {
 			return nil, inputErrorf("%s: no samples", path)
+		}
+		if err := checkArrayValues(path, *in, a); err != nil {
+			return nil, err
 		}
 		src.arrays[name] = a
 	}
@@ -55,6 +63,27 @@ func OpenData(spec string, plan *codegen.Plan, seed uint64) (DataSource, error) 
 		}
 	}
 	return src, nil
+}
+
+// checkArrayValues checks, before training starts, that an array can feed its input: whole
+// numbers for an integer input, within the declared range for tokens and class labels.
+// Otherwise a bad label would stop training at whatever step first samples it, or a
+// fractional one would be truncated without a word.
+func checkArrayValues(path string, in codegen.Input, a *array) error {
+	dt, ok := ir.ParseDType(in.DType)
+	if !ok || !dt.IsInt() {
+		return nil
+	}
+	per := max(len(a.vals)/a.shape[0], 1)
+	for i, v := range a.vals {
+		switch {
+		case v != math.Trunc(v):
+			return inputErrorf("%s: sample %d: value %v is not an integer, but input %q is %s", path, i/per, v, in.Name, in.DType)
+		case in.Range != nil && (v < float64(in.Range[0]) || v >= float64(in.Range[1])):
+			return inputErrorf("%s: sample %d: value %v is outside [%d, %d), the range of input %q", path, i/per, v, in.Range[0], in.Range[1], in.Name)
+		}
+	}
+	return nil
 }
 
 // array is a loaded .npy array as float64 values (exact for the integer ranges of token ids
@@ -79,7 +108,7 @@ type arrayData struct {
 
 func (d *arrayData) Fill(in codegen.Input, step, mb int, t device.Tensor) error {
 	a := d.arrays[in.Name]
-	samples := in.MicrobatchShape[0]
+	samples := in.Samples()
 	per := t.Type.NumElements() / max(samples, 1)
 	global := samples * d.plan.Microbatches
 	vals := make([]float64, t.Type.NumElements())
@@ -111,7 +140,10 @@ func openTokenStream(path string, plan *codegen.Plan, seed uint64) (DataSource, 
 	var seq int
 	for _, in := range plan.Inputs {
 		if in.Range != nil && !in.Label {
-			vocab, seq = in.Range[1], in.MicrobatchShape[len(in.MicrobatchShape)-1]
+			vocab, seq = in.Range[1], 1
+			if sh := in.SampleShape(); len(sh) > 0 {
+				seq = sh[len(sh)-1]
+			}
 		} else if in.ShiftOf == "" && in.Range == nil {
 			return nil, inputErrorf("--data %s: a token stream feeds token inputs, but the model has input %q (%s); give NAME=FILE.npy per input", path, in.Name, in.DType)
 		}
@@ -130,6 +162,10 @@ func openTokenStream(path string, plan *codegen.Plan, seed uint64) (DataSource, 
 		}
 		toks = make([]uint32, len(a.vals))
 		for i, v := range a.vals {
+			// Converting a negative or fractional value (or NaN) would make up a token.
+			if v != math.Trunc(v) || v < 0 || v >= float64(vocab) {
+				return nil, inputErrorf("%s: token %v at position %d is not a token id in [0, %d)", path, v, i, vocab)
+			}
 			toks[i] = uint32(v)
 		}
 	} else {
@@ -165,7 +201,7 @@ func openTokenStream(path string, plan *codegen.Plan, seed uint64) (DataSource, 
 }
 
 func (d *tokenStream) Fill(in codegen.Input, step, mb int, t device.Tensor) error {
-	samples := in.MicrobatchShape[0]
+	samples := in.Samples()
 	per := t.Type.NumElements() / max(samples, 1)
 	shift := 0
 	if in.ShiftOf != "" {
@@ -206,6 +242,13 @@ func ReadNpy(path string) (device.Tensor, error) {
 			return device.Tensor{}, fmt.Errorf("%s: bad shape %v", path, shape)
 		}
 		n *= d
+	}
+	// The reader under us pads a short file with zeros (it ignores EOF), so a truncated
+	// copy would load as valid data: compare the file's size with what the header says.
+	if item, ok := npyItemSize[strings.TrimLeft(r.Header.Descr.Type, "<>=|")]; ok {
+		if err := checkNpySize(f, int64(n)*item, shape); err != nil {
+			return device.Tensor{}, fmt.Errorf("%s: %v", path, err)
+		}
 	}
 	var t device.Tensor
 	switch strings.TrimLeft(r.Header.Descr.Type, "<>=|") {
@@ -261,6 +304,38 @@ func ReadNpy(path string) (device.Tensor, error) {
 		return device.Tensor{}, fmt.Errorf("%s: %v", path, err)
 	}
 	return t, nil
+}
+
+// npyItemSize is the element size of the .npy dtypes ReadNpy reads.
+var npyItemSize = map[string]int64{"f8": 8, "f4": 4, "i8": 8, "i4": 4, "i1": 1, "u1": 1, "b1": 1}
+
+// checkNpySize checks that a .npy file holds exactly the data its header declares.
+func checkNpySize(f *os.File, want int64, shape ir.Shape) error {
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	// Magic (6 bytes), version (2), header length: 2 bytes in version 1, 4 in 2 and 3.
+	var pre [12]byte
+	if _, err := f.ReadAt(pre[:], 0); err != nil {
+		return fmt.Errorf("not a .npy file: %v", err)
+	}
+	var off int64
+	switch pre[6] {
+	case 1:
+		off = 10 + int64(binary.LittleEndian.Uint16(pre[8:10]))
+	case 2, 3:
+		off = 12 + int64(binary.LittleEndian.Uint32(pre[8:12]))
+	default:
+		return fmt.Errorf("unknown .npy format version %d", pre[6])
+	}
+	switch have := st.Size() - off; {
+	case have < want:
+		return fmt.Errorf("truncated: shape %v needs %d data bytes, the file holds %d", []int(shape), want, max(have, 0))
+	case have > want:
+		return fmt.Errorf("%d bytes follow the data of shape %v (the header does not describe the file)", have-want, []int(shape))
+	}
+	return nil
 }
 
 // WriteNpy writes a tensor as .npy version 1.0 (f16 and bf16 are widened to f32, which .npy

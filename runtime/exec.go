@@ -95,7 +95,7 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 	}
 	for _, in := range j.Plan.Inputs {
 		if !in.Label {
-			res.Samples = in.MicrobatchShape[0] * j.Plan.Microbatches
+			res.Samples = in.Samples() * j.Plan.Microbatches
 			if in.Range != nil && len(in.MicrobatchShape) == 2 {
 				res.Tokens = res.Samples * in.MicrobatchShape[1]
 			}

@@ -1,6 +1,8 @@
 package runtime
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -74,6 +76,13 @@ func Load(dir string, dev device.Device) (*Job, error) {
 		rank, err := j.prepare(r, prog)
 		if err != nil {
 			return nil, inputErrorf("%s: %v", path, err)
+		}
+		// A program that decodes and validates may still have been changed (another
+		// operand buffer, a program of another compile): plan.json records its checksum.
+		if want := plan.Ranks[r].ProgramSHA256; want != "" {
+			if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != want {
+				return nil, inputErrorf("%s: does not match plan.json (its SHA-256 differs): the file is corrupted or comes from another compile; compile the model again", path)
+			}
 		}
 		j.Ranks = append(j.Ranks, rank)
 	}

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -54,7 +57,9 @@ func ParseCSV(r io.Reader) (*Schedule, error) {
 	if len(data) > maxCSVBytes {
 		return nil, fmt.Errorf("csv is larger than %d bytes", maxCSVBytes)
 	}
-	rows, err := splitCSV(string(data))
+	// Spreadsheet programs on Windows save CSV with a UTF-8 byte-order mark, which Python's
+	// csv module (without encoding="utf-8-sig") would also misread as part of the first cell.
+	rows, err := splitCSV(strings.TrimPrefix(string(data), "\ufeff"))
 	if err != nil {
 		return nil, err
 	}
@@ -120,6 +125,30 @@ func ParseCSV(r io.Reader) (*Schedule, error) {
 			s.Placement[st] = w.rank
 		}
 	}
+	return s, nil
+}
+
+// IsCSVName reports whether a --schedule value names a CSV file (extension .csv, any case)
+// rather than a generator.
+func IsCSVName(name string) bool { return strings.EqualFold(filepath.Ext(name), ".csv") }
+
+// ReadCSVFile reads a schedule file with ParseCSV. Errors start with the path, and the
+// schedule is named after the file, so that summaries and plans say where it came from.
+func ReadCSVFile(path string) (*Schedule, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return nil, fmt.Errorf("%s: %w", path, pe.Err)
+		}
+		return nil, err
+	}
+	defer f.Close()
+	s, err := ParseCSV(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	s.Name = filepath.Base(path)
 	return s, nil
 }
 

@@ -16,8 +16,8 @@ const (
 
 // Schedule is a pipeline schedule: one ordered action list per rank.
 type Schedule struct {
-	// Name is the generator that produced the schedule ("1f1b", ...); empty
-	// for schedules loaded from CSV.
+	// Name is the generator that produced the schedule ("1f1b", ...); for a
+	// CSV, the file's base name (ReadCSVFile) or empty (ParseCSV).
 	Name         string
 	Ranks        int
 	Stages       int

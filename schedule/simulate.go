@@ -1,5 +1,10 @@
 package schedule
 
+import (
+	"fmt"
+	"math"
+)
+
 // Result is the outcome of Simulate.
 type Result struct {
 	Name         string `json:"schedule,omitempty"`
@@ -136,6 +141,11 @@ func Simulate(s *Schedule, c Cost) (*Result, error) {
 	}
 	for r := range R {
 		res.Idle[r] = res.StepTime - res.Busy[r]
+	}
+	// Each cost is finite, but a sum of huge ones is not: report that rather than print a
+	// step time of +Inf and a bubble of NaN.
+	if math.IsInf(res.StepTime, 0) || math.IsInf(res.IdealTime, 0) {
+		return nil, fmt.Errorf("the step time overflows: the costs are too large to simulate (scale them down)")
 	}
 	res.BubbleTime = res.StepTime - res.IdealTime
 	if res.IdealTime > 0 {

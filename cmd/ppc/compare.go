@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -17,14 +18,18 @@ func init() {
 		name: "compare", args: "A B [--rtol R] [--atol A]",
 		summary: "Compare two safetensors checkpoints (files or checkpoint directories) or two .npy files tensor by tensor; exit 1 when any element differs beyond atol + rtol·|b|.",
 		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
-			rtol := fs.Float64("rtol", 1e-5, "relative tolerance")
-			atol := fs.Float64("atol", 1e-8, "absolute tolerance")
+			rtol := fs.Float64("rtol", 1e-5, "relative tolerance `R`")
+			atol := fs.Float64("atol", 1e-8, "absolute tolerance `A`")
 			return func(args []string) error {
 				if len(args) != 2 {
 					return usagef("want two files, got %d arguments", len(args))
 				}
-				if *rtol < 0 || *atol < 0 {
-					return usagef("tolerances must be non-negative")
+				// NaN compares false with everything, so a NaN tolerance would pass any input.
+				if !(*rtol >= 0) || !(*atol >= 0) {
+					return usagef("tolerances must be non-negative numbers")
+				}
+				if isNpy(args[0]) != isNpy(args[1]) {
+					return usagef("compare two .npy files or two checkpoints, not one of each")
 				}
 				a, err := loadTensors(args[0])
 				if err != nil {
@@ -40,16 +45,27 @@ func init() {
 	})
 }
 
+func isNpy(path string) bool { return strings.EqualFold(filepath.Ext(path), ".npy") }
+
+// loadTensors reads a .npy file, a safetensors file, or a checkpoint directory.
 func loadTensors(path string) (map[string]device.Tensor, error) {
-	if strings.EqualFold(filepath.Ext(path), ".npy") {
+	if isNpy(path) {
 		t, err := runtime.ReadNpy(path)
 		if err != nil {
-			return nil, err
+			return nil, trimPathError(err)
 		}
 		return map[string]device.Tensor{filepath.Base(path): t}, nil
 	}
-	if !strings.HasSuffix(path, ".safetensors") {
-		path = filepath.Join(path, runtime.CheckpointFile)
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, trimPathError(err)
+	}
+	if st.IsDir() {
+		file := filepath.Join(path, runtime.CheckpointFile)
+		if _, err := os.Stat(file); err != nil {
+			return nil, fmt.Errorf("%s: not a checkpoint directory (no %s; ppc run --save DIR writes one)", path, runtime.CheckpointFile)
+		}
+		path = file
 	}
 	t, _, err := runtime.ReadSafetensors(path)
 	return t, err

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -12,6 +16,7 @@ import (
 	"ppc.dev/ppc/compiler"
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/schedule"
 )
 
 // loadFlags are the frontend flags shared by import, compile and infer.
@@ -23,7 +28,7 @@ type loadFlags struct {
 func (l *loadFlags) register(fs *flag.FlagSet) {
 	fs.Var(&l.dims, "dim", "bind an ONNX symbolic dim: `NAME=VALUE` (repeatable)")
 	fs.Var(&l.sets, "set", "override a DSL config constant: `NAME=VALUE` (repeatable)")
-	fs.StringVar(&l.preset, "preset", "", "DSL preset `NAME`")
+	fs.StringVar(&l.preset, "preset", "", "DSL preset `NAME` (the model file lists them)")
 }
 
 func (l *loadFlags) options() (compiler.LoadOptions, error) {
@@ -61,18 +66,18 @@ func init() {
 			lf.register(fs)
 			out := fs.String("o", "", "output `DIR` for plan.json and rank-NNNNN.ppx")
 			var opts compiler.Options
-			fs.IntVar(&opts.PP, "pp", 1, "pipeline-parallel `STAGES` (ranks)")
-			fs.IntVar(&opts.Microbatches, "microbatches", 1, "micro-batches per step (the global batch is split into M)")
-			fs.StringVar(&opts.Schedule, "schedule", "1f1b", "pipeline schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zbv, dualpipev, or a PyTorch `FILE.csv`")
-			fs.IntVar(&opts.VirtualStages, "virtual-stages", 0, "stages per rank for interleaved and V-shaped schedules (0: the schedule's default)")
-			fs.BoolVar(&opts.ForwardOnly, "forward-only", false, "compile inference (no backward, no optimizer)")
-			fs.StringVar(&opts.Partition, "partition", "", "how to cut the model into stages: markers, layout or auto (default: markers when the model has any, else auto)")
-			fs.StringVar(&opts.Layout, "layout", "", "stage layout for --partition layout, e.g. \"E,t*4|t*4|t*4|t*4,L\"")
-			mem := fs.String("mem", "", "memory per device for --partition auto, e.g. 80GiB (default: unlimited)")
-			fs.StringVar(&opts.Recompute, "recompute", "none", "activation recomputation: none, selective (attention internals) or full (stash only stage inputs)")
-			fs.StringVar(&opts.Loss, "loss", "ce", "loss for ONNX models without one: ce or mse")
-			fs.IntVar(&opts.LossOutput, "loss-output", 0, "which model output the loss applies to")
-			fs.StringVar(&opts.Optimizer, "optimizer", "adamw", "optimizer: adamw or sgd, with options as adamw{lr=3e-4,weight_decay=0.1}")
+			fs.IntVar(&opts.PP, "pp", 1, "pipeline-parallel ranks `N` (with a FILE.csv schedule: the CSV's row count)")
+			fs.IntVar(&opts.Microbatches, "microbatches", 1, "micro-batches `M` per step: the model's global batch is split M ways (an .ir file's shapes are already one micro-batch's); with a FILE.csv schedule, default the CSV's count")
+			fs.StringVar(&opts.Schedule, "schedule", "1f1b", "pipeline schedule `S|FILE.csv`: "+strings.Join(schedule.Names(), ", ")+", or a schedule in PyTorch's CSV format")
+			fs.IntVar(&opts.VirtualStages, "virtual-stages", 0, "stages per rank `V` for interleaved and V-shaped schedules (0: the schedule's default)")
+			fs.BoolVar(&opts.ForwardOnly, "forward-only", false, "compile inference (no loss, no backward, no optimizer)")
+			fs.StringVar(&opts.Partition, "partition", "", "how to cut the model into stages, `MODE`: markers, layout or auto (default: layout with --layout, auto with --mem, else markers when the model has any, else auto)")
+			fs.StringVar(&opts.Layout, "layout", "", "Megatron-style stage `LAYOUT` for --partition layout, e.g. \"E,t*4|t*4|t*4|t*4,L\"")
+			mem := fs.String("mem", "", "memory per device for --partition auto, `BYTES` with a unit, e.g. 80GiB (default: unlimited)")
+			fs.StringVar(&opts.Recompute, "recompute", "none", "activation recomputation `MODE`: none, selective (attention internals) or full (stash only stage inputs)")
+			loss := fs.String("loss", "ce", "loss `KIND` for models without one (ONNX): ce or mse")
+			fs.IntVar(&opts.LossOutput, "loss-output", 0, "which model output `N` the loss applies to (models without a loss)")
+			fs.StringVar(&opts.Optimizer, "optimizer", "adamw", "optimizer `SPEC`: adamw or sgd, with options as adamw{lr=3e-4,weight_decay=0.1} (see 'ppc passes')")
 			pf := registerPassFlags(fs)
 			return func(args []string) error {
 				if len(args) != 1 {
@@ -86,45 +91,94 @@ func init() {
 					return err
 				}
 				opts.Load = lo
-				if *mem != "" {
-					if opts.Mem, err = parseBytes(*mem); err != nil {
-						return usagef("--mem: %v", err)
-					}
-				}
-				if opts.Layout != "" && opts.Partition == "" {
-					opts.Partition = "layout"
-				}
+				set := setFlags(fs)
 				switch opts.Partition {
 				case "", "markers", "layout", "auto":
 				default:
 					return usagef("--partition must be markers, layout or auto, got %q", opts.Partition)
+				}
+				// Flags that only apply to one partitioning mode imply it, and conflict with
+				// another: the partitioner would otherwise ignore them without a word.
+				if opts.Layout != "" {
+					if opts.Partition != "" && opts.Partition != "layout" {
+						return usagef("--layout applies to --partition layout, not --partition %s", opts.Partition)
+					}
+					opts.Partition = "layout"
+				} else if opts.Partition == "layout" {
+					return usagef("--partition layout needs --layout, e.g. --layout \"E,t*4|t*4,L\"")
+				}
+				if set["mem"] {
+					if opts.Mem, err = parseBytes(*mem); err != nil {
+						return usagef("--mem: %v", err)
+					}
+					if opts.Partition != "" && opts.Partition != "auto" {
+						return usagef("--mem applies to --partition auto, not --partition %s", opts.Partition)
+					}
+					opts.Partition = "auto"
 				}
 				switch opts.Recompute {
 				case "none", "selective", "full":
 				default:
 					return usagef("--recompute must be none, selective or full, got %q", opts.Recompute)
 				}
-				if opts.Loss != "ce" && opts.Loss != "mse" {
-					return usagef("--loss must be ce or mse, got %q", opts.Loss)
+				if *loss != "ce" && *loss != "mse" {
+					return usagef("--loss must be ce or mse, got %q", *loss)
+				}
+				if set["loss"] {
+					opts.Loss = *loss // unset: the compiler's default, and no complaint for models with a loss
+				}
+				if opts.ForwardOnly {
+					for _, f := range []string{"optimizer", "loss", "loss-output"} {
+						if set[f] {
+							return usagef("--%s does not apply to --forward-only (no loss, no backward, no optimizer)", f)
+						}
+					}
+					if opts.Recompute != "none" {
+						return usagef("--recompute does not apply to --forward-only (no backward to recompute for)")
+					}
 				}
 				if opts.Microbatches < 1 || opts.PP < 1 {
 					return usagef("--pp and --microbatches must be at least 1")
 				}
+				if !set["microbatches"] && schedule.IsCSVName(opts.Schedule) {
+					opts.Microbatches = 0 // the CSV's
+				}
 				if opts.Passes, err = pf.config(e); err != nil {
 					return err
+				}
+				// A big model takes a while to compile: find out now whether -o can be a directory.
+				if err := checkOutputDir(*out); err != nil {
+					return fmt.Errorf("-o: %v", err)
 				}
 				res, err := compiler.Compile(args[0], opts)
 				if err != nil {
 					return err
 				}
 				if err := res.Write(*out); err != nil {
-					return err
+					return fmt.Errorf("-o: %v", trimPathError(err))
 				}
 				printSummary(e.stdout, res, *out)
 				return nil
 			}
 		},
 	})
+}
+
+// checkOutputDir checks, without creating anything, that dir is a directory or can be made
+// one: it, or its nearest existing ancestor, must be a directory.
+func checkOutputDir(dir string) error {
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		st, err := os.Stat(p)
+		if err == nil {
+			if !st.IsDir() {
+				return fmt.Errorf("%s is a file, not a directory", p)
+			}
+			return nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) || filepath.Dir(p) == p {
+			return trimPathError(err)
+		}
+	}
 }
 
 // passFlags are the pass-manager flags of compile.
@@ -149,6 +203,11 @@ func (p *passFlags) config(e *env) (cfg passesConfig, err error) {
 	for _, name := range append(append([]string{}, p.before...), p.after...) {
 		if !knownPass(name) {
 			return cfg, usagef("--print-ir-before/after: unknown pass %q", name)
+		}
+	}
+	if p.dumpDir != "" {
+		if err := checkWritableDir(p.dumpDir); err != nil {
+			return cfg, fmt.Errorf("--dump-dir: %v", err)
 		}
 	}
 	cfg.VerifyEach, cfg.PrintAfterAll, cfg.PrintAfterChange = p.verifyEach, p.afterAll, p.afterChange

@@ -2,6 +2,8 @@ package main
 
 import (
 	"flag"
+	"path/filepath"
+	"strings"
 
 	"ppc.dev/ppc/compiler"
 	"ppc.dev/ppc/ir"
@@ -14,7 +16,7 @@ func init() {
 		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
 			var lf loadFlags
 			lf.register(fs)
-			mb := fs.Int("microbatches", 1, "import one micro-batch of a global batch split M ways")
+			mb := fs.Int("microbatches", 1, "import one micro-batch of the global batch split `M` ways")
 			elide := fs.Int("elide-data", 64, "print dense data with more than `N` elements as 'elided' (0: print all, so the output parses back)")
 			return func(args []string) error {
 				if len(args) != 1 {
@@ -26,6 +28,14 @@ func init() {
 				}
 				if *mb < 1 {
 					return usagef("--microbatches must be at least 1")
+				}
+				if *elide < 0 {
+					return usagef("--elide-data must be non-negative")
+				}
+				// IR text is already one micro-batch (its shapes are what compile runs M
+				// times), so there is nothing to split; say so rather than ignore the flag.
+				if *mb > 1 && strings.EqualFold(filepath.Ext(args[0]), ".ir") {
+					return usagef("--microbatches applies to .ppm and .onnx models; an .ir file's shapes are already one micro-batch's")
 				}
 				lo.Microbatches = *mb
 				m, _, err := compiler.Load(args[0], lo)

@@ -78,7 +78,7 @@ func TestInferAndRunErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"run", plan, "--steps", "1"}, exitInput, "rank-00000.ppx: not a ppc program"},
-		{[]string{"run", filepath.Join(dir, "nothing")}, exitInput, "plan.json"},
+		{[]string{"run", filepath.Join(dir, "nothing")}, exitInput, "no such plan directory"},
 		{[]string{"run", plan, "--device", "tpu"}, exitInput, "--device must be cpu or cuda"},
 		{[]string{"dis", filepath.Join(dir, "nothing.ppx")}, exitInput, "no such file"},
 		{[]string{"dis", prog}, exitInput, "not a ppc program"},

@@ -19,9 +19,9 @@ func init() {
 			var lf loadFlags
 			lf.register(fs)
 			var inputs listFlag
-			fs.Var(&inputs, "input", "an input's data: `NAME=FILE` (.pb or .npy; repeatable)")
+			fs.Var(&inputs, "input", "an input's data: `NAME=FILE` (.pb or .npy; NAME is the model's input name, or the IR argument's; repeatable)")
 			outDir := fs.String("output-dir", "", "write outputs (and generated inputs) under `DIR`")
-			seed := fs.Uint64("seed", 1, "seed of generated inputs and parameters without data")
+			seed := fs.Uint64("seed", 1, "random seed `N` of generated inputs and of parameters without data")
 			return func(args []string) error {
 				if len(args) != 1 {
 					return usagef("want one model file, got %d arguments", len(args))
@@ -39,14 +39,20 @@ func init() {
 					if !ok || k == "" || v == "" {
 						return usagef("--input %q: want NAME=FILE", kv)
 					}
+					if _, dup := given[k]; dup {
+						return usagef("--input %s given twice", k)
+					}
 					given[k] = v
+				}
+				if err := checkOutputDir(*outDir); err != nil {
+					return fmt.Errorf("--output-dir: %v", err)
 				}
 				outs, gen, err := compiler.Infer(args[0], lo, given, *seed)
 				if err != nil {
 					return err
 				}
 				if err := os.MkdirAll(*outDir, 0o755); err != nil {
-					return err
+					return fmt.Errorf("--output-dir: %v", trimPathError(err))
 				}
 				if len(gen) > 0 {
 					if err := os.MkdirAll(filepath.Join(*outDir, "inputs"), 0o755); err != nil {

@@ -63,12 +63,18 @@ func findCommand(name string) *command {
 // run executes one command line and returns the exit status.
 func run(args []string, e *env) int {
 	sort.Slice(commands, func(i, j int) bool { return commands[i].name < commands[j].name })
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+		args = []string{"version"} // the spelling most tools accept
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
 		if len(args) > 1 {
-			if c := findCommand(args[1]); c != nil {
-				printCommandHelp(c, e.stdout)
-				return exitOK
+			c := findCommand(args[1])
+			if c == nil {
+				fmt.Fprintf(e.stderr, "ppc help: unknown command %q\nRun 'ppc help' for the list of commands.\n", args[1])
+				return exitInput
 			}
+			printCommandHelp(c, e.stdout)
+			return exitOK
 		}
 		printHelp(e.stdout)
 		if len(args) == 0 {
@@ -84,10 +90,7 @@ func run(args []string, e *env) int {
 	fs := flag.NewFlagSet("ppc "+c.name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	runFn := c.setup(fs, e)
-	flagArgs, positional, err := splitArgs(fs, args[1:])
-	if err == nil {
-		err = fs.Parse(flagArgs)
-	}
+	positional, err := parseArgs(fs, args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		printCommandHelp(c, e.stdout)
 		return exitOK
@@ -107,7 +110,7 @@ func report(c *command, err error, stderr io.Writer) int {
 	var cf checkFailed
 	switch {
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "ppc %s: %v\nusage: ppc %s %s\nRun 'ppc %s --help' for details.\n", c.name, err, c.name, c.args, c.name)
+		fmt.Fprintf(stderr, "ppc %s: %v\nusage: %s\nRun 'ppc %s --help' for details.\n", c.name, err, strings.TrimSpace("ppc "+c.name+" "+c.args), c.name)
 		return exitInput
 	case errors.As(err, &cf):
 		fmt.Fprintf(stderr, "ppc %s: %v\n", c.name, err)
@@ -121,38 +124,84 @@ func report(c *command, err error, stderr io.Writer) int {
 	}
 }
 
-// splitArgs separates flags from positional arguments so that flags may follow them
-// (`ppc opt model.ir --passes=cse`), which Go's flag package alone does not allow.
-func splitArgs(fs *flag.FlagSet, args []string) (flags, positional []string, err error) {
+// parseArgs sets the flags in args on fs and returns the positional arguments. Flags may
+// follow positional arguments (`ppc opt model.ir --passes=cse`), which Go's flag package
+// alone does not allow; "--" ends the flags. Errors name the flag as the user spells it
+// and say what value it wants, rather than the flag package's "parse error".
+func parseArgs(fs *flag.FlagSet, args []string) (positional []string, err error) {
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if a == "--" {
-			return flags, append(positional, args[i+1:]...), nil
+			return append(positional, args[i+1:]...), nil
 		}
 		if len(a) < 2 || a[0] != '-' {
 			positional = append(positional, a)
 			continue
 		}
-		name := strings.TrimLeft(a, "-")
-		name, _, hasValue := strings.Cut(name, "=")
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
 		if name == "h" || name == "help" {
-			return nil, nil, flag.ErrHelp
+			return nil, flag.ErrHelp
 		}
 		f := fs.Lookup(name)
 		if f == nil {
-			return nil, nil, usagef("unknown flag --%s", name)
+			return nil, usagef("unknown flag %s", flagName(name))
 		}
-		flags = append(flags, a)
-		if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); hasValue || ok && bf.IsBoolFlag() {
-			continue
+		if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() && !hasValue {
+			value = "true"
+		} else if !hasValue {
+			if i+1 >= len(args) {
+				return nil, usagef("flag %s needs a value", flagName(name))
+			}
+			i++
+			value = args[i]
 		}
-		if i+1 >= len(args) {
-			return nil, nil, usagef("flag --%s needs a value", name)
+		if err := fs.Set(name, value); err != nil {
+			return nil, usagef("%s %q: %s", flagName(name), value, flagValueError(f, err))
 		}
-		i++
-		flags = append(flags, args[i])
 	}
-	return flags, positional, nil
+	return positional, nil
+}
+
+// flagName spells a flag as the help text does: -o, --pp.
+func flagName(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
+}
+
+// flagValueError says what a flag wants when its value does not parse.
+func flagValueError(f *flag.Flag, err error) string {
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return err.Error()
+	}
+	outOfRange := strings.Contains(err.Error(), "out of range")
+	switch g.Get().(type) {
+	case int, int64:
+		if outOfRange {
+			return "integer out of range"
+		}
+		return "want an integer"
+	case uint, uint64:
+		if outOfRange {
+			return "integer out of range"
+		}
+		return "want a non-negative integer"
+	case float64:
+		return "want a number"
+	case bool:
+		return "want true or false"
+	}
+	return err.Error()
+}
+
+// setFlags returns the names of the flags given on the command line (not left at their
+// defaults), for checks of flags that only apply together.
+func setFlags(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
 }
 
 func printHelp(w io.Writer) {
@@ -170,7 +219,7 @@ Commands:
 }
 
 func printCommandHelp(c *command, w io.Writer) {
-	fmt.Fprintf(w, "usage: ppc %s %s\n\n%s\n", c.name, c.args, c.summary)
+	fmt.Fprintf(w, "usage: %s\n\n%s\n", strings.TrimSpace("ppc "+c.name+" "+c.args), c.summary)
 	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
 	c.setup(fs, &env{})
 	n := 0
@@ -181,12 +230,14 @@ func printCommandHelp(c *command, w io.Writer) {
 	fmt.Fprint(w, "\nFlags:\n")
 	fs.VisitAll(func(f *flag.Flag) {
 		name, usage := flag.UnquoteUsage(f)
-		arg := "--" + f.Name
+		arg := flagName(f.Name)
 		if name != "" {
 			arg += " " + name
 		}
 		fmt.Fprintf(w, "  %s\n      %s", arg, usage)
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "[]" {
+		// A usage that explains its default value ("(0: the schedule's default)") is not
+		// followed by a redundant "(default 0)".
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "[]" && !strings.Contains(usage, "("+f.DefValue+":") {
 			fmt.Fprintf(w, " (default %s)", f.DefValue)
 		}
 		fmt.Fprintln(w)

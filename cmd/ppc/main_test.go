@@ -11,6 +11,8 @@ import (
 // ppc runs the CLI in-process and returns its exit status and outputs.
 func ppc(t *testing.T, stdin string, args ...string) (int, string, string) {
 	t.Helper()
+	// A failing pass writes a reproducer to the temporary directory: keep it in the test's.
+	t.Setenv("TMPDIR", t.TempDir())
 	var out, errb bytes.Buffer
 	code := run(args, &env{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errb})
 	if strings.Contains(errb.String(), "goroutine ") || strings.Contains(errb.String(), "panic:") {

@@ -3,6 +3,9 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
+	"path/filepath"
+	"strings"
 
 	"ppc.dev/ppc/compiler"
 	"ppc.dev/ppc/ir"
@@ -28,6 +31,13 @@ func init() {
 				if len(args) != 1 {
 					return usagef("want one IR file, got %d arguments", len(args))
 				}
+				switch ext := strings.ToLower(filepath.Ext(args[0])); ext {
+				case ".ppm", ".onnx":
+					return usagef("%s is a model, not IR text; print its IR with 'ppc import %s --elide-data 0 > model.ir' and run opt on that", args[0], args[0])
+				}
+				if *elide < 0 {
+					return usagef("--elide-data must be non-negative")
+				}
 				pl, err := passes.ParsePipeline(*pipeline)
 				if err != nil {
 					return usagef("--passes: %v", err)
@@ -35,6 +45,11 @@ func init() {
 				for _, name := range append(append([]string{}, before...), after...) {
 					if passes.Lookup(name) == nil {
 						return usagef("--print-ir-before/after: unknown pass %q", name)
+					}
+				}
+				if cfg.DumpDir != "" {
+					if err := checkWritableDir(cfg.DumpDir); err != nil {
+						return fmt.Errorf("--dump-dir: %v", err)
 					}
 				}
 				text, err := readInput(e, args[0])

@@ -23,10 +23,10 @@ func init() {
 		name: "run", args: "DIR [flags]",
 		summary: "Run a compiled plan: every rank in this process, training for --steps steps.",
 		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
-			steps := fs.Int("steps", 10, "training steps to run")
-			seed := fs.Uint64("seed", 1, "seed of parameter initialisation and synthetic data")
-			dev := fs.String("device", "cpu", "device: cpu or cuda")
-			data := fs.String("data", "", "training data: a raw uint16/uint32 token stream (nanoGPT's train.bin) or NAME=FILE.npy (repeatable with commas)")
+			steps := fs.Int("steps", 10, "training steps `N` to run")
+			seed := fs.Uint64("seed", 1, "random seed `N` of parameter initialisation and synthetic data (with --resume, the checkpoint's unless given)")
+			dev := fs.String("device", "cpu", "the `DEVICE` to run on: cpu or cuda")
+			data := fs.String("data", "", "training data `SOURCE`: a token FILE (raw uint16/uint32 like nanoGPT's train.bin, or a 1-D .npy) for models whose inputs are tokens, or NAME=FILE.npy,NAME=FILE.npy,… with one array per input (first axis: samples)")
 			save := fs.String("save", "", "write a safetensors checkpoint of parameters and optimizer state to `DIR` at the end")
 			resume := fs.String("resume", "", "continue from the checkpoint in `DIR`")
 			trace := fs.String("trace", "", "write a Chrome trace (Perfetto) of the executed instructions to `FILE`")
@@ -50,13 +50,21 @@ func init() {
 					return err
 				}
 				if *resume != "" {
-					_, _, err := job.Resume(*resume)
+					_, ckSeed, err := job.Resume(*resume)
 					var ie *runtime.InputError
 					if errors.As(err, &ie) {
 						return err
 					}
 					if err != nil {
 						fmt.Fprintf(e.stderr, "ppc run: %v\n", err)
+					}
+					// The seed also draws the synthetic data: keep the checkpoint's, so that
+					// resuming continues the run that saved it.
+					switch {
+					case !setFlags(fs)["seed"]:
+						*seed = ckSeed
+					case ckSeed != *seed:
+						fmt.Fprintf(e.stderr, "ppc run: warning: --seed %d differs from the checkpoint's seed %d; the data will not continue the saved run's\n", *seed, ckSeed)
 					}
 				}
 				opts := runtime.Options{Seed: *seed}
@@ -67,31 +75,42 @@ func init() {
 					}
 					opts.Data = src
 				}
-				if *trace != "" {
-					opts.Trace = runtime.NewTrace()
+				// Open every output before training, so a bad path fails now rather than
+				// after the last step.
+				if *save != "" {
+					if err := checkWritableDir(*save); err != nil {
+						return fmt.Errorf("--save: %v", err)
+					}
 				}
 				var logw io.Writer
 				if *logJSON != "" {
 					f, err := os.OpenFile(*logJSON, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 					if err != nil {
-						return err
+						return fmt.Errorf("--log-json: %v", trimPathError(err))
 					}
 					defer f.Close()
 					logw = f
 				}
+				var traceFile *os.File
+				if *trace != "" {
+					if traceFile, err = os.Create(*trace); err != nil {
+						return fmt.Errorf("--trace: %v", trimPathError(err))
+					}
+					defer traceFile.Close()
+					opts.Trace = runtime.NewTrace()
+				}
 				if err := train(e, job, opts, *steps, logw); err != nil {
+					if traceFile != nil {
+						traceFile.Close()
+						os.Remove(*trace) // empty: the trace is written at the end
+					}
 					return err
 				}
-				if *trace != "" {
-					f, err := os.Create(*trace)
-					if err != nil {
+				if traceFile != nil {
+					if err := opts.Trace.Write(traceFile); err != nil {
 						return err
 					}
-					if err := opts.Trace.Write(f); err != nil {
-						f.Close()
-						return err
-					}
-					if err := f.Close(); err != nil {
+					if err := traceFile.Close(); err != nil {
 						return err
 					}
 				}
@@ -105,6 +124,19 @@ func init() {
 			}
 		},
 	})
+}
+
+// checkWritableDir creates dir if needed and checks that files can be created in it.
+func checkWritableDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return trimPathError(err)
+	}
+	f, err := os.CreateTemp(dir, ".ppc-write-check-*")
+	if err != nil {
+		return trimPathError(err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }
 
 func openDevice(name string) (device.Device, error) {
@@ -151,6 +183,11 @@ func train(e *env, job *runtime.Job, opts runtime.Options, steps int, logw io.Wr
 		}
 		hasLoss := !math.IsNaN(res.Loss) || job.Plan.Training
 		if job.Plan.Training && (math.IsNaN(res.Loss) || math.IsInf(res.Loss, 0)) {
+			if i == 0 {
+				// No update has happened yet: the forward pass itself makes it (sqrt or log
+				// of negative inputs, say), which "diverged" would misdescribe.
+				return checkFailed{fmt.Errorf("step %d: loss is %v before any update of this run: the forward pass produces it from these parameters and data", res.Step, res.Loss)}
+			}
 			return checkFailed{fmt.Errorf("step %d: loss is %v (training diverged)", res.Step, res.Loss)}
 		}
 		if i == 0 {

@@ -2,10 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -21,24 +23,24 @@ type scheduleFlags struct {
 }
 
 func (s *scheduleFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&s.name, "schedule", "1f1b", "schedule: "+strings.Join(schedule.Names(), ", ")+", or a PyTorch `FILE.csv`")
-	fs.IntVar(&s.pp, "pp", 4, "pipeline ranks")
-	fs.IntVar(&s.mb, "microbatches", 8, "micro-batches")
-	fs.IntVar(&s.virtual, "virtual-stages", 0, "stages per rank (0: the schedule's default)")
+	fs.StringVar(&s.name, "schedule", "1f1b", "schedule `S|FILE.csv`: "+strings.Join(schedule.Names(), ", ")+", or a schedule in PyTorch's CSV format")
+	fs.IntVar(&s.pp, "pp", 4, "pipeline ranks `N` (generators only)")
+	fs.IntVar(&s.mb, "microbatches", 8, "micro-batches `M` (generators only)")
+	fs.IntVar(&s.virtual, "virtual-stages", 0, "stages per rank `V` (generators only; 0: the schedule's default)")
 }
 
-func (s *scheduleFlags) load() (*schedule.Schedule, error) {
-	if strings.HasSuffix(s.name, ".csv") {
-		f, err := os.Open(s.name)
-		if err != nil {
-			return nil, trimPathError(err)
+// csv reports whether the schedule comes from a file.
+func (s *scheduleFlags) csv() bool { return schedule.IsCSVName(s.name) }
+
+func (s *scheduleFlags) load(set map[string]bool) (*schedule.Schedule, error) {
+	if s.csv() {
+		// A CSV has its own shape; flags that would describe another one are a mistake.
+		for _, f := range []string{"pp", "microbatches", "virtual-stages"} {
+			if set[f] {
+				return nil, usagef("--%s describes a generated schedule; %s has its own", f, s.name)
+			}
 		}
-		defer f.Close()
-		sc, err := schedule.ParseCSV(f)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %v", s.name, err)
-		}
-		return sc, nil
+		return schedule.ReadCSVFile(s.name)
 	}
 	if s.pp < 1 || s.mb < 1 || s.virtual < 0 {
 		return nil, usagef("--pp and --microbatches must be positive, --virtual-stages non-negative")
@@ -46,9 +48,20 @@ func (s *scheduleFlags) load() (*schedule.Schedule, error) {
 	return schedule.Generate(s.name, s.pp, s.mb, s.virtual)
 }
 
+// validate checks a schedule; a file's problems are reported with its name.
+func (s *scheduleFlags) validate(sc *schedule.Schedule) error {
+	if err := schedule.Validate(sc); err != nil {
+		if s.csv() {
+			err = fmt.Errorf("%s: %w", s.name, err)
+		}
+		return checkFailed{err}
+	}
+	return nil
+}
+
 func init() {
 	commands = append(commands, &command{
-		name: "schedule", args: "--schedule S --pp N --microbatches M [--virtual-stages V] [--csv|--comms]",
+		name: "schedule", args: "--schedule S|FILE.csv [--pp N --microbatches M --virtual-stages V] [--csv|--comms]",
 		summary: "Generate (or load) a pipeline schedule, validate it, and print it as a grid or as PyTorch CSV.",
 		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
 			var sf scheduleFlags
@@ -59,12 +72,15 @@ func init() {
 				if len(args) != 0 {
 					return usagef("takes no arguments")
 				}
-				s, err := sf.load()
+				if *csv && *comms {
+					return usagef("--csv and --comms choose one output format; give one")
+				}
+				s, err := sf.load(setFlags(fs))
 				if err != nil {
 					return err
 				}
-				if err := schedule.Validate(s); err != nil {
-					return checkFailed{err}
+				if err := sf.validate(s); err != nil {
+					return err
 				}
 				switch {
 				case *comms:
@@ -83,12 +99,12 @@ func init() {
 		},
 	})
 	commands = append(commands, &command{
-		name: "simulate", args: "DIR | --schedule S|FILE.csv --pp N --microbatches M [--virtual-stages V] --cost F=1,I=1,W=1[,comm=0] [--json] [--trace FILE] [--svg FILE]",
+		name: "simulate", args: "DIR | --schedule S|FILE.csv [--pp N --microbatches M --virtual-stages V] [--cost F=1,I=1,W=1,comm=0] [--json] [--trace FILE] [--svg FILE]",
 		summary: "Simulate a pipeline schedule: step time, ideal time, bubble ratio and per-rank peak activation memory, with a Chrome trace and an SVG timeline.",
 		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
 			var sf scheduleFlags
 			sf.register(fs)
-			costFlag := fs.String("cost", "", "per-action costs and link latency, e.g. F=1,I=1,W=1,comm=0.1 (default: unit costs; for a plan, the cost model's per-stage estimates in seconds)")
+			costFlag := fs.String("cost", "", "per-action costs and link latency `SPEC`, e.g. F=1,I=1,W=1,comm=0.1 (default: unit costs; for a plan, the cost model's per-stage estimates in seconds)")
 			asJSON := fs.Bool("json", false, "print the results as JSON")
 			trace := fs.String("trace", "", "write a Chrome trace to `FILE`")
 			svg := fs.String("svg", "", "write the timeline as SVG to `FILE`")
@@ -98,7 +114,7 @@ func init() {
 				var cost schedule.Cost
 				switch len(args) {
 				case 0:
-					if s, err = sf.load(); err != nil {
+					if s, err = sf.load(setFlags(fs)); err != nil {
 						return err
 					}
 					spec := *costFlag
@@ -109,31 +125,42 @@ func init() {
 						return usagef("--cost: %v", err)
 					}
 				case 1:
+					// A plan has its schedule; flags describing another are a mistake.
+					set := setFlags(fs)
+					for _, f := range []string{"schedule", "pp", "microbatches", "virtual-stages"} {
+						if set[f] {
+							return usagef("--%s describes a schedule to simulate instead of a plan's; give a plan directory or --schedule, not both", f)
+						}
+					}
 					plan, perr := codegen.ReadPlan(args[0])
 					if perr != nil {
 						return perr
 					}
-					if s, cost, err = planSchedule(plan, *costFlag); err != nil {
+					if s, cost, err = planSchedule(args[0], plan, *costFlag); err != nil {
 						return err
 					}
 				default:
 					return usagef("want at most one plan directory")
 				}
-				if err := schedule.Validate(s); err != nil {
-					return checkFailed{err}
+				if err := sf.validate(s); err != nil {
+					return err
 				}
 				res, err := schedule.Simulate(s, cost)
-				if err != nil {
-					return checkFailed{err}
+				var se *schedule.Error
+				switch {
+				case errors.As(err, &se):
+					return checkFailed{err} // the schedule cannot run
+				case err != nil:
+					return err // the costs: bad input
 				}
 				if *trace != "" {
 					if err := writeWith(*trace, res.WriteTrace); err != nil {
-						return err
+						return fmt.Errorf("--trace: %v", trimPathError(err))
 					}
 				}
 				if *svg != "" {
 					if err := writeWith(*svg, res.WriteSVG); err != nil {
-						return err
+						return fmt.Errorf("--svg: %v", trimPathError(err))
 					}
 				}
 				if *asJSON {
@@ -141,7 +168,7 @@ func init() {
 					enc.SetIndent("", "  ")
 					return enc.Encode(res)
 				}
-				fmt.Fprintf(e.stdout, "schedule %s: %d ranks, %d stages, %d micro-batches\n", s.Name, s.Ranks, s.Stages, s.Microbatches)
+				fmt.Fprintf(e.stdout, "schedule %s: %d rank(s), %d stage(s), %d micro-batch(es)\n", s.Name, s.Ranks, s.Stages, s.Microbatches)
 				unit := func(v float64) string { return fmt.Sprintf("%.4g", v) }
 				if len(args) == 1 && *costFlag == "" {
 					unit = func(v float64) string { return time.Duration(v * 1e9).String() }
@@ -175,7 +202,7 @@ func writeWith(path string, write func(w io.Writer) error) error {
 }
 
 // planSchedule rebuilds the schedule recorded in a compiled plan.
-func planSchedule(plan *codegen.Plan, costFlag string) (*schedule.Schedule, schedule.Cost, error) {
+func planSchedule(dir string, plan *codegen.Plan, costFlag string) (*schedule.Schedule, schedule.Cost, error) {
 	var b strings.Builder
 	for _, row := range plan.Schedule.Actions {
 		b.WriteString(strings.Join(row, ","))
@@ -183,7 +210,7 @@ func planSchedule(plan *codegen.Plan, costFlag string) (*schedule.Schedule, sche
 	}
 	s, err := schedule.ParseCSV(strings.NewReader(b.String()))
 	if err != nil {
-		return nil, schedule.Cost{}, fmt.Errorf("plan's schedule: %v", err)
+		return nil, schedule.Cost{}, fmt.Errorf("%s: schedule: %v", filepath.Join(dir, "plan.json"), err)
 	}
 	s.Name = plan.Schedule.Name
 	if _, ok := compiler.StageCosts(plan); costFlag != "" || !ok {

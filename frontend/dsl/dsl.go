@@ -2,6 +2,7 @@ package dsl
 
 import (
 	"os"
+	"strings"
 
 	"ppc.dev/ppc/ir"
 )
@@ -22,7 +23,8 @@ type Options struct {
 // Load parses a model, lowers it to an IR module and verifies the module. Errors are
 // *ir.Error (or ir.ErrorList) values that print file:line:col, the source line and a caret.
 func Load(filename string, src []byte, opts Options) (*ir.Module, error) {
-	text := string(src)
+	// Editors on Windows may start a file with a UTF-8 byte-order mark; it is not a model.
+	text := strings.TrimPrefix(string(src), "\ufeff")
 	srcs := sources{filename: text}
 	f, err := parseFile(filename, text, srcs)
 	if err != nil {
@@ -50,7 +52,7 @@ func LoadFile(path string, opts Options) (*ir.Module, error) {
 
 // Presets returns the names of the model's presets in the order they are declared.
 func Presets(filename string, src []byte) ([]string, error) {
-	text := string(src)
+	text := strings.TrimPrefix(string(src), "\ufeff")
 	f, err := parseFile(filename, text, sources{filename: text})
 	if err != nil {
 		return nil, err

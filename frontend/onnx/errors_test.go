@@ -64,8 +64,14 @@ func TestBadInput(t *testing.T) {
 				node("Add", "add", in("ids", "mask"), in("y")).output("y").bytes(t)
 		}, Options{Dims: map[string]int{"other": 1}},
 			`model.onnx: unbound symbolic dims: batch_size (input "ids" dim 0, input "mask" dim 0); seq_len (input "ids" dim 1, input "mask" dim 1); (unnamed) (input "mask" dim 2); bind each with --dim NAME=VALUE, e.g. --dim batch_size=8; unnamed dims cannot be bound and must be fixed in the model`},
+		{"unknown_dim", func() []byte { return addModel().bytes(t) }, Options{Dims: map[string]int{"batch": 2}},
+			`model.onnx: --dim batch: the model has no symbolic dim of that name (the model's inputs have no symbolic dims)`},
+		{"misspelt_dim", func() []byte {
+			return model(13).input("ids", dtInt64, "batch_size", 4).node("Relu", "relu", in("ids"), in("y")).output("y").bytes(t)
+		}, Options{Dims: map[string]int{"batch_size": 2, "batch": 2}},
+			`model.onnx: --dim batch: the model has no symbolic dim of that name (its symbolic dims are batch_size)`},
 		{"microbatches", func() []byte { return addModel().bytes(t) }, Options{Microbatches: 4},
-			`model.onnx: --microbatches 4: batch dim 2 of graph input "x" is not divisible by 4`},
+			`model.onnx: --microbatches 4: graph input "x" has batch size 2 (its leading dim), which does not divide into 4 micro-batches`},
 		{"kernel_shape", func() []byte {
 			return model(13).input("x", dtFloat, 1, 3, 16, 16).init(f32n("w", 64, 3, 7, 7)).
 				node("Conv", "Conv_3", in("x", "w"), in("y"), aInts("kernel_shape", 3, 3)).output("y").bytes(t)

@@ -376,6 +376,17 @@ func (imp *importer) inputs() error {
 	var dtypes []ir.DType
 	var names []string
 	seen := map[string]bool{}
+	// A --dim that names no symbolic dim is a typo (or a model other than the one meant);
+	// binding nothing without a word would leave the user puzzling over the shapes. (Checked
+	// after unbound dims, whose message lists the names to bind.)
+	symbolic := map[string]bool{}
+	for _, in := range imp.g.Input {
+		for _, d := range in.GetType().GetTensorType().GetShape().GetDim() {
+			if p := d.GetDimParam(); p != "" {
+				symbolic[p] = true
+			}
+		}
+	}
 	for _, in := range imp.g.Input {
 		if _, isInit := imp.inits[in.Name]; isInit {
 			continue // an old export listing its initializers as inputs
@@ -448,6 +459,25 @@ func (imp *importer) inputs() error {
 		}
 		return imp.errf(imp.fileLoc(), "unbound symbolic dims: %s; %s", strings.Join(parts, "; "), how)
 	}
+	var unknown []string
+	for k := range imp.opts.Dims {
+		if !symbolic[k] {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		have := "the model's inputs have no symbolic dims"
+		if len(symbolic) > 0 {
+			var names []string
+			for k := range symbolic {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			have = "its symbolic dims are " + strings.Join(names, ", ")
+		}
+		return imp.errf(imp.fileLoc(), "--dim %s: the model has no symbolic dim of that name (%s)", strings.Join(unknown, ", "), have)
+	}
 	mb := imp.opts.Microbatches
 	for i, shape := range shapes {
 		if mb > 1 {
@@ -455,7 +485,7 @@ func (imp *importer) inputs() error {
 				return imp.errf(imp.fileLoc(), "--microbatches %d: graph input %q is a scalar and has no batch dim", mb, names[i])
 			}
 			if shape[0]%mb != 0 {
-				return imp.errf(imp.fileLoc(), "--microbatches %d: batch dim %d of graph input %q is not divisible by %d", mb, shape[0], names[i], mb)
+				return imp.errf(imp.fileLoc(), "--microbatches %d: graph input %q has batch size %d (its leading dim), which does not divide into %d micro-batches", mb, names[i], shape[0], mb)
 			}
 			shape[0] /= mb
 		}
