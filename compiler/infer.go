@@ -132,6 +132,9 @@ func Infer(model string, lo LoadOptions, given map[string]string, seed uint64) (
 	return result, generated, nil
 }
 
+// ReadTensorFile reads one tensor from a .npy file or an ONNX TensorProto (.pb) file.
+func ReadTensorFile(path string) (device.Tensor, error) { return readInputFile(path) }
+
 func readInputFile(path string) (device.Tensor, error) {
 	if strings.EqualFold(filepath.Ext(path), ".npy") {
 		return runtime.ReadNpy(path)

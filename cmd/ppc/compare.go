@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"ppc.dev/ppc/compiler"
 	"ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/device"
 )
@@ -16,7 +17,7 @@ import (
 func init() {
 	commands = append(commands, &command{
 		name: "compare", args: "A B [--rtol R] [--atol A]",
-		summary: "Compare two safetensors checkpoints (files or checkpoint directories) or two .npy files tensor by tensor; exit 1 when any element differs beyond atol + rtol·|b|.",
+		summary: "Compare two safetensors checkpoints (files or checkpoint directories), or two single tensors (.npy or ONNX TensorProto .pb, e.g. an infer output against a test set's output_0.pb), tensor by tensor; exit 1 when any element differs beyond atol + rtol·|b|.",
 		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
 			rtol := fs.Float64("rtol", 1e-5, "relative tolerance `R`")
 			atol := fs.Float64("atol", 1e-8, "absolute tolerance `A`")
@@ -29,7 +30,7 @@ func init() {
 					return usagef("tolerances must be non-negative numbers")
 				}
 				if isNpy(args[0]) != isNpy(args[1]) {
-					return usagef("compare two .npy files or two checkpoints, not one of each")
+					return usagef("compare two tensor files (.npy, .pb) or two checkpoints, not one of each")
 				}
 				a, err := loadTensors(args[0])
 				if err != nil {
@@ -45,12 +46,16 @@ func init() {
 	})
 }
 
-func isNpy(path string) bool { return strings.EqualFold(filepath.Ext(path), ".npy") }
+// isNpy reports a single-tensor file: .npy, or an ONNX TensorProto .pb.
+func isNpy(path string) bool {
+	ext := strings.ToLower(filepath.Ext(path))
+	return ext == ".npy" || ext == ".pb"
+}
 
 // loadTensors reads a .npy file, a safetensors file, or a checkpoint directory.
 func loadTensors(path string) (map[string]device.Tensor, error) {
 	if isNpy(path) {
-		t, err := runtime.ReadNpy(path)
+		t, err := compiler.ReadTensorFile(path)
 		if err != nil {
 			return nil, trimPathError(err)
 		}
@@ -72,11 +77,11 @@ func loadTensors(path string) (map[string]device.Tensor, error) {
 }
 
 func compareTensors(e *env, a, b map[string]device.Tensor, rtol, atol float64) error {
-	// Two .npy files compare by position, whatever their names.
+	// Two tensor files compare by position, whatever their names.
 	if len(a) == 1 && len(b) == 1 {
 		for ka := range a {
 			for kb := range b {
-				if strings.HasSuffix(ka, ".npy") && strings.HasSuffix(kb, ".npy") {
+				if isNpy(ka) && isNpy(kb) {
 					b = map[string]device.Tensor{ka: b[kb]}
 				}
 			}

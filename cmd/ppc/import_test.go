@@ -122,3 +122,26 @@ func TestInferAndCompare(t *testing.T) {
 		t.Fatalf("wrong shape: %d %s", code, errOut)
 	}
 }
+
+// ppc compare reads ONNX TensorProto files, so an infer output checks directly against a
+// backend test set's expected output.
+func TestCompareAgainstONNXOutput(t *testing.T) {
+	d := "../../../shared/testdata/onnx-backend/pytorch-converted/test_Conv2d"
+	if _, err := os.Stat(d); err != nil {
+		t.Skipf("ONNX backend data not found at %s: the shared folder is absent", d)
+	}
+	out := t.TempDir()
+	code, _, errOut := ppc(t, "", "infer", d+"/model.onnx", "--input", "0="+d+"/test_data_set_0/input_0.pb", "--output-dir", out)
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	code, stdout, _ := ppc(t, "", "compare", filepath.Join(out, "3.npy"), d+"/test_data_set_0/output_0.pb", "--rtol", "1e-4", "--atol", "1e-5")
+	if code != 0 || !strings.Contains(stdout, "agree") {
+		t.Fatalf("infer output vs output_0.pb: %d\n%s", code, stdout)
+	}
+	// Against the wrong expected output the check fails with exit 1.
+	code, _, _ = ppc(t, "", "compare", filepath.Join(out, "3.npy"), d+"/test_data_set_0/input_0.pb")
+	if code != exitFailed {
+		t.Fatalf("mismatched tensors: exit %d, want 1", code)
+	}
+}
