@@ -1,7 +1,6 @@
 package passes
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +9,7 @@ import (
 	"testing"
 
 	"ppc.dev/ppc/internal/filecheck"
+	"ppc.dev/ppc/internal/golden"
 	"ppc.dev/ppc/ir"
 )
 
@@ -37,10 +37,7 @@ func TestGolden(t *testing.T) {
 	}
 }
 
-var (
-	runRE   = regexp.MustCompile(`^// RUN: passes=(.*)$`)
-	errorRE = regexp.MustCompile(`//\s*ERROR\s+"((?:[^"\\]|\\.)*)"`)
-)
+var runRE = regexp.MustCompile(`^// RUN: passes=(.*)$`)
 
 // RunGoldenFile runs one golden file and returns its pipeline.
 func RunGoldenFile(t tb, file string) Pipeline {
@@ -59,40 +56,18 @@ func RunGoldenFile(t tb, file string) Pipeline {
 	if err != nil {
 		t.Fatalf("%s:1: %v", file, err)
 	}
-	lines := strings.SplitAfter(text, "\n")
-	start := 0
-	for i := 0; i <= len(lines); i++ {
-		if i == len(lines) || strings.TrimSpace(lines[i]) == "// -----" {
-			// Pad with empty lines so positions in diagnostics are positions in the file.
-			src := strings.Repeat("\n", start) + strings.Join(lines[start:i], "")
-			runCase(t, file, start+1, src, pl)
-			start = i + 1
-		}
+	for _, c := range golden.Split(text) {
+		runCase(t, file, c.FirstLine, c.Src, pl)
 	}
 	return pl
 }
 
-type expectedError struct {
-	line    int
-	re      *regexp.Regexp
-	matched bool
-}
-
 func runCase(t tb, file string, firstLine int, src string, pl Pipeline) {
 	t.Helper()
-	var want []*expectedError
-	for n, line := range strings.Split(src, "\n") {
-		for _, m := range errorRE.FindAllStringSubmatch(line, -1) {
-			// As in Go's test/ harness, the pattern is a raw regexp; only \" is unescaped.
-			re, err := regexp.Compile(strings.ReplaceAll(m[1], `\"`, `"`))
-			if err == nil {
-				want = append(want, &expectedError{line: n + 1, re: re})
-			}
-			if err != nil {
-				t.Errorf("%s:%d: bad ERROR pattern: %v", file, n+1, err)
-				return
-			}
-		}
+	want, err := golden.Expectations(file, src)
+	if err != nil {
+		t.Errorf("%v", err)
+		return
 	}
 	dirs, err := filecheck.Parse(file, src, 0)
 	if err != nil {
@@ -104,47 +79,12 @@ func runCase(t tb, file string, firstLine int, src string, pl Pipeline) {
 		err = Run(mod, pl, Config{VerifyEach: true, ReproDir: t.TempDir()})
 	}
 	if err != nil {
-		checkErrors(t, file, firstLine, err, want)
+		golden.CheckErrors(t, file, firstLine, err, want)
 		return
 	}
-	for _, w := range want {
-		t.Errorf("%s:%d: expected an error matching %q, but the case succeeded", file, w.line, w.re)
-	}
+	golden.CheckSucceeded(t, file, want)
 	if err := filecheck.Match(dirs, mod.String()); err != nil {
 		t.Errorf("case at %s:%d:\n%v", file, firstLine, err)
-	}
-}
-
-func checkErrors(t tb, file string, firstLine int, err error, want []*expectedError) {
-	t.Helper()
-	var diags []*ir.Error
-	var one *ir.Error
-	var list ir.ErrorList
-	switch {
-	case errors.As(err, &list):
-		diags = list
-	case errors.As(err, &one):
-		diags = []*ir.Error{one}
-	}
-	if len(diags) == 0 {
-		t.Errorf("case at %s:%d: error without a source position: %v", file, firstLine, err)
-		return
-	}
-	for _, d := range diags {
-		found := false
-		for _, w := range want {
-			if w.line == d.Loc.Line && w.re.MatchString(d.Msg) {
-				w.matched, found = true, true
-			}
-		}
-		if !found {
-			t.Errorf("%s:%d: unexpected error: %s", file, d.Loc.Line, d.Msg)
-		}
-	}
-	for _, w := range want {
-		if !w.matched {
-			t.Errorf("%s:%d: expected an error matching %q; got:\n%v", file, w.line, w.re, err)
-		}
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"ppc.dev/ppc/internal/filecheck"
-	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/internal/golden"
 )
 
 // TestGolden imports every testdata/dsl/*.ppm file. A file may start with
@@ -28,10 +28,7 @@ func TestGolden(t *testing.T) {
 	}
 }
 
-var (
-	runRE   = regexp.MustCompile(`^// RUN:(.*)$`)
-	errorRE = regexp.MustCompile(`//\s*ERROR\s+"((?:[^"\\]|\\.)*)"`)
-)
+var runRE = regexp.MustCompile(`^// RUN:(.*)$`)
 
 func runGoldenFile(t *testing.T, file string) {
 	data, err := os.ReadFile(file)
@@ -46,14 +43,8 @@ func runGoldenFile(t *testing.T, file string) {
 			t.Fatalf("%s:1: %v", file, err)
 		}
 	}
-	lines := strings.SplitAfter(text, "\n")
-	start := 0
-	for i := 0; i <= len(lines); i++ {
-		if i == len(lines) || strings.TrimSpace(lines[i]) == "// -----" {
-			src := strings.Repeat("\n", start) + strings.Join(lines[start:i], "")
-			runGoldenCase(t, file, start+1, src, opts)
-			start = i + 1
-		}
+	for _, c := range golden.Split(text) {
+		runGoldenCase(t, file, c.FirstLine, c.Src, opts)
 	}
 }
 
@@ -90,23 +81,11 @@ func parseRunLine(s string) (Options, error) {
 	return o, nil
 }
 
-type expectedError struct {
-	line    int
-	re      *regexp.Regexp
-	matched bool
-}
-
 func runGoldenCase(t *testing.T, file string, firstLine int, src string, opts Options) {
 	t.Helper()
-	var want []*expectedError
-	for n, line := range strings.Split(src, "\n") {
-		for _, m := range errorRE.FindAllStringSubmatch(line, -1) {
-			re, err := regexp.Compile(strings.ReplaceAll(m[1], `\"`, `"`))
-			if err != nil {
-				t.Fatalf("%s:%d: bad ERROR pattern: %v", file, n+1, err)
-			}
-			want = append(want, &expectedError{line: n + 1, re: re})
-		}
+	want, err := golden.Expectations(file, src)
+	if err != nil {
+		t.Fatal(err)
 	}
 	dirs, err := filecheck.Parse(file, src, 0)
 	if err != nil {
@@ -114,50 +93,15 @@ func runGoldenCase(t *testing.T, file string, firstLine int, src string, opts Op
 	}
 	m, err := Load(file, []byte(src), opts)
 	if err != nil {
-		checkGoldenErrors(t, file, firstLine, err, want)
+		golden.CheckErrors(t, file, firstLine, err, want)
 		return
 	}
-	for _, w := range want {
-		t.Errorf("%s:%d: expected an error matching %q, but the case succeeded", file, w.line, w.re)
-	}
+	golden.CheckSucceeded(t, file, want)
 	if len(dirs) == 0 {
 		t.Errorf("case at %s:%d has neither CHECK nor ERROR lines", file, firstLine)
 		return
 	}
 	if err := filecheck.Match(dirs, m.String()); err != nil {
 		t.Errorf("case at %s:%d:\n%v", file, firstLine, err)
-	}
-}
-
-func checkGoldenErrors(t *testing.T, file string, firstLine int, err error, want []*expectedError) {
-	t.Helper()
-	var diags []*ir.Error
-	var one *ir.Error
-	var list ir.ErrorList
-	switch {
-	case errors.As(err, &list):
-		diags = list
-	case errors.As(err, &one):
-		diags = []*ir.Error{one}
-	}
-	if len(diags) == 0 {
-		t.Errorf("case at %s:%d: error without a position: %v", file, firstLine, err)
-		return
-	}
-	for _, d := range diags {
-		found := false
-		for _, w := range want {
-			if w.line == d.Loc.Line && w.re.MatchString(d.Msg) {
-				w.matched, found = true, true
-			}
-		}
-		if !found {
-			t.Errorf("%s:%d: unexpected error: %s", file, d.Loc.Line, d.Msg)
-		}
-	}
-	for _, w := range want {
-		if !w.matched {
-			t.Errorf("%s:%d: expected an error matching %q; got:\n%v", file, w.line, w.re, err)
-		}
 	}
 }
