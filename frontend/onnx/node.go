@@ -236,3 +236,17 @@ func unsupportedReason(op string) string {
 	}
 	return "not implemented by ppc's ONNX importer"
 }
+
+// axisAttr reads the node's `axis` attribute (def when absent) and normalises it for a value
+// of the given rank.
+func (c *nodeCtx) axisAttr(def, rank int) (int, error) {
+	axis, err := c.attrInt("axis", def)
+	if err != nil {
+		return 0, err
+	}
+	ax, err := ir.NormAxis(axis, rank)
+	if err != nil {
+		return 0, c.errorf("%v", err)
+	}
+	return ax, nil
+}

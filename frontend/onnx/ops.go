@@ -934,13 +934,9 @@ func lowerLayerNorm(c *nodeCtx) error {
 	if err != nil {
 		return err
 	}
-	axis, err := c.attrInt("axis", -1)
+	ax, err := c.axisAttr(-1, x.Type.Rank())
 	if err != nil {
 		return err
-	}
-	ax, err := ir.NormAxis(axis, x.Type.Rank())
-	if err != nil {
-		return c.errorf("%v", err)
 	}
 	at, err := c.epsAttr()
 	if err != nil {
@@ -1119,13 +1115,9 @@ func argReduce(name string) handler {
 		if err != nil {
 			return err
 		}
-		axis, err := c.attrInt("axis", 0)
+		ax, err := c.axisAttr(0, x.Type.Rank())
 		if err != nil {
 			return err
-		}
-		ax, err := ir.NormAxis(axis, x.Type.Rank())
-		if err != nil {
-			return c.errorf("%v", err)
 		}
 		kd, err := c.attrInt("keepdims", 1)
 		if err != nil {

@@ -210,13 +210,9 @@ func lowerConcat(c *nodeCtx) error {
 	if c.opset >= 4 && !c.hasAttr("axis") {
 		return c.errorf("Concat needs attribute axis")
 	}
-	axis, err := c.attrInt("axis", def)
+	ax, err := c.axisAttr(def, vs[0].Type.Rank())
 	if err != nil {
 		return err
-	}
-	ax, err := ir.NormAxis(axis, vs[0].Type.Rank())
-	if err != nil {
-		return c.errorf("%v", err)
 	}
 	if len(vs) == 1 {
 		c.set(0, vs[0])
@@ -231,13 +227,9 @@ func lowerSplit(c *nodeCtx) error {
 	if err != nil {
 		return err
 	}
-	axis, err := c.attrInt("axis", 0)
+	ax, err := c.axisAttr(0, x.Type.Rank())
 	if err != nil {
 		return err
-	}
-	ax, err := ir.NormAxis(axis, x.Type.Rank())
-	if err != nil {
-		return c.errorf("%v", err)
 	}
 	var sizes []int
 	switch {
@@ -390,13 +382,9 @@ func lowerGather(c *nodeCtx) error {
 	if err != nil {
 		return err
 	}
-	axis, err := c.attrInt("axis", 0)
+	ax, err := c.axisAttr(0, x.Type.Rank())
 	if err != nil {
 		return err
-	}
-	ax, err := ir.NormAxis(axis, x.Type.Rank())
-	if err != nil {
-		return c.errorf("%v", err)
 	}
 	idx, err := c.in(1)
 	if err != nil {

@@ -331,6 +331,16 @@ func prepareBroadcast(s *device.Spec) (device.Impl, error) {
 	}, nil
 }
 
+// rowReducers reduce the middle axis of an (outer, n, inner) view.
+var rowReducers = map[string]struct {
+	f32 func(x []float32, outer, n, inner int, y []float32)
+	f64 func(x []float64, outer, n, inner int, y []float64)
+}{
+	"sum":  {k.ReduceSum[float32], k.ReduceSum[float64]},
+	"mean": {k.ReduceMean[float32], k.ReduceMean[float64]},
+	"max":  {k.ReduceMax[float32], k.ReduceMax[float64]},
+}
+
 func prepareReduce(kind string) builder {
 	return func(s *device.Spec) (device.Impl, error) {
 		d, err := floatOnly(s, s.In[0], s.Out[0])
@@ -349,38 +359,10 @@ func prepareReduce(kind string) builder {
 		}
 		shape := s.In[0].Shape
 		if outer, n, inner, ok := k.ReduceAxes(shape, axes); ok {
-			switch kind {
-			case "sum":
-				return byDType(d,
-					func(in, out []device.Tensor) error {
-						k.ReduceSum(in[0].F32(), outer, n, inner, out[0].F32())
-						return nil
-					},
-					func(in, out []device.Tensor) error {
-						k.ReduceSum(in[0].F64(), outer, n, inner, out[0].F64())
-						return nil
-					}), nil
-			case "mean":
-				return byDType(d,
-					func(in, out []device.Tensor) error {
-						k.ReduceMean(in[0].F32(), outer, n, inner, out[0].F32())
-						return nil
-					},
-					func(in, out []device.Tensor) error {
-						k.ReduceMean(in[0].F64(), outer, n, inner, out[0].F64())
-						return nil
-					}), nil
-			case "max":
-				return byDType(d,
-					func(in, out []device.Tensor) error {
-						k.ReduceMax(in[0].F32(), outer, n, inner, out[0].F32())
-						return nil
-					},
-					func(in, out []device.Tensor) error {
-						k.ReduceMax(in[0].F64(), outer, n, inner, out[0].F64())
-						return nil
-					}), nil
-			}
+			r := rowReducers[kind]
+			return byDType(d,
+				func(in, out []device.Tensor) error { r.f32(in[0].F32(), outer, n, inner, out[0].F32()); return nil },
+				func(in, out []device.Tensor) error { r.f64(in[0].F64(), outer, n, inner, out[0].F64()); return nil }), nil
 		}
 		if kind == "max" {
 			// Non-adjacent axes: transpose the reduced axes to the end, then reduce rows.
