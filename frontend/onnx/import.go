@@ -47,7 +47,7 @@ func Import(name string, data []byte, dir string, opts Options) (*ir.Module, err
 	if err := freezeInputs(&m, opts.Frozen); err != nil {
 		return nil, &ir.Error{Loc: ir.Loc{File: name}, Msg: err.Error()}
 	}
-	imp := &importer{file: name, dir: dir, opts: opts, model: &m}
+	imp := &importer{file: name, dir: dir, opts: opts, model: &m, foldBudget: foldBase + foldPerByte*int64(len(data))}
 	mod, err := imp.run()
 	if err != nil {
 		return nil, err
@@ -86,6 +86,11 @@ type importer struct {
 	node   *onnxpb.NodeProto      // the node being imported
 	loc    ir.Loc                 // its location
 	names  map[*ir.Value]struct{} // values that already carry an ONNX name
+
+	// foldBudget is the element visits constant folding may still spend (see foldCost): a
+	// fixed allowance plus an amount per byte of the model, so the importer's work stays
+	// proportional to its input however the nodes chain large constants together.
+	foldBudget int64
 }
 
 func (imp *importer) errf(loc ir.Loc, format string, args ...any) error {
@@ -253,7 +258,7 @@ func (imp *importer) emit(op *ir.Op) {
 				break
 			}
 		}
-		if in[len(in)-1] != nil {
+		if in[len(in)-1] != nil && imp.spendFold(op, in) {
 			out, err := ir.Fold(op, in)
 			if err != nil {
 				imp.b.Failf("%s: %v", op.Def.Name, err)
@@ -276,6 +281,35 @@ func (imp *importer) emit(op *ir.Op) {
 
 // maxFoldOperand bounds the element count of operands the importer folds.
 const maxFoldOperand = 1 << 20
+
+// Folding allowance: every model may fold foldBase element visits, plus foldPerByte for
+// each byte of its file. Real models fold shape arithmetic of a few elements per node and
+// never come near it; a hostile one (thousands of ten-byte nodes each reducing a
+// million-element splat) would otherwise spend seconds of compile time per kilobyte.
+const (
+	foldBase    = 1 << 22
+	foldPerByte = 1 << 10
+)
+
+// spendFold reports whether op may be folded within the remaining budget, and spends its
+// cost: the elements it reads plus the elements it writes. An op over budget stays in the
+// graph for run time, which is always correct.
+func (imp *importer) spendFold(op *ir.Op, in []*ir.Dense) bool {
+	var cost int64
+	for _, d := range in {
+		cost += int64(d.Len())
+	}
+	for _, r := range op.Results {
+		if r.Type.Known() {
+			cost += int64(r.Type.NumElements())
+		}
+	}
+	if cost > imp.foldBudget {
+		return false
+	}
+	imp.foldBudget -= cost
+	return true
+}
 
 // constOf returns the compile-time value of v, or nil.
 func constOf(v *ir.Value) *ir.Dense {

@@ -87,6 +87,11 @@ func (c *nodeCtx) constInts(i int, what string) ([]int, error) {
 	if d.Type.Rank() > 1 {
 		return nil, c.errorf("%s must be a scalar or 1-D, got %s", what, d.Type)
 	}
+	// Integer operands (shapes, pads, axes, slice bounds) have a handful of elements; a
+	// splat can claim 2^50 from a few bytes of input, so the count is bounded before reading.
+	if d.Len() > ir.MaxFoldElements {
+		return nil, c.errorf("%s has %d elements; at most %d are read at compile time", what, d.Len(), ir.MaxFoldElements)
+	}
 	return clampInts(d), nil
 }
 

@@ -393,7 +393,13 @@ func lowerGather(c *nodeCtx) error {
 	if d := constOf(idx); d != nil && d.Type.DType.IsInt() {
 		// Normalise negative constant indices (ONNX counts them from the end).
 		dim := int64(x.Type.Shape[ax])
-		vals := make([]int64, d.Len())
+		// A splat holds one value however many elements it has (ConstantOfShape can make
+		// 2^40 of them from a few bytes): check and normalise that value alone.
+		n := d.Len()
+		if d.Splat {
+			n = 1
+		}
+		vals := make([]int64, n)
 		neg := false
 		for i := range vals {
 			v := d.I64(i)
@@ -406,7 +412,9 @@ func lowerGather(c *nodeCtx) error {
 			}
 			vals[i] = v
 		}
-		if neg {
+		if neg && d.Splat {
+			idx = c.b().Constant(ir.Splat(d.Type, float64(vals[0])))
+		} else if neg {
 			idx = c.b().Constant(ir.NewDenseI64(d.Type, vals))
 		}
 	}
@@ -721,11 +729,9 @@ func lowerResize(c *nodeCtx) error {
 			return c.errorf("keep_aspect_ratio_policy %s is not supported", pol)
 		}
 		if c.has(3) {
-			d, err := c.constIn(3, "sizes")
-			if err != nil {
+			if sizes, err = c.constInts(3, "sizes"); err != nil {
 				return err
 			}
-			sizes = clampInts(d)
 		}
 		if len(sizes) == 0 && c.has(2) {
 			d, err := c.constIn(2, "scales")
