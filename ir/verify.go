@@ -18,7 +18,7 @@ var DefaultMeshAxes = []string{"dp", "pp", "tp", "cp", "ep"}
 // once the module carries `comm_explicit` (set by send/recv insertion), that no value crosses a
 // pipeline stage boundary except through a send/recv pair. It returns an ErrorList.
 func Verify(m *Module) error {
-	v := verifier{m: m, axes: map[string]bool{}}
+	v := verifier{m: m, axes: meshSizes(m)}
 	v.module()
 	if len(v.errs) == 0 {
 		return nil
@@ -29,7 +29,7 @@ func Verify(m *Module) error {
 type verifier struct {
 	m    *Module
 	errs ErrorList
-	axes map[string]bool
+	axes map[string]int // mesh axis sizes (0: unknown)
 }
 
 func (v *verifier) errorf(loc Loc, format string, args ...any) {
@@ -59,11 +59,6 @@ func (v *verifier) module() {
 			if n, ok := a.Value.(Int); !ok || n < 1 {
 				v.errorf(Loc{}, "mesh axis %s must have a positive size, got %s", a.Name, AttrString(a.Value))
 			}
-			v.axes[a.Name] = true
-		}
-	} else {
-		for _, a := range DefaultMeshAxes {
-			v.axes[a] = true
 		}
 	}
 	names := map[string]bool{}
@@ -98,6 +93,13 @@ func (v *verifier) fn(f *Func, commExplicit bool) {
 			v.errorf(f.Loc, "@%s: argument %%%s listed twice", f.Name, a.Name)
 		}
 		defined[a] = true
+		if s, err := ArgSharding(f, i); err != nil {
+			v.errorf(f.Loc, "@%s: argument %%%s: %v", f.Name, a.Name, err)
+		} else if s != nil {
+			if err := s.Check(a.Type, v.axes); err != nil {
+				v.errorf(f.Loc, "@%s: argument %%%s: %v", f.Name, a.Name, err)
+			}
+		}
 	}
 	in := make([]Type, 0, 8)
 	for _, op := range f.Ops {
@@ -181,21 +183,18 @@ func (v *verifier) checkAnnotations(f *Func, op *Op, commExplicit bool) {
 		v.opErrorf(f, op, "bad phase %d", op.Phase)
 	}
 	if s := op.Shard; s != nil {
-		used := map[string]bool{}
-		for _, axes := range append(append([][]string{}, s.Dims...), s.Partial) {
-			for _, a := range axes {
-				if !v.axes[a] {
-					v.opErrorf(f, op, "shard uses %q, which is not a mesh axis", a)
-				}
-				if used[a] {
-					v.opErrorf(f, op, "shard uses mesh axis %s twice", a)
-				}
-				used[a] = true
+		for _, r := range op.Results {
+			if r == nil {
+				continue
+			}
+			if err := s.Check(r.Type, v.axes); err != nil {
+				v.opErrorf(f, op, "%s: %v", valueName(r), err)
+				break
 			}
 		}
-		for _, r := range op.Results {
-			if r != nil && r.Type.Known() && len(s.Dims) != r.Type.Rank() {
-				v.opErrorf(f, op, "shard lists %d dims but %s has rank %d", len(s.Dims), valueName(r), r.Type.Rank())
+		if len(op.Results) == 0 {
+			if err := s.Check(Type{}, v.axes); err != nil {
+				v.opErrorf(f, op, "%v", err)
 			}
 		}
 	}
