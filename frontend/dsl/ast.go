@@ -110,10 +110,23 @@ type stmtAST struct {
 }
 
 type paramAST struct {
+	Pos   pos
+	Name  *pathAST  `parser:"'param' @@ ':'"`
+	Type  *typeAST  `parser:"@@ '='"`
+	Init  *exprAST  `parser:"@@"`
+	Shard *shardAST `parser:"( 'shard' @@ )?"`
+}
+
+// shardAST is a parameter's layout over the mesh: `shard [_, tp]`, one entry per dim, `_`
+// for a replicated dim and `[dp, tp]` for a dim split over two axes.
+type shardAST struct {
 	Pos  pos
-	Name *pathAST `parser:"'param' @@ ':'"`
-	Type *typeAST `parser:"@@ '='"`
-	Init *exprAST `parser:"@@"`
+	Dims []*shardDimAST `parser:"'[' ( @@ ( ',' @@ )* )? ']'"`
+}
+
+type shardDimAST struct {
+	Pos  pos
+	Axes []string `parser:"( @Ident | '[' @Ident ( ',' @Ident )* ']' )"`
 }
 
 // pathAST is a dotted name: `parser:"ln1.g"`.

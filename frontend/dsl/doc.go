@@ -46,7 +46,7 @@
 //	block     = "block" Ident "(" [ Ident { "," Ident } ] ")" body
 //	forward   = "forward" body
 //	body      = "{" { stmt } "}"
-//	stmt      = "param" path ":" type "=" init
+//	stmt      = "param" path ":" type "=" init [ "shard" shard ]
 //	          | "stage"
 //	          | "repeat" (Int | Ident | "(" expr ")") [ "as" Ident ] body
 //	          | "if" expr body [ "else" (if | body) ]
@@ -55,6 +55,8 @@
 //	          | "output" Ident [ "=" expr ]                  // forward only
 //	          | Ident { "," Ident } "=" expr
 //	init      = "normal" "(" std ")" | "uniform" "(" lo "," hi ")" | "zeros" | "ones"
+//	shard     = "[" [ axes { "," axes } ] "]"                // one entry per dim: [_, tp]
+//	axes      = "_" | Ident | "[" Ident { "," Ident } "]"    // _, tp, [dp, tp]
 //	path      = Ident { "." Ident }
 //	expr      = or;  or = and { "||" and };  and = cmp { "&&" cmp }
 //	cmp       = add [ ("==" | "!=" | "<" | "<=" | ">" | ">=") add ]

@@ -54,6 +54,11 @@ func TestErrors(t *testing.T) {
 		{"deep-nesting", "model m\ninput x: f32[4]\nforward { loss mean(" + strings.Repeat("(", 200) + "x" + strings.Repeat(")", 200) + ") }\n", Options{}, "e.ppm:3:119", `^nesting too deep \(more than 100 levels of brackets or unary operators\)$`},
 		{"deep-unary", "model m\ninput x: f32[4]\nforward { loss mean(" + strings.Repeat("-", 300) + "x) }\n", Options{}, "e.ppm:3:119", `^nesting too deep`},
 		{"huge-shape", "model m\ninput x: f32[1000000, 1000000, 1000000]\nforward { loss mean(x) }\n", Options{}, "e.ppm:2:32", `^tensor too large: more than 2\^50 elements$`},
+		{"shard-rank", "model m\ninput x: f32[4]\nforward {\n  param w: f32[4] = ones shard [_, tp]\n  loss mean(x * w)\n}\n", Options{}, "e.ppm:4:32", `^shard of w lists 2 dims, but f32\[4\] has rank 1$`},
+		{"shard-axis", "model m\ninput x: f32[4]\nforward {\n  param w: f32[4] = ones shard [xp]\n  loss mean(x * w)\n}\n", Options{}, "e.ppm:4:33", `^shard of w: "xp" is not a mesh axis \(want dp or tp, or _ for a replicated dim\)$`},
+		{"shard-pp", "model m\ninput x: f32[4]\nforward {\n  param w: f32[4] = ones shard [pp]\n  loss mean(x * w)\n}\n", Options{}, "e.ppm:4:33", `^shard of w: pp is the pipeline axis`},
+		{"shard-twice", "model m\ninput x: f32[4, 4]\nforward {\n  param w: f32[4, 4] = ones shard [tp, tp]\n  loss mean(x * w)\n}\n", Options{}, "e.ppm:4:40", `^shard of w uses mesh axis tp twice$`},
+		{"shard-syntax", "model m\ninput x: f32[4]\nforward {\n  param w: f32[4] = ones shard tp\n  loss mean(x * w)\n}\n", Options{}, "e.ppm:4:32", `^syntax error: unexpected "tp"$`},
 		{"empty-stage", "model m\ninput x: f32[4]\nforward {\n  y = relu(x)\n  stage\n  stage\n  loss mean(y)\n}\n", Options{}, "e.ppm:6:3", `^stage 1 is empty: no op between this stage marker and the previous one at e.ppm:5:3$`},
 	}
 	for _, tc := range tests {

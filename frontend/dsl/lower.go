@@ -648,12 +648,49 @@ func (l *lowerer) execParam(sc *scope, ps *paramAST) error {
 		return err
 	}
 	attrs := ir.Attrs{{Name: ir.AttrInit, Value: ir.String(init)}, {Name: ir.AttrParam, Value: ir.Unit{}}}
+	if ps.Shard != nil {
+		sh, err := l.evalShard(ps.Shard, full, t)
+		if err != nil {
+			return err
+		}
+		attrs = attrs.Set(ir.AttrShard, sh.Attr())
+	}
 	v := l.fn.AddArg(full, t, attrs)
 	pi := &paramInfo{name: full, at: ps.Name.Pos, v: v, attrs: attrs}
 	l.params[full] = pi
 	l.byValue[v] = pi
 	sc.vars[local] = tensorVal(v)
 	return nil
+}
+
+// evalShard checks a user's sharding of a parameter: one entry per dim, each axis a mesh
+// axis other than pp (stages are placed by the pipeline, not by shardings) and used once.
+// Divisibility waits for the mesh sizes, which come with the compile (--tp, --dp); the
+// sharding pass then names the parameter.
+func (l *lowerer) evalShard(sa *shardAST, param string, t ir.Type) (*ir.Sharding, error) {
+	if len(sa.Dims) != t.Rank() {
+		return nil, l.errorf(sa.Pos, "shard of %s lists %d dims, but %s has rank %d", param, len(sa.Dims), t, t.Rank())
+	}
+	s := &ir.Sharding{Dims: make([][]string, len(sa.Dims))}
+	used := map[string]bool{}
+	for i, d := range sa.Dims {
+		for _, a := range d.Axes {
+			if a == "_" && len(d.Axes) == 1 {
+				continue
+			}
+			switch {
+			case a == "pp":
+				return nil, l.errorf(d.Pos, "shard of %s: pp is the pipeline axis; parameters go to stages by stage markers or --partition, not by sharding", param)
+			case a != "dp" && a != "tp":
+				return nil, l.errorf(d.Pos, "shard of %s: %q is not a mesh axis (want dp or tp, or _ for a replicated dim)", param, a)
+			case used[a]:
+				return nil, l.errorf(d.Pos, "shard of %s uses mesh axis %s twice", param, a)
+			}
+			used[a] = true
+			s.Dims[i] = append(s.Dims[i], a)
+		}
+	}
+	return s, nil
 }
 
 // evalInit evaluates a parameter initialiser to its model-convention string.
