@@ -130,6 +130,8 @@ var coreOps = []OpDef{
 		Traits: Collective, Attrs: gatherDimAttrs, Infer: inferGatherScatterDim(true)},
 	{Name: "reduce_scatter", Doc: "sum over a mesh axis, each rank keeping its slice of dim", MinOperands: 1, MaxOperands: 1,
 		Traits: Collective, Attrs: gatherDimAttrs, Infer: inferGatherScatterDim(false)},
+	{Name: "copy_to_axis", Doc: "identity on a value replicated over a mesh axis, entering a region split over that axis; its gradient is an all_reduce (Megatron's f operator)",
+		MinOperands: 1, MaxOperands: 1, Traits: Collective, Infer: inferUnary, Attrs: []AttrSpec{collectiveAxis}},
 	{Name: "collective_broadcast", Doc: "copy the root rank's value to every rank of a mesh axis (named as XLA's CollectiveBroadcast, since `broadcast` is numpy's broadcast_to)",
 		MinOperands: 1, MaxOperands: 1, Traits: Collective, Infer: inferUnary,
 		Attrs: []AttrSpec{collectiveAxis, {Name: "root", Kind: KindInt, Optional: true}}},

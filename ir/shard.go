@@ -18,6 +18,11 @@ import (
 // sharded module still prints, parses and verifies like an unsharded one, and a dim must be
 // divisible by the product of the sizes of the axes that split it.
 
+// AttrPartitioned (unit, on a module) says its shapes are per-rank (local) shapes: the SPMD
+// partitioner has divided every sharded dim, and shardings now say how a local value relates
+// to the logical one (a local dim times the product of its axes' sizes is the logical dim).
+const AttrPartitioned = "partitioned"
+
 // AttrShard (sharding, on a parameter or input argument) lays the argument out over the mesh;
 // it is written like the `shard` annotation of an op: `shard = [_, tp]`.
 const AttrShard = "shard"

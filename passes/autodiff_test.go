@@ -31,8 +31,8 @@ func TestAutodiffErrors(t *testing.T) {
 			"the loss must be a floating-point scalar, got i64[]"},
 		{"integer parameter", "func @forward(%x: f32[] {input}, %n: i64[] {param}) -> (f32[] {loss}) {\n  return %x\n}\n",
 			"parameter %n has type i64[]; only floating-point parameters can be trained"},
-		{"missing rule", "func @forward(%w: f32[4] {param}) -> (f32[] {loss}) {\n  %0 = relu %w : f32[4]\n  %1 = all_reduce %0 {axis = tp} : f32[4]\n  %2 = reduce_sum %1 : f32[]\n  return %2\n}\n",
-			`in.ir:3:8: autodiff: no gradient rule for op "all_reduce" (it lies between parameter %w and the loss)`},
+		{"missing rule", "func @forward(%w: f32[4] {param}) -> (f32[] {loss}) {\n  %0 = relu %w : f32[4]\n  %1 = collective_broadcast %0 {axis = tp} : f32[4]\n  %2 = reduce_sum %1 : f32[]\n  return %2\n}\n",
+			`in.ir:3:8: autodiff: no gradient rule for op "collective_broadcast" (it lies between parameter %w and the loss)`},
 		{"already differentiated", "func @train(%w: f32[] {param}) -> (f32[] {loss}) {\n  return %w\n}\n",
 			"autodiff has already run"},
 	} {

@@ -1,6 +1,7 @@
 package passes
 
 import (
+	"fmt"
 	"math"
 
 	"ppc.dev/ppc/ir"
@@ -202,6 +203,26 @@ var coreGradRules = map[string]gradRule{
 	"rms_norm":    normRule("rms_norm_grad_input", "rms_norm_grad_params"),
 
 	"matmul": matmulRule,
+
+	// The conjugate collectives of tensor and sequence parallelism (see doc.go): a sum over
+	// the axis hands every member the same gradient; a replicated value entering a split
+	// region gets the sum of the members' partial gradients; gathering and scattering along a
+	// dim swap.
+	"all_reduce": func(g *gradCtx, op *ir.Op, d []*ir.Value) ([]*ir.Value, error) {
+		if kind := op.Attrs.Str("op", "sum"); kind != "sum" {
+			return nil, fmt.Errorf("no gradient through all_reduce {op = %s}: only sums are differentiable (a max for numerical stability must not reach a parameter)", kind)
+		}
+		return []*ir.Value{d[0]}, nil
+	},
+	"copy_to_axis": func(g *gradCtx, op *ir.Op, d []*ir.Value) ([]*ir.Value, error) {
+		return []*ir.Value{g.b.Op1("all_reduce", ir.Attrs{{Name: "axis", Value: op.Attrs.Get("axis")}}, d[0])}, nil
+	},
+	"all_gather": func(g *gradCtx, op *ir.Op, d []*ir.Value) ([]*ir.Value, error) {
+		return []*ir.Value{g.b.Op1("reduce_scatter", op.Attrs, d[0])}, nil
+	},
+	"reduce_scatter": func(g *gradCtx, op *ir.Op, d []*ir.Value) ([]*ir.Value, error) {
+		return []*ir.Value{g.b.Op1("all_gather", op.Attrs, d[0])}, nil
+	},
 
 	"reshape": unaryRule(func(g *gradCtx, x, y, dy *ir.Value) *ir.Value { return g.b.Reshape(dy, x.Type.Shape...) }),
 	"transpose": func(g *gradCtx, op *ir.Op, d []*ir.Value) ([]*ir.Value, error) {

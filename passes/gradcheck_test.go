@@ -253,7 +253,7 @@ func TestGradRules(t *testing.T) {
 
 // Every op with a rule has a finite-difference case.
 func TestGradRulesAllChecked(t *testing.T) {
-	covered := map[string]bool{}
+	covered := spmdCovered()
 	for _, c := range gradCases {
 		for _, line := range strings.Split(c.body, "\n") {
 			_, rhs, _ := strings.Cut(line, "= ")
