@@ -208,7 +208,11 @@ func openTokenStream(path string, plan *codegen.Plan, o DataOptions) (DataSource
 		if err != nil {
 			return nil, nil, &InputError{err}
 		}
-		if dt := npyTokenTypes[descr]; o.TokenDType != "" && dt != o.TokenDType {
+		dt, ok := npyTokenTypes[descr]
+		if !ok {
+			dt = descr
+		}
+		if o.TokenDType != "" && dt != o.TokenDType {
 			return nil, nil, inputErrorf("--data-dtype %s: %s holds %s tokens; --data-dtype is for raw token files (a .npy carries its dtype)", o.TokenDType, path, dt)
 		}
 		if len(t.Type.Shape) != 1 {

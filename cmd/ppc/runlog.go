@@ -124,6 +124,9 @@ func checkTraceRange(set map[string]bool, spec string, first, last, done, steps 
 	if !set["trace-steps"] {
 		return nil
 	}
+	if steps == 0 {
+		return usagef("--trace-steps %s: --steps 0 runs no step", spec)
+	}
 	if first > done+steps || (last != 0 && last <= done) {
 		return usagef("--trace-steps %s records no step: this run runs steps %d to %d", spec, done+1, done+steps)
 	}
