@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -136,5 +137,36 @@ func TestTraceStepRangeAndStreaming(t *testing.T) {
 	}
 	if tf := parseTrace(t, w2.Bytes()); len(tf.TraceEvents) != 6 || tr.Close() != nil {
 		t.Fatalf("empty trace: %s", w2.Bytes())
+	}
+}
+
+// failingWriter accepts n bytes, then fails like a full disk.
+type failingWriter struct{ n int }
+
+func (w *failingWriter) Write(b []byte) (int, error) {
+	if len(b) > w.n {
+		return 0, errors.New("no space left on device")
+	}
+	w.n -= len(b)
+	return len(b), nil
+}
+
+// TestTraceWriteError: a trace that cannot be written fails the step that wrote it.
+func TestTraceWriteError(t *testing.T) {
+	dir := compileIR(t, "../testdata/ir/mlp.ir", compiler.Options{Microbatches: 1})
+	job, err := Load(dir, cpu.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	job.Init(1)
+	tr, err := NewTrace(&failingWriter{n: 1000}, len(job.Ranks), 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := job.Step(Options{Seed: 1, Trace: tr}); err == nil || !strings.Contains(err.Error(), "trace: no space left on device") {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := NewTrace(&failingWriter{}, 1, 1, 0); err == nil {
+		t.Fatal("NewTrace on a full disk succeeded")
 	}
 }

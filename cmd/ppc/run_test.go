@@ -176,6 +176,7 @@ func TestRunTraceSteps(t *testing.T) {
 		// A resumed run continues the count.
 		{with("--trace-steps", ":2", "--resume", ck), exitInput, []string{"--trace-steps :2 records no step: this run runs steps 3 to 5"}, nil},
 		{[]string{"run", plan, "--trace-steps", "1:2"}, exitInput, []string{"--trace-steps needs --trace"}, nil},
+		{[]string{"run", plan, "--steps", "0", "--trace", trace, "--trace-steps", "1:"}, exitInput, []string{"--trace-steps 1:: --steps 0 runs no step"}, nil},
 	})
 	if code, _, errOut := ppc(t, "", with("--trace-steps", ":3", "--resume", ck)...); code != 0 {
 		t.Fatalf("a range that overlaps the resumed run: %s", errOut)
@@ -248,5 +249,20 @@ func TestRunTokenWidth(t *testing.T) {
 	}
 	if _, out, _ := ppc(t, "", "run", "--help"); !strings.Contains(out, "--data-dtype T\n") || !strings.Contains(out, "(default uint16)") {
 		t.Errorf("run --help does not document --data-dtype:\n%s", out)
+	}
+}
+
+// TestRunOutputsOnFullDisk: a trace or step log that cannot be written stops the run with
+// the reason (a full disk is /dev/full).
+func TestRunOutputsOnFullDisk(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full")
+	}
+	plan := compilePlan(t, mlp)
+	for _, flag := range []string{"--trace", "--log-json"} {
+		code, stdout, errOut := ppc(t, "", "run", plan, "--steps", "2", flag, "/dev/full")
+		if code == 0 || !strings.Contains(errOut, flag+": ") || !strings.Contains(errOut, "no space left on device") || strings.Contains(stdout, "step 2") {
+			t.Errorf("%s /dev/full: exit %d\n%s%s", flag, code, stdout, errOut)
+		}
 	}
 }
