@@ -184,6 +184,20 @@ func optimizerStep(spec string) (string, error) {
 	return step, nil
 }
 
+// LearningRate is the learning rate of an --optimizer value, as plan.json records it in
+// Optimizer: for the step logs of a run.
+func LearningRate(spec string) (float64, error) {
+	step, err := optimizerStep(spec)
+	if err != nil {
+		return 0, err
+	}
+	pl, err := passes.ParsePipeline(step)
+	if err != nil {
+		return 0, err
+	}
+	return passes.OptimizerLR(pl[0].Options)
+}
+
 // StageCosts turns a plan's per-stage cost-model estimates into simulator costs (seconds,
 // with the link model of passes.CostConstants). ok is false when the plan has no estimates.
 func StageCosts(plan *codegen.Plan) (schedule.Cost, bool) {

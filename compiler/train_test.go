@@ -171,7 +171,7 @@ func TestTokenStreamData(t *testing.T) {
 		binary.LittleEndian.PutUint16(toks[2*i:], uint16(i*7%512))
 	}
 	os.WriteFile(path, toks, 0o644)
-	src, err := runtime.OpenData(path, job.Plan, 1)
+	src, _, err := runtime.OpenData(path, job.Plan, runtime.DataOptions{Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,12 +182,12 @@ func TestTokenStreamData(t *testing.T) {
 	// A token beyond the vocabulary is refused up front.
 	binary.LittleEndian.PutUint16(toks[100:], 60000)
 	os.WriteFile(path, toks, 0o644)
-	if _, err := runtime.OpenData(path, job.Plan, 1); err == nil {
+	if _, _, err := runtime.OpenData(path, job.Plan, runtime.DataOptions{Seed: 1}); err == nil {
 		t.Fatal("out-of-vocabulary token accepted")
 	}
 	odd := filepath.Join(t.TempDir(), "odd.bin")
 	os.WriteFile(odd, toks[:11], 0o644)
-	if _, err := runtime.OpenData(odd, job.Plan, 1); err == nil {
+	if _, _, err := runtime.OpenData(odd, job.Plan, runtime.DataOptions{Seed: 1}); err == nil {
 		t.Fatal("odd-length token file accepted")
 	}
 }

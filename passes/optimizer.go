@@ -67,6 +67,13 @@ func CheckOptimizerOptions(o Options) error {
 	return err
 }
 
+// OptimizerLR is the learning rate the optimizer pass's options give (the kind's default
+// when lr is not set). The pass has no schedule: it is the rate of every step.
+func OptimizerLR(o Options) (float64, error) {
+	c, err := parseOptimizerOptions(o)
+	return c.lr, err
+}
+
 // optConfig is a parsed optimizer configuration.
 type optConfig struct {
 	kind                                         string

@@ -16,14 +16,41 @@ import (
 	"ppc.dev/ppc/runtime/device"
 )
 
-// OpenData opens training data given as `FILE` (a token stream: raw little-endian uint16, or
-// uint32 when the vocabulary exceeds 65536, like nanoGPT's train.bin; or a 1-D integer .npy)
-// or as `NAME=FILE.npy,…` (one array per model input whose first axis is the sample).
-func OpenData(spec string, plan *codegen.Plan, seed uint64) (DataSource, error) {
-	if !strings.Contains(spec, "=") {
-		return openTokenStream(spec, plan, seed)
+// DataOptions say how to read training data.
+type DataOptions struct {
+	// Seed draws the windows of a token stream.
+	Seed uint64
+	// TokenDType is the element type of a raw token file: "uint16" (nanoGPT's train.bin) or
+	// "uint32"; empty reads uint16. The width cannot be told from the vocabulary: a uint32
+	// file of a small vocabulary read as uint16 is valid tokens with every other one 0. A
+	// .npy carries its own dtype, so giving one that disagrees is an error.
+	TokenDType string
+}
+
+// OpenData opens training data given as `FILE` (a token stream: raw little-endian tokens of
+// DataOptions.TokenDType, or a 1-D integer .npy) or as `NAME=FILE.npy,…` (one array per model
+// input whose first axis is the sample). Data that would feed a batch with repeated or
+// mis-paired samples is refused. Warnings are for data that is valid but looks wrong (a raw
+// file that looks like uint32 tokens read as uint16).
+func OpenData(spec string, plan *codegen.Plan, o DataOptions) (src DataSource, warnings []string, err error) {
+	switch o.TokenDType {
+	case "", "uint16", "uint32":
+	default:
+		return nil, nil, inputErrorf("--data-dtype %q: want uint16 or uint32", o.TokenDType)
 	}
+	if !strings.Contains(spec, "=") {
+		return openTokenStream(spec, plan, o)
+	}
+	if o.TokenDType != "" {
+		return nil, nil, inputErrorf("--data-dtype applies to a token file; arrays given as NAME=FILE.npy carry their own dtypes")
+	}
+	src, err = openArrays(spec, plan)
+	return src, nil, err
+}
+
+func openArrays(spec string, plan *codegen.Plan) (DataSource, error) {
 	src := &arrayData{plan: plan, arrays: map[string]*array{}}
+	paths := map[string]string{}
 	for _, kv := range strings.Split(spec, ",") {
 		name, path, ok := strings.Cut(strings.TrimSpace(kv), "=")
 		name, path = strings.TrimSpace(name), strings.TrimSpace(path)
@@ -56,10 +83,31 @@ func OpenData(spec string, plan *codegen.Plan, seed uint64) (DataSource, error) 
 			return nil, err
 		}
 		src.arrays[name] = a
+		paths[name] = path
 	}
 	for _, in := range plan.Inputs {
 		if _, ok := src.arrays[in.Name]; !ok {
 			return nil, inputErrorf("--data gives no array for input %q", in.Name)
+		}
+	}
+	// Sample i of every input is read together, and each array wraps at its own length: arrays
+	// of different lengths would pair x[i] with y[j≠i] from the shorter one's second pass on.
+	first := plan.Inputs[0]
+	for _, in := range plan.Inputs[1:] {
+		if a, b := src.arrays[first.Name].shape[0], src.arrays[in.Name].shape[0]; a != b {
+			var counts []string
+			for _, in := range plan.Inputs {
+				counts = append(counts, fmt.Sprintf("%s has %d (%s)", in.Name, src.arrays[in.Name].shape[0], paths[in.Name]))
+			}
+			return nil, inputErrorf("--data: the inputs have different numbers of samples: %s; sample i of each input goes together, so every array needs the same number", strings.Join(counts, ", "))
+		}
+	}
+	// A data set smaller than one batch would wrap inside the batch: the same sample twice
+	// in one step.
+	for _, in := range plan.Inputs {
+		if n, need := src.arrays[in.Name].shape[0], in.Samples()*plan.Microbatches; n < need {
+			return nil, inputErrorf("--data: %s holds %d sample(s) of input %q, fewer than one batch needs: %d (%d per micro-batch × %d micro-batches)",
+				paths[in.Name], n, in.Name, need, in.Samples(), plan.Microbatches)
 		}
 	}
 	return src, nil
@@ -135,50 +183,61 @@ type tokenStream struct {
 	plan   *codegen.Plan
 }
 
-func openTokenStream(path string, plan *codegen.Plan, seed uint64) (DataSource, error) {
-	var vocab int
-	var seq int
+// npyTokenTypes names the .npy dtypes a token stream may have as --data-dtype spells them.
+var npyTokenTypes = map[string]string{"u2": "uint16", "u4": "uint32", "i8": "int64", "i4": "int32", "u1": "uint8", "i1": "int8", "f8": "float64", "f4": "float32"}
+
+func openTokenStream(path string, plan *codegen.Plan, o DataOptions) (DataSource, []string, error) {
+	var vocab, seq, samples int
 	for _, in := range plan.Inputs {
 		if in.Range != nil && !in.Label {
-			vocab, seq = in.Range[1], 1
+			vocab, seq, samples = in.Range[1], 1, in.Samples()
 			if sh := in.SampleShape(); len(sh) > 0 {
 				seq = sh[len(sh)-1]
 			}
 		} else if in.ShiftOf == "" && in.Range == nil {
-			return nil, inputErrorf("--data %s: a token stream feeds token inputs, but the model has input %q (%s); give NAME=FILE.npy per input", path, in.Name, in.DType)
+			return nil, nil, inputErrorf("--data %s: a token stream feeds token inputs, but the model has input %q (%s); give NAME=FILE.npy per input", path, in.Name, in.DType)
 		}
 	}
 	if vocab == 0 {
-		return nil, inputErrorf("--data %s: the model has no token input", path)
+		return nil, nil, inputErrorf("--data %s: the model has no token input", path)
 	}
 	var toks []uint32
+	var warnings []string
 	if strings.EqualFold(filepath.Ext(path), ".npy") {
-		a, err := readNpy(path)
+		t, descr, err := readNpyTensor(path)
 		if err != nil {
-			return nil, &InputError{err}
+			return nil, nil, &InputError{err}
 		}
-		if len(a.shape) != 1 {
-			return nil, inputErrorf("%s: a token stream must be 1-D, has shape %v", path, a.shape)
+		dt, ok := npyTokenTypes[descr]
+		if !ok {
+			dt = descr
 		}
-		toks = make([]uint32, len(a.vals))
-		for i, v := range a.vals {
+		if o.TokenDType != "" && dt != o.TokenDType {
+			return nil, nil, inputErrorf("--data-dtype %s: %s holds %s tokens; --data-dtype is for raw token files (a .npy carries its dtype)", o.TokenDType, path, dt)
+		}
+		if len(t.Type.Shape) != 1 {
+			return nil, nil, inputErrorf("%s: a token stream must be 1-D, has shape %v", path, t.Type.Shape)
+		}
+		vals := Float64s(t)
+		toks = make([]uint32, len(vals))
+		for i, v := range vals {
 			// Converting a negative or fractional value (or NaN) would make up a token.
 			if v != math.Trunc(v) || v < 0 || v >= float64(vocab) {
-				return nil, inputErrorf("%s: token %v at position %d is not a token id in [0, %d)", path, v, i, vocab)
+				return nil, nil, inputErrorf("%s: token %v at position %d is not a token id in [0, %d)", path, v, i, vocab)
 			}
 			toks[i] = uint32(v)
 		}
 	} else {
 		raw, err := os.ReadFile(path)
 		if err != nil {
-			return nil, &InputError{err}
+			return nil, nil, &InputError{err}
 		}
-		width := 2
-		if vocab > 1<<16 {
-			width = 4
+		dtype, width := "uint16", 2
+		if o.TokenDType == "uint32" {
+			dtype, width = "uint32", 4
 		}
 		if len(raw)%width != 0 {
-			return nil, inputErrorf("%s: %d bytes is not a whole number of %d-byte tokens", path, len(raw), width)
+			return nil, nil, inputErrorf("%s: %d bytes is not a whole number of %d-byte %s tokens", path, len(raw), width, dtype)
 		}
 		toks = make([]uint32, len(raw)/width)
 		for i := range toks {
@@ -188,16 +247,47 @@ func openTokenStream(path string, plan *codegen.Plan, seed uint64) (DataSource, 
 				toks[i] = binary.LittleEndian.Uint32(raw[4*i:])
 			}
 		}
-	}
-	if len(toks) < seq+2 {
-		return nil, inputErrorf("%s: %d tokens, fewer than one sequence of %d plus its next token", path, len(toks), seq)
+		if width == 2 {
+			warnings = uint16Warnings(path, toks, vocab, o.TokenDType == "")
+		}
 	}
 	for i, t := range toks {
 		if int(t) >= vocab {
-			return nil, inputErrorf("%s: token %d at position %d is outside the vocabulary of %d", path, t, i, vocab)
+			return nil, nil, inputErrorf("%s: token %d at position %d is outside the vocabulary of %d", path, t, i, vocab)
 		}
 	}
-	return &tokenStream{path: path, tokens: toks, seed: seed, plan: plan}, nil
+	// Each sample is a window of seq tokens and its next token. Windows start anywhere, but a
+	// file shorter than a batch of disjoint windows would repeat tokens within every batch.
+	global := samples * plan.Microbatches
+	if need := global * (seq + 1); len(toks) < need {
+		return nil, nil, inputErrorf("%s: %d tokens, fewer than one batch needs: %d sequences (%d per micro-batch × %d micro-batches) of %d+1 tokens = %d",
+			path, len(toks), global, samples, plan.Microbatches, seq, need)
+	}
+	return &tokenStream{path: path, tokens: toks, seed: o.Seed, plan: plan}, warnings, nil
+}
+
+// uint16Warnings flags a raw file read as uint16 that was probably written as uint32: its
+// odd tokens (the high halves of uint32 tokens below 65536) all 0, the others not.
+func uint16Warnings(path string, toks []uint32, vocab int, byDefault bool) []string {
+	var w []string
+	if vocab > 1<<16 && byDefault {
+		w = append(w, fmt.Sprintf("%s: read as uint16 tokens (the default), but the model's vocabulary of %d needs uint32 for ids of 65536 and up; give --data-dtype uint32 if the file holds uint32 tokens", path, vocab))
+	}
+	if len(toks) < 16 {
+		return w
+	}
+	oddZero, evenNonzero := true, false
+	for i, t := range toks {
+		if i%2 == 1 {
+			oddZero = oddZero && t == 0
+		} else {
+			evenNonzero = evenNonzero || t != 0
+		}
+	}
+	if oddZero && evenNonzero {
+		w = append(w, fmt.Sprintf("%s: every other uint16 token is 0, as when a file of uint32 tokens is read as uint16; give --data-dtype uint32 if it holds uint32 tokens", path))
+	}
+	return w
 }
 
 func (d *tokenStream) Fill(in codegen.Input, step, mb int, t device.Tensor) error {
@@ -207,7 +297,8 @@ func (d *tokenStream) Fill(in codegen.Input, step, mb int, t device.Tensor) erro
 	if in.ShiftOf != "" {
 		shift = 1
 	}
-	windows := len(d.tokens) - per - 1
+	// A window is per tokens and the next one (the last label): it starts at 0 … len-per-1.
+	windows := len(d.tokens) - per
 	key := cpu.KeyFor(d.seed, fmt.Sprintf("data/stream/%d", step))
 	vals := make([]float64, t.Type.NumElements())
 	u := make([]float64, 1)
@@ -221,37 +312,44 @@ func (d *tokenStream) Fill(in codegen.Input, step, mb int, t device.Tensor) erro
 	return storeAny(t, vals)
 }
 
-// ReadNpy reads a .npy file as a tensor of its own dtype (f64, f32, i64, i32, i8, u8, bool).
+// ReadNpy reads a .npy file as a tensor of its own dtype (f64, f32, i64, i32, i8, u8, bool;
+// u16 and u32, which ir has not, widen to i32 and i64).
 func ReadNpy(path string) (device.Tensor, error) {
+	t, _, err := readNpyTensor(path)
+	return t, err
+}
+
+// readNpyTensor is ReadNpy that also returns the file's dtype without byte order ("u2").
+func readNpyTensor(path string) (t device.Tensor, descr string, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return device.Tensor{}, err
+		return device.Tensor{}, "", err
 	}
 	defer f.Close()
 	r, err := npy.NewReader(f)
 	if err != nil {
-		return device.Tensor{}, fmt.Errorf("%s: not a .npy file: %v", path, err)
+		return device.Tensor{}, "", fmt.Errorf("%s: not a .npy file: %v", path, err)
 	}
 	if r.Header.Descr.Fortran {
-		return device.Tensor{}, fmt.Errorf("%s: Fortran-ordered arrays are not supported", path)
+		return device.Tensor{}, "", fmt.Errorf("%s: Fortran-ordered arrays are not supported", path)
 	}
+	descr = strings.TrimLeft(r.Header.Descr.Type, "<>=|")
 	shape := ir.Shape(append([]int{}, r.Header.Descr.Shape...))
 	n := 1
 	for _, d := range shape {
 		if d < 0 || (d > 0 && n > (1<<40)/d) {
-			return device.Tensor{}, fmt.Errorf("%s: bad shape %v", path, shape)
+			return device.Tensor{}, "", fmt.Errorf("%s: bad shape %v", path, shape)
 		}
 		n *= d
 	}
 	// The reader under us pads a short file with zeros (it ignores EOF), so a truncated
 	// copy would load as valid data: compare the file's size with what the header says.
-	if item, ok := npyItemSize[strings.TrimLeft(r.Header.Descr.Type, "<>=|")]; ok {
+	if item, ok := npyItemSize[descr]; ok {
 		if err := checkNpySize(f, int64(n)*item, shape); err != nil {
-			return device.Tensor{}, fmt.Errorf("%s: %v", path, err)
+			return device.Tensor{}, "", fmt.Errorf("%s: %v", path, err)
 		}
 	}
-	var t device.Tensor
-	switch strings.TrimLeft(r.Header.Descr.Type, "<>=|") {
+	switch descr {
 	case "f8":
 		v := make([]float64, n)
 		err = r.Read(&v)
@@ -272,6 +370,20 @@ func ReadNpy(path string) (device.Tensor, error) {
 		err = r.Read(&v)
 		t = device.Tensor{Type: ir.Type{DType: ir.I32, Shape: shape}, Data: alignedBytes(int64(4 * n))}
 		copy(t.I32(), v)
+	case "u4":
+		v := make([]uint32, n)
+		err = r.Read(&v)
+		t = device.Tensor{Type: ir.Type{DType: ir.I64, Shape: shape}, Data: alignedBytes(int64(8 * n))}
+		for i, x := range v {
+			t.I64()[i] = int64(x)
+		}
+	case "u2":
+		v := make([]uint16, n)
+		err = r.Read(&v)
+		t = device.Tensor{Type: ir.Type{DType: ir.I32, Shape: shape}, Data: alignedBytes(int64(4 * n))}
+		for i, x := range v {
+			t.I32()[i] = int32(x)
+		}
 	case "i1":
 		v := make([]int8, n)
 		err = r.Read(&v)
@@ -298,16 +410,16 @@ func ReadNpy(path string) (device.Tensor, error) {
 		t = device.Tensor{Type: ir.Type{DType: dt, Shape: shape}, Data: alignedBytes(int64(n))}
 		copy(t.Data, v)
 	default:
-		return device.Tensor{}, fmt.Errorf("%s: unsupported .npy dtype %q", path, r.Header.Descr.Type)
+		return device.Tensor{}, "", fmt.Errorf("%s: unsupported .npy dtype %q", path, r.Header.Descr.Type)
 	}
 	if err != nil {
-		return device.Tensor{}, fmt.Errorf("%s: %v", path, err)
+		return device.Tensor{}, "", fmt.Errorf("%s: %v", path, err)
 	}
-	return t, nil
+	return t, descr, nil
 }
 
 // npyItemSize is the element size of the .npy dtypes ReadNpy reads.
-var npyItemSize = map[string]int64{"f8": 8, "f4": 4, "i8": 8, "i4": 4, "i1": 1, "u1": 1, "b1": 1}
+var npyItemSize = map[string]int64{"f8": 8, "f4": 4, "i8": 8, "i4": 4, "u4": 4, "u2": 2, "i1": 1, "u1": 1, "b1": 1}
 
 // checkNpySize checks that a .npy file holds exactly the data its header declares.
 func checkNpySize(f *os.File, want int64, shape ir.Shape) error {

@@ -19,6 +19,13 @@
 //     stream keyed by (seed, name) at counter i of the full tensor (kernels/cpu.KeyFor), so
 //     any layout initialises the same model. Synthetic data depends only on (seed, step,
 //     global sample index).
+//   - Training data is checked whole when it is opened, not at the step that first reads it:
+//     values against the inputs' dtypes and ranges, arrays of one length (sample i of every
+//     input goes together) holding at least one batch, a token file of at least one batch of
+//     sequences. A raw token file's width is given (DataOptions.TokenDType), never guessed
+//     from the vocabulary.
+//   - Traces are streamed to their file step by step on one clock from the start of the run,
+//     so a long run's trace costs no memory and an interrupted one is valid once closed.
 //   - Checkpoints hold parameters and optimizer state merged by name (one entry however many
 //     ranks hold a tied weight), with the step count and seed, so any layout resumes any
 //     other and resuming is bit-exact.

@@ -18,7 +18,8 @@ import (
 type Options struct {
 	Seed uint64
 	Data DataSource // nil: synthetic data from Seed
-	// Trace, when set, records every executed instruction with its rank and time.
+	// Trace, when set, records every executed instruction of the steps in its range with its
+	// rank and time.
 	Trace *Trace
 }
 
@@ -60,13 +61,17 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 		step = j.Ranks[0].step + 1
 	}
 	j.comm.resetStep()
+	tr := opts.Trace
+	if !tr.records(step) {
+		tr = nil
+	}
 	start := time.Now()
 	var wg sync.WaitGroup
 	for _, r := range j.Ranks {
 		wg.Add(1)
 		go func(r *Rank) {
 			defer wg.Done()
-			if err := j.runRank(r, step, data, opts.Trace, start); err != nil {
+			if err := j.runRank(r, step, data, tr); err != nil {
 				j.comm.abort(err) // the first error is the one reported
 			}
 			j.comm.finish(r.Index)
@@ -77,6 +82,11 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 	j.comm.mu.Lock()
 	err := j.comm.aborted
 	j.comm.mu.Unlock()
+	if tr != nil {
+		if terr := tr.endStep(); terr != nil && err == nil {
+			err = fmt.Errorf("trace: %v", terr)
+		}
+	}
 	if err != nil {
 		return res, err
 	}
@@ -105,7 +115,7 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 	return res, nil
 }
 
-func (j *Job) runRank(r *Rank, step int, data DataSource, tr *Trace, t0 time.Time) error {
+func (j *Job) runRank(r *Rank, step int, data DataSource, tr *Trace) error {
 	for i, b := range r.Prog.Buffers {
 		if b.Role == pb.Role_STEP {
 			if err := storeF64(r.Bufs[i], []float64{float64(step)}); err != nil {
@@ -129,7 +139,7 @@ func (j *Job) runRank(r *Rank, step int, data DataSource, tr *Trace, t0 time.Tim
 			return fmt.Errorf("rank %d, instruction %d (%s): %v", r.Index, n, describeInstr(it), err)
 		}
 		if tr != nil {
-			tr.record(r.Index, step, it, began.Sub(t0), time.Since(began))
+			tr.record(r.Index, step, it, began, time.Since(began))
 		}
 	}
 	return nil
@@ -258,6 +268,14 @@ func (j *Job) Buffers(role pb.Role) map[string]device.Tensor {
 		}
 	}
 	return out
+}
+
+// StepsDone is the number of steps run or resumed from: the next Step runs step StepsDone()+1.
+func (j *Job) StepsDone() int {
+	if len(j.Ranks) == 0 {
+		return 0
+	}
+	return j.Ranks[0].step
 }
 
 // ResetStep sets the rank's step counter (the next Step runs step n+1); tests use it to replay

@@ -1,17 +1,12 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"math"
 	"os"
-	"strings"
 	"time"
-
-	"github.com/schollz/progressbar/v3"
 
 	"ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/cpu"
@@ -26,26 +21,39 @@ func init() {
 			steps := fs.Int("steps", 10, "training steps `N` to run")
 			seed := fs.Uint64("seed", 1, "random seed `N` of parameter initialisation and synthetic data (with --resume, the checkpoint's unless given)")
 			dev := fs.String("device", "cpu", "the `DEVICE` to run on: cpu or cuda")
-			data := fs.String("data", "", "training data `SOURCE`: a token FILE (raw uint16/uint32 like nanoGPT's train.bin, or a 1-D .npy) for models whose inputs are tokens, or NAME=FILE.npy,NAME=FILE.npy,… with one array per input (first axis: samples)")
+			data := fs.String("data", "", "training data `SOURCE`: a token FILE (raw tokens of --data-dtype like nanoGPT's train.bin, or a 1-D .npy) for models whose inputs are tokens, or NAME=FILE.npy,NAME=FILE.npy,… with one array per input (first axis: samples, the same number in every array)")
+			dataDType := fs.String("data-dtype", "uint16", "element type `T` of a raw token file given to --data: uint16 (nanoGPT's) or uint32; a .npy carries its own")
 			save := fs.String("save", "", "write a safetensors checkpoint of parameters and optimizer state to `DIR` at the end")
 			resume := fs.String("resume", "", "continue from the checkpoint in `DIR`")
 			trace := fs.String("trace", "", "write a Chrome trace (Perfetto) of the executed instructions to `FILE`")
-			logJSON := fs.String("log-json", "", "append one JSON record per step to `FILE`")
+			traceSteps := fs.String("trace-steps", "", "trace only steps `A:B` (inclusive; 2:3, :5, 4:)")
+			logJSON := fs.String("log-json", "", "append one JSON record per step to `FILE`, with a run id, the time and the learning rate")
 			return func(args []string) error {
+				start := time.Now()
 				if len(args) != 1 {
 					return usagef("want one plan directory, got %d arguments", len(args))
 				}
 				if *steps < 0 {
 					return usagef("--steps must be non-negative")
 				}
+				set := setFlags(fs)
+				if err := checkDataFlags(set, *data, *dataDType); err != nil {
+					return err
+				}
+				traceFirst, traceLast, err := traceStepFlags(set, *trace, *traceSteps)
+				if err != nil {
+					return err
+				}
 				d, err := openDevice(*dev)
 				if err != nil {
 					return err
 				}
+				noteLoadingPlan(e, args[0])
 				job, err := runtime.Load(args[0], d)
 				if err != nil {
 					return err
 				}
+				startupNote(e, "initialising parameters…")
 				if err := job.Init(*seed); err != nil {
 					return err
 				}
@@ -69,11 +77,21 @@ func init() {
 				}
 				opts := runtime.Options{Seed: *seed}
 				if *data != "" {
-					src, err := runtime.OpenData(*data, job.Plan, *seed)
+					dopts := runtime.DataOptions{Seed: *seed}
+					if set["data-dtype"] {
+						dopts.TokenDType = *dataDType
+					}
+					src, warnings, err := runtime.OpenData(*data, job.Plan, dopts)
 					if err != nil {
 						return err
 					}
+					for _, w := range warnings {
+						fmt.Fprintf(e.stderr, "ppc run: warning: %s\n", w)
+					}
 					opts.Data = src
+				}
+				if err := checkTraceRange(set, *traceSteps, traceFirst, traceLast, job.StepsDone(), *steps); err != nil {
+					return err
 				}
 				// Open every output before training, so a bad path fails now rather than
 				// after the last step.
@@ -82,37 +100,35 @@ func init() {
 						return fmt.Errorf("--save: %v", err)
 					}
 				}
-				var logw io.Writer
+				var log *stepLog
 				if *logJSON != "" {
 					f, err := os.OpenFile(*logJSON, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 					if err != nil {
 						return fmt.Errorf("--log-json: %v", trimPathError(err))
 					}
 					defer f.Close()
-					logw = f
+					log = newStepLog(f, job.Plan, start)
 				}
-				var traceFile *os.File
 				if *trace != "" {
-					if traceFile, err = os.Create(*trace); err != nil {
+					f, err := os.Create(*trace)
+					if err != nil {
 						return fmt.Errorf("--trace: %v", trimPathError(err))
 					}
-					defer traceFile.Close()
-					opts.Trace = runtime.NewTrace()
-				}
-				if err := train(e, job, opts, *steps, logw); err != nil {
-					if traceFile != nil {
-						traceFile.Close()
-						os.Remove(*trace) // empty: the trace is written at the end
+					if opts.Trace, err = runtime.NewTrace(f, len(job.Ranks), traceFirst, traceLast); err != nil {
+						f.Close()
+						return fmt.Errorf("--trace: %v", err)
 					}
+				}
+				err = train(e, job, opts, *steps, log)
+				if opts.Trace != nil {
+					// Closed even when a step failed: the steps up to the failure are
+					// what one looks at.
+					if terr := opts.Trace.Close(); terr != nil && err == nil {
+						err = fmt.Errorf("--trace: %v", terr)
+					}
+				}
+				if err != nil {
 					return err
-				}
-				if traceFile != nil {
-					if err := opts.Trace.Write(traceFile); err != nil {
-						return err
-					}
-					if err := traceFile.Close(); err != nil {
-						return err
-					}
 				}
 				if *save != "" {
 					if err := job.Save(*save, *seed); err != nil {
@@ -149,31 +165,9 @@ func openDevice(name string) (device.Device, error) {
 	return nil, usagef("--device must be cpu or cuda, got %q", name)
 }
 
-// isTerminal reports whether w is an interactive terminal (progress bar instead of lines).
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-type stepRecord struct {
-	Step        int     `json:"step"`
-	Loss        float64 `json:"loss"`
-	TimeMS      float64 `json:"time_ms"`
-	Samples     int     `json:"samples"`
-	SamplesPerS float64 `json:"samples_per_s"`
-	TokensPerS  float64 `json:"tokens_per_s,omitempty"`
-}
-
-func train(e *env, job *runtime.Job, opts runtime.Options, steps int, logw io.Writer) error {
-	var bar *progressbar.ProgressBar
-	if isTerminal(e.stdout) && steps > 1 {
-		bar = progressbar.NewOptions(steps, progressbar.OptionSetWriter(e.stdout), progressbar.OptionShowCount(),
-			progressbar.OptionSetDescription("training"), progressbar.OptionClearOnFinish(), progressbar.OptionSetWidth(30))
-	}
+func train(e *env, job *runtime.Job, opts runtime.Options, steps int, log *stepLog) error {
+	prog := newProgress(e.stdout, job.StepsDone()+1, steps)
+	defer prog.finish()
 	var firstLoss, lastLoss float64
 	var total time.Duration
 	for i := 0; i < steps; i++ {
@@ -201,29 +195,23 @@ func train(e *env, job *runtime.Job, opts runtime.Options, steps int, logw io.Wr
 			rec.SamplesPerS = float64(res.Samples) / secs
 			rec.TokensPerS = float64(res.Tokens) / secs
 		}
-		if logw != nil {
-			b, _ := json.Marshal(rec)
-			fmt.Fprintf(logw, "%s\n", b)
+		if err := log.write(rec); err != nil {
+			return fmt.Errorf("--log-json: %v", err)
 		}
-		line := fmt.Sprintf("step %d loss=%.4f time=%s", res.Step, res.Loss, roundDuration(res.Duration))
-		if !hasLoss {
-			line = fmt.Sprintf("step %d time=%s", res.Step, roundDuration(res.Duration))
+		loss, line := "", fmt.Sprintf("step %d", res.Step)
+		if hasLoss {
+			loss = fmt.Sprintf("loss=%.4f", res.Loss)
+			line += " " + loss
 		}
+		line += fmt.Sprintf(" time=%s", roundDuration(res.Duration))
 		if rec.TokensPerS > 0 {
 			line += fmt.Sprintf(" tokens/s=%.0f", rec.TokensPerS)
 		} else if rec.SamplesPerS > 0 {
 			line += fmt.Sprintf(" samples/s=%.0f", rec.SamplesPerS)
 		}
-		if bar != nil {
-			bar.Describe(strings.SplitN(line, " time=", 2)[0])
-			_ = bar.Add(1)
-		} else {
-			fmt.Fprintln(e.stdout, line)
-		}
+		prog.step(res.Step, line, loss)
 	}
-	if bar != nil {
-		_ = bar.Finish()
-	}
+	prog.finish()
 	if steps > 0 {
 		mean := roundDuration(total / time.Duration(steps))
 		if job.Plan.Training || !math.IsNaN(lastLoss) {
