@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
+
+	"github.com/schollz/progressbar/v3"
 
 	"ppc.dev/ppc/codegen"
 )
@@ -46,31 +47,38 @@ func noteLoadingPlan(e *env, dir string) {
 	}
 }
 
-// Terminal control: carriage return and erase to the end of the line.
-const eraseLine = "\r\x1b[K"
+// eraseLine is what the bar writes to clear its line (progressbar's ANSI mode): erase the
+// whole line, back to its start.
+const eraseLine = "\x1b[2K\r"
 
 // maxKeptLines is about how many step lines a run keeps on a terminal.
 const maxKeptLines = 20
 
 // progress prints training steps. Off a terminal every step gets a line (a log keeps them
-// all). On a terminal a bar redrawn in place shows the step, the loss and the time left,
-// and every few steps (about maxKeptLines a run, every step of a short run) a line is
-// printed above it, so that the loss history stays on the screen.
+// all). On a terminal a progressbar/v3 bar redrawn in place shows the step, the loss and the
+// elapsed and remaining time, and every few steps (about maxKeptLines a run, every step of a
+// short run) a line is printed above it, so that the loss history stays on the screen.
 type progress struct {
-	w        io.Writer
-	term     bool
-	steps    int // steps this run
-	last     int // the number of the run's last step (a resumed run continues the count)
-	every    int // keep a line every this many steps
-	done     int
-	start    time.Time
-	drawn    time.Time // when the bar was last drawn
-	barShown bool
+	w     io.Writer
+	term  bool
+	steps int // steps this run
+	last  int // the number of the run's last step (a resumed run continues the count)
+	every int // keep a line every this many steps
+	done  int
+	bar   *progressbar.ProgressBar
 }
 
 func newProgress(w io.Writer, firstStep, steps int) *progress {
-	return &progress{w: w, term: isTerminal(w) && steps > 1, steps: steps, last: firstStep + steps - 1,
-		every: max(1, (steps+maxKeptLines-1)/maxKeptLines), start: time.Now()}
+	p := &progress{w: w, term: isTerminal(w) && steps > 1, steps: steps, last: firstStep + steps - 1,
+		every: max(1, (steps+maxKeptLines-1)/maxKeptLines)}
+	if p.term {
+		p.bar = progressbar.NewOptions(steps, progressbar.OptionSetWriter(w), progressbar.OptionUseANSICodes(true),
+			progressbar.OptionSetWidth(20), progressbar.OptionSetPredictTime(true), progressbar.OptionClearOnFinish(),
+			// Redraw at most ten times a second: a tiny model runs thousands of steps a second.
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionSetDescription(fmt.Sprintf("step %d/%d", firstStep-1, p.last)))
+	}
+	return p
 }
 
 // step reports a finished step: its number, its line and its loss for the bar
@@ -81,47 +89,23 @@ func (p *progress) step(n int, line, loss string) {
 		fmt.Fprintln(p.w, line)
 		return
 	}
-	keep := p.done == 1 || p.done%p.every == 0 || p.done == p.steps
-	if keep {
-		fmt.Fprint(p.w, eraseLine+line+"\n")
-		p.barShown = false
+	if p.done == 1 || p.done%p.every == 0 || p.done == p.steps {
+		_ = p.bar.Clear()
+		fmt.Fprintln(p.w, line)
 	}
-	// Redraw at most ten times a second: a tiny model runs thousands of steps a second.
-	if now := time.Now(); keep || now.Sub(p.drawn) >= 100*time.Millisecond {
-		p.drawn = now
-		p.barShown = true
-		fmt.Fprint(p.w, eraseLine+p.bar(n, loss))
-	}
-}
-
-// bar is the bar's text: `[=====>    ] step 45/100 loss=2.3456 ETA 12s`.
-func (p *progress) bar(n int, loss string) string {
-	const width = 20
-	fill := width * p.done / p.steps
-	b := strings.Repeat("=", fill)
-	if fill < width {
-		b += ">" + strings.Repeat(" ", width-fill-1)
-	}
-	s := fmt.Sprintf("[%s] step %d/%d", b, n, p.last)
+	desc := fmt.Sprintf("step %d/%d", n, p.last)
 	if loss != "" {
-		s += " " + loss
+		desc += " " + loss
 	}
-	if left := p.steps - p.done; left > 0 {
-		eta := time.Since(p.start) / time.Duration(p.done) * time.Duration(left)
-		if eta < time.Minute {
-			eta = eta.Round(100 * time.Millisecond)
-		} else {
-			eta = eta.Round(time.Second)
-		}
-		s += " ETA " + eta.String()
-	}
-	return s
+	p.bar.Describe(desc)
+	_ = p.bar.Add(1)
 }
 
-// finish removes the bar, leaving the kept lines.
+// finish removes the bar, leaving the kept lines; later calls do nothing.
 func (p *progress) finish() {
-	if p.term && p.barShown {
-		fmt.Fprint(p.w, eraseLine)
-		p.barShown = false
+	if p.term {
+		_ = p.bar.Finish()
+		_ = p.bar.Clear()
+		p.term = false
 	}
 }
