@@ -231,7 +231,7 @@ func TestCollectivesMatchReference(t *testing.T) {
 						typ(dt, shard...), typ(dt, full...), // 0 → 1: all-gather
 						typ(dt, full...), typ(dt, shard...), // 2 → 3: reduce-scatter sum
 						typ(dt, full...), typ(dt, shard...), // 4 → 5: reduce-scatter max
-						typ(dt, full...), // 6: in-place all-reduce sum
+						typ(dt, full...),                   // 6: in-place all-reduce sum
 						typ(dt, full...), typ(dt, full...), // 7 → 8: all-reduce min
 						typ(dt, full...), typ(dt, full...), // 9 → 10: all-reduce max
 						typ(dt, full...), typ(dt, full...), // 11 → 12: all-reduce mean (floats)
