@@ -686,3 +686,29 @@ func BenchmarkAllReduce16MiB(b *testing.B) {
 		}
 	}
 }
+
+// TestMaxPropagatesNaN: MAX and MIN return NaN where any member holds NaN, whatever the
+// position of the NaN in the group (a plain `>` fold would drop a NaN seen first).
+func TestMaxPropagatesNaN(t *testing.T) {
+	nan, negZero := math.NaN(), math.Copysign(0, -1)
+	for _, op := range []pb.Instr_ReduceOp{pb.Instr_MAX, pb.Instr_MIN} {
+		ins := [][]float64{{nan, 1, 2, negZero}, {3, nan, 1, 0}, {1, 2, 3, 0}}
+		srcs := make([][]byte, len(ins))
+		for g, v := range ins {
+			x := device.Tensor{Type: typ(ir.F64, 4), Data: alignedBytes(32)}
+			copy(x.F64(), v)
+			srcs[g] = x.Data
+		}
+		dst := device.Tensor{Type: typ(ir.F64, 4), Data: alignedBytes(32)}
+		reduceInto(ir.F64, op, dst.Data, srcs, runs{rows: 1, run: 4})
+		got := dst.F64()
+		want2 := 3.0
+		if op == pb.Instr_MIN {
+			want2 = 1
+		}
+		// Equal zeros keep the first member's sign: the fold is left to right.
+		if !math.IsNaN(got[0]) || !math.IsNaN(got[1]) || got[2] != want2 || !math.Signbit(got[3]) {
+			t.Fatalf("%s: %v", op, got)
+		}
+	}
+}
