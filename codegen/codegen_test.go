@@ -100,10 +100,19 @@ func TestDisassemble(t *testing.T) {
 			{Kind: pb.Instr_RECV, Out: []int32{0}, Peer: 0, Tag: 5},
 			{Kind: pb.Instr_LAUNCH, Kernel: 0, In: []int32{0, 1}, Out: []int32{0}},
 			{Kind: pb.Instr_END, Label: "F"},
+			{Kind: pb.Instr_ALL_REDUCE, In: []int32{0}, Group: []int32{0, 1}},
+			{Kind: pb.Instr_ALL_REDUCE, In: []int32{0}, Out: []int32{2}, Group: []int32{1, 0}, ReduceOp: pb.Instr_MAX, Tag: 7},
+			{Kind: pb.Instr_ALL_GATHER, In: []int32{0}, Out: []int32{2}, Group: []int32{0, 1}, Dim: 1},
+			{Kind: pb.Instr_REDUCE_SCATTER, In: []int32{0}, Out: []int32{2}, Group: []int32{0, 1}},
+			{Kind: pb.Instr_BROADCAST, In: []int32{0}, Group: []int32{0, 1}, Root: 1},
+			{Kind: pb.Instr_BROADCAST, In: []int32{0}, Group: []int32{0, 1}, Root: 5},
 		}}
 	s := Disassemble(p)
 	for _, want := range []string{"program rank 1 of 2", "b1     param      f32[4]", "init=normal(0.02)", "k0    add",
-		"begin F stage 1 mb 0", "    b0 = recv from rank 0 tag 5", "b0 = launch k0 add(b0, b1)", "end F"} {
+		"begin F stage 1 mb 0", "    b0 = recv from rank 0 tag 5", "b0 = launch k0 add(b0, b1)", "end F",
+		"  all_reduce sum b0 over ranks [0 1]\n", "b2 = all_reduce max b0 over ranks [1 0] tag 7",
+		"b2 = all_gather b0 dim 1 over ranks [0 1]", "b2 = reduce_scatter sum b0 dim 0 over ranks [0 1]",
+		"  broadcast b0 from rank 1 over ranks [0 1]", "broadcast b0 from <root 5 outside the group> over ranks [0 1]"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("disassembly lacks %q:\n%s", want, s)
 		}

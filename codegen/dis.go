@@ -125,8 +125,8 @@ func instrText(p *pb.Program, in *pb.Instr) string {
 		return fmt.Sprintf("%s += %s", bufs(in.Out), bufs(in.In))
 	case pb.Instr_COPY:
 		return fmt.Sprintf("%s = copy %s", bufs(in.Out), bufs(in.In))
-	case pb.Instr_ALL_REDUCE:
-		return fmt.Sprintf("all_reduce %s over ranks %v", bufs(in.In), in.Group)
+	case pb.Instr_ALL_REDUCE, pb.Instr_ALL_GATHER, pb.Instr_REDUCE_SCATTER, pb.Instr_BROADCAST:
+		return collectiveText(in)
 	case pb.Instr_LOSS:
 		return fmt.Sprintf("loss %s mb %d", bufs(in.In), in.Microbatch)
 	case pb.Instr_BEGIN:
@@ -138,4 +138,34 @@ func instrText(p *pb.Program, in *pb.Instr) string {
 		return "end " + in.Label
 	}
 	return in.Kind.String()
+}
+
+// collectiveText prints a collective as "b4 = all_gather b3 dim 1 over ranks [0 1]"; an
+// in-place ALL_REDUCE or BROADCAST has no "b = " part, and a root is shown as its rank.
+func collectiveText(in *pb.Instr) string {
+	var b strings.Builder
+	if len(in.Out) > 0 {
+		b.WriteString(bufs(in.Out) + " = ")
+	}
+	b.WriteString(strings.ToLower(in.Kind.String()))
+	switch in.Kind {
+	case pb.Instr_ALL_REDUCE, pb.Instr_REDUCE_SCATTER:
+		b.WriteString(" " + strings.ToLower(in.ReduceOp.String()))
+	}
+	b.WriteString(" " + bufs(in.In))
+	if in.Kind == pb.Instr_ALL_GATHER || in.Kind == pb.Instr_REDUCE_SCATTER || in.Dim != 0 {
+		fmt.Fprintf(&b, " dim %d", in.Dim)
+	}
+	if in.Kind == pb.Instr_BROADCAST || in.Root != 0 {
+		if in.Root >= 0 && int(in.Root) < len(in.Group) {
+			fmt.Fprintf(&b, " from rank %d", in.Group[in.Root])
+		} else {
+			fmt.Fprintf(&b, " from <root %d outside the group>", in.Root)
+		}
+	}
+	fmt.Fprintf(&b, " over ranks %v", in.Group)
+	if in.Tag != 0 {
+		fmt.Fprintf(&b, " tag %d", in.Tag)
+	}
+	return b.String()
 }

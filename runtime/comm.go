@@ -9,8 +9,8 @@ import (
 )
 
 // transport is the in-process communication of all ranks of a job: sends are buffered
-// (they never block), receives block until the matching message arrives, and all-reduces
-// block until every member of the group has arrived. It watches for hangs: when every rank
+// (they never block), receives block until the matching message arrives, and collectives
+// (collective.go) block until every member of the group has arrived. It watches for hangs: when every rank
 // that has not finished is blocked and nothing can wake any of them, it aborts all of them
 // with a report of who waits for what, instead of hanging.
 type transport struct {
@@ -19,7 +19,9 @@ type transport struct {
 	world    int
 	mail     map[msgKey][]byte
 	state    []rankState
-	reduces  map[string]*reduction
+	colls    map[collKey]*collRecord
+	seq      []map[string]int // per rank: collectives issued so far on each member set
+	scratch  [][]byte         // all-reduce result buffers kept for reuse
 	aborted  error
 	finished int
 }
@@ -34,19 +36,24 @@ type rankState struct {
 	what    string // for reports: "recv from rank 0 (tag 12)"
 	done    bool
 	wake    func() bool // reports whether the rank could proceed now
-}
-
-type reduction struct {
-	group   []int
-	arrived map[int][]float32
-	result  []float32
-	taken   int
+	coll    *collRecord // the collective it waits in, described in full in hang reports
 }
 
 func newTransport(world int) *transport {
-	t := &transport{world: world, mail: map[msgKey][]byte{}, state: make([]rankState, world), reduces: map[string]*reduction{}}
+	t := &transport{world: world, state: make([]rankState, world)}
 	t.cond = sync.NewCond(&t.mu)
+	t.clear()
 	return t
+}
+
+// clear forgets messages and collectives in flight. t.mu is held (or t is new).
+func (t *transport) clear() {
+	t.mail = map[msgKey][]byte{}
+	t.colls = map[collKey]*collRecord{}
+	t.seq = make([]map[string]int, t.world)
+	for r := range t.seq {
+		t.seq[r] = map[string]int{}
+	}
 }
 
 // abort stops every rank with err (the first error wins).
@@ -65,8 +72,7 @@ func (t *transport) resetStep() {
 	defer t.mu.Unlock()
 	t.finished = 0
 	t.aborted = nil
-	t.mail = map[msgKey][]byte{}
-	t.reduces = map[string]*reduction{}
+	t.clear()
 	for i := range t.state {
 		t.state[i] = rankState{}
 	}
@@ -114,43 +120,6 @@ func (t *transport) recv(dst, src int, tag int64, into []byte) error {
 	return nil
 }
 
-// allReduceF32 sums data over group, in group order (so the result is the same on every
-// member and does not depend on arrival order), and writes the sum back into data.
-func (t *transport) allReduceF32(r int, group []int, key string, data []float32) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	red := t.reduces[key]
-	if red == nil {
-		red = &reduction{group: group, arrived: map[int][]float32{}}
-		t.reduces[key] = red
-	}
-	red.arrived[r] = append([]float32(nil), data...)
-	if len(red.arrived) == len(group) {
-		sum := make([]float32, len(data))
-		for _, m := range group {
-			part := red.arrived[m]
-			if len(part) != len(sum) {
-				return fmt.Errorf("all-reduce %s: rank %d has %d elements, rank %d has %d", key, m, len(part), r, len(sum))
-			}
-			for i, v := range part {
-				sum[i] += v
-			}
-		}
-		red.result = sum
-		t.cond.Broadcast()
-	}
-	ready := func() bool { return red.result != nil }
-	if err := t.wait(r, fmt.Sprintf("all-reduce %s with ranks %v", key, group), ready); err != nil {
-		return err
-	}
-	copy(data, red.result)
-	red.taken++
-	if red.taken == len(group) {
-		delete(t.reduces, key)
-	}
-	return nil
-}
-
 // wait blocks rank r until ready() holds, the job aborts, or the job hangs. t.mu is held.
 func (t *transport) wait(r int, what string, ready func() bool) error {
 	for !ready() {
@@ -158,6 +127,25 @@ func (t *transport) wait(r int, what string, ready func() bool) error {
 			return errAborted
 		}
 		t.state[r] = rankState{blocked: true, what: what, wake: ready}
+		t.checkHang()
+		if t.aborted != nil {
+			t.state[r] = rankState{}
+			return errAborted
+		}
+		t.cond.Wait()
+		t.state[r] = rankState{}
+	}
+	return nil
+}
+
+// waitColl is wait inside collective rec, whose hang report is written when the hang is
+// found (it names the members that have not arrived and what they wait for instead).
+func (t *transport) waitColl(r int, rec *collRecord, ready func() bool) error {
+	for !ready() {
+		if t.aborted != nil {
+			return errAborted
+		}
+		t.state[r] = rankState{blocked: true, what: rec.op.String(), wake: ready, coll: rec}
 		t.checkHang()
 		if t.aborted != nil {
 			t.state[r] = rankState{}
@@ -214,6 +202,11 @@ func (t *transport) checkHang() {
 	if len(waiting) == 0 {
 		return
 	}
+	for r, s := range t.state {
+		if s.blocked && s.coll != nil {
+			waiting[r] = t.describeColl(s.coll)
+		}
+	}
 	t.aborted = &HangError{Waiting: waiting, Done: done}
 	t.cond.Broadcast()
 }
@@ -221,3 +214,31 @@ func (t *transport) checkHang() {
 // errAborted is what a blocked rank returns when the job stops because of another rank (the
 // job reports that rank's error, or the hang).
 var errAborted = errors.New("aborted")
+
+// describeColl says, for a hang report, which collective is stuck and why: "all-gather over
+// ranks [0 1] (dim 1, f32[4,3]): rank 0 has not arrived, it waits for recv from rank 2 (tag 5)".
+// t.mu is held.
+func (t *transport) describeColl(rec *collRecord) string {
+	var b strings.Builder
+	b.WriteString(rec.op.String())
+	if rec.key.seq > 0 {
+		fmt.Fprintf(&b, ", the group's collective #%d", rec.key.seq)
+	}
+	sep := ": "
+	for pos, m := range rec.op.group {
+		if rec.here[pos] {
+			continue
+		}
+		fmt.Fprintf(&b, "%srank %d has not arrived, ", sep, m)
+		sep = "; "
+		switch s := t.state[m]; {
+		case s.done:
+			b.WriteString("it finished the step")
+		case s.blocked:
+			b.WriteString("it waits for " + s.what)
+		default:
+			b.WriteString("it is running")
+		}
+	}
+	return b.String()
+}

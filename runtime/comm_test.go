@@ -91,7 +91,7 @@ func TestHangDetector(t *testing.T) {
 	}
 }
 
-func TestAllReduceSumsInRankOrder(t *testing.T) {
+func TestAllReduceSumsInPlace(t *testing.T) {
 	ar := &pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{0}, Group: []int32{0, 1}}
 	j := twoRanks(t, [2][]*pb.Instr{{ar}, {ar}})
 	j.Ranks[0].Prog.Buffers[0].Name, j.Ranks[1].Prog.Buffers[0].Name = "g", "g"

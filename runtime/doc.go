@@ -12,9 +12,48 @@
 //     so a corrupted program is rejected with a message instead of reaching a kernel that
 //     would index out of bounds.
 //   - The transport delivers sends into the receiver's mailbox without blocking; receives and
-//     all-reduces block. When every rank that has not finished is blocked and no message can
-//     wake any of them, it stops the job with a HangError listing who waits for what — a
-//     deadlock is reported, never hung on.
+//     collectives block. When every rank that has not finished is blocked and no message can
+//     wake any of them, it stops the job with a HangError listing who waits for what (for a
+//     collective: which members have not arrived and what each of them waits for instead) —
+//     a deadlock is reported, never hung on.
+//
+// # Collectives: the contract every transport reproduces
+//
+// ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER and BROADCAST run over an explicit, ordered group
+// of ranks (Instr.group). The in-process transport defines their results bit for bit; the
+// multi-process (TCP) transport of a later issue, and any other, must produce the same bits,
+// so that every layout of the same model trains identically run after run:
+//
+//   - Reduction order. Element i of a SUM is ((m0[i] + m1[i]) + m2[i]) + … with mk the k-th
+//     member of the group in the program's group order — never a tree, a ring order, pairwise
+//     or fused multiply-add — computed in the element type (f32 adds for f32, f64 for f64,
+//     wrapping adds for i64/i32). f16 and bf16 are widened to f32, combined in the same order
+//     and rounded to nearest even once at the end. MEAN is that SUM divided by the group
+//     size (in f32 for f16/bf16). MAX and MIN fold left to right the same way and propagate
+//     NaN. The result does not depend on which member arrives first or who computes which
+//     element, and every member receives the same bytes. A ring or tree transport must
+//     therefore gather the operands (or reduce in this fixed order at one place per chunk)
+//     rather than accumulate partial sums in ring order.
+//   - Gather and slice order. ALL_GATHER places member k's block at offset k·d of dim `dim`;
+//     REDUCE_SCATTER gives member k the k-th of group-size equal slices of `dim`; BROADCAST
+//     copies member group[root]. Tensors are row-major, so along a dim other than the first
+//     a member's block is a strided set of runs (one per index of the leading dims).
+//   - Matching. A collective is identified by its group's member set and a per-set sequence
+//     number: the n-th collective a rank issues over members {0,1} meets the n-th that every
+//     other member issues over {0,1}, as NCCL orders the operations of a communicator. Hence
+//     every member must issue the collectives of a group in the same order (the loader
+//     checks this across programs, the transport again when members meet: kind, group
+//     order, dtype, shape, dim, reduce op, root and tag must agree, or the error names both
+//     ranks). Instr.tag is not part of the key but is compared, so a compiler that numbers
+//     its collectives has mismatches reported. Sequence numbers restart every step.
+//     We do not match by a string built from the instruction (the first transport used the
+//     buffer name and step): the same buffer may be reduced twice in a step, replicas may be
+//     named differently on different ranks, and a remote transport needs a key both sides
+//     can compute without seeing each other's programs — the count of earlier collectives
+//     on the group is exactly that.
+//   - Concurrency. Collectives on disjoint groups (tp groups {0,1} and {2,3}) run at the same
+//     time; collectives on overlapping groups are ordered only by each rank's program, so a
+//     compiler must not create a cycle of waits (the hang detector reports one).
 //   - Initialisation is shard-invariant: element i of a parameter is drawn from a Philox
 //     stream keyed by (seed, name) at counter i of the full tensor (kernels/cpu.KeyFor), so
 //     any layout initialises the same model. Synthetic data depends only on (seed, step,

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sort"
 	"sync"
 	"time"
 
@@ -154,6 +153,9 @@ func describeInstr(it *instr) string {
 	case pb.Instr_SEND, pb.Instr_RECV:
 		return fmt.Sprintf("%s peer %d tag %d", it.Kind, it.Peer, it.Tag)
 	}
+	if it.coll != nil {
+		return it.coll.String()
+	}
 	return it.Kind.String()
 }
 
@@ -173,14 +175,12 @@ func (j *Job) exec(r *Rank, it *instr, step int, data DataSource) error {
 		return accumulate(it.out[0], it.in[0])
 	case pb.Instr_COPY:
 		copy(it.out[0].Data, it.in[0].Data)
-	case pb.Instr_ALL_REDUCE:
-		group := make([]int, len(it.Group))
-		for i, g := range it.Group {
-			group[i] = int(g)
+	case pb.Instr_ALL_REDUCE, pb.Instr_ALL_GATHER, pb.Instr_REDUCE_SCATTER, pb.Instr_BROADCAST:
+		out := it.in[0] // in place
+		if len(it.out) > 0 {
+			out = it.out[0]
 		}
-		sort.Ints(group)
-		key := fmt.Sprintf("%s@%d", r.Prog.Buffers[it.In[0]].Name, step)
-		return j.comm.allReduceF32(r.Index, group, key, it.in[0].F32())
+		return j.comm.collective(r.Index, it.coll, it.in[0], out)
 	case pb.Instr_LOSS:
 		r.losses = append(r.losses, scalar(it.in[0]))
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"unsafe"
 
 	"google.golang.org/protobuf/proto"
@@ -41,7 +42,8 @@ type instr struct {
 	*pb.Instr
 	impl    device.Impl
 	in, out []device.Tensor
-	name    string // kernel name for traces
+	name    string  // kernel name for traces
+	coll    *collOp // collectives
 }
 
 // InputError marks a problem with the files given to the runtime (exit status 2).
@@ -86,6 +88,9 @@ func Load(dir string, dev device.Device) (*Job, error) {
 		}
 		j.Ranks = append(j.Ranks, rank)
 	}
+	if err := checkCollectives(j.Ranks); err != nil {
+		return nil, inputErrorf("%s: %v", dir, err)
+	}
 	return j, nil
 }
 
@@ -98,6 +103,11 @@ func New(out *codegen.Output, dev device.Device) (*Job, error) {
 			return nil, fmt.Errorf("rank %d: %v", r, err)
 		}
 		j.Ranks = append(j.Ranks, rank)
+	}
+	if len(j.Ranks) == out.Plan.World {
+		if err := checkCollectives(j.Ranks); err != nil {
+			return nil, err
+		}
 	}
 	return j, nil
 }
@@ -338,7 +348,10 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, types
 		for _, id := range in.Out {
 			switch role(id) {
 			case pb.Role_CONST, pb.Role_PARAM, pb.Role_STEP:
-				if in.Kind != pb.Instr_COPY || role(id) != pb.Role_PARAM {
+				// COPY writes tied weights; collectives write parameters under ZeRO (the
+				// all-gather of updated shards) and when replicas are broadcast.
+				paramOK := in.Kind == pb.Instr_COPY || collNames[in.Kind] != ""
+				if !paramOK || role(id) != pb.Role_PARAM {
 					return fmt.Errorf("writes to read-only buffer %d (%s)", id, role(id))
 				}
 			}
@@ -417,25 +430,8 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, types
 		if !it.in[0].Type.Equal(it.out[0].Type) {
 			return it, fmt.Errorf("copies %s into %s", it.in[0].Type, it.out[0].Type)
 		}
-	case pb.Instr_ALL_REDUCE:
-		if err := count(1, 0); err != nil {
-			return it, err
-		}
-		if dt := it.in[0].Type.DType; dt != ir.F32 {
-			return it, fmt.Errorf("all-reduce of %s (only f32 gradients)", dt)
-		}
-		member := false
-		seen := map[int32]bool{}
-		for _, g := range in.Group {
-			if g < 0 || int(g) >= j.Plan.World || seen[g] {
-				return it, fmt.Errorf("bad group %v", in.Group)
-			}
-			seen[g] = true
-			member = member || int(g) == rank.Index
-		}
-		if !member {
-			return it, fmt.Errorf("rank %d is not in its all-reduce group %v", rank.Index, in.Group)
-		}
+	case pb.Instr_ALL_REDUCE, pb.Instr_ALL_GATHER, pb.Instr_REDUCE_SCATTER, pb.Instr_BROADCAST:
+		return it, j.prepareCollective(rank, in, &it)
 	case pb.Instr_LOSS:
 		if err := count(1, 0); err != nil {
 			return it, err
@@ -452,6 +448,175 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, types
 		return it, fmt.Errorf("unknown instruction kind %d", in.Kind)
 	}
 	return it, nil
+}
+
+// prepareCollective checks one collective instruction on its own and builds its collOp.
+// That the members agree with each other is checked across programs by checkCollectives
+// (Load, New) and again by the transport when they meet.
+func (j *Job) prepareCollective(rank *Rank, in *pb.Instr, it *instr) error {
+	kind, name := in.Kind, collNames[in.Kind]
+	inPlaceOK := kind == pb.Instr_ALL_REDUCE || kind == pb.Instr_BROADCAST
+	switch {
+	case inPlaceOK && (len(in.In) != 1 || len(in.Out) > 1):
+		return fmt.Errorf("%s takes 1 input and 0 outputs (in place) or 1, has %d and %d", name, len(in.In), len(in.Out))
+	case !inPlaceOK && (len(in.In) != 1 || len(in.Out) != 1):
+		return fmt.Errorf("%s takes 1 input and 1 output, has %d and %d", name, len(in.In), len(in.Out))
+	case len(in.Group) == 0:
+		return fmt.Errorf("%s has no group", name)
+	case in.Peer != 0:
+		return fmt.Errorf("%s has peer %d: collectives name their ranks in group", name, in.Peer)
+	case in.Dim != 0 && kind != pb.Instr_ALL_GATHER && kind != pb.Instr_REDUCE_SCATTER:
+		return fmt.Errorf("%s has dim %d: only all-gather and reduce-scatter take a dim", name, in.Dim)
+	case in.ReduceOp != pb.Instr_SUM && kind != pb.Instr_ALL_REDUCE && kind != pb.Instr_REDUCE_SCATTER:
+		return fmt.Errorf("%s has reduce op %s: only all-reduce and reduce-scatter reduce", name, in.ReduceOp)
+	case in.Root != 0 && kind != pb.Instr_BROADCAST:
+		return fmt.Errorf("%s has root %d: only broadcast has a root", name, in.Root)
+	}
+	n := len(in.Group)
+	group := make([]int, n)
+	seen := map[int32]bool{}
+	for i, g := range in.Group {
+		if g < 0 || int(g) >= j.Plan.World {
+			return fmt.Errorf("%s group %v: %d is not a rank of the %d-rank world", name, in.Group, g, j.Plan.World)
+		}
+		if seen[g] {
+			return fmt.Errorf("%s group %v names rank %d twice", name, in.Group, g)
+		}
+		seen[g] = true
+		group[i] = int(g)
+	}
+	if !seen[int32(rank.Index)] {
+		return fmt.Errorf("rank %d is not in its %s group %v", rank.Index, name, in.Group)
+	}
+	x, inID := it.in[0].Type, in.In[0]
+	y, outID := x, inID
+	if len(in.Out) == 1 {
+		y, outID = it.out[0].Type, in.Out[0]
+	}
+	if r := rank.Prog.Buffers[outID].Role; r == pb.Role_CONST || r == pb.Role_STEP {
+		return fmt.Errorf("%s writes read-only buffer %d (%s)", name, outID, r)
+	}
+	switch kind {
+	case pb.Instr_ALL_REDUCE, pb.Instr_REDUCE_SCATTER:
+		if err := reducible(x.DType, in.ReduceOp); err != nil {
+			return fmt.Errorf("%s: %v", name, err)
+		}
+	}
+	switch kind {
+	case pb.Instr_ALL_REDUCE, pb.Instr_BROADCAST:
+		if !y.Equal(x) {
+			return fmt.Errorf("%s of %s into %s: the output must have the input's type", name, x, y)
+		}
+		if kind == pb.Instr_BROADCAST && (in.Root < 0 || int(in.Root) >= n) {
+			return fmt.Errorf("broadcast root %d is not a position in group %v (0 … %d)", in.Root, in.Group, n-1)
+		}
+	case pb.Instr_ALL_GATHER, pb.Instr_REDUCE_SCATTER:
+		if in.Dim < 0 || int(in.Dim) >= x.Rank() {
+			return fmt.Errorf("%s dim %d is not a dim of %s", name, in.Dim, x)
+		}
+		d := int(in.Dim)
+		if y.DType != x.DType || y.Rank() != x.Rank() {
+			return fmt.Errorf("%s of %s into %s: the output must have the input's dtype and rank", name, x, y)
+		}
+		want := slices.Clone(x.Shape)
+		if kind == pb.Instr_ALL_GATHER {
+			// Compare by division: the product could overflow for absurd sizes.
+			if y.Shape[d]%n != 0 || y.Shape[d]/n != x.Shape[d] {
+				want[d] = -1
+			} else {
+				want[d] = y.Shape[d]
+			}
+		} else {
+			if x.Shape[d]%n != 0 {
+				return fmt.Errorf("reduce-scatter: dim %d of %s (size %d) does not split into %d equal parts", d, x, x.Shape[d], n)
+			}
+			want[d] /= n
+		}
+		if !y.Shape.Equal(want) {
+			rel := "×"
+			if kind == pb.Instr_REDUCE_SCATTER {
+				rel = "÷"
+			}
+			return fmt.Errorf("%s of %s over %d ranks along dim %d: the output must be dim %d %s %d, the buffer is %s",
+				name, x, n, d, d, rel, n, y)
+		}
+	}
+	// The members read each other's inputs while they write their outputs: an output that
+	// shares bytes with the input (other than the in-place form) would corrupt what others read.
+	if (outID != inID || !inPlaceOK) && j.overlap(rank, inID, outID) {
+		return fmt.Errorf("%s output buffer %d overlaps its input buffer %d", name, outID, inID)
+	}
+	it.coll = &collOp{kind: kind, group: group, members: membersKey(group), dtype: x.DType, shape: x.Shape,
+		dim: int(in.Dim), op: in.ReduceOp, root: int(in.Root), tag: in.Tag}
+	return nil
+}
+
+// overlap reports whether buffers a and b share bytes (arena buffers can; others cannot).
+func (j *Job) overlap(rank *Rank, a, b int32) bool {
+	x, y := rank.Bufs[a].Data, rank.Bufs[b].Data
+	if len(x) == 0 || len(y) == 0 {
+		return false
+	}
+	x0, y0 := uintptr(unsafe.Pointer(&x[0])), uintptr(unsafe.Pointer(&y[0]))
+	return x0 < y0+uintptr(len(y)) && y0 < x0+uintptr(len(x))
+}
+
+// checkCollectives checks, before anything runs, that the members of every group issue the
+// same collectives on it in the same order — the matching the transport does at run time
+// (by member set and per-set sequence number), done statically because the instruction
+// streams are straight-line. A mismatch found here would otherwise hang or fail mid-step.
+func checkCollectives(ranks []*Rank) error {
+	type call struct {
+		rank, instr int
+		op          *collOp
+	}
+	calls := map[collKey][]call{}
+	var keys []collKey
+	count := map[string][]int{} // member set → collectives issued by each rank of the world
+	for _, r := range ranks {
+		seq := map[string]int{}
+		for n := range r.instrs {
+			op := r.instrs[n].coll
+			if op == nil {
+				continue
+			}
+			k := collKey{op.members, seq[op.members]}
+			seq[op.members]++
+			if calls[k] == nil {
+				keys = append(keys, k)
+			}
+			calls[k] = append(calls[k], call{r.Index, n, op})
+		}
+		for m, c := range seq {
+			if count[m] == nil {
+				count[m] = make([]int, len(ranks))
+			}
+			count[m][r.Index] = c
+		}
+	}
+	for _, k := range keys {
+		cs := calls[k]
+		first := cs[0]
+		for _, c := range cs[1:] {
+			if !c.op.same(first.op) {
+				return fmt.Errorf("collective #%d over ranks {%s} does not match: rank %d (instruction %d) issues %v, rank %d (instruction %d) issues %v",
+					k.seq, k.members, first.rank, first.instr, first.op, c.rank, c.instr, c.op)
+			}
+		}
+		if len(cs) != len(first.op.group) {
+			for _, m := range first.op.group {
+				if m >= len(ranks) || count[k.members][m] <= k.seq {
+					issued := 0
+					if m < len(ranks) {
+						issued = count[k.members][m]
+					}
+					return fmt.Errorf("rank %d (instruction %d) issues collective #%d over ranks {%s}, %v, but rank %d issues only %d collectives over that group: it would wait forever",
+						first.rank, first.instr, k.seq, k.members, first.op, m, issued)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // checkLaunch re-checks a launch against the IR op table: result types must be exactly what

@@ -217,6 +217,24 @@ func FuzzLoadProgram(f *testing.F) {
 	}
 	f.Add(prog)
 	f.Add(prog[:len(prog)/3])
+	// The same program with collectives over the one-rank group, so that mutations reach
+	// the collective checks.
+	withColl := &pb.Program{}
+	if err := proto.Unmarshal(prog, withColl); err != nil {
+		f.Fatal(err)
+	}
+	for _, b := range withColl.Buffers {
+		if b.Role == pb.Role_ACTIVATION && b.Dtype == pb.DType_F32 && len(b.Shape) > 0 {
+			withColl.Instrs = append(withColl.Instrs,
+				&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{b.Id}, Group: []int32{0}, ReduceOp: pb.Instr_MAX},
+				&pb.Instr{Kind: pb.Instr_BROADCAST, In: []int32{b.Id}, Group: []int32{0}},
+				&pb.Instr{Kind: pb.Instr_REDUCE_SCATTER, In: []int32{b.Id}, Out: []int32{b.Id}, Group: []int32{0}})
+			break
+		}
+	}
+	if data, err := proto.Marshal(withColl); err == nil {
+		f.Add(data)
+	}
 	// A mutated program may ask for gigabytes and minutes of valid work; keep each input small.
 	MemoryLimit = 64 << 20
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -166,18 +166,24 @@ func (Role) EnumDescriptor() ([]byte, []int) {
 type Instr_Kind int32
 
 const (
-	Instr_NOP        Instr_Kind = 0
-	Instr_LAUNCH     Instr_Kind = 1 // run kernels[kernel] on in → out
-	Instr_INPUT      Instr_Kind = 2 // out[0] ← model input `label` for micro-batch `microbatch`
-	Instr_SEND       Instr_Kind = 3 // send in[0] to rank `peer` with `tag` (non-blocking)
-	Instr_RECV       Instr_Kind = 4 // out[0] ← the message from rank `peer` with `tag` (blocking)
-	Instr_ZERO       Instr_Kind = 5 // out[0] ← 0
-	Instr_ACCUM      Instr_Kind = 6 // out[0] += in[0]
-	Instr_ALL_REDUCE Instr_Kind = 7 // in[0] ← sum over the ranks in `group` (each holds the same buffer)
-	Instr_LOSS       Instr_Kind = 8 // record scalar in[0] as micro-batch `microbatch`'s loss
-	Instr_BEGIN      Instr_Kind = 9 // start of action `label` (F, I, W, B, OPT) of `stage` and `microbatch`, for traces
-	Instr_END        Instr_Kind = 10
-	Instr_COPY       Instr_Kind = 11 // out[0] ← in[0]
+	Instr_NOP    Instr_Kind = 0
+	Instr_LAUNCH Instr_Kind = 1 // run kernels[kernel] on in → out
+	Instr_INPUT  Instr_Kind = 2 // out[0] ← model input `label` for micro-batch `microbatch`
+	Instr_SEND   Instr_Kind = 3 // send in[0] to rank `peer` with `tag` (non-blocking)
+	Instr_RECV   Instr_Kind = 4 // out[0] ← the message from rank `peer` with `tag` (blocking)
+	Instr_ZERO   Instr_Kind = 5 // out[0] ← 0
+	Instr_ACCUM  Instr_Kind = 6 // out[0] += in[0]
+	// Collectives over `group` (see the Instr fields below and runtime/doc.go for the exact
+	// contract). Every member runs the same instruction with the same group, in the same
+	// order relative to its other collectives on that group.
+	Instr_ALL_REDUCE     Instr_Kind = 7 // out[0] (or in[0] in place when out is empty) ← reduce_op over the group of in[0]
+	Instr_LOSS           Instr_Kind = 8 // record scalar in[0] as micro-batch `microbatch`'s loss
+	Instr_BEGIN          Instr_Kind = 9 // start of action `label` (F, I, W, B, OPT) of `stage` and `microbatch`, for traces
+	Instr_END            Instr_Kind = 10
+	Instr_COPY           Instr_Kind = 11 // out[0] ← in[0]
+	Instr_ALL_GATHER     Instr_Kind = 12 // out[0] ← concatenation along `dim` of every member's in[0], in group order
+	Instr_REDUCE_SCATTER Instr_Kind = 13 // out[0] ← this member's slice (its group position) along `dim` of reduce_op over the group of in[0]
+	Instr_BROADCAST      Instr_Kind = 14 // out[0] (or in[0] in place when out is empty) ← in[0] of the member group[root]
 )
 
 // Enum value maps for Instr_Kind.
@@ -195,20 +201,26 @@ var (
 		9:  "BEGIN",
 		10: "END",
 		11: "COPY",
+		12: "ALL_GATHER",
+		13: "REDUCE_SCATTER",
+		14: "BROADCAST",
 	}
 	Instr_Kind_value = map[string]int32{
-		"NOP":        0,
-		"LAUNCH":     1,
-		"INPUT":      2,
-		"SEND":       3,
-		"RECV":       4,
-		"ZERO":       5,
-		"ACCUM":      6,
-		"ALL_REDUCE": 7,
-		"LOSS":       8,
-		"BEGIN":      9,
-		"END":        10,
-		"COPY":       11,
+		"NOP":            0,
+		"LAUNCH":         1,
+		"INPUT":          2,
+		"SEND":           3,
+		"RECV":           4,
+		"ZERO":           5,
+		"ACCUM":          6,
+		"ALL_REDUCE":     7,
+		"LOSS":           8,
+		"BEGIN":          9,
+		"END":            10,
+		"COPY":           11,
+		"ALL_GATHER":     12,
+		"REDUCE_SCATTER": 13,
+		"BROADCAST":      14,
 	}
 )
 
@@ -237,6 +249,59 @@ func (x Instr_Kind) Number() protoreflect.EnumNumber {
 // Deprecated: Use Instr_Kind.Descriptor instead.
 func (Instr_Kind) EnumDescriptor() ([]byte, []int) {
 	return file_program_proto_rawDescGZIP(), []int{9, 0}
+}
+
+// How ALL_REDUCE and REDUCE_SCATTER combine the members' values, always in group order.
+type Instr_ReduceOp int32
+
+const (
+	Instr_SUM  Instr_ReduceOp = 0 // m0 + m1 + m2 + …, left to right
+	Instr_MAX  Instr_ReduceOp = 1 // NaN-propagating maximum
+	Instr_MIN  Instr_ReduceOp = 2 // NaN-propagating minimum
+	Instr_MEAN Instr_ReduceOp = 3 // the SUM divided by the group size (float dtypes only)
+)
+
+// Enum value maps for Instr_ReduceOp.
+var (
+	Instr_ReduceOp_name = map[int32]string{
+		0: "SUM",
+		1: "MAX",
+		2: "MIN",
+		3: "MEAN",
+	}
+	Instr_ReduceOp_value = map[string]int32{
+		"SUM":  0,
+		"MAX":  1,
+		"MIN":  2,
+		"MEAN": 3,
+	}
+)
+
+func (x Instr_ReduceOp) Enum() *Instr_ReduceOp {
+	p := new(Instr_ReduceOp)
+	*p = x
+	return p
+}
+
+func (x Instr_ReduceOp) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Instr_ReduceOp) Descriptor() protoreflect.EnumDescriptor {
+	return file_program_proto_enumTypes[3].Descriptor()
+}
+
+func (Instr_ReduceOp) Type() protoreflect.EnumType {
+	return &file_program_proto_enumTypes[3]
+}
+
+func (x Instr_ReduceOp) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Instr_ReduceOp.Descriptor instead.
+func (Instr_ReduceOp) EnumDescriptor() ([]byte, []int) {
+	return file_program_proto_rawDescGZIP(), []int{9, 1}
 }
 
 type Buffer struct {
@@ -967,17 +1032,27 @@ func (x *Kernel) GetFused() []*FusedStep {
 }
 
 type Instr struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kind          Instr_Kind             `protobuf:"varint,1,opt,name=kind,proto3,enum=ppc.program.Instr_Kind" json:"kind,omitempty"`
-	Kernel        int32                  `protobuf:"varint,2,opt,name=kernel,proto3" json:"kernel,omitempty"`
-	In            []int32                `protobuf:"varint,3,rep,packed,name=in,proto3" json:"in,omitempty"`
-	Out           []int32                `protobuf:"varint,4,rep,packed,name=out,proto3" json:"out,omitempty"`
-	Peer          int32                  `protobuf:"varint,5,opt,name=peer,proto3" json:"peer,omitempty"`
-	Tag           int64                  `protobuf:"varint,6,opt,name=tag,proto3" json:"tag,omitempty"`
-	Group         []int32                `protobuf:"varint,7,rep,packed,name=group,proto3" json:"group,omitempty"`
-	Microbatch    int32                  `protobuf:"varint,8,opt,name=microbatch,proto3" json:"microbatch,omitempty"`
-	Label         string                 `protobuf:"bytes,9,opt,name=label,proto3" json:"label,omitempty"`
-	Stage         int32                  `protobuf:"varint,10,opt,name=stage,proto3" json:"stage,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Kind   Instr_Kind             `protobuf:"varint,1,opt,name=kind,proto3,enum=ppc.program.Instr_Kind" json:"kind,omitempty"`
+	Kernel int32                  `protobuf:"varint,2,opt,name=kernel,proto3" json:"kernel,omitempty"`
+	In     []int32                `protobuf:"varint,3,rep,packed,name=in,proto3" json:"in,omitempty"`
+	Out    []int32                `protobuf:"varint,4,rep,packed,name=out,proto3" json:"out,omitempty"`
+	Peer   int32                  `protobuf:"varint,5,opt,name=peer,proto3" json:"peer,omitempty"`
+	// SEND/RECV: matches a send with its receive. Collectives: not a matching key (they match
+	// by group and per-group sequence number) but checked equal across the members, so a
+	// compiler that numbers its collectives gets mismatches reported.
+	Tag int64 `protobuf:"varint,6,opt,name=tag,proto3" json:"tag,omitempty"`
+	// Collectives: the member ranks, distinct, including the executing rank. Their order is
+	// the reduction order, the concatenation order and the slice order.
+	Group      []int32 `protobuf:"varint,7,rep,packed,name=group,proto3" json:"group,omitempty"`
+	Microbatch int32   `protobuf:"varint,8,opt,name=microbatch,proto3" json:"microbatch,omitempty"`
+	Label      string  `protobuf:"bytes,9,opt,name=label,proto3" json:"label,omitempty"`
+	Stage      int32   `protobuf:"varint,10,opt,name=stage,proto3" json:"stage,omitempty"`
+	// ALL_GATHER, REDUCE_SCATTER: the tensor dimension (0 … rank−1) that is concatenated or
+	// split; named `dim` as in the IR's all_gather/reduce_scatter, whose `axis` is the mesh axis.
+	Dim           int32          `protobuf:"varint,11,opt,name=dim,proto3" json:"dim,omitempty"`
+	ReduceOp      Instr_ReduceOp `protobuf:"varint,12,opt,name=reduce_op,json=reduceOp,proto3,enum=ppc.program.Instr_ReduceOp" json:"reduce_op,omitempty"` // ALL_REDUCE, REDUCE_SCATTER
+	Root          int32          `protobuf:"varint,13,opt,name=root,proto3" json:"root,omitempty"`                                                         // BROADCAST: position in `group` of the member whose value is copied
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1078,6 +1153,27 @@ func (x *Instr) GetLabel() string {
 func (x *Instr) GetStage() int32 {
 	if x != nil {
 		return x.Stage
+	}
+	return 0
+}
+
+func (x *Instr) GetDim() int32 {
+	if x != nil {
+		return x.Dim
+	}
+	return 0
+}
+
+func (x *Instr) GetReduceOp() Instr_ReduceOp {
+	if x != nil {
+		return x.ReduceOp
+	}
+	return Instr_SUM
+}
+
+func (x *Instr) GetRoot() int32 {
+	if x != nil {
+		return x.Root
 	}
 	return 0
 }
@@ -1307,7 +1403,7 @@ const file_program_proto_rawDesc = "" +
 	"\x06Kernel\x12\x0e\n" +
 	"\x02op\x18\x01 \x01(\tR\x02op\x12,\n" +
 	"\x05attrs\x18\x02 \x03(\v2\x16.ppc.program.NamedAttrR\x05attrs\x12,\n" +
-	"\x05fused\x18\x03 \x03(\v2\x16.ppc.program.FusedStepR\x05fused\"\x80\x03\n" +
+	"\x05fused\x18\x03 \x03(\v2\x16.ppc.program.FusedStepR\x05fused\"\xc4\x04\n" +
 	"\x05Instr\x12+\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.ppc.program.Instr.KindR\x04kind\x12\x16\n" +
 	"\x06kernel\x18\x02 \x01(\x05R\x06kernel\x12\x0e\n" +
@@ -1321,7 +1417,10 @@ const file_program_proto_rawDesc = "" +
 	"microbatch\x12\x14\n" +
 	"\x05label\x18\t \x01(\tR\x05label\x12\x14\n" +
 	"\x05stage\x18\n" +
-	" \x01(\x05R\x05stage\"\x87\x01\n" +
+	" \x01(\x05R\x05stage\x12\x10\n" +
+	"\x03dim\x18\v \x01(\x05R\x03dim\x128\n" +
+	"\treduce_op\x18\f \x01(\x0e2\x1b.ppc.program.Instr.ReduceOpR\breduceOp\x12\x12\n" +
+	"\x04root\x18\r \x01(\x05R\x04root\"\xba\x01\n" +
 	"\x04Kind\x12\a\n" +
 	"\x03NOP\x10\x00\x12\n" +
 	"\n" +
@@ -1337,7 +1436,16 @@ const file_program_proto_rawDesc = "" +
 	"\x05BEGIN\x10\t\x12\a\n" +
 	"\x03END\x10\n" +
 	"\x12\b\n" +
-	"\x04COPY\x10\v\"\xf9\x02\n" +
+	"\x04COPY\x10\v\x12\x0e\n" +
+	"\n" +
+	"ALL_GATHER\x10\f\x12\x12\n" +
+	"\x0eREDUCE_SCATTER\x10\r\x12\r\n" +
+	"\tBROADCAST\x10\x0e\"/\n" +
+	"\bReduceOp\x12\a\n" +
+	"\x03SUM\x10\x00\x12\a\n" +
+	"\x03MAX\x10\x01\x12\a\n" +
+	"\x03MIN\x10\x02\x12\b\n" +
+	"\x04MEAN\x10\x03\"\xf9\x02\n" +
 	"\aProgram\x12%\n" +
 	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\x05R\x04rank\x12\x14\n" +
@@ -1391,49 +1499,51 @@ func file_program_proto_rawDescGZIP() []byte {
 	return file_program_proto_rawDescData
 }
 
-var file_program_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_program_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_program_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_program_proto_goTypes = []any{
-	(DType)(0),         // 0: ppc.program.DType
-	(Role)(0),          // 1: ppc.program.Role
-	(Instr_Kind)(0),    // 2: ppc.program.Instr.Kind
-	(*Buffer)(nil),     // 3: ppc.program.Buffer
-	(*Attr)(nil),       // 4: ppc.program.Attr
-	(*Ints)(nil),       // 5: ppc.program.Ints
-	(*Floats)(nil),     // 6: ppc.program.Floats
-	(*TensorType)(nil), // 7: ppc.program.TensorType
-	(*Dense)(nil),      // 8: ppc.program.Dense
-	(*NamedAttr)(nil),  // 9: ppc.program.NamedAttr
-	(*FusedStep)(nil),  // 10: ppc.program.FusedStep
-	(*Kernel)(nil),     // 11: ppc.program.Kernel
-	(*Instr)(nil),      // 12: ppc.program.Instr
-	(*Program)(nil),    // 13: ppc.program.Program
-	(*NamedInt)(nil),   // 14: ppc.program.NamedInt
+	(DType)(0),          // 0: ppc.program.DType
+	(Role)(0),           // 1: ppc.program.Role
+	(Instr_Kind)(0),     // 2: ppc.program.Instr.Kind
+	(Instr_ReduceOp)(0), // 3: ppc.program.Instr.ReduceOp
+	(*Buffer)(nil),      // 4: ppc.program.Buffer
+	(*Attr)(nil),        // 5: ppc.program.Attr
+	(*Ints)(nil),        // 6: ppc.program.Ints
+	(*Floats)(nil),      // 7: ppc.program.Floats
+	(*TensorType)(nil),  // 8: ppc.program.TensorType
+	(*Dense)(nil),       // 9: ppc.program.Dense
+	(*NamedAttr)(nil),   // 10: ppc.program.NamedAttr
+	(*FusedStep)(nil),   // 11: ppc.program.FusedStep
+	(*Kernel)(nil),      // 12: ppc.program.Kernel
+	(*Instr)(nil),       // 13: ppc.program.Instr
+	(*Program)(nil),     // 14: ppc.program.Program
+	(*NamedInt)(nil),    // 15: ppc.program.NamedInt
 }
 var file_program_proto_depIdxs = []int32{
 	0,  // 0: ppc.program.Buffer.dtype:type_name -> ppc.program.DType
 	1,  // 1: ppc.program.Buffer.role:type_name -> ppc.program.Role
-	5,  // 2: ppc.program.Attr.ints:type_name -> ppc.program.Ints
-	6,  // 3: ppc.program.Attr.floats:type_name -> ppc.program.Floats
-	8,  // 4: ppc.program.Attr.dense:type_name -> ppc.program.Dense
-	7,  // 5: ppc.program.Attr.type:type_name -> ppc.program.TensorType
+	6,  // 2: ppc.program.Attr.ints:type_name -> ppc.program.Ints
+	7,  // 3: ppc.program.Attr.floats:type_name -> ppc.program.Floats
+	9,  // 4: ppc.program.Attr.dense:type_name -> ppc.program.Dense
+	8,  // 5: ppc.program.Attr.type:type_name -> ppc.program.TensorType
 	0,  // 6: ppc.program.TensorType.dtype:type_name -> ppc.program.DType
-	7,  // 7: ppc.program.Dense.type:type_name -> ppc.program.TensorType
-	4,  // 8: ppc.program.NamedAttr.value:type_name -> ppc.program.Attr
-	9,  // 9: ppc.program.FusedStep.attrs:type_name -> ppc.program.NamedAttr
-	7,  // 10: ppc.program.FusedStep.type:type_name -> ppc.program.TensorType
-	9,  // 11: ppc.program.Kernel.attrs:type_name -> ppc.program.NamedAttr
-	10, // 12: ppc.program.Kernel.fused:type_name -> ppc.program.FusedStep
+	8,  // 7: ppc.program.Dense.type:type_name -> ppc.program.TensorType
+	5,  // 8: ppc.program.NamedAttr.value:type_name -> ppc.program.Attr
+	10, // 9: ppc.program.FusedStep.attrs:type_name -> ppc.program.NamedAttr
+	8,  // 10: ppc.program.FusedStep.type:type_name -> ppc.program.TensorType
+	10, // 11: ppc.program.Kernel.attrs:type_name -> ppc.program.NamedAttr
+	11, // 12: ppc.program.Kernel.fused:type_name -> ppc.program.FusedStep
 	2,  // 13: ppc.program.Instr.kind:type_name -> ppc.program.Instr.Kind
-	14, // 14: ppc.program.Program.coords:type_name -> ppc.program.NamedInt
-	3,  // 15: ppc.program.Program.buffers:type_name -> ppc.program.Buffer
-	11, // 16: ppc.program.Program.kernels:type_name -> ppc.program.Kernel
-	12, // 17: ppc.program.Program.instrs:type_name -> ppc.program.Instr
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	3,  // 14: ppc.program.Instr.reduce_op:type_name -> ppc.program.Instr.ReduceOp
+	15, // 15: ppc.program.Program.coords:type_name -> ppc.program.NamedInt
+	4,  // 16: ppc.program.Program.buffers:type_name -> ppc.program.Buffer
+	12, // 17: ppc.program.Program.kernels:type_name -> ppc.program.Kernel
+	13, // 18: ppc.program.Program.instrs:type_name -> ppc.program.Instr
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_program_proto_init() }
@@ -1458,7 +1568,7 @@ func file_program_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_program_proto_rawDesc), len(file_program_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
