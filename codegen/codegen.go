@@ -39,7 +39,8 @@ type Options struct {
 	Schedule Schedule
 	// Optimizer names the optimizer for plan.json ("adamw", "sgd"); empty for inference.
 	Optimizer string
-	// Source is the model source, hashed into the plan and programs.
+	// Source identifies the model (its source and the options that resolve it), hashed into
+	// the plan and programs.
 	Source []byte
 	// Recompute is recorded in the plan.
 	Recompute string

@@ -145,7 +145,7 @@ func Compile(model string, opts Options) (*Result, error) {
 			optName = "adamw"
 		}
 	}
-	out, err := codegen.Generate(m, codegen.Options{Schedule: cs, Optimizer: optName, Source: src, Recompute: opts.Recompute})
+	out, err := codegen.Generate(m, codegen.Options{Schedule: cs, Optimizer: optName, Source: modelIdentity(src, lo), Recompute: opts.Recompute})
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,9 @@
 // the pipeline schedule (which fixes the number of stages per rank), runs the pass pipeline —
 // canonicalize, cse, dce, [add-loss], partition, autodiff, optimizer, cse, dce, split-stages —
 // and generates the per-rank programs and plan.json. It also runs inference for `ppc infer`.
-// The CLI only parses flags into Options and prints the Result.
+// The CLI only parses flags into Options and prints the Result. The plan's source hash covers
+// the model source and the frontend options that resolve it (--preset, --set, --dim), not the
+// layout, so that a checkpoint names the model it belongs to whatever layout saved it.
 //
 // Micro-batching happens in the frontends: the model's batch (the DSL's `batch` config, the
 // leading dim of ONNX inputs) is the global batch, and the frontend builds @forward for one

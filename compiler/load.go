@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"ppc.dev/ppc/ir"
@@ -46,6 +48,37 @@ func Load(path string, opts LoadOptions) (*ir.Module, []byte, error) {
 		}
 		return nil, nil, fmt.Errorf("%s: unknown model format %q (want .onnx, .ppm or .ir)", path, ext)
 	}
+}
+
+// modelIdentity is what the plan's source hash covers: the resolved model, so that a
+// checkpoint of `--set n_layers=8` is known to be of another model than `--set n_layers=4`
+// compiled from the same file. It is the source followed by the frontend options that shape
+// the model (preset, --set, --dim, frozen inputs) in a canonical order, and not the printed
+// IR of the loaded module, because the frontends build @forward for one micro-batch: that
+// IR changes with --microbatches, a layout choice that checkpoints survive (any layout
+// resumes any other), and so does --pp, which the frontends never see. The cost is that
+// restating a default (`--set n_layers=8` where 8 is the default) changes the hash too;
+// that is harmless, as Resume compares the tensors themselves and a different hash over
+// matching tensors is only a warning.
+func modelIdentity(src []byte, opts LoadOptions) []byte {
+	var b strings.Builder
+	b.Write(src)
+	b.WriteString("\x00ppc model options\n")
+	if opts.Preset != "" {
+		fmt.Fprintf(&b, "preset %q\n", opts.Preset)
+	}
+	for _, k := range slices.Sorted(maps.Keys(opts.Set)) {
+		fmt.Fprintf(&b, "set %q = %q\n", k, strings.TrimSpace(opts.Set[k]))
+	}
+	for _, k := range slices.Sorted(maps.Keys(opts.Dims)) {
+		fmt.Fprintf(&b, "dim %q = %d\n", k, opts.Dims[k])
+	}
+	for _, k := range slices.Sorted(maps.Keys(opts.Frozen)) {
+		d := opts.Frozen[k]
+		fmt.Fprintf(&b, "frozen %q %s splat=%v %d\n", k, d.Type, d.Splat, len(d.Data))
+		b.Write(d.Data)
+	}
+	return []byte(b.String())
 }
 
 // frontends maps extensions to loaders; frontends.go fills it.

@@ -62,9 +62,9 @@ func TestSaveResumeBitwise(t *testing.T) {
 			t.Fatal(err)
 		}
 		if resume != "" {
-			step, seed, err := job.Resume(resume)
-			if err != nil || step != 2 || seed != 9 {
-				t.Fatalf("resume: step %d seed %d: %v", step, seed, err)
+			r, err := job.Resume(resume, false)
+			if err != nil || r.Step != 2 || r.Seed != 9 || r.Warning != "" {
+				t.Fatalf("resume: %+v: %v", r, err)
 			}
 		}
 		for i := 0; i < steps; i++ {
@@ -106,8 +106,8 @@ func TestSaveResumeBitwise(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := job.Resume(dir); err != nil {
-		t.Fatalf("resume into one rank: %v", err)
+	if r, err := job.Resume(dir, false); err != nil || r.Warning != "" {
+		t.Fatalf("resume into one rank: %+v: %v", r, err)
 	}
 }
 
@@ -140,7 +140,7 @@ func TestCorruptCheckpoint(t *testing.T) {
 	for name, data := range cases {
 		os.WriteFile(path, data, 0o644)
 		var ie *runtime.InputError
-		if _, _, err := job.Resume(dir); err == nil || !asInputError(err, &ie) {
+		if _, err := job.Resume(dir, false); err == nil || !asInputError(err, &ie) {
 			t.Errorf("%s checkpoint: got %v, want an input error", name, err)
 		}
 	}

@@ -4,16 +4,38 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
+	"strings"
 
 	pb "ppc.dev/ppc/codegen/programpb"
+	"ppc.dev/ppc/ir"
 )
 
 // CheckpointFile is the file a checkpoint directory holds.
 const CheckpointFile = "checkpoint.safetensors"
 
+// CheckpointPath resolves a checkpoint named by its directory (what --save wrote) or by the
+// safetensors file itself to the file.
+func CheckpointPath(path string) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	if !st.IsDir() {
+		return path, nil
+	}
+	file := filepath.Join(path, CheckpointFile)
+	if _, err := os.Stat(file); err != nil {
+		return "", fmt.Errorf("%s: not a checkpoint directory (no %s; ppc run --save DIR writes one)", path, CheckpointFile)
+	}
+	return file, nil
+}
+
 // Save writes every parameter and optimizer state, merged across ranks (one entry per name),
 // with the step count, seed and model hash as metadata, so that any layout can resume it.
+// The file is replaced atomically (WriteSafetensors): a save that fails or is killed leaves
+// the previous checkpoint intact. Save does not lock dir; callers that may race take LockDir.
 func (j *Job) Save(dir string, seed uint64) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -22,58 +44,184 @@ func (j *Job) Save(dir string, seed uint64) error {
 	for n, t := range j.Buffers(pb.Role_STATE) {
 		tensors[n] = t
 	}
-	step := 0
-	if len(j.Ranks) > 0 {
-		step = j.Ranks[0].step
-	}
-	meta := map[string]string{"format": "ppc", "step": strconv.Itoa(step), "seed": strconv.FormatUint(seed, 10),
+	meta := map[string]string{"format": "ppc", "step": strconv.Itoa(j.StepCount()), "seed": strconv.FormatUint(seed, 10),
 		"source_hash": j.Plan.SourceHash, "model": j.Plan.Model}
 	return WriteSafetensors(filepath.Join(dir, CheckpointFile), tensors, meta)
 }
 
-// Resume loads parameters and optimizer state from a checkpoint directory into every rank
-// that holds them and continues the step count. Every buffer must be present with the same
-// dtype and shape.
-func (j *Job) Resume(dir string) (step int, seed uint64, err error) {
-	path := filepath.Join(dir, CheckpointFile)
-	tensors, meta, err := ReadSafetensors(path)
-	if err != nil {
-		return 0, 0, &InputError{err}
+// StepCount is the number of the last step run (0 before the first).
+func (j *Job) StepCount() int {
+	if len(j.Ranks) == 0 {
+		return 0
 	}
-	step, err = strconv.Atoi(meta["step"])
-	if err != nil || step < 0 {
-		return 0, 0, inputErrorf("%s: metadata has no valid step count", path)
+	return j.Ranks[0].step
+}
+
+// Resumed says what Resume loaded.
+type Resumed struct {
+	Step int    // the checkpoint's step count, which the job continues
+	Seed uint64 // the seed the checkpoint was trained with
+	// Loaded counts the plan's tensors read from the checkpoint; Kept those a partial resume
+	// left as initialised (missing from the checkpoint, or of another type there); Ignored
+	// the checkpoint's tensors that the plan has no use for.
+	Loaded, Kept, Ignored int
+	// Warning, when set, is a doubt that does not stop the resume: the tensors match but
+	// the checkpoint was saved from a differently configured model.
+	Warning string
+}
+
+// maxListed bounds the differences a MismatchError lists.
+const maxListed = 20
+
+// MismatchError refuses a checkpoint whose tensors are not the plan's.
+type MismatchError struct {
+	Path string
+	// Missing: the plan's tensors the checkpoint lacks; Different: those it holds with
+	// another dtype or shape; Extra: its tensors the plan lacks. One line each, by name.
+	Missing, Different, Extra []string
+	Notes                     []string // what the differences suggest (another model, another optimizer)
+	Matching                  int      // plan tensors the checkpoint holds with the same dtype and shape
+	PlanTotal                 int
+}
+
+func (e *MismatchError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s does not match the plan (%d of the plan's %d tensors match)", e.Path, e.Matching, e.PlanTotal)
+	for _, n := range e.Notes {
+		fmt.Fprintf(&b, "\n  %s", n)
+	}
+	listed := 0
+	for _, group := range []struct {
+		what  string
+		lines []string
+	}{{"of another dtype or shape", e.Different}, {"missing from the checkpoint", e.Missing}, {"in the checkpoint, not in the plan", e.Extra}} {
+		if len(group.lines) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "\n  %d %s:", len(group.lines), group.what)
+		for i, d := range group.lines {
+			if listed == maxListed {
+				fmt.Fprintf(&b, "\n    … and %d more", len(group.lines)-i)
+				break
+			}
+			fmt.Fprintf(&b, "\n    %s", d)
+			listed++
+		}
+	}
+	return b.String()
+}
+
+// Resume loads parameters and optimizer state from a checkpoint (its directory or file)
+// into every rank that holds them and continues the step count. The checkpoint must hold
+// exactly the plan's tensors, with the same dtypes and shapes; otherwise it returns a
+// *MismatchError listing every difference (an 8-layer checkpoint does not quietly fill half
+// of a 4-layer plan). With partial, it loads the tensors that match instead and leaves the
+// others as initialised. Forward-only plans ignore the checkpoint's optimizer state.
+func (j *Job) Resume(path string, partial bool) (Resumed, error) {
+	file, err := CheckpointPath(path)
+	if err != nil {
+		return Resumed{}, &InputError{err}
+	}
+	tensors, meta, err := ReadSafetensors(file)
+	if err != nil {
+		return Resumed{}, &InputError{err}
+	}
+	var res Resumed
+	res.Step, err = strconv.Atoi(meta["step"])
+	if err != nil || res.Step < 0 {
+		return Resumed{}, inputErrorf("%s: metadata has no valid step count", file)
 	}
 	// The seed picks the synthetic data of the remaining steps, so a caller needs it to
 	// continue the run that saved the checkpoint.
-	seed, err = strconv.ParseUint(meta["seed"], 10, 64)
+	res.Seed, err = strconv.ParseUint(meta["seed"], 10, 64)
 	if err != nil {
-		return 0, 0, inputErrorf("%s: metadata has no valid seed", path)
+		return Resumed{}, inputErrorf("%s: metadata has no valid seed", file)
+	}
+
+	// The plan's tensors, merged by name across ranks as Save merges them.
+	want := map[string]ir.Type{}
+	role := map[string]pb.Role{}
+	for _, r := range j.Ranks {
+		for i, b := range r.Prog.Buffers {
+			if b.Role == pb.Role_PARAM || b.Role == pb.Role_STATE {
+				want[b.Name], role[b.Name] = r.Bufs[i].Type, b.Role
+			}
+		}
+	}
+	names := make([]string, 0, len(want)+len(tensors))
+	for n := range want {
+		names = append(names, n)
+	}
+	for n := range tensors {
+		if _, ok := want[n]; !ok {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	e := &MismatchError{Path: file, PlanTotal: len(want)}
+	matches := map[string]bool{}
+	missingParams, missingState := false, false
+	for _, n := range names {
+		w, inPlan := want[n]
+		t, inCk := tensors[n]
+		switch {
+		case inPlan && inCk && t.Type.Equal(w):
+			matches[n] = true
+		case inPlan && inCk:
+			e.Different = append(e.Different, fmt.Sprintf("%s: %s in the checkpoint, %s in the plan", n, t.Type, w))
+		case inPlan:
+			what := "parameter"
+			if role[n] == pb.Role_STATE {
+				what, missingState = "optimizer state", true
+			} else {
+				missingParams = true
+			}
+			e.Missing = append(e.Missing, fmt.Sprintf("%s: %s %s", n, what, w))
+		case !j.Plan.Training && isStateOf(n, want):
+			// A forward-only plan has no optimizer: the training state is not a difference.
+			res.Ignored++
+		default:
+			e.Extra = append(e.Extra, fmt.Sprintf("%s: %s", n, t.Type))
+		}
+	}
+	e.Matching = len(matches)
+	differs := len(e.Missing)+len(e.Different)+len(e.Extra) > 0
+	// A partial resume that would load nothing is a wrong checkpoint, not a partial one.
+	if differs && (!partial || e.Matching == 0) {
+		if m := meta["model"]; m != "" && m != j.Plan.Model {
+			e.Notes = append(e.Notes, fmt.Sprintf("it is a checkpoint of model %s, the plan is model %s", m, j.Plan.Model))
+		} else if h := meta["source_hash"]; h != "" && h != j.Plan.SourceHash {
+			e.Notes = append(e.Notes, fmt.Sprintf("it was saved from a differently configured model %s (source hash %s, the plan's %s)", j.Plan.Model, h, j.Plan.SourceHash))
+		}
+		// Every parameter there but some state missing: the optimizer is what changed.
+		if missingState && !missingParams && len(e.Different) == 0 {
+			e.Notes = append(e.Notes, fmt.Sprintf("it lacks optimizer state: it was saved with another optimizer (or by a forward-only plan); the plan uses %s", j.Plan.Optimizer))
+		}
+		return Resumed{}, &InputError{e}
 	}
 	for _, r := range j.Ranks {
 		for i, b := range r.Prog.Buffers {
-			if b.Role != pb.Role_PARAM && b.Role != pb.Role_STATE {
-				continue
+			if (b.Role == pb.Role_PARAM || b.Role == pb.Role_STATE) && matches[b.Name] {
+				copy(r.Bufs[i].Data, tensors[b.Name].Data)
 			}
-			t, ok := tensors[b.Name]
-			switch {
-			case !ok && meta["model"] != "" && meta["model"] != j.Plan.Model:
-				return 0, 0, inputErrorf("%s: has no tensor %q: it is a checkpoint of model %s, the plan is model %s", path, b.Name, meta["model"], j.Plan.Model)
-			case !ok && b.Role == pb.Role_STATE:
-				return 0, 0, inputErrorf("%s: has no optimizer state %q: it was saved with another optimizer (or by a forward-only plan); the plan uses %s", path, b.Name, j.Plan.Optimizer)
-			case !ok:
-				return 0, 0, inputErrorf("%s: has no tensor %q", path, b.Name)
-			}
-			want := r.Bufs[i].Type
-			if !t.Type.Equal(want) {
-				return 0, 0, inputErrorf("%s: tensor %q is %s, the plan needs %s", path, b.Name, t.Type, want)
-			}
-			copy(r.Bufs[i].Data, t.Data)
 		}
-		r.step = step
+		r.step = res.Step
 	}
-	if h := meta["source_hash"]; h != "" && h != j.Plan.SourceHash {
-		return step, seed, fmt.Errorf("warning: checkpoint was saved from a different model source (hash %s, plan %s)", h, j.Plan.SourceHash)
+	res.Loaded, res.Kept = e.Matching, len(e.Missing)+len(e.Different)
+	res.Ignored += len(e.Extra)
+	if h := meta["source_hash"]; h != "" && h != j.Plan.SourceHash && !differs {
+		res.Warning = fmt.Sprintf("the checkpoint's tensors match, but it was saved from a differently configured model (source hash %s, the plan's %s): check --set and --preset", h, j.Plan.SourceHash)
 	}
-	return step, seed, nil
+	return res, nil
+}
+
+// isStateOf reports whether a checkpoint tensor is optimizer state of one of the plan's
+// parameters, named "<param>.<state>" (passes/optimizer.go).
+func isStateOf(name string, params map[string]ir.Type) bool {
+	i := strings.LastIndexByte(name, '.')
+	if i <= 0 {
+		return false
+	}
+	_, ok := params[name[:i]]
+	return ok
 }

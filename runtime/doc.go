@@ -66,6 +66,17 @@
 //   - Traces are streamed to their file step by step on one clock from the start of the run,
 //     so a long run's trace costs no memory and an interrupted one is valid once closed.
 //   - Checkpoints hold parameters and optimizer state merged by name (one entry however many
-//     ranks hold a tied weight), with the step count and seed, so any layout resumes any
-//     other and resuming is bit-exact.
+//     ranks hold a tied weight), with the step count, seed and the plan's source hash, so any
+//     layout resumes any other and resuming is bit-exact. Resume refuses a checkpoint whose
+//     tensors differ from the plan's in name, dtype or shape, listing the differences (an
+//     8-layer checkpoint never quietly fills half of a 4-layer plan); a partial resume, asked
+//     for explicitly, loads what matches. A source hash that differs over matching tensors
+//     (another --set of the same file) is only a warning.
+//   - A save is atomic: the file is written to a temporary file in the same directory, synced,
+//     renamed over the checkpoint and the directory synced, and the temporary file removed on
+//     any error, so a full disk, a failed write or a killed process leaves the previous
+//     checkpoint byte for byte. `ppc run --save DIR` also holds DIR's lock (LockDir; on Unix an
+//     flock of DIR/.ppc-lock, which records the holder's pid and which the kernel releases if
+//     the process dies) from start-up until its save completes, so a second run saving there
+//     is refused at once, naming the holder, instead of replacing the first run's checkpoint.
 package runtime

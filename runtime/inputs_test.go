@@ -153,7 +153,7 @@ func TestResumeNeedsSeed(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ie *InputError
-	if _, _, err := job.Resume(ck); !errors.As(err, &ie) || !strings.Contains(err.Error(), "metadata has no valid seed") {
+	if _, err := job.Resume(ck, false); !errors.As(err, &ie) || !strings.Contains(err.Error(), "metadata has no valid seed") {
 		t.Fatalf("got %v", err)
 	}
 }

@@ -25,7 +25,8 @@ type stEntry struct {
 	Offsets [2]int64 `json:"data_offsets"`
 }
 
-// WriteSafetensors writes tensors (in name order) with metadata.
+// WriteSafetensors writes tensors (in name order) with metadata. It replaces path atomically:
+// a failure (a full disk, say) leaves the previous file as it was (see writeFileAtomic).
 func WriteSafetensors(path string, tensors map[string]device.Tensor, meta map[string]string) error {
 	names := make([]string, 0, len(tensors))
 	for n := range tensors {
@@ -59,27 +60,22 @@ func WriteSafetensors(path string, tensors map[string]device.Tensor, meta map[st
 	for len(h)%8 != 0 {
 		h = append(h, ' ')
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	var lenBuf [8]byte
-	binary.LittleEndian.PutUint64(lenBuf[:], uint64(len(h)))
-	if _, err := f.Write(lenBuf[:]); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(h); err != nil {
-		f.Close()
-		return err
-	}
-	for _, n := range names {
-		if _, err := f.Write(tensors[n].Data); err != nil {
-			f.Close()
+	return writeFileAtomic(path, func(w io.Writer) error {
+		var lenBuf [8]byte
+		binary.LittleEndian.PutUint64(lenBuf[:], uint64(len(h)))
+		if _, err := w.Write(lenBuf[:]); err != nil {
 			return err
 		}
-	}
-	return f.Close()
+		if _, err := w.Write(h); err != nil {
+			return err
+		}
+		for _, n := range names {
+			if _, err := w.Write(tensors[n].Data); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // ReadSafetensors reads a safetensors file completely, checking every entry (dtype, shape,

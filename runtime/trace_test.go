@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"math"
 	"strings"
 	"testing"
@@ -140,15 +141,9 @@ func TestTraceStepRangeAndStreaming(t *testing.T) {
 	}
 }
 
-// failingWriter accepts n bytes, then fails like a full disk.
-type failingWriter struct{ n int }
-
-func (w *failingWriter) Write(b []byte) (int, error) {
-	if len(b) > w.n {
-		return 0, errors.New("no space left on device")
-	}
-	w.n -= len(b)
-	return len(b), nil
+// full is a disk that takes n bytes and then fails (failingWriter is in checkpoint_test.go).
+func full(n int) io.Writer {
+	return &failingWriter{w: io.Discard, n: n, err: errors.New("no space left on device")}
 }
 
 // TestTraceWriteError: a trace that cannot be written fails the step that wrote it.
@@ -159,14 +154,14 @@ func TestTraceWriteError(t *testing.T) {
 		t.Fatal(err)
 	}
 	job.Init(1)
-	tr, err := NewTrace(&failingWriter{n: 1000}, len(job.Ranks), 1, 0)
+	tr, err := NewTrace(full(1000), len(job.Ranks), 1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := job.Step(Options{Seed: 1, Trace: tr}); err == nil || !strings.Contains(err.Error(), "trace: no space left on device") {
 		t.Fatalf("got %v", err)
 	}
-	if _, err := NewTrace(&failingWriter{}, 1, 1, 0); err == nil {
+	if _, err := NewTrace(full(0), 1, 1, 0); err == nil {
 		t.Fatal("NewTrace on a full disk succeeded")
 	}
 }

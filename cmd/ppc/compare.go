@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -61,16 +60,10 @@ func loadTensors(path string) (map[string]device.Tensor, error) {
 		}
 		return map[string]device.Tensor{filepath.Base(path): t}, nil
 	}
-	st, err := os.Stat(path)
+	// The same resolution as ppc run --resume.
+	path, err := runtime.CheckpointPath(path)
 	if err != nil {
 		return nil, trimPathError(err)
-	}
-	if st.IsDir() {
-		file := filepath.Join(path, runtime.CheckpointFile)
-		if _, err := os.Stat(file); err != nil {
-			return nil, fmt.Errorf("%s: not a checkpoint directory (no %s; ppc run --save DIR writes one)", path, runtime.CheckpointFile)
-		}
-		path = file
 	}
 	t, _, err := runtime.ReadSafetensors(path)
 	return t, err

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 // command is one `ppc` subcommand.
@@ -23,6 +25,9 @@ type command struct {
 type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
+	// interrupts starts delivering SIGINT and SIGTERM to a command that stops cleanly on
+	// them (ppc run); stop restores their default effect. Nil: they keep it.
+	interrupts func() (sigs <-chan os.Signal, stop func())
 }
 
 var commands []*command // filled in by init functions of the command files, sorted in main
@@ -32,6 +37,9 @@ const (
 	exitOK     = 0
 	exitFailed = 1 // a check failed (compare, validation) or an internal error
 	exitInput  = 2 // bad input or usage
+	// exitInterrupted: stopped by SIGINT or SIGTERM, after writing what was done; 128 + 2,
+	// as a shell reports a process killed by SIGINT.
+	exitInterrupted = 130
 )
 
 // usageError reports a bad command line; it exits 2 and prints the command's usage hint.
@@ -47,8 +55,19 @@ type checkFailed struct{ err error }
 func (e checkFailed) Error() string { return e.err.Error() }
 func (e checkFailed) Unwrap() error { return e.err }
 
+// interrupted reports a command stopped by a signal (exit 130); msg says what it wrote.
+type interrupted struct{ msg string }
+
+func (e interrupted) Error() string { return e.msg }
+
 func main() {
-	os.Exit(run(os.Args[1:], &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}))
+	os.Exit(run(os.Args[1:], &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, interrupts: notifySignals}))
+}
+
+func notifySignals() (<-chan os.Signal, func()) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	return ch, func() { signal.Stop(ch) }
 }
 
 func findCommand(name string) *command {
@@ -108,7 +127,11 @@ func report(c *command, err error, stderr io.Writer) int {
 	}
 	var ue usageError
 	var cf checkFailed
+	var ie interrupted
 	switch {
+	case errors.As(err, &ie):
+		fmt.Fprintf(stderr, "ppc %s: %v\n", c.name, err)
+		return exitInterrupted
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "ppc %s: %v\nusage: %s\nRun 'ppc %s --help' for details.\n", c.name, err, strings.TrimSpace("ppc "+c.name+" "+c.args), c.name)
 		return exitInput

@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"ppc.dev/ppc/runtime"
@@ -23,8 +27,9 @@ func init() {
 			dev := fs.String("device", "cpu", "the `DEVICE` to run on: cpu or cuda")
 			data := fs.String("data", "", "training data `SOURCE`: a token FILE (raw tokens of --data-dtype like nanoGPT's train.bin, or a 1-D .npy) for models whose inputs are tokens, or NAME=FILE.npy,NAME=FILE.npy,… with one array per input (first axis: samples, the same number in every array)")
 			dataDType := fs.String("data-dtype", "uint16", "element type `T` of a raw token file given to --data: uint16 (nanoGPT's) or uint32; a .npy carries its own")
-			save := fs.String("save", "", "write a safetensors checkpoint of parameters and optimizer state to `DIR` at the end")
-			resume := fs.String("resume", "", "continue from the checkpoint in `DIR`")
+			save := fs.String("save", "", "write a safetensors checkpoint of parameters and optimizer state to `DIR` at the end (atomically; the directory is locked for the run)")
+			resume := fs.String("resume", "", "continue from a checkpoint: its `DIR` (what --save wrote) or its .safetensors file")
+			partial := fs.Bool("allow-partial-resume", false, "with --resume, load the checkpoint's tensors that match the plan and keep the others as initialised, instead of refusing a checkpoint that differs")
 			trace := fs.String("trace", "", "write a Chrome trace (Perfetto) of the executed instructions to `FILE`")
 			traceSteps := fs.String("trace-steps", "", "trace only steps `A:B` (inclusive; 2:3, :5, 4:)")
 			logJSON := fs.String("log-json", "", "append one JSON record per step to `FILE`, with a run id, the time and the learning rate")
@@ -44,6 +49,23 @@ func init() {
 				if err != nil {
 					return err
 				}
+				if *partial && *resume == "" {
+					return usagef("--allow-partial-resume applies to --resume")
+				}
+				// SIGINT and SIGTERM stop the run between steps, with the trace and checkpoint
+				// written, from here on.
+				intr := watchInterrupts(e)
+				defer intr.close()
+				// Claim the save directory before any work: a second run saving there fails
+				// now, naming the holder, rather than replacing this run's checkpoint (or this
+				// run replacing its) at the end. The lock also proves the directory writable.
+				if *save != "" {
+					lock, err := runtime.LockDir(*save)
+					if err != nil {
+						return fmt.Errorf("--save: %v", trimPathError(err))
+					}
+					defer lock.Unlock()
+				}
 				d, err := openDevice(*dev)
 				if err != nil {
 					return err
@@ -58,21 +80,28 @@ func init() {
 					return err
 				}
 				if *resume != "" {
-					_, ckSeed, err := job.Resume(*resume)
-					var ie *runtime.InputError
-					if errors.As(err, &ie) {
-						return err
+					r, err := job.Resume(*resume, *partial)
+					var me *runtime.MismatchError
+					if errors.As(err, &me) && me.Matching > 0 {
+						return fmt.Errorf("%w\nto load the %d tensors that match and keep the others as initialised, add --allow-partial-resume", err, me.Matching)
 					}
 					if err != nil {
-						fmt.Fprintf(e.stderr, "ppc run: %v\n", err)
+						return err
+					}
+					if r.Warning != "" {
+						fmt.Fprintf(e.stderr, "ppc run: warning: %s\n", r.Warning)
+					}
+					if *partial {
+						fmt.Fprintf(e.stderr, "ppc run: partial resume from %s: loaded %d tensors; %d left as initialised; %d of the checkpoint's not in the plan\n",
+							*resume, r.Loaded, r.Kept, r.Ignored)
 					}
 					// The seed also draws the synthetic data: keep the checkpoint's, so that
 					// resuming continues the run that saved it.
 					switch {
 					case !setFlags(fs)["seed"]:
-						*seed = ckSeed
-					case ckSeed != *seed:
-						fmt.Fprintf(e.stderr, "ppc run: warning: --seed %d differs from the checkpoint's seed %d; the data will not continue the saved run's\n", *seed, ckSeed)
+						*seed = r.Seed
+					case r.Seed != *seed:
+						fmt.Fprintf(e.stderr, "ppc run: warning: --seed %d differs from the checkpoint's seed %d; the data will not continue the saved run's\n", *seed, r.Seed)
 					}
 				}
 				opts := runtime.Options{Seed: *seed}
@@ -95,11 +124,6 @@ func init() {
 				}
 				// Open every output before training, so a bad path fails now rather than
 				// after the last step.
-				if *save != "" {
-					if err := checkWritableDir(*save); err != nil {
-						return fmt.Errorf("--save: %v", err)
-					}
-				}
 				var log *stepLog
 				if *logJSON != "" {
 					f, err := os.OpenFile(*logJSON, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
@@ -119,27 +143,115 @@ func init() {
 						return fmt.Errorf("--trace: %v", err)
 					}
 				}
-				err = train(e, job, opts, *steps, log)
+				done, err := train(e, job, opts, *steps, log, intr)
+				// Interrupted or not, what was done is written: the trace of the completed
+				// steps (closed even when a step failed: the steps up to the failure are what
+				// one looks at), and a checkpoint of the last of them (none when no step
+				// completed, so an interruption during start-up leaves the save directory as
+				// it was). A signal from here on does not stop the writing, nor make the run
+				// interrupted.
+				sig := intr.signal()
+				var wrote []string
 				if opts.Trace != nil {
-					// Closed even when a step failed: the steps up to the failure are
-					// what one looks at.
 					if terr := opts.Trace.Close(); terr != nil && err == nil {
 						err = fmt.Errorf("--trace: %v", terr)
 					}
+					wrote = append(wrote, "trace written to "+*trace)
 				}
 				if err != nil {
 					return err
 				}
-				if *save != "" {
+				if *save != "" && (done > 0 || sig == nil) {
 					if err := job.Save(*save, *seed); err != nil {
-						return err
+						return fmt.Errorf("--save: %v", err)
 					}
 					fmt.Fprintf(e.stdout, "saved checkpoint to %s\n", *save)
+					wrote = append(wrote, fmt.Sprintf("checkpoint of step %d saved to %s", job.StepCount(), *save))
+				}
+				if sig != nil {
+					msg := fmt.Sprintf("interrupted by %s at step %d", signalName(sig), job.StepCount())
+					if done == 0 {
+						msg = fmt.Sprintf("interrupted by %s before the first step", signalName(sig))
+					}
+					if len(wrote) == 0 {
+						wrote = append(wrote, "nothing saved")
+					}
+					return interrupted{msg + "; " + strings.Join(wrote, "; ")}
 				}
 				return nil
 			}
 		},
 	})
+}
+
+// interruption turns SIGINT and SIGTERM into a flag that the training loop checks between
+// steps, so that a run stops cleanly: the step in progress completes, then the trace and
+// the checkpoint are written. It only records the signal: the loop decides what to do.
+type interruption struct {
+	sig  atomic.Pointer[os.Signal]
+	done chan struct{}
+	wg   sync.WaitGroup
+	stop func()
+}
+
+// watchInterrupts starts watching the signals env feeds (none in most tests).
+func watchInterrupts(e *env) *interruption {
+	in := &interruption{done: make(chan struct{}), stop: func() {}}
+	if e.interrupts == nil {
+		return in
+	}
+	sigs, stop := e.interrupts()
+	in.stop = stop
+	handle := func(s os.Signal) {
+		// From now on the signals have their default effect: a second Ctrl-C stops at once
+		// (a save in progress then leaves the previous checkpoint intact).
+		stop()
+		fmt.Fprintf(e.stderr, "ppc run: %s: finishing the step in progress, then writing what is done (interrupt again to stop at once)\n", signalName(s))
+		in.sig.Store(&s) // after the message, so that it is printed before the command returns
+	}
+	// A signal already waiting (a channel fed before the run, as tests do) stops the run
+	// before its first step, whatever the goroutine's timing.
+	select {
+	case s := <-sigs:
+		handle(s)
+		return in
+	default:
+	}
+	in.wg.Add(1)
+	go func() {
+		defer in.wg.Done()
+		select {
+		case s := <-sigs:
+			handle(s)
+		case <-in.done:
+		}
+	}()
+	return in
+}
+
+// signalName spells the signals ppc run stops on as a user sends them.
+func signalName(s os.Signal) string {
+	switch s {
+	case os.Interrupt:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return s.String()
+}
+
+// signal returns the signal received, or nil.
+func (in *interruption) signal() os.Signal {
+	if s := in.sig.Load(); s != nil {
+		return *s
+	}
+	return nil
+}
+
+func (in *interruption) close() {
+	close(in.done)
+	in.wg.Wait()
+	in.stop()
 }
 
 // checkWritableDir creates dir if needed and checks that files can be created in it.
@@ -165,24 +277,28 @@ func openDevice(name string) (device.Device, error) {
 	return nil, usagef("--device must be cpu or cuda, got %q", name)
 }
 
-func train(e *env, job *runtime.Job, opts runtime.Options, steps int, log *stepLog) error {
+// train runs the steps and prints a line for each; it returns how many it ran, fewer than
+// steps when interrupted.
+func train(e *env, job *runtime.Job, opts runtime.Options, steps int, log *stepLog, intr *interruption) (int, error) {
 	prog := newProgress(e.stdout, job.StepsDone()+1, steps)
 	defer prog.finish()
 	var firstLoss, lastLoss float64
 	var total time.Duration
-	for i := 0; i < steps; i++ {
+	done := 0
+	for ; done < steps && intr.signal() == nil; done++ {
+		i := done
 		res, err := job.Step(opts)
 		if err != nil {
-			return err
+			return done, err
 		}
 		hasLoss := !math.IsNaN(res.Loss) || job.Plan.Training
 		if job.Plan.Training && (math.IsNaN(res.Loss) || math.IsInf(res.Loss, 0)) {
 			if i == 0 {
 				// No update has happened yet: the forward pass itself makes it (sqrt or log
 				// of negative inputs, say), which "diverged" would misdescribe.
-				return checkFailed{fmt.Errorf("step %d: loss is %v before any update of this run: the forward pass produces it from these parameters and data", res.Step, res.Loss)}
+				return done, checkFailed{fmt.Errorf("step %d: loss is %v before any update of this run: the forward pass produces it from these parameters and data", res.Step, res.Loss)}
 			}
-			return checkFailed{fmt.Errorf("step %d: loss is %v (training diverged)", res.Step, res.Loss)}
+			return done, checkFailed{fmt.Errorf("step %d: loss is %v (training diverged)", res.Step, res.Loss)}
 		}
 		if i == 0 {
 			firstLoss = res.Loss
@@ -196,7 +312,7 @@ func train(e *env, job *runtime.Job, opts runtime.Options, steps int, log *stepL
 			rec.TokensPerS = float64(res.Tokens) / secs
 		}
 		if err := log.write(rec); err != nil {
-			return fmt.Errorf("--log-json: %v", err)
+			return done, fmt.Errorf("--log-json: %v", err)
 		}
 		loss, line := "", fmt.Sprintf("step %d", res.Step)
 		if hasLoss {
@@ -212,15 +328,15 @@ func train(e *env, job *runtime.Job, opts runtime.Options, steps int, log *stepL
 		prog.step(res.Step, line, loss)
 	}
 	prog.finish()
-	if steps > 0 {
-		mean := roundDuration(total / time.Duration(steps))
+	if done > 0 {
+		mean := roundDuration(total / time.Duration(done))
 		if job.Plan.Training || !math.IsNaN(lastLoss) {
-			fmt.Fprintf(e.stdout, "ran %d step(s): loss %.4f → %.4f, mean step %s\n", steps, firstLoss, lastLoss, mean)
+			fmt.Fprintf(e.stdout, "ran %d step(s): loss %.4f → %.4f, mean step %s\n", done, firstLoss, lastLoss, mean)
 		} else {
-			fmt.Fprintf(e.stdout, "ran %d forward pass(es), mean %s\n", steps, mean)
+			fmt.Fprintf(e.stdout, "ran %d forward pass(es), mean %s\n", done, mean)
 		}
 	}
-	return nil
+	return done, nil
 }
 
 // roundDuration keeps three or four significant digits of a step time.

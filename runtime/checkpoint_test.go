@@ -1,0 +1,150 @@
+package runtime_test
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"ppc.dev/ppc/compiler"
+	. "ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/cpu"
+)
+
+// failingWriter passes the first n bytes through and then fails with err, like a disk that
+// fills up (or a process interrupted) part-way through a save.
+type failingWriter struct {
+	w   io.Writer
+	n   int
+	err error
+}
+
+func (f *failingWriter) Write(p []byte) (int, error) {
+	if len(p) <= f.n {
+		f.n -= len(p)
+		return f.w.Write(p)
+	}
+	k, _ := f.w.Write(p[:f.n])
+	f.n = 0
+	return k, f.err
+}
+
+// trainedJob loads the MLP training plan, initialised and trained for steps steps.
+func trainedJob(t *testing.T, steps int) *Job {
+	t.Helper()
+	job, err := Load(compileIR(t, "../testdata/ir/mlp.ir", compiler.Options{Microbatches: 1}), cpu.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := job.Init(1); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < steps; i++ {
+		if _, err := job.Step(Options{Seed: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return job
+}
+
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// TestFailedSaveKeepsCheckpoint: a save that fails part-way (a full disk, an interruption)
+// leaves the previous checkpoint byte for byte and no temporary file; a first save that
+// fails leaves nothing.
+func TestFailedSaveKeepsCheckpoint(t *testing.T) {
+	job := trainedJob(t, 1)
+	dir := t.TempDir()
+	if err := job.Save(dir, 1); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, CheckpointFile)
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := job.Step(Options{Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, at := range []int{0, 5, 100, len(good) / 2, len(good) - 1} {
+		for _, cause := range []error{syscall.ENOSPC, errors.New("interrupted")} {
+			restore := SetWrapSaveFile(func(w io.Writer) io.Writer { return &failingWriter{w: w, n: at, err: cause} })
+			err := job.Save(dir, 1)
+			restore()
+			if !errors.Is(err, cause) || !strings.Contains(err.Error(), "the previous checkpoint.safetensors is unchanged") {
+				t.Fatalf("save failing after %d bytes: got %v, want %v saying the checkpoint is unchanged", at, err, cause)
+			}
+			if now, _ := os.ReadFile(path); string(now) != string(good) {
+				t.Fatalf("save failing after %d bytes changed the previous checkpoint", at)
+			}
+			if names := dirNames(t, dir); !slices.Equal(names, []string{CheckpointFile}) {
+				t.Fatalf("save failing after %d bytes left %v", at, names)
+			}
+		}
+	}
+	// The failed saves did not disturb a later one, which resumes at step 2.
+	if err := job.Save(dir, 1); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := trainedJob(t, 0).Resume(dir, false); err != nil || r.Step != 2 {
+		t.Fatalf("resume after failed saves: %+v %v", r, err)
+	}
+
+	empty := t.TempDir()
+	restore := SetWrapSaveFile(func(w io.Writer) io.Writer { return &failingWriter{w: w, n: 64, err: syscall.ENOSPC} })
+	defer restore()
+	if err := job.Save(empty, 1); !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "nothing was written") {
+		t.Fatalf("first save failing: %v", err)
+	}
+	if names := dirNames(t, empty); len(names) != 0 {
+		t.Fatalf("a failed first save left %v", names)
+	}
+}
+
+// TestLockDir: a second claim on a checkpoint directory is refused, naming the directory and
+// the holder; releasing the lock removes the lock file; taking it clears temporary files
+// that a killed save left.
+func TestLockDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ck")
+	lock, err := LockDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = LockDir(dir)
+	want := dir + " is in use: process " + strconv.Itoa(os.Getpid())
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("second lock: got %v, want %q", err, want)
+	}
+	if err := lock.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if names := dirNames(t, dir); len(names) != 0 {
+		t.Fatalf("unlock left %v", names)
+	}
+	stale := filepath.Join(dir, "."+CheckpointFile+".tmp-12345")
+	os.WriteFile(stale, []byte("half a checkpoint"), 0o644)
+	lock, err = LockDir(dir)
+	if err != nil {
+		t.Fatalf("lock after unlock: %v", err)
+	}
+	defer lock.Unlock()
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("a killed save's temporary file survived the next lock: %v", err)
+	}
+}
