@@ -25,8 +25,8 @@ var Partition = &Pass{
 		"minimises the bottleneck stage, i.e. the pipeline time T = Σtᵢ + (M−1)·max tⱼ, under a " +
 		"per-device memory limit (mem, bytes). The default mode is markers when the model has any, " +
 		"else auto. Ops that depend on no model input (constants, masks, transposed weights) go to the " +
-		"stage of their first user. The chosen layout and per-stage costs are recorded in the module " +
-		"attribute `partition`.",
+		"stage of their first user. The chosen layout and per-stage costs (seconds on the device profile " +
+		"named) are recorded in the module attribute `partition`.",
 	Options: []Option{
 		{Name: "pp", Default: "1", Doc: "pipeline ranks"},
 		{Name: "virtual", Default: "1", Doc: "stages per rank (interleaved and V-shaped schedules)"},
@@ -39,14 +39,13 @@ var Partition = &Pass{
 
 // unit is a contiguous piece of the model that a stage holds whole.
 type unit struct {
-	label      string // E, t3, L
-	kind       byte   // 'E', 't', 'L'
-	f, i, w    float64
-	params     int64 // parameter bytes
-	paramCount int64
-	act        int64   // activation bytes per micro-batch
-	cut        float64 // bytes crossing from this unit to later ones
-	flops      float64
+	label   string // E, t3, L
+	kind    byte   // 'E', 't', 'L'
+	f, i, w float64
+	params  int64   // parameter bytes
+	act     int64   // activation bytes per micro-batch
+	cut     float64 // bytes crossing from this unit to later ones
+	flops   float64
 }
 
 func runPartition(m *ir.Module, opts Options) error {
@@ -440,7 +439,6 @@ func (a *analysis) fillCosts(units []unit, unitOf map[*ir.Op]int) {
 			if a.isParam[x] && !seenParam[u][x] {
 				seenParam[u][x] = true
 				units[u].params += x.Type.Bytes()
-				units[u].paramCount += int64(x.Type.NumElements())
 			}
 			if a.data[x] {
 				lastUser[x] = max(lastUser[x], u)
@@ -487,8 +485,8 @@ func stageTime(units []unit, lo, hi int) float64 {
 // gradients back. Transfers overlap compute in a pipeline, so they count in the pipeline
 // time and break ties between equally balanced splits, but do not make a stage a bottleneck.
 func cutTime(units []unit, k int) float64 {
-	cc := CostConstants
-	return 2 * (units[k].cut/cc.LinkBandwidth + cc.LinkLatency)
+	dev := DefaultDevice
+	return 2 * (units[k].cut/dev.LinkBandwidth + dev.LinkLatency)
 }
 
 // stageMemory estimates the bytes a device needs for a group of units: parameters with their
@@ -713,14 +711,15 @@ func exampleLayout(units []unit, stages int) string {
 	return strings.Join(parts, "|")
 }
 
-// describePartition records the layout and per-stage estimates as a module attribute.
+// describePartition records the layout and per-stage estimates (in seconds on the device
+// profile named) as a module attribute.
 func describePartition(mode string, units []unit, assign []int, stages, mb int) ir.Attr {
 	var list ir.List
 	var times []float64
 	for s := 0; s < stages; s++ {
 		var labels []string
 		var f, i, w, flops float64
-		var params, act int64
+		var act int64
 		lo, hi := -1, -1
 		for k, u := range units {
 			if assign[k] != s {
@@ -732,7 +731,6 @@ func describePartition(mode string, units []unit, assign []int, stages, mb int) 
 			hi = k + 1
 			labels = append(labels, strings.Split(u.label, ",")...)
 			f, i, w, flops = f+u.f, i+u.i, w+u.w, flops+u.flops
-			params += u.paramCount
 			act += u.act
 		}
 		t := 0.0
@@ -746,7 +744,6 @@ func describePartition(mode string, units []unit, assign []int, stages, mb int) 
 			{Name: "flops", Value: ir.Float(flops)},
 			{Name: "i", Value: ir.Float(i)},
 			{Name: "layers", Value: ir.String(compactLabels(labels))},
-			{Name: "params", Value: ir.Int(params)},
 			{Name: "time", Value: ir.Float(t)},
 			{Name: "w", Value: ir.Float(w)},
 		}))
@@ -762,6 +759,7 @@ func describePartition(mode string, units []unit, assign []int, stages, mb int) 
 		}
 	}
 	return ir.Dict(ir.Attrs{
+		{Name: "device", Value: ir.String(DefaultDevice.Name)},
 		{Name: "mode", Value: ir.Ident(mode)},
 		{Name: "pipeline_time", Value: ir.Float(sum + float64(mb-1)*worst)},
 		{Name: "stages", Value: list},
