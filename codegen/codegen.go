@@ -127,6 +127,7 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 		if dev, ok := passes.LookupDevice(ir.Attrs(part).Str("device", "")); ok {
 			out.Plan.Device = &dev
 		}
+		out.Plan.PartitionNote = ir.Attrs(part).Str("note", "")
 	}
 	out.Plan.Recompute = opts.Recompute
 	return out, nil

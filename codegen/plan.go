@@ -27,6 +27,9 @@ type Plan struct {
 	StageRanks   []int       `json:"stage_ranks"` // stage → pipeline rank
 	StageInfo    []StageInfo `json:"stage_info,omitempty"`
 	Recompute    string      `json:"recompute,omitempty"`
+	// PartitionNote explains a split that the pipeline time does not, e.g. with one
+	// micro-batch.
+	PartitionNote string `json:"partition_note,omitempty"`
 	// Device is the device profile the cost model's times (StageInfo, Estimate) assume.
 	Device *passes.DeviceProfile `json:"device,omitempty"`
 	// Estimate is the schedule simulated with the cost model's per-stage times.

@@ -250,6 +250,9 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 	if len(p.StageInfo) > 1 {
 		printStages(w, p, params)
 	}
+	if p.PartitionNote != "" {
+		fmt.Fprintf(w, "  note: %s\n", p.PartitionNote)
+	}
 	if e := p.Estimate; e != nil && p.World > 1 {
 		dev := "an unrecorded device profile"
 		if p.Device != nil {

@@ -189,3 +189,57 @@ func TestCompileSummaryMemory(t *testing.T) {
 		t.Errorf("zbv: params column %d, summary:\n%s", column, out)
 	}
 }
+
+// With one micro-batch the pipeline time does not depend on the split. The automatic
+// partition used to let the cheapest cut decide, which put nearly all the work of a model
+// whose activations shrink layer by layer on stage 0 (15.9 MFLOP, then 528k, 264k and 132k):
+// now memory decides, every stage gets a real share, and the summary says why.
+func TestAutoPartitionOneMicrobatch(t *testing.T) {
+	model := writeFile(t, "merge.ppm", `model merge
+config {
+  batch = 4
+  seq = 128
+  d = 64
+  n_layers = 7
+}
+input x: f32[batch, seq, 2 * d]
+label y: i64[batch] in [0, 2 * d)
+// Each layer halves the sequence into the features, like patch merging: the same
+// parameters per layer, half the activations of the layer before.
+block merge(h, s) {
+  param w: f32[2 * d, d] = normal(0.05)
+  return reshape(relu(h @ w), [batch, s / 2, 2 * d])
+}
+forward {
+  h = x
+  s = seq
+  repeat n_layers as i {
+    h = merge(h, s) as layers[i]
+    s = s / 2
+  }
+  loss cross_entropy(reshape(h, [batch, 2 * d]), y)
+}
+`)
+	dir, out := compilePlan(t, model, "--pp", "4", "--microbatches", "1", "--schedule", "gpipe", "--partition", "auto")
+	if !strings.Contains(out, "  note: with 1 micro-batch the pipeline time does not depend on the split; stages balanced by memory\n") {
+		t.Errorf("no note:\n%s", out)
+	}
+	p := readPlan(t, dir)
+	var total float64
+	for _, s := range p.StageInfo {
+		total += s.FLOPs
+	}
+	for _, s := range p.StageInfo {
+		if share := s.FLOPs / total; share < 0.05 || share > 0.6 {
+			t.Errorf("stage %d (%s) does %.1f%% of the work, want 5–60%%:\n%s", s.Stage, s.Layers, 100*share, out)
+		}
+	}
+	if p.PartitionNote == "" {
+		t.Errorf("plan.json has no partition note")
+	}
+	// With enough micro-batches time decides, and there is nothing to explain.
+	_, out = compilePlan(t, model, "--pp", "4", "--microbatches", "4", "--partition", "auto")
+	if strings.Contains(out, "note:") {
+		t.Errorf("a note with 4 micro-batches:\n%s", out)
+	}
+}
