@@ -123,7 +123,13 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 		out.Plan.Schedule.Actions = append(out.Plan.Schedule.Actions, acts)
 	}
 	g.describe(out.Plan, out.Programs)
-	out.Plan.StageInfo = g.stageInfo()
+	out.Plan.StageInfo = g.stageInfo(out.Plan.Params)
+	if part, ok := m.Attrs.Get("partition").(ir.Dict); ok {
+		if dev, ok := passes.LookupDevice(ir.Attrs(part).Str("device", "")); ok {
+			out.Plan.Device = &dev
+		}
+		out.Plan.PartitionNote = ir.Attrs(part).Str("note", "")
+	}
 	out.Plan.Recompute = opts.Recompute
 	return out, nil
 }
@@ -162,11 +168,16 @@ type rankGen struct {
 	first   map[int]int // arena buffer → first instruction touching it
 	last    map[int]int // arena buffer → last instruction touching it
 	stages  []int
+	// forward is set while a forward (F) action is emitted; the arena buffers created then
+	// (its inputs, received activations and results) are in fwd, the rest of the arena is
+	// workspace: gradients in flight, recomputation, optimizer temporaries.
+	forward bool
+	fwd     map[int]bool
 }
 
 func (g *gen) newRank(r, world int, hash string) *rankGen {
 	rg := &rankGen{g: g, rank: r, kernels: map[string]int{}, named: map[string]int{}, inputs: map[portKey]int{},
-		ports: map[portKey]int{}, consts: map[*ir.Dense]int{}, first: map[int]int{}, last: map[int]int{}}
+		ports: map[portKey]int{}, consts: map[*ir.Dense]int{}, first: map[int]int{}, last: map[int]int{}, fwd: map[int]bool{}}
 	rg.prog = &pb.Program{FormatVersion: FormatVersion, Rank: int32(r), World: int32(world), Microbatches: int32(g.microbatches),
 		SourceHash: hash, Coords: []*pb.NamedInt{{Name: "pp", Value: int64(r)}, {Name: "dp"}, {Name: "tp"}}}
 	for s, pr := range g.sched.Placement {
@@ -194,7 +205,11 @@ func tensorFields(t ir.Type) (pb.DType, []int64) {
 
 func (rg *rankGen) newBuffer(name string, t ir.Type, role pb.Role) int {
 	dt, shape := tensorFields(t)
-	return rg.buffer(&pb.Buffer{Name: name, Dtype: dt, Shape: shape, Role: role})
+	id := rg.buffer(&pb.Buffer{Name: name, Dtype: dt, Shape: shape, Role: role})
+	if rg.forward && (role == pb.Role_ACTIVATION || role == pb.Role_INPUT) {
+		rg.fwd[id] = true
+	}
+	return id
 }
 
 func (rg *rankGen) instr(in *pb.Instr) {
@@ -272,6 +287,8 @@ func (rg *rankGen) emit() error {
 
 // instance emits one run of a per-stage function for micro-batch mb.
 func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind string) error {
+	rg.forward = kind == passes.KindF
+	defer func() { rg.forward = false }()
 	slotBuf := make([]int, len(b.Slots))
 	for i := range slotBuf {
 		slotBuf[i] = -1
@@ -713,8 +730,12 @@ func (rg *rankGen) planMemory() {
 	}
 	sort.Ints(ids)
 	iv := make([]lower.Interval, len(ids))
+	var fwd []lower.Interval
 	for i, id := range ids {
 		iv[i] = lower.Interval{Start: rg.first[id], End: rg.last[id], Size: rg.typeOf(id).Bytes()}
+		if rg.fwd[id] {
+			fwd = append(fwd, iv[i])
+		}
 	}
 	offsets, arena, _ := lower.PlanMemory(iv)
 	for i, id := range ids {
@@ -722,6 +743,9 @@ func (rg *rankGen) planMemory() {
 	}
 	rg.prog.ArenaBytes = arena
 	rg.info.ArenaBytes = arena
+	// The arena holds forward activations, at most PeakLive of them at once, and the rest.
+	rg.info.ActivationBytes = lower.PeakLive(fwd)
+	rg.info.WorkspaceBytes = arena - rg.info.ActivationBytes
 	rg.info.Instructions = len(rg.prog.Instrs)
 	for _, b := range rg.prog.Buffers {
 		n := rg.typeOf(int(b.Id)).Bytes()
@@ -784,7 +808,7 @@ func launchFLOPs(k *lower.Kernel, b *lower.Block, l lower.Launch) int64 {
 // describe fills the plan's input and parameter tables.
 func (g *gen) describe(p *Plan, progs []*pb.Program) {
 	seenIn := map[string]bool{}
-	holders := map[string][]int{}
+	holders, users := map[string][]int{}, map[string][]int{}
 	var order []string
 	params := map[string]Param{}
 	for _, f := range g.m.Funcs {
@@ -803,6 +827,9 @@ func (g *gen) describe(p *Plan, progs []*pb.Program) {
 				r := g.rankOfFunc(f.Name)
 				if !contains(holders[a.Name], r) {
 					holders[a.Name] = append(holders[a.Name], r)
+				}
+				if st := f.Attrs.Int("stage", 0); !contains(users[a.Name], st) {
+					users[a.Name] = append(users[a.Name], st)
 				}
 			}
 		}
@@ -825,8 +852,9 @@ func (g *gen) describe(p *Plan, progs []*pb.Program) {
 	}
 	for _, name := range order {
 		pr := params[name]
-		pr.Ranks = holders[name]
+		pr.Ranks, pr.Stages = holders[name], users[name]
 		sort.Ints(pr.Ranks)
+		sort.Ints(pr.Stages)
 		sort.Strings(pr.State)
 		pr.State = dedup(pr.State)
 		p.Params = append(p.Params, pr)
@@ -843,12 +871,28 @@ func dedup(s []string) []string {
 	return out
 }
 
-// stageInfo summarises each stage from the partition pass's estimates and the per-stage
-// functions' ports.
-func (g *gen) stageInfo() []StageInfo {
+// stageInfo summarises each stage from the partition pass's estimates, the parameters the
+// per-stage functions use and their ports.
+func (g *gen) stageInfo(params []Param) []StageInfo {
 	info := make([]StageInfo, g.stages)
 	for s := range info {
 		info[s] = StageInfo{Stage: s, Rank: g.sched.Placement[s]}
+	}
+	// A parameter counts once on each rank that holds it, in the first of its stages there:
+	// a weight tied across two ranks (GPT's embedding and output head) is held, and counted,
+	// twice; across two stages of one rank (a V-shaped placement), once.
+	for _, p := range params {
+		n := int64(1)
+		for _, d := range p.Shape {
+			n *= int64(d)
+		}
+		counted := map[int]bool{}
+		for _, st := range p.Stages {
+			if st < len(info) && !counted[info[st].Rank] {
+				counted[info[st].Rank] = true
+				info[st].Params += n
+			}
+		}
 	}
 	if part, ok := g.m.Attrs.Get("partition").(ir.Dict); ok {
 		if list, ok := ir.Attrs(part).Get("stages").(ir.List); ok {
@@ -859,7 +903,6 @@ func (g *gen) stageInfo() []StageInfo {
 				}
 				at := ir.Attrs(d)
 				info[s].Layers = at.Str("layers", "")
-				info[s].Params = int64(at.Int("params", 0))
 				info[s].FLOPs = at.Float("flops", 0)
 				info[s].F, info[s].I, info[s].W = at.Float("f", 0), at.Float("i", 0), at.Float("w", 0)
 			}

@@ -7,7 +7,9 @@
 // the schedule gives each rank, so a program is one whole training step, unrolled. That makes
 // the runtime a plain loop and lets the memory plan see the real lifetimes: a stashed
 // activation lives in the arena from its F to its I or W under exactly this schedule, and the
-// arena size is the schedule's true peak.
+// arena size is the schedule's true peak. plan.json splits that arena into the most forward
+// activations live at once (buffers created by F actions) and the workspace the backward and
+// optimizer need beyond them, and counts a tied weight once per rank that holds it.
 //
 // Communication is derived from the data flow rather than written into the IR (DESIGN.md puts
 // send/recv insertion among the passes): values that cross functions are IR ports, and when

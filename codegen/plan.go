@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"ppc.dev/ppc/passes"
 )
 
 // FormatVersion is written into every program and plan; the loader rejects other versions.
@@ -25,6 +27,11 @@ type Plan struct {
 	StageRanks   []int       `json:"stage_ranks"` // stage → pipeline rank
 	StageInfo    []StageInfo `json:"stage_info,omitempty"`
 	Recompute    string      `json:"recompute,omitempty"`
+	// PartitionNote explains a split that the pipeline time does not, e.g. with one
+	// micro-batch.
+	PartitionNote string `json:"partition_note,omitempty"`
+	// Device is the device profile the cost model's times (StageInfo, Estimate) assume.
+	Device *passes.DeviceProfile `json:"device,omitempty"`
 	// Estimate is the schedule simulated with the cost model's per-stage times.
 	Estimate  *Estimate    `json:"estimate,omitempty"`
 	Schedule  PlanSchedule `json:"schedule"`
@@ -42,19 +49,25 @@ type StageInfo struct {
 	Stage      int     `json:"stage"`
 	Rank       int     `json:"rank"`
 	Layers     string  `json:"layers,omitempty"` // e.g. "E,t0-t3"
-	Params     int64   `json:"params"`
-	FLOPs      float64 `json:"forward_flops"` // per micro-batch
-	StashBytes int64   `json:"stash_bytes"`   // activations kept from F to I/W, per micro-batch
-	SendBytes  int64   `json:"send_bytes"`    // activations sent to later stages, per micro-batch
-	F          float64 `json:"f_seconds"`     // cost model estimates
+	Params     int64   `json:"params"`           // elements held, counting a parameter once per rank
+	FLOPs      float64 `json:"forward_flops"`    // per micro-batch
+	StashBytes int64   `json:"stash_bytes"`      // activations kept from F to I/W, per micro-batch
+	SendBytes  int64   `json:"send_bytes"`       // activations sent to later stages, per micro-batch
+	F          float64 `json:"f_seconds"`        // cost model estimates
 	I          float64 `json:"i_seconds"`
 	W          float64 `json:"w_seconds"`
 }
 
-// Estimate is what the simulator predicts for one step of the plan.
+// Estimate is what the simulator predicts for one step of the plan on the plan's Device:
+// StepSeconds = IdealSeconds + BubbleSeconds + CommSeconds (see schedule.Result).
 type Estimate struct {
-	StepSeconds     float64 `json:"step_seconds"`
+	StepSeconds  float64 `json:"step_seconds"`
+	IdealSeconds float64 `json:"ideal_seconds"` // the busiest rank's compute
+	// BubbleSeconds is the idle time the schedule adds with free transfers; BubbleRatio is it
+	// over IdealSeconds, the papers' convention ((p−1)/m for 1F1B with equal stages).
+	BubbleSeconds   float64 `json:"bubble_seconds"`
 	BubbleRatio     float64 `json:"bubble_ratio"`
+	CommSeconds     float64 `json:"comm_seconds"`     // transfer time that compute does not hide
 	PeakActivations []int   `json:"peak_activations"` // micro-batches stashed per rank
 }
 
@@ -107,6 +120,8 @@ type Param struct {
 	Shape []int  `json:"shape"`
 	Init  string `json:"init,omitempty"`
 	Ranks []int  `json:"ranks"`
+	// Stages lists the stages whose functions use it: more than one for a tied weight.
+	Stages []int `json:"stages,omitempty"`
 	// State names the optimizer state buffers kept for it.
 	State []string `json:"state,omitempty"`
 }
@@ -117,13 +132,20 @@ type RankInfo struct {
 	Program      string `json:"program"`
 	Stages       []int  `json:"stages"`
 	Instructions int    `json:"instructions"`
-	ArenaBytes   int64  `json:"arena_bytes"`    // activation arena (peak live activations, planned)
-	ParamBytes   int64  `json:"param_bytes"`    // parameters on this rank
-	GradBytes    int64  `json:"grad_bytes"`     // their gradient accumulators
-	StateBytes   int64  `json:"state_bytes"`    // optimizer state
-	ConstBytes   int64  `json:"const_bytes"`    // compile-time constants
-	PeakBytes    int64  `json:"peak_bytes"`     // all of the above
-	FLOPs        int64  `json:"flops_per_step"` // matmul and convolution FLOPs per step
+	// The peak splits by role: PeakBytes = ParamBytes + GradBytes + StateBytes + ConstBytes +
+	// ArenaBytes, and the arena (buffers live for part of a step) = ActivationBytes +
+	// WorkspaceBytes. The backward's, optimizer's and communication's temporaries reuse the
+	// activations' memory once it is free, so WorkspaceBytes is what they need beyond it (plus
+	// the planner's packing slack), not their total.
+	ArenaBytes      int64 `json:"arena_bytes"`      // the arena, as planned
+	ActivationBytes int64 `json:"activation_bytes"` // the most forward activations (stashed or in flight) live at once
+	WorkspaceBytes  int64 `json:"workspace_bytes"`  // the rest of the arena
+	ParamBytes      int64 `json:"param_bytes"`      // parameters on this rank
+	GradBytes       int64 `json:"grad_bytes"`       // their gradient accumulators
+	StateBytes      int64 `json:"state_bytes"`      // optimizer state
+	ConstBytes      int64 `json:"const_bytes"`      // compile-time constants
+	PeakBytes       int64 `json:"peak_bytes"`       // all of the above
+	FLOPs           int64 `json:"flops_per_step"`   // matmul and convolution FLOPs per step
 	// ProgramSHA256 is the SHA-256 of the program file, hex: the loader refuses a program
 	// that a bit flip, a truncated copy or another compile has changed, since many such
 	// changes still decode and validate (a different operand buffer, a renamed tensor).

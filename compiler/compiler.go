@@ -198,14 +198,19 @@ func LearningRate(spec string) (float64, error) {
 	return passes.OptimizerLR(pl[0].Options)
 }
 
-// StageCosts turns a plan's per-stage cost-model estimates into simulator costs (seconds,
-// with the link model of passes.CostConstants). ok is false when the plan has no estimates.
+// StageCosts turns a plan's per-stage cost-model estimates into simulator costs: seconds on
+// the plan's device profile, whose links carry the activations. ok is false when the plan has
+// no estimates.
 func StageCosts(plan *codegen.Plan) (schedule.Cost, bool) {
 	if len(plan.StageInfo) != plan.Stages || plan.Stages == 0 {
 		return schedule.Cost{}, false
 	}
-	cc := passes.CostConstants
-	cost := schedule.Cost{F: 1, I: 1, W: 1, Comm: cc.LinkLatency, Bandwidth: cc.LinkBandwidth}
+	dev := passes.DefaultDevice // plans from before devices were recorded
+	if plan.Device != nil {
+		dev = *plan.Device
+	}
+	cost := schedule.Cost{F: 1, I: 1, W: 1, Comm: dev.LinkLatency, Bandwidth: dev.LinkBandwidth, Unit: schedule.Seconds,
+		Source: "cost model, device profile " + dev.Name + ", per-stage estimates from plan.json"}
 	for _, st := range plan.StageInfo {
 		cost.Stages = append(cost.Stages, schedule.StageCost{F: st.F, I: st.I, W: st.W,
 			CommBytes: float64(st.SendBytes), ActBytes: float64(st.StashBytes)})
@@ -223,7 +228,8 @@ func estimate(s *schedule.Schedule, plan *codegen.Plan) (*codegen.Estimate, erro
 	if err != nil {
 		return nil, err
 	}
-	return &codegen.Estimate{StepSeconds: res.StepTime, BubbleRatio: res.BubbleRatio, PeakActivations: res.PeakActivations}, nil
+	return &codegen.Estimate{StepSeconds: res.StepTime, IdealSeconds: res.IdealTime, BubbleSeconds: res.BubbleTime,
+		BubbleRatio: res.BubbleRatio, CommSeconds: res.CommTime, PeakActivations: res.PeakActivations}, nil
 }
 
 // loadSchedule makes the pipeline schedule: a generator by name, or a PyTorch CSV (whose

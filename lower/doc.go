@@ -3,5 +3,6 @@
 // launch when each intermediate has a single user in the chain and the chain's shape, and
 // every other op is one launch. It also owns the memory planner (PlanMemory): greedy best-fit
 // offsets in one arena for buffers with known lifetimes, which code generation runs over each
-// rank's whole unrolled step.
+// rank's whole unrolled step, and PeakLive, the most bytes a subset of those buffers holds at
+// once (how code generation tells forward activations from workspace in the arena).
 package lower

@@ -87,6 +87,9 @@ func TestPlanMemory(t *testing.T) {
 		if arena < bound {
 			t.Fatalf("arena %d below the live bound %d", arena, bound)
 		}
+		if peak := PeakLive(iv); peak != bound {
+			t.Fatalf("PeakLive %d, PlanMemory's live bound %d", peak, bound)
+		}
 		for i := range iv {
 			if off[i]%Alignment != 0 || off[i]+iv[i].Size > arena {
 				t.Fatalf("buffer %d misplaced at %d (arena %d)", i, off[i], arena)
@@ -104,5 +107,23 @@ func TestPlanMemory(t *testing.T) {
 	off, arena, _ := PlanMemory([]Interval{{0, 1, 1024}, {2, 3, 1024}, {4, 5, 1024}})
 	if arena != 1024 || off[1] != 0 {
 		t.Fatalf("sequential buffers not reused: offsets %v arena %d", off, arena)
+	}
+}
+
+// PeakLive counts buffers live at the same instruction together, and one that ends where
+// another starts as live at once (the instruction reads one and writes the other).
+func TestPeakLive(t *testing.T) {
+	for _, c := range []struct {
+		iv   []Interval
+		want int64
+	}{
+		{nil, 0},
+		{[]Interval{{0, 1, 1}, {2, 3, 100}}, 128},
+		{[]Interval{{0, 2, 64}, {2, 3, 64}}, 128},
+		{[]Interval{{0, 9, 64}, {1, 2, 64}, {3, 4, 64}, {4, 5, 64}}, 192},
+	} {
+		if got := PeakLive(c.iv); got != c.want {
+			t.Errorf("PeakLive(%v) = %d, want %d", c.iv, got, c.want)
+		}
 	}
 }

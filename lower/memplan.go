@@ -75,3 +75,32 @@ func PlanMemory(iv []Interval) (offsets []int64, arena, liveBound int64) {
 	}
 	return offsets, arena, liveBound
 }
+
+// PeakLive is the most bytes (each buffer rounded up to Alignment, as PlanMemory places it)
+// that the intervals hold at any one instruction. Over a subset of a rank's buffers it says how
+// much of the arena that subset needs, e.g. the forward activations; over all of them it is
+// PlanMemory's live bound.
+func PeakLive(iv []Interval) int64 {
+	type event struct {
+		at    int
+		delta int64
+	}
+	ev := make([]event, 0, 2*len(iv))
+	for _, b := range iv {
+		size := (b.Size + Alignment - 1) / Alignment * Alignment
+		ev = append(ev, event{b.Start, size}, event{b.End + 1, -size})
+	}
+	// At one instruction, buffers that ended before it go first.
+	sort.Slice(ev, func(i, j int) bool {
+		if ev[i].at != ev[j].at {
+			return ev[i].at < ev[j].at
+		}
+		return ev[i].delta < ev[j].delta
+	})
+	var live, peak int64
+	for _, e := range ev {
+		live += e.delta
+		peak = max(peak, live)
+	}
+	return peak
+}

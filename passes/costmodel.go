@@ -1,29 +1,82 @@
 package passes
 
 import (
+	"fmt"
+	"math"
+	"strconv"
+
 	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/schedule"
 )
 
-// The cost model's constants, all in one place. They describe the device the plan is made
-// for (by default one modern datacenter GPU and its interconnect); partitioning compares stage
-// costs only relative to each other, so what matters is the balance between compute, memory
-// traffic and communication, not the absolute numbers.
+// DeviceProfile describes the device a plan's time estimates assume: the rates of one
+// accelerator and of the link between pipeline neighbours. Partitioning compares stage costs
+// only relative to each other, so what matters there is the balance between compute, memory
+// traffic and communication; the absolute numbers matter to the step time the compile
+// summary and plan.json report, which is why the profile is named wherever a time is shown.
+type DeviceProfile struct {
+	Name          string  `json:"name"`
+	PeakFLOPs     float64 `json:"peak_flops"`     // floating-point operations per second of matmul-class work
+	VectorFLOPs   float64 `json:"vector_flops"`   // operations per second of elementwise and reduction work
+	MemBandwidth  float64 `json:"mem_bandwidth"`  // bytes per second between device memory and the cores
+	LinkBandwidth float64 `json:"link_bandwidth"` // bytes per second between pipeline neighbours
+	LinkLatency   float64 `json:"link_latency"`   // seconds per point-to-point message
+}
+
+// String names the profile with its rates, e.g. "a100-like (300 TFLOP/s matmul, 2 TB/s
+// memory, links 50 GB/s + 10 µs)".
+func (d DeviceProfile) String() string {
+	return fmt.Sprintf("%s (%s matmul, %s memory, links %s + %s)", d.Name, siRate(d.PeakFLOPs, "FLOP/s"),
+		siRate(d.MemBandwidth, "B/s"), siRate(d.LinkBandwidth, "B/s"), schedule.Seconds.Format(d.LinkLatency))
+}
+
+// A100Like is one modern datacenter GPU (dense fp16/bf16 matmul rate, HBM bandwidth) and an
+// NVLink-class link between pipeline neighbours. It is the only profile so far; a table of
+// profiles to choose from is planned, hence the name on every estimate.
+var A100Like = DeviceProfile{
+	Name:          "a100-like",
+	PeakFLOPs:     300e12,
+	VectorFLOPs:   20e12,
+	MemBandwidth:  2e12,
+	LinkBandwidth: 50e9,
+	LinkLatency:   10e-6,
+}
+
+// Devices lists the device profiles by name.
+var Devices = []DeviceProfile{A100Like}
+
+// DefaultDevice is the profile the cost model uses.
+var DefaultDevice = A100Like
+
+// LookupDevice returns the profile named name.
+func LookupDevice(name string) (DeviceProfile, bool) {
+	for _, d := range Devices {
+		if d.Name == name {
+			return d, true
+		}
+	}
+	return DeviceProfile{}, false
+}
+
+// CostConstants are the cost model's constants that describe the training job rather than
+// the device.
 var CostConstants = struct {
-	PeakFLOPs      float64 // floating-point operations per second of matmul-class work
-	VectorFLOPs    float64 // operations per second of elementwise and reduction work
-	MemBandwidth   float64 // bytes per second between device memory and the cores
-	LinkBandwidth  float64 // bytes per second between pipeline neighbours
-	LinkLatency    float64 // seconds per point-to-point message
 	OptStateBytes  int64   // bytes of gradient plus optimizer state per parameter byte (fp32 AdamW: 4 grad + 8 state per 4 weight)
 	BackwardFactor float64 // backward FLOPs per forward FLOP of an op with weights: I ≈ F and W ≈ F
 }{
-	PeakFLOPs:      300e12,
-	VectorFLOPs:    20e12,
-	MemBandwidth:   2e12,
-	LinkBandwidth:  50e9,
-	LinkLatency:    10e-6,
 	OptStateBytes:  3,
 	BackwardFactor: 2,
+}
+
+// siRate writes a rate with an SI prefix and three significant digits: 3e14 → "300 TFLOP/s".
+func siRate(v float64, unit string) string {
+	for _, p := range []string{"", "k", "M", "G", "T", "P"} {
+		if r := schedule.RoundSignificant(v, 3); math.Abs(r) < 1000 {
+			return strconv.FormatFloat(r, 'f', -1, 64) + " " + p + unit
+		}
+		v /= 1000
+	}
+	return strconv.FormatFloat(schedule.RoundSignificant(v, 3), 'f', -1, 64) + " E" + unit
 }
 
 // OpCost is the estimated cost of one op for one micro-batch.
@@ -92,17 +145,17 @@ func CostOf(op *ir.Op, isParam func(*ir.Value) bool) OpCost {
 		}
 		c.FLOPs = perElem * float64(max(n, 1))
 	}
-	cc := CostConstants
-	rate := cc.VectorFLOPs
+	dev := DefaultDevice
+	rate := dev.VectorFLOPs
 	if matrix {
-		rate = cc.PeakFLOPs
+		rate = dev.PeakFLOPs
 	}
-	c.F = max(c.FLOPs/rate, c.Bytes/cc.MemBandwidth)
+	c.F = max(c.FLOPs/rate, c.Bytes/dev.MemBandwidth)
 	// The input gradient costs about one forward; the weight gradient about one forward for
 	// ops with weights and nothing otherwise (BackwardFactor = I + W in forwards).
 	c.I = c.F
 	if hasWeights {
-		c.W = c.F * (cc.BackwardFactor - 1)
+		c.W = c.F * (CostConstants.BackwardFactor - 1)
 	}
 	return c
 }

@@ -20,13 +20,15 @@ var Partition = &Pass{
 		"the points where a single activation crosses. mode=markers uses the model's stage markers " +
 		"(grouping neighbours when there are more markers than stages); mode=layout places units as a " +
 		"Megatron-style layout string says (`E,t*4|t*4|t*4|t*4,L`, stages separated by `|`, which " +
-		"must cover the model exactly); mode=auto balances the cost model's per-unit time (forward, " +
-		"input and weight gradients, and the communication at each cut) with a dynamic program that " +
-		"minimises the bottleneck stage, i.e. the pipeline time T = Σtᵢ + (M−1)·max tⱼ, under a " +
-		"per-device memory limit (mem, bytes). The default mode is markers when the model has any, " +
+		"must cover the model exactly); mode=auto splits by the cost model's per-unit time (forward, " +
+		"input and weight gradients) to minimise the pipeline time T = Σtᵢ + (M−1)·max tⱼ under a " +
+		"per-device memory limit (mem, bytes); among splits within 1% of the fastest it takes the one " +
+		"with the least memory on its fullest stage, then the smallest bottleneck, then the cheapest " +
+		"transfers at the cuts. With one micro-batch T is the same for every split, so memory decides, " +
+		"and the attribute's note says so. The default mode is markers when the model has any, " +
 		"else auto. Ops that depend on no model input (constants, masks, transposed weights) go to the " +
-		"stage of their first user. The chosen layout and per-stage costs are recorded in the module " +
-		"attribute `partition`.",
+		"stage of their first user. The chosen layout and per-stage costs (seconds on the device profile " +
+		"named) are recorded in the module attribute `partition`.",
 	Options: []Option{
 		{Name: "pp", Default: "1", Doc: "pipeline ranks"},
 		{Name: "virtual", Default: "1", Doc: "stages per rank (interleaved and V-shaped schedules)"},
@@ -39,14 +41,13 @@ var Partition = &Pass{
 
 // unit is a contiguous piece of the model that a stage holds whole.
 type unit struct {
-	label      string // E, t3, L
-	kind       byte   // 'E', 't', 'L'
-	f, i, w    float64
-	params     int64 // parameter bytes
-	paramCount int64
-	act        int64   // activation bytes per micro-batch
-	cut        float64 // bytes crossing from this unit to later ones
-	flops      float64
+	label   string // E, t3, L
+	kind    byte   // 'E', 't', 'L'
+	f, i, w float64
+	params  int64   // parameter bytes
+	act     int64   // activation bytes per micro-batch
+	cut     float64 // bytes crossing from this unit to later ones
+	flops   float64
 }
 
 func runPartition(m *ir.Module, opts Options) error {
@@ -123,7 +124,11 @@ func partition(m *ir.Module, f *ir.Func, opts Options) error {
 	for _, op := range f.Ops {
 		op.Stage = assign[unitOf[op]]
 	}
-	m.Attrs = m.Attrs.Set("partition", describePartition(mode, units, assign, stages, mb))
+	note := ""
+	if mode != "layout" && mb == 1 && stages > 1 && len(units) > stages {
+		note = flatTimeNote
+	}
+	m.Attrs = m.Attrs.Set("partition", describePartition(mode, note, units, assign, stages, mb))
 	return nil
 }
 
@@ -440,7 +445,6 @@ func (a *analysis) fillCosts(units []unit, unitOf map[*ir.Op]int) {
 			if a.isParam[x] && !seenParam[u][x] {
 				seenParam[u][x] = true
 				units[u].params += x.Type.Bytes()
-				units[u].paramCount += int64(x.Type.NumElements())
 			}
 			if a.data[x] {
 				lastUser[x] = max(lastUser[x], u)
@@ -484,120 +488,100 @@ func stageTime(units []unit, lo, hi int) float64 {
 }
 
 // cutTime is the time to send the activations across the cut after unit k and their
-// gradients back. Transfers overlap compute in a pipeline, so they count in the pipeline
-// time and break ties between equally balanced splits, but do not make a stage a bottleneck.
+// gradients back, on the default device's links.
 func cutTime(units []unit, k int) float64 {
-	cc := CostConstants
-	return 2 * (units[k].cut/cc.LinkBandwidth + cc.LinkLatency)
+	dev := DefaultDevice
+	return 2 * (units[k].cut/dev.LinkBandwidth + dev.LinkLatency)
 }
 
-// stageMemory estimates the bytes a device needs for a group of units: parameters with their
-// gradients and optimizer state, plus the activations of the micro-batches in flight (pp under
-// 1F1B on the first rank, at most M).
-func stageMemory(units []unit, lo, hi, inflight int) int64 {
-	var params, act int64
-	for _, u := range units[lo:hi] {
-		params += u.params
-		act += u.act
-	}
-	return params*(1+CostConstants.OptStateBytes) + act*int64(inflight)
-}
+// timeTolerance is how much longer than the fastest a split's pipeline time may be and still
+// count as equally fast, so that memory decides between near-equal splits.
+const timeTolerance = 0.01
 
-// balance splits units into `stages` contiguous groups minimising the pipeline time
+// flatTimeNote explains a split that time cannot explain.
+const flatTimeNote = "with 1 micro-batch the pipeline time does not depend on the split; stages balanced by memory"
+
+// balance splits units into `stages` contiguous groups. It minimises, in order:
 //
-//	T = Σ tᵢ + Σ cuts + (M−1)·max tⱼ
+//  1. the pipeline time T = Σ tᵢ + (M−1)·max tⱼ (the TeraPipe / Alpa formulation: one
+//     micro-batch traverses every stage, the others follow at the pace of the slowest),
+//     counting splits within timeTolerance of the fastest as equal. Σ tᵢ is the same for every
+//     split, so this bounds the bottleneck stage; with M = 1 it does not constrain the split
+//     at all, and without the next criterion everything would pile onto one stage;
+//  2. the largest stage memory (parameters with gradients and optimizer state, plus the
+//     activations in flight), which must also fit the memory limit per stage;
+//  3. the bottleneck stage's time;
+//  4. the time of the transfers at the cuts (activations forward, gradients back), which
+//     overlap compute in a pipeline and so only break the remaining ties.
 //
-// (the TeraPipe / Alpa formulation: one micro-batch traverses every stage and cut, the others
-// follow at the pace of the slowest stage), subject to the memory limit per stage. As in
-// TeraPipe it enumerates the bottleneck: for each candidate t_max (a group's time), a dynamic
-// program over cut positions finds the split with the least communication whose stages all
-// take at most t_max; Σ tᵢ is the same for every split. Candidates are tried in increasing
-// order and the search stops once (M−1)·t_max alone exceeds the best T found.
+// Each of 1–3 is a bound on every group, and a split exists under a pair of bounds (time,
+// memory) exactly when the greedy split — each group as long as the bounds allow — needs at
+// most `stages` groups (a group within the bounds stays within them when cut in two), so each
+// is found by a binary search over the values a group can take; 4 is a dynamic program over
+// cut positions under the bounds found.
 func balance(units []unit, stages int, memLimit int64, pp, mb, virtual int) ([]int, error) {
 	n := len(units)
+	if n < stages || stages < 1 {
+		return nil, fmt.Errorf("cannot split %d units into %d stages", n, stages)
+	}
 	inflight := max(1, min(pp, mb))
-	perStage := int64(0)
+	perStage := int64(math.MaxInt64)
 	if memLimit > 0 {
 		perStage = memLimit / int64(virtual)
 	}
-	fits := func(j, i int) bool { return perStage == 0 || stageMemory(units, j, i, inflight) <= perStage }
 	prefix := make([]float64, n+1)
+	params, act := make([]int64, n+1), make([]int64, n+1)
 	for k, u := range units {
 		prefix[k+1] = prefix[k] + u.f + u.i + u.w
+		params[k+1], act[k+1] = params[k]+u.params, act[k]+u.act
 	}
-	var candidates []float64
+	const slack = 1e-12 // sums of the same costs in another order
+	timeOf := func(j, i int) float64 { return prefix[i] - prefix[j] }
+	// memOf estimates the bytes a device needs for units[j:i]: parameters with their gradients
+	// and optimizer state, plus the activations of the micro-batches in flight (pp under 1F1B
+	// on the first rank, at most M).
+	memOf := func(j, i int) int64 {
+		return (params[i]-params[j])*(1+CostConstants.OptStateBytes) + (act[i]-act[j])*int64(inflight)
+	}
+	ok := func(j, i int, tcap float64, mcap int64) bool {
+		return timeOf(j, i) <= tcap*(1+slack) && memOf(j, i) <= mcap
+	}
+	// feasible reports whether some split has every group within both bounds.
+	feasible := func(tcap float64, mcap int64) bool {
+		groups := 0
+		for j := 0; j < n; {
+			i := j
+			for i < n && ok(j, i+1, tcap, mcap) {
+				i++
+			}
+			if i == j {
+				return false // unit j alone breaks a bound
+			}
+			groups++
+			j = i
+		}
+		return groups <= stages
+	}
+	var times []float64
+	var mems []int64
 	for j := 0; j < n; j++ {
 		for i := j + 1; i <= n; i++ {
-			if fits(j, i) {
-				candidates = append(candidates, prefix[i]-prefix[j])
+			if m := memOf(j, i); m <= perStage {
+				times = append(times, timeOf(j, i))
+				mems = append(mems, m)
 			}
 		}
 	}
-	sort.Float64s(candidates)
+	sort.Float64s(times)
+	sort.Slice(mems, func(a, b int) bool { return mems[a] < mems[b] })
 	inf := math.Inf(1)
-	var best []int
-	bestT := inf
-	comm := make([][]float64, stages+1)
-	from := make([][]int, stages+1)
-	for s := range comm {
-		comm[s] = make([]float64, n+1)
-		from[s] = make([]int, n+1)
-	}
-	const slack = 1e-12
-	for ci, tmax := range candidates {
-		if ci > 0 && tmax == candidates[ci-1] {
-			continue
-		}
-		if prefix[n]+float64(mb-1)*tmax >= bestT {
-			break // no larger bottleneck can win
-		}
-		// comm[s][i]: least cut time splitting units[0:i] into s groups of time ≤ tmax.
-		for s := range comm {
-			for i := range comm[s] {
-				comm[s][i] = inf
-			}
-		}
-		comm[0][0] = 0
-		for s := 1; s <= stages; s++ {
-			for i := s; i <= n-(stages-s); i++ {
-				for j := i - 1; j >= s-1; j-- {
-					if prefix[i]-prefix[j] > tmax*(1+slack) {
-						break // earlier j only make the group longer
-					}
-					if comm[s-1][j] == inf || !fits(j, i) {
-						continue
-					}
-					c := comm[s-1][j]
-					if j > 0 {
-						c += cutTime(units, j-1)
-					}
-					if c < comm[s][i] {
-						comm[s][i], from[s][i] = c, j
-					}
-				}
-			}
-		}
-		if comm[stages][n] == inf {
-			continue
-		}
-		if t := prefix[n] + comm[stages][n] + float64(mb-1)*tmax; t < bestT {
-			bestT = t
-			best = make([]int, n)
-			i := n
-			for s := stages; s >= 1; s-- {
-				j := from[s][i]
-				for k := j; k < i; k++ {
-					best[k] = s - 1
-				}
-				i = j
-			}
-		}
-	}
-	if best == nil {
-		if perStage > 0 {
+	// 1. The least bottleneck under the memory limit, and the most time counted as equal.
+	k := sort.Search(len(times), func(k int) bool { return feasible(times[k], perStage) })
+	if k == len(times) {
+		if memLimit > 0 {
 			worst, who := int64(0), ""
 			for k := range units {
-				if need := stageMemory(units, k, k+1, inflight); need > worst {
+				if need := memOf(k, k+1); need > worst {
 					worst, who = need, units[k].label
 				}
 			}
@@ -605,7 +589,61 @@ func balance(units []unit, stages int, memLimit int64, pp, mb, virtual int) ([]i
 		}
 		return nil, fmt.Errorf("cannot split %d units into %d stages", n, stages)
 	}
-	return best, nil
+	tcap := inf
+	if mb > 1 {
+		best := prefix[n] + float64(mb-1)*times[k]
+		tcap = times[k] + timeTolerance*best/float64(mb-1)
+	}
+	// 2. The least memory within that time.
+	k = sort.Search(len(mems), func(k int) bool { return feasible(tcap, mems[k]) })
+	mcap := mems[k] // exists: the least bottleneck's split is within tcap and perStage
+	// 3. The least bottleneck within that memory.
+	// (step 2's split is within tcap, so this is too).
+	tcap = times[sort.Search(len(times), func(k int) bool { return feasible(times[k], mcap) })]
+	// 4. The cheapest cuts within both: comm[s][i] is the least transfer time splitting
+	// units[0:i] into s groups.
+	comm := make([][]float64, stages+1)
+	from := make([][]int, stages+1)
+	for s := range comm {
+		comm[s] = make([]float64, n+1)
+		from[s] = make([]int, n+1)
+		for i := range comm[s] {
+			comm[s][i] = inf
+		}
+	}
+	comm[0][0] = 0
+	for s := 1; s <= stages; s++ {
+		for i := s; i <= n-(stages-s); i++ {
+			for j := i - 1; j >= s-1; j-- {
+				if timeOf(j, i) > tcap*(1+slack) {
+					break // earlier j only make the group longer
+				}
+				if comm[s-1][j] == inf || !ok(j, i, tcap, mcap) {
+					continue
+				}
+				c := comm[s-1][j]
+				if j > 0 {
+					c += cutTime(units, j-1)
+				}
+				if c < comm[s][i] {
+					comm[s][i], from[s][i] = c, j
+				}
+			}
+		}
+	}
+	if comm[stages][n] == inf {
+		return nil, fmt.Errorf("cannot split %d units into %d stages", n, stages) // unreachable: feasible said so
+	}
+	assign := make([]int, n)
+	i := n
+	for s := stages; s >= 1; s-- {
+		j := from[s][i]
+		for k := j; k < i; k++ {
+			assign[k] = s - 1
+		}
+		i = j
+	}
+	return assign, nil
 }
 
 // parseLayout reads a Megatron-style layout: stages separated by '|', each a comma list of E,
@@ -713,14 +751,15 @@ func exampleLayout(units []unit, stages int) string {
 	return strings.Join(parts, "|")
 }
 
-// describePartition records the layout and per-stage estimates as a module attribute.
-func describePartition(mode string, units []unit, assign []int, stages, mb int) ir.Attr {
+// describePartition records the layout, per-stage estimates (in seconds on the device
+// profile named) and the note explaining the split, if any, as a module attribute.
+func describePartition(mode, note string, units []unit, assign []int, stages, mb int) ir.Attr {
 	var list ir.List
 	var times []float64
 	for s := 0; s < stages; s++ {
 		var labels []string
 		var f, i, w, flops float64
-		var params, act int64
+		var act int64
 		lo, hi := -1, -1
 		for k, u := range units {
 			if assign[k] != s {
@@ -732,7 +771,6 @@ func describePartition(mode string, units []unit, assign []int, stages, mb int) 
 			hi = k + 1
 			labels = append(labels, strings.Split(u.label, ",")...)
 			f, i, w, flops = f+u.f, i+u.i, w+u.w, flops+u.flops
-			params += u.paramCount
 			act += u.act
 		}
 		t := 0.0
@@ -746,7 +784,6 @@ func describePartition(mode string, units []unit, assign []int, stages, mb int) 
 			{Name: "flops", Value: ir.Float(flops)},
 			{Name: "i", Value: ir.Float(i)},
 			{Name: "layers", Value: ir.String(compactLabels(labels))},
-			{Name: "params", Value: ir.Int(params)},
 			{Name: "time", Value: ir.Float(t)},
 			{Name: "w", Value: ir.Float(w)},
 		}))
@@ -761,11 +798,16 @@ func describePartition(mode string, units []unit, assign []int, stages, mb int) 
 			sum += cutTime(units, k)
 		}
 	}
-	return ir.Dict(ir.Attrs{
+	d := ir.Attrs{
+		{Name: "device", Value: ir.String(DefaultDevice.Name)},
 		{Name: "mode", Value: ir.Ident(mode)},
 		{Name: "pipeline_time", Value: ir.Float(sum + float64(mb-1)*worst)},
 		{Name: "stages", Value: list},
-	})
+	}
+	if note != "" {
+		d = d.Set("note", ir.String(note))
+	}
+	return ir.Dict(d)
 }
 
 // compactLabels writes t0,t1,t2,t3 as t0-t3.

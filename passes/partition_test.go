@@ -1,6 +1,7 @@
 package passes
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -42,21 +43,59 @@ func TestBalanceMinimisesPipelineTime(t *testing.T) {
 	}
 }
 
-// With communication costs, T = Σt + Σcuts + (M−1)·max t: with one micro-batch the
-// bottleneck does not matter and the split with the cheapest cut wins; with many micro-batches
-// the bottleneck dominates.
-func TestBalanceTradesCommForBottleneck(t *testing.T) {
+// With one micro-batch the pipeline time does not depend on the split: memory decides, not
+// the cheapest cut (which would leave the second stage one unit and the first three).
+func TestBalanceOneMicrobatchBalancesMemory(t *testing.T) {
 	u := costUnits(1, 1, 1, 1)
-	// Huge activations cross after units 0 and 1 (the balanced cut), a small one after unit 2.
+	for i := range u {
+		u[i].params = 1000
+	}
 	u[0].cut, u[1].cut = 1e12, 1e12
 	u[2].cut = 1
-	one, _ := balance(u, 2, 0, 2, 1, 1)
-	many, _ := balance(u, 2, 0, 2, 1000, 1)
-	if one[2] != 0 || one[3] != 1 {
-		t.Errorf("M=1: %v, want the cheap cut after unit 2", one)
+	one, err := balance(u, 2, 0, 2, 1, 1)
+	if err != nil || fmt.Sprint(one) != "[0 0 1 1]" {
+		t.Errorf("M=1: %v %v, want [0 0 1 1] (two units' memory per stage)", one, err)
 	}
-	if many[1] != 0 || many[2] != 1 {
-		t.Errorf("M=1000: %v, want the balanced cut after unit 1", many)
+	// Memory the same either way: the smaller bottleneck wins, whatever the cuts cost.
+	for i := range u {
+		u[i].params = 0
+	}
+	if one, _ = balance(u, 2, 0, 2, 1, 1); fmt.Sprint(one) != "[0 0 1 1]" {
+		t.Errorf("M=1 without memory: %v, want the balanced [0 0 1 1]", one)
+	}
+}
+
+// With many micro-batches the bottleneck decides, and memory only between splits of (nearly)
+// the same time.
+func TestBalanceTimeBeforeMemory(t *testing.T) {
+	u := costUnits(1, 1, 1, 1)
+	u[3].params = 1e6 // the last stage's memory would be least with unit 3 alone
+	many, _ := balance(u, 2, 0, 2, 1000, 1)
+	if fmt.Sprint(many) != "[0 0 1 1]" {
+		t.Errorf("M=1000: %v, want the balanced [0 0 1 1]", many)
+	}
+	// Splits within timeTolerance of the fastest count as equal: [0]|[1,2] is 0.1% slower
+	// than [0,1]|[2] but halves the largest stage's memory.
+	u = costUnits(1, 1, 1.002)
+	u[0].params, u[1].params = 1e6, 1e6
+	if many, _ = balance(u, 2, 0, 2, 1000, 1); fmt.Sprint(many) != "[0 1 1]" {
+		t.Errorf("M=1000, near tie: %v, want [0 1 1]", many)
+	}
+	// 25% slower is not equal.
+	u[2].f = 1.5
+	if many, _ = balance(u, 2, 0, 2, 1000, 1); fmt.Sprint(many) != "[0 0 1]" {
+		t.Errorf("M=1000, no tie: %v, want [0 0 1]", many)
+	}
+}
+
+// The cost of the cuts breaks the remaining ties.
+func TestBalanceCheapestCutsLast(t *testing.T) {
+	u := costUnits(1, 1, 1, 1)
+	// Three splits into 3 stages have a bottleneck of 2; only one avoids the cut after unit 0.
+	u[0].cut = 1e12
+	got, _ := balance(u, 3, 0, 3, 8, 1)
+	if fmt.Sprint(got) != "[0 0 1 2]" {
+		t.Errorf("%v, want [0 0 1 2] (no cut after unit 0)", got)
 	}
 }
 

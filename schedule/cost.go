@@ -9,8 +9,9 @@ import (
 	"strings"
 )
 
-// Cost gives the simulator its times. Times are in arbitrary units (the
-// Chrome trace shows one unit as one millisecond).
+// Cost gives the simulator its times, all in one unit: abstract units (the
+// papers' F = I = W = 1; the Chrome trace shows one unit as one millisecond)
+// or seconds (a cost model's estimates), as Unit says.
 //
 // F, I and W are the times of one micro-batch's forward, input-gradient and
 // weight-gradient pass through one stage; B, the full backward, defaults to
@@ -29,6 +30,9 @@ import (
 // its own time, in parallel with compute). ActBytes is the size of one
 // stashed activation (one micro-batch, one stage); when set the result
 // reports peak bytes too.
+//
+// Source says where the costs came from, for reports (the SVG footer, JSON);
+// empty means they are the ones String prints.
 type Cost struct {
 	F, I, W, B float64
 	FB         float64
@@ -37,6 +41,80 @@ type Cost struct {
 	CommBytes  float64
 	ActBytes   float64
 	Stages     []StageCost
+	Unit       TimeUnit
+	Source     string
+}
+
+// TimeUnit is the unit of a Cost's times, carried into the Result so that
+// every report scales and labels them right.
+type TimeUnit int
+
+const (
+	// Units are abstract: the unit costs of the papers' bubble formulas, or
+	// whatever --cost gives.
+	Units TimeUnit = iota
+	// Seconds are a cost model's estimates.
+	Seconds
+)
+
+func (u TimeUnit) String() string {
+	if u == Seconds {
+		return "s"
+	}
+	return "units"
+}
+
+// MarshalJSON writes the unit as "s" or "units".
+func (u TimeUnit) MarshalJSON() ([]byte, error) { return []byte(strconv.Quote(u.String())), nil }
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (u *TimeUnit) UnmarshalJSON(b []byte) error {
+	switch string(b) {
+	case `"s"`:
+		*u = Seconds
+	case `"units"`:
+		*u = Units
+	default:
+		return fmt.Errorf("time unit %s: want \"s\" or \"units\"", b)
+	}
+	return nil
+}
+
+// Format writes a time in the unit: seconds with three significant digits and
+// a readable prefix ("164 µs", "2.5 ms"), units with up to four ("10.5").
+func (u TimeUnit) Format(v float64) string {
+	if u != Seconds {
+		return strconv.FormatFloat(RoundSignificant(v, 4), 'f', -1, 64)
+	}
+	scale, name := u.display(v)
+	return strconv.FormatFloat(RoundSignificant(v/scale, 3), 'f', -1, 64) + " " + name
+}
+
+// display picks the prefix to show a time of magnitude v in: seconds per
+// displayed unit and its name (for Units, 1 and "units").
+func (u TimeUnit) display(v float64) (scale float64, name string) {
+	if u != Seconds {
+		return 1, "units"
+	}
+	v = math.Abs(v)
+	switch {
+	case v == 0 || v >= 1:
+		return 1, "s"
+	case RoundSignificant(v, 3) >= 1e-3:
+		return 1e-3, "ms"
+	case RoundSignificant(v, 3) >= 1e-6:
+		return 1e-6, "µs"
+	}
+	return 1e-9, "ns"
+}
+
+// RoundSignificant rounds v to n significant decimal digits.
+func RoundSignificant(v float64, n int) float64 {
+	r, err := strconv.ParseFloat(strconv.FormatFloat(v, 'g', n, 64), 64)
+	if err != nil {
+		return v
+	}
+	return r
 }
 
 // StageCost is the cost of one stage. B zero means I+W. CommBytes is the size
@@ -136,10 +214,19 @@ func canonicalCostKey(k string) string {
 	return ""
 }
 
-// String formats c in ParseCost's syntax.
+// String formats c in ParseCost's syntax, with the unit when it is not
+// abstract. Per-stage costs are listed stage by stage (F=1/2 for two stages),
+// which ParseCost does not read back.
 func (c Cost) String() string {
 	kv := []string{
 		"F=" + fmtNum(c.F), "I=" + fmtNum(c.I), "W=" + fmtNum(c.W),
+	}
+	if len(c.Stages) > 0 {
+		var f, i, w []string
+		for _, sc := range c.Stages {
+			f, i, w = append(f, fmtNum(sc.F)), append(i, fmtNum(sc.I)), append(w, fmtNum(sc.W))
+		}
+		kv = []string{"F=" + strings.Join(f, "/"), "I=" + strings.Join(i, "/"), "W=" + strings.Join(w, "/")}
 	}
 	if c.B > 0 {
 		kv = append(kv, "B="+fmtNum(c.B))
@@ -157,8 +244,33 @@ func (c Cost) String() string {
 	if c.ActBytes > 0 {
 		kv = append(kv, "act="+fmtNum(c.ActBytes))
 	}
+	if c.Unit != Units {
+		return strings.Join(kv, ",") + " (" + c.Unit.String() + ")"
+	}
 	return strings.Join(kv, ",")
 }
+
+// Describe says where the costs came from: Source when set, else the costs
+// themselves and their unit, e.g. "F=1,I=1,W=1,comm=0 (units)".
+func (c Cost) Describe() string {
+	if c.Source != "" {
+		return c.Source
+	}
+	if c.Unit == Units {
+		return c.String() + " (units)"
+	}
+	return c.String()
+}
+
+// free is c with communication costing nothing: what the schedule alone
+// makes the ranks wait.
+func (c Cost) free() Cost {
+	c.Comm, c.Bandwidth = 0, 0
+	return c
+}
+
+// communicates reports whether any transfer takes time under c.
+func (c Cost) communicates() bool { return c.Comm > 0 || c.Bandwidth > 0 }
 
 func fmtNum(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 

@@ -81,10 +81,16 @@
 //
 //	step_time     when the last rank finishes
 //	ideal_time    the busiest rank's compute time (sum of its action costs)
-//	bubble_time   step_time − ideal_time;  bubble_ratio = bubble_time / ideal_time
+//	bubble_time   the step time with free transfers − ideal_time: the idle
+//	              time the schedule's dependencies cause;
+//	              bubble_ratio = bubble_time / ideal_time (the papers' (p−1)/m)
+//	comm_time     step_time − the step time with free transfers: what the
+//	              links add that compute does not hide, so that
+//	              step_time = ideal_time + bubble_time + comm_time
 //	internal_bubble_time  the largest idle time of a rank between its own first
-//	              start and last end (the papers' "parallelogram" view, in which
-//	              the next step starts on each rank as soon as it is done)
+//	              start and last end, with free transfers (the papers'
+//	              "parallelogram" view, in which the next step starts on each
+//	              rank as soon as it is done)
 //	peak_activations  per rank, the most (stage, micro-batch) activations held at
 //	              once; an activation is held from the start of its F to the end
 //	              of its W, or of its B when the backward is not split
@@ -118,9 +124,13 @@
 //
 // # Outputs
 //
+// Times carry their unit (Cost.Unit, Result.Unit): abstract units, as in the
+// papers and --cost, or seconds, as a compiled plan's cost model gives them.
 // Result.WriteTrace writes the Chrome Trace Event Format (one thread per
-// rank, one "X" event per action) for Perfetto; Result.WriteSVG draws the
-// timeline as the papers' figures do.
+// rank, one "X" event per action) for Perfetto, in real microseconds for
+// seconds and one millisecond per unit otherwise; Result.WriteSVG draws the
+// timeline as the papers' figures do, its axis in µs, ms or s (or units), with
+// a footer naming where the costs came from (Cost.Source).
 //
 // # Errors
 //

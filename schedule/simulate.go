@@ -13,19 +13,34 @@ type Result struct {
 	Microbatches int    `json:"microbatches"`
 	Format       string `json:"format"` // compute_only or compute_comms
 	Cost         string `json:"cost"`   // the costs, in ParseCost syntax
-	Placement    []int  `json:"placement"`
+	// CostSource says where the costs came from (Cost.Describe).
+	CostSource string `json:"cost_source"`
+	// Unit is the unit of every time below (and of the events).
+	Unit      TimeUnit `json:"time_unit"`
+	Placement []int    `json:"placement"`
 
+	// The step time splits into the ideal time, the bubble and the
+	// communication compute does not hide: StepTime = IdealTime + BubbleTime +
+	// CommTime.
+	//
 	// StepTime is when the last rank finishes (all ranks start at 0).
 	StepTime float64 `json:"step_time"`
 	// IdealTime is the busiest rank's total compute time.
 	IdealTime float64 `json:"ideal_time"`
-	// BubbleTime is StepTime − IdealTime; BubbleRatio is BubbleTime / IdealTime.
+	// BubbleTime is the idle time the schedule's dependencies add to the
+	// ideal time: the step time with free transfers, minus IdealTime.
+	// BubbleRatio is BubbleTime / IdealTime, the papers' convention: (p−1)/m
+	// for GPipe and 1F1B with unit costs (so above 1 when m < p−1).
 	BubbleTime  float64 `json:"bubble_time"`
 	BubbleRatio float64 `json:"bubble_ratio"`
+	// CommTime is what transfers add on top: StepTime minus the step time
+	// with free transfers. A bubble far above the schedule's formula is
+	// usually this, and it is reported apart so the bubble keeps its meaning.
+	CommTime float64 `json:"comm_time"`
 	// InternalBubble is the largest idle time of a rank between its own first
-	// start and last end: the bubble that remains when the next step may start
-	// on each rank as soon as it finishes (the papers' "parallelogram" view,
-	// in which ZB-H2 has no bubble).
+	// start and last end, with free transfers: the bubble that remains when
+	// the next step may start on each rank as soon as it finishes (the
+	// papers' "parallelogram" view, in which ZB-H2 has no bubble).
 	InternalBubble float64 `json:"internal_bubble_time"`
 
 	Busy []float64 `json:"busy_time"` // per rank: compute time
@@ -59,6 +74,9 @@ type Event struct {
 // schedules run their SEND/RECV actions (a send is non-blocking and its
 // message reaches the peer's mailbox after the transfer time, a RECV waits
 // for it). A schedule that Validate rejects is an error, never a hang.
+//
+// With communication costs it simulates the schedule twice, the second time
+// with free transfers, to tell the bubble from the communication time.
 func Simulate(s *Schedule, c Cost) (*Result, error) {
 	if err := s.checkShape(); err != nil {
 		return nil, err
@@ -66,6 +84,32 @@ func Simulate(s *Schedule, c Cost) (*Result, error) {
 	if err := c.check(s.Stages); err != nil {
 		return nil, err
 	}
+	res, err := simulate(s, c)
+	if err != nil {
+		return nil, err
+	}
+	free := res
+	if c.communicates() {
+		if free, err = simulate(s, c.free()); err != nil {
+			return nil, err
+		}
+	}
+	// A rank's action order is fixed, so a shorter transfer never delays an
+	// action: the free step time is at most the real one.
+	res.BubbleTime = free.StepTime - res.IdealTime
+	res.CommTime = res.StepTime - free.StepTime
+	if res.CommTime < 0 { // rounding
+		res.BubbleTime, res.CommTime = res.StepTime-res.IdealTime, 0
+	}
+	res.InternalBubble = free.InternalBubble
+	if res.IdealTime > 0 {
+		res.BubbleRatio = res.BubbleTime / res.IdealTime
+	}
+	return res, nil
+}
+
+// simulate runs s under c; the bubble figures are left to Simulate.
+func simulate(s *Schedule, c Cost) (*Result, error) {
 	cm := &costModel{c: &c}
 	p, err := compile(s, cm)
 	if err != nil {
@@ -81,8 +125,8 @@ func Simulate(s *Schedule, c Cost) (*Result, error) {
 	R := s.Ranks
 	res := &Result{
 		Name: s.Name, Ranks: R, Stages: s.Stages, Microbatches: s.Microbatches,
-		Format: s.Format(), Cost: c.String(), Placement: append([]int(nil), s.Placement...),
-		Busy: make([]float64, R), Idle: make([]float64, R),
+		Format: s.Format(), Cost: c.String(), CostSource: c.Describe(), Unit: c.Unit,
+		Placement: append([]int(nil), s.Placement...), Busy: make([]float64, R), Idle: make([]float64, R),
 		PeakActivations: make([]int, R), Events: make([][]Event, R),
 	}
 	withBytes := c.ActBytes > 0
@@ -146,10 +190,6 @@ func Simulate(s *Schedule, c Cost) (*Result, error) {
 	// step time of +Inf and a bubble of NaN.
 	if math.IsInf(res.StepTime, 0) || math.IsInf(res.IdealTime, 0) {
 		return nil, fmt.Errorf("the step time overflows: the costs are too large to simulate (scale them down)")
-	}
-	res.BubbleTime = res.StepTime - res.IdealTime
-	if res.IdealTime > 0 {
-		res.BubbleRatio = res.BubbleTime / res.IdealTime
 	}
 	return res, nil
 }

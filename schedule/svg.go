@@ -29,8 +29,10 @@ var svgLegend = []struct{ key, label string }{
 // overlapped F&B purple, outlined) with its micro-batch number inside (F/B
 // micro-batches for an overlap); a rank's second and later stages (virtual
 // chunks) are drawn in a lighter shade. Idle time shows as the grey row
-// background; communication actions are not drawn. A legend and a caption
-// with the step time, bubble and peak activations follow.
+// background; communication actions are not drawn. The time axis is labelled
+// in the result's unit (µs, ms or s for costs in seconds). A legend, a caption
+// with the step time, bubble and peak activations, and a footer naming where
+// the costs came from follow.
 //
 // Each rank is a <g class="rank"> and each computation a <rect> whose class
 // starts with "cell", so tools and tests can find them.
@@ -52,7 +54,7 @@ func (r *Result) WriteSVG(w io.Writer) error {
 	rowsH := float64(r.Ranks)*(rowH+rowGap) - rowGap
 	axisY := top + rowsH + 8
 	legendY := axisY + 34
-	height := legendY + 60
+	height := legendY + 78
 
 	chunk := r.chunkIndex()
 	nchunk := max(1, maxChunk(chunk))
@@ -104,7 +106,7 @@ func (r *Result) WriteSVG(w io.Writer) error {
 					stroke, sw = "#111111", math.Min(1.5, cw/4)
 				}
 				fmt.Fprintf(b, `<rect class="cell %s" x="%s" y="%s" width="%s" height="%s" rx="2" fill="%s" stroke="%s" stroke-width="%s"><title>%s [%s, %s]</title></rect>`+"\n",
-					cellClass(key), num(x), num(y), num(cw), num(rowH), fill, stroke, num(sw), esc(a.String()), num(e.Start), num(e.End))
+					cellClass(key), num(x), num(y), num(cw), num(rowH), fill, stroke, num(sw), esc(a.String()), esc(r.Unit.Format(e.Start)), esc(r.Unit.Format(e.End)))
 				fs := math.Min(12, math.Min(rowH*0.5, cw/(0.62*float64(len(label))+0.4)))
 				if fs >= 6 {
 					fmt.Fprintf(b, `<text x="%s" y="%s" font-size="%s" text-anchor="middle" fill="%s">%s</text>`+"\n",
@@ -115,16 +117,23 @@ func (r *Result) WriteSVG(w io.Writer) error {
 		b.WriteString("</g>\n")
 	}
 
-	// time axis
+	// time axis, in a readable prefix of the result's unit: µs ticks for a
+	// cost model's microsecond step, plain numbers for abstract units
+	scale, unit := r.Unit.display(step)
 	fmt.Fprintf(b, `<g class="axis" font-size="11" fill="#444"><line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#666"/>`+"\n",
 		num(left), num(axisY), num(left+plotW), num(axisY))
-	tick := niceTick(step / 10)
-	for t := 0.0; t <= step+1e-9; t += tick {
-		x := left + t*px
-		fmt.Fprintf(b, `<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#666"/><text x="%s" y="%s" text-anchor="middle">%s</text>`+"\n",
-			num(x), num(axisY), num(x), num(axisY+4), num(x), num(axisY+16), num(t))
+	tick := niceTick(step / scale / 10)
+	for k := 0; float64(k)*tick*scale <= step*(1+1e-9); k++ {
+		t := float64(k) * tick
+		x := left + t*scale*px
+		label := strconv.FormatFloat(RoundSignificant(t, 6), 'f', -1, 64)
+		if r.Unit == Seconds {
+			label += " " + unit
+		}
+		fmt.Fprintf(b, `<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#666"/><text class="tick" x="%s" y="%s" text-anchor="middle">%s</text>`+"\n",
+			num(x), num(axisY), num(x), num(axisY+4), num(x), num(axisY+16), esc(label))
 	}
-	fmt.Fprintf(b, `<text x="%s" y="%s" text-anchor="end">time</text></g>`+"\n", num(left-10), num(axisY+16))
+	fmt.Fprintf(b, `<text x="%s" y="%s" text-anchor="end">time (%s)</text></g>`+"\n", num(left-10), num(axisY+16), esc(unit))
 
 	// legend
 	b.WriteString(`<g class="legend" font-size="12" fill="#222">` + "\n")
@@ -147,10 +156,16 @@ func (r *Result) WriteSVG(w io.Writer) error {
 	b.WriteString("</g>\n")
 
 	// caption
-	caption := fmt.Sprintf("step time %s · ideal %s · bubble %s = %.2f%% of ideal", num(r.StepTime), num(r.IdealTime), num(r.BubbleTime), 100*r.BubbleRatio)
-	caption2 := fmt.Sprintf("peak activations per rank %s · costs %s", joinInts(r.PeakActivations), r.Cost)
+	f := r.Unit.Format
+	caption := fmt.Sprintf("step time %s · ideal %s · bubble %s = %.2f%% of ideal", f(r.StepTime), f(r.IdealTime), f(r.BubbleTime), 100*r.BubbleRatio)
+	if r.CommTime > 0 {
+		caption += fmt.Sprintf(" · transfers not hidden %s", f(r.CommTime))
+	}
+	caption2 := fmt.Sprintf("peak activations per rank %s", joinInts(r.PeakActivations))
+	footer := "costs: " + r.CostSource
 	fmt.Fprintf(b, `<text class="caption" x="%s" y="%s" font-size="13" font-weight="bold" fill="#222">%s</text>`+"\n", num(left), num(legendY+28), esc(caption))
 	fmt.Fprintf(b, `<text class="caption" x="%s" y="%s" font-size="12" fill="#444">%s</text>`+"\n", num(left), num(legendY+46), esc(caption2))
+	fmt.Fprintf(b, `<text class="footer" x="%s" y="%s" font-size="12" fill="#444">%s</text>`+"\n", num(left), num(legendY+64), esc(footer))
 	b.WriteString("</svg>\n")
 	return b.Flush()
 }

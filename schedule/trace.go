@@ -7,9 +7,15 @@ import (
 	"strings"
 )
 
-// TraceUnit is the number of trace microseconds per cost unit: one unit of
-// simulated time shows as one millisecond in Perfetto.
-const TraceUnit = 1000.0
+// traceScale is the number of trace microseconds per unit of the result's
+// times: a second is 10⁶ µs; an abstract unit shows as one millisecond in
+// Perfetto, so that unit-cost timelines read as whole numbers.
+func (r *Result) traceScale() float64 {
+	if r.Unit == Seconds {
+		return 1e6
+	}
+	return 1000
+}
 
 type traceEvent struct {
 	Name string         `json:"name"`
@@ -25,18 +31,19 @@ type traceEvent struct {
 // WriteTrace writes the timeline in the Chrome Trace Event Format (JSON
 // object form), which Perfetto and chrome://tracing load: one "X"
 // (complete) event per action, one thread per rank (tid = rank, named
-// "rank N" by "M" metadata events), times in microseconds with one cost
-// unit = TraceUnit µs. Names read "F3 s1" (forward of micro-batch 3 on
+// "rank N" by "M" metadata events), times in microseconds: real ones for costs
+// in seconds, one millisecond per abstract unit otherwise. Names read "F3 s1" (forward of micro-batch 3 on
 // stage 1), "F7 s0 & B3 s7" for an OVERLAP_F_B, "SEND_F2 s0" for comms;
 // args carry the stage(s), micro-batch(es) and the action in grammar form.
 func (r *Result) WriteTrace(w io.Writer) error {
 	events := make([]traceEvent, 0, 2+r.Ranks)
+	scale := r.traceScale()
 	title := r.Name
 	if title == "" {
 		title = "schedule"
 	}
 	events = append(events, traceEvent{Name: "process_name", Ph: "M", Pid: 0,
-		Args: map[string]any{"name": fmt.Sprintf("%s (p=%d, m=%d)", title, r.Ranks, r.Microbatches)}})
+		Args: map[string]any{"name": fmt.Sprintf("%s (p=%d, m=%d; costs: %s)", title, r.Ranks, r.Microbatches, r.CostSource)}})
 	for rank := range r.Ranks {
 		events = append(events,
 			traceEvent{Name: "thread_name", Ph: "M", Pid: 0, Tid: rank, Args: map[string]any{"name": fmt.Sprintf("rank %d", rank)}},
@@ -44,9 +51,9 @@ func (r *Result) WriteTrace(w io.Writer) error {
 	}
 	for rank, evs := range r.Events {
 		for _, e := range evs {
-			dur := (e.End - e.Start) * TraceUnit
+			dur := (e.End - e.Start) * scale
 			te := traceEvent{Name: traceName(e.Action), Cat: traceCat(e.Action), Ph: "X",
-				Ts: e.Start * TraceUnit, Dur: &dur, Pid: 0, Tid: rank,
+				Ts: e.Start * scale, Dur: &dur, Pid: 0, Tid: rank,
 				Args: map[string]any{"action": e.Action.String()}}
 			if e.Action.Kind == OverlapFB {
 				var stages, mbs []int

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"ppc.dev/ppc/codegen"
 	"ppc.dev/ppc/compiler"
@@ -240,27 +239,45 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 		p.Mesh.PP, p.Mesh.DP, p.Mesh.TP, p.World, p.Stages, p.Schedule.Name, p.Microbatches)
 	fmt.Fprintf(w, "  FLOPs/step   %s (matmuls and convolutions)\n", formatFLOPs(flops))
 	for _, r := range p.Ranks {
-		fmt.Fprintf(w, "  rank %-3d     peak %s = params %s + grads %s + optimizer %s + activations %s; %d instructions\n",
+		consts := ""
+		if r.ConstBytes > 0 {
+			consts = " + constants " + formatBytes(r.ConstBytes)
+		}
+		fmt.Fprintf(w, "  rank %-3d     peak %s = params %s + grads %s + optimizer %s + activations %s + workspace %s%s; %d instructions\n",
 			r.Rank, formatBytes(r.PeakBytes), formatBytes(r.ParamBytes), formatBytes(r.GradBytes), formatBytes(r.StateBytes),
-			formatBytes(r.ArenaBytes), r.Instructions)
+			formatBytes(r.ActivationBytes), formatBytes(r.WorkspaceBytes), consts, r.Instructions)
 	}
 	if len(p.StageInfo) > 1 {
-		printStages(w, p)
+		printStages(w, p, params)
+	}
+	if p.PartitionNote != "" {
+		fmt.Fprintf(w, "  note: %s\n", p.PartitionNote)
 	}
 	if e := p.Estimate; e != nil && p.World > 1 {
-		fmt.Fprintf(w, "  simulated step (cost model): %s, bubble %.1f%% of the busiest rank's compute, peak stashed micro-batches per rank %v\n",
-			time.Duration(e.StepSeconds*1e9), 100*e.BubbleRatio, e.PeakActivations)
+		dev := "an unrecorded device profile"
+		if p.Device != nil {
+			dev = "device profile " + p.Device.String()
+		}
+		sec := schedule.Seconds.Format
+		fmt.Fprintf(w, "  estimate     for %s, by the cost model:\n", dev)
+		fmt.Fprintf(w, "               step %s = ideal %s (the busiest rank's compute) + bubble %s (%.3g%% of ideal) + transfers not hidden %s\n",
+			sec(e.StepSeconds), sec(e.IdealSeconds), sec(e.BubbleSeconds), 100*e.BubbleRatio, sec(e.CommSeconds))
+		fmt.Fprintf(w, "               peak stashed micro-batches per rank %v\n", e.PeakActivations)
 	}
 }
 
 // printStages prints the stage table: where each stage runs, what it holds, and how balanced
-// the cost model thinks it is.
-func printStages(w io.Writer, p *codegen.Plan) {
+// the cost model thinks it is. A weight tied across stages is counted once per rank holding
+// it, and a footnote says so when the column therefore sums to more than the model's
+// parameter count (total).
+func printStages(w io.Writer, p *codegen.Plan, total int64) {
 	var sum, worst float64
+	var column int64
 	for _, s := range p.StageInfo {
 		t := s.F + s.I + s.W
 		sum += t
 		worst = max(worst, t)
+		column += s.Params
 	}
 	mean := sum / float64(len(p.StageInfo))
 	fmt.Fprintf(w, "\n  %-5s %-4s %-14s %12s %12s %14s %10s\n", "stage", "rank", "layers", "params", "FLOPs/mb", "stash/mb", "imbalance")
@@ -272,9 +289,41 @@ func printStages(w io.Writer, p *codegen.Plan) {
 		fmt.Fprintf(w, "  %-5d %-4d %-14s %12s %12s %14s %+9.1f%%\n", s.Stage, s.Rank, s.Layers, groupDigits(s.Params),
 			formatFLOPs(int64(s.FLOPs)), formatBytes(s.StashBytes), imb)
 	}
+	for _, pr := range p.Params {
+		if len(pr.Stages) < 2 {
+			continue
+		}
+		n := int64(1)
+		for _, d := range pr.Shape {
+			n *= int64(d)
+		}
+		if len(pr.Ranks) > 1 {
+			fmt.Fprintf(w, "  tied: %s (%s) is used by stages %s and held on ranks %s, counted in each\n",
+				pr.Name, groupDigits(n), joinInts(pr.Stages), joinInts(pr.Ranks))
+		} else {
+			fmt.Fprintf(w, "  tied: %s (%s) is used by stages %s, held once on rank %s\n",
+				pr.Name, groupDigits(n), joinInts(pr.Stages), joinInts(pr.Ranks))
+		}
+	}
+	if column != total {
+		fmt.Fprintf(w, "  params column: %s = %s parameters + %s held on more than one rank\n",
+			groupDigits(column), groupDigits(total), groupDigits(column-total))
+	}
 	if mean > 0 {
 		fmt.Fprintf(w, "  bottleneck stage %.1f%% above the mean (cost model)\n", (worst-mean)/mean*100)
 	}
+}
+
+// joinInts writes 0, 3 as "0 and 3" and 0, 3, 5 as "0, 3 and 5".
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	if len(s) < 2 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
 }
 
 func groupDigits(n int64) string {

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"ppc.dev/ppc/codegen"
 	"ppc.dev/ppc/compiler"
@@ -117,11 +116,7 @@ func init() {
 					if s, err = sf.load(setFlags(fs)); err != nil {
 						return err
 					}
-					spec := *costFlag
-					if spec == "" {
-						spec = "F=1,I=1,W=1"
-					}
-					if cost, err = schedule.ParseCost(spec); err != nil {
+					if cost, err = schedule.ParseCost(*costFlag); err != nil {
 						return usagef("--cost: %v", err)
 					}
 				case 1:
@@ -169,13 +164,13 @@ func init() {
 					return enc.Encode(res)
 				}
 				fmt.Fprintf(e.stdout, "schedule %s: %d rank(s), %d stage(s), %d micro-batch(es)\n", s.Name, s.Ranks, s.Stages, s.Microbatches)
-				unit := func(v float64) string { return fmt.Sprintf("%.4g", v) }
-				if len(args) == 1 && *costFlag == "" {
-					unit = func(v float64) string { return time.Duration(v * 1e9).String() }
-					fmt.Fprintf(e.stdout, "  (cost model estimates per micro-batch and stage; see plan.json stage_info)\n")
+				fmt.Fprintf(e.stdout, "  costs: %s\n", res.CostSource)
+				f := res.Unit.Format
+				fmt.Fprintf(e.stdout, "  step time     %s\n  ideal time    %s (busiest rank's compute)\n  bubble        %s (ratio %.4g of ideal)\n",
+					f(res.StepTime), f(res.IdealTime), f(res.BubbleTime), res.BubbleRatio)
+				if res.CommTime > 0 {
+					fmt.Fprintf(e.stdout, "  transfers     %s not hidden by compute\n", f(res.CommTime))
 				}
-				fmt.Fprintf(e.stdout, "  step time     %s\n  ideal time    %s (busiest rank's compute)\n  bubble        %s (ratio %.4f of ideal)\n",
-					unit(res.StepTime), unit(res.IdealTime), unit(res.BubbleTime), res.BubbleRatio)
 				for r, a := range res.PeakActivations {
 					fmt.Fprintf(e.stdout, "  rank %-3d      peak activations %d micro-batch(es)", r, a)
 					if r < len(res.PeakActivationBytes) {
@@ -213,16 +208,12 @@ func planSchedule(dir string, plan *codegen.Plan, costFlag string) (*schedule.Sc
 		return nil, schedule.Cost{}, fmt.Errorf("%s: schedule: %v", filepath.Join(dir, "plan.json"), err)
 	}
 	s.Name = plan.Schedule.Name
-	if _, ok := compiler.StageCosts(plan); costFlag != "" || !ok {
-		if costFlag == "" {
-			costFlag = "F=1,I=1,W=1"
-		}
-		cost, err := schedule.ParseCost(costFlag)
-		if err != nil {
-			return nil, cost, usagef("--cost: %v", err)
-		}
+	if cost, ok := compiler.StageCosts(plan); ok && costFlag == "" {
 		return s, cost, nil
 	}
-	cost, _ := compiler.StageCosts(plan)
+	cost, err := schedule.ParseCost(costFlag)
+	if err != nil {
+		return nil, cost, usagef("--cost: %v", err)
+	}
 	return s, cost, nil
 }
