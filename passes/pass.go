@@ -17,8 +17,10 @@ type Pass struct {
 	Doc  string
 	// Options the pass accepts in a pipeline string (`name{key=value}`), with defaults.
 	Options []Option
-	// Run transforms the module in place. It returns an error for input it cannot handle;
-	// the manager adds the pass name and writes a reproducer.
+	// Run transforms the module in place. It returns an error for input it cannot handle
+	// (with the position in the user's file where there is one); the manager adds the pass
+	// name and exit status 2. A bug in the pass shows as a panic or as IR that fails the
+	// verifier; for those the manager writes a reproducer.
 	Run func(m *ir.Module, opts Options) error
 }
 

@@ -138,6 +138,28 @@ func TestCompileFlagConflicts(t *testing.T) {
 	}
 }
 
+// Mistakes on the command line that only the partitioner can see are still the user's: exit
+// 2, the reason, and no reproducer in the temporary directory.
+func TestPartitionMistakesWriteNoReproducer(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	tiny := []string{"compile", gpt, "--preset", "tiny", "--pp", "2", "--microbatches", "2", "-o", out}
+	for _, c := range []struct {
+		extra []string
+		want  string
+	}{
+		{[]string{"--layout", "E,t*4|t*3,L"}, `layout "E,t*4|t*3,L" does not cover the model exactly`},
+		{[]string{"--mem", "1KiB"}, "no split into 2 stages fits mem=1024 bytes"},
+		{[]string{"--pp", "16", "--microbatches", "16"}, "the model marks 8 stages; pp=16"},
+	} {
+		args := append(append([]string{}, tiny...), c.extra...)
+		code, _, errOut := ppc(t, "", args...)
+		if code != exitInput || !strings.Contains(errOut, c.want) || strings.Contains(errOut, "reproducer") {
+			t.Errorf("ppc %v: exit %d\n%s", c.extra, code, errOut)
+		}
+		noRepro(t, os.TempDir()) // ppc points TMPDIR at a fresh directory for each run
+	}
+}
+
 func TestScheduleFiles(t *testing.T) {
 	dir := t.TempDir()
 	lf := "0F0,0F1,0B0,0F2,0B1,0F3,0B2,0B3\n1F0,1B0,1F1,1B1,1F2,1B2,1F3,1B3\n"
