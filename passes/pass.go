@@ -19,7 +19,7 @@ type Pass struct {
 	Options []Option
 	// Run transforms the module in place. It returns an error for input it cannot handle
 	// (with the position in the user's file where there is one); the manager adds the pass
-	// name and exit status 2. A bug in the pass shows as a panic or as IR that fails the
+	// name (ppc exits 2). A bug in the pass shows as a panic or as IR that fails the
 	// verifier; for those the manager writes a reproducer.
 	Run func(m *ir.Module, opts Options) error
 }
