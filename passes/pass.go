@@ -154,6 +154,7 @@ func ParsePipeline(s string) (Pipeline, error) {
 			if close < 0 {
 				return nil, fmt.Errorf("pass %s: unterminated '{' in options", name)
 			}
+			given := map[string]bool{}
 			for _, kv := range splitOptions(s[1:close]) {
 				k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
 				if !ok {
@@ -163,6 +164,11 @@ func ParsePipeline(s string) (Pipeline, error) {
 				if _, known := opts[k]; !known {
 					return nil, fmt.Errorf("pass %s has no option %q%s", name, k, optionList(p))
 				}
+				// The last value would win without a word: adamw{lr=1e-3,lr=3e-4}.
+				if given[k] {
+					return nil, fmt.Errorf("pass %s: option %s given twice", name, k)
+				}
+				given[k] = true
 				v = strings.TrimSpace(v)
 				if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
 					v = v[1 : len(v)-1]

@@ -137,6 +137,11 @@ func init() {
 						return usagef("--recompute does not apply to --forward-only (no backward to recompute for)")
 					}
 				}
+				if !opts.ForwardOnly {
+					if err := compiler.CheckOptimizer(opts.Optimizer); err != nil {
+						return usageError{err.Error()}
+					}
+				}
 				if opts.Microbatches < 1 || opts.PP < 1 {
 					return usagef("--pp and --microbatches must be at least 1")
 				}

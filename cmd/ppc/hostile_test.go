@@ -123,6 +123,9 @@ func TestCompileFlagConflicts(t *testing.T) {
 		{with("--optimizer", "sgd{lr=abc}"), exitInput, []string{`--optimizer "sgd{lr=abc}": option lr="abc" is not a finite number`}, []string{"reproducer", "pass optimizer"}},
 		{with("--optimizer", "lamb"), exitInput, []string{`--optimizer "lamb": unknown kind "lamb" (want adamw or sgd)`}, []string{"reproducer"}},
 		{with("--optimizer", "adamw{foo=1}"), exitInput, []string{`--optimizer "adamw{foo=1}"`, `no option "foo"`}, []string{"reproducer"}},
+		{with("--optimizer", "sgd{kind=adamw}"), exitInput, []string{`--optimizer "sgd{kind=adamw}": option kind=adamw: sgd{…} already names the kind`, "usage: ppc compile"}, nil},
+		{with("--optimizer", "sgd{lr=0.1,lr=0.2}"), exitInput, []string{`--optimizer "sgd{lr=0.1,lr=0.2}": option lr given twice`, "usage: ppc compile"}, nil},
+		{with("--optimizer", "sgd{lr=1e39}"), exitInput, []string{`--optimizer "sgd{lr=1e39}": option lr=1e39 is infinite in f32`, "usage: ppc compile"}, nil},
 		{[]string{"compile", noLoss, "--loss-output", "3", "-o", out}, exitInput, []string{"--loss-output 3: the model has 1 output(s)"}, []string{"reproducer"}},
 		{[]string{"compile", empty, "-o", out}, exitInput, []string{"empty.ir: the model has no func @forward"}, []string{"reproducer"}},
 		// Output paths that cannot be directories are reported before compiling.
@@ -257,7 +260,7 @@ func TestRunOutputsAndResume(t *testing.T) {
 	if code, _, errOut := ppc(t, "", "compile", scalar, "-o", other); code != 0 {
 		t.Fatal(errOut)
 	}
-	if code, _, errOut := ppc(t, "", "compile", mlp, "--microbatches", "2", "--optimizer", "sgd", "-o", sgd); code != 0 {
+	if code, _, errOut := ppc(t, "", "compile", mlp, "--microbatches", "2", "--optimizer", "sgd{momentum=0.9}", "-o", sgd); code != 0 {
 		t.Fatal(errOut)
 	}
 	runCases(t, []cliCase{
@@ -336,6 +339,22 @@ func TestCompareInferOptImportErrors(t *testing.T) {
 	for _, f := range []string{bom, bomIR} {
 		if code, _, errOut := ppc(t, "", "import", f); code != 0 {
 			t.Errorf("a file with a byte-order mark: %d %s", code, errOut)
+		}
+	}
+}
+
+// Plain sgd is torch.optim.SGD's default, momentum 0: no optimizer state at all; momentum
+// keeps one buffer per parameter.
+func TestPlainSGDKeepsNoState(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ spec, want string }{{"sgd", "optimizer 0 B"}, {"sgd{momentum=0.9}", "optimizer 489.0 KiB"}} {
+		code, stdout, errOut := ppc(t, "", "compile", mlp, "--optimizer", c.spec, "-o", filepath.Join(dir, c.spec))
+		if code != 0 || !strings.Contains(stdout, c.want) {
+			t.Errorf("compile --optimizer %s: exit %d, want %q in\n%s%s", c.spec, code, c.want, stdout, errOut)
+		}
+		plan, _ := os.ReadFile(filepath.Join(dir, c.spec, "plan.json"))
+		if has := strings.Contains(string(plan), "momentum_buffer"); has != (c.spec != "sgd") {
+			t.Errorf("--optimizer %s: plan.json lists a momentum_buffer: %v", c.spec, has)
 		}
 	}
 }
