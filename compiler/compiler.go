@@ -134,6 +134,9 @@ func Compile(model string, opts Options) (*Result, error) {
 	if err := passes.Run(m, pl, opts.Passes); err != nil {
 		return nil, err
 	}
+	if err := checkKernels(m); err != nil {
+		return nil, err
+	}
 	cs, err := codegenSchedule(sched, m.Attrs.Int("stages", 1))
 	if err != nil {
 		return nil, err

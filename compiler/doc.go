@@ -2,7 +2,9 @@
 // CLI and the packages: it loads a model with the right frontend (.onnx, .ppm, or .ir), builds
 // the pipeline schedule (which fixes the number of stages per rank), runs the pass pipeline —
 // canonicalize, cse, dce, [add-loss], partition, autodiff, optimizer, cse, dce, split-stages —
-// and generates the per-rank programs and plan.json. It also runs inference for `ppc infer`.
+// checks that the CPU runtime has a kernel for every op in its dtypes (so that an f16 softmax
+// is a compile error at its position in the model, not a load error of a rank program), and
+// generates the per-rank programs and plan.json. It also runs inference for `ppc infer`.
 // The CLI only parses flags into Options and prints the Result.
 //
 // Micro-batching happens in the frontends: the model's batch (the DSL's `batch` config, the

@@ -22,7 +22,7 @@ const (
 	// AttrStep (unit, on an argument) marks the 1-based step count, an f32 scalar.
 	AttrStep = "step"
 	// AttrMicrobatches (int, on the module) is the number of micro-batches per step.
-	AttrMicrobatches = "microbatches"
+	AttrMicrobatches = ir.AttrMicrobatches
 )
 
 // Optimizer adds @optimizer, the parameter update, to a module that has @train.

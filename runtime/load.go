@@ -170,7 +170,7 @@ func (j *Job) prepare(r int, prog *pb.Program) (*Rank, error) {
 				return nil, fmt.Errorf("parameter %s holds %d bytes, its type %s needs %d", b.Name, len(b.Data), t, size)
 			}
 			if b.Data == nil {
-				if _, err := parseInit(b.Init); err != nil {
+				if _, err := ir.ParseInit(b.Init); err != nil {
 					return nil, fmt.Errorf("parameter %s: %v", b.Name, err)
 				}
 			}
@@ -179,7 +179,7 @@ func (j *Job) prepare(r int, prog *pb.Program) (*Rank, error) {
 			}
 			persistent += size
 		case pb.Role_STATE:
-			if _, err := parseInit(b.Init); err != nil {
+			if _, err := ir.ParseInit(b.Init); err != nil {
 				return nil, fmt.Errorf("state %s: %v", b.Name, err)
 			}
 			persistent += size

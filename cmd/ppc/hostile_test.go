@@ -358,3 +358,38 @@ func TestPlainSGDKeepsNoState(t *testing.T) {
 		}
 	}
 }
+
+// What the runtime would only find when it loads or initialises the plan — a bad initialiser,
+// an op the CPU runtime has no kernel for in that dtype, a micro-batch count of 0 — is a
+// compile error at its position in the IR text.
+func TestCompileChecksWhatTheRuntimeWould(t *testing.T) {
+	const model = "MODULE\nfunc @forward(%x: f32[4,8] {input}, %w: f32[8,8] {init = \"INIT\", param}) -> (f32[] {loss}) {\n" +
+		"  %0 = matmul %x, %w : f32[4,8]\n  %1 = cast %0 {to = DT} : DT[4,8]\n  %2 = softmax %1 {axis = 1} : DT[4,8]\n" +
+		"  %3 = cast %2 {to = f32} : f32[4,8]\n  %4 = reduce_sum %3 : f32[]\n  return %4\n}\n"
+	ir := func(module, init, dt string) string {
+		return writeFile(t, "m.ir", strings.NewReplacer("MODULE", module, "INIT", init, "DT", dt).Replace(model))
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	runCases(t, []cliCase{
+		{[]string{"compile", ir("", "normal(abc)", "f32"), "-o", out}, exitInput,
+			[]string{`m.ir:2:51: %w: bad initialiser "normal(abc)": "abc" is not a finite number`, "^"}, []string{"strconv", "reproducer"}},
+		{[]string{"compile", ir("", "uniform(5, 1)", "f32"), "-o", out}, exitInput,
+			[]string{`m.ir:2:51: %w: bad initialiser "uniform(5, 1)": the lower bound 5 is above the upper bound 1`}, nil},
+		{[]string{"compile", ir("module attributes {microbatches = 0}", "zeros", "f32"), "-o", out}, exitInput,
+			[]string{"m.ir:1:20: module attribute microbatches must be a positive integer, got 0"}, nil},
+		{[]string{"compile", ir("", "zeros", "f16"), "-o", out}, exitInput,
+			[]string{"m.ir:5:8: the CPU runtime cannot run this softmax: softmax supports f32 and f64, not f16", "%2 = softmax %1"}, []string{"rank-", "reproducer"}},
+		{[]string{"compile", ir("", "zeros", "f16"), "--forward-only", "-o", out}, exitInput,
+			[]string{"m.ir:5:8: the CPU runtime cannot run this softmax"}, nil},
+	})
+	if _, err := os.Stat(out); err == nil {
+		t.Error("a failed compile wrote a plan")
+	}
+	// The same model in f32 compiles and runs.
+	if code, _, errOut := ppc(t, "", "compile", ir("", "uniform(-1, 1)", "f32"), "-o", out); code != 0 {
+		t.Fatal(errOut)
+	}
+	if code, _, errOut := ppc(t, "", "run", out, "--steps", "1"); code != 0 {
+		t.Fatal(errOut)
+	}
+}
