@@ -160,7 +160,7 @@ func init() {
 					return err
 				}
 				if err := res.Write(*out); err != nil {
-					return fmt.Errorf("-o: %v", trimPathError(err))
+					return fmt.Errorf("-o: %w", trimPathError(err))
 				}
 				printSummary(e.stdout, res, *out)
 				return nil

@@ -86,7 +86,7 @@ func init() {
 				if *logJSON != "" {
 					f, err := os.OpenFile(*logJSON, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 					if err != nil {
-						return fmt.Errorf("--log-json: %v", trimPathError(err))
+						return fmt.Errorf("--log-json: %w", trimPathError(err))
 					}
 					defer f.Close()
 					logw = f
@@ -94,7 +94,7 @@ func init() {
 				var traceFile *os.File
 				if *trace != "" {
 					if traceFile, err = os.Create(*trace); err != nil {
-						return fmt.Errorf("--trace: %v", trimPathError(err))
+						return fmt.Errorf("--trace: %w", trimPathError(err))
 					}
 					defer traceFile.Close()
 					opts.Trace = runtime.NewTrace()
@@ -108,10 +108,10 @@ func init() {
 				}
 				if traceFile != nil {
 					if err := opts.Trace.Write(traceFile); err != nil {
-						return err
+						return fmt.Errorf("--trace: %w", trimPathError(err))
 					}
 					if err := traceFile.Close(); err != nil {
-						return err
+						return fmt.Errorf("--trace: %w", trimPathError(err))
 					}
 				}
 				if *save != "" {
@@ -203,7 +203,9 @@ func train(e *env, job *runtime.Job, opts runtime.Options, steps int, logw io.Wr
 		}
 		if logw != nil {
 			b, _ := json.Marshal(rec)
-			fmt.Fprintf(logw, "%s\n", b)
+			if _, err := fmt.Fprintf(logw, "%s\n", b); err != nil {
+				return fmt.Errorf("--log-json: %w", trimPathError(err)) // a full disk: stop rather than lose the log
+			}
 		}
 		line := fmt.Sprintf("step %d loss=%.4f time=%s", res.Step, res.Loss, roundDuration(res.Duration))
 		if !hasLoss {

@@ -155,12 +155,12 @@ func init() {
 				}
 				if *trace != "" {
 					if err := writeWith(*trace, res.WriteTrace); err != nil {
-						return fmt.Errorf("--trace: %v", trimPathError(err))
+						return fmt.Errorf("--trace: %w", trimPathError(err))
 					}
 				}
 				if *svg != "" {
 					if err := writeWith(*svg, res.WriteSVG); err != nil {
-						return fmt.Errorf("--svg: %v", trimPathError(err))
+						return fmt.Errorf("--svg: %w", trimPathError(err))
 					}
 				}
 				if *asJSON {
