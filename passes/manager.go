@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime/debug"
 	"strings"
 
@@ -24,6 +25,8 @@ type Config struct {
 	PrintAfterChange bool
 	Out              io.Writer
 	// DumpDir, when set, receives one numbered file per pass: 00-input.ir, 01-canonicalize.ir…
+	// Run first removes the numbered files an earlier run left there (and nothing else), so
+	// that the directory shows this run's pipeline only.
 	DumpDir string
 	// ReproDir is where the reproducer of an internal failure goes (default DumpDir, else the
 	// system's temporary directory).
@@ -78,6 +81,9 @@ func Run(m *ir.Module, pl Pipeline, cfg Config) error {
 	}
 	if cfg.DumpDir != "" {
 		if err := os.MkdirAll(cfg.DumpDir, 0o755); err != nil {
+			return err
+		}
+		if err := clearDumps(cfg.DumpDir); err != nil {
 			return err
 		}
 		if err := dump(m, cfg, filepath.Join(cfg.DumpDir, "00-input.ir")); err != nil {
@@ -146,6 +152,27 @@ func contains(list []string, s string) bool {
 
 func printIR(w io.Writer, m *ir.Module, what string, opt ir.PrintOptions) {
 	fmt.Fprintf(w, "// === IR %s ===\n%s\n", what, m.Append(nil, opt))
+}
+
+// dumpNameRE matches the files Run dumps: NN-pass.ir (NN from 00, more digits past 99).
+var dumpNameRE = regexp.MustCompile(`^[0-9]{2,}-[a-z][a-z0-9-]*\.ir$`)
+
+// clearDumps removes the dumps of an earlier run from dir: a shorter pipeline would otherwise
+// leave its predecessor's later passes beside its own, looking like part of this run.
+// Other files (the user's, reproducers) stay.
+func clearDumps(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Type().IsRegular() && dumpNameRE.MatchString(e.Name()) {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func dump(m *ir.Module, cfg Config, path string) error {

@@ -83,17 +83,30 @@ func TestPrintAfterAllAndChange(t *testing.T) {
 
 func TestDumpDir(t *testing.T) {
 	dir := t.TempDir()
+	// An earlier run with a longer pipeline, and files that are not ppc's dumps.
+	longer, _ := ParsePipeline("canonicalize,cse,dce,cse")
+	if err := Run(mustParse(t, twoAdds), longer, Config{VerifyEach: true, DumpDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	for _, keep := range []string{"notes.ir", "1-mine.ir", "04-Mine.ir"} {
+		os.WriteFile(filepath.Join(dir, keep), []byte("x"), 0o644)
+	}
 	pl, _ := ParsePipeline("cse,dce")
 	if err := Run(mustParse(t, twoAdds), pl, Config{VerifyEach: true, DumpDir: dir}); err != nil {
 		t.Fatal(err)
 	}
-	names, _ := filepath.Glob(filepath.Join(dir, "*.ir"))
+	names, _ := filepath.Glob(filepath.Join(dir, "[0-9][0-9]-[a-z]*.ir"))
 	var base []string
 	for _, n := range names {
 		base = append(base, filepath.Base(n))
 	}
 	if strings.Join(base, " ") != "00-input.ir 01-cse.ir 02-dce.ir" {
-		t.Fatalf("dump files: %v", base)
+		t.Fatalf("dump files: %v (the earlier run's 03-dce.ir and 04-cse.ir must go)", base)
+	}
+	for _, keep := range []string{"notes.ir", "1-mine.ir", "04-Mine.ir"} {
+		if _, err := os.Stat(filepath.Join(dir, keep)); err != nil {
+			t.Errorf("a file that is not a dump was removed: %v", err)
+		}
 	}
 	last, _ := os.ReadFile(filepath.Join(dir, "02-dce.ir"))
 	if strings.Contains(string(last), "relu") || strings.Count(string(last), "add") != 1 {

@@ -200,7 +200,7 @@ func registerPassFlags(fs *flag.FlagSet) *passFlags {
 	fs.BoolVar(&p.afterChange, "print-ir-after-change", false, "print the IR after each pass that changed it")
 	fs.Var(&p.before, "print-ir-before", "print the IR before the named `PASS` (repeatable)")
 	fs.Var(&p.after, "print-ir-after", "print the IR after the named `PASS` (repeatable)")
-	fs.StringVar(&p.dumpDir, "dump-dir", "", "write the IR after each pass to `DIR`/NN-pass.ir")
+	fs.StringVar(&p.dumpDir, "dump-dir", "", "write the IR after each pass to `DIR`/NN-pass.ir, replacing the NN-*.ir files an earlier run wrote there (other files stay)")
 	return p
 }
 
