@@ -1,7 +1,10 @@
 // Package codegen owns ppc's per-rank program format (programpb: a protobuf Program of
 // buffers, kernels and an instruction stream of launches, inputs, send/recv, accumulations,
 // copies and trace markers), plan.json, and the generation of both from a module split into
-// per-stage functions, plus the disassembler behind `ppc dis`.
+// per-stage functions, plus the disassembler behind `ppc dis`. plan.json records each
+// program's SHA-256 and the schedule; readers check a program's bytes against the first
+// before decoding them (Plan.CheckProgramBytes) and its action order against the second
+// (Plan.CheckSchedule), so that what `ppc simulate` reads is what `ppc run` executes.
 //
 // Generation instantiates each per-stage function (F, I, W) once per micro-batch, in the order
 // the schedule gives each rank, so a program is one whole training step, unrolled. That makes

@@ -134,6 +134,9 @@ func Compile(model string, opts Options) (*Result, error) {
 	if err := passes.Run(m, pl, opts.Passes); err != nil {
 		return nil, err
 	}
+	if err := checkKernels(m); err != nil {
+		return nil, err
+	}
 	cs, err := codegenSchedule(sched, m.Attrs.Int("stages", 1))
 	if err != nil {
 		return nil, err
@@ -155,33 +158,44 @@ func Compile(model string, opts Options) (*Result, error) {
 	return &Result{Module: m, Output: out}, nil
 }
 
+// CheckOptimizer checks an --optimizer value without compiling anything, so that a command
+// line can report it as a usage error.
+func CheckOptimizer(spec string) error {
+	_, err := optimizerStep(spec)
+	return err
+}
+
 // optimizerStep turns an --optimizer value (adamw, sgd{lr=0.1}, or the pass's own
 // optimizer{kind=…}) into the optimizer pass's pipeline step, checking its options.
 func optimizerStep(spec string) (string, error) {
-	step := spec
-	if step == "" {
-		step = "adamw"
+	if spec == "" {
+		spec = "adamw"
 	}
-	if !strings.HasPrefix(step, "optimizer") {
-		name, rest, _ := strings.Cut(step, "{")
-		step = "optimizer{kind=" + name
-		if rest != "" {
-			step += "," + rest
-		} else {
-			step += "}"
-		}
+	name, rest, hasOpts := strings.Cut(spec, "{")
+	name = strings.TrimSpace(name)
+	text := "optimizer"
+	if hasOpts {
+		text += "{" + rest
 	}
-	pl, err := passes.ParsePipeline(step)
+	pl, err := passes.ParsePipeline(text)
 	if err == nil && (len(pl) != 1 || pl[0].Pass != passes.Optimizer) {
 		err = fmt.Errorf("want adamw or sgd, with options as adamw{lr=3e-4}")
+	}
+	if err == nil && name != passes.Optimizer.Name {
+		// The name before '{' is the kind: sgd{kind=adamw} contradicts itself.
+		if k := pl[0].Options["kind"]; k != "" {
+			err = fmt.Errorf("option kind=%s: %s{…} already names the kind", k, name)
+		}
+		pl[0].Options["kind"] = name
 	}
 	if err == nil {
 		err = passes.CheckOptimizerOptions(pl[0].Options)
 	}
 	if err != nil {
-		return "", fmt.Errorf("--optimizer %q: %s", spec, strings.TrimPrefix(err.Error(), "optimizer: "))
+		msg := strings.TrimPrefix(strings.TrimPrefix(err.Error(), "pass optimizer: "), "optimizer: ")
+		return "", fmt.Errorf("--optimizer %q: %s", spec, msg)
 	}
-	return step, nil
+	return pl[0].String(), nil
 }
 
 // LearningRate is the learning rate of an --optimizer value, as plan.json records it in

@@ -2,7 +2,9 @@
 // CLI and the packages: it loads a model with the right frontend (.onnx, .ppm, or .ir), builds
 // the pipeline schedule (which fixes the number of stages per rank), runs the pass pipeline —
 // canonicalize, cse, dce, [add-loss], partition, autodiff, optimizer, cse, dce, split-stages —
-// and generates the per-rank programs and plan.json. It also runs inference for `ppc infer`.
+// checks that the CPU runtime has a kernel for every op in its dtypes (so that an f16 softmax
+// is a compile error at its position in the model, not a load error of a rank program), and
+// generates the per-rank programs and plan.json. It also runs inference for `ppc infer`.
 // The CLI only parses flags into Options and prints the Result. The plan's source hash covers
 // the model source and the frontend options that resolve it (--preset, --set, --dim), not the
 // layout, so that a checkpoint names the model it belongs to whatever layout saved it.

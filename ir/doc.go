@@ -29,7 +29,8 @@
 //     model DSL): the IR must parse, verify and print 100,000 ops in well under a second, and
 //     every diagnostic must carry file:line:col with a caret at the offending token.
 //   - Parsing checks structure (syntax, undefined or redefined values, unknown ops, operand
-//     counts, attribute names and kinds) with exact positions; Verify checks semantics (types
+//     counts, attribute names and kinds, and the values of the model convention's attributes:
+//     initialisers, the micro-batch count) with exact positions; Verify checks semantics (types
 //     against the op table's inference, SSA dominance, annotations, stage crossings) for
 //     parsed and built IR alike, so every pass is held to the same rules.
 //   - numpy's broadcast_to is `broadcast`; the collective that copies a root's value to a mesh

@@ -1,5 +1,7 @@
 package ir
 
+import "fmt"
+
 // The model convention: how frontends describe a model in a module and how later passes
 // find its parts. A model module has a function @forward whose arguments are data inputs and
 // parameters and whose results are the model's outputs, or its loss.
@@ -34,7 +36,36 @@ const (
 	AttrName = "name"
 	// AttrGrad (string, on a result) marks the gradient of the named parameter.
 	AttrGrad = "grad"
+	// AttrMicrobatches (int, on the module) is the number of micro-batches per step.
+	AttrMicrobatches = "microbatches"
 )
+
+// CheckArgAttrs checks the values of the model convention's argument attributes (an
+// initialiser that parses) and returns the name of the bad one. The parser calls it with
+// the attributes' positions, the verifier for modules built in memory.
+func CheckArgAttrs(attrs Attrs) (bad string, err error) {
+	if a := attrs.Get(AttrInit); a != nil {
+		s, ok := a.(String)
+		if !ok {
+			return AttrInit, fmt.Errorf("attribute %s must be a string like \"normal(0.02)\", got %s", AttrInit, AttrString(a))
+		}
+		if _, err := ParseInit(string(s)); err != nil {
+			return AttrInit, err
+		}
+	}
+	return "", nil
+}
+
+// CheckModuleAttrs checks the values of module attributes that later stages read (the
+// micro-batch count) and returns the name of the bad one.
+func CheckModuleAttrs(attrs Attrs) (bad string, err error) {
+	if a := attrs.Get(AttrMicrobatches); a != nil {
+		if n, ok := a.(Int); !ok || n < 1 {
+			return AttrMicrobatches, fmt.Errorf("module attribute %s must be a positive integer, got %s", AttrMicrobatches, AttrString(a))
+		}
+	}
+	return "", nil
+}
 
 // Params returns the parameter arguments of f in order.
 func (f *Func) Params() []*Value {

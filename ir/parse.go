@@ -106,7 +106,12 @@ func (p *parser) module() *Module {
 		}
 		if p.is(tIdent, "attributes") {
 			p.next()
-			m.Attrs, _ = p.dict()
+			at := p.tok
+			var keys map[string]token
+			m.Attrs, keys = p.dict()
+			if bad, err := CheckModuleAttrs(m.Attrs); err != nil {
+				p.errAt(keyToken(keys, bad, at), "%v", err)
+			}
 		}
 	}
 	names := map[string]bool{}
@@ -140,7 +145,11 @@ func (p *parser) fn() *Func {
 		t := p.typ()
 		var attrs Attrs
 		if p.punct("{") {
-			attrs, _ = p.dict()
+			var keys map[string]token
+			attrs, keys = p.dict()
+			if bad, err := CheckArgAttrs(attrs); err != nil {
+				p.errAt(keyToken(keys, bad, nt), "%%%s: %v", nt.text, err)
+			}
 		}
 		v := f.AddArg(nt.text, t, attrs)
 		p.define(nt, v)
@@ -193,6 +202,14 @@ func (p *parser) fn() *Func {
 	}
 	p.next()
 	return f
+}
+
+// keyToken is the token of attribute key name, or def when there is none.
+func keyToken(keys map[string]token, name string, def token) token {
+	if t, ok := keys[name]; ok {
+		return t
+	}
+	return def
 }
 
 func (p *parser) define(t token, v *Value) {

@@ -14,7 +14,8 @@ var DefaultMeshAxes = []string{"dp", "pp", "tp", "cp", "ep"}
 // names; every operand defined earlier in its own function (SSA dominance in a single block);
 // operand counts and attribute names and kinds; declared result types equal to the types the
 // op table infers (an unknown `?` type is accepted and left for shape-infer); well-formed
-// annotations (stage, phase, shardings whose rank matches and whose axes are mesh axes); and,
+// annotations (stage, phase, shardings whose rank matches and whose axes are mesh axes); the
+// values of the model convention's attributes (initialisers, the micro-batch count); and,
 // once the module carries `comm_explicit` (set by send/recv insertion), that no value crosses a
 // pipeline stage boundary except through a send/recv pair. It returns an ErrorList.
 func Verify(m *Module) error {
@@ -67,6 +68,9 @@ func (v *verifier) module() {
 			}
 		}
 	}
+	if _, err := CheckModuleAttrs(m.Attrs); err != nil {
+		v.errorf(Loc{}, "%v", err)
+	}
 	names := map[string]bool{}
 	for _, f := range m.Funcs {
 		if f.Name == "" {
@@ -97,6 +101,9 @@ func (v *verifier) fn(f *Func, commExplicit bool) {
 			v.errorf(f.Loc, "@%s: argument %%%s has no type", f.Name, a.Name)
 		case defined[a]:
 			v.errorf(f.Loc, "@%s: argument %%%s listed twice", f.Name, a.Name)
+		}
+		if _, err := CheckArgAttrs(f.ArgAttrs[i]); err != nil {
+			v.errorf(f.Loc, "@%s: argument %%%s: %v", f.Name, a.Name, err)
 		}
 		defined[a] = true
 		if s, err := ArgSharding(f, i); err != nil {

@@ -5,8 +5,9 @@
 // pipeline is a string — `canonicalize,cse,dce`, or with options `name{key=value}` — parsed
 // against that table. The manager (Run) verifies the input and, with VerifyEach, the IR after
 // every pass; it prints IR before/after passes or after changes, writes one numbered file per
-// pass to a dump directory, and when a pass fails (its own error, a verifier error after it,
-// or a panic) writes a reproducer .ir holding the remaining pipeline as a `// RUN:` line and
+// pass to a dump directory. A pass's own error is about its input (a bad option, IR it cannot
+// handle) and is reported as it is; an internal failure (a verifier error after the pass, or a
+// panic) also writes a reproducer .ir holding the remaining pipeline as a `// RUN:` line and
 // the pass's exact input, which runs as a golden test under testdata/passes.
 //
 // # Tensor, sequence and data parallelism (the plan being built; DESIGN.md §6)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime/debug"
 	"strings"
 
@@ -24,22 +25,32 @@ type Config struct {
 	PrintAfterChange bool
 	Out              io.Writer
 	// DumpDir, when set, receives one numbered file per pass: 00-input.ir, 01-canonicalize.ir…
+	// Run first removes the numbered files an earlier run left there (and nothing else), so
+	// that the directory shows this run's pipeline only.
 	DumpDir string
-	// ReproDir is where a failing pass's reproducer goes (default DumpDir, else the system's
-	// temporary directory).
+	// ReproDir is where the reproducer of an internal failure goes (default DumpDir, else the
+	// system's temporary directory).
 	ReproDir string
 	// PrintOptions apply to every dump.
 	PrintOptions ir.PrintOptions
 }
 
 // PassError is a pass failure: the pass's own error, a verifier error after it, or a panic
-// inside it. Reproducer is the path of a .ir file holding the pass's input and the rest of
-// the pipeline as a RUN line, runnable as a test under testdata/passes.
+// inside it.
+//
+// The error a pass returns is about its input: a bad option (a --layout that does not cover
+// the model, a --mem nothing fits in, more stages than the model has) or IR it cannot handle,
+// each with the position in the user's file. The user fixes the input; ppc exits 2.
+// A verifier failure after the pass or a panic in it is a bug in ppc (Internal): ppc exits 1
+// and writes a reproducer, the path of a .ir file holding the pass's input and the rest of
+// the pipeline as a RUN line, runnable as a test under testdata/passes. A user's mistake gets
+// no reproducer: it would be a file in the temporary directory for every typo, and a bug
+// report made of it would be about the user's input, not about ppc.
 type PassError struct {
 	Pass       string
 	Err        error
-	Reproducer string
-	Internal   bool // a verifier failure or panic: a bug in the pass, not in the input
+	Reproducer string // "" unless Internal
+	Internal   bool   // a verifier failure or panic: a bug in the pass, not in the input
 }
 
 func (e *PassError) Error() string {
@@ -72,6 +83,9 @@ func Run(m *ir.Module, pl Pipeline, cfg Config) error {
 		if err := os.MkdirAll(cfg.DumpDir, 0o755); err != nil {
 			return err
 		}
+		if err := clearDumps(cfg.DumpDir); err != nil {
+			return err
+		}
 		if err := dump(m, cfg, filepath.Join(cfg.DumpDir, "00-input.ir")); err != nil {
 			return err
 		}
@@ -95,7 +109,9 @@ func Run(m *ir.Module, pl Pipeline, cfg Config) error {
 		}
 		if err != nil {
 			pe := &PassError{Pass: name, Err: err, Internal: internal}
-			pe.Reproducer = writeReproducer(snapshot, pl[i:], cfg, i+1, err)
+			if internal {
+				pe.Reproducer = writeReproducer(snapshot, pl[i:], cfg, i+1, err)
+			}
 			return pe
 		}
 		switch {
@@ -138,11 +154,33 @@ func printIR(w io.Writer, m *ir.Module, what string, opt ir.PrintOptions) {
 	fmt.Fprintf(w, "// === IR %s ===\n%s\n", what, m.Append(nil, opt))
 }
 
+// dumpNameRE matches the files Run dumps: NN-pass.ir (NN from 00, more digits past 99).
+var dumpNameRE = regexp.MustCompile(`^[0-9]{2,}-[a-z][a-z0-9-]*\.ir$`)
+
+// clearDumps removes the dumps of an earlier run from dir: a shorter pipeline would otherwise
+// leave its predecessor's later passes beside its own, looking like part of this run.
+// Other files (the user's, reproducers) stay.
+func clearDumps(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Type().IsRegular() && dumpNameRE.MatchString(e.Name()) {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 func dump(m *ir.Module, cfg Config, path string) error {
 	return os.WriteFile(path, m.Append(nil, cfg.PrintOptions), 0o644)
 }
 
-// writeReproducer saves the failing pass's input with a RUN line for the remaining pipeline.
+// writeReproducer saves the input of a pass that failed internally with a RUN line for the
+// remaining pipeline.
 // It returns the path, or "" when it cannot write one (the error itself still reaches the user).
 func writeReproducer(in *ir.Module, rest Pipeline, cfg Config, index int, err error) string {
 	dir := cfg.ReproDir

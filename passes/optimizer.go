@@ -22,7 +22,7 @@ const (
 	// AttrStep (unit, on an argument) marks the 1-based step count, an f32 scalar.
 	AttrStep = "step"
 	// AttrMicrobatches (int, on the module) is the number of micro-batches per step.
-	AttrMicrobatches = "microbatches"
+	AttrMicrobatches = ir.AttrMicrobatches
 )
 
 // Optimizer adds @optimizer, the parameter update, to a module that has @train.
@@ -31,7 +31,7 @@ var Optimizer = &Pass{
 	Doc: "Add func @optimizer (every op phase = opt): for each {param} argument of @train, in order, the arguments " +
 		"%<name> {param}, %d.<name> {grad = \"<name>\"} (the gradient summed over the step's micro-batches) and the " +
 		"state %<name>.<state> {init = \"zeros\", state = \"<name>.<state>\"} — adamw: exp_avg, exp_avg_sq; sgd with " +
-		"momentum > 0: momentum_buffer; plain sgd: none (PyTorch's state names) — then one argument %step: f32[] " +
+		"momentum > 0: momentum_buffer; plain sgd (momentum 0, the default): none (PyTorch's state names) — then one argument %step: f32[] " +
 		"{step}, the 1-based step count the runtime provides. Results, per parameter: the new parameter " +
 		"{update = \"<name>\"}, then each new state {update = \"<name>.<state>\"}. Gradients and state are fp32 " +
 		"(f64 for an f64 parameter); a parameter of another dtype is cast to fp32 for the update and back. The " +
@@ -41,15 +41,16 @@ var Optimizer = &Pass{
 		"per-step scalars computed in f64 from %step as PyTorch does in Python floats. sgd follows torch.optim.SGD " +
 		"(no dampening, no Nesterov): g ← g + wd·p; buf ← buf·momentum + g; p ← p − lr·buf (with the zero-initialised " +
 		"buffer the first step gives buf = g exactly, PyTorch's clone). The op order is fixed, so the update is " +
-		"bitwise reproducible for every partitioning. Options take the kind's defaults when not given.",
+		"bitwise reproducible for every partitioning. Options not given take the kind's defaults (PyTorch's, but for " +
+		"sgd's lr); each must be finite in f32, the precision of the update.",
 	Options: []Option{
-		{Name: "kind", Default: "adamw", Doc: "adamw or sgd"},
+		{Name: "kind", Doc: "adamw (the default) or sgd"},
 		{Name: "lr", Doc: "learning rate, >= 0 (default 1e-3 for adamw, 0.01 for sgd)"},
 		{Name: "beta1", Doc: "adamw: first-moment decay in [0, 1) (default 0.9)"},
 		{Name: "beta2", Doc: "adamw: second-moment decay in [0, 1) (default 0.999)"},
 		{Name: "eps", Doc: "adamw: denominator term, >= 0 (default 1e-8)"},
 		{Name: "weight_decay", Doc: "adamw: decoupled weight decay (default 0.01); sgd: L2 term added to the gradient (default 0); >= 0"},
-		{Name: "momentum", Doc: "sgd: momentum, >= 0 (default 0.9; 0 keeps no state)"},
+		{Name: "momentum", Doc: "sgd: momentum, >= 0 (default 0, as torch.optim.SGD: no state; > 0 keeps a momentum_buffer per parameter)"},
 	},
 	Run: func(m *ir.Module, opts Options) error {
 		cfg, err := parseOptimizerOptions(opts)
@@ -96,7 +97,7 @@ func parseOptimizerOptions(o Options) (optConfig, error) {
 		own = []opt{{"lr", &c.lr, 1e-3}, {"beta1", &c.beta1, 0.9}, {"beta2", &c.beta2, 0.999}, {"eps", &c.eps, 1e-8}, {"weight_decay", &c.weightDecay, 0.01}}
 		other = []opt{{name: "momentum"}}
 	case "sgd":
-		own = []opt{{"lr", &c.lr, 0.01}, {"momentum", &c.momentum, 0.9}, {"weight_decay", &c.weightDecay, 0}}
+		own = []opt{{"lr", &c.lr, 0.01}, {"momentum", &c.momentum, 0}, {"weight_decay", &c.weightDecay, 0}}
 		other = []opt{{name: "beta1"}, {name: "beta2"}, {name: "eps"}}
 	default:
 		return c, fmt.Errorf("optimizer: unknown kind %q (want adamw or sgd)", c.kind)
@@ -116,6 +117,11 @@ func parseOptimizerOptions(o Options) (optConfig, error) {
 		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
 			return c, fmt.Errorf("optimizer: option %s=%q is not a finite number", x.name, s)
 		}
+		// The update runs in f32 (for every parameter but f64 ones): a value beyond f32's
+		// range would be an infinite constant in it, and every parameter NaN after a step.
+		if math.Abs(v) > math.MaxFloat32 {
+			return c, fmt.Errorf("optimizer: option %s=%s is infinite in f32, the precision of the update (largest %.4g)", x.name, s, math.MaxFloat32)
+		}
 		*x.dst = v
 	}
 	switch {
@@ -131,6 +137,18 @@ func parseOptimizerOptions(o Options) (optConfig, error) {
 		return c, fmt.Errorf("optimizer: weight_decay must be >= 0, got %g", c.weightDecay)
 	case c.momentum < 0:
 		return c, fmt.Errorf("optimizer: momentum must be >= 0, got %g", c.momentum)
+	case c.lr != 0 && float32(c.lr) == 0:
+		return c, fmt.Errorf("optimizer: lr=%g is 0 in f32, the precision of the update: no parameter would change", c.lr)
+	}
+	// Constants derived from the options must be finite in f32 too: AdamW's decay factor
+	// 1 − lr·wd and its first step size lr/(1 − β1).
+	if c.kind == "adamw" {
+		if d := 1 - c.lr*c.weightDecay; math.Abs(d) > math.MaxFloat32 {
+			return c, fmt.Errorf("optimizer: lr·weight_decay = %.4g is infinite in f32, the precision of the update", c.lr*c.weightDecay)
+		}
+		if s := c.lr / (1 - c.beta1); s > math.MaxFloat32 {
+			return c, fmt.Errorf("optimizer: the first step size lr/(1 − beta1) = %.4g is infinite in f32, the precision of the update", s)
+		}
 	}
 	return c, nil
 }

@@ -17,8 +17,10 @@ type Pass struct {
 	Doc  string
 	// Options the pass accepts in a pipeline string (`name{key=value}`), with defaults.
 	Options []Option
-	// Run transforms the module in place. It returns an error for input it cannot handle;
-	// the manager adds the pass name and writes a reproducer.
+	// Run transforms the module in place. It returns an error for input it cannot handle
+	// (with the position in the user's file where there is one); the manager adds the pass
+	// name (ppc exits 2). A bug in the pass shows as a panic or as IR that fails the
+	// verifier; for those the manager writes a reproducer.
 	Run func(m *ir.Module, opts Options) error
 }
 
@@ -152,6 +154,7 @@ func ParsePipeline(s string) (Pipeline, error) {
 			if close < 0 {
 				return nil, fmt.Errorf("pass %s: unterminated '{' in options", name)
 			}
+			given := map[string]bool{}
 			for _, kv := range splitOptions(s[1:close]) {
 				k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
 				if !ok {
@@ -161,6 +164,11 @@ func ParsePipeline(s string) (Pipeline, error) {
 				if _, known := opts[k]; !known {
 					return nil, fmt.Errorf("pass %s has no option %q%s", name, k, optionList(p))
 				}
+				// The last value would win without a word: adamw{lr=1e-3,lr=3e-4}.
+				if given[k] {
+					return nil, fmt.Errorf("pass %s: option %s given twice", name, k)
+				}
+				given[k] = true
 				v = strings.TrimSpace(v)
 				if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
 					v = v[1 : len(v)-1]

@@ -59,8 +59,9 @@ func TestHangDetector(t *testing.T) {
 	j := twoRanks(t, [2][]*pb.Instr{{recv(1, 0), send(1, 1)}, {recv(0, 1), send(0, 0)}})
 	err := stepWithin(t, j)
 	var he *HangError
-	if !errors.As(err, &he) {
-		t.Fatalf("got %v, want a HangError", err)
+	var re *RunError
+	if !errors.As(err, &he) || !errors.As(err, &re) || re.Step != 1 {
+		t.Fatalf("got %v, want a HangError in the RunError of step 1", err)
 	}
 	for _, want := range []string{"rank 0 waits for recv from rank 1 (tag 0)", "rank 1 waits for recv from rank 0 (tag 1)"} {
 		if !strings.Contains(err.Error(), want) {

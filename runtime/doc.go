@@ -1,7 +1,9 @@
 // Package runtime owns execution of compiled plans: the loader, which validates plan.json and
-// every rank program completely before anything runs (buffer ids, sizes, arena offsets,
-// dtypes, peers, groups; every kernel launch re-checked against the IR op table and prepared
-// on the device), the executor (one goroutine per rank, each running its instruction stream
+// every rank program completely before anything runs (each program's bytes against the
+// checksum plan.json records, before decoding; buffer ids, sizes, arena offsets, dtypes,
+// peers, groups; the program's action order against plan.json's schedule, which `ppc
+// simulate` reads; every kernel launch re-checked against the IR op table and prepared on the
+// device), the executor (one goroutine per rank, each running its instruction stream
 // for a step), the in-process transport, parameter initialisation, training data, safetensors
 // checkpoints and Chrome traces.
 //
@@ -15,7 +17,9 @@
 //     collectives block. When every rank that has not finished is blocked and no message can
 //     wake any of them, it stops the job with a HangError listing who waits for what (for a
 //     collective: which members have not arrived and what each of them waits for instead) —
-//     a deadlock is reported, never hung on.
+//     a deadlock is reported, never hung on. A step that fails while running a plan that
+//     loaded (a hang, a kernel error) is a RunError; a problem with the files given is an
+//     InputError.
 //
 // # Collectives: the contract every transport reproduces
 //

@@ -31,6 +31,17 @@ type StepResult struct {
 	Tokens   int // tokens processed, when the inputs are token sequences
 }
 
+// RunError is a step that failed while executing a loaded, validated plan: ranks that hang
+// (a *HangError), a kernel that fails, a message of the wrong size. Its input checked out, so
+// it is a runtime failure (ppc exits 1), unlike an *InputError.
+type RunError struct {
+	Step int
+	Err  error
+}
+
+func (e *RunError) Error() string { return fmt.Sprintf("step %d: %v", e.Step, e.Err) }
+func (e *RunError) Unwrap() error { return e.Err }
+
 // Init creates every rank's parameters, optimizer state and constants (the step counter
 // starts at 0, so the first Step runs step 1).
 func (j *Job) Init(seed uint64) error {
@@ -87,7 +98,11 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 		}
 	}
 	if err != nil {
-		return res, err
+		var ie *InputError
+		if errors.As(err, &ie) {
+			return res, err // data that turned out bad when read: the user's to fix
+		}
+		return res, &RunError{Step: step, Err: err}
 	}
 	var sum float64
 	n := 0
@@ -135,7 +150,7 @@ func (j *Job) runRank(r *Rank, step int, data DataSource, tr *Trace) error {
 			if _, hang := err.(*HangError); hang {
 				return err
 			}
-			return fmt.Errorf("rank %d, instruction %d (%s): %v", r.Index, n, describeInstr(it), err)
+			return fmt.Errorf("rank %d, instruction %d (%s): %w", r.Index, n, describeInstr(it), err)
 		}
 		if tr != nil {
 			tr.record(r.Index, step, it, began, time.Since(began))

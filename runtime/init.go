@@ -2,49 +2,12 @@ package runtime
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/kernels/cpu"
 	"ppc.dev/ppc/runtime/device"
 )
-
-// initSpec is a parsed initialiser.
-type initSpec struct {
-	kind string  // normal, uniform, zeros, ones
-	a, b float64 // std / bounds
-}
-
-func parseInit(s string) (initSpec, error) {
-	s = strings.TrimSpace(s)
-	switch s {
-	case "zeros", "":
-		return initSpec{kind: "zeros"}, nil
-	case "ones":
-		return initSpec{kind: "ones"}, nil
-	}
-	name, rest, ok := strings.Cut(s, "(")
-	if !ok || !strings.HasSuffix(rest, ")") {
-		return initSpec{}, fmt.Errorf("bad initialiser %q (want normal(STD), uniform(A, B), zeros or ones)", s)
-	}
-	var args []float64
-	for _, f := range strings.Split(strings.TrimSuffix(rest, ")"), ",") {
-		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-		if err != nil {
-			return initSpec{}, fmt.Errorf("bad initialiser %q: %v", s, err)
-		}
-		args = append(args, v)
-	}
-	switch {
-	case name == "normal" && len(args) == 1 && args[0] >= 0:
-		return initSpec{kind: "normal", a: args[0]}, nil
-	case name == "uniform" && len(args) == 2 && args[0] <= args[1]:
-		return initSpec{kind: "uniform", a: args[0], b: args[1]}, nil
-	}
-	return initSpec{}, fmt.Errorf("bad initialiser %q (want normal(STD), uniform(A, B), zeros or ones)", s)
-}
 
 // initBuffer fills a parameter or state buffer. Random values come from the counter-based RNG
 // keyed by (seed, name) at element indices of the full tensor, so a shard (global_offset into
@@ -54,13 +17,13 @@ func initBuffer(b *pb.Buffer, t device.Tensor, seed uint64) error {
 		copy(t.Data, b.Data)
 		return nil
 	}
-	spec, err := parseInit(b.Init)
+	spec, err := ir.ParseInit(b.Init)
 	if err != nil {
 		return err
 	}
 	n := t.Type.NumElements()
 	f64 := make([]float64, n)
-	switch spec.kind {
+	switch spec.Kind {
 	case "ones":
 		for i := range f64 {
 			f64[i] = 1
@@ -72,10 +35,10 @@ func initBuffer(b *pb.Buffer, t device.Tensor, seed uint64) error {
 		runs := contiguousRuns(b, t.Type)
 		for _, r := range runs {
 			dst := f64[r.local : r.local+r.n]
-			if spec.kind == "normal" {
-				cpu.FillNormal(dst, key, uint64(r.global), 0, spec.a)
+			if spec.Kind == "normal" {
+				cpu.FillNormal(dst, key, uint64(r.global), 0, spec.A)
 			} else {
-				cpu.FillUniform(dst, key, uint64(r.global), spec.a, spec.b)
+				cpu.FillUniform(dst, key, uint64(r.global), spec.A, spec.B)
 			}
 		}
 	}

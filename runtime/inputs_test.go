@@ -24,6 +24,12 @@ import (
 func TestLoaderChecksProgramChecksum(t *testing.T) {
 	dir := compileIR(t, "../testdata/ir/mlp.ir", compiler.Options{ForwardOnly: true, Microbatches: 1})
 	bad := corrupt(t, dir, func(p *pb.Program) { p.Buffers[len(p.Buffers)-1].Name += "x" })
+	// corrupt records the changed program's checksum; put back the plan.json it was not
+	// compiled with.
+	plan, _ := os.ReadFile(filepath.Join(dir, "plan.json"))
+	if err := os.WriteFile(filepath.Join(bad, "plan.json"), plan, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	_, err := Load(bad, cpu.New())
 	var ie *InputError
 	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "rank-00000.ppx: does not match plan.json") {

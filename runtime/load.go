@@ -1,8 +1,6 @@
 package runtime
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -71,6 +69,13 @@ func Load(dir string, dev device.Device) (*Job, error) {
 		if err != nil {
 			return nil, &InputError{err}
 		}
+		// plan.json records each program's checksum. Check it before decoding: a flipped
+		// byte is corruption, which the decoder would report as "cannot parse", and a
+		// program that decodes and validates may still have been changed (another operand
+		// buffer, a program of another compile).
+		if err := plan.CheckProgramBytes(r, data); err != nil {
+			return nil, inputErrorf("%s: %v", path, err)
+		}
 		prog := &pb.Program{}
 		if err := proto.Unmarshal(data, prog); err != nil {
 			return nil, inputErrorf("%s: not a ppc program: %v", path, err)
@@ -78,13 +83,6 @@ func Load(dir string, dev device.Device) (*Job, error) {
 		rank, err := j.prepare(r, prog)
 		if err != nil {
 			return nil, inputErrorf("%s: %v", path, err)
-		}
-		// A program that decodes and validates may still have been changed (another
-		// operand buffer, a program of another compile): plan.json records its checksum.
-		if want := plan.Ranks[r].ProgramSHA256; want != "" {
-			if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != want {
-				return nil, inputErrorf("%s: does not match plan.json (its SHA-256 differs): the file is corrupted or comes from another compile; compile the model again", path)
-			}
 		}
 		j.Ranks = append(j.Ranks, rank)
 	}
@@ -180,7 +178,7 @@ func (j *Job) prepare(r int, prog *pb.Program) (*Rank, error) {
 				return nil, fmt.Errorf("parameter %s holds %d bytes, its type %s needs %d", b.Name, len(b.Data), t, size)
 			}
 			if b.Data == nil {
-				if _, err := parseInit(b.Init); err != nil {
+				if _, err := ir.ParseInit(b.Init); err != nil {
 					return nil, fmt.Errorf("parameter %s: %v", b.Name, err)
 				}
 			}
@@ -189,7 +187,7 @@ func (j *Job) prepare(r int, prog *pb.Program) (*Rank, error) {
 			}
 			persistent += size
 		case pb.Role_STATE:
-			if _, err := parseInit(b.Init); err != nil {
+			if _, err := ir.ParseInit(b.Init); err != nil {
 				return nil, fmt.Errorf("state %s: %v", b.Name, err)
 			}
 			persistent += size
@@ -232,11 +230,16 @@ func (j *Job) prepare(r int, prog *pb.Program) (*Rank, error) {
 		}
 		specs[k] = s
 	}
-	rank.instrs = make([]instr, len(prog.Instrs))
 	for n, in := range prog.Instrs {
 		if in == nil {
 			return nil, fmt.Errorf("instruction %d is empty", n)
 		}
+	}
+	if err := plan.CheckSchedule(r, prog); err != nil {
+		return nil, err
+	}
+	rank.instrs = make([]instr, len(prog.Instrs))
+	for n, in := range prog.Instrs {
 		it, err := j.prepareInstr(rank, in, specs, types)
 		if err != nil {
 			return nil, fmt.Errorf("instruction %d (%s): %v", n, in.Kind, err)

@@ -1,9 +1,11 @@
 package runtime_test
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -57,27 +59,34 @@ func TestForwardRunsAndIsDeterministic(t *testing.T) {
 }
 
 // corrupt applies f to rank 0's program in a copy of dir and returns the new dir.
+// corrupt copies the plan in dir with rank 0's program changed by f, and plan.json's checksum
+// updated to match, as a buggy compiler would write it: the loader's validation must catch
+// what the checksum cannot.
 func corrupt(t *testing.T, dir string, f func(p *pb.Program)) string {
 	t.Helper()
 	out := t.TempDir()
-	for _, name := range []string{"plan.json", codegen.ProgramFile(0)} {
-		data, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if name != "plan.json" {
-			p := &pb.Program{}
-			if err := proto.Unmarshal(data, p); err != nil {
-				t.Fatal(err)
-			}
-			f(p)
-			if data, err = proto.Marshal(p); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := os.WriteFile(filepath.Join(out, name), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
+	plan, err := codegen.ReadPlan(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, codegen.ProgramFile(0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pb.Program{}
+	if err := proto.Unmarshal(data, p); err != nil {
+		t.Fatal(err)
+	}
+	f(p)
+	if data, err = proto.Marshal(p); err != nil {
+		t.Fatal(err)
+	}
+	plan.Ranks[0].ProgramSHA256 = codegen.ProgramSHA256(data)
+	if err := os.WriteFile(filepath.Join(out, codegen.ProgramFile(0)), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := codegen.WritePlan(out, plan); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
@@ -170,6 +179,12 @@ func TestLoaderRejectsCorruptPrograms(t *testing.T) {
 	}
 }
 
+func flipByte(b []byte, i int) []byte {
+	b = append([]byte(nil), b...)
+	b[i] ^= 0x01
+	return b
+}
+
 func firstLaunchOut(p *pb.Program) *pb.Buffer {
 	return p.Buffers[firstLaunch(p).Out[0]]
 }
@@ -178,13 +193,20 @@ func TestLoaderRejectsBadFiles(t *testing.T) {
 	dir := compileIR(t, "../testdata/ir/mlp.ir", compiler.Options{ForwardOnly: true, Microbatches: 1})
 	prog, _ := os.ReadFile(filepath.Join(dir, codegen.ProgramFile(0)))
 	plan, _ := os.ReadFile(filepath.Join(dir, "plan.json"))
+	noSum := regexp.MustCompile(`"program_sha256": "[0-9a-f]*"`).ReplaceAll(plan, []byte(`"program_sha256": ""`))
+	if bytes.Equal(noSum, plan) {
+		t.Fatal("plan.json records no checksum")
+	}
 	cases := []struct {
 		name       string
 		plan, prog []byte
 		want       string
 	}{
-		{"truncated program", plan, prog[:len(prog)/2], "not a ppc program"},
-		{"random program", plan, []byte("\x0a\xff\xff\xff\xff\x0f garbage"), "not a ppc program"},
+		// plan.json's checksum is checked before the program is decoded.
+		{"truncated program", plan, prog[:len(prog)/2], "rank-00000.ppx: does not match plan.json (its SHA-256 differs)"},
+		{"random program", plan, []byte("\x0a\xff\xff\xff\xff\x0f garbage"), "does not match plan.json"},
+		{"one byte flipped", plan, flipByte(prog, len(prog)/2), "rank-00000.ppx: does not match plan.json (its SHA-256 differs): the file is corrupted"},
+		{"random program, no checksum", noSum, []byte("\x0a\xff\xff\xff\xff\x0f garbage"), "not a ppc program"},
 		{"truncated plan", plan[:len(plan)/2], prog, "plan.json"},
 		{"plan not json", []byte("hello"), prog, "plan.json"},
 		{"plan world", []byte(strings.Replace(string(plan), `"world": 1`, `"world": 0`, 1)), prog, "world size 0"},
@@ -255,4 +277,44 @@ func FuzzLoadProgram(f *testing.F) {
 		}
 		_, _ = j.Step(Options{Seed: 1})
 	})
+}
+
+// The runtime executes the order baked into the programs; `ppc simulate DIR` simulates
+// plan.json's schedule. A plan.json whose schedule was edited (not covered by the programs'
+// checksums) is refused, so the two never disagree about a plan that runs.
+func TestLoaderRejectsScheduleMismatch(t *testing.T) {
+	dir := compileIR(t, "../testdata/ir/mlp.ir", compiler.Options{PP: 2, Microbatches: 2, Schedule: "gpipe"})
+	if _, err := Load(dir, cpu.New()); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := codegen.ReadPlan(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acts := append([]string(nil), plan.Schedule.Actions[0]...) // gpipe: 0F0,0F1, then the backwards
+	acts[0], acts[1] = acts[1], acts[0]
+	for _, c := range []struct {
+		name string
+		edit func(p *codegen.Plan)
+		want string
+	}{
+		{"reordered", func(p *codegen.Plan) { p.Schedule.Actions[0] = acts }, "rank-00000.ppx: runs 0F0 where plan.json's schedule for rank 0 has 0F1 (action 0)"},
+		{"dropped", func(p *codegen.Plan) { p.Schedule.Actions[1] = p.Schedule.Actions[1][:1] }, "rank-00001.ppx: runs"},
+		{"malformed", func(p *codegen.Plan) { p.Schedule.Actions[1][0] = "1X0" }, `rank 1's schedule has a malformed action "1X0"`},
+	} {
+		p := *plan
+		p.Schedule.Actions = nil
+		for _, row := range plan.Schedule.Actions {
+			p.Schedule.Actions = append(p.Schedule.Actions, append([]string(nil), row...))
+		}
+		c.edit(&p)
+		if err := codegen.WritePlan(dir, &p); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(dir, cpu.New())
+		var ie *InputError
+		if err == nil || !errors.As(err, &ie) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an InputError containing %q", c.name, err, c.want)
+		}
+	}
 }

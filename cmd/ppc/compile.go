@@ -136,6 +136,11 @@ func init() {
 						return usagef("--recompute does not apply to --forward-only (no backward to recompute for)")
 					}
 				}
+				if !opts.ForwardOnly {
+					if err := compiler.CheckOptimizer(opts.Optimizer); err != nil {
+						return usageError{err.Error()}
+					}
+				}
 				if opts.Microbatches < 1 || opts.PP < 1 {
 					return usagef("--pp and --microbatches must be at least 1")
 				}
@@ -154,7 +159,7 @@ func init() {
 					return err
 				}
 				if err := res.Write(*out); err != nil {
-					return fmt.Errorf("-o: %v", trimPathError(err))
+					return fmt.Errorf("-o: %w", trimPathError(err))
 				}
 				printSummary(e.stdout, res, *out)
 				return nil
@@ -194,7 +199,7 @@ func registerPassFlags(fs *flag.FlagSet) *passFlags {
 	fs.BoolVar(&p.afterChange, "print-ir-after-change", false, "print the IR after each pass that changed it")
 	fs.Var(&p.before, "print-ir-before", "print the IR before the named `PASS` (repeatable)")
 	fs.Var(&p.after, "print-ir-after", "print the IR after the named `PASS` (repeatable)")
-	fs.StringVar(&p.dumpDir, "dump-dir", "", "write the IR after each pass to `DIR`/NN-pass.ir")
+	fs.StringVar(&p.dumpDir, "dump-dir", "", "write the IR after each pass to `DIR`/NN-pass.ir, replacing the NN-*.ir files an earlier run wrote there (other files stay)")
 	return p
 }
 

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"google.golang.org/protobuf/proto"
 
@@ -13,27 +14,70 @@ import (
 
 func init() {
 	commands = append(commands, &command{
-		name: "dis", args: "FILE.ppx",
-		summary: "Print a compiled rank program as text: buffers, kernels and the instruction stream.",
+		name: "dis", args: "FILE.ppx | DIR",
+		summary: "Print a compiled rank program as text: buffers, kernels and the instruction stream (every rank's, in order, for a plan directory).",
 		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
 			return func(args []string) error {
 				if len(args) != 1 {
-					return usagef("want one program file, got %d arguments", len(args))
+					return usagef("want one program file or plan directory, got %d arguments", len(args))
 				}
-				data, err := os.ReadFile(args[0])
-				if err != nil {
-					return trimPathError(err)
+				var files []string
+				var plan *codegen.Plan
+				if st, err := os.Stat(args[0]); err == nil && st.IsDir() {
+					if plan, err = codegen.ReadPlan(args[0]); err != nil {
+						return err
+					}
+					for _, r := range plan.Ranks {
+						files = append(files, filepath.Join(args[0], r.Program))
+					}
+				} else {
+					files = []string{args[0]}
+					// A program beside its plan.json is checked against the checksum the plan
+					// records; a lone program (or a plan.json that does not read) is shown as
+					// it is.
+					plan, _ = codegen.ReadPlan(filepath.Dir(args[0]))
 				}
-				p := &pb.Program{}
-				if err := proto.Unmarshal(data, p); err != nil {
-					return fmt.Errorf("%s: not a ppc program: %v", args[0], err)
+				for i, path := range files {
+					text, err := disassemble(path, plan)
+					if err != nil {
+						return err
+					}
+					if i > 0 {
+						text = "\n" + text
+					}
+					if _, err := fmt.Fprint(e.stdout, text); err != nil {
+						return err
+					}
 				}
-				if p.FormatVersion != codegen.FormatVersion {
-					return fmt.Errorf("%s: not a ppc program (format version %d)", args[0], p.FormatVersion)
-				}
-				fmt.Fprint(e.stdout, codegen.Disassemble(p))
 				return nil
 			}
 		},
 	})
+}
+
+// disassemble reads one program file, checks it against plan's checksum when plan lists it,
+// and returns its text.
+func disassemble(path string, plan *codegen.Plan) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", trimPathError(err)
+	}
+	if plan != nil {
+		for r, info := range plan.Ranks {
+			if info.Program == filepath.Base(path) {
+				// Before decoding: a flipped byte is corruption, not "cannot parse".
+				if err := plan.CheckProgramBytes(r, data); err != nil {
+					return "", fmt.Errorf("%s: %v", path, err)
+				}
+			}
+		}
+	}
+	p := &pb.Program{}
+	if err := proto.Unmarshal(data, p); err != nil {
+		return "", fmt.Errorf("%s: not a ppc program: %v", path, err)
+	}
+	if p.FormatVersion != codegen.FormatVersion {
+		return "", fmt.Errorf("%s: not a ppc program (format version %d)", path, p.FormatVersion)
+	}
+	return codegen.Disassemble(p), nil
 }

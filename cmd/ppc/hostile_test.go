@@ -123,6 +123,9 @@ func TestCompileFlagConflicts(t *testing.T) {
 		{with("--optimizer", "sgd{lr=abc}"), exitInput, []string{`--optimizer "sgd{lr=abc}": option lr="abc" is not a finite number`}, []string{"reproducer", "pass optimizer"}},
 		{with("--optimizer", "lamb"), exitInput, []string{`--optimizer "lamb": unknown kind "lamb" (want adamw or sgd)`}, []string{"reproducer"}},
 		{with("--optimizer", "adamw{foo=1}"), exitInput, []string{`--optimizer "adamw{foo=1}"`, `no option "foo"`}, []string{"reproducer"}},
+		{with("--optimizer", "sgd{kind=adamw}"), exitInput, []string{`--optimizer "sgd{kind=adamw}": option kind=adamw: sgd{…} already names the kind`, "usage: ppc compile"}, nil},
+		{with("--optimizer", "sgd{lr=0.1,lr=0.2}"), exitInput, []string{`--optimizer "sgd{lr=0.1,lr=0.2}": option lr given twice`, "usage: ppc compile"}, nil},
+		{with("--optimizer", "sgd{lr=1e39}"), exitInput, []string{`--optimizer "sgd{lr=1e39}": option lr=1e39 is infinite in f32`, "usage: ppc compile"}, nil},
 		{[]string{"compile", noLoss, "--loss-output", "3", "-o", out}, exitInput, []string{"--loss-output 3: the model has 1 output(s)"}, []string{"reproducer"}},
 		{[]string{"compile", empty, "-o", out}, exitInput, []string{"empty.ir: the model has no func @forward"}, []string{"reproducer"}},
 		// Output paths that cannot be directories are reported before compiling.
@@ -135,6 +138,28 @@ func TestCompileFlagConflicts(t *testing.T) {
 	code, stdout, errOut := ppc(t, "", "compile", noLoss, "--loss", "mse", "-o", out)
 	if code != 0 || !strings.Contains(stdout, "compiled noloss (training)") {
 		t.Fatalf("compile noloss.ir --loss mse: %d %s %s", code, stdout, errOut)
+	}
+}
+
+// Mistakes on the command line that only the partitioner can see are still the user's: exit
+// 2, the reason, and no reproducer in the temporary directory.
+func TestPartitionMistakesWriteNoReproducer(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	tiny := []string{"compile", gpt, "--preset", "tiny", "--pp", "2", "--microbatches", "2", "-o", out}
+	for _, c := range []struct {
+		extra []string
+		want  string
+	}{
+		{[]string{"--layout", "E,t*4|t*3,L"}, `layout "E,t*4|t*3,L" does not cover the model exactly`},
+		{[]string{"--mem", "1KiB"}, "no split into 2 stages fits mem=1024 bytes"},
+		{[]string{"--pp", "16", "--microbatches", "16"}, "the model marks 8 stages; pp=16"},
+	} {
+		args := append(append([]string{}, tiny...), c.extra...)
+		code, _, errOut := ppc(t, "", args...)
+		if code != exitInput || !strings.Contains(errOut, c.want) || strings.Contains(errOut, "reproducer") {
+			t.Errorf("ppc %v: exit %d\n%s", c.extra, code, errOut)
+		}
+		noRepro(t, os.TempDir()) // ppc points TMPDIR at a fresh directory for each run
 	}
 }
 
@@ -235,7 +260,7 @@ func TestRunOutputsAndResume(t *testing.T) {
 	if code, _, errOut := ppc(t, "", "compile", scalar, "-o", other); code != 0 {
 		t.Fatal(errOut)
 	}
-	if code, _, errOut := ppc(t, "", "compile", mlp, "--microbatches", "2", "--optimizer", "sgd", "-o", sgd); code != 0 {
+	if code, _, errOut := ppc(t, "", "compile", mlp, "--microbatches", "2", "--optimizer", "sgd{momentum=0.9}", "-o", sgd); code != 0 {
 		t.Fatal(errOut)
 	}
 	runCases(t, []cliCase{
@@ -317,5 +342,56 @@ func TestCompareInferOptImportErrors(t *testing.T) {
 		if code, _, errOut := ppc(t, "", "import", f); code != 0 {
 			t.Errorf("a file with a byte-order mark: %d %s", code, errOut)
 		}
+	}
+}
+
+// Plain sgd is torch.optim.SGD's default, momentum 0: no optimizer state at all; momentum
+// keeps one buffer per parameter.
+func TestPlainSGDKeepsNoState(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ spec, want string }{{"sgd", "optimizer 0 B"}, {"sgd{momentum=0.9}", "optimizer 489.0 KiB"}} {
+		code, stdout, errOut := ppc(t, "", "compile", mlp, "--optimizer", c.spec, "-o", filepath.Join(dir, c.spec))
+		if code != 0 || !strings.Contains(stdout, c.want) {
+			t.Errorf("compile --optimizer %s: exit %d, want %q in\n%s%s", c.spec, code, c.want, stdout, errOut)
+		}
+		plan, _ := os.ReadFile(filepath.Join(dir, c.spec, "plan.json"))
+		if has := strings.Contains(string(plan), "momentum_buffer"); has != (c.spec != "sgd") {
+			t.Errorf("--optimizer %s: plan.json lists a momentum_buffer: %v", c.spec, has)
+		}
+	}
+}
+
+// What the runtime would only find when it loads or initialises the plan — a bad initialiser,
+// an op the CPU runtime has no kernel for in that dtype, a micro-batch count of 0 — is a
+// compile error at its position in the IR text.
+func TestCompileChecksWhatTheRuntimeWould(t *testing.T) {
+	const model = "MODULE\nfunc @forward(%x: f32[4,8] {input}, %w: f32[8,8] {init = \"INIT\", param}) -> (f32[] {loss}) {\n" +
+		"  %0 = matmul %x, %w : f32[4,8]\n  %1 = cast %0 {to = DT} : DT[4,8]\n  %2 = softmax %1 {axis = 1} : DT[4,8]\n" +
+		"  %3 = cast %2 {to = f32} : f32[4,8]\n  %4 = reduce_sum %3 : f32[]\n  return %4\n}\n"
+	ir := func(module, init, dt string) string {
+		return writeFile(t, "m.ir", strings.NewReplacer("MODULE", module, "INIT", init, "DT", dt).Replace(model))
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	runCases(t, []cliCase{
+		{[]string{"compile", ir("", "normal(abc)", "f32"), "-o", out}, exitInput,
+			[]string{`m.ir:2:51: %w: bad initialiser "normal(abc)": "abc" is not a finite number`, "^"}, []string{"strconv", "reproducer"}},
+		{[]string{"compile", ir("", "uniform(5, 1)", "f32"), "-o", out}, exitInput,
+			[]string{`m.ir:2:51: %w: bad initialiser "uniform(5, 1)": the lower bound 5 is above the upper bound 1`}, nil},
+		{[]string{"compile", ir("module attributes {microbatches = 0}", "zeros", "f32"), "-o", out}, exitInput,
+			[]string{"m.ir:1:20: module attribute microbatches must be a positive integer, got 0"}, nil},
+		{[]string{"compile", ir("", "zeros", "f16"), "-o", out}, exitInput,
+			[]string{"m.ir:5:8: the CPU runtime cannot run this softmax: softmax supports f32 and f64, not f16", "%2 = softmax %1"}, []string{"rank-", "reproducer"}},
+		{[]string{"compile", ir("", "zeros", "f16"), "--forward-only", "-o", out}, exitInput,
+			[]string{"m.ir:5:8: the CPU runtime cannot run this softmax"}, nil},
+	})
+	if _, err := os.Stat(out); err == nil {
+		t.Error("a failed compile wrote a plan")
+	}
+	// The same model in f32 compiles and runs.
+	if code, _, errOut := ppc(t, "", "compile", ir("", "uniform(-1, 1)", "f32"), "-o", out); code != 0 {
+		t.Fatal(errOut)
+	}
+	if code, _, errOut := ppc(t, "", "run", out, "--steps", "1"); code != 0 {
+		t.Fatal(errOut)
 	}
 }

@@ -72,16 +72,19 @@ func TestInferAndRunErrors(t *testing.T) {
 	prog := filepath.Join(plan, "rank-00000.ppx")
 	data, _ := os.ReadFile(prog)
 	os.WriteFile(prog, data[:len(data)/2], 0o644)
+	lone := filepath.Join(dir, "lone.ppx") // no plan.json beside it
+	os.WriteFile(lone, data[:len(data)/2], 0o644)
 	cases := []struct {
 		args []string
 		code int
 		want string
 	}{
-		{[]string{"run", plan, "--steps", "1"}, exitInput, "rank-00000.ppx: not a ppc program"},
+		{[]string{"run", plan, "--steps", "1"}, exitInput, "rank-00000.ppx: does not match plan.json (its SHA-256 differs)"},
 		{[]string{"run", filepath.Join(dir, "nothing")}, exitInput, "no such plan directory"},
 		{[]string{"run", plan, "--device", "tpu"}, exitInput, "--device must be cpu or cuda"},
 		{[]string{"dis", filepath.Join(dir, "nothing.ppx")}, exitInput, "no such file"},
-		{[]string{"dis", prog}, exitInput, "not a ppc program"},
+		{[]string{"dis", prog}, exitInput, "rank-00000.ppx: does not match plan.json"},
+		{[]string{"dis", lone}, exitInput, "lone.ppx: not a ppc program"},
 		{[]string{"infer", mlp, "--output-dir", dir, "--input", "x=" + filepath.Join(dir, "none.npy")}, exitInput, "none.npy"},
 		{[]string{"infer", mlp, "--output-dir", dir, "--input", "zz=" + prog}, exitInput, ""},
 		{[]string{"compare", filepath.Join(dir, "a.npy"), filepath.Join(dir, "b.npy")}, exitInput, "a.npy"},

@@ -52,7 +52,7 @@ func init() {
 					return err
 				}
 				if err := os.MkdirAll(*outDir, 0o755); err != nil {
-					return fmt.Errorf("--output-dir: %v", trimPathError(err))
+					return fmt.Errorf("--output-dir: %w", trimPathError(err))
 				}
 				if len(gen) > 0 {
 					if err := os.MkdirAll(filepath.Join(*outDir, "inputs"), 0o755); err != nil {

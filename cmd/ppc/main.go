@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"ppc.dev/ppc/runtime"
 )
 
 // command is one `ppc` subcommand.
@@ -32,10 +34,27 @@ type env struct {
 
 var commands []*command // filled in by init functions of the command files, sorted in main
 
-// Exit statuses (DESIGN.md §9).
+// Exit statuses (DESIGN.md §9). Every command follows one policy, applied by report:
+//
+//   - 0: success.
+//   - 1: the input was fine, and the answer is no or the work could not finish: a failed
+//     check (compare finds a difference, a schedule deadlocks, training diverges); an
+//     internal error (a pass's output fails the verifier, a pass panics: a bug in ppc, with
+//     a reproducer); a runtime failure (ranks hang or deadlock, a kernel fails during a
+//     step); an I/O error writing an output (a full disk or quota, a write that fails after
+//     the file was created). Running the same command again on a healthy machine, or a fix
+//     in ppc, is what helps.
+//   - 2: bad input or usage: a flag, a model, a plan, a data file, or an output path that
+//     cannot be created (a file where a directory should be, a missing parent). Changing
+//     the command line or the files is what helps.
+//   - 130: interrupted (SIGINT or SIGTERM), as shells report it.
+//
+// Errors are classified by type, never by message: usageError, checkFailed, the compiler's
+// ScheduleError, an internal passes.PassError, runtime.RunError, and the os errors of a
+// failed write; anything else is bad input.
 const (
 	exitOK     = 0
-	exitFailed = 1 // a check failed (compare, validation) or an internal error
+	exitFailed = 1 // a failed check, an internal error, a runtime failure, a failed write
 	exitInput  = 2 // bad input or usage
 	// exitInterrupted: stopped by SIGINT or SIGTERM, after writing what was done; 128 + 2,
 	// as a shell reports a process killed by SIGINT.
@@ -138,13 +157,31 @@ func report(c *command, err error, stderr io.Writer) int {
 	case errors.As(err, &cf):
 		fmt.Fprintf(stderr, "ppc %s: %v\n", c.name, err)
 		return exitFailed
-	case isInternal(err) || isFailedCheck(err):
+	case isInternal(err) || isFailedCheck(err) || isRunFailure(err) || isWriteFailure(err):
 		fmt.Fprintf(stderr, "ppc %s: %v\n", c.name, err)
 		return exitFailed
 	default:
 		fmt.Fprintf(stderr, "ppc %s: %v\n", c.name, err)
 		return exitInput
 	}
+}
+
+// isRunFailure reports a step that failed while running a valid plan (a hang, a kernel error).
+func isRunFailure(err error) bool {
+	var re *runtime.RunError
+	return errors.As(err, &re)
+}
+
+// isWriteFailure reports an output that could be created but not written: a full disk or
+// quota (wherever it strikes, creating a file included), an I/O error, or a failed write,
+// sync or close of an open file. Failing to create an output (a path through a file, a
+// missing directory, no permission) stays bad input: the user chose the path.
+func isWriteFailure(err error) bool {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EIO) || errors.Is(err, syscall.EFBIG) {
+		return true
+	}
+	var pe *os.PathError
+	return errors.As(err, &pe) && (pe.Op == "write" || pe.Op == "sync" || pe.Op == "close")
 }
 
 // parseArgs sets the flags in args on fs and returns the positional arguments. Flags may
@@ -288,15 +325,22 @@ func readInput(e *env, path string) (string, error) {
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("%v", trimPathError(err))
+		return "", trimPathError(err)
 	}
 	return string(b), nil
 }
 
+// trimPathError drops the operation from an *os.PathError ("open x: no such file" becomes
+// "x: no such file") and keeps it in the chain, so that report still sees a failed write.
 func trimPathError(err error) error {
 	var pe *os.PathError
 	if errors.As(err, &pe) {
-		return fmt.Errorf("%s: %v", pe.Path, pe.Err)
+		return pathError{pe}
 	}
 	return err
 }
+
+type pathError struct{ *os.PathError }
+
+func (e pathError) Error() string { return e.Path + ": " + e.Err.Error() }
+func (e pathError) Unwrap() error { return e.PathError }

@@ -25,7 +25,7 @@ func init() {
 			var before, after listFlag
 			fs.Var(&before, "print-ir-before", "print the IR before the named `PASS` (repeatable)")
 			fs.Var(&after, "print-ir-after", "print the IR after the named `PASS` (repeatable)")
-			fs.StringVar(&cfg.DumpDir, "dump-dir", "", "write the IR after each pass to `DIR`/NN-pass.ir")
+			fs.StringVar(&cfg.DumpDir, "dump-dir", "", "write the IR after each pass to `DIR`/NN-pass.ir, replacing the NN-*.ir files an earlier run wrote there (other files stay)")
 			elide := fs.Int("elide-data", 0, "print dense data with more than `N` elements as 'elided' (0: print all)")
 			return func(args []string) error {
 				if len(args) != 1 {

@@ -105,3 +105,33 @@ func TestScheduleCommand(t *testing.T) {
 		t.Fatalf("svg: %d %v", code, err)
 	}
 }
+
+// `ppc dis DIR` disassembles every rank of a plan; a program with one byte flipped is
+// reported as not matching plan.json's checksum, by dis and by run, rather than as a
+// protobuf parse error.
+func TestDisPlanDirAndChecksum(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "plan")
+	if code, _, errOut := ppc(t, "", "compile", mlp, "--pp", "2", "--microbatches", "2", "-o", dir); code != 0 {
+		t.Fatal(errOut)
+	}
+	code, stdout, errOut := ppc(t, "", "dis", dir)
+	i0, i1 := strings.Index(stdout, "program rank 0 of 2"), strings.Index(stdout, "program rank 1 of 2")
+	if code != 0 || i0 < 0 || i1 < i0 {
+		t.Fatalf("dis DIR: exit %d\n%s%s", code, stdout[:min(len(stdout), 300)], errOut)
+	}
+	_, one, _ := ppc(t, "", "dis", filepath.Join(dir, "rank-00001.ppx"))
+	if !strings.HasSuffix(stdout, one) {
+		t.Error("dis DIR does not end with rank 1's program as dis FILE prints it")
+	}
+	prog := filepath.Join(dir, "rank-00001.ppx")
+	data, _ := os.ReadFile(prog)
+	data[len(data)/3] ^= 0x20
+	os.WriteFile(prog, data, 0o644)
+	want := "rank-00001.ppx: does not match plan.json (its SHA-256 differs): the file is corrupted"
+	runCases(t, []cliCase{
+		{[]string{"dis", dir}, exitInput, []string{want}, []string{"proto", "cannot parse"}},
+		{[]string{"dis", prog}, exitInput, []string{want}, []string{"proto", "cannot parse"}},
+		{[]string{"run", dir, "--steps", "1"}, exitInput, []string{want}, []string{"proto", "cannot parse"}},
+		{[]string{"dis", filepath.Dir(dir)}, exitInput, []string{"not a plan directory (no plan.json)"}, nil},
+	})
+}

@@ -62,7 +62,7 @@ func init() {
 				if *save != "" {
 					lock, err := runtime.LockDir(*save)
 					if err != nil {
-						return fmt.Errorf("--save: %v", trimPathError(err))
+						return fmt.Errorf("--save: %w", trimPathError(err))
 					}
 					defer lock.Unlock()
 				}
@@ -128,7 +128,7 @@ func init() {
 				if *logJSON != "" {
 					f, err := os.OpenFile(*logJSON, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 					if err != nil {
-						return fmt.Errorf("--log-json: %v", trimPathError(err))
+						return fmt.Errorf("--log-json: %w", trimPathError(err))
 					}
 					defer f.Close()
 					log = newStepLog(f, job.Plan, start)
@@ -136,11 +136,11 @@ func init() {
 				if *trace != "" {
 					f, err := os.Create(*trace)
 					if err != nil {
-						return fmt.Errorf("--trace: %v", trimPathError(err))
+						return fmt.Errorf("--trace: %w", trimPathError(err))
 					}
 					if opts.Trace, err = runtime.NewTrace(f, len(job.Ranks), traceFirst, traceLast); err != nil {
 						f.Close()
-						return fmt.Errorf("--trace: %v", err)
+						return fmt.Errorf("--trace: %w", trimPathError(err))
 					}
 				}
 				done, err := train(e, job, opts, *steps, log, intr)
@@ -154,7 +154,7 @@ func init() {
 				var wrote []string
 				if opts.Trace != nil {
 					if terr := opts.Trace.Close(); terr != nil && err == nil {
-						err = fmt.Errorf("--trace: %v", terr)
+						err = fmt.Errorf("--trace: %w", trimPathError(terr))
 					}
 					wrote = append(wrote, "trace written to "+*trace)
 				}
@@ -163,7 +163,7 @@ func init() {
 				}
 				if *save != "" && (done > 0 || sig == nil) {
 					if err := job.Save(*save, *seed); err != nil {
-						return fmt.Errorf("--save: %v", err)
+						return fmt.Errorf("--save: %w", err)
 					}
 					fmt.Fprintf(e.stdout, "saved checkpoint to %s\n", *save)
 					wrote = append(wrote, fmt.Sprintf("checkpoint of step %d saved to %s", job.StepCount(), *save))
@@ -312,7 +312,7 @@ func train(e *env, job *runtime.Job, opts runtime.Options, steps int, log *stepL
 			rec.TokensPerS = float64(res.Tokens) / secs
 		}
 		if err := log.write(rec); err != nil {
-			return done, fmt.Errorf("--log-json: %v", err)
+			return done, fmt.Errorf("--log-json: %w", trimPathError(err)) // a full disk: stop rather than lose the log
 		}
 		loss, line := "", fmt.Sprintf("step %d", res.Step)
 		if hasLoss {

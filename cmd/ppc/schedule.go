@@ -150,12 +150,12 @@ func init() {
 				}
 				if *trace != "" {
 					if err := writeWith(*trace, res.WriteTrace); err != nil {
-						return fmt.Errorf("--trace: %v", trimPathError(err))
+						return fmt.Errorf("--trace: %w", trimPathError(err))
 					}
 				}
 				if *svg != "" {
 					if err := writeWith(*svg, res.WriteSVG); err != nil {
-						return fmt.Errorf("--svg: %v", trimPathError(err))
+						return fmt.Errorf("--svg: %w", trimPathError(err))
 					}
 				}
 				if *asJSON {
@@ -196,7 +196,11 @@ func writeWith(path string, write func(w io.Writer) error) error {
 	return f.Close()
 }
 
-// planSchedule rebuilds the schedule recorded in a compiled plan.
+// planSchedule rebuilds the schedule recorded in a compiled plan. The runtime does not read
+// plan.json's schedule: it executes the order baked into each rank's program. It does refuse
+// a plan whose programs do not run this schedule (codegen.Plan.CheckSchedule), so what is
+// simulated here is what `ppc run` executes, and an edited plan.json cannot make the two
+// disagree. (Simulating needs the per-stage costs, which only plan.json has.)
 func planSchedule(dir string, plan *codegen.Plan, costFlag string) (*schedule.Schedule, schedule.Cost, error) {
 	var b strings.Builder
 	for _, row := range plan.Schedule.Actions {
