@@ -50,13 +50,17 @@ func Compile(model string, opts Options) (*Result, error) {
 	if opts.PP < 1 {
 		opts.PP = 1
 	}
+	fromModel := false
 	if opts.Microbatches < 1 {
 		// Not given: a CSV schedule says how many micro-batches it runs (a bad file is
-		// reported by loadSchedule below).
+		// reported by loadSchedule below); else an IR file's `microbatches` attribute, read
+		// once the file is loaded; else 1.
 		opts.Microbatches = 1
+		fromModel = true
 		if schedule.IsCSVName(opts.Schedule) {
 			if s, err := schedule.ReadCSVFile(opts.Schedule); err == nil {
 				opts.Microbatches = s.Microbatches
+				fromModel = false
 			}
 		}
 	}
@@ -74,6 +78,11 @@ func Compile(model string, opts Options) (*Result, error) {
 	m, src, err := Load(model, lo)
 	if err != nil {
 		return nil, err
+	}
+	if n := m.Attrs.Int("microbatches", 0); fromModel && n >= 1 && strings.HasSuffix(model, ".ir") {
+		// IR text describes one micro-batch and may say how many a step runs (the parser
+		// has checked the value); --microbatches, when given, overrides it.
+		opts.Microbatches = n
 	}
 	if m.Name == "" {
 		// IR text may leave the module unnamed; the plan and summaries name the file.

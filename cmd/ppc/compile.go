@@ -66,7 +66,7 @@ func init() {
 			out := fs.String("o", "", "output `DIR` for plan.json and rank-NNNNN.ppx")
 			var opts compiler.Options
 			fs.IntVar(&opts.PP, "pp", 1, "pipeline-parallel ranks `N` (with a FILE.csv schedule: the CSV's row count)")
-			fs.IntVar(&opts.Microbatches, "microbatches", 1, "micro-batches `M` per step: the model's global batch is split M ways (an .ir file's shapes are already one micro-batch's); with a FILE.csv schedule, default the CSV's count")
+			fs.IntVar(&opts.Microbatches, "microbatches", 0, "micro-batches `M` per step: the model's global batch is split M ways (an .ir file's shapes are already one micro-batch's) (0: a FILE.csv schedule's count, an .ir file's microbatches attribute, or 1)")
 			fs.StringVar(&opts.Schedule, "schedule", "1f1b", "pipeline schedule `S|FILE.csv`: "+strings.Join(schedule.Names(), ", ")+", or a schedule in PyTorch's CSV format")
 			fs.IntVar(&opts.VirtualStages, "virtual-stages", 0, "stages per rank `V` for interleaved and V-shaped schedules (0: the schedule's default)")
 			fs.BoolVar(&opts.ForwardOnly, "forward-only", false, "compile inference (no loss, no backward, no optimizer)")
@@ -141,11 +141,8 @@ func init() {
 						return usageError{err.Error()}
 					}
 				}
-				if opts.Microbatches < 1 || opts.PP < 1 {
+				if (set["microbatches"] && opts.Microbatches < 1) || opts.PP < 1 {
 					return usagef("--pp and --microbatches must be at least 1")
-				}
-				if !set["microbatches"] && schedule.IsCSVName(opts.Schedule) {
-					opts.Microbatches = 0 // the CSV's
 				}
 				if opts.Passes, err = pf.config(e); err != nil {
 					return err

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"ppc.dev/ppc/codegen"
 )
 
 const gpt = "../../testdata/models/gpt.ppm"
@@ -134,4 +137,39 @@ func TestDisPlanDirAndChecksum(t *testing.T) {
 		{[]string{"run", dir, "--steps", "1"}, exitInput, []string{want}, []string{"proto", "cannot parse"}},
 		{[]string{"dis", filepath.Dir(dir)}, exitInput, []string{"not a plan directory (no plan.json)"}, nil},
 	})
+}
+
+// TestIRMicrobatchesAttribute: an .ir file's microbatches attribute is the default count, and
+// --microbatches overrides it.
+func TestIRMicrobatchesAttribute(t *testing.T) {
+	src, err := os.ReadFile("../../testdata/ir/mlp.ir")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	model := filepath.Join(dir, "mb.ir")
+	text := strings.Replace(string(src), "module @mlp attributes {microbatches = 1}", "module @mlp attributes {microbatches = 3}", 1)
+	if text == string(src) {
+		t.Fatal("mlp.ir's module line changed; update the test")
+	}
+	if err := os.WriteFile(model, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		flags []string
+		want  int
+	}{{nil, 3}, {[]string{"--microbatches", "2"}, 2}} {
+		out := filepath.Join(dir, fmt.Sprint("plan", c.want))
+		code, _, errOut := ppc(t, "", append([]string{"compile", model, "-o", out}, c.flags...)...)
+		if code != 0 {
+			t.Fatalf("compile %v: %s", c.flags, errOut)
+		}
+		p, err := codegen.ReadPlan(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Microbatches != c.want {
+			t.Errorf("compile %v: %d micro-batches, want %d", c.flags, p.Microbatches, c.want)
+		}
+	}
 }
