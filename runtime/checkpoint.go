@@ -148,16 +148,7 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 			}
 		}
 	}
-	names := make([]string, 0, len(want)+len(tensors))
-	for n := range want {
-		names = append(names, n)
-	}
-	for n := range tensors {
-		if _, ok := want[n]; !ok {
-			names = append(names, n)
-		}
-	}
-	sort.Strings(names)
+	names := SortedNames(want, tensors)
 	e := &MismatchError{Path: file, PlanTotal: len(want)}
 	matches := map[string]bool{}
 	missingParams, missingState := false, false
@@ -224,4 +215,20 @@ func isStateOf(name string, params map[string]ir.Type) bool {
 	}
 	_, ok := params[name[:i]]
 	return ok
+}
+
+// SortedNames lists the names in either map once, sorted: the rows of a comparison of two
+// sets of tensors.
+func SortedNames[A, B any](a map[string]A, b map[string]B) []string {
+	names := make([]string, 0, len(a)+len(b))
+	for n := range a {
+		names = append(names, n)
+	}
+	for n := range b {
+		if _, ok := a[n]; !ok {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	return names
 }

@@ -122,30 +122,24 @@ func (t *transport) recv(dst, src int, tag int64, into []byte) error {
 
 // wait blocks rank r until ready() holds, the job aborts, or the job hangs. t.mu is held.
 func (t *transport) wait(r int, what string, ready func() bool) error {
-	for !ready() {
-		if t.aborted != nil {
-			return errAborted
-		}
-		t.state[r] = rankState{blocked: true, what: what, wake: ready}
-		t.checkHang()
-		if t.aborted != nil {
-			t.state[r] = rankState{}
-			return errAborted
-		}
-		t.cond.Wait()
-		t.state[r] = rankState{}
-	}
-	return nil
+	return t.block(r, rankState{what: what}, ready)
 }
 
 // waitColl is wait inside collective rec, whose hang report is written when the hang is
 // found (it names the members that have not arrived and what they wait for instead).
 func (t *transport) waitColl(r int, rec *collRecord, ready func() bool) error {
+	return t.block(r, rankState{what: rec.op.String(), coll: rec}, ready)
+}
+
+// block marks rank r blocked as st says until ready() holds, the job aborts, or the hang
+// detector finds that nothing can wake any rank. t.mu is held.
+func (t *transport) block(r int, st rankState, ready func() bool) error {
+	st.blocked, st.wake = true, ready
 	for !ready() {
 		if t.aborted != nil {
 			return errAborted
 		}
-		t.state[r] = rankState{blocked: true, what: rec.op.String(), wake: ready, coll: rec}
+		t.state[r] = st
 		t.checkHang()
 		if t.aborted != nil {
 			t.state[r] = rankState{}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"ppc.dev/ppc/compiler"
@@ -155,16 +154,7 @@ func compareTensors(e *env, a, b map[string]device.Tensor, metaA, metaB map[stri
 			}
 		}
 	}
-	var names []string
-	for n := range a {
-		names = append(names, n)
-	}
-	for n := range b {
-		if _, ok := a[n]; !ok {
-			names = append(names, n)
-		}
-	}
-	sort.Strings(names)
+	names := runtime.SortedNames(a, b)
 	bad := 0
 	var worstAbs, worstRel float64
 	header := false
