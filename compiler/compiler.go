@@ -22,6 +22,10 @@ type Options struct {
 	Load LoadOptions
 	// Parallelism and schedule.
 	PP            int
+	TP            int  // tensor-parallel ranks per stage
+	SP            bool // sequence parallelism over the tp ranks
+	DP            int  // data-parallel replicas
+	Zero          int  // ZeRO stage (0, 1 or 2) over the dp replicas
 	Microbatches  int
 	Schedule      string // generator name, or a .csv file in PyTorch's format
 	VirtualStages int
@@ -50,6 +54,7 @@ func Compile(model string, opts Options) (*Result, error) {
 	if opts.PP < 1 {
 		opts.PP = 1
 	}
+	opts.TP, opts.DP = max(opts.TP, 1), max(opts.DP, 1)
 	fromModel := false
 	if opts.Microbatches < 1 {
 		// Not given: a CSV schedule says how many micro-batches it runs (a bad file is
@@ -74,7 +79,9 @@ func Compile(model string, opts Options) (*Result, error) {
 		}
 	}
 	lo := opts.Load
-	lo.Microbatches = opts.Microbatches
+	// The model's batch is the global batch: each of the dp replicas runs M micro-batches of
+	// it, so the frontend cuts it into M·dp micro-batches.
+	lo.Microbatches = opts.Microbatches * opts.DP
 	m, src, err := Load(model, lo)
 	if err != nil {
 		return nil, err
@@ -118,6 +125,11 @@ func Compile(model string, opts Options) (*Result, error) {
 	// schedules default to two), so build it before partitioning.
 	sched, err := loadSchedule(&opts)
 	if err != nil {
+		return nil, err
+	}
+	// The device mesh, in the axis names shardings and collectives use (ir.MeshOrder numbers
+	// the ranks: tp fastest, pp slowest).
+	if err := setMesh(m, model, sched.Ranks, opts); err != nil {
 		return nil, err
 	}
 	part := fmt.Sprintf("partition{pp=%d,virtual=%d,mem=%d", sched.Ranks, sched.Stages/sched.Ranks, opts.Mem)
@@ -366,4 +378,29 @@ func (r *Result) Write(dir string) error {
 		}
 	}
 	return codegen.WritePlan(dir, r.Output.Plan)
+}
+
+// setMesh gives the module its device mesh, in the axis names shardings and collectives use
+// (ir.MeshOrder numbers the ranks: tp fastest, pp slowest). A module that is already
+// partitioned for tensor parallelism (IR text written per rank) must be compiled for the tp
+// size it was written for.
+func setMesh(m *ir.Module, model string, pp int, opts Options) error {
+	if m.Attrs.Has(ir.AttrPartitioned) {
+		tp := 1
+		for _, a := range m.Mesh() {
+			if a.Name == "tp" {
+				tp = a.Size
+			}
+		}
+		if tp != opts.TP {
+			return fmt.Errorf("%s: the module is partitioned for tp = %d (its shapes are per rank); compile it with --tp %d", model, tp, tp)
+		}
+	} else if opts.TP > 1 {
+		return fmt.Errorf("--tp: tensor parallelism of unpartitioned models is not implemented yet")
+	}
+	m.SetMesh([]ir.MeshAxis{{Name: "pp", Size: pp}, {Name: "dp", Size: opts.DP}, {Name: "tp", Size: opts.TP}})
+	if opts.DP > 1 {
+		return fmt.Errorf("--dp: data parallelism is not implemented yet")
+	}
+	return nil
 }

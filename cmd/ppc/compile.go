@@ -66,6 +66,10 @@ func init() {
 			out := fs.String("o", "", "output `DIR` for plan.json and rank-NNNNN.ppx")
 			var opts compiler.Options
 			fs.IntVar(&opts.PP, "pp", 1, "pipeline-parallel ranks `N` (with a FILE.csv schedule: the CSV's row count)")
+			fs.IntVar(&opts.TP, "tp", 1, "tensor-parallel ranks `N` per stage (Megatron's column/row-parallel layers, vocab-parallel embedding and loss)")
+			fs.BoolVar(&opts.SP, "sp", false, "sequence parallelism with --tp: norms, dropout and residuals split along the sequence over the tp ranks")
+			fs.IntVar(&opts.DP, "dp", 1, "data-parallel replicas `N`: each runs --microbatches micro-batches of the global batch, and gradients are summed over them")
+			fs.IntVar(&opts.Zero, "zero", 0, "ZeRO `STAGE` with --dp: 1 shards optimizer state over the dp replicas, 2 also gradients")
 			fs.IntVar(&opts.Microbatches, "microbatches", 0, "micro-batches `M` per step: the model's global batch is split M ways (an .ir file's shapes are already one micro-batch's) (0: a FILE.csv schedule's count, an .ir file's microbatches attribute, or 1)")
 			fs.StringVar(&opts.Schedule, "schedule", "1f1b", "pipeline schedule `S|FILE.csv`: "+strings.Join(schedule.Names(), ", ")+", or a schedule in PyTorch's CSV format")
 			fs.IntVar(&opts.VirtualStages, "virtual-stages", 0, "stages per rank `V` for interleaved and V-shaped schedules (0: the schedule's default)")
@@ -141,8 +145,19 @@ func init() {
 						return usageError{err.Error()}
 					}
 				}
-				if (set["microbatches"] && opts.Microbatches < 1) || opts.PP < 1 {
-					return usagef("--pp and --microbatches must be at least 1")
+				if (set["microbatches"] && opts.Microbatches < 1) || opts.PP < 1 || opts.TP < 1 || opts.DP < 1 {
+					return usagef("--pp, --tp, --dp and --microbatches must be at least 1")
+				}
+				if opts.SP && opts.TP < 2 {
+					return usagef("--sp splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more")
+				}
+				switch {
+				case opts.Zero < 0 || opts.Zero > 2:
+					return usagef("--zero must be 1 or 2 (0: off), got %d", opts.Zero)
+				case opts.Zero > 0 && opts.DP < 2:
+					return usagef("--zero %d shards over the data-parallel replicas: it needs --dp 2 or more", opts.Zero)
+				case opts.Zero > 0 && opts.ForwardOnly:
+					return usagef("--zero does not apply to --forward-only (no optimizer)")
 				}
 				if opts.Passes, err = pf.config(e); err != nil {
 					return err
