@@ -557,6 +557,8 @@ func inferGatherScatterDim(grow bool) InferFunc {
 
 func inferNone(_ []Type, _ Attrs) ([]Type, error) { return nil, nil }
 
+func inferAxisIndex(_ []Type, _ Attrs) ([]Type, error) { return one(T(I64)) }
+
 func inferRecv(_ []Type, at Attrs) ([]Type, error) {
 	t, _ := at.Get("type").(TypeAttr)
 	return one(Type(t))

@@ -214,11 +214,21 @@ var coreGradRules = map[string]gradRule{
 		}
 		return []*ir.Value{d[0]}, nil
 	},
+	"stop_gradient": nil,
 	"copy_to_axis": func(g *gradCtx, op *ir.Op, d []*ir.Value) ([]*ir.Value, error) {
 		return []*ir.Value{g.b.Op1("all_reduce", ir.Attrs{{Name: "axis", Value: op.Attrs.Get("axis")}}, d[0])}, nil
 	},
 	"all_gather": func(g *gradCtx, op *ir.Op, d []*ir.Value) ([]*ir.Value, error) {
-		return []*ir.Value{g.b.Op1("reduce_scatter", op.Attrs, d[0])}, nil
+		if op.Attrs.Str("grad", "reduce_scatter") == "slice" {
+			// The gradient is whole on every rank: each keeps its own block of it.
+			dim := op.Attrs.Int("dim", 0)
+			n := op.Operands[0].Type.Shape[dim]
+			axis := ir.Attrs{{Name: "axis", Value: op.Attrs.Get("axis")}}
+			off := g.b.Mul(g.b.Op1("axis_index", axis), g.b.Scalar(ir.I64, float64(n)))
+			idx := g.b.Add(g.b.Op1("iota", ir.Attrs{{Name: "axis", Value: ir.Int(0)}, {Name: "type", Value: ir.TypeAttr(ir.T(ir.I64, n))}}), off)
+			return []*ir.Value{g.b.Op1("gather", ir.Attrs{{Name: "axis", Value: ir.Int(dim)}}, d[0], idx)}, nil
+		}
+		return []*ir.Value{g.b.Op1("reduce_scatter", op.Attrs.Delete("grad"), d[0])}, nil
 	},
 	"reduce_scatter": func(g *gradCtx, op *ir.Op, d []*ir.Value) ([]*ir.Value, error) {
 		return []*ir.Value{g.b.Op1("all_gather", op.Attrs, d[0])}, nil

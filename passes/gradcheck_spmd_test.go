@@ -64,6 +64,16 @@ func @forward(%w: f64[3,2] {param, shard = [_, tp]}) -> (f64[] {loss}) {
   return %loss
 }
 `},
+	{name: "gather into computation every rank repeats (all_gather grad = slice)", parts: 2, src: `module @whole attributes {mesh = {tp = 2}, partitioned}
+
+func @forward(%w: f64[3,2] {param, shard = [_, tp]}) -> (f64[] {loss}) {
+  %g = all_gather %w {axis = tp, dim = 1, grad = slice, parts = 2} : f64[3,4]
+  %e = exp %g : f64[3,4]
+  %q = mul %e, %g : f64[3,4]
+  %loss = reduce_sum %q : f64[]
+  return %loss
+}
+`},
 }
 
 func TestGradRulesCollectives(t *testing.T) {
@@ -178,7 +188,11 @@ func spmdEval(f *ir.Func, args [][]*ir.Dense) ([][]*ir.Dense, error) {
 			}
 		}
 		var out [][]*ir.Dense
-		if op.Def.Has(ir.Collective) {
+		if op.Name() == "stop_gradient" {
+			for r := range parts {
+				out = append(out, in[r])
+			}
+		} else if op.Def.Has(ir.Collective) {
 			var err error
 			if out, err = spmdCollective(op, in); err != nil {
 				return nil, err
@@ -244,6 +258,10 @@ func spmdCollective(op *ir.Op, in [][]*ir.Dense) ([][]*ir.Dense, error) {
 		return k
 	}
 	switch op.Name() {
+	case "axis_index":
+		for r := range parts {
+			out[r] = []*ir.Dense{ir.NewDenseF64(t, []float64{float64(r)})}
+		}
 	case "copy_to_axis":
 		for r := range parts {
 			out[r] = []*ir.Dense{in[r][0]}

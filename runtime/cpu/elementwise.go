@@ -114,6 +114,7 @@ func init() {
 		}, nil
 	})
 	registerElementwise("neg", unary(func(x float64) float64 { return -x }))
+	registerElementwise("stop_gradient", unary(func(x float64) float64 { return x }))
 	registerElementwise("abs", unary(math.Abs))
 	registerElementwise("relu", unary(func(x float64) float64 {
 		if x > 0 {

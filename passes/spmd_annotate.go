@@ -1,0 +1,167 @@
+package passes
+
+import (
+	"fmt"
+	"strings"
+
+	"ppc.dev/ppc/ir"
+)
+
+// ShardAnnotate chooses tp shardings for the parameters the user left unsharded.
+var ShardAnnotate = &Pass{
+	Name: "shard-annotate",
+	Doc: "Apply Megatron's tensor-parallel rules to @forward's parameters that carry no `shard` attribute " +
+		"(the user's win): an embedding table is split along the vocabulary (vocab-parallel embedding, and " +
+		"through a tied or separate output head, vocab-parallel logits and cross-entropy); the weight of a " +
+		"matmul is split column-parallel (by its output dim, so attention's q, k and v split by heads and " +
+		"GQA's shared k/v heads by groups, an MLP's up and gate projections by the hidden dim) when the " +
+		"split reaches another matmul or the loss without any value having to be gathered whole; the " +
+		"matmul that contracts a split dim gets its weight split row-parallel (attention's output " +
+		"projection, the MLP's down projection), and biases and other parameters that meet a split value " +
+		"elementwise are split the same way. Recognising patterns by how shardings propagate " +
+		"(shard-propagate's rules) rather than by names makes it work on the IR of ONNX transformers as on " +
+		"DSL models. A pattern that tp does not divide (heads, kv heads, hidden or vocabulary sizes) is an " +
+		"error naming the dim and the sizes that would work. The choice does not depend on sequence " +
+		"parallelism, which only changes how shard-propagate reduces partial sums. A module without a tp " +
+		"axis larger than 1 is left alone.",
+	Run: runShardAnnotate,
+}
+
+func runShardAnnotate(m *ir.Module, _ Options) error {
+	tp := meshSize(m, tpAxis)
+	f := m.Func(ir.ForwardFunc)
+	if tp <= 1 || f == nil {
+		return nil
+	}
+	const sp = false // Megatron's layouts are the same with and without it
+	decided, err := paramLayouts(f)
+	if err != nil {
+		return err
+	}
+	fixed := map[*ir.Value]bool{}
+	isParam := map[*ir.Value]int{}
+	for i, a := range f.Args {
+		if f.ArgAttrs[i].Has(ir.AttrShard) {
+			fixed[a] = true
+		}
+		if f.ArgAttrs[i].Has(ir.AttrParam) {
+			isParam[a] = i
+		}
+	}
+	free := func(v *ir.Value) bool {
+		_, p := isParam[v]
+		return p && !fixed[v]
+	}
+	open := func(v *ir.Value) bool { return free(v) && decided[v] == replicated && v.Type.Rank() == 2 }
+	with := func(w *ir.Value, l lay) map[*ir.Value]lay {
+		out := make(map[*ir.Value]lay, len(decided)+1)
+		for k, v := range decided {
+			out[k] = v
+		}
+		out[w] = l
+		return out
+	}
+	for _, op := range f.Ops {
+		var w *ir.Value
+		try := replicated
+		switch op.Name() {
+		case "gather":
+			// Token embeddings: a table looked up at a model input's indices (not positions
+			// made by iota, whose table Megatron keeps whole).
+			if axis := op.Attrs.Int("axis", 0); open(op.Operands[0]) && (axis == 0 || axis == -2) && op.Operands[1].Def == nil {
+				w, try = op.Operands[0], splitAt(0)
+			}
+		case "matmul":
+			if b := op.Operands[1]; open(b) {
+				n := 1
+				if op.Attrs.Bool("transpose_b", false) {
+					n = 0
+				}
+				w, try = b, splitAt(n)
+			}
+		}
+		if w == nil {
+			continue
+		}
+		base := propagateLayouts(f, decided, tp, sp, false)
+		trial := propagateLayouts(f, with(w, try), tp, sp, false)
+		if w.Type.Shape[try.dim]%tp == 0 && len(trial.misfits) <= len(base.misfits) && trial.gathers <= base.gathers {
+			decided = with(w, try)
+			decided = fixupParams(f, decided, free, tp, sp)
+			continue
+		}
+		// Rejected. When the split would have worked had tp divided the sizes, the model is a
+		// pattern ppc should split and cannot: say why rather than silently replicating.
+		if relaxed := propagateLayouts(f, with(w, try), tp, sp, true); relaxed.gathers <= base.gathers {
+			return misfitError(op, w, try.dim, tp, trial, base)
+		}
+	}
+	for a, l := range decided {
+		if i := isParam[a]; l.dim >= 0 && !fixed[a] {
+			f.ArgAttrs[i] = f.ArgAttrs[i].Set(ir.AttrShard, l.sharding(a.Type.Rank(), tpAxis).Attr())
+		}
+	}
+	return nil
+}
+
+// fixupParams splits the parameters that the current layouts want split (a row-parallel
+// weight, a bias added to a split activation): splitting a parameter costs nothing, while
+// slicing it every step would. All of a parameter's uses must agree.
+func fixupParams(f *ir.Func, decided map[*ir.Value]lay, free func(*ir.Value) bool, tp int, sp bool) map[*ir.Value]lay {
+	for changed := true; changed; {
+		changed = false
+		p := propagateLayouts(f, decided, tp, sp, false)
+		want := map[*ir.Value]lay{}
+		clash := map[*ir.Value]bool{}
+		for _, op := range f.Ops {
+			for i, x := range op.Operands {
+				if x.Def != nil || !free(x) || decided[x] != replicated {
+					continue
+				}
+				r := p.reqs[op][i]
+				if prev, ok := want[x]; ok && prev != r {
+					clash[x] = true
+				}
+				want[x] = r
+			}
+		}
+		for x, r := range want {
+			if r.dim >= 0 && !r.partial && !clash[x] && x.Type.Shape[r.dim]%tp == 0 {
+				decided[x] = r
+				changed = true
+			}
+		}
+	}
+	return decided
+}
+
+// misfitError explains why a Megatron pattern cannot be split over tp.
+func misfitError(op *ir.Op, w *ir.Value, dim, tp int, trial, base *layoutPlan) error {
+	size := w.Type.Shape[dim]
+	what := fmt.Sprintf("dim %d of %%%s (%s, size %d)", dim, w.Name, w.Type, size)
+	if size%tp == 0 && len(trial.misfits) > len(base.misfits) {
+		mf := trial.misfits[len(base.misfits)]
+		what = fmt.Sprintf("dim %d (size %d) of %s's result %s, which splitting %%%s leads to", mf.dim, mf.size, mf.op.Name(), mf.op.Results[0].Type, w.Name)
+		if mf.op.Loc.Known() {
+			what += " at " + mf.op.Loc.String()
+		}
+		size = mf.size
+	}
+	hint := ""
+	if op.Name() == "gather" {
+		hint = fmt.Sprintf("; or pad the vocabulary to %d, the next multiple of %d (Megatron's --make-vocab-size-divisible-by)", (size+tp-1)/tp*tp, tp)
+	}
+	return &ir.Error{Loc: op.Loc, Msg: fmt.Sprintf("--tp %d cannot split %s: %d is not divisible by %d; tp sizes that divide it: %s%s",
+		tp, what, size, tp, divisors(size), hint)}
+}
+
+// divisors lists the divisors of n up to 64 (the tp sizes one would try).
+func divisors(n int) string {
+	var ds []string
+	for d := 1; d <= n && d <= 64; d++ {
+		if n%d == 0 {
+			ds = append(ds, fmt.Sprint(d))
+		}
+	}
+	return strings.Join(ds, ", ")
+}
