@@ -132,6 +132,11 @@ func Compile(model string, opts Options) (*Result, error) {
 	if err := setMesh(m, model, sched.Ranks, opts); err != nil {
 		return nil, err
 	}
+	if opts.TP > 1 && !m.Attrs.Has(ir.AttrPartitioned) {
+		// Tensor (and sequence) parallelism: each stage becomes the program of one tp rank
+		// before pipeline partitioning, so stages, costs and autodiff see local shapes.
+		pipeline = append(pipeline, "shard-annotate", fmt.Sprintf("shard-propagate{sp=%t}", opts.SP), "spmd-partition")
+	}
 	part := fmt.Sprintf("partition{pp=%d,virtual=%d,mem=%d", sched.Ranks, sched.Stages/sched.Ranks, opts.Mem)
 	if opts.Partition != "" {
 		part += ",mode=" + opts.Partition
@@ -395,8 +400,6 @@ func setMesh(m *ir.Module, model string, pp int, opts Options) error {
 		if tp != opts.TP {
 			return fmt.Errorf("%s: the module is partitioned for tp = %d (its shapes are per rank); compile it with --tp %d", model, tp, tp)
 		}
-	} else if opts.TP > 1 {
-		return fmt.Errorf("--tp: tensor parallelism of unpartitioned models is not implemented yet")
 	}
 	m.SetMesh([]ir.MeshAxis{{Name: "pp", Size: pp}, {Name: "dp", Size: opts.DP}, {Name: "tp", Size: opts.TP}})
 	if opts.DP > 1 {

@@ -681,8 +681,10 @@ func (l *lowerer) evalShard(sa *shardAST, param string, t ir.Type) (*ir.Sharding
 			switch {
 			case a == "pp":
 				return nil, l.errorf(d.Pos, "shard of %s: pp is the pipeline axis; parameters go to stages by stage markers or --partition, not by sharding", param)
-			case a != "dp" && a != "tp":
-				return nil, l.errorf(d.Pos, "shard of %s: %q is not a mesh axis (want dp or tp, or _ for a replicated dim)", param, a)
+			case a == "dp":
+				return nil, l.errorf(d.Pos, "shard of %s: parameters are not split over dp (data parallelism replicates them; --zero shards the optimizer state)", param)
+			case a != "tp":
+				return nil, l.errorf(d.Pos, "shard of %s: %q is not a mesh axis that splits parameters (want tp, or _ for a whole dim)", param, a)
 			case used[a]:
 				return nil, l.errorf(d.Pos, "shard of %s uses mesh axis %s twice", param, a)
 			}
