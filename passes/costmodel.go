@@ -21,6 +21,35 @@ type DeviceProfile struct {
 	MemBandwidth  float64 `json:"mem_bandwidth"`  // bytes per second between device memory and the cores
 	LinkBandwidth float64 `json:"link_bandwidth"` // bytes per second between pipeline neighbours
 	LinkLatency   float64 `json:"link_latency"`   // seconds per point-to-point message
+	// Collectives: tensor-parallel groups stay inside a node (NVLink/NVSwitch); data-parallel
+	// groups span nodes (InfiniBand) once the ranks outgrow one.
+	IntraNodeBandwidth float64 `json:"intra_node_bandwidth"` // bytes per second per rank, inside a node
+	IntraNodeLatency   float64 `json:"intra_node_latency"`   // seconds per ring step inside a node
+	InterNodeBandwidth float64 `json:"inter_node_bandwidth"` // bytes per second per rank, between nodes
+	InterNodeLatency   float64 `json:"inter_node_latency"`   // seconds per ring step between nodes
+}
+
+// CollectiveTime is the time of a ring collective over n ranks on a tensor of the given
+// bytes (the whole tensor: the operand of an all-reduce or reduce-scatter, the result of an
+// all-gather): an all-reduce moves 2(n−1)/n of it through each rank's link in 2(n−1) steps,
+// an all-gather or reduce-scatter (n−1)/n in n−1 steps, each step paying the link's latency.
+func (d DeviceProfile) CollectiveTime(kind string, bytes float64, n int, intraNode bool) float64 {
+	if n <= 1 {
+		return 0
+	}
+	bw, lat := d.InterNodeBandwidth, d.InterNodeLatency
+	if intraNode {
+		bw, lat = d.IntraNodeBandwidth, d.IntraNodeLatency
+	}
+	steps := float64(n - 1)
+	share := steps / float64(n) * bytes / bw
+	switch kind {
+	case "all_reduce":
+		return 2*share + 2*steps*lat
+	case "all_gather", "reduce_scatter":
+		return share + steps*lat
+	}
+	return 0
 }
 
 // String names the profile with its rates, e.g. "a100-like (300 TFLOP/s matmul, 2 TB/s
@@ -40,6 +69,11 @@ var A100Like = DeviceProfile{
 	MemBandwidth:  2e12,
 	LinkBandwidth: 50e9,
 	LinkLatency:   10e-6,
+	// NVLink 3 (A100): 300 GB/s each way per GPU; InfiniBand HDR: 200 Gb/s = 25 GB/s per GPU.
+	IntraNodeBandwidth: 300e9,
+	IntraNodeLatency:   5e-6,
+	InterNodeBandwidth: 25e9,
+	InterNodeLatency:   10e-6,
 }
 
 // Devices lists the device profiles by name.
@@ -86,13 +120,39 @@ type OpCost struct {
 	ParamBytes int64   // bytes of parameters the op reads (counted once per parameter by callers)
 	ActBytes   int64   // bytes of its results (activations a backward pass may keep)
 	F, I, W    float64 // estimated seconds: forward, input gradient, weight gradient
+	Comm       float64 // of F+I+W, seconds of collectives (tensor parallelism)
 }
 
 // CostOf estimates an op's cost from its types: matmuls and convolutions by their
-// multiply-adds, everything else by elements and bytes. The time of each phase is the larger
-// of compute time and memory time (a roofline).
-func CostOf(op *ir.Op, isParam func(*ir.Value) bool) OpCost {
+// multiply-adds, collectives by CollectiveTime over their mesh axis (axisSize gives its size;
+// tensor-parallel collectives stay inside a node), everything else by elements and bytes.
+// The time of each phase is the larger of compute time and memory time (a roofline). A
+// collective's input-gradient time is its conjugate's: an all-reduce for copy_to_axis,
+// reduce-scatter and all-gather swapped.
+func CostOf(op *ir.Op, isParam func(*ir.Value) bool, axisSize func(string) int) OpCost {
 	var c OpCost
+	if op.Def.Has(ir.Collective) && len(op.Operands) == 1 && len(op.Results) == 1 {
+		n := axisSize(op.Attrs.Str("axis", ""))
+		x, y := float64(op.Operands[0].Type.Bytes()), float64(op.Results[0].Type.Bytes())
+		dev, intra := DefaultDevice, op.Attrs.Str("axis", "") == "tp"
+		switch op.Def.Name {
+		case "all_reduce": // its gradient passes through
+			c.F = dev.CollectiveTime("all_reduce", x, n, intra)
+		case "copy_to_axis":
+			c.I = dev.CollectiveTime("all_reduce", x, n, intra)
+		case "all_gather":
+			c.F = dev.CollectiveTime("all_gather", y, n, intra)
+			if op.Attrs.Str("grad", "reduce_scatter") == "reduce_scatter" {
+				c.I = dev.CollectiveTime("reduce_scatter", y, n, intra)
+			}
+		case "reduce_scatter":
+			c.F = dev.CollectiveTime("reduce_scatter", x, n, intra)
+			c.I = dev.CollectiveTime("all_gather", x, n, intra)
+		}
+		c.Comm = c.F + c.I
+		c.ActBytes = int64(y)
+		return c
+	}
 	for _, x := range op.Operands {
 		c.Bytes += float64(x.Type.Bytes())
 	}

@@ -80,7 +80,7 @@ func partition(m *ir.Module, f *ir.Func, opts Options) error {
 	}
 	stages := pp * virtual
 	mb := m.Attrs.Int("microbatches", 1)
-	a := analyse(f)
+	a := analyse(m, f)
 	mode := opts["mode"]
 	if mode == "" {
 		mode = "auto"
@@ -141,7 +141,7 @@ type analysis struct {
 	markers int // number of distinct marker stages (0: none)
 }
 
-func analyse(f *ir.Func) *analysis {
+func analyse(m *ir.Module, f *ir.Func) *analysis {
 	a := &analysis{f: f, data: map[*ir.Value]bool{}, isParam: map[*ir.Value]bool{}, costs: map[*ir.Op]OpCost{}}
 	for i, arg := range f.Args {
 		a.data[arg] = f.ArgAttrs[i].Has(ir.AttrInput)
@@ -164,7 +164,7 @@ func analyse(f *ir.Func) *analysis {
 			a.data[r] = d
 			weight[r] = w && !d
 		}
-		a.costs[op] = CostOf(op, func(v *ir.Value) bool { return weight[v] })
+		a.costs[op] = CostOf(op, func(v *ir.Value) bool { return weight[v] }, func(axis string) int { return meshSize(m, axis) })
 		maxMarker = max(maxMarker, op.Stage)
 	}
 	a.markers = maxMarker + 1

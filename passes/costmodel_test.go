@@ -1,0 +1,47 @@
+package passes
+
+import (
+	"math"
+	"testing"
+
+	"ppc.dev/ppc/ir"
+)
+
+// The collectives' costs follow the ring formulas with the profile's intra-node link for tp
+// and inter-node link otherwise.
+func TestCollectiveCosts(t *testing.T) {
+	m, err := ir.ParseAndVerify("c.ir", `module @c attributes {mesh = {dp = 2, tp = 4}, partitioned}
+
+func @forward(%x: f32[256,1024] {input}) -> (f32[256,1024], f32[256,1024], f32[1024,1024], f32[64,1024], f32[256,1024]) {
+  %a = all_reduce %x {axis = tp} : f32[256,1024]
+  %c = copy_to_axis %x {axis = tp} : f32[256,1024]
+  %g = all_gather %x {axis = tp, dim = 0, parts = 4} : f32[1024,1024]
+  %r = reduce_scatter %x {axis = tp, dim = 0, parts = 4} : f32[64,1024]
+  %d = all_reduce %x {axis = dp} : f32[256,1024]
+  return %a, %c, %g, %r, %d
+}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mib = 1 << 20
+	dev := DefaultDevice
+	bw, lat := dev.IntraNodeBandwidth, dev.IntraNodeLatency
+	want := map[string][2]float64{ // F, I
+		"a": {2*0.75*mib/bw + 6*lat, 0},
+		"c": {0, 2*0.75*mib/bw + 6*lat},
+		"g": {0.75*4*mib/bw + 3*lat, 0.75*4*mib/bw + 3*lat},
+		"r": {0.75*mib/bw + 3*lat, 0.75*mib/bw + 3*lat},
+		"d": {2*0.5*mib/dev.InterNodeBandwidth + 2*dev.InterNodeLatency, 0},
+	}
+	for _, op := range m.Funcs[0].Ops {
+		c := CostOf(op, func(*ir.Value) bool { return false }, func(a string) int { return meshSize(m, a) })
+		w := want[op.Results[0].Name]
+		if math.Abs(c.F-w[0]) > 1e-15 || math.Abs(c.I-w[1]) > 1e-15 || c.W != 0 || math.Abs(c.Comm-w[0]-w[1]) > 1e-15 {
+			t.Errorf("%s: F %g I %g W %g comm %g, want F %g I %g", op.Results[0].Name, c.F, c.I, c.W, c.Comm, w[0], w[1])
+		}
+	}
+	if got := dev.CollectiveTime("all_reduce", mib, 1, true); got != 0 {
+		t.Errorf("a collective over one rank costs %g", got)
+	}
+}
