@@ -81,7 +81,7 @@ func Compile(model string, opts Options) (*Result, error) {
 	lo := opts.Load
 	// The model's batch is the global batch: each of the dp replicas runs M micro-batches of
 	// it, so the frontend cuts it into M·dp micro-batches.
-	lo.Microbatches = opts.Microbatches * opts.DP
+	lo.Microbatches, lo.Replicas = opts.Microbatches*opts.DP, opts.DP
 	m, src, err := Load(model, lo)
 	if err != nil {
 		return nil, err

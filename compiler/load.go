@@ -19,6 +19,7 @@ type LoadOptions struct {
 	Set          map[string]string // DSL config overrides
 	Preset       string            // DSL preset
 	Microbatches int
+	Replicas     int                  // data-parallel replicas among the Microbatches (messages)
 	Frozen       map[string]*ir.Dense // ONNX graph inputs fixed at compile time (shapes)
 }
 

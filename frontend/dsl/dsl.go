@@ -18,6 +18,9 @@ type Options struct {
 	// before anything else is evaluated, so @forward describes one micro-batch. It is an
 	// error if the model has no `batch` or Microbatches does not divide it.
 	Microbatches int
+	// Replicas, when above 1, says that Microbatches counts the micro-batches of all the
+	// data-parallel replicas (Replicas of them, Microbatches/Replicas each), for messages.
+	Replicas int
 }
 
 // Load parses a model, lowers it to an IR module and verifies the module. Errors are

@@ -355,7 +355,7 @@ func (l *lowerer) config(name string, at pos) (val, error) {
 			return val{}, l.errorf(c.expr.Pos, "cannot split batch %s into %d micro-batches: batch must be a positive integer", v.String(), m)
 		}
 		if v.i%int64(m) != 0 {
-			return val{}, l.errorf(c.expr.Pos, "global batch %d does not divide into %d micro-batches", v.i, m)
+			return val{}, l.errorf(c.expr.Pos, "global batch %d does not divide into %d micro-batches%s; batch sizes that do: %s", v.i, m, replicaNote(m, l.opts.Replicas), nearestBatch(v.i, int64(m)))
 		}
 		v.i /= int64(m)
 	}
@@ -1010,4 +1010,21 @@ func (st *stmtAST) pos() pos {
 		return st.Assign.Pos
 	}
 	return pos{}
+}
+
+// replicaNote explains a micro-batch count that spans data-parallel replicas.
+func replicaNote(m, replicas int) string {
+	if replicas <= 1 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d per data-parallel replica × %d replicas)", m/replicas, replicas)
+}
+
+// nearestBatch names the multiples of m around b.
+func nearestBatch(b, m int64) string {
+	lo := b / m * m
+	if lo == 0 {
+		return fmt.Sprint(m)
+	}
+	return fmt.Sprintf("%d or %d", lo, lo+m)
 }

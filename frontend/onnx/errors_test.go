@@ -71,7 +71,7 @@ func TestBadInput(t *testing.T) {
 		}, Options{Dims: map[string]int{"batch_size": 2, "batch": 2}},
 			`model.onnx: --dim batch: the model has no symbolic dim of that name (its symbolic dims are batch_size)`},
 		{"microbatches", func() []byte { return addModel().bytes(t) }, Options{Microbatches: 4},
-			`model.onnx: --microbatches 4: graph input "x" has batch size 2 (its leading dim), which does not divide into 4 micro-batches`},
+			`model.onnx: --microbatches 4: graph input "x" has batch size 2 (its leading dim), which does not divide into 4 micro-batches; batch sizes that do: 4`},
 		{"kernel_shape", func() []byte {
 			return model(13).input("x", dtFloat, 1, 3, 16, 16).init(f32n("w", 64, 3, 7, 7)).
 				node("Conv", "Conv_3", in("x", "w"), in("y"), aInts("kernel_shape", 3, 3)).output("y").bytes(t)

@@ -22,6 +22,7 @@ import (
 type Options struct {
 	Dims         map[string]int // --dim NAME=VALUE bindings of symbolic dims
 	Microbatches int            // 0 or 1: as declared. M > 1: the leading (batch) dim of every graph input is divided by M before shape folding, so @forward describes one micro-batch (error if not divisible, naming the input)
+	Replicas     int            // > 1: Microbatches counts the micro-batches of that many data-parallel replicas (for messages)
 	// Frozen gives graph inputs fixed values, imported as initializers (constants), for inputs
 	// that decide shapes, which a static IR cannot take at run time.
 	Frozen map[string]*ir.Dense
@@ -519,7 +520,16 @@ func (imp *importer) inputs() error {
 				return imp.errf(imp.fileLoc(), "--microbatches %d: graph input %q is a scalar and has no batch dim", mb, names[i])
 			}
 			if shape[0]%mb != 0 {
-				return imp.errf(imp.fileLoc(), "--microbatches %d: graph input %q has batch size %d (its leading dim), which does not divide into %d micro-batches", mb, names[i], shape[0], mb)
+				what := fmt.Sprintf("--microbatches %d", mb)
+				if r := imp.opts.Replicas; r > 1 {
+					what = fmt.Sprintf("--microbatches %d × --dp %d", mb/r, r)
+				}
+				lo := shape[0] / mb * mb
+				sizes := fmt.Sprint(mb)
+				if lo > 0 {
+					sizes = fmt.Sprintf("%d or %d", lo, lo+mb)
+				}
+				return imp.errf(imp.fileLoc(), "%s: graph input %q has batch size %d (its leading dim), which does not divide into %d micro-batches; batch sizes that do: %s", what, names[i], shape[0], mb, sizes)
 			}
 			shape[0] /= mb
 		}
