@@ -404,7 +404,11 @@ func setMesh(m *ir.Module, model string, pp int, opts Options) error {
 	}
 	// Data parallelism needs nothing of the module but the mesh: every replica runs the same
 	// per-micro-batch functions on its own micro-batches, the optimizer divides the gradient
-	// by M·dp, and code generation all-reduces the gradients over dp.
+	// by M·dp, and code generation all-reduces the gradients over dp. ZeRO would shard the
+	// optimizer state over dp, which nothing does yet: refuse it rather than ignore it.
+	if opts.Zero > 0 {
+		return fmt.Errorf("--zero: ZeRO (sharding optimizer state over the dp replicas) is not implemented yet; --dp %d without --zero replicates it", opts.DP)
+	}
 	m.SetMesh([]ir.MeshAxis{{Name: "pp", Size: pp}, {Name: "dp", Size: opts.DP}, {Name: "tp", Size: opts.TP}})
 	return nil
 }
