@@ -293,7 +293,7 @@ func (j *Job) prepare(r int, prog *pb.Program) (*Rank, error) {
 			return nil, fmt.Errorf("buffer %d (%s): unknown role %d", i, b.Name, b.Role)
 		}
 		if len(b.Shard) > 0 && b.Role != pb.Role_PARAM && b.Role != pb.Role_STATE {
-			return nil, fmt.Errorf("buffer %d (%s): a %s buffer has a sharding (only parameters and optimizer state do)", i, b.Name, b.Role)
+			return nil, fmt.Errorf("buffer %d (%s) has a sharding, which only parameters and optimizer state have (it is %s)", i, b.Name, strings.ToLower(b.Role.String()))
 		}
 		if persistent > maxBytes {
 			return nil, fmt.Errorf("program needs more than %d bytes", int64(maxBytes))
