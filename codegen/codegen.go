@@ -606,6 +606,9 @@ func (rg *rankGen) collective(f *ir.Func, b *lower.Block, k *lower.Kernel, l low
 	if len(l.In) != 1 || len(l.Out) != 1 {
 		return fmt.Errorf("%s with %d operands and %d results", name, len(l.In), len(l.Out))
 	}
+	if v := b.SlotNames[l.Out[0]]; v != "" {
+		name = "%" + v + " = " + name // errors name the value, as the IR text does
+	}
 	n := rg.g.mesh.Size(axis)
 	switch {
 	case axis == "pp":
@@ -613,26 +616,27 @@ func (rg *rankGen) collective(f *ir.Func, b *lower.Block, k *lower.Kernel, l low
 	case n == 0:
 		return fmt.Errorf("%s over %q: not an axis of the mesh (pp, dp, tp)", name, axis)
 	}
-	kind, isColl := collectiveKinds[name]
-	if name != "copy_to_axis" && !isColl {
-		return fmt.Errorf("collective %s has no runtime instruction", name)
+	op := k.Op.Name
+	kind, isColl := collectiveKinds[op]
+	if op != "copy_to_axis" && !isColl {
+		return fmt.Errorf("%s has no runtime instruction", name)
 	}
-	if parts := k.Attrs.Int("parts", n); (name == "all_gather" || name == "reduce_scatter") && parts != n {
+	if parts := k.Attrs.Int("parts", n); (op == "all_gather" || op == "reduce_scatter") && parts != n {
 		return fmt.Errorf("%s {parts = %d} over %s, which has %d ranks", name, parts, axis, n)
 	}
 	root := k.Attrs.Int("root", 0)
-	if name == "collective_broadcast" && (root < 0 || root >= n) {
-		return fmt.Errorf("collective_broadcast root %d over %s, which has ranks 0 … %d", root, axis, n-1)
+	if op == "collective_broadcast" && (root < 0 || root >= n) {
+		return fmt.Errorf("%s {root = %d} over %s, which has ranks 0 … %d", name, root, axis, n-1)
 	}
 	in, out := l.In[0], l.Out[0]
-	if name == "copy_to_axis" || n == 1 {
+	if op == "copy_to_axis" || n == 1 {
 		if !b.Slots[in].Equal(b.Slots[out]) {
 			return fmt.Errorf("%s over %s (%d rank) of %s gives %s", name, axis, n, b.Slots[in], b.Slots[out])
 		}
 		slotBuf[out] = slotBuf[in]
 		return nil
 	}
-	op, ok := reduceOps[k.Attrs.Str("op", "sum")]
+	red, ok := reduceOps[k.Attrs.Str("op", "sum")]
 	if !ok {
 		return fmt.Errorf("%s: unknown reduction %q", name, k.Attrs.Str("op", ""))
 	}
@@ -641,7 +645,7 @@ func (rg *rankGen) collective(f *ir.Func, b *lower.Block, k *lower.Kernel, l low
 		Stage: int32(stage), Microbatch: int32(mb)}
 	switch kind {
 	case pb.Instr_ALL_REDUCE:
-		ins.ReduceOp = op
+		ins.ReduceOp = red
 	case pb.Instr_REDUCE_SCATTER:
 		ins.ReduceOp = pb.Instr_SUM
 		ins.Dim = int32(k.Attrs.Int("dim", 0))

@@ -167,3 +167,32 @@ func TestDisassemble(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanCheckReplicas: on a pp × dp × tp mesh, every rank must run its own pipeline rank's
+// program, and plan.json's groups must be the mesh's.
+func TestPlanCheckReplicas(t *testing.T) {
+	good := func() *Plan {
+		p := &Plan{FormatVersion: FormatVersion, Mesh: Mesh{PP: 2, DP: 2, TP: 2}, World: 8, Microbatches: 1,
+			Programs: []ProgramInfo{{File: ProgramFile(0)}, {File: ProgramFile(4), PP: 1}}}
+		p.SetRanks()
+		return p
+	}
+	if err := good().check(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		edit func(p *Plan)
+		want string
+	}{
+		{func(p *Plan) { p.Ranks[5].Program = ProgramFile(0) }, "rank 5 (pipeline rank 1) runs rank-00000.ppx, the program of pipeline rank 0"},
+		{func(p *Plan) { p.Ranks[3].Groups.DP = []int{3, 1} }, "rank 3: groups pp [3 7], dp [3 1], tp [2 3]; its coordinates on the mesh give pp [3 7], dp [1 3], tp [2 3]"},
+		{func(p *Plan) { p.Ranks[3].Coords.DP = 0 }, "rank 3: coordinates pp=0 dp=0 tp=1, but the mesh numbers it pp=0 dp=1 tp=1 (tp fastest, then dp, then pp)"},
+		{func(p *Plan) { p.Mesh.TP = 4 }, "mesh pp=2 dp=2 tp=4 does not multiply to world size 8"},
+	} {
+		p := good()
+		c.edit(p)
+		if err := p.check(); err == nil || err.Error() != c.want {
+			t.Errorf("got %v, want %q", err, c.want)
+		}
+	}
+}
