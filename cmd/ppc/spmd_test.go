@@ -63,3 +63,34 @@ func TestDataParallelFlags(t *testing.T) {
 			[]string{"the module is partitioned for tp = 2 (its shapes are per rank); compile it with --tp 2"}, nil},
 	})
 }
+
+// TestDataParallelReadsTheGlobalBatch: with --data, replica d of --dp 2 reads micro-batches
+// 2d and 2d+1 of each step's global batch, so two steps train as one device with four
+// micro-batches does (ppc compare's tolerance: the replicas' gradient sums add in another
+// order), and the batch a file must hold is the global one.
+func TestDataParallelReadsTheGlobalBatch(t *testing.T) {
+	dp := compilePlan(t, mlp, "--dp", "2", "--microbatches", "2")
+	one := compilePlan(t, mlp, "--microbatches", "4")
+	dir := t.TempDir()
+	xs, ys := make([]float64, 64*64), make([]float64, 64)
+	for i := range xs {
+		xs[i] = float64((i*7919)%201-100) / 50
+	}
+	for i := range ys {
+		ys[i] = float64((i * 37) % 10)
+	}
+	data := "x=" + writeNpy(t, dir, "x.npy", "<f4", "64, 64", xs) + ",y=" + writeNpy(t, dir, "y.npy", "<i8", "64,", ys)
+	ckDP, ckOne := filepath.Join(dir, "dp"), filepath.Join(dir, "one")
+	for _, c := range [][]string{{dp, ckDP}, {one, ckOne}} {
+		if code, _, errOut := ppc(t, "", "run", c[0], "--steps", "2", "--data", data, "--save", c[1]); code != 0 {
+			t.Fatalf("run %s: %s", c[0], errOut)
+		}
+	}
+	if code, stdout, _ := ppc(t, "", "compare", ckOne, ckDP, "--rtol", "1e-4", "--atol", "1e-5"); code != 0 {
+		t.Fatalf("dp=2 and one device differ:\n%s", stdout)
+	}
+	x16 := writeNpy(t, dir, "x16.npy", "<f4", "16, 64", make([]float64, 16*64))
+	y16 := writeNpy(t, dir, "y16.npy", "<i8", "16,", make([]float64, 16))
+	runCases(t, []cliCase{{[]string{"run", dp, "--data", "x=" + x16 + ",y=" + y16}, exitInput,
+		[]string{x16 + ` holds 16 sample(s) of input "x", fewer than one batch needs: 32 (8 per micro-batch × 4 micro-batches)`}, nil}})
+}
