@@ -337,12 +337,17 @@ func printStages(w io.Writer, p *codegen.Plan, total int64) {
 		for _, d := range pr.Shape {
 			n *= int64(d)
 		}
+		// Param.Ranks are pipeline ranks: say so when each stands for several replicas.
+		ranks, rank := "ranks", "rank"
+		if p.Replicas() > 1 {
+			ranks, rank = "pipeline ranks", "pipeline rank"
+		}
 		if len(pr.Ranks) > 1 {
-			fmt.Fprintf(w, "  tied: %s (%s) is used by stages %s and held on ranks %s, counted in each\n",
-				pr.Name, groupDigits(n), joinInts(pr.Stages), joinInts(pr.Ranks))
+			fmt.Fprintf(w, "  tied: %s (%s) is used by stages %s and held on %s %s, counted in each\n",
+				pr.Name, groupDigits(n), joinInts(pr.Stages), ranks, joinInts(pr.Ranks))
 		} else {
-			fmt.Fprintf(w, "  tied: %s (%s) is used by stages %s, held once on rank %s\n",
-				pr.Name, groupDigits(n), joinInts(pr.Stages), joinInts(pr.Ranks))
+			fmt.Fprintf(w, "  tied: %s (%s) is used by stages %s, held once on %s %s\n",
+				pr.Name, groupDigits(n), joinInts(pr.Stages), rank, joinInts(pr.Ranks))
 		}
 	}
 	if column != total {

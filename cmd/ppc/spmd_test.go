@@ -94,3 +94,12 @@ func TestDataParallelReadsTheGlobalBatch(t *testing.T) {
 	runCases(t, []cliCase{{[]string{"run", dp, "--data", "x=" + x16 + ",y=" + y16}, exitInput,
 		[]string{x16 + ` holds 16 sample(s) of input "x", fewer than one batch needs: 32 (8 per micro-batch × 4 micro-batches)`}, nil}})
 }
+
+// The stage table's tied-weight note counts pipeline ranks, each standing for its replicas.
+func TestSummaryTiedReplicas(t *testing.T) {
+	_, out := compileWithSummary(t, gpt, "--preset", "tiny", "--pp", "2", "--dp", "2", "--microbatches", "2")
+	want := "tied: wte (32,768) is used by stages 0 and 1 and held on pipeline ranks 0 and 1, counted in each\n"
+	if !strings.Contains(out, want) {
+		t.Errorf("summary lacks %q:\n%s", want, out)
+	}
+}
