@@ -237,19 +237,25 @@ func moduleMesh(m *ir.Module, ranks int) (Mesh, error) {
 			}
 		}
 	}
-	if w := mesh.PP * mesh.DP * mesh.TP; w > 1<<16 {
-		return mesh, fmt.Errorf("mesh pp=%d dp=%d tp=%d is %d ranks, more than the limit %d", mesh.PP, mesh.DP, mesh.TP, w, 1<<16)
+	// Each size first: the product of absurd sizes could overflow.
+	if mesh.DP > 1<<16 || mesh.TP > 1<<16 || mesh.PP*mesh.DP*mesh.TP > 1<<16 {
+		return mesh, fmt.Errorf("mesh pp=%d dp=%d tp=%d has more ranks than the limit %d", mesh.PP, mesh.DP, mesh.TP, 1<<16)
 	}
 	return mesh, nil
 }
 
 // collectShardings records each parameter's sharding from the `shard` attributes of the
-// per-stage functions' parameter arguments, which must agree. Code generation supports
+// per-stage functions' parameter arguments, which must agree. Only a partitioned module's
+// shapes are per rank (ir.AttrPartitioned): elsewhere a shard attribute is a request for the
+// partitioner, and every rank holds the whole tensor it declares. Code generation supports
 // splits over tp: a split over dp would be ZeRO's, whose gradients are reduce-scattered
 // rather than all-reduced, and a split over pp has no meaning (stages hold different
 // parameters).
 func (g *gen) collectShardings() error {
 	g.shards = map[string]*ir.Sharding{}
+	if !g.m.Attrs.Has(ir.AttrPartitioned) {
+		return nil
+	}
 	seen := map[string]string{}
 	for _, f := range g.m.Funcs {
 		for i, a := range f.Args {
@@ -709,7 +715,7 @@ func (rg *rankGen) bindArg(f *ir.Func, i, mb int) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("@%s: state %%%s: %v", f.Name, a.Name, err)
 		}
-		if s.Replicated() {
+		if s.Replicated() || !rg.g.m.Attrs.Has(ir.AttrPartitioned) {
 			s = nil
 		} else if err := rg.g.checkSharding(s, a.Type); err != nil {
 			return 0, fmt.Errorf("@%s: state %%%s: %v", f.Name, a.Name, err)

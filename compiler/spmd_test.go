@@ -406,3 +406,27 @@ func writeIR(t *testing.T, text string) string {
 	}
 	return p
 }
+
+// TestUnpartitionedShardAnnotations: in a module that is not partitioned, shapes are the full
+// tensors' and a `shard` annotation is a request for the partitioner: every rank holds the
+// whole parameter, whatever axes it names (dp included), and data parallelism compiles.
+func TestUnpartitionedShardAnnotations(t *testing.T) {
+	res, err := Compile("../testdata/dsl/shard.ppm", Options{DP: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range res.Output.Plan.Params {
+		if len(p.Shard) > 0 {
+			t.Errorf("parameter %s recorded as sharded %v", p.Name, p.Shard)
+		}
+	}
+	for _, b := range res.Output.Programs[0].Buffers {
+		if len(b.Shard) > 0 {
+			t.Errorf("buffer %s has a sharding", b.Name)
+		}
+	}
+	// A mesh beyond the runtime's limit is refused by code generation.
+	if _, err := Compile(tpMLP, Options{TP: 2, DP: 40000}); err == nil || !strings.Contains(err.Error(), "mesh pp=1 dp=40000 tp=2 has more ranks than the limit 65536") {
+		t.Errorf("a mesh of 80000 ranks: %v", err)
+	}
+}

@@ -351,6 +351,9 @@ func shardOf(b *pb.Buffer, t ir.Type, mesh codegen.Mesh, c codegen.Coords) (*sha
 	if len(b.Shard) != t.Rank() {
 		return nil, fmt.Errorf("sharding lists %d dims for %s", len(b.Shard), t)
 	}
+	if !slices.ContainsFunc(b.Shard, func(d *pb.ShardDim) bool { return len(d.GetAxes()) > 0 }) {
+		return nil, nil // [_, _]: whole, as if no sharding were given
+	}
 	g := &shardGeom{global: make([]int64, t.Rank()), offset: make([]int64, t.Rank())}
 	used := map[string]bool{}
 	for i, d := range b.Shard {
