@@ -120,7 +120,7 @@ func agree(t *testing.T, what string, refL, gotL []float64, ref, got map[string]
 }
 
 // TestSPMDEquivalence trains every data- and tensor-parallel layout of the issue against its
-// one-device reference: mlp and tiny GPT at --dp 2 (and mlp at --pp 2 --dp 2), and the
+// one-device reference: mlp and tiny GPT at --dp 2 and --pp 2 --dp 2, and the
 // hand-partitioned tp = 2 MLP at --tp 2, --pp 2 --tp 2, --tp 2 --dp 2 and --pp 2 --dp 2
 // --tp 2 against the same model unpartitioned.
 func TestSPMDEquivalence(t *testing.T) {
@@ -142,6 +142,9 @@ func TestSPMDEquivalence(t *testing.T) {
 		}},
 		{gptPPM, gptPPM, LoadOptions{Preset: "tiny"}, []layout{
 			{"dp2", Options{DP: 2}, ""},
+			// The tied embedding's two partial gradients, one per pipeline rank, are each
+			// all-reduced over dp and then summed: another order than dp2's, not bitwise.
+			{"pp2-dp2", Options{PP: 2, DP: 2}, ""},
 		}},
 		{tpMLP, tpMLPRef, LoadOptions{}, []layout{
 			{"tp2", Options{TP: 2}, ""},
