@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -46,14 +47,17 @@ type Options struct {
 	Recompute string
 }
 
-// Output is a compiled job: the plan and one program per rank.
+// Output is a compiled job: the plan and one program per pipeline rank (Programs[i] is the
+// file Plan.Programs[i] names), which all dp × tp replicas of that pipeline rank run.
 type Output struct {
 	Plan     *Plan
 	Programs []*pb.Program
 }
 
-// Generate emits one program per rank for a module split into per-stage functions
-// (passes.SplitStages) and, for training, an @optimizer function.
+// Generate emits one program per pipeline rank for a module split into per-stage functions
+// (passes.SplitStages) and, for training, an @optimizer function. The module's mesh
+// attribute gives the dp and tp sizes (1 when absent); the schedule's ranks are the pipeline
+// ranks.
 func Generate(m *ir.Module, opts Options) (*Output, error) {
 	g := &gen{m: m, funcs: map[string]*ir.Func{}, blocks: map[string]*lower.Block{}, sched: opts.Schedule,
 		portProducer: map[string]string{}, portConsumers: map[string][]string{}, portIndex: map[string]int{}}
@@ -71,6 +75,11 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 			return nil, fmt.Errorf("stage %d placed on rank %d of %d", s, r, ranks)
 		}
 	}
+	mesh, err := moduleMesh(m, ranks)
+	if err != nil {
+		return nil, err
+	}
+	g.mesh = mesh
 	for _, f := range m.Funcs {
 		g.funcs[f.Name] = f
 		if f.Name == "optimizer" {
@@ -106,22 +115,26 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 	sum := sha256.Sum256(opts.Source)
 	hash := hex.EncodeToString(sum[:8])
 	out := &Output{Plan: &Plan{FormatVersion: FormatVersion, Model: m.Name, SourceHash: hash,
-		Mesh: Mesh{PP: ranks, DP: 1, TP: 1}, World: ranks, Microbatches: g.microbatches, Stages: g.stages,
+		Mesh: mesh, World: mesh.PP * mesh.DP * mesh.TP, Microbatches: g.microbatches, Stages: g.stages,
 		StageRanks: g.sched.Placement, Schedule: PlanSchedule{Name: g.sched.Name}, Training: g.funcs["optimizer"] != nil,
 		Optimizer: opts.Optimizer}}
+	if err := g.collectShardings(); err != nil {
+		return nil, err
+	}
 	for r := 0; r < ranks; r++ {
-		rg := g.newRank(r, ranks, hash)
+		rg := g.newRank(r, hash)
 		if err := rg.emit(); err != nil {
-			return nil, fmt.Errorf("rank %d: %v", r, err)
+			return nil, fmt.Errorf("pipeline rank %d: %v", r, err)
 		}
 		out.Programs = append(out.Programs, rg.prog)
-		out.Plan.Ranks = append(out.Plan.Ranks, rg.info)
+		out.Plan.Programs = append(out.Plan.Programs, rg.info)
 		var acts []string
 		for _, a := range g.sched.Actions[r] {
 			acts = append(acts, a.String())
 		}
 		out.Plan.Schedule.Actions = append(out.Plan.Schedule.Actions, acts)
 	}
+	out.Plan.SetRanks()
 	g.describe(out.Plan, out.Programs)
 	out.Plan.StageInfo = g.stageInfo(out.Plan.Params)
 	if part, ok := m.Attrs.Get("partition").(ir.Dict); ok {
@@ -136,6 +149,8 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 
 type gen struct {
 	m             *ir.Module
+	mesh          Mesh
+	shards        map[string]*ir.Sharding // parameter → its sharding (absent: whole)
 	funcs         map[string]*ir.Func
 	blocks        map[string]*lower.Block
 	sched         Schedule
@@ -155,11 +170,13 @@ type portKey struct {
 	mb   int
 }
 
+// rankGen generates the program of one pipeline rank (rank is its pp coordinate), which
+// every dp × tp replica of it runs.
 type rankGen struct {
 	g       *gen
 	rank    int
 	prog    *pb.Program
-	info    RankInfo
+	info    ProgramInfo
 	kernels map[string]int
 	named   map[string]int // param/grad/state/step buffers by role-qualified name
 	inputs  map[portKey]int
@@ -173,20 +190,151 @@ type rankGen struct {
 	// workspace: gradients in flight, recomputation, optimizer temporaries.
 	forward bool
 	fwd     map[int]bool
+	// lastGrad maps each gradient accumulator ("grad:w", or "grad:w#k" for a tied weight's
+	// partial) to the action (index in the rank's schedule) and function that produce its
+	// last contribution: where its data-parallel all-reduce is issued.
+	lastGrad map[string]gradSite
+	action   int // index of the action being emitted
 }
 
-func (g *gen) newRank(r, world int, hash string) *rankGen {
+type gradSite struct {
+	action int
+	fn     string
+}
+
+func (g *gen) newRank(r int, hash string) *rankGen {
 	rg := &rankGen{g: g, rank: r, kernels: map[string]int{}, named: map[string]int{}, inputs: map[portKey]int{},
-		ports: map[portKey]int{}, consts: map[*ir.Dense]int{}, first: map[int]int{}, last: map[int]int{}, fwd: map[int]bool{}}
-	rg.prog = &pb.Program{FormatVersion: FormatVersion, Rank: int32(r), World: int32(world), Microbatches: int32(g.microbatches),
-		SourceHash: hash, Coords: []*pb.NamedInt{{Name: "pp", Value: int64(r)}, {Name: "dp"}, {Name: "tp"}}}
+		ports: map[portKey]int{}, consts: map[*ir.Dense]int{}, first: map[int]int{}, last: map[int]int{}, fwd: map[int]bool{},
+		lastGrad: map[string]gradSite{}}
+	rg.prog = &pb.Program{FormatVersion: FormatVersion, Pp: int32(r), Microbatches: int32(g.microbatches), SourceHash: hash,
+		Mesh: []*pb.NamedInt{{Name: "pp", Value: int64(g.mesh.PP)}, {Name: "dp", Value: int64(g.mesh.DP)}, {Name: "tp", Value: int64(g.mesh.TP)}}}
 	for s, pr := range g.sched.Placement {
 		if pr == r {
 			rg.stages = append(rg.stages, s)
 		}
 	}
-	rg.info = RankInfo{Rank: r, Program: ProgramFile(r), Stages: rg.stages}
+	rg.info = ProgramInfo{File: ProgramFile(g.mesh.Rank(Coords{PP: r})), PP: r, Stages: rg.stages}
 	return rg
+}
+
+// moduleMesh is the mesh the module is compiled for: its mesh attribute's dp and tp sizes
+// (1 when absent) and the schedule's pipeline ranks.
+func moduleMesh(m *ir.Module, ranks int) (Mesh, error) {
+	mesh := Mesh{PP: ranks, DP: 1, TP: 1}
+	for _, a := range m.Mesh() {
+		switch a.Name {
+		case "pp":
+			if a.Size != ranks {
+				return mesh, fmt.Errorf("the module's mesh has pp = %d, the schedule %d ranks", a.Size, ranks)
+			}
+		case "dp":
+			mesh.DP = a.Size
+		case "tp":
+			mesh.TP = a.Size
+		default:
+			if a.Size > 1 {
+				return mesh, fmt.Errorf("mesh axis %s = %d: code generation supports the pp, dp and tp axes", a.Name, a.Size)
+			}
+		}
+	}
+	// Each size first: the product of absurd sizes could overflow.
+	if mesh.DP > 1<<16 || mesh.TP > 1<<16 || mesh.PP*mesh.DP*mesh.TP > 1<<16 {
+		return mesh, fmt.Errorf("mesh pp=%d dp=%d tp=%d has more ranks than the limit %d", mesh.PP, mesh.DP, mesh.TP, 1<<16)
+	}
+	return mesh, nil
+}
+
+// collectShardings records each parameter's sharding from the `shard` attributes of the
+// per-stage functions' parameter arguments, which must agree. Only a partitioned module's
+// shapes are per rank (ir.AttrPartitioned): elsewhere a shard attribute is a request for the
+// partitioner, and every rank holds the whole tensor it declares. Code generation supports
+// splits over tp: a split over dp would be ZeRO's, whose gradients are reduce-scattered
+// rather than all-reduced, and a split over pp has no meaning (stages hold different
+// parameters).
+func (g *gen) collectShardings() error {
+	g.shards = map[string]*ir.Sharding{}
+	if !g.m.Attrs.Has(ir.AttrPartitioned) {
+		return nil
+	}
+	seen := map[string]string{}
+	for _, f := range g.m.Funcs {
+		for i, a := range f.Args {
+			if !f.ArgAttrs[i].Has(ir.AttrParam) {
+				continue
+			}
+			s, err := ir.ArgSharding(f, i)
+			if err != nil {
+				return fmt.Errorf("@%s: parameter %%%s: %v", f.Name, a.Name, err)
+			}
+			if s.Replicated() {
+				s = nil
+			}
+			if prev, ok := seen[a.Name]; ok {
+				if !g.shards[a.Name].Equal(s) {
+					return fmt.Errorf("parameter %q is sharded %s in @%s and %s in @%s", a.Name, g.shards[a.Name], prev, s, f.Name)
+				}
+				continue
+			}
+			seen[a.Name] = f.Name
+			if s == nil {
+				continue
+			}
+			if err := g.checkSharding(s, a.Type); err != nil {
+				return fmt.Errorf("@%s: parameter %%%s: %v", f.Name, a.Name, err)
+			}
+			g.shards[a.Name] = s
+		}
+	}
+	return nil
+}
+
+// checkSharding checks a parameter or state sharding against the mesh: tp axes only, one
+// entry per dim, no pending partial sum.
+func (g *gen) checkSharding(s *ir.Sharding, t ir.Type) error {
+	if len(s.Partial) > 0 {
+		return fmt.Errorf("shard %s: a parameter cannot be a partial sum", s)
+	}
+	if len(s.Dims) != t.Rank() {
+		return fmt.Errorf("shard %s lists %d dims for %s", s, len(s.Dims), t)
+	}
+	for _, axes := range s.Dims {
+		for _, a := range axes {
+			switch a {
+			case "tp":
+			case "dp":
+				return fmt.Errorf("shard %s splits it over dp: sharding over the data-parallel replicas (ZeRO) is not implemented", s)
+			default:
+				return fmt.Errorf("shard %s: %s is not a mesh axis a parameter can be split over (tp)", s, a)
+			}
+		}
+	}
+	return nil
+}
+
+// shardProto is a sharding as the program records it (nil for a whole tensor).
+func shardProto(s *ir.Sharding) []*pb.ShardDim {
+	if s == nil {
+		return nil
+	}
+	out := make([]*pb.ShardDim, len(s.Dims))
+	for i, d := range s.Dims {
+		out[i] = &pb.ShardDim{Axes: d}
+	}
+	return out
+}
+
+// logicalShape is the full tensor's shape of a local (per-rank) shape under s.
+func (g *gen) logicalShape(local []int, s *ir.Sharding) []int {
+	out := slices.Clone(local)
+	if s == nil {
+		return out
+	}
+	for i, axes := range s.Dims {
+		for _, a := range axes {
+			out[i] *= g.mesh.Size(a)
+		}
+	}
+	return out
 }
 
 func (rg *rankGen) buffer(b *pb.Buffer) int {
@@ -237,9 +385,11 @@ func (rg *rankGen) instr(in *pb.Instr) {
 func (rg *rankGen) emit() error {
 	g := rg.g
 	training := g.funcs["optimizer"] != nil
+	rg.findLastGrads()
 	// Gradient accumulators start each step at zero; they are created on first use, so zero
 	// them once every action has been generated (the ZEROs go first in the stream).
-	for _, a := range g.sched.Actions[rg.rank] {
+	for ai, a := range g.sched.Actions[rg.rank] {
+		rg.action = ai
 		if g.sched.Placement[a.Stage] != rg.rank {
 			return fmt.Errorf("action %s runs stage %d, which is placed on rank %d", a, a.Stage, g.sched.Placement[a.Stage])
 		}
@@ -283,6 +433,42 @@ func (rg *rankGen) emit() error {
 	}
 	rg.planMemory()
 	return nil
+}
+
+// findLastGrads records, for each gradient accumulator, the last action of the rank's
+// schedule that contributes to it (see rankGen.lastGrad).
+func (rg *rankGen) findLastGrads() {
+	g := rg.g
+	for ai, a := range g.sched.Actions[rg.rank] {
+		kinds := []string{a.Kind}
+		if a.Kind == "B" {
+			kinds = []string{passes.KindI, passes.KindW}
+		}
+		for _, k := range kinds {
+			f := g.funcs[passes.StageFuncName(k, a.Stage)]
+			if f == nil {
+				continue
+			}
+			for i := range f.Results {
+				if key := gradKey(f.ResultAttrs[i]); key != "" {
+					rg.lastGrad[key] = gradSite{ai, f.Name}
+				}
+			}
+		}
+	}
+}
+
+// gradKey names the accumulator of a function result that is a parameter gradient ("" for
+// other results): "grad:w", or "grad:w#k" for partial k of a tied weight's gradient.
+func gradKey(at ir.Attrs) string {
+	if !at.Has(ir.AttrGrad) {
+		return ""
+	}
+	key := "grad:" + at.Str(ir.AttrGrad, "")
+	if at.Has(passes.AttrPartial) {
+		key = fmt.Sprintf("%s#%d", key, at.Int(passes.AttrPartial, 0))
+	}
+	return key
 }
 
 // instance emits one run of a per-stage function for micro-batch mb.
@@ -331,11 +517,7 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 				rg.instr(&pb.Instr{Kind: pb.Instr_COPY, In: []int32{int32(buf)}, Out: []int32{int32(out)}, Microbatch: int32(mb)})
 			}
 		case at.Has(ir.AttrGrad):
-			name := at.Str(ir.AttrGrad, "")
-			key := "grad:" + name
-			if at.Has(passes.AttrPartial) {
-				key = fmt.Sprintf("grad:%s#%d", name, at.Int(passes.AttrPartial, 0))
-			}
+			key := gradKey(at)
 			grad, ok := rg.named[key]
 			if !ok {
 				// Gradients accumulate in fp32 (fp64 for fp64 parameters).
@@ -348,6 +530,13 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 				rg.named[key] = grad
 			}
 			rg.instr(&pb.Instr{Kind: pb.Instr_ACCUM, In: []int32{int32(buf)}, Out: []int32{int32(grad)}, Microbatch: int32(mb)})
+			// Data parallelism: the replicas' accumulators are partial sums over dp. Sum
+			// them as soon as this rank's last contribution is in, so that a transport that
+			// runs collectives asynchronously overlaps the reduction with the backward work
+			// that remains (DESIGN.md §6). In place: the accumulator becomes the sum.
+			if rg.g.mesh.DP > 1 && rg.lastGrad[key] == (gradSite{rg.action, f.Name}) {
+				rg.instr(&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{int32(grad)}, Axis: "dp", Microbatch: int32(mb)})
+			}
 		case at.Has(ir.AttrName):
 			out := rg.newBuffer(at.Str(ir.AttrName, ""), b.Slots[b.Results[i]], pb.Role_OUTPUT)
 			rg.prog.Buffers[out].Microbatch = int32(mb)
@@ -358,29 +547,120 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 }
 
 // launches emits a block's kernel launches, giving each value it computes a fresh activation
-// buffer (named after the IR value and the micro-batch).
+// buffer (named after the IR value and the micro-batch). Collective ops become collective
+// instructions (see collective).
 func (rg *rankGen) launches(f *ir.Func, b *lower.Block, slotBuf []int, stage, mb int) error {
 	for _, l := range b.Launches {
-		in := &pb.Instr{Kind: pb.Instr_LAUNCH, Kernel: int32(rg.kernel(&b.Kernels[l.Kernel])), Stage: int32(stage), Microbatch: int32(mb)}
+		k := &b.Kernels[l.Kernel]
 		for _, s := range l.In {
 			if slotBuf[s] < 0 {
 				return fmt.Errorf("@%s: value %d used before it is computed", f.Name, s)
 			}
+		}
+		if k.Op != nil && k.Op.Has(ir.P2P) {
+			return fmt.Errorf("@%s: %s: code generation derives send/recv from the data flow between stages; the IR must not contain them", f.Name, k.Op.Name)
+		}
+		if k.Op != nil && k.Op.Has(ir.Collective) {
+			if err := rg.collective(f, b, k, l, slotBuf, stage, mb); err != nil {
+				return fmt.Errorf("@%s: %v", f.Name, err)
+			}
+			continue
+		}
+		in := &pb.Instr{Kind: pb.Instr_LAUNCH, Kernel: int32(rg.kernel(k)), Stage: int32(stage), Microbatch: int32(mb)}
+		for _, s := range l.In {
 			in.In = append(in.In, int32(slotBuf[s]))
 		}
 		for _, s := range l.Out {
-			if slotBuf[s] < 0 {
-				name := b.SlotNames[s]
-				if name == "" {
-					name = fmt.Sprintf("%s.%d", f.Name, s)
-				}
-				slotBuf[s] = rg.newBuffer(fmt.Sprintf("%s#%d", name, mb), b.Slots[s], pb.Role_ACTIVATION)
-			}
+			rg.result(f, b, slotBuf, s, mb)
 			in.Out = append(in.Out, int32(slotBuf[s]))
 		}
-		rg.info.FLOPs += launchFLOPs(&b.Kernels[l.Kernel], b, l)
+		rg.info.FLOPs += launchFLOPs(k, b, l)
 		rg.instr(in)
 	}
+	return nil
+}
+
+// result gives slot s a fresh activation buffer unless it has one.
+func (rg *rankGen) result(f *ir.Func, b *lower.Block, slotBuf []int, s, mb int) {
+	if slotBuf[s] >= 0 {
+		return
+	}
+	name := b.SlotNames[s]
+	if name == "" {
+		name = fmt.Sprintf("%s.%d", f.Name, s)
+	}
+	slotBuf[s] = rg.newBuffer(fmt.Sprintf("%s#%d", name, mb), b.Slots[s], pb.Role_ACTIVATION)
+}
+
+// collectiveKinds maps the IR's collective ops to instructions.
+var collectiveKinds = map[string]pb.Instr_Kind{"all_reduce": pb.Instr_ALL_REDUCE, "all_gather": pb.Instr_ALL_GATHER,
+	"reduce_scatter": pb.Instr_REDUCE_SCATTER, "collective_broadcast": pb.Instr_BROADCAST}
+
+var reduceOps = map[string]pb.Instr_ReduceOp{"sum": pb.Instr_SUM, "max": pb.Instr_MAX, "min": pb.Instr_MIN, "mean": pb.Instr_MEAN}
+
+// collective lowers one collective op over a mesh axis. The instruction names the axis, not
+// the ranks, so that every replica runs the same program: the loader makes the group of the
+// ranks that share the executing rank's other coordinates. copy_to_axis is the identity in
+// the forward pass (it exists for autodiff, whose all_reduce is explicit in the IR), and a
+// collective over an axis of one rank is the identity too: both alias their result to their
+// operand's buffer, which no instruction writes in place (collectives write fresh outputs),
+// so the alias costs neither a copy nor memory. Collectives are never fused: lower.Func fuses
+// only elementwise ops.
+func (rg *rankGen) collective(f *ir.Func, b *lower.Block, k *lower.Kernel, l lower.Launch, slotBuf []int, stage, mb int) error {
+	name := k.Op.Name
+	axis := k.Attrs.Str("axis", "")
+	if len(l.In) != 1 || len(l.Out) != 1 {
+		return fmt.Errorf("%s with %d operands and %d results", name, len(l.In), len(l.Out))
+	}
+	if v := b.SlotNames[l.Out[0]]; v != "" {
+		name = "%" + v + " = " + name // errors name the value, as the IR text does
+	}
+	n := rg.g.mesh.Size(axis)
+	switch {
+	case axis == "pp":
+		return fmt.Errorf("%s over pp: a stage's function runs on one pipeline rank; stages exchange values by send/recv, which code generation derives", name)
+	case n == 0:
+		return fmt.Errorf("%s over %q: not an axis of the mesh (pp, dp, tp)", name, axis)
+	}
+	op := k.Op.Name
+	kind, isColl := collectiveKinds[op]
+	if op != "copy_to_axis" && !isColl {
+		return fmt.Errorf("%s has no runtime instruction", name)
+	}
+	if parts := k.Attrs.Int("parts", n); (op == "all_gather" || op == "reduce_scatter") && parts != n {
+		return fmt.Errorf("%s {parts = %d} over %s, which has %d ranks", name, parts, axis, n)
+	}
+	root := k.Attrs.Int("root", 0)
+	if op == "collective_broadcast" && (root < 0 || root >= n) {
+		return fmt.Errorf("%s {root = %d} over %s, which has ranks 0 … %d", name, root, axis, n-1)
+	}
+	in, out := l.In[0], l.Out[0]
+	if op == "copy_to_axis" || n == 1 {
+		if !b.Slots[in].Equal(b.Slots[out]) {
+			return fmt.Errorf("%s over %s (%d rank) of %s gives %s", name, axis, n, b.Slots[in], b.Slots[out])
+		}
+		slotBuf[out] = slotBuf[in]
+		return nil
+	}
+	red, ok := reduceOps[k.Attrs.Str("op", "sum")]
+	if !ok {
+		return fmt.Errorf("%s: unknown reduction %q", name, k.Attrs.Str("op", ""))
+	}
+	rg.result(f, b, slotBuf, out, mb)
+	ins := &pb.Instr{Kind: kind, In: []int32{int32(slotBuf[in])}, Out: []int32{int32(slotBuf[out])}, Axis: axis,
+		Stage: int32(stage), Microbatch: int32(mb)}
+	switch kind {
+	case pb.Instr_ALL_REDUCE:
+		ins.ReduceOp = red
+	case pb.Instr_REDUCE_SCATTER:
+		ins.ReduceOp = pb.Instr_SUM
+		ins.Dim = int32(k.Attrs.Int("dim", 0))
+	case pb.Instr_ALL_GATHER:
+		ins.Dim = int32(k.Attrs.Int("dim", 0))
+	case pb.Instr_BROADCAST:
+		ins.Root = int32(root)
+	}
+	rg.instr(ins)
 	return nil
 }
 
@@ -429,8 +709,20 @@ func (rg *rankGen) bindArg(f *ir.Func, i, mb int) (int, error) {
 		if buf, ok := rg.named["state:"+name]; ok {
 			return buf, nil
 		}
+		// Optimizer state is laid out as its parameter: the optimizer pass gives it the
+		// parameter's shard attribute.
+		s, err := ir.ArgSharding(f, i)
+		if err != nil {
+			return 0, fmt.Errorf("@%s: state %%%s: %v", f.Name, a.Name, err)
+		}
+		if s.Replicated() || !rg.g.m.Attrs.Has(ir.AttrPartitioned) {
+			s = nil
+		} else if err := rg.g.checkSharding(s, a.Type); err != nil {
+			return 0, fmt.Errorf("@%s: state %%%s: %v", f.Name, a.Name, err)
+		}
 		buf := rg.newBuffer(name, a.Type, pb.Role_STATE)
 		rg.prog.Buffers[buf].Init = at.Str(ir.AttrInit, "zeros")
+		rg.prog.Buffers[buf].Shard = shardProto(s)
 		rg.named["state:"+name] = buf
 		return buf, nil
 	case at.Has("step"):
@@ -453,6 +745,7 @@ func (rg *rankGen) param(name string, t ir.Type, at ir.Attrs) (int, error) {
 	}
 	buf := rg.newBuffer(name, t, pb.Role_PARAM)
 	b := rg.prog.Buffers[buf]
+	b.Shard = shardProto(rg.g.shards[name])
 	if d, ok := at.Get(ir.AttrData).(*ir.Dense); ok {
 		if d.Elided {
 			return 0, fmt.Errorf("parameter %q: its data was elided; re-import the model", name)
@@ -461,7 +754,6 @@ func (rg *rankGen) param(name string, t ir.Type, at ir.Attrs) (int, error) {
 	} else {
 		b.Init = at.Str(ir.AttrInit, "zeros")
 	}
-	b.GlobalShape = b.Shape
 	rg.named["param:"+name] = buf
 	return buf, nil
 }
@@ -822,7 +1114,12 @@ func (g *gen) describe(p *Plan, progs []*pb.Program) {
 			case at.Has(ir.AttrParam) && f.Name != "optimizer":
 				if _, ok := params[a.Name]; !ok {
 					order = append(order, a.Name)
-					params[a.Name] = Param{Name: a.Name, DType: a.Type.DType.String(), Shape: a.Type.Shape, Init: at.Str(ir.AttrInit, "")}
+					sh := g.shards[a.Name]
+					pr := Param{Name: a.Name, DType: a.Type.DType.String(), Shape: g.logicalShape(a.Type.Shape, sh), Init: at.Str(ir.AttrInit, "")}
+					if sh != nil {
+						pr.Shard = sh.Dims
+					}
+					params[a.Name] = pr
 				}
 				r := g.rankOfFunc(f.Name)
 				if !contains(holders[a.Name], r) {
@@ -881,16 +1178,25 @@ func (g *gen) stageInfo(params []Param) []StageInfo {
 	// A parameter counts once on each rank that holds it, in the first of its stages there:
 	// a weight tied across two ranks (GPT's embedding and output head) is held, and counted,
 	// twice; across two stages of one rank (a V-shaped placement), once.
+	// A tensor-parallel rank holds 1/(product of its axes' sizes) of a sharded parameter.
 	for _, p := range params {
-		n := int64(1)
-		for _, d := range p.Shape {
+		n, local := int64(1), int64(1)
+		for i, d := range p.Shape {
 			n *= int64(d)
+			f := 1
+			if i < len(p.Shard) {
+				for _, a := range p.Shard[i] {
+					f *= max(g.mesh.Size(a), 1)
+				}
+			}
+			local *= int64(d / f)
 		}
 		counted := map[int]bool{}
 		for _, st := range p.Stages {
 			if st < len(info) && !counted[info[st].Rank] {
 				counted[info[st].Rank] = true
 				info[st].Params += n
+				info[st].RankParams += local
 			}
 		}
 	}

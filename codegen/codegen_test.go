@@ -3,6 +3,7 @@ package codegen
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -36,14 +37,27 @@ func TestAttrsRoundTrip(t *testing.T) {
 }
 
 func TestReadPlanErrors(t *testing.T) {
-	good := `{"format_version": 1, "world": 1, "mesh": {"pp": 1, "dp": 1, "tp": 1}, "microbatches": 1,
- "ranks": [{"rank": 0, "program": "rank-00000.ppx"}], "inputs": [{"name": "x", "dtype": "f32", "microbatch_shape": [2, 3]}]}`
+	good := `{"format_version": 2, "world": 1, "mesh": {"pp": 1, "dp": 1, "tp": 1}, "microbatches": 1,
+ "programs": [{"file": "rank-00000.ppx", "pp": 0}],
+ "ranks": [{"rank": 0, "coords": {"pp": 0, "dp": 0, "tp": 0}, "program": "rank-00000.ppx", "groups": {"pp": [0], "dp": [0], "tp": [0]}}],
+ "inputs": [{"name": "x", "dtype": "f32", "microbatch_shape": [2, 3]}]}`
 	for _, c := range []struct{ text, want string }{
 		{good, ""},
-		{strings.Replace(good, `"format_version": 1`, `"format_version": 7`, 1), "format version 7"},
+		{strings.Replace(good, `"format_version": 2`, `"format_version": 7`, 1), "format version 7"},
 		{strings.Replace(good, `"microbatches": 1`, `"microbatches": 0`, 1), "micro-batches 0"},
 		{strings.Replace(good, `"pp": 1`, `"pp": 2`, 1), "does not multiply"},
-		{strings.Replace(good, `rank-00000`, `rank-9`, 1), "rank entry 0 is malformed"},
+		{strings.Replace(good, `"dp": 1`, `"dp": 0`, 1), "does not multiply"},
+		{strings.Replace(good, `"rank": 0`, `"rank": 3`, 1), "rank entry 0 is for rank 3"},
+		{strings.Replace(good, `"program": "rank-00000.ppx"`, `"program": "rank-9.ppx"`, 1), `rank 0 runs "rank-9.ppx", which is not among the programs`},
+		{strings.Replace(good, `"file": "rank-00000.ppx"`, `"file": "../rank-00000.ppx"`, 1), `"../rank-00000.ppx" is not a program file name`},
+		{strings.Replace(good, `"file": "rank-00000.ppx", "pp": 0`, `"file": "rank-00000.ppx", "pp": 1`, 1), "pipeline rank 1 is not in 0 … 0"},
+		{strings.Replace(good, `"programs": [{"file": "rank-00000.ppx", "pp": 0}]`, `"programs": [{"file": "rank-00000.ppx", "pp": 0}, {"file": "rank-00001.ppx", "pp": 0}]`, 1),
+			"program rank-00001.ppx is run by no rank"},
+		{strings.Replace(good, `"programs": [{"file": "rank-00000.ppx", "pp": 0}]`, `"programs": [{"file": "rank-00000.ppx", "pp": 0}, {"file": "rank-00000.ppx", "pp": 0}]`, 1),
+			"program rank-00000.ppx is listed twice"},
+		{strings.Replace(good, `"programs": [{"file": "rank-00000.ppx", "pp": 0}],`, ``, 1), "no programs listed"},
+		{strings.Replace(good, `"coords": {"pp": 0, "dp": 0, "tp": 0}`, `"coords": {"pp": 0, "dp": 0, "tp": 1}`, 1), "rank 0: coordinates pp=0 dp=0 tp=1, but the mesh numbers it pp=0 dp=0 tp=0"},
+		{strings.Replace(good, `"tp": [0]`, `"tp": [0, 1]`, 1), "rank 0: groups pp [0], dp [0], tp [0 1]; its coordinates on the mesh give pp [0], dp [0], tp [0]"},
 		{strings.Replace(good, `[2, 3]`, `[]`, 1), ""}, // a scalar input: one sample per micro-batch
 		{strings.Replace(good, `"name": "x"`, `"name": ""`, 1), `an input has no name`},
 		{`{"world": `, "unexpected end"},
@@ -60,6 +74,31 @@ func TestReadPlanErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "plan.json") {
 			t.Errorf("got %v, want %q", err, c.want)
 		}
+	}
+}
+
+// TestMeshNumbering: ranks are numbered as Megatron-core numbers them (tp fastest, then dp,
+// then pp), and a group over an axis is the ranks that differ only there, in its order.
+func TestMeshNumbering(t *testing.T) {
+	m := Mesh{PP: 2, DP: 3, TP: 2}
+	for r := range 12 {
+		if got := m.Rank(m.Coords(r)); got != r {
+			t.Fatalf("rank %d → %+v → %d", r, m.Coords(r), got)
+		}
+	}
+	c := m.Coords(9) // (pp·3 + dp)·2 + tp = 9: pp 1, dp 1, tp 1
+	if c != (Coords{PP: 1, DP: 1, TP: 1}) {
+		t.Fatalf("rank 9 is %+v", c)
+	}
+	for axis, want := range map[string][]int{"tp": {8, 9}, "dp": {7, 9, 11}, "pp": {3, 9}} {
+		if got := m.Group(c, axis); !slices.Equal(got, want) {
+			t.Errorf("%s group of rank 9: %v, want %v", axis, got, want)
+		}
+	}
+	p := &Plan{Mesh: m, World: 12}
+	p.SetRanks()
+	if r := p.Ranks[9]; r.Program != "rank-00006.ppx" || !slices.Equal(r.Groups.DP, []int{7, 9, 11}) {
+		t.Fatalf("rank 9: %+v", r)
 	}
 }
 
@@ -89,10 +128,15 @@ func TestInputSamples(t *testing.T) {
 }
 
 func TestDisassemble(t *testing.T) {
-	p := &pb.Program{FormatVersion: FormatVersion, Rank: 1, World: 2, Microbatches: 1, ArenaBytes: 64,
+	p := &pb.Program{FormatVersion: FormatVersion, Pp: 1, Microbatches: 1, ArenaBytes: 64,
+		Mesh: []*pb.NamedInt{{Name: "pp", Value: 2}, {Name: "dp", Value: 2}, {Name: "tp", Value: 2}},
 		Buffers: []*pb.Buffer{
 			{Id: 0, Name: "x#0", Dtype: pb.DType_F32, Shape: []int64{4}, Role: pb.Role_ACTIVATION},
 			{Id: 1, Name: "w", Dtype: pb.DType_F32, Shape: []int64{4}, Role: pb.Role_PARAM, Init: "normal(0.02)"},
+			{Id: 2, Name: "v", Dtype: pb.DType_F32, Shape: []int64{2, 4}, Role: pb.Role_PARAM, Init: "zeros",
+				Shard: []*pb.ShardDim{{Axes: []string{"tp"}}, {}}},
+			{Id: 3, Name: "v.exp_avg", Dtype: pb.DType_F32, Shape: []int64{2, 4}, Role: pb.Role_STATE, Init: "zeros",
+				Shard: []*pb.ShardDim{{}, {Axes: []string{"dp", "tp"}}}},
 		},
 		Kernels: []*pb.Kernel{{Op: "add"}},
 		Instrs: []*pb.Instr{
@@ -106,15 +150,49 @@ func TestDisassemble(t *testing.T) {
 			{Kind: pb.Instr_REDUCE_SCATTER, In: []int32{0}, Out: []int32{2}, Group: []int32{0, 1}},
 			{Kind: pb.Instr_BROADCAST, In: []int32{0}, Group: []int32{0, 1}, Root: 1},
 			{Kind: pb.Instr_BROADCAST, In: []int32{0}, Group: []int32{0, 1}, Root: 5},
+			{Kind: pb.Instr_ALL_REDUCE, In: []int32{0}, Axis: "dp"},
+			{Kind: pb.Instr_ALL_GATHER, In: []int32{0}, Out: []int32{2}, Axis: "tp", Dim: 1},
+			{Kind: pb.Instr_BROADCAST, In: []int32{0}, Axis: "tp", Root: 1},
 		}}
 	s := Disassemble(p)
-	for _, want := range []string{"program rank 1 of 2", "b1     param      f32[4]", "init=normal(0.02)", "k0    add",
-		"begin F stage 1 mb 0", "    b0 = recv from rank 0 tag 5", "b0 = launch k0 add(b0, b1)", "end F",
+	for _, want := range []string{"program of pipeline rank 1", "mesh pp=2 dp=2 tp=2: run by 4 rank(s)", "b1     param      f32[4]", "init=normal(0.02)",
+		"v init=zeros shard=[tp, _]", "v.exp_avg init=zeros shard=[_, [dp, tp]]", "k0    add",
+		"begin F stage 1 mb 0", "    b0 = recv from pp 0 tag 5", "b0 = launch k0 add(b0, b1)", "end F",
 		"  all_reduce sum b0 over ranks [0 1]\n", "b2 = all_reduce max b0 over ranks [1 0] tag 7",
 		"b2 = all_gather b0 dim 1 over ranks [0 1]", "b2 = reduce_scatter sum b0 dim 0 over ranks [0 1]",
-		"  broadcast b0 from rank 1 over ranks [0 1]", "broadcast b0 from <root 5 outside the group> over ranks [0 1]"} {
+		"  broadcast b0 from rank 1 over ranks [0 1]", "broadcast b0 from <root 5 outside the group> over ranks [0 1]",
+		"  all_reduce sum b0 over dp\n", "b2 = all_gather b0 dim 1 over tp\n", "  broadcast b0 from tp 1 over tp\n"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("disassembly lacks %q:\n%s", want, s)
+		}
+	}
+}
+
+// TestPlanCheckReplicas: on a pp × dp × tp mesh, every rank must run its own pipeline rank's
+// program, and plan.json's groups must be the mesh's.
+func TestPlanCheckReplicas(t *testing.T) {
+	good := func() *Plan {
+		p := &Plan{FormatVersion: FormatVersion, Mesh: Mesh{PP: 2, DP: 2, TP: 2}, World: 8, Microbatches: 1,
+			Programs: []ProgramInfo{{File: ProgramFile(0)}, {File: ProgramFile(4), PP: 1}}}
+		p.SetRanks()
+		return p
+	}
+	if err := good().check(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		edit func(p *Plan)
+		want string
+	}{
+		{func(p *Plan) { p.Ranks[5].Program = ProgramFile(0) }, "rank 5 (pipeline rank 1) runs rank-00000.ppx, the program of pipeline rank 0"},
+		{func(p *Plan) { p.Ranks[3].Groups.DP = []int{3, 1} }, "rank 3: groups pp [3 7], dp [3 1], tp [2 3]; its coordinates on the mesh give pp [3 7], dp [1 3], tp [2 3]"},
+		{func(p *Plan) { p.Ranks[3].Coords.DP = 0 }, "rank 3: coordinates pp=0 dp=0 tp=1, but the mesh numbers it pp=0 dp=1 tp=1 (tp fastest, then dp, then pp)"},
+		{func(p *Plan) { p.Mesh.TP = 4 }, "mesh pp=2 dp=2 tp=4 does not multiply to world size 8"},
+	} {
+		p := good()
+		c.edit(p)
+		if err := p.check(); err == nil || err.Error() != c.want {
+			t.Errorf("got %v, want %q", err, c.want)
 		}
 	}
 }

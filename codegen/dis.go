@@ -11,12 +11,16 @@ import (
 // with each action's instructions indented under its BEGIN marker.
 func Disassemble(p *pb.Program) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "program rank %d of %d, format %d, %d micro-batches, source %s\n", p.Rank, p.World, p.FormatVersion, p.Microbatches, p.SourceHash)
-	var coords []string
-	for _, c := range p.Coords {
-		coords = append(coords, fmt.Sprintf("%s=%d", c.Name, c.Value))
+	var mesh []string
+	replicas := int64(1)
+	for _, c := range p.Mesh {
+		mesh = append(mesh, fmt.Sprintf("%s=%d", c.Name, c.Value))
+		if c.Name != "pp" {
+			replicas *= c.Value
+		}
 	}
-	fmt.Fprintf(&b, "coords %s\narena %d bytes\n\nbuffers:\n", strings.Join(coords, " "), p.ArenaBytes)
+	fmt.Fprintf(&b, "program of pipeline rank %d, format %d, %d micro-batches, source %s\n", p.Pp, p.FormatVersion, p.Microbatches, p.SourceHash)
+	fmt.Fprintf(&b, "mesh %s: run by %d rank(s)\narena %d bytes\n\nbuffers:\n", strings.Join(mesh, " "), replicas, p.ArenaBytes)
 	for _, buf := range p.Buffers {
 		t, err := TypeFromProto(buf.Dtype, buf.Shape)
 		ts := t.String()
@@ -32,6 +36,9 @@ func Disassemble(p *pb.Program) string {
 				fmt.Fprintf(&b, " data[%d bytes]", len(buf.Data))
 			} else {
 				fmt.Fprintf(&b, " init=%s", buf.Init)
+			}
+			if len(buf.Shard) > 0 {
+				b.WriteString(" shard=" + ShardText(buf.Shard))
 			}
 		case pb.Role_CONST:
 			fmt.Fprintf(&b, " data[%d bytes]", len(buf.Data))
@@ -116,9 +123,9 @@ func instrText(p *pb.Program, in *pb.Instr) string {
 	case pb.Instr_INPUT:
 		return fmt.Sprintf("%s = input %q mb %d", bufs(in.Out), in.Label, in.Microbatch)
 	case pb.Instr_SEND:
-		return fmt.Sprintf("send %s to rank %d tag %d", bufs(in.In), in.Peer, in.Tag)
+		return fmt.Sprintf("send %s to pp %d tag %d", bufs(in.In), in.Peer, in.Tag)
 	case pb.Instr_RECV:
-		return fmt.Sprintf("%s = recv from rank %d tag %d", bufs(in.Out), in.Peer, in.Tag)
+		return fmt.Sprintf("%s = recv from pp %d tag %d", bufs(in.Out), in.Peer, in.Tag)
 	case pb.Instr_ZERO:
 		return fmt.Sprintf("zero %s", bufs(in.Out))
 	case pb.Instr_ACCUM:
@@ -140,8 +147,25 @@ func instrText(p *pb.Program, in *pb.Instr) string {
 	return in.Kind.String()
 }
 
-// collectiveText prints a collective as "b4 = all_gather b3 dim 1 over ranks [0 1]"; an
-// in-place ALL_REDUCE or BROADCAST has no "b = " part, and a root is shown as its rank.
+// ShardText prints a sharding as the IR writes it: [_, tp], [[dp, tp], _].
+func ShardText(dims []*pb.ShardDim) string {
+	s := make([]string, len(dims))
+	for i, d := range dims {
+		switch axes := d.GetAxes(); len(axes) {
+		case 0:
+			s[i] = "_"
+		case 1:
+			s[i] = axes[0]
+		default:
+			s[i] = "[" + strings.Join(axes, ", ") + "]"
+		}
+	}
+	return "[" + strings.Join(s, ", ") + "]"
+}
+
+// collectiveText prints a collective as "b4 = all_gather b3 dim 1 over tp" (or "over ranks
+// [0 1]" for an explicit group); an in-place ALL_REDUCE or BROADCAST has no "b = " part, and
+// a root is shown as its coordinate on the axis (its rank, for an explicit group).
 func collectiveText(in *pb.Instr) string {
 	var b strings.Builder
 	if len(in.Out) > 0 {
@@ -157,13 +181,21 @@ func collectiveText(in *pb.Instr) string {
 		fmt.Fprintf(&b, " dim %d", in.Dim)
 	}
 	if in.Kind == pb.Instr_BROADCAST || in.Root != 0 {
-		if in.Root >= 0 && int(in.Root) < len(in.Group) {
+		switch {
+		case in.Axis != "":
+			fmt.Fprintf(&b, " from %s %d", in.Axis, in.Root)
+		case in.Root >= 0 && int(in.Root) < len(in.Group):
 			fmt.Fprintf(&b, " from rank %d", in.Group[in.Root])
-		} else {
+		default:
 			fmt.Fprintf(&b, " from <root %d outside the group>", in.Root)
 		}
 	}
-	fmt.Fprintf(&b, " over ranks %v", in.Group)
+	if in.Axis != "" {
+		fmt.Fprintf(&b, " over %s", in.Axis)
+	}
+	if len(in.Group) > 0 || in.Axis == "" {
+		fmt.Fprintf(&b, " over ranks %v", in.Group)
+	}
 	if in.Tag != 0 {
 		fmt.Fprintf(&b, " tag %d", in.Tag)
 	}

@@ -1,10 +1,10 @@
 // Package codegen owns ppc's per-rank program format (programpb: a protobuf Program of
-// buffers, kernels and an instruction stream of launches, inputs, send/recv, accumulations,
-// copies and trace markers), plan.json, and the generation of both from a module split into
-// per-stage functions, plus the disassembler behind `ppc dis`. plan.json records each
-// program's SHA-256 and the schedule; readers check a program's bytes against the first
-// before decoding them (Plan.CheckProgramBytes) and its action order against the second
-// (Plan.CheckSchedule), so that what `ppc simulate` reads is what `ppc run` executes.
+// buffers, kernels and an instruction stream of launches, inputs, send/recv, collectives,
+// accumulations, copies and trace markers), plan.json, and the generation of both from a
+// module split into per-stage functions, plus the disassembler behind `ppc dis`. plan.json
+// records each program's SHA-256 and the schedule; readers check a program's bytes against
+// the first before decoding them (Plan.CheckProgramBytes) and its action order against the
+// second (Plan.CheckSchedule), so that what `ppc simulate` reads is what `ppc run` executes.
 //
 // Generation instantiates each per-stage function (F, I, W) once per micro-batch, in the order
 // the schedule gives each rank, so a program is one whole training step, unrolled. That makes
@@ -26,4 +26,53 @@
 // hold it and summed in partial order on each of them — the same additions in the same order
 // as on one device — so the weights stay bit-identical to single-device training (DESIGN.md
 // §6's all-reduce would sum in a different order).
+//
+// # The mesh: one program per pipeline rank
+//
+// A plan runs on a pp × dp × tp mesh, ranks numbered as Megatron-core numbers them (tp
+// fastest, then dp, pp slowest: rank = (pp·dp_size + dp)·tp_size + tp). The schedule's ranks
+// are pipeline ranks; the dp × tp replicas of a pipeline rank run the same actions on their own
+// micro-batches (dp) or their own shards (tp), so they run the same program: Generate emits
+// one Program per pipeline rank, written as the file of its first rank (ProgramFile of the
+// replica with dp = tp = 0), and plan.json lists the programs (Plan.Programs: memory, FLOPs,
+// checksum — each replica's) and every rank of the world (Plan.Ranks: its coordinates, the file
+// it runs, and its pp, dp and tp groups). GPT-3 175B at pp 8 × dp 16 × tp 8 is 1024 ranks and
+// 8 program files. For that, a program bakes in nothing that differs between its replicas:
+//
+//   - Collectives name their mesh axis (Instr.axis), not ranks: the loader makes the group of
+//     the ranks that share the executing rank's other coordinates, in the axis's order.
+//   - SEND and RECV name the peer's pipeline rank: the loader picks its replica with the same
+//     dp and tp coordinates (activations and a tied weight's partials never cross replicas).
+//   - A parameter or optimizer-state buffer records its sharding (Buffer.shard: the mesh axes
+//     that split each dim), not its block: the loader computes the rank's block of the full
+//     tensor from its coordinates, for the shard-invariant initialiser and for checkpoints.
+//   - INPUT, LOSS and OUTPUT name the micro-batch among the replica's M; the runtime adds
+//     d·M for data-parallel replica d.
+//
+// Explicit groups (Instr.group) remain in the format for hand-written programs and tests; a
+// program with them cannot be shared.
+//
+// Tensor parallelism arrives as a partitioned module (ir.AttrPartitioned: local shapes,
+// shardings on parameter arguments, collective ops in the functions). The collective ops
+// lower to ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER and BROADCAST over their axis, writing fresh
+// activation buffers that the memory plan places like any other; lower.Func never fuses them
+// into elementwise chains. copy_to_axis (the identity forward; autodiff made its all_reduce
+// explicit) and a collective over an axis of one rank alias their result to their operand's
+// buffer instead of copying: no instruction writes a buffer in place but the gradient
+// accumulators and the optimizer's final copies, so the alias is safe and free. The optimizer
+// pass gives state the parameter's shard attribute, so state buffers carry the parameter's
+// sharding. Code generation splits parameters over tp only: a split over dp is ZeRO's, whose
+// gradients would be reduce-scattered rather than all-reduced, and is refused.
+//
+// Data parallelism needs nothing in the IR: replica d runs the same functions on micro-batches
+// d·M … d·M+M−1, so each gradient accumulator holds a partial sum over dp. Its ALL_REDUCE (sum,
+// in place, over dp) is issued right after the rank's last action that contributes to it —
+// the last W (or B) of its stage in the schedule, found before emitting — rather than at the
+// end of the step, so that an asynchronous transport can overlap it with the backward work
+// that remains (DESIGN.md §6); a tied weight's partials are each reduced that way before the
+// exchange. One collective per gradient: small gradients are not bucketed into a flat buffer
+// yet (the runtime allocates each accumulator on its own; a bucket would need views into one
+// allocation). The optimizer divides by M·dp. The sum over dp adds the replicas' partial sums,
+// which is not one device's left-to-right order over M·dp micro-batches: data parallelism
+// agrees with one device within rounding, not bit for bit.
 package codegen

@@ -7,24 +7,31 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"ppc.dev/ppc/passes"
 )
 
 // FormatVersion is written into every program and plan; the loader rejects other versions.
-const FormatVersion = 1
+// Version 2: one program per pipeline rank shared by its dp × tp replicas (collectives name
+// their mesh axis, send/recv the peer's pipeline rank, parameters their sharding), and
+// plan.json's programs and per-rank coordinates and groups.
+const FormatVersion = 2
 
 // Plan is plan.json: what the whole compiled job looks like, for the runtime and for people.
 type Plan struct {
 	FormatVersion int    `json:"format_version"`
 	Model         string `json:"model"`
 	SourceHash    string `json:"source_hash"`
-	// Mesh sizes; world = pp·dp·tp. Ranks are numbered tp fastest, then pp, then dp.
-	Mesh         Mesh        `json:"mesh"`
-	World        int         `json:"world"`
+	// Mesh sizes; world = pp·dp·tp. Ranks are numbered as Megatron-core numbers them, tp
+	// fastest, then dp, pp slowest: rank = (pp·dp_size + dp)·tp_size + tp.
+	Mesh  Mesh `json:"mesh"`
+	World int  `json:"world"`
+	// Microbatches is M, the micro-batches each data-parallel replica runs per step; the
+	// global batch is M·dp micro-batches.
 	Microbatches int         `json:"microbatches"`
 	Stages       int         `json:"stages"`
-	StageRanks   []int       `json:"stage_ranks"` // stage → pipeline rank
+	StageRanks   []int       `json:"stage_ranks"` // stage → pipeline rank (pp coordinate)
 	StageInfo    []StageInfo `json:"stage_info,omitempty"`
 	Recompute    string      `json:"recompute,omitempty"`
 	// PartitionNote explains a split that the pipeline time does not, e.g. with one
@@ -39,21 +46,28 @@ type Plan struct {
 	Optimizer string       `json:"optimizer,omitempty"`
 	Inputs    []Input      `json:"inputs"`
 	Params    []Param      `json:"params"`
-	Ranks     []RankInfo   `json:"ranks"`
-	Outputs   []string     `json:"outputs,omitempty"` // forward-only plans: output names
+	// Programs lists the program files, one per pipeline rank (its dp × tp replicas run the
+	// same file); Ranks lists every rank of the world, with the file it runs.
+	Programs []ProgramInfo `json:"programs"`
+	Ranks    []RankInfo    `json:"ranks"`
+	Outputs  []string      `json:"outputs,omitempty"` // forward-only plans: output names
 }
 
 // StageInfo describes one pipeline stage: what it holds and the cost model's estimates per
 // micro-batch, which `ppc simulate DIR` uses as action costs.
 type StageInfo struct {
-	Stage      int     `json:"stage"`
-	Rank       int     `json:"rank"`
-	Layers     string  `json:"layers,omitempty"` // e.g. "E,t0-t3"
-	Params     int64   `json:"params"`           // elements held, counting a parameter once per rank
-	FLOPs      float64 `json:"forward_flops"`    // per micro-batch
-	StashBytes int64   `json:"stash_bytes"`      // activations kept from F to I/W, per micro-batch
-	SendBytes  int64   `json:"send_bytes"`       // activations sent to later stages, per micro-batch
-	F          float64 `json:"f_seconds"`        // cost model estimates
+	Stage  int    `json:"stage"`
+	Rank   int    `json:"rank"`             // pipeline rank
+	Layers string `json:"layers,omitempty"` // e.g. "E,t0-t3"
+	// Params counts the stage's parameter elements (logical tensors), a parameter once per
+	// pipeline rank holding it; RankParams what one tensor-parallel rank of it holds (its
+	// shards; replicated parameters whole).
+	Params     int64   `json:"params"`
+	RankParams int64   `json:"rank_params"`
+	FLOPs      float64 `json:"forward_flops"` // per micro-batch
+	StashBytes int64   `json:"stash_bytes"`   // activations kept from F to I/W, per micro-batch
+	SendBytes  int64   `json:"send_bytes"`    // activations sent to later stages, per micro-batch
+	F          float64 `json:"f_seconds"`     // cost model estimates
 	I          float64 `json:"i_seconds"`
 	W          float64 `json:"w_seconds"`
 }
@@ -71,12 +85,78 @@ type Estimate struct {
 	PeakActivations []int   `json:"peak_activations"` // micro-batches stashed per rank
 }
 
-// Mesh is the device mesh.
+// Mesh is the device mesh: the size of each axis.
 type Mesh struct {
 	PP int `json:"pp"`
 	DP int `json:"dp"`
 	TP int `json:"tp"`
 }
+
+// Coords are one rank's coordinates on the mesh.
+type Coords struct {
+	PP int `json:"pp"`
+	DP int `json:"dp"`
+	TP int `json:"tp"`
+}
+
+// Size is the number of ranks along the named axis (0 for a name that is not an axis).
+func (m Mesh) Size(axis string) int {
+	switch axis {
+	case "pp":
+		return m.PP
+	case "dp":
+		return m.DP
+	case "tp":
+		return m.TP
+	}
+	return 0
+}
+
+// Rank numbers the rank at c as Megatron-core does: tp fastest, then dp, pp slowest.
+func (m Mesh) Rank(c Coords) int { return (c.PP*m.DP+c.DP)*m.TP + c.TP }
+
+// Coords are rank r's coordinates (the inverse of Rank).
+func (m Mesh) Coords(r int) Coords {
+	return Coords{PP: r / (m.DP * m.TP), DP: r / m.TP % m.DP, TP: r % m.TP}
+}
+
+// Of is c's coordinate on the named axis.
+func (c Coords) Of(axis string) int {
+	switch axis {
+	case "pp":
+		return c.PP
+	case "dp":
+		return c.DP
+	}
+	return c.TP
+}
+
+// with returns c with its coordinate on axis set to v.
+func (c Coords) with(axis string, v int) Coords {
+	switch axis {
+	case "pp":
+		c.PP = v
+	case "dp":
+		c.DP = v
+	default:
+		c.TP = v
+	}
+	return c
+}
+
+// Group is the ranks that share every coordinate of c but the one on axis, ordered by that
+// coordinate: the members of a collective over axis, in reduction and concatenation order.
+func (m Mesh) Group(c Coords, axis string) []int {
+	n := m.Size(axis)
+	g := make([]int, n)
+	for i := range n {
+		g[i] = m.Rank(c.with(axis, i))
+	}
+	return g
+}
+
+// Axes are the mesh axes in rank order, slowest first (ir.MeshOrder).
+var Axes = []string{"pp", "dp", "tp"}
 
 // PlanSchedule records the pipeline schedule as per-rank action lists in PyTorch's grammar.
 type PlanSchedule struct {
@@ -117,19 +197,41 @@ func (in Input) SampleShape() []int {
 type Param struct {
 	Name  string `json:"name"`
 	DType string `json:"dtype"`
-	Shape []int  `json:"shape"`
-	Init  string `json:"init,omitempty"`
-	Ranks []int  `json:"ranks"`
+	Shape []int  `json:"shape"` // the logical (full) tensor's, as checkpoints hold it
+	// Shard lists, per dim, the mesh axes that split it (none: whole); empty when no dim is
+	// split. Its optimizer state is split the same way.
+	Shard [][]string `json:"shard,omitempty"`
+	Init  string     `json:"init,omitempty"`
+	Ranks []int      `json:"ranks"` // pipeline ranks holding it (each on all its replicas)
 	// Stages lists the stages whose functions use it: more than one for a tied weight.
 	Stages []int `json:"stages,omitempty"`
 	// State names the optimizer state buffers kept for it.
 	State []string `json:"state,omitempty"`
 }
 
-// RankInfo summarises one rank's program.
+// RankInfo is one rank of the world: its coordinates, the program file it runs, and the
+// groups its collectives over each axis use (every rank that shares its other coordinates,
+// ordered by the axis's coordinate; the loader derives the same groups from the mesh and
+// refuses a plan.json whose groups differ).
 type RankInfo struct {
-	Rank         int    `json:"rank"`
-	Program      string `json:"program"`
+	Rank    int        `json:"rank"`
+	Coords  Coords     `json:"coords"`
+	Program string     `json:"program"`
+	Groups  RankGroups `json:"groups"`
+}
+
+// RankGroups are a rank's collective groups, one per mesh axis.
+type RankGroups struct {
+	PP []int `json:"pp"`
+	DP []int `json:"dp"`
+	TP []int `json:"tp"`
+}
+
+// ProgramInfo summarises one program file, which every dp × tp replica of pipeline rank PP
+// runs: the memory and FLOPs are each of those ranks'.
+type ProgramInfo struct {
+	File         string `json:"file"`
+	PP           int    `json:"pp"`
 	Stages       []int  `json:"stages"`
 	Instructions int    `json:"instructions"`
 	// The peak splits by role: PeakBytes = ParamBytes + GradBytes + StateBytes + ConstBytes +
@@ -152,8 +254,36 @@ type RankInfo struct {
 	ProgramSHA256 string `json:"program_sha256,omitempty"`
 }
 
-// ProgramFile is the file name of rank r's program.
+// ProgramFile is the name of the program file whose first rank (the replica with dp and tp
+// coordinates 0) is rank r; its other replicas run the same file.
 func ProgramFile(r int) string { return fmt.Sprintf("rank-%05d.ppx", r) }
+
+// Replicas is the number of ranks that run each program: dp × tp.
+func (p *Plan) Replicas() int { return max(p.Mesh.DP, 1) * max(p.Mesh.TP, 1) }
+
+// GlobalMicrobatches is the micro-batches of one step over all data-parallel replicas (M·dp).
+func (p *Plan) GlobalMicrobatches() int { return p.Microbatches * max(p.Mesh.DP, 1) }
+
+// Program returns the entry of the named program file, or nil.
+func (p *Plan) Program(file string) *ProgramInfo {
+	for i := range p.Programs {
+		if p.Programs[i].File == file {
+			return &p.Programs[i]
+		}
+	}
+	return nil
+}
+
+// SetRanks fills Ranks for the mesh: every rank runs the program of its pipeline rank
+// (ProgramFile of that pipeline rank's first rank).
+func (p *Plan) SetRanks() {
+	p.Ranks = make([]RankInfo, p.World)
+	for r := range p.Ranks {
+		c := p.Mesh.Coords(r)
+		p.Ranks[r] = RankInfo{Rank: r, Coords: c, Program: ProgramFile(p.Mesh.Rank(Coords{PP: c.PP})),
+			Groups: RankGroups{PP: p.Mesh.Group(c, "pp"), DP: p.Mesh.Group(c, "dp"), TP: p.Mesh.Group(c, "tp")}}
+	}
+}
 
 // ReadPlan loads and checks plan.json.
 func ReadPlan(dir string) (*Plan, error) {
@@ -182,21 +312,62 @@ func ReadPlan(dir string) (*Plan, error) {
 }
 
 func (p *Plan) check() error {
+	m := p.Mesh
 	switch {
 	case p.FormatVersion != FormatVersion:
 		return fmt.Errorf("format version %d, this ppc reads %d", p.FormatVersion, FormatVersion)
 	case p.World < 1 || p.World > 1<<16:
 		return fmt.Errorf("world size %d out of range", p.World)
+	case m.PP < 1 || m.DP < 1 || m.TP < 1 || m.PP > p.World || m.DP > p.World || m.TP > p.World || m.PP*m.DP*m.TP != p.World:
+		return fmt.Errorf("mesh pp=%d dp=%d tp=%d does not multiply to world size %d", m.PP, m.DP, m.TP, p.World)
 	case len(p.Ranks) != p.World:
 		return fmt.Errorf("%d ranks listed for world size %d", len(p.Ranks), p.World)
 	case p.Microbatches < 1:
 		return fmt.Errorf("micro-batches %d < 1", p.Microbatches)
-	case p.Mesh.PP*max(p.Mesh.DP, 1)*max(p.Mesh.TP, 1) != p.World:
-		return fmt.Errorf("mesh %+v does not multiply to world size %d", p.Mesh, p.World)
+	case len(p.Programs) == 0:
+		return fmt.Errorf("no programs listed")
+	}
+	used := map[string]bool{}
+	ppOf := map[string]int{}
+	for i, pr := range p.Programs {
+		// Program names are joined to the plan directory: a path would read another file.
+		if pr.File == "" || filepath.Base(pr.File) != pr.File || filepath.Ext(pr.File) != ".ppx" || pr.File[0] == '.' {
+			return fmt.Errorf("program entry %d: %q is not a program file name (rank-NNNNN.ppx)", i, pr.File)
+		}
+		if _, dup := used[pr.File]; dup {
+			return fmt.Errorf("program %s is listed twice", pr.File)
+		}
+		used[pr.File] = false
+		ppOf[pr.File] = pr.PP
+		if pr.PP < 0 || pr.PP >= m.PP {
+			return fmt.Errorf("program %s: pipeline rank %d is not in 0 … %d", pr.File, pr.PP, m.PP-1)
+		}
 	}
 	for i, r := range p.Ranks {
-		if r.Rank != i || r.Program != ProgramFile(i) {
-			return fmt.Errorf("rank entry %d is malformed", i)
+		c := m.Coords(i)
+		want := RankGroups{PP: m.Group(c, "pp"), DP: m.Group(c, "dp"), TP: m.Group(c, "tp")}
+		switch {
+		case r.Rank != i:
+			return fmt.Errorf("rank entry %d is for rank %d", i, r.Rank)
+		case r.Coords != c:
+			return fmt.Errorf("rank %d: coordinates pp=%d dp=%d tp=%d, but the mesh numbers it pp=%d dp=%d tp=%d (tp fastest, then dp, then pp)",
+				i, r.Coords.PP, r.Coords.DP, r.Coords.TP, c.PP, c.DP, c.TP)
+		case !slices.Equal(r.Groups.PP, want.PP) || !slices.Equal(r.Groups.DP, want.DP) || !slices.Equal(r.Groups.TP, want.TP):
+			return fmt.Errorf("rank %d: groups pp %v, dp %v, tp %v; its coordinates on the mesh give pp %v, dp %v, tp %v",
+				i, r.Groups.PP, r.Groups.DP, r.Groups.TP, want.PP, want.DP, want.TP)
+		}
+		pp, ok := ppOf[r.Program]
+		if !ok {
+			return fmt.Errorf("rank %d runs %q, which is not among the programs", i, r.Program)
+		}
+		if pp != c.PP {
+			return fmt.Errorf("rank %d (pipeline rank %d) runs %s, the program of pipeline rank %d", i, c.PP, r.Program, pp)
+		}
+		used[r.Program] = true
+	}
+	for _, pr := range p.Programs {
+		if !used[pr.File] {
+			return fmt.Errorf("program %s is run by no rank", pr.File)
 		}
 	}
 	for _, in := range p.Inputs {

@@ -15,20 +15,22 @@ func ProgramSHA256(data []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// CheckProgramBytes compares rank r's program file bytes with the checksum plan.json records
-// for them. Readers call it before decoding the bytes: a flipped byte is then reported as the
+// CheckProgramBytes compares a program file's bytes with the checksum plan.json records for
+// them. Readers call it before decoding the bytes: a flipped byte is then reported as the
 // corruption it is, where the decoder would say "cannot parse" or, worse, accept it.
-func (p *Plan) CheckProgramBytes(r int, data []byte) error {
-	if r < 0 || r >= len(p.Ranks) || p.Ranks[r].ProgramSHA256 == "" {
-		return nil // an older plan without checksums
+func (p *Plan) CheckProgramBytes(file string, data []byte) error {
+	pr := p.Program(file)
+	if pr == nil || pr.ProgramSHA256 == "" {
+		return nil // not a program of this plan, or a plan written without checksums
 	}
-	if ProgramSHA256(data) != p.Ranks[r].ProgramSHA256 {
+	if ProgramSHA256(data) != pr.ProgramSHA256 {
 		return fmt.Errorf("does not match plan.json (its SHA-256 differs): the file is corrupted or comes from another compile; compile the model again")
 	}
 	return nil
 }
 
-// CheckSchedule checks that rank r's program runs plan.json's schedule for that rank: the
+// CheckSchedule checks that the program of pipeline rank r runs plan.json's schedule for that
+// rank (the schedule's ranks are pipeline ranks; every dp × tp replica runs the same): the
 // program's action markers (BEGIN F/I/W, stage, micro-batch) in the order of the plan's
 // actions, a full backward B being its I then its W.
 //
@@ -42,8 +44,8 @@ func (p *Plan) CheckSchedule(r int, prog *pb.Program) error {
 	if len(p.Schedule.Actions) == 0 {
 		return nil // no schedule recorded: nothing for a simulation to disagree with
 	}
-	if len(p.Schedule.Actions) != p.World {
-		return fmt.Errorf("plan.json's schedule lists %d ranks, the plan has %d", len(p.Schedule.Actions), p.World)
+	if len(p.Schedule.Actions) != p.Mesh.PP {
+		return fmt.Errorf("plan.json's schedule lists %d ranks, the plan has %d pipeline ranks", len(p.Schedule.Actions), p.Mesh.PP)
 	}
 	type mark struct {
 		kind      string
@@ -66,7 +68,7 @@ func (p *Plan) CheckSchedule(r int, prog *pb.Program) error {
 	for _, s := range p.Schedule.Actions[r] {
 		var a Action
 		if n, err := fmt.Sscanf(s, "%d%1s%d", &a.Stage, &a.Kind, &a.Microbatch); n != 3 || err != nil || fmt.Sprint(a) != s || !strings.Contains("FIWB", a.Kind) {
-			return fmt.Errorf("plan.json: rank %d's schedule has a malformed action %q", r, s)
+			return fmt.Errorf("plan.json: pipeline rank %d's schedule has a malformed action %q", r, s)
 		}
 		kinds := []string{a.Kind}
 		if a.Kind == "B" {
@@ -81,11 +83,11 @@ func (p *Plan) CheckSchedule(r int, prog *pb.Program) error {
 	for i := 0; i < max(len(got), len(want)); i++ {
 		switch {
 		case i >= len(want):
-			return fmt.Errorf("runs %d%s%d after the last action of plan.json's schedule for rank %d", got[i].stage, got[i].kind, got[i].mb, r)
+			return fmt.Errorf("runs %d%s%d after the last action of plan.json's schedule for pipeline rank %d", got[i].stage, got[i].kind, got[i].mb, r)
 		case i >= len(got):
-			return fmt.Errorf("stops before %d%s%d, which plan.json's schedule for rank %d runs next", want[i].stage, want[i].kind, want[i].mb, r)
+			return fmt.Errorf("stops before %d%s%d, which plan.json's schedule for pipeline rank %d runs next", want[i].stage, want[i].kind, want[i].mb, r)
 		case got[i] != want[i]:
-			return fmt.Errorf("runs %d%s%d where plan.json's schedule for rank %d has %d%s%d (action %d): plan.json was edited or comes from another compile",
+			return fmt.Errorf("runs %d%s%d where plan.json's schedule for pipeline rank %d has %d%s%d (action %d): plan.json was edited or comes from another compile",
 				got[i].stage, got[i].kind, got[i].mb, r, want[i].stage, want[i].kind, want[i].mb, i)
 		}
 	}

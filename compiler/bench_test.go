@@ -1,6 +1,7 @@
 package compiler
 
 import (
+	"os"
 	"runtime"
 	"testing"
 
@@ -27,6 +28,43 @@ func BenchmarkCompileGPT3(b *testing.B) {
 		peak = max(peak, ms.HeapInuse)
 	}
 	b.ReportMetric(float64(peak)/(1<<20), "peak-MiB")
+}
+
+// BenchmarkCompileGPT3DP is the data-parallel budget of the SPMD issue without tensor
+// parallelism: gpt.ppm --preset gpt3-175b, pp 8, dp 16 (128 ranks), 32 micro-batches per
+// replica (512 in the global batch), 1F1B. The 16 replicas of each pipeline rank share one
+// program file, so it writes 8 programs. It reports the peak heap in use (peak-MiB) and the
+// size of the plan directory (output-MiB).
+func BenchmarkCompileGPT3DP(b *testing.B) {
+	dir := b.TempDir()
+	var peak uint64
+	for b.Loop() {
+		res, err := Compile("../testdata/models/gpt.ppm", Options{Load: LoadOptions{Preset: "gpt3-175b"}, PP: 8, DP: 16, Microbatches: 32, Schedule: "1f1b"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := res.Write(dir); err != nil {
+			b.Fatal(err)
+		}
+		if n := len(res.Output.Programs); n != 8 || res.Output.Plan.World != 128 {
+			b.Fatalf("%d programs for %d ranks", n, res.Output.Plan.World)
+		}
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		peak = max(peak, ms.HeapInuse)
+	}
+	var size int64
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil {
+			size += info.Size()
+		}
+	}
+	b.ReportMetric(float64(peak)/(1<<20), "peak-MiB")
+	b.ReportMetric(float64(size)/(1<<20), "output-MiB")
 }
 
 func benchmarkTrainStep(b *testing.B, opts Options) {

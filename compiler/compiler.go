@@ -352,37 +352,41 @@ func computeActions(a schedule.Action) []codegen.Action {
 	return nil
 }
 
-// Write writes plan.json and the rank programs into dir.
+// Write writes plan.json and the programs (one per pipeline rank) into dir.
 func (r *Result) Write(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	plan := r.Output.Plan
+	if len(plan.Programs) != len(r.Output.Programs) {
+		return fmt.Errorf("internal error: %d programs for %d program entries", len(r.Output.Programs), len(plan.Programs))
+	}
+	files := map[string]bool{}
 	for i, p := range r.Output.Programs {
 		data, err := proto.MarshalOptions{Deterministic: true}.Marshal(p)
 		if err != nil {
 			return err
 		}
-		if i < len(r.Output.Plan.Ranks) {
-			sum := sha256.Sum256(data)
-			r.Output.Plan.Ranks[i].ProgramSHA256 = hex.EncodeToString(sum[:])
-		}
-		if err := os.WriteFile(filepath.Join(dir, codegen.ProgramFile(i)), data, 0o644); err != nil {
+		sum := sha256.Sum256(data)
+		plan.Programs[i].ProgramSHA256 = hex.EncodeToString(sum[:])
+		files[plan.Programs[i].File] = true
+		if err := os.WriteFile(filepath.Join(dir, plan.Programs[i].File), data, 0o644); err != nil {
 			return err
 		}
 	}
-	// Recompiling into a directory that held a plan with more ranks would leave its
-	// programs behind, looking like part of this plan: remove them.
+	// Recompiling into a directory that held another plan would leave its programs behind,
+	// looking like part of this plan: remove them.
 	old, _ := filepath.Glob(filepath.Join(dir, "rank-*.ppx"))
 	for _, path := range old {
 		var n int
-		if _, err := fmt.Sscanf(filepath.Base(path), "rank-%d.ppx", &n); err == nil && n >= len(r.Output.Programs) &&
-			filepath.Base(path) == codegen.ProgramFile(n) {
+		base := filepath.Base(path)
+		if _, err := fmt.Sscanf(base, "rank-%d.ppx", &n); err == nil && base == codegen.ProgramFile(n) && !files[base] {
 			if err := os.Remove(path); err != nil {
 				return err
 			}
 		}
 	}
-	return codegen.WritePlan(dir, r.Output.Plan)
+	return codegen.WritePlan(dir, plan)
 }
 
 // setMesh gives the module its device mesh, in the axis names shardings and collectives use
@@ -401,9 +405,13 @@ func setMesh(m *ir.Module, model string, pp int, opts Options) error {
 			return fmt.Errorf("%s: the module is partitioned for tp = %d (its shapes are per rank); compile it with --tp %d", model, tp, tp)
 		}
 	}
-	m.SetMesh([]ir.MeshAxis{{Name: "pp", Size: pp}, {Name: "dp", Size: opts.DP}, {Name: "tp", Size: opts.TP}})
-	if opts.DP > 1 {
-		return fmt.Errorf("--dp: data parallelism is not implemented yet")
+	// Data parallelism needs nothing of the module but the mesh: every replica runs the same
+	// per-micro-batch functions on its own micro-batches, the optimizer divides the gradient
+	// by M·dp, and code generation all-reduces the gradients over dp. ZeRO would shard the
+	// optimizer state over dp, which nothing does yet: refuse it rather than ignore it.
+	if opts.Zero > 0 {
+		return fmt.Errorf("--zero: ZeRO (sharding optimizer state over the dp replicas) is not implemented yet; --dp %d without --zero replicates it", opts.DP)
 	}
+	m.SetMesh([]ir.MeshAxis{{Name: "pp", Size: pp}, {Name: "dp", Size: opts.DP}, {Name: "tp", Size: opts.TP}})
 	return nil
 }

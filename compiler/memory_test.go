@@ -26,15 +26,15 @@ func TestMemoryBreakdown(t *testing.T) {
 				t.Fatal(err)
 			}
 			p := res.Output.Plan
-			for _, r := range p.Ranks {
+			for _, r := range p.Programs {
 				if sum := r.ParamBytes + r.GradBytes + r.StateBytes + r.ConstBytes + r.ActivationBytes + r.WorkspaceBytes; sum != r.PeakBytes {
-					t.Errorf("rank %d: categories add up to %d, peak %d", r.Rank, sum, r.PeakBytes)
+					t.Errorf("rank %d: categories add up to %d, peak %d", r.PP, sum, r.PeakBytes)
 				}
 				if r.ActivationBytes+r.WorkspaceBytes != r.ArenaBytes || r.ActivationBytes <= 0 {
-					t.Errorf("rank %d: activations %d + workspace %d, arena %d", r.Rank, r.ActivationBytes, r.WorkspaceBytes, r.ArenaBytes)
+					t.Errorf("rank %d: activations %d + workspace %d, arena %d", r.PP, r.ActivationBytes, r.WorkspaceBytes, r.ArenaBytes)
 				}
 				if r.WorkspaceBytes <= 0 {
-					t.Errorf("rank %d: no workspace for the backward and optimizer temporaries", r.Rank)
+					t.Errorf("rank %d: no workspace for the backward and optimizer temporaries", r.PP)
 				}
 				acts[c.name] = append(acts[c.name], r.ActivationBytes)
 				// Every micro-batch the simulator says is stashed at once is a forward activation.
@@ -43,8 +43,8 @@ func TestMemoryBreakdown(t *testing.T) {
 					stash = max(stash, p.StageInfo[s].StashBytes)
 				}
 				if p.Estimate != nil && len(r.Stages) == 1 {
-					if need := stash * int64(p.Estimate.PeakActivations[r.Rank]); r.ActivationBytes < need {
-						t.Errorf("rank %d: activations %d below %d micro-batches × %d stashed", r.Rank, r.ActivationBytes, p.Estimate.PeakActivations[r.Rank], stash)
+					if need := stash * int64(p.Estimate.PeakActivations[r.PP]); r.ActivationBytes < need {
+						t.Errorf("rank %d: activations %d below %d micro-batches × %d stashed", r.PP, r.ActivationBytes, p.Estimate.PeakActivations[r.PP], stash)
 					}
 				}
 			}
@@ -55,7 +55,7 @@ func TestMemoryBreakdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, r := range none.Output.Plan.Ranks {
+	for i, r := range none.Output.Plan.Programs {
 		if full := acts["recompute"][i]; full >= r.ActivationBytes {
 			t.Errorf("rank %d: activations %d with full recomputation, %d without", i, full, r.ActivationBytes)
 		}

@@ -91,9 +91,9 @@ func TestWriteChecksumsAndCleansUp(t *testing.T) {
 	if err := two.Write(dir); err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range two.Output.Plan.Ranks {
+	for _, r := range two.Output.Plan.Programs {
 		if len(r.ProgramSHA256) != 64 {
-			t.Fatalf("rank %d: checksum %q", r.Rank, r.ProgramSHA256)
+			t.Fatalf("%s: checksum %q", r.File, r.ProgramSHA256)
 		}
 	}
 	keep := filepath.Join(dir, "rank-notes.ppx")

@@ -1,7 +1,8 @@
 // Package lower owns the step from an IR function to kernel launches over numbered value
 // slots (Block): constants become constant slots, chains of elementwise ops fuse into one
 // launch when each intermediate has a single user in the chain and the chain's shape, and
-// every other op is one launch. It also owns the memory planner (PlanMemory): greedy best-fit
+// every other op is one launch — collectives included, which are never fused (code generation
+// turns them into collective instructions). It also owns the memory planner (PlanMemory): greedy best-fit
 // offsets in one arena for buffers with known lifetimes, which code generation runs over each
 // rank's whole unrolled step, and PeakLive, the most bytes a subset of those buffers holds at
 // once (how code generation tells forward activations from workspace in the arena).

@@ -127,3 +127,36 @@ func TestPeakLive(t *testing.T) {
 		}
 	}
 }
+
+// TestCollectivesBreakFusion: a collective is communication, not an elementwise step, so the
+// chains on either side of it are separate launches and the collective its own (code
+// generation turns it into a collective instruction, or an alias for copy_to_axis).
+func TestCollectivesBreakFusion(t *testing.T) {
+	m, err := ir.ParseAndVerify("t.ir", `module @m attributes {mesh = {tp = 2}, partitioned}
+
+func @f(%x: f32[4,8], %b: f32[8]) -> (f32[4,8]) {
+  %0 = add %x, %b : f32[4,8]
+  %1 = relu %0 : f32[4,8]
+  %2 = all_reduce %1 {axis = tp} : f32[4,8]
+  %3 = tanh %2 : f32[4,8]
+  %4 = copy_to_axis %3 {axis = tp} : f32[4,8]
+  %5 = exp %4 : f32[4,8]
+  %6 = neg %5 : f32[4,8]
+  return %6
+}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Func(m.Funcs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, l := range b.Launches {
+		names = append(names, b.Kernels[l.Kernel].Name())
+	}
+	if got, want := strings.Join(names, " "), "fused(add,relu) all_reduce tanh copy_to_axis fused(exp,neg)"; got != want {
+		t.Fatalf("launches %q, want %q", got, want)
+	}
+}

@@ -40,8 +40,10 @@
 // find the same collectives. Data parallelism needs no sharding inside a function: the
 // per-micro-batch functions are SPMD over dp by construction (rank d of dp runs micro-batches
 // d·M … d·M+M−1 of the global batch), so weight gradients leave the W passes as partial sums
-// over dp and meet the optimizer, which all-reduces them or, under ZeRO, reduce-scatters them
-// into its dp-sharded state and all-gathers the updated parameters. Parameters keep their
+// over dp. Code generation all-reduces each over dp right after the rank's last W that
+// contributes to it (codegen/doc.go) and the optimizer divides by M·dp; under ZeRO (not yet
+// built) they would be reduce-scattered into dp-sharded optimizer state instead, and the
+// updated parameters all-gathered. Parameters keep their
 // logical shapes in the `shard` attribute, so ranks initialise their own blocks (the
 // initialiser is shard-invariant) and checkpoints merge by name and offset.
 //

@@ -34,8 +34,10 @@ var Optimizer = &Pass{
 		"momentum > 0: momentum_buffer; plain sgd (momentum 0, the default): none (PyTorch's state names) — then one argument %step: f32[] " +
 		"{step}, the 1-based step count the runtime provides. Results, per parameter: the new parameter " +
 		"{update = \"<name>\"}, then each new state {update = \"<name>.<state>\"}. Gradients and state are fp32 " +
-		"(f64 for an f64 parameter); a parameter of another dtype is cast to fp32 for the update and back. The " +
-		"gradient is first divided by M, the module attribute microbatches (default 1), so that the step follows " +
+		"(f64 for an f64 parameter); a parameter of another dtype is cast to fp32 for the update and back; a " +
+		"parameter's shard attribute is copied to its gradient and state arguments (they are laid out as it is). The " +
+		"gradient is first divided by M·dp, the module attribute microbatches (default 1) times the mesh's dp size " +
+		"(default 1; the gradient arrives summed over the dp replicas), so that the step follows " +
 		"the mean loss over the global batch. adamw follows torch.optim.AdamW op by op: p ← p·(1 − lr·wd); " +
 		"m ← m + (1 − β1)·(g − m); v ← v·β2 + (1 − β2)·g·g; p ← p − (lr/(1 − β1^t))·m/(√v/√(1 − β2^t) + eps), the " +
 		"per-step scalars computed in f64 from %step as PyTorch does in Python floats. sgd follows torch.optim.SGD " +
@@ -199,6 +201,13 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 	if err != nil {
 		return errf("%v", err)
 	}
+	// Each of the dp replicas accumulates M micro-batches and the replicas' sums are
+	// all-reduced: the gradient is a sum over M·dp micro-batches, the global batch.
+	for _, a := range m.Mesh() {
+		if a.Name == "dp" {
+			nmb *= a.Size
+		}
+	}
 	hasGrad := map[string]bool{}
 	for _, ra := range train.ResultAttrs {
 		if name := ra.Str(ir.AttrGrad, ""); name != "" {
@@ -213,15 +222,25 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 			return errf("@%s returns no gradient for parameter %%%s", TrainFunc, p.Name)
 		}
 		ct := computeType(p.Type)
+		// A tensor-parallel shard of a parameter has the same shard of gradient and state:
+		// they carry its shard attribute, so that code generation lays them out (and
+		// checkpoints merge them) as the parameter.
+		shard := train.ArgAttrs[p.Index].Get(ir.AttrShard)
+		laidOut := func(as ir.Attrs) ir.Attrs {
+			if shard != nil {
+				as = as.Set(ir.AttrShard, shard)
+			}
+			return as
+		}
 		op := optParam{
-			p: f.AddArg(p.Name, p.Type, ir.Attrs{{Name: ir.AttrParam, Value: ir.Unit{}}}),
-			g: f.AddArg("d."+p.Name, ct, ir.Attrs{{Name: ir.AttrGrad, Value: ir.String(p.Name)}}),
+			p: f.AddArg(p.Name, p.Type, laidOut(ir.Attrs{{Name: ir.AttrParam, Value: ir.Unit{}}})),
+			g: f.AddArg("d."+p.Name, ct, laidOut(ir.Attrs{{Name: ir.AttrGrad, Value: ir.String(p.Name)}})),
 		}
 		for _, s := range c.stateNames() {
 			name := p.Name + "." + s
 			op.names = append(op.names, name)
 			op.state = append(op.state, f.AddArg(name, ct,
-				ir.Attrs{{Name: ir.AttrInit, Value: ir.String("zeros")}, {Name: AttrState, Value: ir.String(name)}}))
+				laidOut(ir.Attrs{{Name: ir.AttrInit, Value: ir.String("zeros")}, {Name: AttrState, Value: ir.String(name)}})))
 		}
 		ps = append(ps, op)
 	}

@@ -10,6 +10,7 @@ import (
 
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/runtime/device"
 )
 
 // CheckpointFile is the file a checkpoint directory holds.
@@ -32,21 +33,75 @@ func CheckpointPath(path string) (string, error) {
 	return file, nil
 }
 
-// Save writes every parameter and optimizer state, merged across ranks (one entry per name),
-// with the step count, seed and model hash as metadata, so that any layout can resume it.
-// The file is replaced atomically (WriteSafetensors): a save that fails or is killed leaves
-// the previous checkpoint intact. Save does not lock dir; callers that may race take LockDir.
+// Save writes every parameter and optimizer state, merged across ranks (one entry per name,
+// the full tensor assembled from the tensor-parallel shards), with the step count, seed and
+// model hash as metadata, so that any layout can resume it. The file is replaced atomically
+// (WriteSafetensors): a save that fails or is killed leaves the previous checkpoint intact.
+// Save does not lock dir; callers that may race take LockDir.
 func (j *Job) Save(dir string, seed uint64) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	tensors := j.Buffers(pb.Role_PARAM)
-	for n, t := range j.Buffers(pb.Role_STATE) {
+	tensors := j.Tensors(pb.Role_PARAM)
+	for n, t := range j.Tensors(pb.Role_STATE) {
 		tensors[n] = t
 	}
 	meta := map[string]string{"format": "ppc", "step": strconv.Itoa(j.StepCount()), "seed": strconv.FormatUint(seed, 10),
 		"source_hash": j.Plan.SourceHash, "model": j.Plan.Model}
 	return WriteSafetensors(filepath.Join(dir, CheckpointFile), tensors, meta)
+}
+
+// Tensors returns, by name, every parameter or optimizer state (role PARAM or STATE) as the
+// full tensor: a sharded one assembled from its blocks (a fresh tensor), an unsharded one the
+// first holder's buffer, as Buffers. Data-parallel replicas hold equal copies of each block;
+// the first is taken.
+func (j *Job) Tensors(role pb.Role) map[string]device.Tensor {
+	out := map[string]device.Tensor{}
+	placed := map[string]map[string]bool{} // name → block offsets copied
+	for _, r := range j.Ranks {
+		for i, b := range r.Prog.Buffers {
+			if b.Role != role {
+				continue
+			}
+			g := r.shards[i]
+			full, ok := out[b.Name]
+			if g == nil {
+				if !ok {
+					out[b.Name] = r.Bufs[i]
+				}
+				continue
+			}
+			if !ok {
+				t := r.globalType(i)
+				full = device.Tensor{Type: t, Data: alignedBytes(t.Bytes())}
+				out[b.Name] = full
+				placed[b.Name] = map[string]bool{}
+			}
+			at := fmt.Sprint(g.offset)
+			if placed[b.Name][at] {
+				continue
+			}
+			placed[b.Name][at] = true
+			copyBlock(full.Data, r.Bufs[i], g, true)
+		}
+	}
+	return out
+}
+
+// copyBlock copies a shard's elements between its buffer and the full tensor's bytes: into
+// full when toFull, out of it otherwise. The loader has checked that the block lies inside
+// the full tensor (shardOf), and checkpoints that full has the full tensor's type.
+func copyBlock(full []byte, shard device.Tensor, g *shardGeom, toFull bool) {
+	es := int64(shard.Type.DType.Size())
+	for _, rn := range contiguousRuns(g, shard.Type) {
+		f := full[rn.global*es : (rn.global+rn.n)*es]
+		l := shard.Data[rn.local*es : (rn.local+rn.n)*es]
+		if toFull {
+			copy(f, l)
+		} else {
+			copy(l, f)
+		}
+	}
 }
 
 // StepCount is the number of the last step run (0 before the first).
@@ -138,13 +193,13 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 		return Resumed{}, inputErrorf("%s: metadata has no valid seed", file)
 	}
 
-	// The plan's tensors, merged by name across ranks as Save merges them.
+	// The plan's tensors, merged by name across ranks as Save merges them: full tensors.
 	want := map[string]ir.Type{}
 	role := map[string]pb.Role{}
 	for _, r := range j.Ranks {
 		for i, b := range r.Prog.Buffers {
 			if b.Role == pb.Role_PARAM || b.Role == pb.Role_STATE {
-				want[b.Name], role[b.Name] = r.Bufs[i].Type, b.Role
+				want[b.Name], role[b.Name] = r.globalType(i), b.Role
 			}
 		}
 	}
@@ -193,7 +248,12 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 	for _, r := range j.Ranks {
 		for i, b := range r.Prog.Buffers {
 			if (b.Role == pb.Role_PARAM || b.Role == pb.Role_STATE) && matches[b.Name] {
-				copy(r.Bufs[i].Data, tensors[b.Name].Data)
+				// Each rank takes its block of the full tensor: any layout resumes any other.
+				if g := r.shards[i]; g != nil {
+					copyBlock(tensors[b.Name].Data, r.Bufs[i], g, false)
+				} else {
+					copy(r.Bufs[i].Data, tensors[b.Name].Data)
+				}
 			}
 		}
 		r.step = res.Step

@@ -28,8 +28,12 @@ type rankProg struct {
 var protoDType = map[ir.DType]pb.DType{ir.F64: pb.DType_F64, ir.F32: pb.DType_F32, ir.F16: pb.DType_F16, ir.BF16: pb.DType_BF16,
 	ir.I64: pb.DType_I64, ir.I32: pb.DType_I32, ir.I8: pb.DType_I8, ir.U8: pb.DType_U8, ir.Bool: pb.DType_BOOL}
 
+// program is rank r's program in a world of the given size whose ranks are all pipeline
+// ranks, so that each runs its own program, its sends and receives name their peers' ranks,
+// and its collectives name explicit groups.
 func program(r, world int, rp rankProg) *pb.Program {
-	p := &pb.Program{FormatVersion: codegen.FormatVersion, Rank: int32(r), World: int32(world), Microbatches: 1, Instrs: rp.instrs}
+	p := &pb.Program{FormatVersion: codegen.FormatVersion, Pp: int32(r), Microbatches: 1, Instrs: rp.instrs,
+		Mesh: []*pb.NamedInt{{Name: "pp", Value: int64(world)}, {Name: "dp", Value: 1}, {Name: "tp", Value: 1}}}
 	var off int64
 	for i, t := range rp.types {
 		shape := make([]int64, len(t.Shape))
@@ -45,9 +49,10 @@ func program(r, world int, rp rankProg) *pb.Program {
 }
 
 func testPlan(world int) *codegen.Plan {
-	plan := &codegen.Plan{FormatVersion: codegen.FormatVersion, World: world, Mesh: codegen.Mesh{PP: 1, DP: 1, TP: world}, Microbatches: 1}
+	plan := &codegen.Plan{FormatVersion: codegen.FormatVersion, World: world, Mesh: codegen.Mesh{PP: world, DP: 1, TP: 1}, Microbatches: 1}
+	plan.SetRanks()
 	for r := range world {
-		plan.Ranks = append(plan.Ranks, codegen.RankInfo{Rank: r, Program: codegen.ProgramFile(r)})
+		plan.Programs = append(plan.Programs, codegen.ProgramInfo{File: codegen.ProgramFile(r), PP: r})
 	}
 	return plan
 }
@@ -608,7 +613,7 @@ func TestLoaderRejectsBadCollectives(t *testing.T) {
 		in   *pb.Instr
 		want string
 	}{
-		{&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{0}}, "all-reduce has no group"},
+		{&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{0}}, "all-reduce names neither a mesh axis nor a group"},
 		{&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{0}, Group: []int32{0, 2}}, "2 is not a rank of the 2-rank world"},
 		{&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{0}, Group: []int32{0, -1}}, "-1 is not a rank"},
 		{&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{0}, Group: []int32{0, 0}}, "names rank 0 twice"},

@@ -16,10 +16,12 @@ import (
 func twoRanks(t *testing.T, instrs [2][]*pb.Instr) *Job {
 	t.Helper()
 	plan := &codegen.Plan{FormatVersion: codegen.FormatVersion, World: 2, Mesh: codegen.Mesh{PP: 2, DP: 1, TP: 1}, Microbatches: 1,
-		Ranks: []codegen.RankInfo{{Rank: 0, Program: codegen.ProgramFile(0)}, {Rank: 1, Program: codegen.ProgramFile(1)}}}
+		Programs: []codegen.ProgramInfo{{File: codegen.ProgramFile(0)}, {File: codegen.ProgramFile(1), PP: 1}}}
+	plan.SetRanks()
 	j := &Job{Plan: plan, dev: cpu.New(), comm: newTransport(2)}
 	for r := 0; r < 2; r++ {
-		p := &pb.Program{FormatVersion: codegen.FormatVersion, Rank: int32(r), World: 2, Microbatches: 1, ArenaBytes: 64,
+		p := &pb.Program{FormatVersion: codegen.FormatVersion, Pp: int32(r), Microbatches: 1, ArenaBytes: 64,
+			Mesh:    []*pb.NamedInt{{Name: "pp", Value: 2}, {Name: "dp", Value: 1}, {Name: "tp", Value: 1}},
 			Buffers: []*pb.Buffer{{Id: 0, Name: "x", Dtype: pb.DType_F32, Shape: []int64{4}, Role: pb.Role_ACTIVATION}},
 			Instrs:  instrs[r]}
 		rank, err := j.prepare(r, p)

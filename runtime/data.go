@@ -10,7 +10,9 @@ import (
 	"ppc.dev/ppc/runtime/device"
 )
 
-// DataSource fills a model input for one micro-batch of one step.
+// DataSource fills a model input for one micro-batch of one step. mb numbers the micro-batches
+// of the global batch (0 … M·dp−1): data-parallel replica d reads d·M … d·M+M−1, so every
+// layout sees the samples one device with M·dp micro-batches sees.
 type DataSource interface {
 	Fill(in codegen.Input, step, mb int, t device.Tensor) error
 }
@@ -141,7 +143,7 @@ func storeAny(t device.Tensor, v []float64) error {
 }
 
 // Fixed feeds given tensors: each holds the whole global batch of one input (its leading dim
-// is micro-batches × samples per micro-batch); micro-batch mb reads its slice.
+// is global micro-batches × samples per micro-batch); micro-batch mb reads its slice.
 type Fixed map[string]device.Tensor
 
 func (f Fixed) Fill(in codegen.Input, step, mb int, t device.Tensor) error {

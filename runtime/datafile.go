@@ -105,9 +105,9 @@ func openArrays(spec string, plan *codegen.Plan) (DataSource, error) {
 	// A data set smaller than one batch would wrap inside the batch: the same sample twice
 	// in one step.
 	for _, in := range plan.Inputs {
-		if n, need := src.arrays[in.Name].shape[0], in.Samples()*plan.Microbatches; n < need {
+		if n, need := src.arrays[in.Name].shape[0], in.Samples()*plan.GlobalMicrobatches(); n < need {
 			return nil, inputErrorf("--data: %s holds %d sample(s) of input %q, fewer than one batch needs: %d (%d per micro-batch × %d micro-batches)",
-				paths[in.Name], n, in.Name, need, in.Samples(), plan.Microbatches)
+				paths[in.Name], n, in.Name, need, in.Samples(), plan.GlobalMicrobatches())
 		}
 	}
 	return src, nil
@@ -158,7 +158,7 @@ func (d *arrayData) Fill(in codegen.Input, step, mb int, t device.Tensor) error 
 	a := d.arrays[in.Name]
 	samples := in.Samples()
 	per := t.Type.NumElements() / max(samples, 1)
-	global := samples * d.plan.Microbatches
+	global := samples * d.plan.GlobalMicrobatches()
 	vals := make([]float64, t.Type.NumElements())
 	for i := 0; i < samples; i++ {
 		row := ((step-1)*global + mb*samples + i) % a.shape[0]
@@ -258,10 +258,10 @@ func openTokenStream(path string, plan *codegen.Plan, o DataOptions) (DataSource
 	}
 	// Each sample is a window of seq tokens and its next token. Windows start anywhere, but a
 	// file shorter than a batch of disjoint windows would repeat tokens within every batch.
-	global := samples * plan.Microbatches
+	global := samples * plan.GlobalMicrobatches()
 	if need := global * (seq + 1); len(toks) < need {
 		return nil, nil, inputErrorf("%s: %d tokens, fewer than one batch needs: %d sequences (%d per micro-batch × %d micro-batches) of %d+1 tokens = %d",
-			path, len(toks), global, samples, plan.Microbatches, seq, need)
+			path, len(toks), global, samples, plan.GlobalMicrobatches(), seq, need)
 	}
 	return &tokenStream{path: path, tokens: toks, seed: o.Seed, plan: plan}, warnings, nil
 }

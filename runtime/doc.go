@@ -1,7 +1,7 @@
 // Package runtime owns execution of compiled plans: the loader, which validates plan.json and
-// every rank program completely before anything runs (each program's bytes against the
-// checksum plan.json records, before decoding; buffer ids, sizes, arena offsets, dtypes,
-// peers, groups; the program's action order against plan.json's schedule, which `ppc
+// every program completely before anything runs (each program's bytes against the checksum
+// plan.json records, before decoding; buffer ids, sizes, arena offsets, dtypes, peers,
+// groups, shardings; the program's action order against plan.json's schedule, which `ppc
 // simulate` reads; every kernel launch re-checked against the IR op table and prepared on the
 // device), the executor (one goroutine per rank, each running its instruction stream
 // for a step), the in-process transport, parameter initialisation, training data, safetensors
@@ -9,6 +9,20 @@
 //
 // Choices:
 //
+//   - Replicas share programs. plan.json names the program file each rank runs; the dp × tp
+//     replicas of a pipeline rank run one file, decoded once. What differs between them is
+//     resolved from the rank's mesh coordinates when it is prepared (codegen/doc.go): a
+//     collective over an axis gets the group of ranks sharing the rank's other coordinates,
+//     ordered by the axis; a send or receive naming a pipeline rank gets that pipeline rank's
+//     replica with the same dp and tp; a sharded parameter or state buffer gets its block of
+//     the full tensor (along each dim, the block numbered by the rank's coordinates on the
+//     dim's axes, first axis outermost); an input of micro-batch mb reads micro-batch
+//     dp·M + mb of the global batch. plan.json's coordinates and groups must be the ones the
+//     mesh numbering gives (codegen.Plan), and every rank holding a parameter or state by name
+//     must hold a block of one full tensor, or the plan is refused before it runs.
+//   - A step's loss is the mean over the global batch's M·dp micro-batches, each counted
+//     once: the tensor-parallel ranks of a replica compute the same loss (after the
+//     all-reduce that forms it), and only the one with tp coordinate 0 records it.
 //   - The runtime imports ir for the op table (DESIGN.md §2 lists only the program format and
 //     kernels): a launch's result types must equal what the op infers from its operand types,
 //     so a corrupted program is rejected with a message instead of reaching a kernel that
@@ -23,8 +37,9 @@
 //
 // # Collectives: the contract every transport reproduces
 //
-// ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER and BROADCAST run over an explicit, ordered group
-// of ranks (Instr.group). The in-process transport defines their results bit for bit; the
+// ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER and BROADCAST run over an ordered group of ranks:
+// the ranks of a mesh axis through the executing rank, in the axis's order (Instr.axis, what
+// compiled programs use), or an explicit list (Instr.group). The in-process transport defines their results bit for bit; the
 // multi-process (TCP) transport of a later issue, and any other, must produce the same bits,
 // so that every layout of the same model trains identically run after run:
 //
@@ -61,7 +76,8 @@
 //   - Initialisation is shard-invariant: element i of a parameter is drawn from a Philox
 //     stream keyed by (seed, name) at counter i of the full tensor (kernels/cpu.KeyFor), so
 //     any layout initialises the same model. Synthetic data depends only on (seed, step,
-//     global sample index).
+//     global sample index), and data sources are asked for global micro-batches, so a
+//     data-parallel run reads exactly the samples one device with M·dp micro-batches reads.
 //   - Training data is checked whole when it is opened, not at the step that first reads it:
 //     values against the inputs' dtypes and ranges, arrays of one length (sample i of every
 //     input goes together) holding at least one batch, a token file of at least one batch of
@@ -69,9 +85,11 @@
 //     from the vocabulary.
 //   - Traces are streamed to their file step by step on one clock from the start of the run,
 //     so a long run's trace costs no memory and an interrupted one is valid once closed.
-//   - Checkpoints hold parameters and optimizer state merged by name (one entry however many
-//     ranks hold a tied weight), with the step count, seed and the plan's source hash, so any
-//     layout resumes any other and resuming is bit-exact. Resume refuses a checkpoint whose
+//   - Checkpoints hold parameters and optimizer state merged by name into full tensors (one
+//     entry however many ranks hold a tied weight or a replica; a tensor-parallel parameter
+//     assembled from its shards), with the step count, seed and the plan's source hash;
+//     resume gives each rank its block. So any layout — pp, dp, tp — resumes any other, and
+//     merging and slicing are exact (a resume then a save writes the same bits). Resume refuses a checkpoint whose
 //     tensors differ from the plan's in name, dtype or shape, listing the differences (an
 //     8-layer checkpoint never quietly fills half of a 4-layer plan); a partial resume, asked
 //     for explicitly, loads what matches. A source hash that differs over matching tensors

@@ -25,7 +25,7 @@ type Options struct {
 // StepResult is what one training step reports.
 type StepResult struct {
 	Step     int
-	Loss     float64 // mean over micro-batches (NaN for inference plans)
+	Loss     float64 // mean over the global batch's micro-batches (NaN for inference plans)
 	Duration time.Duration
 	Samples  int // samples processed (global batch)
 	Tokens   int // tokens processed, when the inputs are token sequences
@@ -49,7 +49,7 @@ func (j *Job) Init(seed uint64) error {
 		for i, b := range r.Prog.Buffers {
 			switch b.Role {
 			case pb.Role_PARAM, pb.Role_STATE:
-				if err := initBuffer(b, r.Bufs[i], seed); err != nil {
+				if err := initBuffer(b, r.shards[i], r.Bufs[i], seed); err != nil {
 					return fmt.Errorf("rank %d: %s: %v", r.Index, b.Name, err)
 				}
 			}
@@ -60,7 +60,9 @@ func (j *Job) Init(seed uint64) error {
 }
 
 // Step runs one training step (or one inference pass) on every rank, each in its own
-// goroutine, and returns the mean loss over micro-batches.
+// goroutine, and returns the mean loss over the global batch's M·dp micro-batches. Each
+// micro-batch's loss counts once: the tensor-parallel ranks of a replica compute the same
+// loss, and only the one with tp coordinate 0 records it.
 func (j *Job) Step(opts Options) (StepResult, error) {
 	data := opts.Data
 	if data == nil {
@@ -119,7 +121,7 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 	}
 	for _, in := range j.Plan.Inputs {
 		if !in.Label {
-			res.Samples = in.Samples() * j.Plan.Microbatches
+			res.Samples = in.Samples() * j.Plan.GlobalMicrobatches()
 			if in.Range != nil && len(in.MicrobatchShape) == 2 {
 				res.Tokens = res.Samples * in.MicrobatchShape[1]
 			}
@@ -166,7 +168,7 @@ func describeInstr(it *instr) string {
 	case pb.Instr_INPUT:
 		return fmt.Sprintf("input %s of micro-batch %d", it.Label, it.Microbatch)
 	case pb.Instr_SEND, pb.Instr_RECV:
-		return fmt.Sprintf("%s peer %d tag %d", it.Kind, it.Peer, it.Tag)
+		return fmt.Sprintf("%s peer rank %d (pipeline rank %d) tag %d", it.Kind, it.peer, it.Peer, it.Tag)
 	}
 	if it.coll != nil {
 		return it.coll.String()
@@ -179,11 +181,11 @@ func (j *Job) exec(r *Rank, it *instr, step int, data DataSource) error {
 	case pb.Instr_LAUNCH:
 		return it.impl(it.in, it.out)
 	case pb.Instr_INPUT:
-		return data.Fill(r.inputs[it.Label], step, int(it.Microbatch), it.out[0])
+		return data.Fill(r.inputs[it.Label], step, it.mb, it.out[0])
 	case pb.Instr_SEND:
-		return j.comm.send(r.Index, int(it.Peer), it.Tag, it.in[0].Data)
+		return j.comm.send(r.Index, it.peer, it.Tag, it.in[0].Data)
 	case pb.Instr_RECV:
-		return j.comm.recv(r.Index, int(it.Peer), it.Tag, it.out[0].Data)
+		return j.comm.recv(r.Index, it.peer, it.Tag, it.out[0].Data)
 	case pb.Instr_ZERO:
 		clear(it.out[0].Data)
 	case pb.Instr_ACCUM:
@@ -197,7 +199,9 @@ func (j *Job) exec(r *Rank, it *instr, step int, data DataSource) error {
 		}
 		return j.comm.collective(r.Index, it.coll, it.in[0], out)
 	case pb.Instr_LOSS:
-		r.losses = append(r.losses, scalar(it.in[0]))
+		if r.Coords.TP == 0 {
+			r.losses = append(r.losses, scalar(it.in[0]))
+		}
 	}
 	return nil
 }
@@ -256,12 +260,17 @@ func elemF64(t device.Tensor, i int) float64 {
 	return 0
 }
 
-// Outputs returns the OUTPUT buffers of micro-batch mb by name (forward-only plans).
+// Outputs returns the OUTPUT buffers of micro-batch mb of the global batch by name
+// (forward-only plans): those of data-parallel replica mb/M, from its tensor-parallel rank 0.
 func (j *Job) Outputs(mb int) map[string]device.Tensor {
 	out := map[string]device.Tensor{}
+	m := j.Plan.Microbatches
 	for _, r := range j.Ranks {
+		if r.Coords.TP != 0 || r.Coords.DP != mb/m {
+			continue
+		}
 		for i, b := range r.Prog.Buffers {
-			if b.Role == pb.Role_OUTPUT && int(b.Microbatch) == mb {
+			if b.Role == pb.Role_OUTPUT && int(b.Microbatch) == mb%m {
 				out[b.Name] = r.Bufs[i]
 			}
 		}
@@ -270,7 +279,8 @@ func (j *Job) Outputs(mb int) map[string]device.Tensor {
 }
 
 // Buffers returns, by name, every buffer of the given role on any rank (the first rank's
-// copy when several hold it: tied and replicated parameters are equal on every holder).
+// copy when several hold it: tied and replicated parameters are equal on every holder). A
+// sharded parameter or state is the first rank's block; Tensors merges the blocks.
 func (j *Job) Buffers(role pb.Role) map[string]device.Tensor {
 	out := map[string]device.Tensor{}
 	for _, r := range j.Ranks {

@@ -10,9 +10,9 @@ import (
 )
 
 // initBuffer fills a parameter or state buffer. Random values come from the counter-based RNG
-// keyed by (seed, name) at element indices of the full tensor, so a shard (global_offset into
-// global_shape) holds exactly its slice of what one device would hold.
-func initBuffer(b *pb.Buffer, t device.Tensor, seed uint64) error {
+// keyed by (seed, name) at element indices of the full tensor, so a shard (g places it in the
+// full tensor; nil for a whole tensor) holds exactly its slice of what one device would hold.
+func initBuffer(b *pb.Buffer, g *shardGeom, t device.Tensor, seed uint64) error {
 	if b.Data != nil {
 		copy(t.Data, b.Data)
 		return nil
@@ -32,7 +32,7 @@ func initBuffer(b *pb.Buffer, t device.Tensor, seed uint64) error {
 		key := cpu.KeyFor(seed, b.Name)
 		// Fill each run of elements that is contiguous in the full tensor with one call, so
 		// an unsharded tensor is one run and a shard one run per row of its last dim.
-		runs := contiguousRuns(b, t.Type)
+		runs := contiguousRuns(g, t.Type)
 		for _, r := range runs {
 			dst := f64[r.local : r.local+r.n]
 			if spec.Kind == "normal" {
@@ -47,11 +47,12 @@ func initBuffer(b *pb.Buffer, t device.Tensor, seed uint64) error {
 
 type run struct{ local, global, n int64 }
 
-// contiguousRuns lists the stretches of a (possibly sharded) buffer that are contiguous in the
-// full tensor, with their element offsets in the buffer and in the full tensor.
-func contiguousRuns(b *pb.Buffer, t ir.Type) []run {
+// contiguousRuns lists the stretches of a buffer of type t, placed in its full tensor by g
+// (nil: the whole tensor), that are contiguous in the full tensor, with their element offsets
+// in the buffer and in the full tensor. Initialisation and checkpoints use them.
+func contiguousRuns(g *shardGeom, t ir.Type) []run {
 	n := int64(t.NumElements())
-	if len(b.GlobalShape) == 0 || len(b.GlobalOffset) == 0 || t.Rank() == 0 {
+	if g == nil || t.Rank() == 0 {
 		return []run{{0, 0, n}}
 	}
 	rank := t.Rank()
@@ -64,9 +65,15 @@ func contiguousRuns(b *pb.Buffer, t ir.Type) []run {
 	for local := int64(0); local < n; local += last {
 		var lin int64
 		for d := 0; d < rank; d++ {
-			lin = lin*b.GlobalShape[d] + b.GlobalOffset[d] + coord[d]
+			lin = lin*g.global[d] + g.offset[d] + coord[d]
 		}
-		out = append(out, run{local, lin, last})
+		// Rows that follow each other in the full tensor too (a split of the first dim
+		// only) make one run.
+		if k := len(out) - 1; k >= 0 && out[k].global+out[k].n == lin {
+			out[k].n += last
+		} else {
+			out = append(out, run{local, lin, last})
+		}
 		for d := rank - 2; d >= 0; d-- {
 			coord[d]++
 			if coord[d] < int64(t.Shape[d]) {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"unsafe"
 
 	"google.golang.org/protobuf/proto"
@@ -24,9 +25,13 @@ type Job struct {
 	comm  *transport
 }
 
-// Rank is one rank's prepared program and memory.
+// Rank is one rank's prepared program and memory. The dp × tp replicas of a pipeline rank
+// share one decoded Prog (read-only); what differs between them — collective groups, peers,
+// parameter blocks, which micro-batches they read — is resolved from Coords when the rank is
+// prepared.
 type Rank struct {
 	Index  int
+	Coords codegen.Coords
 	Prog   *pb.Program
 	Bufs   []device.Tensor
 	instrs []instr
@@ -34,6 +39,8 @@ type Rank struct {
 	losses []float64
 	inputs map[string]codegen.Input
 	step   int
+	// shards[i] places PARAM or STATE buffer i in its full tensor (nil: it is the whole).
+	shards []*shardGeom
 }
 
 type instr struct {
@@ -42,6 +49,8 @@ type instr struct {
 	in, out []device.Tensor
 	name    string  // kernel name for traces
 	coll    *collOp // collectives
+	peer    int     // SEND/RECV: the peer's rank
+	mb      int     // INPUT: the micro-batch of the global batch (dp·M + Microbatch)
 }
 
 // InputError marks a problem with the files given to the runtime (exit status 2).
@@ -54,17 +63,19 @@ func inputErrorf(format string, args ...any) error {
 	return &InputError{fmt.Errorf(format, args...)}
 }
 
-// Load reads plan.json and every rank's program from dir, validates them completely, and
-// prepares them on dev. A malformed or corrupted file is an *InputError naming the file and
-// the problem; nothing is executed before everything checks out.
+// Load reads plan.json and every program from dir, validates them completely, and prepares
+// every rank of the world on dev (the replicas of a pipeline rank from one decoded program).
+// A malformed or corrupted file is an *InputError naming the file and the problem; nothing is
+// executed before everything checks out.
 func Load(dir string, dev device.Device) (*Job, error) {
 	plan, err := codegen.ReadPlan(dir)
 	if err != nil {
 		return nil, &InputError{err}
 	}
 	j := &Job{Dir: dir, Plan: plan, dev: dev, comm: newTransport(plan.World)}
-	for r := range plan.Ranks {
-		path := filepath.Join(dir, codegen.ProgramFile(r))
+	progs := map[string]*pb.Program{}
+	for _, info := range plan.Programs {
+		path := filepath.Join(dir, info.File)
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return nil, &InputError{err}
@@ -73,77 +84,148 @@ func Load(dir string, dev device.Device) (*Job, error) {
 		// byte is corruption, which the decoder would report as "cannot parse", and a
 		// program that decodes and validates may still have been changed (another operand
 		// buffer, a program of another compile).
-		if err := plan.CheckProgramBytes(r, data); err != nil {
+		if err := plan.CheckProgramBytes(info.File, data); err != nil {
 			return nil, inputErrorf("%s: %v", path, err)
 		}
 		prog := &pb.Program{}
 		if err := proto.Unmarshal(data, prog); err != nil {
 			return nil, inputErrorf("%s: not a ppc program: %v", path, err)
 		}
-		rank, err := j.prepare(r, prog)
-		if err != nil {
+		if err := checkProgram(plan, info.PP, prog); err != nil {
 			return nil, inputErrorf("%s: %v", path, err)
+		}
+		progs[info.File] = prog
+	}
+	for r, info := range plan.Ranks {
+		rank, err := j.prepare(r, progs[info.Program])
+		if err != nil {
+			return nil, inputErrorf("%s: %v", j.where(r), err)
 		}
 		j.Ranks = append(j.Ranks, rank)
 	}
-	if err := checkCollectives(j.Ranks); err != nil {
+	if err := j.checkRanks(); err != nil {
 		return nil, inputErrorf("%s: %v", dir, err)
 	}
 	return j, nil
 }
 
-// New prepares an in-memory compiled job (the same validation as Load, without files).
+// where names rank r's program file for errors, with the rank when replicas share it.
+func (j *Job) where(r int) string {
+	file := j.Plan.Ranks[r].Program
+	if j.Dir != "" {
+		file = filepath.Join(j.Dir, file)
+	}
+	if j.Plan.Replicas() > 1 {
+		return fmt.Sprintf("%s (rank %d)", file, r)
+	}
+	return file
+}
+
+// New prepares an in-memory compiled job (the same validation as Load, without files):
+// out.Programs[i] is the program plan.Programs[i] names.
 func New(out *codegen.Output, dev device.Device) (*Job, error) {
-	j := &Job{Plan: out.Plan, dev: dev, comm: newTransport(out.Plan.World)}
-	for r, p := range out.Programs {
+	plan := out.Plan
+	if len(out.Programs) != len(plan.Programs) {
+		return nil, fmt.Errorf("%d programs for the plan's %d", len(out.Programs), len(plan.Programs))
+	}
+	if len(plan.Ranks) != plan.World {
+		return nil, fmt.Errorf("%d ranks listed for world size %d", len(plan.Ranks), plan.World)
+	}
+	j := &Job{Plan: plan, dev: dev, comm: newTransport(plan.World)}
+	progs := map[string]*pb.Program{}
+	for i, p := range out.Programs {
+		if err := checkProgram(plan, plan.Programs[i].PP, p); err != nil {
+			return nil, fmt.Errorf("%s: %v", plan.Programs[i].File, err)
+		}
+		progs[plan.Programs[i].File] = p
+	}
+	for r, info := range plan.Ranks {
+		p, ok := progs[info.Program]
+		if !ok {
+			return nil, fmt.Errorf("rank %d runs %q, which is not among the programs", r, info.Program)
+		}
 		rank, err := j.prepare(r, p)
 		if err != nil {
-			return nil, fmt.Errorf("rank %d: %v", r, err)
+			return nil, fmt.Errorf("%s: %v", j.where(r), err)
 		}
 		j.Ranks = append(j.Ranks, rank)
 	}
-	if len(j.Ranks) == out.Plan.World {
-		if err := checkCollectives(j.Ranks); err != nil {
-			return nil, err
-		}
+	if err := j.checkRanks(); err != nil {
+		return nil, err
 	}
 	return j, nil
 }
 
-// LoadProgram validates and prepares a single program read from bytes (for tools and fuzzing).
+// LoadProgram validates and prepares a single program read from bytes (for tools and
+// fuzzing) as the first rank of its pipeline rank.
 func LoadProgram(data []byte, plan *codegen.Plan, dev device.Device) (*Rank, error) {
 	prog := &pb.Program{}
 	if err := proto.Unmarshal(data, prog); err != nil {
 		return nil, inputErrorf("not a ppc program: %v", err)
 	}
+	if err := checkProgram(plan, int(prog.Pp), prog); err != nil {
+		return nil, &InputError{err}
+	}
 	j := &Job{Plan: plan, dev: dev, comm: newTransport(plan.World)}
-	r, err := j.prepare(int(prog.Rank), prog)
+	r, err := j.prepare(plan.Mesh.Rank(codegen.Coords{PP: int(prog.Pp)}), prog)
 	if err != nil {
 		return nil, &InputError{err}
 	}
 	return r, nil
 }
 
+// checkProgram checks what a program says of itself against the plan, whose entry says it
+// is pipeline rank pp's: the checks that do not depend on which replica runs it.
+func checkProgram(plan *codegen.Plan, pp int, prog *pb.Program) error {
+	mesh := []*pb.NamedInt{{Name: "pp", Value: int64(plan.Mesh.PP)}, {Name: "dp", Value: int64(plan.Mesh.DP)}, {Name: "tp", Value: int64(plan.Mesh.TP)}}
+	switch {
+	case prog.FormatVersion != codegen.FormatVersion:
+		return fmt.Errorf("format version %d, this ppc reads %d", prog.FormatVersion, codegen.FormatVersion)
+	case int(prog.Pp) != pp:
+		return fmt.Errorf("program is for pipeline rank %d, the plan runs it as pipeline rank %d", prog.Pp, pp)
+	case !slices.EqualFunc(prog.Mesh, mesh, func(a, b *pb.NamedInt) bool { return a != nil && a.Name == b.Name && a.Value == b.Value }):
+		return fmt.Errorf("program is for mesh %s, the plan's is pp=%d dp=%d tp=%d", meshText(prog.Mesh), plan.Mesh.PP, plan.Mesh.DP, plan.Mesh.TP)
+	case int(prog.Microbatches) != plan.Microbatches:
+		return fmt.Errorf("program has %d micro-batches, the plan %d", prog.Microbatches, plan.Microbatches)
+	case prog.SourceHash != plan.SourceHash:
+		return fmt.Errorf("program was compiled from another model (source hash %s, plan %s)", prog.SourceHash, plan.SourceHash)
+	case prog.ArenaBytes < 0 || prog.ArenaBytes > maxBytes:
+		return fmt.Errorf("arena of %d bytes", prog.ArenaBytes)
+	}
+	for n, in := range prog.Instrs {
+		if in == nil {
+			return fmt.Errorf("instruction %d is empty", n)
+		}
+	}
+	return plan.CheckSchedule(pp, prog)
+}
+
+func meshText(mesh []*pb.NamedInt) string {
+	var s []string
+	for _, a := range mesh {
+		if a == nil {
+			s = append(s, "<nil>")
+			continue
+		}
+		s = append(s, fmt.Sprintf("%s=%d", a.Name, a.Value))
+	}
+	if len(s) == 0 {
+		return "(none)"
+	}
+	return strings.Join(s, " ")
+}
+
 // maxArena bounds what a program may ask for before the runtime checks the machine.
 const maxBytes = 1 << 46
 
+// prepare makes rank r's memory and instructions from its program, which checkProgram has
+// checked against the plan.
 func (j *Job) prepare(r int, prog *pb.Program) (*Rank, error) {
 	plan := j.Plan
-	switch {
-	case prog.FormatVersion != codegen.FormatVersion:
-		return nil, fmt.Errorf("format version %d, this ppc reads %d", prog.FormatVersion, codegen.FormatVersion)
-	case int(prog.Rank) != r:
-		return nil, fmt.Errorf("program is for rank %d, expected rank %d", prog.Rank, r)
-	case int(prog.World) != plan.World:
-		return nil, fmt.Errorf("program is for world size %d, the plan has %d", prog.World, plan.World)
-	case int(prog.Microbatches) != plan.Microbatches:
-		return nil, fmt.Errorf("program has %d micro-batches, the plan %d", prog.Microbatches, plan.Microbatches)
-	case prog.SourceHash != plan.SourceHash:
-		return nil, fmt.Errorf("program was compiled from another model (source hash %s, plan %s)", prog.SourceHash, plan.SourceHash)
-	case prog.ArenaBytes < 0 || prog.ArenaBytes > maxBytes:
-		return nil, fmt.Errorf("arena of %d bytes", prog.ArenaBytes)
+	if r < 0 || r >= plan.World {
+		return nil, fmt.Errorf("rank %d is not in the %d-rank world", r, plan.World)
 	}
-	rank := &Rank{Index: r, Prog: prog, inputs: map[string]codegen.Input{}}
+	rank := &Rank{Index: r, Coords: plan.Mesh.Coords(r), Prog: prog, inputs: map[string]codegen.Input{}, shards: make([]*shardGeom, len(prog.Buffers))}
 	for _, in := range plan.Inputs {
 		rank.inputs[in.Name] = in
 	}
@@ -181,15 +263,25 @@ func (j *Job) prepare(r int, prog *pb.Program) (*Rank, error) {
 				if _, err := ir.ParseInit(b.Init); err != nil {
 					return nil, fmt.Errorf("parameter %s: %v", b.Name, err)
 				}
+			} else if len(b.Shard) > 0 {
+				// The program is every replica's: it cannot hold each one's block.
+				return nil, fmt.Errorf("parameter %s holds data and a sharding: a shared program cannot hold each rank's block", b.Name)
 			}
-			if err := checkShard(b, t); err != nil {
+			g, err := shardOf(b, t, plan.Mesh, rank.Coords)
+			if err != nil {
 				return nil, fmt.Errorf("parameter %s: %v", b.Name, err)
 			}
+			rank.shards[i] = g
 			persistent += size
 		case pb.Role_STATE:
 			if _, err := ir.ParseInit(b.Init); err != nil {
 				return nil, fmt.Errorf("state %s: %v", b.Name, err)
 			}
+			g, err := shardOf(b, t, plan.Mesh, rank.Coords)
+			if err != nil {
+				return nil, fmt.Errorf("state %s: %v", b.Name, err)
+			}
+			rank.shards[i] = g
 			persistent += size
 		case pb.Role_GRAD, pb.Role_OUTPUT:
 			persistent += size
@@ -199,6 +291,9 @@ func (j *Job) prepare(r int, prog *pb.Program) (*Rank, error) {
 			}
 		default:
 			return nil, fmt.Errorf("buffer %d (%s): unknown role %d", i, b.Name, b.Role)
+		}
+		if len(b.Shard) > 0 && b.Role != pb.Role_PARAM && b.Role != pb.Role_STATE {
+			return nil, fmt.Errorf("buffer %d (%s) has a sharding, which only parameters and optimizer state have (it is %s)", i, b.Name, strings.ToLower(b.Role.String()))
 		}
 		if persistent > maxBytes {
 			return nil, fmt.Errorf("program needs more than %d bytes", int64(maxBytes))
@@ -230,14 +325,6 @@ func (j *Job) prepare(r int, prog *pb.Program) (*Rank, error) {
 		}
 		specs[k] = s
 	}
-	for n, in := range prog.Instrs {
-		if in == nil {
-			return nil, fmt.Errorf("instruction %d is empty", n)
-		}
-	}
-	if err := plan.CheckSchedule(r, prog); err != nil {
-		return nil, err
-	}
 	rank.instrs = make([]instr, len(prog.Instrs))
 	for n, in := range prog.Instrs {
 		it, err := j.prepareInstr(rank, in, specs, types)
@@ -249,23 +336,57 @@ func (j *Job) prepare(r int, prog *pb.Program) (*Rank, error) {
 	return rank, nil
 }
 
-func checkShard(b *pb.Buffer, t ir.Type) error {
-	if len(b.GlobalShape) == 0 && len(b.GlobalOffset) == 0 {
-		return nil
+// shardGeom places a buffer in its full tensor: the full shape and the buffer's offset in it.
+type shardGeom struct {
+	global, offset []int64
+}
+
+// shardOf computes where rank c's block of a sharded buffer lies in the full tensor (nil for
+// a buffer that is the whole tensor): along dim i, the axes that split it number the blocks
+// in mixed radix, the first axis outermost, and the rank's block is its coordinates on them.
+func shardOf(b *pb.Buffer, t ir.Type, mesh codegen.Mesh, c codegen.Coords) (*shardGeom, error) {
+	if len(b.Shard) == 0 {
+		return nil, nil
 	}
-	if len(b.GlobalShape) != t.Rank() || (len(b.GlobalOffset) != 0 && len(b.GlobalOffset) != t.Rank()) {
-		return fmt.Errorf("shard description does not match rank %d", t.Rank())
+	if len(b.Shard) != t.Rank() {
+		return nil, fmt.Errorf("sharding lists %d dims for %s", len(b.Shard), t)
 	}
-	for i, g := range b.GlobalShape {
-		off := int64(0)
-		if len(b.GlobalOffset) > 0 {
-			off = b.GlobalOffset[i]
+	if !slices.ContainsFunc(b.Shard, func(d *pb.ShardDim) bool { return len(d.GetAxes()) > 0 }) {
+		return nil, nil // [_, _]: whole, as if no sharding were given
+	}
+	g := &shardGeom{global: make([]int64, t.Rank()), offset: make([]int64, t.Rank())}
+	used := map[string]bool{}
+	for i, d := range b.Shard {
+		factor, block := int64(1), int64(0)
+		for _, a := range d.GetAxes() {
+			switch {
+			case a != "dp" && a != "tp":
+				return nil, fmt.Errorf("sharding %s: %q is not a mesh axis a tensor can be split over (dp, tp)", codegen.ShardText(b.Shard), a)
+			case used[a]:
+				return nil, fmt.Errorf("sharding %s uses mesh axis %s twice", codegen.ShardText(b.Shard), a)
+			}
+			used[a] = true
+			n := int64(mesh.Size(a))
+			factor, block = factor*n, block*n+int64(c.Of(a))
 		}
-		if g < 0 || g > 1<<40 || off < 0 || off+int64(t.Shape[i]) > g {
-			return fmt.Errorf("shard [%d:+%d] outside global dim %d", off, t.Shape[i], g)
-		}
+		local := int64(t.Shape[i])
+		g.global[i], g.offset[i] = local*factor, local*block
 	}
-	return nil
+	return g, nil
+}
+
+// globalType is the full tensor's type of buffer i (its own type when it is not a shard).
+func (r *Rank) globalType(i int) ir.Type {
+	t := r.Bufs[i].Type
+	g := r.shards[i]
+	if g == nil {
+		return t
+	}
+	shape := make(ir.Shape, len(g.global))
+	for d, x := range g.global {
+		shape[d] = int(x)
+	}
+	return ir.Type{DType: t.DType, Shape: shape}
 }
 
 func kernelSpec(pk *pb.Kernel) (*device.Spec, error) {
@@ -364,10 +485,16 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, types
 	if err := writable(); err != nil {
 		return it, err
 	}
+	// A peer is a pipeline rank; the message goes to its replica with this rank's dp and tp
+	// coordinates.
 	peerOK := func() error {
-		if in.Peer < 0 || int(in.Peer) >= j.Plan.World || int(in.Peer) == rank.Index {
-			return fmt.Errorf("peer %d is not another rank of %d", in.Peer, j.Plan.World)
+		mesh := j.Plan.Mesh
+		if in.Peer < 0 || int(in.Peer) >= mesh.PP || int(in.Peer) == rank.Coords.PP {
+			return fmt.Errorf("peer %d is not another pipeline rank of %d", in.Peer, mesh.PP)
 		}
+		c := rank.Coords
+		c.PP = int(in.Peer)
+		it.peer = mesh.Rank(c)
 		return nil
 	}
 	switch in.Kind {
@@ -406,6 +533,8 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, types
 		if in.Microbatch < 0 || int(in.Microbatch) >= j.Plan.Microbatches {
 			return it, fmt.Errorf("micro-batch %d out of range", in.Microbatch)
 		}
+		// Data-parallel replica d runs micro-batches d·M … d·M+M−1 of the global batch.
+		it.mb = rank.Coords.DP*j.Plan.Microbatches + int(in.Microbatch)
 	case pb.Instr_SEND:
 		if err := count(1, 0); err != nil {
 			return it, err
@@ -464,8 +593,12 @@ func (j *Job) prepareCollective(rank *Rank, in *pb.Instr, it *instr) error {
 		return fmt.Errorf("%s takes 1 input and 0 outputs (in place) or 1, has %d and %d", name, len(in.In), len(in.Out))
 	case !inPlaceOK && (len(in.In) != 1 || len(in.Out) != 1):
 		return fmt.Errorf("%s takes 1 input and 1 output, has %d and %d", name, len(in.In), len(in.Out))
-	case len(in.Group) == 0:
-		return fmt.Errorf("%s has no group", name)
+	case len(in.Group) == 0 && in.Axis == "":
+		return fmt.Errorf("%s names neither a mesh axis nor a group", name)
+	case len(in.Group) > 0 && in.Axis != "":
+		return fmt.Errorf("%s names both mesh axis %s and group %v", name, in.Axis, in.Group)
+	case in.Axis != "" && j.Plan.Mesh.Size(in.Axis) == 0:
+		return fmt.Errorf("%s over %q, which is not a mesh axis (pp, dp, tp)", name, in.Axis)
 	case in.Peer != 0:
 		return fmt.Errorf("%s has peer %d: collectives name their ranks in group", name, in.Peer)
 	case in.Dim != 0 && kind != pb.Instr_ALL_GATHER && kind != pb.Instr_REDUCE_SCATTER:
@@ -475,10 +608,18 @@ func (j *Job) prepareCollective(rank *Rank, in *pb.Instr, it *instr) error {
 	case in.Root != 0 && kind != pb.Instr_BROADCAST:
 		return fmt.Errorf("%s has root %d: only broadcast has a root", name, in.Root)
 	}
-	n := len(in.Group)
+	groupIDs := in.Group
+	if in.Axis != "" {
+		// The ranks that share this rank's other coordinates, in the axis's order.
+		groupIDs = nil
+		for _, g := range j.Plan.Mesh.Group(rank.Coords, in.Axis) {
+			groupIDs = append(groupIDs, int32(g))
+		}
+	}
+	n := len(groupIDs)
 	group := make([]int, n)
 	seen := map[int32]bool{}
-	for i, g := range in.Group {
+	for i, g := range groupIDs {
 		if g < 0 || int(g) >= j.Plan.World {
 			return fmt.Errorf("%s group %v: %d is not a rank of the %d-rank world", name, in.Group, g, j.Plan.World)
 		}
@@ -511,7 +652,7 @@ func (j *Job) prepareCollective(rank *Rank, in *pb.Instr, it *instr) error {
 			return fmt.Errorf("%s of %s into %s: the output must have the input's type", name, x, y)
 		}
 		if kind == pb.Instr_BROADCAST && (in.Root < 0 || int(in.Root) >= n) {
-			return fmt.Errorf("broadcast root %d is not a position in group %v (0 … %d)", in.Root, in.Group, n-1)
+			return fmt.Errorf("broadcast root %d is not a position in group %v (0 … %d)", in.Root, group, n-1)
 		}
 	case pb.Instr_ALL_GATHER, pb.Instr_REDUCE_SCATTER:
 		if in.Dim < 0 || int(in.Dim) >= x.Rank() {
@@ -562,6 +703,45 @@ func (j *Job) overlap(rank *Rank, a, b int32) bool {
 	}
 	x0, y0 := uintptr(unsafe.Pointer(&x[0])), uintptr(unsafe.Pointer(&y[0]))
 	return x0 < y0+uintptr(len(y)) && y0 < x0+uintptr(len(x))
+}
+
+// checkRanks checks the prepared ranks against each other: their collectives, and that every
+// rank holding a parameter or optimizer state by name holds a block of the same full tensor.
+func (j *Job) checkRanks() error {
+	if err := checkCollectives(j.Ranks); err != nil {
+		return err
+	}
+	type holder struct {
+		rank    int
+		t       ir.Type
+		sharded bool
+	}
+	first := map[string]holder{}
+	for _, r := range j.Ranks {
+		for i, b := range r.Prog.Buffers {
+			if b.Role != pb.Role_PARAM && b.Role != pb.Role_STATE {
+				continue
+			}
+			h := holder{r.Index, r.globalType(i), r.shards[i] != nil}
+			f, ok := first[b.Name]
+			if !ok {
+				first[b.Name] = h
+				continue
+			}
+			if !f.t.Equal(h.t) || f.sharded != h.sharded {
+				return fmt.Errorf("%s is %s on rank %d (%s) and %s on rank %d (%s): they must hold blocks of one tensor",
+					b.Name, f.t, f.rank, shardedText(f.sharded), h.t, h.rank, shardedText(h.sharded))
+			}
+		}
+	}
+	return nil
+}
+
+func shardedText(sharded bool) string {
+	if sharded {
+		return "a shard"
+	}
+	return "whole"
 }
 
 // checkCollectives checks, before anything runs, that the members of every group issue the

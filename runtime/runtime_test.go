@@ -81,7 +81,7 @@ func corrupt(t *testing.T, dir string, f func(p *pb.Program)) string {
 	if data, err = proto.Marshal(p); err != nil {
 		t.Fatal(err)
 	}
-	plan.Ranks[0].ProgramSHA256 = codegen.ProgramSHA256(data)
+	plan.Programs[0].ProgramSHA256 = codegen.ProgramSHA256(data)
 	if err := os.WriteFile(filepath.Join(out, codegen.ProgramFile(0)), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,9 @@ func TestLoaderRejectsCorruptPrograms(t *testing.T) {
 		want string
 	}{
 		{"format", func(p *pb.Program) { p.FormatVersion = 99 }, "format version 99"},
-		{"rank", func(p *pb.Program) { p.Rank = 3 }, "program is for rank 3"},
+		{"pp", func(p *pb.Program) { p.Pp = 3 }, "program is for pipeline rank 3, the plan runs it as pipeline rank 0"},
+		{"mesh", func(p *pb.Program) { p.Mesh[2].Value = 2 }, "program is for mesh pp=1 dp=1 tp=2, the plan's is pp=1 dp=1 tp=1"},
+		{"no mesh", func(p *pb.Program) { p.Mesh = nil }, "program is for mesh (none)"},
 		{"hash", func(p *pb.Program) { p.SourceHash = "x" }, "another model"},
 		{"offset", func(p *pb.Program) {
 			for _, b := range p.Buffers {
@@ -145,7 +147,7 @@ func TestLoaderRejectsCorruptPrograms(t *testing.T) {
 		}, `bad initialiser "gaussian(1)"`},
 		{"peer", func(p *pb.Program) {
 			p.Instrs = append(p.Instrs, &pb.Instr{Kind: pb.Instr_SEND, In: []int32{0}, Peer: 5})
-		}, "peer 5 is not another rank"},
+		}, "peer 5 is not another pipeline rank of 1"},
 		{"input", func(p *pb.Program) {
 			for _, in := range p.Instrs {
 				if in.Kind == pb.Instr_INPUT {
@@ -267,7 +269,7 @@ func FuzzLoadProgram(f *testing.F) {
 		j, err := New(&codegen.Output{Plan: plan, Programs: []*pb.Program{p}}, cpu.New())
 		if err != nil {
 			var ie *InputError
-			if !errors.As(err, &ie) && !strings.Contains(err.Error(), "rank 0:") {
+			if !errors.As(err, &ie) && !strings.HasPrefix(err.Error(), codegen.ProgramFile(0)+": ") {
 				t.Fatalf("loader error of type %T: %v", err, err)
 			}
 			return
@@ -298,9 +300,9 @@ func TestLoaderRejectsScheduleMismatch(t *testing.T) {
 		edit func(p *codegen.Plan)
 		want string
 	}{
-		{"reordered", func(p *codegen.Plan) { p.Schedule.Actions[0] = acts }, "rank-00000.ppx: runs 0F0 where plan.json's schedule for rank 0 has 0F1 (action 0)"},
+		{"reordered", func(p *codegen.Plan) { p.Schedule.Actions[0] = acts }, "rank-00000.ppx: runs 0F0 where plan.json's schedule for pipeline rank 0 has 0F1 (action 0)"},
 		{"dropped", func(p *codegen.Plan) { p.Schedule.Actions[1] = p.Schedule.Actions[1][:1] }, "rank-00001.ppx: runs"},
-		{"malformed", func(p *codegen.Plan) { p.Schedule.Actions[1][0] = "1X0" }, `rank 1's schedule has a malformed action "1X0"`},
+		{"malformed", func(p *codegen.Plan) { p.Schedule.Actions[1][0] = "1X0" }, `pipeline rank 1's schedule has a malformed action "1X0"`},
 	} {
 		p := *plan
 		p.Schedule.Actions = nil

@@ -242,9 +242,10 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 		}
 		params += n
 	}
+	// Every replica of a pipeline rank runs its program: the step's FLOPs count each.
 	var flops int64
-	for _, r := range p.Ranks {
-		flops += r.FLOPs
+	for _, pr := range p.Programs {
+		flops += pr.FLOPs * int64(p.Replicas())
 	}
 	kind := "training"
 	if !p.Training {
@@ -252,17 +253,29 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 	}
 	fmt.Fprintf(w, "compiled %s (%s) into %s\n", p.Model, kind, dir)
 	fmt.Fprintf(w, "  parameters   %s (%d tensors)\n", groupDigits(params), len(p.Params))
-	fmt.Fprintf(w, "  mesh         pp=%d dp=%d tp=%d: %d rank(s), %d stage(s), schedule %s, %d micro-batch(es)\n",
-		p.Mesh.PP, p.Mesh.DP, p.Mesh.TP, p.World, p.Stages, p.Schedule.Name, p.Microbatches)
+	mb := fmt.Sprintf("%d micro-batch(es)", p.Microbatches)
+	if p.Mesh.DP > 1 {
+		mb = fmt.Sprintf("%d micro-batch(es) per replica, %d in all", p.Microbatches, p.GlobalMicrobatches())
+	}
+	fmt.Fprintf(w, "  mesh         pp=%d dp=%d tp=%d: %d rank(s) running %d program(s), %d stage(s), schedule %s, %s\n",
+		p.Mesh.PP, p.Mesh.DP, p.Mesh.TP, p.World, len(p.Programs), p.Stages, p.Schedule.Name, mb)
 	fmt.Fprintf(w, "  FLOPs/step   %s (matmuls and convolutions)\n", formatFLOPs(flops))
-	for _, r := range p.Ranks {
+	// One line per program: its dp × tp replicas (consecutive ranks) have the same memory.
+	reps := p.Replicas()
+	for _, r := range p.Programs {
 		consts := ""
 		if r.ConstBytes > 0 {
 			consts = " + constants " + formatBytes(r.ConstBytes)
 		}
-		fmt.Fprintf(w, "  rank %-3d     peak %s = params %s + grads %s + optimizer %s + activations %s + workspace %s%s; %d instructions\n",
-			r.Rank, formatBytes(r.PeakBytes), formatBytes(r.ParamBytes), formatBytes(r.GradBytes), formatBytes(r.StateBytes),
-			formatBytes(r.ActivationBytes), formatBytes(r.WorkspaceBytes), consts, r.Instructions)
+		label, each := fmt.Sprintf("rank %d", r.PP), ""
+		if reps > 1 {
+			first := r.PP * reps
+			label = fmt.Sprintf("pp %d", r.PP)
+			each = fmt.Sprintf(" (each of ranks %d–%d: × %d dp·tp replicas)", first, first+reps-1, reps)
+		}
+		fmt.Fprintf(w, "  %-12s peak %s = params %s + grads %s + optimizer %s + activations %s + workspace %s%s; %d instructions%s\n",
+			label, formatBytes(r.PeakBytes), formatBytes(r.ParamBytes), formatBytes(r.GradBytes), formatBytes(r.StateBytes),
+			formatBytes(r.ActivationBytes), formatBytes(r.WorkspaceBytes), consts, r.Instructions, each)
 	}
 	if len(p.StageInfo) > 1 {
 		printStages(w, p, params)
@@ -297,14 +310,24 @@ func printStages(w io.Writer, p *codegen.Plan, total int64) {
 		column += s.Params
 	}
 	mean := sum / float64(len(p.StageInfo))
-	fmt.Fprintf(w, "\n  %-5s %-4s %-14s %12s %12s %14s %10s\n", "stage", "rank", "layers", "params", "FLOPs/mb", "stash/mb", "imbalance")
+	// Under tensor parallelism a rank holds its shards: a column says how much that is. The
+	// rank column is the pipeline rank, which every dp × tp replica of it shares.
+	perRank := p.Mesh.TP > 1
+	fmt.Fprintf(w, "\n  %-5s %-4s %-14s %12s", "stage", "rank", "layers", "params")
+	if perRank {
+		fmt.Fprintf(w, " %12s", "params/rank")
+	}
+	fmt.Fprintf(w, " %12s %14s %10s\n", "FLOPs/mb", "stash/mb", "imbalance")
 	for _, s := range p.StageInfo {
 		imb := 0.0
 		if mean > 0 {
 			imb = ((s.F + s.I + s.W) - mean) / mean * 100
 		}
-		fmt.Fprintf(w, "  %-5d %-4d %-14s %12s %12s %14s %+9.1f%%\n", s.Stage, s.Rank, s.Layers, groupDigits(s.Params),
-			formatFLOPs(int64(s.FLOPs)), formatBytes(s.StashBytes), imb)
+		fmt.Fprintf(w, "  %-5d %-4d %-14s %12s", s.Stage, s.Rank, s.Layers, groupDigits(s.Params))
+		if perRank {
+			fmt.Fprintf(w, " %12s", groupDigits(s.RankParams))
+		}
+		fmt.Fprintf(w, " %12s %14s %+9.1f%%\n", formatFLOPs(int64(s.FLOPs)), formatBytes(s.StashBytes), imb)
 	}
 	for _, pr := range p.Params {
 		if len(pr.Stages) < 2 {
@@ -314,12 +337,17 @@ func printStages(w io.Writer, p *codegen.Plan, total int64) {
 		for _, d := range pr.Shape {
 			n *= int64(d)
 		}
+		// Param.Ranks are pipeline ranks: say so when each stands for several replicas.
+		ranks, rank := "ranks", "rank"
+		if p.Replicas() > 1 {
+			ranks, rank = "pipeline ranks", "pipeline rank"
+		}
 		if len(pr.Ranks) > 1 {
-			fmt.Fprintf(w, "  tied: %s (%s) is used by stages %s and held on ranks %s, counted in each\n",
-				pr.Name, groupDigits(n), joinInts(pr.Stages), joinInts(pr.Ranks))
+			fmt.Fprintf(w, "  tied: %s (%s) is used by stages %s and held on %s %s, counted in each\n",
+				pr.Name, groupDigits(n), joinInts(pr.Stages), ranks, joinInts(pr.Ranks))
 		} else {
-			fmt.Fprintf(w, "  tied: %s (%s) is used by stages %s, held once on rank %s\n",
-				pr.Name, groupDigits(n), joinInts(pr.Stages), joinInts(pr.Ranks))
+			fmt.Fprintf(w, "  tied: %s (%s) is used by stages %s, held once on %s %s\n",
+				pr.Name, groupDigits(n), joinInts(pr.Stages), rank, joinInts(pr.Ranks))
 		}
 	}
 	if column != total {

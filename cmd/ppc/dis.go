@@ -15,7 +15,7 @@ import (
 func init() {
 	commands = append(commands, &command{
 		name: "dis", args: "FILE.ppx | DIR",
-		summary: "Print a compiled rank program as text: buffers, kernels and the instruction stream (every rank's, in order, for a plan directory).",
+		summary: "Print a compiled program as text: buffers, kernels and the instruction stream (every program's, one per pipeline rank, for a plan directory).",
 		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
 			return func(args []string) error {
 				if len(args) != 1 {
@@ -27,8 +27,8 @@ func init() {
 					if plan, err = codegen.ReadPlan(args[0]); err != nil {
 						return err
 					}
-					for _, r := range plan.Ranks {
-						files = append(files, filepath.Join(args[0], r.Program))
+					for _, pr := range plan.Programs {
+						files = append(files, filepath.Join(args[0], pr.File))
 					}
 				} else {
 					files = []string{args[0]}
@@ -63,13 +63,9 @@ func disassemble(path string, plan *codegen.Plan) (string, error) {
 		return "", trimPathError(err)
 	}
 	if plan != nil {
-		for r, info := range plan.Ranks {
-			if info.Program == filepath.Base(path) {
-				// Before decoding: a flipped byte is corruption, not "cannot parse".
-				if err := plan.CheckProgramBytes(r, data); err != nil {
-					return "", fmt.Errorf("%s: %v", path, err)
-				}
-			}
+		// Before decoding: a flipped byte is corruption, not "cannot parse".
+		if err := plan.CheckProgramBytes(filepath.Base(path), data); err != nil {
+			return "", fmt.Errorf("%s: %v", path, err)
 		}
 	}
 	p := &pb.Program{}

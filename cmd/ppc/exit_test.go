@@ -80,7 +80,7 @@ func TestRunHangExits1(t *testing.T) {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(data)
-	plan.Ranks[0].ProgramSHA256 = hex.EncodeToString(sum[:])
+	plan.Programs[0].ProgramSHA256 = hex.EncodeToString(sum[:])
 	if err := codegen.WritePlan(dir, plan); err != nil {
 		t.Fatal(err)
 	}

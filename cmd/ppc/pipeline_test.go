@@ -45,7 +45,7 @@ func TestCompileRunSimulate(t *testing.T) {
 		t.Fatalf("simulate: %d %s", code, stdout)
 	}
 	code, stdout, _ = ppc(t, "", "dis", filepath.Join(out, "rank-00001.ppx"))
-	if code != 0 || !strings.Contains(stdout, "program rank 1 of 2") || !strings.Contains(stdout, "recv from rank 0") {
+	if code != 0 || !strings.Contains(stdout, "program of pipeline rank 1") || !strings.Contains(stdout, "recv from pp 0") {
 		t.Fatalf("dis: %d %s", code, stdout[:min(len(stdout), 500)])
 	}
 	code, stdout, _ = ppc(t, "", "compare", ck, ck)
@@ -118,7 +118,7 @@ func TestDisPlanDirAndChecksum(t *testing.T) {
 		t.Fatal(errOut)
 	}
 	code, stdout, errOut := ppc(t, "", "dis", dir)
-	i0, i1 := strings.Index(stdout, "program rank 0 of 2"), strings.Index(stdout, "program rank 1 of 2")
+	i0, i1 := strings.Index(stdout, "program of pipeline rank 0"), strings.Index(stdout, "program of pipeline rank 1")
 	if code != 0 || i0 < 0 || i1 < i0 {
 		t.Fatalf("dis DIR: exit %d\n%s%s", code, stdout[:min(len(stdout), 300)], errOut)
 	}

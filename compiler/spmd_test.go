@@ -1,0 +1,435 @@
+package compiler
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	pb "ppc.dev/ppc/codegen/programpb"
+	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/cpu"
+	"ppc.dev/ppc/runtime/device"
+)
+
+// The equivalence invariant (DESIGN.md §4) for data and tensor parallelism: three training
+// steps from the same seed, then the checkpoints — every parameter and optimizer state,
+// merged from the ranks' shards by Save — against the one-device plan with the same global
+// batch (M·dp micro-batches). Where the reduction order changes they agree within ppc
+// compare's rtol 1e-4, atol 1e-5: data parallelism sums each replica's M micro-batch
+// gradients and then the replicas' sums ((g0+g1)+(g2+g3) where one device adds
+// ((g0+g1)+g2)+g3), and tensor parallelism splits a row-parallel matmul's contraction into
+// partial sums that an all-reduce adds. Adding pipeline stages changes no reduction order, so
+// a layout with pp > 1 is bitwise equal to the same layout without it.
+
+const (
+	spmdSteps = 3
+	spmdRtol  = 1e-4
+	spmdAtol  = 1e-5
+)
+
+var (
+	tpMLP    = "../testdata/ir/tp-mlp.ir"
+	tpMLPRef = "../testdata/ir/tp-mlp-ref.ir"
+	mlpPPM   = "../testdata/models/mlp.ppm"
+	gptPPM   = "../testdata/models/gpt.ppm"
+)
+
+// spmdRun compiles model, resumes from the checkpoint in resume when it is not "", trains
+// steps, saves a checkpoint and returns the per-step losses, the checkpoint directory and
+// its tensors as float64.
+func spmdRun(t *testing.T, model string, opts Options, steps int, resume string) ([]float64, string, map[string][]float64) {
+	t.Helper()
+	res, err := Compile(model, opts)
+	if err != nil {
+		t.Fatalf("compile %s: %v", filepath.Base(model), err)
+	}
+	job, err := runtime.New(res.Output, cpu.New())
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	if err := job.Init(5); err != nil {
+		t.Fatal(err)
+	}
+	if resume != "" {
+		if _, err := job.Resume(resume, false); err != nil {
+			t.Fatalf("resume: %v", err)
+		}
+	}
+	var losses []float64
+	for i := 0; i < steps; i++ {
+		r, err := job.Step(runtime.Options{Seed: 5})
+		if err != nil {
+			t.Fatalf("step %d: %v", i+1, err)
+		}
+		losses = append(losses, r.Loss)
+	}
+	dir := t.TempDir()
+	if err := job.Save(dir, 5); err != nil {
+		t.Fatal(err)
+	}
+	return losses, dir, readCheckpoint(t, dir)
+}
+
+func readCheckpoint(t *testing.T, dir string) map[string][]float64 {
+	t.Helper()
+	tensors, _, err := runtime.ReadSafetensors(filepath.Join(dir, runtime.CheckpointFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]float64{}
+	for name, x := range tensors {
+		out[name] = runtime.Float64s(x)
+	}
+	return out
+}
+
+// agree compares losses and checkpoints as ppc compare does: |got − ref| ≤ atol + rtol·|ref|
+// element by element (rtol = atol = 0: bitwise).
+func agree(t *testing.T, what string, refL, gotL []float64, ref, got map[string][]float64, rtol, atol float64) {
+	t.Helper()
+	close := func(r, g float64) bool { return math.Abs(g-r) <= atol+rtol*math.Abs(r) }
+	for i := range refL {
+		if !close(refL[i], gotL[i]) {
+			t.Errorf("%s: loss at step %d is %.9g, the reference %.9g", what, i+1, gotL[i], refL[i])
+		}
+	}
+	if len(ref) != len(got) {
+		t.Fatalf("%s: %d tensors, the reference has %d", what, len(got), len(ref))
+	}
+	for name, r := range ref {
+		g, ok := got[name]
+		if !ok || len(g) != len(r) {
+			t.Fatalf("%s: tensor %s missing or of another size (%d elements, the reference %d)", what, name, len(g), len(r))
+		}
+		bad, worst := 0, 0.0
+		for i := range r {
+			if !close(r[i], g[i]) {
+				bad++
+				worst = math.Max(worst, math.Abs(g[i]-r[i]))
+			}
+		}
+		if bad > 0 {
+			t.Errorf("%s: %s: %d of %d elements beyond rtol %g, atol %g (max abs difference %.3g)", what, name, bad, len(r), rtol, atol, worst)
+		}
+	}
+}
+
+// TestSPMDEquivalence trains every data- and tensor-parallel layout of the issue against its
+// one-device reference: mlp and tiny GPT at --dp 2 and --pp 2 --dp 2, and the
+// hand-partitioned tp = 2 MLP at --tp 2, --pp 2 --tp 2, --tp 2 --dp 2 and --pp 2 --dp 2
+// --tp 2 against the same model unpartitioned.
+func TestSPMDEquivalence(t *testing.T) {
+	const m = 2 // micro-batches per data-parallel replica
+	type layout struct {
+		name string
+		opts Options
+		// bitwise names the layout (earlier in the list) this one equals bit for bit.
+		bitwise string
+	}
+	cases := []struct {
+		model, ref string
+		load       LoadOptions
+		layouts    []layout
+	}{
+		{mlpPPM, mlpPPM, LoadOptions{}, []layout{
+			{"dp2", Options{DP: 2}, ""},
+			{"pp2-dp2", Options{PP: 2, DP: 2}, "dp2"},
+		}},
+		{gptPPM, gptPPM, LoadOptions{Preset: "tiny"}, []layout{
+			{"dp2", Options{DP: 2}, ""},
+			// The tied embedding's two partial gradients, one per pipeline rank, are each
+			// all-reduced over dp and then summed: another order than dp2's, not bitwise.
+			{"pp2-dp2", Options{PP: 2, DP: 2}, ""},
+		}},
+		{tpMLP, tpMLPRef, LoadOptions{}, []layout{
+			{"tp2", Options{TP: 2}, ""},
+			{"pp2-tp2", Options{PP: 2, TP: 2}, "tp2"},
+			{"tp2-dp2", Options{TP: 2, DP: 2}, ""},
+			{"pp2-dp2-tp2", Options{PP: 2, DP: 2, TP: 2}, "tp2-dp2"},
+		}},
+	}
+	for _, c := range cases {
+		refs := map[int]struct {
+			l []float64
+			s map[string][]float64
+		}{}
+		got := map[string]struct {
+			l []float64
+			s map[string][]float64
+		}{}
+		for _, lay := range c.layouts {
+			name := fmt.Sprintf("%s/%s", filepath.Base(c.model), lay.name)
+			t.Run(name, func(t *testing.T) {
+				dp := max(lay.opts.DP, 1)
+				ref, ok := refs[dp]
+				if !ok {
+					ref.l, _, ref.s = spmdRun(t, c.ref, Options{Load: c.load, Microbatches: m * dp}, spmdSteps, "")
+					refs[dp] = ref
+				}
+				o := lay.opts
+				o.Load, o.Microbatches = c.load, m
+				l, _, s := spmdRun(t, c.model, o, spmdSteps, "")
+				got[lay.name] = struct {
+					l []float64
+					s map[string][]float64
+				}{l, s}
+				agree(t, name+" against one device", ref.l, l, ref.s, s, spmdRtol, spmdAtol)
+				if lay.bitwise != "" {
+					b := got[lay.bitwise]
+					agree(t, name+" against "+lay.bitwise, b.l, l, b.s, s, 0, 0)
+				}
+			})
+		}
+	}
+}
+
+// TestCheckpointAcrossLayouts: a checkpoint holds full tensors, so any layout resumes any
+// other. Merging and slicing are exact: tp = 2 saves, one device resumes and saves at once,
+// and the two checkpoints are the same bits — and back. Training on from a checkpoint of
+// another layout follows the uninterrupted run within the tolerance; dp = 2 saves and one
+// device resumes likewise.
+func TestCheckpointAcrossLayouts(t *testing.T) {
+	const m = 2
+	tp := Options{TP: 2, Microbatches: m}
+	one := Options{Microbatches: m}
+	_, tpCk, tpState := spmdRun(t, tpMLP, tp, 2, "")
+	_, oneCk, oneState := spmdRun(t, tpMLPRef, one, 2, "")
+	// Round trips: resume then save with no step in between.
+	_, _, s := spmdRun(t, tpMLPRef, one, 0, tpCk)
+	agree(t, "tp=2 checkpoint through one device", nil, nil, tpState, s, 0, 0)
+	_, _, s = spmdRun(t, tpMLP, tp, 0, oneCk)
+	agree(t, "one-device checkpoint through tp=2", nil, nil, oneState, s, 0, 0)
+	_, _, s = spmdRun(t, tpMLP, Options{TP: 2, PP: 2, DP: 2, Microbatches: m}, 0, tpCk)
+	agree(t, "tp=2 checkpoint through pp=2 dp=2 tp=2", nil, nil, tpState, s, 0, 0)
+	// Training on: the third step from the other layout's checkpoint against three
+	// uninterrupted steps of the reference.
+	refL, _, refS := spmdRun(t, tpMLPRef, one, 3, "")
+	l, _, s := spmdRun(t, tpMLPRef, one, 1, tpCk)
+	agree(t, "tp=2 saves, one device resumes", refL[2:], l, refS, s, spmdRtol, spmdAtol)
+	l, _, s = spmdRun(t, tpMLP, tp, 1, oneCk)
+	agree(t, "one device saves, tp=2 resumes", refL[2:], l, refS, s, spmdRtol, spmdAtol)
+
+	// Data parallelism: dp = 2 with M micro-batches saves; one device with M·2 resumes.
+	dp := Options{DP: 2, Microbatches: m}
+	ref2 := Options{Microbatches: 2 * m}
+	_, dpCk, dpState := spmdRun(t, mlpPPM, dp, 2, "")
+	_, _, s = spmdRun(t, mlpPPM, ref2, 0, dpCk)
+	agree(t, "dp=2 checkpoint through one device", nil, nil, dpState, s, 0, 0)
+	refL, _, refS = spmdRun(t, mlpPPM, ref2, 3, "")
+	l, _, s = spmdRun(t, mlpPPM, ref2, 1, dpCk)
+	agree(t, "dp=2 saves, one device resumes", refL[2:], l, refS, s, spmdRtol, spmdAtol)
+}
+
+// TestDataParallelPlan: --dp D keeps the module's micro-batch count M per replica, divides
+// the gradient by M·D (the global batch), all-reduces each gradient over dp once, right after
+// the rank's last contribution to it (the last W of its stage), and writes one program per
+// pipeline rank.
+func TestDataParallelPlan(t *testing.T) {
+	res, err := Compile(mlpPPM, Options{PP: 2, DP: 2, Microbatches: 4, Schedule: "zb-h1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := res.Output.Plan
+	if p.Microbatches != 4 || p.GlobalMicrobatches() != 8 || p.World != 4 || len(res.Output.Programs) != 2 || len(p.Ranks) != 4 {
+		t.Fatalf("plan: M %d (global %d), world %d, %d programs, %d ranks", p.Microbatches, p.GlobalMicrobatches(), p.World, len(res.Output.Programs), len(p.Ranks))
+	}
+	div := false
+	for _, op := range res.Module.Func("optimizer").Ops {
+		for _, x := range op.Operands {
+			if op.Def.Name == "div" && x.Def != nil && x.Def.Def.Name == "constant" && ir.AttrString(x.Def.Attrs.Get("value")) == "dense<f32[]: 8>" {
+				div = true
+			}
+		}
+	}
+	if !div {
+		t.Error("@optimizer does not divide the gradients by M·dp = 8")
+	}
+	for i, prog := range res.Output.Programs {
+		grads := map[int32]string{}
+		for _, b := range prog.Buffers {
+			if b.Role == pb.Role_GRAD {
+				grads[b.Id] = b.Name
+			}
+		}
+		lastW, reduced := -1, map[string]int{}
+		for n, in := range prog.Instrs {
+			switch {
+			case in.Kind == pb.Instr_END && in.Label == "W":
+				lastW = n
+			case in.Kind == pb.Instr_ALL_REDUCE && grads[in.In[0]] != "":
+				if in.Axis != "dp" || len(in.Out) != 0 {
+					t.Errorf("program %d: gradient all-reduce %v", i, in)
+				}
+				reduced[grads[in.In[0]]]++
+				// Only the accumulations of that last W (and other reductions) lie between.
+				for _, x := range prog.Instrs[lastW+1 : n] {
+					if x.Kind != pb.Instr_ACCUM && x.Kind != pb.Instr_ALL_REDUCE {
+						t.Errorf("program %d: %s between the last W and the all-reduce of %s", i, x.Kind, grads[in.In[0]])
+					}
+				}
+			case in.Kind == pb.Instr_BEGIN && (in.Label == "W" || in.Label == "I") && len(reduced) > 0 && len(reduced) == len(grads):
+				t.Errorf("program %d: all gradients reduced before the last backward action", i)
+			}
+		}
+		if len(grads) == 0 || len(reduced) != len(grads) {
+			t.Errorf("program %d: %d gradients, %d all-reduced", i, len(grads), len(reduced))
+		}
+		for name, n := range reduced {
+			if n != 1 {
+				t.Errorf("program %d: %s all-reduced %d times", i, name, n)
+			}
+		}
+	}
+}
+
+// TestCollectiveLowering runs each collective op of a partitioned module on two tp ranks and
+// checks tp rank 0's outputs against the full tensors: all_gather, all_reduce {op = max},
+// collective_broadcast {root = 1} and reduce_scatter of a column-parallel matmul's blocks.
+func TestCollectiveLowering(t *testing.T) {
+	src := writeIR(t, `module @c attributes {mesh = {tp = 2}, partitioned}
+
+func @forward(%x: f32[2,4] {input}, %w: f32[4,2] {init = "normal(1)", param, shard = [_, tp]}) -> (f32[2,4] {name = "gathered"}, f32[2,2] {name = "max"}, f32[2,2] {name = "bcast"}, f32[1,2] {name = "scattered"}) {
+  %h = matmul %x, %w : f32[2,2]
+  %g = all_gather %h {axis = tp, dim = 1, parts = 2} : f32[2,4]
+  %m = all_reduce %h {axis = tp, op = max} : f32[2,2]
+  %b = collective_broadcast %h {axis = tp, root = 1} : f32[2,2]
+  %s = reduce_scatter %h {axis = tp, dim = 0, parts = 2} : f32[1,2]
+  return %g, %m, %b, %s
+}
+`)
+	res, err := Compile(src, Options{TP: 2, ForwardOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := runtime.New(res.Output, cpu.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := job.Init(2); err != nil {
+		t.Fatal(err)
+	}
+	x := []float64{1, -2, 0.5, 3, -1, 0.25, 2, -0.5}
+	xt := device.Tensor{Type: ir.T(ir.F32, 2, 4), Data: make([]byte, 32)}
+	for i, v := range x {
+		binary.LittleEndian.PutUint32(xt.Data[4*i:], math.Float32bits(float32(v)))
+	}
+	if _, err := job.Step(runtime.Options{Data: runtime.Fixed{"x": xt}}); err != nil {
+		t.Fatal(err)
+	}
+	w := runtime.Float64s(job.Tensors(pb.Role_PARAM)["w"]) // f32[4,4]
+	y := make([]float64, 8)                                // x @ w: f32[2,4]; tp rank k's block is columns 2k, 2k+1
+	for i := range 2 {
+		for j := range 4 {
+			for k := range 4 {
+				y[i*4+j] += x[i*4+k] * w[k*4+j]
+			}
+		}
+	}
+	block := func(r, i, j int) float64 { return y[i*4+2*r+j] }
+	want := map[string][]float64{"gathered": y, "max": make([]float64, 4), "bcast": make([]float64, 4), "scattered": make([]float64, 2)}
+	for i := range 2 {
+		for j := range 2 {
+			want["max"][i*2+j] = math.Max(block(0, i, j), block(1, i, j))
+			want["bcast"][i*2+j] = block(1, i, j)
+		}
+	}
+	for j := range 2 {
+		want["scattered"][j] = block(0, 0, j) + block(1, 0, j)
+	}
+	out := job.Outputs(0)
+	for name, v := range want {
+		got := runtime.Float64s(out[name])
+		if len(got) != len(v) {
+			t.Fatalf("%s: %d elements, want %d", name, len(got), len(v))
+		}
+		for i := range v {
+			if math.Abs(got[i]-v[i]) > 1e-5*(1+math.Abs(v[i])) {
+				t.Errorf("%s = %v, want %v", name, got, v)
+				break
+			}
+		}
+	}
+}
+
+// TestCollectiveLoweringErrors: collectives code generation cannot lower are compile errors
+// naming the function and value, and parameters split over dp (ZeRO) are refused.
+func TestCollectiveLoweringErrors(t *testing.T) {
+	module := func(mesh, shard, op string) string {
+		return writeIR(t, `module @bad attributes {mesh = {`+mesh+`}, partitioned}
+
+func @forward(%x: f32[4,8] {input}, %w: f32[8,8] {init = "normal(0.2)", param, shard = `+shard+`}) -> (f32[] {loss}) {
+  %h = matmul %x, %w : f32[4,8]
+  `+op+`
+  %loss = reduce_mean %y : f32[]
+  return %loss
+}
+`)
+	}
+	for _, c := range []struct {
+		src  string
+		opts Options
+		want string
+	}{
+		{module("tp = 2", "[_, tp]", "%y = all_gather %h {axis = tp, dim = 0, parts = 4} : f32[16,8]"), Options{TP: 2},
+			"@F_s0: %y = all_gather {parts = 4} over tp, which has 2 ranks"},
+		{module("tp = 2", "[_, tp]", "%y = all_reduce %h {axis = pp} : f32[4,8]"), Options{TP: 2},
+			"@F_s0: %y = all_reduce over pp: a stage's function runs on one pipeline rank"},
+		{module("tp = 2", "[_, tp]", "%y = all_reduce %h {axis = ep} : f32[4,8]"), Options{TP: 2},
+			`@F_s0: %y = all_reduce over "ep": not an axis of the mesh (pp, dp, tp)`},
+		{module("dp = 2, tp = 2", "[dp, _]", "%y = all_reduce %h {axis = tp} : f32[4,8]"), Options{TP: 2, DP: 2},
+			"parameter %w: shard [dp, _] splits it over dp: sharding over the data-parallel replicas (ZeRO) is not implemented"},
+	} {
+		_, err := Compile(c.src, c.opts)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("got %v, want %q", err, c.want)
+		}
+	}
+	// Over an axis of one rank a collective is the identity: no instruction at all.
+	res, err := Compile(module("tp = 2", "[_, tp]", "%y = all_reduce %h {axis = dp} : f32[4,8]"), Options{TP: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range res.Output.Programs[0].Instrs {
+		if in.Axis == "dp" {
+			t.Errorf("a collective over dp = 1 became %v", in)
+		}
+	}
+}
+
+func writeIR(t *testing.T, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "m.ir")
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestUnpartitionedShardAnnotations: in a module that is not partitioned, shapes are the full
+// tensors' and a `shard` annotation is a request for the partitioner: every rank holds the
+// whole parameter, whatever axes it names (dp included), and data parallelism compiles.
+func TestUnpartitionedShardAnnotations(t *testing.T) {
+	res, err := Compile("../testdata/dsl/shard.ppm", Options{DP: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range res.Output.Plan.Params {
+		if len(p.Shard) > 0 {
+			t.Errorf("parameter %s recorded as sharded %v", p.Name, p.Shard)
+		}
+	}
+	for _, b := range res.Output.Programs[0].Buffers {
+		if len(b.Shard) > 0 {
+			t.Errorf("buffer %s has a sharding", b.Name)
+		}
+	}
+	// A mesh beyond the runtime's limit is refused by code generation.
+	if _, err := Compile(tpMLP, Options{TP: 2, DP: 40000}); err == nil || !strings.Contains(err.Error(), "mesh pp=1 dp=40000 tp=2 has more ranks than the limit 65536") {
+		t.Errorf("a mesh of 80000 ranks: %v", err)
+	}
+}
