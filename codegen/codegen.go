@@ -609,6 +609,13 @@ var reduceOps = map[string]pb.Instr_ReduceOp{"sum": pb.Instr_SUM, "max": pb.Inst
 func (rg *rankGen) collective(f *ir.Func, b *lower.Block, k *lower.Kernel, l lower.Launch, slotBuf []int, stage, mb int) error {
 	name := k.Op.Name
 	axis := k.Attrs.Str("axis", "")
+	if name == "axis_index" && len(l.In) == 0 && len(l.Out) == 1 && rg.g.mesh.Size(axis) > 0 && axis != "pp" {
+		// The coordinate differs between the replicas that share this program: the loader
+		// resolves it for each rank.
+		rg.result(f, b, slotBuf, l.Out[0], mb)
+		rg.instr(&pb.Instr{Kind: pb.Instr_AXIS_INDEX, Out: []int32{int32(slotBuf[l.Out[0]])}, Axis: axis, Stage: int32(stage), Microbatch: int32(mb)})
+		return nil
+	}
 	if len(l.In) != 1 || len(l.Out) != 1 {
 		return fmt.Errorf("%s with %d operands and %d results", name, len(l.In), len(l.Out))
 	}

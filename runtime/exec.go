@@ -198,6 +198,8 @@ func (j *Job) exec(r *Rank, it *instr, step int, data DataSource) error {
 			out = it.out[0]
 		}
 		return j.comm.collective(r.Index, it.coll, it.in[0], out)
+	case pb.Instr_AXIS_INDEX:
+		it.out[0].I64()[0] = it.index
 	case pb.Instr_LOSS:
 		if r.Coords.TP == 0 {
 			r.losses = append(r.losses, scalar(it.in[0]))

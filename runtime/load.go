@@ -51,6 +51,7 @@ type instr struct {
 	coll    *collOp // collectives
 	peer    int     // SEND/RECV: the peer's rank
 	mb      int     // INPUT: the micro-batch of the global batch (dp·M + Microbatch)
+	index   int64   // AXIS_INDEX: the rank's coordinate
 }
 
 // InputError marks a problem with the files given to the runtime (exit status 2).
@@ -564,6 +565,17 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, types
 		}
 	case pb.Instr_ALL_REDUCE, pb.Instr_ALL_GATHER, pb.Instr_REDUCE_SCATTER, pb.Instr_BROADCAST:
 		return it, j.prepareCollective(rank, in, &it)
+	case pb.Instr_AXIS_INDEX:
+		if err := count(0, 1); err != nil {
+			return it, err
+		}
+		if t := it.out[0].Type; t.DType != ir.I64 || t.Rank() != 0 {
+			return it, fmt.Errorf("axis index into %s, want an i64 scalar", t)
+		}
+		if in.Axis != "dp" && in.Axis != "tp" {
+			return it, fmt.Errorf("axis index of %q: want dp or tp", in.Axis)
+		}
+		it.index = int64(rank.Coords.Of(in.Axis))
 	case pb.Instr_LOSS:
 		if err := count(1, 0); err != nil {
 			return it, err

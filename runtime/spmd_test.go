@@ -188,6 +188,13 @@ func TestLoaderRejectsSPMDFields(t *testing.T) {
 		{"one tensor", func(_, p1 *pb.Program) {
 			p1.Buffers = append(p1.Buffers, &pb.Buffer{Id: 2, Name: "w", Dtype: pb.DType_F32, Shape: []int64{2}, Role: pb.Role_PARAM, Init: "zeros"})
 		}, "w is f32[4] on rank 0 (a shard) and f32[2] on rank 4 (whole): they must hold blocks of one tensor"},
+		{"axis index dtype", func(p0, _ *pb.Program) {
+			p0.Instrs = append(p0.Instrs, &pb.Instr{Kind: pb.Instr_AXIS_INDEX, Out: []int32{3}, Axis: "tp"})
+		}, "axis index into f32[], want an i64 scalar"},
+		{"axis index pp", func(p0, _ *pb.Program) {
+			p0.Buffers = append(p0.Buffers, &pb.Buffer{Id: 6, Name: "i", Dtype: pb.DType_I64, Role: pb.Role_ACTIVATION, Offset: 5 * 64})
+			p0.Instrs = append(p0.Instrs, &pb.Instr{Kind: pb.Instr_AXIS_INDEX, Out: []int32{6}, Axis: "pp"})
+		}, `axis index of "pp": want dp or tp`},
 		{"input micro-batch", func(p0, _ *pb.Program) { p0.Instrs[1].Microbatch = 2 }, "micro-batch 2 out of range"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

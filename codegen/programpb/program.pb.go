@@ -187,6 +187,7 @@ const (
 	Instr_ALL_GATHER     Instr_Kind = 12 // out[0] ← concatenation along `dim` of every member's in[0], in group order
 	Instr_REDUCE_SCATTER Instr_Kind = 13 // out[0] ← this member's slice (its group position) along `dim` of reduce_op over the group of in[0]
 	Instr_BROADCAST      Instr_Kind = 14 // out[0] (or in[0] in place when out is empty) ← in[0] of the member group[root]
+	Instr_AXIS_INDEX     Instr_Kind = 15 // out[0] (an i64 scalar) ← the executing rank's coordinate on `axis`
 )
 
 // Enum value maps for Instr_Kind.
@@ -207,6 +208,7 @@ var (
 		12: "ALL_GATHER",
 		13: "REDUCE_SCATTER",
 		14: "BROADCAST",
+		15: "AXIS_INDEX",
 	}
 	Instr_Kind_value = map[string]int32{
 		"NOP":            0,
@@ -224,6 +226,7 @@ var (
 		"ALL_GATHER":     12,
 		"REDUCE_SCATTER": 13,
 		"BROADCAST":      14,
+		"AXIS_INDEX":     15,
 	}
 )
 
@@ -1464,7 +1467,7 @@ const file_program_proto_rawDesc = "" +
 	"\x06Kernel\x12\x0e\n" +
 	"\x02op\x18\x01 \x01(\tR\x02op\x12,\n" +
 	"\x05attrs\x18\x02 \x03(\v2\x16.ppc.program.NamedAttrR\x05attrs\x12,\n" +
-	"\x05fused\x18\x03 \x03(\v2\x16.ppc.program.FusedStepR\x05fused\"\xd8\x04\n" +
+	"\x05fused\x18\x03 \x03(\v2\x16.ppc.program.FusedStepR\x05fused\"\xe8\x04\n" +
 	"\x05Instr\x12+\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.ppc.program.Instr.KindR\x04kind\x12\x16\n" +
 	"\x06kernel\x18\x02 \x01(\x05R\x06kernel\x12\x0e\n" +
@@ -1482,7 +1485,7 @@ const file_program_proto_rawDesc = "" +
 	"\x03dim\x18\v \x01(\x05R\x03dim\x128\n" +
 	"\treduce_op\x18\f \x01(\x0e2\x1b.ppc.program.Instr.ReduceOpR\breduceOp\x12\x12\n" +
 	"\x04root\x18\r \x01(\x05R\x04root\x12\x12\n" +
-	"\x04axis\x18\x0e \x01(\tR\x04axis\"\xba\x01\n" +
+	"\x04axis\x18\x0e \x01(\tR\x04axis\"\xca\x01\n" +
 	"\x04Kind\x12\a\n" +
 	"\x03NOP\x10\x00\x12\n" +
 	"\n" +
@@ -1502,7 +1505,9 @@ const file_program_proto_rawDesc = "" +
 	"\n" +
 	"ALL_GATHER\x10\f\x12\x12\n" +
 	"\x0eREDUCE_SCATTER\x10\r\x12\r\n" +
-	"\tBROADCAST\x10\x0e\"/\n" +
+	"\tBROADCAST\x10\x0e\x12\x0e\n" +
+	"\n" +
+	"AXIS_INDEX\x10\x0f\"/\n" +
 	"\bReduceOp\x12\a\n" +
 	"\x03SUM\x10\x00\x12\a\n" +
 	"\x03MAX\x10\x01\x12\a\n" +
