@@ -59,7 +59,10 @@
 // into elementwise chains. copy_to_axis (the identity forward; autodiff made its all_reduce
 // explicit) and a collective over an axis of one rank alias their result to their operand's
 // buffer instead of copying: no instruction writes a buffer in place but the gradient
-// accumulators and the optimizer's final copies, so the alias is safe and free. The optimizer
+// accumulators and the optimizer's final copies, so the alias is safe and free. axis_index
+// (the offset of a rank's block, for the vocab-parallel embedding and cross-entropy and for
+// taking a block of a whole value) lowers to AXIS_INDEX, which names the axis: the loader
+// writes each replica's own coordinate, so the program stays shared. The optimizer
 // pass gives state the parameter's shard attribute, so state buffers carry the parameter's
 // sharding. Code generation splits parameters over tp only: a split over dp is ZeRO's, whose
 // gradients would be reduce-scattered rather than all-reduced, and is refused.

@@ -10,7 +10,7 @@
 // panic) also writes a reproducer .ir holding the remaining pipeline as a `// RUN:` line and
 // the pass's exact input, which runs as a golden test under testdata/passes.
 //
-// # Tensor, sequence and data parallelism (the plan being built; DESIGN.md §6)
+// # Tensor, sequence and data parallelism (DESIGN.md §6)
 //
 // Each pipeline stage is an SPMD program over the dp × tp sub-mesh. The shardings live in the
 // IR (ir/shard.go: the module's mesh, `shard` on parameter arguments and op results, partial
@@ -18,34 +18,45 @@
 // autodiff — Megatron's conjugate-operator formulation rather than GSPMD's partitioning of
 // the whole training graph:
 //
-//   - shard-annotate applies Megatron's rules to recognised patterns (column- then
-//     row-parallel linears, attention by heads with GQA's shared k/v heads, vocab-parallel
-//     embedding, head and cross-entropy) to parameters the user left unsharded; the DSL's
-//     `shard [...]` wins.
-//   - shard-propagate carries the shardings forward through every op class, one rule table
-//     keyed by op (elementwise and broadcasting, reshape and transpose by dim factorisation,
-//     matmul with a sharded contracting dim giving a partial sum, reductions, softmax, norms,
-//     gather from a sharded table, cross-entropy over a sharded vocab). A rule returns the
-//     result's sharding and the sharding each operand must have.
-//   - spmd-partition rewrites @forward to local shapes and inserts the collectives where an
-//     operand's sharding differs from what its consumer needs: a partial sum meets a
-//     replicated consumer → all_reduce (a seq-sharded one under --sp → reduce_scatter), a
-//     seq-sharded value meets a column-parallel matmul → all_gather, and a replicated value
-//     enters an op whose result is split over an axis → copy_to_axis (identity forward).
+//   - shard-annotate (spmd_annotate.go) applies Megatron's rules to the parameters the user
+//     left unsharded, recognising the patterns by how a trial sharding propagates rather than
+//     by names: a weight goes column-parallel when its split reaches another matmul's
+//     contraction or the loss with nothing gathered whole on the way, the weight that
+//     contracts it row-parallel, biases with their activations, token tables vocab-parallel.
+//     So attention splits by heads (GQA's k/v by groups) and MLPs by their hidden dim in ONNX
+//     graphs as in DSL models, and a pattern tp does not divide is an error naming the dim.
+//     The DSL's `shard [...]` wins.
+//   - shard-propagate (spmd_propagate.go, rules in spmd_rules.go) carries the layouts forward
+//     through every op class, one rule table keyed by op; a rule returns the result's layout
+//     and the layout each operand must have. Inside a function only tp splits tensors, so a
+//     layout is one split dim or a partial sum over tp. With sp, partial sums of [batch, seq,
+//     …] activations are reduced into a split of the sequence.
+//   - spmd-partition (spmd_partition.go) rewrites @forward to local shapes and inserts the
+//     conversions where an operand's layout differs from what its op needs: partial → whole
+//     all_reduce, partial → split reduce_scatter, split → whole all_gather, whole → split a
+//     block taken with axis_index; a whole value entering an op whose result is split or
+//     partial goes through copy_to_axis. The vocab-parallel embedding and cross-entropy are
+//     expanded into masked local lookups and reductions over tp.
 //
-// Autodiff then needs only the conjugate rules of those four ops — all_reduce ↔ identity,
-// copy_to_axis ↔ all_reduce, all_gather ↔ reduce_scatter — and the B/W split, recompute and
-// the schedules work unchanged on local shapes. The alternative, partitioning @train after
-// autodiff (GSPMD), would need a propagation rule for every gradient op as well, and would
-// find the same collectives. Data parallelism needs no sharding inside a function: the
-// per-micro-batch functions are SPMD over dp by construction (rank d of dp runs micro-batches
-// d·M … d·M+M−1 of the global batch), so weight gradients leave the W passes as partial sums
-// over dp. Code generation all-reduces each over dp right after the rank's last W that
-// contributes to it (codegen/doc.go) and the optimizer divides by M·dp; under ZeRO (not yet
-// built) they would be reduce-scattered into dp-sharded optimizer state instead, and the
-// updated parameters all-gathered. Parameters keep their
-// logical shapes in the `shard` attribute, so ranks initialise their own blocks (the
-// initialiser is shard-invariant) and checkpoints merge by name and offset.
+// Autodiff then needs only the conjugate rules of the collectives — all_reduce ↔ identity,
+// copy_to_axis ↔ all_reduce, all_gather ↔ reduce_scatter (or a slice of a gradient every rank
+// holds whole) — and the B/W split, recompute and the schedules work unchanged on local
+// shapes. The alternative, partitioning @train after autodiff (GSPMD), would need a
+// propagation rule for every gradient op as well, and would find the same collectives. Two
+// checks hold the design to the equivalence invariant: passes/spmd_test.go compares the
+// partitioned @train's loss and every gradient with one device's at the IR level (an SPMD
+// reference evaluator runs the tp ranks in lockstep), and compiler/spmd_test.go trains the
+// compiled programs.
+//
+// Data parallelism needs no sharding inside a function: the per-micro-batch functions are
+// SPMD over dp by construction (rank d of dp runs micro-batches d·M … d·M+M−1 of the global
+// batch), so weight gradients leave the W passes as partial sums over dp. Code generation
+// all-reduces each over dp right after the rank's last W that contributes to it
+// (codegen/doc.go) and the optimizer divides by M·dp; under ZeRO (not yet built) they would be
+// reduce-scattered into dp-sharded optimizer state instead, and the updated parameters
+// all-gathered. Parameters keep their logical shapes in the `shard` attribute, so ranks
+// initialise their own blocks (the initialiser is shard-invariant) and checkpoints merge by
+// name and offset.
 //
 // Golden tests: every testdata/passes/*.ir file starts with `// RUN: passes=PIPELINE`, holds
 // cases split by `// -----`, and checks the printed result with FileCheck directives
