@@ -36,17 +36,29 @@ func BenchmarkCompileGPT3(b *testing.B) {
 // program file, so it writes 8 programs. It reports the peak heap in use (peak-MiB) and the
 // size of the plan directory (output-MiB).
 func BenchmarkCompileGPT3DP(b *testing.B) {
+	benchmarkCompileGPT3(b, Options{Load: LoadOptions{Preset: "gpt3-175b"}, PP: 8, DP: 16, Microbatches: 32, Schedule: "1f1b"}, 128)
+}
+
+// BenchmarkCompileGPT3Mesh is the budget: gpt3-175b on a 3-D mesh of 1024 ranks
+// (pp 8 × dp 16 × tp 8, sequence parallel), 8 program files. The vocabulary is padded to
+// 50304 (a multiple of tp, as Megatron pads it): 50257 rows do not split 8 ways.
+func BenchmarkCompileGPT3Mesh(b *testing.B) {
+	benchmarkCompileGPT3(b, Options{Load: LoadOptions{Preset: "gpt3-175b", Set: map[string]string{"vocab": "50304"}},
+		PP: 8, DP: 16, TP: 8, SP: true, Microbatches: 32, Schedule: "1f1b"}, 1024)
+}
+
+func benchmarkCompileGPT3(b *testing.B, opts Options, world int) {
 	dir := b.TempDir()
 	var peak uint64
 	for b.Loop() {
-		res, err := Compile("../testdata/models/gpt.ppm", Options{Load: LoadOptions{Preset: "gpt3-175b"}, PP: 8, DP: 16, Microbatches: 32, Schedule: "1f1b"})
+		res, err := Compile("../testdata/models/gpt.ppm", opts)
 		if err != nil {
 			b.Fatal(err)
 		}
 		if err := res.Write(dir); err != nil {
 			b.Fatal(err)
 		}
-		if n := len(res.Output.Programs); n != 8 || res.Output.Plan.World != 128 {
+		if n := len(res.Output.Programs); n != 8 || res.Output.Plan.World != world {
 			b.Fatalf("%d programs for %d ranks", n, res.Output.Plan.World)
 		}
 		var ms runtime.MemStats

@@ -149,7 +149,8 @@ func misfitError(op *ir.Op, w *ir.Value, dim, tp int, trial, base *layoutPlan) e
 	}
 	hint := ""
 	if op.Name() == "gather" {
-		hint = fmt.Sprintf("; or pad the vocabulary to %d, the next multiple of %d (Megatron's --make-vocab-size-divisible-by)", (size+tp-1)/tp*tp, tp)
+		pad := (size + tp - 1) / tp * tp
+		hint = fmt.Sprintf("; or pad the vocabulary to %d, the next multiple of %d, as Megatron does (--make-vocab-size-divisible-by); for a .ppm model: --set vocab=%d", pad, tp, pad)
 	}
 	return &ir.Error{Loc: op.Loc, Msg: fmt.Sprintf("--tp %d cannot split %s: %d is not divisible by %d; tp sizes that divide it: %s%s",
 		tp, what, size, tp, divisors(size), hint)}
