@@ -61,6 +61,20 @@ func TestDataParallelFlags(t *testing.T) {
 			[]string{"--zero: ZeRO (sharding optimizer state over the dp replicas) is not implemented yet; --dp 2 without --zero replicates it"}, []string{"reproducer"}},
 		{[]string{"compile", tpMLP, "--tp", "4", "-o", out}, exitInput,
 			[]string{"the module is partitioned for tp = 2 (its shapes are per rank); compile it with --tp 2"}, nil},
+		{[]string{"compile", gpt, "--preset", "tiny", "--sp", "-o", out}, exitInput,
+			[]string{"--sp splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more"}, nil},
+		{[]string{"compile", mlp, "--zero", "1", "-o", out}, exitInput,
+			[]string{"--zero 1 shards over the data-parallel replicas: it needs --dp 2 or more"}, nil},
+		{[]string{"compile", gpt, "--preset", "tiny", "--tp", "0", "-o", out}, exitInput,
+			[]string{"--pp, --tp, --dp and --microbatches must be at least 1"}, nil},
+		// Megatron's patterns that tp does not divide: the vocabulary (with the padding that
+		// would work), the heads.
+		{[]string{"compile", gpt, "--preset", "tiny", "--set", "vocab=510", "--tp", "4", "-o", out}, exitInput,
+			[]string{"gpt.ppm:88:7: --tp 4 cannot split dim 0 of %wte (f32[510,64], size 510): 510 is not divisible by 4", "--set vocab=512"}, []string{"reproducer"}},
+		{[]string{"compile", gpt, "--preset", "tiny", "--tp", "8", "-o", out}, exitInput,
+			[]string{"--tp 8 cannot split dim 2 (size 4) of reshape's result f32[16,32,4,16]", "tp sizes that divide it: 1, 2, 4"}, []string{"reproducer"}},
+		{[]string{"compile", gpt, "--preset", "tiny", "--dp", "3", "-o", out}, exitInput,
+			[]string{"global batch 16 does not divide into 3 micro-batches (1 per data-parallel replica × 3 replicas); batch sizes that do: 15 or 18"}, nil},
 	})
 }
 
