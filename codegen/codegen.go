@@ -118,6 +118,14 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 		Mesh: mesh, World: mesh.PP * mesh.DP * mesh.TP, Microbatches: g.microbatches, Stages: g.stages,
 		StageRanks: g.sched.Placement, Schedule: PlanSchedule{Name: g.sched.Name}, Training: g.funcs["optimizer"] != nil,
 		Optimizer: opts.Optimizer}}
+	g.dpPartial = map[string]bool{}
+	if opt := g.funcs["optimizer"]; opt != nil {
+		for i := range opt.Args {
+			if opt.ArgAttrs[i].Has(passes.AttrDPPartial) {
+				g.dpPartial[opt.ArgAttrs[i].Str(ir.AttrGrad, "")] = true
+			}
+		}
+	}
 	if err := g.collectShardings(); err != nil {
 		return nil, err
 	}
@@ -151,6 +159,7 @@ type gen struct {
 	m             *ir.Module
 	mesh          Mesh
 	shards        map[string]*ir.Sharding // parameter → its sharding (absent: whole)
+	dpPartial     map[string]bool         // parameters whose gradient the optimizer reduces over dp (ZeRO)
 	funcs         map[string]*ir.Func
 	blocks        map[string]*lower.Block
 	sched         Schedule
@@ -279,7 +288,7 @@ func (g *gen) collectShardings() error {
 			if s == nil {
 				continue
 			}
-			if err := g.checkSharding(s, a.Type); err != nil {
+			if err := g.checkSharding(s, a.Type, false); err != nil {
 				return fmt.Errorf("@%s: parameter %%%s: %v", f.Name, a.Name, err)
 			}
 			g.shards[a.Name] = s
@@ -290,7 +299,7 @@ func (g *gen) collectShardings() error {
 
 // checkSharding checks a parameter or state sharding against the mesh: tp axes only, one
 // entry per dim, no pending partial sum.
-func (g *gen) checkSharding(s *ir.Sharding, t ir.Type) error {
+func (g *gen) checkSharding(s *ir.Sharding, t ir.Type, zero bool) error {
 	if len(s.Partial) > 0 {
 		return fmt.Errorf("shard %s: a parameter cannot be a partial sum", s)
 	}
@@ -302,7 +311,9 @@ func (g *gen) checkSharding(s *ir.Sharding, t ir.Type) error {
 			switch a {
 			case "tp":
 			case "dp":
-				return fmt.Errorf("shard %s splits it over dp: sharding over the data-parallel replicas (ZeRO) is not implemented", s)
+				if !zero {
+					return fmt.Errorf("shard %s splits it over dp: only optimizer state is split over the data-parallel replicas (ZeRO, --zero)", s)
+				}
 			default:
 				return fmt.Errorf("shard %s: %s is not a mesh axis a parameter can be split over (tp)", s, a)
 			}
@@ -534,7 +545,8 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 			// them as soon as this rank's last contribution is in, so that a transport that
 			// runs collectives asynchronously overlaps the reduction with the backward work
 			// that remains (DESIGN.md §6). In place: the accumulator becomes the sum.
-			if rg.g.mesh.DP > 1 && rg.lastGrad[key] == (gradSite{rg.action, f.Name}) {
+			// Under ZeRO the optimizer reduce-scatters the replica's sum itself.
+			if rg.g.mesh.DP > 1 && !rg.g.dpPartial[at.Str(ir.AttrGrad, "")] && rg.lastGrad[key] == (gradSite{rg.action, f.Name}) {
 				rg.instr(&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{int32(grad)}, Axis: "dp", Microbatch: int32(mb)})
 			}
 		case at.Has(ir.AttrName):
@@ -722,9 +734,11 @@ func (rg *rankGen) bindArg(f *ir.Func, i, mb int) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("@%s: state %%%s: %v", f.Name, a.Name, err)
 		}
-		if s.Replicated() || !rg.g.m.Attrs.Has(ir.AttrPartitioned) {
+		// ZeRO's state is a block over dp (its shape is the block's in any module).
+		zero := s != nil && slices.ContainsFunc(s.Dims, func(d []string) bool { return slices.Contains(d, "dp") })
+		if s.Replicated() || !(rg.g.m.Attrs.Has(ir.AttrPartitioned) || zero) {
 			s = nil
-		} else if err := rg.g.checkSharding(s, a.Type); err != nil {
+		} else if err := rg.g.checkSharding(s, a.Type, zero); err != nil {
 			return 0, fmt.Errorf("@%s: state %%%s: %v", f.Name, a.Name, err)
 		}
 		buf := rg.newBuffer(name, a.Type, pb.Role_STATE)

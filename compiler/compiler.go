@@ -146,6 +146,12 @@ func Compile(model string, opts Options) (*Result, error) {
 	}
 	pipeline = append(pipeline, part+"}")
 	if !opts.ForwardOnly {
+		if opts.Zero > 0 {
+			optStep = strings.TrimSuffix(optStep, "}") + fmt.Sprintf(",zero=%d}", opts.Zero)
+			if !strings.Contains(optStep, "{") {
+				optStep = fmt.Sprintf("optimizer{zero=%d}", opts.Zero)
+			}
+		}
 		pipeline = append(pipeline, "autodiff", optStep, "cse", "dce")
 	}
 	split := "split-stages"
@@ -213,6 +219,9 @@ func optimizerStep(spec string) (string, error) {
 			err = fmt.Errorf("option kind=%s: %s{…} already names the kind", k, name)
 		}
 		pl[0].Options["kind"] = name
+	}
+	if err == nil && pl[0].Options["zero"] != "0" {
+		err = fmt.Errorf("option zero: ZeRO is chosen with --zero, not in --optimizer")
 	}
 	if err == nil {
 		err = passes.CheckOptimizerOptions(pl[0].Options)
@@ -409,8 +418,8 @@ func setMesh(m *ir.Module, model string, pp int, opts Options) error {
 	// per-micro-batch functions on its own micro-batches, the optimizer divides the gradient
 	// by M·dp, and code generation all-reduces the gradients over dp. ZeRO would shard the
 	// optimizer state over dp, which nothing does yet: refuse it rather than ignore it.
-	if opts.Zero > 0 {
-		return fmt.Errorf("--zero: ZeRO (sharding optimizer state over the dp replicas) is not implemented yet; --dp %d without --zero replicates it", opts.DP)
+	if opts.Zero > 1 {
+		return fmt.Errorf("--zero 2 (sharded gradients) is not implemented yet; --zero 1 shards the optimizer state")
 	}
 	m.SetMesh([]ir.MeshAxis{{Name: "pp", Size: pp}, {Name: "dp", Size: opts.DP}, {Name: "tp", Size: opts.TP}})
 	return nil

@@ -203,3 +203,25 @@ func ArgSharding(f *Func, i int) (*Sharding, error) {
 	}
 	return ShardingFromAttr(a)
 }
+
+// Uses reports whether the sharding splits a dim over axis or is partial over it.
+func (s *Sharding) Uses(axis string) bool {
+	if s == nil {
+		return false
+	}
+	for _, d := range s.Dims {
+		if slices.Contains(d, axis) {
+			return true
+		}
+	}
+	return slices.Contains(s.Partial, axis)
+}
+
+// unknownSizes is sizes with every size unknown: shardings are checked for their axes only.
+func unknownSizes(sizes map[string]int) map[string]int {
+	out := make(map[string]int, len(sizes))
+	for a := range sizes {
+		out[a] = 0
+	}
+	return out
+}

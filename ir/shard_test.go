@@ -69,3 +69,21 @@ func TestShardingErrors(t *testing.T) {
 		})
 	}
 }
+
+// A dp split on an argument is ZeRO's optimizer-state block: its type is the block's, so
+// nothing is divided; a tp split on the same module is checked as usual.
+func TestZeroBlockArguments(t *testing.T) {
+	src := `module @m attributes {mesh = {dp = 2, tp = 2}}
+
+func @optimizer(%w.exp_avg: f32[5,4] {init = "zeros", shard = [dp, _], state = "w.exp_avg"}, %v: f32[5,4] {init = "zeros", shard = [_, tp], state = "v"}) -> () {
+  return
+}
+`
+	if _, err := ParseAndVerify("z.ir", src); err != nil {
+		t.Fatal(err)
+	}
+	bad := strings.Replace(src, "shard = [_, tp], state", "shard = [tp, _], state", 1)
+	if _, err := ParseAndVerify("z.ir", bad); err == nil || !strings.Contains(err.Error(), "dim 0 of f32[5,4] (size 5) is not divisible by tp = 2") {
+		t.Fatalf("got %v", err)
+	}
+}

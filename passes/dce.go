@@ -5,7 +5,7 @@ import "ppc.dev/ppc/ir"
 // DCE removes pure ops whose results are never used.
 var DCE = &Pass{
 	Name: "dce",
-	Doc:  "Dead-code elimination: remove pure ops none of whose results is used or returned (one backward sweep).",
+	Doc:  "Dead-code elimination: remove pure ops and collectives none of whose results is used or returned (one backward sweep); every member of a collective's group runs the same function, so all drop it alike.",
 	Run: func(m *ir.Module, _ Options) error {
 		for _, f := range m.Funcs {
 			RemoveDead(f)
@@ -14,7 +14,7 @@ var DCE = &Pass{
 	},
 }
 
-// RemoveDead deletes unused pure ops from f. One backward sweep suffices because ops are in
+// RemoveDead deletes unused pure ops and collectives from f. One backward sweep suffices because ops are in
 // topological order: when an op is reached, all its users have already been decided.
 func RemoveDead(f *ir.Func) {
 	live := make(map[*ir.Value]bool, len(f.Ops))
@@ -25,7 +25,9 @@ func RemoveDead(f *ir.Func) {
 	n := 0
 	for i := len(f.Ops) - 1; i >= 0; i-- {
 		op := f.Ops[i]
-		needed := !op.Def.Has(ir.Pure)
+		// A collective with results is dead when they are: every member of its group runs
+		// the same function (SPMD), so every member drops it alike and no one waits.
+		needed := !op.Def.Has(ir.Pure) && !(op.Def.Has(ir.Collective) && len(op.Results) > 0)
 		for _, r := range op.Results {
 			needed = needed || live[r]
 		}

@@ -3,6 +3,7 @@ package passes
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 
 	"ppc.dev/ppc/ir"
@@ -44,7 +45,11 @@ var Optimizer = &Pass{
 		"(no dampening, no Nesterov): g ← g + wd·p; buf ← buf·momentum + g; p ← p − lr·buf (with the zero-initialised " +
 		"buffer the first step gives buf = g exactly, PyTorch's clone). The op order is fixed, so the update is " +
 		"bitwise reproducible for every partitioning. Options not given take the kind's defaults (PyTorch's, but for " +
-		"sgd's lr); each must be finite in f32, the precision of the update.",
+		"sgd's lr); each must be finite in f32, the precision of the update. With zero=1 (ZeRO stage 1) on a mesh with " +
+		"dp > 1, each replica keeps and updates one dp block of every parameter whose first dim dp divides: the " +
+		"gradient argument {dp_partial} is this replica's sum only, reduce_scatter over dp gives the block of the " +
+		"global sum, the state arguments are that block (shard over dp on dim 0), and the updated block is " +
+		"all_gather-ed into the whole new parameter; other parameters are updated whole.",
 	Options: []Option{
 		{Name: "kind", Doc: "adamw (the default) or sgd"},
 		{Name: "lr", Doc: "learning rate, >= 0 (default 1e-3 for adamw, 0.01 for sgd)"},
@@ -53,11 +58,15 @@ var Optimizer = &Pass{
 		{Name: "eps", Doc: "adamw: denominator term, >= 0 (default 1e-8)"},
 		{Name: "weight_decay", Doc: "adamw: decoupled weight decay (default 0.01); sgd: L2 term added to the gradient (default 0); >= 0"},
 		{Name: "momentum", Doc: "sgd: momentum, >= 0 (default 0, as torch.optim.SGD: no state; > 0 keeps a momentum_buffer per parameter)"},
+		{Name: "zero", Default: "0", Doc: "ZeRO stage over the mesh's dp axis: 1 shards optimizer state (ppc compile --zero)"},
 	},
 	Run: func(m *ir.Module, opts Options) error {
 		cfg, err := parseOptimizerOptions(opts)
 		if err != nil {
 			return err
+		}
+		if cfg.zero, err = opts.Int("zero"); err != nil || cfg.zero < 0 || cfg.zero > 1 {
+			return fmt.Errorf("optimizer: zero must be 0 or 1, got %q", opts["zero"])
 		}
 		return addOptimizer(m, cfg)
 	},
@@ -81,6 +90,7 @@ func OptimizerLR(o Options) (float64, error) {
 type optConfig struct {
 	kind                                         string
 	lr, beta1, beta2, eps, weightDecay, momentum float64
+	zero                                         int
 }
 
 func parseOptimizerOptions(o Options) (optConfig, error) {
@@ -184,6 +194,27 @@ type optParam struct {
 	p, g  *ir.Value
 	state []*ir.Value
 	names []string // state names, parallel to state
+	zero  bool     // updated by blocks over dp (ZeRO)
+}
+
+// AttrDPPartial (unit, on an @optimizer gradient argument) says the gradient arrives as this
+// data-parallel replica's sum only: the optimizer reduces it over dp itself (ZeRO's
+// reduce-scatter), so code generation must not all-reduce it.
+const AttrDPPartial = "dp_partial"
+
+// zeroSharding is the sharding of a ZeRO block of a tensor of the given rank laid out as
+// shard: dp splits dim 0, innermost (after tp, when tp splits dim 0 too).
+func zeroSharding(shard ir.Attr, rank int) *ir.Sharding {
+	s := &ir.Sharding{Dims: make([][]string, rank)}
+	if shard != nil {
+		if t, err := ir.ShardingFromAttr(shard); err == nil && len(t.Dims) == rank {
+			for i, d := range t.Dims {
+				s.Dims[i] = slices.Clone(d)
+			}
+		}
+	}
+	s.Dims[0] = append(s.Dims[0], "dp")
+	return s
 }
 
 func addOptimizer(m *ir.Module, c optConfig) error {
@@ -203,11 +234,13 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 	}
 	// Each of the dp replicas accumulates M micro-batches and the replicas' sums are
 	// all-reduced: the gradient is a sum over M·dp micro-batches, the global batch.
+	dp := 1
 	for _, a := range m.Mesh() {
 		if a.Name == "dp" {
-			nmb *= a.Size
+			dp = a.Size
 		}
 	}
+	nmb *= dp
 	hasGrad := map[string]bool{}
 	for _, ra := range train.ResultAttrs {
 		if name := ra.Str(ir.AttrGrad, ""); name != "" {
@@ -225,22 +258,40 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 		// A tensor-parallel shard of a parameter has the same shard of gradient and state:
 		// they carry its shard attribute, so that code generation lays them out (and
 		// checkpoints merge them) as the parameter.
-		shard := train.ArgAttrs[p.Index].Get(ir.AttrShard)
+		var shard ir.Attr
+		if m.Attrs.Has(ir.AttrPartitioned) { // elsewhere a shard is a request, shapes are whole
+			shard = train.ArgAttrs[p.Index].Get(ir.AttrShard)
+		}
 		laidOut := func(as ir.Attrs) ir.Attrs {
 			if shard != nil {
 				as = as.Set(ir.AttrShard, shard)
 			}
 			return as
 		}
+		gAttrs := laidOut(ir.Attrs{{Name: ir.AttrGrad, Value: ir.String(p.Name)}})
+		st, stShard := ct, shard
+		zero := c.zero >= 1 && dp > 1 && ct.Rank() >= 1 && ct.Shape[0]%dp == 0
+		if zero {
+			// ZeRO: the state is this replica's block of dim 0 (inside the tp block, when tp
+			// splits dim 0 too: the dp axis comes second, innermost).
+			gAttrs = gAttrs.Set(AttrDPPartial, ir.Unit{})
+			st.Shape = slices.Clone(ct.Shape)
+			st.Shape[0] /= dp
+			stShard = zeroSharding(shard, ct.Rank()).Attr()
+		}
 		op := optParam{
-			p: f.AddArg(p.Name, p.Type, laidOut(ir.Attrs{{Name: ir.AttrParam, Value: ir.Unit{}}})),
-			g: f.AddArg("d."+p.Name, ct, laidOut(ir.Attrs{{Name: ir.AttrGrad, Value: ir.String(p.Name)}})),
+			p:    f.AddArg(p.Name, p.Type, laidOut(ir.Attrs{{Name: ir.AttrParam, Value: ir.Unit{}}})),
+			g:    f.AddArg("d."+p.Name, ct, gAttrs),
+			zero: zero,
 		}
 		for _, s := range c.stateNames() {
 			name := p.Name + "." + s
 			op.names = append(op.names, name)
-			op.state = append(op.state, f.AddArg(name, ct,
-				laidOut(ir.Attrs{{Name: ir.AttrInit, Value: ir.String("zeros")}, {Name: AttrState, Value: ir.String(name)}})))
+			as := ir.Attrs{{Name: ir.AttrInit, Value: ir.String("zeros")}, {Name: AttrState, Value: ir.String(name)}}
+			if stShard != nil {
+				as = as.Set(ir.AttrShard, stShard)
+			}
+			op.state = append(op.state, f.AddArg(name, st, as))
 		}
 		ps = append(ps, op)
 	}
@@ -256,6 +307,14 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 			p = b.Cast(p, ct)
 		}
 		g := op.g
+		if op.zero {
+			// This replica's block of the global sum, and of the parameter.
+			g = b.Op1("reduce_scatter", ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}, {Name: "dim", Value: ir.Int(0)}, {Name: "parts", Value: ir.Int(dp)}}, g)
+			n := g.Type.Shape[0]
+			off := b.Mul(b.Op1("axis_index", ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}}), b.Scalar(ir.I64, float64(n)))
+			idx := b.Add(b.Op1("iota", ir.Attrs{{Name: "axis", Value: ir.Int(0)}, {Name: "type", Value: ir.TypeAttr(ir.T(ir.I64, n))}}), off)
+			p = b.Op1("gather", ir.Attrs{{Name: "axis", Value: ir.Int(0)}}, p, idx)
+		}
 		if nmb != 1 {
 			g = b.Div(g, ob.k(ct, float64(nmb)))
 		}
@@ -268,6 +327,9 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 		}
 		if newP.Type.DType != op.p.Type.DType {
 			newP = b.Cast(newP, op.p.Type.DType)
+		}
+		if op.zero {
+			newP = b.Op1("all_gather", ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}, {Name: "dim", Value: ir.Int(0)}, {Name: "parts", Value: ir.Int(dp)}}, newP)
 		}
 		newP.Name = "new." + op.p.Name
 		f.AddResult(newP, ir.Attrs{{Name: AttrUpdate, Value: ir.String(op.p.Name)}})

@@ -57,8 +57,10 @@ func TestCompileRunReplicas(t *testing.T) {
 func TestDataParallelFlags(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
 	runCases(t, []cliCase{
-		{[]string{"compile", mlp, "--dp", "2", "--zero", "1", "-o", out}, exitInput,
-			[]string{"--zero: ZeRO (sharding optimizer state over the dp replicas) is not implemented yet; --dp 2 without --zero replicates it"}, []string{"reproducer"}},
+		{[]string{"compile", mlp, "--dp", "2", "--zero", "2", "-o", out}, exitInput,
+			[]string{"--zero 2 (sharded gradients) is not implemented yet; --zero 1 shards the optimizer state"}, []string{"reproducer"}},
+		{[]string{"compile", mlp, "--dp", "2", "--optimizer", "adamw{zero=1}", "-o", out}, exitInput,
+			[]string{"option zero: ZeRO is chosen with --zero, not in --optimizer"}, nil},
 		{[]string{"compile", tpMLP, "--tp", "4", "-o", out}, exitInput,
 			[]string{"the module is partitioned for tp = 2 (its shapes are per rank); compile it with --tp 2"}, nil},
 		{[]string{"compile", gpt, "--preset", "tiny", "--sp", "-o", out}, exitInput,
