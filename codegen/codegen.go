@@ -118,11 +118,15 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 		Mesh: mesh, World: mesh.PP * mesh.DP * mesh.TP, Microbatches: g.microbatches, Stages: g.stages,
 		StageRanks: g.sched.Placement, Schedule: PlanSchedule{Name: g.sched.Name}, Training: g.funcs["optimizer"] != nil,
 		Optimizer: opts.Optimizer}}
-	g.dpPartial = map[string]bool{}
+	g.dpPartial, g.dpBlock = map[string]bool{}, map[string]bool{}
 	if opt := g.funcs["optimizer"]; opt != nil {
 		for i := range opt.Args {
-			if opt.ArgAttrs[i].Has(passes.AttrDPPartial) {
-				g.dpPartial[opt.ArgAttrs[i].Str(ir.AttrGrad, "")] = true
+			at := opt.ArgAttrs[i]
+			if at.Has(passes.AttrDPPartial) {
+				g.dpPartial[at.Str(ir.AttrGrad, "")] = true
+			}
+			if s, _ := ir.ArgSharding(opt, i); at.Has(ir.AttrGrad) && s.Uses("dp") {
+				g.dpBlock[at.Str(ir.AttrGrad, "")] = true
 			}
 		}
 	}
@@ -159,7 +163,9 @@ type gen struct {
 	m             *ir.Module
 	mesh          Mesh
 	shards        map[string]*ir.Sharding // parameter → its sharding (absent: whole)
-	dpPartial     map[string]bool         // parameters whose gradient the optimizer reduces over dp (ZeRO)
+	dpPartial     map[string]bool         // parameters whose gradient the optimizer reduces over dp (ZeRO-1)
+	dpBlock       map[string]bool         // parameters whose gradient is accumulated as its dp block (ZeRO-2)
+	dp            int
 	funcs         map[string]*ir.Func
 	blocks        map[string]*lower.Block
 	sched         Schedule
@@ -529,10 +535,21 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 			}
 		case at.Has(ir.AttrGrad):
 			key := gradKey(at)
+			t := b.Slots[b.Results[i]]
+			name := at.Str(ir.AttrGrad, "")
+			if rg.g.dpBlock[name] {
+				// ZeRO-2: reduce-scatter this micro-batch's gradient over dp and keep only
+				// this replica's block of dim 0.
+				blk := ir.Type{DType: t.DType, Shape: slices.Clone(t.Shape)}
+				blk.Shape[0] /= rg.g.mesh.DP
+				rs := rg.newBuffer(fmt.Sprintf("%s.block#%d", strings.TrimPrefix(key, "grad:"), mb), blk, pb.Role_ACTIVATION)
+				rg.instr(&pb.Instr{Kind: pb.Instr_REDUCE_SCATTER, In: []int32{int32(buf)}, Out: []int32{int32(rs)}, Axis: "dp", ReduceOp: pb.Instr_SUM,
+					Stage: int32(stage), Microbatch: int32(mb)})
+				buf, t = rs, blk
+			}
 			grad, ok := rg.named[key]
 			if !ok {
 				// Gradients accumulate in fp32 (fp64 for fp64 parameters).
-				t := b.Slots[b.Results[i]]
 				dt := ir.F32
 				if t.DType == ir.F64 {
 					dt = ir.F64
@@ -546,7 +563,7 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 			// runs collectives asynchronously overlaps the reduction with the backward work
 			// that remains (DESIGN.md §6). In place: the accumulator becomes the sum.
 			// Under ZeRO the optimizer reduce-scatters the replica's sum itself.
-			if rg.g.mesh.DP > 1 && !rg.g.dpPartial[at.Str(ir.AttrGrad, "")] && rg.lastGrad[key] == (gradSite{rg.action, f.Name}) {
+			if rg.g.mesh.DP > 1 && !rg.g.dpPartial[name] && !rg.g.dpBlock[name] && rg.lastGrad[key] == (gradSite{rg.action, f.Name}) {
 				rg.instr(&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{int32(grad)}, Axis: "dp", Microbatch: int32(mb)})
 			}
 		case at.Has(ir.AttrName):

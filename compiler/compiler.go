@@ -418,9 +418,6 @@ func setMesh(m *ir.Module, model string, pp int, opts Options) error {
 	// per-micro-batch functions on its own micro-batches, the optimizer divides the gradient
 	// by M·dp, and code generation all-reduces the gradients over dp. ZeRO would shard the
 	// optimizer state over dp, which nothing does yet: refuse it rather than ignore it.
-	if opts.Zero > 1 {
-		return fmt.Errorf("--zero 2 (sharded gradients) is not implemented yet; --zero 1 shards the optimizer state")
-	}
 	m.SetMesh([]ir.MeshAxis{{Name: "pp", Size: pp}, {Name: "dp", Size: opts.DP}, {Name: "tp", Size: opts.TP}})
 	return nil
 }

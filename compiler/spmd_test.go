@@ -151,6 +151,9 @@ func TestSPMDEquivalence(t *testing.T) {
 			// all-reduce does), but the update's elementwise chains fuse differently around
 			// the block's gather, so the last bits differ from dp2's.
 			{"dp2-zero1", Options{DP: 2, Zero: 1}, ""},
+			// ZeRO-2: each micro-batch's gradient is reduce-scattered and only the block is
+			// accumulated (the sums group by micro-batch first: another order).
+			{"dp2-zero2", Options{DP: 2, Zero: 2}, ""},
 			// The tied embedding's two partial gradients, one per pipeline rank, are each
 			// all-reduced over dp and then summed: another order than dp2's, not bitwise.
 			{"pp2-dp2", Options{PP: 2, DP: 2}, ""},
@@ -169,6 +172,7 @@ func TestSPMDEquivalence(t *testing.T) {
 			{"pp2-tp2-sp-zbh1", Options{PP: 2, TP: 2, SP: true, Schedule: "zb-h1", Optimizer: sgdM}, ""},
 			{"pp2-dp2-tp2-sp", Options{PP: 2, DP: 2, TP: 2, SP: true, Optimizer: sgdM}, ""},
 			{"pp2-dp2-tp2-sp-zero1", Options{PP: 2, DP: 2, TP: 2, SP: true, Zero: 1, Optimizer: sgdM}, ""},
+			{"pp2-dp2-tp2-sp-zero2", Options{PP: 2, DP: 2, TP: 2, SP: true, Zero: 2, Optimizer: sgdM}, ""},
 		}},
 		{llamaPPM, llamaPPM, LoadOptions{Preset: "tiny"}, []layout{
 			{"tp2", Options{TP: 2, Optimizer: sgdM}, ""},
@@ -460,5 +464,31 @@ func TestUnpartitionedShardAnnotations(t *testing.T) {
 	// A mesh beyond the runtime's limit is refused by code generation.
 	if _, err := Compile(tpMLP, Options{TP: 2, DP: 40000}); err == nil || !strings.Contains(err.Error(), "mesh pp=1 dp=40000 tp=2 has more ranks than the limit 65536") {
 		t.Errorf("a mesh of 80000 ranks: %v", err)
+	}
+}
+
+// TestZeroShardsMemory: ZeRO-1 halves the optimizer state a replica holds at dp = 2 (every
+// weight of the tiny GPT has an even first dim) and ZeRO-2 the gradient accumulators too;
+// the parameters stay whole.
+func TestZeroShardsMemory(t *testing.T) {
+	mem := func(zero int) (param, grad, state int64) {
+		res, err := Compile(gptPPM, Options{Load: LoadOptions{Preset: "tiny"}, DP: 2, Zero: zero, Microbatches: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := res.Output.Plan.Programs[0]
+		return p.ParamBytes, p.GradBytes, p.StateBytes
+	}
+	p0, g0, s0 := mem(0)
+	p1, g1, s1 := mem(1)
+	p2, g2, s2 := mem(2)
+	if p1 != p0 || p2 != p0 {
+		t.Errorf("parameter bytes %d, %d, %d: ZeRO-1 and -2 keep parameters whole", p0, p1, p2)
+	}
+	if s1 != s0/2 || s2 != s0/2 {
+		t.Errorf("optimizer state bytes %d (no ZeRO), %d (ZeRO-1), %d (ZeRO-2): want half with ZeRO", s0, s1, s2)
+	}
+	if g1 != g0 || g2 != g0/2 {
+		t.Errorf("gradient bytes %d (no ZeRO), %d (ZeRO-1), %d (ZeRO-2): want whole with ZeRO-1, half with ZeRO-2", g0, g1, g2)
 	}
 }

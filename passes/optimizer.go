@@ -49,7 +49,9 @@ var Optimizer = &Pass{
 		"dp > 1, each replica keeps and updates one dp block of every parameter whose first dim dp divides: the " +
 		"gradient argument {dp_partial} is this replica's sum only, reduce_scatter over dp gives the block of the " +
 		"global sum, the state arguments are that block (shard over dp on dim 0), and the updated block is " +
-		"all_gather-ed into the whole new parameter; other parameters are updated whole.",
+		"all_gather-ed into the whole new parameter; other parameters are updated whole. With zero=2 the gradient " +
+		"argument is already that block (shard over dp on dim 0): code generation reduce-scatters each " +
+		"micro-batch's gradient and accumulates only the block.",
 	Options: []Option{
 		{Name: "kind", Doc: "adamw (the default) or sgd"},
 		{Name: "lr", Doc: "learning rate, >= 0 (default 1e-3 for adamw, 0.01 for sgd)"},
@@ -58,15 +60,15 @@ var Optimizer = &Pass{
 		{Name: "eps", Doc: "adamw: denominator term, >= 0 (default 1e-8)"},
 		{Name: "weight_decay", Doc: "adamw: decoupled weight decay (default 0.01); sgd: L2 term added to the gradient (default 0); >= 0"},
 		{Name: "momentum", Doc: "sgd: momentum, >= 0 (default 0, as torch.optim.SGD: no state; > 0 keeps a momentum_buffer per parameter)"},
-		{Name: "zero", Default: "0", Doc: "ZeRO stage over the mesh's dp axis: 1 shards optimizer state (ppc compile --zero)"},
+		{Name: "zero", Default: "0", Doc: "ZeRO stage over the mesh's dp axis: 1 shards optimizer state, 2 also gradients (ppc compile --zero)"},
 	},
 	Run: func(m *ir.Module, opts Options) error {
 		cfg, err := parseOptimizerOptions(opts)
 		if err != nil {
 			return err
 		}
-		if cfg.zero, err = opts.Int("zero"); err != nil || cfg.zero < 0 || cfg.zero > 1 {
-			return fmt.Errorf("optimizer: zero must be 0 or 1, got %q", opts["zero"])
+		if cfg.zero, err = opts.Int("zero"); err != nil || cfg.zero < 0 || cfg.zero > 2 {
+			return fmt.Errorf("optimizer: zero must be 0, 1 or 2, got %q", opts["zero"])
 		}
 		return addOptimizer(m, cfg)
 	},
@@ -271,17 +273,23 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 		gAttrs := laidOut(ir.Attrs{{Name: ir.AttrGrad, Value: ir.String(p.Name)}})
 		st, stShard := ct, shard
 		zero := c.zero >= 1 && dp > 1 && ct.Rank() >= 1 && ct.Shape[0]%dp == 0
+		gt := ct
 		if zero {
 			// ZeRO: the state is this replica's block of dim 0 (inside the tp block, when tp
 			// splits dim 0 too: the dp axis comes second, innermost).
-			gAttrs = gAttrs.Set(AttrDPPartial, ir.Unit{})
 			st.Shape = slices.Clone(ct.Shape)
 			st.Shape[0] /= dp
 			stShard = zeroSharding(shard, ct.Rank()).Attr()
+			if c.zero >= 2 {
+				gt = st // the gradient arrives as the block, reduced
+				gAttrs = gAttrs.Set(ir.AttrShard, stShard)
+			} else {
+				gAttrs = gAttrs.Set(AttrDPPartial, ir.Unit{})
+			}
 		}
 		op := optParam{
 			p:    f.AddArg(p.Name, p.Type, laidOut(ir.Attrs{{Name: ir.AttrParam, Value: ir.Unit{}}})),
-			g:    f.AddArg("d."+p.Name, ct, gAttrs),
+			g:    f.AddArg("d."+p.Name, gt, gAttrs),
 			zero: zero,
 		}
 		for _, s := range c.stateNames() {
@@ -309,7 +317,9 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 		g := op.g
 		if op.zero {
 			// This replica's block of the global sum, and of the parameter.
-			g = b.Op1("reduce_scatter", ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}, {Name: "dim", Value: ir.Int(0)}, {Name: "parts", Value: ir.Int(dp)}}, g)
+			if c.zero < 2 {
+				g = b.Op1("reduce_scatter", ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}, {Name: "dim", Value: ir.Int(0)}, {Name: "parts", Value: ir.Int(dp)}}, g)
+			}
 			n := g.Type.Shape[0]
 			off := b.Mul(b.Op1("axis_index", ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}}), b.Scalar(ir.I64, float64(n)))
 			idx := b.Add(b.Op1("iota", ir.Attrs{{Name: "axis", Value: ir.Int(0)}, {Name: "type", Value: ir.TypeAttr(ir.T(ir.I64, n))}}), off)
