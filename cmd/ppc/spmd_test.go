@@ -57,8 +57,8 @@ func TestCompileRunReplicas(t *testing.T) {
 func TestDataParallelFlags(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
 	runCases(t, []cliCase{
-		{[]string{"compile", mlp, "--dp", "2", "--zero", "2", "-o", out}, exitInput,
-			[]string{"--zero 2 (sharded gradients) is not implemented yet; --zero 1 shards the optimizer state"}, []string{"reproducer"}},
+		{[]string{"compile", mlp, "--dp", "2", "--zero", "3", "-o", out}, exitInput,
+			[]string{"--zero must be 1 or 2 (0: off), got 3"}, []string{"reproducer"}},
 		{[]string{"compile", mlp, "--dp", "2", "--optimizer", "adamw{zero=1}", "-o", out}, exitInput,
 			[]string{"option zero: ZeRO is chosen with --zero, not in --optimizer"}, nil},
 		{[]string{"compile", tpMLP, "--tp", "4", "-o", out}, exitInput,
