@@ -52,11 +52,14 @@
 // SPMD over dp by construction (rank d of dp runs micro-batches d·M … d·M+M−1 of the global
 // batch), so weight gradients leave the W passes as partial sums over dp. Code generation
 // all-reduces each over dp right after the rank's last W that contributes to it
-// (codegen/doc.go) and the optimizer divides by M·dp; under ZeRO (not yet built) they would be
-// reduce-scattered into dp-sharded optimizer state instead, and the updated parameters
-// all-gathered. Parameters keep their logical shapes in the `shard` attribute, so ranks
-// initialise their own blocks (the initialiser is shard-invariant) and checkpoints merge by
-// name and offset.
+// (codegen/doc.go) and the optimizer divides by M·dp. Under ZeRO the optimizer pass updates
+// each replica's dp block of every parameter whose first dim dp divides: ZeRO-1 reduce-scatters
+// the replica's gradient sum in @optimizer (the argument is marked dp_partial, so code
+// generation does not all-reduce it), ZeRO-2 has code generation reduce-scatter each
+// micro-batch's gradient and accumulate only the block; the state is the block (a `shard`
+// over dp, whose shapes are the block's in any module) and the updated block is all-gathered.
+// Parameters keep their logical shapes in the `shard` attribute, so ranks initialise their own
+// blocks (the initialiser is shard-invariant) and checkpoints merge by name and offset.
 //
 // Golden tests: every testdata/passes/*.ir file starts with `// RUN: passes=PIPELINE`, holds
 // cases split by `// -----`, and checks the printed result with FileCheck directives
