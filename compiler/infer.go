@@ -20,12 +20,23 @@ type Output struct {
 	Tensor device.Tensor
 }
 
-// Infer compiles the model for inference and runs its forward pass once on the CPU. given maps
-// input names (the model's own names, or IR argument names) to .pb (ONNX TensorProto) or .npy
-// files; inputs not given are drawn at random from seed and returned so the caller can save
-// them. Outputs come back in the model's order.
-func Infer(model string, lo LoadOptions, given map[string]string, seed uint64) ([]Output, map[string]device.Tensor, error) {
-	res, err := Compile(model, Options{Load: lo, ForwardOnly: true, Microbatches: 1})
+// InferMesh is the layout ppc infer runs the forward pass on: pipeline stages and
+// tensor-parallel ranks, every rank in this process (0 or 1: one).
+type InferMesh struct{ PP, TP int }
+
+// Infer compiles the model for inference and runs its forward pass once on the CPU, on one
+// device or distributed over mesh (the same plan a training compile would run, with
+// send/recv between stages and the tp collectives; the outputs are gathered whole, so they
+// are the one-device outputs). given maps input names (the model's own names, or IR argument
+// names) to .pb (ONNX TensorProto) or .npy files; inputs not given are drawn at random from
+// seed and returned so the caller can save them. Outputs come back in the model's order.
+func Infer(model string, lo LoadOptions, mesh InferMesh, given map[string]string, seed uint64) ([]Output, map[string]device.Tensor, error) {
+	opts := Options{Load: lo, ForwardOnly: true, Microbatches: 1, PP: mesh.PP, TP: mesh.TP}
+	if mesh.PP > 1 {
+		// A pipeline of one micro-batch: GPipe accepts fewer micro-batches than stages.
+		opts.Schedule = "gpipe"
+	}
+	res, err := Compile(model, opts)
 	// An input that decides a shape cannot stay an input of a static plan; when its data is
 	// given, compile it in as a constant and try again.
 	for tries := 0; err != nil && tries < len(given); tries++ {
@@ -45,7 +56,8 @@ func Infer(model string, lo LoadOptions, given map[string]string, seed uint64) (
 			lo.Frozen = map[string]*ir.Dense{}
 		}
 		lo.Frozen[nc.Tensor] = &ir.Dense{Type: t.Type, Data: t.Data}
-		res, err = Compile(model, Options{Load: lo, ForwardOnly: true, Microbatches: 1})
+		opts.Load = lo
+		res, err = Compile(model, opts)
 	}
 	if err != nil {
 		return nil, nil, err

@@ -40,6 +40,7 @@ func TestONNXBackendNumerics(t *testing.T) {
 		t.Fatal("no models found")
 	}
 	passed, rejected := 0, 0
+	distributed := map[InferMesh]int{}
 	for _, model := range models {
 		dir := filepath.Dir(model)
 		name, _ := filepath.Rel(backendDir, dir)
@@ -48,7 +49,7 @@ func TestONNXBackendNumerics(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			outs, _, err := Infer(model, LoadOptions{}, given, 1)
+			outs, _, err := Infer(model, LoadOptions{}, InferMesh{}, given, 1)
 			if err != nil {
 				if strings.Contains(err.Error(), "unsupported op") {
 					rejected++
@@ -83,9 +84,30 @@ func TestONNXBackendNumerics(t *testing.T) {
 				}
 			}
 			passed++
+			// Distributed inference runs the same forward: on two tensor-parallel ranks and
+			// on two pipeline stages (where the model has two stages' worth of ops) the
+			// outputs are the one-device outputs within rtol 1e-5.
+			for _, mesh := range []InferMesh{{TP: 2}, {PP: 2}, {PP: 2, TP: 2}} {
+				douts, _, err := Infer(model, LoadOptions{}, mesh, given, 1)
+				if err != nil {
+					if mesh.PP > 1 && strings.Contains(err.Error(), "stage") {
+						continue // too few ops to cut into two stages
+					}
+					t.Fatalf("infer on %+v: %v", mesh, err)
+				}
+				distributed[mesh]++
+				for i, o := range douts {
+					a, b := runtime.Float64s(outs[i].Tensor), runtime.Float64s(o.Tensor)
+					for k := range a {
+						if d := math.Abs(a[k] - b[k]); !(d <= 1e-5*math.Abs(a[k])) && !(math.IsNaN(a[k]) && math.IsNaN(b[k])) && !(d == 0) {
+							t.Fatalf("infer on %+v: output %d (%s) element %d is %v, one device gives %v", mesh, i, o.Name, k, b[k], a[k])
+						}
+					}
+				}
+			}
 		})
 	}
-	t.Logf("%d models reproduce ONNX's outputs, %d rejected as unsupported", passed, rejected)
+	t.Logf("%d models reproduce ONNX's outputs, %d rejected as unsupported; distributed inference agrees on %v", passed, rejected, distributed)
 	if passed < 100 {
 		t.Errorf("only %d models passed", passed)
 	}

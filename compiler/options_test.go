@@ -117,7 +117,7 @@ func TestWriteChecksumsAndCleansUp(t *testing.T) {
 // data generator), and a given input outside the model's range names the file.
 func TestInferScalarInputAndRange(t *testing.T) {
 	scalar := writeModel(t, "scalar.ir", "func @forward(%x: f32[] {input}, %w: f32[] {init = \"ones\", param}) -> (f32[] {loss}) {\n  %0 = mul %x, %w : f32[]\n  return %0\n}\n")
-	outs, gen, err := Infer(scalar, LoadOptions{}, nil, 1)
+	outs, gen, err := Infer(scalar, LoadOptions{}, InferMesh{}, nil, 1)
 	if err != nil || len(outs) != 1 || len(gen) != 1 {
 		t.Fatalf("scalar input: %v %v %v", outs, gen, err)
 	}
@@ -127,7 +127,7 @@ func TestInferScalarInputAndRange(t *testing.T) {
 	if err := runtime.WriteNpy(path, labels); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = Infer("../testdata/ir/mlp.ir", LoadOptions{}, map[string]string{"labels": path}, 1)
+	_, _, err = Infer("../testdata/ir/mlp.ir", LoadOptions{}, InferMesh{}, map[string]string{"labels": path}, 1)
 	if err == nil || !strings.Contains(err.Error(), `input "labels": `+path+` holds 10 at element 5, outside the model's range [0, 10)`) {
 		t.Fatalf("label out of range: %v", err)
 	}

@@ -492,3 +492,34 @@ func TestZeroShardsMemory(t *testing.T) {
 		t.Errorf("gradient bytes %d (no ZeRO), %d (ZeRO-1), %d (ZeRO-2): want whole with ZeRO-1, half with ZeRO-2", g0, g1, g2)
 	}
 }
+
+// TestDistributedInference: ppc infer on a transformer runs the same forward on a pipeline
+// and on tensor-parallel ranks (with sequence parallelism's layouts untouched: inference
+// compiles without --sp) and gives the one-device outputs within rtol 1e-5.
+func TestDistributedInference(t *testing.T) {
+	for _, model := range []string{gptPPM, llamaPPM} {
+		lo := LoadOptions{Preset: "tiny", Set: map[string]string{"n_layers": "2"}}
+		one, _, err := Infer(model, lo, InferMesh{}, nil, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		meshes := []InferMesh{{TP: 2}, {PP: 2}, {PP: 2, TP: 2}}
+		if model == gptPPM {
+			meshes = append(meshes, InferMesh{TP: 4}) // llama tiny has 2 kv heads
+		}
+		for _, mesh := range meshes {
+			got, _, err := Infer(model, lo, mesh, nil, 3)
+			if err != nil {
+				t.Fatalf("%s on %+v: %v", filepath.Base(model), mesh, err)
+			}
+			for i, o := range got {
+				a, b := runtime.Float64s(one[i].Tensor), runtime.Float64s(o.Tensor)
+				for k := range a {
+					if math.Abs(a[k]-b[k]) > 1e-5*math.Abs(a[k]) {
+						t.Errorf("%s on %+v: output %s element %d is %.9g, one device %.9g", filepath.Base(model), mesh, o.Name, k, b[k], a[k])
+					}
+				}
+			}
+		}
+	}
+}

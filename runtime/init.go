@@ -14,6 +14,11 @@ import (
 // full tensor; nil for a whole tensor) holds exactly its slice of what one device would hold.
 func initBuffer(b *pb.Buffer, g *shardGeom, t device.Tensor, seed uint64) error {
 	if b.Data != nil {
+		if g != nil {
+			// Imported weights: the program holds the whole tensor, every replica its block.
+			copyBlock(b.Data, t, g, false)
+			return nil
+		}
 		copy(t.Data, b.Data)
 		return nil
 	}

@@ -257,20 +257,26 @@ func (j *Job) prepare(r int, prog *pb.Program) (*Rank, error) {
 			}
 			persistent += size
 		case pb.Role_PARAM:
-			if b.Data != nil && int64(len(b.Data)) != size {
-				return nil, fmt.Errorf("parameter %s holds %d bytes, its type %s needs %d", b.Name, len(b.Data), t, size)
+			g, err := shardOf(b, t, plan.Mesh, rank.Coords)
+			if err != nil {
+				return nil, fmt.Errorf("parameter %s: %v", b.Name, err)
+			}
+			// Imported data is the whole tensor (the program is every replica's; each takes
+			// its block at initialisation).
+			whole := size
+			if g != nil {
+				whole = int64(t.DType.Size())
+				for _, d := range g.global {
+					whole *= d
+				}
+			}
+			if b.Data != nil && int64(len(b.Data)) != whole {
+				return nil, fmt.Errorf("parameter %s holds %d bytes, the whole tensor (%s on this rank) needs %d", b.Name, len(b.Data), t, whole)
 			}
 			if b.Data == nil {
 				if _, err := ir.ParseInit(b.Init); err != nil {
 					return nil, fmt.Errorf("parameter %s: %v", b.Name, err)
 				}
-			} else if len(b.Shard) > 0 {
-				// The program is every replica's: it cannot hold each one's block.
-				return nil, fmt.Errorf("parameter %s holds data and a sharding: a shared program cannot hold each rank's block", b.Name)
-			}
-			g, err := shardOf(b, t, plan.Mesh, rank.Coords)
-			if err != nil {
-				return nil, fmt.Errorf("parameter %s: %v", b.Name, err)
 			}
 			rank.shards[i] = g
 			persistent += size

@@ -174,7 +174,7 @@ func TestLoaderRejectsSPMDFields(t *testing.T) {
 		{"shard on activation", func(p0, _ *pb.Program) { p0.Buffers[1].Shard = shard([]string{"tp"}) },
 			"buffer 1 (sum) has a sharding, which only parameters and optimizer state have (it is activation)"},
 		{"shard with data", func(p0, _ *pb.Program) { p0.Buffers[0].Data = make([]byte, 8) },
-			"parameter w holds data and a sharding: a shared program cannot hold each rank's block"},
+			"parameter w holds 8 bytes, the whole tensor (f32[2] on this rank) needs 16"},
 		{"state shard", func(p0, _ *pb.Program) {
 			p0.Buffers = append(p0.Buffers, &pb.Buffer{Id: 6, Name: "w.m", Dtype: pb.DType_F32, Shape: []int64{2}, Role: pb.Role_STATE, Init: "zeros",
 				Shard: shard([]string{"xx"})})

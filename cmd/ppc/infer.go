@@ -13,7 +13,7 @@ import (
 
 func init() {
 	commands = append(commands, &command{
-		name: "infer", args: "MODEL [--dim k=v]… [--input NAME=FILE]… --output-dir DIR",
+		name: "infer", args: "MODEL [--dim k=v]… [--input NAME=FILE]… [--pp N] [--tp N] --output-dir DIR",
 		summary: "Run a model's forward pass on CPU: inputs from ONNX TensorProto .pb or .npy files (missing ones drawn at random and saved), each output written as DIR/NAME.npy.",
 		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
 			var lf loadFlags
@@ -22,12 +22,18 @@ func init() {
 			fs.Var(&inputs, "input", "an input's data: `NAME=FILE` (.pb or .npy; NAME is the model's input name, or the IR argument's; repeatable)")
 			outDir := fs.String("output-dir", "", "write outputs (and generated inputs) under `DIR`")
 			seed := fs.Uint64("seed", 1, "random seed `N` of generated inputs and of parameters without data")
+			var mesh compiler.InferMesh
+			fs.IntVar(&mesh.PP, "pp", 1, "run the forward pass as a pipeline of `N` stages (every rank in this process)")
+			fs.IntVar(&mesh.TP, "tp", 1, "split the forward pass over `N` tensor-parallel ranks (Megatron's layout, as ppc compile --tp)")
 			return func(args []string) error {
 				if len(args) != 1 {
 					return usagef("want one model file, got %d arguments", len(args))
 				}
 				if *outDir == "" {
 					return usagef("--output-dir DIR is required")
+				}
+				if mesh.PP < 1 || mesh.TP < 1 {
+					return usagef("--pp and --tp must be at least 1")
 				}
 				lo, err := lf.options()
 				if err != nil {
@@ -47,7 +53,7 @@ func init() {
 				if err := checkOutputDir(*outDir); err != nil {
 					return fmt.Errorf("--output-dir: %v", err)
 				}
-				outs, gen, err := compiler.Infer(args[0], lo, given, *seed)
+				outs, gen, err := compiler.Infer(args[0], lo, mesh, given, *seed)
 				if err != nil {
 					return err
 				}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -118,4 +119,20 @@ func TestSummaryTiedReplicas(t *testing.T) {
 	if !strings.Contains(out, want) {
 		t.Errorf("summary lacks %q:\n%s", want, out)
 	}
+}
+
+// TestInferDistributed: ppc infer --pp/--tp runs the forward pass distributed and writes the
+// outputs; the numbers are compared with one device in the compiler's tests.
+func TestInferDistributed(t *testing.T) {
+	dir := t.TempDir()
+	code, _, errOut := ppc(t, "", "infer", gpt, "--preset", "tiny", "--set", "n_layers=2", "--pp", "2", "--tp", "2", "--output-dir", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "loss.npy")); err != nil {
+		t.Fatal(err)
+	}
+	runCases(t, []cliCase{
+		{[]string{"infer", gpt, "--preset", "tiny", "--tp", "0", "--output-dir", dir}, exitInput, []string{"--pp and --tp must be at least 1"}, nil},
+	})
 }
