@@ -216,8 +216,10 @@ func (a *analysis) layerUnits() ([]unit, map[*ir.Op]int) {
 	opCode := map[*ir.Op]int{}
 	lCode := maxLayer + 1
 	var floating []*ir.Op
+	inputOnly := map[*ir.Value]bool{}
 	for _, op := range f.Ops {
-		if r := resultOrNil(op); r != nil && !a.data[r] {
+		r0 := resultOrNil(op)
+		if r := r0; r != nil && !a.data[r] {
 			o := origin{layer: -1}
 			for _, x := range op.Operands {
 				o.layer = max(o.layer, org[x].layer)
@@ -231,15 +233,29 @@ func (a *analysis) layerUnits() ([]unit, map[*ir.Op]int) {
 		}
 		c := -1
 		usesOther := false
+		anchored := false // reads a layer's activation or a parameter
 		for _, x := range op.Operands {
 			if a.data[x] {
-				if x.Def != nil {
+				if x.Def != nil && !inputOnly[x] {
 					c = max(c, code[x])
+					anchored = true
 				}
 				continue
 			}
 			c = max(c, org[x].layer)
 			usesOther = usesOther || org[x].other
+			anchored = anchored || org[x].layer >= 0 || org[x].other
+		}
+		if !anchored && r0 != nil {
+			// Reads model inputs only (a tensor-parallel rank's offset of the labels, a
+			// mask from the tokens): it belongs with its first user, like a constant, not
+			// to the embedding.
+			for _, r := range op.Results {
+				inputOnly[r] = true
+				code[r] = -1
+			}
+			floating = append(floating, op)
+			continue
 		}
 		if usesOther && c == maxLayer {
 			c = lCode
