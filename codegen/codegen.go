@@ -60,7 +60,7 @@ type Output struct {
 // ranks.
 func Generate(m *ir.Module, opts Options) (*Output, error) {
 	g := &gen{m: m, funcs: map[string]*ir.Func{}, blocks: map[string]*lower.Block{}, sched: opts.Schedule,
-		portProducer: map[string]string{}, portConsumers: map[string][]string{}, portIndex: map[string]int{}}
+		portProducer: map[string]string{}, portConsumers: map[string][]string{}}
 	g.microbatches = m.Attrs.Int("microbatches", 1)
 	g.stages = m.Attrs.Int("stages", 1)
 	if g.microbatches < 1 {
@@ -81,6 +81,10 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 	}
 	g.mesh = mesh
 	for _, f := range m.Funcs {
+		if passes.IsRankProgram(f) {
+			g.rankProgs = append(g.rankProgs, f)
+			continue
+		}
 		g.funcs[f.Name] = f
 		if f.Name == "optimizer" {
 			continue
@@ -95,9 +99,6 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 		g.blocks[f.Name] = b
 		for i := range f.Results {
 			if p := f.ResultAttrs[i].Str(passes.AttrPort, ""); p != "" {
-				if _, dup := g.portProducer[p]; !dup {
-					g.portIndex[p] = len(g.portIndex)
-				}
 				g.portProducer[p] = f.Name
 			}
 		}
@@ -118,6 +119,24 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 		Mesh: mesh, World: mesh.PP * mesh.DP * mesh.TP, Microbatches: g.microbatches, Stages: g.stages,
 		StageRanks: g.sched.Placement, Schedule: PlanSchedule{Name: g.sched.Name}, Training: g.funcs["optimizer"] != nil,
 		Optimizer: opts.Optimizer}}
+	if len(g.rankProgs) == 0 {
+		// A module that did not go through rank-programs (a caller that generates code
+		// directly): write its rank programs from the schedule now.
+		acts := make([][]passes.RankAction, len(g.sched.Actions))
+		for r, as := range g.sched.Actions {
+			for _, a := range as {
+				acts[r] = append(acts[r], passes.RankAction{Kind: a.Kind, Stage: a.Stage, Microbatch: a.Microbatch})
+			}
+		}
+		progs, err := passes.BuildRankPrograms(m, g.sched.Placement, acts)
+		if err != nil {
+			return nil, err
+		}
+		g.rankProgs = progs
+	}
+	if len(g.rankProgs) != len(g.sched.Actions) {
+		return nil, fmt.Errorf("the module has %d rank programs, the schedule %d pipeline ranks", len(g.rankProgs), len(g.sched.Actions))
+	}
 	g.dpPartial, g.dpBlock = map[string]bool{}, map[string]bool{}
 	if opt := g.funcs["optimizer"]; opt != nil {
 		for i := range opt.Args {
@@ -163,6 +182,7 @@ type gen struct {
 	m             *ir.Module
 	mesh          Mesh
 	shards        map[string]*ir.Sharding // parameter → its sharding (absent: whole)
+	rankProgs     []*ir.Func              // @rank<r>: each pipeline rank's step (passes.RankPrograms)
 	dpPartial     map[string]bool         // parameters whose gradient the optimizer reduces over dp (ZeRO-1)
 	dpBlock       map[string]bool         // parameters whose gradient is accumulated as its dp block (ZeRO-2)
 	dp            int
@@ -173,7 +193,6 @@ type gen struct {
 	stages        int
 	portProducer  map[string]string
 	portConsumers map[string][]string
-	portIndex     map[string]int
 }
 
 func (g *gen) rankOfFunc(name string) int {
@@ -405,27 +424,47 @@ func (rg *rankGen) emit() error {
 	rg.findLastGrads()
 	// Gradient accumulators start each step at zero; they are created on first use, so zero
 	// them once every action has been generated (the ZEROs go first in the stream).
-	for ai, a := range g.sched.Actions[rg.rank] {
+	// The rank's program (passes.RankPrograms) says what runs in which order and where values
+	// cross ranks: each op lowers to its instructions.
+	prog := g.rankProgs[rg.rank]
+	for ai, op := range prog.Ops {
 		rg.action = ai
-		if g.sched.Placement[a.Stage] != rg.rank {
-			return fmt.Errorf("action %s runs stage %d, which is placed on rank %d", a, a.Stage, g.sched.Placement[a.Stage])
-		}
-		if a.Microbatch < 0 || a.Microbatch >= g.microbatches {
-			return fmt.Errorf("action %s: micro-batch out of range (%d micro-batches)", a, g.microbatches)
-		}
-		kinds := []string{a.Kind}
-		if a.Kind == "B" {
-			kinds = []string{passes.KindI, passes.KindW}
-		}
-		for _, k := range kinds {
-			name := passes.StageFuncName(k, a.Stage)
+		mb := op.Attrs.Int("microbatch", 0)
+		switch op.Name() {
+		case "recv":
+			p := op.Attrs.Str(passes.AttrPort, "")
+			// A value received for a forward run is one of its activations (the memory
+			// report's category), as if the run had received it.
+			rg.forward = forwardUser(prog, op)
+			buf := rg.newBuffer(fmt.Sprintf("%s#%d", p, mb), op.Results[0].Type, pb.Role_ACTIVATION)
+			rg.forward = false
+			rg.instr(&pb.Instr{Kind: pb.Instr_RECV, Out: []int32{int32(buf)}, Peer: int32(op.Attrs.Int("peer", 0)), Tag: int64(op.Attrs.Int("tag", 0)), Microbatch: int32(mb)})
+			rg.ports[portKey{p, mb}] = buf
+		case "run":
+			name := op.Attrs.Str("func", "")
 			f := g.funcs[name]
 			if f == nil {
-				continue // e.g. a stage without parameters has no W function
+				return fmt.Errorf("@%s runs @%s, which the module does not have", prog.Name, name)
 			}
-			if err := rg.instance(f, g.blocks[name], a.Stage, a.Microbatch, k); err != nil {
-				return fmt.Errorf("%s: %v", a, err)
+			if mb < 0 || mb >= g.microbatches {
+				return fmt.Errorf("@%s: run @%s: micro-batch %d out of range (%d micro-batches)", prog.Name, name, mb, g.microbatches)
 			}
+			stage := f.Attrs.Int("stage", 0)
+			if g.sched.Placement[stage] != rg.rank {
+				return fmt.Errorf("@%s runs @%s of stage %d, which is placed on pipeline rank %d", prog.Name, name, stage, g.sched.Placement[stage])
+			}
+			if err := rg.instance(f, g.blocks[name], stage, mb, f.Attrs.Str("kind", "")); err != nil {
+				return fmt.Errorf("%d%s%d: %v", stage, f.Attrs.Str("kind", ""), mb, err)
+			}
+		case "send":
+			p := op.Attrs.Str(passes.AttrPort, "")
+			buf, ok := rg.ports[portKey{p, mb}]
+			if !ok {
+				return fmt.Errorf("@%s sends %q of micro-batch %d before this rank has it", prog.Name, p, mb)
+			}
+			rg.instr(&pb.Instr{Kind: pb.Instr_SEND, In: []int32{int32(buf)}, Peer: int32(op.Attrs.Int("peer", 0)), Tag: int64(op.Attrs.Int("tag", 0)), Microbatch: int32(mb)})
+		default:
+			return fmt.Errorf("@%s: %s is not an op of a rank program (run, send, recv)", prog.Name, op.Name())
 		}
 	}
 	if training {
@@ -456,20 +495,17 @@ func (rg *rankGen) emit() error {
 // schedule that contributes to it (see rankGen.lastGrad).
 func (rg *rankGen) findLastGrads() {
 	g := rg.g
-	for ai, a := range g.sched.Actions[rg.rank] {
-		kinds := []string{a.Kind}
-		if a.Kind == "B" {
-			kinds = []string{passes.KindI, passes.KindW}
+	for ai, op := range g.rankProgs[rg.rank].Ops {
+		if op.Name() != "run" {
+			continue
 		}
-		for _, k := range kinds {
-			f := g.funcs[passes.StageFuncName(k, a.Stage)]
-			if f == nil {
-				continue
-			}
-			for i := range f.Results {
-				if key := gradKey(f.ResultAttrs[i]); key != "" {
-					rg.lastGrad[key] = gradSite{ai, f.Name}
-				}
+		f := g.funcs[op.Attrs.Str("func", "")]
+		if f == nil {
+			continue // reported by emit
+		}
+		for i := range f.Results {
+			if key := gradKey(f.ResultAttrs[i]); key != "" {
+				rg.lastGrad[key] = gradSite{ai, f.Name}
 			}
 		}
 	}
@@ -516,15 +552,8 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 		buf := slotBuf[b.Results[i]]
 		switch {
 		case at.Has(passes.AttrPort):
-			p := at.Str(passes.AttrPort, "")
-			rg.ports[portKey{p, mb}] = buf
-			sent := map[int]bool{}
-			for _, c := range rg.g.portConsumers[p] {
-				if r := rg.g.rankOfFunc(c); r != rg.rank && !sent[r] {
-					sent[r] = true
-					rg.instr(&pb.Instr{Kind: pb.Instr_SEND, In: []int32{int32(buf)}, Peer: int32(r), Tag: rg.tag(p, mb), Stage: int32(stage), Microbatch: int32(mb)})
-				}
-			}
+			// Sends are the rank program's (emit).
+			rg.ports[portKey{at.Str(passes.AttrPort, ""), mb}] = buf
 		case at.Has(ir.AttrLoss):
 			rg.instr(&pb.Instr{Kind: pb.Instr_LOSS, In: []int32{int32(buf)}, Microbatch: int32(mb)})
 			if rg.g.funcs["optimizer"] == nil {
@@ -700,29 +729,18 @@ func (rg *rankGen) collective(f *ir.Func, b *lower.Block, k *lower.Kernel, l low
 	return nil
 }
 
-func (rg *rankGen) tag(port string, mb int) int64 {
-	return int64(rg.g.portIndex[port])*int64(rg.g.microbatches) + int64(mb)
-}
-
 // bindArg returns the buffer feeding argument i of f for micro-batch mb, emitting an INPUT or
 // RECV when the value is not yet on this rank.
 func (rg *rankGen) bindArg(f *ir.Func, i, mb int) (int, error) {
 	a, at := f.Args[i], f.ArgAttrs[i]
 	switch {
 	case at.Has(passes.AttrPort):
+		// Computed on this rank earlier, or received by the rank program's recv.
 		p := at.Str(passes.AttrPort, "")
 		if buf, ok := rg.ports[portKey{p, mb}]; ok {
 			return buf, nil
 		}
-		producer := rg.g.portProducer[p]
-		pr := rg.g.rankOfFunc(producer)
-		if pr == rg.rank {
-			return 0, fmt.Errorf("@%s needs %q of micro-batch %d before @%s computes it on this rank", f.Name, p, mb, producer)
-		}
-		buf := rg.newBuffer(fmt.Sprintf("%s#%d", p, mb), a.Type, pb.Role_ACTIVATION)
-		rg.instr(&pb.Instr{Kind: pb.Instr_RECV, Out: []int32{int32(buf)}, Peer: int32(pr), Tag: rg.tag(p, mb), Microbatch: int32(mb)})
-		rg.ports[portKey{p, mb}] = buf
-		return buf, nil
+		return 0, fmt.Errorf("@%s needs %q of micro-batch %d, which this rank neither computed nor received before", f.Name, p, mb)
 	case at.Has(ir.AttrInput):
 		k := portKey{a.Name, mb}
 		if buf, ok := rg.inputs[k]; ok {
@@ -1287,4 +1305,16 @@ func (g *gen) stageInfo(params []Param) []StageInfo {
 		}
 	}
 	return info
+}
+
+// forwardUser reports whether the first run in prog that uses recv's value runs a forward
+// (F) function.
+func forwardUser(prog *ir.Func, recv *ir.Op) bool {
+	v := recv.Results[0]
+	for _, op := range prog.Ops {
+		if op.Name() == "run" && slices.Contains(op.Operands, v) {
+			return strings.HasPrefix(op.Attrs.Str("func", ""), passes.KindF+"_")
+		}
+	}
+	return false
 }

@@ -14,12 +14,17 @@
 // activations live at once (buffers created by F actions) and the workspace the backward and
 // optimizer need beyond them, and counts a tied weight once per rank that holds it.
 //
-// Communication is derived from the data flow rather than written into the IR (DESIGN.md puts
-// send/recv insertion among the passes): values that cross functions are IR ports, and when
-// producer and consumer sit on different ranks the producer's rank sends right after the
-// action that computes the value and the consumer's rank receives right before the first
-// action that needs it. Sends never block, so a schedule whose compute order passes
-// schedule.Validate cannot deadlock, and a new schedule needs no IR rewrite.
+// Each pipeline rank's step is IR too (passes.RankPrograms, the rank-programs pass the compiler
+// runs last): @rank<r> lists its F/I/W functions in schedule order as `run` ops whose operands
+// and results are the functions' ports, with explicit `recv` right before the first run that
+// needs a value from another rank and `send` right after the run that produces one. Code
+// generation lowers those ops in order — run to the function's launches, send and recv to
+// SEND and RECV with the IR's peer and tag — so `ppc compile --print-ir-after=rank-programs`
+// shows exactly what each rank does, and golden tests check where its communication goes.
+// Sends never block, so a schedule whose compute order passes schedule.Validate cannot
+// deadlock. A module without rank programs (a caller generating code directly) gets them
+// written from the schedule first. Added by code generation and not in the rank programs: the
+// data-parallel gradient reductions, a tied weight's partial-sum exchange and the optimizer.
 //
 // Gradients accumulate over micro-batches in fp32 (fp64 for fp64 parameters). A tied weight's
 // partial gradients (one per use, see passes.SplitStages) are exchanged between the ranks that

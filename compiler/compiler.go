@@ -159,6 +159,19 @@ func Compile(model string, opts Options) (*Result, error) {
 		split = fmt.Sprintf("split-stages{recompute=%s}", opts.Recompute)
 	}
 	pipeline = append(pipeline, split)
+	// Each pipeline rank's step as IR (send/recv explicit), which code generation lowers.
+	cs, err := codegenSchedule(sched, sched.Stages)
+	if err != nil {
+		return nil, err
+	}
+	acts := make([][]passes.RankAction, len(cs.Actions))
+	for r, row := range cs.Actions {
+		for _, a := range row {
+			acts[r] = append(acts[r], passes.RankAction{Kind: a.Kind, Stage: a.Stage, Microbatch: a.Microbatch})
+		}
+	}
+	passes.SetSchedule(m, cs.Placement, acts)
+	pipeline = append(pipeline, "rank-programs")
 	pl, err := passes.ParsePipeline(strings.Join(pipeline, ","))
 	if err != nil {
 		return nil, err
@@ -169,8 +182,7 @@ func Compile(model string, opts Options) (*Result, error) {
 	if err := checkKernels(m); err != nil {
 		return nil, err
 	}
-	cs, err := codegenSchedule(sched, m.Attrs.Int("stages", 1))
-	if err != nil {
+	if _, err := codegenSchedule(sched, m.Attrs.Int("stages", 1)); err != nil {
 		return nil, err
 	}
 	optName := ""

@@ -31,6 +31,10 @@ const (
 	ConstantLike
 	// Loss: computes a scalar training loss.
 	Loss
+	// Calls: runs another function of the module (named by the attribute func): its operands
+	// and results are that function's arguments and results marked `port`, checked by the
+	// verifier against the callee rather than by type inference.
+	Calls
 )
 
 var traitNames = []struct {
@@ -38,7 +42,7 @@ var traitNames = []struct {
 	n string
 }{{Pure, "pure"}, {Elementwise, "elementwise"}, {Broadcasting, "broadcasting"},
 	{Commutative, "commutative"}, {Reduction, "reduction"}, {Collective, "collective"},
-	{P2P, "p2p"}, {ConstantLike, "constant"}, {Loss, "loss"}}
+	{P2P, "p2p"}, {ConstantLike, "constant"}, {Loss, "loss"}, {Calls, "calls"}}
 
 func (t Trait) String() string {
 	var s []string

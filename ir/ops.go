@@ -18,8 +18,10 @@ var (
 	normAttrs      = []AttrSpec{axisAttr(true), {Name: "eps", Kind: KindFloat, Optional: true}}
 	collectiveAxis = AttrSpec{Name: "axis", Kind: KindAxis}
 	gatherDimAttrs = []AttrSpec{collectiveAxis, {Name: "dim", Kind: KindInt}, {Name: "parts", Kind: KindInt}}
-	p2pAttrs       = []AttrSpec{{Name: "peer", Kind: KindInt}, {Name: "tag", Kind: KindInt}}
-	lossReduction  = AttrSpec{Name: "reduction", Kind: KindEnum, Optional: true, Enum: []string{"mean", "sum", "none"}}
+	p2pAttrs       = []AttrSpec{{Name: "peer", Kind: KindInt}, {Name: "tag", Kind: KindInt},
+		// In a rank's program (passes' rank-programs): the port and micro-batch carried.
+		{Name: "port", Kind: KindString, Optional: true}, {Name: "microbatch", Kind: KindInt, Optional: true}}
+	lossReduction = AttrSpec{Name: "reduction", Kind: KindEnum, Optional: true, Enum: []string{"mean", "sum", "none"}}
 )
 
 func unaryOp(name, doc string, infer InferFunc) OpDef {
@@ -139,6 +141,11 @@ var coreOps = []OpDef{
 	{Name: "collective_broadcast", Doc: "copy the root rank's value to every rank of a mesh axis (named as XLA's CollectiveBroadcast, since `broadcast` is numpy's broadcast_to)",
 		MinOperands: 1, MaxOperands: 1, Traits: Collective, Infer: inferUnary,
 		Attrs: []AttrSpec{collectiveAxis, {Name: "root", Kind: KindInt, Optional: true}}},
+
+	// A rank's program (passes' rank-programs): one run of a per-stage function.
+	{Name: "run", Doc: "run the function named func for one micro-batch: operands are its port arguments, results its port results, in order",
+		MinOperands: 0, MaxOperands: -1, Traits: Calls, Infer: inferNone,
+		Attrs: []AttrSpec{{Name: "func", Kind: KindString}, {Name: "microbatch", Kind: KindInt}}},
 
 	// Point-to-point.
 	{Name: "send", Doc: "send a value to a peer (pipeline stage or rank) with a tag; no result", MinOperands: 1, MaxOperands: 1,

@@ -87,3 +87,32 @@ func @optimizer(%w.exp_avg: f32[5,4] {init = "zeros", shard = [dp, _], state = "
 		t.Fatalf("got %v", err)
 	}
 }
+
+// A rank program's run is checked against its callee's ports.
+func TestRunChecksItsCallee(t *testing.T) {
+	src := `module @m
+
+func @F_s0(%x: f32[2] {port = "x"}) -> (f32[2] {port = "y"}) {
+  %y = neg %x : f32[2]
+  return %y
+}
+
+func @rank0(%a: f32[2]) -> () {
+  %b = run %a {func = "F_s0", microbatch = 0} : f32[2]
+  return
+}
+`
+	if _, err := ParseAndVerify("r.ir", src); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ from, to, want string }{
+		{`func = "F_s0"`, `func = "G"`, `r.ir:9:8: run: no function @G to run`},
+		{`%b = run %a {func = "F_s0", microbatch = 0} : f32[2]`, `%b = run %a {func = "F_s0", microbatch = 0} : f32[3]`, "result 0 declared f32[3], the port gives f32[2]"},
+		{`%b = run %a {`, `%b = run %a, %a {`, "2 operands and 1 results, but @F_s0 takes 1 ports and returns 1"},
+	} {
+		bad := strings.Replace(src, c.from, c.to, 1)
+		if _, err := ParseAndVerify("r.ir", bad); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want %q", c.to, err, c.want)
+		}
+	}
+}

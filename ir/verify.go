@@ -176,6 +176,10 @@ func (v *verifier) fn(f *Func, commExplicit bool) {
 }
 
 func (v *verifier) checkTypes(f *Func, op *Op, in []Type) {
+	if op.Def.Has(Calls) {
+		v.checkCall(f, op, in)
+		return
+	}
 	want, err := op.Def.Infer(in, op.Attrs)
 	if err != nil {
 		v.opErrorf(f, op, "%s: %v", op.Def.Name, err)
@@ -232,4 +236,40 @@ func valueName(x *Value) string {
 		return fmt.Sprintf("result %d of %s", x.Index, x.Def.Def.Name)
 	}
 	return fmt.Sprintf("argument %d", x.Index)
+}
+
+// checkCall checks a run of another function: the callee exists, and the operands and
+// results match its arguments and results marked port, in order.
+func (v *verifier) checkCall(f *Func, op *Op, in []Type) {
+	name := op.Attrs.Str("func", "")
+	callee := v.m.Func(name)
+	if callee == nil || callee == f {
+		v.opErrorf(f, op, "%s: no function @%s to run", op.Def.Name, name)
+		return
+	}
+	var args, results []Type
+	for i, a := range callee.Args {
+		if callee.ArgAttrs[i].Has("port") {
+			args = append(args, a.Type)
+		}
+	}
+	for i, r := range callee.Results {
+		if callee.ResultAttrs[i].Has("port") {
+			results = append(results, r.Type)
+		}
+	}
+	if len(in) != len(args) || len(op.Results) != len(results) {
+		v.opErrorf(f, op, "%s @%s: %d operands and %d results, but @%s takes %d ports and returns %d", op.Def.Name, name, len(in), len(op.Results), name, len(args), len(results))
+		return
+	}
+	for i, t := range in {
+		if !t.Equal(args[i]) {
+			v.opErrorf(f, op, "%s @%s: operand %d is %s, the port takes %s", op.Def.Name, name, i, t, args[i])
+		}
+	}
+	for i, r := range op.Results {
+		if r.Type.Known() && !r.Type.Equal(results[i]) {
+			v.opErrorf(f, op, "%s @%s: result %d declared %s, the port gives %s", op.Def.Name, name, i, r.Type, results[i])
+		}
+	}
 }

@@ -15,4 +15,5 @@ var table = []*Pass{
 	Autodiff,
 	Optimizer,
 	SplitStages,
+	RankPrograms,
 }

@@ -1,0 +1,234 @@
+package passes
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"ppc.dev/ppc/ir"
+)
+
+// AttrSchedule (on a module) is the pipeline schedule rank-programs follows:
+// {placement = [pipeline rank of each stage], actions = ["0F0 0F1 0I0 …" per pipeline rank]},
+// actions in PyTorch's grammar (F, I, W, B = I then W).
+const AttrSchedule = "schedule"
+
+// RankProgramPrefix names the functions rank-programs writes: @rank0, @rank1, …
+const RankProgramPrefix = "rank"
+
+// RankPrograms writes each pipeline rank's step as a function of the module.
+var RankPrograms = &Pass{
+	Name: "rank-programs",
+	Doc: "After split-stages, write what each pipeline rank does in one training step as a function @rank<r>: " +
+		"its F, I and W functions in the order of the module's schedule attribute (`run {func, microbatch}`, " +
+		"whose operands and results are the function's ports), each value another rank produces received " +
+		"right before the first run that needs it (`recv {peer, tag, port, microbatch}`) and each value another " +
+		"rank needs sent right after the run that produces it (`send`). Sends never wait, so a schedule whose " +
+		"compute order is valid cannot deadlock. The tensor-parallel collectives are inside the per-stage " +
+		"functions; data-parallel gradient reductions, tied weights' partial sums and the optimizer are added " +
+		"by code generation, which lowers these functions (every dp × tp replica of pipeline rank r runs " +
+		"@rank<r>). Peers are pipeline ranks; tag = port index · M + micro-batch.",
+	Run: func(m *ir.Module, _ Options) error {
+		placement, actions, err := ReadSchedule(m)
+		if err != nil {
+			return err
+		}
+		for _, f := range m.Funcs {
+			if IsRankProgram(f) {
+				return fmt.Errorf("the module already has rank programs (@%s)", f.Name)
+			}
+		}
+		progs, err := BuildRankPrograms(m, placement, actions)
+		if err != nil {
+			return err
+		}
+		m.Funcs = append(m.Funcs, progs...)
+		return nil
+	},
+}
+
+// RankAction is one compute action of a pipeline rank.
+type RankAction struct {
+	Kind       string // F, I, W or B
+	Stage      int
+	Microbatch int
+}
+
+func (a RankAction) String() string { return fmt.Sprintf("%d%s%d", a.Stage, a.Kind, a.Microbatch) }
+
+// IsRankProgram reports whether f is a function rank-programs wrote.
+func IsRankProgram(f *ir.Func) bool { return f.Attrs.Has("rank") }
+
+// SetSchedule records the schedule in the module attribute rank-programs reads.
+func SetSchedule(m *ir.Module, placement []int, actions [][]RankAction) {
+	var rows ir.List
+	for _, acts := range actions {
+		parts := make([]string, len(acts))
+		for i, a := range acts {
+			parts[i] = a.String()
+		}
+		rows = append(rows, ir.String(strings.Join(parts, " ")))
+	}
+	m.Attrs = m.Attrs.Set(AttrSchedule, ir.Dict{{Name: "actions", Value: rows}, {Name: "placement", Value: ir.Ints(placement...)}})
+}
+
+// ReadSchedule reads the module's schedule attribute.
+func ReadSchedule(m *ir.Module) ([]int, [][]RankAction, error) {
+	d, ok := m.Attrs.Get(AttrSchedule).(ir.Dict)
+	if !ok {
+		return nil, nil, fmt.Errorf("the module has no %s attribute {placement = […], actions = […]} (ppc compile sets it)", AttrSchedule)
+	}
+	placement := ir.Attrs(d).Ints("placement")
+	rows, _ := ir.Attrs(d).Get("actions").(ir.List)
+	var actions [][]RankAction
+	for r, row := range rows {
+		s, ok := row.(ir.String)
+		if !ok {
+			return nil, nil, fmt.Errorf("schedule: actions of rank %d must be a string", r)
+		}
+		var acts []RankAction
+		for _, w := range strings.Fields(string(s)) {
+			i := strings.IndexAny(w, "FIWB")
+			if i <= 0 || i == len(w)-1 {
+				return nil, nil, fmt.Errorf("schedule: rank %d: bad action %q (want e.g. 0F3)", r, w)
+			}
+			st, err1 := strconv.Atoi(w[:i])
+			mb, err2 := strconv.Atoi(w[i+1:])
+			if err1 != nil || err2 != nil || st < 0 || mb < 0 || st >= len(placement) {
+				return nil, nil, fmt.Errorf("schedule: rank %d: bad action %q", r, w)
+			}
+			acts = append(acts, RankAction{Kind: w[i : i+1], Stage: st, Microbatch: mb})
+		}
+		actions = append(actions, acts)
+	}
+	for s, r := range placement {
+		if r < 0 || r >= len(actions) {
+			return nil, nil, fmt.Errorf("schedule: stage %d placed on rank %d of %d", s, r, len(actions))
+		}
+	}
+	return placement, actions, nil
+}
+
+// portMap is where each port is produced and consumed, and its index for tags.
+type portMap struct {
+	producer  map[string]string
+	consumers map[string][]string
+	index     map[string]int
+}
+
+func portsOf(m *ir.Module) portMap {
+	pm := portMap{producer: map[string]string{}, consumers: map[string][]string{}, index: map[string]int{}}
+	for _, f := range m.Funcs {
+		if f.Attrs.Str("kind", "") == "" {
+			continue
+		}
+		for i := range f.Results {
+			if p := f.ResultAttrs[i].Str(AttrPort, ""); p != "" {
+				if _, dup := pm.producer[p]; !dup {
+					pm.index[p] = len(pm.index)
+				}
+				pm.producer[p] = f.Name
+			}
+		}
+		for i := range f.Args {
+			if p := f.ArgAttrs[i].Str(AttrPort, ""); p != "" {
+				pm.consumers[p] = append(pm.consumers[p], f.Name)
+			}
+		}
+	}
+	return pm
+}
+
+// BuildRankPrograms writes @rank<r> for every pipeline rank r of the schedule.
+func BuildRankPrograms(m *ir.Module, placement []int, actions [][]RankAction) ([]*ir.Func, error) {
+	nmb, err := Microbatches(m)
+	if err != nil {
+		return nil, err
+	}
+	pm := portsOf(m)
+	for p, cs := range pm.consumers {
+		if _, ok := pm.producer[p]; !ok {
+			return nil, fmt.Errorf("port %q is consumed by @%s but produced nowhere", p, cs[0])
+		}
+	}
+	rankOf := func(name string) int { return placement[m.Func(name).Attrs.Int("stage", 0)] }
+	tag := func(p string, mb int) ir.Int { return ir.Int(pm.index[p]*nmb + mb) }
+	runDef, sendDef, recvDef := ir.MustLookup("run"), ir.MustLookup("send"), ir.MustLookup("recv")
+	var progs []*ir.Func
+	for r, acts := range actions {
+		fn := ir.NewFunc(RankProgramPrefix + strconv.Itoa(r))
+		fn.Attrs = ir.Attrs{{Name: "rank", Value: ir.Int(r)}}
+		type key struct {
+			port string
+			mb   int
+		}
+		ports := map[key]*ir.Value{}
+		for _, a := range acts {
+			if placement[a.Stage] != r {
+				return nil, fmt.Errorf("rank %d: action %s runs stage %d, which is placed on rank %d", r, a, a.Stage, placement[a.Stage])
+			}
+			if a.Microbatch >= nmb {
+				return nil, fmt.Errorf("rank %d: action %s: micro-batch out of range (%d micro-batches)", r, a, nmb)
+			}
+			kinds := []string{a.Kind}
+			if a.Kind == "B" {
+				kinds = []string{KindI, KindW}
+			}
+			for _, k := range kinds {
+				f := m.Func(StageFuncName(k, a.Stage))
+				if f == nil {
+					continue // a stage without parameters has no W function
+				}
+				mb := a.Microbatch
+				var in []*ir.Value
+				for i, arg := range f.Args {
+					p := f.ArgAttrs[i].Str(AttrPort, "")
+					if p == "" {
+						continue
+					}
+					v, ok := ports[key{p, mb}]
+					if !ok {
+						producer := pm.producer[p]
+						pr := rankOf(producer)
+						if pr == r {
+							return nil, ir.ErrorAt(m.Source, f.Loc, "rank %d: @%s needs %q of micro-batch %d before @%s computes it on this rank (action %s of the schedule)", r, f.Name, p, mb, producer, a)
+						}
+						op := ir.NewOp(recvDef, nil, ir.Attrs{{Name: "microbatch", Value: ir.Int(mb)}, {Name: "peer", Value: ir.Int(pr)},
+							{Name: "port", Value: ir.String(p)}, {Name: "tag", Value: tag(p, mb)}, {Name: "type", Value: ir.TypeAttr(arg.Type)}}, []ir.Type{arg.Type})
+						v = op.Results[0]
+						v.Name = fmt.Sprintf("%s#%d", p, mb)
+						fn.Ops = append(fn.Ops, op)
+						ports[key{p, mb}] = v
+					}
+					in = append(in, v)
+				}
+				var outTypes []ir.Type
+				var outPorts []string
+				for i, res := range f.Results {
+					if p := f.ResultAttrs[i].Str(AttrPort, ""); p != "" {
+						outTypes = append(outTypes, res.Type)
+						outPorts = append(outPorts, p)
+					}
+				}
+				run := ir.NewOp(runDef, in, ir.Attrs{{Name: "func", Value: ir.String(f.Name)}, {Name: "microbatch", Value: ir.Int(mb)}}, outTypes)
+				run.Stage = a.Stage
+				fn.Ops = append(fn.Ops, run)
+				for i, p := range outPorts {
+					v := run.Results[i]
+					v.Name = fmt.Sprintf("%s#%d", p, mb)
+					ports[key{p, mb}] = v
+					sent := map[int]bool{}
+					for _, c := range pm.consumers[p] {
+						if cr := rankOf(c); cr != r && !sent[cr] {
+							sent[cr] = true
+							fn.Ops = append(fn.Ops, ir.NewOp(sendDef, []*ir.Value{v}, ir.Attrs{{Name: "microbatch", Value: ir.Int(mb)},
+								{Name: "peer", Value: ir.Int(cr)}, {Name: "port", Value: ir.String(p)}, {Name: "tag", Value: tag(p, mb)}}, nil))
+						}
+					}
+				}
+			}
+		}
+		progs = append(progs, fn)
+	}
+	return progs, nil
+}
