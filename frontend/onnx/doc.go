@@ -87,10 +87,13 @@
 // self-Mul → ReduceMean → Add eps → Sqrt → Div [→ Mul gamma [→ Add beta]] over trailing
 // axes) → layer_norm with scale and bias when their shapes are exactly the normalised dims;
 // GELU's erf form x·0.5·(1 + erf(x/√2)) in its association orders → gelu; the tanh form
-// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) → gelu {approximate = tanh}; MatMul followed
-// by the only use Add of a 1-D bias over the last dim → matmul with a bias operand. A
-// pattern is raised only when it matches exactly: constants within 1e-6 relative, every
-// intermediate value used only inside the pattern and not returned.
+// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) → gelu {approximate = tanh}; a Transpose that
+// swaps the last two dims of a MatMul (or Gemm) operand and has no other use → the matmul's
+// transpose_a / transpose_b flag (a Linear exported without constant folding, a tied output
+// head MatMul(x, Transpose(wte)), attention's q·kᵀ), so that shard-annotate sees the weight
+// itself; MatMul followed by the only use Add of a 1-D bias over the last dim → matmul with a
+// bias operand. A pattern is raised only when it matches exactly: constants within 1e-6
+// relative, every intermediate value used only inside the pattern and not returned.
 //
 // # Robustness
 //
