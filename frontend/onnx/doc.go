@@ -104,3 +104,9 @@
 // is bounded by ir.MaxFoldElements. FuzzImport exercises this; its crashers are kept under
 // testdata/fuzz.
 package onnx
+
+// The exporter-pattern GPT that the importer, sharding and compiler tests share
+// (testdata/models/gpt-tiny.onnx) is generated here, by the package whose patterns it
+// exercises; testdata itself is outside `go generate ./...`, and TestGPTTinyUpToDate checks
+// that the committed file is what the generator writes.
+//go:generate go run ../../testdata/models/gen_gpt_onnx.go -o ../../testdata/models/gpt-tiny.onnx
