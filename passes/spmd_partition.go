@@ -258,8 +258,14 @@ func (pt *partitioner) emit(op *ir.Op, in []*ir.Value, req []lay, out lay) ([]*i
 		}
 	case "matmul":
 		if len(in) == 3 && req[0].partial == false && req[1].dim >= 0 && pt.contracts(op, req) {
-			// Row-parallel with a bias: sum the partial products, then add the bias once.
-			y := b.Op1("all_reduce", pt.axisAttrs(), b.Op1("matmul", attrs, in[0], in[1]))
+			// Row-parallel with a bias: sum the partial products (into this rank's block of
+			// the sequence under sequence parallelism), then add the bias once.
+			y := b.Op1("matmul", attrs, in[0], in[1])
+			if out.dim >= 0 {
+				y = b.Op1("reduce_scatter", pt.axisAttrs(ir.NamedAttr{Name: "dim", Value: ir.Int(out.dim)}, ir.NamedAttr{Name: "parts", Value: ir.Int(pt.tp)}), y)
+			} else {
+				y = b.Op1("all_reduce", pt.axisAttrs(), y)
+			}
 			return []*ir.Value{b.Add(y, in[2])}, nil
 		}
 	}

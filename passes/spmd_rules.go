@@ -200,8 +200,10 @@ func shElementwise(c *ruleCtx) (req, out []lay) {
 // dims. K split on both sides gives a partial sum (row-parallel); K split on one side splits
 // the other to match. M comes from a and N from b (column-parallel); when both would use the
 // axis, b (usually a weight, whose layout is fixed) wins and a is gathered. Batch dims follow
-// the elementwise rule. A split K with a bias is reduced inside the op (the bias is added
-// once), so the result is whole.
+// the elementwise rule. A split K with a bias (the form ONNX raising gives a Linear) is
+// reduced inside the op so that the bias is added once: into a whole result, or under
+// sequence parallelism into a split of the sequence dim (Megatron's reduce-scatter leaving
+// the row-parallel layer, as shElementwise does for the bias added by a separate op).
 func shMatmul(c *ruleCtx) (req, out []lay) {
 	a, b := c.op.Operands[0], c.op.Operands[1]
 	as, bs := shapeOf(a), shapeOf(b)
@@ -253,6 +255,9 @@ func shMatmul(c *ruleCtx) (req, out []lay) {
 		req = append(req, rbias)
 		if res.partial {
 			res = replicated // reduced before the bias is added
+			if c.sp && R >= 3 && c.fits(rs, 1) && c.op.Results[0].Type.DType.IsFloat() {
+				res = splitAt(1)
+			}
 		}
 	}
 	return req, []lay{res}

@@ -58,54 +58,63 @@ func TestSpmdPartitionMatchesOneDevice(t *testing.T) {
 				}
 				full[i] = ir.NewDenseF64(a.Type, v)
 			}
-			want, err := evalFunc(ref.Func(TrainFunc), full)
-			if err != nil {
-				t.Fatal(err)
-			}
-			train := part.Func(TrainFunc)
-			layouts := make([]lay, len(train.Args))
-			args := make([][]*ir.Dense, c.tp)
-			split := 0
-			for i, a := range train.Args {
-				s, err := ir.ArgSharding(train, i)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if layouts[i], err = layOf(s, tpAxis); err != nil {
-					t.Fatal(err)
-				}
-				if layouts[i].dim >= 0 {
-					split++
-				}
-				for r := range c.tp {
-					args[r] = append(args[r], blockOf(full[i], layouts[i].dim, r, c.tp, a.Type))
-				}
-			}
-			if split == 0 {
-				t.Fatal("no parameter was split")
-			}
-			got, err := spmdEval(train, args)
-			if err != nil {
-				t.Fatalf("%v\n%s", err, train)
-			}
-			params := 0
-			for i := range train.Args {
-				if !train.ArgAttrs[i].Has(ir.AttrParam) {
-					continue
-				}
-				params++
-				for r := range c.tp {
-					w := blockOf(want[params], layouts[i].dim, r, c.tp, got[r][params].Type)
-					closeEnough(t, fmt.Sprintf("rank %d: gradient of %%%s", r, train.Args[i].Name), got[r][params], w)
-				}
-			}
-			for r := range c.tp {
-				closeEnough(t, fmt.Sprintf("rank %d: loss", r), got[r][0], want[0])
-			}
-			if t.Failed() {
-				t.Logf("partitioned @train:\n%s", train)
-			}
+			checkSpmdTrain(t, ref, part, full, c.tp)
 		})
+	}
+}
+
+// checkSpmdTrain compares the partitioned @train of part, run on tp ranks by spmdEval, with
+// the one-device @train of ref on the whole arguments full: the loss on every rank, and
+// every parameter gradient — block r of the one-device gradient on rank r for a split
+// parameter, the whole gradient on every rank for a whole one.
+func checkSpmdTrain(t *testing.T, ref, part *ir.Module, full []*ir.Dense, tp int) {
+	t.Helper()
+	want, err := evalFunc(ref.Func(TrainFunc), full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	train := part.Func(TrainFunc)
+	layouts := make([]lay, len(train.Args))
+	args := make([][]*ir.Dense, tp)
+	split := 0
+	for i, a := range train.Args {
+		s, err := ir.ArgSharding(train, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if layouts[i], err = layOf(s, tpAxis); err != nil {
+			t.Fatal(err)
+		}
+		if layouts[i].dim >= 0 {
+			split++
+		}
+		for r := range tp {
+			args[r] = append(args[r], blockOf(full[i], layouts[i].dim, r, tp, a.Type))
+		}
+	}
+	if split == 0 {
+		t.Fatal("no parameter was split")
+	}
+	got, err := spmdEval(train, args)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, train)
+	}
+	params := 0
+	for i := range train.Args {
+		if !train.ArgAttrs[i].Has(ir.AttrParam) {
+			continue
+		}
+		params++
+		for r := range tp {
+			w := blockOf(want[params], layouts[i].dim, r, tp, got[r][params].Type)
+			closeEnough(t, fmt.Sprintf("rank %d: gradient of %%%s", r, train.Args[i].Name), got[r][params], w)
+		}
+	}
+	for r := range tp {
+		closeEnough(t, fmt.Sprintf("rank %d: loss", r), got[r][0], want[0])
+	}
+	if t.Failed() {
+		t.Logf("partitioned @train:\n%s", train)
 	}
 }
 

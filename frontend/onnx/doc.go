@@ -87,10 +87,13 @@
 // self-Mul → ReduceMean → Add eps → Sqrt → Div [→ Mul gamma [→ Add beta]] over trailing
 // axes) → layer_norm with scale and bias when their shapes are exactly the normalised dims;
 // GELU's erf form x·0.5·(1 + erf(x/√2)) in its association orders → gelu; the tanh form
-// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) → gelu {approximate = tanh}; MatMul followed
-// by the only use Add of a 1-D bias over the last dim → matmul with a bias operand. A
-// pattern is raised only when it matches exactly: constants within 1e-6 relative, every
-// intermediate value used only inside the pattern and not returned.
+// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) → gelu {approximate = tanh}; a Transpose that
+// swaps the last two dims of a MatMul (or Gemm) operand and has no other use → the matmul's
+// transpose_a / transpose_b flag (a Linear exported without constant folding, a tied output
+// head MatMul(x, Transpose(wte)), attention's q·kᵀ), so that shard-annotate sees the weight
+// itself; MatMul followed by the only use Add of a 1-D bias over the last dim → matmul with a
+// bias operand. A pattern is raised only when it matches exactly: constants within 1e-6
+// relative, every intermediate value used only inside the pattern and not returned.
 //
 // # Robustness
 //
@@ -101,3 +104,9 @@
 // is bounded by ir.MaxFoldElements. FuzzImport exercises this; its crashers are kept under
 // testdata/fuzz.
 package onnx
+
+// The exporter-pattern GPT that the importer, sharding and compiler tests share
+// (testdata/models/gpt-tiny.onnx) is generated here, by the package whose patterns it
+// exercises; testdata itself is outside `go generate ./...`, and TestGPTTinyUpToDate checks
+// that the committed file is what the generator writes.
+//go:generate go run ../../testdata/models/gen_gpt_onnx.go -o ../../testdata/models/gpt-tiny.onnx

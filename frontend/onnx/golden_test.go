@@ -121,6 +121,42 @@ var goldenCases = []goldenCase{
 // CHECK: %h = matmul %x, %fc.weight : f32[3,4]
 // CHECK-NEXT: %y = add %h, %b2 : f32[3,4]
 `},
+	{name: "matmul_transpose", model: func() *mb {
+		// A Linear exported without constant folding (weight [out, in], Transpose, MatMul,
+		// Add), attention scores against a transposed key, and a Gemm whose transB meets a
+		// Transpose (the flags cancel).
+		return model(17).input("x", dtFloat, 2, 3, 8).input("k", dtFloat, 2, 4, 3, 8).input("x2", dtFloat, 3, 4).
+			init(f32n("fc.weight", 4, 8)).init(f32n("fc.bias", 4)).init(f32n("w2", 4, 5)).
+			node("Transpose", "wt", in("fc.weight"), in("wt"), aInts("perm", 1, 0)).
+			node("MatMul", "mm", in("x", "wt"), in("h")).
+			node("Add", "add", in("fc.bias", "h"), in("y")).
+			node("Transpose", "kt", in("k"), in("kt"), aInts("perm", 0, 1, 3, 2)).
+			node("MatMul", "scores", in("k", "kt"), in("s")).
+			node("Transpose", "w2t", in("w2"), in("w2t"), aInts("perm", 1, 0)).
+			node("Gemm", "fc2", in("x2", "w2t"), in("z"), aInt("transB", 1)).
+			output("y").output("s").output("z")
+	}, checks: `
+// CHECK: %y = matmul %x, %fc.weight, %fc.bias {transpose_b = true} : f32[2,3,4]
+// CHECK-NEXT: %s = matmul %k, %k {transpose_b = true} : f32[2,4,3,3]
+// CHECK-NEXT: %z = matmul %x2, %w2 : f32[3,5]
+// CHECK-NOT: transpose
+`},
+	{name: "matmul_transpose_near_miss", model: func() *mb {
+		// The transposed weight has a second use, and a 3-D transpose moves a batch dim:
+		// neither is folded.
+		return model(17).input("x", dtFloat, 3, 8).input("a", dtFloat, 2, 3, 4).input("b", dtFloat, 3, 4, 2).
+			init(f32n("w", 4, 8)).
+			node("Transpose", "wt", in("w"), in("wt"), aInts("perm", 1, 0)).
+			node("MatMul", "mm", in("x", "wt"), in("y")).
+			node("Transpose", "at", in("a"), in("at"), aInts("perm", 1, 0, 2)).
+			node("MatMul", "mm2", in("at", "b"), in("z")).
+			output("y").output("wt").output("z")
+	}, checks: `
+// CHECK: %wt = transpose %w {perm = [1, 0]} : f32[8,4]
+// CHECK-NEXT: %y = matmul %x, %wt : f32[3,4]
+// CHECK-NEXT: %at = transpose %a {perm = [1, 0, 2]} : f32[3,2,4]
+// CHECK-NEXT: %z = matmul %at, %b : f32[3,2,2]
+`},
 	{name: "gemm", model: func() *mb {
 		return model(11).input("x", dtFloat, 2, 8).init(f32n("w", 4, 8)).init(f32n("b", 4)).init(f32n("w2", 4, 4)).
 			node("Gemm", "fc", in("x", "w", "b"), in("y"), aInt("transB", 1)).

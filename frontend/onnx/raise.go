@@ -44,9 +44,11 @@ func raise(f *ir.Func) {
 			r.geluTanh(op)
 		}
 	}
-	// MatMul + Add runs last so that it sees the rewritten graph.
+	// MatMul + Add runs last so that it sees the rewritten graph; a transposed operand is
+	// folded first, so that the bias meets the final matmul.
 	for _, op := range f.Ops {
 		if !r.dead[op] && op.Def.Name == "matmul" {
+			r.matmulTranspose(op)
 			r.matmulBias(op)
 		}
 	}
@@ -394,4 +396,45 @@ func (r *raiser) matmulBias(mm *ir.Op) {
 		return
 	}
 	r.replace(add, add.Results[0], newOp("matmul", mm.Attrs, y.Type, mm.Operands[0], mm.Operands[1], bias), mm, add)
+}
+
+// matmulTranspose folds a Transpose that swaps the last two dims of a MatMul operand into
+// the matmul's transpose_a / transpose_b flag, when the matmul is the transpose's only use.
+// Exporters write a Linear without constant folding (training-mode exports) as
+// MatMul(x, Transpose(W)) with W in PyTorch's [out, in] layout, a tied output head as
+// MatMul(x, Transpose(wte)), and attention scores as MatMul(q, Transpose(k)). Folded, the
+// weight is the matmul's own operand again — which is what shard-annotate recognises as a
+// column- or row-parallel weight (it does not look through ops) — and no transposed copy is
+// materialised. It rewrites the matmul in place; the transpose is left to dce.
+func (r *raiser) matmulTranspose(mm *ir.Op) {
+	for i, flag := range []string{"transpose_a", "transpose_b"} {
+		t := mm.Operands[i]
+		if t.Def == nil || t.Def.Def.Name != "transpose" || r.dead[t.Def] || !r.only(t, mm) || !swapsLastTwo(t.Def.Attrs.Ints("perm")) {
+			continue
+		}
+		src := t.Def.Operands[0]
+		mm.Operands[i] = src
+		if mm.Attrs.Bool(flag, false) {
+			mm.Attrs = mm.Attrs.Delete(flag)
+		} else {
+			mm.Attrs = mm.Attrs.Set(flag, ir.BoolAttr(true))
+		}
+		r.dead[t.Def] = true
+		r.uses[t] = nil
+		r.uses[src] = append(r.uses[src], mm)
+	}
+}
+
+// swapsLastTwo reports whether perm exchanges the last two dims and keeps the others.
+func swapsLastTwo(perm []int) bool {
+	n := len(perm)
+	if n < 2 || perm[n-2] != n-1 || perm[n-1] != n-2 {
+		return false
+	}
+	for k := range n - 2 {
+		if perm[k] != k {
+			return false
+		}
+	}
+	return true
 }
