@@ -38,6 +38,7 @@ var (
 	mlpPPM   = "../testdata/models/mlp.ppm"
 	gptPPM   = "../testdata/models/gpt.ppm"
 	llamaPPM = "../testdata/models/llama.ppm"
+	gptONNX  = "../testdata/models/gpt-tiny.onnx"
 	sgdM     = "sgd{lr=0.05,momentum=0.9}"
 )
 
@@ -177,6 +178,12 @@ func TestSPMDEquivalence(t *testing.T) {
 		{llamaPPM, llamaPPM, LoadOptions{Preset: "tiny"}, []layout{
 			{"tp2", Options{TP: 2, Optimizer: sgdM}, ""},
 			{"pp2-tp2-sp-interleaved", Options{PP: 2, TP: 2, SP: true, Schedule: "interleaved-1f1b", Optimizer: sgdM}, ""},
+		}},
+		// An ONNX transformer as torch.onnx.export writes one (testdata/models/gen_gpt_onnx.go):
+		// the importer raises its patterns and shard-annotate finds Megatron's layout on it.
+		{gptONNX, gptONNX, LoadOptions{Dims: map[string]int{"batch": 4}}, []layout{
+			{"pp2-tp2", Options{PP: 2, TP: 2, Optimizer: sgdM}, ""},
+			{"pp2-tp2-sp", Options{PP: 2, TP: 2, SP: true, Optimizer: sgdM}, ""},
 		}},
 		{tpMLP, tpMLPRef, LoadOptions{}, []layout{
 			{"tp2", Options{TP: 2}, ""},
