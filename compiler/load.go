@@ -1,8 +1,10 @@
 package compiler
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -62,24 +64,26 @@ func Load(path string, opts LoadOptions) (*ir.Module, []byte, error) {
 // that is harmless, as Resume compares the tensors themselves and a different hash over
 // matching tensors is only a warning.
 func modelIdentity(src []byte, opts LoadOptions) []byte {
-	var b strings.Builder
+	// A digest, written as it goes: a model file can be gigabytes of weights, which a copy
+	// into one buffer would double in memory.
+	b := sha256.New()
 	b.Write(src)
-	b.WriteString("\x00ppc model options\n")
+	io.WriteString(b, "\x00ppc model options\n")
 	if opts.Preset != "" {
-		fmt.Fprintf(&b, "preset %q\n", opts.Preset)
+		fmt.Fprintf(b, "preset %q\n", opts.Preset)
 	}
 	for _, k := range slices.Sorted(maps.Keys(opts.Set)) {
-		fmt.Fprintf(&b, "set %q = %q\n", k, strings.TrimSpace(opts.Set[k]))
+		fmt.Fprintf(b, "set %q = %q\n", k, strings.TrimSpace(opts.Set[k]))
 	}
 	for _, k := range slices.Sorted(maps.Keys(opts.Dims)) {
-		fmt.Fprintf(&b, "dim %q = %d\n", k, opts.Dims[k])
+		fmt.Fprintf(b, "dim %q = %d\n", k, opts.Dims[k])
 	}
 	for _, k := range slices.Sorted(maps.Keys(opts.Frozen)) {
 		d := opts.Frozen[k]
-		fmt.Fprintf(&b, "frozen %q %s splat=%v %d\n", k, d.Type, d.Splat, len(d.Data))
+		fmt.Fprintf(b, "frozen %q %s splat=%v %d\n", k, d.Type, d.Splat, len(d.Data))
 		b.Write(d.Data)
 	}
-	return []byte(b.String())
+	return b.Sum(nil)
 }
 
 // frontends maps extensions to loaders; frontends.go fills it.
