@@ -48,9 +48,9 @@ type unit struct {
 	// apart from compute.
 	fc, ic, wc float64
 	params     int64   // parameter bytes
-	act     int64   // activation bytes per micro-batch
-	cut     float64 // bytes crossing from this unit to later ones
-	flops   float64
+	act        int64   // activation bytes per micro-batch
+	cut        float64 // bytes crossing from this unit to later ones
+	flops      float64
 }
 
 func runPartition(m *ir.Module, opts Options) error {
