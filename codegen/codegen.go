@@ -1067,6 +1067,10 @@ func (rg *rankGen) optimizer() error {
 // reduce-scatter of a gradient and all-gather of the updated parameter), each against the
 // parameter whose update needs it, so that the plan can charge it to that parameter's stage.
 func (rg *rankGen) optimizerComm(f *ir.Func) {
+	// Most optimizers have none (no ZeRO): skip the walks over every update's cone.
+	if !slices.ContainsFunc(f.Ops, func(op *ir.Op) bool { return op.Def.Has(ir.Collective) }) {
+		return
+	}
 	claimed := map[*ir.Op]bool{}
 	noWeights := func(*ir.Value) bool { return false }
 	for i, r := range f.Results {

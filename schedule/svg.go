@@ -142,9 +142,13 @@ func (r *Result) WriteSVG(w io.Writer) error {
 				fmt.Fprintf(b, `<rect class="cell %s" x="%s" y="%s" width="%s" height="%s" rx="2" fill="%s" stroke="%s" stroke-width="%s"><title>%s [%s, %s]</title></rect>`+"\n",
 					cellClass(key), num(x), num(y), num(cw), num(rowH), fill, stroke, num(sw), esc(a.String()), esc(r.Unit.Format(e.Start)), esc(r.Unit.Format(e.End)))
 				if e.Collective > 0 {
+					// Inside the cell's white separator, so neighbouring cells stay apart.
 					bw := math.Min(cw, e.Collective*px)
 					fmt.Fprintf(b, `<rect class="coll" x="%s" y="%s" width="%s" height="%s" fill="%s"><title>%s: tp collectives %s</title></rect>`+"\n",
-						num(x+cw-bw), num(y), num(bw), num(rowH), darken(fill, collShade), esc(a.String()), esc(r.Unit.Format(e.Collective)))
+						num(x+cw-bw), num(y+sw/2), num(math.Max(bw-sw/2, 0)), num(rowH-sw), darken(fill, collShade), esc(a.String()), esc(r.Unit.Format(e.Collective)))
+					if bw > cw/2 {
+						textFill = "#ffffff" // the label sits on the dark band
+					}
 				}
 				fs := math.Min(12, math.Min(rowH*0.5, cw/(0.62*float64(len(label))+0.4)))
 				if fs >= 6 {
