@@ -138,6 +138,7 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 		return nil, fmt.Errorf("the module has %d rank programs, the schedule %d pipeline ranks", len(g.rankProgs), len(g.sched.Actions))
 	}
 	g.dpPartial, g.dpBlock = map[string]bool{}, map[string]bool{}
+	g.dpComm = dpComm{reduce: map[int]float64{}, reduceMB: map[int]float64{}, opt: map[optKey]float64{}}
 	if opt := g.funcs["optimizer"]; opt != nil {
 		for i := range opt.Args {
 			at := opt.ArgAttrs[i]
@@ -193,6 +194,26 @@ type gen struct {
 	stages        int
 	portProducer  map[string]string
 	portConsumers map[string][]string
+	dpComm        dpComm
+}
+
+// dpComm is the cost model's time of the data-parallel collectives code generation emits
+// (their size is known only here: which gradients are reduced, whole or by block, is decided
+// by code generation and the optimizer pass), for the plan's stage_info and estimate.
+type dpComm struct {
+	reduce   map[int]float64    // stage → its gradients' all-reduces, per step
+	reduceMB map[int]float64    // stage → ZeRO-2's per-micro-batch reduce-scatters, summed over the step
+	opt      map[optKey]float64 // ZeRO's optimizer collectives, by pipeline rank and parameter
+}
+
+type optKey struct {
+	rank  int
+	param string
+}
+
+// collectiveTime is the cost model's time of one collective over a mesh axis of this mesh.
+func (g *gen) collectiveTime(kind string, bytes int64, axis string) float64 {
+	return passes.DefaultDevice.AxisCollectiveTime(kind, float64(bytes), g.mesh.Size(axis), axis)
 }
 
 func (g *gen) rankOfFunc(name string) int {
@@ -574,16 +595,17 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 				rs := rg.newBuffer(fmt.Sprintf("%s.block#%d", strings.TrimPrefix(key, "grad:"), mb), blk, pb.Role_ACTIVATION)
 				rg.instr(&pb.Instr{Kind: pb.Instr_REDUCE_SCATTER, In: []int32{int32(buf)}, Out: []int32{int32(rs)}, Axis: "dp", ReduceOp: pb.Instr_SUM,
 					Stage: int32(stage), Microbatch: int32(mb)})
+				rg.g.dpComm.reduceMB[stage] += rg.g.collectiveTime("reduce_scatter", t.Bytes(), "dp")
 				buf, t = rs, blk
+			}
+			// Gradients accumulate in fp32 (fp64 for fp64 parameters).
+			acc := ir.Type{DType: ir.F32, Shape: t.Shape}
+			if t.DType == ir.F64 {
+				acc.DType = ir.F64
 			}
 			grad, ok := rg.named[key]
 			if !ok {
-				// Gradients accumulate in fp32 (fp64 for fp64 parameters).
-				dt := ir.F32
-				if t.DType == ir.F64 {
-					dt = ir.F64
-				}
-				grad = rg.newBuffer(strings.TrimPrefix(key, "grad:"), ir.Type{DType: dt, Shape: t.Shape}, pb.Role_GRAD)
+				grad = rg.newBuffer(strings.TrimPrefix(key, "grad:"), acc, pb.Role_GRAD)
 				rg.named[key] = grad
 			}
 			rg.instr(&pb.Instr{Kind: pb.Instr_ACCUM, In: []int32{int32(buf)}, Out: []int32{int32(grad)}, Microbatch: int32(mb)})
@@ -594,6 +616,7 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 			// Under ZeRO the optimizer reduce-scatters the replica's sum itself.
 			if rg.g.mesh.DP > 1 && !rg.g.dpPartial[name] && !rg.g.dpBlock[name] && rg.lastGrad[key] == (gradSite{rg.action, f.Name}) {
 				rg.instr(&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{int32(grad)}, Axis: "dp", Microbatch: int32(mb)})
+				rg.g.dpComm.reduce[stage] += rg.g.collectiveTime("all_reduce", acc.Bytes(), "dp")
 			}
 		case at.Has(ir.AttrName):
 			out := rg.newBuffer(at.Str(ir.AttrName, ""), b.Slots[b.Results[i]], pb.Role_OUTPUT)
@@ -1019,6 +1042,7 @@ func (rg *rankGen) optimizer() error {
 	if len(f.Results) == 0 {
 		return nil
 	}
+	rg.optimizerComm(f)
 	b, err := lower.Func(f)
 	if err != nil {
 		return err
@@ -1055,6 +1079,40 @@ func (rg *rankGen) optimizer() error {
 	}
 	rg.instr(&pb.Instr{Kind: pb.Instr_END, Label: "OPT", Stage: -1})
 	return nil
+}
+
+// optimizerComm records the time of the collectives in this rank's @optimizer (ZeRO's
+// reduce-scatter of a gradient and all-gather of the updated parameter), each against the
+// parameter whose update needs it, so that the plan can charge it to that parameter's stage.
+func (rg *rankGen) optimizerComm(f *ir.Func) {
+	// Most optimizers have none (no ZeRO): skip the walks over every update's cone.
+	if !slices.ContainsFunc(f.Ops, func(op *ir.Op) bool { return op.Def.Has(ir.Collective) }) {
+		return
+	}
+	claimed := map[*ir.Op]bool{}
+	noWeights := func(*ir.Value) bool { return false }
+	for i, r := range f.Results {
+		target := f.ResultAttrs[i].Str("update", "")
+		if _, ok := rg.named["param:"+target]; !ok {
+			continue // a state's update shares its parameter's collectives
+		}
+		seen := map[*ir.Value]bool{}
+		for stack := []*ir.Value{r}; len(stack) > 0; {
+			v := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if seen[v] || v.Def == nil {
+				continue
+			}
+			seen[v] = true
+			op := v.Def
+			if op.Def.Has(ir.Collective) && !claimed[op] {
+				claimed[op] = true
+				c := passes.CostOf(op, noWeights, rg.g.mesh.Size)
+				rg.g.dpComm.opt[optKey{rg.rank, target}] += c.FComm
+			}
+			stack = append(stack, op.Operands...)
+		}
+	}
 }
 
 // holds reports whether this rank keeps the parameter (or the state of the parameter) named.
@@ -1267,7 +1325,36 @@ func (g *gen) stageInfo(params []Param) []StageInfo {
 				info[s].Layers = at.Str("layers", "")
 				info[s].FLOPs = at.Float("flops", 0)
 				info[s].F, info[s].I, info[s].W = at.Float("f", 0), at.Float("i", 0), at.Float("w", 0)
+				info[s].FComm, info[s].IComm, info[s].WComm = at.Float("f_comm", 0), at.Float("i_comm", 0), at.Float("w_comm", 0)
 			}
+		}
+	}
+	// Data parallelism: what code generation emitted, by stage. The optimizer's collectives
+	// go to the parameter's first stage on the rank that updates it.
+	for s := range info {
+		info[s].DPReduce = g.dpComm.reduce[s]
+		info[s].DPReduceMB = g.dpComm.reduceMB[s] / float64(max(g.microbatches, 1))
+	}
+	stagesOf := map[string][]int{}
+	for _, p := range params {
+		stagesOf[p.Name] = p.Stages
+	}
+	for k, t := range g.dpComm.opt {
+		st := -1
+		for _, s := range stagesOf[k.param] {
+			if s < len(info) && g.sched.Placement[s] == k.rank && (st < 0 || s < st) {
+				st = s
+			}
+		}
+		if st < 0 { // unreachable: a rank updates the parameters its stages use
+			for s := range info {
+				if g.sched.Placement[s] == k.rank && st < 0 {
+					st = s
+				}
+			}
+		}
+		if st >= 0 {
+			info[st].OptimizerComm += t
 		}
 	}
 	// Ports: a value consumed by a stage's I or W is stashed by that stage; one produced by a

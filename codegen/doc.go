@@ -83,4 +83,12 @@
 // allocation). The optimizer divides by M·dp. The sum over dp adds the replicas' partial sums,
 // which is not one device's left-to-right order over M·dp micro-batches: data parallelism
 // agrees with one device within rounding, not bit for bit.
+//
+// plan.json's stage_info carries the cost model's per-stage times for `ppc simulate` and the
+// compile summary: F, I and W from the partition pass with their tensor-parallel collective
+// parts (f_comm, i_comm, w_comm), and the data-parallel collectives as code generation emits
+// them, priced by the same ring formulas on the inter-node link — each gradient's all-reduce
+// (charged to the stage whose W issues it), ZeRO-2's per-micro-batch reduce-scatters, and the
+// collectives in each rank's @optimizer (charged to the first stage on that rank using the
+// parameter whose update needs them).
 package codegen

@@ -70,19 +70,51 @@ type StageInfo struct {
 	F          float64 `json:"f_seconds"`     // cost model estimates
 	I          float64 `json:"i_seconds"`
 	W          float64 `json:"w_seconds"`
+	// Of F, I and W, the seconds of tensor-parallel collectives (the cost model's ring time
+	// of the stage's collective ops, intra-node; zero without tp). F, I and W include them:
+	// the stage waits for them between its matmuls.
+	FComm float64 `json:"f_comm_seconds,omitempty"`
+	IComm float64 `json:"i_comm_seconds,omitempty"`
+	WComm float64 `json:"w_comm_seconds,omitempty"`
+	// Data-parallel collectives (inter-node), which F, I and W do not include: DPReduce is
+	// the all-reduces of the stage's gradients, issued after its last W of the step, which
+	// the rest of the backward hides as far as it lasts; DPReduceMB (ZeRO-2) the
+	// reduce-scatters of one micro-batch's gradients, issued after each W; OptimizerComm
+	// ZeRO's collectives in the optimizer (reduce-scatter of the gradient sum under ZeRO-1,
+	// all-gather of the updated parameters), which wait for the whole backward.
+	DPReduce      float64 `json:"dp_reduce_seconds,omitempty"`
+	DPReduceMB    float64 `json:"dp_reduce_mb_seconds,omitempty"`
+	OptimizerComm float64 `json:"optimizer_comm_seconds,omitempty"`
+}
+
+// TPComm is the stage's tensor-parallel collective time per micro-batch (F, I and W).
+func (s StageInfo) TPComm() float64 { return s.FComm + s.IComm + s.WComm }
+
+// DPComm is the stage's data-parallel collective time per step, for m micro-batches.
+func (s StageInfo) DPComm(m int) float64 {
+	return s.DPReduce + float64(m)*s.DPReduceMB + s.OptimizerComm
 }
 
 // Estimate is what the simulator predicts for one step of the plan on the plan's Device:
-// StepSeconds = IdealSeconds + BubbleSeconds + CommSeconds (see schedule.Result).
+// StepSeconds = IdealSeconds + BubbleSeconds + CollectiveSeconds + CommSeconds (see
+// schedule.Result).
+//
+// IdealSeconds is compute only: the busiest rank's F, I and W without their tensor-parallel
+// collectives. A faster link shrinks the collectives and not the compute, and the bubble
+// ratio — the schedule's property — stays comparable with and without tp. The step time
+// includes every collective: CollectiveSeconds is what they add (the tensor-parallel ones on
+// the critical path, and the data-parallel reductions and ZeRO's optimizer collectives that
+// compute does not hide).
 type Estimate struct {
 	StepSeconds  float64 `json:"step_seconds"`
-	IdealSeconds float64 `json:"ideal_seconds"` // the busiest rank's compute
+	IdealSeconds float64 `json:"ideal_seconds"` // the busiest rank's compute, collectives excluded
 	// BubbleSeconds is the idle time the schedule adds with free transfers; BubbleRatio is it
 	// over IdealSeconds, the papers' convention ((p−1)/m for 1F1B with equal stages).
-	BubbleSeconds   float64 `json:"bubble_seconds"`
-	BubbleRatio     float64 `json:"bubble_ratio"`
-	CommSeconds     float64 `json:"comm_seconds"`     // transfer time that compute does not hide
-	PeakActivations []int   `json:"peak_activations"` // micro-batches stashed per rank
+	BubbleSeconds     float64 `json:"bubble_seconds"`
+	BubbleRatio       float64 `json:"bubble_ratio"`
+	CollectiveSeconds float64 `json:"collective_seconds"` // what collectives add to the step
+	CommSeconds       float64 `json:"comm_seconds"`       // transfer time that compute does not hide
+	PeakActivations   []int   `json:"peak_activations"`   // micro-batches stashed per rank
 }
 
 // Mesh is the device mesh: the size of each axis.

@@ -260,8 +260,10 @@ func LearningRate(spec string) (float64, error) {
 }
 
 // StageCosts turns a plan's per-stage cost-model estimates into simulator costs: seconds on
-// the plan's device profile, whose links carry the activations. ok is false when the plan has
-// no estimates.
+// the plan's device profile, whose links carry the activations. The collectives go with
+// them: the tensor-parallel part of F, I and W, and the data-parallel ones the simulator
+// places after the W that issues them (a gradient's all-reduce, ZeRO-2's reduce-scatters)
+// or at the step's end (ZeRO's optimizer). ok is false when the plan has no estimates.
 func StageCosts(plan *codegen.Plan) (schedule.Cost, bool) {
 	if len(plan.StageInfo) != plan.Stages || plan.Stages == 0 {
 		return schedule.Cost{}, false
@@ -274,7 +276,9 @@ func StageCosts(plan *codegen.Plan) (schedule.Cost, bool) {
 		Source: "cost model, device profile " + dev.Name + ", per-stage estimates from plan.json"}
 	for _, st := range plan.StageInfo {
 		cost.Stages = append(cost.Stages, schedule.StageCost{F: st.F, I: st.I, W: st.W,
-			CommBytes: float64(st.SendBytes), ActBytes: float64(st.StashBytes)})
+			CommBytes: float64(st.SendBytes), ActBytes: float64(st.StashBytes),
+			FColl: st.FComm, IColl: st.IComm, WColl: st.WComm,
+			GradReduce: st.DPReduce, GradReduceMB: st.DPReduceMB, StepEnd: st.OptimizerComm})
 	}
 	return cost, true
 }
@@ -290,7 +294,8 @@ func estimate(s *schedule.Schedule, plan *codegen.Plan) (*codegen.Estimate, erro
 		return nil, err
 	}
 	return &codegen.Estimate{StepSeconds: res.StepTime, IdealSeconds: res.IdealTime, BubbleSeconds: res.BubbleTime,
-		BubbleRatio: res.BubbleRatio, CommSeconds: res.CommTime, PeakActivations: res.PeakActivations}, nil
+		BubbleRatio: res.BubbleRatio, CollectiveSeconds: res.CollectiveTime, CommSeconds: res.CommTime,
+		PeakActivations: res.PeakActivations}, nil
 }
 
 // loadSchedule makes the pipeline schedule: a generator by name, or a PyTorch CSV (whose

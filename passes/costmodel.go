@@ -120,36 +120,59 @@ type OpCost struct {
 	ParamBytes int64   // bytes of parameters the op reads (counted once per parameter by callers)
 	ActBytes   int64   // bytes of its results (activations a backward pass may keep)
 	F, I, W    float64 // estimated seconds: forward, input gradient, weight gradient
-	Comm       float64 // of F+I+W, seconds of collectives (tensor parallelism)
+	// Of F, I and W, the seconds spent in collectives (tensor parallelism): all of a
+	// collective op's time, none of another's. Reports show them apart from compute, since
+	// a faster link (or overlap) shrinks them and a faster device does not.
+	FComm, IComm, WComm float64
+}
+
+// Comm is the op's collective time over its three phases.
+func (c OpCost) Comm() float64 { return c.FComm + c.IComm + c.WComm }
+
+// AxisCollectiveTime is CollectiveTime over a mesh axis of n ranks: tensor-parallel groups
+// stay inside a node, every other axis (dp) is assumed to span nodes.
+func (d DeviceProfile) AxisCollectiveTime(kind string, bytes float64, n int, axis string) float64 {
+	return d.CollectiveTime(kind, bytes, n, axis == "tp")
 }
 
 // CostOf estimates an op's cost from its types: matmuls and convolutions by their
 // multiply-adds, collectives by CollectiveTime over their mesh axis (axisSize gives its size;
 // tensor-parallel collectives stay inside a node), everything else by elements and bytes.
 // The time of each phase is the larger of compute time and memory time (a roofline). A
-// collective's input-gradient time is its conjugate's: an all-reduce for copy_to_axis,
-// reduce-scatter and all-gather swapped.
+// collective's backward time is its conjugate's: an all-reduce for copy_to_axis,
+// reduce-scatter and all-gather swapped. It is input-gradient time, except when the
+// collective's operand is a weight (isParam: a parameter, or computed from parameters
+// alone): its gradient is then a weight gradient, and autodiff puts the conjugate in W (a
+// replicated bias added inside a sequence-parallel region is copied to the axis, and its
+// gradient all-reduced, in the W pass).
 func CostOf(op *ir.Op, isParam func(*ir.Value) bool, axisSize func(string) int) OpCost {
 	var c OpCost
 	if op.Def.Has(ir.Collective) && len(op.Operands) == 1 && len(op.Results) == 1 {
-		n := axisSize(op.Attrs.Str("axis", ""))
+		axis := op.Attrs.Str("axis", "")
+		n := axisSize(axis)
 		x, y := float64(op.Operands[0].Type.Bytes()), float64(op.Results[0].Type.Bytes())
-		dev, intra := DefaultDevice, op.Attrs.Str("axis", "") == "tp"
+		dev := DefaultDevice
+		var back float64
 		switch op.Def.Name {
 		case "all_reduce": // its gradient passes through
-			c.F = dev.CollectiveTime("all_reduce", x, n, intra)
+			c.F = dev.AxisCollectiveTime("all_reduce", x, n, axis)
 		case "copy_to_axis":
-			c.I = dev.CollectiveTime("all_reduce", x, n, intra)
+			back = dev.AxisCollectiveTime("all_reduce", x, n, axis)
 		case "all_gather":
-			c.F = dev.CollectiveTime("all_gather", y, n, intra)
+			c.F = dev.AxisCollectiveTime("all_gather", y, n, axis)
 			if op.Attrs.Str("grad", "reduce_scatter") == "reduce_scatter" {
-				c.I = dev.CollectiveTime("reduce_scatter", y, n, intra)
+				back = dev.AxisCollectiveTime("reduce_scatter", y, n, axis)
 			}
 		case "reduce_scatter":
-			c.F = dev.CollectiveTime("reduce_scatter", x, n, intra)
-			c.I = dev.CollectiveTime("all_gather", x, n, intra)
+			c.F = dev.AxisCollectiveTime("reduce_scatter", x, n, axis)
+			back = dev.AxisCollectiveTime("all_gather", x, n, axis)
 		}
-		c.Comm = c.F + c.I
+		if isParam(op.Operands[0]) {
+			c.W = back
+		} else {
+			c.I = back
+		}
+		c.FComm, c.IComm, c.WComm = c.F, c.I, c.W
 		c.ActBytes = int64(y)
 		return c
 	}

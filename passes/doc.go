@@ -61,6 +61,12 @@
 // Parameters keep their logical shapes in the `shard` attribute, so ranks initialise their own
 // blocks (the initialiser is shard-invariant) and checkpoints merge by name and offset.
 //
+// The cost model (costmodel.go) prices a collective by the ring formulas over its axis —
+// intra-node links for tp, inter-node for dp — and charges its conjugate's time to the
+// backward phase that runs it (I, or W when its operand is a weight). The partition pass
+// balances stages by that time with compute, and records, per stage, how much of f, i and w
+// is collective time (f_comm, i_comm, w_comm), which the reports show apart from compute.
+//
 // Golden tests: every testdata/passes/*.ir file starts with `// RUN: passes=PIPELINE`, holds
 // cases split by `// -----`, and checks the printed result with FileCheck directives
 // (internal/filecheck) and expected diagnostics with `// ERROR "regex"` on the offending line.

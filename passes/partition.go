@@ -44,10 +44,13 @@ type unit struct {
 	label   string // E, t3, L
 	kind    byte   // 'E', 't', 'L'
 	f, i, w float64
-	params  int64   // parameter bytes
-	act     int64   // activation bytes per micro-batch
-	cut     float64 // bytes crossing from this unit to later ones
-	flops   float64
+	// Of f, i and w, the seconds of collectives (tensor parallelism), which reports show
+	// apart from compute.
+	fc, ic, wc float64
+	params     int64   // parameter bytes
+	act        int64   // activation bytes per micro-batch
+	cut        float64 // bytes crossing from this unit to later ones
+	flops      float64
 }
 
 func runPartition(m *ir.Module, opts Options) error {
@@ -128,7 +131,7 @@ func partition(m *ir.Module, f *ir.Func, opts Options) error {
 	if mode != "layout" && mb == 1 && stages > 1 && len(units) > stages {
 		note = flatTimeNote
 	}
-	m.Attrs = m.Attrs.Set("partition", describePartition(mode, note, units, assign, stages, mb))
+	m.Attrs = m.Attrs.Set("partition", describePartition(mode, note, units, assign, stages, mb, a.comm))
 	return nil
 }
 
@@ -138,7 +141,8 @@ type analysis struct {
 	data    map[*ir.Value]bool // depends on a model input
 	isParam map[*ir.Value]bool
 	costs   map[*ir.Op]OpCost
-	markers int // number of distinct marker stages (0: none)
+	markers int  // number of distinct marker stages (0: none)
+	comm    bool // some op is a collective: the stages record their collective time
 }
 
 func analyse(m *ir.Module, f *ir.Func) *analysis {
@@ -165,6 +169,7 @@ func analyse(m *ir.Module, f *ir.Func) *analysis {
 			weight[r] = w && !d
 		}
 		a.costs[op] = CostOf(op, func(v *ir.Value) bool { return weight[v] }, func(axis string) int { return meshSize(m, axis) })
+		a.comm = a.comm || op.Def.Has(ir.Collective)
 		maxMarker = max(maxMarker, op.Stage)
 	}
 	a.markers = maxMarker + 1
@@ -455,6 +460,9 @@ func (a *analysis) fillCosts(units []unit, unitOf map[*ir.Op]int) {
 		units[u].f += c.F
 		units[u].i += c.I
 		units[u].w += c.W
+		units[u].fc += c.FComm
+		units[u].ic += c.IComm
+		units[u].wc += c.WComm
 		units[u].act += c.ActBytes
 		units[u].flops += c.FLOPs
 		for _, x := range op.Operands {
@@ -768,13 +776,16 @@ func exampleLayout(units []unit, stages int) string {
 }
 
 // describePartition records the layout, per-stage estimates (in seconds on the device
-// profile named) and the note explaining the split, if any, as a module attribute.
-func describePartition(mode, note string, units []unit, assign []int, stages, mb int) ir.Attr {
+// profile named) and the note explaining the split, if any, as a module attribute. When the
+// model has collectives (comm), each stage also records how much of its f, i and w is
+// collective time (f_comm, i_comm, w_comm): time, f, i and w include it, since a
+// tensor-parallel collective sits between the stage's matmuls and the stage waits for it.
+func describePartition(mode, note string, units []unit, assign []int, stages, mb int, comm bool) ir.Attr {
 	var list ir.List
 	var times []float64
 	for s := 0; s < stages; s++ {
 		var labels []string
-		var f, i, w, flops float64
+		var f, i, w, flops, fc, ic, wc float64
 		var act int64
 		lo, hi := -1, -1
 		for k, u := range units {
@@ -787,6 +798,7 @@ func describePartition(mode, note string, units []unit, assign []int, stages, mb
 			hi = k + 1
 			labels = append(labels, strings.Split(u.label, ",")...)
 			f, i, w, flops = f+u.f, i+u.i, w+u.w, flops+u.flops
+			fc, ic, wc = fc+u.fc, ic+u.ic, wc+u.wc
 			act += u.act
 		}
 		t := 0.0
@@ -794,7 +806,7 @@ func describePartition(mode, note string, units []unit, assign []int, stages, mb
 			t = stageTime(units, lo, hi)
 		}
 		times = append(times, t)
-		list = append(list, ir.Dict(ir.Attrs{
+		d := ir.Attrs{
 			{Name: "act_bytes", Value: ir.Int(act)},
 			{Name: "f", Value: ir.Float(f)},
 			{Name: "flops", Value: ir.Float(flops)},
@@ -802,7 +814,11 @@ func describePartition(mode, note string, units []unit, assign []int, stages, mb
 			{Name: "layers", Value: ir.String(compactLabels(labels))},
 			{Name: "time", Value: ir.Float(t)},
 			{Name: "w", Value: ir.Float(w)},
-		}))
+		}
+		if comm {
+			d = d.Set("f_comm", ir.Float(fc)).Set("i_comm", ir.Float(ic)).Set("w_comm", ir.Float(wc))
+		}
+		list = append(list, ir.Dict(d))
 	}
 	sum, worst := 0.0, 0.0
 	for _, t := range times {

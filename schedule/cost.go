@@ -120,11 +120,48 @@ func RoundSignificant(v float64, n int) float64 {
 // StageCost is the cost of one stage. B zero means I+W. CommBytes is the size
 // of the stage's output activation (sent forward to the next stage; its
 // gradient, of the same size, comes back).
+//
+// The other fields are collectives, as a compiled plan's cost model gives them
+// (they are zero under --cost):
+//
+//   - FColl, IColl and WColl are the parts of F, I and W spent in collectives
+//     inside the computation: tensor parallelism's all-reduces, all-gathers and
+//     reduce-scatters sit between a stage's matmuls and the stage waits for
+//     them, so they are part of the action's time. They only tell reports
+//     where that time goes (the trace and SVG draw them at the end of the
+//     action, see Event.Collective) and let Simulate count the ideal time as
+//     compute alone.
+//   - GradReduce is the data-parallel all-reduce of the stage's gradients,
+//     issued when the stage's last W (or B) of the step ends; GradReduceMB a
+//     reduce-scatter issued when each W (or B) ends (ZeRO-2 reduces every
+//     micro-batch's gradient). Like a transfer they run while the rank goes
+//     on computing; unlike transfers, a rank's reductions queue behind each
+//     other, in issue order, because they share its data-parallel group and
+//     link (NCCL runs one communicator's collectives in order on one stream).
+//   - StepEnd is collectives that block the rank once its last action and its
+//     reductions are done: ZeRO's optimizer, which reduce-scatters gradients
+//     and all-gathers the updated parameters.
 type StageCost struct {
 	F, I, W, B float64
 	CommBytes  float64
 	ActBytes   float64
+
+	FColl, IColl, WColl float64
+	GradReduce          float64
+	GradReduceMB        float64
+	StepEnd             float64
 }
+
+// collectiveNames names StageCost's collective fields in Cost.String, in the
+// order collectiveParts lists them.
+var collectiveNames = [6]string{"Fcoll", "Icoll", "Wcoll", "reduce", "reduce_mb", "step_end"}
+
+func (sc StageCost) collectiveParts() [6]float64 {
+	return [6]float64{sc.FColl, sc.IColl, sc.WColl, sc.GradReduce, sc.GradReduceMB, sc.StepEnd}
+}
+
+// collectives reports whether sc has any collective time.
+func (sc StageCost) collectives() bool { return sc.collectiveParts() != [6]float64{} }
 
 // UnitCost is F = I = W = 1, B = 2, FB = F+B = 3, no communication cost:
 // the setting of the papers' bubble formulas.
@@ -227,6 +264,19 @@ func (c Cost) String() string {
 			f, i, w = append(f, fmtNum(sc.F)), append(i, fmtNum(sc.I)), append(w, fmtNum(sc.W))
 		}
 		kv = []string{"F=" + strings.Join(f, "/"), "I=" + strings.Join(i, "/"), "W=" + strings.Join(w, "/")}
+		// Collectives, by the names collectiveNames gives them, when any stage has one.
+		for k, name := range collectiveNames {
+			var v []string
+			nonzero := false
+			for _, sc := range c.Stages {
+				x := sc.collectiveParts()[k]
+				v = append(v, fmtNum(x))
+				nonzero = nonzero || x > 0
+			}
+			if nonzero {
+				kv = append(kv, name+"="+strings.Join(v, "/"))
+			}
+		}
 	}
 	if c.B > 0 {
 		kv = append(kv, "B="+fmtNum(c.B))
@@ -272,6 +322,38 @@ func (c Cost) free() Cost {
 // communicates reports whether any transfer takes time under c.
 func (c Cost) communicates() bool { return c.Comm > 0 || c.Bandwidth > 0 }
 
+// hasCollectives reports whether any stage has collective time.
+func (c Cost) hasCollectives() bool {
+	for _, sc := range c.Stages {
+		if sc.collectives() {
+			return true
+		}
+	}
+	return false
+}
+
+// compute is c with collectives costing nothing: F, I, W and B without their
+// collective parts, no reductions, nothing at the step's end. What remains is
+// the compute the ideal time counts.
+func (c Cost) compute() Cost {
+	if !c.hasCollectives() {
+		return c
+	}
+	st := make([]StageCost, len(c.Stages))
+	for s, sc := range c.Stages {
+		sc.F = max(0, sc.F-sc.FColl)
+		sc.I = max(0, sc.I-sc.IColl)
+		sc.W = max(0, sc.W-sc.WColl)
+		if sc.B > 0 {
+			sc.B = max(0, sc.B-sc.IColl-sc.WColl)
+		}
+		sc.FColl, sc.IColl, sc.WColl, sc.GradReduce, sc.GradReduceMB, sc.StepEnd = 0, 0, 0, 0, 0, 0
+		st[s] = sc
+	}
+	c.Stages = st
+	return c
+}
+
 func fmtNum(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 
 // check validates c for a schedule of the given number of stages.
@@ -301,9 +383,21 @@ func (c *Cost) check(stages int) error {
 		for _, f := range []struct {
 			n string
 			v float64
-		}{{"F", sc.F}, {"I", sc.I}, {"W", sc.W}, {"B", sc.B}, {"bytes", sc.CommBytes}, {"act", sc.ActBytes}} {
+		}{{"F", sc.F}, {"I", sc.I}, {"W", sc.W}, {"B", sc.B}, {"bytes", sc.CommBytes}, {"act", sc.ActBytes},
+			{"collective part of F", sc.FColl}, {"collective part of I", sc.IColl}, {"collective part of W", sc.WColl},
+			{"gradient reduction", sc.GradReduce}, {"per-micro-batch gradient reduction", sc.GradReduceMB}, {"step-end collectives", sc.StepEnd}} {
 			if err := bad(fmt.Sprintf("%s of stage %d", f.n, s), f.v); err != nil {
 				return err
+			}
+		}
+		// A part cannot exceed its whole (a relative slack for sums of the same op
+		// costs taken in another order).
+		for _, f := range []struct {
+			n           string
+			part, whole float64
+		}{{"F", sc.FColl, sc.F}, {"I", sc.IColl, sc.I}, {"W", sc.WColl, sc.W}} {
+			if f.part > f.whole*(1+1e-9) {
+				return fmt.Errorf("cost of stage %d: collective part of %s (%v) exceeds %s (%v)", s, f.n, f.part, f.n, f.whole)
 			}
 		}
 	}
@@ -342,6 +436,26 @@ func (m *costModel) compute(a Action) float64 {
 		return sc.I + sc.W
 	}
 	return 0
+}
+
+// collective is the part of compute(a) spent in collectives.
+func (m *costModel) collective(a Action) float64 {
+	if m.c == nil {
+		return 0
+	}
+	sc := m.stage(a.Stage)
+	var t float64
+	switch a.Kind {
+	case Forward:
+		t = sc.FColl
+	case BackwardInput:
+		t = sc.IColl
+	case BackwardWeight:
+		t = sc.WColl
+	case FullBackward:
+		t = sc.IColl + sc.WColl
+	}
+	return min(t, m.compute(a))
 }
 
 func (m *costModel) overlap(a, b Action) float64 {

@@ -80,13 +80,16 @@
 // event-driven simulation with in-order ranks. All ranks start at 0.
 //
 //	step_time     when the last rank finishes
-//	ideal_time    the busiest rank's compute time (sum of its action costs)
-//	bubble_time   the step time with free transfers − ideal_time: the idle
-//	              time the schedule's dependencies cause;
+//	ideal_time    the busiest rank's compute time (sum of its action costs,
+//	              without the collectives inside them)
+//	bubble_time   the step time with free transfers and collectives −
+//	              ideal_time: the idle time the schedule's dependencies cause;
 //	              bubble_ratio = bubble_time / ideal_time (the papers' (p−1)/m)
+//	collective_time  the step time with free transfers − the same with free
+//	              collectives too: what collectives add (zero without them)
 //	comm_time     step_time − the step time with free transfers: what the
 //	              links add that compute does not hide, so that
-//	              step_time = ideal_time + bubble_time + comm_time
+//	              step_time = ideal_time + bubble_time + collective_time + comm_time
 //	internal_bubble_time  the largest idle time of a rank between its own first
 //	              start and last end, with free transfers (the papers'
 //	              "parallelogram" view, in which the next step starts on each
@@ -122,6 +125,19 @@
 //	                   activations PP+1 = 2p+1 per rank, parameters 2 stages per
 //	                   rank (the README's "2×").
 //
+// # Collectives
+//
+// A compiled plan's per-stage costs (StageCost) also carry collectives. The
+// tensor-parallel ones inside a stage's computations are part of F, I and W
+// (the stage waits for them between its matmuls); FColl, IColl and WColl say
+// how much, so reports can show it and the ideal time can leave it out. The
+// data-parallel gradient all-reduce of a stage is issued when its last W (or
+// B) ends and ZeRO-2's reduce-scatter when each W ends; like a transfer they
+// run while the rank computes on, and a rank's reductions queue in issue
+// order on its one collective stream. ZeRO's optimizer collectives
+// (StepEnd) block the rank after its last action and reduction. The step
+// ends when every rank's last action, reduction and step-end collective has.
+//
 // # Outputs
 //
 // Times carry their unit (Cost.Unit, Result.Unit): abstract units, as in the
@@ -130,7 +146,12 @@
 // rank, one "X" event per action) for Perfetto, in real microseconds for
 // seconds and one millisecond per unit otherwise; Result.WriteSVG draws the
 // timeline as the papers' figures do, its axis in µs, ms or s (or units), with
-// a footer naming where the costs came from (Cost.Source).
+// a footer naming where the costs came from (Cost.Source). Both show the
+// collectives: an action's collective time as a span nested at its end
+// (trace) or a darker band at the end of its cell (SVG) — the end, because
+// the simulator knows how long they take, not where among the action's ops
+// they fall — and the reductions and step-end collectives on a thread of
+// their own per rank (trace) or in a lane under the rank's row (SVG).
 //
 // # Errors
 //

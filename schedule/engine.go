@@ -43,6 +43,7 @@ type output struct {
 type op struct {
 	act    Action
 	dur    float64
+	coll   float64 // of dur, the time spent in collectives inside the computations
 	nNeed  uint8
 	nOut   uint8
 	need   [4]need
@@ -262,6 +263,7 @@ func (p *program) compileAction(r, i int, a Action) (op, error) {
 		}
 		if k == OverlapFB {
 			o.dur = p.cost.overlap(a.Sub[0], a.Sub[1])
+			o.coll = min(o.coll, o.dur) // an FB given as one number
 			for _, n := range o.needs() {
 				for _, out := range o.outs() {
 					if n.slot == out.slot {
@@ -357,6 +359,7 @@ func (p *program) addCompute(o *op, r int, c Action) {
 	s := p.s
 	st, mb := c.Stage, c.Microbatch
 	o.dur += p.cost.compute(c)
+	o.coll += p.cost.collective(c)
 	// input from the neighbour stage: same rank, explicit RECV, or implicit transfer
 	input := func(from int, out slotKind, recv slotKind) {
 		switch {

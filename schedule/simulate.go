@@ -19,31 +19,41 @@ type Result struct {
 	Unit      TimeUnit `json:"time_unit"`
 	Placement []int    `json:"placement"`
 
-	// The step time splits into the ideal time, the bubble and the
-	// communication compute does not hide: StepTime = IdealTime + BubbleTime +
-	// CommTime.
+	// The step time splits into the ideal time, the bubble, the collectives
+	// and the communication compute does not hide: StepTime = IdealTime +
+	// BubbleTime + CollectiveTime + CommTime.
 	//
-	// StepTime is when the last rank finishes (all ranks start at 0).
+	// StepTime is when the last rank finishes (all ranks start at 0), its
+	// reductions and step-end collectives included.
 	StepTime float64 `json:"step_time"`
-	// IdealTime is the busiest rank's total compute time.
+	// IdealTime is the busiest rank's total compute time, without the
+	// collectives inside its actions (StageCost.FColl …).
 	IdealTime float64 `json:"ideal_time"`
 	// BubbleTime is the idle time the schedule's dependencies add to the
-	// ideal time: the step time with free transfers, minus IdealTime.
-	// BubbleRatio is BubbleTime / IdealTime, the papers' convention: (p−1)/m
-	// for GPipe and 1F1B with unit costs (so above 1 when m < p−1).
+	// ideal time: the step time with free transfers and free collectives,
+	// minus IdealTime. BubbleRatio is BubbleTime / IdealTime, the papers'
+	// convention: (p−1)/m for GPipe and 1F1B with unit costs (so above 1 when
+	// m < p−1).
 	BubbleTime  float64 `json:"bubble_time"`
 	BubbleRatio float64 `json:"bubble_ratio"`
+	// CollectiveTime is what collectives add: the step time with free
+	// transfers minus the same with free collectives too. It counts the
+	// collectives inside the actions on the critical path, and the reductions
+	// and step-end collectives that compute does not hide (zero without
+	// collective costs).
+	CollectiveTime float64 `json:"collective_time"`
 	// CommTime is what transfers add on top: StepTime minus the step time
 	// with free transfers. A bubble far above the schedule's formula is
 	// usually this, and it is reported apart so the bubble keeps its meaning.
 	CommTime float64 `json:"comm_time"`
 	// InternalBubble is the largest idle time of a rank between its own first
-	// start and last end, with free transfers: the bubble that remains when
-	// the next step may start on each rank as soon as it finishes (the
-	// papers' "parallelogram" view, in which ZB-H2 has no bubble).
+	// start and last end, with free transfers and collectives: the bubble that
+	// remains when the next step may start on each rank as soon as it
+	// finishes (the papers' "parallelogram" view, in which ZB-H2 has no
+	// bubble).
 	InternalBubble float64 `json:"internal_bubble_time"`
 
-	Busy []float64 `json:"busy_time"` // per rank: compute time
+	Busy []float64 `json:"busy_time"` // per rank: time in actions (their collectives included)
 	Idle []float64 `json:"idle_time"` // per rank: StepTime − Busy
 
 	// PeakActivations is, per rank, the largest number of micro-batch
@@ -59,6 +69,10 @@ type Result struct {
 	// A RECV starts when the rank reaches it and ends when its message has
 	// arrived; sends take no time.
 	Events [][]Event `json:"events"`
+	// Collectives holds, per rank, the collectives outside the actions
+	// (gradient reductions and step-end collectives, see StageCost) on the
+	// rank's collective stream; nil when there are none.
+	Collectives [][]CollectiveEvent `json:"collectives,omitempty"`
 }
 
 // Event is one action on a rank's timeline.
@@ -66,6 +80,48 @@ type Event struct {
 	Start  float64 `json:"start"`
 	End    float64 `json:"end"`
 	Action Action  `json:"action"`
+	// Collective is the part of End − Start spent in collectives inside the
+	// action (tensor parallelism). They really sit between the action's
+	// matmuls; the trace and SVG draw them as one span at the action's end,
+	// which keeps the total exact without a per-op timeline.
+	Collective float64 `json:"collective,omitempty"`
+}
+
+// CollectiveKind says what a CollectiveEvent is (see StageCost).
+type CollectiveKind string
+
+const (
+	// GradReduce is the all-reduce of a stage's gradients over its
+	// data-parallel replicas, after the stage's last W (or B).
+	GradReduce CollectiveKind = "grad_reduce"
+	// GradReduceMB is a reduce-scatter of one micro-batch's gradients, after
+	// that micro-batch's W (or B) (ZeRO-2).
+	GradReduceMB CollectiveKind = "grad_reduce_mb"
+	// StepEnd is the optimizer's collectives (ZeRO), after the rank's last
+	// action and reduction.
+	StepEnd CollectiveKind = "step_end"
+)
+
+// CollectiveEvent is one collective outside the actions on a rank's
+// collective stream. Microbatch is −1 except for GradReduceMB.
+type CollectiveEvent struct {
+	Start      float64        `json:"start"`
+	End        float64        `json:"end"`
+	Kind       CollectiveKind `json:"kind"`
+	Stage      int            `json:"stage"`
+	Microbatch int            `json:"mb"`
+}
+
+// Name describes e for the trace and SVG: "dp all-reduce s1",
+// "dp reduce-scatter 3 s1", "optimizer collectives s1".
+func (e CollectiveEvent) Name() string {
+	switch e.Kind {
+	case GradReduce:
+		return fmt.Sprintf("dp all-reduce s%d", e.Stage)
+	case GradReduceMB:
+		return fmt.Sprintf("dp reduce-scatter %d s%d", e.Microbatch, e.Stage)
+	}
+	return fmt.Sprintf("optimizer collectives s%d", e.Stage)
 }
 
 // Simulate runs s under the costs c and returns its timeline and metrics.
@@ -75,8 +131,10 @@ type Event struct {
 // message reaches the peer's mailbox after the transfer time, a RECV waits
 // for it). A schedule that Validate rejects is an error, never a hang.
 //
-// With communication costs it simulates the schedule twice, the second time
-// with free transfers, to tell the bubble from the communication time.
+// With communication costs it simulates the schedule again with free
+// transfers, to tell the bubble from the communication time, and with
+// collective costs once more with free collectives too, to tell both from
+// the collective time.
 func Simulate(s *Schedule, c Cost) (*Result, error) {
 	if err := s.checkShape(); err != nil {
 		return nil, err
@@ -94,14 +152,25 @@ func Simulate(s *Schedule, c Cost) (*Result, error) {
 			return nil, err
 		}
 	}
-	// A rank's action order is fixed, so a shorter transfer never delays an
-	// action: the free step time is at most the real one.
-	res.BubbleTime = free.StepTime - res.IdealTime
+	bare := free
+	if c.hasCollectives() {
+		if bare, err = simulate(s, c.free().compute()); err != nil {
+			return nil, err
+		}
+	}
+	// A rank's action order is fixed, so a shorter transfer or collective
+	// never delays an action: each step time is at most the one before.
+	res.IdealTime = bare.IdealTime
+	res.BubbleTime = bare.StepTime - res.IdealTime
+	res.CollectiveTime = free.StepTime - bare.StepTime
 	res.CommTime = res.StepTime - free.StepTime
 	if res.CommTime < 0 { // rounding
-		res.BubbleTime, res.CommTime = res.StepTime-res.IdealTime, 0
+		res.CollectiveTime, res.CommTime = res.CollectiveTime+res.CommTime, 0
 	}
-	res.InternalBubble = free.InternalBubble
+	if res.CollectiveTime < 0 {
+		res.BubbleTime, res.CollectiveTime = res.BubbleTime+res.CollectiveTime, 0
+	}
+	res.InternalBubble = bare.InternalBubble
 	if res.IdealTime > 0 {
 		res.BubbleRatio = res.BubbleTime / res.IdealTime
 	}
@@ -150,7 +219,7 @@ func simulate(s *Schedule, c Cost) (*Result, error) {
 			if o.act.Kind == RecvF || o.act.Kind == RecvB {
 				start = tl.reach[r][i]
 			}
-			evs = append(evs, Event{Start: start, End: end, Action: o.act})
+			evs = append(evs, Event{Start: start, End: end, Action: o.act, Collective: o.coll})
 			if !o.act.Kind.IsCompute() {
 				continue
 			}
@@ -178,6 +247,15 @@ func simulate(s *Schedule, c Cost) (*Result, error) {
 		for _, e := range evs {
 			res.StepTime = max(res.StepTime, e.End)
 		}
+		if c.hasCollectives() {
+			if res.Collectives == nil {
+				res.Collectives = make([][]CollectiveEvent, R)
+			}
+			res.Collectives[r] = p.collectives(r, tl, cm)
+			for _, e := range res.Collectives[r] {
+				res.StepTime = max(res.StepTime, e.End)
+			}
+		}
 		res.IdealTime = max(res.IdealTime, res.Busy[r])
 		if first >= 0 {
 			res.InternalBubble = max(res.InternalBubble, last-first-res.Busy[r])
@@ -192,4 +270,49 @@ func simulate(s *Schedule, c Cost) (*Result, error) {
 		return nil, fmt.Errorf("the step time overflows: the costs are too large to simulate (scale them down)")
 	}
 	return res, nil
+}
+
+// collectives places rank r's collectives outside the actions (StageCost's
+// GradReduce, GradReduceMB and StepEnd) on its collective stream: each
+// reduction is issued when the W (or B) that completes its gradients ends and
+// starts when the stream is free, so reductions overlap the compute that
+// follows but not each other; the step-end collectives start once the last
+// action and the last reduction are done, one stage after another.
+func (p *program) collectives(r int, tl *timeline, cm *costModel) []CollectiveEvent {
+	var evs []CollectiveEvent
+	stream, last := 0.0, 0.0
+	issue := func(at, dur float64, kind CollectiveKind, stage, mb int) {
+		start := max(at, stream)
+		stream = start + dur
+		evs = append(evs, CollectiveEvent{Start: start, End: stream, Kind: kind, Stage: stage, Microbatch: mb})
+	}
+	done := map[int]int{} // stage → micro-batches whose weight gradient is complete
+	for i := range p.ops[r] {
+		o := &p.ops[r][i]
+		if o.act.IsIdle() {
+			continue
+		}
+		end := tl.end[r][i]
+		last = max(last, end)
+		for _, c := range o.act.Computes() {
+			if c.Kind != BackwardWeight && c.Kind != FullBackward {
+				continue
+			}
+			sc := cm.stage(c.Stage)
+			if sc.GradReduceMB > 0 {
+				issue(end, sc.GradReduceMB, GradReduceMB, c.Stage, c.Microbatch)
+			}
+			if done[c.Stage]++; done[c.Stage] == p.s.Microbatches && sc.GradReduce > 0 {
+				issue(end, sc.GradReduce, GradReduce, c.Stage, -1)
+			}
+		}
+	}
+	t := max(last, stream)
+	for st, owner := range p.s.Placement {
+		if sc := cm.stage(st); owner == r && sc.StepEnd > 0 {
+			evs = append(evs, CollectiveEvent{Start: t, End: t + sc.StepEnd, Kind: StepEnd, Stage: st, Microbatch: -1})
+			t += sc.StepEnd
+		}
+	}
+	return evs
 }

@@ -19,6 +19,17 @@ var svgColors = map[string]string{
 	"F&B": "#8e5fc2", // overlapped forward and backward: purple
 }
 
+// Colours of the collectives outside the actions (Result.Collectives), drawn
+// in a lane under each rank's row.
+var svgCollColors = map[CollectiveKind]string{
+	GradReduce:   "#c0392b", // dp all-reduce: red
+	GradReduceMB: "#e74c3c", // ZeRO-2 reduce-scatter per micro-batch: lighter red
+	StepEnd:      "#5d6d7e", // optimizer collectives: slate
+}
+
+// collShade is how much darker than its cell the collective part of an action is.
+const collShade = 0.45
+
 var svgLegend = []struct{ key, label string }{
 	{"F", "F forward"}, {"B", "B backward (I+W)"}, {"I", "I input grad"}, {"W", "W weight grad"}, {"F&B", "F&B overlapped"},
 }
@@ -29,13 +40,20 @@ var svgLegend = []struct{ key, label string }{
 // overlapped F&B purple, outlined) with its micro-batch number inside (F/B
 // micro-batches for an overlap); a rank's second and later stages (virtual
 // chunks) are drawn in a lighter shade. Idle time shows as the grey row
-// background; communication actions are not drawn. The time axis is labelled
+// background; communication actions are not drawn. Collectives: the time an
+// action spends in them (Event.Collective, tensor parallelism) is a darker
+// band at the end of its cell, where the trace puts it too; the collectives
+// outside the actions (Result.Collectives: data-parallel gradient
+// reductions, which overlap compute, and the optimizer's step-end ones) are
+// bars in a thin lane under the rank's row. A second legend line says so when
+// there are any. The time axis is labelled
 // in the result's unit (µs, ms or s for costs in seconds). A legend, a caption
 // with the step time, bubble and peak activations, and a footer naming where
 // the costs came from follow.
 //
 // Each rank is a <g class="rank"> and each computation a <rect> whose class
-// starts with "cell", so tools and tests can find them.
+// starts with "cell", so tools and tests can find them; a collective band is
+// a <rect class="coll">, a lane bar a <rect class="lane KIND">.
 func (r *Result) WriteSVG(w io.Writer) error {
 	const (
 		left   = 96.0 // rank labels
@@ -48,13 +66,29 @@ func (r *Result) WriteSVG(w io.Writer) error {
 	if step <= 0 {
 		step = 1
 	}
+	inAction, lanes := false, false
+	for _, evs := range r.Events {
+		for _, e := range evs {
+			inAction = inAction || e.Collective > 0
+		}
+	}
+	for _, evs := range r.Collectives {
+		lanes = lanes || len(evs) > 0
+	}
+	laneH, legend2 := 0.0, 0.0
+	if lanes {
+		laneH = 9
+	}
+	if inAction || lanes {
+		legend2 = 20 // a second legend line for the collectives
+	}
 	plotW := math.Min(1600, math.Max(640, 26*step))
 	px := plotW / step
 	width := left + plotW + right
-	rowsH := float64(r.Ranks)*(rowH+rowGap) - rowGap
+	rowsH := float64(r.Ranks)*(rowH+laneH+rowGap) - rowGap
 	axisY := top + rowsH + 8
 	legendY := axisY + 34
-	height := legendY + 78
+	height := legendY + 78 + legend2
 
 	chunk := r.chunkIndex()
 	nchunk := max(1, maxChunk(chunk))
@@ -71,7 +105,7 @@ func (r *Result) WriteSVG(w io.Writer) error {
 		esc(fmt.Sprintf("%s — %d ranks, %d stages, %d micro-batches (%s)", title, r.Ranks, r.Stages, r.Microbatches, r.Format)))
 
 	for rank := 0; rank < r.Ranks; rank++ {
-		y := top + float64(rank)*(rowH+rowGap)
+		y := top + float64(rank)*(rowH+laneH+rowGap)
 		fmt.Fprintf(b, `<g class="rank" id="rank-%d">`+"\n", rank)
 		fmt.Fprintf(b, `<text x="%s" y="%s" font-size="13" text-anchor="end" fill="#222">rank %d</text>`+"\n",
 			num(left-10), num(y+rowH/2+4.5), rank)
@@ -107,11 +141,27 @@ func (r *Result) WriteSVG(w io.Writer) error {
 				}
 				fmt.Fprintf(b, `<rect class="cell %s" x="%s" y="%s" width="%s" height="%s" rx="2" fill="%s" stroke="%s" stroke-width="%s"><title>%s [%s, %s]</title></rect>`+"\n",
 					cellClass(key), num(x), num(y), num(cw), num(rowH), fill, stroke, num(sw), esc(a.String()), esc(r.Unit.Format(e.Start)), esc(r.Unit.Format(e.End)))
+				if e.Collective > 0 {
+					// Inside the cell's white separator, so neighbouring cells stay apart.
+					bw := math.Min(cw, e.Collective*px)
+					fmt.Fprintf(b, `<rect class="coll" x="%s" y="%s" width="%s" height="%s" fill="%s"><title>%s: tp collectives %s</title></rect>`+"\n",
+						num(x+cw-bw), num(y+sw/2), num(math.Max(bw-sw/2, 0)), num(rowH-sw), darken(fill, collShade), esc(a.String()), esc(r.Unit.Format(e.Collective)))
+					if bw > cw/2 {
+						textFill = "#ffffff" // the label sits on the dark band
+					}
+				}
 				fs := math.Min(12, math.Min(rowH*0.5, cw/(0.62*float64(len(label))+0.4)))
 				if fs >= 6 {
 					fmt.Fprintf(b, `<text x="%s" y="%s" font-size="%s" text-anchor="middle" fill="%s">%s</text>`+"\n",
 						num(x+cw/2), num(y+rowH/2+fs*0.36), num(fs), textFill, esc(label))
 				}
+			}
+		}
+		if rank < len(r.Collectives) {
+			for _, e := range r.Collectives[rank] {
+				fmt.Fprintf(b, `<rect class="lane %s" x="%s" y="%s" width="%s" height="%s" fill="%s"><title>%s [%s, %s]</title></rect>`+"\n",
+					e.Kind, num(left+e.Start*px), num(y+rowH+2), num(math.Max((e.End-e.Start)*px, 0.5)), num(laneH-3), svgCollColors[e.Kind],
+					esc(e.Name()), esc(r.Unit.Format(e.Start)), esc(r.Unit.Format(e.End)))
 			}
 		}
 		b.WriteString("</g>\n")
@@ -153,11 +203,39 @@ func (r *Result) WriteSVG(w io.Writer) error {
 	if maxChunk(chunk) > 0 {
 		fmt.Fprintf(b, `<text x="%s" y="%s" fill="#555">lighter: a rank's later stages</text>`+"\n", num(lx), num(legendY))
 	}
+	// The collectives' line: what the darker bands and the lane bars are.
+	lx, ly := left, legendY+legend2
+	item := func(fill, label string) {
+		fmt.Fprintf(b, `<rect x="%s" y="%s" width="14" height="14" rx="2" fill="%s"/><text x="%s" y="%s">%s</text>`+"\n",
+			num(lx), num(ly-11), fill, num(lx+19), num(ly), esc(label))
+		lx += 19 + 6.6*float64(len(label)) + 18
+	}
+	if inAction {
+		item(darken(svgColors["F"], collShade), "darker end of a cell: its tensor-parallel collectives")
+	}
+	if lanes {
+		seen := map[CollectiveKind]bool{}
+		for _, evs := range r.Collectives {
+			for _, e := range evs {
+				seen[e.Kind] = true
+			}
+		}
+		for _, k := range []CollectiveKind{GradReduce, GradReduceMB, StepEnd} {
+			if seen[k] {
+				item(svgCollColors[k], map[CollectiveKind]string{GradReduce: "dp all-reduce (overlaps compute)",
+					GradReduceMB: "dp reduce-scatter per micro-batch", StepEnd: "optimizer collectives (ZeRO)"}[k])
+			}
+		}
+	}
 	b.WriteString("</g>\n")
+	legendY += legend2
 
 	// caption
 	f := r.Unit.Format
 	caption := fmt.Sprintf("step time %s · ideal %s · bubble %s = %.2f%% of ideal", f(r.StepTime), f(r.IdealTime), f(r.BubbleTime), 100*r.BubbleRatio)
+	if r.CollectiveTime > 0 {
+		caption += fmt.Sprintf(" · collectives %s", f(r.CollectiveTime))
+	}
 	if r.CommTime > 0 {
 		caption += fmt.Sprintf(" · transfers not hidden %s", f(r.CommTime))
 	}
@@ -204,6 +282,16 @@ func lighten(hex string, f float64) string {
 		return hex
 	}
 	mix := func(c uint64) uint64 { return uint64(math.Round(float64(c) + (255-float64(c))*f)) }
+	return fmt.Sprintf("#%02x%02x%02x", mix(v>>16&0xff), mix(v>>8&0xff), mix(v&0xff))
+}
+
+// darken mixes a #rrggbb colour with black.
+func darken(hex string, f float64) string {
+	v, err := strconv.ParseUint(strings.TrimPrefix(hex, "#"), 16, 32)
+	if err != nil {
+		return hex
+	}
+	mix := func(c uint64) uint64 { return uint64(math.Round(float64(c) * (1 - f))) }
 	return fmt.Sprintf("#%02x%02x%02x", mix(v>>16&0xff), mix(v>>8&0xff), mix(v&0xff))
 }
 

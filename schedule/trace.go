@@ -35,6 +35,14 @@ type traceEvent struct {
 // in seconds, one millisecond per abstract unit otherwise. Names read "F3 s1" (forward of micro-batch 3 on
 // stage 1), "F7 s0 & B3 s7" for an OVERLAP_F_B, "SEND_F2 s0" for comms;
 // args carry the stage(s), micro-batch(es) and the action in grammar form.
+//
+// Collectives: an action with collective time inside it (Event.Collective)
+// gets a child "X" event on the same thread, nested at the end of the action
+// ("tp collectives 12 µs", category "collective"), which Perfetto draws as
+// a row under the action. The collectives outside the actions (gradient
+// reductions, step-end collectives: Result.Collectives) overlap the rank's
+// compute, so they go on a thread of their own per rank ("rank N
+// collectives", tid = ranks + N), sorted right under the rank's thread.
 func (r *Result) WriteTrace(w io.Writer) error {
 	events := make([]traceEvent, 0, 2+r.Ranks)
 	scale := r.traceScale()
@@ -44,10 +52,21 @@ func (r *Result) WriteTrace(w io.Writer) error {
 	}
 	events = append(events, traceEvent{Name: "process_name", Ph: "M", Pid: 0,
 		Args: map[string]any{"name": fmt.Sprintf("%s (p=%d, m=%d; costs: %s)", title, r.Ranks, r.Microbatches, r.CostSource)}})
+	coll := r.Collectives != nil
 	for rank := range r.Ranks {
+		sort := rank
+		if coll {
+			sort = 2 * rank
+		}
 		events = append(events,
 			traceEvent{Name: "thread_name", Ph: "M", Pid: 0, Tid: rank, Args: map[string]any{"name": fmt.Sprintf("rank %d", rank)}},
-			traceEvent{Name: "thread_sort_index", Ph: "M", Pid: 0, Tid: rank, Args: map[string]any{"sort_index": rank}})
+			traceEvent{Name: "thread_sort_index", Ph: "M", Pid: 0, Tid: rank, Args: map[string]any{"sort_index": sort}})
+		if coll {
+			tid := r.Ranks + rank
+			events = append(events,
+				traceEvent{Name: "thread_name", Ph: "M", Pid: 0, Tid: tid, Args: map[string]any{"name": fmt.Sprintf("rank %d collectives", rank)}},
+				traceEvent{Name: "thread_sort_index", Ph: "M", Pid: 0, Tid: tid, Args: map[string]any{"sort_index": sort + 1}})
+		}
 	}
 	for rank, evs := range r.Events {
 		for _, e := range evs {
@@ -67,6 +86,26 @@ func (r *Result) WriteTrace(w io.Writer) error {
 				if e.Action.Microbatch >= 0 {
 					te.Args["mb"] = e.Action.Microbatch
 				}
+			}
+			events = append(events, te)
+			if e.Collective > 0 {
+				// Nested at the end: it ends with the action, so it never sticks out.
+				end := te.Ts + dur
+				ts := max(te.Ts, end-e.Collective*scale)
+				cdur := end - ts
+				events = append(events, traceEvent{Name: "tp collectives " + r.Unit.Format(e.Collective), Cat: "collective", Ph: "X",
+					Ts: ts, Dur: &cdur, Pid: 0, Tid: rank,
+					Args: map[string]any{"action": e.Action.String(), "collective_time": e.Collective}})
+			}
+		}
+	}
+	for rank, evs := range r.Collectives {
+		for _, e := range evs {
+			dur := (e.End - e.Start) * scale
+			te := traceEvent{Name: e.Name(), Cat: "collective", Ph: "X", Ts: e.Start * scale, Dur: &dur, Pid: 0, Tid: r.Ranks + rank,
+				Args: map[string]any{"kind": string(e.Kind), "stage": e.Stage}}
+			if e.Microbatch >= 0 {
+				te.Args["mb"] = e.Microbatch
 			}
 			events = append(events, te)
 		}

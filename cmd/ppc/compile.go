@@ -290,8 +290,16 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 		}
 		sec := schedule.Seconds.Format
 		fmt.Fprintf(w, "  estimate     for %s, by the cost model:\n", dev)
-		fmt.Fprintf(w, "               step %s = ideal %s (the busiest rank's compute) + bubble %s (%.3g%% of ideal) + transfers not hidden %s\n",
-			sec(e.StepSeconds), sec(e.IdealSeconds), sec(e.BubbleSeconds), 100*e.BubbleRatio, sec(e.CommSeconds))
+		// Collectives exist only on a dp or tp mesh; a pipeline alone keeps its short line.
+		coll := ""
+		if p.Mesh.DP > 1 || p.Mesh.TP > 1 {
+			coll = " + collectives " + sec(e.CollectiveSeconds)
+		}
+		fmt.Fprintf(w, "               step %s = ideal %s (the busiest rank's compute) + bubble %s (%.3g%% of ideal)%s + transfers not hidden %s\n",
+			sec(e.StepSeconds), sec(e.IdealSeconds), sec(e.BubbleSeconds), 100*e.BubbleRatio, coll, sec(e.CommSeconds))
+		if coll != "" {
+			fmt.Fprintf(w, "               (ideal: compute only; collectives: tp ones inside the passes, dp gradient reductions and ZeRO's optimizer ones, as far as compute does not hide them)\n")
+		}
 		fmt.Fprintf(w, "               peak stashed micro-batches per rank %v\n", e.PeakActivations)
 	}
 }
@@ -313,11 +321,22 @@ func printStages(w io.Writer, p *codegen.Plan, total int64) {
 	// Under tensor parallelism a rank holds its shards: a column says how much that is. The
 	// rank column is the pipeline rank, which every dp × tp replica of it shares.
 	perRank := p.Mesh.TP > 1
+	// Collective time per stage, apart from compute: tensor-parallel per micro-batch (inside
+	// F, I and W, and in the imbalance), data-parallel per step (gradient reductions and
+	// ZeRO's optimizer collectives, outside them).
+	tpComm, dpComm := p.Mesh.TP > 1, p.Mesh.DP > 1 && p.Training
 	fmt.Fprintf(w, "\n  %-5s %-4s %-14s %12s", "stage", "rank", "layers", "params")
 	if perRank {
 		fmt.Fprintf(w, " %12s", "params/rank")
 	}
-	fmt.Fprintf(w, " %12s %14s %10s\n", "FLOPs/mb", "stash/mb", "imbalance")
+	fmt.Fprintf(w, " %12s %14s", "FLOPs/mb", "stash/mb")
+	if tpComm {
+		fmt.Fprintf(w, " %11s", "tp comm/mb")
+	}
+	if dpComm {
+		fmt.Fprintf(w, " %12s", "dp comm/step")
+	}
+	fmt.Fprintf(w, " %10s\n", "imbalance")
 	for _, s := range p.StageInfo {
 		imb := 0.0
 		if mean > 0 {
@@ -327,7 +346,14 @@ func printStages(w io.Writer, p *codegen.Plan, total int64) {
 		if perRank {
 			fmt.Fprintf(w, " %12s", groupDigits(s.RankParams))
 		}
-		fmt.Fprintf(w, " %12s %14s %+9.1f%%\n", formatFLOPs(int64(s.FLOPs)), formatBytes(s.StashBytes), imb)
+		fmt.Fprintf(w, " %12s %14s", formatFLOPs(int64(s.FLOPs)), formatBytes(s.StashBytes))
+		if tpComm {
+			fmt.Fprintf(w, " %11s", schedule.Seconds.Format(s.TPComm()))
+		}
+		if dpComm {
+			fmt.Fprintf(w, " %12s", schedule.Seconds.Format(s.DPComm(p.Microbatches)))
+		}
+		fmt.Fprintf(w, " %+9.1f%%\n", imb)
 	}
 	for _, pr := range p.Params {
 		if len(pr.Stages) < 2 {

@@ -168,6 +168,10 @@ func init() {
 				f := res.Unit.Format
 				fmt.Fprintf(e.stdout, "  step time     %s\n  ideal time    %s (busiest rank's compute)\n  bubble        %s (ratio %.4g of ideal)\n",
 					f(res.StepTime), f(res.IdealTime), f(res.BubbleTime), res.BubbleRatio)
+				if res.CollectiveTime > 0 || res.Collectives != nil {
+					// The ideal time above is compute only; this is what collectives add.
+					fmt.Fprintf(e.stdout, "  collectives   %s (tensor-parallel inside the actions, data-parallel reductions and step-end ones not hidden by compute)\n", f(res.CollectiveTime))
+				}
 				if res.CommTime > 0 {
 					fmt.Fprintf(e.stdout, "  transfers     %s not hidden by compute\n", f(res.CommTime))
 				}
