@@ -138,7 +138,7 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 		return nil, fmt.Errorf("the module has %d rank programs, the schedule %d pipeline ranks", len(g.rankProgs), len(g.sched.Actions))
 	}
 	g.dpPartial, g.dpBlock = map[string]bool{}, map[string]bool{}
-	g.dpComm = dpComm{reduce: map[int]float64{}, reduceMB: map[int]float64{}, opt: map[optKey]float64{}}
+	g.dpComm = dpComm{reduce: map[int]float64{}, reduceMB: map[int]float64{}, tpReduce: map[int]float64{}, opt: map[optKey]float64{}}
 	if opt := g.funcs["optimizer"]; opt != nil {
 		for i := range opt.Args {
 			at := opt.ArgAttrs[i]
@@ -203,6 +203,7 @@ type gen struct {
 type dpComm struct {
 	reduce   map[int]float64    // stage → its gradients' all-reduces, per step
 	reduceMB map[int]float64    // stage → ZeRO-2's per-micro-batch reduce-scatters, summed over the step
+	tpReduce map[int]float64    // stage → hoisted tensor-parallel gradient all-reduces, per step
 	opt      map[optKey]float64 // ZeRO's optimizer collectives, by pipeline rank and parameter
 }
 
@@ -614,7 +615,14 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 			// runs collectives asynchronously overlaps the reduction with the backward work
 			// that remains (DESIGN.md §6). In place: the accumulator becomes the sum.
 			// Under ZeRO the optimizer reduce-scatters the replica's sum itself.
-			if rg.g.mesh.DP > 1 && !rg.g.dpPartial[name] && !rg.g.dpBlock[name] && rg.lastGrad[key] == (gradSite{rg.action, f.Name}) {
+			last := rg.lastGrad[key] == (gradSite{rg.action, f.Name})
+			if ax := at.Str(passes.AttrReduceOver, ""); ax != "" && last {
+				// A tensor-parallel partial sum (passes.hoistTPReductions): summed once per
+				// step, in place.
+				rg.instr(&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{int32(grad)}, Axis: ax, Microbatch: int32(mb)})
+				rg.g.dpComm.tpReduce[stage] += rg.g.collectiveTime("all_reduce", acc.Bytes(), ax)
+			}
+			if rg.g.mesh.DP > 1 && !rg.g.dpPartial[name] && !rg.g.dpBlock[name] && last {
 				rg.instr(&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{int32(grad)}, Axis: "dp", Microbatch: int32(mb)})
 				rg.g.dpComm.reduce[stage] += rg.g.collectiveTime("all_reduce", acc.Bytes(), "dp")
 			}
@@ -1333,6 +1341,7 @@ func (g *gen) stageInfo(params []Param) []StageInfo {
 	// go to the parameter's first stage on the rank that updates it.
 	for s := range info {
 		info[s].DPReduce = g.dpComm.reduce[s]
+		info[s].TPReduce = g.dpComm.tpReduce[s]
 		info[s].DPReduceMB = g.dpComm.reduceMB[s] / float64(max(g.microbatches, 1))
 	}
 	stagesOf := map[string][]int{}

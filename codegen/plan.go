@@ -85,14 +85,19 @@ type StageInfo struct {
 	DPReduce      float64 `json:"dp_reduce_seconds,omitempty"`
 	DPReduceMB    float64 `json:"dp_reduce_mb_seconds,omitempty"`
 	OptimizerComm float64 `json:"optimizer_comm_seconds,omitempty"`
+	// TPReduce is the tensor-parallel all-reduces of the gradients of whole parameters used
+	// in split computations (norm gains and biases under sequence parallelism), summed once
+	// per step after the stage's last W (passes.hoistTPReductions), like DPReduce.
+	TPReduce float64 `json:"tp_reduce_seconds,omitempty"`
 }
 
 // TPComm is the stage's tensor-parallel collective time per micro-batch (F, I and W).
 func (s StageInfo) TPComm() float64 { return s.FComm + s.IComm + s.WComm }
 
-// DPComm is the stage's data-parallel collective time per step, for m micro-batches.
-func (s StageInfo) DPComm(m int) float64 {
-	return s.DPReduce + float64(m)*s.DPReduceMB + s.OptimizerComm
+// StepComm is the stage's collective time per step outside its F, I and W, for m
+// micro-batches: gradient reductions over dp and tp, and ZeRO's optimizer collectives.
+func (s StageInfo) StepComm(m int) float64 {
+	return s.DPReduce + s.TPReduce + float64(m)*s.DPReduceMB + s.OptimizerComm
 }
 
 // Estimate is what the simulator predicts for one step of the plan on the plan's Device:

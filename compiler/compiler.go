@@ -278,7 +278,7 @@ func StageCosts(plan *codegen.Plan) (schedule.Cost, bool) {
 		cost.Stages = append(cost.Stages, schedule.StageCost{F: st.F, I: st.I, W: st.W,
 			CommBytes: float64(st.SendBytes), ActBytes: float64(st.StashBytes),
 			FColl: st.FComm, IColl: st.IComm, WColl: st.WComm,
-			GradReduce: st.DPReduce, GradReduceMB: st.DPReduceMB, StepEnd: st.OptimizerComm})
+			GradReduce: st.DPReduce + st.TPReduce, GradReduceMB: st.DPReduceMB, StepEnd: st.OptimizerComm})
 	}
 	return cost, true
 }

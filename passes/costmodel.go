@@ -167,9 +167,14 @@ func CostOf(op *ir.Op, isParam func(*ir.Value) bool, axisSize func(string) int) 
 			c.F = dev.AxisCollectiveTime("reduce_scatter", x, n, axis)
 			back = dev.AxisCollectiveTime("all_gather", x, n, axis)
 		}
-		if isParam(op.Operands[0]) {
+		switch {
+		case op.Def.Name == "copy_to_axis" && op.Operands[0].Def == nil && isParam(op.Operands[0]):
+			// A parameter copied to the axis: its gradient's all-reduce is summed once per
+			// step after accumulation (passes.hoistTPReductions); code generation prices it
+			// there, not per micro-batch.
+		case isParam(op.Operands[0]):
 			c.W = back
-		} else {
+		default:
 			c.I = back
 		}
 		c.FComm, c.IComm, c.WComm = c.F, c.I, c.W

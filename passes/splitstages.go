@@ -97,6 +97,7 @@ type stageKey struct {
 
 func splitStages(m *ir.Module, src *ir.Func, recompute string) ([]*ir.Func, error) {
 	src.Results, src.ResultAttrs = splitTiedGrads(src)
+	hoistTPReductions(src)
 	RemoveDead(src) // the sums of tied-weight contributions that were replaced
 	results, resultAttrs := src.Results, src.ResultAttrs
 	nstages := 0
@@ -346,4 +347,35 @@ func rematerializable(f *ir.Func, mode string) map[*ir.Op]bool {
 		}
 	}
 	return out
+}
+
+// AttrReduceOver (on a gradient result of a per-stage function) names the mesh axis over
+// which the accumulated gradient must still be summed: code generation all-reduces the
+// accumulator once, after the rank's last contribution, as it does over dp.
+const AttrReduceOver = "reduce_over"
+
+// hoistTPReductions moves the tensor-parallel all-reduce of a parameter gradient out of the
+// per-micro-batch backward: a whole parameter used in a split computation (a layer-norm gain
+// under sequence parallelism, a bias) gets its gradient as all_reduce(Σ of this rank's part)
+// in every W; summing the accumulated gradient once per step is the same sum in another order
+// and M times fewer collectives (Megatron reduces such gradients once per step too).
+func hoistTPReductions(f *ir.Func) {
+	uses := map[*ir.Value]int{}
+	for _, op := range f.Ops {
+		for _, x := range op.Operands {
+			uses[x]++
+		}
+	}
+	for _, r := range f.Results {
+		uses[r]++
+	}
+	for i, r := range f.Results {
+		op := r.Def
+		if !f.ResultAttrs[i].Has(ir.AttrGrad) || op == nil || op.Name() != "all_reduce" || uses[r] != 1 ||
+			op.Attrs.Str("axis", "") != "tp" || op.Attrs.Str("op", "sum") != "sum" {
+			continue
+		}
+		f.Results[i] = op.Operands[0]
+		f.ResultAttrs[i] = f.ResultAttrs[i].Set(AttrReduceOver, ir.Ident("tp"))
+	}
 }

@@ -204,7 +204,7 @@ func TestSVGCollectives(t *testing.T) {
 	if len(lanes) != 2*(1+4+1) {
 		t.Errorf("%d lane bars, want 12", len(lanes))
 	}
-	for _, want := range []string{"darker end of a cell: its tensor-parallel collectives", "dp all-reduce (overlaps compute)",
+	for _, want := range []string{"darker end of a cell: its tensor-parallel collectives", "gradient all-reduces over dp and tp (overlap compute)",
 		"dp reduce-scatter per micro-batch", "optimizer collectives (ZeRO)", " · collectives "} {
 		if !strings.Contains(svg, want) {
 			t.Errorf("SVG lacks %q", want)

@@ -112,12 +112,13 @@ type CollectiveEvent struct {
 	Microbatch int            `json:"mb"`
 }
 
-// Name describes e for the trace and SVG: "dp all-reduce s1",
+// Name describes e for the trace and SVG: "gradient all-reduce s1" (over dp, and over tp for
+// whole parameters used in split computations),
 // "dp reduce-scatter 3 s1", "optimizer collectives s1".
 func (e CollectiveEvent) Name() string {
 	switch e.Kind {
 	case GradReduce:
-		return fmt.Sprintf("dp all-reduce s%d", e.Stage)
+		return fmt.Sprintf("gradient all-reduce s%d", e.Stage)
 	case GradReduceMB:
 		return fmt.Sprintf("dp reduce-scatter %d s%d", e.Microbatch, e.Stage)
 	}

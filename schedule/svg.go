@@ -22,7 +22,7 @@ var svgColors = map[string]string{
 // Colours of the collectives outside the actions (Result.Collectives), drawn
 // in a lane under each rank's row.
 var svgCollColors = map[CollectiveKind]string{
-	GradReduce:   "#c0392b", // dp all-reduce: red
+	GradReduce:   "#c0392b", // gradient all-reduces: red
 	GradReduceMB: "#e74c3c", // ZeRO-2 reduce-scatter per micro-batch: lighter red
 	StepEnd:      "#5d6d7e", // optimizer collectives: slate
 }
@@ -222,7 +222,7 @@ func (r *Result) WriteSVG(w io.Writer) error {
 		}
 		for _, k := range []CollectiveKind{GradReduce, GradReduceMB, StepEnd} {
 			if seen[k] {
-				item(svgCollColors[k], map[CollectiveKind]string{GradReduce: "dp all-reduce (overlaps compute)",
+				item(svgCollColors[k], map[CollectiveKind]string{GradReduce: "gradient all-reduces over dp and tp (overlap compute)",
 					GradReduceMB: "dp reduce-scatter per micro-batch", StepEnd: "optimizer collectives (ZeRO)"}[k])
 			}
 		}

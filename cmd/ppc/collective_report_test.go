@@ -70,9 +70,12 @@ func TestTensorParallelCollectiveReports(t *testing.T) {
 		// Stage 0: the all_reduce of %p; copy_to_axis %h0's conjugate all-reduce.
 		{ar(act), ar(act), 0},
 		// Stage 1: reduce_scatter %p2, all_gather %sb, all_reduce %logits; the conjugates of
-		// copy_to_axis %r, the reduce_scatter and the all_gather; the bias %b3's copy_to_axis
-		// is a weight's, its all-reduce runs in W.
-		{half(act) + half(act) + ar(logits), ar(act) + half(act) + half(act), ar(bias)},
+		// copy_to_axis %r, the reduce_scatter and the all_gather. The parameter %b3's
+		// copy_to_axis conjugate is summed once per step after the last W, not in every W.
+		{half(act) + half(act) + ar(logits), ar(act) + half(act) + half(act), 0},
+	}
+	if st := p.StageInfo; len(st) == 2 && (!near(st[1].TPReduce, ar(bias)) || st[0].TPReduce != 0) {
+		t.Errorf("tp gradient reductions per step %v and %v, want 0 and %v (the bias %%b3's)", st[0].TPReduce, st[1].TPReduce, ar(bias))
 	}
 	if len(p.StageInfo) != 2 {
 		t.Fatalf("%d stages", len(p.StageInfo))
@@ -89,12 +92,13 @@ func TestTensorParallelCollectiveReports(t *testing.T) {
 			t.Errorf("stage %d: collectives %v of F %v I %v W %v", s, got, st.F, st.I, st.W)
 		}
 		// The table shows their sum per micro-batch.
-		row := regexp.MustCompile(`(?m)^  ` + string(rune('0'+s)) + ` .* ` + regexp.QuoteMeta(schedule.Seconds.Format(st.TPComm())) + ` +[-+][\d.]+%$`)
+		row := regexp.MustCompile(`(?m)^  ` + string(rune('0'+s)) + ` .* ` + regexp.QuoteMeta(schedule.Seconds.Format(st.TPComm())) + ` +` +
+			regexp.QuoteMeta(schedule.Seconds.Format(st.StepComm(p.Microbatches))) + ` +[-+][\d.]+%$`)
 		if !row.MatchString(out) {
 			t.Errorf("stage %d's row lacks tp comm/mb %s:\n%s", s, schedule.Seconds.Format(st.TPComm()), out)
 		}
 	}
-	if !regexp.MustCompile(`stash/mb +tp comm/mb +imbalance\n`).MatchString(out) || !strings.Contains(out, " + collectives ") {
+	if !regexp.MustCompile(`stash/mb +tp comm/mb +comm/step +imbalance\n`).MatchString(out) || !strings.Contains(out, " + collectives ") {
 		t.Errorf("summary lacks the tp comm/mb column or the collectives in the estimate:\n%s", out)
 	}
 	if e := p.Estimate; e == nil || e.CollectiveSeconds <= 0 ||
@@ -121,17 +125,26 @@ func TestTensorParallelCollectiveReports(t *testing.T) {
 	type span struct{ ts, end float64 }
 	actions := map[string]span{}
 	for _, e := range tr.TraceEvents {
-		if e.Ph == "X" && e.Cat != "collective" {
-			actions[e.Args["action"].(string)] = span{e.Ts, e.Ts + e.Dur}
+		if a, ok := e.Args["action"].(string); ok && e.Ph == "X" && e.Cat != "collective" {
+			actions[a] = span{e.Ts, e.Ts + e.Dur}
 		}
 	}
-	spans := 0
+	spans, gradSpans := 0, 0
 	for _, e := range tr.TraceEvents {
 		if e.Ph != "X" || e.Cat != "collective" {
 			continue
 		}
+		a, ok := e.Args["action"].(string) // e.g. 1B0: stage 1, full backward (I and W)
+		if !ok {
+			// The step-level gradient all-reduce over tp of the whole bias %b3 (stage 1),
+			// summed once after the last W.
+			if !strings.HasPrefix(e.Name, "gradient all-reduce s1") || math.Abs(e.Dur-p.StageInfo[1].TPReduce*1e6) > 1e-6 {
+				t.Errorf("unexpected step-level collective %q (%v µs); stage 1's tp gradient reduce is %v s", e.Name, e.Dur, p.StageInfo[1].TPReduce)
+			}
+			gradSpans++
+			continue
+		}
 		spans++
-		a := e.Args["action"].(string) // e.g. 1B0: stage 1, full backward (I and W)
 		st := p.StageInfo[a[0]-'0']
 		want := map[byte]float64{'F': st.FComm, 'B': st.IComm + st.WComm}[a[1]] * 1e6
 		pa := actions[a]
@@ -140,8 +153,8 @@ func TestTensorParallelCollectiveReports(t *testing.T) {
 			t.Errorf("%s: %q [%v µs + %v], action [%v, %v]; want %v µs at its end", a, e.Name, e.Ts, e.Dur, pa.ts, pa.end, want)
 		}
 	}
-	if spans != len(actions) || spans != 8 {
-		t.Errorf("%d collective spans for %d actions", spans, len(actions))
+	if spans != len(actions) || spans != 8 || gradSpans != 1 || p.StageInfo[1].TPReduce <= 0 || p.StageInfo[0].TPReduce != 0 {
+		t.Errorf("%d collective spans for %d actions, %d step-level gradient reduces (want 1, of stage 1: %+v)", spans, len(actions), gradSpans, p.StageInfo)
 	}
 	b, err := os.ReadFile(svg)
 	if err != nil {
@@ -185,12 +198,12 @@ func TestDataParallelCollectiveReports(t *testing.T) {
 		if !near(st.DPReduce, want) || st.DPReduceMB != 0 || st.OptimizerComm != 0 {
 			t.Errorf("stage %d: dp all-reduce %v s (per mb %v, optimizer %v), want %v", s, st.DPReduce, st.DPReduceMB, st.OptimizerComm, want)
 		}
-		if !strings.Contains(out, " "+schedule.Seconds.Format(st.DPComm(p.Microbatches))+" ") {
-			t.Errorf("summary lacks stage %d's dp comm/step %s:\n%s", s, schedule.Seconds.Format(st.DPComm(p.Microbatches)), out)
+		if !strings.Contains(out, " "+schedule.Seconds.Format(st.StepComm(p.Microbatches))+" ") {
+			t.Errorf("summary lacks stage %d's comm/step %s:\n%s", s, schedule.Seconds.Format(st.StepComm(p.Microbatches)), out)
 		}
 	}
-	if !strings.Contains(out, "tp comm/mb dp comm/step  imbalance\n") {
-		t.Errorf("summary lacks the dp comm/step column:\n%s", out)
+	if !strings.Contains(out, "tp comm/mb    comm/step  imbalance\n") {
+		t.Errorf("summary lacks the comm/step column:\n%s", out)
 	}
 	tr := filepath.Join(t.TempDir(), "t.json")
 	if code, _, stderr := ppc(t, "", "simulate", dir, "--trace", tr); code != 0 {
@@ -204,12 +217,14 @@ func TestDataParallelCollectiveReports(t *testing.T) {
 	}
 	found := 0
 	for _, e := range readTrace(t, tr).TraceEvents {
-		if e.Ph == "X" && strings.HasPrefix(e.Name, "dp all-reduce s") {
+		if e.Ph == "X" && strings.HasPrefix(e.Name, "gradient all-reduce s") {
 			found++
 			s := int(e.Args["stage"].(float64))
-			if e.Tid != 2+s || math.Abs(e.Ts-lastB[s]) > 1e-6 || math.Abs(e.Dur-p.StageInfo[s].DPReduce*1e6) > 1e-6 {
+			// Over dp, and over tp for the whole bias %b3 of stage 1.
+			want := (p.StageInfo[s].DPReduce + p.StageInfo[s].TPReduce) * 1e6
+			if e.Tid != 2+s || math.Abs(e.Ts-lastB[s]) > 1e-6 || math.Abs(e.Dur-want) > 1e-6 {
 				t.Errorf("%s on thread %d at %v µs for %v µs; want thread %d, at %v µs (the last B's end), for %v µs",
-					e.Name, e.Tid, e.Ts, e.Dur, 2+s, lastB[s], p.StageInfo[s].DPReduce*1e6)
+					e.Name, e.Tid, e.Ts, e.Dur, 2+s, lastB[s], want)
 			}
 		}
 	}

@@ -324,7 +324,7 @@ func printStages(w io.Writer, p *codegen.Plan, total int64) {
 	// Collective time per stage, apart from compute: tensor-parallel per micro-batch (inside
 	// F, I and W, and in the imbalance), data-parallel per step (gradient reductions and
 	// ZeRO's optimizer collectives, outside them).
-	tpComm, dpComm := p.Mesh.TP > 1, p.Mesh.DP > 1 && p.Training
+	tpComm, dpComm := p.Mesh.TP > 1, (p.Mesh.DP > 1 || p.Mesh.TP > 1) && p.Training
 	fmt.Fprintf(w, "\n  %-5s %-4s %-14s %12s", "stage", "rank", "layers", "params")
 	if perRank {
 		fmt.Fprintf(w, " %12s", "params/rank")
@@ -334,7 +334,7 @@ func printStages(w io.Writer, p *codegen.Plan, total int64) {
 		fmt.Fprintf(w, " %11s", "tp comm/mb")
 	}
 	if dpComm {
-		fmt.Fprintf(w, " %12s", "dp comm/step")
+		fmt.Fprintf(w, " %12s", "comm/step")
 	}
 	fmt.Fprintf(w, " %10s\n", "imbalance")
 	for _, s := range p.StageInfo {
@@ -351,7 +351,7 @@ func printStages(w io.Writer, p *codegen.Plan, total int64) {
 			fmt.Fprintf(w, " %11s", schedule.Seconds.Format(s.TPComm()))
 		}
 		if dpComm {
-			fmt.Fprintf(w, " %12s", schedule.Seconds.Format(s.DPComm(p.Microbatches)))
+			fmt.Fprintf(w, " %12s", schedule.Seconds.Format(s.StepComm(p.Microbatches)))
 		}
 		fmt.Fprintf(w, " %+9.1f%%\n", imb)
 	}
