@@ -360,18 +360,14 @@ const AttrReduceOver = "reduce_over"
 // in every W; summing the accumulated gradient once per step is the same sum in another order
 // and M times fewer collectives (Megatron reduces such gradients once per step too).
 func hoistTPReductions(f *ir.Func) {
-	uses := map[*ir.Value]int{}
-	for _, op := range f.Ops {
-		for _, x := range op.Operands {
-			uses[x]++
-		}
-	}
+	users := f.Uses()
+	returned := map[*ir.Value]int{}
 	for _, r := range f.Results {
-		uses[r]++
+		returned[r]++
 	}
 	for i, r := range f.Results {
 		op := r.Def
-		if !f.ResultAttrs[i].Has(ir.AttrGrad) || op == nil || op.Name() != "all_reduce" || uses[r] != 1 ||
+		if !f.ResultAttrs[i].Has(ir.AttrGrad) || op == nil || op.Name() != "all_reduce" || len(users[r]) > 0 || returned[r] != 1 ||
 			op.Attrs.Str("axis", "") != "tp" || op.Attrs.Str("op", "sum") != "sum" {
 			continue
 		}

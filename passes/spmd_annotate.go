@@ -28,9 +28,8 @@ var ShardAnnotate = &Pass{
 }
 
 func runShardAnnotate(m *ir.Module, _ Options) error {
-	tp := meshSize(m, tpAxis)
-	f := m.Func(ir.ForwardFunc)
-	if tp <= 1 || f == nil {
+	f, tp := spmdForward(m)
+	if f == nil {
 		return nil
 	}
 	const sp = false // Megatron's layouts are the same with and without it

@@ -24,9 +24,8 @@ var SpmdPartition = &Pass{
 }
 
 func runSpmdPartition(m *ir.Module, _ Options) error {
-	tp := meshSize(m, tpAxis)
-	f := m.Func(ir.ForwardFunc)
-	if tp <= 1 || f == nil {
+	f, tp := spmdForward(m)
+	if f == nil {
 		return nil
 	}
 	if m.Attrs.Has(ir.AttrPartitioned) {

@@ -30,9 +30,8 @@ var ShardPropagate = &Pass{
 }
 
 func runShardPropagate(m *ir.Module, opts Options) error {
-	tp := meshSize(m, tpAxis)
-	f := m.Func(ir.ForwardFunc)
-	if tp <= 1 || f == nil {
+	f, tp := spmdForward(m)
+	if f == nil {
 		return nil
 	}
 	params, err := paramLayouts(f)
@@ -51,6 +50,17 @@ func runShardPropagate(m *ir.Module, opts Options) error {
 		}
 	}
 	return nil
+}
+
+// spmdForward returns @forward and the tp size when the SPMD passes have work: a tp axis
+// larger than 1 and a forward function (nil otherwise).
+func spmdForward(m *ir.Module) (*ir.Func, int) {
+	tp := meshSize(m, tpAxis)
+	f := m.Func(ir.ForwardFunc)
+	if tp <= 1 {
+		return nil, tp
+	}
+	return f, tp
 }
 
 func meshSize(m *ir.Module, axis string) int {
