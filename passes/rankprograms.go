@@ -151,6 +151,13 @@ func BuildRankPrograms(m *ir.Module, placement []int, actions [][]RankAction) ([
 			return nil, fmt.Errorf("port %q is consumed by @%s but produced nowhere", p, cs[0])
 		}
 	}
+	for _, f := range m.Funcs {
+		if k := f.Attrs.Str("kind", ""); k != "" {
+			if st := f.Attrs.Int("stage", 0); st < 0 || st >= len(placement) {
+				return nil, ir.ErrorAt(m.Source, f.Loc, "@%s is stage %d, but the schedule places %d stage(s)", f.Name, st, len(placement))
+			}
+		}
+	}
 	rankOf := func(name string) int { return placement[m.Func(name).Attrs.Int("stage", 0)] }
 	tag := func(p string, mb int) ir.Int { return ir.Int(pm.index[p]*nmb + mb) }
 	runDef, sendDef, recvDef := ir.MustLookup("run"), ir.MustLookup("send"), ir.MustLookup("recv")
