@@ -251,6 +251,59 @@ type rankGen struct {
 	// last contribution: where its data-parallel all-reduce is issued.
 	lastGrad map[string]gradSite
 	action   int // index of the action being emitted
+	// bucket collects the accumulators whose data-parallel all-reduce an action issues, to
+	// reduce them as one collective (flushBucket).
+	bucket []int
+}
+
+// BucketBytes caps a data-parallel gradient bucket (PyTorch DDP's default is 25 MiB): one
+// collective per bucket pays its latency once, and a cap keeps the staging buffer small and
+// lets a later bucket's reduction start while the backward goes on.
+const BucketBytes = 25 << 20
+
+// flushBucket all-reduces over dp the accumulators the action collected: a lone accumulator
+// in place, several of one dtype (up to BucketBytes) packed into one flat activation buffer,
+// all-reduced and unpacked — the same additions in the same order as one all-reduce each.
+func (rg *rankGen) flushBucket(stage, mb int) {
+	var cur []int
+	var curBytes int64
+	emit := func() {
+		defer func() { cur, curBytes = nil, 0 }()
+		switch len(cur) {
+		case 0:
+			return
+		case 1:
+			rg.instr(&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{int32(cur[0])}, Axis: "dp", Stage: int32(stage), Microbatch: int32(mb)})
+		default:
+			dt := rg.typeOf(cur[0]).DType
+			n := 0
+			ids := make([]int32, len(cur))
+			for i, b := range cur {
+				n += rg.typeOf(b).NumElements()
+				ids[i] = int32(b)
+			}
+			flat := rg.newBuffer(fmt.Sprintf("dp-bucket.s%d#%d", stage, mb), ir.Type{DType: dt, Shape: ir.Shape{n}}, pb.Role_ACTIVATION)
+			rg.instr(&pb.Instr{Kind: pb.Instr_PACK, In: ids, Out: []int32{int32(flat)}, Stage: int32(stage), Microbatch: int32(mb)})
+			rg.instr(&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{int32(flat)}, Axis: "dp", Stage: int32(stage), Microbatch: int32(mb)})
+			rg.instr(&pb.Instr{Kind: pb.Instr_UNPACK, In: []int32{int32(flat)}, Out: ids, Stage: int32(stage), Microbatch: int32(mb)})
+		}
+		rg.g.dpComm.reduce[stage] += rg.g.collectiveTime("all_reduce", curBytes, "dp")
+	}
+	for _, dt := range []ir.DType{ir.F32, ir.F64} {
+		for _, b := range rg.bucket {
+			t := rg.typeOf(b)
+			if t.DType != dt {
+				continue
+			}
+			if curBytes > 0 && curBytes+t.Bytes() > BucketBytes {
+				emit()
+			}
+			cur = append(cur, b)
+			curBytes += t.Bytes()
+		}
+		emit()
+	}
+	rg.bucket = rg.bucket[:0]
 }
 
 type gradSite struct {
@@ -623,8 +676,7 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 				rg.g.dpComm.tpReduce[stage] += rg.g.collectiveTime("all_reduce", acc.Bytes(), ax)
 			}
 			if rg.g.mesh.DP > 1 && !rg.g.dpPartial[name] && !rg.g.dpBlock[name] && last {
-				rg.instr(&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{int32(grad)}, Axis: "dp", Microbatch: int32(mb)})
-				rg.g.dpComm.reduce[stage] += rg.g.collectiveTime("all_reduce", acc.Bytes(), "dp")
+				rg.bucket = append(rg.bucket, grad) // reduced with the action's others (flushBucket)
 			}
 		case at.Has(ir.AttrName):
 			out := rg.newBuffer(at.Str(ir.AttrName, ""), b.Slots[b.Results[i]], pb.Role_OUTPUT)
@@ -632,6 +684,7 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 			rg.instr(&pb.Instr{Kind: pb.Instr_COPY, In: []int32{int32(buf)}, Out: []int32{int32(out)}, Microbatch: int32(mb)})
 		}
 	}
+	rg.flushBucket(stage, mb)
 	return nil
 }
 

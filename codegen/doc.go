@@ -70,7 +70,7 @@
 // writes each replica's own coordinate, so the program stays shared. The optimizer
 // pass gives state the parameter's shard attribute, so state buffers carry the parameter's
 // sharding. Code generation splits parameters over tp only: a split over dp is ZeRO's, whose
-// gradients would be reduce-scattered rather than all-reduced, and is refused.
+// gradients are reduce-scattered rather than all-reduced (ZeRO, --zero).
 //
 // Data parallelism needs nothing in the IR: replica d runs the same functions on micro-batches
 // d·M … d·M+M−1, so each gradient accumulator holds a partial sum over dp. Its ALL_REDUCE (sum,
@@ -78,9 +78,11 @@
 // the last W (or B) of its stage in the schedule, found before emitting — rather than at the
 // end of the step, so that an asynchronous transport can overlap it with the backward work
 // that remains (DESIGN.md §6); a tied weight's partials are each reduced that way before the
-// exchange. One collective per gradient: small gradients are not bucketed into a flat buffer
-// yet (the runtime allocates each accumulator on its own; a bucket would need views into one
-// allocation). The optimizer divides by M·dp. The sum over dp adds the replicas' partial sums,
+// exchange. The accumulators one action completes are bucketed as PyTorch DDP does: PACK
+// copies them into one flat activation buffer (up to BucketBytes), one ALL_REDUCE sums it, and
+// UNPACK copies the sums back — one collective's latency per bucket instead of one per
+// gradient, and the same additions in the same order (so bit-identical to reducing each
+// alone). The optimizer divides by M·dp. The sum over dp adds the replicas' partial sums,
 // which is not one device's left-to-right order over M·dp micro-batches: data parallelism
 // agrees with one device within rounding, not bit for bit.
 //

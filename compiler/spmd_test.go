@@ -267,8 +267,8 @@ func TestCheckpointAcrossLayouts(t *testing.T) {
 
 // TestDataParallelPlan: --dp D keeps the module's micro-batch count M per replica, divides
 // the gradient by M·D (the global batch), all-reduces each gradient over dp once, right after
-// the rank's last contribution to it (the last W of its stage), and writes one program per
-// pipeline rank.
+// the rank's last contribution to it (the last W of its stage) and together with the others
+// that W completes (one bucket), and writes one program per pipeline rank.
 func TestDataParallelPlan(t *testing.T) {
 	res, err := Compile(mlpPPM, Options{PP: 2, DP: 2, Microbatches: 4, Schedule: "zb-h1"})
 	if err != nil {
@@ -296,20 +296,33 @@ func TestDataParallelPlan(t *testing.T) {
 				grads[b.Id] = b.Name
 			}
 		}
-		lastW, reduced := -1, map[string]int{}
+		// Every gradient is all-reduced over dp exactly once: in place, or packed into its
+		// action's bucket, which is all-reduced and unpacked. Buckets are few: one per W
+		// action that completes gradients (each stage here).
+		lastW, reduced, buckets := -1, map[string]int{}, 0
+		packed := map[int32][]int32{} // flat bucket → the gradients packed into it
 		for n, in := range prog.Instrs {
 			switch {
 			case in.Kind == pb.Instr_END && in.Label == "W":
 				lastW = n
-			case in.Kind == pb.Instr_ALL_REDUCE && grads[in.In[0]] != "":
+			case in.Kind == pb.Instr_PACK:
+				packed[in.Out[0]] = in.In
+			case in.Kind == pb.Instr_ALL_REDUCE && (grads[in.In[0]] != "" || packed[in.In[0]] != nil):
 				if in.Axis != "dp" || len(in.Out) != 0 {
 					t.Errorf("program %d: gradient all-reduce %v", i, in)
 				}
-				reduced[grads[in.In[0]]]++
-				// Only the accumulations of that last W (and other reductions) lie between.
+				buckets++
+				ids := packed[in.In[0]]
+				if ids == nil {
+					ids = in.In
+				}
+				for _, id := range ids {
+					reduced[grads[id]]++
+				}
+				// Only the accumulations of that last W (and the bucket's packing) lie between.
 				for _, x := range prog.Instrs[lastW+1 : n] {
-					if x.Kind != pb.Instr_ACCUM && x.Kind != pb.Instr_ALL_REDUCE {
-						t.Errorf("program %d: %s between the last W and the all-reduce of %s", i, x.Kind, grads[in.In[0]])
+					if x.Kind != pb.Instr_ACCUM && x.Kind != pb.Instr_ALL_REDUCE && x.Kind != pb.Instr_PACK && x.Kind != pb.Instr_UNPACK {
+						t.Errorf("program %d: %s between the last W and the all-reduce of %v", i, x.Kind, ids)
 					}
 				}
 			case in.Kind == pb.Instr_BEGIN && (in.Label == "W" || in.Label == "I") && len(reduced) > 0 && len(reduced) == len(grads):
@@ -318,6 +331,9 @@ func TestDataParallelPlan(t *testing.T) {
 		}
 		if len(grads) == 0 || len(reduced) != len(grads) {
 			t.Errorf("program %d: %d gradients, %d all-reduced", i, len(grads), len(reduced))
+		}
+		if buckets != 1 {
+			t.Errorf("program %d: %d dp all-reduces for its one stage's gradients, want one bucket", i, buckets)
 		}
 		for name, n := range reduced {
 			if n != 1 {

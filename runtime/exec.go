@@ -200,6 +200,16 @@ func (j *Job) exec(r *Rank, it *instr, step int, data DataSource) error {
 		return j.comm.collective(r.Index, it.coll, it.in[0], out)
 	case pb.Instr_AXIS_INDEX:
 		it.out[0].I64()[0] = it.index
+	case pb.Instr_PACK:
+		off := 0
+		for _, x := range it.in {
+			off += copy(it.out[0].Data[off:], x.Data)
+		}
+	case pb.Instr_UNPACK:
+		off := 0
+		for _, x := range it.out {
+			off += copy(x.Data, it.in[0].Data[off:])
+		}
 	case pb.Instr_LOSS:
 		if r.Coords.TP == 0 {
 			r.losses = append(r.losses, scalar(it.in[0]))

@@ -571,6 +571,25 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, types
 		}
 	case pb.Instr_ALL_REDUCE, pb.Instr_ALL_GATHER, pb.Instr_REDUCE_SCATTER, pb.Instr_BROADCAST:
 		return it, j.prepareCollective(rank, in, &it)
+	case pb.Instr_PACK, pb.Instr_UNPACK:
+		// One flat buffer and the tensors laid end to end in it, all of one dtype.
+		flat, parts := it.out, it.in
+		if in.Kind == pb.Instr_UNPACK {
+			flat, parts = it.in, it.out
+		}
+		if len(flat) != 1 || len(parts) == 0 {
+			return it, fmt.Errorf("%s takes one flat buffer and at least one tensor, has %d and %d", strings.ToLower(in.Kind.String()), len(flat), len(parts))
+		}
+		n := 0
+		for _, p := range parts {
+			if p.Type.DType != flat[0].Type.DType {
+				return it, fmt.Errorf("%s of %s and %s: one dtype", strings.ToLower(in.Kind.String()), p.Type, flat[0].Type)
+			}
+			n += p.Type.NumElements()
+		}
+		if n != flat[0].Type.NumElements() {
+			return it, fmt.Errorf("%s: the tensors hold %d elements, the flat buffer %s", strings.ToLower(in.Kind.String()), n, flat[0].Type)
+		}
 	case pb.Instr_AXIS_INDEX:
 		if err := count(0, 1); err != nil {
 			return it, err

@@ -195,6 +195,12 @@ func TestLoaderRejectsSPMDFields(t *testing.T) {
 			p0.Buffers = append(p0.Buffers, &pb.Buffer{Id: 6, Name: "i", Dtype: pb.DType_I64, Role: pb.Role_ACTIVATION, Offset: 5 * 64})
 			p0.Instrs = append(p0.Instrs, &pb.Instr{Kind: pb.Instr_AXIS_INDEX, Out: []int32{6}, Axis: "pp"})
 		}, `axis index of "pp": want dp or tp`},
+		{"pack size", func(p0, _ *pb.Program) {
+			p0.Instrs = append(p0.Instrs, &pb.Instr{Kind: pb.Instr_PACK, In: []int32{1, 2}, Out: []int32{3}})
+		}, "pack: the tensors hold 6 elements, the flat buffer f32[]"},
+		{"unpack without flat", func(p0, _ *pb.Program) {
+			p0.Instrs = append(p0.Instrs, &pb.Instr{Kind: pb.Instr_UNPACK, Out: []int32{1}})
+		}, "unpack takes one flat buffer and at least one tensor, has 0 and 1"},
 		{"input micro-batch", func(p0, _ *pb.Program) { p0.Instrs[1].Microbatch = 2 }, "micro-batch 2 out of range"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
