@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // collCost gives every stage collectives of each kind: part of F, I and W, a gradient
@@ -215,5 +216,25 @@ func TestSVGCollectives(t *testing.T) {
 	mustSimulate(t, s, UnitCost()).WriteSVG(&buf)
 	if strings.Contains(buf.String(), `class="coll"`) || strings.Contains(buf.String(), "lane") || strings.Contains(buf.String(), "collectives") {
 		t.Errorf("an SVG without collectives mentions them")
+	}
+}
+
+// TestSVGFitsItsCaption: with collectives and unhidden transfers the caption is long; the
+// picture widens so that it is not cut off at the right edge.
+func TestSVGFitsItsCaption(t *testing.T) {
+	r := &Result{Name: "1f1b", Ranks: 1, Unit: Seconds, StepTime: 1.31e-3, IdealTime: 21.4e-6, BubbleTime: 4.88e-6, BubbleRatio: 0.2277,
+		CollectiveTime: 1.26e-3, CommTime: 20.3e-6, PeakActivations: []int{2}}
+	var b strings.Builder
+	if err := r.WriteSVG(&b); err != nil {
+		t.Fatal(err)
+	}
+	caption, _ := r.svgCaptions()
+	m := regexp.MustCompile(`<svg [^>]*width="([0-9.]+)"`).FindStringSubmatch(b.String())
+	if m == nil {
+		t.Fatalf("no width:\n%s", b.String())
+	}
+	w, _ := strconv.ParseFloat(m[1], 64)
+	if w < 7.5*float64(utf8.RuneCountInString(caption)) {
+		t.Errorf("SVG %v px wide for a %d-character caption", w, utf8.RuneCountInString(caption))
 	}
 }

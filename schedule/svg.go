@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Colours per action type, in the spirit of the papers' figures.
@@ -84,7 +85,10 @@ func (r *Result) WriteSVG(w io.Writer) error {
 	}
 	plotW := math.Min(1600, math.Max(640, 26*step))
 	px := plotW / step
-	width := left + plotW + right
+	// Wide enough for the caption (13 px bold Helvetica: about 7.5 px a character), which
+	// with collectives and unhidden transfers outgrows a short schedule's plot.
+	caption, _ := r.svgCaptions()
+	width := math.Max(left+plotW+right, left+7.5*float64(utf8.RuneCountInString(caption))+right)
 	rowsH := float64(r.Ranks)*(rowH+laneH+rowGap) - rowGap
 	axisY := top + rowsH + 8
 	legendY := axisY + 34
@@ -183,7 +187,7 @@ func (r *Result) WriteSVG(w io.Writer) error {
 		fmt.Fprintf(b, `<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#666"/><text class="tick" x="%s" y="%s" text-anchor="middle">%s</text>`+"\n",
 			num(x), num(axisY), num(x), num(axisY+4), num(x), num(axisY+16), esc(label))
 	}
-	fmt.Fprintf(b, `<text x="%s" y="%s" text-anchor="end">time (%s)</text></g>`+"\n", num(left-10), num(axisY+16), esc(unit))
+	fmt.Fprintf(b, `<text x="%s" y="%s" text-anchor="end">time (%s)</text></g>`+"\n", num(left-24), num(axisY+16), esc(unit)) // clear of the centred 0 tick
 
 	// legend
 	b.WriteString(`<g class="legend" font-size="12" fill="#222">` + "\n")
@@ -231,15 +235,7 @@ func (r *Result) WriteSVG(w io.Writer) error {
 	legendY += legend2
 
 	// caption
-	f := r.Unit.Format
-	caption := fmt.Sprintf("step time %s · ideal %s · bubble %s = %.2f%% of ideal", f(r.StepTime), f(r.IdealTime), f(r.BubbleTime), 100*r.BubbleRatio)
-	if r.CollectiveTime > 0 {
-		caption += fmt.Sprintf(" · collectives %s", f(r.CollectiveTime))
-	}
-	if r.CommTime > 0 {
-		caption += fmt.Sprintf(" · transfers not hidden %s", f(r.CommTime))
-	}
-	caption2 := fmt.Sprintf("peak activations per rank %s", joinInts(r.PeakActivations))
+	caption, caption2 := r.svgCaptions()
 	footer := "costs: " + r.CostSource
 	fmt.Fprintf(b, `<text class="caption" x="%s" y="%s" font-size="13" font-weight="bold" fill="#222">%s</text>`+"\n", num(left), num(legendY+28), esc(caption))
 	fmt.Fprintf(b, `<text class="caption" x="%s" y="%s" font-size="12" fill="#444">%s</text>`+"\n", num(left), num(legendY+46), esc(caption2))
@@ -325,4 +321,17 @@ func esc(s string) string {
 	var b strings.Builder
 	xml.EscapeText(&b, []byte(s))
 	return b.String()
+}
+
+// svgCaptions are the SVG's caption lines: the step's parts and the peak activations.
+func (r *Result) svgCaptions() (string, string) {
+	f := r.Unit.Format
+	caption := fmt.Sprintf("step time %s · ideal %s · bubble %s = %.2f%% of ideal", f(r.StepTime), f(r.IdealTime), f(r.BubbleTime), 100*r.BubbleRatio)
+	if r.CollectiveTime > 0 {
+		caption += fmt.Sprintf(" · collectives %s", f(r.CollectiveTime))
+	}
+	if r.CommTime > 0 {
+		caption += fmt.Sprintf(" · transfers not hidden %s", f(r.CommTime))
+	}
+	return caption, fmt.Sprintf("peak activations per rank %s", joinInts(r.PeakActivations))
 }
