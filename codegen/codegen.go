@@ -15,14 +15,8 @@ import (
 )
 
 // Action is one compute action of a pipeline schedule: run stage Stage's F, I or W function
-// (B = I then W) for micro-batch Microbatch.
-type Action struct {
-	Kind       string
-	Stage      int
-	Microbatch int
-}
-
-func (a Action) String() string { return fmt.Sprintf("%d%s%d", a.Stage, a.Kind, a.Microbatch) }
+// (B = I then W) for micro-batch Microbatch — what the rank-programs pass orders.
+type Action = passes.RankAction
 
 // Schedule is what code generation needs of a pipeline schedule: the stage → rank placement
 // and each rank's compute actions in order. Communication is derived from the data
@@ -59,8 +53,7 @@ type Output struct {
 // attribute gives the dp and tp sizes (1 when absent); the schedule's ranks are the pipeline
 // ranks.
 func Generate(m *ir.Module, opts Options) (*Output, error) {
-	g := &gen{m: m, funcs: map[string]*ir.Func{}, blocks: map[string]*lower.Block{}, sched: opts.Schedule,
-		portProducer: map[string]string{}, portConsumers: map[string][]string{}}
+	g := &gen{m: m, funcs: map[string]*ir.Func{}, blocks: map[string]*lower.Block{}, sched: opts.Schedule}
 	g.microbatches = m.Attrs.Int("microbatches", 1)
 	g.stages = m.Attrs.Int("stages", 1)
 	if g.microbatches < 1 {
@@ -97,21 +90,9 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 			return nil, err
 		}
 		g.blocks[f.Name] = b
-		for i := range f.Results {
-			if p := f.ResultAttrs[i].Str(passes.AttrPort, ""); p != "" {
-				g.portProducer[p] = f.Name
-			}
-		}
-		for i := range f.Args {
-			if p := f.ArgAttrs[i].Str(passes.AttrPort, ""); p != "" {
-				g.portConsumers[p] = append(g.portConsumers[p], f.Name)
-			}
-		}
 	}
-	for p, consumers := range g.portConsumers {
-		if _, ok := g.portProducer[p]; !ok {
-			return nil, fmt.Errorf("port %q is consumed by @%s but produced nowhere", p, consumers[0])
-		}
+	if g.ports, err = passes.PortsOf(m); err != nil {
+		return nil, err
 	}
 	sum := sha256.Sum256(opts.Source)
 	hash := hex.EncodeToString(sum[:8])
@@ -122,13 +103,7 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 	if len(g.rankProgs) == 0 {
 		// A module that did not go through rank-programs (a caller that generates code
 		// directly): write its rank programs from the schedule now.
-		acts := make([][]passes.RankAction, len(g.sched.Actions))
-		for r, as := range g.sched.Actions {
-			for _, a := range as {
-				acts[r] = append(acts[r], passes.RankAction{Kind: a.Kind, Stage: a.Stage, Microbatch: a.Microbatch})
-			}
-		}
-		progs, err := passes.BuildRankPrograms(m, g.sched.Placement, acts)
+		progs, err := passes.BuildRankPrograms(m, g.sched.Placement, g.sched.Actions)
 		if err != nil {
 			return nil, err
 		}
@@ -180,21 +155,19 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 }
 
 type gen struct {
-	m             *ir.Module
-	mesh          Mesh
-	shards        map[string]*ir.Sharding // parameter → its sharding (absent: whole)
-	rankProgs     []*ir.Func              // @rank<r>: each pipeline rank's step (passes.RankPrograms)
-	dpPartial     map[string]bool         // parameters whose gradient the optimizer reduces over dp (ZeRO-1)
-	dpBlock       map[string]bool         // parameters whose gradient is accumulated as its dp block (ZeRO-2)
-	dp            int
-	funcs         map[string]*ir.Func
-	blocks        map[string]*lower.Block
-	sched         Schedule
-	microbatches  int
-	stages        int
-	portProducer  map[string]string
-	portConsumers map[string][]string
-	dpComm        dpComm
+	m            *ir.Module
+	mesh         Mesh
+	shards       map[string]*ir.Sharding // parameter → its sharding (absent: whole)
+	rankProgs    []*ir.Func              // @rank<r>: each pipeline rank's step (passes.RankPrograms)
+	dpPartial    map[string]bool         // parameters whose gradient the optimizer reduces over dp (ZeRO-1)
+	dpBlock      map[string]bool         // parameters whose gradient is accumulated as its dp block (ZeRO-2)
+	funcs        map[string]*ir.Func
+	blocks       map[string]*lower.Block
+	sched        Schedule
+	microbatches int
+	stages       int
+	ports        passes.PortMap
+	dpComm       dpComm
 }
 
 // dpComm is the cost model's time of the data-parallel collectives code generation emits
@@ -502,6 +475,7 @@ func (rg *rankGen) emit() error {
 	// The rank's program (passes.RankPrograms) says what runs in which order and where values
 	// cross ranks: each op lowers to its instructions.
 	prog := g.rankProgs[rg.rank]
+	fwdUse := forwardUses(prog)
 	for ai, op := range prog.Ops {
 		rg.action = ai
 		mb := op.Attrs.Int("microbatch", 0)
@@ -510,7 +484,7 @@ func (rg *rankGen) emit() error {
 			p := op.Attrs.Str(passes.AttrPort, "")
 			// A value received for a forward run is one of its activations (the memory
 			// report's category), as if the run had received it.
-			rg.forward = forwardUser(prog, op)
+			rg.forward = fwdUse[op.Results[0]]
 			buf := rg.newBuffer(fmt.Sprintf("%s#%d", p, mb), op.Results[0].Type, pb.Role_ACTIVATION)
 			rg.forward = false
 			rg.instr(&pb.Instr{Kind: pb.Instr_RECV, Out: []int32{int32(buf)}, Peer: int32(op.Attrs.Int("peer", 0)), Tag: int64(op.Attrs.Int("tag", 0)), Microbatch: int32(mb)})
@@ -1429,8 +1403,8 @@ func (g *gen) stageInfo(params []Param) []StageInfo {
 			}
 		}
 	}
-	for p, consumers := range g.portConsumers {
-		prod := g.funcs[g.portProducer[p]]
+	for p, consumers := range g.ports.Consumers {
+		prod := g.funcs[g.ports.Producer[p]]
 		ps := prod.Attrs.Int("stage", 0)
 		stashed, sent := map[int]bool{}, false
 		for _, c := range consumers {
@@ -1456,14 +1430,21 @@ func (g *gen) stageInfo(params []Param) []StageInfo {
 	return info
 }
 
-// forwardUser reports whether the first run in prog that uses recv's value runs a forward
-// (F) function.
-func forwardUser(prog *ir.Func, recv *ir.Op) bool {
-	v := recv.Results[0]
+// forwardUses marks the values of a rank program whose first user is a run of a forward (F)
+// function.
+func forwardUses(prog *ir.Func) map[*ir.Value]bool {
+	seen := map[*ir.Value]bool{}
+	fwd := map[*ir.Value]bool{}
 	for _, op := range prog.Ops {
-		if op.Name() == "run" && slices.Contains(op.Operands, v) {
-			return strings.HasPrefix(op.Attrs.Str("func", ""), passes.KindF+"_")
+		if op.Name() != "run" {
+			continue
+		}
+		isF := strings.HasPrefix(op.Attrs.Str("func", ""), passes.KindF+"_")
+		for _, x := range op.Operands {
+			if !seen[x] {
+				seen[x], fwd[x] = true, isF
+			}
 		}
 	}
-	return false
+	return fwd
 }

@@ -164,13 +164,7 @@ func Compile(model string, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	acts := make([][]passes.RankAction, len(cs.Actions))
-	for r, row := range cs.Actions {
-		for _, a := range row {
-			acts[r] = append(acts[r], passes.RankAction{Kind: a.Kind, Stage: a.Stage, Microbatch: a.Microbatch})
-		}
-	}
-	passes.SetSchedule(m, cs.Placement, acts)
+	passes.SetSchedule(m, cs.Placement, cs.Actions)
 	pipeline = append(pipeline, "rank-programs")
 	pl, err := passes.ParsePipeline(strings.Join(pipeline, ","))
 	if err != nil {

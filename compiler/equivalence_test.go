@@ -9,7 +9,6 @@ import (
 
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/runtime"
-	"ppc.dev/ppc/runtime/cpu"
 	"ppc.dev/ppc/schedule"
 )
 
@@ -17,17 +16,7 @@ import (
 // parameters and optimizer state by name.
 func trainRun(t *testing.T, model string, opts Options, steps int) ([]float64, map[string][]float64) {
 	t.Helper()
-	res, err := Compile(model, opts)
-	if err != nil {
-		t.Fatalf("compile: %v", err)
-	}
-	job, err := runtime.New(res.Output, cpu.New())
-	if err != nil {
-		t.Fatalf("load: %v", err)
-	}
-	if err := job.Init(5); err != nil {
-		t.Fatal(err)
-	}
+	_, job := initJob(t, model, opts, 5)
 	var losses []float64
 	for i := 0; i < steps; i++ {
 		r, err := job.Step(runtime.Options{Seed: 5})

@@ -14,7 +14,6 @@ import (
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/passes"
 	"ppc.dev/ppc/runtime"
-	"ppc.dev/ppc/runtime/cpu"
 )
 
 // End-to-end gradient checks of the nn ops' gradient rules (passes/grad_rules_nn.go): each
@@ -27,17 +26,7 @@ import (
 // worst relative error.
 func e2eGradCheck(t *testing.T, path string) float64 {
 	t.Helper()
-	res, err := Compile(path, Options{Microbatches: 1, Optimizer: "sgd{lr=0}"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	job, err := runtime.New(res.Output, cpu.New())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := job.Init(5); err != nil {
-		t.Fatal(err)
-	}
+	_, job := initJob(t, path, Options{Microbatches: 1, Optimizer: "sgd{lr=0}"}, 5)
 	// With lr = 0 a step leaves the parameters alone, so replaying step 1 (its synthetic data)
 	// evaluates one fixed function of the parameters.
 	loss := func() float64 {
@@ -236,17 +225,7 @@ func TestONNXCNNsTrain(t *testing.T) {
 	} {
 		t.Run(c.model, func(t *testing.T) {
 			path := filepath.Join(backendDir, c.model, "model.onnx")
-			res, err := Compile(path, Options{Loss: "mse", Optimizer: fmt.Sprintf("sgd{lr=%g,momentum=0}", c.lr)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			job, err := runtime.New(res.Output, cpu.New())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := job.Init(1); err != nil {
-				t.Fatal(err)
-			}
+			_, job := initJob(t, path, Options{Loss: "mse", Optimizer: fmt.Sprintf("sgd{lr=%g,momentum=0}", c.lr)}, 1)
 			var losses []float64
 			for range 20 {
 				for _, r := range job.Ranks {
@@ -295,17 +274,7 @@ func TestCNNTrainsF32(t *testing.T) {
 	}
 	train := func(opts Options, steps int) []float64 {
 		opts.Optimizer = "sgd{lr=0.1,momentum=0}"
-		res, err := Compile(path, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		job, err := runtime.New(res.Output, cpu.New())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := job.Init(2); err != nil {
-			t.Fatal(err)
-		}
+		_, job := initJob(t, path, opts, 2)
 		var losses []float64
 		for range steps {
 			for _, r := range job.Ranks {

@@ -7,24 +7,13 @@ import (
 
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/runtime"
-	"ppc.dev/ppc/runtime/cpu"
 )
 
 // TestGradientsEndToEnd compiles a float64 model for training and checks the gradients the
 // runtime accumulates — through autodiff, lowering, fusion, code generation and the CPU
 // kernels — against central finite differences of the loss computed by the same programs.
 func TestGradientsEndToEnd(t *testing.T) {
-	res, err := Compile("../testdata/ir/gradcheck.ir", Options{Microbatches: 1, Optimizer: "sgd{lr=0}"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	job, err := runtime.New(res.Output, cpu.New())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := job.Init(3); err != nil {
-		t.Fatal(err)
-	}
+	_, job := initJob(t, "../testdata/ir/gradcheck.ir", Options{Microbatches: 1, Optimizer: "sgd{lr=0}"}, 3)
 	// With lr = 0 a step leaves the parameters alone, so every step evaluates the same
 	// function; synthetic data is fixed per step, so replay step 1 each time.
 	loss := func() float64 {

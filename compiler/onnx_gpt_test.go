@@ -7,7 +7,6 @@ import (
 
 	"ppc.dev/ppc/codegen"
 	"ppc.dev/ppc/runtime"
-	"ppc.dev/ppc/runtime/cpu"
 	"ppc.dev/ppc/runtime/device"
 )
 
@@ -45,20 +44,10 @@ func (d stepTokens) Fill(in codegen.Input, _ int, mb int, t device.Tensor) error
 func TestGPTTinyONNXTrains(t *testing.T) {
 	const steps = 8
 	train := func(pp int) []float64 {
-		res, err := Compile("../testdata/models/gpt-tiny.onnx", Options{
+		_, job := initJob(t, "../testdata/models/gpt-tiny.onnx", Options{
 			Load: LoadOptions{Dims: map[string]int{"batch": 4}}, Loss: "ce",
 			PP: pp, Microbatches: 2, Optimizer: "adamw{lr=1e-2}",
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		job, err := runtime.New(res.Output, cpu.New())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := job.Init(1); err != nil {
-			t.Fatal(err)
-		}
+		}, 1)
 		var losses []float64
 		for range steps {
 			r, err := job.Step(runtime.Options{Seed: 1, Data: stepTokens{vocab: 64}})

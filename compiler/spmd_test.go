@@ -12,7 +12,6 @@ import (
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime"
-	"ppc.dev/ppc/runtime/cpu"
 	"ppc.dev/ppc/runtime/device"
 )
 
@@ -47,17 +46,7 @@ var (
 // its tensors as float64.
 func spmdRun(t *testing.T, model string, opts Options, steps int, resume string) ([]float64, string, map[string][]float64) {
 	t.Helper()
-	res, err := Compile(model, opts)
-	if err != nil {
-		t.Fatalf("compile %s: %v", filepath.Base(model), err)
-	}
-	job, err := runtime.New(res.Output, cpu.New())
-	if err != nil {
-		t.Fatalf("load: %v", err)
-	}
-	if err := job.Init(5); err != nil {
-		t.Fatal(err)
-	}
+	_, job := initJob(t, model, opts, 5)
 	if resume != "" {
 		if _, err := job.Resume(resume, false); err != nil {
 			t.Fatalf("resume: %v", err)
@@ -358,17 +347,7 @@ func @forward(%x: f32[2,4] {input}, %w: f32[4,2] {init = "normal(1)", param, sha
   return %g, %m, %b, %s
 }
 `)
-	res, err := Compile(src, Options{TP: 2, ForwardOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	job, err := runtime.New(res.Output, cpu.New())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := job.Init(2); err != nil {
-		t.Fatal(err)
-	}
+	_, job := initJob(t, src, Options{TP: 2, ForwardOnly: true}, 2)
 	x := []float64{1, -2, 0.5, 3, -1, 0.25, 2, -0.5}
 	xt := device.Tensor{Type: ir.T(ir.F32, 2, 4), Data: make([]byte, 32)}
 	for i, v := range x {

@@ -17,17 +17,7 @@ func TestTinyGPTLearns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("200 training steps; run without -short")
 	}
-	res, err := Compile("../testdata/models/gpt.ppm", Options{Load: LoadOptions{Preset: "tiny"}, Microbatches: 2, Optimizer: "adamw{lr=1e-2}"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	job, err := runtime.New(res.Output, cpu.New())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := job.Init(1); err != nil {
-		t.Fatal(err)
-	}
+	_, job := initJob(t, "../testdata/models/gpt.ppm", Options{Load: LoadOptions{Preset: "tiny"}, Microbatches: 2, Optimizer: "adamw{lr=1e-2}"}, 1)
 	var first, last float64
 	for i := 0; i < 200; i++ {
 		r, err := job.Step(runtime.Options{Seed: 1})

@@ -2,6 +2,8 @@ package passes
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -109,34 +111,42 @@ func ReadSchedule(m *ir.Module) ([]int, [][]RankAction, error) {
 	return placement, actions, nil
 }
 
-// portMap is where each port is produced and consumed, and its index for tags.
-type portMap struct {
-	producer  map[string]string
-	consumers map[string][]string
-	index     map[string]int
+// PortMap is where each port of the per-stage functions is produced and consumed (function
+// names), and its index (for tags).
+type PortMap struct {
+	Producer  map[string]string
+	Consumers map[string][]string
+	Index     map[string]int
 }
 
-func portsOf(m *ir.Module) portMap {
-	pm := portMap{producer: map[string]string{}, consumers: map[string][]string{}, index: map[string]int{}}
+// PortsOf maps the ports of m's per-stage functions, checking each consumed port has a
+// producer.
+func PortsOf(m *ir.Module) (PortMap, error) {
+	pm := PortMap{Producer: map[string]string{}, Consumers: map[string][]string{}, Index: map[string]int{}}
 	for _, f := range m.Funcs {
 		if f.Attrs.Str("kind", "") == "" {
 			continue
 		}
 		for i := range f.Results {
 			if p := f.ResultAttrs[i].Str(AttrPort, ""); p != "" {
-				if _, dup := pm.producer[p]; !dup {
-					pm.index[p] = len(pm.index)
+				if _, dup := pm.Producer[p]; !dup {
+					pm.Index[p] = len(pm.Index)
 				}
-				pm.producer[p] = f.Name
+				pm.Producer[p] = f.Name
 			}
 		}
 		for i := range f.Args {
 			if p := f.ArgAttrs[i].Str(AttrPort, ""); p != "" {
-				pm.consumers[p] = append(pm.consumers[p], f.Name)
+				pm.Consumers[p] = append(pm.Consumers[p], f.Name)
 			}
 		}
 	}
-	return pm
+	for _, p := range slices.Sorted(maps.Keys(pm.Consumers)) {
+		if _, ok := pm.Producer[p]; !ok {
+			return pm, fmt.Errorf("port %q is consumed by @%s but produced nowhere", p, pm.Consumers[p][0])
+		}
+	}
+	return pm, nil
 }
 
 // BuildRankPrograms writes @rank<r> for every pipeline rank r of the schedule.
@@ -145,11 +155,9 @@ func BuildRankPrograms(m *ir.Module, placement []int, actions [][]RankAction) ([
 	if err != nil {
 		return nil, err
 	}
-	pm := portsOf(m)
-	for p, cs := range pm.consumers {
-		if _, ok := pm.producer[p]; !ok {
-			return nil, fmt.Errorf("port %q is consumed by @%s but produced nowhere", p, cs[0])
-		}
+	pm, err := PortsOf(m)
+	if err != nil {
+		return nil, err
 	}
 	for _, f := range m.Funcs {
 		if k := f.Attrs.Str("kind", ""); k != "" {
@@ -159,7 +167,7 @@ func BuildRankPrograms(m *ir.Module, placement []int, actions [][]RankAction) ([
 		}
 	}
 	rankOf := func(name string) int { return placement[m.Func(name).Attrs.Int("stage", 0)] }
-	tag := func(p string, mb int) ir.Int { return ir.Int(pm.index[p]*nmb + mb) }
+	tag := func(p string, mb int) ir.Int { return ir.Int(pm.Index[p]*nmb + mb) }
 	runDef, sendDef, recvDef := ir.MustLookup("run"), ir.MustLookup("send"), ir.MustLookup("recv")
 	var progs []*ir.Func
 	for r, acts := range actions {
@@ -195,7 +203,7 @@ func BuildRankPrograms(m *ir.Module, placement []int, actions [][]RankAction) ([
 					}
 					v, ok := ports[key{p, mb}]
 					if !ok {
-						producer := pm.producer[p]
+						producer := pm.Producer[p]
 						pr := rankOf(producer)
 						if pr == r {
 							return nil, ir.ErrorAt(m.Source, f.Loc, "rank %d: @%s needs %q of micro-batch %d before @%s computes it on this rank (action %s of the schedule)", r, f.Name, p, mb, producer, a)
@@ -225,7 +233,7 @@ func BuildRankPrograms(m *ir.Module, placement []int, actions [][]RankAction) ([
 					v.Name = fmt.Sprintf("%s#%d", p, mb)
 					ports[key{p, mb}] = v
 					sent := map[int]bool{}
-					for _, c := range pm.consumers[p] {
+					for _, c := range pm.Consumers[p] {
 						if cr := rankOf(c); cr != r && !sent[cr] {
 							sent[cr] = true
 							fn.Ops = append(fn.Ops, ir.NewOp(sendDef, []*ir.Value{v}, ir.Attrs{{Name: "microbatch", Value: ir.Int(mb)},

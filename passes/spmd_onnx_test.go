@@ -144,19 +144,7 @@ func TestSpmdONNXTransformerMatchesOneDevice(t *testing.T) {
 			// weights make attention and the norms far from uniform, so a misplaced
 			// collective shows in every gradient.
 			fwd := m.Func(ir.ForwardFunc)
-			rng := rand.New(rand.NewPCG(7, uint64(c.tp)))
-			full := make([]*ir.Dense, len(fwd.Args))
-			for i, a := range fwd.Args {
-				v := make([]float64, a.Type.NumElements())
-				for k := range v {
-					if a.Type.DType.IsFloat() {
-						v[k] = rng.Float64() - 0.5
-					} else {
-						v[k] = float64(rng.IntN(vocab)) // input_ids and labels
-					}
-				}
-				full[i] = ir.NewDenseF64(a.Type, v)
-			}
+			full := randomArgs(fwd, rand.New(rand.NewPCG(7, uint64(c.tp))), func(int) int { return vocab }) // input_ids and labels
 			checkSpmdTrain(t, ref, part, full, c.tp)
 		})
 	}

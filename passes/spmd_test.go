@@ -48,20 +48,7 @@ func TestSpmdPartitionMatchesOneDevice(t *testing.T) {
 			runGradPipeline(t, part, fmt.Sprintf("shard-annotate,shard-propagate{sp=%t},spmd-partition,autodiff", c.sp))
 
 			fwd := m.Func(ir.ForwardFunc)
-			rng := rand.New(rand.NewPCG(5, uint64(c.tp)))
-			full := make([]*ir.Dense, len(fwd.Args))
-			for i, a := range fwd.Args {
-				v := make([]float64, a.Type.NumElements())
-				for k := range v {
-					if a.Type.DType.IsFloat() {
-						v[k] = rng.Float64() - 0.5
-					} else {
-						hi := fwd.ArgAttrs[i].Ints("range")
-						v[k] = float64(rng.IntN(hi[1]))
-					}
-				}
-				full[i] = ir.NewDenseF64(a.Type, v)
-			}
+			full := randomArgs(fwd, rand.New(rand.NewPCG(5, uint64(c.tp))), func(i int) int { return fwd.ArgAttrs[i].Ints("range")[1] })
 			checkSpmdTrain(t, ref, part, full, c.tp)
 		})
 	}
@@ -212,4 +199,22 @@ func TestSpmdPassesNeverPanic(t *testing.T) {
 	if ran < 20 {
 		t.Fatalf("only %d modules tried", ran)
 	}
+}
+
+// randomArgs draws @forward's arguments: floats uniform in [-0.5, 0.5), integers (token ids,
+// labels) in [0, intHi(argument index)).
+func randomArgs(fwd *ir.Func, rng *rand.Rand, intHi func(i int) int) []*ir.Dense {
+	full := make([]*ir.Dense, len(fwd.Args))
+	for i, a := range fwd.Args {
+		v := make([]float64, a.Type.NumElements())
+		for k := range v {
+			if a.Type.DType.IsFloat() {
+				v[k] = rng.Float64() - 0.5
+			} else {
+				v[k] = float64(rng.IntN(intHi(i)))
+			}
+		}
+		full[i] = ir.NewDenseF64(a.Type, v)
+	}
+	return full
 }

@@ -2,9 +2,9 @@ package schedule
 
 import (
 	"bytes"
-	"encoding/json"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -116,33 +116,16 @@ func TestTraceCollectives(t *testing.T) {
 		}
 	}
 	r := mustSimulate(t, s, c)
-	var buf bytes.Buffer
-	if err := r.WriteTrace(&buf); err != nil {
-		t.Fatal(err)
-	}
-	var tr struct {
-		TraceEvents []struct {
-			Name string         `json:"name"`
-			Cat  string         `json:"cat"`
-			Ph   string         `json:"ph"`
-			Ts   float64        `json:"ts"`
-			Dur  float64        `json:"dur"`
-			Tid  int            `json:"tid"`
-			Args map[string]any `json:"args"`
-		} `json:"traceEvents"`
-	}
-	if err := json.Unmarshal(buf.Bytes(), &tr); err != nil {
-		t.Fatal(err)
-	}
+	events := traceEvents(t, r)
 	type span struct{ ts, end float64 }
 	actions := map[string]span{} // action → its span
 	nested, outside := 0, map[string]float64{}
-	for _, e := range tr.TraceEvents {
+	for _, e := range events {
 		if e.Ph == "X" && e.Cat != "collective" {
 			actions[e.Args["action"].(string)] = span{e.Ts, e.Ts + e.Dur}
 		}
 	}
-	for _, e := range tr.TraceEvents {
+	for _, e := range events {
 		if e.Ph != "X" || e.Cat != "collective" {
 			continue
 		}
@@ -171,7 +154,7 @@ func TestTraceCollectives(t *testing.T) {
 	if math.Abs(outside["all-reduce"]-6) > 1e-9 || math.Abs(outside["reduce-scatter"]-4) > 1e-9 || math.Abs(outside["collectives"]-2) > 1e-9 {
 		t.Errorf("collectives outside the actions: %v µs", outside)
 	}
-	if !strings.Contains(buf.String(), `"name":"rank 1 collectives"`) {
+	if !slices.ContainsFunc(events, func(e simEvent) bool { return e.Ph == "M" && e.Args["name"] == "rank 1 collectives" }) {
 		t.Errorf("no thread for rank 1's collectives")
 	}
 }

@@ -157,25 +157,8 @@ func TestWriteTrace(t *testing.T) {
 		s := mustGenerate(t, name, 4, 8, 0)
 		for _, sched := range []*Schedule{s, mustLower(t, s)} {
 			r := mustSimulate(t, sched, UnitCost())
-			var buf bytes.Buffer
-			if err := r.WriteTrace(&buf); err != nil {
-				t.Fatal(err)
-			}
-			var tr struct {
-				TraceEvents []struct {
-					Name string         `json:"name"`
-					Ph   string         `json:"ph"`
-					Ts   float64        `json:"ts"`
-					Dur  float64        `json:"dur"`
-					Tid  int            `json:"tid"`
-					Args map[string]any `json:"args"`
-				} `json:"traceEvents"`
-			}
-			if err := json.Unmarshal(buf.Bytes(), &tr); err != nil {
-				t.Fatalf("%s: trace is not JSON: %v", name, err)
-			}
 			x := 0
-			for _, e := range tr.TraceEvents {
+			for _, e := range traceEvents(t, r) {
 				if e.Ph != "X" {
 					continue
 				}

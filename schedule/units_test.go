@@ -2,7 +2,6 @@ package schedule
 
 import (
 	"bytes"
-	"encoding/json"
 	"math"
 	"regexp"
 	"strconv"
@@ -55,22 +54,8 @@ func TestTraceSeconds(t *testing.T) {
 
 func traceSpan(t *testing.T, r *Result) float64 {
 	t.Helper()
-	var buf bytes.Buffer
-	if err := r.WriteTrace(&buf); err != nil {
-		t.Fatal(err)
-	}
-	var tr struct {
-		TraceEvents []struct {
-			Ph  string  `json:"ph"`
-			Ts  float64 `json:"ts"`
-			Dur float64 `json:"dur"`
-		} `json:"traceEvents"`
-	}
-	if err := json.Unmarshal(buf.Bytes(), &tr); err != nil {
-		t.Fatal(err)
-	}
 	lo, hi := math.Inf(1), math.Inf(-1)
-	for _, e := range tr.TraceEvents {
+	for _, e := range traceEvents(t, r) {
 		if e.Ph == "X" {
 			lo, hi = min(lo, e.Ts), max(hi, e.Ts+e.Dur)
 		}
