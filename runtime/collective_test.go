@@ -64,11 +64,11 @@ func buildJob(t testing.TB, progs []rankProg) *Job {
 	world := len(progs)
 	j := &Job{Plan: testPlan(world), dev: cpu.New(), comm: newTransport(world)}
 	for r, rp := range progs {
-		rank, err := j.prepare(r, program(r, world, rp))
+		rank, err := j.prepare(r, program(r, world, rp), true)
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
 		}
-		j.Ranks = append(j.Ranks, rank)
+		j.add(rank, true)
 	}
 	return j
 }
@@ -656,7 +656,7 @@ func TestLoaderRejectsBadCollectives(t *testing.T) {
 			&pb.Buffer{Id: 8, Dtype: pb.DType_F32, Shape: []int64{4, 6}, Role: pb.Role_CONST, Data: make([]byte, 96)},
 			&pb.Buffer{Id: 9, Dtype: pb.DType_F32, Shape: []int64{}, Role: pb.Role_STEP})
 		j := &Job{Plan: testPlan(2), dev: cpu.New(), comm: newTransport(2)}
-		_, err := j.prepare(0, p)
+		_, err := j.prepare(0, p, true)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v:\n got %v\nwant %q", c.in, err, c.want)
 		}
@@ -665,7 +665,7 @@ func TestLoaderRejectsBadCollectives(t *testing.T) {
 	p := program(0, 1, rankProg{[]ir.Type{typ(ir.F32, 4)}, []*pb.Instr{{Kind: pb.Instr_ALL_GATHER, In: []int32{0}, Out: []int32{1}, Group: []int32{0}}}})
 	p.Buffers = append(p.Buffers, &pb.Buffer{Id: 1, Name: "w", Dtype: pb.DType_F32, Shape: []int64{4}, Role: pb.Role_PARAM, Init: "zeros"})
 	j := &Job{Plan: testPlan(1), dev: cpu.New(), comm: newTransport(1)}
-	if _, err := j.prepare(0, p); err != nil {
+	if _, err := j.prepare(0, p, true); err != nil {
 		t.Fatal(err)
 	}
 }

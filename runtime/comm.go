@@ -2,11 +2,28 @@ package runtime
 
 import (
 	"errors"
+
 	"fmt"
+	"ppc.dev/ppc/runtime/device"
 	"sort"
 	"strings"
 	"sync"
 )
+
+// comm is how a job's ranks communicate: the in-process transport below when every rank is
+// a goroutine of this process, the TCP transport (tcp.go) when ranks are processes. Both
+// keep the contract of runtime/doc.go, so a plan's results do not depend on which runs it.
+type comm interface {
+	send(src, dst int, tag int64, data []byte) error
+	recv(dst, src int, tag int64, into []byte) error
+	collective(r int, op *collOp, in, out device.Tensor) error
+	// abort stops every rank with err (the first error wins); err returns it.
+	abort(err error)
+	err() error
+	// finish marks a local rank done with the step; resetStep prepares the next step.
+	finish(r int)
+	resetStep()
+}
 
 // transport is the in-process communication of all ranks of a job: sends are buffered
 // (they never block), receives block until the matching message arrives, and collectives
@@ -64,6 +81,12 @@ func (t *transport) abort(err error) {
 		t.aborted = err
 	}
 	t.cond.Broadcast()
+}
+
+func (t *transport) err() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.aborted
 }
 
 // resetStep prepares for a new step after all ranks finished the previous one.
@@ -236,3 +259,6 @@ func (t *transport) describeColl(rec *collRecord) string {
 	}
 	return b.String()
 }
+
+// Process is this process's part in a multi-process run (see Join).
+type Process struct{}

@@ -24,11 +24,11 @@ func twoRanks(t *testing.T, instrs [2][]*pb.Instr) *Job {
 			Mesh:    []*pb.NamedInt{{Name: "pp", Value: 2}, {Name: "dp", Value: 1}, {Name: "tp", Value: 1}},
 			Buffers: []*pb.Buffer{{Id: 0, Name: "x", Dtype: pb.DType_F32, Shape: []int64{4}, Role: pb.Role_ACTIVATION}},
 			Instrs:  instrs[r]}
-		rank, err := j.prepare(r, p)
+		rank, err := j.prepare(r, p, true)
 		if err != nil {
 			t.Fatal(err)
 		}
-		j.Ranks = append(j.Ranks, rank)
+		j.add(rank, true)
 	}
 	return j
 }

@@ -91,9 +91,7 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 	}
 	wg.Wait()
 	res := StepResult{Step: step, Duration: time.Since(start), Loss: math.NaN()}
-	j.comm.mu.Lock()
-	err := j.comm.aborted
-	j.comm.mu.Unlock()
+	err := j.comm.err()
 	if tr != nil {
 		if terr := tr.endStep(); terr != nil && err == nil {
 			err = fmt.Errorf("trace: %v", terr)

@@ -16,13 +16,19 @@ import (
 	"ppc.dev/ppc/runtime/device"
 )
 
-// Job is a loaded, validated plan: every rank's program prepared on a device, with memory.
+// Job is a loaded, validated plan: the ranks this process runs (Ranks: all of them for an
+// in-process run, one for a worker of a multi-process run) prepared on a device with memory,
+// and every rank of the world checked against them (all: the other ranks' programs are
+// prepared without memory, so that the loader checks every program and the checkpoint index
+// can be written by one process).
 type Job struct {
 	Dir   string
 	Plan  *codegen.Plan
 	Ranks []*Rank
+	all   []*Rank // every rank of the world, by index; Ranks are among them
 	dev   device.Device
-	comm  *transport
+	comm  comm
+	proc  *Process // the multi-process run this job is part of (nil: every rank is here)
 }
 
 // Rank is one rank's prepared program and memory. The dp × tp replicas of a pipeline rank
@@ -69,9 +75,24 @@ func inputErrorf(format string, args ...any) error {
 // A malformed or corrupted file is an *InputError naming the file and the problem; nothing is
 // executed before everything checks out.
 func Load(dir string, dev device.Device) (*Job, error) {
+	return load(dir, dev, -1)
+}
+
+// LoadRank is Load for one worker of a multi-process run: every program is checked as Load
+// checks it, but only rank's is given memory and kernels. The job runs once Join connects it
+// to the other ranks' processes.
+func LoadRank(dir string, dev device.Device, rank int) (*Job, error) {
+	return load(dir, dev, rank)
+}
+
+// load prepares rank local with memory (every rank when local < 0).
+func load(dir string, dev device.Device, local int) (*Job, error) {
 	plan, err := codegen.ReadPlan(dir)
 	if err != nil {
 		return nil, &InputError{err}
+	}
+	if local >= plan.World {
+		return nil, inputErrorf("%s: rank %d is not in the plan's %d-rank world", dir, local, plan.World)
 	}
 	j := &Job{Dir: dir, Plan: plan, dev: dev, comm: newTransport(plan.World)}
 	progs := map[string]*pb.Program{}
@@ -98,16 +119,23 @@ func Load(dir string, dev device.Device) (*Job, error) {
 		progs[info.File] = prog
 	}
 	for r, info := range plan.Ranks {
-		rank, err := j.prepare(r, progs[info.Program])
+		rank, err := j.prepare(r, progs[info.Program], local < 0 || r == local)
 		if err != nil {
 			return nil, inputErrorf("%s: %v", j.where(r), err)
 		}
-		j.Ranks = append(j.Ranks, rank)
+		j.add(rank, local < 0 || r == local)
 	}
 	if err := j.checkRanks(); err != nil {
 		return nil, inputErrorf("%s: %v", dir, err)
 	}
 	return j, nil
+}
+
+func (j *Job) add(r *Rank, local bool) {
+	j.all = append(j.all, r)
+	if local {
+		j.Ranks = append(j.Ranks, r)
+	}
 }
 
 // where names rank r's program file for errors, with the rank when replicas share it.
@@ -145,11 +173,11 @@ func New(out *codegen.Output, dev device.Device) (*Job, error) {
 		if !ok {
 			return nil, fmt.Errorf("rank %d runs %q, which is not among the programs", r, info.Program)
 		}
-		rank, err := j.prepare(r, p)
+		rank, err := j.prepare(r, p, true)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %v", j.where(r), err)
 		}
-		j.Ranks = append(j.Ranks, rank)
+		j.add(rank, true)
 	}
 	if err := j.checkRanks(); err != nil {
 		return nil, err
@@ -168,7 +196,7 @@ func LoadProgram(data []byte, plan *codegen.Plan, dev device.Device) (*Rank, err
 		return nil, &InputError{err}
 	}
 	j := &Job{Plan: plan, dev: dev, comm: newTransport(plan.World)}
-	r, err := j.prepare(plan.Mesh.Rank(codegen.Coords{PP: int(prog.Pp)}), prog)
+	r, err := j.prepare(plan.Mesh.Rank(codegen.Coords{PP: int(prog.Pp)}), prog, true)
 	if err != nil {
 		return nil, &InputError{err}
 	}
@@ -220,8 +248,10 @@ func meshText(mesh []*pb.NamedInt) string {
 const maxBytes = 1 << 46
 
 // prepare makes rank r's memory and instructions from its program, which checkProgram has
-// checked against the plan.
-func (j *Job) prepare(r int, prog *pb.Program) (*Rank, error) {
+// checked against the plan. A rank that is not local (another process runs it) gets the same
+// checks and instructions but no memory (its buffers have types and no bytes) and no
+// kernels.
+func (j *Job) prepare(r int, prog *pb.Program, local bool) (*Rank, error) {
 	plan := j.Plan
 	if r < 0 || r >= plan.World {
 		return nil, fmt.Errorf("rank %d is not in the %d-rank world", r, plan.World)
@@ -306,15 +336,21 @@ func (j *Job) prepare(r int, prog *pb.Program) (*Rank, error) {
 			return nil, fmt.Errorf("program needs more than %d bytes", int64(maxBytes))
 		}
 	}
-	if err := checkMemory(prog.ArenaBytes + persistent); err != nil {
-		return nil, err
-	}
-	rank.arena = alignedBytes(prog.ArenaBytes)
 	rank.Bufs = make([]device.Tensor, len(prog.Buffers))
+	if !local {
+		for i, t := range types {
+			rank.Bufs[i] = device.Tensor{Type: t}
+		}
+	} else if err := checkMemory(prog.ArenaBytes + persistent); err != nil {
+		return nil, err
+	} else {
+		rank.arena = alignedBytes(prog.ArenaBytes)
+	}
 	for i, b := range prog.Buffers {
 		t := types[i]
-		switch b.Role {
-		case pb.Role_ACTIVATION, pb.Role_INPUT:
+		switch {
+		case !local:
+		case b.Role == pb.Role_ACTIVATION || b.Role == pb.Role_INPUT:
 			rank.Bufs[i] = device.Tensor{Type: t, Data: rank.arena[b.Offset : b.Offset+t.Bytes() : b.Offset+t.Bytes()]}
 		default:
 			rank.Bufs[i] = device.Tensor{Type: t, Data: alignedBytes(t.Bytes())}
@@ -334,7 +370,7 @@ func (j *Job) prepare(r int, prog *pb.Program) (*Rank, error) {
 	}
 	rank.instrs = make([]instr, len(prog.Instrs))
 	for n, in := range prog.Instrs {
-		it, err := j.prepareInstr(rank, in, specs, types)
+		it, err := j.prepareInstr(rank, in, specs, local)
 		if err != nil {
 			return nil, fmt.Errorf("instruction %d (%s): %v", n, in.Kind, err)
 		}
@@ -449,7 +485,7 @@ func kernelSpec(pk *pb.Kernel) (*device.Spec, error) {
 	return &device.Spec{Op: def, Attrs: attrs}, nil
 }
 
-func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, types []ir.Type) (instr, error) {
+func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, local bool) (instr, error) {
 	it := instr{Instr: in}
 	buf := func(ids []int32) ([]device.Tensor, error) {
 		out := make([]device.Tensor, len(ids))
@@ -520,6 +556,9 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, types
 			return it, err
 		}
 		it.name = spec.Name()
+		if !local {
+			break
+		}
 		impl, err := j.dev.Prepare(&spec)
 		if err != nil {
 			return it, fmt.Errorf("%s: %v", spec.Name(), err)
@@ -745,7 +784,7 @@ func (j *Job) overlap(rank *Rank, a, b int32) bool {
 // checkRanks checks the prepared ranks against each other: their collectives, and that every
 // rank holding a parameter or optimizer state by name holds a block of the same full tensor.
 func (j *Job) checkRanks() error {
-	if err := checkCollectives(j.Ranks); err != nil {
+	if err := checkCollectives(j.all); err != nil {
 		return err
 	}
 	type holder struct {
@@ -754,7 +793,7 @@ func (j *Job) checkRanks() error {
 		sharded bool
 	}
 	first := map[string]holder{}
-	for _, r := range j.Ranks {
+	for _, r := range j.all {
 		for i, b := range r.Prog.Buffers {
 			if b.Role != pb.Role_PARAM && b.Role != pb.Role_STATE {
 				continue
