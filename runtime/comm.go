@@ -259,6 +259,3 @@ func (t *transport) describeColl(rec *collRecord) string {
 	}
 	return b.String()
 }
-
-// Process is this process's part in a multi-process run (see Join).
-type Process struct{}

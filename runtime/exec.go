@@ -20,6 +20,10 @@ type Options struct {
 	// Trace, when set, records every executed instruction of the steps in its range with its
 	// rank and time.
 	Trace *Trace
+	// StopRequested, when set, is asked at the end of each step of a multi-process run
+	// whether this process wants the run to stop (a signal): every process learns it in
+	// StepResult.Stop, so that all stop after the same step.
+	StopRequested func() bool
 }
 
 // StepResult is what one training step reports.
@@ -29,6 +33,10 @@ type StepResult struct {
 	Duration time.Duration
 	Samples  int // samples processed (global batch)
 	Tokens   int // tokens processed, when the inputs are token sequences
+	// Multi-process runs: each rank's time for the step, and whether a process asked the run
+	// to stop after it.
+	RankTimes []time.Duration
+	Stop      bool
 }
 
 // RunError is a step that failed while executing a loaded, validated plan: ranks that hang
@@ -92,6 +100,25 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 	wg.Wait()
 	res := StepResult{Step: step, Duration: time.Since(start), Loss: math.NaN()}
 	err := j.comm.err()
+	var sum float64
+	n := 0
+	for _, r := range j.Ranks {
+		for _, l := range r.losses {
+			sum += l
+			n++
+		}
+		r.losses = r.losses[:0]
+	}
+	if j.proc != nil {
+		// Every process learns the step's outcome: its losses, or the first failure.
+		if err != nil {
+			err = j.proc.fail(err)
+		} else {
+			stop := opts.StopRequested != nil && opts.StopRequested()
+			sum, n, res.RankTimes, res.Stop, err = j.proc.endStep(stepEnd{LossSum: sum, LossN: n, Nanos: int64(res.Duration), Stop: stop})
+			res.Duration = time.Since(start)
+		}
+	}
 	if tr != nil {
 		if terr := tr.endStep(); terr != nil && err == nil {
 			err = fmt.Errorf("trace: %v", terr)
@@ -104,15 +131,8 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 		}
 		return res, &RunError{Step: step, Err: err}
 	}
-	var sum float64
-	n := 0
 	for _, r := range j.Ranks {
 		r.step = step
-		for _, l := range r.losses {
-			sum += l
-			n++
-		}
-		r.losses = r.losses[:0]
 	}
 	if n > 0 {
 		res.Loss = sum / float64(n)
@@ -137,7 +157,10 @@ func (j *Job) runRank(r *Rank, step int, data DataSource, tr *Trace) error {
 			}
 		}
 	}
+	r.curStep.Store(int64(step))
+	defer r.at.Store(-1)
 	for n := range r.instrs {
+		r.at.Store(int64(n))
 		it := &r.instrs[n]
 		var began time.Time
 		if tr != nil {

@@ -9,3 +9,16 @@ func SetWrapSaveFile(f func(io.Writer) io.Writer) (restore func()) {
 	wrapSaveFile = f
 	return func() { wrapSaveFile = old }
 }
+
+// Kill drops every connection of p at once, as the death of its process would.
+func (p *Process) Kill() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	close(p.stop)
+	p.comm.close()
+	p.ctrl.Close()
+	if p.store != nil {
+		p.store.close()
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"unsafe"
 
 	"google.golang.org/protobuf/proto"
@@ -47,6 +48,9 @@ type Rank struct {
 	step   int
 	// shards[i] places PARAM or STATE buffer i in its full tensor (nil: it is the whole).
 	shards []*shardGeom
+	// curStep and at say what the rank is doing (the step, and the instruction or −1
+	// between steps), for the reports of a multi-process run when it stops.
+	curStep, at atomic.Int64
 }
 
 type instr struct {

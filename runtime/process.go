@@ -1,0 +1,479 @@
+package runtime
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"ppc.dev/ppc/codegen"
+	pb "ppc.dev/ppc/codegen/programpb"
+)
+
+// JoinOptions say how this process joins a multi-process run.
+type JoinOptions struct {
+	Rank   int    // this process's rank; the job must have been loaded with LoadRank(…, Rank)
+	World  int    // the number of processes (the plan's world size)
+	Master string // host:port of the store, which rank 0's process serves
+	Token  string // the run token every process of the run holds
+	// StoreListener, for rank 0, is the store's listener when the launcher opened it (ppc
+	// run --nproc hands it over, so no other process can take the port); nil: rank 0
+	// listens on Master.
+	StoreListener net.Listener
+	// Timeout fails a wait for a peer's message that lasts longer (0: 10 minutes).
+	Timeout time.Duration
+	// Heartbeat: a process that sends nothing for this long is dead (0: 30 s).
+	Heartbeat time.Duration
+	// JoinTimeout bounds the rendezvous: every rank must have joined by then (0: 5 minutes).
+	JoinTimeout time.Duration
+	// Log receives warnings: dropped connections, refused ranks.
+	Log func(string)
+}
+
+// Process is this process's part in a multi-process run: its connection to the store
+// (rank 0's process also serves the store) and the TCP transport to its peers.
+type Process struct {
+	Rank, World int
+	Start       time.Time // the run's common clock origin, from the store
+
+	opts  JoinOptions
+	comm  *tcpComm
+	store *store // rank 0's process only
+	ctrl  net.Conn
+	cwmu  sync.Mutex
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	gathered map[string][]json.RawMessage
+	remote   error // the abort the store sent
+	lastCtrl time.Time
+	closed   bool
+	rounds   map[string]int
+	status   func() string
+	stop     chan struct{}
+}
+
+// RemoteError is the run stopped by what happened in another process, as the store
+// reports it ("rank 2 (host, pid 123) died … while step 3, instruction 17 of 240 (…)").
+type RemoteError struct{ Msg string }
+
+func (e *RemoteError) Error() string { return e.Msg }
+
+// PlanHash identifies the plan a job runs: every process of a run must run the same one.
+func (j *Job) PlanHash() string {
+	h := sha256.New()
+	b, _ := json.Marshal(j.Plan)
+	h.Write(b)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Join connects a job loaded with LoadRank to the other processes of its run: the
+// rendezvous (rank 0's process starts the store), then a TCP connection to each rank this
+// rank exchanges data with. From then on the job's steps run across the processes.
+func (j *Job) Join(o JoinOptions) (*Process, error) {
+	if len(j.Ranks) != 1 || j.Ranks[0].Index != o.Rank {
+		return nil, fmt.Errorf("join as rank %d: the job was not loaded for that rank alone (LoadRank)", o.Rank)
+	}
+	if o.World != j.Plan.World {
+		return nil, inputErrorf("the launcher started %d processes, the plan has %d ranks (pp %d × dp %d × tp %d): start one process per rank", o.World, j.Plan.World, j.Plan.Mesh.PP, j.Plan.Mesh.DP, j.Plan.Mesh.TP)
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Minute
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = 30 * time.Second
+	}
+	if o.JoinTimeout <= 0 {
+		o.JoinTimeout = 5 * time.Minute
+	}
+	if o.Log == nil {
+		o.Log = func(string) {}
+	}
+	token := []byte(o.Token)
+	p := &Process{Rank: o.Rank, World: o.World, opts: o, gathered: map[string][]json.RawMessage{}, rounds: map[string]int{},
+		stop: make(chan struct{}), lastCtrl: time.Now()}
+	p.cond = sync.NewCond(&p.mu)
+	r := j.Ranks[0]
+	p.status = r.status
+	plan := j.PlanHash()
+	if o.Rank == 0 {
+		ln := o.StoreListener
+		if ln == nil {
+			var err error
+			if ln, err = net.Listen("tcp", o.Master); err != nil {
+				return nil, fmt.Errorf("rank 0 serves the rendezvous at MASTER_ADDR:MASTER_PORT %s, and cannot listen there: %v (it must be an address of rank 0's machine, with a free port)", o.Master, err)
+			}
+		}
+		p.store = newStore(ln, o.World, token, plan, o.Heartbeat, o.Log)
+	}
+	fail := func(err error) (*Process, error) {
+		p.Close()
+		return nil, err
+	}
+	deadline := time.Now().Add(o.JoinTimeout)
+	ctrl, err := dialRetry(o.Master, deadline, func(c net.Conn) error { return dialHandshake(c, token, purposeStore, o.Rank) })
+	if err != nil {
+		return fail(fmt.Errorf("rank %d cannot reach the rendezvous at %s: %v", o.Rank, o.Master, err))
+	}
+	p.ctrl = ctrl
+	// Peers reach this rank on the interface it reaches the store by: loopback for --nproc,
+	// the cluster network otherwise.
+	host, _, _ := net.SplitHostPort(ctrl.LocalAddr().String())
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return fail(fmt.Errorf("rank %d: listen for peers on %s: %v", o.Rank, host, err))
+	}
+	defer ln.Close() // every peer has connected when Join returns
+	hostname, _ := os.Hostname()
+	if err := writeCtrl(ctrl, &p.cwmu, &ctrlMsg{Type: "hello", Rank: o.Rank, World: o.World, PlanHash: plan,
+		Addr: ln.Addr().String(), Host: hostname, PID: os.Getpid()}); err != nil {
+		return fail(fmt.Errorf("rank %d: rendezvous: %v", o.Rank, err))
+	}
+	ctrl.SetReadDeadline(deadline)
+	var welcome *ctrlMsg
+	for welcome == nil {
+		m, err := readCtrl(ctrl)
+		switch {
+		case err != nil:
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return fail(fmt.Errorf("rank %d: not every rank joined the rendezvous at %s within %s", o.Rank, o.Master, o.JoinTimeout))
+			}
+			return fail(fmt.Errorf("rank %d: rendezvous at %s: %v", o.Rank, o.Master, errText(err)))
+		case m.Type == "refused":
+			return fail(inputErrorf("refused by the rendezvous at %s: %s", o.Master, m.Error))
+		case m.Type == "abort":
+			return fail(&RemoteError{m.Error})
+		case m.Type == "welcome":
+			if len(m.Peers) != o.World {
+				return fail(fmt.Errorf("rendezvous sent %d addresses for %d ranks", len(m.Peers), o.World))
+			}
+			welcome = m
+		}
+	}
+	ctrl.SetReadDeadline(time.Time{})
+	p.Start = time.Unix(0, welcome.Start)
+	go p.readCtrl()
+	go p.heartbeat()
+
+	// Connect to every rank this one talks to: dial the lower ranks, accept the higher.
+	p.comm = newTCPComm(o.Rank, o.Timeout, maxMessage(r.Prog))
+	j.comm, j.proc = p.comm, p
+	peers := r.peers()
+	errs := make(chan error, len(peers)+1)
+	var want []int
+	for _, s := range peers {
+		if s < o.Rank {
+			go func(s int) {
+				c, err := dialRetry(welcome.Peers[s], deadline, func(c net.Conn) error { return dialHandshake(c, token, purposePeer, o.Rank) })
+				if err == nil {
+					err = p.comm.addPeer(s, c)
+				}
+				if err != nil {
+					err = fmt.Errorf("rank %d: connect to rank %d at %s: %v", o.Rank, s, welcome.Peers[s], err)
+				}
+				errs <- err
+			}(s)
+		} else {
+			want = append(want, s)
+		}
+	}
+	go func() {
+		ln.(*net.TCPListener).SetDeadline(deadline)
+		pending := slices.Clone(want)
+		for len(pending) > 0 {
+			c, err := ln.Accept()
+			if err != nil {
+				errs <- fmt.Errorf("rank %d: ranks %v did not connect: %v", o.Rank, pending, err)
+				return
+			}
+			purpose, s, err := acceptHandshake(c, token)
+			if err == nil && (purpose != purposePeer || !slices.Contains(pending, s)) {
+				err = fmt.Errorf("rank %d is not a peer still expected", s)
+			}
+			if err != nil {
+				c.Close()
+				o.Log(fmt.Sprintf("rank %d: dropped a connection from %s: %v", o.Rank, c.RemoteAddr(), err))
+				continue
+			}
+			pending = slices.DeleteFunc(pending, func(x int) bool { return x == s })
+			if err := p.comm.addPeer(s, c); err != nil {
+				errs <- err
+				return
+			}
+		}
+		errs <- nil
+	}()
+	for range len(peers) - len(want) + 1 {
+		if err := <-errs; err != nil {
+			return fail(err)
+		}
+	}
+	if _, err := p.gather("connected", nil, false); err != nil {
+		return fail(err)
+	}
+	return p, nil
+}
+
+// dialRetry connects to addr until the deadline (the other process may not listen yet) and
+// runs the handshake. A handshake that fails on the token is final: another run holds the
+// address.
+func dialRetry(addr string, deadline time.Time, handshake func(net.Conn) error) (net.Conn, error) {
+	var last error
+	for time.Now().Before(deadline) {
+		c, err := net.DialTimeout("tcp", addr, time.Until(deadline))
+		if err == nil {
+			if err = handshake(c); err == nil {
+				return c, nil
+			}
+			c.Close()
+			if errors.Is(err, errBadToken) {
+				return nil, err
+			}
+		}
+		last = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	if last == nil {
+		last = errors.New("timed out")
+	}
+	return nil, last
+}
+
+// maxMessage bounds what a peer may send this rank: its largest buffer.
+func maxMessage(prog *pb.Program) uint64 {
+	var m int64 = 1 << 10
+	for _, b := range prog.Buffers {
+		if t, err := codegen.TypeFromProto(b.Dtype, b.Shape); err == nil && t.Bytes() > m {
+			m = t.Bytes()
+		}
+	}
+	return uint64(m)
+}
+
+// peers lists the ranks r sends to, receives from or shares a collective with.
+func (r *Rank) peers() []int {
+	set := map[int]bool{}
+	for _, it := range r.instrs {
+		switch {
+		case it.Kind == pb.Instr_SEND || it.Kind == pb.Instr_RECV:
+			set[it.peer] = true
+		case it.coll != nil:
+			for _, m := range it.coll.group {
+				set[m] = true
+			}
+		}
+	}
+	delete(set, r.Index)
+	var out []int
+	for s := range set {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (p *Process) readCtrl() {
+	for {
+		m, err := readCtrl(p.ctrl)
+		p.mu.Lock()
+		if err != nil {
+			if !p.closed && p.remote == nil {
+				p.remote = &RemoteError{fmt.Sprintf("lost the connection to the rendezvous (rank 0's process): %s; rank 0 died or stopped", errText(err))}
+				p.comm.abort(p.remote)
+			}
+			p.cond.Broadcast()
+			p.mu.Unlock()
+			return
+		}
+		p.lastCtrl = time.Now()
+		switch m.Type {
+		case "gathered":
+			p.gathered[m.Key] = m.All
+		case "abort":
+			if p.remote == nil {
+				p.remote = &RemoteError{m.Error}
+				if p.comm != nil {
+					p.comm.abort(p.remote)
+				}
+			}
+		}
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	}
+}
+
+// heartbeat reports what this rank is doing every second, and stops the run when the
+// store has been silent for the heartbeat timeout.
+func (p *Process) heartbeat() {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-tick.C:
+		}
+		p.mu.Lock()
+		silent := time.Since(p.lastCtrl)
+		if silent > p.opts.Heartbeat && p.remote == nil {
+			p.remote = &RemoteError{fmt.Sprintf("the rendezvous (rank 0's process) sent nothing for %s: rank 0 is stopped or wedged", silent.Round(time.Second))}
+			if p.comm != nil {
+				p.comm.abort(p.remote)
+			}
+			p.cond.Broadcast()
+		}
+		p.mu.Unlock()
+		writeCtrl(p.ctrl, &p.cwmu, &ctrlMsg{Type: "status", Status: p.status()})
+	}
+}
+
+// gather sends this rank's part of a round and waits for everyone's (rank 0's process
+// receives the parts; with root, the others only learn that the round completed).
+func (p *Process) gather(key string, data any, root bool) ([]json.RawMessage, error) {
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	n := p.rounds[key]
+	p.rounds[key] = n + 1
+	key += "#" + strconv.Itoa(n) // rounds of one name are numbered: every rank counts them alike
+	p.mu.Unlock()
+	if err := writeCtrl(p.ctrl, &p.cwmu, &ctrlMsg{Type: "gather", Key: key, Root: root, Data: raw, Status: p.status()}); err != nil {
+		return nil, fmt.Errorf("rendezvous: %v", err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for {
+		if all, ok := p.gathered[key]; ok {
+			delete(p.gathered, key)
+			return all, nil
+		}
+		if p.remote != nil {
+			return nil, p.remote
+		}
+		p.cond.Wait()
+	}
+}
+
+// fail reports this rank's failure to every other process and returns the error to report
+// here: this rank's own, unless it only lost a peer, in which case the store's account of
+// what happened to that peer (which arrives within moments) says more.
+func (p *Process) fail(err error) error {
+	var re *RemoteError
+	if errors.As(err, &re) {
+		return err
+	}
+	var pe *PeerError
+	if errors.As(err, &pe) {
+		p.mu.Lock()
+		deadline := time.Now().Add(3 * time.Second)
+		for p.remote == nil && time.Now().Before(deadline) {
+			p.mu.Unlock()
+			time.Sleep(50 * time.Millisecond)
+			p.mu.Lock()
+		}
+		remote := p.remote
+		p.mu.Unlock()
+		if remote != nil {
+			return remote
+		}
+	}
+	writeCtrl(p.ctrl, &p.cwmu, &ctrlMsg{Type: "abort", Error: fmt.Sprintf("rank %d failed: %v", p.Rank, err)})
+	return err
+}
+
+// stepEnd is what each rank reports at the end of a step.
+type stepEnd struct {
+	LossSum float64 `json:"loss_sum"`
+	LossN   int     `json:"loss_n"`
+	Nanos   int64   `json:"ns"`
+	Stop    bool    `json:"stop,omitempty"`
+}
+
+// endStep agrees with every process on the step's outcome: the losses summed over every
+// rank, each rank's step time, and whether any rank asked to stop.
+func (p *Process) endStep(mine stepEnd) (sum float64, n int, times []time.Duration, stop bool, err error) {
+	all, err := p.gather("step", mine, false)
+	if err != nil {
+		return 0, 0, nil, false, err
+	}
+	for r, raw := range all {
+		var e stepEnd
+		if err := json.Unmarshal(raw, &e); err != nil {
+			return 0, 0, nil, false, fmt.Errorf("rank %d's step report: %v", r, err)
+		}
+		sum += e.LossSum
+		n += e.LossN
+		times = append(times, time.Duration(e.Nanos))
+		stop = stop || e.Stop
+	}
+	return sum, n, times, stop, nil
+}
+
+// Close ends the run for this process: a last gather (so that rank 0's store stays up
+// until every process is done with it), then every connection closes.
+func (p *Process) Close() error {
+	var err error
+	p.mu.Lock()
+	ok := !p.closed && p.remote == nil && p.ctrl != nil && p.comm != nil
+	p.mu.Unlock()
+	if ok {
+		writeCtrl(p.ctrl, &p.cwmu, &ctrlMsg{Type: "bye"})
+		_, err = p.waitKey("bye")
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return err
+	}
+	p.closed = true
+	p.mu.Unlock()
+	close(p.stop)
+	if p.comm != nil {
+		p.comm.close()
+	}
+	if p.ctrl != nil {
+		p.ctrl.Close()
+	}
+	if p.store != nil {
+		p.store.close()
+	}
+	return err
+}
+
+func (p *Process) waitKey(key string) ([]json.RawMessage, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for {
+		if all, ok := p.gathered[key]; ok {
+			delete(p.gathered, key)
+			return all, nil
+		}
+		if p.remote != nil {
+			return nil, p.remote
+		}
+		p.cond.Wait()
+	}
+}
+
+// status describes what the rank is doing, for the store's reports when another process
+// must say why the run stopped: "step 3, instruction 17 of 240 (recv from rank 1 …)".
+func (r *Rank) status() string {
+	step, at := r.curStep.Load(), r.at.Load()
+	switch {
+	case step == 0:
+		return "starting"
+	case at < 0 || int(at) >= len(r.instrs):
+		return fmt.Sprintf("between steps (step %d done)", step)
+	}
+	return fmt.Sprintf("running step %d, instruction %d of %d (%s)", step, at, len(r.instrs), describeInstr(&r.instrs[at]))
+}

@@ -1,0 +1,168 @@
+package runtime_test
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	pb "ppc.dev/ppc/codegen/programpb"
+	"ppc.dev/ppc/compiler"
+	. "ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/cpu"
+)
+
+const gptPPM = "../testdata/models/gpt.ppm"
+
+func gptOpts(pp, dp, tp, zero int) compiler.Options {
+	return compiler.Options{Load: compiler.LoadOptions{Preset: "tiny"}, PP: pp, DP: dp, TP: tp, Zero: zero, Microbatches: 4,
+		Optimizer: "adamw{lr=1e-2}"}
+}
+
+// tcpJobs loads every rank of the plan in dir as its own job and joins them over loopback
+// TCP, as the processes of a multi-process run do (here goroutines of one process: the
+// transport does not know the difference).
+func tcpJobs(t testing.TB, dir string, o JoinOptions) ([]*Job, []*Process) {
+	t.Helper()
+	plan, err := Load(dir, cpu.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	world := plan.Plan.World
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, procs := make([]*Job, world), make([]*Process, world)
+	errs := make([]error, world)
+	var wg sync.WaitGroup
+	for r := range world {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			j, err := LoadRank(dir, cpu.New(), r)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			opts := o
+			opts.Rank, opts.World, opts.Master = r, world, ln.Addr().String()
+			if r == 0 {
+				opts.StoreListener = ln
+			}
+			if opts.Token == "" {
+				opts.Token = "test-token"
+			}
+			p, err := j.Join(opts)
+			jobs[r], procs[r], errs[r] = j, p, err
+		}(r)
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, p := range procs {
+			if p != nil {
+				go p.Close()
+			}
+		}
+	})
+	return jobs, procs
+}
+
+// stepAll runs one step on every process's job concurrently.
+func stepAll(jobs []*Job, opts Options) ([]StepResult, []error) {
+	res, errs := make([]StepResult, len(jobs)), make([]error, len(jobs))
+	var wg sync.WaitGroup
+	for r, j := range jobs {
+		wg.Add(1)
+		go func(r int, j *Job) {
+			defer wg.Done()
+			res[r], errs[r] = j.Step(opts)
+		}(r, j)
+	}
+	wg.Wait()
+	return res, errs
+}
+
+// TestTCPMatchesInProcess: the same plans run as one job per rank over TCP give the in-process
+// run's losses and every rank's parameters, optimizer state and gradients bit for bit —
+// pipeline sends, tp all-reduces and all-gathers, dp gradient buckets and ZeRO's
+// reduce-scatters all cross sockets.
+func TestTCPMatchesInProcess(t *testing.T) {
+	for _, c := range []struct{ pp, dp, tp, zero int }{{2, 1, 1, 0}, {4, 1, 1, 0}, {2, 1, 2, 0}, {1, 2, 2, 0}, {2, 2, 1, 1}, {1, 4, 1, 2}} {
+		t.Run(fmt.Sprintf("pp%d-dp%d-tp%d-zero%d", c.pp, c.dp, c.tp, c.zero), func(t *testing.T) {
+			dir := compileIR(t, gptPPM, gptOpts(c.pp, c.dp, c.tp, c.zero))
+			ref, err := Load(dir, cpu.New())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ref.Init(3); err != nil {
+				t.Fatal(err)
+			}
+			jobs, _ := tcpJobs(t, dir, JoinOptions{})
+			for _, j := range jobs {
+				if err := j.Init(3); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for step := 1; step <= 3; step++ {
+				want, err := ref.Step(Options{Seed: 3})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, errs := stepAll(jobs, Options{Seed: 3})
+				for r, err := range errs {
+					if err != nil {
+						t.Fatalf("step %d, rank %d: %v", step, r, err)
+					}
+					if got[r].Loss != want.Loss {
+						t.Fatalf("step %d: rank %d reports loss %v, in-process %v", step, r, got[r].Loss, want.Loss)
+					}
+				}
+			}
+			for r, j := range jobs {
+				a, b := ref.Ranks[r], j.Ranks[0]
+				for i, buf := range a.Prog.Buffers {
+					switch buf.Role {
+					case pb.Role_PARAM, pb.Role_STATE, pb.Role_GRAD:
+						if !bytes.Equal(a.Bufs[i].Data, b.Bufs[i].Data) {
+							t.Fatalf("rank %d: %s differs from the in-process run", r, buf.Name)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestTCPPeerDeath: a rank whose connections close mid-run stops every other rank with an
+// error naming it, well within the heartbeat.
+func TestTCPPeerDeath(t *testing.T) {
+	dir := compileIR(t, gptPPM, gptOpts(4, 1, 1, 0))
+	jobs, procs := tcpJobs(t, dir, JoinOptions{})
+	for _, j := range jobs {
+		j.Init(1)
+	}
+	if _, errs := stepAll(jobs, Options{Seed: 1}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	procs[2].Kill() // rank 2's process dies: every connection it has closes
+	start := time.Now()
+	_, errs := stepAll(append(jobs[:2:2], jobs[3]), Options{Seed: 1})
+	for i, err := range errs {
+		t.Logf("survivor %d: %v", i, err)
+		if err == nil || !strings.Contains(err.Error(), "rank 2") {
+			t.Errorf("survivor %d: %v, want an error naming rank 2", i, err)
+		}
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("the survivors took %s to stop", d)
+	}
+}
