@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
@@ -26,6 +27,12 @@ func gptOpts(pp, dp, tp, zero int) compiler.Options {
 // TCP, as the processes of a multi-process run do (here goroutines of one process: the
 // transport does not know the difference).
 func tcpJobs(t testing.TB, dir string, o JoinOptions) ([]*Job, []*Process) {
+	return tcpJobsUnder(t, dir, o, nil)
+}
+
+// tcpJobsUnder is tcpJobs with hostile(addr of the rendezvous) running alongside the
+// rendezvous and the ranks' joining.
+func tcpJobsUnder(t testing.TB, dir string, o JoinOptions, hostile func(addr string)) ([]*Job, []*Process) {
 	t.Helper()
 	plan, err := Load(dir, cpu.New())
 	if err != nil {
@@ -39,6 +46,13 @@ func tcpJobs(t testing.TB, dir string, o JoinOptions) ([]*Job, []*Process) {
 	jobs, procs := make([]*Job, world), make([]*Process, world)
 	errs := make([]error, world)
 	var wg sync.WaitGroup
+	if hostile != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			hostile(ln.Addr().String())
+		}()
+	}
 	for r := range world {
 		wg.Add(1)
 		go func(r int) {
@@ -164,5 +178,81 @@ func TestTCPPeerDeath(t *testing.T) {
 	}
 	if d := time.Since(start); d > 20*time.Second {
 		t.Errorf("the survivors took %s to stop", d)
+	}
+}
+
+// TestTCPHostileConnections: random bytes, a port scanner's idle connections, a handshake
+// with a wrong token and a stale worker of another run (another token) joining as rank 1,
+// all at the rendezvous while the real ranks join and train: nothing panics, the intruders
+// are dropped, and the run's result is the in-process run's, bit for bit.
+func TestTCPHostileConnections(t *testing.T) {
+	dir := compileIR(t, gptPPM, gptOpts(2, 1, 1, 0))
+	ref, err := Load(dir, cpu.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref.Init(1)
+	var want []float64
+	for range 2 {
+		r, err := ref.Step(Options{Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, r.Loss)
+	}
+	var logMu sync.Mutex
+	var logs []string
+	o := JoinOptions{Log: func(s string) { logMu.Lock(); logs = append(logs, s); logMu.Unlock() }}
+	hostile := func(addr string) {
+		rng := rand.New(rand.NewPCG(1, 2))
+		var wg sync.WaitGroup
+		for i := range 12 {
+			wg.Add(1)
+			size := 1 + rng.IntN(300)
+			go func(i int) {
+				defer wg.Done()
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				junk := make([]byte, size)
+				for k := range junk {
+					junk[k] = byte(i * k)
+				}
+				if i%3 == 0 {
+					c.Read(make([]byte, 40)) // the greeting, then a hello-sized forgery
+					junk = make([]byte, 112)
+				}
+				c.Write(junk)
+				c.Read(make([]byte, 64))
+			}(i)
+		}
+		// A worker of an older run, with its own token, claims rank 1.
+		stale, err := LoadRank(dir, cpu.New(), 1)
+		if err == nil {
+			_, err = stale.Join(JoinOptions{Rank: 1, World: 2, Master: addr, Token: "old-run", JoinTimeout: 3 * time.Second})
+		}
+		if err == nil || !strings.Contains(err.Error(), "token") {
+			t.Errorf("stale worker: %v, want refused for its token", err)
+		}
+		wg.Wait()
+	}
+	jobs, _ := tcpJobsUnder(t, dir, o, hostile)
+	for _, j := range jobs {
+		j.Init(1)
+	}
+	for step, w := range want {
+		res, errs := stepAll(jobs, Options{Seed: 1})
+		for r := range jobs {
+			if errs[r] != nil || res[r].Loss != w {
+				t.Fatalf("step %d rank %d: loss %v (%v), want %v", step+1, r, res[r].Loss, errs[r], w)
+			}
+		}
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	if len(logs) == 0 || !strings.Contains(strings.Join(logs, "\n"), "dropped a connection") {
+		t.Errorf("no dropped connection logged: %q", logs)
 	}
 }

@@ -31,8 +31,9 @@ type Trace struct {
 	// open is each rank's pipeline action in progress; only the rank's own goroutine
 	// touches its slot during a step.
 	open   []*traceEvent
-	n      int   // events written
-	err    error // the first write error, reported at the end of the step and by Close
+	n      int    // events written
+	tmp    string // a multi-process trace's part: the temporary file
+	err    error  // the first write error, reported at the end of the step and by Close
 	closed bool
 }
 
@@ -51,9 +52,22 @@ type traceEvent struct {
 // to last inclusive (last 0: every step from first on). It writes the opening of the JSON
 // and the names of the ranks' tracks now, so that a write error shows before training.
 func NewTrace(w io.Writer, ranks, first, last int) (*Trace, error) {
-	t := &Trace{first: first, last: last, dst: w, w: bufio.NewWriterSize(w, 1<<16), start: time.Now(), open: make([]*traceEvent, ranks)}
+	all := make([]int, ranks)
+	for r := range all {
+		all[r] = r
+	}
+	return newTrace(w, all, first, last, time.Now())
+}
+
+// newTrace is NewTrace for the given ranks, on a clock that starts at start.
+func newTrace(w io.Writer, ranks []int, first, last int, start time.Time) (*Trace, error) {
+	n := 0
+	for _, r := range ranks {
+		n = max(n, r+1)
+	}
+	t := &Trace{first: first, last: last, dst: w, w: bufio.NewWriterSize(w, 1<<16), start: start, open: make([]*traceEvent, n)}
 	t.w.WriteString(`{"displayTimeUnit":"ms","traceEvents":[`)
-	for r := 0; r < ranks; r++ {
+	for _, r := range ranks {
 		t.write(traceEvent{Name: "process_name", Ph: "M", Pid: r, Args: map[string]any{"name": "rank " + strconv.Itoa(r)}})
 		t.write(traceEvent{Name: "thread_name", Ph: "M", Pid: r, Tid: 0, Args: map[string]any{"name": "actions"}})
 		t.write(traceEvent{Name: "thread_name", Ph: "M", Pid: r, Tid: 1, Args: map[string]any{"name": "kernels"}})

@@ -126,12 +126,15 @@ const (
 )
 
 const (
-	nonceSize     = 32
-	macSize       = sha256.Size
-	greetingSize  = len(handshakeMagic) + nonceSize
-	helloSize     = len(handshakeMagic) + 4 + 4 + nonceSize + macSize
-	handshakeWait = 10 * time.Second
+	nonceSize    = 32
+	macSize      = sha256.Size
+	greetingSize = len(handshakeMagic) + nonceSize
+	helloSize    = len(handshakeMagic) + 4 + 4 + nonceSize + macSize
 )
+
+// handshakeWait bounds a handshake: a connection that does not complete one in time (a port
+// scanner, a client of another protocol) is dropped.
+var handshakeWait = 10 * time.Second
 
 // errBadToken is a handshake whose MAC does not verify: a process of another run, or garbage.
 var errBadToken = errors.New("the run token does not match (a process of another run, or not ppc)")

@@ -30,6 +30,15 @@ type env struct {
 	// interrupts starts delivering SIGINT and SIGTERM to a command that stops cleanly on
 	// them (ppc run); stop restores their default effect. Nil: they keep it.
 	interrupts func() (sigs <-chan os.Signal, stop func())
+	// getenv reads the environment (nil: the process's); tests give a launcher's variables.
+	getenv func(string) string
+}
+
+func (e *env) getenvFunc() func(string) string {
+	if e.getenv != nil {
+		return e.getenv
+	}
+	return os.Getenv
 }
 
 var commands []*command // filled in by init functions of the command files, sorted in main

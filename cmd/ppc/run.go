@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"strings"
@@ -33,8 +34,23 @@ func init() {
 			trace := fs.String("trace", "", "write a Chrome trace (Perfetto) of the executed instructions to `FILE`")
 			traceSteps := fs.String("trace-steps", "", "trace only steps `A:B` (inclusive; 2:3, :5, 4:)")
 			logJSON := fs.String("log-json", "", "append one JSON record per step to `FILE`, with a run id, the time and the learning rate")
-			return func(args []string) error {
+			timeout := fs.Duration("timeout", 10*time.Minute, "in a multi-process run, how long a rank waits for a peer's message before it stops the run as hung (`DURATION`: 90s, 10m)")
+			return func(args []string) (err error) {
 				start := time.Now()
+				// A process started by a launcher (torchrun, srun, mpirun, ppc run --nproc) is
+				// one rank of a multi-process run.
+				li, err := detectLaunch(e.getenvFunc())
+				if err != nil {
+					return err
+				}
+				if li != nil {
+					// Every line this process writes to stderr, the final error included, says
+					// which rank wrote it; only rank 0 prints the steps.
+					e.stderr = newLinePrefixer(e.stderr, fmt.Sprintf("[rank %d] ", li.Rank))
+					if li.Rank != 0 {
+						e.stdout = io.Discard
+					}
+				}
 				if len(args) != 1 {
 					return usagef("want one plan directory, got %d arguments", len(args))
 				}
@@ -52,6 +68,9 @@ func init() {
 				if *partial && *resume == "" {
 					return usagef("--allow-partial-resume applies to --resume")
 				}
+				if *timeout <= 0 {
+					return usagef("--timeout must be positive")
+				}
 				// SIGINT and SIGTERM stop the run between steps, with the trace and checkpoint
 				// written, from here on.
 				intr := watchInterrupts(e)
@@ -59,7 +78,9 @@ func init() {
 				// Claim the save directory before any work: a second run saving there fails
 				// now, naming the holder, rather than replacing this run's checkpoint (or this
 				// run replacing its) at the end. The lock also proves the directory writable.
-				if *save != "" {
+				// In a multi-process run, rank 0 holds it for all (--save is one directory every
+				// rank sees).
+				if *save != "" && (li == nil || li.Rank == 0) {
 					lock, err := runtime.LockDir(*save)
 					if err != nil {
 						return fmt.Errorf("--save: %w", trimPathError(err))
@@ -71,9 +92,28 @@ func init() {
 					return err
 				}
 				noteLoadingPlan(e, args[0])
-				job, err := runtime.Load(args[0], d)
+				var job *runtime.Job
+				if li == nil {
+					job, err = runtime.Load(args[0], d)
+				} else {
+					job, err = runtime.LoadRank(args[0], d, li.Rank)
+				}
 				if err != nil {
 					return err
+				}
+				var proc *runtime.Process
+				if li != nil {
+					if proc, err = joinRun(e, job, li, *timeout); err != nil {
+						return err
+					}
+					defer proc.Close()
+					// From here on a failure of this process stops the others at once,
+					// with its message.
+					defer func() {
+						if err != nil {
+							proc.Abort(err)
+						}
+					}()
 				}
 				startupNote(e, "initialising parameters…")
 				if err := job.Init(*seed); err != nil {
@@ -125,7 +165,7 @@ func init() {
 				// Open every output before training, so a bad path fails now rather than
 				// after the last step.
 				var log *stepLog
-				if *logJSON != "" {
+				if *logJSON != "" && (li == nil || li.Rank == 0) { // rank 0 logs for every rank
 					f, err := os.OpenFile(*logJSON, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 					if err != nil {
 						return fmt.Errorf("--log-json: %w", trimPathError(err))
@@ -134,16 +174,12 @@ func init() {
 					log = newStepLog(f, job.Plan, start)
 				}
 				if *trace != "" {
-					f, err := os.Create(*trace)
-					if err != nil {
-						return fmt.Errorf("--trace: %w", trimPathError(err))
-					}
-					if opts.Trace, err = runtime.NewTrace(f, len(job.Ranks), traceFirst, traceLast); err != nil {
-						f.Close()
+					if opts.Trace, err = openTrace(*trace, job, proc, traceFirst, traceLast); err != nil {
 						return fmt.Errorf("--trace: %w", trimPathError(err))
 					}
 				}
-				done, err := train(e, job, opts, *steps, log, intr)
+				opts.StopRequested = func() bool { return intr.signal() != nil }
+				done, stoppedBy, err := train(e, job, opts, *steps, log, intr)
 				// Interrupted or not, what was done is written: the trace of the completed
 				// steps (closed even when a step failed: the steps up to the failure are what
 				// one looks at), and a checkpoint of the last of them (none when no step
@@ -153,7 +189,7 @@ func init() {
 				sig := intr.signal()
 				var wrote []string
 				if opts.Trace != nil {
-					if terr := opts.Trace.Close(); terr != nil && err == nil {
+					if terr := closeTrace(opts.Trace, *trace, proc); terr != nil && err == nil {
 						err = fmt.Errorf("--trace: %w", trimPathError(terr))
 					}
 					wrote = append(wrote, "trace written to "+*trace)
@@ -161,17 +197,22 @@ func init() {
 				if err != nil {
 					return err
 				}
-				if *save != "" && (done > 0 || sig == nil) {
-					if err := job.Save(*save, *seed); err != nil {
+				stopped := sig != nil || stoppedBy != ""
+				if *save != "" && (done > 0 || !stopped) {
+					if err := job.SaveAll(*save, *seed); err != nil {
 						return fmt.Errorf("--save: %w", err)
 					}
 					fmt.Fprintf(e.stdout, "saved checkpoint to %s\n", *save)
 					wrote = append(wrote, fmt.Sprintf("checkpoint of step %d saved to %s", job.StepCount(), *save))
 				}
-				if sig != nil {
-					msg := fmt.Sprintf("interrupted by %s at step %d", signalName(sig), job.StepCount())
+				if stopped {
+					by := stoppedBy
+					if sig != nil {
+						by = signalName(sig)
+					}
+					msg := fmt.Sprintf("interrupted by %s at step %d", by, job.StepCount())
 					if done == 0 {
-						msg = fmt.Sprintf("interrupted by %s before the first step", signalName(sig))
+						msg = fmt.Sprintf("interrupted by %s before the first step", by)
 					}
 					if len(wrote) == 0 {
 						wrote = append(wrote, "nothing saved")
@@ -278,27 +319,35 @@ func openDevice(name string) (device.Device, error) {
 }
 
 // train runs the steps and prints a line for each; it returns how many it ran, fewer than
-// steps when interrupted.
-func train(e *env, job *runtime.Job, opts runtime.Options, steps int, log *stepLog, intr *interruption) (int, error) {
+// steps when interrupted. In a multi-process run every process stops after the same step:
+// the first at whose end any of them has been interrupted (stoppedBy then says so when it
+// was another process).
+func train(e *env, job *runtime.Job, opts runtime.Options, steps int, log *stepLog, intr *interruption) (done int, stoppedBy string, err error) {
 	prog := newProgress(e.stdout, job.StepsDone()+1, steps)
 	defer prog.finish()
 	var firstLoss, lastLoss float64
 	var total time.Duration
-	done := 0
-	for ; done < steps && intr.signal() == nil; done++ {
+	multi := job.Process() != nil
+	for ; done < steps && (multi || intr.signal() == nil) && stoppedBy == ""; done++ {
 		i := done
 		res, err := job.Step(opts)
 		if err != nil {
-			return done, err
+			return done, "", err
+		}
+		if res.Stop && intr.signal() == nil {
+			stoppedBy = "a signal to another rank"
+		}
+		if res.Stop && intr.signal() != nil {
+			stoppedBy = signalName(intr.signal())
 		}
 		hasLoss := !math.IsNaN(res.Loss) || job.Plan.Training
 		if job.Plan.Training && (math.IsNaN(res.Loss) || math.IsInf(res.Loss, 0)) {
 			if i == 0 {
 				// No update has happened yet: the forward pass itself makes it (sqrt or log
 				// of negative inputs, say), which "diverged" would misdescribe.
-				return done, checkFailed{fmt.Errorf("step %d: loss is %v before any update of this run: the forward pass produces it from these parameters and data", res.Step, res.Loss)}
+				return done, "", checkFailed{fmt.Errorf("step %d: loss is %v before any update of this run: the forward pass produces it from these parameters and data", res.Step, res.Loss)}
 			}
-			return done, checkFailed{fmt.Errorf("step %d: loss is %v (training diverged)", res.Step, res.Loss)}
+			return done, "", checkFailed{fmt.Errorf("step %d: loss is %v (training diverged)", res.Step, res.Loss)}
 		}
 		if i == 0 {
 			firstLoss = res.Loss
@@ -306,13 +355,16 @@ func train(e *env, job *runtime.Job, opts runtime.Options, steps int, log *stepL
 		lastLoss = res.Loss
 		total += res.Duration
 		rec := stepRecord{Step: res.Step, Loss: res.Loss, TimeMS: float64(res.Duration.Microseconds()) / 1000, Samples: res.Samples}
+		for _, d := range res.RankTimes {
+			rec.RankTimesMS = append(rec.RankTimesMS, float64(d.Microseconds())/1000)
+		}
 		secs := res.Duration.Seconds()
 		if secs > 0 {
 			rec.SamplesPerS = float64(res.Samples) / secs
 			rec.TokensPerS = float64(res.Tokens) / secs
 		}
 		if err := log.write(rec); err != nil {
-			return done, fmt.Errorf("--log-json: %w", trimPathError(err)) // a full disk: stop rather than lose the log
+			return done, "", fmt.Errorf("--log-json: %w", trimPathError(err)) // a full disk: stop rather than lose the log
 		}
 		loss, line := "", fmt.Sprintf("step %d", res.Step)
 		if hasLoss {
@@ -336,7 +388,7 @@ func train(e *env, job *runtime.Job, opts runtime.Options, steps int, log *stepL
 			fmt.Fprintf(e.stdout, "ran %d forward pass(es), mean %s\n", done, mean)
 		}
 	}
-	return done, nil
+	return done, stoppedBy, nil
 }
 
 // roundDuration keeps three or four significant digits of a step time.

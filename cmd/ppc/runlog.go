@@ -29,6 +29,9 @@ type stepRecord struct {
 	Samples     int      `json:"samples"`
 	SamplesPerS float64  `json:"samples_per_s"`
 	TokensPerS  float64  `json:"tokens_per_s,omitempty"`
+	// RankTimesMS: in a multi-process run, each rank's own time for the step (its
+	// instructions, without the end-of-step agreement), by rank.
+	RankTimesMS []float64 `json:"rank_times_ms,omitempty"`
 }
 
 // stepLog writes --log-json records.

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	goruntime "runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	"ppc.dev/ppc/runtime"
+)
+
+// joinRun connects this process's rank to the other processes of its run, as the launcher's
+// environment describes it.
+func joinRun(e *env, job *runtime.Job, li *launchInfo, timeout time.Duration) (*runtime.Process, error) {
+	o := runtime.JoinOptions{Rank: li.Rank, World: li.World, Master: net.JoinHostPort(li.MasterAddr, strconv.Itoa(li.MasterPort)),
+		Token: li.Token, Timeout: timeout, Log: func(msg string) { fmt.Fprintf(e.stderr, "ppc run: warning: %s\n", msg) }}
+	if li.StoreFD >= 0 && li.Rank == 0 {
+		// ppc run --nproc opened the store's port and handed it over.
+		f := os.NewFile(uintptr(li.StoreFD), "rendezvous")
+		ln, err := net.FileListener(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("PPC_STORE_FD=%d: not a listening socket: %v", li.StoreFD, err)
+		}
+		o.StoreListener = ln
+	}
+	// Several ranks share this machine's cores (as torchrun sets OMP_NUM_THREADS=1): each
+	// process's kernels use its share, unless GOMAXPROCS says otherwise.
+	if li.LocalWorld > 1 && os.Getenv("GOMAXPROCS") == "" {
+		goruntime.GOMAXPROCS(max(1, goruntime.NumCPU()/li.LocalWorld))
+	}
+	startupNote(e, "joining the %d-process run at %s…", li.World, o.Master)
+	p, err := job.Join(o)
+	if err != nil {
+		var ie *runtime.InputError
+		if errors.As(err, &ie) {
+			return nil, err
+		}
+		return nil, checkFailed{err} // the input is fine; the processes could not meet
+	}
+	return p, nil
+}
+
+// openTrace starts --trace: the file itself for an in-process run; in a multi-process run
+// each rank records its own events on the run's common clock in a file beside it, which
+// closeTrace merges into FILE at rank 0.
+func openTrace(path string, job *runtime.Job, proc *runtime.Process, first, last int) (*runtime.Trace, error) {
+	if proc == nil {
+		f, err := os.Create(path)
+		if err != nil {
+			return nil, err
+		}
+		t, err := runtime.NewTrace(f, len(job.Ranks), first, last)
+		if err != nil {
+			f.Close()
+		}
+		return t, err
+	}
+	return proc.NewTrace(first, last)
+}
+
+func closeTrace(t *runtime.Trace, path string, proc *runtime.Process) error {
+	if proc == nil {
+		return t.Close()
+	}
+	return proc.MergeTrace(t, path)
+}
+
+// linePrefixer starts every line written through it with a prefix ("[rank 3] "), writing
+// whole lines only so that the lines of several processes sharing a terminal or a log do
+// not interleave mid-line.
+type linePrefixer struct {
+	mu      sync.Mutex
+	w       io.Writer
+	prefix  []byte
+	partial []byte
+}
+
+func newLinePrefixer(w io.Writer, prefix string) *linePrefixer {
+	return &linePrefixer{w: w, prefix: []byte(prefix)}
+}
+
+func (p *linePrefixer) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.partial = append(p.partial, b...)
+	var out []byte
+	for {
+		i := bytes.IndexByte(p.partial, '\n')
+		if i < 0 {
+			break
+		}
+		if !bytes.HasPrefix(p.partial, p.prefix) {
+			out = append(out, p.prefix...)
+		}
+		out = append(out, p.partial[:i+1]...)
+		p.partial = p.partial[i+1:]
+	}
+	p.partial = append([]byte(nil), p.partial...)
+	if len(out) > 0 {
+		if _, err := p.w.Write(out); err != nil {
+			return 0, err
+		}
+	}
+	return len(b), nil
+}
+
+// IsTerminal passes the terminal question through, so start-up notes still show.
+func (p *linePrefixer) IsTerminal() bool { return isTerminal(p.w) }

@@ -1,0 +1,121 @@
+package runtime
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// Process returns the multi-process run the job is part of (nil: every rank runs here).
+func (j *Job) Process() *Process { return j.proc }
+
+// Abort tells every other process that this one fails with err, so that they stop now with
+// its message rather than when they next wait for it.
+func (p *Process) Abort(err error) {
+	if p == nil || err == nil {
+		return
+	}
+	p.mu.Lock()
+	remote := p.remote != nil
+	p.mu.Unlock()
+	if remote {
+		return // the run is already stopping, for a reason another process gave
+	}
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "rank ") {
+		msg = fmt.Sprintf("rank %d failed: %s", p.Rank, msg)
+	}
+	writeCtrl(p.ctrl, &p.cwmu, &ctrlMsg{Type: "abort", Error: msg})
+}
+
+// NewTrace starts this rank's part of a multi-process trace: its events, on the run's
+// common clock, in a temporary file that MergeTrace gathers.
+func (p *Process) NewTrace(first, last int) (*Trace, error) {
+	f, err := os.CreateTemp("", fmt.Sprintf("ppc-trace-rank%d-*.json", p.Rank))
+	if err != nil {
+		return nil, err
+	}
+	t, err := newTrace(f, []int{p.Rank}, first, last, p.Start)
+	if err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, err
+	}
+	t.tmp = f.Name()
+	return t, nil
+}
+
+// MergeTrace closes this rank's part of the trace and gathers every rank's at rank 0, which
+// writes them to path as one trace (a process per rank, as an in-process run's trace).
+func (p *Process) MergeTrace(t *Trace, path string) error {
+	err := t.Close()
+	var part []byte
+	if err == nil {
+		part, err = os.ReadFile(t.tmp)
+	}
+	os.Remove(t.tmp)
+	if err == nil && len(part) > maxCtrl-(1<<20) {
+		err = fmt.Errorf("rank %d's trace is %s, too large to gather (trace fewer steps with --trace-steps)", p.Rank, FormatBytes(int64(len(part))))
+	}
+	if err != nil {
+		part = nil // the others still gather; rank 0 reports the rank that failed
+	}
+	all, gerr := p.gather("trace", json.RawMessage(orNull(part, err)), true)
+	if gerr != nil {
+		return gerr
+	}
+	if err != nil {
+		return err
+	}
+	if p.Rank != 0 {
+		return nil
+	}
+	var events []json.RawMessage
+	for r, raw := range all {
+		var tr struct {
+			TraceEvents []json.RawMessage `json:"traceEvents"`
+		}
+		if string(raw) == "null" {
+			return fmt.Errorf("rank %d could not write its part of the trace", r)
+		}
+		if err := json.Unmarshal(raw, &tr); err != nil {
+			return fmt.Errorf("rank %d's trace: %v", r, err)
+		}
+		events = append(events, tr.TraceEvents...)
+	}
+	return writeFileAtomic(path, func(w io.Writer) error {
+		if _, err := io.WriteString(w, `{"displayTimeUnit":"ms","traceEvents":[`); err != nil {
+			return err
+		}
+		for i, ev := range events {
+			if i > 0 {
+				io.WriteString(w, ",")
+			}
+			io.WriteString(w, "\n")
+			if _, err := w.Write(ev); err != nil {
+				return err
+			}
+		}
+		_, err := io.WriteString(w, "\n]}\n")
+		return err
+	})
+}
+
+func orNull(b []byte, err error) []byte {
+	if err != nil || len(b) == 0 {
+		return []byte("null")
+	}
+	return b
+}
+
+// SaveAll writes a checkpoint of the whole job to dir: Save for an in-process run; in a
+// multi-process run every process writes its rank's tensors, then rank 0 the index once
+// all have, and every process learns whether the checkpoint was committed.
+func (j *Job) SaveAll(dir string, seed uint64) error {
+	if j.proc == nil {
+		return j.Save(dir, seed)
+	}
+	return fmt.Errorf("multi-process checkpoints are not written yet")
+}

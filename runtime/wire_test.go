@@ -1,0 +1,107 @@
+package runtime
+
+import (
+	"bytes"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// FuzzWire feeds arbitrary bytes to every decoder a connection reaches: the handshake's
+// hello, a frame header and its payload, a control message. None may panic, and the
+// handshake must never accept a hello that was not made with the token.
+func FuzzWire(f *testing.F) {
+	token := []byte("tok")
+	nonce := bytes.Repeat([]byte{7}, nonceSize)
+	// A valid hello, a valid frame, a valid control message, and garbage.
+	c1, c2 := net.Pipe()
+	go func() {
+		var greet [greetingSize]byte
+		copy(greet[:], handshakeMagic[:])
+		copy(greet[len(handshakeMagic):], nonce)
+		c2.Write(greet[:])
+		hello := make([]byte, helloSize)
+		c2.Read(hello)
+		f.Add(hello, []byte{})
+		c2.Close()
+	}()
+	dialHandshake(c1, token, purposePeer, 3)
+	c1.Close()
+	h := frameHeader{kind: frameCtrl}.encode()
+	f.Add(append(h[:], []byte(`{"type":"gather","key":"step#0","data":{"loss_sum":1}}`)...), []byte("x"))
+	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"), []byte{0xff})
+	f.Fuzz(func(t *testing.T, data, extra []byte) {
+		if _, _, err := checkHello(append(data, extra...), nonce, token, nil); err == nil {
+			// Only a hello computed with the token verifies; the seed above is one.
+			if len(data)+len(extra) != helloSize {
+				t.Fatal("accepted a hello of the wrong size")
+			}
+		}
+		if len(data) >= frameHeaderSize {
+			if hd, err := decodeFrameHeader(data[:frameHeaderSize], 1<<20); err == nil {
+				if hd.n > 1<<20 {
+					t.Fatalf("accepted a %d-byte payload over the 1 MiB bound", hd.n)
+				}
+			}
+		}
+		readFrame(bytes.NewReader(data), 1<<16, func(n int) []byte {
+			if n > 1<<16 {
+				t.Fatalf("asked to allocate %d bytes over the bound", n)
+			}
+			return make([]byte, n)
+		})
+		if m, err := decodeCtrl(data); err == nil && m.Type == "" {
+			t.Fatal("a control message without a type")
+		}
+	})
+}
+
+// TestHandshakeRefusesWrongToken: a dialer with another token is refused on both sides.
+func TestHandshakeRefusesWrongToken(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := acceptHandshake(a, []byte("right"))
+		a.Close()
+		done <- err
+	}()
+	if err := dialHandshake(b, []byte("wrong"), purposeStore, 0); err == nil {
+		t.Fatal("the dialer accepted an acceptor that did not answer")
+	}
+	if err := <-done; err != errBadToken {
+		t.Fatalf("acceptor: %v, want %v", err, errBadToken)
+	}
+}
+
+// TestHandshakeGarbageTimesOut: an acceptor that gets too few bytes gives up at its deadline
+// instead of waiting forever (a port scanner opens and idles).
+func TestHandshakeGarbageTimesOut(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(d time.Duration) { handshakeWait = d }(handshakeWait)
+	handshakeWait = 300 * time.Millisecond
+	c.Write([]byte("SSH-2.0-OpenSSH\r\n"))
+	start := time.Now()
+	_, _, err = acceptHandshake(s, []byte("tok"))
+	if err == nil || !strings.Contains(err.Error(), "handshake") {
+		t.Fatalf("got %v", err)
+	}
+	if d := time.Since(start); d > handshakeWait+2*time.Second {
+		t.Fatalf("took %s", d)
+	}
+}
