@@ -15,10 +15,13 @@ func (p *Process) Kill() {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
-	close(p.stop)
+	p.halt()
 	p.comm.close()
 	p.ctrl.Close()
 	if p.store != nil {
 		p.store.close()
 	}
 }
+
+// Freeze stops p's heartbeats, as a stopped (SIGSTOP) or wedged process stops sending.
+func (p *Process) Freeze() { p.halt() }

@@ -57,8 +57,11 @@ type Process struct {
 	closed   bool
 	rounds   map[string]int
 	status   func() string
-	stop     chan struct{}
+	stop     chan struct{} // closed (once, by halt) when the heartbeat must stop
+	stopOnce sync.Once
 }
+
+func (p *Process) halt() { p.stopOnce.Do(func() { close(p.stop) }) }
 
 // RemoteError is the run stopped by what happened in another process, as the store
 // reports it ("rank 2 (host, pid 123) died … while step 3, instruction 17 of 240 (…)").
@@ -437,7 +440,7 @@ func (p *Process) Close() error {
 	}
 	p.closed = true
 	p.mu.Unlock()
-	close(p.stop)
+	p.halt()
 	if p.comm != nil {
 		p.comm.close()
 	}

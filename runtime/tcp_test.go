@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -254,5 +255,90 @@ func TestTCPHostileConnections(t *testing.T) {
 	defer logMu.Unlock()
 	if len(logs) == 0 || !strings.Contains(strings.Join(logs, "\n"), "dropped a connection") {
 		t.Errorf("no dropped connection logged: %q", logs)
+	}
+}
+
+func init() {
+	BenchChildren["gpt"] = func(rank, world, n int, master string) error {
+		j, err := LoadRank(os.Getenv("PPC_BENCH_DIR"), cpu.New(), rank)
+		if err != nil {
+			return err
+		}
+		p, err := j.Join(JoinOptions{Rank: rank, World: world, Master: master, Token: "bench"})
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		j.Init(1)
+		for range n + 1 {
+			if _, err := j.Step(Options{Seed: 1}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// BenchmarkGPTTinyStep: a training step of gpt tiny on a 4-rank pipeline (4 micro-batches),
+// with every rank a goroutine of one process and with every rank its own process over
+// loopback TCP (GOMAXPROCS split between them, as ppc run --nproc does).
+func BenchmarkGPTTinyStep(b *testing.B) {
+	dir := compileIR(b, gptPPM, gptOpts(4, 1, 1, 0))
+	b.Run("in-process", func(b *testing.B) {
+		j, err := Load(dir, cpu.New())
+		if err != nil {
+			b.Fatal(err)
+		}
+		j.Init(1)
+		j.Step(Options{Seed: 1}) // warm-up, as the processes do
+		b.ResetTimer()
+		for range b.N {
+			if _, err := j.Step(Options{Seed: 1}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("4-processes", func(b *testing.B) {
+		os.Setenv("PPC_BENCH_DIR", dir)
+		StartBenchChildren(b, "gpt", 4, func(master string, ln net.Listener) {
+			j, err := LoadRank(dir, cpu.New(), 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			p, err := j.Join(JoinOptions{Rank: 0, World: 4, Master: master, StoreListener: ln, Token: "bench"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close()
+			j.Init(1)
+			j.Step(Options{Seed: 1})
+			b.ResetTimer()
+			for range b.N {
+				if _, err := j.Step(Options{Seed: 1}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+		})
+	})
+}
+
+// TestTCPFrozenPeer: a rank that stops responding without closing its connections (a
+// stopped or wedged process) is declared dead by the store after the heartbeat timeout, and
+// every other rank stops with a message naming it and what it was doing.
+func TestTCPFrozenPeer(t *testing.T) {
+	dir := compileIR(t, gptPPM, gptOpts(2, 1, 1, 0))
+	jobs, procs := tcpJobs(t, dir, JoinOptions{Heartbeat: 2 * time.Second})
+	for _, j := range jobs {
+		j.Init(1)
+	}
+	procs[1].Freeze()
+	start := time.Now()
+	_, err := jobs[0].Step(Options{Seed: 1})
+	if err == nil || !strings.Contains(err.Error(), "rank 1") || !strings.Contains(err.Error(), "stopped responding") {
+		t.Fatalf("got %v, want rank 1 reported as not responding", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("took %s", d)
 	}
 }
