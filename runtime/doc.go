@@ -40,7 +40,7 @@
 // ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER and BROADCAST run over an ordered group of ranks:
 // the ranks of a mesh axis through the executing rank, in the axis's order (Instr.axis, what
 // compiled programs use), or an explicit list (Instr.group). The in-process transport defines their results bit for bit; the
-// multi-process (TCP) transport of a later issue, and any other, must produce the same bits,
+// multi-process TCP transport (tcp.go), and any other, must produce the same bits,
 // so that every layout of the same model trains identically run after run:
 //
 //   - Reduction order. Element i of a SUM is ((m0[i] + m1[i]) + m2[i]) + … with mk the k-th
@@ -101,4 +101,43 @@
 //     flock of DIR/.ppc-lock, which records the holder's pid and which the kernel releases if
 //     the process dies) from start-up until its save completes, so a second run saving there
 //     is refused at once, naming the holder, instead of replacing the first run's checkpoint.
+//
+// # Multi-process runs
+//
+// A rank may be its own process (ppc run --nproc, torchrun, srun, mpirun: cmd/ppc reads the
+// launcher's environment). Each process loads the whole plan with LoadRank — every program
+// is checked, as Load checks them, but only its rank gets memory — and Join connects it to
+// the others:
+//
+//   - Rendezvous (store.go). Rank 0's process serves a store at MASTER_ADDR:MASTER_PORT;
+//     every process connects, proves the run token, and gives its rank, the world size, the
+//     plan's hash and the address its peers reach it at (the interface it reaches the store
+//     by: loopback for --nproc). A process with another plan or world size is refused with
+//     both named, and the run stops (the processes were started on different plans); a rank
+//     that joined already is refused alone. Then each rank connects to the ranks it talks to
+//     (its pipeline neighbours and collective groups, from its program): it dials the lower
+//     ranks and accepts the higher, each connection authenticated like the store's.
+//   - Wire (wire.go). A mutual HMAC challenge–response under the token opens every
+//     connection, so only the run's own processes get past it, a recorded handshake cannot be
+//     replayed, and a dialer knows it did not reach a stale process of another run on a reused
+//     port. Frames have a fixed header whose payload length is bounded (by the largest buffer
+//     of the rank's program for data) before a byte is read or allocated. Garbage, port
+//     scanners and wrong tokens are dropped and logged; FuzzWire covers the decoders.
+//   - Transport (tcp.go). A reader goroutine per connection drains frames into a mailbox
+//     keyed by (peer, kind, tag or collective, step), so sends never wait on the receiver.
+//     Collectives are direct exchanges in which member k reduces chunk k in group order, so
+//     results are the in-process transport's bit for bit (TestTCPMatchesInProcess).
+//   - Control. The store also ends every step (a gather of the losses, each rank's time and
+//     whether a process was interrupted: all stop after the same step), coordinates
+//     checkpoints (each rank writes its tensors, rank 0 the index once every rank has) and
+//     merges traces. Every process reports what it is doing each second; a process whose
+//     connection closes, that is silent for 30 s, or that fails sends the first cause to
+//     every other, which stop at once with that message (naming the rank, its host and pid,
+//     and the step and instruction it was at). A wait for a peer longer than --timeout is a
+//     hang, reported with what was awaited.
+//
+// DESIGN.md §8 sketched --rank/--world/--master flags beside the launchers' variables; there
+// is one way instead: the environment, with torchrun's names (RANK, WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT) also read from Slurm's and MPI's, which is what every launcher sets and what a
+// hand-started process can set as easily as flags.
 package runtime
