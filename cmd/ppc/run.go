@@ -33,10 +33,14 @@ func init() {
 			trace := fs.String("trace", "", "write a Chrome trace (Perfetto) of the executed instructions to `FILE`")
 			traceSteps := fs.String("trace-steps", "", "trace only steps `A:B` (inclusive; 2:3, :5, 4:)")
 			logJSON := fs.String("log-json", "", "append one JSON record per step to `FILE`, with a run id, the time and the learning rate")
+			nproc := fs.Int("nproc", 0, "run the plan's ranks as `N` worker processes on this machine, supervised by this one (0: every rank in this process; else N must be the plan's world size)")
 			return func(args []string) error {
 				start := time.Now()
 				if len(args) != 1 {
 					return usagef("want one plan directory, got %d arguments", len(args))
+				}
+				if *nproc != 0 {
+					return superviseWorkers(e, *nproc, workerArgs(fs, args[0]))
 				}
 				if *steps < 0 {
 					return usagef("--steps must be non-negative")
