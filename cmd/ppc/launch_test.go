@@ -27,9 +27,14 @@ const (
 	fakeLauncherVar = "PPC_TEST_FAKE_LAUNCHER"
 )
 
+// Without fakeWorkerVar, a worker is a real `ppc run` of this test binary, as ppc's main
+// would run it.
 func TestMain(m *testing.M) {
-	if mode := os.Getenv(fakeWorkerVar); mode != "" && os.Getenv(envLauncher) == "ppc" {
-		os.Exit(fakeWorker(mode))
+	if os.Getenv(envLauncher) == "ppc" {
+		if mode := os.Getenv(fakeWorkerVar); mode != "" {
+			os.Exit(fakeWorker(mode))
+		}
+		os.Exit(run(os.Args[1:], &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, interrupts: notifySignals}))
 	}
 	if dir := os.Getenv(fakeLauncherVar); dir != "" {
 		os.Exit(run([]string{"run", dir, "--nproc", "2"}, &env{stdout: os.Stdout, stderr: os.Stderr, interrupts: notifySignals}))
@@ -274,6 +279,14 @@ func TestNprocAllSucceed(t *testing.T) {
 		if l != "" && !regexp.MustCompile(`^\[rank \d\] [^\[]*\n$`).MatchString(l) {
 			t.Errorf("stderr line %q is not one whole line of one rank", l)
 		}
+	}
+}
+
+// Real workers (this test binary as ppc) train the plan.
+func TestNprocRealWorkers(t *testing.T) {
+	code, out, errOut := ppc(t, "", "run", fakePlan(t, 2), "--nproc", "2", "--steps", "2")
+	if code != 0 || !regexp.MustCompile(`(?m)^step 2 loss=`).MatchString(out) {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 }
 
