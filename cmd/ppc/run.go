@@ -35,8 +35,15 @@ func init() {
 			traceSteps := fs.String("trace-steps", "", "trace only steps `A:B` (inclusive; 2:3, :5, 4:)")
 			logJSON := fs.String("log-json", "", "append one JSON record per step to `FILE`, with a run id, the time and the learning rate")
 			timeout := fs.Duration("timeout", 10*time.Minute, "in a multi-process run, how long a rank waits for a peer's message before it stops the run as hung (`DURATION`: 90s, 10m)")
+			nproc := fs.Int("nproc", 0, "run the plan's ranks as `N` worker processes on this machine, supervised by this one (0: every rank in this process; else N must be the plan's world size)")
 			return func(args []string) (err error) {
 				start := time.Now()
+				if len(args) != 1 {
+					return usagef("want one plan directory, got %d arguments", len(args))
+				}
+				if *nproc != 0 {
+					return superviseWorkers(e, *nproc, workerArgs(fs, args[0]))
+				}
 				// A process started by a launcher (torchrun, srun, mpirun, ppc run --nproc) is
 				// one rank of a multi-process run.
 				li, err := detectLaunch(e.getenvFunc())
@@ -50,9 +57,6 @@ func init() {
 					if li.Rank != 0 {
 						e.stdout = io.Discard
 					}
-				}
-				if len(args) != 1 {
-					return usagef("want one plan directory, got %d arguments", len(args))
 				}
 				if *steps < 0 {
 					return usagef("--steps must be non-negative")

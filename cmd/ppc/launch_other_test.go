@@ -1,0 +1,6 @@
+//go:build !unix
+
+package main
+
+// processGroupLeader: no process groups to check.
+func processGroupLeader() bool { return true }
