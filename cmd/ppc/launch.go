@@ -899,6 +899,10 @@ func (l *lineWriter) emit(rest []byte) {
 }
 
 // flush writes a last line that lacks its newline.
+// IsTerminal passes the terminal question through (a worker's own stderr is a lineWriter),
+// so start-up notes still show on a terminal.
+func (l *lineWriter) IsTerminal() bool { return isTerminal(l.w) }
+
 func (l *lineWriter) flush() {
 	if l != nil && len(l.buf) > 0 {
 		l.emit(nil)

@@ -30,7 +30,9 @@ const (
 // Without fakeWorkerVar, a worker is a real `ppc run` of this test binary, as ppc's main
 // would run it.
 func TestMain(m *testing.M) {
-	if os.Getenv(envLauncher) == "ppc" {
+	// PPC_TEST_AS_PPC: a process started by hand the way a launcher starts ppc (the
+	// torchrun-style tests of multiproc_test.go).
+	if os.Getenv(envLauncher) == "ppc" || os.Getenv("PPC_TEST_AS_PPC") != "" {
 		if mode := os.Getenv(fakeWorkerVar); mode != "" {
 			os.Exit(fakeWorker(mode))
 		}

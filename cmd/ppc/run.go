@@ -53,7 +53,7 @@ func init() {
 				if li != nil {
 					// Every line this process writes to stderr, the final error included, says
 					// which rank wrote it; only rank 0 prints the steps.
-					e.stderr = newLinePrefixer(e.stderr, fmt.Sprintf("[rank %d] ", li.Rank))
+					e.stderr = &lineWriter{mu: new(sync.Mutex), w: e.stderr, prefix: fmt.Sprintf("[rank %d] ", li.Rank)}
 					if li.Rank != 0 {
 						e.stdout = io.Discard
 					}

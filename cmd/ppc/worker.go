@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	goruntime "runtime"
 	"strconv"
-	"sync"
 	"time"
 
 	"ppc.dev/ppc/runtime"
@@ -71,45 +68,3 @@ func closeTrace(t *runtime.Trace, path string, proc *runtime.Process) error {
 	}
 	return proc.MergeTrace(t, path)
 }
-
-// linePrefixer starts every line written through it with a prefix ("[rank 3] "), writing
-// whole lines only so that the lines of several processes sharing a terminal or a log do
-// not interleave mid-line.
-type linePrefixer struct {
-	mu      sync.Mutex
-	w       io.Writer
-	prefix  []byte
-	partial []byte
-}
-
-func newLinePrefixer(w io.Writer, prefix string) *linePrefixer {
-	return &linePrefixer{w: w, prefix: []byte(prefix)}
-}
-
-func (p *linePrefixer) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.partial = append(p.partial, b...)
-	var out []byte
-	for {
-		i := bytes.IndexByte(p.partial, '\n')
-		if i < 0 {
-			break
-		}
-		if !bytes.HasPrefix(p.partial, p.prefix) {
-			out = append(out, p.prefix...)
-		}
-		out = append(out, p.partial[:i+1]...)
-		p.partial = p.partial[i+1:]
-	}
-	p.partial = append([]byte(nil), p.partial...)
-	if len(out) > 0 {
-		if _, err := p.w.Write(out); err != nil {
-			return 0, err
-		}
-	}
-	return len(b), nil
-}
-
-// IsTerminal passes the terminal question through, so start-up notes still show.
-func (p *linePrefixer) IsTerminal() bool { return isTerminal(p.w) }

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// compileGPT compiles gpt tiny for the given layout into a temporary plan directory.
+func compileGPT(t *testing.T, layout ...string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "plan")
+	args := append([]string{"compile", "../../testdata/models/gpt.ppm", "--preset", "tiny", "--microbatches", "4", "-o", dir}, layout...)
+	if code, _, errOut := ppc(t, "", args...); code != 0 {
+		t.Fatalf("compile %v: exit %d\n%s", layout, code, errOut)
+	}
+	return dir
+}
+
+var lossLine = regexp.MustCompile(`(?m)^step (\d+) loss=(\S+)`)
+
+// losses are the step lines' losses of a run's stdout.
+func losses(out string) []string {
+	var l []string
+	for _, m := range lossLine.FindAllStringSubmatch(out, -1) {
+		l = append(l, m[2])
+	}
+	return l
+}
+
+// TestNprocMatchesInProcess: ppc run --nproc N (one process per rank, TCP between them)
+// prints the in-process run's losses for pipeline, tensor- and data-parallel plans.
+func TestNprocMatchesInProcess(t *testing.T) {
+	for _, c := range []struct {
+		world  int
+		layout []string
+	}{{2, []string{"--pp", "2"}}, {4, []string{"--pp", "4"}}, {4, []string{"--pp", "2", "--tp", "2"}}, {4, []string{"--pp", "2", "--dp", "2", "--zero", "1"}}} {
+		t.Run(strings.Join(c.layout, ""), func(t *testing.T) {
+			plan := compileGPT(t, c.layout...)
+			code, want, errOut := ppc(t, "", "run", plan, "--steps", "3")
+			if code != 0 {
+				t.Fatalf("in-process: exit %d\n%s", code, errOut)
+			}
+			code, got, errOut := ppc(t, "", "run", plan, "--steps", "3", "--nproc", strconv.Itoa(c.world))
+			if code != 0 {
+				t.Fatalf("--nproc: exit %d\n%s", code, errOut)
+			}
+			if w, g := losses(want), losses(got); len(w) != 3 || strings.Join(w, " ") != strings.Join(g, " ") {
+				t.Fatalf("losses %v, in-process %v\n%s", g, w, got)
+			}
+		})
+	}
+}
+
+// freePort finds a loopback port nobody listens on (for hand-started runs: a launcher picks
+// MASTER_PORT this way too).
+func freePort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// handRun is a multi-process run started the way torchrun starts ppc: every process with
+// RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (and no token: one is derived).
+type handRun struct {
+	cmds []*exec.Cmd
+	out  []*syncBuffer
+	errs []*syncBuffer
+}
+
+func startHandRun(t *testing.T, world int, env []string, args ...string) *handRun {
+	t.Helper()
+	port := freePort(t)
+	h := &handRun{}
+	for r := range world {
+		c := exec.Command(os.Args[0], append([]string{"run"}, args...)...)
+		c.Env = append(os.Environ(), "PPC_TEST_AS_PPC=1", "RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(world),
+			"LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE="+strconv.Itoa(world), "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port))
+		c.Env = append(c.Env, env...)
+		o, e := &syncBuffer{}, &syncBuffer{}
+		c.Stdout, c.Stderr = o, e
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		h.cmds, h.out, h.errs = append(h.cmds, c), append(h.out, o), append(h.errs, e)
+	}
+	t.Cleanup(func() {
+		for _, c := range h.cmds {
+			c.Process.Kill()
+		}
+	})
+	return h
+}
+
+// wait returns each process's exit status.
+func (h *handRun) wait() []int {
+	codes := make([]int, len(h.cmds))
+	for r, c := range h.cmds {
+		c.Wait()
+		codes[r] = c.ProcessState.ExitCode()
+	}
+	return codes
+}
+
+// TestTorchrunStyleLaunch: processes started by hand with torchrun's variables run the plan
+// as one run, with the in-process losses, rank-prefixed logs, and only rank 0 printing steps.
+func TestTorchrunStyleLaunch(t *testing.T) {
+	plan := compileGPT(t, "--pp", "2", "--tp", "2")
+	_, want, _ := ppc(t, "", "run", plan, "--steps", "2")
+	h := startHandRun(t, 4, nil, plan, "--steps", "2")
+	for r, code := range h.wait() {
+		if code != 0 {
+			t.Fatalf("rank %d: exit %d\n%s", r, code, h.errs[r])
+		}
+	}
+	if g, w := losses(h.out[0].String()), losses(want); strings.Join(g, " ") != strings.Join(w, " ") || len(w) != 2 {
+		t.Fatalf("rank 0 printed losses %v, in-process %v", g, w)
+	}
+	for r := 1; r < 4; r++ {
+		if h.out[r].String() != "" {
+			t.Errorf("rank %d printed %q: only rank 0 prints the steps", r, h.out[r])
+		}
+	}
+}
+
+// TestWorkerKilled: a worker killed with SIGKILL mid-run stops every other within 60 s, each
+// exiting 1 with a message naming the dead rank.
+func TestWorkerKilled(t *testing.T) {
+	plan := compileGPT(t, "--pp", "4")
+	h := startHandRun(t, 4, nil, plan, "--steps", "100000")
+	waitFor(t, h.out[0], `(?m)^step 3 `, 1)
+	killed := time.Now()
+	h.cmds[2].Process.Signal(syscall.SIGKILL)
+	codes := h.wait()
+	if d := time.Since(killed); d > 60*time.Second {
+		t.Errorf("the others took %s to stop", d)
+	}
+	for _, r := range []int{0, 1, 3} {
+		if codes[r] != exitFailed || !strings.Contains(h.errs[r].String(), "rank 2 (") {
+			t.Errorf("rank %d: exit %d, stderr:\n%s", r, codes[r], h.errs[r])
+		}
+	}
+	t.Logf("rank 0 said:\n%s", h.errs[0])
+}
+
+// TestNprocTraceAndLog: --trace from every rank is merged into one Perfetto file (a process
+// per rank, every rank's instructions), and --log-json records each rank's step time.
+func TestNprocTraceAndLog(t *testing.T) {
+	plan := compileGPT(t, "--pp", "2")
+	dir := t.TempDir()
+	tr, lg := filepath.Join(dir, "t.json"), filepath.Join(dir, "l.jsonl")
+	if code, _, errOut := ppc(t, "", "run", plan, "--steps", "2", "--nproc", "2", "--trace", tr, "--log-json", lg); code != 0 {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	var trace struct {
+		TraceEvents []struct {
+			Name string  `json:"name"`
+			Ph   string  `json:"ph"`
+			Pid  int     `json:"pid"`
+			Ts   float64 `json:"ts"`
+		} `json:"traceEvents"`
+	}
+	b, err := os.ReadFile(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &trace); err != nil {
+		t.Fatalf("merged trace is not JSON: %v", err)
+	}
+	spans := map[int]int{}
+	for _, ev := range trace.TraceEvents {
+		if ev.Ph == "X" {
+			spans[ev.Pid]++
+		}
+	}
+	if spans[0] == 0 || spans[1] == 0 {
+		t.Fatalf("spans per rank: %v", spans)
+	}
+	f, err := os.Open(lg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n := 0
+	for sc := bufio.NewScanner(f); sc.Scan(); n++ {
+		var rec stepRecord
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil || len(rec.RankTimesMS) != 2 {
+			t.Fatalf("record %q: %v", sc.Text(), err)
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%d records, want 2", n)
+	}
+}
