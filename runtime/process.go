@@ -152,6 +152,8 @@ func (j *Job) Join(o JoinOptions) (*Process, error) {
 			return fail(fmt.Errorf("rank %d: rendezvous at %s: %v", o.Rank, o.Master, errText(err)))
 		case m.Type == "refused":
 			return fail(inputErrorf("refused by the rendezvous at %s: %s", o.Master, m.Error))
+		case m.Type == "abort" && m.Input:
+			return fail(inputErrorf("%s", m.Error))
 		case m.Type == "abort":
 			return fail(&RemoteError{m.Error})
 		case m.Type == "welcome":

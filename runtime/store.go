@@ -41,6 +41,7 @@ type ctrlMsg struct {
 	All      []json.RawMessage `json:"all,omitempty"`
 	Status   string            `json:"status,omitempty"`
 	Error    string            `json:"error,omitempty"`
+	Input    bool              `json:"input,omitempty"` // abort: the cause is bad input (another plan)
 }
 
 // maxCtrl bounds a control message (a rank's share of a gathered trace is sent in pieces).
@@ -198,7 +199,7 @@ func (s *store) serve(c net.Conn) {
 		writeCtrl(c, &wmu, &ctrlMsg{Type: "refused", Error: msg})
 		c.Close()
 		if fatal {
-			s.abort(msg)
+			s.abortWith(&ctrlMsg{Type: "abort", Error: msg, Input: true})
 		} else {
 			s.log("rendezvous: " + msg)
 		}
@@ -318,18 +319,20 @@ func (s *store) gather(rank int, m *ctrlMsg) {
 }
 
 // abort tells every worker that the run stops, and why (the first cause wins).
-func (s *store) abort(msg string) {
+func (s *store) abort(msg string) { s.abortWith(&ctrlMsg{Type: "abort", Error: msg}) }
+
+func (s *store) abortWith(m *ctrlMsg) {
 	s.mu.Lock()
 	if s.aborted != "" {
 		s.mu.Unlock()
 		return
 	}
-	s.aborted = msg
+	s.aborted = m.Error
 	ws := slicesClone(s.workers)
 	s.mu.Unlock()
 	for _, w := range ws {
 		if w != nil {
-			writeCtrl(w.conn, &w.wmu, &ctrlMsg{Type: "abort", Error: msg})
+			writeCtrl(w.conn, &w.wmu, m)
 		}
 	}
 }

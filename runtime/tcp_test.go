@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -339,6 +340,22 @@ func TestTCPFrozenPeer(t *testing.T) {
 		t.Fatalf("got %v, want rank 1 reported as not responding", err)
 	}
 	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("took %s", d)
+	}
+}
+
+// TestTCPTimeout: a rank that waits for a peer longer than the timeout (the peer is alive and
+// heartbeating, but never sends: a hang) stops the run, saying what it waited for.
+func TestTCPTimeout(t *testing.T) {
+	dir := compileIR(t, gptPPM, gptOpts(2, 1, 1, 0))
+	jobs, _ := tcpJobs(t, dir, JoinOptions{Timeout: time.Second})
+	jobs[0].Init(1)
+	start := time.Now()
+	_, err := jobs[0].Step(Options{Seed: 1}) // rank 1 never runs its step
+	if err == nil || !regexp.MustCompile(`rank 0 waited 1s for recv from rank 1 \(tag \d+\), and rank 1 sent nothing`).MatchString(err.Error()) {
+		t.Fatalf("got %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("took %s", d)
 	}
 }

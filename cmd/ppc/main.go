@@ -178,7 +178,8 @@ func report(c *command, err error, stderr io.Writer) int {
 // isRunFailure reports a step that failed while running a valid plan (a hang, a kernel error).
 func isRunFailure(err error) bool {
 	var re *runtime.RunError
-	return errors.As(err, &re)
+	var remote *runtime.RemoteError
+	return errors.As(err, &re) || errors.As(err, &remote)
 }
 
 // isWriteFailure reports an output that could be created but not written: a full disk or

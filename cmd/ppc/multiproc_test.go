@@ -204,3 +204,55 @@ func TestNprocTraceAndLog(t *testing.T) {
 		t.Fatalf("%d records, want 2", n)
 	}
 }
+
+// TestHandRunPlanMismatch: processes started on different plans of the same world size are
+// refused at the rendezvous with both plans named, and every process exits 2 (bad input).
+func TestHandRunPlanMismatch(t *testing.T) {
+	a := compileGPT(t, "--pp", "2")
+	b := compileGPT(t, "--pp", "2", "--recompute", "full")
+	port := strconv.Itoa(freePort(t))
+	var cmds []*exec.Cmd
+	var errs []*syncBuffer
+	for r, plan := range []string{a, b} {
+		c := exec.Command(os.Args[0], "run", plan, "--steps", "1")
+		c.Env = append(os.Environ(), "PPC_TEST_AS_PPC=1", "RANK="+strconv.Itoa(r), "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port)
+		e := &syncBuffer{}
+		c.Stderr = e
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds, errs = append(cmds, c), append(errs, e)
+	}
+	for r, c := range cmds {
+		c.Wait()
+		msg := errs[r].String()
+		if code := c.ProcessState.ExitCode(); code != exitInput || !regexp.MustCompile(`rank 1 \(.*\) runs plan [0-9a-f]{12} with world size 2, but rank 0 runs plan [0-9a-f]{12} with world size 2`).MatchString(msg) {
+			t.Errorf("rank %d: exit %d\n%s", r, code, msg)
+		}
+	}
+}
+
+// TestNprocInterrupted: SIGTERM to the launcher stops every worker after the same step; each
+// exits 130 and the launcher too.
+func TestNprocInterrupted(t *testing.T) {
+	plan := compileGPT(t, "--pp", "2")
+	sigs := make(chan os.Signal, 1)
+	out, errOut := &syncBuffer{}, &syncBuffer{}
+	done := make(chan int)
+	go func() {
+		done <- run([]string{"run", plan, "--nproc", "2", "--steps", "100000"}, &env{stdout: out, stderr: errOut,
+			interrupts: func() (<-chan os.Signal, func()) { return sigs, func() {} }})
+	}()
+	waitFor(t, out, `(?m)^step 2 `, 1)
+	sigs <- syscall.SIGTERM
+	code := <-done
+	msg := errOut.String()
+	if code != exitInterrupted || !regexp.MustCompile(`\[rank 1\] ppc run: interrupted by SIGTERM at step (\d+)`).MatchString(msg) {
+		t.Fatalf("exit %d\n%s", code, msg)
+	}
+	m0 := regexp.MustCompile(`\[rank 0\] ppc run: interrupted by SIGTERM at step (\d+)`).FindStringSubmatch(msg)
+	m1 := regexp.MustCompile(`\[rank 1\] ppc run: interrupted by SIGTERM at step (\d+)`).FindStringSubmatch(msg)
+	if m0 == nil || m1 == nil || m0[1] != m1[1] {
+		t.Fatalf("the ranks did not stop after the same step:\n%s", msg)
+	}
+}
