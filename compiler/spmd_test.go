@@ -69,7 +69,7 @@ func spmdRun(t *testing.T, model string, opts Options, steps int, resume string)
 
 func readCheckpoint(t *testing.T, dir string) map[string][]float64 {
 	t.Helper()
-	tensors, _, err := runtime.ReadSafetensors(filepath.Join(dir, runtime.CheckpointFile))
+	tensors, _, err := runtime.ReadCheckpoint(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

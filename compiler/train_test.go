@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	pb "ppc.dev/ppc/codegen/programpb"
@@ -115,23 +116,44 @@ func TestCorruptCheckpoint(t *testing.T) {
 	if err := job.Save(dir, 1); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, runtime.CheckpointFile)
-	good, _ := os.ReadFile(path)
-	cases := map[string][]byte{
-		"truncated": good[:len(good)-7],
-		"empty":     {},
-		"huge header": func() []byte {
-			b := append([]byte{}, good...)
-			binary.LittleEndian.PutUint64(b, 1<<40)
-			return b
-		}(),
-		"bad json": append([]byte{8, 0, 0, 0, 0, 0, 0, 0}, []byte("{nope   ")...),
+	shard := filepath.Join(dir, "step-00000000", "rank-00000.safetensors")
+	index := filepath.Join(dir, runtime.IndexFile)
+	good, _ := os.ReadFile(shard)
+	goodIndex, _ := os.ReadFile(index)
+	flipped := append([]byte{}, good...)
+	flipped[len(flipped)-1] ^= 1
+	edit := func(from, to string) []byte {
+		if !strings.Contains(string(goodIndex), from) {
+			t.Fatalf("the index lacks %q:\n%s", from, goodIndex)
+		}
+		return []byte(strings.Replace(string(goodIndex), from, to, 1))
 	}
-	for name, data := range cases {
-		os.WriteFile(path, data, 0o644)
+	cases := []struct {
+		name, file string
+		data       []byte
+		want       string
+	}{
+		{"truncated shard", shard, good[:len(good)-7], "not the file the checkpoint wrote"},
+		{"empty shard", shard, []byte{}, "not the file the checkpoint wrote"},
+		{"flipped byte", shard, flipped, "corrupted or replaced"},
+		{"missing shard", shard, nil, "no such file"},
+		{"bad index", index, []byte("{nope"), "not a checkpoint index"},
+		{"other format", index, edit(`"format": "ppc-checkpoint"`, `"format": "x"`), "not a ppc checkpoint index"},
+		{"escaping dir", index, edit(`"dir": "step-00000000"`, `"dir": ".."`), "bad step"},
+		{"block outside", index, edit(`"offset": [`, `"offset": [5,`), "does not fit"},
+		{"no blocks", index, edit(`"blocks": [`, `"blocks": [], "x": [`), "cover 0 of"},
+	}
+	for _, c := range cases {
+		os.WriteFile(shard, good, 0o644)
+		os.WriteFile(index, goodIndex, 0o644)
+		if c.data == nil {
+			os.Remove(c.file)
+		} else {
+			os.WriteFile(c.file, c.data, 0o644)
+		}
 		var ie *runtime.InputError
-		if _, err := job.Resume(dir, false); err == nil || !asInputError(err, &ie) {
-			t.Errorf("%s checkpoint: got %v, want an input error", name, err)
+		if _, err := job.Resume(dir, false); err == nil || !asInputError(err, &ie) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an input error saying %q", c.name, err, c.want)
 		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 
 	pb "ppc.dev/ppc/codegen/programpb"
@@ -13,42 +12,26 @@ import (
 	"ppc.dev/ppc/runtime/device"
 )
 
-// CheckpointFile is the file a checkpoint directory holds.
+// CheckpointFile is the single file older checkpoint directories held (read still).
 const CheckpointFile = "checkpoint.safetensors"
 
-// CheckpointPath resolves a checkpoint named by its directory (what --save wrote) or by the
-// safetensors file itself to the file.
-func CheckpointPath(path string) (string, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return "", err
-	}
-	if !st.IsDir() {
-		return path, nil
-	}
-	file := filepath.Join(path, CheckpointFile)
-	if _, err := os.Stat(file); err != nil {
-		return "", fmt.Errorf("%s: not a checkpoint directory (no %s; ppc run --save DIR writes one)", path, CheckpointFile)
-	}
-	return file, nil
-}
-
-// Save writes every parameter and optimizer state, merged across ranks (one entry per name,
-// the full tensor assembled from the tensor-parallel shards), with the step count, seed and
-// model hash as metadata, so that any layout can resume it. The file is replaced atomically
-// (WriteSafetensors): a save that fails or is killed leaves the previous checkpoint intact.
-// Save does not lock dir; callers that may race take LockDir.
+// Save writes a checkpoint of an in-process job (every rank here) to dir: each rank's
+// blocks, then the index (shards.go), so that any layout can resume it. A save that fails
+// or is killed leaves the previous checkpoint intact. Save does not lock dir; callers that
+// may race take LockDir. Multi-process runs save with SaveAll.
 func (j *Job) Save(dir string, seed uint64) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+	sub := saveDirName(dir, j.StepCount())
+	files, err := j.WriteShards(dir)
+	if err == nil {
+		err = j.CommitCheckpoint(dir, seed, files)
 	}
-	tensors := j.Tensors(pb.Role_PARAM)
-	for n, t := range j.Tensors(pb.Role_STATE) {
-		tensors[n] = t
+	if err != nil {
+		os.RemoveAll(filepath.Join(dir, sub)) // never the committed checkpoint's (saveDirName)
+		if committedDir(dir) != "" {
+			return fmt.Errorf("%w; the previous checkpoint in %s is intact", err, dir)
+		}
 	}
-	meta := map[string]string{"format": "ppc", "step": strconv.Itoa(j.StepCount()), "seed": strconv.FormatUint(seed, 10),
-		"source_hash": j.Plan.SourceHash, "model": j.Plan.Model}
-	return WriteSafetensors(filepath.Join(dir, CheckpointFile), tensors, meta)
+	return err
 }
 
 // Tensors returns, by name, every parameter or optimizer state (role PARAM or STATE) as the
@@ -173,30 +156,18 @@ func (e *MismatchError) Error() string {
 // of a 4-layer plan). With partial, it loads the tensors that match instead and leaves the
 // others as initialised. Forward-only plans ignore the checkpoint's optimizer state.
 func (j *Job) Resume(path string, partial bool) (Resumed, error) {
-	file, err := CheckpointPath(path)
+	tensors, meta, err := ReadCheckpoint(path)
 	if err != nil {
-		return Resumed{}, &InputError{err}
+		return Resumed{}, err
 	}
-	tensors, meta, err := ReadSafetensors(file)
-	if err != nil {
-		return Resumed{}, &InputError{err}
-	}
-	var res Resumed
-	res.Step, err = strconv.Atoi(meta["step"])
-	if err != nil || res.Step < 0 {
-		return Resumed{}, inputErrorf("%s: metadata has no valid step count", file)
-	}
-	// The seed picks the synthetic data of the remaining steps, so a caller needs it to
-	// continue the run that saved the checkpoint.
-	res.Seed, err = strconv.ParseUint(meta["seed"], 10, 64)
-	if err != nil {
-		return Resumed{}, inputErrorf("%s: metadata has no valid seed", file)
-	}
+	file := path
+	res := Resumed{Step: meta.Step, Seed: meta.Seed}
 
-	// The plan's tensors, merged by name across ranks as Save merges them: full tensors.
+	// The plan's tensors, merged by name across every rank of the world (not only this
+	// process's) as the checkpoint holds them: full tensors.
 	want := map[string]ir.Type{}
 	role := map[string]pb.Role{}
-	for _, r := range j.Ranks {
+	for _, r := range j.all {
 		for i, b := range r.Prog.Buffers {
 			if b.Role == pb.Role_PARAM || b.Role == pb.Role_STATE {
 				want[b.Name], role[b.Name] = r.globalType(i), b.Role
@@ -234,9 +205,9 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 	differs := len(e.Missing)+len(e.Different)+len(e.Extra) > 0
 	// A partial resume that would load nothing is a wrong checkpoint, not a partial one.
 	if differs && (!partial || e.Matching == 0) {
-		if m := meta["model"]; m != "" && m != j.Plan.Model {
+		if m := meta.Model; m != "" && m != j.Plan.Model {
 			e.Notes = append(e.Notes, fmt.Sprintf("it is a checkpoint of model %s, the plan is model %s", m, j.Plan.Model))
-		} else if h := meta["source_hash"]; h != "" && h != j.Plan.SourceHash {
+		} else if h := meta.SourceHash; h != "" && h != j.Plan.SourceHash {
 			e.Notes = append(e.Notes, fmt.Sprintf("it was saved from a differently configured model %s (source hash %s, the plan's %s)", j.Plan.Model, h, j.Plan.SourceHash))
 		}
 		// Every parameter there but some state missing: the optimizer is what changed.
@@ -260,7 +231,7 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 	}
 	res.Loaded, res.Kept = e.Matching, len(e.Missing)+len(e.Different)
 	res.Ignored += len(e.Extra)
-	if h := meta["source_hash"]; h != "" && h != j.Plan.SourceHash && !differs {
+	if h := meta.SourceHash; h != "" && h != j.Plan.SourceHash && !differs {
 		res.Warning = fmt.Sprintf("the checkpoint's tensors match, but it was saved from a differently configured model (source hash %s, the plan's %s): check --set and --preset", h, j.Plan.SourceHash)
 	}
 	return res, nil

@@ -3,6 +3,8 @@ package runtime_test
 import (
 	"errors"
 	"io"
+	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -65,35 +67,62 @@ func dirNames(t *testing.T, dir string) []string {
 	return names
 }
 
-// TestFailedSaveKeepsCheckpoint: a save that fails part-way (a full disk, an interruption)
-// leaves the previous checkpoint byte for byte and no temporary file; a first save that
-// fails leaves nothing.
+// snapshot is every file under dir by relative path, with its content (the lock aside).
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() == LockFile {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		rel, _ := filepath.Rel(dir, p)
+		out[rel] = string(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestFailedSaveKeepsCheckpoint: a save that fails part-way (a full disk, an interruption),
+// in a shard or in the index, leaves the previous checkpoint byte for byte and nothing
+// else; a first save that fails leaves nothing.
 func TestFailedSaveKeepsCheckpoint(t *testing.T) {
 	job := trainedJob(t, 1)
 	dir := t.TempDir()
 	if err := job.Save(dir, 1); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, CheckpointFile)
-	good, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
+	good := snapshot(t, dir)
+	if len(good) != 2 {
+		t.Fatalf("the checkpoint holds %v", slices.Sorted(maps.Keys(good)))
 	}
 	if _, err := job.Step(Options{Seed: 1}); err != nil {
 		t.Fatal(err)
 	}
-	for _, at := range []int{0, 5, 100, len(good) / 2, len(good) - 1} {
+	size := len(good["step-00000001/rank-00000.safetensors"])
+	for _, at := range []int{0, 5, 100, size / 2, size - 1, size + 10, size + 200} {
 		for _, cause := range []error{syscall.ENOSPC, errors.New("interrupted")} {
-			restore := SetWrapSaveFile(func(w io.Writer) io.Writer { return &failingWriter{w: w, n: at, err: cause} })
+			written := 0 // bytes across every file the save writes: the shard, then the index
+			restore := SetWrapSaveFile(func(w io.Writer) io.Writer {
+				f := &failingWriter{w: w, n: at - written, err: cause}
+				return writerFunc(func(p []byte) (int, error) {
+					n, err := f.Write(p)
+					written += n
+					return n, err
+				})
+			})
 			err := job.Save(dir, 1)
 			restore()
-			if !errors.Is(err, cause) || !strings.Contains(err.Error(), "the previous checkpoint.safetensors is unchanged") {
-				t.Fatalf("save failing after %d bytes: got %v, want %v saying the checkpoint is unchanged", at, err, cause)
+			if !errors.Is(err, cause) || !strings.Contains(err.Error(), "the previous checkpoint in "+dir+" is intact") {
+				t.Fatalf("save failing after %d bytes: got %v, want %v saying the checkpoint is intact", at, err, cause)
 			}
-			if now, _ := os.ReadFile(path); string(now) != string(good) {
-				t.Fatalf("save failing after %d bytes changed the previous checkpoint", at)
+			if now := snapshot(t, dir); !maps.Equal(now, good) {
+				t.Fatalf("save failing after %d bytes changed the checkpoint directory: %v", at, slices.Sorted(maps.Keys(now)))
 			}
-			if names := dirNames(t, dir); !slices.Equal(names, []string{CheckpointFile}) {
+			if names := dirNames(t, dir); !slices.Equal(names, []string{IndexFile, "step-00000001"}) {
 				t.Fatalf("save failing after %d bytes left %v", at, names)
 			}
 		}
@@ -102,8 +131,18 @@ func TestFailedSaveKeepsCheckpoint(t *testing.T) {
 	if err := job.Save(dir, 1); err != nil {
 		t.Fatal(err)
 	}
+	if names := dirNames(t, dir); !slices.Equal(names, []string{IndexFile, "step-00000002"}) {
+		t.Fatalf("the save left %v", names)
+	}
 	if r, err := trainedJob(t, 0).Resume(dir, false); err != nil || r.Step != 2 {
 		t.Fatalf("resume after failed saves: %+v %v", r, err)
+	}
+	// Saving the same step again writes beside the committed files, never over them.
+	if err := job.Save(dir, 1); err != nil {
+		t.Fatal(err)
+	}
+	if names := dirNames(t, dir); !slices.Equal(names, []string{IndexFile, "step-00000002-b"}) {
+		t.Fatalf("the second save of step 2 left %v", names)
 	}
 
 	empty := t.TempDir()
@@ -116,6 +155,10 @@ func TestFailedSaveKeepsCheckpoint(t *testing.T) {
 		t.Fatalf("a failed first save left %v", names)
 	}
 }
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // TestLockDir: a second claim on a checkpoint directory is refused, naming the directory and
 // the holder; releasing the lock removes the lock file; taking it clears temporary files

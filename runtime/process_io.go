@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -111,11 +112,59 @@ func orNull(b []byte, err error) []byte {
 }
 
 // SaveAll writes a checkpoint of the whole job to dir: Save for an in-process run; in a
-// multi-process run every process writes its rank's tensors, then rank 0 the index once
-// all have, and every process learns whether the checkpoint was committed.
+// multi-process run every process writes its rank's tensors, rank 0 the index once all have
+// (the commit point), and every process learns whether the checkpoint was committed.
 func (j *Job) SaveAll(dir string, seed uint64) error {
 	if j.proc == nil {
 		return j.Save(dir, seed)
 	}
-	return fmt.Errorf("multi-process checkpoints are not written yet")
+	p := j.proc
+	type written struct {
+		Files []ShardFile `json:"files"`
+		Error string      `json:"error,omitempty"`
+	}
+	files, werr := j.WriteShards(dir)
+	mine := written{Files: files}
+	if werr != nil {
+		mine.Error = werr.Error()
+	}
+	all, err := p.gather("save", mine, true)
+	if err != nil {
+		return err
+	}
+	var commit string // rank 0's verdict: "" when the checkpoint is committed
+	if p.Rank == 0 {
+		var every []ShardFile
+		for r, raw := range all {
+			var w written
+			if err := json.Unmarshal(raw, &w); err != nil {
+				commit = fmt.Sprintf("rank %d's report: %v", r, err)
+				break
+			}
+			if w.Error != "" {
+				commit = fmt.Sprintf("rank %d could not write its tensors: %s", r, w.Error)
+				break
+			}
+			every = append(every, w.Files...)
+		}
+		if commit == "" {
+			if err := j.CommitCheckpoint(dir, seed, every); err != nil {
+				commit = err.Error()
+			}
+		}
+		if commit != "" && werr == nil {
+			werr = errors.New(commit)
+		}
+	}
+	res, err := p.gather("committed", commit, false)
+	if err != nil {
+		return err
+	}
+	if werr != nil {
+		return werr // this process's own failure (a full disk: exit 1 as a failed write)
+	}
+	if err := json.Unmarshal(res[0], &commit); err != nil || commit != "" {
+		return &RemoteError{fmt.Sprintf("the checkpoint was not saved: %s; the previous one in %s is intact", commit, dir)}
+	}
+	return nil
 }

@@ -37,19 +37,11 @@ func sourceHash(t *testing.T, plan string) string {
 
 func checkpointStep(t *testing.T, path string) int {
 	t.Helper()
-	file, err := runtime.CheckpointPath(path)
+	_, meta, err := runtime.ReadCheckpoint(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, meta, err := runtime.ReadSafetensors(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	step, err := strconv.Atoi(meta["step"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return step
+	return meta.Step
 }
 
 // TestResumeDifferentModel: a checkpoint of a 2-layer GPT does not resume silently into a
@@ -77,7 +69,7 @@ func TestResumeDifferentModel(t *testing.T) {
 	}
 	// Each layer has 16 parameters, each with AdamW's two states: 48 tensors.
 	runCases(t, []cliCase{
-		{[]string{"run", one, "--resume", ck2}, exitInput, []string{"checkpoint.safetensors does not match the plan (60 of the plan's 60 tensors match)",
+		{[]string{"run", one, "--resume", ck2}, exitInput, []string{"ck2 does not match the plan (60 of the plan's 60 tensors match)",
 			"differently configured model gpt", "48 in the checkpoint, not in the plan:", "layers.1.attn.bo: f32[64]", "… and 28 more",
 			"to load the 60 tensors that match and keep the others as initialised, add --allow-partial-resume"}, []string{"step 2"}},
 		{[]string{"run", two, "--resume", ck1}, exitInput, []string{"does not match the plan (60 of the plan's 108 tensors match)",
@@ -122,7 +114,7 @@ func TestResumeAndSaveOneDirectory(t *testing.T) {
 	if code, _, errOut := ppc(t, "", "run", plan, "--steps", "3", "--save", straight); code != 0 {
 		t.Fatal(errOut)
 	}
-	for _, args := range [][]string{{"--save", ck}, {"--resume", ck, "--save", ck}, {"--resume", filepath.Join(ck, runtime.CheckpointFile), "--save", ck}} {
+	for _, args := range [][]string{{"--save", ck}, {"--resume", ck, "--save", ck}, {"--resume", filepath.Join(ck, runtime.IndexFile), "--save", ck}} {
 		if code, _, errOut := ppc(t, "", append([]string{"run", plan, "--steps", "1"}, args...)...); code != 0 {
 			t.Fatalf("run %v: %s", args, errOut)
 		}
@@ -133,7 +125,7 @@ func TestResumeAndSaveOneDirectory(t *testing.T) {
 	if code, stdout, _ := ppc(t, "", "compare", straight, ck, "--rtol", "0", "--atol", "0"); code != 0 {
 		t.Fatalf("1+1+1 steps through one directory differ from 3:\n%s", stdout)
 	}
-	if names := dirNames(t, ck); len(names) != 1 || names[0] != runtime.CheckpointFile {
+	if names := dirNames(t, ck); len(names) != 2 || names[0] != runtime.IndexFile || names[1] != "step-00000003" {
 		t.Fatalf("the checkpoint directory holds %v", names)
 	}
 	// A forward-only plan takes a training checkpoint's parameters, without its optimizer
@@ -146,7 +138,7 @@ func TestResumeAndSaveOneDirectory(t *testing.T) {
 	runCases(t, []cliCase{
 		{[]string{"run", other, "--resume", ck, "--allow-partial-resume"}, exitInput, []string{"does not match the plan (0 of the plan's 60 tensors match)",
 			"it is a checkpoint of model mlp, the plan is model gpt"}, []string{"add --allow-partial-resume"}},
-		{[]string{"run", plan, "--resume", dir}, exitInput, []string{dir + ": not a checkpoint directory (no checkpoint.safetensors"}, nil},
+		{[]string{"run", plan, "--resume", dir}, exitInput, []string{dir + ": not a checkpoint directory (no checkpoint.json"}, nil},
 		{[]string{"run", plan, "--resume", filepath.Join(dir, "nope")}, exitInput, []string{"nope: no such file or directory"}, nil},
 	})
 }
@@ -170,7 +162,7 @@ func TestSaveDirectoryLocked(t *testing.T) {
 	if code, _, errOut := ppc(t, "", "run", plan, "--steps", "1", "--save", ck); code != 0 {
 		t.Fatalf("save once the lock is released: %s", errOut)
 	}
-	if names := dirNames(t, ck); len(names) != 1 {
+	if names := dirNames(t, ck); len(names) != 2 || names[0] != runtime.IndexFile {
 		t.Fatalf("the run left %v", names)
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"ppc.dev/ppc/compiler"
@@ -61,12 +63,26 @@ func loadTensors(path string) (map[string]device.Tensor, map[string]string, erro
 		}
 		return map[string]device.Tensor{filepath.Base(path): t}, nil, nil
 	}
-	// The same resolution as ppc run --resume.
-	path, err := runtime.CheckpointPath(path)
-	if err != nil {
-		return nil, nil, trimPathError(err)
+	// A checkpoint directory or its index, as ppc run --resume reads them; any other file
+	// is safetensors, whatever wrote it.
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		// An older checkpoint directory holds one safetensors file.
+		legacy := filepath.Join(path, runtime.CheckpointFile)
+		if _, err := os.Stat(filepath.Join(path, runtime.IndexFile)); err != nil {
+			if _, err := os.Stat(legacy); err == nil {
+				path = legacy
+			}
+		}
 	}
-	return runtime.ReadSafetensors(path)
+	if st, err := os.Stat(path); err == nil && (st.IsDir() || strings.HasSuffix(path, ".json")) {
+		t, m, err := runtime.ReadCheckpoint(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		return t, map[string]string{"step": strconv.Itoa(m.Step), "model": m.Model, "source_hash": m.SourceHash}, nil
+	}
+	t, m, err := runtime.ReadSafetensors(path)
+	return t, m, trimPathError(err)
 }
 
 // tolerance is compare's test of one element pair: |a − b| ≤ atol + rtol·|b|.

@@ -327,7 +327,7 @@ func TestCompareInferOptImportErrors(t *testing.T) {
 	runCases(t, []cliCase{
 		{[]string{"compare", a, a, "--rtol", "NaN"}, exitInput, []string{"tolerances must be non-negative numbers"}, nil},
 		{[]string{"compare", a, dir}, exitInput, []string{"compare two tensor files (.npy, .pb) or two checkpoints, not one of each"}, nil},
-		{[]string{"compare", dir, dir}, exitInput, []string{"not a checkpoint directory (no checkpoint.safetensors"}, nil},
+		{[]string{"compare", dir, dir}, exitInput, []string{"not a checkpoint directory (no checkpoint.json"}, nil},
 		{[]string{"infer", mlp, "--output-dir", dir, "--input", "x=" + a, "--input", "x=" + a}, exitInput, []string{"--input x given twice"}, nil},
 		{[]string{"infer", "../../testdata/ir/mlp.ir", "--output-dir", dir, "--input", "labels=" + badLabels}, exitInput, []string{`input "labels": ` + badLabels + ` holds 10 at element 3, outside the model's range [0, 10)`}, nil},
 		{[]string{"opt", mlp, "--passes", "cse"}, exitInput, []string{"is a model, not IR text", "ppc import"}, nil},

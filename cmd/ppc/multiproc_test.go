@@ -3,16 +3,21 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"io/fs"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"ppc.dev/ppc/runtime"
 )
 
 // compileGPT compiles gpt tiny for the given layout into a temporary plan directory.
@@ -255,4 +260,99 @@ func TestNprocInterrupted(t *testing.T) {
 	if m0 == nil || m1 == nil || m0[1] != m1[1] {
 		t.Fatalf("the ranks did not stop after the same step:\n%s", msg)
 	}
+}
+
+// dirSnapshot is every file under dir by relative path, with its content (the lock aside).
+func dirSnapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() == runtime.LockFile {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		rel, _ := filepath.Rel(dir, p)
+		out[rel] = string(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func sameCheckpoint(t *testing.T, what, a, b string) {
+	t.Helper()
+	sa, sb := dirSnapshot(t, a), dirSnapshot(t, b)
+	if !maps.Equal(sa, sb) {
+		t.Fatalf("%s: the checkpoints differ: %v and %v", what, slices.Sorted(maps.Keys(sa)), slices.Sorted(maps.Keys(sb)))
+	}
+	if code, out, _ := ppc(t, "", "compare", a, b, "--rtol", "0", "--atol", "0"); code != 0 {
+		t.Fatalf("%s: ppc compare:\n%s", what, out)
+	}
+}
+
+// TestNprocCheckpoints: a checkpoint saved by N processes (each rank writes its own tensors,
+// rank 0 the index) is, file for file and byte for byte, the one the in-process run saves;
+// each resumes into the other, and into another layout.
+func TestNprocCheckpoints(t *testing.T) {
+	for _, c := range []struct {
+		world  int
+		layout []string
+	}{{2, []string{"--pp", "2"}}, {4, []string{"--pp", "2", "--tp", "2"}}, {4, []string{"--pp", "2", "--dp", "2", "--zero", "1"}}} {
+		t.Run(strings.Join(c.layout, ""), func(t *testing.T) {
+			plan := compileGPT(t, c.layout...)
+			dir := t.TempDir()
+			at := func(name string) string { return filepath.Join(dir, name) }
+			nproc := strconv.Itoa(c.world)
+			for _, r := range [][]string{
+				{"run", plan, "--steps", "3", "--save", at("in")},
+				{"run", plan, "--steps", "3", "--save", at("multi"), "--nproc", nproc},
+				{"run", plan, "--steps", "2", "--resume", at("multi"), "--save", at("multi-in")},
+				{"run", plan, "--steps", "2", "--resume", at("in"), "--save", at("in-multi"), "--nproc", nproc},
+			} {
+				if code, _, errOut := ppc(t, "", r...); code != 0 {
+					t.Fatalf("%v: exit %d\n%s", r, code, errOut)
+				}
+			}
+			sameCheckpoint(t, "3 steps", at("in"), at("multi"))
+			sameCheckpoint(t, "3 + 2 steps", at("multi-in"), at("in-multi"))
+			// Another layout resumes it.
+			one := compileGPT(t)
+			if code, _, errOut := ppc(t, "", "run", one, "--steps", "1", "--resume", at("multi")); code != 0 {
+				t.Fatalf("resume into one device: %s", errOut)
+			}
+		})
+	}
+}
+
+// TestKilledRunResumes: a multi-process run with --save-every whose worker is killed leaves
+// the last complete checkpoint; resuming from it finishes exactly as an uninterrupted run.
+func TestKilledRunResumes(t *testing.T) {
+	plan := compileGPT(t, "--pp", "2", "--dp", "2")
+	dir := t.TempDir()
+	ck, straight := filepath.Join(dir, "ck"), filepath.Join(dir, "straight")
+	const total = 12
+	if code, _, errOut := ppc(t, "", "run", plan, "--steps", strconv.Itoa(total), "--save", straight); code != 0 {
+		t.Fatal(errOut)
+	}
+	h := startHandRun(t, 4, nil, plan, "--steps", "100000", "--save", ck, "--save-every", "2")
+	waitFor(t, h.out[0], `(?m)^step 4 .*\(saved\)`, 1)
+	h.cmds[1].Process.Signal(syscall.SIGKILL)
+	for r, code := range h.wait() {
+		if r != 1 && code != exitFailed {
+			t.Errorf("rank %d exited %d:\n%s", r, code, h.errs[r])
+		}
+	}
+	_, meta, err := runtime.ReadCheckpoint(ck)
+	if err != nil {
+		t.Fatalf("the killed run's checkpoint: %v", err)
+	}
+	if meta.Step < 4 || meta.Step%2 != 0 || meta.Step >= total {
+		t.Fatalf("checkpoint at step %d", meta.Step)
+	}
+	if code, _, errOut := ppc(t, "", "run", plan, "--nproc", "4", "--resume", ck, "--save", ck, "--steps", strconv.Itoa(total-meta.Step)); code != 0 {
+		t.Fatalf("resume: %s", errOut)
+	}
+	sameCheckpoint(t, "killed and resumed", straight, ck)
 }

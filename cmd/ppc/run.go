@@ -28,7 +28,8 @@ func init() {
 			dev := fs.String("device", "cpu", "the `DEVICE` to run on: cpu or cuda")
 			data := fs.String("data", "", "training data `SOURCE`: a token FILE (raw tokens of --data-dtype like nanoGPT's train.bin, or a 1-D .npy) for models whose inputs are tokens, or NAME=FILE.npy,NAME=FILE.npy,… with one array per input (first axis: samples, the same number in every array)")
 			dataDType := fs.String("data-dtype", "uint16", "element type `T` of a raw token file given to --data: uint16 (nanoGPT's) or uint32; a .npy carries its own")
-			save := fs.String("save", "", "write a safetensors checkpoint of parameters and optimizer state to `DIR` at the end (atomically; the directory is locked for the run)")
+			save := fs.String("save", "", "write a checkpoint of parameters and optimizer state (safetensors, a file per rank and an index) to `DIR` at the end (atomically; the directory is locked for the run)")
+			saveEvery := fs.Int("save-every", 0, "with --save, also save after every `N`-th step (the directory keeps the latest complete checkpoint)")
 			resume := fs.String("resume", "", "continue from a checkpoint: its `DIR` (what --save wrote) or its .safetensors file")
 			partial := fs.Bool("allow-partial-resume", false, "with --resume, load the checkpoint's tensors that match the plan and keep the others as initialised, instead of refusing a checkpoint that differs")
 			trace := fs.String("trace", "", "write a Chrome trace (Perfetto) of the executed instructions to `FILE`")
@@ -74,6 +75,12 @@ func init() {
 				}
 				if *timeout <= 0 {
 					return usagef("--timeout must be positive")
+				}
+				switch {
+				case set["save-every"] && *save == "":
+					return usagef("--save-every applies to --save")
+				case set["save-every"] && *saveEvery <= 0:
+					return usagef("--save-every must be a positive number of steps")
 				}
 				// SIGINT and SIGTERM stop the run between steps, with the trace and checkpoint
 				// written, from here on.
@@ -183,7 +190,21 @@ func init() {
 					}
 				}
 				opts.StopRequested = func() bool { return intr.signal() != nil }
-				done, stoppedBy, err := train(e, job, opts, *steps, log, intr)
+				// --save-every: a checkpoint after every N-th step but the last (the final save
+				// below writes that one).
+				var afterStep func(step int, last bool) (string, error)
+				if *saveEvery > 0 {
+					afterStep = func(step int, last bool) (string, error) {
+						if step%*saveEvery != 0 || last {
+							return "", nil
+						}
+						if err := job.SaveAll(*save, *seed); err != nil {
+							return "", fmt.Errorf("--save: %w", err)
+						}
+						return " (saved)", nil
+					}
+				}
+				done, stoppedBy, err := train(e, job, opts, *steps, log, intr, afterStep)
 				// Interrupted or not, what was done is written: the trace of the completed
 				// steps (closed even when a step failed: the steps up to the failure are what
 				// one looks at), and a checkpoint of the last of them (none when no step
@@ -326,7 +347,10 @@ func openDevice(name string) (device.Device, error) {
 // steps when interrupted. In a multi-process run every process stops after the same step:
 // the first at whose end any of them has been interrupted (stoppedBy then says so when it
 // was another process).
-func train(e *env, job *runtime.Job, opts runtime.Options, steps int, log *stepLog, intr *interruption) (done int, stoppedBy string, err error) {
+//
+// afterStep, when set, runs after each step (a periodic checkpoint), told whether the step is
+// the run's last; what it returns is appended to the step's line.
+func train(e *env, job *runtime.Job, opts runtime.Options, steps int, log *stepLog, intr *interruption, afterStep func(step int, last bool) (string, error)) (done int, stoppedBy string, err error) {
 	prog := newProgress(e.stdout, job.StepsDone()+1, steps)
 	defer prog.finish()
 	var firstLoss, lastLoss float64
@@ -380,6 +404,13 @@ func train(e *env, job *runtime.Job, opts runtime.Options, steps int, log *stepL
 			line += fmt.Sprintf(" tokens/s=%.0f", rec.TokensPerS)
 		} else if rec.SamplesPerS > 0 {
 			line += fmt.Sprintf(" samples/s=%.0f", rec.SamplesPerS)
+		}
+		if afterStep != nil {
+			note, err := afterStep(res.Step, done+1 == steps || stoppedBy != "" || (!multi && intr.signal() != nil))
+			if err != nil {
+				return done + 1, stoppedBy, err
+			}
+			line += note
 		}
 		prog.step(res.Step, line, loss)
 	}

@@ -1,0 +1,438 @@
+package runtime
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	pb "ppc.dev/ppc/codegen/programpb"
+	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/runtime/device"
+)
+
+// A checkpoint directory (what --save writes, in-process or from many processes alike):
+//
+//	DIR/checkpoint.json                      the index: step, seed, source hash, and for every
+//	                                         tensor its dtype, full shape and blocks
+//	DIR/step-00000020/rank-00003.safetensors the blocks rank 3 owns, each under its tensor's name
+//
+// Every distinct block of a parameter or optimizer state — a tensor-parallel or ZeRO shard,
+// or a whole tensor — is owned by the lowest rank that holds it, so data-parallel replicas and
+// tied weights are written once, and each rank writes only what it holds: no process
+// gathers the model. Ownership depends on the plan alone, so rank 0 writes the index without
+// asking anyone. The index is written last, atomically: it is the commit point. A save that
+// fails or is killed before it leaves the previous index and its step directory as they were;
+// a committed save removes every other step directory. The same state gives the same bytes
+// whichever process wrote which file (TestShardFilesMatchInProcess).
+
+// IndexFile is the index of a checkpoint directory.
+const IndexFile = "checkpoint.json"
+
+const (
+	indexFormat  = "ppc-checkpoint"
+	indexVersion = 1
+)
+
+// ShardFile is one rank's file of a checkpoint, as WriteShards reports it.
+type ShardFile struct {
+	Rank   int    `json:"rank"`
+	File   string `json:"file"` // relative to the checkpoint directory
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+}
+
+type ckIndex struct {
+	Format     string                  `json:"format"`
+	Version    int                     `json:"version"`
+	Step       int                     `json:"step"`
+	Seed       uint64                  `json:"seed"`
+	SourceHash string                  `json:"source_hash"`
+	Model      string                  `json:"model"`
+	Dir        string                  `json:"dir"`
+	Files      map[string]ckFile       `json:"files"`
+	Tensors    map[string]ckTensorInfo `json:"tensors"`
+}
+
+type ckFile struct {
+	Rank   int    `json:"rank"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+}
+
+type ckTensorInfo struct {
+	DType  string    `json:"dtype"`
+	Shape  []int     `json:"shape"`
+	Blocks []ckBlock `json:"blocks"`
+}
+
+type ckBlock struct {
+	File   string  `json:"file"`
+	Offset []int64 `json:"offset"`
+}
+
+// CheckpointMeta is what a checkpoint says of itself.
+type CheckpointMeta struct {
+	Step       int
+	Seed       uint64
+	SourceHash string
+	Model      string
+}
+
+// ownedBlock is one block a rank writes.
+type ownedBlock struct {
+	rank, buf int
+	name      string
+	offset    []int64
+}
+
+// owners lists every distinct block of every parameter and optimizer state with the lowest
+// rank that holds it, from the plan alone (every rank's buffers, local or not).
+func (j *Job) owners() []ownedBlock {
+	seen := map[string]bool{}
+	var out []ownedBlock
+	for _, r := range j.all {
+		for i, b := range r.Prog.Buffers {
+			if b.Role != pb.Role_PARAM && b.Role != pb.Role_STATE {
+				continue
+			}
+			var off []int64
+			if g := r.shards[i]; g != nil {
+				off = g.offset
+			} else {
+				off = make([]int64, r.Bufs[i].Type.Rank())
+			}
+			key := b.Name + "@" + fmt.Sprint(off)
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			out = append(out, ownedBlock{rank: r.Index, buf: i, name: b.Name, offset: off})
+		}
+	}
+	return out
+}
+
+func shardFileName(rank int) string { return fmt.Sprintf("rank-%05d.safetensors", rank) }
+
+// saveDirName is the step directory a save of step writes into: step-00000020, or
+// step-00000020-b when the committed checkpoint already uses that name (a second save of the
+// same step must not overwrite the files the index vouches for). Every process of a run
+// computes the same name: the index does not change until all have written.
+func saveDirName(dir string, step int) string {
+	name := fmt.Sprintf("step-%08d", step)
+	if committedDir(dir) == name {
+		name += "-b"
+	}
+	return name
+}
+
+// committedDir is the step directory of the checkpoint committed in dir ("" if none).
+func committedDir(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, IndexFile))
+	if err != nil {
+		return ""
+	}
+	var idx struct {
+		Dir string `json:"dir"`
+	}
+	json.Unmarshal(b, &idx)
+	return idx.Dir
+}
+
+// WriteShards writes the blocks this process's ranks own for the current step into dir's
+// step directory, each file atomically, and reports them (for CommitCheckpoint, which rank 0
+// runs once every rank has written).
+func (j *Job) WriteShards(dir string) ([]ShardFile, error) {
+	step := j.StepCount()
+	local := map[int]*Rank{}
+	for _, r := range j.Ranks {
+		local[r.Index] = r
+	}
+	byRank := map[int]map[string]device.Tensor{}
+	for _, o := range j.owners() {
+		r := local[o.rank]
+		if r == nil {
+			continue
+		}
+		if byRank[o.rank] == nil {
+			byRank[o.rank] = map[string]device.Tensor{}
+		}
+		byRank[o.rank][o.name] = r.Bufs[o.buf]
+	}
+	if len(byRank) == 0 {
+		return nil, nil
+	}
+	sub := saveDirName(dir, step)
+	if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+		return nil, err
+	}
+	ranks := make([]int, 0, len(byRank))
+	for r := range byRank {
+		ranks = append(ranks, r)
+	}
+	sort.Ints(ranks)
+	var out []ShardFile
+	for _, r := range ranks {
+		rel := sub + "/" + shardFileName(r)
+		path := filepath.Join(dir, rel)
+		meta := map[string]string{"format": "ppc-checkpoint-shard", "step": strconv.Itoa(step), "rank": strconv.Itoa(r)}
+		if err := WriteSafetensors(path, byRank[r], meta); err != nil {
+			return nil, err
+		}
+		size, sum, err := hashFile(path)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ShardFile{Rank: r, File: rel, Bytes: size, SHA256: sum})
+	}
+	return out, nil
+}
+
+func hashFile(path string) (int64, string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return 0, "", err
+	}
+	return n, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// CommitCheckpoint is rank 0's part of a save once every rank has written its shards: it
+// checks that every owner's file is there (in a multi-process run, that --save is a
+// directory every machine sees), writes the index atomically — the commit — and removes
+// the previous checkpoint's step directory.
+func (j *Job) CommitCheckpoint(dir string, seed uint64, files []ShardFile) error {
+	step := j.StepCount()
+	byRank := map[int]ShardFile{}
+	for _, f := range files {
+		byRank[f.Rank] = f
+	}
+	sub := saveDirName(dir, step)
+	idx := ckIndex{Format: indexFormat, Version: indexVersion, Step: step, Seed: seed, SourceHash: j.Plan.SourceHash,
+		Model: j.Plan.Model, Dir: sub, Files: map[string]ckFile{}, Tensors: map[string]ckTensorInfo{}}
+	for _, o := range j.owners() {
+		f, ok := byRank[o.rank]
+		if !ok || f.File != sub+"/"+shardFileName(o.rank) {
+			return fmt.Errorf("rank %d wrote no file for step %d", o.rank, step)
+		}
+		name := shardFileName(o.rank)
+		if _, done := idx.Files[name]; !done {
+			st, err := os.Stat(filepath.Join(dir, f.File))
+			if err != nil || st.Size() != f.Bytes {
+				return fmt.Errorf("rank %d wrote %s, which is not here (%v): --save must be a directory every rank's machine sees (a shared file system)",
+					o.rank, filepath.Join(dir, f.File), describeStat(st, err, f.Bytes))
+			}
+			idx.Files[name] = ckFile{Rank: o.rank, Bytes: f.Bytes, SHA256: f.SHA256}
+		}
+		r := j.all[o.rank]
+		t := r.globalType(o.buf)
+		info := idx.Tensors[o.name]
+		info.DType, info.Shape = stDTypes[t.DType], t.Shape
+		info.Blocks = append(info.Blocks, ckBlock{File: name, Offset: o.offset})
+		idx.Tensors[o.name] = info
+	}
+	b, err := json.MarshalIndent(idx, "", " ")
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(filepath.Join(dir, IndexFile), func(w io.Writer) error {
+		_, err := w.Write(append(b, '\n'))
+		return err
+	}); err != nil {
+		return err
+	}
+	// Committed: what the previous checkpoint used is garbage now.
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "step-") && e.Name() != idx.Dir {
+			os.RemoveAll(filepath.Join(dir, e.Name()))
+		}
+	}
+	os.Remove(filepath.Join(dir, CheckpointFile))
+	return nil
+}
+
+func describeStat(st os.FileInfo, err error, want int64) string {
+	if err != nil {
+		return trimPath(err)
+	}
+	return fmt.Sprintf("%d bytes, it wrote %d", st.Size(), want)
+}
+
+func trimPath(err error) string {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// ReadCheckpoint reads a checkpoint as full tensors by name. path is a checkpoint directory
+// (its index, or an older single-file checkpoint.safetensors), the index file, or a
+// safetensors file (an older checkpoint, ppc import's output). Every shard's size and
+// SHA-256 are checked against the index, and the blocks must tile each tensor exactly: a
+// truncated, corrupted or hand-edited checkpoint is an *InputError naming the file.
+func ReadCheckpoint(path string) (map[string]device.Tensor, CheckpointMeta, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, CheckpointMeta{}, &InputError{err}
+	}
+	if st.IsDir() {
+		idx := filepath.Join(path, IndexFile)
+		if _, err := os.Stat(idx); err == nil {
+			return readIndexed(idx)
+		}
+		file := filepath.Join(path, CheckpointFile)
+		if _, err := os.Stat(file); err != nil {
+			return nil, CheckpointMeta{}, inputErrorf("%s: not a checkpoint directory (no %s; ppc run --save DIR writes one)", path, IndexFile)
+		}
+		path = file
+	} else if strings.HasSuffix(path, ".json") {
+		return readIndexed(path)
+	}
+	tensors, meta, err := ReadSafetensors(path)
+	if err != nil {
+		return nil, CheckpointMeta{}, &InputError{err}
+	}
+	m := CheckpointMeta{SourceHash: meta["source_hash"], Model: meta["model"]}
+	m.Step, err = strconv.Atoi(meta["step"])
+	if err != nil || m.Step < 0 {
+		return nil, CheckpointMeta{}, inputErrorf("%s: metadata has no valid step count", path)
+	}
+	// The seed picks the synthetic data of the remaining steps, so a caller needs it to
+	// continue the run that saved the checkpoint.
+	if m.Seed, err = strconv.ParseUint(meta["seed"], 10, 64); err != nil {
+		return nil, CheckpointMeta{}, inputErrorf("%s: metadata has no valid seed", path)
+	}
+	return tensors, m, nil
+}
+
+// plainName is a file or directory name without a path in it.
+func plainName(s string) bool {
+	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, `/\`)
+}
+
+func readIndexed(path string) (map[string]device.Tensor, CheckpointMeta, error) {
+	fail := func(format string, args ...any) (map[string]device.Tensor, CheckpointMeta, error) {
+		return nil, CheckpointMeta{}, inputErrorf("%s: "+format, append([]any{path}, args...)...)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, CheckpointMeta{}, &InputError{err}
+	}
+	var idx ckIndex
+	if err := json.Unmarshal(data, &idx); err != nil {
+		return fail("not a checkpoint index: %v", err)
+	}
+	if idx.Format != indexFormat || idx.Version != indexVersion {
+		return fail("not a ppc checkpoint index (format %q version %d; this ppc reads %q version %d)", idx.Format, idx.Version, indexFormat, indexVersion)
+	}
+	if idx.Step < 0 || !plainName(idx.Dir) {
+		return fail("bad step %d or directory %q", idx.Step, idx.Dir)
+	}
+	root := filepath.Dir(path)
+	files := map[string]map[string]device.Tensor{}
+	for name, f := range idx.Files {
+		if !plainName(name) {
+			return fail("bad file name %q", name)
+		}
+		p := filepath.Join(root, idx.Dir, name)
+		size, sum, err := hashFile(p)
+		if err != nil {
+			return fail("%s: %v", name, trimPath(err))
+		}
+		if size != f.Bytes || sum != f.SHA256 {
+			return fail("%s is not the file the checkpoint wrote (%d bytes, SHA-256 %.12s…; the index says %d bytes, %.12s…): corrupted or replaced", p, size, sum, f.Bytes, f.SHA256)
+		}
+		t, _, err := ReadSafetensors(p)
+		if err != nil {
+			return fail("%v", err)
+		}
+		files[name] = t
+	}
+	out := map[string]device.Tensor{}
+	for name, info := range idx.Tensors {
+		var dt ir.DType
+		for d, s := range stDTypes {
+			if s == info.DType {
+				dt = d
+			}
+		}
+		if dt == ir.Invalid {
+			return fail("tensor %s: unsupported dtype %q", name, info.DType)
+		}
+		full := ir.Type{DType: dt, Shape: ir.Shape(info.Shape)}
+		total := int64(1)
+		for _, d := range info.Shape {
+			if d < 0 || (d > 0 && total > (1<<50)/int64(d)) {
+				return fail("tensor %s: bad shape %v", name, info.Shape)
+			}
+			total *= int64(d)
+		}
+		if full.Shape == nil {
+			full.Shape = ir.Shape{}
+		}
+		buf := device.Tensor{Type: full, Data: alignedBytes(total * int64(dt.Size()))}
+		var covered int64
+		var boxes []box
+		for _, b := range info.Blocks {
+			blk, ok := files[b.File][name]
+			switch {
+			case !ok:
+				return fail("tensor %s: block in %s, which does not hold it", name, b.File)
+			case blk.Type.DType != dt || blk.Type.Rank() != full.Rank() || len(b.Offset) != full.Rank():
+				return fail("tensor %s: block %s at %v does not fit %s", name, blk.Type, b.Offset, full)
+			}
+			bx := box{lo: b.Offset, size: blk.Type.Shape}
+			for d := range b.Offset {
+				if b.Offset[d] < 0 || b.Offset[d]+int64(blk.Type.Shape[d]) > int64(full.Shape[d]) {
+					return fail("tensor %s: block %s at %v does not fit %s", name, blk.Type, b.Offset, full)
+				}
+			}
+			for _, o := range boxes {
+				if o.overlaps(bx) {
+					return fail("tensor %s: blocks at %v and %v overlap", name, o.lo, bx.lo)
+				}
+			}
+			boxes = append(boxes, bx)
+			covered += int64(blk.Type.NumElements())
+			g := &shardGeom{global: make([]int64, full.Rank()), offset: b.Offset}
+			for d, x := range full.Shape {
+				g.global[d] = int64(x)
+			}
+			copyBlock(buf.Data, blk, g, true)
+		}
+		if covered != total {
+			return fail("tensor %s: its blocks cover %d of its %d elements", name, covered, total)
+		}
+		out[name] = buf
+	}
+	return out, CheckpointMeta{Step: idx.Step, Seed: idx.Seed, SourceHash: idx.SourceHash, Model: idx.Model}, nil
+}
+
+type box struct {
+	lo   []int64
+	size ir.Shape
+}
+
+func (a box) overlaps(b box) bool {
+	for d := range a.lo {
+		if a.lo[d]+int64(a.size[d]) <= b.lo[d] || b.lo[d]+int64(b.size[d]) <= a.lo[d] {
+			return false
+		}
+	}
+	return true
+}
