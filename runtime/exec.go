@@ -81,6 +81,11 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 		step = j.Ranks[0].step + 1
 	}
 	j.comm.resetStep()
+	if j.proc != nil {
+		// The store's account of this rank, should it die mid-step (the heartbeat adds the
+		// instruction when a step is long).
+		j.proc.report(fmt.Sprintf("running step %d", step))
+	}
 	tr := opts.Trace
 	if !tr.records(step) {
 		tr = nil

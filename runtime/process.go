@@ -336,8 +336,13 @@ func (p *Process) heartbeat() {
 			p.cond.Broadcast()
 		}
 		p.mu.Unlock()
-		writeCtrl(p.ctrl, &p.cwmu, &ctrlMsg{Type: "status", Status: p.status()})
+		p.report(p.status())
 	}
+}
+
+// report tells the store what this rank is doing now.
+func (p *Process) report(status string) {
+	writeCtrl(p.ctrl, &p.cwmu, &ctrlMsg{Type: "status", Status: status})
 }
 
 // gather sends this rank's part of a round and waits for everyone's (rank 0's process
