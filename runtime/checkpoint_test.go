@@ -3,7 +3,6 @@ package runtime_test
 import (
 	"errors"
 	"io"
-	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"testing"
 
 	"ppc.dev/ppc/compiler"
+	"ppc.dev/ppc/internal/golden"
 	. "ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/cpu"
 )
@@ -70,20 +70,11 @@ func dirNames(t *testing.T, dir string) []string {
 // snapshot is every file under dir by relative path, with its content (the lock aside).
 func snapshot(t *testing.T, dir string) map[string]string {
 	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || d.Name() == LockFile {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		rel, _ := filepath.Rel(dir, p)
-		out[rel] = string(b)
-		return err
-	})
+	files, err := golden.Files(dir, LockFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out
+	return files
 }
 
 // TestFailedSaveKeepsCheckpoint: a save that fails part-way (a full disk, an interruption),

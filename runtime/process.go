@@ -360,18 +360,7 @@ func (p *Process) gather(key string, data any, root bool) ([]json.RawMessage, er
 	if err := writeCtrl(p.ctrl, &p.cwmu, &ctrlMsg{Type: "gather", Key: key, Root: root, Data: raw, Status: p.status()}); err != nil {
 		return nil, fmt.Errorf("rendezvous: %v", err)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for {
-		if all, ok := p.gathered[key]; ok {
-			delete(p.gathered, key)
-			return all, nil
-		}
-		if p.remote != nil {
-			return nil, p.remote
-		}
-		p.cond.Wait()
-	}
+	return p.waitKey(key)
 }
 
 // fail reports this rank's failure to every other process and returns the error to report
@@ -460,6 +449,7 @@ func (p *Process) Close() error {
 	return err
 }
 
+// waitKey waits until the store sends round key's parts, or the run stops.
 func (p *Process) waitKey(key string) ([]json.RawMessage, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

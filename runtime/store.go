@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -139,7 +140,7 @@ func (s *store) close() {
 		return
 	}
 	s.closed = true
-	ws := slicesClone(s.workers)
+	ws := slices.Clone(s.workers)
 	s.mu.Unlock()
 	close(s.done)
 	s.ln.Close()
@@ -149,8 +150,6 @@ func (s *store) close() {
 		}
 	}
 }
-
-func slicesClone[T any](s []T) []T { return append([]T(nil), s...) }
 
 func (s *store) accept() {
 	for {
@@ -230,7 +229,7 @@ func (s *store) serve(c net.Conn) {
 	var ws []*storeWorker
 	if s.joined == s.world {
 		s.start = time.Now()
-		peers, ws = slicesClone(s.addrs), slicesClone(s.workers)
+		peers, ws = slices.Clone(s.addrs), slices.Clone(s.workers)
 	}
 	s.mu.Unlock()
 	for _, x := range ws {
@@ -307,7 +306,7 @@ func (s *store) gather(rank int, m *ctrlMsg) {
 		return
 	}
 	delete(s.rounds, m.Key)
-	ws := slicesClone(s.workers)
+	ws := slices.Clone(s.workers)
 	s.mu.Unlock()
 	for _, w := range ws {
 		out := &ctrlMsg{Type: "gathered", Key: m.Key, All: r.data}
@@ -328,7 +327,7 @@ func (s *store) abortWith(m *ctrlMsg) {
 		return
 	}
 	s.aborted = m.Error
-	ws := slicesClone(s.workers)
+	ws := slices.Clone(s.workers)
 	s.mu.Unlock()
 	for _, w := range ws {
 		if w != nil {
@@ -349,7 +348,7 @@ func (s *store) watch() {
 		case <-tick.C:
 		}
 		s.mu.Lock()
-		ws := slicesClone(s.workers)
+		ws := slices.Clone(s.workers)
 		var dead []string
 		for _, w := range ws {
 			if w != nil && !w.bye && time.Since(w.lastSeen) > s.heartbeat {

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"encoding/json"
-	"io/fs"
 	"maps"
 	"net"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"ppc.dev/ppc/internal/golden"
 	"ppc.dev/ppc/runtime"
 )
 
@@ -237,15 +237,16 @@ func TestHandRunPlanMismatch(t *testing.T) {
 	}
 }
 
-// TestNprocInterrupted: SIGTERM to the launcher stops every worker after the same step; each
-// exits 130 and the launcher too.
+// TestNprocInterrupted: SIGTERM to the launcher stops every worker after the same step; they
+// save the checkpoint of that step and exit 130, and the launcher too.
 func TestNprocInterrupted(t *testing.T) {
 	plan := compileGPT(t, "--pp", "2")
+	ck := filepath.Join(t.TempDir(), "ck")
 	sigs := make(chan os.Signal, 1)
 	out, errOut := &syncBuffer{}, &syncBuffer{}
 	done := make(chan int)
 	go func() {
-		done <- run([]string{"run", plan, "--nproc", "2", "--steps", "100000"}, &env{stdout: out, stderr: errOut,
+		done <- run([]string{"run", plan, "--nproc", "2", "--steps", "100000", "--save", ck}, &env{stdout: out, stderr: errOut,
 			interrupts: func() (<-chan os.Signal, func()) { return sigs, func() {} }})
 	}()
 	waitFor(t, out, `(?m)^step 2 `, 1)
@@ -260,25 +261,20 @@ func TestNprocInterrupted(t *testing.T) {
 	if m0 == nil || m1 == nil || m0[1] != m1[1] {
 		t.Fatalf("the ranks did not stop after the same step:\n%s", msg)
 	}
+	// Both ranks wrote their part of the checkpoint of that step, and rank 0 the index.
+	if _, meta, err := runtime.ReadCheckpoint(ck); err != nil || strconv.Itoa(meta.Step) != m0[1] {
+		t.Fatalf("checkpoint after the interrupt: step %d, %v; the ranks stopped at step %s", meta.Step, err, m0[1])
+	}
 }
 
 // dirSnapshot is every file under dir by relative path, with its content (the lock aside).
 func dirSnapshot(t *testing.T, dir string) map[string]string {
 	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || d.Name() == runtime.LockFile {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		rel, _ := filepath.Rel(dir, p)
-		out[rel] = string(b)
-		return err
-	})
+	files, err := golden.Files(dir, runtime.LockFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out
+	return files
 }
 
 func sameCheckpoint(t *testing.T, what, a, b string) {

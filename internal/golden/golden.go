@@ -2,12 +2,16 @@
 // and the DSL's testdata/dsl): cutting a file into `// -----` cases that keep their line
 // numbers, reading `// ERROR "regex"` expectations, and matching a run's diagnostics against
 // them (Go's test/ harness convention). What to run on each case, and the FileCheck of its
-// output (internal/filecheck), stay with each package's test.
+// output (internal/filecheck), stay with each package's test. Files snapshots a directory,
+// for tests that compare whole outputs (checkpoints) byte for byte.
 package golden
 
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 
@@ -107,4 +111,25 @@ func CheckSucceeded(t TB, file string, want []*Expected) {
 	for _, w := range want {
 		t.Errorf("%s:%d: expected an error matching %q, but the case succeeded", file, w.Line, w.RE)
 	}
+}
+
+// Files returns every file under dir by its path relative to dir, with its content, leaving
+// out files named in skip (a lock file).
+func Files(dir string, skip ...string) (map[string]string, error) {
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		for _, s := range skip {
+			if d.Name() == s {
+				return nil
+			}
+		}
+		b, err := os.ReadFile(p)
+		rel, _ := filepath.Rel(dir, p)
+		out[rel] = string(b)
+		return err
+	})
+	return out, err
 }
