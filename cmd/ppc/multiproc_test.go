@@ -120,11 +120,12 @@ func (h *handRun) wait() []int {
 }
 
 // TestTorchrunStyleLaunch: processes started by hand with torchrun's variables run the plan
-// as one run, with the in-process losses, rank-prefixed logs, and only rank 0 printing steps.
+// as one run, with the in-process losses and checkpoint, and only rank 0 printing steps.
 func TestTorchrunStyleLaunch(t *testing.T) {
 	plan := compileGPT(t, "--pp", "2", "--tp", "2")
-	_, want, _ := ppc(t, "", "run", plan, "--steps", "2")
-	h := startHandRun(t, 4, nil, plan, "--steps", "2")
+	dir := t.TempDir()
+	_, want, _ := ppc(t, "", "run", plan, "--steps", "2", "--save", filepath.Join(dir, "in"))
+	h := startHandRun(t, 4, nil, plan, "--steps", "2", "--save", filepath.Join(dir, "hand"))
 	for r, code := range h.wait() {
 		if code != 0 {
 			t.Fatalf("rank %d: exit %d\n%s", r, code, h.errs[r])
@@ -138,6 +139,7 @@ func TestTorchrunStyleLaunch(t *testing.T) {
 			t.Errorf("rank %d printed %q: only rank 0 prints the steps", r, h.out[r])
 		}
 	}
+	sameCheckpoint(t, "hand-started", filepath.Join(dir, "in"), filepath.Join(dir, "hand"))
 }
 
 // TestWorkerKilled: a worker killed with SIGKILL mid-run stops every other within 60 s, each
@@ -295,7 +297,7 @@ func TestNprocCheckpoints(t *testing.T) {
 	for _, c := range []struct {
 		world  int
 		layout []string
-	}{{2, []string{"--pp", "2"}}, {4, []string{"--pp", "2", "--tp", "2"}}, {4, []string{"--pp", "2", "--dp", "2", "--zero", "1"}}} {
+	}{{2, []string{"--pp", "2"}}, {4, []string{"--pp", "4"}}, {4, []string{"--pp", "2", "--tp", "2"}}, {4, []string{"--pp", "2", "--dp", "2", "--zero", "1"}}} {
 		t.Run(strings.Join(c.layout, ""), func(t *testing.T) {
 			plan := compileGPT(t, c.layout...)
 			dir := t.TempDir()
