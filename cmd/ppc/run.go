@@ -21,7 +21,7 @@ import (
 func init() {
 	commands = append(commands, &command{
 		name: "run", args: "DIR [flags]",
-		summary: "Run a compiled plan: every rank in this process, training for --steps steps.",
+		summary: "Run a compiled plan for --steps steps: every rank in this process, one process per rank with --nproc N, or one rank of a run that torchrun, srun or mpirun started.",
 		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
 			steps := fs.Int("steps", 10, "training steps `N` to run")
 			seed := fs.Uint64("seed", 1, "random seed `N` of parameter initialisation and synthetic data (with --resume, the checkpoint's unless given)")
@@ -29,7 +29,7 @@ func init() {
 			data := fs.String("data", "", "training data `SOURCE`: a token FILE (raw tokens of --data-dtype like nanoGPT's train.bin, or a 1-D .npy) for models whose inputs are tokens, or NAME=FILE.npy,NAME=FILE.npy,… with one array per input (first axis: samples, the same number in every array)")
 			dataDType := fs.String("data-dtype", "uint16", "element type `T` of a raw token file given to --data: uint16 (nanoGPT's) or uint32; a .npy carries its own")
 			save := fs.String("save", "", "write a checkpoint of parameters and optimizer state (safetensors, a file per rank and an index) to `DIR` at the end (atomically; the directory is locked for the run)")
-			saveEvery := fs.Int("save-every", 0, "with --save, also save after every `N`-th step (the directory keeps the latest complete checkpoint)")
+			saveEvery := fs.Int("save-every", 0, "with --save, also save after every `N`-th step, keeping the latest complete checkpoint (0: only at the end)")
 			resume := fs.String("resume", "", "continue from a checkpoint: its `DIR` (what --save wrote) or its .safetensors file")
 			partial := fs.Bool("allow-partial-resume", false, "with --resume, load the checkpoint's tensors that match the plan and keep the others as initialised, instead of refusing a checkpoint that differs")
 			trace := fs.String("trace", "", "write a Chrome trace (Perfetto) of the executed instructions to `FILE`")
