@@ -69,6 +69,7 @@ func TestExportErrors(t *testing.T) {
 		{[]string{"export", filepath.Join(dir, "missing.ppm"), "-o", out}, exitInput, []string{"missing.ppm: no such file"}, nil},
 		{[]string{"export", grad, "--preset", "tiny", "-o", out}, exitInput, []string{"do not apply to IR files"}, nil},
 		{[]string{"export", mlp, "--preset", "huge", "-o", out}, exitInput, []string{"huge"}, nil},
+		{[]string{"export", "../../testdata/models/gpt.ppm", "--preset", "gpt3-175b", "-o", out}, exitInput, []string{"gpt.ppm: the parameters take 650.5 GiB", "an ONNX file holds at most 2 GiB"}, nil},
 	})
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Errorf("a failed export wrote %s", out)

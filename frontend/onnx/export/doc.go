@@ -50,6 +50,9 @@
 // leading dim is its operand's writes 0 there (ONNX's "copy"), an Expand writes 1 for every
 // dim the operand already has, and the loss flattens with -1.
 //
+// A model whose parameters take 2 GiB or more is refused (MaxWeightBytes): a protobuf
+// message holds at most 2 GiB, and ppc export does not write external data.
+//
 // An op with no ONNX form — a gradient kernel, a collective, send/recv, run, stop_gradient:
 // what only ppc's passes put in a module — is an error naming the op and its position (the
 // DSL or IR line with a caret, or the ONNX node, or its index in @forward).

@@ -17,6 +17,10 @@ const (
 	IRVersion = 9
 )
 
+// MaxWeightBytes bounds the parameters of an exported model: protobuf's 2 GiB limit on a
+// message, less room for the graph.
+const MaxWeightBytes = 2<<30 - 64<<20
+
 // Options control an export.
 type Options struct {
 	// Weight returns the initial value of a parameter argument of @forward, the whole tensor
@@ -38,6 +42,15 @@ func Model(m *ir.Module, opts Options) (*onnxpb.ModelProto, error) {
 	}
 	if m.Attrs.Has(ir.AttrPartitioned) {
 		return nil, fmt.Errorf("the module is partitioned for tensor parallelism (its shapes are one rank's); export the model before it is compiled")
+	}
+	// A protobuf message, and so an .onnx file without external data, holds at most 2 GiB:
+	// refuse a bigger model before its weights are made, not after they fill the memory.
+	var weights int64
+	for _, p := range f.Params() {
+		weights += p.Type.Bytes()
+	}
+	if weights >= MaxWeightBytes {
+		return nil, fmt.Errorf("the parameters take %.1f GiB; an ONNX file holds at most 2 GiB (protobuf's limit), and ppc export does not write external data", float64(weights)/(1<<30))
 	}
 	e := &exporter{m: m, f: f, g: &onnxpb.GraphProto{Name: graphName(m)}, names: map[*ir.Value]string{}, used: map[string]bool{}}
 	if err := e.graph(opts); err != nil {
