@@ -147,8 +147,9 @@ func (e *exporter) graph(opts Options) error {
 			e.g.Input = append(e.g.Input, vi)
 		}
 	}
-	// Results that an op defines take their output name directly; the others (an argument,
-	// a value returned twice) get an Identity node after the ops.
+	e.nameOutputs(outs)
+	// Results that an op defines take their output name directly; the others (an argument
+	// under another name, a value returned twice) get an Identity node after the ops.
 	direct := map[*ir.Value]bool{}
 	for _, o := range outs {
 		if o.v.Def != nil && !direct[o.v] {
@@ -200,7 +201,8 @@ func (e *exporter) outputs() ([]output, error) {
 		}
 		outs = append(outs, output{v, name})
 	}
-	// Fixed names first (the loss's, the model's own), then IR names made unique.
+	// The fixed names (the loss's, the model's own) are reserved now; the others are made
+	// unique once the arguments have their names (nameOutputs).
 	for i := range outs {
 		if outs[i].name == "" {
 			continue
@@ -210,16 +212,26 @@ func (e *exporter) outputs() ([]output, error) {
 		}
 		e.used[outs[i].name] = true
 	}
-	for i := range outs {
-		if outs[i].name == "" {
-			base := outs[i].v.Name
-			if !printable(base) {
-				base = "output" + strconv.Itoa(i)
-			}
-			outs[i].name = e.fresh(base)
-		}
-	}
 	return outs, nil
+}
+
+// nameOutputs names the outputs without a fixed name after their IR values: an argument
+// keeps its name, an op result gets a fresh one.
+func (e *exporter) nameOutputs(outs []output) {
+	for i := range outs {
+		if outs[i].name != "" {
+			continue
+		}
+		if n, ok := e.names[outs[i].v]; ok {
+			outs[i].name = n
+			continue
+		}
+		base := outs[i].v.Name
+		if !printable(base) {
+			base = "output" + strconv.Itoa(i)
+		}
+		outs[i].name = e.fresh(base)
+	}
 }
 
 // printable reports whether an IR value name is worth keeping (the printer numbers empty

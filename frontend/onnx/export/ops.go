@@ -25,13 +25,11 @@ type lowering func(c *opCtx) error
 // are built by helpers). Ops missing here are refused with unmapped's reason, or a generic one.
 var lowerings map[string]lowering
 
-// unmapped says why the IR ops that a model convention never puts in @forward have no ONNX
-// form: they appear only after ppc's own passes.
+// unmapped says why some IR ops that only ppc's own passes put in a module have no ONNX form
+// (whyUnmapped covers the others by their traits and names).
 var unmapped = map[string]string{
 	"stop_gradient": "it only exists for ppc's backward pass (an ONNX graph has none)",
 	"run":           "it exists only in a rank's compiled program",
-	"send":          "point-to-point communication exists only in a compiled pipeline",
-	"recv":          "point-to-point communication exists only in a compiled pipeline",
 }
 
 func init() {
@@ -178,7 +176,7 @@ func whyUnmapped(op *ir.Op) string {
 // and a caret), or its ONNX node, or else its index in @forward.
 func (e *exporter) opError(i int, op *ir.Op, format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
-	if !op.Loc.Known() || (op.Loc.Line == 0 && op.Loc.Node == "") {
+	if op.Loc.Line == 0 && op.Loc.Node == "" {
 		msg += fmt.Sprintf(" (op %d of @%s, defining %%%s)", i, e.f.Name, resultName(op))
 	}
 	return ir.ErrorAt(e.m.Source, op.Loc, "%s", msg)
