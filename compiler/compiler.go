@@ -36,7 +36,7 @@ type Options struct {
 	Recompute string
 	// Training.
 	ForwardOnly bool
-	Loss        string // ONNX models without a loss: "ce" or "mse"
+	Loss        string // models without a loss (ONNX models without a scalar output named loss): "ce" or "mse"
 	LossOutput  int
 	Optimizer   string // pass options, e.g. "adamw" or "sgd{lr=0.1}"
 	// Pass manager.
@@ -105,7 +105,8 @@ func Compile(model string, opts Options) (*Result, error) {
 	}
 	switch {
 	case hasLoss && !opts.ForwardOnly && (opts.Loss != "" || opts.LossOutput != 0):
-		return nil, fmt.Errorf("%s: the model computes its own loss; --loss and --loss-output apply to models without one (ONNX)", model)
+		// Refused rather than ignored: the flag would not say which loss trains.
+		return nil, fmt.Errorf("%s: the model computes its own loss; --loss and --loss-output apply to models without one (an ONNX model's scalar output named loss is its loss)", model)
 	case !hasLoss && !opts.ForwardOnly && (opts.LossOutput < 0 || opts.LossOutput >= len(fwd.Results)):
 		return nil, fmt.Errorf("%s: --loss-output %d: the model has %d output(s), numbered from 0", model, opts.LossOutput, len(fwd.Results))
 	case !hasLoss && !opts.ForwardOnly && !fwd.Results[opts.LossOutput].Type.DType.IsFloat():

@@ -4,7 +4,9 @@
 // canonicalize, cse, dce, [add-loss], partition, autodiff, optimizer, cse, dce, split-stages —
 // checks that the CPU runtime has a kernel for every op in its dtypes (so that an f16 softmax
 // is a compile error at its position in the model, not a load error of a rank program), and
-// generates the per-rank programs and plan.json. It also runs inference for `ppc infer`.
+// generates the per-rank programs and plan.json. It also runs inference for `ppc infer`, and
+// loads a model for `ppc export` (Export: the exporter, frontend/onnx/export, gets the
+// parameters' initial values from runtime.InitialValue, the run's own initialiser).
 // The CLI only parses flags into Options and prints the Result. The plan's source hash covers
 // the model source and the frontend options that resolve it (--preset, --set, --dim), not the
 // layout, so that a checkpoint names the model it belongs to whatever layout saved it.

@@ -75,7 +75,8 @@
 //     compiler must not create a cycle of waits (the hang detector reports one).
 //   - Initialisation is shard-invariant: element i of a parameter is drawn from a Philox
 //     stream keyed by (seed, name) at counter i of the full tensor (kernels/cpu.KeyFor), so
-//     any layout initialises the same model. Synthetic data depends only on (seed, step,
+//     any layout initialises the same model; InitialValue gives a whole parameter's start
+//     by the same code (ppc export writes it). Synthetic data depends only on (seed, step,
 //     global sample index), and data sources are asked for global micro-batches, so a
 //     data-parallel run reads exactly the samples one device with M·dp micro-batches reads.
 //   - Training data is checked whole when it is opened, not at the step that first reads it:

@@ -50,6 +50,34 @@ func initBuffer(b *pb.Buffer, g *shardGeom, t device.Tensor, seed uint64) error 
 	return storeF64(t, f64)
 }
 
+// InitialValue returns the whole value a parameter starts from at seed: its data (imported
+// weights), or the values of its initialiser (ir.AttrInit) drawn as Job.Init draws them, by
+// the same code, so that a run's shards hold exactly its blocks. ppc export writes these as a
+// model's ONNX initializers: the file starts where `ppc run --seed` starts.
+func InitialValue(name string, t ir.Type, attrs ir.Attrs, seed uint64) (device.Tensor, error) {
+	out := device.Tensor{Type: t, Data: make([]byte, t.Bytes())}
+	b := &pb.Buffer{Name: name, Init: attrs.Str(ir.AttrInit, "zeros")}
+	if d, ok := attrs.Get(ir.AttrData).(*ir.Dense); ok {
+		if d.Elided {
+			return device.Tensor{}, fmt.Errorf("parameter %q: its data was elided from the IR text; re-import the model", name)
+		}
+		if !d.Type.Equal(t) {
+			return device.Tensor{}, fmt.Errorf("parameter %q: its data is %s, the parameter %s", name, d.Type, t)
+		}
+		if d.Splat {
+			for i := 0; i < len(out.Data); i += len(d.Data) {
+				copy(out.Data[i:], d.Data)
+			}
+			return out, nil
+		}
+		b.Data = d.Data
+	}
+	if err := initBuffer(b, nil, out, seed); err != nil {
+		return device.Tensor{}, fmt.Errorf("parameter %q: %v", name, err)
+	}
+	return out, nil
+}
+
 type run struct{ local, global, n int64 }
 
 // contiguousRuns lists the stretches of a buffer of type t, placed in its full tensor by g

@@ -78,7 +78,7 @@ func init() {
 			fs.StringVar(&opts.Layout, "layout", "", "Megatron-style stage `LAYOUT` for --partition layout, e.g. \"E,t*4|t*4|t*4|t*4,L\"")
 			mem := fs.String("mem", "", "memory per device for --partition auto, `BYTES` with a unit, e.g. 80GiB (default: unlimited)")
 			fs.StringVar(&opts.Recompute, "recompute", "none", "activation recomputation `MODE`: none, selective (attention internals) or full (stash only stage inputs)")
-			loss := fs.String("loss", "ce", "loss `KIND` for models without one (ONNX): ce or mse")
+			loss := fs.String("loss", "ce", "loss `KIND` for models without one (ONNX models without a scalar output named loss, which is their loss): ce or mse")
 			fs.IntVar(&opts.LossOutput, "loss-output", 0, "which model output `N` the loss applies to (models without a loss)")
 			fs.StringVar(&opts.Optimizer, "optimizer", "adamw", "optimizer `SPEC`: adamw or sgd, with options as adamw{lr=3e-4,weight_decay=0.1} (see 'ppc passes')")
 			pf := registerPassFlags(fs)

@@ -31,7 +31,9 @@
 //     it. Old exports that also list initializers as graph inputs are handled the same way.
 //     Unused initializers are dropped.
 //   - Graph outputs become results {name = "<onnx output name>"} in order; a declared output
-//     type that disagrees with the computed one (dtype, rank or a fixed dim) is an error.
+//     type that disagrees with the computed one (dtype, rank or a fixed dim) is an error. A
+//     floating-point scalar output named loss is also {loss}: the model's training loss (ppc
+//     export writes one), so a training compile needs no --loss.
 //   - IR values keep the ONNX tensor name when it is printable (the printer quotes names
 //     that are not bare and numbers all-digit ones).
 //
@@ -66,7 +68,8 @@
 // with nearest rounding down; sizes always static), gather_elements, elu, selu,
 // leaky_relu, softplus, hard_sigmoid, shrink, sign, floor, ceil, round, reduce_min,
 // reduce_prod, reduce_log_sum_exp, arg_max and arg_min. LayerNormalization (opset 17) →
-// layer_norm, Gelu (opset 20) → gelu.
+// layer_norm, Gelu (opset 20) → gelu, SoftmaxCrossEntropyLoss → cross_entropy (ONNX's
+// class axis 1 moved last by a transpose; log_prob → log_softmax; per-class weights refused).
 //
 // Opset differences are honoured from opset 1 on where the exports need them: attributes
 // that became inputs (Slice 10, Split / Squeeze / Unsqueeze / ReduceSum 13, the other

@@ -638,7 +638,13 @@ func (imp *importer) outputs() error {
 				return err
 			}
 		}
-		imp.fn.AddResult(v, ir.Attrs{{Name: ir.AttrName, Value: ir.String(o.Name)}})
+		at := ir.Attrs{{Name: ir.AttrName, Value: ir.String(o.Name)}}
+		if o.Name == "loss" && v.Type.Rank() == 0 && v.Type.DType.IsFloat() {
+			// A scalar output named loss is the model's training loss (ppc export writes
+			// one): training needs no --loss, and the other outputs are left to inference.
+			at = append(at, ir.NamedAttr{Name: ir.AttrLoss, Value: ir.Unit{}})
+		}
+		imp.fn.AddResult(v, at.Sorted())
 	}
 	return nil
 }

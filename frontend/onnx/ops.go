@@ -56,6 +56,7 @@ func init() {
 		"BatchNormalization": lowerBatchNorm, "InstanceNormalization": lowerInstanceNorm,
 		"LayerNormalization": lowerLayerNorm, "LRN": lowerLRN,
 		"Softmax": softmax("softmax"), "LogSoftmax": softmax("log_softmax"),
+		"SoftmaxCrossEntropyLoss": lowerSoftmaxCrossEntropyLoss,
 
 		// Reductions.
 		"ReduceSum": reduce("sum"), "ReduceMean": reduce("mean"), "ReduceMax": reduce("max"),
