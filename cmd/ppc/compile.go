@@ -22,16 +22,21 @@ import (
 type loadFlags struct {
 	dims, sets listFlag
 	preset     string
+	batch      int
 }
 
 func (l *loadFlags) register(fs *flag.FlagSet) {
 	fs.Var(&l.dims, "dim", "bind an ONNX symbolic dim: `NAME=VALUE` (repeatable)")
 	fs.Var(&l.sets, "set", "override a DSL config constant: `NAME=VALUE` (repeatable)")
 	fs.StringVar(&l.preset, "preset", "", "DSL preset `NAME` (the model file lists them)")
+	fs.IntVar(&l.batch, "batch", 0, "re-batch an ONNX model exported with a fixed batch of 1 to `N` samples: its inputs' leading dims and the Reshape shapes that carry the batch (0: as exported)")
 }
 
 func (l *loadFlags) options() (compiler.LoadOptions, error) {
-	o := compiler.LoadOptions{Preset: l.preset}
+	o := compiler.LoadOptions{Preset: l.preset, Batch: l.batch}
+	if l.batch < 0 {
+		return o, usagef("--batch must be positive (0: the model's own batch), got %d", l.batch)
+	}
 	for _, kv := range l.dims {
 		k, v, ok := strings.Cut(kv, "=")
 		n, err := strconv.Atoi(v)
@@ -78,7 +83,7 @@ func init() {
 			fs.StringVar(&opts.Layout, "layout", "", "Megatron-style stage `LAYOUT` for --partition layout, e.g. \"E,t*4|t*4|t*4|t*4,L\"")
 			mem := fs.String("mem", "", "memory per device for --partition auto, `BYTES` with a unit, e.g. 80GiB (default: unlimited)")
 			fs.StringVar(&opts.Recompute, "recompute", "none", "activation recomputation `MODE`: none, selective (attention internals) or full (stash only stage inputs)")
-			loss := fs.String("loss", "ce", "loss `KIND` for models without one (ONNX): ce or mse")
+			loss := fs.String("loss", "ce", "loss `KIND` for models without one (ONNX): ce (softmax cross-entropy against class labels) or mse; ce{axis=N} names the class axis, by default the last, or 1 for [N,C,1,…,1] logits of rank ≥ 4 (a pooled convolutional classifier)")
 			fs.IntVar(&opts.LossOutput, "loss-output", 0, "which model output `N` the loss applies to (models without a loss)")
 			fs.StringVar(&opts.Optimizer, "optimizer", "adamw", "optimizer `SPEC`: adamw or sgd, with options as adamw{lr=3e-4,weight_decay=0.1} (see 'ppc passes')")
 			pf := registerPassFlags(fs)
@@ -124,8 +129,8 @@ func init() {
 				default:
 					return usagef("--recompute must be none, selective or full, got %q", opts.Recompute)
 				}
-				if *loss != "ce" && *loss != "mse" {
-					return usagef("--loss must be ce or mse, got %q", *loss)
+				if err := compiler.CheckLoss(*loss); err != nil {
+					return usageError{err.Error()}
 				}
 				if set["loss"] {
 					opts.Loss = *loss // unset: the compiler's default, and no complaint for models with a loss
