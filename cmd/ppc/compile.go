@@ -313,6 +313,12 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 // the cost model thinks it is. A weight tied across stages is counted once per rank holding
 // it, and a footnote says so when the column therefore sums to more than the model's
 // parameter count (total).
+//
+// The imbalance is computed from the time/mb column, the cost model's F + I + W of the stage
+// per micro-batch: what the partitioner balances and the simulator runs. FLOPs alone do not
+// decide it: the cost model charges each op the larger of its compute time and its memory
+// time, so a stage of memory-bound convolutions and elementwise ops can take as long as one
+// of three times its FLOPs — and the table must show the cost its imbalance is of.
 func printStages(w io.Writer, p *codegen.Plan, total int64) {
 	var sum, worst float64
 	var column int64
@@ -341,7 +347,7 @@ func printStages(w io.Writer, p *codegen.Plan, total int64) {
 	if dpComm {
 		fmt.Fprintf(w, " %12s", "comm/step")
 	}
-	fmt.Fprintf(w, " %10s\n", "imbalance")
+	fmt.Fprintf(w, " %10s %10s\n", "time/mb", "imbalance")
 	for _, s := range p.StageInfo {
 		imb := 0.0
 		if mean > 0 {
@@ -358,7 +364,7 @@ func printStages(w io.Writer, p *codegen.Plan, total int64) {
 		if dpComm {
 			fmt.Fprintf(w, " %12s", schedule.Seconds.Format(s.StepComm(p.Microbatches)))
 		}
-		fmt.Fprintf(w, " %+9.1f%%\n", imb)
+		fmt.Fprintf(w, " %10s %+9.1f%%\n", schedule.Seconds.Format(s.F+s.I+s.W), imb)
 	}
 	for _, pr := range p.Params {
 		if len(pr.Stages) < 2 {
@@ -386,7 +392,7 @@ func printStages(w io.Writer, p *codegen.Plan, total int64) {
 			groupDigits(column), groupDigits(total), groupDigits(column-total))
 	}
 	if mean > 0 {
-		fmt.Fprintf(w, "  bottleneck stage %.1f%% above the mean (cost model)\n", (worst-mean)/mean*100)
+		fmt.Fprintf(w, "  bottleneck stage %.1f%% above the mean time/mb (cost model: F+I+W, each op the larger of its compute and memory time)\n", (worst-mean)/mean*100)
 	}
 }
 
