@@ -47,8 +47,9 @@ type Options struct {
 
 // Result is a compiled job.
 type Result struct {
-	Module *ir.Module
-	Output *codegen.Output
+	Module   *ir.Module
+	Output   *codegen.Output
+	Schedule *schedule.Schedule // as generated, or as read from a CSV file (its Dialect says how)
 }
 
 // Compile loads the model and produces the job in memory.
@@ -203,7 +204,7 @@ func Compile(model string, opts Options) (*Result, error) {
 	if est, err := estimate(sched, out.Plan); err == nil {
 		out.Plan.Estimate = est
 	}
-	return &Result{Module: m, Output: out}, nil
+	return &Result{Module: m, Output: out, Schedule: sched}, nil
 }
 
 // CheckLoss checks a --loss value without compiling anything, so that a command line can
@@ -426,7 +427,7 @@ func loadSchedule(opts *Options) (*schedule.Schedule, error) {
 		return nil, err
 	}
 	if err := schedule.Validate(s); err != nil {
-		return nil, &ScheduleError{File: name, Err: err}
+		return nil, &ScheduleError{File: name, Dialect: s.Dialect, Err: err}
 	}
 	if opts.PP > 1 && opts.PP != s.Ranks {
 		return nil, fmt.Errorf("%s has %d ranks, --pp is %d", name, s.Ranks, opts.PP)
@@ -446,11 +447,18 @@ func loadSchedule(opts *Options) (*schedule.Schedule, error) {
 
 // ScheduleError is a schedule that fails validation (a failed check: exit status 1).
 type ScheduleError struct {
-	File string
-	Err  error
+	File    string
+	Dialect schedule.Dialect
+	Err     error
 }
 
-func (e *ScheduleError) Error() string { return fmt.Sprintf("%s: %v", e.File, e.Err) }
+func (e *ScheduleError) Error() string {
+	if e.Dialect == schedule.DialectPyTorch24 {
+		// B means the input backward there: say so, or a missing W reads as nonsense.
+		return fmt.Sprintf("%s, read in the %v: %v", e.File, e.Dialect, e.Err)
+	}
+	return fmt.Sprintf("%s: %v", e.File, e.Err)
+}
 func (e *ScheduleError) Unwrap() error { return e.Err }
 
 // codegenSchedule keeps the compute actions of a schedule for code generation.

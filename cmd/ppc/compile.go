@@ -76,7 +76,7 @@ func init() {
 			fs.IntVar(&opts.DP, "dp", 1, "data-parallel replicas `N`: each runs --microbatches micro-batches of the global batch, and gradients are summed over them")
 			fs.IntVar(&opts.Zero, "zero", 0, "ZeRO `STAGE` with --dp: 1 shards optimizer state over the dp replicas, 2 also gradients")
 			fs.IntVar(&opts.Microbatches, "microbatches", 0, "micro-batches `M` per step: the model's global batch is split M ways (an .ir file's shapes are already one micro-batch's) (0: a FILE.csv schedule's count, an .ir file's microbatches attribute, or 1)")
-			fs.StringVar(&opts.Schedule, "schedule", "1f1b", "pipeline schedule `S|FILE.csv`: "+strings.Join(schedule.Names(), ", ")+", or a schedule in PyTorch's CSV format")
+			fs.StringVar(&opts.Schedule, "schedule", "1f1b", "pipeline schedule `S|FILE.csv`: "+strings.Join(schedule.Names(), ", ")+", or a schedule in PyTorch's CSV format (2.4's spelling B/W/BW or the later I/W/B, detected per file)")
 			fs.IntVar(&opts.VirtualStages, "virtual-stages", 0, "stages per rank `V` for interleaved and V-shaped schedules (0: the schedule's default)")
 			fs.BoolVar(&opts.ForwardOnly, "forward-only", false, "compile inference (no loss, no backward, no optimizer)")
 			fs.StringVar(&opts.Partition, "partition", "", "how to cut the model into stages, `MODE`: markers, layout or auto (default: layout with --layout, auto with --mem, else markers when the model has any, else auto)")
@@ -264,6 +264,9 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 	}
 	fmt.Fprintf(w, "  mesh         pp=%d dp=%d tp=%d: %d rank(s) running %d program(s), %d stage(s), schedule %s, %s\n",
 		p.Mesh.PP, p.Mesh.DP, p.Mesh.TP, p.World, len(p.Programs), p.Stages, p.Schedule.Name, mb)
+	if s := res.Schedule; s != nil && s.Dialect != schedule.DialectNone {
+		fmt.Fprintf(w, "  schedule     %s, read in the %v\n", p.Schedule.Name, s.Dialect)
+	}
 	fmt.Fprintf(w, "  FLOPs/step   %s (matmuls and convolutions)\n", formatFLOPs(flops))
 	// One line per program: its dp × tp replicas (consecutive ranks) have the same memory.
 	reps := p.Replicas()
