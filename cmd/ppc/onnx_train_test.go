@@ -149,9 +149,14 @@ func TestNothingToTrain(t *testing.T) {
 	}
 	constWeights := onnxtest.New(13).Input("x", onnxtest.Float, 4, 8).Constant("k", onnxtest.F32("", []int64{8}, huge...)).
 		Node("Mul", "m", in("x", "k"), in("y")).Output("y").Write(t, "const.onnx")
+	// A quantized model's weights are integers.
+	intWeights := writeFile(t, "int.ir", "func @forward(%x: f32[4,8] {input}) -> (f32[4,8]) {\n"+
+		"  %k = constant {value = dense<i8[8]: [1, -2, 3, -4, 5, -6, 7, -8]>} : i8[8]\n"+
+		"  %kf = cast %k {to = f32} : f32[8]\n  %y = mul %x, %kf : f32[4,8]\n  return %y\n}\n")
 	out := filepath.Join(t.TempDir(), "plan")
 	runCases(t, []cliCase{
 		{[]string{"compile", noWeights, "-o", out}, exitInput, []string{"relu.onnx: nothing to train: the model has no trainable parameters (it has no weights at all)", "--forward-only"}, []string{"reproducer"}},
+		{[]string{"compile", intWeights, "-o", out}, exitInput, []string{"nothing to train", "its 1 weight tensor(s) are integer data (a quantized model?)"}, nil},
 		{[]string{"compile", constWeights, "-o", out}, exitInput, []string{"nothing to train", "its 1 floating-point tensor(s) are constants", "--forward-only"}, nil},
 	})
 	if code, _, errOut := ppc(t, "", "compile", noWeights, "--forward-only", "-o", out); code != 0 {
@@ -215,6 +220,7 @@ func TestTrainRebatched(t *testing.T) {
 		{[]string{"compile", model, "--pp", "2", "--microbatches", "2", "-o", out}, exitInput, []string{`graph input "x" has batch size 1 (its leading dim), which does not divide into 2 micro-batches`}, nil},
 		{[]string{"compile", model, "--batch", "3", "--microbatches", "2", "-o", out}, exitInput, []string{`graph input "x" has batch size 3 (--batch), which does not divide into 2 micro-batches`}, nil},
 		{[]string{"compile", model, "--batch", "-1", "-o", out}, exitInput, []string{"--batch must be positive", "usage: ppc compile"}, nil},
+		{[]string{"compile", constantWeightMLP().Write(t, "mlp.onnx"), "--batch", "4", "-o", out}, exitInput, []string{`--batch 4 re-batches a model exported with a batch of 1, but graph input "x" has a fixed leading dim of 8`}, nil},
 		{[]string{"compile", pinned, "--batch", "4", "-o", out}, exitInput, []string{`node "/Gather" (Gather): --batch 4: the node pins the batch at 1`}, []string{"reproducer"}},
 		{[]string{"compile", mlp, "--batch", "4", "-o", out}, exitInput, []string{"--batch applies to ONNX models; a DSL model's batch is one of its constants, set with --set NAME=VALUE"}, nil},
 		{[]string{"import", "../../testdata/ir/mlp.ir", "--batch", "4"}, exitInput, []string{"--batch do not apply to IR files"}, nil},

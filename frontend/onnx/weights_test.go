@@ -131,6 +131,16 @@ func TestRebatch(t *testing.T) {
 		{model(13).input("x", dtFloat, 1, 8, 4).init(f32n("cls", 1, 1, 4)).
 			node("Concat", "cat", in("cls", "x"), in("y"), aInt("axis", 1)).output("y"), 4, 0,
 			`node "cat" (Concat): --batch 4: `},
+		// The batch moved to dim 1 by a transpose, then reshaped into the middle of a dim.
+		{model(13).input("x", dtFloat, 1, 4, 8).init(i64("shape", []int64{2}, 2, 16)).
+			node("Transpose", "t", in("x"), in("xt"), aInts("perm", 1, 0, 2)).
+			node("Reshape", "split", in("xt", "shape"), in("y")).output("y"), 4, 0,
+			`node "split" (Reshape): --batch 4: the reshape of [4,1,8] (batch in dim 1) to [2,16] splits the batch across dims`},
+		// x·xᵀ: samples multiplied with each other, the output grows in two dims.
+		{model(13).input("x", dtFloat, 1, 4).
+			node("Transpose", "t", in("x"), in("xt")).
+			node("MatMul", "gram", in("x", "xt"), in("y")).output("y"), 4, 0,
+			`node "gram" (MatMul): --batch 4: output "y" is [1,1] at batch 1 but [4,4] with 4 sample(s) per micro-batch: ppc cannot follow the batch through this node`},
 		{model(13).input("x", dtFloat, 2, 4).node("Relu", "r", in("x"), in("y")).output("y"), 4, 0,
 			`--batch 4 re-batches a model exported with a batch of 1, but graph input "x" has a fixed leading dim of 2`},
 		{model(13).input("x", dtFloat, "n", 4).node("Relu", "r", in("x"), in("y")).output("y"), 4, 0,
