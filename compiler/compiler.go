@@ -3,9 +3,11 @@ package compiler
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -36,7 +38,7 @@ type Options struct {
 	Recompute string
 	// Training.
 	ForwardOnly bool
-	Loss        string // models without a loss (ONNX models without a scalar output named loss): "ce" or "mse"
+	Loss        string // models without a loss (ONNX models without a scalar output named loss): "ce", "mse", or with options as ce{axis=1} (see CheckLoss)
 	LossOutput  int
 	Optimizer   string // pass options, e.g. "adamw" or "sgd{lr=0.1}"
 	// Pass manager.
@@ -45,8 +47,9 @@ type Options struct {
 
 // Result is a compiled job.
 type Result struct {
-	Module *ir.Module
-	Output *codegen.Output
+	Module   *ir.Module
+	Output   *codegen.Output
+	Schedule *schedule.Schedule // as generated, or as read from a CSV file (its Dialect says how)
 }
 
 // Compile loads the model and produces the job in memory.
@@ -103,6 +106,10 @@ func Compile(model string, opts Options) (*Result, error) {
 	for _, ra := range fwd.ResultAttrs {
 		hasLoss = hasLoss || ra.Has(ir.AttrLoss)
 	}
+	lossOpts, err := lossStep(opts.Loss, opts.LossOutput)
+	if err != nil && !opts.ForwardOnly {
+		return nil, err
+	}
 	switch {
 	case hasLoss && !opts.ForwardOnly && (opts.Loss != "" || opts.LossOutput != 0):
 		// Refused rather than ignored: the flag would not say which loss trains.
@@ -113,14 +120,18 @@ func Compile(model string, opts Options) (*Result, error) {
 		return nil, fmt.Errorf("%s: output %d is %s; a loss needs a floating-point output (choose another with --loss-output, or compile inference with --forward-only)",
 			model, opts.LossOutput, fwd.Results[opts.LossOutput].Type)
 	}
+	if !opts.ForwardOnly && !hasLoss {
+		if err := checkLossOutput(model, fwd, opts.LossOutput, lossOpts); err != nil {
+			return nil, err
+		}
+	}
+	if !opts.ForwardOnly && len(fwd.Params()) == 0 {
+		return nil, noParamsError(model, fwd)
+	}
 	m.Attrs = m.Attrs.Set("microbatches", ir.Int(opts.Microbatches))
 	pipeline := []string{"canonicalize", "cse", "dce"}
 	if !opts.ForwardOnly && !hasLoss {
-		kind := opts.Loss
-		if kind == "" {
-			kind = "ce"
-		}
-		pipeline = append(pipeline, fmt.Sprintf("add-loss{kind=%s,output=%d}", kind, opts.LossOutput))
+		pipeline = append(pipeline, lossOpts.String())
 	}
 	// The schedule decides how many stages each rank holds (interleaved and V-shaped
 	// schedules default to two), so build it before partitioning.
@@ -194,7 +205,116 @@ func Compile(model string, opts Options) (*Result, error) {
 	if est, err := estimate(sched, out.Plan); err == nil {
 		out.Plan.Estimate = est
 	}
-	return &Result{Module: m, Output: out}, nil
+	return &Result{Module: m, Output: out, Schedule: sched}, nil
+}
+
+// CheckLoss checks a --loss value without compiling anything, so that a command line can
+// report it as a usage error.
+func CheckLoss(spec string) error {
+	_, err := lossStep(spec, 0)
+	return err
+}
+
+// lossStep turns a --loss value (ce, mse, or with add-loss's options as ce{axis=1}) and the
+// --loss-output index into the add-loss pass's pipeline step, checking its options.
+func lossStep(spec string, output int) (passes.Step, error) {
+	if spec == "" {
+		spec = "ce"
+	}
+	kind, rest, hasOpts := strings.Cut(spec, "{")
+	kind = strings.TrimSpace(kind)
+	text := "add-loss"
+	if hasOpts {
+		text += "{" + rest
+	}
+	pl, err := passes.ParsePipeline(text)
+	switch {
+	case kind != "ce" && kind != "mse":
+		err = fmt.Errorf("want ce or mse, with options as ce{axis=1}")
+	case err == nil && (len(pl) != 1 || pl[0].Pass != passes.AddLoss):
+		err = fmt.Errorf("want ce or mse, with options as ce{axis=1}")
+	case err != nil:
+	case pl[0].Options["kind"] != "ce":
+		err = fmt.Errorf("option kind: %s{…} already names the kind", kind)
+	case pl[0].Options["output"] != "0":
+		err = fmt.Errorf("option output: the output is chosen with --loss-output, not in --loss")
+	case kind != "ce" && pl[0].Options["axis"] != "auto":
+		err = fmt.Errorf("option axis applies to ce (the class axis)")
+	}
+	if err == nil && pl[0].Options["axis"] != "auto" {
+		if _, aerr := strconv.Atoi(strings.TrimSpace(pl[0].Options["axis"])); aerr != nil {
+			err = fmt.Errorf("option axis=%q is not an integer", pl[0].Options["axis"])
+		}
+	}
+	if err != nil {
+		msg := strings.TrimPrefix(err.Error(), "pass add-loss ")
+		msg = strings.TrimPrefix(strings.TrimPrefix(msg, "pass add-loss: "), "add-loss: ")
+		return passes.Step{}, fmt.Errorf("--loss %q: %s", spec, msg)
+	}
+	pl[0].Options["kind"] = kind
+	pl[0].Options["output"] = strconv.Itoa(output)
+	return pl[0], nil
+}
+
+// checkLossOutput refuses a cross-entropy that cannot train: a class axis of size 1 (an
+// image classifier's [N, C, 1, 1] read on its last axis, a one-unit output) has a
+// cross-entropy of exactly 0 whatever the weights, so the model would "train" on a loss of
+// 0 without a word. The message names the output and its shape, and what to do instead.
+func checkLossOutput(model string, fwd *ir.Func, idx int, step passes.Step) error {
+	if step.Options["kind"] != "ce" {
+		return nil
+	}
+	out := fwd.Results[idx]
+	what := fmt.Sprintf("output %d", idx)
+	if name := fwd.ResultAttrs[idx].Str(ir.AttrName, ""); name != "" {
+		what += fmt.Sprintf(" (%q)", name)
+	}
+	axis, err := passes.ClassAxis(out.Type, step.Options["axis"])
+	var one *passes.OneClassError
+	switch {
+	case errors.As(err, &one):
+		how := "use --loss mse, or give the model an output with a class axis of two or more classes"
+		if out.Def != nil && out.Def.Def.Name == "sigmoid" {
+			how = "it is a sigmoid, a one-unit probability: use --loss mse against targets in [0, 1], or give the model a two-class output [N, 2] for ce"
+		}
+		if step.Options["axis"] == "auto" {
+			for i, d := range out.Type.Shape {
+				if d >= 2 && i > 0 {
+					how += fmt.Sprintf("; or name the class axis, e.g. --loss 'ce{axis=%d}'", i)
+					break
+				}
+			}
+		}
+		return fmt.Errorf("%s: --loss ce: %s is %s and its class axis %d has size 1: a cross-entropy over one class is always 0, so nothing would train; %s",
+			model, what, out.Type, axis, how)
+	case err != nil:
+		return fmt.Errorf("%s: --loss ce: %s: %v", model, what, err)
+	}
+	return nil
+}
+
+// noParamsError explains a training compile of a model with nothing to train: every weight
+// of it is a constant (or it has none), so the optimizer would update nothing.
+func noParamsError(model string, fwd *ir.Func) error {
+	floats, ints := 0, 0
+	for _, op := range fwd.Ops {
+		if op.Def.Name != "constant" || op.Results[0].Type.Rank() == 0 || op.Results[0].Type.NumElements() < 2 {
+			continue
+		}
+		if op.Results[0].Type.DType.IsFloat() {
+			floats++
+		} else {
+			ints++
+		}
+	}
+	why := "it has no weights at all"
+	switch {
+	case floats > 0:
+		why = fmt.Sprintf("its %d floating-point tensor(s) are constants: an ONNX initializer or Constant tensor is a parameter when it feeds a weight operand (not only shape, index, bounds or statistics operands), and a Constant's also when it holds two or more finite values below 1e4 in magnitude (not an epsilon or an attention mask)", floats)
+	case ints > 0:
+		why = fmt.Sprintf("its %d weight tensor(s) are integer data (a quantized model?), which ppc does not train", ints)
+	}
+	return fmt.Errorf("%s: nothing to train: the model has no trainable parameters (%s); compile it for inference with --forward-only", model, why)
 }
 
 // CheckOptimizer checks an --optimizer value without compiling anything, so that a command
@@ -308,7 +428,7 @@ func loadSchedule(opts *Options) (*schedule.Schedule, error) {
 		return nil, err
 	}
 	if err := schedule.Validate(s); err != nil {
-		return nil, &ScheduleError{File: name, Err: err}
+		return nil, &ScheduleError{File: name, Dialect: s.Dialect, Err: err}
 	}
 	if opts.PP > 1 && opts.PP != s.Ranks {
 		return nil, fmt.Errorf("%s has %d ranks, --pp is %d", name, s.Ranks, opts.PP)
@@ -328,11 +448,18 @@ func loadSchedule(opts *Options) (*schedule.Schedule, error) {
 
 // ScheduleError is a schedule that fails validation (a failed check: exit status 1).
 type ScheduleError struct {
-	File string
-	Err  error
+	File    string
+	Dialect schedule.Dialect
+	Err     error
 }
 
-func (e *ScheduleError) Error() string { return fmt.Sprintf("%s: %v", e.File, e.Err) }
+func (e *ScheduleError) Error() string {
+	if e.Dialect == schedule.DialectPyTorch24 {
+		// B means the input backward there: say so, or a missing W reads as nonsense.
+		return fmt.Sprintf("%s, read in the %v: %v", e.File, e.Dialect, e.Err)
+	}
+	return fmt.Sprintf("%s: %v", e.File, e.Err)
+}
 func (e *ScheduleError) Unwrap() error { return e.Err }
 
 // codegenSchedule keeps the compute actions of a schedule for code generation.

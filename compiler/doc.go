@@ -15,4 +15,10 @@
 // leading dim of ONNX inputs) is the global batch, and the frontend builds @forward for one
 // micro-batch of it, so every later stage sees static micro-batch shapes. IR files are taken
 // to describe one micro-batch.
+//
+// Before any pass runs, a training compile refuses what would train nothing without a word:
+// a model with no trainable parameter (every weight a constant, or none), and a
+// cross-entropy (--loss ce, the default for a model without a loss) over a class axis of
+// size 1, whose loss is 0 whatever the weights. --loss takes add-loss's options as
+// ce{axis=N}; its default class axis is passes.ClassAxis's.
 package compiler

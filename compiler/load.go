@@ -23,6 +23,7 @@ type LoadOptions struct {
 	Microbatches int
 	Replicas     int                  // data-parallel replicas among the Microbatches (messages)
 	Frozen       map[string]*ir.Dense // ONNX graph inputs fixed at compile time (shapes)
+	Batch        int                  // ONNX models exported with a batch of 1: the batch to re-batch them to (0: as exported)
 }
 
 // Load reads a model by its extension: .onnx (ONNX), .ppm (the model DSL) or .ir (IR text).
@@ -39,8 +40,8 @@ func Load(path string, opts LoadOptions) (*ir.Module, []byte, error) {
 	}
 	switch ext := strings.ToLower(filepath.Ext(path)); ext {
 	case ".ir":
-		if len(opts.Dims) > 0 || len(opts.Set) > 0 || opts.Preset != "" {
-			return nil, nil, fmt.Errorf("%s: --dim, --set and --preset do not apply to IR files", path)
+		if len(opts.Dims) > 0 || len(opts.Set) > 0 || opts.Preset != "" || opts.Batch > 0 {
+			return nil, nil, fmt.Errorf("%s: --dim, --set, --preset and --batch do not apply to IR files", path)
 		}
 		m, err := ir.ParseAndVerify(path, string(src))
 		return m, src, err
@@ -56,7 +57,7 @@ func Load(path string, opts LoadOptions) (*ir.Module, []byte, error) {
 // modelIdentity is what the plan's source hash covers: the resolved model, so that a
 // checkpoint of `--set n_layers=8` is known to be of another model than `--set n_layers=4`
 // compiled from the same file. It is the source followed by the frontend options that shape
-// the model (preset, --set, --dim, frozen inputs) in a canonical order, and not the printed
+// the model (preset, --set, --dim, --batch, frozen inputs) in a canonical order, and not the printed
 // IR of the loaded module, because the frontends build @forward for one micro-batch: that
 // IR changes with --microbatches, a layout choice that checkpoints survive (any layout
 // resumes any other), and so does --pp, which the frontends never see. The cost is that
@@ -77,6 +78,9 @@ func modelIdentity(src []byte, opts LoadOptions) []byte {
 	}
 	for _, k := range slices.Sorted(maps.Keys(opts.Dims)) {
 		fmt.Fprintf(b, "dim %q = %d\n", k, opts.Dims[k])
+	}
+	if opts.Batch > 0 {
+		fmt.Fprintf(b, "batch %d\n", opts.Batch)
 	}
 	for _, k := range slices.Sorted(maps.Keys(opts.Frozen)) {
 		d := opts.Frozen[k]

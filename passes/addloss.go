@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"ppc.dev/ppc/ir"
 )
@@ -14,14 +15,17 @@ var AddLoss = &Pass{
 	Doc: "Give @forward a loss when it has none (an imported ONNX model): add a labels argument after the last " +
 		"{input} argument and a loss on result `output` of @forward, which becomes the only result, marked {loss}; " +
 		"the other results are dropped (the ops computing only them are left for dce). kind=ce: the output must " +
-		"be floating-point logits [..., C]; the labels are %labels: i64[...] {input, label, range = [0, C]} and the " +
-		"loss is cross_entropy (mean over the rows). kind=mse: the labels have the output's type, {input, label}, " +
+		"be floating-point logits with C ≥ 2 classes on the class axis (option axis; see ClassAxis for its default); " +
+		"the labels are the output's shape without that axis, %labels: i64[...] {input, label, range = [0, C]}, and " +
+		"the loss is cross_entropy (mean over the rows), after a transpose that moves the class axis last when it " +
+		"is not. A class axis of size 1 is an error: the cross-entropy of one class is always 0. kind=mse: the labels have the output's type, {input, label}, " +
 		"and the loss is mse (mean). The argument is named labels, or labels.1, labels.2… when that name is taken. " +
 		"The loss op takes the stage and location of the op defining the output. A @forward that already has a " +
 		"{loss} result is left unchanged (not an error), so the pass can run on every model.",
 	Options: []Option{
 		{Name: "kind", Default: "ce", Doc: "ce (softmax cross-entropy against class indices) or mse (mean squared error)"},
 		{Name: "output", Default: "0", Doc: "index of the @forward result the loss is computed on"},
+		{Name: "axis", Default: "auto", Doc: "kind=ce: the class axis of the output (negative counts from the end); auto: 1 for [N, C, 1, …, 1] logits of rank 4 or more, else the last"},
 	},
 	Run: addLoss,
 }
@@ -34,6 +38,9 @@ func addLoss(m *ir.Module, opts Options) error {
 	idx, err := opts.Int("output")
 	if err != nil {
 		return fmt.Errorf("add-loss: %v", err)
+	}
+	if kind != "ce" && opts["axis"] != "auto" {
+		return fmt.Errorf("add-loss: option axis applies to kind=ce")
 	}
 	f := m.Func(ir.ForwardFunc)
 	if f == nil {
@@ -54,14 +61,18 @@ func addLoss(m *ir.Module, opts Options) error {
 	t := out.Type
 	var labelType ir.Type
 	attrs := ir.Attrs{{Name: ir.AttrInput, Value: ir.Unit{}}, {Name: ir.AttrLabel, Value: ir.Unit{}}}
+	axis := -1
 	switch {
 	case !t.DType.IsFloat():
 		return errf("kind=%s needs a floating-point output, but result %d is %s", kind, idx, t)
 	case kind == "ce" && t.Rank() == 0:
 		return errf("kind=ce needs logits with a class dim, but result %d is the scalar %s", idx, t)
 	case kind == "ce":
-		labelType = ir.Type{DType: ir.I64, Shape: slices.Clone(t.Shape[:t.Rank()-1])}
-		attrs = append(attrs, ir.NamedAttr{Name: "range", Value: ir.Ints(0, t.Shape[t.Rank()-1])})
+		if axis, err = ClassAxis(t, opts["axis"]); err != nil {
+			return errf("result %d: %v", idx, err)
+		}
+		labelType = ir.Type{DType: ir.I64, Shape: slices.Delete(slices.Clone(t.Shape), axis, axis+1)}
+		attrs = append(attrs, ir.NamedAttr{Name: "range", Value: ir.Ints(0, t.Shape[axis])})
 	default:
 		labelType = t
 	}
@@ -88,7 +99,19 @@ func addLoss(m *ir.Module, opts Options) error {
 	if kind == "mse" {
 		op = "mse"
 	}
-	loss := b.Op1(op, nil, out, labels)
+	logits := out
+	if kind == "ce" && axis != t.Rank()-1 {
+		// cross_entropy takes the classes on the last axis: move them there, keeping the
+		// order of the other axes, which is the labels' order.
+		perm := make([]int, 0, t.Rank())
+		for i := range t.Rank() {
+			if i != axis {
+				perm = append(perm, i)
+			}
+		}
+		logits = b.Transpose(out, append(perm, axis)...)
+	}
+	loss := b.Op1(op, nil, logits, labels)
 	if err := b.Err(); err != nil {
 		return errf("%v", err)
 	}
@@ -96,6 +119,57 @@ func addLoss(m *ir.Module, opts Options) error {
 	f.Results = []*ir.Value{loss}
 	f.ResultAttrs = []ir.Attrs{{{Name: ir.AttrLoss, Value: ir.Unit{}}}}
 	return nil
+}
+
+// ClassAxis resolves add-loss's axis option (kind=ce) for logits of type t and checks that
+// the axis holds at least two classes.
+//
+// The default ("auto") is the last axis, where [N, C] classifiers and [N, T, V] language
+// models keep their classes, except for logits [N, C, 1, …, 1] of rank 4 or more: the
+// output of a convolutional classifier after global pooling (ONNX's NCHW layout), whose
+// classes are on axis 1 and whose last axis has size 1. Rank 3 [N, C, 1] is not taken for
+// such a classifier: it is as often one unit per position [N, T, 1], where a cross-entropy
+// over axis 1 would silently run over the sequence; it is refused instead, like every
+// class axis of size 1, whose cross-entropy is always 0.
+func ClassAxis(t ir.Type, opt string) (int, error) {
+	r := t.Rank()
+	if r == 0 {
+		return 0, fmt.Errorf("kind=ce needs logits with a class dim, not the scalar %s", t)
+	}
+	axis := r - 1
+	if opt == "" || opt == "auto" {
+		pooled := r >= 4 && t.Shape[1] >= 2
+		for _, d := range t.Shape[2:] {
+			pooled = pooled && d == 1
+		}
+		if pooled {
+			axis = 1
+		}
+	} else {
+		n, err := strconv.Atoi(strings.TrimSpace(opt))
+		if err != nil {
+			return 0, fmt.Errorf("option axis=%q is not an integer (or auto)", opt)
+		}
+		if n < -r || n >= r {
+			return 0, fmt.Errorf("axis=%d is out of range for %s (axes %d to %d)", n, t, -r, r-1)
+		}
+		axis = (n + r) % r
+	}
+	if t.Shape[axis] < 2 {
+		return axis, &OneClassError{Type: t, Axis: axis}
+	}
+	return axis, nil
+}
+
+// OneClassError is a cross-entropy over a class axis of size 1: the softmax of one class is
+// 1 and the loss is 0 whatever the weights, so training would change nothing.
+type OneClassError struct {
+	Type ir.Type
+	Axis int
+}
+
+func (e *OneClassError) Error() string {
+	return fmt.Sprintf("class axis %d of %s has size %d: a cross-entropy over one class is always 0", e.Axis, e.Type, e.Type.Shape[e.Axis])
 }
 
 // uniqueArgName returns base, or base.1, base.2… when an argument already has that name.

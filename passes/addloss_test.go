@@ -82,3 +82,43 @@ func TestAddLossErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestAddLossClassAxis: the class axis of kind=ce. Pooled image-classifier logits
+// [N, C, 1, 1] take their classes from axis 1 by default (moved last for cross_entropy, the
+// labels [N, 1, 1]); an explicit axis overrides the default; a class axis of size 1 — whose
+// cross-entropy is always 0 — is an error, and so is an axis for mse.
+func TestAddLossClassAxis(t *testing.T) {
+	pooled := "func @forward(%x: f32[4,10,1,1] {input}) -> (f32[4,10,1,1]) {\n  return %x\n}\n"
+	m, err := addLossTo(t, pooled, "add-loss")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"%labels: i64[4,1,1] {input, label, range = [0, 10]}", "transpose %x {perm = [0, 2, 3, 1]} : f32[4,1,1,10]", "cross_entropy"} {
+		if !strings.Contains(m.String(), want) {
+			t.Errorf("default axis of [4,10,1,1]: no %q in\n%s", want, m)
+		}
+	}
+	if m, err = addLossTo(t, pooled, "add-loss{axis=1}"); err != nil || !strings.Contains(m.String(), "i64[4,1,1]") {
+		t.Errorf("axis=1: %v\n%s", err, m)
+	}
+	seq := "func @forward(%x: f32[2,8,16] {input}) -> (f32[2,8,16]) {\n  return %x\n}\n"
+	if m, err = addLossTo(t, seq, "add-loss"); err != nil || !strings.Contains(m.String(), "%labels: i64[2,8] {input, label, range = [0, 16]}") || strings.Contains(m.String(), "transpose") {
+		t.Errorf("[2,8,16] default: %v\n%s", err, m)
+	}
+	if m, err = addLossTo(t, seq, "add-loss{axis=-2}"); err != nil || !strings.Contains(m.String(), "%labels: i64[2,16] {input, label, range = [0, 8]}") {
+		t.Errorf("axis=-2: %v\n%s", err, m)
+	}
+	for _, c := range []struct{ src, pipeline, want string }{
+		{pooled, "add-loss{axis=3}", "class axis 3 of f32[4,10,1,1] has size 1: a cross-entropy over one class is always 0"},
+		{"func @forward(%x: f32[4,1] {input}) -> (f32[4,1]) {\n  return %x\n}\n", "add-loss", "class axis 1 of f32[4,1] has size 1"},
+		{"func @forward(%x: f32[4,8,1] {input}) -> (f32[4,8,1]) {\n  return %x\n}\n", "add-loss", "class axis 2 of f32[4,8,1] has size 1"},
+		{pooled, "add-loss{axis=4}", "axis=4 is out of range for f32[4,10,1,1] (axes -4 to 3)"},
+		{pooled, "add-loss{axis=x}", `option axis="x" is not an integer (or auto)`},
+		{pooled, "add-loss{kind=mse,axis=1}", "option axis applies to kind=ce"},
+	} {
+		_, err := addLossTo(t, c.src, c.pipeline)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s on %q: got %v, want an error containing %q", c.pipeline, c.src, err, c.want)
+		}
+	}
+}

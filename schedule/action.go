@@ -190,7 +190,7 @@ var kindsByToken = []struct {
 	{"RECV_F", RecvF},
 	{"SEND_B", SendB},
 	{"RECV_B", RecvB},
-	{"BW", FullBackward}, // legacy spelling of the full backward
+	{"BW", FullBackward}, // PyTorch 2.4's spelling of the full backward
 	{"F", Forward},
 	{"I", BackwardInput},
 	{"W", BackwardWeight},

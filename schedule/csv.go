@@ -44,6 +44,20 @@ type csvCell struct {
 // \r; quoted cells are unquoted; trailing blank lines are ignored, other
 // blank lines are ranks without actions.
 //
+// PyTorch's files come in two dialects, which spell the backward differently; ParseCSV
+// detects the dialect of each file and records it in Schedule.Dialect:
+//
+//	PyTorch 2.5 and later   I input backward, W weight backward, B full backward
+//	PyTorch 2.4             B input backward, W weight backward, BW full backward
+//
+// A file is read as PyTorch 2.4's when it has W actions and no I action (nor OVERLAP_F_B,
+// which only later versions write): W is the second half of a split backward, whose first
+// half such a file can only spell B. Every other file is read as the current dialect, where
+// B is the full backward; a BW there is the full backward too (2.4's spelling, which no
+// later version writes), and a file of F and B alone means the same in both dialects, since
+// without W actions PyTorch 2.4's B was the full backward as well. A 2.4 file with a B whose
+// W is missing is reported by Validate as a (stage, micro-batch) without a weight gradient.
+//
 // Ranks is the number of rows, Stages the largest stage number + 1,
 // Microbatches the largest micro-batch number + 1, and Placement is inferred
 // from the rank each stage's actions appear on (-1 for a stage number that
@@ -74,6 +88,11 @@ func ParseCSV(r io.Reader) (*Schedule, error) {
 	}
 	s := &Schedule{Ranks: len(rows), Actions: make([][]Action, len(rows))}
 	total := 0
+	// The dialect's evidence: the cells spelled B (a full backward in the current dialect,
+	// the input backward in 2.4's), and whether any I, W or OVERLAP_F_B appears.
+	type cellAt struct{ rank, col int }
+	var spelledB []cellAt
+	hasI, hasW := false, false
 	type site struct{ rank, index int }
 	where := map[int]site{}
 	for rank, row := range rows {
@@ -89,6 +108,16 @@ func ParseCSV(r io.Reader) (*Schedule, error) {
 			a, err := ParseAction(cell.text)
 			if err != nil {
 				return nil, bad(err)
+			}
+			switch a.Kind {
+			case FullBackward:
+				if !strings.HasPrefix(strings.TrimLeft(strings.TrimSpace(cell.text), "0123456789"), "BW") {
+					spelledB = append(spelledB, cellAt{rank, col})
+				}
+			case BackwardInput, OverlapFB:
+				hasI = true
+			case BackwardWeight:
+				hasW = true
 			}
 			refs := []Action{a}
 			if a.Kind == OverlapFB {
@@ -117,6 +146,13 @@ func ParseCSV(r io.Reader) (*Schedule, error) {
 			acts[col] = a
 		}
 		s.Actions[rank] = acts
+	}
+	s.Dialect = DialectCurrent
+	if hasW && !hasI {
+		s.Dialect = DialectPyTorch24
+		for _, c := range spelledB {
+			s.Actions[c.rank][c.col].Kind = BackwardInput
+		}
 	}
 	s.Placement = make([]int, s.Stages)
 	for st := range s.Placement {
@@ -226,7 +262,8 @@ func splitCSV(text string) ([][]csvCell, error) {
 	return rows, nil
 }
 
-// WriteCSV writes s in PyTorch's CSV format so that _load_csv reads it back:
+// WriteCSV writes s in PyTorch's CSV format so that _load_csv reads it back (the current
+// dialect: I, W and B; see ParseCSV):
 // one row per rank, no header, cells separated by commas, lines ended by
 // \r\n as Python's csv.writer does, idle steps as empty cells (a row that is
 // a single idle step is written "", again as Python does).

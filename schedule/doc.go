@@ -14,7 +14,7 @@
 //	{stage}F{mb}        forward
 //	{stage}I{mb}        backward for the stage input ("B" pass of the Zero Bubble paper)
 //	{stage}W{mb}        backward for the stage weights
-//	{stage}B{mb}        full backward, I and W together (the legacy spelling {stage}BW{mb} is read, B is written)
+//	{stage}B{mb}        full backward, I and W together (PyTorch 2.4's {stage}BW{mb} is read, B is written)
 //	{stage}SEND_F{mb}   send the forward output; stage = the sending stage
 //	{stage}RECV_F{mb}   receive the forward input; stage = the receiving stage
 //	{stage}SEND_B{mb}   send the input gradient; stage = the sending stage
@@ -40,6 +40,18 @@
 // actions), lines ended with \r\n as Python's csv.writer writes them.
 // ParseCSV detects the format and infers the placement from where each
 // stage's actions appear; WriteCSV writes either format.
+//
+// The files also come in two dialects, PyTorch's spellings of the backward:
+//
+//	PyTorch 2.5 and later   I input backward, W weight backward, B full backward
+//	PyTorch 2.4             B input backward, W weight backward, BW full backward
+//
+// ParseCSV detects the dialect of each file and records it in
+// Schedule.Dialect: a file with W actions and no I (nor OVERLAP_F_B, which only
+// later versions write) is 2.4's, since W needs an input backward before it and
+// such a file can only spell it B; every other file is read in the current
+// dialect (a file of F and B alone means the same in both: without W, 2.4's B
+// was the full backward too). WriteCSV always writes the current dialect.
 //
 // # Dependencies and runtime semantics
 //

@@ -27,6 +27,30 @@ type Schedule struct {
 	Placement []int
 	// Actions holds each rank's actions in execution order (len == Ranks).
 	Actions [][]Action
+	// Dialect is the spelling of the CSV file the schedule was read from (see ParseCSV);
+	// DialectNone for a generated schedule.
+	Dialect Dialect
+}
+
+// Dialect is the spelling of the backward actions in a PyTorch CSV file (see ParseCSV).
+type Dialect uint8
+
+const (
+	DialectNone      Dialect = iota // not read from a file
+	DialectCurrent                  // PyTorch 2.5 and later: I input backward, W weight backward, B full backward
+	DialectPyTorch24                // PyTorch 2.4: B input backward, W weight backward, BW full backward
+)
+
+// String names the dialect and its spellings, for messages: "PyTorch 2.4 dialect (B =
+// input backward, W = weight backward, BW = full backward)".
+func (d Dialect) String() string {
+	switch d {
+	case DialectCurrent:
+		return "PyTorch ≥ 2.5 dialect (I = input backward, W = weight backward, B = full backward)"
+	case DialectPyTorch24:
+		return "PyTorch 2.4 dialect (B = input backward, W = weight backward, BW = full backward)"
+	}
+	return "generated"
 }
 
 // LoopPlacement returns the loop placement of ranks·virtual stages: stage s

@@ -93,12 +93,13 @@ func TestTensorParallelCollectiveReports(t *testing.T) {
 		}
 		// The table shows their sum per micro-batch.
 		row := regexp.MustCompile(`(?m)^  ` + string(rune('0'+s)) + ` .* ` + regexp.QuoteMeta(schedule.Seconds.Format(st.TPComm())) + ` +` +
-			regexp.QuoteMeta(schedule.Seconds.Format(st.StepComm(p.Microbatches))) + ` +[-+][\d.]+%$`)
+			regexp.QuoteMeta(schedule.Seconds.Format(st.StepComm(p.Microbatches))) + ` +` +
+			regexp.QuoteMeta(schedule.Seconds.Format(st.F+st.I+st.W)) + ` +[-+][\d.]+%$`)
 		if !row.MatchString(out) {
 			t.Errorf("stage %d's row lacks tp comm/mb %s:\n%s", s, schedule.Seconds.Format(st.TPComm()), out)
 		}
 	}
-	if !regexp.MustCompile(`stash/mb +tp comm/mb +comm/step +imbalance\n`).MatchString(out) || !strings.Contains(out, " + collectives ") {
+	if !regexp.MustCompile(`stash/mb +tp comm/mb +comm/step +time/mb +imbalance\n`).MatchString(out) || !strings.Contains(out, " + collectives ") {
 		t.Errorf("summary lacks the tp comm/mb column or the collectives in the estimate:\n%s", out)
 	}
 	if e := p.Estimate; e == nil || e.CollectiveSeconds <= 0 ||
@@ -204,7 +205,7 @@ func TestDataParallelCollectiveReports(t *testing.T) {
 			t.Errorf("summary lacks stage %d's comm/step %s:\n%s", s, schedule.Seconds.Format(st.StepComm(p.Microbatches)), out)
 		}
 	}
-	if !strings.Contains(out, "tp comm/mb    comm/step  imbalance\n") {
+	if !strings.Contains(out, "tp comm/mb    comm/step    time/mb  imbalance\n") {
 		t.Errorf("summary lacks the comm/step column:\n%s", out)
 	}
 	tr := filepath.Join(t.TempDir(), "t.json")

@@ -22,16 +22,21 @@ import (
 type loadFlags struct {
 	dims, sets listFlag
 	preset     string
+	batch      int
 }
 
 func (l *loadFlags) register(fs *flag.FlagSet) {
 	fs.Var(&l.dims, "dim", "bind an ONNX symbolic dim: `NAME=VALUE` (repeatable)")
 	fs.Var(&l.sets, "set", "override a DSL config constant: `NAME=VALUE` (repeatable)")
 	fs.StringVar(&l.preset, "preset", "", "DSL preset `NAME` (the model file lists them)")
+	fs.IntVar(&l.batch, "batch", 0, "re-batch an ONNX model exported with a fixed batch of 1 to `N` samples: its inputs' leading dims and the Reshape shapes that carry the batch (0: as exported)")
 }
 
 func (l *loadFlags) options() (compiler.LoadOptions, error) {
-	o := compiler.LoadOptions{Preset: l.preset}
+	o := compiler.LoadOptions{Preset: l.preset, Batch: l.batch}
+	if l.batch < 0 {
+		return o, usagef("--batch must be positive (0: the model's own batch), got %d", l.batch)
+	}
 	for _, kv := range l.dims {
 		k, v, ok := strings.Cut(kv, "=")
 		n, err := strconv.Atoi(v)
@@ -71,14 +76,14 @@ func init() {
 			fs.IntVar(&opts.DP, "dp", 1, "data-parallel replicas `N`: each runs --microbatches micro-batches of the global batch, and gradients are summed over them")
 			fs.IntVar(&opts.Zero, "zero", 0, "ZeRO `STAGE` with --dp: 1 shards optimizer state over the dp replicas, 2 also gradients")
 			fs.IntVar(&opts.Microbatches, "microbatches", 0, "micro-batches `M` per step: the model's global batch is split M ways (an .ir file's shapes are already one micro-batch's) (0: a FILE.csv schedule's count, an .ir file's microbatches attribute, or 1)")
-			fs.StringVar(&opts.Schedule, "schedule", "1f1b", "pipeline schedule `S|FILE.csv`: "+strings.Join(schedule.Names(), ", ")+", or a schedule in PyTorch's CSV format")
+			fs.StringVar(&opts.Schedule, "schedule", "1f1b", "pipeline schedule `S|FILE.csv`: "+strings.Join(schedule.Names(), ", ")+", or a schedule in PyTorch's CSV format (2.4's spelling B/W/BW or the later I/W/B, detected per file)")
 			fs.IntVar(&opts.VirtualStages, "virtual-stages", 0, "stages per rank `V` for interleaved and V-shaped schedules (0: the schedule's default)")
 			fs.BoolVar(&opts.ForwardOnly, "forward-only", false, "compile inference (no loss, no backward, no optimizer)")
 			fs.StringVar(&opts.Partition, "partition", "", "how to cut the model into stages, `MODE`: markers, layout or auto (default: layout with --layout, auto with --mem, else markers when the model has any, else auto)")
 			fs.StringVar(&opts.Layout, "layout", "", "Megatron-style stage `LAYOUT` for --partition layout, e.g. \"E,t*4|t*4|t*4|t*4,L\"")
 			mem := fs.String("mem", "", "memory per device for --partition auto, `BYTES` with a unit, e.g. 80GiB (default: unlimited)")
 			fs.StringVar(&opts.Recompute, "recompute", "none", "activation recomputation `MODE`: none, selective (attention internals) or full (stash only stage inputs)")
-			loss := fs.String("loss", "ce", "loss `KIND` for models without one (ONNX models without a scalar output named loss, which is their loss): ce or mse")
+			loss := fs.String("loss", "ce", "loss `KIND` for models without one (ONNX models without a scalar output named loss, which is their loss): ce (softmax cross-entropy against class labels) or mse; ce{axis=N} names the class axis, by default the last, or 1 for [N,C,1,…,1] logits of rank ≥ 4 (a pooled convolutional classifier)")
 			fs.IntVar(&opts.LossOutput, "loss-output", 0, "which model output `N` the loss applies to (models without a loss)")
 			fs.StringVar(&opts.Optimizer, "optimizer", "adamw", "optimizer `SPEC`: adamw or sgd, with options as adamw{lr=3e-4,weight_decay=0.1} (see 'ppc passes')")
 			pf := registerPassFlags(fs)
@@ -124,8 +129,8 @@ func init() {
 				default:
 					return usagef("--recompute must be none, selective or full, got %q", opts.Recompute)
 				}
-				if *loss != "ce" && *loss != "mse" {
-					return usagef("--loss must be ce or mse, got %q", *loss)
+				if err := compiler.CheckLoss(*loss); err != nil {
+					return usageError{err.Error()}
 				}
 				if set["loss"] {
 					opts.Loss = *loss // unset: the compiler's default, and no complaint for models with a loss
@@ -259,6 +264,9 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 	}
 	fmt.Fprintf(w, "  mesh         pp=%d dp=%d tp=%d: %d rank(s) running %d program(s), %d stage(s), schedule %s, %s\n",
 		p.Mesh.PP, p.Mesh.DP, p.Mesh.TP, p.World, len(p.Programs), p.Stages, p.Schedule.Name, mb)
+	if s := res.Schedule; s != nil && s.Dialect != schedule.DialectNone {
+		fmt.Fprintf(w, "  schedule     %s, read in the %v\n", p.Schedule.Name, s.Dialect)
+	}
 	fmt.Fprintf(w, "  FLOPs/step   %s (matmuls and convolutions)\n", formatFLOPs(flops))
 	// One line per program: its dp × tp replicas (consecutive ranks) have the same memory.
 	reps := p.Replicas()
@@ -308,6 +316,12 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 // the cost model thinks it is. A weight tied across stages is counted once per rank holding
 // it, and a footnote says so when the column therefore sums to more than the model's
 // parameter count (total).
+//
+// The imbalance is computed from the time/mb column, the cost model's F + I + W of the stage
+// per micro-batch: what the partitioner balances and the simulator runs. FLOPs alone do not
+// decide it: the cost model charges each op the larger of its compute time and its memory
+// time, so a stage of memory-bound convolutions and elementwise ops can take as long as one
+// of three times its FLOPs — and the table must show the cost its imbalance is of.
 func printStages(w io.Writer, p *codegen.Plan, total int64) {
 	var sum, worst float64
 	var column int64
@@ -336,7 +350,7 @@ func printStages(w io.Writer, p *codegen.Plan, total int64) {
 	if dpComm {
 		fmt.Fprintf(w, " %12s", "comm/step")
 	}
-	fmt.Fprintf(w, " %10s\n", "imbalance")
+	fmt.Fprintf(w, " %10s %10s\n", "time/mb", "imbalance")
 	for _, s := range p.StageInfo {
 		imb := 0.0
 		if mean > 0 {
@@ -353,7 +367,7 @@ func printStages(w io.Writer, p *codegen.Plan, total int64) {
 		if dpComm {
 			fmt.Fprintf(w, " %12s", schedule.Seconds.Format(s.StepComm(p.Microbatches)))
 		}
-		fmt.Fprintf(w, " %+9.1f%%\n", imb)
+		fmt.Fprintf(w, " %10s %+9.1f%%\n", schedule.Seconds.Format(s.F+s.I+s.W), imb)
 	}
 	for _, pr := range p.Params {
 		if len(pr.Stages) < 2 {
@@ -381,7 +395,7 @@ func printStages(w io.Writer, p *codegen.Plan, total int64) {
 			groupDigits(column), groupDigits(total), groupDigits(column-total))
 	}
 	if mean > 0 {
-		fmt.Fprintf(w, "  bottleneck stage %.1f%% above the mean (cost model)\n", (worst-mean)/mean*100)
+		fmt.Fprintf(w, "  bottleneck stage %.1f%% above the mean time/mb (cost model: F+I+W, each op the larger of its compute and memory time)\n", (worst-mean)/mean*100)
 	}
 }
 

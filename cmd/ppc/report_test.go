@@ -244,3 +244,38 @@ forward {
 		t.Errorf("a note with 4 micro-batches:\n%s", out)
 	}
 }
+
+// TestStageTableImbalance: the imbalance column is computed from the cost the table shows,
+// the time/mb column. Two stages of 384 MFLOP and 1.07 GFLOP whose memory-bound ops take the
+// same time are balanced (±0.0%, with equal times shown); a stage of three times another's
+// time is +50% against -50%, whatever their FLOPs.
+func TestStageTableImbalance(t *testing.T) {
+	plan := func(a, b codegen.StageInfo) *codegen.Plan {
+		a.Stage, b.Stage, b.Rank = 0, 1, 1
+		return &codegen.Plan{Training: true, Microbatches: 2, Mesh: codegen.Mesh{PP: 2, DP: 1, TP: 1}, Stages: 2, World: 2,
+			StageInfo: []codegen.StageInfo{a, b}}
+	}
+	row := regexp.MustCompile(`(?m)^  (\d) .* (\S+ [nµm]?s) +([-+][\d.]+)%$`)
+	for _, c := range []struct {
+		plan *codegen.Plan
+		want []string // per stage: time/mb, imbalance
+	}{
+		{plan(codegen.StageInfo{FLOPs: 384e6, F: 1e-3, I: 1e-3, W: 0.5e-3}, codegen.StageInfo{FLOPs: 1.07e9, F: 1.5e-3, I: 1e-3}),
+			[]string{"2.5 ms", "+0.0", "2.5 ms", "+0.0"}},
+		{plan(codegen.StageInfo{FLOPs: 1.07e9, F: 1e-3}, codegen.StageInfo{FLOPs: 384e6, F: 1e-3, I: 1e-3, W: 1e-3}),
+			[]string{"1 ms", "-50.0", "3 ms", "+50.0"}},
+	} {
+		var b strings.Builder
+		printStages(&b, c.plan, 0)
+		out := b.String()
+		m := row.FindAllStringSubmatch(out, -1)
+		if len(m) != 2 || !strings.Contains(out, "time/mb  imbalance\n") {
+			t.Fatalf("stage table:\n%s", out)
+		}
+		for s, r := range m {
+			if r[2] != c.want[2*s] || r[3] != c.want[2*s+1] {
+				t.Errorf("stage %d: time/mb %q, imbalance %s%%, want %s and %s%%\n%s", s, r[2], r[3], c.want[2*s], c.want[2*s+1], out)
+			}
+		}
+	}
+}

@@ -22,7 +22,7 @@ type scheduleFlags struct {
 }
 
 func (s *scheduleFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&s.name, "schedule", "1f1b", "schedule `S|FILE.csv`: "+strings.Join(schedule.Names(), ", ")+", or a schedule in PyTorch's CSV format")
+	fs.StringVar(&s.name, "schedule", "1f1b", "schedule `S|FILE.csv`: "+strings.Join(schedule.Names(), ", ")+", or a schedule in PyTorch's CSV format (2.4's spelling B/W/BW or the later I/W/B, detected per file)")
 	fs.IntVar(&s.pp, "pp", 4, "pipeline ranks `N` (generators only)")
 	fs.IntVar(&s.mb, "microbatches", 8, "micro-batches `M` (generators only)")
 	fs.IntVar(&s.virtual, "virtual-stages", 0, "stages per rank `V` (generators only; 0: the schedule's default)")
@@ -51,11 +51,19 @@ func (s *scheduleFlags) load(set map[string]bool) (*schedule.Schedule, error) {
 func (s *scheduleFlags) validate(sc *schedule.Schedule) error {
 	if err := schedule.Validate(sc); err != nil {
 		if s.csv() {
-			err = fmt.Errorf("%s: %w", s.name, err)
+			err = &compiler.ScheduleError{File: s.name, Dialect: sc.Dialect, Err: err}
 		}
 		return checkFailed{err}
 	}
 	return nil
+}
+
+// dialectNote says how a CSV file's backward actions were read; "" for a generator's.
+func dialectNote(s *schedule.Schedule) string {
+	if s.Dialect == schedule.DialectNone {
+		return ""
+	}
+	return fmt.Sprintf("%s: read in the %v", s.Name, s.Dialect)
 }
 
 func init() {
@@ -80,6 +88,17 @@ func init() {
 				}
 				if err := sf.validate(s); err != nil {
 					return err
+				}
+				// The CSV outputs are for PyTorch to read: the note about the dialect goes to
+				// standard error there (they are written in the current one).
+				note := dialectNote(s)
+				switch {
+				case *comms || *csv:
+					if note != "" {
+						fmt.Fprintf(e.stderr, "ppc schedule: %s; writing the %v\n", note, schedule.DialectCurrent)
+					}
+				case note != "":
+					fmt.Fprintf(e.stdout, "# %s\n", note)
 				}
 				switch {
 				case *comms:
@@ -164,6 +183,9 @@ func init() {
 					return enc.Encode(res)
 				}
 				fmt.Fprintf(e.stdout, "schedule %s: %d rank(s), %d stage(s), %d micro-batch(es)\n", s.Name, s.Ranks, s.Stages, s.Microbatches)
+				if sf.csv() {
+					fmt.Fprintf(e.stdout, "  read in the %v\n", s.Dialect)
+				}
 				fmt.Fprintf(e.stdout, "  costs: %s\n", res.CostSource)
 				f := res.Unit.Format
 				fmt.Fprintf(e.stdout, "  step time     %s\n  ideal time    %s (busiest rank's compute)\n  bubble        %s (ratio %.4g of ideal)\n",

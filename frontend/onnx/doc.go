@@ -20,6 +20,12 @@
 //     the inputs and dim indices where it appears and how to bind it (--dim NAME=VALUE).
 //     With Options.Microbatches = M > 1 the leading dim of every input is divided by M
 //     before anything else, so shape arithmetic folds for one micro-batch.
+//   - Options.Batch = N (--batch) re-batches a model exported with a fixed batch of 1: every
+//     graph input must have a fixed leading dim of 1, which becomes N (then divided by M).
+//     The model is imported at its batch of 1 first; the second import follows the batch
+//     dim through every node against the first, rewrites the shapes that pin it (Reshape
+//     targets, Resize sizes) and reports a node that drops or moves it — x[0], a Concat
+//     with a constant of batch 1 — by name (batch.go).
 //   - Initializers: a floating-point initializer of rank >= 1 that feeds at least one
 //     trainable operand slot becomes a parameter argument {param, data = dense<…>} named after
 //     the initializer (plus name = "<onnx name>" when the printer could not keep the name,
@@ -30,6 +36,14 @@
 //     constant, created where first used and folded away when only shape arithmetic uses
 //     it. Old exports that also list initializers as graph inputs are handled the same way.
 //     Unused initializers are dropped.
+//   - Constant nodes that hold weights (paddle2onnx and older exporters store every weight
+//     of a model that way) are imported as initializers are, by the same rule, and become
+//     parameters named after the node's output. A Constant is taken for a weight when it
+//     feeds at least one trainable operand slot and its tensor is floating-point with at
+//     least two elements, every one finite and of magnitude below 1e4; the others — a
+//     one-element epsilon, scale or exponent, an attention mask of −∞ or −1e9 — stay
+//     constants where they stand. (A model with nothing to train is then refused by a
+//     training compile, which says why.)
 //   - Graph outputs become results {name = "<onnx output name>"} in order; a declared output
 //     type that disagrees with the computed one (dtype, rank or a fixed dim) is an error. A
 //     floating-point scalar output named loss is also {loss}: the model's training loss (ppc

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,6 +27,10 @@ type Options struct {
 	// Frozen gives graph inputs fixed values, imported as initializers (constants), for inputs
 	// that decide shapes, which a static IR cannot take at run time.
 	Frozen map[string]*ir.Dense
+	// Batch > 0 re-batches a model exported with a fixed batch of 1: the leading dim of every
+	// graph input becomes Batch (before Microbatches divides it), and the shape constants
+	// that carry the batch follow (see batch.go); 0 imports the model as it is.
+	Batch int
 }
 
 // Load reads an .onnx file (and external data relative to its directory), decodes it,
@@ -48,8 +53,14 @@ func Import(name string, data []byte, dir string, opts Options) (*ir.Module, err
 	if err := freezeInputs(&m, opts.Frozen); err != nil {
 		return nil, &ir.Error{Loc: ir.Loc{File: name}, Msg: err.Error()}
 	}
-	imp := &importer{file: name, dir: dir, opts: opts, model: &m, foldBudget: foldBase + foldPerByte*int64(len(data))}
-	mod, err := imp.run()
+	budget := foldBase + foldPerByte*int64(len(data))
+	var mod *ir.Module
+	var err error
+	if opts.Batch > 0 {
+		mod, err = importBatched(name, &m, dir, opts, budget)
+	} else {
+		mod, err = (&importer{file: name, dir: dir, opts: opts, model: &m, foldBudget: budget}).run()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -80,13 +91,20 @@ type importer struct {
 	fn *ir.Func
 	b  *ir.Builder
 
-	vals   map[string]*ir.Value   // tensors defined so far
-	inits  map[string]*ir.Dense   // initializer data by name
-	consts map[string]bool        // initializers imported as constants (created on first use)
-	lost   map[string]string      // outputs a node declares but the importer does not produce
-	node   *onnxpb.NodeProto      // the node being imported
-	loc    ir.Loc                 // its location
-	names  map[*ir.Value]struct{} // values that already carry an ONNX name
+	vals   map[string]*ir.Value // tensors defined so far
+	inits  map[string]*ir.Dense // initializer data by name
+	consts map[string]bool      // initializers imported as constants (created on first use)
+	// weights are the Constant nodes whose tensor is imported as an initializer would be (see
+	// constantWeights), by output name, in graph order.
+	weights map[string]*onnxpb.NodeProto
+	order   []string               // initializer names, then those Constant outputs
+	lost    map[string]string      // outputs a node declares but the importer does not produce
+	node    *onnxpb.NodeProto      // the node being imported
+	loc     ir.Loc                 // its location
+	names   map[*ir.Value]struct{} // values that already carry an ONNX name
+
+	// batch follows the batch dim when Options.Batch re-batches the model (batch.go).
+	batch *batchRef
 
 	// foldBudget is the element visits constant folding may still spend (see foldCost): a
 	// fixed allowance plus an amount per byte of the model, so the importer's work stays
@@ -166,6 +184,7 @@ func (imp *importer) run() (*ir.Module, error) {
 	imp.vals = map[string]*ir.Value{}
 	imp.inits = map[string]*ir.Dense{}
 	imp.consts = map[string]bool{}
+	imp.weights = map[string]*onnxpb.NodeProto{}
 	imp.lost = map[string]string{}
 	imp.names = map[*ir.Value]struct{}{}
 
@@ -175,12 +194,21 @@ func (imp *importer) run() (*ir.Module, error) {
 	if err := imp.inputs(); err != nil {
 		return nil, err
 	}
+	imp.constantWeights()
 	if err := imp.params(); err != nil {
 		return nil, err
 	}
 	for _, n := range g.Node {
+		if len(n.Output) == 1 && imp.weights[n.Output[0]] == n {
+			continue // imported with the initializers
+		}
 		if err := imp.importNode(n); err != nil {
 			return nil, err
+		}
+		if imp.batch != nil && imp.batch.factor > 1 {
+			if err := imp.checkBatch(n); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := imp.outputs(); err != nil {
@@ -346,6 +374,7 @@ func (imp *importer) initializers() error {
 			return imp.errf(imp.fileLoc(), "initializer %q: %v", t.Name, err)
 		}
 		imp.inits[t.Name] = d
+		imp.order = append(imp.order, t.Name)
 	}
 	if len(imp.g.SparseInitializer) > 0 {
 		return imp.errf(imp.fileLoc(), "sparse initializers are not supported")
@@ -353,10 +382,62 @@ func (imp *importer) initializers() error {
 	return nil
 }
 
-// params decides, for every initializer, whether it is a parameter or a constant: float
-// initializers of rank >= 1 used in at least one trainable slot become parameters; the rest
-// (integers, bools, scalars, and tensors that feed only shape, index or statistics slots)
-// are constants, created where first used (and folded away where possible).
+// constantWeights treats the Constant nodes that hold weights as initializers, so that the
+// rule of params decides whether each is a parameter: exporters such as paddle2onnx, and
+// older ones, store every weight of a model in a Constant node rather than an initializer.
+// A Constant is taken when it feeds at least one trainable operand slot (nonTrainable) and
+// its tensor looks like a weight (weightLike); the others are imported where they stand.
+// A Constant whose value cannot be read is left to its node, which reports the error with
+// its location.
+func (imp *importer) constantWeights() {
+	trainable := map[string]bool{}
+	for _, n := range imp.g.Node {
+		for i, in := range n.Input {
+			if !slices.Contains(nonTrainable[n.OpType], i) {
+				trainable[in] = true
+			}
+		}
+	}
+	for _, n := range imp.g.Node {
+		if n.OpType != "Constant" || len(n.Output) != 1 || !trainable[n.Output[0]] {
+			continue
+		}
+		name := n.Output[0]
+		if _, taken := imp.inits[name]; taken || imp.vals[name] != nil || imp.weights[name] != nil {
+			continue // a name defined twice: the node's import reports it
+		}
+		d, err := constantValue(n, imp.dir)
+		if err != nil || !weightLike(d) {
+			continue
+		}
+		imp.inits[name] = d
+		imp.weights[name] = n
+		imp.order = append(imp.order, name)
+	}
+}
+
+// weightLike reports whether a Constant node's tensor can be a weight: floating-point, at
+// least two elements, every value finite and of magnitude below 1e4. A one-element tensor
+// is an epsilon, a scale or an exponent far more often than a weight (and an initializer
+// of rank 0 is a constant too); a tensor holding an infinity or a huge value is an
+// attention mask (−∞, −1e9, float32's lowest, −1e4), which training must not change.
+func weightLike(d *ir.Dense) bool {
+	if !d.Type.DType.IsFloat() || d.Type.Rank() == 0 || d.Len() < 2 {
+		return false
+	}
+	for i := range d.Len() {
+		if v := d.F64(i); !(math.Abs(v) < 1e4) {
+			return false
+		}
+	}
+	return true
+}
+
+// params decides, for every initializer (and Constant node taken by constantWeights),
+// whether it is a parameter or a constant: float initializers of rank >= 1 used in at least
+// one trainable slot become parameters; the rest (integers, bools, scalars, and tensors
+// that feed only shape, index or statistics slots) are constants, created where first used
+// (and folded away where possible).
 func (imp *importer) params() error {
 	trainable := map[string]bool{}
 	used := map[string]bool{}
@@ -376,22 +457,22 @@ func (imp *importer) params() error {
 			used[o.Name] = true
 		}
 	}
-	for _, t := range imp.g.Initializer {
-		if !used[t.Name] || imp.vals[t.Name] != nil {
+	for _, name := range imp.order {
+		if !used[name] || imp.vals[name] != nil {
 			continue
 		}
-		d := imp.inits[t.Name]
-		if trainable[t.Name] && d.Type.DType.IsFloat() && d.Type.Rank() > 0 {
+		d := imp.inits[name]
+		if trainable[name] && d.Type.DType.IsFloat() && d.Type.Rank() > 0 {
 			at := ir.Attrs{{Name: ir.AttrData, Value: d}, {Name: ir.AttrParam, Value: ir.Unit{}}}
-			if !bareName(t.Name) {
+			if !bareName(name) {
 				// The printer cannot keep this name (it renames all-digit and odd names).
-				at = at.Set(ir.AttrName, ir.String(t.Name))
+				at = at.Set(ir.AttrName, ir.String(name))
 			}
-			v := imp.fn.AddArg(t.Name, d.Type, at)
-			imp.vals[t.Name] = v
+			v := imp.fn.AddArg(name, d.Type, at)
+			imp.vals[name] = v
 			imp.names[v] = struct{}{}
 		} else {
-			imp.consts[t.Name] = true
+			imp.consts[name] = true
 		}
 	}
 	return nil
@@ -470,6 +551,11 @@ func (imp *importer) inputs() error {
 			}
 			unbound[key].where = append(unbound[key].where, fmt.Sprintf("input %q dim %d", in.Name, i))
 		}
+		if imp.batch != nil {
+			if err := imp.batchInput(in, shape); err != nil {
+				return err
+			}
+		}
 		shapes, dtypes, names = append(shapes, shape), append(dtypes, dt), append(names, in.Name)
 	}
 	if len(unbound) > 0 {
@@ -529,7 +615,11 @@ func (imp *importer) inputs() error {
 				if lo > 0 {
 					sizes = fmt.Sprintf("%d or %d", lo, lo+mb)
 				}
-				return imp.errf(imp.fileLoc(), "%s: graph input %q has batch size %d (its leading dim), which does not divide into %d micro-batches; batch sizes that do: %s", what, names[i], shape[0], mb, sizes)
+				batch := "(its leading dim)"
+				if imp.batch != nil {
+					batch = "(--batch)"
+				}
+				return imp.errf(imp.fileLoc(), "%s: graph input %q has batch size %d %s, which does not divide into %d micro-batches; batch sizes that do: %s", what, names[i], shape[0], batch, mb, sizes)
 			}
 			shape[0] /= mb
 		}
@@ -633,7 +723,8 @@ func (imp *importer) outputs() error {
 			}
 			return err
 		}
-		if tt := o.GetType().GetTensorType(); tt != nil {
+		// A re-batched model's declared outputs were checked at the exported batch (batch.go).
+		if tt := o.GetType().GetTensorType(); tt != nil && imp.batch == nil {
 			if err := imp.checkDeclared(o.Name, tt, v.Type); err != nil {
 				return err
 			}

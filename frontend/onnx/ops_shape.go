@@ -1,6 +1,7 @@
 package onnx
 
 import (
+	"fmt"
 	"math"
 	"slices"
 
@@ -38,6 +39,9 @@ func lowerReshape(c *nodeCtx) error {
 			}
 			target[i] = x.Type.Shape[i]
 		}
+	}
+	if target, err = c.imp.rebatchReshape(c, target); err != nil {
+		return err
 	}
 	if t, err := ir.ReshapeTarget(target, x.Type.NumElements()); err != nil {
 		return c.errorf("%v (input %s)", err, x.Type)
@@ -732,6 +736,7 @@ func lowerResize(c *nodeCtx) error {
 			if sizes, err = c.constInts(3, "sizes"); err != nil {
 				return err
 			}
+			sizes = c.imp.rebatchSizes(c, sizes)
 		}
 		if len(sizes) == 0 && c.has(2) {
 			d, err := c.constIn(2, "scales")
@@ -792,17 +797,27 @@ func lowerResize(c *nodeCtx) error {
 }
 
 func lowerConstant(c *nodeCtx) error {
+	d, err := constantValue(c.n, c.imp.dir)
+	if err != nil {
+		return c.errorf("%v", err)
+	}
+	c.set(0, c.b().Constant(d))
+	return nil
+}
+
+// constantValue reads the tensor a Constant node holds, from whichever value attribute it has.
+func constantValue(n *onnxpb.NodeProto, dir string) (*ir.Dense, error) {
 	var d *ir.Dense
-	for _, a := range c.n.Attribute {
+	for _, a := range n.Attribute {
 		var err error
 		switch a.Name {
 		case "value":
 			if a.T == nil {
-				return c.errorf("Constant value attribute holds no tensor")
+				return nil, fmt.Errorf("Constant value attribute holds no tensor")
 			}
-			d, err = tensorData(a.T, c.imp.dir)
+			d, err = tensorData(a.T, dir)
 			if err != nil {
-				return c.errorf("Constant value: %v", err)
+				return nil, fmt.Errorf("Constant value: %v", err)
 			}
 		case "value_float":
 			d = ir.NewDenseF64(ir.Type{DType: ir.F32, Shape: ir.Shape{}}, []float64{float64(a.F)})
@@ -817,16 +832,15 @@ func lowerConstant(c *nodeCtx) error {
 		case "value_ints":
 			d = ir.NewDenseI64(ir.Type{DType: ir.I64, Shape: ir.Shape{len(a.Ints)}}, a.Ints)
 		case "value_string", "value_strings":
-			return c.errorf("string constants are not supported")
+			return nil, fmt.Errorf("string constants are not supported")
 		case "sparse_value":
-			return c.errorf("sparse constants are not supported")
+			return nil, fmt.Errorf("sparse constants are not supported")
 		}
 	}
 	if d == nil {
-		return c.errorf("Constant has no value attribute")
+		return nil, fmt.Errorf("Constant has no value attribute")
 	}
-	c.set(0, c.b().Constant(d))
-	return nil
+	return d, nil
 }
 
 func i64Const(c *nodeCtx, shape ir.Shape, vals []int) *ir.Value {
