@@ -385,10 +385,13 @@ func readIndexed(path string) (map[string]device.Tensor, CheckpointMeta, error) 
 		if full.Shape == nil {
 			full.Shape = ir.Shape{}
 		}
-		buf := device.Tensor{Type: full, Data: alignedBytes(total * int64(dt.Size()))}
+		// Every block is checked, and the blocks must cover the tensor exactly, before the
+		// tensor is allocated: an index cannot make the reader allocate more than its shard
+		// files hold.
 		var covered int64
 		var boxes []box
-		for _, b := range info.Blocks {
+		g := make([]*shardGeom, len(info.Blocks))
+		for i, b := range info.Blocks {
 			blk, ok := files[b.File][name]
 			switch {
 			case !ok:
@@ -409,14 +412,17 @@ func readIndexed(path string) (map[string]device.Tensor, CheckpointMeta, error) 
 			}
 			boxes = append(boxes, bx)
 			covered += int64(blk.Type.NumElements())
-			g := &shardGeom{global: make([]int64, full.Rank()), offset: b.Offset}
+			g[i] = &shardGeom{global: make([]int64, full.Rank()), offset: b.Offset}
 			for d, x := range full.Shape {
-				g.global[d] = int64(x)
+				g[i].global[d] = int64(x)
 			}
-			copyBlock(buf.Data, blk, g, true)
 		}
 		if covered != total {
 			return fail("tensor %s: its blocks cover %d of its %d elements", name, covered, total)
+		}
+		buf := device.Tensor{Type: full, Data: alignedBytes(total * int64(dt.Size()))}
+		for i, b := range info.Blocks {
+			copyBlock(buf.Data, files[b.File][name], g[i], true)
 		}
 		out[name] = buf
 	}
