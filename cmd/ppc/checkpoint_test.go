@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -178,4 +179,32 @@ func dirNames(t *testing.T, dir string) []string {
 		names = append(names, e.Name())
 	}
 	return names
+}
+
+// TestSaveEvery: --save-every N saves after steps N, 2N, … and at the end, keeping only the
+// latest checkpoint; its mistakes are usage errors.
+func TestSaveEvery(t *testing.T) {
+	dir := t.TempDir()
+	plan := compilePlanIn(t, dir, "plan", mlp, "--microbatches", "2")
+	ck := filepath.Join(dir, "ck")
+	code, stdout, errOut := ppc(t, "", "run", plan, "--steps", "5", "--save", ck, "--save-every", "2")
+	if code != 0 || strings.Count(stdout, "(saved)") != 2 || !regexp.MustCompile(`(?m)^step 4 .*\(saved\)$`).MatchString(stdout) {
+		t.Fatalf("exit %d\n%s%s", code, stdout, errOut)
+	}
+	if names := dirNames(t, ck); len(names) != 2 || names[0] != runtime.IndexFile || names[1] != "step-00000005" {
+		t.Fatalf("the save directory holds %v", names)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--save-every", "2"}, "--save-every applies to --save"},
+		{[]string{"--save", ck, "--save-every", "0"}, "--save-every must be a positive number of steps"},
+		{[]string{"--save", ck, "--save-every", "-3"}, "--save-every must be a positive number of steps"},
+	} {
+		code, _, errOut := ppc(t, "", append([]string{"run", plan, "--steps", "1"}, c.args...)...)
+		if code != exitInput || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d\n%s", c.args, code, errOut)
+		}
+	}
 }
