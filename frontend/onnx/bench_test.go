@@ -30,43 +30,43 @@ func BenchmarkImportLargestBackend(b *testing.B) {
 // transformerModel builds an n-layer pre-LN MLP stack as PyTorch exports it (decomposed
 // LayerNorm, MatMul+Add, erf GELU), d wide.
 func transformerModel(layers, d int) *mb {
-	m := model(13).input("x", dtFloat, "batch", 64, d).
-		constant("two", scalarF(2)).constant("eps", scalarF(1e-5)).constant("sqrt2", scalarF(1.4142135)).
-		constant("one", scalarF(1)).constant("half", scalarF(0.5))
+	m := model(13).Input("x", dtFloat, "batch", 64, d).
+		Constant("two", scalarF(2)).Constant("eps", scalarF(1e-5)).Constant("sqrt2", scalarF(1.4142135)).
+		Constant("one", scalarF(1)).Constant("half", scalarF(0.5))
 	x := "x"
 	for l := 0; l < layers; l++ {
 		p := func(s string) string { return fmt.Sprintf("l%d.%s", l, s) }
-		m.init(f32n(p("ln.weight"), int64(d))).init(f32n(p("ln.bias"), int64(d))).
-			init(f32n(p("fc1.weight"), int64(d), int64(4*d))).init(f32n(p("fc1.bias"), int64(4*d))).
-			init(f32n(p("fc2.weight"), int64(4*d), int64(d))).init(f32n(p("fc2.bias"), int64(d))).
-			node("ReduceMean", p("rm1"), in(x), in(p("mean")), aInts("axes", -1)).
-			node("Sub", p("sub"), in(x, p("mean")), in(p("d"))).
-			node("Pow", p("pow"), in(p("d"), "two"), in(p("sq"))).
-			node("ReduceMean", p("rm2"), in(p("sq")), in(p("var")), aInts("axes", -1)).
-			node("Add", p("adde"), in(p("var"), "eps"), in(p("ve"))).
-			node("Sqrt", p("sqrt"), in(p("ve")), in(p("std"))).
-			node("Div", p("div"), in(p("d"), p("std")), in(p("n"))).
-			node("Mul", p("mulg"), in(p("n"), p("ln.weight")), in(p("g"))).
-			node("Add", p("addb"), in(p("g"), p("ln.bias")), in(p("ln"))).
-			node("MatMul", p("mm1"), in(p("ln"), p("fc1.weight")), in(p("h1"))).
-			node("Add", p("b1"), in(p("h1"), p("fc1.bias")), in(p("h2"))).
-			node("Div", p("gdiv"), in(p("h2"), "sqrt2"), in(p("gt"))).
-			node("Erf", p("erf"), in(p("gt")), in(p("ge"))).
-			node("Add", p("gadd"), in(p("ge"), "one"), in(p("ga"))).
-			node("Mul", p("gm1"), in(p("h2"), p("ga")), in(p("gm"))).
-			node("Mul", p("gm2"), in(p("gm"), "half"), in(p("gelu"))).
-			node("MatMul", p("mm2"), in(p("gelu"), p("fc2.weight")), in(p("h3"))).
-			node("Add", p("b2"), in(p("h3"), p("fc2.bias")), in(p("h4"))).
-			node("Add", p("res"), in(x, p("h4")), in(p("out")))
+		m.Init(f32n(p("ln.weight"), int64(d))).Init(f32n(p("ln.bias"), int64(d))).
+			Init(f32n(p("fc1.weight"), int64(d), int64(4*d))).Init(f32n(p("fc1.bias"), int64(4*d))).
+			Init(f32n(p("fc2.weight"), int64(4*d), int64(d))).Init(f32n(p("fc2.bias"), int64(d))).
+			Node("ReduceMean", p("rm1"), in(x), in(p("mean")), aInts("axes", -1)).
+			Node("Sub", p("sub"), in(x, p("mean")), in(p("d"))).
+			Node("Pow", p("pow"), in(p("d"), "two"), in(p("sq"))).
+			Node("ReduceMean", p("rm2"), in(p("sq")), in(p("var")), aInts("axes", -1)).
+			Node("Add", p("adde"), in(p("var"), "eps"), in(p("ve"))).
+			Node("Sqrt", p("sqrt"), in(p("ve")), in(p("std"))).
+			Node("Div", p("div"), in(p("d"), p("std")), in(p("n"))).
+			Node("Mul", p("mulg"), in(p("n"), p("ln.weight")), in(p("g"))).
+			Node("Add", p("addb"), in(p("g"), p("ln.bias")), in(p("ln"))).
+			Node("MatMul", p("mm1"), in(p("ln"), p("fc1.weight")), in(p("h1"))).
+			Node("Add", p("b1"), in(p("h1"), p("fc1.bias")), in(p("h2"))).
+			Node("Div", p("gdiv"), in(p("h2"), "sqrt2"), in(p("gt"))).
+			Node("Erf", p("erf"), in(p("gt")), in(p("ge"))).
+			Node("Add", p("gadd"), in(p("ge"), "one"), in(p("ga"))).
+			Node("Mul", p("gm1"), in(p("h2"), p("ga")), in(p("gm"))).
+			Node("Mul", p("gm2"), in(p("gm"), "half"), in(p("gelu"))).
+			Node("MatMul", p("mm2"), in(p("gelu"), p("fc2.weight")), in(p("h3"))).
+			Node("Add", p("b2"), in(p("h3"), p("fc2.bias")), in(p("h4"))).
+			Node("Add", p("res"), in(x, p("h4")), in(p("out")))
 		x = p("out")
 	}
-	return m.output(x)
+	return m.Output(x)
 }
 
 // BenchmarkImportTransformer imports a 24-layer, 256-wide MLP stack (about 6M parameters)
 // with every pattern raised.
 func BenchmarkImportTransformer(b *testing.B) {
-	data := transformerModel(24, 256).bytes(b)
+	data := transformerModel(24, 256).Bytes(b)
 	b.SetBytes(int64(len(data)))
 	opts := Options{Dims: map[string]int{"batch": 8}}
 	for b.Loop() {
@@ -77,7 +77,7 @@ func BenchmarkImportTransformer(b *testing.B) {
 }
 
 func TestTransformerRaised(t *testing.T) {
-	mod, err := Import("model.onnx", transformerModel(2, 16).bytes(t), "", Options{Dims: map[string]int{"batch": 2}})
+	mod, err := Import("model.onnx", transformerModel(2, 16).Bytes(t), "", Options{Dims: map[string]int{"batch": 2}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,14 +16,14 @@ import (
 )
 
 func addModel() *mb {
-	return model(13).input("x", dtFloat, 2, 3).init(f32n("w", 2, 3)).
-		node("Add", "add", in("x", "w"), in("y")).output("y")
+	return model(13).Input("x", dtFloat, 2, 3).Init(f32n("w", 2, 3)).
+		Node("Add", "add", in("x", "w"), in("y")).Output("y")
 }
 
 // TestBadInput checks that malformed models give precise messages naming the file and the
 // node or tensor at fault.
 func TestBadInput(t *testing.T) {
-	valid := addModel().bytes(t)
+	valid := addModel().Bytes(t)
 	cases := []struct {
 		name string
 		data func() []byte
@@ -33,83 +33,83 @@ func TestBadInput(t *testing.T) {
 		{"truncated", func() []byte { return valid[:len(valid)/2] }, Options{},
 			"model.onnx: not a valid ONNX model: cannot parse invalid wire-format data"},
 		{"missing_input", func() []byte {
-			return model(13).input("x", dtFloat, 2).node("Add", "add", in("x", "nope"), in("y")).output("y").bytes(t)
+			return model(13).Input("x", dtFloat, 2).Node("Add", "add", in("x", "nope"), in("y")).Output("y").Bytes(t)
 		}, Options{}, `model.onnx: node "add" (Add): input "nope" is not defined (no graph input, initializer or earlier node output has that name)`},
 		{"raw_data_length", func() []byte {
 			w := f32("w", []int64{3}, 1, 2)
-			return model(13).input("x", dtFloat, 3).init(w).node("Add", "add", in("x", "w"), in("y")).output("y").bytes(t)
+			return model(13).Input("x", dtFloat, 3).Init(w).Node("Add", "add", in("x", "w"), in("y")).Output("y").Bytes(t)
 		}, Options{}, `model.onnx: initializer "w": raw data holds 8 bytes, but FLOAT [3] needs 12`},
 		{"typed_data_length", func() []byte {
-			return model(13).input("x", dtInt64, 3).init(i64("w", []int64{3}, 1, 2)).node("Add", "add", in("x", "w"), in("y")).output("y").bytes(t)
+			return model(13).Input("x", dtInt64, 3).Init(i64("w", []int64{3}, 1, 2)).Node("Add", "add", in("x", "w"), in("y")).Output("y").Bytes(t)
 		}, Options{}, `model.onnx: initializer "w": holds 2 elements, but INT64 [3] needs 3`},
 		{"unknown_dtype", func() []byte {
 			w := f32("w", []int64{1}, 1)
 			w.DataType = 99
-			return model(13).input("x", dtFloat, 1).init(w).node("Add", "add", in("x", "w"), in("y")).output("y").bytes(t)
+			return model(13).Input("x", dtFloat, 1).Init(w).Node("Add", "add", in("x", "w"), in("y")).Output("y").Bytes(t)
 		}, Options{}, `model.onnx: initializer "w": unknown data type 99`},
 		{"unsupported_dtype", func() []byte {
-			return model(13).input("s", dtString, 2).node("Identity", "id", in("s"), in("y")).output("y").bytes(t)
+			return model(13).Input("s", dtString, 2).Node("Identity", "id", in("s"), in("y")).Output("y").Bytes(t)
 		}, Options{}, `model.onnx: graph input "s": unsupported data type STRING`},
 		{"cast_dtype", func() []byte {
-			return model(13).input("x", dtFloat, 2).node("Cast", "cast", in("x"), in("y"), aInt("to", 14)).output("y").bytes(t)
+			return model(13).Input("x", dtFloat, 2).Node("Cast", "cast", in("x"), in("y"), aInt("to", 14)).Output("y").Bytes(t)
 		}, Options{}, `model.onnx: node "cast" (Cast): attribute to: unsupported data type COMPLEX64`},
 		{"inconsistent_shapes", func() []byte {
-			return model(13).input("a", dtFloat, 2, 3).input("b", dtFloat, 4).node("Add", "add", in("a", "b"), in("y")).output("y").bytes(t)
+			return model(13).Input("a", dtFloat, 2, 3).Input("b", dtFloat, 4).Node("Add", "add", in("a", "b"), in("y")).Output("y").Bytes(t)
 		}, Options{}, `model.onnx: node "add" (Add): add: shapes [2,3] and [4] do not broadcast`},
 		{"declared_output", func() []byte {
-			return model(13).input("a", dtFloat, 2, 3).node("Relu", "relu", in("a"), in("y")).outputTyped("y", dtFloat, 2, 4).bytes(t)
+			return model(13).Input("a", dtFloat, 2, 3).Node("Relu", "relu", in("a"), in("y")).OutputTyped("y", dtFloat, 2, 4).Bytes(t)
 		}, Options{}, `model.onnx: graph output "y" is declared with dim 1 = 4 but computes f32[2,3] (inconsistent shapes)`},
 		{"unbound_dims", func() []byte {
-			return model(13).input("ids", dtInt64, "batch_size", "seq_len").input("mask", dtInt64, "batch_size", "seq_len", nil).
-				node("Add", "add", in("ids", "mask"), in("y")).output("y").bytes(t)
+			return model(13).Input("ids", dtInt64, "batch_size", "seq_len").Input("mask", dtInt64, "batch_size", "seq_len", nil).
+				Node("Add", "add", in("ids", "mask"), in("y")).Output("y").Bytes(t)
 		}, Options{Dims: map[string]int{"other": 1}},
 			`model.onnx: unbound symbolic dims: batch_size (input "ids" dim 0, input "mask" dim 0); seq_len (input "ids" dim 1, input "mask" dim 1); (unnamed) (input "mask" dim 2); bind each with --dim NAME=VALUE, e.g. --dim batch_size=8; unnamed dims cannot be bound and must be fixed in the model`},
-		{"unknown_dim", func() []byte { return addModel().bytes(t) }, Options{Dims: map[string]int{"batch": 2}},
+		{"unknown_dim", func() []byte { return addModel().Bytes(t) }, Options{Dims: map[string]int{"batch": 2}},
 			`model.onnx: --dim batch: the model has no symbolic dim of that name (the model's inputs have no symbolic dims)`},
 		{"misspelt_dim", func() []byte {
-			return model(13).input("ids", dtInt64, "batch_size", 4).node("Relu", "relu", in("ids"), in("y")).output("y").bytes(t)
+			return model(13).Input("ids", dtInt64, "batch_size", 4).Node("Relu", "relu", in("ids"), in("y")).Output("y").Bytes(t)
 		}, Options{Dims: map[string]int{"batch_size": 2, "batch": 2}},
 			`model.onnx: --dim batch: the model has no symbolic dim of that name (its symbolic dims are batch_size)`},
-		{"microbatches", func() []byte { return addModel().bytes(t) }, Options{Microbatches: 4},
+		{"microbatches", func() []byte { return addModel().Bytes(t) }, Options{Microbatches: 4},
 			`model.onnx: --microbatches 4: graph input "x" has batch size 2 (its leading dim), which does not divide into 4 micro-batches; batch sizes that do: 4`},
 		{"kernel_shape", func() []byte {
-			return model(13).input("x", dtFloat, 1, 3, 16, 16).init(f32n("w", 64, 3, 7, 7)).
-				node("Conv", "Conv_3", in("x", "w"), in("y"), aInts("kernel_shape", 3, 3)).output("y").bytes(t)
+			return model(13).Input("x", dtFloat, 1, 3, 16, 16).Init(f32n("w", 64, 3, 7, 7)).
+				Node("Conv", "Conv_3", in("x", "w"), in("y"), aInts("kernel_shape", 3, 3)).Output("y").Bytes(t)
 		}, Options{}, `model.onnx: node "Conv_3" (Conv): kernel_shape [3,3] does not match weight shape [64,3,7,7]`},
 		{"sequence_op", func() []byte {
-			return model(13).input("x", dtFloat, 2).node("SequenceConstruct", "seq", in("x"), in("s")).output("s").bytes(t)
+			return model(13).Input("x", dtFloat, 2).Node("SequenceConstruct", "seq", in("x"), in("s")).Output("s").Bytes(t)
 		}, Options{}, `model.onnx: node "seq" (SequenceConstruct): unsupported op SequenceConstruct (sequence ops are not supported)`},
 		{"string_op", func() []byte {
-			return model(13).input("x", dtFloat, 2).node("StringNormalizer", "", in("x"), in("s")).output("s").bytes(t)
+			return model(13).Input("x", dtFloat, 2).Node("StringNormalizer", "", in("x"), in("s")).Output("s").Bytes(t)
 		}, Options{}, `model.onnx: node "s" (StringNormalizer): unsupported op StringNormalizer (string ops are not supported)`},
 		{"if", func() []byte {
-			return model(13).input("c", dtBool).node("If", "branch", in("c"), in("y")).output("y").bytes(t)
+			return model(13).Input("c", dtBool).Node("If", "branch", in("c"), in("y")).Output("y").Bytes(t)
 		}, Options{}, `model.onnx: node "branch" (If): unsupported op If (control-flow ops are not supported)`},
 		{"loop", func() []byte {
-			return model(13).input("c", dtBool).node("Loop", "loop_1", in("", "c"), in("y")).output("y").bytes(t)
+			return model(13).Input("c", dtBool).Node("Loop", "loop_1", in("", "c"), in("y")).Output("y").Bytes(t)
 		}, Options{}, `model.onnx: node "loop_1" (Loop): unsupported op Loop (control-flow ops are not supported)`},
 		{"scan", func() []byte {
-			return model(13).input("c", dtFloat, 2).node("Scan", "scan", in("c"), in("y")).output("y").bytes(t)
+			return model(13).Input("c", dtFloat, 2).Node("Scan", "scan", in("c"), in("y")).Output("y").Bytes(t)
 		}, Options{}, `model.onnx: node "scan" (Scan): unsupported op Scan (control-flow ops are not supported)`},
 		{"custom_domain", func() []byte {
-			m := model(13).input("x", dtFloat, 2).node("FusedMatMul", "fm", in("x", "x"), in("y")).output("y")
-			m.m.Graph.Node[0].Domain = "com.microsoft"
-			return m.bytes(t)
+			m := model(13).Input("x", dtFloat, 2).Node("FusedMatMul", "fm", in("x", "x"), in("y")).Output("y")
+			m.M.Graph.Node[0].Domain = "com.microsoft"
+			return m.Bytes(t)
 		}, Options{}, `model.onnx: node "fm" (FusedMatMul): unsupported op com.microsoft.FusedMatMul (operator domain com.microsoft is not supported)`},
 		{"not_implemented", func() []byte {
-			return model(13).input("x", dtFloat, 2).node("NonZero", "nz", in("x"), in("y")).output("y").bytes(t)
+			return model(13).Input("x", dtFloat, 2).Node("NonZero", "nz", in("x"), in("y")).Output("y").Bytes(t)
 		}, Options{}, `model.onnx: node "nz" (NonZero): unsupported op NonZero (not implemented by ppc's ONNX importer)`},
 		{"dynamic_shape", func() []byte {
-			return model(13).input("x", dtFloat, 2, 3).input("s", dtInt64, 1).node("Reshape", "view", in("x", "s"), in("y")).output("y").bytes(t)
+			return model(13).Input("x", dtFloat, 2, 3).Input("s", dtInt64, 1).Node("Reshape", "view", in("x", "s"), in("y")).Output("y").Bytes(t)
 		}, Options{}, `model.onnx: node "view" (Reshape): input "s" (shape) must be a compile-time constant (ppc needs static shapes), but it depends on graph inputs`},
 		{"unproduced_output", func() []byte {
-			return model(13).input("x", dtFloat, 1, 1, 4, 4).
-				node("MaxPool", "pool", in("x"), in("y", "idx"), aInts("kernel_shape", 2, 2)).output("idx").bytes(t)
+			return model(13).Input("x", dtFloat, 1, 1, 4, 4).
+				Node("MaxPool", "pool", in("x"), in("y", "idx"), aInts("kernel_shape", 2, 2)).Output("idx").Bytes(t)
 		}, Options{}, `model.onnx: graph output "idx": input "idx" is output 1 of node "pool" (MaxPool), which ppc does not produce`},
 		{"external_without_dir", func() []byte {
 			w := &onnxpb.TensorProto{Name: "w", Dims: []int64{2}, DataType: dtFloat, DataLocation: onnxpb.TensorProto_EXTERNAL,
 				ExternalData: []*onnxpb.StringStringEntryProto{{Key: "location", Value: "w.bin"}}}
-			return model(13).input("x", dtFloat, 2).init(w).node("Add", "add", in("x", "w"), in("y")).output("y").bytes(t)
+			return model(13).Input("x", dtFloat, 2).Init(w).Node("Add", "add", in("x", "w"), in("y")).Output("y").Bytes(t)
 		}, Options{}, `model.onnx: initializer "w": external data "w.bin" cannot be read: the model was given as bytes without a directory`},
 	}
 	for _, c := range cases {
@@ -132,7 +132,7 @@ func TestBadInput(t *testing.T) {
 // TestRandomBytes: garbage is an error naming the file, never a panic.
 func TestRandomBytes(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
-	valid := addModel().bytes(t)
+	valid := addModel().Bytes(t)
 	for i := 0; i < 2000; i++ {
 		var data []byte
 		if i%2 == 0 {
@@ -157,7 +157,7 @@ func externalModel(t *testing.T, length string) []byte {
 	if length != "" {
 		w.ExternalData = append(w.ExternalData, &onnxpb.StringStringEntryProto{Key: "length", Value: length})
 	}
-	return model(13).input("x", dtFloat, 2, 3).init(w).node("Add", "add", in("x", "w"), in("y")).output("y").bytes(t)
+	return model(13).Input("x", dtFloat, 2, 3).Init(w).Node("Add", "add", in("x", "w"), in("y")).Output("y").Bytes(t)
 }
 
 func TestExternalData(t *testing.T) {
@@ -212,10 +212,10 @@ func TestExternalData(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A location escaping the model's directory is refused.
-	m := model(13).input("x", dtFloat, 2).init(&onnxpb.TensorProto{Name: "w", Dims: []int64{2}, DataType: dtFloat,
+	m := model(13).Input("x", dtFloat, 2).Init(&onnxpb.TensorProto{Name: "w", Dims: []int64{2}, DataType: dtFloat,
 		DataLocation: onnxpb.TensorProto_EXTERNAL, ExternalData: []*onnxpb.StringStringEntryProto{{Key: "location", Value: "../secret.bin"}}}).
-		node("Add", "add", in("x", "w"), in("y")).output("y")
-	_, err = Import("model.onnx", m.bytes(t), dir, Options{})
+		Node("Add", "add", in("x", "w"), in("y")).Output("y")
+	_, err = Import("model.onnx", m.Bytes(t), dir, Options{})
 	if err == nil || !strings.Contains(err.Error(), `external data location "../secret.bin" must be a relative path inside the model's directory`) {
 		t.Fatalf("escape: %v", err)
 	}
@@ -224,9 +224,9 @@ func TestExternalData(t *testing.T) {
 // TestVerifierNamesNode: an error found after building (here by the importer's own
 // inference of a new op) carries the ONNX node.
 func TestNewOpErrorsNameNode(t *testing.T) {
-	m := model(13).input("x", dtFloat, 1, 3, 4, 4).
-		node("MaxPool", "pool", in("x"), in("y"), aInts("kernel_shape", 2, 2), aInts("pads", 2, 2, 2, 2)).output("y")
-	_, err := Import("model.onnx", m.bytes(t), "", Options{})
+	m := model(13).Input("x", dtFloat, 1, 3, 4, 4).
+		Node("MaxPool", "pool", in("x"), in("y"), aInts("kernel_shape", 2, 2), aInts("pads", 2, 2, 2, 2)).Output("y")
+	_, err := Import("model.onnx", m.Bytes(t), "", Options{})
 	want := `model.onnx: node "pool" (MaxPool): max_pool: pads [2 2 2 2] must be smaller than the kernel [2 2]`
 	if err == nil || err.Error() != want {
 		t.Fatalf("got  %v\nwant %s", err, want)
@@ -237,12 +237,12 @@ func TestNewOpErrorsNameNode(t *testing.T) {
 // is left to run time instead of walking every element at import (found by review of the
 // fold path; a regression here hangs).
 func TestHugeConstantsStayLazy(t *testing.T) {
-	m := model(13).input("x", dtFloat, 1).
-		constant("shape", i64("", []int64{2}, 1<<20, 1<<20)).
-		node("ConstantOfShape", "big", in("shape"), in("z")).
-		node("ReduceSum", "sum", in("z"), in("s"), aInt("keepdims", 0)).
-		node("Add", "add", in("x", "s"), in("y")).output("y")
-	mod, err := Import("model.onnx", m.bytes(t), "", Options{})
+	m := model(13).Input("x", dtFloat, 1).
+		Constant("shape", i64("", []int64{2}, 1<<20, 1<<20)).
+		Node("ConstantOfShape", "big", in("shape"), in("z")).
+		Node("ReduceSum", "sum", in("z"), in("s"), aInt("keepdims", 0)).
+		Node("Add", "add", in("x", "s"), in("y")).Output("y")
+	mod, err := Import("model.onnx", m.Bytes(t), "", Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

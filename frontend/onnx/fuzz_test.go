@@ -9,7 +9,7 @@ import (
 func fuzzSeeds(t testing.TB) [][]byte {
 	var seeds [][]byte
 	for _, c := range goldenCases {
-		seeds = append(seeds, c.model().bytes(t))
+		seeds = append(seeds, c.model().Bytes(t))
 	}
 	return seeds
 }

@@ -11,10 +11,10 @@ import (
 // an output named loss that is not a float scalar, and a scalar of another name, are not.
 func TestLossOutput(t *testing.T) {
 	sce := func(out string, reduction string) *mb {
-		return model(20).input("scores", dtFloat, 4, 5).input("labels", dtInt64, 4).
-			node("Relu", "relu", in("scores"), in("logits")).
-			node("SoftmaxCrossEntropyLoss", "sce", in("logits", "labels"), in(out), aStr("reduction", reduction)).
-			output("logits").output(out)
+		return model(20).Input("scores", dtFloat, 4, 5).Input("labels", dtInt64, 4).
+			Node("Relu", "relu", in("scores"), in("logits")).
+			Node("SoftmaxCrossEntropyLoss", "sce", in("logits", "labels"), in(out), aStr("reduction", reduction)).
+			Output("logits").Output(out)
 	}
 	for _, c := range []struct {
 		name string
@@ -25,7 +25,7 @@ func TestLossOutput(t *testing.T) {
 		{"other_name", sce("cost", "mean"), -1},
 		{"not_scalar", sce("loss", "none"), -1},
 	} {
-		m, err := Import("model.onnx", c.m.bytes(t), "", Options{})
+		m, err := Import("model.onnx", c.m.Bytes(t), "", Options{})
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -42,9 +42,9 @@ func TestLossOutput(t *testing.T) {
 // scores of rank 3), reduction and ignore_index carry over, the optional log_prob output is
 // log_softmax over axis 1, and per-class weights are refused.
 func TestSoftmaxCrossEntropyLoss(t *testing.T) {
-	m, err := Import("model.onnx", model(13).input("scores", dtFloat, 2, 5, 3).input("labels", dtInt64, 2, 3).
-		node("SoftmaxCrossEntropyLoss", "sce", in("scores", "labels"), in("rows", "log_prob"), aStr("reduction", "none"), aInt("ignore_index", 1)).
-		output("rows").output("log_prob").bytes(t), "", Options{})
+	m, err := Import("model.onnx", model(13).Input("scores", dtFloat, 2, 5, 3).Input("labels", dtInt64, 2, 3).
+		Node("SoftmaxCrossEntropyLoss", "sce", in("scores", "labels"), in("rows", "log_prob"), aStr("reduction", "none"), aInt("ignore_index", 1)).
+		Output("rows").Output("log_prob").Bytes(t), "", Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,13 +58,13 @@ func TestSoftmaxCrossEntropyLoss(t *testing.T) {
 			t.Errorf("import lacks %q:\n%s", w, text)
 		}
 	}
-	_, err = Import("model.onnx", model(13).input("scores", dtFloat, 2, 5).input("labels", dtInt64, 2).input("w", dtFloat, 5).
-		node("SoftmaxCrossEntropyLoss", "sce", in("scores", "labels", "w"), in("loss")).output("loss").bytes(t), "", Options{})
+	_, err = Import("model.onnx", model(13).Input("scores", dtFloat, 2, 5).Input("labels", dtInt64, 2).Input("w", dtFloat, 5).
+		Node("SoftmaxCrossEntropyLoss", "sce", in("scores", "labels", "w"), in("loss")).Output("loss").Bytes(t), "", Options{})
 	if err == nil || !strings.Contains(err.Error(), `node "sce" (SoftmaxCrossEntropyLoss): per-class weights (input 2) are not supported`) {
 		t.Errorf("weights: %v", err)
 	}
-	_, err = Import("model.onnx", model(13).input("scores", dtFloat, 5).input("labels", dtInt64).
-		node("SoftmaxCrossEntropyLoss", "sce", in("scores", "labels"), in("loss")).output("loss").bytes(t), "", Options{})
+	_, err = Import("model.onnx", model(13).Input("scores", dtFloat, 5).Input("labels", dtInt64).
+		Node("SoftmaxCrossEntropyLoss", "sce", in("scores", "labels"), in("loss")).Output("loss").Bytes(t), "", Options{})
 	if err == nil || !strings.Contains(err.Error(), "scores must be floating point [N, C, …], got f32[5]") {
 		t.Errorf("rank 1: %v", err)
 	}

@@ -11,11 +11,11 @@ import (
 // million-element splat, and n ten-byte ReduceMax nodes each fold it. Unbounded folding
 // spends a million element visits per node — seconds for a few kilobytes of input.
 func slowFoldModel(n int) *mb {
-	b := model(13).init(i64("shape", []int64{2}, 1024, 1024)).
-		node("ConstantOfShape", "big", in("shape"), in("z"))
+	b := model(13).Init(i64("shape", []int64{2}, 1024, 1024)).
+		Node("ConstantOfShape", "big", in("shape"), in("z"))
 	for i := 0; i < n; i++ {
 		out := fmt.Sprintf("r%d", i)
-		b.node("ReduceMax", "", in("z"), in(out), aInts("axes", 0), aInt("keepdims", 0)).output(out)
+		b.Node("ReduceMax", "", in("z"), in(out), aInts("axes", 0), aInt("keepdims", 0)).Output(out)
 	}
 	return b
 }
@@ -23,7 +23,7 @@ func slowFoldModel(n int) *mb {
 // TestFoldWorkIsBoundedByInputSize checks that folding stops at the budget: past it, the
 // reductions stay in the graph for run time instead of being evaluated at import.
 func TestFoldWorkIsBoundedByInputSize(t *testing.T) {
-	data := slowFoldModel(400).bytes(t)
+	data := slowFoldModel(400).Bytes(t)
 	m, err := Import("slow.onnx", data, "", Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +49,7 @@ func TestFoldWorkIsBoundedByInputSize(t *testing.T) {
 }
 
 func BenchmarkImportHostileFolds(b *testing.B) {
-	data := slowFoldModel(400).bytes(b)
+	data := slowFoldModel(400).Bytes(b)
 	b.SetBytes(int64(len(data)))
 	for i := 0; i < b.N; i++ {
 		if _, err := Import("slow.onnx", data, "", Options{}); err != nil {
@@ -65,15 +65,15 @@ func TestHugeSplatsAreNotMaterialised(t *testing.T) {
 	value := func(v int64) *onnxpb.AttributeProto {
 		return &onnxpb.AttributeProto{Name: "value", Type: onnxpb.AttributeProto_TENSOR, T: i64("", []int64{1}, v)}
 	}
-	huge := func() *mb { return model(13).input("x", dtFloat, 2, 3).init(i64("len", []int64{1}, 1<<40)) }
+	huge := func() *mb { return model(13).Input("x", dtFloat, 2, 3).Init(i64("len", []int64{1}, 1<<40)) }
 	for name, b := range map[string]*mb{
-		"reshape": huge().node("ConstantOfShape", "ones", in("len"), in("shape"), value(1)).
-			node("Reshape", "view", in("x", "shape"), in("y")).output("y"),
-		"resize": huge().node("ConstantOfShape", "ones", in("len"), in("sizes"), value(1)).
-			node("Resize", "up", in("x", "", "", "sizes"), in("y")).output("y"),
+		"reshape": huge().Node("ConstantOfShape", "ones", in("len"), in("shape"), value(1)).
+			Node("Reshape", "view", in("x", "shape"), in("y")).Output("y"),
+		"resize": huge().Node("ConstantOfShape", "ones", in("len"), in("sizes"), value(1)).
+			Node("Resize", "up", in("x", "", "", "sizes"), in("y")).Output("y"),
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := Import("huge.onnx", b.bytes(t), "", Options{})
+			_, err := Import("huge.onnx", b.Bytes(t), "", Options{})
 			if err == nil || !strings.Contains(err.Error(), "at most 65536 are read at compile time") {
 				t.Fatalf("got %v, want the element bound named", err)
 			}
@@ -81,9 +81,9 @@ func TestHugeSplatsAreNotMaterialised(t *testing.T) {
 	}
 	// Gathering with 2^40 copies of index -1 is a valid (huge) model: the importer normalises
 	// the one value of the splat and leaves the result shape to later checks.
-	b := huge().node("ConstantOfShape", "idx", in("len"), in("i"), value(-1)).
-		node("Gather", "g", in("x", "i"), in("y")).output("y")
-	m, err := Import("huge.onnx", b.bytes(t), "", Options{})
+	b := huge().Node("ConstantOfShape", "idx", in("len"), in("i"), value(-1)).
+		Node("Gather", "g", in("x", "i"), in("y")).Output("y")
+	m, err := Import("huge.onnx", b.Bytes(t), "", Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

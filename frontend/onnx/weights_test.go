@@ -18,21 +18,21 @@ type onnxpbTensor = onnxpb.TensorProto
 // of −∞, integer shapes, and a float tensor feeding only a shape slot.
 func TestConstantNodeWeights(t *testing.T) {
 	inf := float32(math.Inf(-1))
-	m := model(13).input("x", dtFloat, 2, 8).
-		constant("fc1.w", f32n("", 8, 4)).
-		constant("fc1.b", f32("", []int64{4}, 0, 0, 0, 0)). // a fresh bias: zeros, still a weight
-		constant("eps", f32("", []int64{1}, 1e-5)).
-		constant("mask", f32("", []int64{2, 4}, 0, inf, 0, inf, 0, 0, inf, 0)).
-		constant("shape", i64("", []int64{2}, 4, 2)).
-		constant("scales", f32("", []int64{2}, 1, 1)).
-		node("MatMul", "mm", in("x", "fc1.w"), in("h")).
-		node("Add", "bias", in("h", "fc1.b"), in("hb")).
-		node("Add", "eps_add", in("hb", "eps"), in("he")).
-		node("Add", "masked", in("he", "mask"), in("hm")).
-		node("Reshape", "reshape", in("hm", "shape"), in("r")).
-		node("Resize", "resize", in("r", "", "scales"), in("y")).
-		output("y")
-	mod, err := Import("model.onnx", m.bytes(t), "", Options{})
+	m := model(13).Input("x", dtFloat, 2, 8).
+		Constant("fc1.w", f32n("", 8, 4)).
+		Constant("fc1.b", f32("", []int64{4}, 0, 0, 0, 0)). // a fresh bias: zeros, still a weight
+		Constant("eps", f32("", []int64{1}, 1e-5)).
+		Constant("mask", f32("", []int64{2, 4}, 0, inf, 0, inf, 0, 0, inf, 0)).
+		Constant("shape", i64("", []int64{2}, 4, 2)).
+		Constant("scales", f32("", []int64{2}, 1, 1)).
+		Node("MatMul", "mm", in("x", "fc1.w"), in("h")).
+		Node("Add", "bias", in("h", "fc1.b"), in("hb")).
+		Node("Add", "eps_add", in("hb", "eps"), in("he")).
+		Node("Add", "masked", in("he", "mask"), in("hm")).
+		Node("Reshape", "reshape", in("hm", "shape"), in("r")).
+		Node("Resize", "resize", in("r", "", "scales"), in("y")).
+		Output("y")
+	mod, err := Import("model.onnx", m.Bytes(t), "", Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,15 +56,15 @@ func TestConstantNodeWeights(t *testing.T) {
 	}
 
 	// The same model with its weights as initializers imports to the same parameters.
-	w := model(13).input("x", dtFloat, 2, 8).init(f32n("fc1.w", 8, 4)).
-		node("MatMul", "mm", in("x", "fc1.w"), in("y")).output("y")
-	c := model(13).input("x", dtFloat, 2, 8).constant("fc1.w", f32n("", 8, 4)).
-		node("MatMul", "mm", in("x", "fc1.w"), in("y")).output("y")
-	a, err := Import("a.onnx", w.bytes(t), "", Options{})
+	w := model(13).Input("x", dtFloat, 2, 8).Init(f32n("fc1.w", 8, 4)).
+		Node("MatMul", "mm", in("x", "fc1.w"), in("y")).Output("y")
+	c := model(13).Input("x", dtFloat, 2, 8).Constant("fc1.w", f32n("", 8, 4)).
+		Node("MatMul", "mm", in("x", "fc1.w"), in("y")).Output("y")
+	a, err := Import("a.onnx", w.Bytes(t), "", Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Import("a.onnx", c.bytes(t), "", Options{})
+	b, err := Import("a.onnx", c.Bytes(t), "", Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,13 +76,13 @@ func TestConstantNodeWeights(t *testing.T) {
 // batchOneCNN is a CNN exported with a fixed batch of 1: input [1, 3, 4, 4], a Reshape by a
 // shape initializer [1, 32] (shape, or a shape the test chooses), declared output [1, 5].
 func batchOneCNN(shape *onnxpbTensor) *mb {
-	return model(13).input("x", dtFloat, 1, 3, 4, 4).
-		init(f32n("conv.w", 2, 3, 3, 3)).init(f32n("fc.w", 32, 5)).init(shape).
-		node("Conv", "conv", in("x", "conv.w"), in("c"), aInts("pads", 1, 1, 1, 1)).
-		node("Relu", "relu", in("c"), in("r")).
-		node("Reshape", "flatten", in("r", "shape"), in("f")).
-		node("MatMul", "fc", in("f", "fc.w"), in("y")).
-		outputTyped("y", dtFloat, 1, 5)
+	return model(13).Input("x", dtFloat, 1, 3, 4, 4).
+		Init(f32n("conv.w", 2, 3, 3, 3)).Init(f32n("fc.w", 32, 5)).Init(shape).
+		Node("Conv", "conv", in("x", "conv.w"), in("c"), aInts("pads", 1, 1, 1, 1)).
+		Node("Relu", "relu", in("c"), in("r")).
+		Node("Reshape", "flatten", in("r", "shape"), in("f")).
+		Node("MatMul", "fc", in("f", "fc.w"), in("y")).
+		OutputTyped("y", dtFloat, 1, 5)
 }
 
 // TestRebatch: --batch re-batches a model exported with a batch of 1 — the inputs' leading
@@ -99,14 +99,14 @@ func TestRebatch(t *testing.T) {
 		{batchOneCNN(i64("shape", []int64{2}, 1, -1)), 6, 2, []string{"%x: f32[3,3,4,4]", "f32[3,32]"}},
 		{batchOneCNN(i64("shape", []int64{2}, 0, 32)), 4, 1, []string{"f32[4,32]"}},
 		// The batch folded into the rows and back: [1, 8, 4] → [8, 4] → [1, 8, 4].
-		{model(13).input("x", dtFloat, 1, 8, 4).init(f32n("w", 4, 4)).
-			init(i64("rows", []int64{2}, 8, 4)).init(i64("back", []int64{3}, 1, 8, 4)).
-			node("Reshape", "r1", in("x", "rows"), in("r")).
-			node("MatMul", "mm", in("r", "w"), in("h")).
-			node("Reshape", "r2", in("h", "back"), in("y")).output("y"), 3, 0,
+		{model(13).Input("x", dtFloat, 1, 8, 4).Init(f32n("w", 4, 4)).
+			Init(i64("rows", []int64{2}, 8, 4)).Init(i64("back", []int64{3}, 1, 8, 4)).
+			Node("Reshape", "r1", in("x", "rows"), in("r")).
+			Node("MatMul", "mm", in("r", "w"), in("h")).
+			Node("Reshape", "r2", in("h", "back"), in("y")).Output("y"), 3, 0,
 			[]string{"f32[24,4]", "-> (f32[3,8,4]"}},
 	} {
-		mod, err := Import("m.onnx", c.model.bytes(t), "", Options{Batch: c.batch, Microbatches: c.micro})
+		mod, err := Import("m.onnx", c.model.Bytes(t), "", Options{Batch: c.batch, Microbatches: c.micro})
 		if err != nil {
 			t.Errorf("--batch %d --microbatches %d: %v", c.batch, c.micro, err)
 			continue
@@ -124,28 +124,28 @@ func TestRebatch(t *testing.T) {
 		errMsg string
 	}{
 		// x[0]: sample 0 only.
-		{model(13).input("x", dtFloat, 1, 4).init(i64("zero", nil, 0)).
-			node("Gather", "pick", in("x", "zero"), in("y"), aInt("axis", 0)).output("y"), 4, 0,
+		{model(13).Input("x", dtFloat, 1, 4).Init(i64("zero", nil, 0)).
+			Node("Gather", "pick", in("x", "zero"), in("y"), aInt("axis", 0)).Output("y"), 4, 0,
 			`node "pick" (Gather): --batch 4: the node pins the batch at 1: its input "x" carries the batch, but its output "y" is [4] whatever the batch`},
 		// A learned token of batch 1 concatenated along the sequence.
-		{model(13).input("x", dtFloat, 1, 8, 4).init(f32n("cls", 1, 1, 4)).
-			node("Concat", "cat", in("cls", "x"), in("y"), aInt("axis", 1)).output("y"), 4, 0,
+		{model(13).Input("x", dtFloat, 1, 8, 4).Init(f32n("cls", 1, 1, 4)).
+			Node("Concat", "cat", in("cls", "x"), in("y"), aInt("axis", 1)).Output("y"), 4, 0,
 			`node "cat" (Concat): --batch 4: `},
 		// The batch moved to dim 1 by a transpose, then reshaped into the middle of a dim.
-		{model(13).input("x", dtFloat, 1, 4, 8).init(i64("shape", []int64{2}, 2, 16)).
-			node("Transpose", "t", in("x"), in("xt"), aInts("perm", 1, 0, 2)).
-			node("Reshape", "split", in("xt", "shape"), in("y")).output("y"), 4, 0,
+		{model(13).Input("x", dtFloat, 1, 4, 8).Init(i64("shape", []int64{2}, 2, 16)).
+			Node("Transpose", "t", in("x"), in("xt"), aInts("perm", 1, 0, 2)).
+			Node("Reshape", "split", in("xt", "shape"), in("y")).Output("y"), 4, 0,
 			`node "split" (Reshape): --batch 4: the reshape of [4,1,8] (batch in dim 1) to [2,16] splits the batch across dims`},
 		// x·xᵀ: samples multiplied with each other, the output grows in two dims.
-		{model(13).input("x", dtFloat, 1, 4).
-			node("Transpose", "t", in("x"), in("xt")).
-			node("MatMul", "gram", in("x", "xt"), in("y")).output("y"), 4, 0,
+		{model(13).Input("x", dtFloat, 1, 4).
+			Node("Transpose", "t", in("x"), in("xt")).
+			Node("MatMul", "gram", in("x", "xt"), in("y")).Output("y"), 4, 0,
 			`node "gram" (MatMul): --batch 4: output "y" is [1,1] at batch 1 but [4,4] with 4 sample(s) per micro-batch: ppc cannot follow the batch through this node`},
-		{model(13).input("x", dtFloat, 2, 4).node("Relu", "r", in("x"), in("y")).output("y"), 4, 0,
+		{model(13).Input("x", dtFloat, 2, 4).Node("Relu", "r", in("x"), in("y")).Output("y"), 4, 0,
 			`--batch 4 re-batches a model exported with a batch of 1, but graph input "x" has a fixed leading dim of 2`},
-		{model(13).input("x", dtFloat, "n", 4).node("Relu", "r", in("x"), in("y")).output("y"), 4, 0,
+		{model(13).Input("x", dtFloat, "n", 4).Node("Relu", "r", in("x"), in("y")).Output("y"), 4, 0,
 			`--batch 4: graph input "x" has a symbolic batch dim n; bind it with --dim n=4 instead`},
-		{model(13).input("x", dtFloat).node("Relu", "r", in("x"), in("y")).output("y"), 4, 0,
+		{model(13).Input("x", dtFloat).Node("Relu", "r", in("x"), in("y")).Output("y"), 4, 0,
 			`--batch 4: graph input "x" is a scalar and has no batch dim`},
 		{batchOneCNN(i64("shape", []int64{2}, 1, 32)), 3, 2,
 			`graph input "x" has batch size 3 (--batch), which does not divide into 2 micro-batches`},
@@ -154,7 +154,7 @@ func TestRebatch(t *testing.T) {
 		if strings.Contains(c.errMsg, "symbolic") {
 			opts.Dims = map[string]int{"n": 1}
 		}
-		_, err := Import("m.onnx", c.model.bytes(t), "", opts)
+		_, err := Import("m.onnx", c.model.Bytes(t), "", opts)
 		if err == nil || !strings.Contains(err.Error(), c.errMsg) {
 			t.Errorf("got %v, want an error containing %q", err, c.errMsg)
 		}

@@ -45,6 +45,8 @@ func Type(dt int32, dims ...any) *onnxpb.TypeProto {
 			sh.Dim = append(sh.Dim, &onnxpb.TensorShapeProto_Dimension{Value: &onnxpb.TensorShapeProto_Dimension_DimValue{DimValue: int64(v)}})
 		case string:
 			sh.Dim = append(sh.Dim, &onnxpb.TensorShapeProto_Dimension{Value: &onnxpb.TensorShapeProto_Dimension_DimParam{DimParam: v}})
+		case nil:
+			sh.Dim = append(sh.Dim, &onnxpb.TensorShapeProto_Dimension{}) // unknown
 		}
 	}
 	return &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{TensorType: &onnxpb.TypeProto_Tensor{ElemType: dt, Shape: sh}}}
@@ -59,6 +61,12 @@ func (m *Model) Input(name string, dt int32, dims ...any) *Model {
 // Output declares a graph output (its type left to the importer).
 func (m *Model) Output(name string) *Model {
 	m.M.Graph.Output = append(m.M.Graph.Output, &onnxpb.ValueInfoProto{Name: name})
+	return m
+}
+
+// OutputTyped declares a graph output with its type.
+func (m *Model) OutputTyped(name string, dt int32, dims ...any) *Model {
+	m.M.Graph.Output = append(m.M.Graph.Output, &onnxpb.ValueInfoProto{Name: name, Type: Type(dt, dims...)})
 	return m
 }
 
@@ -150,3 +158,34 @@ func Tensor(name string, t *onnxpb.TensorProto) *onnxpb.AttributeProto {
 
 // In lists tensor names (a node's inputs or outputs).
 func In(names ...string) []string { return names }
+
+// F32N is a FLOAT tensor of the given dims holding 0.01·i at element i.
+func F32N(name string, dims ...int64) *onnxpb.TensorProto {
+	n := int64(1)
+	for _, d := range dims {
+		n *= d
+	}
+	vals := make([]float32, n)
+	for i := range vals {
+		vals[i] = 0.01 * float32(i)
+	}
+	return F32(name, dims, vals...)
+}
+
+// ScalarF is a rank-0 FLOAT tensor.
+func ScalarF(v float32) *onnxpb.TensorProto { return F32("", nil, v) }
+
+// FloatAttr is a FLOAT attribute.
+func FloatAttr(name string, v float32) *onnxpb.AttributeProto {
+	return &onnxpb.AttributeProto{Name: name, Type: onnxpb.AttributeProto_FLOAT, F: v}
+}
+
+// FloatsAttr is a FLOATS attribute.
+func FloatsAttr(name string, v ...float32) *onnxpb.AttributeProto {
+	return &onnxpb.AttributeProto{Name: name, Type: onnxpb.AttributeProto_FLOATS, Floats: v}
+}
+
+// StrAttr is a STRING attribute.
+func StrAttr(name, v string) *onnxpb.AttributeProto {
+	return &onnxpb.AttributeProto{Name: name, Type: onnxpb.AttributeProto_STRING, S: []byte(v)}
+}
