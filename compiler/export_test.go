@@ -93,15 +93,7 @@ func TestExportInferAgrees(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dir := t.TempDir()
-		given := map[string]string{}
-		for in, tensor := range gen {
-			p := filepath.Join(dir, in+".npy")
-			if err := runtime.WriteNpy(p, tensor); err != nil {
-				t.Fatal(err)
-			}
-			given[in] = p
-		}
+		given := writeInputs(t, gen)
 		if len(given) != 2 {
 			t.Fatalf("%s: inputs %v, want the data and the labels", name, given)
 		}
@@ -253,15 +245,7 @@ func TestExportOpsRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dir := t.TempDir()
-		given := map[string]string{}
-		for in, tensor := range gen {
-			p := filepath.Join(dir, in+".npy")
-			if err := runtime.WriteNpy(p, tensor); err != nil {
-				t.Fatal(err)
-			}
-			given[in] = p
-		}
+		given := writeInputs(t, gen)
 		got, _, err := Infer(path, LoadOptions{}, InferMesh{}, given, 2)
 		if err != nil {
 			t.Fatalf("%s: infer the exported file: %v", name, err)
@@ -368,4 +352,20 @@ func TestImportSoftmaxCrossEntropyLoss(t *testing.T) {
 func tensorOf(t ir.Type, vals []float64) device.Tensor {
 	d := ir.NewDenseF64(t, vals)
 	return device.Tensor{Type: t, Data: d.Data}
+}
+
+// writeInputs writes generated inputs as .npy files and returns their paths by name, as
+// Infer takes given inputs.
+func writeInputs(t *testing.T, gen map[string]device.Tensor) map[string]string {
+	t.Helper()
+	dir := t.TempDir()
+	given := map[string]string{}
+	for in, tensor := range gen {
+		p := filepath.Join(dir, in+".npy")
+		if err := runtime.WriteNpy(p, tensor); err != nil {
+			t.Fatal(err)
+		}
+		given[in] = p
+	}
+	return given
 }

@@ -42,13 +42,17 @@ func losses(out string) []string {
 	return l
 }
 
+// nprocLayouts are the plans the multi-process tests run: pipeline, tensor- and
+// data-parallel (with ZeRO), on 2 and 4 processes.
+var nprocLayouts = []struct {
+	world  int
+	layout []string
+}{{2, []string{"--pp", "2"}}, {4, []string{"--pp", "4"}}, {4, []string{"--pp", "2", "--tp", "2"}}, {4, []string{"--pp", "2", "--dp", "2", "--zero", "1"}}}
+
 // TestNprocMatchesInProcess: ppc run --nproc N (one process per rank, TCP between them)
 // prints the in-process run's losses for pipeline, tensor- and data-parallel plans.
 func TestNprocMatchesInProcess(t *testing.T) {
-	for _, c := range []struct {
-		world  int
-		layout []string
-	}{{2, []string{"--pp", "2"}}, {4, []string{"--pp", "4"}}, {4, []string{"--pp", "2", "--tp", "2"}}, {4, []string{"--pp", "2", "--dp", "2", "--zero", "1"}}} {
+	for _, c := range nprocLayouts {
 		t.Run(strings.Join(c.layout, ""), func(t *testing.T) {
 			plan := compileGPT(t, c.layout...)
 			code, want, errOut := ppc(t, "", "run", plan, "--steps", "3")
@@ -294,10 +298,7 @@ func sameCheckpoint(t *testing.T, what, a, b string) {
 // rank 0 the index) is, file for file and byte for byte, the one the in-process run saves;
 // each resumes into the other, and into another layout.
 func TestNprocCheckpoints(t *testing.T) {
-	for _, c := range []struct {
-		world  int
-		layout []string
-	}{{2, []string{"--pp", "2"}}, {4, []string{"--pp", "4"}}, {4, []string{"--pp", "2", "--tp", "2"}}, {4, []string{"--pp", "2", "--dp", "2", "--zero", "1"}}} {
+	for _, c := range nprocLayouts {
 		t.Run(strings.Join(c.layout, ""), func(t *testing.T) {
 			plan := compileGPT(t, c.layout...)
 			dir := t.TempDir()
