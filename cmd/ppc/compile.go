@@ -81,6 +81,7 @@ func init() {
 			loss := fs.String("loss", "ce", "loss `KIND` for models without one (ONNX): ce or mse")
 			fs.IntVar(&opts.LossOutput, "loss-output", 0, "which model output `N` the loss applies to (models without a loss)")
 			fs.StringVar(&opts.Optimizer, "optimizer", "adamw", "optimizer `SPEC`: adamw or sgd, with options as adamw{lr=3e-4,weight_decay=0.1} (see 'ppc passes')")
+			fs.StringVar(&opts.Precision, "precision", "fp32", "compute `DTYPE`: fp32, bf16 or fp16 (mixed precision: fp32 master weights, gradient accumulation and optimizer state; fp16 with dynamic loss scaling)")
 			pf := registerPassFlags(fs)
 			return func(args []string) error {
 				if len(args) != 1 {
@@ -118,6 +119,11 @@ func init() {
 						return usagef("--mem applies to --partition auto, not --partition %s", opts.Partition)
 					}
 					opts.Partition = "auto"
+				}
+				switch opts.Precision {
+				case "fp32", "bf16", "fp16":
+				default:
+					return usagef("--precision must be fp32, bf16 or fp16, got %q", opts.Precision)
 				}
 				switch opts.Recompute {
 				case "none", "selective", "full":
