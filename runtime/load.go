@@ -47,8 +47,8 @@ type Rank struct {
 	losses []float64
 	// metrics holds this step's METRIC values by name.
 	metrics map[string]float64
-	inputs map[string]codegen.Input
-	step   int
+	inputs  map[string]codegen.Input
+	step    int
 	// shards[i] places PARAM or STATE buffer i in its full tensor (nil: it is the whole).
 	shards []*shardGeom
 	// curStep and at say what the rank is doing (the step, and the instruction or −1
