@@ -283,6 +283,9 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 			label, formatBytes(r.PeakBytes), formatBytes(r.ParamBytes), formatBytes(r.GradBytes), formatBytes(r.StateBytes),
 			formatBytes(r.ActivationBytes), formatBytes(r.WorkspaceBytes), consts, r.Instructions, each)
 	}
+	if p.Precision != "" {
+		printPrecision(w, p)
+	}
 	if len(p.StageInfo) > 1 {
 		printStages(w, p, params)
 	}
@@ -308,6 +311,27 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 		}
 		fmt.Fprintf(w, "               peak stashed micro-batches per rank %v\n", e.PeakActivations)
 	}
+}
+
+// printPrecision says how mixed precision lays out a parameter's bytes, against the usual
+// account (2 bytes of 16-bit weight + 2 of 16-bit gradient + 4 of fp32 master weight + 8 of
+// AdamW state, + 4 with fp32 gradient accumulation): ppc holds the fp32 ones between steps
+// and makes the 16-bit ones per micro-batch.
+func printPrecision(w io.Writer, p *codegen.Plan) {
+	name := map[string]string{"bf16": "bf16", "f16": "fp16"}[p.Precision]
+	if name == "" {
+		name = p.Precision
+	}
+	if !p.Training {
+		fmt.Fprintf(w, "  precision    %s compute, fp32 weights (params) cast per use\n", name)
+		return
+	}
+	fmt.Fprintf(w, "  precision    %s compute, fp32 master weights: per parameter 4 B fp32 weight (params) + 4 B fp32 gradient accumulator (grads) + fp32 optimizer state (AdamW 8 B);\n", name)
+	scaling := ""
+	if p.Precision == "f16" {
+		scaling = "; dynamic loss scaling: a step with an overflow on any rank is skipped"
+	}
+	fmt.Fprintf(w, "               the %s weight copies and gradients (2 + 2 B) are made per micro-batch, in activations and workspace%s\n", name, scaling)
 }
 
 // printStages prints the stage table: where each stage runs, what it holds, and how balanced
