@@ -1,9 +1,10 @@
 // Package compiler owns the whole compile, which DESIGN.md's package table leaves between the
 // CLI and the packages: it loads a model with the right frontend (.onnx, .ppm, or .ir), builds
 // the pipeline schedule (which fixes the number of stages per rank), runs the pass pipeline —
-// canonicalize, cse, dce, [add-loss], partition, autodiff, optimizer, cse, dce, split-stages —
-// checks that the CPU runtime has a kernel for every op in its dtypes (so that an f16 softmax
-// is a compile error at its position in the model, not a load error of a rank program), and
+// canonicalize, cse, dce, [add-loss], [precision], [tp passes], partition, autodiff, optimizer,
+// [loss-scale], cse, dce, split-stages, rank-programs — checks that the CPU runtime has a kernel
+// for every op in its dtypes (so that an op it lacks is a compile error at its position in the
+// model, not a load error of a rank program), and
 // generates the per-rank programs and plan.json. It also runs inference for `ppc infer`.
 // The CLI only parses flags into Options and prints the Result. The plan's source hash covers
 // the model source and the frontend options that resolve it (--preset, --set, --dim), not the
@@ -13,4 +14,8 @@
 // leading dim of ONNX inputs) is the global batch, and the frontend builds @forward for one
 // micro-batch of it, so every later stage sees static micro-batch shapes. IR files are taken
 // to describe one micro-batch.
+//
+// Mixed precision (--precision bf16|fp16) is the precision pass right after add-loss, so that
+// sharding, partitioning, the cost model and the memory report all see the 16-bit types and
+// their real byte sizes; fp16 adds the loss-scale pass after the optimizer.
 package compiler
