@@ -165,10 +165,10 @@ func TestBF16PipelineTensorParallel(t *testing.T) {
 	}
 }
 
-// ampModel overflows in f16 on its first pipeline stage only: x·a (a = 3000) times the
-// scaled gradient of h makes dW1 ≈ 10⁷·scale/65536, beyond f16's 65504 until the scale has
-// halved about nine times, while stage 1's gradients (dW2 = hᵀ·dlogits with h ≈ 0.1) stay
-// finite. A step that updated stage 1 alone would be caught.
+// ampModel overflows in f16 on its first pipeline stage only: dW1 = (x·a)ᵀ·dh with a = 3000
+// and dh carrying the loss scale is beyond f16's 65504 until the scale has halved a dozen
+// times, while stage 1's gradients (dW2 = hᵀ·dlogits with h ≈ 0.1) stay finite. A step that
+// updated stage 1 alone would be caught.
 const ampModel = `module @amp attributes {microbatches = 2}
 
 func @forward(%x: f32[8,16] {input}, %labels: i64[8] {input, label, range = [0, 4]}, %a: f32[16] {init = "uniform(3000, 3000)", param}, %w1: f32[16,16] {init = "normal(1e-5)", param}, %w2: f32[16,4] {init = "normal(0.1)", param}) -> (f32[] {loss}) {
