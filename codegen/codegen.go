@@ -151,6 +151,7 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 		out.Plan.PartitionNote = ir.Attrs(part).Str("note", "")
 	}
 	out.Plan.Recompute = opts.Recompute
+	out.Plan.Precision = m.Attrs.Str(passes.AttrPrecision, "")
 	return out, nil
 }
 
@@ -740,7 +741,9 @@ func (rg *rankGen) collective(f *ir.Func, b *lower.Block, k *lower.Kernel, l low
 	}
 	n := rg.g.mesh.Size(axis)
 	switch {
-	case axis == "pp":
+	case axis == "pp" && stage >= 0:
+		// Outside the per-stage functions (stage −1: the optimizer's step, which every
+		// pipeline rank runs) a reduction over pp is how all of them agree on one value.
 		return fmt.Errorf("%s over pp: a stage's function runs on one pipeline rank; stages exchange values by send/recv, which code generation derives", name)
 	case n == 0:
 		return fmt.Errorf("%s over %q: not an axis of the mesh (pp, dp, tp)", name, axis)
@@ -835,7 +838,12 @@ func (rg *rankGen) bindArg(f *ir.Func, i, mb int) (int, error) {
 			return 0, fmt.Errorf("@%s: state %%%s: %v", f.Name, a.Name, err)
 		}
 		buf := rg.newBuffer(name, a.Type, pb.Role_STATE)
-		rg.prog.Buffers[buf].Init = at.Str(ir.AttrInit, "zeros")
+		if d, ok := at.Get(ir.AttrData).(*ir.Dense); ok && s == nil {
+			// State with an initial value (the loss scaler's scale).
+			rg.prog.Buffers[buf].Data = expand(d)
+		} else {
+			rg.prog.Buffers[buf].Init = at.Str(ir.AttrInit, "zeros")
+		}
 		rg.prog.Buffers[buf].Shard = shardProto(s)
 		rg.named["state:"+name] = buf
 		return buf, nil
@@ -1044,11 +1052,19 @@ func (g *gen) gradRanks() (holders, partials map[string][]int) {
 func (rg *rankGen) optimizer() error {
 	full := rg.g.funcs["optimizer"]
 	f := full.Clone()
+	// State that belongs to no parameter (the loss scaler's) is every rank's, and so are
+	// the metrics: each rank computes them.
+	global := map[string]bool{}
+	for i := range f.Args {
+		if passes.IsGlobalState(f, i) {
+			global[f.ArgAttrs[i].Str(passes.AttrState, "")] = true
+		}
+	}
 	var keepR []*ir.Value
 	var keepRA []ir.Attrs
 	for i, r := range f.Results {
 		target := f.ResultAttrs[i].Str("update", "")
-		if rg.holds(target) {
+		if rg.holds(target) || global[target] || f.ResultAttrs[i].Has(passes.AttrMetric) {
 			keepR = append(keepR, r)
 			keepRA = append(keepRA, f.ResultAttrs[i])
 		}
@@ -1086,22 +1102,48 @@ func (rg *rankGen) optimizer() error {
 	for i := range slotBuf {
 		slotBuf[i] = -1
 	}
+	var grads []int
+	found := -1
 	for i := range f.Args {
+		if f.ArgAttrs[i].Has(passes.AttrFoundInf) {
+			found = i
+			continue
+		}
 		buf, err := rg.bindArg(f, i, 0)
 		if err != nil {
 			return err
 		}
 		slotBuf[b.Args[i]] = buf
+		if f.ArgAttrs[i].Has(ir.AttrGrad) {
+			grads = append(grads, buf)
+		}
 	}
 	for slot, d := range b.Consts {
 		slotBuf[slot] = rg.constBuffer(d)
 	}
 	rg.instr(&pb.Instr{Kind: pb.Instr_BEGIN, Label: "OPT", Stage: -1})
+	if found >= 0 {
+		buf, err := rg.nonFiniteCheck(grads)
+		if err != nil {
+			return fmt.Errorf("@optimizer: %%%s: %v", f.Args[found].Name, err)
+		}
+		slotBuf[b.Args[found]] = buf
+	}
 	if err := rg.launches(f, b, slotBuf, -1, 0); err != nil {
 		return err
 	}
+	// Metrics are read before the updates are written back: the loss scale reported is the
+	// one this step used.
+	for i := range f.Results {
+		if name := f.ResultAttrs[i].Str(passes.AttrMetric, ""); name != "" {
+			rg.instr(&pb.Instr{Kind: pb.Instr_METRIC, In: []int32{int32(slotBuf[b.Results[i]])}, Label: name, Stage: -1})
+		}
+	}
 	// Write the updates back only after every launch, so no update is read as an old value.
 	for i := range f.Results {
+		if f.ResultAttrs[i].Has(passes.AttrMetric) {
+			continue
+		}
 		target := f.ResultAttrs[i].Str("update", "")
 		dst, ok := rg.named["param:"+target]
 		if !ok {
@@ -1114,6 +1156,38 @@ func (rg *rankGen) optimizer() error {
 	}
 	rg.instr(&pb.Instr{Kind: pb.Instr_END, Label: "OPT", Stage: -1})
 	return nil
+}
+
+// nonFiniteCheck emits the loss scaler's overflow check over the gradient buffers this
+// rank's slice of @optimizer reads (passes.NonFiniteCheck: a flag every rank of the mesh
+// agrees on) and returns the flag's buffer.
+func (rg *rankGen) nonFiniteCheck(grads []int) (int, error) {
+	types := make([]ir.Type, len(grads))
+	for i, g := range grads {
+		types[i] = rg.typeOf(g)
+	}
+	f, err := passes.NonFiniteCheck(types)
+	if err != nil {
+		return 0, err
+	}
+	b, err := lower.Func(f)
+	if err != nil {
+		return 0, err
+	}
+	slotBuf := make([]int, len(b.Slots))
+	for i := range slotBuf {
+		slotBuf[i] = -1
+	}
+	for i, g := range grads {
+		slotBuf[b.Args[i]] = g
+	}
+	for slot, d := range b.Consts {
+		slotBuf[slot] = rg.constBuffer(d)
+	}
+	if err := rg.launches(f, b, slotBuf, -1, 0); err != nil {
+		return 0, err
+	}
+	return slotBuf[b.Results[0]], nil
 }
 
 // optimizerComm records the time of the collectives in this rank's @optimizer (ZeRO's

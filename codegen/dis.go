@@ -142,6 +142,8 @@ func instrText(p *pb.Program, in *pb.Instr) string {
 		return fmt.Sprintf("%s = axis_index %s", bufs(in.Out), in.Axis)
 	case pb.Instr_LOSS:
 		return fmt.Sprintf("loss %s mb %d", bufs(in.In), in.Microbatch)
+	case pb.Instr_METRIC:
+		return fmt.Sprintf("metric %q %s", in.Label, bufs(in.In))
 	case pb.Instr_BEGIN:
 		if in.Label == "OPT" {
 			return "begin OPT"

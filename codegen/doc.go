@@ -86,6 +86,18 @@
 // which is not one device's left-to-right order over M·dp micro-batches: data parallelism
 // agrees with one device within rounding, not bit for bit.
 //
+// Mixed precision (passes.Precision, passes.LossScale) keeps parameters, gradient
+// accumulators and optimizer state fp32, so code generation lays them out as for fp32; only
+// activations are 16-bit. Loss scaling adds three things. State that belongs to no parameter
+// (@optimizer arguments marked {global}: the loss scaler's scale and growth tracker) is held
+// whole by every pipeline rank and updated by each rank's slice of @optimizer; its initial
+// value is the argument's data. The @optimizer argument {found_inf} is computed before the
+// slice runs, per rank, by passes.NonFiniteCheck over the gradient buffers the slice reads,
+// then all-reduced (max) over tp, dp and pp — the one collective over pp, which outside the
+// per-stage functions every pipeline rank reaches — so every rank of the mesh skips or applies
+// the same step. An @optimizer result marked {metric = NAME} becomes a METRIC instruction,
+// emitted before the updates are written back, which the runtime reports with the loss.
+//
 // plan.json's stage_info carries the cost model's per-stage times for `ppc simulate` and the
 // compile summary: F, I and W from the partition pass with their tensor-parallel collective
 // parts (f_comm, i_comm, w_comm), and the data-parallel collectives as code generation emits

@@ -34,6 +34,9 @@ type Plan struct {
 	StageRanks   []int       `json:"stage_ranks"` // stage → pipeline rank (pp coordinate)
 	StageInfo    []StageInfo `json:"stage_info,omitempty"`
 	Recompute    string      `json:"recompute,omitempty"`
+	// Precision is the compute dtype of mixed-precision training ("bf16", "f16"; empty for
+	// fp32): parameters, gradient accumulators and optimizer state stay fp32.
+	Precision string `json:"precision,omitempty"`
 	// PartitionNote explains a split that the pipeline time does not, e.g. with one
 	// micro-batch.
 	PartitionNote string `json:"partition_note,omitempty"`

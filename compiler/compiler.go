@@ -41,6 +41,9 @@ type Options struct {
 	Loss        string // models without a loss (ONNX models without a scalar output named loss): "ce", "mse", or with options as ce{axis=1} (see CheckLoss)
 	LossOutput  int
 	Optimizer   string // pass options, e.g. "adamw" or "sgd{lr=0.1}"
+	// Precision is the compute dtype: fp32 (or ""), bf16 or fp16 (mixed precision: fp32
+	// master weights, gradients and optimizer state; fp16 with dynamic loss scaling).
+	Precision string
 	// Pass manager.
 	Passes passes.Config
 }
@@ -78,6 +81,13 @@ func Compile(model string, opts Options) (*Result, error) {
 	if !opts.ForwardOnly {
 		var err error
 		if optStep, err = optimizerStep(opts.Optimizer); err != nil {
+			return nil, err
+		}
+	}
+	precision := ir.F32
+	if opts.Precision != "" {
+		var err error
+		if precision, err = passes.ParsePrecision(opts.Precision); err != nil {
 			return nil, err
 		}
 	}
@@ -133,6 +143,11 @@ func Compile(model string, opts Options) (*Result, error) {
 	if !opts.ForwardOnly && !hasLoss {
 		pipeline = append(pipeline, lossOpts.String())
 	}
+	if precision != ir.F32 {
+		// Before sharding and partitioning, so that they and the cost model see the real
+		// dtypes and byte sizes.
+		pipeline = append(pipeline, fmt.Sprintf("precision{dtype=%s}", precision))
+	}
 	// The schedule decides how many stages each rank holds (interleaved and V-shaped
 	// schedules default to two), so build it before partitioning.
 	sched, err := loadSchedule(&opts)
@@ -164,7 +179,11 @@ func Compile(model string, opts Options) (*Result, error) {
 				optStep = fmt.Sprintf("optimizer{zero=%d}", opts.Zero)
 			}
 		}
-		pipeline = append(pipeline, "autodiff", optStep, "cse", "dce")
+		pipeline = append(pipeline, "autodiff", optStep)
+		if precision == ir.F16 {
+			pipeline = append(pipeline, "loss-scale")
+		}
+		pipeline = append(pipeline, "cse", "dce")
 	}
 	split := "split-stages"
 	if opts.Recompute != "" && opts.Recompute != "none" {

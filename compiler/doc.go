@@ -1,12 +1,13 @@
 // Package compiler owns the whole compile, which DESIGN.md's package table leaves between the
 // CLI and the packages: it loads a model with the right frontend (.onnx, .ppm, or .ir), builds
 // the pipeline schedule (which fixes the number of stages per rank), runs the pass pipeline —
-// canonicalize, cse, dce, [add-loss], partition, autodiff, optimizer, cse, dce, split-stages —
-// checks that the CPU runtime has a kernel for every op in its dtypes (so that an f16 softmax
-// is a compile error at its position in the model, not a load error of a rank program), and
-// generates the per-rank programs and plan.json. It also runs inference for `ppc infer`, and
-// loads a model for `ppc export` (Export: the exporter, frontend/onnx/export, gets the
-// parameters' initial values from runtime.InitialValue, the run's own initialiser).
+// canonicalize, cse, dce, [add-loss], [precision], [tp passes], partition, autodiff, optimizer,
+// [loss-scale], cse, dce, split-stages, rank-programs — checks that the CPU runtime has a kernel
+// for every op in its dtypes (so that an op it lacks is a compile error at its position in the
+// model, not a load error of a rank program), and generates the per-rank programs and
+// plan.json. It also runs inference for `ppc infer`, and loads a model for `ppc export`
+// (Export: the exporter, frontend/onnx/export, gets the parameters' initial values from
+// runtime.InitialValue, the run's own initialiser).
 // The CLI only parses flags into Options and prints the Result. The plan's source hash covers
 // the model source and the frontend options that resolve it (--preset, --set, --dim), not the
 // layout, so that a checkpoint names the model it belongs to whatever layout saved it.
@@ -21,4 +22,8 @@
 // cross-entropy (--loss ce, the default for a model without a loss) over a class axis of
 // size 1, whose loss is 0 whatever the weights. --loss takes add-loss's options as
 // ce{axis=N}; its default class axis is passes.ClassAxis's.
+//
+// Mixed precision (--precision bf16|fp16) is the precision pass right after add-loss, so that
+// sharding, partitioning, the cost model and the memory report all see the 16-bit types and
+// their real byte sizes; fp16 adds the loss-scale pass after the optimizer.
 package compiler

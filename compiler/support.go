@@ -9,7 +9,7 @@ import (
 // checkKernels asks the CPU device — the reference device every plan runs on — to prepare a
 // kernel for every op the plan will launch, with the op's exact operand and result types and
 // attributes. The runtime does the same when it loads a plan (a plan file may have been
-// corrupted or written by hand), but by then the model's source is gone: an f16 softmax would
+// corrupted or written by hand), but by then the model's source is gone: an i32 softmax would
 // be reported as "rank-00000.ppx: instruction 3 (LAUNCH)". Here the op still has its position
 // in the model, and a backward or optimizer op the position of the op it came from.
 //

@@ -20,7 +20,8 @@ var Autodiff = &Pass{
 		"then one gradient per parameter in parameter order, each marked {grad = \"<param name>\"} and named " +
 		"%d.<param name>; a parameter that does not influence the loss gets a zeros constant. {input} arguments " +
 		"get no gradient (integers are not differentiable, float inputs are data). The backward is seeded with " +
-		"constant 1.0 of the loss's dtype; contributions to one value are summed with add in reverse program " +
+		"constant 1.0 of the loss's dtype, or with the argument marked {loss_scale} (an f32 scalar: dynamic loss scaling, " +
+		"see the precision pass) cast to it; contributions to one value are summed with add in reverse program " +
 		"order; gradients of named values are named %d.<name>. Phases: every forward op gets phase = fwd; a " +
 		"backward op gets bwd_in (\"I\"/\"B\" in schedules) when it is needed to compute the gradient of an " +
 		"activation — a forward value that depends on a data argument — and bwd_w (\"W\") otherwise: ops needed only " +
@@ -83,6 +84,19 @@ func autodiff(m *ir.Module) error {
 	if !loss.Type.DType.IsFloat() || loss.Type.Rank() != 0 {
 		return errf("the loss must be a floating-point scalar, got %s (reduce it with reduce_mean or reduce_sum first)", loss.Type)
 	}
+	var scale *ir.Value
+	for i, a := range f.Args {
+		if !f.ArgAttrs[i].Has(AttrLossScale) {
+			continue
+		}
+		switch {
+		case scale != nil:
+			return errf("@%s has two arguments marked {%s} (%%%s and %%%s)", ir.ForwardFunc, AttrLossScale, scale.Name, a.Name)
+		case !a.Type.Equal(ir.T(ir.F32)) || f.ArgAttrs[i].Has(ir.AttrParam) || f.ArgAttrs[i].Has(ir.AttrInput):
+			return errf("the loss scale %%%s must be an f32 scalar that is neither a parameter nor an input, got %s", a.Name, a.Type)
+		}
+		scale = a
+	}
 	params := f.Params()
 	for _, p := range params {
 		if !p.Type.DType.IsFloat() {
@@ -111,7 +125,15 @@ func autodiff(m *ir.Module) error {
 		d.b.Loc, d.b.Stage = loss.Def.Loc, loss.Def.Stage
 	}
 	if d.needed[loss] {
-		d.contrib[loss] = []*ir.Value{scalarConst(d.b, loss.Type.DType, 1)}
+		seed := scalarConst(d.b, loss.Type.DType, 1)
+		if scale != nil {
+			// Dynamic loss scaling: the gradients are those of the scaled loss.
+			seed = scale
+			if scale.Type.DType != loss.Type.DType {
+				seed = d.b.Cast(scale, loss.Type.DType)
+			}
+		}
+		d.contrib[loss] = []*ir.Value{seed}
 	}
 	for i := len(fwd) - 1; i >= 0; i-- {
 		if err := d.differentiate(fwd[i]); err != nil {

@@ -57,3 +57,42 @@ func @forward(%x: f32[256,1024] {input}) -> (f32[256,1024], f32[256,1024], f32[1
 		t.Errorf("a collective over one rank costs %g", got)
 	}
 }
+
+// The cost model counts real byte sizes: after the precision pass, a 16-bit op moves half the
+// bytes, keeps half the activation bytes and, when memory-bound, takes half the time; a
+// matmul's FLOPs do not change (the profile's matmul peak is its 16-bit rate).
+func TestCostsFollowPrecision(t *testing.T) {
+	src := `func @forward(%x: f32[64,1024] {input}, %w: f32[1024,1024] {param}) -> (f32[] {loss}) {
+  %h = matmul %x, %w : f32[64,1024]
+  %g = gelu %h : f32[64,1024]
+  %loss = reduce_mean %g : f32[]
+  return %loss
+}
+`
+	costs := func(prec string) map[string]OpCost {
+		m, err := ir.ParseAndVerify("c.ir", src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pl, _ := ParsePipeline("precision{dtype=" + prec + "}")
+		if err := Run(m, pl, Config{VerifyEach: true}); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]OpCost{}
+		for _, op := range m.Funcs[0].Ops {
+			if op.Name() != "cast" {
+				out[op.Name()] = CostOf(op, func(v *ir.Value) bool { return v.Def != nil && v.Def.Name() == "cast" }, func(string) int { return 1 })
+			}
+		}
+		return out
+	}
+	f32, bf16 := costs("f32"), costs("bf16")
+	mm32, mm16 := f32["matmul"], bf16["matmul"]
+	if mm16.FLOPs != mm32.FLOPs || mm16.Bytes != mm32.Bytes/2 || mm16.ActBytes != mm32.ActBytes/2 {
+		t.Errorf("matmul: bf16 %+v, f32 %+v: want the FLOPs and half the bytes", mm16, mm32)
+	}
+	g32, g16 := f32["gelu"], bf16["gelu"]
+	if g16.Bytes != g32.Bytes/2 || g16.ActBytes != g32.ActBytes/2 || math.Abs(g16.F-g32.F/2) > 1e-18 {
+		t.Errorf("gelu (memory-bound): bf16 %+v, f32 %+v: want half the bytes and half the time", g16, g32)
+	}
+}

@@ -67,6 +67,21 @@
 // balances stages by that time with compute, and records, per stage, how much of f, i and w
 // is collective time (f_comm, i_comm, w_comm), which the reports show apart from compute.
 //
+// # Mixed precision
+//
+// precision (precision.go) runs on @forward before sharding and partitioning, so that they,
+// the cost model and the memory plan see 16-bit activations and their real sizes: every use of
+// an f32 parameter reads a cast of it (fp32 master weights stay arguments), constants become
+// 16-bit, and loss ops compute in f32. Autodiff differentiates the 16-bit graph; each weight
+// cast's gradient is cast back, so parameter gradients — and their accumulation over
+// micro-batches and replicas — are f32, as the optimizer and its state are. Split-stages
+// recomputes a weight's cast in the backward instead of stashing a copy per micro-batch, and
+// shard-annotate recognises Megatron's patterns through the casts. fp16 adds dynamic loss
+// scaling with GradScaler's semantics: an f32 scale argument seeds the backward, and
+// loss-scale (lossscale.go) unscales the gradients in @optimizer and skips the update of every
+// parameter and state on every rank when any rank's gradients overflow (code generation
+// computes that flag per rank, NonFiniteCheck, and reduces it over the mesh).
+//
 // Golden tests: every testdata/passes/*.ir file starts with `// RUN: passes=PIPELINE`, holds
 // cases split by `// -----`, and checks the printed result with FileCheck directives
 // (internal/filecheck) and expected diagnostics with `// ERROR "regex"` on the offending line.

@@ -37,7 +37,9 @@ var SplitStages = &Pass{
 		"gradients are returned by the functions that compute them. A parameter gradient autodiff summed " +
 		"over several uses (tied weights) is returned as one partial per use, `{grad = NAME, partial = K}` " +
 		"in forward order; the runtime accumulates each partial and adds them in order after the last " +
-		"micro-batch, so the sum does not depend on the pipeline split. Empty functions are omitted.",
+		"micro-batch, so the sum does not depend on the pipeline split. A cast of a parameter (mixed precision's " +
+		"16-bit weight copy) is recomputed by the backward in every recompute mode rather than stashed per " +
+		"micro-batch. Empty functions are omitted.",
 	Options: []Option{{Name: "recompute", Default: "none", Doc: "none: stash every forward value the backward uses; " +
 		"full: stash only each stage's inputs and recompute its forward ops inside I (W takes what it needs from I); " +
 		"selective: recompute attention internals (the chain from the scores matmul through the softmax), stash the rest"}},
@@ -317,6 +319,19 @@ func leafPos(pos map[*ir.Op]int, v *ir.Value) int {
 // scores matmul (whose operands, q and k, stay stashed) — and operand-free ops such as iota.
 func rematerializable(f *ir.Func, mode string) map[*ir.Op]bool {
 	out := map[*ir.Op]bool{}
+	// A cast of a parameter (mixed precision's 16-bit copy of a weight, see the precision
+	// pass) is recomputed by the backward in every mode: it is the same for every
+	// micro-batch, so stashing it would hold one copy of the weight per micro-batch in
+	// flight, while recomputing it costs one pass over the weight.
+	param := map[*ir.Value]bool{}
+	for i, a := range f.Args {
+		param[a] = f.ArgAttrs[i].Has(ir.AttrParam)
+	}
+	for _, op := range f.Ops {
+		if op.Def.Name == "cast" && opKind(op) == KindF && param[op.Operands[0]] {
+			out[op] = true
+		}
+	}
 	switch mode {
 	case "full":
 		for _, op := range f.Ops {

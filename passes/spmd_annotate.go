@@ -67,11 +67,11 @@ func runShardAnnotate(m *ir.Module, _ Options) error {
 		case "gather":
 			// Token embeddings: a table looked up at a model input's indices (not positions
 			// made by iota, whose table Megatron keeps whole).
-			if axis := op.Attrs.Int("axis", 0); open(op.Operands[0]) && (axis == 0 || axis == -2) && op.Operands[1].Def == nil {
-				w, try = op.Operands[0], splitAt(0)
+			if axis := op.Attrs.Int("axis", 0); open(uncast(op.Operands[0])) && (axis == 0 || axis == -2) && op.Operands[1].Def == nil {
+				w, try = uncast(op.Operands[0]), splitAt(0)
 			}
 		case "matmul":
-			if b := op.Operands[1]; open(b) {
+			if b := uncast(op.Operands[1]); open(b) {
 				n := 1
 				if op.Attrs.Bool("transpose_b", false) {
 					n = 0
@@ -114,6 +114,10 @@ func fixupParams(f *ir.Func, decided map[*ir.Value]lay, free func(*ir.Value) boo
 		clash := map[*ir.Value]bool{}
 		for _, op := range f.Ops {
 			for i, x := range op.Operands {
+				if op.Name() == "cast" {
+					continue // the cast's users say what the parameter must be
+				}
+				x = uncast(x)
 				if x.Def != nil || !free(x) || decided[x] != replicated {
 					continue
 				}
@@ -132,6 +136,16 @@ func fixupParams(f *ir.Func, decided map[*ir.Value]lay, free func(*ir.Value) boo
 		}
 	}
 	return decided
+}
+
+// uncast returns the value a cast reads, or v itself: mixed precision reads each parameter
+// through a cast to its compute dtype (passes.Precision), which the sharding propagates
+// through unchanged, so a weight is recognised by its cast's uses.
+func uncast(v *ir.Value) *ir.Value {
+	if v.Def != nil && v.Def.Name() == "cast" {
+		return v.Def.Operands[0]
+	}
+	return v
 }
 
 // misfitError explains why a Megatron pattern cannot be split over tp.

@@ -23,6 +23,10 @@
 //   - A step's loss is the mean over the global batch's M·dp micro-batches, each counted
 //     once: the tensor-parallel ranks of a replica compute the same loss (after the
 //     all-reduce that forms it), and only the one with tp coordinate 0 records it.
+//   - METRIC instructions record scalars by name ("overflow" and "loss_scale" under fp16 loss
+//     scaling) that the step reports beside the loss (StepResult.Metrics). Every rank that
+//     records a metric computes the same value (collectives form it); the step takes the
+//     lowest such rank's, in a multi-process run through the end-of-step agreement.
 //   - The runtime imports ir for the op table (DESIGN.md §2 lists only the program format and
 //     kernels): a launch's result types must equal what the op infers from its operand types,
 //     so a corrupted program is rejected with a message instead of reaching a kernel that

@@ -33,6 +33,10 @@ type StepResult struct {
 	Duration time.Duration
 	Samples  int // samples processed (global batch)
 	Tokens   int // tokens processed, when the inputs are token sequences
+	// Metrics are the step's METRIC values by name, each the lowest recording rank's (every
+	// rank recording one computes the same value): "overflow" is 1 when fp16 loss scaling
+	// skipped the step, "loss_scale" the scale its backward used. Nil when the plan has none.
+	Metrics map[string]float64
 	// Multi-process runs: each rank's time for the step, and whether a process asked the run
 	// to stop after it.
 	RankTimes []time.Duration
@@ -107,12 +111,21 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 	err := j.comm.err()
 	var sum float64
 	n := 0
-	for _, r := range j.Ranks {
+	for _, r := range j.Ranks { // in rank order: the lowest rank's metric is kept
 		for _, l := range r.losses {
 			sum += l
 			n++
 		}
 		r.losses = r.losses[:0]
+		for k, v := range r.metrics {
+			if _, ok := res.Metrics[k]; !ok {
+				if res.Metrics == nil {
+					res.Metrics = map[string]float64{}
+				}
+				res.Metrics[k] = v
+			}
+		}
+		clear(r.metrics)
 	}
 	if j.proc != nil {
 		// Every process learns the step's outcome: its losses, or the first failure.
@@ -120,7 +133,7 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 			err = j.proc.fail(err)
 		} else {
 			stop := opts.StopRequested != nil && opts.StopRequested()
-			sum, n, res.RankTimes, res.Stop, err = j.proc.endStep(stepEnd{LossSum: sum, LossN: n, Nanos: int64(res.Duration), Stop: stop})
+			sum, n, res.RankTimes, res.Stop, res.Metrics, err = j.proc.endStep(stepEnd{LossSum: sum, LossN: n, Nanos: int64(res.Duration), Stop: stop, Metrics: res.Metrics})
 			res.Duration = time.Since(start)
 		}
 	}
@@ -240,6 +253,11 @@ func (j *Job) exec(r *Rank, it *instr, step int, data DataSource) error {
 		if r.Coords.TP == 0 {
 			r.losses = append(r.losses, scalar(it.in[0]))
 		}
+	case pb.Instr_METRIC:
+		if r.metrics == nil {
+			r.metrics = map[string]float64{}
+		}
+		r.metrics[it.Label] = scalar(it.in[0])
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -44,8 +45,10 @@ type Rank struct {
 	instrs []instr
 	arena  []byte
 	losses []float64
-	inputs map[string]codegen.Input
-	step   int
+	// metrics holds this step's METRIC values by name.
+	metrics map[string]float64
+	inputs  map[string]codegen.Input
+	step    int
 	// shards[i] places PARAM or STATE buffer i in its full tensor (nil: it is the whole).
 	shards []*shardGeom
 	// curStep and at say what the rank is doing (the step, and the instruction or −1
@@ -63,6 +66,9 @@ type instr struct {
 	mb      int     // INPUT: the micro-batch of the global batch (dp·M + Microbatch)
 	index   int64   // AXIS_INDEX: the rank's coordinate
 }
+
+// metricNameRE is what a METRIC's name must look like: it becomes a key of --log-json.
+var metricNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 
 // InputError marks a problem with the files given to the runtime (exit status 2).
 type InputError struct{ Err error }
@@ -321,6 +327,10 @@ func (j *Job) prepare(r int, prog *pb.Program, local bool) (*Rank, error) {
 			g, err := shardOf(b, t, plan.Mesh, rank.Coords)
 			if err != nil {
 				return nil, fmt.Errorf("state %s: %v", b.Name, err)
+			}
+			// State with an initial value (the loss scale) holds it whole, unsharded.
+			if b.Data != nil && (g != nil || int64(len(b.Data)) != size) {
+				return nil, fmt.Errorf("state %s holds %d bytes of initial value for %s (only whole state may have one)", b.Name, len(b.Data), t)
 			}
 			rank.shards[i] = g
 			persistent += size
@@ -653,6 +663,16 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, local
 		}
 		if in.Microbatch < 0 || int(in.Microbatch) >= j.Plan.Microbatches {
 			return it, fmt.Errorf("micro-batch %d out of range", in.Microbatch)
+		}
+	case pb.Instr_METRIC:
+		if err := count(1, 0); err != nil {
+			return it, err
+		}
+		if t := it.in[0].Type; t.NumElements() != 1 || !t.DType.IsFloat() {
+			return it, fmt.Errorf("metric %q must be a float scalar, is %s", in.Label, t)
+		}
+		if !metricNameRE.MatchString(in.Label) {
+			return it, fmt.Errorf("metric name %q: want lower-case letters, digits and _, starting with a letter", in.Label)
 		}
 	case pb.Instr_BEGIN, pb.Instr_END, pb.Instr_NOP:
 		return it, count(0, 0)

@@ -396,26 +396,37 @@ type stepEnd struct {
 	LossN   int     `json:"loss_n"`
 	Nanos   int64   `json:"ns"`
 	Stop    bool    `json:"stop,omitempty"`
+	// Metrics are the rank's METRIC values (see StepResult.Metrics).
+	Metrics map[string]float64 `json:"metrics,omitempty"`
 }
 
 // endStep agrees with every process on the step's outcome: the losses summed over every
-// rank, each rank's step time, and whether any rank asked to stop.
-func (p *Process) endStep(mine stepEnd) (sum float64, n int, times []time.Duration, stop bool, err error) {
+// rank, each rank's step time, whether any rank asked to stop, and the metrics (each the
+// lowest recording rank's).
+func (p *Process) endStep(mine stepEnd) (sum float64, n int, times []time.Duration, stop bool, metrics map[string]float64, err error) {
 	all, err := p.gather("step", mine, false)
 	if err != nil {
-		return 0, 0, nil, false, err
+		return 0, 0, nil, false, nil, err
 	}
 	for r, raw := range all {
 		var e stepEnd
 		if err := json.Unmarshal(raw, &e); err != nil {
-			return 0, 0, nil, false, fmt.Errorf("rank %d's step report: %v", r, err)
+			return 0, 0, nil, false, nil, fmt.Errorf("rank %d's step report: %v", r, err)
 		}
 		sum += e.LossSum
 		n += e.LossN
 		times = append(times, time.Duration(e.Nanos))
 		stop = stop || e.Stop
+		for k, v := range e.Metrics {
+			if _, ok := metrics[k]; !ok {
+				if metrics == nil {
+					metrics = map[string]float64{}
+				}
+				metrics[k] = v
+			}
+		}
 	}
-	return sum, n, times, stop, nil
+	return sum, n, times, stop, metrics, nil
 }
 
 // Close ends the run for this process: a last gather (so that rank 0's store stays up

@@ -86,6 +86,7 @@ func init() {
 			loss := fs.String("loss", "ce", "loss `KIND` for models without one (ONNX models without a scalar output named loss, which is their loss): ce (softmax cross-entropy against class labels) or mse; ce{axis=N} names the class axis, by default the last, or 1 for [N,C,1,…,1] logits of rank ≥ 4 (a pooled convolutional classifier)")
 			fs.IntVar(&opts.LossOutput, "loss-output", 0, "which model output `N` the loss applies to (models without a loss)")
 			fs.StringVar(&opts.Optimizer, "optimizer", "adamw", "optimizer `SPEC`: adamw or sgd, with options as adamw{lr=3e-4,weight_decay=0.1} (see 'ppc passes')")
+			fs.StringVar(&opts.Precision, "precision", "fp32", "compute `DTYPE`: fp32, bf16 or fp16 (mixed precision: fp32 master weights, gradient accumulation and optimizer state; fp16 with dynamic loss scaling)")
 			pf := registerPassFlags(fs)
 			return func(args []string) error {
 				if len(args) != 1 {
@@ -123,6 +124,11 @@ func init() {
 						return usagef("--mem applies to --partition auto, not --partition %s", opts.Partition)
 					}
 					opts.Partition = "auto"
+				}
+				switch opts.Precision {
+				case "fp32", "bf16", "fp16":
+				default:
+					return usagef("--precision must be fp32, bf16 or fp16, got %q", opts.Precision)
 				}
 				switch opts.Recompute {
 				case "none", "selective", "full":
@@ -285,6 +291,9 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 			label, formatBytes(r.PeakBytes), formatBytes(r.ParamBytes), formatBytes(r.GradBytes), formatBytes(r.StateBytes),
 			formatBytes(r.ActivationBytes), formatBytes(r.WorkspaceBytes), consts, r.Instructions, each)
 	}
+	if p.Precision != "" {
+		printPrecision(w, p)
+	}
 	if len(p.StageInfo) > 1 {
 		printStages(w, p, params)
 	}
@@ -310,6 +319,27 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 		}
 		fmt.Fprintf(w, "               peak stashed micro-batches per rank %v\n", e.PeakActivations)
 	}
+}
+
+// printPrecision says how mixed precision lays out a parameter's bytes, against the usual
+// account (2 bytes of 16-bit weight + 2 of 16-bit gradient + 4 of fp32 master weight + 8 of
+// AdamW state, + 4 with fp32 gradient accumulation): ppc holds the fp32 ones between steps
+// and makes the 16-bit ones per micro-batch.
+func printPrecision(w io.Writer, p *codegen.Plan) {
+	name := map[string]string{"bf16": "bf16", "f16": "fp16"}[p.Precision]
+	if name == "" {
+		name = p.Precision
+	}
+	if !p.Training {
+		fmt.Fprintf(w, "  precision    %s compute, fp32 weights (params) cast per use\n", name)
+		return
+	}
+	fmt.Fprintf(w, "  precision    %s compute, fp32 master weights: per parameter 4 B fp32 weight (params) + 4 B fp32 gradient accumulator (grads) + fp32 optimizer state (AdamW 8 B);\n", name)
+	scaling := ""
+	if p.Precision == "f16" {
+		scaling = "; dynamic loss scaling: a step with an overflow on any rank is skipped"
+	}
+	fmt.Fprintf(w, "               the %s weight copies and gradients (2 + 2 B) are made per micro-batch, in activations and workspace%s\n", name, scaling)
 }
 
 // printStages prints the stage table: where each stage runs, what it holds, and how balanced

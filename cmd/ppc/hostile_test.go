@@ -371,6 +371,9 @@ func TestCompileChecksWhatTheRuntimeWould(t *testing.T) {
 	ir := func(module, init, dt string) string {
 		return writeFile(t, "m.ir", strings.NewReplacer("MODULE", module, "INIT", init, "DT", dt).Replace(model))
 	}
+	intMatmul := writeFile(t, "m.ir", "func @forward(%x: f32[4,8] {input}, %w: f32[8,8] {init = \"zeros\", param}) -> (f32[] {loss}) {\n"+
+		"  %0 = matmul %x, %w : f32[4,8]\n  %1 = cast %0 {to = i64} : i64[4,8]\n  %2 = matmul %1, %1 {transpose_b = true} : i64[4,4]\n"+
+		"  %3 = cast %2 {to = f32} : f32[4,4]\n  %4 = reduce_sum %3 : f32[]\n  return %4\n}\n")
 	out := filepath.Join(t.TempDir(), "out")
 	runCases(t, []cliCase{
 		{[]string{"compile", ir("", "normal(abc)", "f32"), "-o", out}, exitInput,
@@ -379,19 +382,22 @@ func TestCompileChecksWhatTheRuntimeWould(t *testing.T) {
 			[]string{`m.ir:2:51: %w: bad initialiser "uniform(5, 1)": the lower bound 5 is above the upper bound 1`}, nil},
 		{[]string{"compile", ir("module attributes {microbatches = 0}", "zeros", "f32"), "-o", out}, exitInput,
 			[]string{"m.ir:1:20: module attribute microbatches must be a positive integer, got 0"}, nil},
-		{[]string{"compile", ir("", "zeros", "f16"), "-o", out}, exitInput,
-			[]string{"m.ir:5:8: the CPU runtime cannot run this softmax: softmax supports f32 and f64, not f16", "%2 = softmax %1"}, []string{"rank-", "reproducer"}},
-		{[]string{"compile", ir("", "zeros", "f16"), "--forward-only", "-o", out}, exitInput,
-			[]string{"m.ir:5:8: the CPU runtime cannot run this softmax"}, nil},
+		{[]string{"compile", intMatmul, "-o", out}, exitInput,
+			[]string{"m.ir:4:8: the CPU runtime cannot run this matmul: matmul supports f32 and f64, not i64", "%2 = matmul %1, %1"}, []string{"rank-", "reproducer"}},
+		{[]string{"compile", intMatmul, "--forward-only", "-o", out}, exitInput,
+			[]string{"m.ir:4:8: the CPU runtime cannot run this matmul"}, nil},
 	})
 	if _, err := os.Stat(out); err == nil {
 		t.Error("a failed compile wrote a plan")
 	}
-	// The same model in f32 compiles and runs.
-	if code, _, errOut := ppc(t, "", "compile", ir("", "uniform(-1, 1)", "f32"), "-o", out); code != 0 {
-		t.Fatal(errOut)
-	}
-	if code, _, errOut := ppc(t, "", "run", out, "--steps", "1"); code != 0 {
-		t.Fatal(errOut)
+	// The same model in f32 compiles and runs, and so does its f16 softmax (bf16 and f16 run
+	// by rounding the f32 kernel's results).
+	for _, dt := range []string{"f32", "f16"} {
+		if code, _, errOut := ppc(t, "", "compile", ir("", "uniform(-1, 1)", dt), "-o", out); code != 0 {
+			t.Fatal(errOut)
+		}
+		if code, _, errOut := ppc(t, "", "run", out, "--steps", "1"); code != 0 {
+			t.Fatal(errOut)
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"ppc.dev/ppc/passes"
 	"ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/cpu"
 	"ppc.dev/ppc/runtime/device"
@@ -386,6 +387,10 @@ func train(e *env, job *runtime.Job, opts runtime.Options, steps int, log *stepL
 		for _, d := range res.RankTimes {
 			rec.RankTimesMS = append(rec.RankTimesMS, float64(d.Microseconds())/1000)
 		}
+		if s, ok := res.Metrics[passes.MetricLossScale]; ok {
+			rec.LossScale = &s
+		}
+		rec.Skipped = res.Metrics[passes.MetricOverflow] != 0
 		secs := res.Duration.Seconds()
 		if secs > 0 {
 			rec.SamplesPerS = float64(res.Samples) / secs
@@ -398,6 +403,10 @@ func train(e *env, job *runtime.Job, opts runtime.Options, steps int, log *stepL
 		if hasLoss {
 			loss = fmt.Sprintf("loss=%.4f", res.Loss)
 			line += " " + loss
+		}
+		if rec.Skipped {
+			// fp16 loss scaling: an overflow on some rank, so no rank updated anything.
+			line += " skipped (overflow)"
 		}
 		line += fmt.Sprintf(" time=%s", roundDuration(res.Duration))
 		if rec.TokensPerS > 0 {

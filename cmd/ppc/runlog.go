@@ -32,6 +32,10 @@ type stepRecord struct {
 	// RankTimesMS: in a multi-process run, each rank's own time for the step (its
 	// instructions, without the end-of-step agreement), by rank.
 	RankTimesMS []float64 `json:"rank_times_ms,omitempty"`
+	// fp16 with dynamic loss scaling: Skipped says an overflow in some gradient skipped the
+	// update on every rank; LossScale is the scale the step's backward used.
+	Skipped   bool     `json:"skipped,omitempty"`
+	LossScale *float64 `json:"loss_scale,omitempty"`
 }
 
 // stepLog writes --log-json records.

@@ -190,6 +190,11 @@ const (
 	Instr_AXIS_INDEX     Instr_Kind = 15 // out[0] (an i64 scalar) ← the executing rank's coordinate on `axis`
 	Instr_PACK           Instr_Kind = 16 // out[0] ← the elements of in[0], in[1], … one after another (one dtype): a collective's bucket
 	Instr_UNPACK         Instr_Kind = 17 // out[0], out[1], … ← consecutive runs of in[0]'s elements, the inverse of PACK
+	// Record scalar in[0] as this step's value of the metric named `label` ("overflow",
+	// "loss_scale"), which the runtime reports to the host with the loss. Every rank that
+	// records a metric computes the same value (it is formed by collectives); the host
+	// takes the lowest such rank's.
+	Instr_METRIC Instr_Kind = 18
 )
 
 // Enum value maps for Instr_Kind.
@@ -213,6 +218,7 @@ var (
 		15: "AXIS_INDEX",
 		16: "PACK",
 		17: "UNPACK",
+		18: "METRIC",
 	}
 	Instr_Kind_value = map[string]int32{
 		"NOP":            0,
@@ -233,6 +239,7 @@ var (
 		"AXIS_INDEX":     15,
 		"PACK":           16,
 		"UNPACK":         17,
+		"METRIC":         18,
 	}
 )
 
@@ -1473,7 +1480,7 @@ const file_program_proto_rawDesc = "" +
 	"\x06Kernel\x12\x0e\n" +
 	"\x02op\x18\x01 \x01(\tR\x02op\x12,\n" +
 	"\x05attrs\x18\x02 \x03(\v2\x16.ppc.program.NamedAttrR\x05attrs\x12,\n" +
-	"\x05fused\x18\x03 \x03(\v2\x16.ppc.program.FusedStepR\x05fused\"\xfe\x04\n" +
+	"\x05fused\x18\x03 \x03(\v2\x16.ppc.program.FusedStepR\x05fused\"\x8a\x05\n" +
 	"\x05Instr\x12+\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.ppc.program.Instr.KindR\x04kind\x12\x16\n" +
 	"\x06kernel\x18\x02 \x01(\x05R\x06kernel\x12\x0e\n" +
@@ -1491,7 +1498,7 @@ const file_program_proto_rawDesc = "" +
 	"\x03dim\x18\v \x01(\x05R\x03dim\x128\n" +
 	"\treduce_op\x18\f \x01(\x0e2\x1b.ppc.program.Instr.ReduceOpR\breduceOp\x12\x12\n" +
 	"\x04root\x18\r \x01(\x05R\x04root\x12\x12\n" +
-	"\x04axis\x18\x0e \x01(\tR\x04axis\"\xe0\x01\n" +
+	"\x04axis\x18\x0e \x01(\tR\x04axis\"\xec\x01\n" +
 	"\x04Kind\x12\a\n" +
 	"\x03NOP\x10\x00\x12\n" +
 	"\n" +
@@ -1516,7 +1523,9 @@ const file_program_proto_rawDesc = "" +
 	"AXIS_INDEX\x10\x0f\x12\b\n" +
 	"\x04PACK\x10\x10\x12\n" +
 	"\n" +
-	"\x06UNPACK\x10\x11\"/\n" +
+	"\x06UNPACK\x10\x11\x12\n" +
+	"\n" +
+	"\x06METRIC\x10\x12\"/\n" +
 	"\bReduceOp\x12\a\n" +
 	"\x03SUM\x10\x00\x12\a\n" +
 	"\x03MAX\x10\x01\x12\a\n" +

@@ -7,6 +7,10 @@
 // after every step, which for + − × ÷ and √ equals IEEE arithmetic in that dtype; so the
 // results do not depend on how ops were fused, and a pipeline that cuts a chain at a stage
 // boundary computes exactly what one device computes.
+//
+// bf16 and f16 (mixed-precision training) run every other op by rounding: the op's f32
+// kernel on widened copies, its float results rounded to nearest even (lowprec.go); kernels
+// that only move elements take them as they are.
 package cpu
 
 import (
@@ -17,7 +21,10 @@ import (
 )
 
 // Device is the CPU device.
-type Device struct{}
+type Device struct {
+	// scratch holds the widened copies of bf16 and f16 tensors (lowprec.go).
+	scratch scratchList
+}
 
 // New returns the CPU device.
 func New() *Device { return &Device{} }
@@ -53,7 +60,12 @@ func (d *Device) Prepare(s *device.Spec) (impl device.Impl, err error) {
 	if b == nil {
 		return nil, fmt.Errorf("no CPU kernel for op %s", s.Op.Name)
 	}
-	return b(s)
+	impl, err = b(s)
+	if err != nil && hasLow(s.In, s.Out) {
+		// bf16/f16 through the f32 kernel, rounded (lowprec.go).
+		return d.prepareWidened(s, b, err)
+	}
+	return impl, err
 }
 
 // Supports reports whether the CPU device has a kernel for the op.

@@ -123,13 +123,16 @@ func init() {
 		return 0
 	}))
 	registerElementwise("gelu", func(at ir.Attrs, out ir.DType) (ewFunc, error) {
+		// bf16 and f16 results are rounded from f32 values, as a GPU's 16-bit kernels
+		// compute them in f32: they take the f32 routines.
+		f32 := out == ir.F32 || out == ir.BF16 || out == ir.F16
 		if at.Str("approximate", "none") == "tanh" {
-			if out == ir.F32 {
+			if f32 {
 				return geluTanhF32, nil // float32 arithmetic (gelu_tanh.go)
 			}
 			return unary(k.GeluTanh[float64])(nil, 0)
 		}
-		if out == ir.F32 {
+		if f32 {
 			return geluF32, nil // the same values, rounded to f32 (gelu.go)
 		}
 		return unary(k.Gelu[float64])(nil, 0)
@@ -171,6 +174,22 @@ func makeLoader(t ir.Type, out ir.Shape) (func(data []byte) loader, error) {
 			case ir.F64:
 				src := device.Tensor{Data: data}.F64()
 				return func(dst []float64, lo int) { copy(dst, src[lo:lo+len(dst)]) }
+			case ir.BF16:
+				src := device.Tensor{Data: data}.U16()
+				return func(dst []float64, lo int) {
+					s := src[lo : lo+len(dst)]
+					for i := range dst {
+						dst[i] = float64(math.Float32frombits(uint32(s[i]) << 16))
+					}
+				}
+			case ir.F16:
+				src := device.Tensor{Data: data}.U16()
+				return func(dst []float64, lo int) {
+					s := src[lo : lo+len(dst)]
+					for i := range dst {
+						dst[i] = float64(ir.F16ToF32(s[i]))
+					}
+				}
 			}
 			return func(dst []float64, lo int) {
 				for i := range dst {

@@ -24,14 +24,16 @@ func init() {
 		}
 	}))
 	registerElementwise("gelu_grad", func(at ir.Attrs, out ir.DType) (ewFunc, error) {
+		// bf16 and f16 results are rounded from f32 values, as gelu's (elementwise.go).
+		f32 := out == ir.F32 || out == ir.BF16 || out == ir.F16
 		switch {
 		case !out.IsFloat():
 			return nil, fmt.Errorf("supports floating-point operands, not %s", out)
-		case at.Str("approximate", "none") == "tanh" && out == ir.F32:
+		case at.Str("approximate", "none") == "tanh" && f32:
 			return geluTanhGradF32, nil // float32 arithmetic (gelu_tanh.go)
 		case at.Str("approximate", "none") == "tanh":
 			return binary(func(x, dy float64) float64 { return dy * k.GeluTanhGrad(x) })(at, out)
-		case out == ir.F32:
+		case f32:
 			return geluGradF32, nil // the same values, rounded to f32 (gelu.go)
 		}
 		return binary(func(x, dy float64) float64 { return dy * k.GeluGrad(x) })(at, out)

@@ -1,0 +1,85 @@
+package passes
+
+import (
+	"strings"
+	"testing"
+
+	"ppc.dev/ppc/ir"
+)
+
+const precisionModel = `func @forward(%x: f32[2,4] {input}, %w: f32[4,4] {param}) -> (f32[] {loss}) {
+  %h = matmul %x, %w : f32[2,4]
+  %0 = reduce_sum %h : f32[]
+  return %0
+}
+`
+
+// runPipeline parses src and runs pipeline over it with the verifier after every pass.
+func runPipeline(t *testing.T, src, pipeline string) (*ir.Module, error) {
+	t.Helper()
+	m, err := ir.ParseAndVerify("m.ir", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := ParsePipeline(pipeline)
+	if err != nil {
+		return nil, err
+	}
+	return m, Run(m, pl, Config{VerifyEach: true})
+}
+
+// Mixed precision's pass errors and no-ops.
+func TestPrecisionPassErrors(t *testing.T) {
+	for _, c := range []struct{ pipeline, src, want string }{
+		{"precision{dtype=f8}", precisionModel, `pass precision: precision: dtype: unknown precision "f8" (want fp32, bf16 or fp16)`},
+		{"precision{dtype=f16,init_scale=inf}", precisionModel, `init_scale must be a finite f32 above 0, got "inf"`},
+		{"precision{dtype=f16,init_scale=1e39}", precisionModel, `init_scale must be a finite f32 above 0`},
+		{"precision{dtype=bf16},precision{dtype=f16}", precisionModel, "precision: the module already computes in bf16"},
+		{"autodiff,precision{dtype=bf16}", precisionModel, "the module has no @forward function"},
+		{"precision{dtype=f16},autodiff,optimizer,loss-scale{growth_factor=1}", precisionModel, "growth_factor must be a finite number above 1"},
+		{"precision{dtype=f16},autodiff,optimizer,loss-scale{backoff_factor=1}", precisionModel, "backoff_factor must be in (0, 1)"},
+		{"precision{dtype=f16},autodiff,optimizer,loss-scale{growth_interval=0}", precisionModel, "growth_interval must be an integer in [1, 2^24]"},
+		{"precision{dtype=f16},autodiff,loss-scale", precisionModel, "@train is scaled but the module has no @optimizer"},
+		{"precision{dtype=f16},autodiff,optimizer,loss-scale,loss-scale", precisionModel, "@optimizer already has the loss scaler's state"},
+		{"autodiff", strings.Replace(precisionModel, "%w: f32[4,4] {param}", "%w: f32[4,4] {param}, %s: f16[] {loss_scale}", 1),
+			"the loss scale %s must be an f32 scalar that is neither a parameter nor an input, got f16[]"},
+		{"autodiff", strings.Replace(precisionModel, "%w: f32[4,4] {param}", "%w: f32[4,4] {param}, %s: f32[] {loss_scale}, %t: f32[] {loss_scale}", 1),
+			"two arguments marked {loss_scale} (%s and %t)"},
+	} {
+		_, err := runPipeline(t, c.src, c.pipeline)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v\nwant an error containing %q", c.pipeline, err, c.want)
+		}
+	}
+	// f32 changes nothing; bf16 has no loss scaling, so loss-scale changes nothing either.
+	m, err := runPipeline(t, precisionModel, "precision")
+	if err != nil || m.Attrs.Has(AttrPrecision) || strings.Contains(m.String(), "cast") {
+		t.Errorf("precision{dtype=f32}: %v\n%s", err, m)
+	}
+	m, err = runPipeline(t, precisionModel, "precision{dtype=bf16},autodiff,optimizer,loss-scale")
+	if err != nil || strings.Contains(m.String(), ScalerPrefix) || strings.Contains(m.String(), AttrFoundInf) {
+		t.Errorf("bf16 with loss-scale: %v\n%s", err, m)
+	}
+}
+
+// NonFiniteCheck's function: a 0/1 flag from every gradient, all-reduced with max over tp,
+// dp and pp; with no gradient, 0.
+func TestNonFiniteCheck(t *testing.T) {
+	f, err := NonFiniteCheck([]ir.Type{ir.T(ir.F32, 3, 2), ir.T(ir.F64, 5)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := f.String()
+	for _, want := range []string{"reduce_sum", "all_reduce %", "{axis = tp, op = max}", "{axis = dp, op = max}", "{axis = pp, op = max}", "f64[5]"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("missing %q in\n%s", want, text)
+		}
+	}
+	if _, err := NonFiniteCheck([]ir.Type{ir.T(ir.I64, 2)}); err == nil {
+		t.Error("an integer gradient was accepted")
+	}
+	f, err = NonFiniteCheck(nil)
+	if err != nil || len(f.Args) != 0 || len(f.Results) != 1 {
+		t.Errorf("no gradients: %v\n%s", err, f)
+	}
+}
