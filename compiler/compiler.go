@@ -379,9 +379,9 @@ func optimizerStep(spec string) (string, error) {
 	return pl[0].String(), nil
 }
 
-// LearningRate is the learning rate of an --optimizer value, as plan.json records it in
-// Optimizer: for the step logs of a run.
-func LearningRate(spec string) (float64, error) {
+// LearningRate is the learning rate of step t (1-based) under an --optimizer value, as
+// plan.json records it in Optimizer, schedule included: for the step logs of a run.
+func LearningRate(spec string, t int) (float64, error) {
 	step, err := optimizerStep(spec)
 	if err != nil {
 		return 0, err
@@ -390,7 +390,43 @@ func LearningRate(spec string) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return passes.OptimizerLR(pl[0].Options)
+	return passes.ScheduledLR(pl[0].Options, t)
+}
+
+// WithSchedule adds learning-rate schedule options (schedule, warmup, decay_steps, min_lr:
+// ppc compile's --lr-schedule, --warmup-steps, --lr-decay-steps, --min-lr) to an
+// --optimizer value. An option the value already sets is an error: one way to say each.
+func WithSchedule(spec string, opts [][2]string) (string, error) {
+	if len(opts) == 0 {
+		return spec, nil
+	}
+	if spec == "" {
+		spec = "adamw"
+	}
+	name, rest, hasOpts := strings.Cut(spec, "{")
+	var have passes.Options
+	if hasOpts {
+		pl, err := passes.ParsePipeline("optimizer{" + rest)
+		if err != nil {
+			return "", fmt.Errorf("--optimizer %q: %v", spec, err)
+		}
+		have = pl[0].Options
+	}
+	var kv []string
+	for _, o := range opts {
+		if have[o[0]] != "" {
+			return "", fmt.Errorf("--optimizer %q already sets %s; give it once", spec, o[0])
+		}
+		kv = append(kv, o[0]+"="+o[1])
+	}
+	if hasOpts {
+		rest = strings.TrimSuffix(strings.TrimSpace(rest), "}")
+		if strings.TrimSpace(rest) != "" {
+			rest += ","
+		}
+		return name + "{" + rest + strings.Join(kv, ",") + "}", nil
+	}
+	return name + "{" + strings.Join(kv, ",") + "}", nil
 }
 
 // StageCosts turns a plan's per-stage cost-model estimates into simulator costs: seconds on

@@ -39,6 +39,8 @@ var (
 	llamaPPM = "../testdata/models/llama.ppm"
 	gptONNX  = "../testdata/models/gpt-tiny.onnx"
 	sgdM     = "sgd{lr=0.05,momentum=0.9}"
+	// sgdCosine warms up over 2 of the 3 steps, then decays by cosine.
+	sgdCosine = "sgd{lr=0.05,momentum=0.9,schedule=cosine,warmup=2,decay_steps=5,min_lr=0.01}"
 )
 
 // spmdRun compiles model, resumes from the checkpoint in resume when it is not "", trains
@@ -163,6 +165,8 @@ func TestSPMDEquivalence(t *testing.T) {
 			{"pp2-dp2-tp2-sp", Options{PP: 2, DP: 2, TP: 2, SP: true, Optimizer: sgdM}, ""},
 			{"pp2-dp2-tp2-sp-zero1", Options{PP: 2, DP: 2, TP: 2, SP: true, Zero: 1, Optimizer: sgdM}, ""},
 			{"pp2-dp2-tp2-sp-zero2", Options{PP: 2, DP: 2, TP: 2, SP: true, Zero: 2, Optimizer: sgdM}, ""},
+			// A warmup-cosine learning rate: every rank computes the same scalar from %step.
+			{"pp2-dp2-tp2-cosine", Options{PP: 2, DP: 2, TP: 2, Optimizer: sgdCosine}, ""},
 		}},
 		{llamaPPM, llamaPPM, LoadOptions{Preset: "tiny"}, []layout{
 			{"tp2", Options{TP: 2, Optimizer: sgdM}, ""},

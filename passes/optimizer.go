@@ -61,6 +61,10 @@ var Optimizer = &Pass{
 		{Name: "weight_decay", Doc: "adamw: decoupled weight decay (default 0.01); sgd: L2 term added to the gradient (default 0); >= 0"},
 		{Name: "momentum", Doc: "sgd: momentum, >= 0 (default 0, as torch.optim.SGD: no state; > 0 keeps a momentum_buffer per parameter)"},
 		{Name: "zero", Default: "0", Doc: "ZeRO stage over the mesh's dp axis: 1 shards optimizer state, 2 also gradients (ppc compile --zero)"},
+		{Name: "schedule", Doc: "learning-rate schedule: constant (the default), linear or cosine (see ScheduledLR; ppc compile --lr-schedule)"},
+		{Name: "warmup", Doc: "steps of linear warmup from 0 to lr, >= 0 (default 0; ppc compile --warmup-steps)"},
+		{Name: "decay_steps", Doc: "linear and cosine: the step at which the rate reaches min_lr, > warmup (ppc compile --lr-decay-steps)"},
+		{Name: "min_lr", Doc: "linear and cosine: the rate after decay_steps, in [0, lr] (default 0; ppc compile --min-lr)"},
 	},
 	Run: func(m *ir.Module, opts Options) error {
 		cfg, err := parseOptimizerOptions(opts)
@@ -81,18 +85,62 @@ func CheckOptimizerOptions(o Options) error {
 	return err
 }
 
-// OptimizerLR is the learning rate the optimizer pass's options give (the kind's default
-// when lr is not set). The pass has no schedule: it is the rate of every step.
+// OptimizerLR is the peak learning rate the optimizer pass's options give (the kind's
+// default when lr is not set); ScheduledLR gives the rate of each step.
 func OptimizerLR(o Options) (float64, error) {
 	c, err := parseOptimizerOptions(o)
 	return c.lr, err
 }
+
+// ScheduledLR is the learning rate of step t (1-based) under the optimizer pass's options —
+// the value @optimizer computes from %step, by the same f64 operations in the same order:
+//
+//	t ≤ warmup:          lr·t/warmup                         (linear warmup from 0)
+//	after, constant:     lr
+//	after, linear:       min_lr + (lr − min_lr)·(1 − p)
+//	after, cosine:       min_lr + (lr − min_lr)·½(1 + cos(π·p))
+//	with p = min(max((t − warmup)/(decay_steps − warmup), 0), 1)
+//
+// — Megatron-LM's schedule (warmup, then decay to min_lr at decay_steps, flat after), which
+// nanoGPT's get_lr also follows up to its 0-based step count.
+func ScheduledLR(o Options, t int) (float64, error) {
+	c, err := parseOptimizerOptions(o)
+	if err != nil {
+		return 0, err
+	}
+	return c.lrAt(float64(t)), nil
+}
+
+func (c optConfig) lrAt(t float64) float64 {
+	after := c.lr
+	if c.schedule != "constant" {
+		p := math.Min(math.Max((t-float64(c.warmup))/float64(c.decaySteps-c.warmup), 0), 1)
+		var f float64
+		if c.schedule == "linear" {
+			f = 1 - p
+		} else {
+			f = 0.5 * (1 + math.Cos(math.Pi*p))
+		}
+		after = c.minLR + (c.lr-c.minLR)*f
+	}
+	if c.warmup > 0 && t < float64(c.warmup)+0.5 {
+		return c.lr * t / float64(c.warmup)
+	}
+	return after
+}
+
+// scheduled reports whether the rate changes from step to step.
+func (c optConfig) scheduled() bool { return c.schedule != "constant" || c.warmup > 0 }
 
 // optConfig is a parsed optimizer configuration.
 type optConfig struct {
 	kind                                         string
 	lr, beta1, beta2, eps, weightDecay, momentum float64
 	zero                                         int
+	// The learning-rate schedule (ScheduledLR).
+	schedule           string
+	warmup, decaySteps int
+	minLR              float64
 }
 
 func parseOptimizerOptions(o Options) (optConfig, error) {
@@ -154,6 +202,9 @@ func parseOptimizerOptions(o Options) (optConfig, error) {
 	case c.lr != 0 && float32(c.lr) == 0:
 		return c, fmt.Errorf("optimizer: lr=%g is 0 in f32, the precision of the update: no parameter would change", c.lr)
 	}
+	if err := c.parseSchedule(o); err != nil {
+		return c, err
+	}
 	// Constants derived from the options must be finite in f32 too: AdamW's decay factor
 	// 1 − lr·wd and its first step size lr/(1 − β1).
 	if c.kind == "adamw" {
@@ -165,6 +216,51 @@ func parseOptimizerOptions(o Options) (optConfig, error) {
 		}
 	}
 	return c, nil
+}
+
+// parseSchedule reads the learning-rate schedule's options.
+func (c *optConfig) parseSchedule(o Options) error {
+	c.schedule = o["schedule"]
+	if c.schedule == "" {
+		c.schedule = "constant"
+	}
+	switch c.schedule {
+	case "constant", "linear", "cosine":
+	default:
+		return fmt.Errorf("optimizer: unknown schedule %q (want constant, linear or cosine)", c.schedule)
+	}
+	steps := func(name string) (int, error) {
+		s := o[name]
+		if s == "" {
+			return 0, nil
+		}
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 0 {
+			return 0, fmt.Errorf("optimizer: %s=%q is not a non-negative number of steps", name, s)
+		}
+		return v, nil
+	}
+	var err error
+	if c.warmup, err = steps("warmup"); err != nil {
+		return err
+	}
+	if c.decaySteps, err = steps("decay_steps"); err != nil {
+		return err
+	}
+	if s := o["min_lr"]; s != "" {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil || !(v >= 0) || v > c.lr || math.IsInf(v, 0) {
+			return fmt.Errorf("optimizer: min_lr=%q must be a number in [0, lr=%g]", s, c.lr)
+		}
+		c.minLR = v
+	}
+	switch {
+	case c.schedule == "constant" && (o["decay_steps"] != "" || o["min_lr"] != ""):
+		return fmt.Errorf("optimizer: decay_steps and min_lr apply to the linear and cosine schedules, not constant")
+	case c.schedule != "constant" && c.decaySteps <= c.warmup:
+		return fmt.Errorf("optimizer: the %s schedule needs decay_steps (the step at which the rate reaches min_lr) greater than warmup=%d, got %d", c.schedule, c.warmup, c.decaySteps)
+	}
+	return nil
 }
 
 // stateNames lists the per-parameter state of an optimizer configuration (PyTorch's names).
@@ -368,6 +464,7 @@ type optBuilder struct {
 	b       *ir.Builder
 	c       optConfig
 	step    *ir.Value
+	lrv     *ir.Value // the scheduled learning rate (f64), once built
 	scalars map[ir.DType]*adamScalars
 	consts  map[optConst]*ir.Value
 }
@@ -391,6 +488,55 @@ func (o *optBuilder) k(dt ir.DType, v float64) *ir.Value {
 	return c
 }
 
+// lr is the step's learning rate, an f64 scalar: the constant lr, or the schedule computed
+// from %step (ScheduledLR, whose operations it mirrors one for one).
+func (o *optBuilder) lr() *ir.Value {
+	c, b := o.c, o.b
+	if !c.scheduled() {
+		return o.k(ir.F64, c.lr)
+	}
+	if o.lrv != nil {
+		return o.lrv
+	}
+	t := b.Cast(o.step, ir.F64)
+	f64 := func(v float64) *ir.Value { return o.k(ir.F64, v) }
+	after := f64(c.lr)
+	if c.schedule != "constant" {
+		p := b.Div(b.Sub(t, f64(float64(c.warmup))), f64(float64(c.decaySteps-c.warmup)))
+		p = b.Op1("min", nil, b.Op1("max", nil, p, f64(0)), f64(1))
+		var f *ir.Value
+		if c.schedule == "linear" {
+			f = b.Sub(f64(1), p)
+		} else {
+			f = b.Mul(f64(0.5), b.Add(f64(1), b.Unary("cos", b.Mul(f64(math.Pi), p))))
+		}
+		after = b.Add(f64(c.minLR), b.Mul(f64(c.lr-c.minLR), f))
+	}
+	if c.warmup > 0 {
+		warm := b.Div(b.Mul(f64(c.lr), t), f64(float64(c.warmup)))
+		after = b.Op1("where", nil, b.Op1("less", nil, t, f64(float64(c.warmup)+0.5)), warm, after)
+	}
+	after.Name = "lr"
+	o.lrv = after
+	return after
+}
+
+// lrIn is the step's learning rate in dt, and 1 − lr·wd (AdamW's decay factor) likewise.
+func (o *optBuilder) lrIn(dt ir.DType) *ir.Value {
+	if !o.c.scheduled() {
+		return o.k(dt, o.c.lr)
+	}
+	return o.b.Cast(o.lr(), dt)
+}
+
+func (o *optBuilder) decayIn(dt ir.DType) *ir.Value {
+	c := o.c
+	if !c.scheduled() {
+		return o.k(dt, 1-c.lr*c.weightDecay)
+	}
+	return o.b.Cast(o.b.Sub(o.k(ir.F64, 1), o.b.Mul(o.lr(), o.k(ir.F64, c.weightDecay))), dt)
+}
+
 // adamScalars computes, in f64 from the step count t, step_size = lr/(1 − β1^t) and
 // √(1 − β2^t), rounded once to dt — as PyTorch computes them in Python floats.
 func (o *optBuilder) adamScalars(dt ir.DType) *adamScalars {
@@ -402,7 +548,7 @@ func (o *optBuilder) adamScalars(dt ir.DType) *adamScalars {
 	one := o.k(ir.F64, 1)
 	bc1 := b.Sub(one, b.Op1("pow", nil, o.k(ir.F64, o.c.beta1), t))
 	bc2 := b.Sub(one, b.Op1("pow", nil, o.k(ir.F64, o.c.beta2), t))
-	s := &adamScalars{stepSize: b.Div(o.k(ir.F64, o.c.lr), bc1), bc2Sqrt: b.Unary("sqrt", bc2)}
+	s := &adamScalars{stepSize: b.Div(o.lr(), bc1), bc2Sqrt: b.Unary("sqrt", bc2)}
 	if dt != ir.F64 {
 		s.stepSize, s.bc2Sqrt = b.Cast(s.stepSize, dt), b.Cast(s.bc2Sqrt, dt)
 	}
@@ -415,7 +561,7 @@ func (o *optBuilder) adamScalars(dt ir.DType) *adamScalars {
 func (o *optBuilder) adamw(p, g, m, v *ir.Value) (*ir.Value, []*ir.Value) {
 	b, c, dt := o.b, o.c, g.Type.DType
 	if c.lr*c.weightDecay != 0 {
-		p = b.Mul(p, o.k(dt, 1-c.lr*c.weightDecay)) // param.mul_(1 - lr*weight_decay)
+		p = b.Mul(p, o.decayIn(dt)) // param.mul_(1 - lr*weight_decay)
 	}
 	m1 := b.Add(m, b.Mul(b.Sub(g, m), o.k(dt, 1-c.beta1)))                          // exp_avg.lerp_(grad, 1 - beta1)
 	v1 := b.Add(b.Mul(v, o.k(dt, c.beta2)), b.Mul(b.Mul(g, o.k(dt, 1-c.beta2)), g)) // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
@@ -436,5 +582,5 @@ func (o *optBuilder) sgd(p, g *ir.Value, state []*ir.Value) (*ir.Value, []*ir.Va
 		g = b.Add(b.Mul(state[0], o.k(dt, c.momentum)), g) // buf.mul_(momentum).add_(grad)
 		out = append(out, g)
 	}
-	return b.Sub(p, b.Mul(g, o.k(dt, c.lr))), out // param.add_(buf, alpha=-lr)
+	return b.Sub(p, b.Mul(g, o.lrIn(dt))), out // param.add_(buf, alpha=-lr)
 }

@@ -210,3 +210,42 @@ func TestOptimizerErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestScheduledLR: the schedules against values worked out by hand (Megatron-LM's warmup then
+// decay to min_lr at decay_steps, flat after), and their option errors.
+func TestScheduledLR(t *testing.T) {
+	cases := []struct {
+		opts Options
+		want []float64 // steps 1, 2, …
+	}{
+		{Options{"lr": "0.1"}, []float64{0.1, 0.1, 0.1}},
+		{Options{"lr": "0.1", "warmup": "4"}, []float64{0.025, 0.05, 0.075, 0.1, 0.1}},
+		// Linear: warmup 2, then from 0.1 at step 2 to 0.02 at step 6.
+		{Options{"lr": "0.1", "schedule": "linear", "warmup": "2", "decay_steps": "6", "min_lr": "0.02"}, []float64{0.05, 0.1, 0.08, 0.06, 0.04, 0.02, 0.02}},
+		// Cosine, no warmup: 0.1 at step 0, ½(1 + cos(π/2)) = ½ at step 2, min_lr from step 4.
+		{Options{"lr": "0.1", "schedule": "cosine", "decay_steps": "4"}, []float64{0.1 * 0.5 * (1 + math.Cos(math.Pi/4)), 0.05, 0.1 * 0.5 * (1 + math.Cos(3*math.Pi/4)), 0, 0}},
+	}
+	for _, c := range cases {
+		for i, want := range c.want {
+			got, err := ScheduledLR(c.opts, i+1)
+			if err != nil || math.Abs(got-want) > 1e-15 {
+				t.Errorf("%v step %d: %v (%v), want %v", c.opts, i+1, got, err, want)
+			}
+		}
+	}
+	for _, c := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{"schedule": "step"}, "unknown schedule"},
+		{Options{"schedule": "cosine", "warmup": "4"}, "the cosine schedule needs decay_steps"},
+		{Options{"schedule": "linear", "warmup": "4", "decay_steps": "4"}, "greater than warmup=4"},
+		{Options{"warmup": "-1"}, "not a non-negative number of steps"},
+		{Options{"lr": "0.1", "schedule": "cosine", "decay_steps": "9", "min_lr": "0.2"}, "must be a number in [0, lr=0.1]"},
+		{Options{"decay_steps": "9"}, "apply to the linear and cosine schedules"},
+	} {
+		if err := CheckOptimizerOptions(c.opts); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.opts, err, c.want)
+		}
+	}
+}

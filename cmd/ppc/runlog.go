@@ -24,7 +24,7 @@ type stepRecord struct {
 	Time        string   `json:"time"`
 	ElapsedS    float64  `json:"elapsed_s"`
 	Loss        float64  `json:"loss"`
-	LR          *float64 `json:"lr,omitempty"` // training: the optimizer's (constant) learning rate
+	LR          *float64 `json:"lr,omitempty"` // training: the step's learning rate (its schedule's)
 	TimeMS      float64  `json:"time_ms"`
 	Samples     int      `json:"samples"`
 	SamplesPerS float64  `json:"samples_per_s"`
@@ -43,7 +43,9 @@ type stepLog struct {
 	w     io.Writer
 	runID string
 	start time.Time
-	lr    *float64
+	// lr gives step t's learning rate (nil: not training, or a plan whose --optimizer value
+	// does not parse — a plan of another version — where the rate is left out, not guessed).
+	lr func(t int) (float64, error)
 }
 
 // newStepLog starts the log of a run that started at start.
@@ -52,8 +54,8 @@ func newStepLog(w io.Writer, plan *codegen.Plan, start time.Time) *stepLog {
 	if plan.Training {
 		// The plan records the --optimizer value it was compiled with; one that does not
 		// parse (a plan of another version) leaves the rate out rather than guessing it.
-		if lr, err := compiler.LearningRate(plan.Optimizer); err == nil {
-			l.lr = &lr
+		if _, err := compiler.LearningRate(plan.Optimizer, 1); err == nil {
+			l.lr = func(t int) (float64, error) { return compiler.LearningRate(plan.Optimizer, t) }
 		}
 	}
 	return l
@@ -75,7 +77,12 @@ func (l *stepLog) write(rec stepRecord) error {
 		return nil
 	}
 	now := time.Now()
-	rec.RunID, rec.LR = l.runID, l.lr
+	rec.RunID = l.runID
+	if l.lr != nil {
+		if lr, err := l.lr(rec.Step); err == nil {
+			rec.LR = &lr
+		}
+	}
 	rec.Time = now.Format("2006-01-02T15:04:05.000Z07:00")
 	rec.ElapsedS = now.Sub(l.start).Seconds()
 	b, err := json.Marshal(rec)
