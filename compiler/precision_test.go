@@ -165,20 +165,8 @@ func TestBF16PipelineTensorParallel(t *testing.T) {
 	}
 }
 
-// ampModel overflows in f16 on its first pipeline stage only: dW1 = (x·a)ᵀ·dh with a = 3000
-// and dh carrying the loss scale is beyond f16's 65504 until the scale has halved a dozen
-// times, while stage 1's gradients (dW2 = hᵀ·dlogits with h ≈ 0.1) stay finite. A step that
-// updated stage 1 alone would be caught.
-const ampModel = `module @amp attributes {microbatches = 2}
-
-func @forward(%x: f32[8,16] {input}, %labels: i64[8] {input, label, range = [0, 4]}, %a: f32[16] {init = "uniform(3000, 3000)", param}, %w1: f32[16,16] {init = "normal(1e-5)", param}, %w2: f32[16,4] {init = "normal(0.1)", param}) -> (f32[] {loss}) {
-  %xa = mul %x, %a : f32[8,16] {stage = 0}
-  %h = matmul %xa, %w1 : f32[8,16] {stage = 0}
-  %logits = matmul %h, %w2 : f32[8,4] {stage = 1}
-  %loss = cross_entropy %logits, %labels : f32[] {stage = 1}
-  return %loss
-}
-`
+// ampModel overflows in f16 on its first pipeline stage only (see its comment).
+const ampModel = "../testdata/ir/amp.ir"
 
 // rankTensors copies every parameter and state buffer of every rank, by rank and name.
 func rankTensors(job *runtime.Job) map[string][]float64 {
@@ -200,7 +188,7 @@ func rankTensors(job *runtime.Job) map[string][]float64 {
 // the scale kept. A checkpoint carries the scale: resuming after the skips continues bit for
 // bit as the run that did not stop.
 func TestFP16OverflowSkipsEveryRank(t *testing.T) {
-	model := writeIR(t, ampModel)
+	model := ampModel
 	opts := Options{PP: 2, DP: 2, Optimizer: "adamw{lr=1e-3}", Precision: "fp16"}
 	res, job := initJob(t, model, opts, 3)
 	if !strings.Contains(strings.Join(res.Output.Plan.Params[0].State, ","), "exp_avg") {
@@ -326,7 +314,7 @@ func TestFP16OverflowSkipsEveryRank(t *testing.T) {
 // its pipeline has neither pass).
 func TestPrecisionInPlan(t *testing.T) {
 	for prec, want := range map[string]string{"fp32": "", "": "", "bf16": "bf16", "fp16": "f16"} {
-		res, err := Compile(writeIR(t, ampModel), Options{Precision: prec})
+		res, err := Compile(ampModel, Options{Precision: prec})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -343,7 +331,7 @@ func TestPrecisionInPlan(t *testing.T) {
 			t.Errorf("--precision %q: plan.json precision %q, want %q", prec, plan.Precision, want)
 		}
 	}
-	if _, err := Compile(writeIR(t, ampModel), Options{Precision: "fp8"}); err == nil || !strings.Contains(err.Error(), `unknown precision "fp8"`) {
+	if _, err := Compile(ampModel, Options{Precision: "fp8"}); err == nil || !strings.Contains(err.Error(), `unknown precision "fp8"`) {
 		t.Errorf("--precision fp8: %v", err)
 	}
 }

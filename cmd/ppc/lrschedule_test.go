@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"math"
 	"os"
@@ -45,15 +44,9 @@ func TestLRSchedule(t *testing.T) {
 	}
 	var p struct{ Optimizer string }
 	json.Unmarshal(plan, &p)
-	f, err := os.Open(at("log.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	n := 0
-	for sc := bufio.NewScanner(f); sc.Scan(); n++ {
-		var rec stepRecord
-		json.Unmarshal(sc.Bytes(), &rec)
+	recs := readLog(t, at("log.jsonl"))
+	n := len(recs)
+	for _, rec := range recs {
 		want, _ := compiler.LearningRate(p.Optimizer, rec.Step)
 		// Steps 1-2 warm up (0.05, 0.1); 3-5 decay by cosine; 6 is min_lr.
 		byHand := []float64{0.05, 0.1, 0.01 + 0.09*0.5*(1+math.Cos(math.Pi/3)), 0.01 + 0.09*0.5*(1+math.Cos(2*math.Pi/3)), 0.01, 0.01}[rec.Step-1]

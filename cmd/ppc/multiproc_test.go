@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"maps"
 	"net"
@@ -199,16 +198,11 @@ func TestNprocTraceAndLog(t *testing.T) {
 	if spans[0] == 0 || spans[1] == 0 {
 		t.Fatalf("spans per rank: %v", spans)
 	}
-	f, err := os.Open(lg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	n := 0
-	for sc := bufio.NewScanner(f); sc.Scan(); n++ {
-		var rec stepRecord
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil || len(rec.RankTimesMS) != 2 {
-			t.Fatalf("record %q: %v", sc.Text(), err)
+	recs := readLog(t, lg)
+	n := len(recs)
+	for _, rec := range recs {
+		if len(rec.RankTimesMS) != 2 {
+			t.Fatalf("record %+v: want two rank times", rec)
 		}
 	}
 	if n != 2 {

@@ -29,19 +29,6 @@ func TestPrecisionFlag(t *testing.T) {
 	}
 }
 
-// ampIR overflows in fp16 on its first pipeline stage only, for the first steps (see
-// compiler.TestFP16OverflowSkipsEveryRank).
-const ampIR = `module @amp attributes {microbatches = 2}
-
-func @forward(%x: f32[8,16] {input}, %labels: i64[8] {input, label, range = [0, 4]}, %a: f32[16] {init = "uniform(3000, 3000)", param}, %w1: f32[16,16] {init = "normal(1e-5)", param}, %w2: f32[16,4] {init = "normal(0.1)", param}) -> (f32[] {loss}) {
-  %xa = mul %x, %a : f32[8,16] {stage = 0}
-  %h = matmul %xa, %w1 : f32[8,16] {stage = 0}
-  %logits = matmul %h, %w2 : f32[8,4] {stage = 1}
-  %loss = cross_entropy %logits, %labels : f32[] {stage = 1}
-  return %loss
-}
-`
-
 // readLog reads --log-json records.
 func readLog(t *testing.T, path string) []stepRecord {
 	t.Helper()
@@ -66,7 +53,7 @@ func readLog(t *testing.T, path string) []stepRecord {
 // used, halved at each skip) — in one process at --pp 2 --dp 2, and with --nproc 2, where the
 // flag travels from each rank's process through the end-of-step agreement.
 func TestFP16SkippedStepsReported(t *testing.T) {
-	model := writeFile(t, "amp.ir", ampIR)
+	model := "../../testdata/ir/amp.ir" // it overflows in fp16 on its first pipeline stage only
 	for _, c := range []struct {
 		name   string
 		layout []string
