@@ -240,13 +240,7 @@ func lossStep(spec string, output int) (passes.Step, error) {
 	if spec == "" {
 		spec = "ce"
 	}
-	kind, rest, hasOpts := strings.Cut(spec, "{")
-	kind = strings.TrimSpace(kind)
-	text := "add-loss"
-	if hasOpts {
-		text += "{" + rest
-	}
-	pl, err := passes.ParsePipeline(text)
+	kind, pl, err := flagSpec(spec, "add-loss")
 	switch {
 	case kind != "ce" && kind != "mse":
 		err = fmt.Errorf("want ce or mse, with options as ce{axis=1}")
@@ -343,19 +337,24 @@ func CheckOptimizer(spec string) error {
 	return err
 }
 
+// flagSpec parses a flag value written kind{opt=v,…} (--loss, --optimizer) as a step of
+// pass with those options, returning the kind before the braces.
+func flagSpec(spec, pass string) (string, passes.Pipeline, error) {
+	kind, rest, hasOpts := strings.Cut(spec, "{")
+	if hasOpts {
+		pass += "{" + rest
+	}
+	pl, err := passes.ParsePipeline(pass)
+	return strings.TrimSpace(kind), pl, err
+}
+
 // optimizerStep turns an --optimizer value (adamw, sgd{lr=0.1}, or the pass's own
 // optimizer{kind=…}) into the optimizer pass's pipeline step, checking its options.
 func optimizerStep(spec string) (string, error) {
 	if spec == "" {
 		spec = "adamw"
 	}
-	name, rest, hasOpts := strings.Cut(spec, "{")
-	name = strings.TrimSpace(name)
-	text := "optimizer"
-	if hasOpts {
-		text += "{" + rest
-	}
-	pl, err := passes.ParsePipeline(text)
+	name, pl, err := flagSpec(spec, "optimizer")
 	if err == nil && (len(pl) != 1 || pl[0].Pass != passes.Optimizer) {
 		err = fmt.Errorf("want adamw or sgd, with options as adamw{lr=3e-4}")
 	}
