@@ -1103,10 +1103,21 @@ func (rg *rankGen) optimizer() error {
 		slotBuf[i] = -1
 	}
 	var grads []int
-	found := -1
+	var sumGrads []int     // clipping: the gradients whose squares this rank counts
+	var sumRepl [][]string // and the axes each is whole over
+	found, sumsq := -1, -1
+	tiedTo := map[string]int{} // clipping: a parameter's first holder among the pipeline ranks
 	for i := range f.Args {
 		if f.ArgAttrs[i].Has(passes.AttrFoundInf) {
 			found = i
+			continue
+		}
+		if f.ArgAttrs[i].Has(passes.AttrGradSumSq) {
+			sumsq = i
+			holders, _ := rg.g.gradRanks()
+			for name, rs := range holders {
+				tiedTo[name] = rs[0]
+			}
 			continue
 		}
 		buf, err := rg.bindArg(f, i, 0)
@@ -1118,10 +1129,54 @@ func (rg *rankGen) optimizer() error {
 			grads = append(grads, buf)
 		}
 	}
+	if sumsq >= 0 {
+		// Each parameter's gradient counts once in the global norm: on the first pipeline
+		// rank that holds a tied parameter, and, where the gradient is whole on every rank
+		// of tp or dp, on that axis's rank 0 (passes.GradSumSq).
+		for i := range f.Args {
+			at := f.ArgAttrs[i]
+			name := at.Str(ir.AttrGrad, "")
+			if name == "" || (len(tiedTo) > 0 && tiedTo[name] != rg.rank) {
+				continue
+			}
+			split := map[string]bool{}
+			for _, j := range []int{i, paramArg(f, name)} {
+				if j < 0 {
+					continue
+				}
+				s, err := ir.ArgSharding(f, j)
+				if err != nil {
+					return fmt.Errorf("@optimizer: %%%s: %v", f.Args[j].Name, err)
+				}
+				if s != nil {
+					for _, d := range s.Dims {
+						for _, a := range d {
+							split[a] = true
+						}
+					}
+				}
+			}
+			var repl []string
+			for _, a := range []string{"tp", "dp"} {
+				if !split[a] {
+					repl = append(repl, a)
+				}
+			}
+			sumGrads = append(sumGrads, slotBuf[b.Args[i]])
+			sumRepl = append(sumRepl, repl)
+		}
+	}
 	for slot, d := range b.Consts {
 		slotBuf[slot] = rg.constBuffer(d)
 	}
 	rg.instr(&pb.Instr{Kind: pb.Instr_BEGIN, Label: "OPT", Stage: -1})
+	if sumsq >= 0 {
+		buf, err := rg.gradSumSq(sumGrads, sumRepl)
+		if err != nil {
+			return fmt.Errorf("@optimizer: %%%s: %v", f.Args[sumsq].Name, err)
+		}
+		slotBuf[b.Args[sumsq]] = buf
+	}
 	if found >= 0 {
 		buf, err := rg.nonFiniteCheck(grads)
 		if err != nil {
@@ -1158,6 +1213,30 @@ func (rg *rankGen) optimizer() error {
 	return nil
 }
 
+// paramArg is the index of @optimizer's argument for parameter name (-1: none).
+func paramArg(f *ir.Func, name string) int {
+	for j, a := range f.Args {
+		if f.ArgAttrs[j].Has(ir.AttrParam) && a.Name == name {
+			return j
+		}
+	}
+	return -1
+}
+
+// gradSumSq emits clipping's global sum of squares over the gradient buffers given
+// (passes.GradSumSq: a value every rank of the mesh agrees on) and returns its buffer.
+func (rg *rankGen) gradSumSq(grads []int, replicated [][]string) (int, error) {
+	types := make([]ir.Type, len(grads))
+	for i, g := range grads {
+		types[i] = rg.typeOf(g)
+	}
+	f, err := passes.GradSumSq(types, replicated)
+	if err != nil {
+		return 0, err
+	}
+	return rg.runHelper(f, grads)
+}
+
 // nonFiniteCheck emits the loss scaler's overflow check over the gradient buffers this
 // rank's slice of @optimizer reads (passes.NonFiniteCheck: a flag every rank of the mesh
 // agrees on) and returns the flag's buffer.
@@ -1170,6 +1249,12 @@ func (rg *rankGen) nonFiniteCheck(grads []int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	return rg.runHelper(f, grads)
+}
+
+// runHelper lowers a one-result helper function of @optimizer's (NonFiniteCheck,
+// GradSumSq) over the given buffers, emits its launches, and returns its result's buffer.
+func (rg *rankGen) runHelper(f *ir.Func, args []int) (int, error) {
 	b, err := lower.Func(f)
 	if err != nil {
 		return 0, err
@@ -1178,7 +1263,7 @@ func (rg *rankGen) nonFiniteCheck(grads []int) (int, error) {
 	for i := range slotBuf {
 		slotBuf[i] = -1
 	}
-	for i, g := range grads {
+	for i, g := range args {
 		slotBuf[b.Args[i]] = g
 	}
 	for slot, d := range b.Consts {

@@ -95,7 +95,13 @@
 // slice runs, per rank, by passes.NonFiniteCheck over the gradient buffers the slice reads,
 // then all-reduced (max) over tp, dp and pp — the one collective over pp, which outside the
 // per-stage functions every pipeline rank reaches — so every rank of the mesh skips or applies
-// the same step. An @optimizer result marked {metric = NAME} becomes a METRIC instruction,
+// the same step. Gradient clipping's {grad_sumsq} argument is computed the same way, by
+// passes.GradSumSq: each gradient the rank holds is counted on the first pipeline rank that
+// holds its parameter (a tied one is held by two), and, over tp or dp where the gradient is
+// whole on every rank of the axis, only on that axis's rank 0 (sharded gradients — tp blocks,
+// ZeRO-2's dp blocks — count everywhere); then all-reduced (sum) over tp, dp and pp, so the
+// global norm counts every element of the model's gradient once. An @optimizer result
+// marked {metric = NAME} becomes a METRIC instruction,
 // emitted before the updates are written back, which the runtime reports with the loss.
 //
 // plan.json's stage_info carries the cost model's per-stage times for `ppc simulate` and the

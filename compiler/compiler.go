@@ -392,10 +392,11 @@ func LearningRate(spec string, t int) (float64, error) {
 	return passes.ScheduledLR(pl[0].Options, t)
 }
 
-// WithSchedule adds learning-rate schedule options (schedule, warmup, decay_steps, min_lr:
-// ppc compile's --lr-schedule, --warmup-steps, --lr-decay-steps, --min-lr) to an
-// --optimizer value. An option the value already sets is an error: one way to say each.
-func WithSchedule(spec string, opts [][2]string) (string, error) {
+// WithOptimizerOptions adds optimizer options given by their own flags (ppc compile's
+// --clip-grad, --lr-schedule, --warmup-steps, --lr-decay-steps, --min-lr: clip, schedule,
+// warmup, decay_steps, min_lr) to an --optimizer value. An option the value already sets is
+// an error: one way to say each.
+func WithOptimizerOptions(spec string, opts [][2]string) (string, error) {
 	if len(opts) == 0 {
 		return spec, nil
 	}

@@ -41,6 +41,8 @@ var (
 	sgdM     = "sgd{lr=0.05,momentum=0.9}"
 	// sgdCosine warms up over 2 of the 3 steps, then decays by cosine.
 	sgdCosine = "sgd{lr=0.05,momentum=0.9,schedule=cosine,warmup=2,decay_steps=5,min_lr=0.01}"
+	// sgdClipCosine also clips the gradients to global norm 0.5.
+	sgdClipCosine = "sgd{lr=0.05,momentum=0.9,schedule=cosine,warmup=2,decay_steps=5,min_lr=0.01,clip=0.5}"
 )
 
 // spmdRun compiles model, resumes from the checkpoint in resume when it is not "", trains
@@ -167,6 +169,12 @@ func TestSPMDEquivalence(t *testing.T) {
 			{"pp2-dp2-tp2-sp-zero2", Options{PP: 2, DP: 2, TP: 2, SP: true, Zero: 2, Optimizer: sgdM}, ""},
 			// A warmup-cosine learning rate: every rank computes the same scalar from %step.
 			{"pp2-dp2-tp2-cosine", Options{PP: 2, DP: 2, TP: 2, Optimizer: sgdCosine}, ""},
+			// Clipping to a norm below the gradients' (≈ 4.3), so that every step clips: the
+			// global norm counts each gradient once — tp-replicated ones on tp rank 0, dp-reduced
+			// ones on dp rank 0, the tied embedding on its first pipeline rank, ZeRO-2's blocks
+			// on every replica — or the coefficient, and every update, would differ.
+			{"pp2-dp2-tp2-clip-cosine", Options{PP: 2, DP: 2, TP: 2, Optimizer: sgdClipCosine}, ""},
+			{"pp2-dp2-tp2-sp-zero2-clip", Options{PP: 2, DP: 2, TP: 2, SP: true, Zero: 2, Optimizer: sgdClipCosine}, ""},
 		}},
 		{llamaPPM, llamaPPM, LoadOptions{Preset: "tiny"}, []layout{
 			{"tp2", Options{TP: 2, Optimizer: sgdM}, ""},

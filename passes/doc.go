@@ -82,6 +82,11 @@
 // parameter and state on every rank when any rank's gradients overflow (code generation
 // computes that flag per rank, NonFiniteCheck, and reduces it over the mesh).
 //
+// The optimizer pass also owns gradient clipping by the global norm (clip.go: the sum of
+// squares is an @optimizer argument code generation computes across the mesh, GradSumSq,
+// because @optimizer runs on each rank only as a slice) and the learning-rate schedule
+// (ScheduledLR: computed in @optimizer from %step, so resume continues it).
+//
 // Golden tests: every testdata/passes/*.ir file starts with `// RUN: passes=PIPELINE`, holds
 // cases split by `// -----`, and checks the printed result with FileCheck directives
 // (internal/filecheck) and expected diagnostics with `// ERROR "regex"` on the offending line.

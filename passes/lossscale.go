@@ -128,6 +128,14 @@ func runLossScale(m *ir.Module, opts Options) error {
 		u.Name = g.Name + ".unscaled"
 		repl[g] = u
 	}
+	// Clipping's sum of squares is of the scaled gradients: unscale it too (by inv_scale²).
+	for i, a := range f.Args {
+		if f.ArgAttrs[i].Has(AttrGradSumSq) {
+			u := b.Mul(b.Mul(a, inv), inv)
+			u.Name = a.Name + ".unscaled"
+			repl[a] = u
+		}
+	}
 	f.Replace(repl)
 	f.Ops = append(pre, f.Ops...)
 
@@ -147,6 +155,9 @@ func runLossScale(m *ir.Module, opts Options) error {
 		}
 	}
 	for i, r := range f.Results {
+		if f.ResultAttrs[i].Has(AttrMetric) {
+			continue // clipping's metrics report the step as it was
+		}
 		target := f.ResultAttrs[i].Str(AttrUpdate, "")
 		prev := old[target]
 		if prev == nil || !prev.Type.Equal(r.Type) {

@@ -61,6 +61,7 @@ var Optimizer = &Pass{
 		{Name: "weight_decay", Doc: "adamw: decoupled weight decay (default 0.01); sgd: L2 term added to the gradient (default 0); >= 0"},
 		{Name: "momentum", Doc: "sgd: momentum, >= 0 (default 0, as torch.optim.SGD: no state; > 0 keeps a momentum_buffer per parameter)"},
 		{Name: "zero", Default: "0", Doc: "ZeRO stage over the mesh's dp axis: 1 shards optimizer state, 2 also gradients (ppc compile --zero)"},
+		{Name: "clip", Doc: "clip the gradients to this global L2 norm, > 0 (torch.nn.utils.clip_grad_norm_; see passes/clip.go; ppc compile --clip-grad)"},
 		{Name: "schedule", Doc: "learning-rate schedule: constant (the default), linear or cosine (see ScheduledLR; ppc compile --lr-schedule)"},
 		{Name: "warmup", Doc: "steps of linear warmup from 0 to lr, >= 0 (default 0; ppc compile --warmup-steps)"},
 		{Name: "decay_steps", Doc: "linear and cosine: the step at which the rate reaches min_lr, > warmup (ppc compile --lr-decay-steps)"},
@@ -137,6 +138,7 @@ type optConfig struct {
 	kind                                         string
 	lr, beta1, beta2, eps, weightDecay, momentum float64
 	zero                                         int
+	clip                                         float64 // the global gradient norm to clip to (0: no clipping)
 	// The learning-rate schedule (ScheduledLR).
 	schedule           string
 	warmup, decaySteps int
@@ -204,6 +206,13 @@ func parseOptimizerOptions(o Options) (optConfig, error) {
 	}
 	if err := c.parseSchedule(o); err != nil {
 		return c, err
+	}
+	if s := o["clip"]; s != "" {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil || !(v > 0) || v > math.MaxFloat32 {
+			return c, fmt.Errorf("optimizer: clip=%q must be a positive number (the global gradient norm to clip to)", s)
+		}
+		c.clip = v
 	}
 	// Constants derived from the options must be finite in f32 too: AdamW's decay factor
 	// 1 − lr·wd and its first step size lr/(1 − β1).
@@ -400,10 +409,17 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 		ps = append(ps, op)
 	}
 	step := f.AddArg("step", ir.T(ir.F32), ir.Attrs{{Name: AttrStep, Value: ir.Unit{}}})
+	var sumsq *ir.Value
+	if c.clip > 0 {
+		if c.zero == 1 {
+			return fmt.Errorf("optimizer: clip with zero=1 is not supported: ZeRO-1's gradients reach @optimizer as each replica's partial sums, whose norm is not the model's (use zero=2, whose gradients are blocks of the sum, or no ZeRO)")
+		}
+		sumsq = f.AddArg("grad_sumsq", ir.T(ir.F32), ir.Attrs{{Name: AttrGradSumSq, Value: ir.Unit{}}})
+	}
 
 	b := ir.NewBuilder(f)
 	b.Phase = ir.Opt
-	ob := &optBuilder{b: b, c: c, step: step, scalars: map[ir.DType]*adamScalars{}, consts: map[optConst]*ir.Value{}}
+	ob := &optBuilder{b: b, c: c, step: step, sumsq: sumsq, nmb: nmb, scalars: map[ir.DType]*adamScalars{}, consts: map[optConst]*ir.Value{}}
 	for _, op := range ps {
 		ct := op.g.Type.DType
 		p := op.p
@@ -424,6 +440,9 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 		if nmb != 1 {
 			g = b.Div(g, ob.k(ct, float64(nmb)))
 		}
+		if c.clip > 0 {
+			g = b.Mul(g, ob.clipCoef(ct))
+		}
 		var newP *ir.Value
 		var newState []*ir.Value
 		if c.kind == "adamw" {
@@ -443,6 +462,13 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 			s.Name = "new." + op.names[i]
 			f.AddResult(s, ir.Attrs{{Name: AttrUpdate, Value: ir.String(op.names[i])}})
 		}
+	}
+	if c.clip > 0 {
+		// The step's norm and whether it clipped, for the logs (every rank computes them).
+		ob.clipCoef(ir.F32)
+		clipped := b.Op1("where", nil, b.Op1("less", nil, ob.coef, ob.k(ir.F32, 1)), ob.k(ir.F32, 1), ob.k(ir.F32, 0))
+		f.AddResult(ob.norm, ir.Attrs{{Name: AttrMetric, Value: ir.String(MetricGradNorm)}})
+		f.AddResult(clipped, ir.Attrs{{Name: AttrMetric, Value: ir.String(MetricClipped)}})
 	}
 	if err := b.Err(); err != nil {
 		return errf("%v", err)
@@ -465,6 +491,10 @@ type optBuilder struct {
 	c       optConfig
 	step    *ir.Value
 	lrv     *ir.Value // the scheduled learning rate (f64), once built
+	sumsq   *ir.Value // clipping: the global sum of squares of the gradients
+	nmb     int       // micro-batches per step (the gradients are sums over them)
+	coef    *ir.Value // clipping: the f32 factor every gradient is multiplied by, once built
+	norm    *ir.Value // clipping: the global norm of the mean gradient
 	scalars map[ir.DType]*adamScalars
 	consts  map[optConst]*ir.Value
 }
@@ -486,6 +516,27 @@ func (o *optBuilder) k(dt ir.DType, v float64) *ir.Value {
 	c := scalarConst(o.b, dt, v)
 	o.consts[key] = c
 	return c
+}
+
+// clipCoef is clip_grad_norm_'s factor min(1, clip/(‖g‖ + 1e-6)) in dt, ‖g‖ the global norm
+// of the mean gradient: √sumsq/M for gradients summed over M micro-batches. f32, as torch
+// computes it for f32 gradients.
+func (o *optBuilder) clipCoef(dt ir.DType) *ir.Value {
+	b := o.b
+	if o.coef == nil {
+		norm := b.Unary("sqrt", o.sumsq)
+		if o.nmb != 1 {
+			norm = b.Div(norm, o.k(ir.F32, float64(o.nmb)))
+		}
+		norm.Name = "grad_norm"
+		coef := b.Op1("min", nil, b.Div(o.k(ir.F32, o.c.clip), b.Add(norm, o.k(ir.F32, 1e-6))), o.k(ir.F32, 1))
+		coef.Name = "clip_coef"
+		o.norm, o.coef = norm, coef
+	}
+	if dt != ir.F32 {
+		return b.Cast(o.coef, dt)
+	}
+	return o.coef
 }
 
 // lr is the step's learning rate, an f64 scalar: the constant lr, or the schedule computed

@@ -86,6 +86,7 @@ func init() {
 			loss := fs.String("loss", "ce", "loss `KIND` for models without one (ONNX models without a scalar output named loss, which is their loss): ce (softmax cross-entropy against class labels) or mse; ce{axis=N} names the class axis, by default the last, or 1 for [N,C,1,…,1] logits of rank ≥ 4 (a pooled convolutional classifier)")
 			fs.IntVar(&opts.LossOutput, "loss-output", 0, "which model output `N` the loss applies to (models without a loss)")
 			fs.StringVar(&opts.Optimizer, "optimizer", "adamw", "optimizer `SPEC`: adamw or sgd, with options as adamw{lr=3e-4,weight_decay=0.1} (see 'ppc passes')")
+			clipGrad := fs.String("clip-grad", "", "clip the gradients to global L2 norm `NORM` each step (torch.nn.utils.clip_grad_norm_: over every rank's gradients, each parameter counted once)")
 			lrSchedule := fs.String("lr-schedule", "", "learning-rate `SCHEDULE` after the warmup: constant (the default), linear or cosine decay to --min-lr at --lr-decay-steps (Megatron-LM's; the step count comes from the checkpoint on resume)")
 			warmup := fs.String("warmup-steps", "", "steps `N` of linear warmup from 0 to the optimizer's lr (default 0)")
 			decay := fs.String("lr-decay-steps", "", "with --lr-schedule linear or cosine: the step `N` at which the rate reaches --min-lr")
@@ -146,7 +147,7 @@ func init() {
 					opts.Loss = *loss // unset: the compiler's default, and no complaint for models with a loss
 				}
 				if opts.ForwardOnly {
-					for _, f := range []string{"optimizer", "loss", "loss-output", "lr-schedule", "warmup-steps", "lr-decay-steps", "min-lr"} {
+					for _, f := range []string{"optimizer", "loss", "loss-output", "clip-grad", "lr-schedule", "warmup-steps", "lr-decay-steps", "min-lr"} {
 						if set[f] {
 							return usagef("--%s does not apply to --forward-only (no loss, no backward, no optimizer)", f)
 						}
@@ -157,12 +158,12 @@ func init() {
 				}
 				if !opts.ForwardOnly {
 					var sched [][2]string
-					for _, o := range [][3]string{{"lr-schedule", "schedule", *lrSchedule}, {"warmup-steps", "warmup", *warmup}, {"lr-decay-steps", "decay_steps", *decay}, {"min-lr", "min_lr", *minLR}} {
+					for _, o := range [][3]string{{"clip-grad", "clip", *clipGrad}, {"lr-schedule", "schedule", *lrSchedule}, {"warmup-steps", "warmup", *warmup}, {"lr-decay-steps", "decay_steps", *decay}, {"min-lr", "min_lr", *minLR}} {
 						if set[o[0]] {
 							sched = append(sched, [2]string{o[1], o[2]})
 						}
 					}
-					spec, err := compiler.WithSchedule(opts.Optimizer, sched)
+					spec, err := compiler.WithOptimizerOptions(opts.Optimizer, sched)
 					if err != nil {
 						return usagef("%v", err)
 					}

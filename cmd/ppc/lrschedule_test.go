@@ -74,3 +74,44 @@ func TestLRSchedule(t *testing.T) {
 		}
 	}
 }
+
+// TestClipGrad: --clip-grad NORM clips (the log records each step's norm and that it
+// clipped), resumes bit-exactly mid-run, and its mistakes are usage errors.
+func TestClipGrad(t *testing.T) {
+	dir := t.TempDir()
+	at := func(name string) string { return filepath.Join(dir, name) }
+	plan := compilePlanIn(t, dir, "plan", gpt, "--preset", "tiny", "--microbatches", "2", "--pp", "2", "--tp", "2",
+		"--optimizer", "sgd{lr=0.05}", "--clip-grad", "0.5", "--warmup-steps", "2")
+	for _, r := range [][]string{
+		{"run", plan, "--steps", "4", "--save", at("straight"), "--log-json", at("log.jsonl")},
+		{"run", plan, "--steps", "2", "--save", at("split")},
+		{"run", plan, "--steps", "2", "--resume", at("split"), "--save", at("split")},
+	} {
+		if code, _, errOut := ppc(t, "", r...); code != 0 {
+			t.Fatalf("%v: exit %d\n%s", r, code, errOut)
+		}
+	}
+	if code, out, _ := ppc(t, "", "compare", at("straight"), at("split"), "--rtol", "0", "--atol", "0"); code != 0 {
+		t.Fatalf("2 + 2 clipped steps differ from 4:\n%s", out)
+	}
+	for _, rec := range readLog(t, at("log.jsonl")) {
+		if rec.GradNorm == nil || *rec.GradNorm <= 0.5 || !rec.Clipped {
+			t.Errorf("step %d: grad_norm %v, clipped %v; want a norm above 0.5, clipped", rec.Step, rec.GradNorm, rec.Clipped)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--clip-grad", "0"}, `clip="0" must be a positive number`},
+		{[]string{"--clip-grad", "x"}, `clip="x" must be a positive number`},
+		{[]string{"--optimizer", "adamw{clip=1}", "--clip-grad", "1"}, "already sets clip; give it once"},
+		{[]string{"--forward-only", "--clip-grad", "1"}, "--clip-grad does not apply to --forward-only"},
+		{[]string{"--dp", "2", "--zero", "1", "--clip-grad", "1"}, "clip with zero=1 is not supported"},
+	} {
+		code, _, errOut := ppc(t, "", append([]string{"compile", mlp, "-o", at("bad")}, c.args...)...)
+		if code != exitInput || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d\n%s", c.args, code, errOut)
+		}
+	}
+}

@@ -391,6 +391,10 @@ func train(e *env, job *runtime.Job, opts runtime.Options, steps int, log *stepL
 			rec.LossScale = &s
 		}
 		rec.Skipped = res.Metrics[passes.MetricOverflow] != 0
+		if n, ok := res.Metrics[passes.MetricGradNorm]; ok {
+			rec.GradNorm = &n
+			rec.Clipped = res.Metrics[passes.MetricClipped] != 0
+		}
 		secs := res.Duration.Seconds()
 		if secs > 0 {
 			rec.SamplesPerS = float64(res.Samples) / secs

@@ -36,6 +36,10 @@ type stepRecord struct {
 	// update on every rank; LossScale is the scale the step's backward used.
 	Skipped   bool     `json:"skipped,omitempty"`
 	LossScale *float64 `json:"loss_scale,omitempty"`
+	// With --clip-grad: the global norm of the step's mean gradient before clipping, and
+	// whether the step clipped it.
+	GradNorm *float64 `json:"grad_norm,omitempty"`
+	Clipped  bool     `json:"clipped,omitempty"`
 }
 
 // stepLog writes --log-json records.
