@@ -1105,6 +1105,7 @@ func (rg *rankGen) optimizer() error {
 	var grads []int
 	var sumGrads []int     // clipping: the gradients whose squares this rank counts
 	var sumRepl [][]string // and the axes each is whole over
+	var sumPartial []bool  // and whether each is a replica's partial sum (ZeRO-1)
 	found, sumsq := -1, -1
 	tiedTo := map[string]int{} // clipping: a parameter's first holder among the pipeline ranks
 	for i := range f.Args {
@@ -1156,12 +1157,14 @@ func (rg *rankGen) optimizer() error {
 					}
 				}
 			}
+			partial := at.Has(passes.AttrDPPartial)
 			var repl []string
 			for _, a := range []string{"tp", "dp"} {
-				if !split[a] {
+				if !split[a] && !(a == "dp" && partial) {
 					repl = append(repl, a)
 				}
 			}
+			sumPartial = append(sumPartial, partial)
 			sumGrads = append(sumGrads, slotBuf[b.Args[i]])
 			sumRepl = append(sumRepl, repl)
 		}
@@ -1171,7 +1174,7 @@ func (rg *rankGen) optimizer() error {
 	}
 	rg.instr(&pb.Instr{Kind: pb.Instr_BEGIN, Label: "OPT", Stage: -1})
 	if sumsq >= 0 {
-		buf, err := rg.gradSumSq(sumGrads, sumRepl)
+		buf, err := rg.gradSumSq(sumGrads, sumRepl, sumPartial)
 		if err != nil {
 			return fmt.Errorf("@optimizer: %%%s: %v", f.Args[sumsq].Name, err)
 		}
@@ -1225,12 +1228,12 @@ func paramArg(f *ir.Func, name string) int {
 
 // gradSumSq emits clipping's global sum of squares over the gradient buffers given
 // (passes.GradSumSq: a value every rank of the mesh agrees on) and returns its buffer.
-func (rg *rankGen) gradSumSq(grads []int, replicated [][]string) (int, error) {
+func (rg *rankGen) gradSumSq(grads []int, replicated [][]string, partialDP []bool) (int, error) {
 	types := make([]ir.Type, len(grads))
 	for i, g := range grads {
 		types[i] = rg.typeOf(g)
 	}
-	f, err := passes.GradSumSq(types, replicated)
+	f, err := passes.GradSumSq(types, replicated, partialDP, rg.g.mesh.DP)
 	if err != nil {
 		return 0, err
 	}

@@ -99,7 +99,8 @@
 // passes.GradSumSq: each gradient the rank holds is counted on the first pipeline rank that
 // holds its parameter (a tied one is held by two), and, over tp or dp where the gradient is
 // whole on every rank of the axis, only on that axis's rank 0 (sharded gradients — tp blocks,
-// ZeRO-2's dp blocks — count everywhere); then all-reduced (sum) over tp, dp and pp, so the
+// ZeRO-2's dp blocks, ZeRO-1's partial sums once reduce-scattered — count everywhere); then
+// all-reduced (sum) over tp, dp and pp, so the
 // global norm counts every element of the model's gradient once. An @optimizer result
 // marked {metric = NAME} becomes a METRIC instruction,
 // emitted before the updates are written back, which the runtime reports with the loss.

@@ -175,6 +175,7 @@ func TestSPMDEquivalence(t *testing.T) {
 			// on every replica — or the coefficient, and every update, would differ.
 			{"pp2-dp2-tp2-clip-cosine", Options{PP: 2, DP: 2, TP: 2, Optimizer: sgdClipCosine}, ""},
 			{"pp2-dp2-tp2-sp-zero2-clip", Options{PP: 2, DP: 2, TP: 2, SP: true, Zero: 2, Optimizer: sgdClipCosine}, ""},
+			{"pp2-dp2-tp2-sp-zero1-clip", Options{PP: 2, DP: 2, TP: 2, SP: true, Zero: 1, Optimizer: sgdClipCosine}, ""},
 		}},
 		{llamaPPM, llamaPPM, LoadOptions{Preset: "tiny"}, []layout{
 			{"tp2", Options{TP: 2, Optimizer: sgdM}, ""},

@@ -32,8 +32,11 @@ const (
 // on that axis's rank 0 (where(axis_index == 0, s, 0)), so that the all-reduces (sum) over
 // tp, dp and pp that follow, in that order, count every element once. A parameter tied
 // across pipeline ranks is left out by code generation on all but the first. replicated[i]
-// lists the axes gradient i is whole over.
-func GradSumSq(grads []ir.Type, replicated [][]string) (*ir.Func, error) {
+// lists the axes gradient i is whole over. A gradient that is this replica's partial sum
+// (ZeRO-1's {dp_partial}, partialDP[i]) is first reduce-scattered over the dp replicas,
+// as @optimizer does again for the update (a second transfer of ZeRO-1's gradients: the
+// price of clipping with it), and its block counts on every replica.
+func GradSumSq(grads []ir.Type, replicated [][]string, partialDP []bool, dp int) (*ir.Func, error) {
 	f := ir.NewFunc("grad_sumsq")
 	b := ir.NewBuilder(f)
 	b.Phase = ir.Opt
@@ -45,6 +48,9 @@ func GradSumSq(grads []ir.Type, replicated [][]string) (*ir.Func, error) {
 			return nil, fmt.Errorf("gradient %d is %s, not floating point", i, t)
 		}
 		g := f.AddArg(fmt.Sprintf("g%d", i), t, ir.Attrs{{Name: ir.AttrGrad, Value: ir.String(fmt.Sprint(i))}})
+		if partialDP[i] {
+			g = b.Op1("reduce_scatter", ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}, {Name: "dim", Value: ir.Int(0)}, {Name: "parts", Value: ir.Int(dp)}}, g)
+		}
 		if t.DType != ir.F32 {
 			g = b.Cast(g, ir.F32)
 		}

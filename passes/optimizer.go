@@ -411,9 +411,6 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 	step := f.AddArg("step", ir.T(ir.F32), ir.Attrs{{Name: AttrStep, Value: ir.Unit{}}})
 	var sumsq *ir.Value
 	if c.clip > 0 {
-		if c.zero == 1 {
-			return fmt.Errorf("optimizer: clip with zero=1 is not supported: ZeRO-1's gradients reach @optimizer as each replica's partial sums, whose norm is not the model's (use zero=2, whose gradients are blocks of the sum, or no ZeRO)")
-		}
 		sumsq = f.AddArg("grad_sumsq", ir.T(ir.F32), ir.Attrs{{Name: AttrGradSumSq, Value: ir.Unit{}}})
 	}
 

@@ -107,7 +107,6 @@ func TestClipGrad(t *testing.T) {
 		{[]string{"--clip-grad", "x"}, `clip="x" must be a positive number`},
 		{[]string{"--optimizer", "adamw{clip=1}", "--clip-grad", "1"}, "already sets clip; give it once"},
 		{[]string{"--forward-only", "--clip-grad", "1"}, "--clip-grad does not apply to --forward-only"},
-		{[]string{"--dp", "2", "--zero", "1", "--clip-grad", "1"}, "clip with zero=1 is not supported"},
 	} {
 		code, _, errOut := ppc(t, "", append([]string{"compile", mlp, "-o", at("bad")}, c.args...)...)
 		if code != exitInput || !strings.Contains(errOut, c.want) {
