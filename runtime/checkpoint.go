@@ -231,8 +231,12 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 	}
 	res.Loaded, res.Kept = e.Matching, len(e.Missing)+len(e.Different)
 	res.Ignored += len(e.Extra)
+	// The step count continues the learning-rate schedule only if it is the same schedule.
+	if o := meta.Optimizer; o != "" && j.Plan.Training && o != j.Plan.Optimizer {
+		res.Warning = fmt.Sprintf("the checkpoint was trained with optimizer %s, the plan uses %s: the learning-rate schedule and clipping continue from step %d under the plan's", o, j.Plan.Optimizer, res.Step)
+	}
 	if h := meta.SourceHash; h != "" && h != j.Plan.SourceHash && !differs {
-		res.Warning = fmt.Sprintf("the checkpoint's tensors match, but it was saved from a differently configured model (source hash %s, the plan's %s): check --set and --preset", h, j.Plan.SourceHash)
+		res.Warning = joinWarning(res.Warning, fmt.Sprintf("the checkpoint's tensors match, but it was saved from a differently configured model (source hash %s, the plan's %s): check --set and --preset", h, j.Plan.SourceHash))
 	}
 	return res, nil
 }
@@ -262,4 +266,12 @@ func SortedNames[A, B any](a map[string]A, b map[string]B) []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// joinWarning adds a warning to those already given.
+func joinWarning(have, w string) string {
+	if have == "" {
+		return w
+	}
+	return have + "; " + w
 }

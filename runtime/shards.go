@@ -56,6 +56,7 @@ type ckIndex struct {
 	Seed       uint64                  `json:"seed"`
 	SourceHash string                  `json:"source_hash"`
 	Model      string                  `json:"model"`
+	Optimizer  string                  `json:"optimizer,omitempty"` // the plan's, schedule and clipping included
 	Dir        string                  `json:"dir"`
 	Files      map[string]ckFile       `json:"files"`
 	Tensors    map[string]ckTensorInfo `json:"tensors"`
@@ -84,6 +85,7 @@ type CheckpointMeta struct {
 	Seed       uint64
 	SourceHash string
 	Model      string
+	Optimizer  string // the --optimizer value (schedule and clipping included) it was trained with
 }
 
 // ownedBlock is one block a rank writes.
@@ -222,7 +224,7 @@ func (j *Job) CommitCheckpoint(dir string, seed uint64, files []ShardFile) error
 	}
 	sub := saveDirName(dir, step)
 	idx := ckIndex{Format: indexFormat, Version: indexVersion, Step: step, Seed: seed, SourceHash: j.Plan.SourceHash,
-		Model: j.Plan.Model, Dir: sub, Files: map[string]ckFile{}, Tensors: map[string]ckTensorInfo{}}
+		Model: j.Plan.Model, Optimizer: j.Plan.Optimizer, Dir: sub, Files: map[string]ckFile{}, Tensors: map[string]ckTensorInfo{}}
 	for _, o := range j.owners() {
 		f, ok := byRank[o.rank]
 		if !ok || f.File != sub+"/"+shardFileName(o.rank) {
@@ -426,7 +428,7 @@ func readIndexed(path string) (map[string]device.Tensor, CheckpointMeta, error) 
 		}
 		out[name] = buf
 	}
-	return out, CheckpointMeta{Step: idx.Step, Seed: idx.Seed, SourceHash: idx.SourceHash, Model: idx.Model}, nil
+	return out, CheckpointMeta{Step: idx.Step, Seed: idx.Seed, SourceHash: idx.SourceHash, Model: idx.Model, Optimizer: idx.Optimizer}, nil
 }
 
 type box struct {

@@ -38,6 +38,11 @@ func TestLRSchedule(t *testing.T) {
 	if code, out, _ := ppc(t, "", "compare", at("straight"), at("split"), "--rtol", "0", "--atol", "0"); code != 0 {
 		t.Fatalf("3 + 3 steps differ from 6:\n%s", out)
 	}
+	// The checkpoint records the schedule: resuming it under another says so.
+	if code, _, errOut := ppc(t, "", "run", half, "--steps", "1", "--resume", at("straight")); code != 0 ||
+		!strings.Contains(errOut, "warning: the checkpoint was trained with optimizer sgd{") || !strings.Contains(errOut, "continue from step 6 under the plan's") {
+		t.Fatalf("resume under another schedule: exit %d\n%s", code, errOut)
+	}
 	plan, err := os.ReadFile(filepath.Join(sched, "plan.json"))
 	if err != nil {
 		t.Fatal(err)
