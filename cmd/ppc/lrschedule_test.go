@@ -21,17 +21,13 @@ func TestLRSchedule(t *testing.T) {
 	sched := compilePlanIn(t, dir, "sched", mlp, "--microbatches", "2", "--optimizer", "sgd{lr=0.1}",
 		"--lr-schedule", "cosine", "--warmup-steps", "2", "--lr-decay-steps", "5", "--min-lr", "0.01")
 	half := compilePlanIn(t, dir, "half", mlp, "--microbatches", "2", "--optimizer", "sgd{lr=0.05}")
-	for _, r := range [][]string{
+	ppcAll(t, [][]string{
 		{"run", sched, "--steps", "1", "--save", at("s1")},
 		{"run", half, "--steps", "1", "--save", at("h1")},
 		{"run", sched, "--steps", "6", "--save", at("straight"), "--log-json", at("log.jsonl")},
 		{"run", sched, "--steps", "3", "--save", at("split")},
 		{"run", sched, "--steps", "3", "--resume", at("split"), "--save", at("split")},
-	} {
-		if code, _, errOut := ppc(t, "", r...); code != 0 {
-			t.Fatalf("%v: exit %d\n%s", r, code, errOut)
-		}
-	}
+	})
 	if code, out, _ := ppc(t, "", "compare", at("s1"), at("h1"), "--rtol", "0", "--atol", "0"); code != 0 {
 		t.Fatalf("the first warmup step is not lr/2's step:\n%s", out)
 	}
@@ -87,15 +83,11 @@ func TestClipGrad(t *testing.T) {
 	at := func(name string) string { return filepath.Join(dir, name) }
 	plan := compilePlanIn(t, dir, "plan", gpt, "--preset", "tiny", "--microbatches", "2", "--pp", "2", "--tp", "2",
 		"--optimizer", "sgd{lr=0.05}", "--clip-grad", "0.5", "--warmup-steps", "2")
-	for _, r := range [][]string{
+	ppcAll(t, [][]string{
 		{"run", plan, "--steps", "4", "--save", at("straight"), "--log-json", at("log.jsonl")},
 		{"run", plan, "--steps", "2", "--save", at("split")},
 		{"run", plan, "--steps", "2", "--resume", at("split"), "--save", at("split")},
-	} {
-		if code, _, errOut := ppc(t, "", r...); code != 0 {
-			t.Fatalf("%v: exit %d\n%s", r, code, errOut)
-		}
-	}
+	})
 	if code, out, _ := ppc(t, "", "compare", at("straight"), at("split"), "--rtol", "0", "--atol", "0"); code != 0 {
 		t.Fatalf("2 + 2 clipped steps differ from 4:\n%s", out)
 	}

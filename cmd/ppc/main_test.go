@@ -22,6 +22,16 @@ func ppc(t *testing.T, stdin string, args ...string) (int, string, string) {
 	return code, out.String(), errb.String()
 }
 
+// ppcAll runs command lines one after the other, each of which must succeed.
+func ppcAll(t *testing.T, cmds [][]string) {
+	t.Helper()
+	for _, r := range cmds {
+		if code, _, errOut := ppc(t, "", r...); code != 0 {
+			t.Fatalf("ppc %v: exit %d\n%s", r, code, errOut)
+		}
+	}
+}
+
 func writeFile(t *testing.T, name, text string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), name)

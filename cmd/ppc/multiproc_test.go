@@ -298,16 +298,12 @@ func TestNprocCheckpoints(t *testing.T) {
 			dir := t.TempDir()
 			at := func(name string) string { return filepath.Join(dir, name) }
 			nproc := strconv.Itoa(c.world)
-			for _, r := range [][]string{
+			ppcAll(t, [][]string{
 				{"run", plan, "--steps", "3", "--save", at("in")},
 				{"run", plan, "--steps", "3", "--save", at("multi"), "--nproc", nproc},
 				{"run", plan, "--steps", "2", "--resume", at("multi"), "--save", at("multi-in")},
 				{"run", plan, "--steps", "2", "--resume", at("in"), "--save", at("in-multi"), "--nproc", nproc},
-			} {
-				if code, _, errOut := ppc(t, "", r...); code != 0 {
-					t.Fatalf("%v: exit %d\n%s", r, code, errOut)
-				}
-			}
+			})
 			sameCheckpoint(t, "3 steps", at("in"), at("multi"))
 			sameCheckpoint(t, "3 + 2 steps", at("multi-in"), at("in-multi"))
 			// Another layout resumes it.
