@@ -704,3 +704,17 @@ func TestParseTasksPerNode(t *testing.T) {
 		}
 	}
 }
+
+// FuzzLaunchLists: Slurm's compressed host lists and tasks-per-node strings, as the
+// environment gives them, parse without a panic; a host list that parses names a host.
+func FuzzLaunchLists(f *testing.F) {
+	for _, s := range []string{"node[01-04,07],gpu5", "a[1-2]b[3-4]", "n[", "4(x2),3", "x[9-1]", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if h, err := firstHost(s); err == nil && h == "" {
+			t.Fatalf("firstHost(%q) is empty without an error", s)
+		}
+		parseTasksPerNode(s)
+	})
+}
