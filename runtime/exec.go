@@ -133,7 +133,14 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 			err = j.proc.fail(err)
 		} else {
 			stop := opts.StopRequested != nil && opts.StopRequested()
-			sum, n, res.RankTimes, res.Stop, res.Metrics, err = j.proc.endStep(stepEnd{LossSum: sum, LossN: n, Nanos: int64(res.Duration), Stop: stop, Metrics: res.Metrics})
+			mine := stepEnd{LossSum: wireFloat(sum), LossN: n, Nanos: int64(res.Duration), Stop: stop}
+			for k, v := range res.Metrics {
+				if mine.Metrics == nil {
+					mine.Metrics = map[string]wireFloat{}
+				}
+				mine.Metrics[k] = wireFloat(v)
+			}
+			sum, n, res.RankTimes, res.Stop, res.Metrics, err = j.proc.endStep(mine)
 			res.Duration = time.Since(start)
 		}
 	}

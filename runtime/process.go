@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"slices"
@@ -392,12 +393,41 @@ func (p *Process) fail(err error) error {
 
 // stepEnd is what each rank reports at the end of a step.
 type stepEnd struct {
-	LossSum float64 `json:"loss_sum"`
-	LossN   int     `json:"loss_n"`
-	Nanos   int64   `json:"ns"`
-	Stop    bool    `json:"stop,omitempty"`
+	LossSum wireFloat `json:"loss_sum"`
+	LossN   int       `json:"loss_n"`
+	Nanos   int64     `json:"ns"`
+	Stop    bool      `json:"stop,omitempty"`
 	// Metrics are the rank's METRIC values (see StepResult.Metrics).
-	Metrics map[string]float64 `json:"metrics,omitempty"`
+	Metrics map[string]wireFloat `json:"metrics,omitempty"`
+}
+
+// wireFloat is a float64 that crosses the control connection whatever its value: JSON has
+// no NaN or infinity, and a diverged step's loss is exactly what every process must learn
+// (encoding/json refuses them, which would stop the run with an encoding error instead).
+type wireFloat float64
+
+func (f wireFloat) MarshalJSON() ([]byte, error) {
+	v := float64(f)
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return json.Marshal(strconv.FormatFloat(v, 'g', -1, 64)) // "NaN", "+Inf", "-Inf"
+	}
+	return json.Marshal(v)
+}
+
+func (f *wireFloat) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil || !(math.IsNaN(v) || math.IsInf(v, 0)) {
+			return fmt.Errorf("not a float: %q", s)
+		}
+		*f = wireFloat(v)
+		return nil
+	}
+	var v float64
+	err := json.Unmarshal(b, &v)
+	*f = wireFloat(v)
+	return err
 }
 
 // endStep agrees with every process on the step's outcome: the losses summed over every
@@ -413,7 +443,7 @@ func (p *Process) endStep(mine stepEnd) (sum float64, n int, times []time.Durati
 		if err := json.Unmarshal(raw, &e); err != nil {
 			return 0, 0, nil, false, nil, fmt.Errorf("rank %d's step report: %v", r, err)
 		}
-		sum += e.LossSum
+		sum += float64(e.LossSum)
 		n += e.LossN
 		times = append(times, time.Duration(e.Nanos))
 		stop = stop || e.Stop
@@ -422,7 +452,7 @@ func (p *Process) endStep(mine stepEnd) (sum float64, n int, times []time.Durati
 				if metrics == nil {
 					metrics = map[string]float64{}
 				}
-				metrics[k] = v
+				metrics[k] = float64(v)
 			}
 		}
 	}

@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"bytes"
+	"encoding/json"
+	"math"
 	"net"
 	"strings"
 	"testing"
@@ -103,5 +105,29 @@ func TestHandshakeGarbageTimesOut(t *testing.T) {
 	}
 	if d := time.Since(start); d > handshakeWait+2*time.Second {
 		t.Fatalf("took %s", d)
+	}
+}
+
+// TestStepEndCarriesNaN: a diverged step's loss (NaN, ±Inf) and metrics cross the control
+// connection as they are, so every process reports the divergence instead of failing to
+// encode it.
+func TestStepEndCarriesNaN(t *testing.T) {
+	for _, v := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), 2.5, 0} {
+		b, err := json.Marshal(stepEnd{LossSum: wireFloat(v), Metrics: map[string]wireFloat{"grad_norm": wireFloat(v)}})
+		if err != nil {
+			t.Fatalf("%v: %v", v, err)
+		}
+		var e stepEnd
+		if err := json.Unmarshal(b, &e); err != nil {
+			t.Fatalf("%v: %s: %v", v, b, err)
+		}
+		got, m := float64(e.LossSum), float64(e.Metrics["grad_norm"])
+		if !(got == v || math.IsNaN(v) && math.IsNaN(got)) || !(m == v || math.IsNaN(v) && math.IsNaN(m)) {
+			t.Fatalf("%v came back as %v, %v", v, got, m)
+		}
+	}
+	var e stepEnd
+	if err := json.Unmarshal([]byte(`{"loss_sum":"hello"}`), &e); err == nil {
+		t.Fatal("a string that is not NaN or infinity was read as a loss")
 	}
 }
