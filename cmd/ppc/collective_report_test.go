@@ -37,6 +37,7 @@ type traceFile struct {
 		Ph   string         `json:"ph"`
 		Ts   float64        `json:"ts"`
 		Dur  float64        `json:"dur"`
+		Pid  int            `json:"pid"`
 		Tid  int            `json:"tid"`
 		Args map[string]any `json:"args"`
 	} `json:"traceEvents"`

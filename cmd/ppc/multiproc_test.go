@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"maps"
 	"net"
 	"os"
@@ -174,21 +173,7 @@ func TestNprocTraceAndLog(t *testing.T) {
 	if code, _, errOut := ppc(t, "", "run", plan, "--steps", "2", "--nproc", "2", "--trace", tr, "--log-json", lg); code != 0 {
 		t.Fatalf("exit %d\n%s", code, errOut)
 	}
-	var trace struct {
-		TraceEvents []struct {
-			Name string  `json:"name"`
-			Ph   string  `json:"ph"`
-			Pid  int     `json:"pid"`
-			Ts   float64 `json:"ts"`
-		} `json:"traceEvents"`
-	}
-	b, err := os.ReadFile(tr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &trace); err != nil {
-		t.Fatalf("merged trace is not JSON: %v", err)
-	}
+	trace := readTrace(t, tr) // the merged file is one JSON trace
 	spans := map[int]int{}
 	for _, ev := range trace.TraceEvents {
 		if ev.Ph == "X" {
@@ -344,4 +329,25 @@ func TestKilledRunResumes(t *testing.T) {
 		t.Fatalf("resume: %s", errOut)
 	}
 	sameCheckpoint(t, "killed and resumed", straight, ck)
+}
+
+// TestWorkerUsageErrors: a rank whose launcher started the wrong number of processes, and a
+// --timeout that is not positive, are bad input (exit 2) with a message, before any rank
+// waits for another.
+func TestWorkerUsageErrors(t *testing.T) {
+	plan := compileGPT(t, "--pp", "2")
+	launched := func(k string) string {
+		return map[string]string{"RANK": "0", "WORLD_SIZE": "3", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": strconv.Itoa(freePort(t))}[k]
+	}
+	var out, errb syncBuffer
+	code := run([]string{"run", plan, "--steps", "1"}, &env{stdout: &out, stderr: &errb, getenv: launched})
+	if code != exitInput || !strings.Contains(errb.String(), "[rank 0] ppc run: the launcher started 3 processes, the plan has 2 ranks (pp 2 × dp 1 × tp 1): start one process per rank") {
+		t.Fatalf("world mismatch: exit %d\n%s", code, errb.String())
+	}
+	for _, v := range []string{"0s", "-5m"} {
+		code, _, errOut := ppc(t, "", "run", plan, "--steps", "1", "--timeout", v)
+		if code != exitInput || !strings.Contains(errOut, "--timeout must be positive") {
+			t.Errorf("--timeout %s: exit %d\n%s", v, code, errOut)
+		}
+	}
 }
