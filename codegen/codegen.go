@@ -98,7 +98,7 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 	hash := hex.EncodeToString(sum[:8])
 	out := &Output{Plan: &Plan{FormatVersion: FormatVersion, Model: m.Name, SourceHash: hash,
 		Mesh: mesh, World: mesh.PP * mesh.DP * mesh.TP, Microbatches: g.microbatches, Stages: g.stages,
-		StageRanks: g.sched.Placement, Schedule: PlanSchedule{Name: g.sched.Name}, Training: g.funcs["optimizer"] != nil,
+		StageRanks: g.sched.Placement, Schedule: PlanSchedule{Name: g.sched.Name}, TokenSlices: passes.TokenSlices(m), Training: g.funcs["optimizer"] != nil,
 		Optimizer: opts.Optimizer}}
 	if len(g.rankProgs) == 0 {
 		// A module that did not go through rank-programs (a caller that generates code
@@ -205,6 +205,7 @@ type portKey struct {
 type rankGen struct {
 	g       *gen
 	rank    int
+	slice   int // 1 + the token slice of the action being generated (0: not token-sliced)
 	prog    *pb.Program
 	info    ProgramInfo
 	kernels map[string]int
@@ -503,6 +504,10 @@ func (rg *rankGen) emit() error {
 			if g.sched.Placement[stage] != rg.rank {
 				return fmt.Errorf("@%s runs @%s of stage %d, which is placed on pipeline rank %d", prog.Name, name, stage, g.sched.Placement[stage])
 			}
+			rg.slice = 0
+			if op.Attrs.Has("slice") {
+				rg.slice = op.Attrs.Int("slice", 0) + 1
+			}
 			if err := rg.instance(f, g.blocks[name], stage, mb, f.Attrs.Str("kind", "")); err != nil {
 				return fmt.Errorf("%d%s%d: %v", stage, f.Attrs.Str("kind", ""), mb, err)
 			}
@@ -592,11 +597,11 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 	for slot, d := range b.Consts {
 		slotBuf[slot] = rg.constBuffer(d)
 	}
-	rg.instr(&pb.Instr{Kind: pb.Instr_BEGIN, Label: kind, Stage: int32(stage), Microbatch: int32(mb)})
+	rg.instr(&pb.Instr{Kind: pb.Instr_BEGIN, Label: kind, Stage: int32(stage), Microbatch: int32(mb), TokenSlice: int32(rg.slice)})
 	if err := rg.launches(f, b, slotBuf, stage, mb); err != nil {
 		return err
 	}
-	rg.instr(&pb.Instr{Kind: pb.Instr_END, Label: kind, Stage: int32(stage), Microbatch: int32(mb)})
+	rg.instr(&pb.Instr{Kind: pb.Instr_END, Label: kind, Stage: int32(stage), Microbatch: int32(mb), TokenSlice: int32(rg.slice)})
 	for i := range f.Results {
 		at := f.ResultAttrs[i]
 		buf := slotBuf[b.Results[i]]

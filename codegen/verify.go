@@ -60,6 +60,10 @@ func (p *Plan) CheckSchedule(r int, prog *pb.Program) error {
 	for _, in := range prog.Instrs {
 		if in.GetKind() == pb.Instr_BEGIN && in.Label != "OPT" {
 			m := mark{in.Label, int(in.Stage), int(in.Microbatch)}
+			if in.TokenSlice > 0 {
+				// The schedule counts units: slice j of micro-batch mb is unit mb·M + j.
+				m.mb = m.mb*max(len(p.TokenSlices), 1) + int(in.TokenSlice) - 1
+			}
 			got = append(got, m)
 			runs[fn{m.kind, m.stage}] = true
 		}

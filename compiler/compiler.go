@@ -36,6 +36,10 @@ type Options struct {
 	Mem           int64  // bytes per device for auto partitioning (0: unlimited)
 	// Recompute: none, selective or full.
 	Recompute string
+	// TokenSlices cuts each micro-batch's sequence into slices (TeraPipe): "" (none), a
+	// count N (near-equal slices, longer first), explicit lengths "120,120,112", or "auto"
+	// (the slicing the cost model predicts fastest; see PlanTokenSlices).
+	TokenSlices string
 	// Training.
 	ForwardOnly bool
 	Loss        string // models without a loss (ONNX models without a scalar output named loss): "ce", "mse", or with options as ce{axis=1} (see CheckLoss)
@@ -172,6 +176,22 @@ func Compile(model string, opts Options) (*Result, error) {
 		part += `,layout="` + opts.Layout + `"`
 	}
 	pipeline = append(pipeline, part+"}")
+	var slices []int
+	if opts.TokenSlices != "" {
+		if opts.SP {
+			return nil, fmt.Errorf("--token-slices with --sp: sequence parallelism already splits the sequence over the tp ranks; use one or the other")
+		}
+		T, err := passes.SequenceLength(fwd)
+		if err != nil {
+			return nil, fmt.Errorf("%s: --token-slices: %v", model, err)
+		}
+		if slices, err = resolveTokenSlices(opts.TokenSlices, T); err != nil {
+			return nil, err
+		}
+		if len(slices) > 1 {
+			pipeline = append(pipeline, fmt.Sprintf("token-slice{lengths=%q}", joinInts(slices)))
+		}
+	}
 	if !opts.ForwardOnly {
 		if opts.Zero > 0 {
 			optStep = strings.TrimSuffix(optStep, "}") + fmt.Sprintf(",zero=%d}", opts.Zero)
@@ -191,6 +211,11 @@ func Compile(model string, opts Options) (*Result, error) {
 	}
 	pipeline = append(pipeline, split)
 	// Each pipeline rank's step as IR (send/recv explicit), which code generation lowers.
+	if len(slices) > 1 {
+		if sched, err = sliceSchedule(sched, len(slices)); err != nil {
+			return nil, err
+		}
+	}
 	cs, err := codegenSchedule(sched, sched.Stages)
 	if err != nil {
 		return nil, err
@@ -614,4 +639,79 @@ func setMesh(m *ir.Module, model string, pp int, opts Options) error {
 	// optimizer state over dp, which nothing does yet: refuse it rather than ignore it.
 	m.SetMesh([]ir.MeshAxis{{Name: "pp", Size: pp}, {Name: "dp", Size: opts.DP}, {Name: "tp", Size: opts.TP}})
 	return nil
+}
+
+// resolveTokenSlices turns a --token-slices value into slice lengths for a sequence of T
+// tokens: a count N (near-equal, longer slices first) or explicit lengths.
+func resolveTokenSlices(spec string, T int) ([]int, error) {
+	spec = strings.TrimSpace(spec)
+	if n, err := strconv.Atoi(spec); err == nil {
+		switch {
+		case n < 1:
+			return nil, fmt.Errorf("--token-slices %d: want at least 1 slice", n)
+		case n > T:
+			return nil, fmt.Errorf("--token-slices %d: the sequence has %d tokens, so at most %d slices", n, T, T)
+		}
+		out := make([]int, n)
+		for i := range out {
+			out[i] = T / n
+			if i < T%n {
+				out[i]++
+			}
+		}
+		return out, nil
+	}
+	lengths, err := passes.ParseSliceLengths(spec)
+	if err != nil {
+		return nil, fmt.Errorf("--token-slices %q: %v (want a count, lengths such as 120,120,112, or auto)", spec, err)
+	}
+	sum := 0
+	for _, l := range lengths {
+		sum += l
+	}
+	if sum != T {
+		return nil, fmt.Errorf("--token-slices %q: the lengths sum to %d, the sequence has %d tokens", spec, sum, T)
+	}
+	return lengths, nil
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
+// sliceSchedule expands a micro-batch schedule to token slices: unit u = mb·M + j; forwards
+// in slice order, backwards in reverse (slice j's K/V gradient comes from later slices).
+// TEMPORARY until schedule.SliceTokens lands.
+func sliceSchedule(s *schedule.Schedule, M int) (*schedule.Schedule, error) {
+	out := s.Clone()
+	out.Microbatches = s.Microbatches * M
+	var expand func(a schedule.Action) []schedule.Action
+	expand = func(a schedule.Action) []schedule.Action {
+		if a.Microbatch < 0 || a.Kind == schedule.OverlapFB {
+			return []schedule.Action{a}
+		}
+		var r []schedule.Action
+		for j := 0; j < M; j++ {
+			jj := j
+			if a.Kind != schedule.Forward && a.Kind != schedule.SendF && a.Kind != schedule.RecvF {
+				jj = M - 1 - j
+			}
+			b := a
+			b.Microbatch = a.Microbatch*M + jj
+			r = append(r, b)
+		}
+		return r
+	}
+	for r, acts := range s.Actions {
+		var row []schedule.Action
+		for _, a := range acts {
+			row = append(row, expand(a)...)
+		}
+		out.Actions[r] = row
+	}
+	return out, nil
 }

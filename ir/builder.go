@@ -9,12 +9,13 @@ import (
 // op.Scope): after a failure every later call returns a poison value and adds nothing, so
 // importers build whole graphs without checking each step and ask Err once at the end.
 //
-// New ops get the builder's current Loc, Stage and Phase; frontends set Loc per source
+// New ops get the builder's current Loc, Stage, Slice and Phase; frontends set Loc per source
 // construct (DSL position or ONNX node) so that later diagnostics point at the model.
 type Builder struct {
 	Fn    *Func
 	Loc   Loc
 	Stage int
+	Slice int // token slice (NoSlice outside token-sliced modules)
 	Phase Phase
 	// Emit receives each new op; by default it appends to Fn.Ops. Passes that rebuild an op
 	// list point it at their own slice.
@@ -24,7 +25,7 @@ type Builder struct {
 
 // NewBuilder returns a builder appending to fn.
 func NewBuilder(fn *Func) *Builder {
-	b := &Builder{Fn: fn, Stage: NoStage}
+	b := &Builder{Fn: fn, Stage: NoStage, Slice: NoSlice}
 	b.Emit = func(op *Op) { b.Fn.Ops = append(b.Fn.Ops, op) }
 	return b
 }
@@ -83,7 +84,7 @@ func (b *Builder) Op(name string, attrs Attrs, operands ...*Value) []*Value {
 		return b.poisons(name)
 	}
 	op := NewOp(def, operands, attrs, types)
-	op.Loc, op.Stage, op.Phase = b.Loc, b.Stage, b.Phase
+	op.Loc, op.Stage, op.Slice, op.Phase = b.Loc, b.Stage, b.Slice, b.Phase
 	b.Emit(op)
 	return op.Results
 }

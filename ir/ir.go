@@ -90,8 +90,15 @@ type Op struct {
 	Shard    *Sharding
 	Phase    Phase
 	Remat    bool // recomputed in backward rather than stashed
-	Loc      Loc
+	// Slice is the token slice (TeraPipe) the op computes, or NoSlice: the token-slice pass
+	// replicates the forward once per slice of the sequence, and split-stages cuts one
+	// function per (stage, slice, phase).
+	Slice int
+	Loc   Loc
 }
+
+// NoSlice is the Slice of an op of a module that is not cut into token slices.
+const NoSlice = -1
 
 // Name is the op's name from the op table.
 func (o *Op) Name() string { return o.Def.Name }
@@ -101,7 +108,7 @@ func (o *Op) Result() *Value { return o.Results[0] }
 
 // NewOp creates an op with result values of the given types (no annotations).
 func NewOp(def *OpDef, operands []*Value, attrs Attrs, types []Type) *Op {
-	op := &Op{Def: def, Operands: operands, Attrs: attrs, Stage: NoStage}
+	op := &Op{Def: def, Operands: operands, Attrs: attrs, Stage: NoStage, Slice: NoSlice}
 	op.Results = make([]*Value, len(types))
 	for i, t := range types {
 		op.Results[i] = &Value{Type: t, Def: op, Index: i}
@@ -109,9 +116,9 @@ func NewOp(def *OpDef, operands []*Value, attrs Attrs, types []Type) *Op {
 	return op
 }
 
-// CopyAnnotations copies stage, shard, phase and remat from another op.
+// CopyAnnotations copies stage, token slice, shard, phase and remat from another op.
 func (o *Op) CopyAnnotations(from *Op) {
-	o.Stage, o.Shard, o.Phase, o.Remat = from.Stage, from.Shard, from.Phase, from.Remat
+	o.Stage, o.Slice, o.Shard, o.Phase, o.Remat = from.Stage, from.Slice, from.Shard, from.Phase, from.Remat
 }
 
 // Func is a function: arguments, a topologically ordered op list, and returned values.

@@ -129,7 +129,7 @@ func (d *OpDef) OperandCountString() string {
 }
 
 // annotationNames are attribute names reserved for op annotations; no op may declare them.
-var annotationNames = map[string]bool{"stage": true, "shard": true, "phase": true, "remat": true}
+var annotationNames = map[string]bool{"stage": true, "tslice": true, "shard": true, "phase": true, "remat": true}
 
 var opIndex map[string]*OpDef
 

@@ -143,9 +143,9 @@ var coreOps = []OpDef{
 		Attrs: []AttrSpec{collectiveAxis, {Name: "root", Kind: KindInt, Optional: true}}},
 
 	// A rank's program (passes' rank-programs): one run of a per-stage function.
-	{Name: "run", Doc: "run the function named func for one micro-batch: operands are its port arguments, results its port results, in order",
+	{Name: "run", Doc: "run the function named func for one micro-batch (token slice slice of it, in a token-sliced module): operands are its port arguments, results its port results, in order",
 		MinOperands: 0, MaxOperands: -1, Traits: Calls, Infer: inferNone,
-		Attrs: []AttrSpec{{Name: "func", Kind: KindString}, {Name: "microbatch", Kind: KindInt}}},
+		Attrs: []AttrSpec{{Name: "func", Kind: KindString}, {Name: "microbatch", Kind: KindInt}, {Name: "slice", Kind: KindInt, Optional: true}}},
 
 	// Point-to-point.
 	{Name: "send", Doc: "send a value to a peer (pipeline stage or rank) with a tag; no result", MinOperands: 1, MaxOperands: 1,

@@ -365,6 +365,12 @@ func (p *parser) annotations(op *Op) {
 				p.errAt(t, "stage must be a non-negative integer, got %s", AttrString(a.Value))
 			}
 			op.Stage = int(s)
+		case "tslice":
+			s, ok := a.Value.(Int)
+			if !ok || s < 0 || s > math.MaxInt32 {
+				p.errAt(t, "tslice must be a non-negative integer, got %s", AttrString(a.Value))
+			}
+			op.Slice = int(s)
 		case "phase":
 			id, _ := a.Value.(Ident)
 			ph, ok := ParsePhase(string(id))

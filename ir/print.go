@@ -245,11 +245,14 @@ func elide(as Attrs, above int) Attrs {
 }
 
 // Annotations returns the op's annotations as an attribute dictionary in their fixed print
-// order: stage, shard, phase, remat.
+// order: stage, tslice, shard, phase, remat.
 func (o *Op) Annotations() Attrs {
 	var as Attrs
 	if o.Stage != NoStage {
 		as = append(as, NamedAttr{"stage", Int(o.Stage)})
+	}
+	if o.Slice != NoSlice {
+		as = append(as, NamedAttr{"tslice", Int(o.Slice)})
 	}
 	if o.Shard != nil {
 		as = append(as, NamedAttr{"shard", o.Shard.Attr()})

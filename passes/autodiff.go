@@ -120,9 +120,9 @@ func autodiff(m *ir.Module) error {
 	d.analyse(fwd, loss)
 
 	// The seed, then the reverse sweep.
-	d.b.Loc, d.b.Stage = f.Loc, ir.NoStage
+	d.b.Loc, d.b.Stage, d.b.Slice = f.Loc, ir.NoStage, ir.NoSlice
 	if loss.Def != nil {
-		d.b.Loc, d.b.Stage = loss.Def.Loc, loss.Def.Stage
+		d.b.Loc, d.b.Stage, d.b.Slice = loss.Def.Loc, loss.Def.Stage, loss.Def.Slice
 	}
 	if d.needed[loss] {
 		seed := scalarConst(d.b, loss.Type.DType, 1)
@@ -148,13 +148,15 @@ func autodiff(m *ir.Module) error {
 	resultAttrs = append(resultAttrs, f.ResultAttrs[lossIdx])
 	uses := f.Uses()
 	for _, p := range params {
-		stage := ir.NoStage
+		// The sum of a parameter's contributions goes with its first use: in a token-sliced
+		// module that is slice 0, whose backward runs last.
+		stage, slice := ir.NoStage, ir.NoSlice
 		if us := uses[p]; len(us) > 0 {
-			stage = us[0].Stage
+			stage, slice = us[0].Stage, us[0].Slice
 		}
-		g := d.total(p, stage, f.Loc)
+		g := d.total(p, stage, slice, f.Loc)
 		if g == nil {
-			d.b.Loc, d.b.Stage = f.Loc, stage
+			d.b.Loc, d.b.Stage, d.b.Slice = f.Loc, stage, slice
 			g = d.b.Constant(ir.Splat(p.Type, 0))
 		}
 		if err := d.b.Err(); err != nil {
@@ -219,7 +221,7 @@ func (d *differ) analyse(fwd []*ir.Op, loss *ir.Value) {
 
 // total sums the gradient contributions to v (nil when there are none), names the sum after v
 // and remembers it as v's gradient.
-func (d *differ) total(v *ir.Value, stage int, loc ir.Loc) *ir.Value {
+func (d *differ) total(v *ir.Value, stage, slice int, loc ir.Loc) *ir.Value {
 	if g, ok := d.grad[v]; ok {
 		return g
 	}
@@ -227,7 +229,7 @@ func (d *differ) total(v *ir.Value, stage int, loc ir.Loc) *ir.Value {
 	if len(cs) == 0 {
 		return nil
 	}
-	d.b.Loc, d.b.Stage = loc, stage
+	d.b.Loc, d.b.Stage, d.b.Slice = loc, stage, slice
 	g := cs[0]
 	for _, c := range cs[1:] {
 		g = d.b.Add(g, c)
@@ -245,7 +247,7 @@ func (d *differ) differentiate(op *ir.Op) error {
 	flows := false
 	for i, r := range op.Results {
 		if d.needed[r] {
-			dOut[i] = d.total(r, op.Stage, op.Loc)
+			dOut[i] = d.total(r, op.Stage, op.Slice, op.Loc)
 			flows = flows || dOut[i] != nil
 		}
 	}
@@ -266,7 +268,7 @@ func (d *differ) differentiate(op *ir.Op) error {
 	for i, x := range op.Operands {
 		need[i] = d.needed[x]
 	}
-	d.b.Loc, d.b.Stage = op.Loc, op.Stage
+	d.b.Loc, d.b.Stage, d.b.Slice = op.Loc, op.Stage, op.Slice
 	g := &gradCtx{b: d.b, need: need}
 	dIn, err := rule(g, op, dOut)
 	if err == nil {

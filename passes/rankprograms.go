@@ -166,6 +166,9 @@ func BuildRankPrograms(m *ir.Module, placement []int, actions [][]RankAction) ([
 			}
 		}
 	}
+	// A token-sliced module's schedule runs units: unit u is slice u mod M of micro-batch
+	// u div M, and its values are those of the micro-batch (each slice has its own ports).
+	nslices := max(len(TokenSlices(m)), 1)
 	rankOf := func(name string) int { return placement[m.Func(name).Attrs.Int("stage", 0)] }
 	tag := func(p string, mb int) ir.Int { return ir.Int(pm.Index[p]*nmb + mb) }
 	runDef, sendDef, recvDef := ir.MustLookup("run"), ir.MustLookup("send"), ir.MustLookup("recv")
@@ -182,19 +185,26 @@ func BuildRankPrograms(m *ir.Module, placement []int, actions [][]RankAction) ([
 			if placement[a.Stage] != r {
 				return nil, fmt.Errorf("rank %d: action %s runs stage %d, which is placed on rank %d", r, a, a.Stage, placement[a.Stage])
 			}
-			if a.Microbatch >= nmb {
+			if a.Microbatch >= nmb*nslices {
+				if nslices > 1 {
+					return nil, fmt.Errorf("rank %d: action %s: unit out of range (%d micro-batches of %d token slices)", r, a, nmb, nslices)
+				}
 				return nil, fmt.Errorf("rank %d: action %s: micro-batch out of range (%d micro-batches)", r, a, nmb)
+			}
+			slice := ir.NoSlice
+			if nslices > 1 {
+				slice = a.Microbatch % nslices
 			}
 			kinds := []string{a.Kind}
 			if a.Kind == "B" {
 				kinds = []string{KindI, KindW}
 			}
 			for _, k := range kinds {
-				f := m.Func(StageFuncName(k, a.Stage))
+				f := m.Func(SliceFuncName(k, a.Stage, slice))
 				if f == nil {
 					continue // a stage without parameters has no W function
 				}
-				mb := a.Microbatch
+				mb := a.Microbatch / nslices
 				var in []*ir.Value
 				for i, arg := range f.Args {
 					p := f.ArgAttrs[i].Str(AttrPort, "")
@@ -225,7 +235,11 @@ func BuildRankPrograms(m *ir.Module, placement []int, actions [][]RankAction) ([
 						outPorts = append(outPorts, p)
 					}
 				}
-				run := ir.NewOp(runDef, in, ir.Attrs{{Name: "func", Value: ir.String(f.Name)}, {Name: "microbatch", Value: ir.Int(mb)}}, outTypes)
+				runAttrs := ir.Attrs{{Name: "func", Value: ir.String(f.Name)}, {Name: "microbatch", Value: ir.Int(mb)}}
+				if slice != ir.NoSlice {
+					runAttrs = append(runAttrs, ir.NamedAttr{Name: "slice", Value: ir.Int(slice)})
+				}
+				run := ir.NewOp(runDef, in, runAttrs, outTypes)
 				run.Stage = a.Stage
 				fn.Ops = append(fn.Ops, run)
 				for i, p := range outPorts {

@@ -18,6 +18,15 @@ const (
 // StageFuncName is the name of stage s's function of the given kind (F, I or W).
 func StageFuncName(kind string, stage int) string { return kind + "_s" + strconv.Itoa(stage) }
 
+// SliceFuncName is the name of the function of the given kind for token slice j of stage s
+// (StageFuncName when j is ir.NoSlice).
+func SliceFuncName(kind string, stage, j int) string {
+	if j == ir.NoSlice {
+		return StageFuncName(kind, stage)
+	}
+	return StageFuncName(kind, stage) + "_t" + strconv.Itoa(j)
+}
+
 // AttrPort (string, on arguments and results of per-stage functions) names a value that one
 // per-stage function produces and another consumes: an activation sent to the next stage, a
 // gradient sent back, or a value stashed between a stage's F, I and W. Producer and consumers
@@ -94,6 +103,7 @@ func opKind(op *ir.Op) string {
 
 type stageKey struct {
 	stage int
+	slice int // token slice, or ir.NoSlice
 	kind  string
 }
 
@@ -103,12 +113,16 @@ func splitStages(m *ir.Module, src *ir.Func, recompute string) ([]*ir.Func, erro
 	RemoveDead(src) // the sums of tied-weight contributions that were replaced
 	results, resultAttrs := src.Results, src.ResultAttrs
 	nstages := 0
+	sliced := TokenSlices(m) != nil
 	home := map[*ir.Value]stageKey{} // defining function of each op result
 	for _, op := range src.Ops {
 		if op.Phase == ir.Opt {
 			return nil, ir.ErrorAt(m.Source, op.Loc, "split-stages: optimizer op %s inside @%s", op.Def.Name, src.Name)
 		}
-		k := stageKey{opStage(op), opKind(op)}
+		if sliced != (op.Slice != ir.NoSlice) {
+			return nil, ir.ErrorAt(m.Source, op.Loc, "split-stages: op %s has token slice %d in a module with token slices %v", op.Def.Name, op.Slice, TokenSlices(m))
+		}
+		k := stageKey{opStage(op), op.Slice, opKind(op)}
 		nstages = max(nstages, k.stage+1)
 		for _, r := range op.Results {
 			home[r] = k
@@ -121,8 +135,11 @@ func splitStages(m *ir.Module, src *ir.Func, recompute string) ([]*ir.Func, erro
 	get := func(k stageKey) *ir.Func {
 		f := funcs[k]
 		if f == nil {
-			f = ir.NewFunc(StageFuncName(k.kind, k.stage))
+			f = ir.NewFunc(SliceFuncName(k.kind, k.stage, k.slice))
 			f.Attrs = ir.Attrs{{Name: "kind", Value: ir.Ident(k.kind)}, {Name: "stage", Value: ir.Int(k.stage)}}
+			if k.slice != ir.NoSlice {
+				f.Attrs = append(f.Attrs, ir.NamedAttr{Name: "slice", Value: ir.Int(k.slice)})
+			}
 			funcs[k] = f
 		}
 		return f
@@ -168,11 +185,11 @@ func splitStages(m *ir.Module, src *ir.Func, recompute string) ([]*ir.Func, erro
 		var w *ir.Value
 		hk, defined := home[v]
 		switch {
-		case defined && remat[v.Def] && hk.kind == KindF && hk.stage == k.stage && k.kind == KindW:
+		case defined && remat[v.Def] && hk.kind == KindF && hk.stage == k.stage && hk.slice == k.slice && k.kind == KindW:
 			// W takes recomputed values from its stage's I, which recomputes them once.
-			c := localOf(stageKey{k.stage, KindI}, v)
+			c := localOf(stageKey{k.stage, k.slice, KindI}, v)
 			w = localOf(k, c)
-		case defined && remat[v.Def] && hk.kind == KindF && hk.stage == k.stage && k.kind == KindI:
+		case defined && remat[v.Def] && hk.kind == KindF && hk.stage == k.stage && hk.slice == k.slice && k.kind == KindI:
 			// Recompute the op here instead of stashing its result.
 			op := v.Def
 			operands := make([]*ir.Value, len(op.Operands))
@@ -219,7 +236,7 @@ func splitStages(m *ir.Module, src *ir.Func, recompute string) ([]*ir.Func, erro
 	for _, op := range src.Ops {
 		k := home[op.Results[0]]
 		if len(op.Results) == 0 {
-			k = stageKey{opStage(op), opKind(op)}
+			k = stageKey{opStage(op), op.Slice, opKind(op)}
 		}
 		f := get(k)
 		for i, x := range op.Operands {
@@ -237,18 +254,30 @@ func splitStages(m *ir.Module, src *ir.Func, recompute string) ([]*ir.Func, erro
 				return nil, fmt.Errorf("split-stages: @%s returns a value it does not define (result %d)", src.Name, i)
 			}
 			// A model that returns one of its inputs: stage 0's forward passes it through.
-			k = stageKey{0, KindF}
+			k = stageKey{0, ir.NoSlice, KindF}
+			if sliced {
+				k.slice = 0
+			}
 			get(k).AddResult(localOf(k, r), resultAttrs[i])
 			continue
 		}
 		get(k).AddResult(r, resultAttrs[i])
 	}
-	// Order: F, I, W for stage 0, then stage 1, ….
+	// Order: F, I, W for stage 0 (slice by slice), then stage 1, ….
+	sliceIDs := []int{ir.NoSlice}
+	if sliced {
+		sliceIDs = sliceIDs[:0]
+		for j := range TokenSlices(m) {
+			sliceIDs = append(sliceIDs, j)
+		}
+	}
 	var out []*ir.Func
 	for s := 0; s < nstages; s++ {
-		for _, kind := range []string{KindF, KindI, KindW} {
-			if f := funcs[stageKey{s, kind}]; f != nil {
-				out = append(out, f)
+		for _, j := range sliceIDs {
+			for _, kind := range []string{KindF, KindI, KindW} {
+				if f := funcs[stageKey{s, j, kind}]; f != nil {
+					out = append(out, f)
+				}
 			}
 		}
 	}
@@ -329,6 +358,10 @@ func rematerializable(f *ir.Func, mode string) map[*ir.Op]bool {
 	}
 	for _, op := range f.Ops {
 		if op.Def.Name == "cast" && opKind(op) == KindF && param[op.Operands[0]] {
+			out[op] = true
+		}
+		// Ops a pass asked to recompute: token slicing's concatenation of the K/V pieces.
+		if op.Remat && opKind(op) == KindF {
 			out[op] = true
 		}
 	}

@@ -13,6 +13,7 @@ var table = []*Pass{
 	ShardPropagate,
 	SpmdPartition,
 	Partition,
+	TokenSlice,
 	Autodiff,
 	Optimizer,
 	LossScale,

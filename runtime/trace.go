@@ -189,5 +189,9 @@ func actionName(it *instr) string {
 	if it.Label == "OPT" {
 		return "OPT"
 	}
-	return it.Label + strconv.Itoa(int(it.Microbatch)) + " s" + strconv.Itoa(int(it.Stage))
+	name := it.Label + strconv.Itoa(int(it.Microbatch))
+	if it.TokenSlice > 0 {
+		name += "." + strconv.Itoa(int(it.TokenSlice)-1) // micro-batch.slice, as the simulator labels units
+	}
+	return name + " s" + strconv.Itoa(int(it.Stage))
 }

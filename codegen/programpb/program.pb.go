@@ -1125,7 +1125,10 @@ type Instr struct {
 	// every other mesh coordinate with the executing rank, ordered by their coordinate on the
 	// axis (so a BROADCAST root is that coordinate). Exactly one of axis and group is set;
 	// compiled programs always name the axis, so that every replica can run the same file.
-	Axis          string `protobuf:"bytes,14,opt,name=axis,proto3" json:"axis,omitempty"`
+	Axis string `protobuf:"bytes,14,opt,name=axis,proto3" json:"axis,omitempty"`
+	// Markers of a token-sliced program (TeraPipe): 1 + the token slice of `microbatch` the
+	// action computes; 0 in programs without token slices.
+	TokenSlice    int32 `protobuf:"varint,15,opt,name=token_slice,json=tokenSlice,proto3" json:"token_slice,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1256,6 +1259,13 @@ func (x *Instr) GetAxis() string {
 		return x.Axis
 	}
 	return ""
+}
+
+func (x *Instr) GetTokenSlice() int32 {
+	if x != nil {
+		return x.TokenSlice
+	}
+	return 0
 }
 
 // One program runs on every rank of a pipeline rank: its dp × tp replicas differ only in
@@ -1480,7 +1490,7 @@ const file_program_proto_rawDesc = "" +
 	"\x06Kernel\x12\x0e\n" +
 	"\x02op\x18\x01 \x01(\tR\x02op\x12,\n" +
 	"\x05attrs\x18\x02 \x03(\v2\x16.ppc.program.NamedAttrR\x05attrs\x12,\n" +
-	"\x05fused\x18\x03 \x03(\v2\x16.ppc.program.FusedStepR\x05fused\"\x8a\x05\n" +
+	"\x05fused\x18\x03 \x03(\v2\x16.ppc.program.FusedStepR\x05fused\"\xab\x05\n" +
 	"\x05Instr\x12+\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.ppc.program.Instr.KindR\x04kind\x12\x16\n" +
 	"\x06kernel\x18\x02 \x01(\x05R\x06kernel\x12\x0e\n" +
@@ -1498,7 +1508,9 @@ const file_program_proto_rawDesc = "" +
 	"\x03dim\x18\v \x01(\x05R\x03dim\x128\n" +
 	"\treduce_op\x18\f \x01(\x0e2\x1b.ppc.program.Instr.ReduceOpR\breduceOp\x12\x12\n" +
 	"\x04root\x18\r \x01(\x05R\x04root\x12\x12\n" +
-	"\x04axis\x18\x0e \x01(\tR\x04axis\"\xec\x01\n" +
+	"\x04axis\x18\x0e \x01(\tR\x04axis\x12\x1f\n" +
+	"\vtoken_slice\x18\x0f \x01(\x05R\n" +
+	"tokenSlice\"\xec\x01\n" +
 	"\x04Kind\x12\a\n" +
 	"\x03NOP\x10\x00\x12\n" +
 	"\n" +
