@@ -21,6 +21,7 @@ import (
 const (
 	Float = 1
 	Int64 = 7
+	Bool  = 9
 )
 
 // Model is a ModelProto under construction.

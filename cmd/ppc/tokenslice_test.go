@@ -1,0 +1,152 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"ppc.dev/ppc/frontend/onnx/onnxpb"
+	"ppc.dev/ppc/internal/onnxtest"
+)
+
+// TestTokenSlicesErrors: every bad --token-slices value and every model that cannot be cut
+// into token slices exits 2 with a message that says why (and, for a model, where).
+func TestTokenSlicesErrors(t *testing.T) {
+	gpt := filepath.Join("..", "..", "testdata", "models", "gpt.ppm")
+	nonCausal := writeFile(t, "bidir.ppm", `model bidir
+config {
+  vocab = 16
+  d = 8
+  seq = 4
+  batch = 2
+}
+input tokens: i64[batch, seq] in [0, vocab)
+label labels: i64[batch, seq] in [0, vocab) next of tokens
+forward {
+  param wte: f32[vocab, d] = normal(0.02)
+  x = gather(wte, tokens)
+  s = x @ transpose(x)
+  y = softmax(s) @ x
+  logits = y @ transpose(wte)
+  loss cross_entropy(logits, labels)
+}
+`)
+	conv := writeFile(t, "pool.ppm", `model pool
+config {
+  vocab = 16
+  d = 8
+  seq = 4
+  batch = 2
+}
+input tokens: i64[batch, seq] in [0, vocab)
+label labels: i64[batch, seq] in [0, vocab) next of tokens
+forward {
+  param wte: f32[vocab, d] = normal(0.02)
+  x = gather(wte, tokens)
+  x = x + mean(x, axes = [1], keepdims = true)
+  logits = x @ transpose(wte)
+  loss cross_entropy(logits, labels)
+}
+`)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{gpt, "--token-slices", "33"}, "--token-slices 33: the sequence has 32 tokens, so at most 32 slices"},
+		{[]string{gpt, "--token-slices", "0"}, "--token-slices 0: want at least 1 slice"},
+		{[]string{gpt, "--token-slices", "-3"}, "--token-slices -3: want at least 1 slice"},
+		{[]string{gpt, "--token-slices", "16,0,16"}, `--token-slices "16,0,16": token slice length 0: every slice needs at least one token`},
+		{[]string{gpt, "--token-slices", "16,-4,20"}, `token slice length -4: every slice needs at least one token`},
+		{[]string{gpt, "--token-slices", "10,10"}, `--token-slices "10,10": the lengths sum to 20, the sequence has 32 tokens`},
+		{[]string{gpt, "--token-slices", "many"}, `--token-slices "many": token slice length "many" is not an integer (want a count, lengths such as 120,120,112, or auto)`},
+		{[]string{gpt, "--tp", "2", "--sp", "--token-slices", "2"}, "--token-slices with --sp: sequence parallelism already splits the sequence"},
+		{[]string{nonCausal, "--token-slices", "2"}, "bidir.ppm:14:7: token slicing: softmax normalises attention scores over keys that no causal mask hides: the model's attention is not causal"},
+		{[]string{conv, "--token-slices", "2"}, "pool.ppm:13:11: token slicing: reduce_mean reduces over the sequence axis: its result at one token depends on other tokens"},
+	} {
+		args := append([]string{"compile", "-o", filepath.Join(t.TempDir(), "out")}, c.args...)
+		code, _, errOut := ppc(t, "", args...)
+		if code != exitInput || !strings.Contains(errOut, c.want) {
+			t.Errorf("ppc %v: exit %d, want 2 with %q:\n%s", c.args, code, c.want, errOut)
+		}
+	}
+}
+
+// decoder is a one-layer ONNX decoder as exporters write one: scores masked by an additive
+// [1,1,T,T] constant ("add"), by Where on a sliced boolean buffer ("where", as Hugging Face's
+// GPT-2 export), or not at all ("none": bidirectional attention).
+func decoder(mask string) *onnxtest.Model {
+	const T, d, v = 8, 8, 16
+	m := onnxtest.New(17).Input("input_ids", onnxtest.Int64, 2, T).
+		Init(onnxtest.Random("wte", 1, 0.3, v, d)).Init(onnxtest.Random("wq", 2, 0.3, d, d)).
+		Init(onnxtest.Random("wk", 3, 0.3, d, d)).Init(onnxtest.Random("wv", 4, 0.3, d, d)).
+		Node("Gather", "embed", onnxtest.In("wte", "input_ids"), []string{"x"}).
+		Node("MatMul", "q_proj", onnxtest.In("x", "wq"), []string{"q"}).
+		Node("MatMul", "k_proj", onnxtest.In("x", "wk"), []string{"k"}).
+		Node("MatMul", "v_proj", onnxtest.In("x", "wv"), []string{"v"}).
+		Node("Transpose", "k_t", onnxtest.In("k"), []string{"kt"}, onnxtest.Ints("perm", 0, 2, 1)).
+		Node("MatMul", "scores", onnxtest.In("q", "kt"), []string{"s"})
+	scores := "s"
+	switch mask {
+	case "add":
+		vals := make([]float32, T*T)
+		for i := range T {
+			for j := i + 1; j < T; j++ {
+				vals[i*T+j] = -3.4028235e38
+			}
+		}
+		m.Constant("mask", onnxtest.F32("mask", []int64{1, T, T}, vals...)).Node("Add", "apply_mask", onnxtest.In("s", "mask"), []string{"sm"})
+		scores = "sm"
+	case "where":
+		const n = 16 // the exporter's max positions, sliced to the sequence
+		buf := make([]byte, n*n)
+		for i := range n {
+			for j := 0; j <= i; j++ {
+				buf[i*n+j] = 1
+			}
+		}
+		m.Init(&onnxpb.TensorProto{Name: "bias", Dims: []int64{1, n, n}, DataType: onnxtest.Bool, RawData: buf}).
+			Init(onnxtest.I64("st", []int64{2}, 0, 0)).Init(onnxtest.I64("en", []int64{2}, T, T)).Init(onnxtest.I64("ax", []int64{2}, 1, 2)).
+			Init(onnxtest.F32("lowest", nil, -3.4028235e38)).
+			Node("Slice", "causal", onnxtest.In("bias", "st", "en", "ax"), []string{"keep"}).
+			Node("Where", "apply_mask", onnxtest.In("keep", "s", "lowest"), []string{"sm"})
+		scores = "sm"
+	}
+	return m.Node("Softmax", "attn_softmax", onnxtest.In(scores), []string{"p"}, onnxtest.Int("axis", -1)).
+		Node("MatMul", "attn_out", onnxtest.In("p", "v"), []string{"y"}).
+		Node("Transpose", "head_t", onnxtest.In("wte"), []string{"head"}, onnxtest.Ints("perm", 1, 0)).
+		Node("MatMul", "lm_head", onnxtest.In("y", "head"), []string{"logits"}).
+		Output("logits")
+}
+
+// TestTokenSlicesONNX: the masked-softmax patterns of exported ONNX decoders are recognised
+// as causal, and training them in token slices matches training them whole; attention
+// without a mask is refused naming the ONNX node.
+func TestTokenSlicesONNX(t *testing.T) {
+	for _, mask := range []string{"add", "where"} {
+		model := decoder(mask).Write(t, mask+".onnx")
+		losses := func(extra ...string) string {
+			dir := filepath.Join(t.TempDir(), "plan")
+			args := append([]string{"compile", model, "-o", dir, "--pp", "2", "--schedule", "gpipe", "--microbatches", "2", "--optimizer", "sgd{lr=0.5}"}, extra...)
+			if code, _, errOut := ppc(t, "", args...); code != 0 {
+				t.Fatalf("%s: ppc %v: exit %d\n%s", mask, args, code, errOut)
+			}
+			code, out, errOut := ppc(t, "", "run", dir, "--steps", "3")
+			if code != 0 {
+				t.Fatalf("%s: run: exit %d\n%s", mask, code, errOut)
+			}
+			return strings.Join(regexp.MustCompile(`loss=[0-9.]+`).FindAllString(out, -1), " ")
+		}
+		whole, sliced := losses(), losses("--token-slices", "5,3")
+		if whole == "" || whole != sliced {
+			t.Errorf("%s mask: losses whole %q, in token slices 5,3 %q", mask, whole, sliced)
+		}
+	}
+	model := decoder("none").Write(t, "bidir.onnx")
+	code, _, errOut := ppc(t, "", "compile", model, "-o", filepath.Join(t.TempDir(), "x"), "--token-slices", "2")
+	want := fmt.Sprintf("node %q (Softmax)", "attn_softmax")
+	if code != exitInput || !strings.Contains(errOut, want) || !strings.Contains(errOut, "attention is not causal") {
+		t.Errorf("bidirectional ONNX decoder: exit %d, want 2 naming %s:\n%s", code, want, errOut)
+	}
+}
