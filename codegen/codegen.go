@@ -59,6 +59,10 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 	if g.microbatches < 1 {
 		return nil, fmt.Errorf("module attribute microbatches = %d", g.microbatches)
 	}
+	var tokenPlan *passes.TokenPlan
+	if tp, ok := passes.ReadTokenPlan(m); ok {
+		tokenPlan = &tp
+	}
 	if len(g.sched.Placement) != g.stages {
 		return nil, fmt.Errorf("schedule places %d stages, the module has %d", len(g.sched.Placement), g.stages)
 	}
@@ -98,7 +102,7 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 	hash := hex.EncodeToString(sum[:8])
 	out := &Output{Plan: &Plan{FormatVersion: FormatVersion, Model: m.Name, SourceHash: hash,
 		Mesh: mesh, World: mesh.PP * mesh.DP * mesh.TP, Microbatches: g.microbatches, Stages: g.stages,
-		StageRanks: g.sched.Placement, Schedule: PlanSchedule{Name: g.sched.Name}, TokenSlices: passes.TokenSlices(m), Training: g.funcs["optimizer"] != nil,
+		StageRanks: g.sched.Placement, Schedule: PlanSchedule{Name: g.sched.Name}, TokenSlices: passes.TokenSlices(m), TokenPlan: tokenPlan, Training: g.funcs["optimizer"] != nil,
 		Optimizer: opts.Optimizer}}
 	if len(g.rankProgs) == 0 {
 		// A module that did not go through rank-programs (a caller that generates code

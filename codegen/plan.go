@@ -33,11 +33,14 @@ type Plan struct {
 	// TokenSlices are the lengths of the token slices each micro-batch's sequence is cut
 	// into (TeraPipe); the schedule's actions then count units, slice j of micro-batch mb
 	// being unit mb·len(TokenSlices) + j.
-	TokenSlices []int       `json:"token_slices,omitempty"`
-	Stages      int         `json:"stages"`
-	StageRanks  []int       `json:"stage_ranks"` // stage → pipeline rank (pp coordinate)
-	StageInfo   []StageInfo `json:"stage_info,omitempty"`
-	Recompute   string      `json:"recompute,omitempty"`
+	TokenSlices []int `json:"token_slices,omitempty"`
+	// TokenPlan is the cost model's case for the token slices: the predicted pipeline
+	// latency of this slicing, of the best uniform one and of none.
+	TokenPlan  *passes.TokenPlan `json:"token_plan,omitempty"`
+	Stages     int               `json:"stages"`
+	StageRanks []int             `json:"stage_ranks"` // stage → pipeline rank (pp coordinate)
+	StageInfo  []StageInfo       `json:"stage_info,omitempty"`
+	Recompute  string            `json:"recompute,omitempty"`
 	// Precision is the compute dtype of mixed-precision training ("bf16", "f16"; empty for
 	// fp32): parameters, gradient accumulators and optimizer state stay fp32.
 	Precision string `json:"precision,omitempty"`

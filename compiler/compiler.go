@@ -40,6 +40,9 @@ type Options struct {
 	// count N (near-equal slices, longer first), explicit lengths "120,120,112", or "auto"
 	// (the slicing the cost model predicts fastest; see PlanTokenSlices).
 	TokenSlices string
+	// stopAfterPartition makes Compile return the module right after partitioning: the
+	// probe that prices token slices for --token-slices auto.
+	stopAfterPartition bool
 	// Training.
 	ForwardOnly bool
 	Loss        string // models without a loss (ONNX models without a scalar output named loss): "ce", "mse", or with options as ce{axis=1} (see CheckLoss)
@@ -143,6 +146,44 @@ func Compile(model string, opts Options) (*Result, error) {
 		return nil, noParamsError(model, fwd)
 	}
 	m.Attrs = m.Attrs.Set("microbatches", ir.Int(opts.Microbatches))
+	userSchedule := opts.Schedule
+	if opts.TokenSlices != "" && opts.Schedule == "" && opts.Microbatches < opts.PP {
+		// The default 1F1B needs a micro-batch per rank; token slices fill the pipeline
+		// with fewer, in GPipe's order (TeraPipe's schedule).
+		opts.Schedule = "gpipe"
+	}
+	if strings.TrimSpace(opts.TokenSlices) == "auto" && !opts.stopAfterPartition {
+		// TeraPipe's dynamic program on the cost model, over the partitioned model: a probe
+		// compile stops after partitioning; without --microbatches the micro-batch count is
+		// chosen with the slices (the batch/token split of the paper), and the compile
+		// starts again with both fixed.
+		probe := opts
+		probe.stopAfterPartition, probe.TokenSlices = true, ""
+		if fromModel {
+			probe.Microbatches = 1
+		}
+		pr, err := Compile(model, probe)
+		if err != nil {
+			return nil, err
+		}
+		tp, err := passes.PlanTokens(pr.Module, passes.DefaultDevice, "auto", fromModel)
+		if err != nil {
+			return nil, fmt.Errorf("%s: --token-slices auto: %v", model, err)
+		}
+		again := opts
+		again.TokenSlices, again.Microbatches, again.Schedule = joinInts(tp.Lengths), tp.Microbatches, userSchedule
+		if len(tp.Lengths) == 1 {
+			again.TokenSlices = "1" // one slice: the sequence whole (a lone length would read as a count)
+		}
+		res, err := Compile(model, again)
+		if err != nil {
+			return nil, err
+		}
+		if p := res.Output.Plan.TokenPlan; p != nil {
+			p.Auto = true
+		}
+		return res, nil
+	}
 	pipeline := []string{"canonicalize", "cse", "dce"}
 	if !opts.ForwardOnly && !hasLoss {
 		pipeline = append(pipeline, lossOpts.String())
@@ -176,6 +217,16 @@ func Compile(model string, opts Options) (*Result, error) {
 		part += `,layout="` + opts.Layout + `"`
 	}
 	pipeline = append(pipeline, part+"}")
+	if opts.stopAfterPartition {
+		pl, err := passes.ParsePipeline(strings.Join(pipeline, ","))
+		if err != nil {
+			return nil, err
+		}
+		if err := passes.Run(m, pl, passes.Config{}); err != nil {
+			return nil, err
+		}
+		return &Result{Module: m, Schedule: sched}, nil
+	}
 	var slices []int
 	if opts.TokenSlices != "" {
 		if opts.SP {
@@ -188,9 +239,7 @@ func Compile(model string, opts Options) (*Result, error) {
 		if slices, err = resolveTokenSlices(opts.TokenSlices, T); err != nil {
 			return nil, err
 		}
-		if len(slices) > 1 {
-			pipeline = append(pipeline, fmt.Sprintf("token-slice{lengths=%q}", joinInts(slices)))
-		}
+		pipeline = append(pipeline, fmt.Sprintf("token-slice{lengths=%q}", joinInts(slices)))
 	}
 	if !opts.ForwardOnly {
 		if opts.Zero > 0 {

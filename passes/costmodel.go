@@ -76,8 +76,26 @@ var A100Like = DeviceProfile{
 	InterNodeLatency:   10e-6,
 }
 
+// V100 is TeraPipe's machine (AWS p3.16xlarge): 8 NVIDIA V100 SXM2 16 GB per node, 125
+// TFLOP/s of fp16 tensor-core matmul and 31 TFLOP/s of fp16 vector work per GPU (NVIDIA's
+// V100 datasheet), 900 GB/s HBM2, NVLink 2 inside the node (6 links × 25 GB/s each way), and
+// 25 Gbit/s of network per node between nodes (AWS's p3 page), which pipeline neighbours on
+// different nodes share.
+var V100 = DeviceProfile{
+	Name:               "v100-16gb",
+	PeakFLOPs:          125e12,
+	VectorFLOPs:        31.4e12,
+	MemBandwidth:       900e9,
+	LinkBandwidth:      25e9 / 8,
+	LinkLatency:        30e-6,
+	IntraNodeBandwidth: 150e9,
+	IntraNodeLatency:   5e-6,
+	InterNodeBandwidth: 25e9 / 8 / 8,
+	InterNodeLatency:   30e-6,
+}
+
 // Devices lists the device profiles by name.
-var Devices = []DeviceProfile{A100Like}
+var Devices = []DeviceProfile{A100Like, V100}
 
 // DefaultDevice is the profile the cost model uses.
 var DefaultDevice = A100Like
@@ -146,27 +164,18 @@ func (d DeviceProfile) AxisCollectiveTime(kind string, bytes float64, n int, axi
 // replicated bias added inside a sequence-parallel region is copied to the axis, and its
 // gradient all-reduced, in the W pass).
 func CostOf(op *ir.Op, isParam func(*ir.Value) bool, axisSize func(string) int) OpCost {
+	return DefaultDevice.CostOf(op, isParam, axisSize)
+}
+
+// CostOf is the package's CostOf on the device d.
+func (d DeviceProfile) CostOf(op *ir.Op, isParam func(*ir.Value) bool, axisSize func(string) int) OpCost {
 	var c OpCost
 	if op.Def.Has(ir.Collective) && len(op.Operands) == 1 && len(op.Results) == 1 {
 		axis := op.Attrs.Str("axis", "")
 		n := axisSize(axis)
 		x, y := float64(op.Operands[0].Type.Bytes()), float64(op.Results[0].Type.Bytes())
-		dev := DefaultDevice
 		var back float64
-		switch op.Def.Name {
-		case "all_reduce": // its gradient passes through
-			c.F = dev.AxisCollectiveTime("all_reduce", x, n, axis)
-		case "copy_to_axis":
-			back = dev.AxisCollectiveTime("all_reduce", x, n, axis)
-		case "all_gather":
-			c.F = dev.AxisCollectiveTime("all_gather", y, n, axis)
-			if op.Attrs.Str("grad", "reduce_scatter") == "reduce_scatter" {
-				back = dev.AxisCollectiveTime("reduce_scatter", y, n, axis)
-			}
-		case "reduce_scatter":
-			c.F = dev.AxisCollectiveTime("reduce_scatter", x, n, axis)
-			back = dev.AxisCollectiveTime("all_gather", x, n, axis)
-		}
+		c.F, back = d.collectiveTimes(op.Def.Name, op.Attrs.Str("grad", "reduce_scatter"), x, y, n, axis)
 		switch {
 		case op.Def.Name == "copy_to_axis" && op.Operands[0].Def == nil && isParam(op.Operands[0]):
 			// A parameter copied to the axis: its gradient's all-reduce is summed once per
@@ -233,17 +242,44 @@ func CostOf(op *ir.Op, isParam func(*ir.Value) bool, axisSize func(string) int) 
 		}
 		c.FLOPs = perElem * float64(max(n, 1))
 	}
-	dev := DefaultDevice
-	rate := dev.VectorFLOPs
-	if matrix {
-		rate = dev.PeakFLOPs
-	}
-	c.F = max(c.FLOPs/rate, c.Bytes/dev.MemBandwidth)
-	// The input gradient costs about one forward; the weight gradient about one forward for
-	// ops with weights and nothing otherwise (BackwardFactor = I + W in forwards).
-	c.I = c.F
-	if hasWeights {
-		c.W = c.F * (CostConstants.BackwardFactor - 1)
-	}
+	c.F, c.I, c.W = d.computeTimes(c.FLOPs, c.Bytes, matrix, hasWeights)
 	return c
+}
+
+// collectiveTimes are the forward and backward seconds of a collective op on an operand of x
+// bytes with a result of y bytes over n ranks of axis; grad is all_gather's gradient kind.
+func (d DeviceProfile) collectiveTimes(name, grad string, x, y float64, n int, axis string) (f, back float64) {
+	switch name {
+	case "all_reduce": // its gradient passes through
+		f = d.AxisCollectiveTime("all_reduce", x, n, axis)
+	case "copy_to_axis":
+		back = d.AxisCollectiveTime("all_reduce", x, n, axis)
+	case "all_gather":
+		f = d.AxisCollectiveTime("all_gather", y, n, axis)
+		if grad == "reduce_scatter" {
+			back = d.AxisCollectiveTime("reduce_scatter", y, n, axis)
+		}
+	case "reduce_scatter":
+		f = d.AxisCollectiveTime("reduce_scatter", x, n, axis)
+		back = d.AxisCollectiveTime("all_gather", x, n, axis)
+	}
+	return f, back
+}
+
+// computeTimes are the forward, input-gradient and weight-gradient seconds of a compute op
+// with the given forward FLOPs and bytes: the larger of compute time (at the matmul rate for
+// matmuls and convolutions, the vector rate otherwise) and memory time. The input gradient
+// costs about one forward; the weight gradient about one forward for ops with weights and
+// nothing otherwise (BackwardFactor = I + W in forwards).
+func (d DeviceProfile) computeTimes(flops, bytes float64, matrix, hasWeights bool) (f, i, w float64) {
+	rate := d.VectorFLOPs
+	if matrix {
+		rate = d.PeakFLOPs
+	}
+	f = max(flops/rate, bytes/d.MemBandwidth)
+	i = f
+	if hasWeights {
+		w = f * (CostConstants.BackwardFactor - 1)
+	}
+	return f, i, w
 }

@@ -168,6 +168,7 @@ func BuildRankPrograms(m *ir.Module, placement []int, actions [][]RankAction) ([
 	}
 	// A token-sliced module's schedule runs units: unit u is slice u mod M of micro-batch
 	// u div M, and its values are those of the micro-batch (each slice has its own ports).
+	sliced := TokenSlices(m) != nil
 	nslices := max(len(TokenSlices(m)), 1)
 	rankOf := func(name string) int { return placement[m.Func(name).Attrs.Int("stage", 0)] }
 	tag := func(p string, mb int) ir.Int { return ir.Int(pm.Index[p]*nmb + mb) }
@@ -192,7 +193,7 @@ func BuildRankPrograms(m *ir.Module, placement []int, actions [][]RankAction) ([
 				return nil, fmt.Errorf("rank %d: action %s: micro-batch out of range (%d micro-batches)", r, a, nmb)
 			}
 			slice := ir.NoSlice
-			if nslices > 1 {
+			if sliced {
 				slice = a.Microbatch % nslices
 			}
 			kinds := []string{a.Kind}

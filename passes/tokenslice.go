@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/schedule"
 )
 
 // AttrTokenSlices (on a module) lists the lengths of the token slices the token-slice pass
@@ -27,22 +28,112 @@ var TokenSlice = &Pass{
 		"micro-batch's loss in the last slice, so gradients equal the unsliced model's. A model whose attention " +
 		"is not causally masked, or with an op that mixes tokens (a reduction, convolution or normalisation " +
 		"over the sequence), is refused with the op and its position. Runs after partition, before autodiff.",
-	Options: []Option{{Name: "lengths", Default: "", Doc: "slice lengths, summing to the sequence length, e.g. \"3,3,2\""}},
+	Options: []Option{{Name: "lengths", Default: "auto", Doc: "slice lengths summing to the sequence length, e.g. \"3,3,2\", or auto: " +
+		"TeraPipe's dynamic program on the cost model picks them for the module's micro-batch count and stage count"}},
 	Run: func(m *ir.Module, opts Options) error {
-		lengths, err := ParseSliceLengths(opts["lengths"])
-		if err != nil {
-			return err
-		}
 		f := m.Func(ir.ForwardFunc)
 		if f == nil {
 			return fmt.Errorf("module has no @%s", ir.ForwardFunc)
 		}
-		if err := sliceTokens(m, f, lengths); err != nil {
+		plan, err := PlanTokens(m, DefaultDevice, opts["lengths"], false)
+		if err != nil {
 			return err
 		}
-		m.Attrs = m.Attrs.Set(AttrTokenSlices, ir.Ints(lengths...))
+		if err := sliceTokens(m, f, plan.Lengths); err != nil {
+			return err
+		}
+		m.Attrs = m.Attrs.Set(AttrTokenSlices, ir.Ints(plan.Lengths...))
+		m.Attrs = m.Attrs.Set(AttrTokenPlan, plan.attr())
 		return nil
 	},
+}
+
+// AttrTokenPlan (on a module) records why its token slices were chosen: the predicted pipeline
+// latency of the slicing, of the best uniform slicing and of no slicing (see TokenPlan).
+const AttrTokenPlan = "token_plan"
+
+// TokenPlan is a slicing and the cost model's case for it: the pipeline latency TeraPipe's
+// formula predicts (m·Σtᵢ + (K−1)·max tⱼ, seconds on the device profile) for it, for the best
+// uniform slicing and for no slicing, at the module's micro-batch count.
+type TokenPlan struct {
+	Auto           bool    `json:"auto"`
+	Device         string  `json:"device"`
+	Microbatches   int     `json:"microbatches"`
+	Stages         int     `json:"stages"`
+	Lengths        []int   `json:"lengths"`
+	Latency        float64 `json:"latency"`
+	Uniform        []int   `json:"best_uniform"`
+	UniformLatency float64 `json:"best_uniform_latency"`
+	Unsliced       float64 `json:"unsliced_latency"`
+}
+
+func (p TokenPlan) attr() ir.Attr {
+	return ir.Dict{{Name: "auto", Value: ir.BoolAttr(p.Auto)}, {Name: "device", Value: ir.String(p.Device)},
+		{Name: "latency", Value: ir.Float(p.Latency)}, {Name: "lengths", Value: ir.Ints(p.Lengths...)},
+		{Name: "microbatches", Value: ir.Int(p.Microbatches)}, {Name: "stages", Value: ir.Int(p.Stages)},
+		{Name: "uniform", Value: ir.Ints(p.Uniform...)}, {Name: "uniform_latency", Value: ir.Float(p.UniformLatency)},
+		{Name: "unsliced_latency", Value: ir.Float(p.Unsliced)}}
+}
+
+// ReadTokenPlan reads a module's token_plan attribute (ok false when it has none).
+func ReadTokenPlan(m *ir.Module) (TokenPlan, bool) {
+	d, ok := m.Attrs.Get(AttrTokenPlan).(ir.Dict)
+	if !ok {
+		return TokenPlan{}, false
+	}
+	at := ir.Attrs(d)
+	return TokenPlan{Auto: at.Bool("auto", false), Device: at.Str("device", ""), Microbatches: at.Int("microbatches", 1),
+		Stages: at.Int("stages", 1), Lengths: at.Ints("lengths"), Latency: at.Float("latency", 0),
+		Uniform: at.Ints("uniform"), UniformLatency: at.Float("uniform_latency", 0), Unsliced: at.Float("unsliced_latency", 0)}, true
+}
+
+// PlanTokens prices the token slicing spec ("auto", or lengths "3,3,2") of m's partitioned
+// @forward on dev at the module's micro-batch and stage counts, choosing the lengths for
+// auto with TeraPipe's dynamic program (schedule.PlanTokenSlices) — and the micro-batch
+// count with them when joint is set (m is then compiled with one micro-batch, the whole
+// batch).
+func PlanTokens(m *ir.Module, dev DeviceProfile, spec string, joint bool) (TokenPlan, error) {
+	f := m.Func(ir.ForwardFunc)
+	if f == nil {
+		return TokenPlan{}, fmt.Errorf("module has no @%s", ir.ForwardFunc)
+	}
+	sc, err := NewSliceCostModel(m, dev)
+	if err != nil {
+		return TokenPlan{}, err
+	}
+	mb := max(m.Attrs.Int("microbatches", 1), 1)
+	p := TokenPlan{Device: dev.Name, Microbatches: mb, Stages: sc.Stages}
+	cost := sc.Time
+	batch := sc.B * mb
+	popts := schedule.TokenPlanOptions{Microbatches: mb}
+	if strings.TrimSpace(spec) == "auto" || spec == "" {
+		if joint {
+			popts.Microbatches = 0
+		}
+		best, err := schedule.PlanTokenSlices(sc.T, batch, sc.Stages, cost, popts)
+		if err != nil {
+			return TokenPlan{}, fmt.Errorf("token slicing: %v", err)
+		}
+		p.Auto, p.Lengths, p.Microbatches = true, best.Lengths, best.Microbatches
+		mb, popts.Microbatches = best.Microbatches, best.Microbatches
+	} else if p.Lengths, err = ParseSliceLengths(spec); err != nil {
+		return TokenPlan{}, err
+	}
+	sum := 0
+	for _, l := range p.Lengths {
+		sum += l
+	}
+	if sum != sc.T || len(p.Lengths) > sc.T {
+		return TokenPlan{}, fmt.Errorf("token slicing: slice lengths %s sum to %d, the sequence has %d tokens", joinInts(p.Lengths), sum, sc.T)
+	}
+	p.Latency = schedule.EvalTokenPlan(p.Lengths, batch, mb, sc.Stages, cost).Latency
+	uni, err := schedule.BestUniform(sc.T, batch, sc.Stages, cost, popts)
+	if err != nil {
+		return TokenPlan{}, fmt.Errorf("token slicing: %v", err)
+	}
+	p.Uniform, p.UniformLatency = uni.Lengths, uni.Latency
+	p.Unsliced = schedule.EvalTokenPlan([]int{sc.T}, batch, mb, sc.Stages, cost).Latency
+	return p, nil
 }
 
 // ParseSliceLengths reads a comma-separated list of positive slice lengths.
@@ -155,17 +246,9 @@ func (t *tokenSlicer) get(v *ir.Value) *seqInfo {
 }
 
 func sliceTokens(m *ir.Module, f *ir.Func, lengths []int) error {
-	t := &tokenSlicer{m: m, f: f, info: map[*ir.Value]*seqInfo{}, actions: map[*ir.Op]map[int]operandAction{},
-		shapeQ: map[*ir.Op]int{}, shapeK: map[*ir.Op]int{}, consts: map[*ir.Value]elemFn{}}
-	T, err := SequenceLength(f)
+	t, err := analyseTokens(m, f)
 	if err != nil {
-		return fmt.Errorf("token slicing: %v", err)
-	}
-	t.T = T
-	for i, a := range f.Args {
-		if f.ArgAttrs[i].Has(ir.AttrInput) {
-			t.info[a] = &seqInfo{dep: true, q: SeqAxis, k: -1}
-		}
+		return err
 	}
 	sum := 0
 	for _, l := range lengths {
@@ -177,24 +260,10 @@ func sliceTokens(m *ir.Module, f *ir.Func, lengths []int) error {
 	if sum != t.T {
 		return fmt.Errorf("token slicing: slice lengths %s sum to %d, the sequence has %d tokens", joinInts(lengths), sum, t.T)
 	}
-	for _, op := range f.Ops {
-		if err := t.analyse(op); err != nil {
-			return err
-		}
-	}
 	loss := -1
-	for i, r := range f.Results {
-		in := t.get(r)
-		switch {
-		case f.ResultAttrs[i].Has(ir.AttrLoss):
-			if in.tok == tokNone {
-				return fmt.Errorf("token slicing: the loss must be a mean or a sum over the tokens (a cross_entropy or mse, or a reduce_mean or reduce_sum over the sequence)")
-			}
+	for i := range f.Results {
+		if f.ResultAttrs[i].Has(ir.AttrLoss) {
 			loss = i
-		case in.dep && in.q >= 0 && in.k < 0 && in.tok == tokNone:
-		case !in.dep:
-		default:
-			return fmt.Errorf("token slicing: result %d of @%s is not laid out by token", i, f.Name)
 		}
 	}
 	return t.emit(lengths, loss)

@@ -76,7 +76,7 @@ func init() {
 			fs.IntVar(&opts.DP, "dp", 1, "data-parallel replicas `N`: each runs --microbatches micro-batches of the global batch, and gradients are summed over them")
 			fs.IntVar(&opts.Zero, "zero", 0, "ZeRO `STAGE` with --dp: 1 shards optimizer state over the dp replicas, 2 also gradients")
 			fs.IntVar(&opts.Microbatches, "microbatches", 0, "micro-batches `M` per step: the model's global batch is split M ways (an .ir file's shapes are already one micro-batch's) (0: a FILE.csv schedule's count, an .ir file's microbatches attribute, or 1)")
-			fs.StringVar(&opts.Schedule, "schedule", "1f1b", "pipeline schedule `S|FILE.csv`: "+strings.Join(schedule.Names(), ", ")+", or a schedule in PyTorch's CSV format (2.4's spelling B/W/BW or the later I/W/B, detected per file)")
+			fs.StringVar(&opts.Schedule, "schedule", "", "pipeline schedule `S|FILE.csv`: "+strings.Join(schedule.Names(), ", ")+", or a schedule in PyTorch's CSV format (2.4's spelling B/W/BW or the later I/W/B, detected per file) (default 1f1b; gpipe with --token-slices and fewer micro-batches than ranks)")
 			fs.IntVar(&opts.VirtualStages, "virtual-stages", 0, "stages per rank `V` for interleaved and V-shaped schedules (0: the schedule's default)")
 			fs.BoolVar(&opts.ForwardOnly, "forward-only", false, "compile inference (no loss, no backward, no optimizer)")
 			fs.StringVar(&opts.Partition, "partition", "", "how to cut the model into stages, `MODE`: markers, layout or auto (default: layout with --layout, auto with --mem, else markers when the model has any, else auto)")
@@ -290,6 +290,15 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 	if s := res.Schedule; s != nil && s.Dialect != schedule.DialectNone {
 		fmt.Fprintf(w, "  schedule     %s, read in the %v\n", p.Schedule.Name, s.Dialect)
 	}
+	if tp := p.TokenPlan; tp != nil {
+		how := "as given"
+		if tp.Auto {
+			how = "chosen by the cost model"
+		}
+		f := schedule.Seconds.Format
+		fmt.Fprintf(w, "  token slices %s per micro-batch (%s): predicted pipeline latency %s, against %s for the best uniform slicing %s and %s without slicing (TeraPipe's m·Σt + (K−1)·max t, %d micro-batch(es), %d stages, %s)\n",
+			sliceList(tp.Lengths), how, f(tp.Latency), f(tp.UniformLatency), sliceList(tp.Uniform), f(tp.Unsliced), tp.Microbatches, tp.Stages, tp.Device)
+	}
 	fmt.Fprintf(w, "  FLOPs/step   %s (matmuls and convolutions)\n", formatFLOPs(flops))
 	// One line per program: its dp × tp replicas (consecutive ranks) have the same memory.
 	reps := p.Replicas()
@@ -501,4 +510,22 @@ func parseBytes(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a byte count (e.g. 80GiB)", s)
 	}
 	return int64(v * float64(mul)), nil
+}
+
+// sliceList writes token slice lengths compactly: [512, 384×2, 256].
+func sliceList(v []int) string {
+	var parts []string
+	for i := 0; i < len(v); {
+		j := i
+		for j < len(v) && v[j] == v[i] {
+			j++
+		}
+		if j-i > 1 {
+			parts = append(parts, fmt.Sprintf("%d×%d", v[i], j-i))
+		} else {
+			parts = append(parts, fmt.Sprint(v[i]))
+		}
+		i = j
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
 }

@@ -1,0 +1,282 @@
+package passes
+
+import (
+	"fmt"
+
+	"ppc.dev/ppc/ir"
+)
+
+// SliceCostModel prices one token slice of a partitioned causal model on the cost model:
+// the time of its forward and backward on each pipeline stage as a function of the
+// micro-batch size b (sequences), the slice length l and its context c (the tokens of the
+// earlier slices). It prices the ops the token-slice pass would emit — each op's tensors
+// shrunk to the slice, attention's key axis to the c+l tokens of context, the K/V prefix
+// copied — with the same roofline as CostOf, plus the slice's boundary transfers. This is
+// what TeraPipe's dynamic program needs: t(b, l, c) on the bottleneck stage.
+type SliceCostModel struct {
+	T, B   int // sequence length and micro-batch size of the module it was built from
+	Stages int
+	dev    DeviceProfile
+	// groups of identical stages (the middle layers of a transformer): each is priced once.
+	groups [][]sliceOp
+	xfer   [][]tensorTerm // per group: values entering the stage from another
+}
+
+// tensorTerm is the byte (or element) count of one tensor of a sliced op, as a function of
+// (b, l, c): base · (b/B)^batch · (l/T)^query · ((c+l)/T)^key.
+type tensorTerm struct {
+	base              float64
+	batch, query, key bool
+}
+
+func (t tensorTerm) at(sb, sl, sk float64) float64 {
+	v := t.base
+	if t.batch {
+		v *= sb
+	}
+	if t.query {
+		v *= sl
+	}
+	if t.key {
+		v *= sk
+	}
+	return v
+}
+
+// sliceOp is one op of a stage in scalable form.
+type sliceOp struct {
+	kind        int // opCompute, opCollective, opCopy (a K/V prefix's concatenation)
+	matrix      bool
+	hasWeights  bool
+	perElem     float64
+	results     []tensorTerm // elements
+	contraction tensorTerm   // matmul: the contracted size
+	bytes       []tensorTerm // operands and results
+	coll        string       // collective name
+	grad, axis  string
+	n           int
+	paramOp     bool // collective on a weight: backward is weight-gradient time
+}
+
+const (
+	opCompute = iota
+	opCollective
+	opCopy
+)
+
+// NewSliceCostModel builds the slice cost model of m's @forward after partition on device
+// dev, checking on the way that the model can be cut into token slices (the errors are the
+// token-slice pass's).
+func NewSliceCostModel(m *ir.Module, dev DeviceProfile) (*SliceCostModel, error) {
+	f := m.Func(ir.ForwardFunc)
+	if f == nil {
+		return nil, fmt.Errorf("module has no @%s", ir.ForwardFunc)
+	}
+	t, err := analyseTokens(m, f)
+	if err != nil {
+		return nil, err
+	}
+	B := 0
+	for i, a := range f.Args {
+		if f.ArgAttrs[i].Has(ir.AttrInput) {
+			B = a.Type.Shape[0]
+			break
+		}
+	}
+	param := map[*ir.Value]bool{}
+	for i, a := range f.Args {
+		param[a] = f.ArgAttrs[i].Has(ir.AttrParam)
+	}
+	for _, op := range f.Ops {
+		side := len(op.Operands) > 0
+		for _, x := range op.Operands {
+			side = side && param[x]
+		}
+		for _, r := range op.Results {
+			param[r] = side
+		}
+	}
+	axisSize := func(name string) int {
+		for _, a := range m.Mesh() {
+			if a.Name == name {
+				return a.Size
+			}
+		}
+		return 1
+	}
+	term := func(v *ir.Value, elems bool) tensorTerm {
+		base := float64(v.Type.NumElements())
+		if !elems {
+			base = float64(v.Type.Bytes())
+		}
+		in := t.get(v)
+		if !in.dep || in.tok != tokNone {
+			return tensorTerm{base: base}
+		}
+		return tensorTerm{base: base, batch: in.q != 0 && B > 0 && v.Type.Shape[0] == B, query: true, key: in.k >= 0}
+	}
+	operandTerm := func(op *ir.Op, i int) tensorTerm {
+		x := op.Operands[i]
+		tt := term(x, false)
+		if act, ok := t.actions[op][i]; ok {
+			switch act.kind {
+			case actSlice:
+				tt.query, tt.key = act.q >= 0, act.k >= 0
+			case actPrefix:
+				tt.query, tt.key = false, true
+			}
+		}
+		return tt
+	}
+	stages := 0
+	byStage := map[int][]sliceOp{}
+	home := map[*ir.Value]int{}
+	xfer := map[int][]tensorTerm{}
+	seen := map[[2]any]bool{}
+	for _, op := range f.Ops {
+		st := opStage(op)
+		stages = max(stages, st+1)
+		for _, r := range op.Results {
+			home[r] = st
+		}
+		for i, x := range op.Operands {
+			if hs, ok := home[x]; ok && hs != st && t.get(x).dep && !seen[[2]any{x, st}] {
+				seen[[2]any{x, st}] = true
+				xfer[st] = append(xfer[st], operandTerm(op, i))
+			}
+			if act, ok := t.actions[op][i]; ok && act.kind == actPrefix {
+				// The K/V of slices 0..j joined: read and written once in the forward,
+				// again when the backward recomputes it and splits its gradient.
+				b := operandTerm(op, i)
+				byStage[st] = append(byStage[st], sliceOp{kind: opCopy, bytes: []tensorTerm{b, b}})
+			}
+		}
+		so := sliceOp{kind: opCompute}
+		if op.Def.Has(ir.Collective) && len(op.Operands) == 1 && len(op.Results) == 1 {
+			so = sliceOp{kind: opCollective, coll: op.Def.Name, grad: op.Attrs.Str("grad", "reduce_scatter"), axis: op.Attrs.Str("axis", ""),
+				n: axisSize(op.Attrs.Str("axis", "")), paramOp: param[op.Operands[0]],
+				bytes: []tensorTerm{operandTerm(op, 0), term(op.Results[0], false)}}
+			if so.coll == "copy_to_axis" && op.Operands[0].Def == nil && param[op.Operands[0]] {
+				continue // summed once per step (see CostOf)
+			}
+			byStage[st] = append(byStage[st], so)
+			continue
+		}
+		for i := range op.Operands {
+			so.bytes = append(so.bytes, operandTerm(op, i))
+			so.hasWeights = so.hasWeights || param[op.Operands[i]]
+		}
+		for _, r := range op.Results {
+			so.bytes = append(so.bytes, term(r, false))
+			so.results = append(so.results, term(r, true))
+		}
+		switch op.Def.Name {
+		case "matmul":
+			so.matrix = true
+			a := op.Operands[0]
+			d := a.Type.Rank() - 1
+			if op.Attrs.Bool("transpose_a", false) && d >= 1 {
+				d--
+			}
+			so.contraction = tensorTerm{base: float64(a.Type.Shape[d])}
+			if in := t.get(a); in.dep && in.k == d {
+				so.contraction.key = true // probabilities × values: over the context
+			}
+		case "softmax", "log_softmax", "layer_norm", "rms_norm", "cross_entropy":
+			so.perElem = 5
+		case "gelu", "silu", "exp", "tanh", "sigmoid", "erf":
+			so.perElem = 8
+		default:
+			so.perElem = 1
+		}
+		byStage[st] = append(byStage[st], so)
+	}
+	sc := &SliceCostModel{T: t.T, B: B, Stages: max(stages, 1), dev: dev}
+	sigs := map[string]int{}
+	for s := 0; s < sc.Stages; s++ {
+		sig := fmt.Sprintf("%v|%v", byStage[s], xfer[s])
+		if _, ok := sigs[sig]; ok {
+			continue
+		}
+		sigs[sig] = len(sc.groups)
+		sc.groups = append(sc.groups, byStage[s])
+		sc.xfer = append(sc.xfer, xfer[s])
+	}
+	return sc, nil
+}
+
+// Time is the forward plus backward seconds of one slice of l tokens after c tokens of
+// context, for a micro-batch of b sequences, on the slowest stage (its incoming transfers,
+// forward and backward, included).
+func (sc *SliceCostModel) Time(b, l, c int) float64 {
+	sb, sl, sk := float64(b)/float64(max(sc.B, 1)), float64(l)/float64(sc.T), float64(c+l)/float64(sc.T)
+	worst := 0.0
+	for g, ops := range sc.groups {
+		total := 0.0
+		for _, o := range ops {
+			switch o.kind {
+			case opCopy:
+				bytes := o.bytes[0].at(sb, sl, sk) + o.bytes[1].at(sb, sl, sk)
+				total += 3 * bytes / sc.dev.MemBandwidth
+			case opCollective:
+				f, back := sc.dev.collectiveTimes(o.coll, o.grad, o.bytes[0].at(sb, sl, sk), o.bytes[1].at(sb, sl, sk), o.n, o.axis)
+				total += f + back
+			default:
+				var flops, bytes float64
+				for _, r := range o.results {
+					flops += r.at(sb, sl, sk)
+				}
+				if o.matrix {
+					flops = 2 * flops * o.contraction.at(sb, sl, sk)
+				} else {
+					flops *= o.perElem
+				}
+				for _, x := range o.bytes {
+					bytes += x.at(sb, sl, sk)
+				}
+				f, i, w := sc.dev.computeTimes(flops, bytes, o.matrix, o.hasWeights)
+				total += f + i + w
+			}
+		}
+		for _, x := range sc.xfer[g] {
+			total += 2 * (sc.dev.LinkLatency + x.at(sb, sl, sk)/sc.dev.LinkBandwidth)
+		}
+		worst = max(worst, total)
+	}
+	return worst
+}
+
+// analyseTokens runs the token-slice pass's analysis of f without rewriting it.
+func analyseTokens(m *ir.Module, f *ir.Func) (*tokenSlicer, error) {
+	t := &tokenSlicer{m: m, f: f, info: map[*ir.Value]*seqInfo{}, actions: map[*ir.Op]map[int]operandAction{},
+		shapeQ: map[*ir.Op]int{}, shapeK: map[*ir.Op]int{}, consts: map[*ir.Value]elemFn{}}
+	T, err := SequenceLength(f)
+	if err != nil {
+		return nil, fmt.Errorf("token slicing: %v", err)
+	}
+	t.T = T
+	for i, a := range f.Args {
+		if f.ArgAttrs[i].Has(ir.AttrInput) {
+			t.info[a] = &seqInfo{dep: true, q: SeqAxis, k: -1}
+		}
+	}
+	for _, op := range f.Ops {
+		if err := t.analyse(op); err != nil {
+			return nil, err
+		}
+	}
+	for i, r := range f.Results {
+		in := t.get(r)
+		switch {
+		case f.ResultAttrs[i].Has(ir.AttrLoss):
+			if in.tok == tokNone {
+				return nil, fmt.Errorf("token slicing: the loss must be a mean or a sum over the tokens (a cross_entropy or mse, or a reduce_mean or reduce_sum over the sequence)")
+			}
+		case in.dep && in.q >= 0 && in.k < 0 && in.tok == tokNone:
+		case !in.dep:
+		default:
+			return nil, fmt.Errorf("token slicing: result %d of @%s is not laid out by token", i, f.Name)
+		}
+	}
+	return t, nil
+}
