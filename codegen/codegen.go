@@ -1574,9 +1574,23 @@ func (g *gen) stageInfo(params []Param) []StageInfo {
 			}
 		}
 	}
+	if tp, ok := passes.ReadTokenPlan(g.m); ok {
+		// Token slices: the cost model's figures per slice, summed per micro-batch.
+		for s := range info {
+			if s >= len(tp.SliceTimes) {
+				break
+			}
+			info[s].F, info[s].I, info[s].W = 0, 0, 0
+			for _, t := range tp.SliceTimes[s] {
+				info[s].Slices = append(info[s].Slices, SliceInfo{F: t.F, I: t.I, W: t.W})
+				info[s].F, info[s].I, info[s].W = info[s].F+t.F, info[s].I+t.I, info[s].W+t.W
+			}
+		}
+	}
 	for p, consumers := range g.ports.Consumers {
 		prod := g.funcs[g.ports.Producer[p]]
 		ps := prod.Attrs.Int("stage", 0)
+		pj := prod.Attrs.Int("slice", -1)
 		stashed, sent := map[int]bool{}, false
 		for _, c := range consumers {
 			cf := g.funcs[c]
@@ -1592,10 +1606,16 @@ func (g *gen) stageInfo(params []Param) []StageInfo {
 		for s := range stashed {
 			if s < len(info) {
 				info[s].StashBytes += types[p].Bytes()
+				if pj >= 0 && pj < len(info[s].Slices) {
+					info[s].Slices[pj].StashBytes += types[p].Bytes()
+				}
 			}
 		}
 		if sent && ps < len(info) {
 			info[ps].SendBytes += types[p].Bytes()
+			if pj >= 0 && pj < len(info[ps].Slices) {
+				info[ps].Slices[pj].SendBytes += types[p].Bytes()
+			}
 		}
 	}
 	return info

@@ -63,12 +63,26 @@ type Plan struct {
 	Outputs  []string      `json:"outputs,omitempty"` // forward-only plans: output names
 }
 
+// SliceInfo is one token slice of a stage: the cost model's seconds (F includes the
+// incoming transfers' share) and the bytes it stashes (its K/V pieces included: the later
+// slices read them) and sends.
+type SliceInfo struct {
+	F          float64 `json:"f_seconds"`
+	I          float64 `json:"i_seconds"`
+	W          float64 `json:"w_seconds"`
+	StashBytes int64   `json:"stash_bytes"`
+	SendBytes  int64   `json:"send_bytes"`
+}
+
 // StageInfo describes one pipeline stage: what it holds and the cost model's estimates per
 // micro-batch, which `ppc simulate DIR` uses as action costs.
 type StageInfo struct {
-	Stage  int    `json:"stage"`
-	Rank   int    `json:"rank"`             // pipeline rank
-	Layers string `json:"layers,omitempty"` // e.g. "E,t0-t3"
+	// Slices are the stage's per-token-slice figures of a token-sliced plan (the stage's
+	// F, I, W, stash and send figures are then their sums over the slices of a micro-batch).
+	Slices []SliceInfo `json:"slices,omitempty"`
+	Stage  int         `json:"stage"`
+	Rank   int         `json:"rank"`             // pipeline rank
+	Layers string      `json:"layers,omitempty"` // e.g. "E,t0-t3"
 	// Params counts the stage's parameter elements (logical tensors), a parameter once per
 	// pipeline rank holding it; RankParams what one tensor-parallel rank of it holds (its
 	// shards; replicated parameters whole).

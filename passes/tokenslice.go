@@ -65,6 +65,8 @@ type TokenPlan struct {
 	Uniform        []int   `json:"best_uniform"`
 	UniformLatency float64 `json:"best_uniform_latency"`
 	Unsliced       float64 `json:"unsliced_latency"`
+	// SliceTimes[s][j] is the cost model's time of slice j on stage s.
+	SliceTimes [][]SliceTimes `json:"-"`
 }
 
 func (p TokenPlan) attr() ir.Attr {
@@ -72,7 +74,20 @@ func (p TokenPlan) attr() ir.Attr {
 		{Name: "latency", Value: ir.Float(p.Latency)}, {Name: "lengths", Value: ir.Ints(p.Lengths...)},
 		{Name: "microbatches", Value: ir.Int(p.Microbatches)}, {Name: "stages", Value: ir.Int(p.Stages)},
 		{Name: "uniform", Value: ir.Ints(p.Uniform...)}, {Name: "uniform_latency", Value: ir.Float(p.UniformLatency)},
-		{Name: "unsliced_latency", Value: ir.Float(p.Unsliced)}}
+		{Name: "unsliced_latency", Value: ir.Float(p.Unsliced)}, {Name: "slice_seconds", Value: p.sliceList()}}
+}
+
+// sliceList writes SliceTimes as one list per stage of [f, i, w] per slice.
+func (p TokenPlan) sliceList() ir.List {
+	var out ir.List
+	for _, st := range p.SliceTimes {
+		var row ir.List
+		for _, t := range st {
+			row = append(row, ir.List{ir.Float(t.F), ir.Float(t.I), ir.Float(t.W), ir.Float(t.Transfer)})
+		}
+		out = append(out, row)
+	}
+	return out
 }
 
 // ReadTokenPlan reads a module's token_plan attribute (ok false when it has none).
@@ -84,7 +99,32 @@ func ReadTokenPlan(m *ir.Module) (TokenPlan, bool) {
 	at := ir.Attrs(d)
 	return TokenPlan{Auto: at.Bool("auto", false), Device: at.Str("device", ""), Microbatches: at.Int("microbatches", 1),
 		Stages: at.Int("stages", 1), Lengths: at.Ints("lengths"), Latency: at.Float("latency", 0),
-		Uniform: at.Ints("uniform"), UniformLatency: at.Float("uniform_latency", 0), Unsliced: at.Float("unsliced_latency", 0)}, true
+		Uniform: at.Ints("uniform"), UniformLatency: at.Float("uniform_latency", 0), Unsliced: at.Float("unsliced_latency", 0),
+		SliceTimes: readSliceTimes(at.Get("slice_seconds"))}, true
+}
+
+func readSliceTimes(a ir.Attr) [][]SliceTimes {
+	rows, _ := a.(ir.List)
+	var out [][]SliceTimes
+	for _, r := range rows {
+		cells, _ := r.(ir.List)
+		var st []SliceTimes
+		for _, c := range cells {
+			v, _ := c.(ir.List)
+			var f [4]float64
+			for i := 0; i < len(v) && i < 4; i++ {
+				switch x := v[i].(type) {
+				case ir.Float:
+					f[i] = float64(x)
+				case ir.Int:
+					f[i] = float64(x)
+				}
+			}
+			st = append(st, SliceTimes{F: f[0], I: f[1], W: f[2], Transfer: f[3]})
+		}
+		out = append(out, st)
+	}
+	return out
 }
 
 // PlanTokens prices the token slicing spec ("auto", or lengths "3,3,2") of m's partitioned
@@ -133,6 +173,15 @@ func PlanTokens(m *ir.Module, dev DeviceProfile, spec string, joint bool) (Token
 	}
 	p.Uniform, p.UniformLatency = uni.Lengths, uni.Latency
 	p.Unsliced = schedule.EvalTokenPlan([]int{sc.T}, batch, mb, sc.Stages, cost).Latency
+	for st := 0; st < sc.Stages; st++ {
+		var row []SliceTimes
+		c := 0
+		for _, l := range p.Lengths {
+			row = append(row, sc.Parts(st, sc.B, l, c))
+			c += l
+		}
+		p.SliceTimes = append(p.SliceTimes, row)
+	}
 	return p, nil
 }
 

@@ -18,8 +18,9 @@ type SliceCostModel struct {
 	Stages int
 	dev    DeviceProfile
 	// groups of identical stages (the middle layers of a transformer): each is priced once.
-	groups [][]sliceOp
-	xfer   [][]tensorTerm // per group: values entering the stage from another
+	groups  [][]sliceOp
+	xfer    [][]tensorTerm // per group: values entering the stage from another
+	stageOf []int          // stage → its group
 }
 
 // tensorTerm is the byte (or element) count of one tensor of a sliced op, as a function of
@@ -195,55 +196,78 @@ func NewSliceCostModel(m *ir.Module, dev DeviceProfile) (*SliceCostModel, error)
 	sigs := map[string]int{}
 	for s := 0; s < sc.Stages; s++ {
 		sig := fmt.Sprintf("%v|%v", byStage[s], xfer[s])
-		if _, ok := sigs[sig]; ok {
-			continue
+		g, ok := sigs[sig]
+		if !ok {
+			g = len(sc.groups)
+			sigs[sig] = g
+			sc.groups = append(sc.groups, byStage[s])
+			sc.xfer = append(sc.xfer, xfer[s])
 		}
-		sigs[sig] = len(sc.groups)
-		sc.groups = append(sc.groups, byStage[s])
-		sc.xfer = append(sc.xfer, xfer[s])
+		sc.stageOf = append(sc.stageOf, g)
 	}
 	return sc, nil
+}
+
+// SliceTimes are one stage's seconds for one slice: forward, input gradient and weight
+// gradient (collectives included), and the incoming transfers, forward and backward.
+type SliceTimes struct{ F, I, W, Transfer float64 }
+
+// Parts prices one slice on one stage.
+func (sc *SliceCostModel) Parts(stage, b, l, c int) SliceTimes {
+	return sc.parts(sc.stageOf[stage], b, l, c)
 }
 
 // Time is the forward plus backward seconds of one slice of l tokens after c tokens of
 // context, for a micro-batch of b sequences, on the slowest stage (its incoming transfers,
 // forward and backward, included).
 func (sc *SliceCostModel) Time(b, l, c int) float64 {
-	sb, sl, sk := float64(b)/float64(max(sc.B, 1)), float64(l)/float64(sc.T), float64(c+l)/float64(sc.T)
 	worst := 0.0
-	for g, ops := range sc.groups {
-		total := 0.0
-		for _, o := range ops {
-			switch o.kind {
-			case opCopy:
-				bytes := o.bytes[0].at(sb, sl, sk) + o.bytes[1].at(sb, sl, sk)
-				total += 3 * bytes / sc.dev.MemBandwidth
-			case opCollective:
-				f, back := sc.dev.collectiveTimes(o.coll, o.grad, o.bytes[0].at(sb, sl, sk), o.bytes[1].at(sb, sl, sk), o.n, o.axis)
-				total += f + back
-			default:
-				var flops, bytes float64
-				for _, r := range o.results {
-					flops += r.at(sb, sl, sk)
-				}
-				if o.matrix {
-					flops = 2 * flops * o.contraction.at(sb, sl, sk)
-				} else {
-					flops *= o.perElem
-				}
-				for _, x := range o.bytes {
-					bytes += x.at(sb, sl, sk)
-				}
-				f, i, w := sc.dev.computeTimes(flops, bytes, o.matrix, o.hasWeights)
-				total += f + i + w
-			}
-		}
-		for _, x := range sc.xfer[g] {
-			total += 2 * (sc.dev.LinkLatency + x.at(sb, sl, sk)/sc.dev.LinkBandwidth)
-		}
-		worst = max(worst, total)
+	for g := range sc.groups {
+		p := sc.parts(g, b, l, c)
+		worst = max(worst, p.F+p.I+p.W+p.Transfer)
 	}
 	return worst
+}
+
+func (sc *SliceCostModel) parts(g, b, l, c int) SliceTimes {
+	sb, sl, sk := float64(b)/float64(max(sc.B, 1)), float64(l)/float64(sc.T), float64(c+l)/float64(sc.T)
+	var p SliceTimes
+	for _, o := range sc.groups[g] {
+		switch o.kind {
+		case opCopy:
+			// Joined in the forward; recomputed, and its gradient split, in the backward.
+			bytes := (o.bytes[0].at(sb, sl, sk) + o.bytes[1].at(sb, sl, sk)) / sc.dev.MemBandwidth
+			p.F += bytes
+			p.I += 2 * bytes
+		case opCollective:
+			f, back := sc.dev.collectiveTimes(o.coll, o.grad, o.bytes[0].at(sb, sl, sk), o.bytes[1].at(sb, sl, sk), o.n, o.axis)
+			p.F += f
+			if o.paramOp {
+				p.W += back
+			} else {
+				p.I += back
+			}
+		default:
+			var flops, bytes float64
+			for _, r := range o.results {
+				flops += r.at(sb, sl, sk)
+			}
+			if o.matrix {
+				flops = 2 * flops * o.contraction.at(sb, sl, sk)
+			} else {
+				flops *= o.perElem
+			}
+			for _, x := range o.bytes {
+				bytes += x.at(sb, sl, sk)
+			}
+			f, i, w := sc.dev.computeTimes(flops, bytes, o.matrix, o.hasWeights)
+			p.F, p.I, p.W = p.F+f, p.I+i, p.W+w
+		}
+	}
+	for _, x := range sc.xfer[g] {
+		p.Transfer += 2 * (sc.dev.LinkLatency + x.at(sb, sl, sk)/sc.dev.LinkBandwidth)
+	}
+	return p
 }
 
 // analyseTokens runs the token-slice pass's analysis of f without rewriting it.
