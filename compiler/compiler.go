@@ -261,7 +261,7 @@ func Compile(model string, opts Options) (*Result, error) {
 	pipeline = append(pipeline, split)
 	// Each pipeline rank's step as IR (send/recv explicit), which code generation lowers.
 	if len(slices) > 1 {
-		if sched, err = sliceSchedule(sched, len(slices)); err != nil {
+		if sched, err = schedule.SliceTokens(sched, len(slices)); err != nil {
 			return nil, err
 		}
 	}
@@ -519,10 +519,14 @@ func StageCosts(plan *codegen.Plan) (schedule.Cost, bool) {
 	cost := schedule.Cost{F: 1, I: 1, W: 1, Comm: dev.LinkLatency, Bandwidth: dev.LinkBandwidth, Unit: schedule.Seconds,
 		Source: "cost model, device profile " + dev.Name + ", per-stage estimates from plan.json"}
 	for _, st := range plan.StageInfo {
-		cost.Stages = append(cost.Stages, schedule.StageCost{F: st.F, I: st.I, W: st.W,
+		sc := schedule.StageCost{F: st.F, I: st.I, W: st.W,
 			CommBytes: float64(st.SendBytes), ActBytes: float64(st.StashBytes),
 			FColl: st.FComm, IColl: st.IComm, WColl: st.WComm,
-			GradReduce: st.DPReduce + st.TPReduce, GradReduceMB: st.DPReduceMB, StepEnd: st.OptimizerComm})
+			GradReduce: st.DPReduce + st.TPReduce, GradReduceMB: st.DPReduceMB, StepEnd: st.OptimizerComm}
+		for _, sl := range st.Slices {
+			sc.Slices = append(sc.Slices, schedule.StageCost{F: sl.F, I: sl.I, W: sl.W, CommBytes: float64(sl.SendBytes), ActBytes: float64(sl.StashBytes)})
+		}
+		cost.Stages = append(cost.Stages, sc)
 	}
 	return cost, true
 }
@@ -730,37 +734,4 @@ func joinInts(v []int) string {
 		s[i] = strconv.Itoa(x)
 	}
 	return strings.Join(s, ",")
-}
-
-// sliceSchedule expands a micro-batch schedule to token slices: unit u = mb·M + j; forwards
-// in slice order, backwards in reverse (slice j's K/V gradient comes from later slices).
-// TEMPORARY until schedule.SliceTokens lands.
-func sliceSchedule(s *schedule.Schedule, M int) (*schedule.Schedule, error) {
-	out := s.Clone()
-	out.Microbatches = s.Microbatches * M
-	var expand func(a schedule.Action) []schedule.Action
-	expand = func(a schedule.Action) []schedule.Action {
-		if a.Microbatch < 0 || a.Kind == schedule.OverlapFB {
-			return []schedule.Action{a}
-		}
-		var r []schedule.Action
-		for j := 0; j < M; j++ {
-			jj := j
-			if a.Kind != schedule.Forward && a.Kind != schedule.SendF && a.Kind != schedule.RecvF {
-				jj = M - 1 - j
-			}
-			b := a
-			b.Microbatch = a.Microbatch*M + jj
-			r = append(r, b)
-		}
-		return r
-	}
-	for r, acts := range s.Actions {
-		var row []schedule.Action
-		for _, a := range acts {
-			row = append(row, expand(a)...)
-		}
-		out.Actions[r] = row
-	}
-	return out, nil
 }

@@ -150,6 +150,11 @@ type StageCost struct {
 	GradReduce          float64
 	GradReduceMB        float64
 	StepEnd             float64
+
+	// Slices are the per-token-slice costs of a sliced schedule (F, I, W, B, CommBytes,
+	// ActBytes and the collective parts of F, I, W per slice); without them each slice of
+	// M costs 1/M of the stage's.
+	Slices []StageCost
 }
 
 // collectiveNames names StageCost's collective fields in Cost.String, in the
@@ -406,7 +411,8 @@ func (c *Cost) check(stages int) error {
 
 // costModel answers the engine's questions; the zero value costs nothing.
 type costModel struct {
-	c *Cost
+	c      *Cost
+	slices int // token slices per micro-batch of the schedule (0, 1: none)
 }
 
 func (m *costModel) stage(s int) StageCost {
@@ -417,11 +423,27 @@ func (m *costModel) stage(s int) StageCost {
 	return StageCost{F: c.F, I: c.I, W: c.W, B: c.B, CommBytes: c.CommBytes, ActBytes: c.ActBytes}
 }
 
+// unit is the cost of stage s for unit mb of the schedule: one token slice's when the
+// schedule is sliced.
+func (m *costModel) unit(s, mb int) StageCost {
+	sc := m.stage(s)
+	if m.slices <= 1 {
+		return sc
+	}
+	j := mb % m.slices
+	if len(sc.Slices) == m.slices {
+		return sc.Slices[j]
+	}
+	f := 1 / float64(m.slices)
+	return StageCost{F: sc.F * f, I: sc.I * f, W: sc.W * f, B: sc.B * f, CommBytes: sc.CommBytes * f, ActBytes: sc.ActBytes * f,
+		FColl: sc.FColl * f, IColl: sc.IColl * f, WColl: sc.WColl * f}
+}
+
 func (m *costModel) compute(a Action) float64 {
 	if m.c == nil {
 		return 0
 	}
-	sc := m.stage(a.Stage)
+	sc := m.unit(a.Stage, a.Microbatch)
 	switch a.Kind {
 	case Forward:
 		return sc.F
@@ -443,7 +465,7 @@ func (m *costModel) collective(a Action) float64 {
 	if m.c == nil {
 		return 0
 	}
-	sc := m.stage(a.Stage)
+	sc := m.unit(a.Stage, a.Microbatch)
 	var t float64
 	switch a.Kind {
 	case Forward:
@@ -470,20 +492,20 @@ func (m *costModel) overlap(a, b Action) float64 {
 
 // transfer is the time to move the activation (or its gradient) across the
 // boundary between stage b and b+1.
-func (m *costModel) transfer(b int) float64 {
+func (m *costModel) transfer(b, mb int) float64 {
 	if m.c == nil {
 		return 0
 	}
 	t := m.c.Comm
 	if m.c.Bandwidth > 0 {
-		t += m.stage(b).CommBytes / m.c.Bandwidth
+		t += m.unit(b, mb).CommBytes / m.c.Bandwidth
 	}
 	return t
 }
 
-func (m *costModel) actBytes(s int) float64 {
+func (m *costModel) actBytes(s, mb int) float64 {
 	if m.c == nil {
 		return 0
 	}
-	return m.stage(s).ActBytes
+	return m.unit(s, mb).ActBytes
 }

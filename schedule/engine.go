@@ -46,7 +46,7 @@ type op struct {
 	coll   float64 // of dur, the time spent in collectives inside the computations
 	nNeed  uint8
 	nOut   uint8
-	need   [4]need
+	need   [6]need
 	out    [3]output
 	reduce int       // stage of a REDUCE_GRAD, else -1
 	stash  smallInts // stages whose micro-batch activation is stashed when the op starts (F)
@@ -54,7 +54,18 @@ type op struct {
 	wdone  smallInts // stages whose weight gradient of one micro-batch completes (W, B)
 }
 
-func (o *op) needs() []need     { return o.need[:o.nNeed] }
+func (o *op) needs() []need { return o.need[:o.nNeed] }
+
+// unitOf is the micro-batch (unit) of the op's computation on stage st that stashes (kind
+// Forward) or frees (kind BackwardWeight: a W or B) an activation.
+func (o *op) unitOf(st int, kind Kind) int {
+	for _, c := range o.act.Computes() {
+		if c.Stage == st && (c.Kind == kind || kind == BackwardWeight && c.Kind == FullBackward) {
+			return c.Microbatch
+		}
+	}
+	return o.act.Microbatch
+}
 func (o *op) outs() []output    { return o.out[:o.nOut] }
 func (o *op) addNeed(n need)    { o.need[o.nNeed] = n; o.nNeed++ }
 func (o *op) addOut(out output) { o.out[o.nOut] = out; o.nOut++ }
@@ -166,6 +177,7 @@ func compile(s *Schedule, cost *costModel) (*program, error) {
 		n += len(acts)
 	}
 	est := min(n+n/2+16, 1<<20) // (stage, mb) pairs: about one per action, plus derived ones
+	cost.slices = s.Slices
 	p := &program{s: s, comms: s.HasComms(), cost: cost, pairs: make(map[uint64]int32, est),
 		pairOf: make([][2]int, 0, est), producer: make([]loc, 0, est*int(numSlotKinds)), consumer: make([]loc, 0, est*int(numSlotKinds))}
 	p.ops = make([][]op, s.Ranks)
@@ -283,13 +295,13 @@ func (p *program) compileAction(r, i int, a Action) (op, error) {
 				return o, p.errAt(ErrBadAction, r, i, Action{}, "the last stage has no next stage to send to")
 			}
 			o.addNeed(need{slot: p.slot(slotF, st, mb), local: true})
-			o.addOut(output{slot: p.slot(slotMsgF, st+1, mb), delay: p.xfer(st, st+1)})
+			o.addOut(output{slot: p.slot(slotMsgF, st+1, mb), delay: p.xfer(st, st+1, mb)})
 		case SendB:
 			if st == 0 {
 				return o, p.errAt(ErrBadAction, r, i, Action{}, "stage 0 has no previous stage to send to")
 			}
 			o.addNeed(need{slot: p.slot(slotBin, st, mb), local: true})
-			o.addOut(output{slot: p.slot(slotMsgB, st-1, mb), delay: p.xfer(st, st-1)})
+			o.addOut(output{slot: p.slot(slotMsgB, st-1, mb), delay: p.xfer(st, st-1, mb)})
 		case RecvF:
 			if st == 0 {
 				return o, p.errAt(ErrBadAction, r, i, Action{}, "stage 0 has no previous stage to receive from")
@@ -347,11 +359,11 @@ func describeSlot(p *program, slot int32) string {
 
 // xfer is the time a message from stage `from` to stage `to` takes: zero when
 // both run on the same rank.
-func (p *program) xfer(from, to int) float64 {
+func (p *program) xfer(from, to, mb int) float64 {
 	if p.s.Placement[from] == p.s.Placement[to] {
 		return 0
 	}
-	return p.cost.transfer(min(from, to))
+	return p.cost.transfer(min(from, to), mb)
 }
 
 // addCompute adds the dependencies and results of one computation c on rank r.
@@ -368,18 +380,30 @@ func (p *program) addCompute(o *op, r int, c Action) {
 		case p.comms:
 			o.addNeed(need{slot: p.slot(recv, st, mb), local: true})
 		default:
-			o.addNeed(need{slot: p.slot(out, from, mb), latency: p.xfer(from, st)})
+			o.addNeed(need{slot: p.slot(out, from, mb), latency: p.xfer(from, st, mb)})
 		}
+	}
+	// Token slices: a slice reads the K/V of the earlier slices of its micro-batch on the
+	// stage, and its backward takes their gradients from the later ones (SliceTokens).
+	M, j := max(s.Slices, 1), 0
+	if M > 1 {
+		j = mb % M
 	}
 	switch c.Kind {
 	case Forward:
 		if st > 0 {
 			input(st-1, slotF, slotRecvF)
 		}
+		if j > 0 {
+			o.addNeed(need{slot: p.slot(slotF, st, mb-1), local: true})
+		}
 		o.addOut(output{slot: p.slot(slotF, st, mb)})
 		o.stash.add(st)
 	case BackwardInput, FullBackward:
 		o.addNeed(need{slot: p.slot(slotF, st, mb), local: true})
+		if j < M-1 {
+			o.addNeed(need{slot: p.slot(slotBin, st, mb+1), local: true})
+		}
 		if st+1 < s.Stages {
 			input(st+1, slotBin, slotRecvB)
 		}

@@ -30,6 +30,10 @@ type Schedule struct {
 	// Dialect is the spelling of the CSV file the schedule was read from (see ParseCSV);
 	// DialectNone for a generated schedule.
 	Dialect Dialect
+	// Slices is the number of token slices per micro-batch (TeraPipe; 0 or 1: none). A
+	// sliced schedule's actions count units: unit u is slice u mod Slices of micro-batch
+	// u div Slices, and Microbatches counts units (see SliceTokens).
+	Slices int
 }
 
 // Dialect is the spelling of the backward actions in a PyTorch CSV file (see ParseCSV).

@@ -3,6 +3,7 @@ package schedule
 import (
 	"fmt"
 	"math"
+	"strconv"
 )
 
 // Result is the outcome of Simulate.
@@ -11,8 +12,11 @@ type Result struct {
 	Ranks        int    `json:"ranks"`
 	Stages       int    `json:"stages"`
 	Microbatches int    `json:"microbatches"`
-	Format       string `json:"format"` // compute_only or compute_comms
-	Cost         string `json:"cost"`   // the costs, in ParseCost syntax
+	// Slices is the token slices per micro-batch of a sliced schedule (Microbatches then
+	// counts units: micro-batches × slices); 0 otherwise.
+	Slices int    `json:"token_slices,omitempty"`
+	Format string `json:"format"` // compute_only or compute_comms
+	Cost   string `json:"cost"`   // the costs, in ParseCost syntax
 	// CostSource says where the costs came from (Cost.Describe).
 	CostSource string `json:"cost_source"`
 	// Unit is the unit of every time below (and of the events).
@@ -194,7 +198,7 @@ func simulate(s *Schedule, c Cost) (*Result, error) {
 	}
 	R := s.Ranks
 	res := &Result{
-		Name: s.Name, Ranks: R, Stages: s.Stages, Microbatches: s.Microbatches,
+		Name: s.Name, Ranks: R, Stages: s.Stages, Microbatches: s.Microbatches, Slices: sliceCount(s),
 		Format: s.Format(), Cost: c.String(), CostSource: c.Describe(), Unit: c.Unit,
 		Placement: append([]int(nil), s.Placement...), Busy: make([]float64, R), Idle: make([]float64, R),
 		PeakActivations: make([]int, R), Events: make([][]Event, R),
@@ -233,7 +237,7 @@ func simulate(s *Schedule, c Cost) (*Result, error) {
 			// freeing at each end in list order follows time order.
 			for _, st := range o.stash.list() {
 				live++
-				liveBytes += cm.actBytes(int(st))
+				liveBytes += cm.actBytes(int(st), o.unitOf(int(st), Forward))
 			}
 			res.PeakActivations[r] = max(res.PeakActivations[r], live)
 			if withBytes {
@@ -241,7 +245,7 @@ func simulate(s *Schedule, c Cost) (*Result, error) {
 			}
 			for _, st := range o.free.list() {
 				live--
-				liveBytes -= cm.actBytes(int(st))
+				liveBytes -= cm.actBytes(int(st), o.unitOf(int(st), BackwardWeight))
 			}
 		}
 		res.Events[r] = evs
@@ -316,4 +320,20 @@ func (p *program) collectives(r int, tl *timeline, cm *costModel) []CollectiveEv
 		}
 	}
 	return evs
+}
+
+func sliceCount(s *Schedule) int {
+	if s.Slices > 1 {
+		return s.Slices
+	}
+	return 0
+}
+
+// unitLabel writes a unit as people read it: the micro-batch, or micro-batch.slice ("3.1")
+// in a sliced schedule.
+func unitLabel(mb, slices int) string {
+	if slices > 1 && mb >= 0 {
+		return fmt.Sprintf("%d.%d", mb/slices, mb%slices)
+	}
+	return strconv.Itoa(mb)
 }

@@ -106,7 +106,7 @@ func (r *Result) WriteSVG(w io.Writer) error {
 		title = "schedule"
 	}
 	fmt.Fprintf(b, `<text x="%s" y="24" font-size="16" font-weight="bold" fill="#222">%s</text>`+"\n", num(left),
-		esc(fmt.Sprintf("%s — %d ranks, %d stages, %d micro-batches (%s)", title, r.Ranks, r.Stages, r.Microbatches, r.Format)))
+		esc(fmt.Sprintf("%s — %d ranks, %d stages, %s (%s)", title, r.Ranks, r.Stages, r.unitsText(), r.Format)))
 
 	for rank := 0; rank < r.Ranks; rank++ {
 		y := top + float64(rank)*(rowH+laneH+rowGap)
@@ -121,10 +121,10 @@ func (r *Result) WriteSVG(w io.Writer) error {
 				if !a.Kind.IsCompute() {
 					continue
 				}
-				key, label, ch := a.Kind.String(), strconv.Itoa(a.Microbatch), 0
+				key, label, ch := a.Kind.String(), unitLabel(a.Microbatch, r.Slices), 0
 				if a.Kind == OverlapFB {
 					key = "F&B"
-					label = fmt.Sprintf("%d/%d", a.Sub[0].Microbatch, a.Sub[1].Microbatch)
+					label = unitLabel(a.Sub[0].Microbatch, r.Slices) + "/" + unitLabel(a.Sub[1].Microbatch, r.Slices)
 				} else if a.Stage >= 0 && a.Stage < len(chunk) {
 					ch = chunk[a.Stage]
 				}
@@ -144,12 +144,12 @@ func (r *Result) WriteSVG(w io.Writer) error {
 					stroke, sw = "#111111", math.Min(1.5, cw/4)
 				}
 				fmt.Fprintf(b, `<rect class="cell %s" x="%s" y="%s" width="%s" height="%s" rx="2" fill="%s" stroke="%s" stroke-width="%s"><title>%s [%s, %s]</title></rect>`+"\n",
-					cellClass(key), num(x), num(y), num(cw), num(rowH), fill, stroke, num(sw), esc(a.String()), esc(r.Unit.Format(e.Start)), esc(r.Unit.Format(e.End)))
+					cellClass(key), num(x), num(y), num(cw), num(rowH), fill, stroke, num(sw), esc(r.actionName(a)), esc(r.Unit.Format(e.Start)), esc(r.Unit.Format(e.End)))
 				if e.Collective > 0 {
 					// Inside the cell's white separator, so neighbouring cells stay apart.
 					bw := math.Min(cw, e.Collective*px)
 					fmt.Fprintf(b, `<rect class="coll" x="%s" y="%s" width="%s" height="%s" fill="%s"><title>%s: tp collectives %s</title></rect>`+"\n",
-						num(x+cw-bw), num(y+sw/2), num(math.Max(bw-sw/2, 0)), num(rowH-sw), darken(fill, collShade), esc(a.String()), esc(r.Unit.Format(e.Collective)))
+						num(x+cw-bw), num(y+sw/2), num(math.Max(bw-sw/2, 0)), num(rowH-sw), darken(fill, collShade), esc(r.actionName(a)), esc(r.Unit.Format(e.Collective)))
 					if bw > cw/2 {
 						textFill = "#ffffff" // the label sits on the dark band
 					}

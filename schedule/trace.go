@@ -51,7 +51,7 @@ func (r *Result) WriteTrace(w io.Writer) error {
 		title = "schedule"
 	}
 	events = append(events, traceEvent{Name: "process_name", Ph: "M", Pid: 0,
-		Args: map[string]any{"name": fmt.Sprintf("%s (p=%d, m=%d; costs: %s)", title, r.Ranks, r.Microbatches, r.CostSource)}})
+		Args: map[string]any{"name": fmt.Sprintf("%s (p=%d, %s; costs: %s)", title, r.Ranks, r.unitsShort(), r.CostSource)}})
 	coll := r.Collectives != nil
 	for rank := range r.Ranks {
 		sort := rank
@@ -71,7 +71,7 @@ func (r *Result) WriteTrace(w io.Writer) error {
 	for rank, evs := range r.Events {
 		for _, e := range evs {
 			dur := (e.End - e.Start) * scale
-			te := traceEvent{Name: traceName(e.Action), Cat: traceCat(e.Action), Ph: "X",
+			te := traceEvent{Name: traceName(e.Action, r.Slices), Cat: traceCat(e.Action), Ph: "X",
 				Ts: e.Start * scale, Dur: &dur, Pid: 0, Tid: rank,
 				Args: map[string]any{"action": e.Action.String()}}
 			if e.Action.Kind == OverlapFB {
@@ -117,16 +117,16 @@ func (r *Result) WriteTrace(w io.Writer) error {
 	}{events, "ms"})
 }
 
-func traceName(a Action) string {
+func traceName(a Action, slices int) string {
 	switch {
 	case a.Kind == OverlapFB:
 		parts := make([]string, len(a.Sub))
 		for i, c := range a.Sub {
-			parts[i] = traceName(c)
+			parts[i] = traceName(c, slices)
 		}
 		return strings.Join(parts, " & ")
 	case a.Microbatch >= 0:
-		return fmt.Sprintf("%s%d s%d", a.Kind, a.Microbatch, a.Stage)
+		return fmt.Sprintf("%s%s s%d", a.Kind, unitLabel(a.Microbatch, slices), a.Stage)
 	default:
 		return fmt.Sprintf("%s s%d", a.Kind, a.Stage)
 	}
@@ -143,4 +143,37 @@ func traceCat(a Action) string {
 	default:
 		return "other"
 	}
+}
+
+// actionName is an action as a sliced schedule's reader wants it: "1F3.1" for the forward of
+// micro-batch 3, slice 1, on stage 1.
+func (r *Result) actionName(a Action) string {
+	if r.Slices <= 1 {
+		return a.String()
+	}
+	if a.Kind == OverlapFB {
+		parts := make([]string, len(a.Sub))
+		for i, c := range a.Sub {
+			parts[i] = r.actionName(c)
+		}
+		return "(" + strings.Join(parts, ";") + ")OVERLAP_F_B"
+	}
+	if a.Microbatch < 0 {
+		return a.String()
+	}
+	return fmt.Sprintf("%d%s%s", a.Stage, a.Kind, unitLabel(a.Microbatch, r.Slices))
+}
+
+func (r *Result) unitsText() string {
+	if r.Slices > 1 {
+		return fmt.Sprintf("%d micro-batches of %d token slices", r.Microbatches/r.Slices, r.Slices)
+	}
+	return fmt.Sprintf("%d micro-batches", r.Microbatches)
+}
+
+func (r *Result) unitsShort() string {
+	if r.Slices > 1 {
+		return fmt.Sprintf("m=%d×%d slices", r.Microbatches/r.Slices, r.Slices)
+	}
+	return fmt.Sprintf("m=%d", r.Microbatches)
 }

@@ -343,7 +343,12 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 		if coll != "" {
 			fmt.Fprintf(w, "               (ideal: compute only; collectives: tp ones inside the passes, dp gradient reductions and ZeRO's optimizer ones, as far as compute does not hide them)\n")
 		}
-		fmt.Fprintf(w, "               peak stashed micro-batches per rank %v\n", e.PeakActivations)
+		if len(p.TokenSlices) > 1 {
+			// Each slice keeps its own activations (its K/V pieces too, which later slices read).
+			fmt.Fprintf(w, "               peak stashed token slices per rank %v (%d per micro-batch)\n", e.PeakActivations, len(p.TokenSlices))
+		} else {
+			fmt.Fprintf(w, "               peak stashed micro-batches per rank %v\n", e.PeakActivations)
+		}
 	}
 }
 

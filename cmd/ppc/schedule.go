@@ -117,7 +117,7 @@ func init() {
 		},
 	})
 	commands = append(commands, &command{
-		name: "simulate", args: "DIR | --schedule S|FILE.csv [--pp N --microbatches M --virtual-stages V] [--cost F=1,I=1,W=1,comm=0] [--json] [--trace FILE] [--svg FILE]",
+		name: "simulate", args: "DIR | --schedule S|FILE.csv [--pp N --microbatches M --virtual-stages V] [--token-slices K] [--cost F=1,I=1,W=1,comm=0] [--json] [--trace FILE] [--svg FILE]",
 		summary: "Simulate a pipeline schedule: step time, ideal time, bubble ratio and per-rank peak activation memory, with a Chrome trace and an SVG timeline.",
 		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
 			var sf scheduleFlags
@@ -126,14 +126,24 @@ func init() {
 			asJSON := fs.Bool("json", false, "print the results as JSON")
 			trace := fs.String("trace", "", "write a Chrome trace to `FILE`")
 			svg := fs.String("svg", "", "write the timeline as SVG to `FILE`")
+			slices := fs.Int("token-slices", 1, "cut each micro-batch into `K` token slices (TeraPipe), each costing 1/K of the stage's F, I, W, bytes and activations (a plan compiled with --token-slices is simulated with its own slices)")
 			return func(args []string) error {
 				var s *schedule.Schedule
 				var err error
 				var cost schedule.Cost
+				if *slices < 1 {
+					return usagef("--token-slices %d: want at least 1", *slices)
+				}
+				if len(args) > 0 && setFlags(fs)["token-slices"] {
+					return usagef("--token-slices describes a schedule to simulate instead of a plan's; a plan's token slices are compiled into it")
+				}
 				switch len(args) {
 				case 0:
 					if s, err = sf.load(setFlags(fs)); err != nil {
 						return err
+					}
+					if s, err = schedule.SliceTokens(s, *slices); err != nil {
+						return usagef("--token-slices: %v", err)
 					}
 					if cost, err = schedule.ParseCost(*costFlag); err != nil {
 						return usagef("--cost: %v", err)
@@ -182,7 +192,11 @@ func init() {
 					enc.SetIndent("", "  ")
 					return enc.Encode(res)
 				}
-				fmt.Fprintf(e.stdout, "schedule %s: %d rank(s), %d stage(s), %d micro-batch(es)\n", s.Name, s.Ranks, s.Stages, s.Microbatches)
+				if s.Slices > 1 {
+					fmt.Fprintf(e.stdout, "schedule %s: %d rank(s), %d stage(s), %d micro-batch(es) of %d token slices\n", s.Name, s.Ranks, s.Stages, s.Microbatches/s.Slices, s.Slices)
+				} else {
+					fmt.Fprintf(e.stdout, "schedule %s: %d rank(s), %d stage(s), %d micro-batch(es)\n", s.Name, s.Ranks, s.Stages, s.Microbatches)
+				}
 				if sf.csv() {
 					fmt.Fprintf(e.stdout, "  read in the %v\n", s.Dialect)
 				}
@@ -198,7 +212,11 @@ func init() {
 					fmt.Fprintf(e.stdout, "  transfers     %s not hidden by compute\n", f(res.CommTime))
 				}
 				for r, a := range res.PeakActivations {
-					fmt.Fprintf(e.stdout, "  rank %-3d      peak activations %d micro-batch(es)", r, a)
+					if s.Slices > 1 {
+						fmt.Fprintf(e.stdout, "  rank %-3d      peak activations %d token slice(s)", r, a)
+					} else {
+						fmt.Fprintf(e.stdout, "  rank %-3d      peak activations %d micro-batch(es)", r, a)
+					}
 					if r < len(res.PeakActivationBytes) {
 						fmt.Fprintf(e.stdout, ", %s", formatBytes(int64(res.PeakActivationBytes[r])))
 					}
@@ -238,6 +256,9 @@ func planSchedule(dir string, plan *codegen.Plan, costFlag string) (*schedule.Sc
 		return nil, schedule.Cost{}, fmt.Errorf("%s: schedule: %v", filepath.Join(dir, "plan.json"), err)
 	}
 	s.Name = plan.Schedule.Name
+	if n := len(plan.TokenSlices); n > 1 {
+		s.Slices = n // the actions count units: slice j of micro-batch mb is mb·n + j
+	}
 	if cost, ok := compiler.StageCosts(plan); ok && costFlag == "" {
 		return s, cost, nil
 	}

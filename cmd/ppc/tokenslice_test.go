@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -149,4 +150,42 @@ func TestTokenSlicesONNX(t *testing.T) {
 	if code != exitInput || !strings.Contains(errOut, want) || !strings.Contains(errOut, "attention is not causal") {
 		t.Errorf("bidirectional ONNX decoder: exit %d, want 2 naming %s:\n%s", code, want, errOut)
 	}
+}
+
+// TestSimulateTokenSlices: ppc simulate cuts a generated schedule into K token slices of 1/K
+// of the costs each: with unit costs, GPipe on 4 ranks with one micro-batch takes
+// (K + 3)·3/K — 12, 7.5, 5.25, 4.125 — and the timeline names the units micro-batch.slice.
+// A bad count, or --token-slices with a plan directory, is a usage error.
+func TestSimulateTokenSlices(t *testing.T) {
+	for k, want := range map[string]string{"1": "step time     12\n", "2": "step time     7.5\n", "4": "step time     5.25\n", "8": "step time     4.125\n"} {
+		code, out, errOut := ppc(t, "", "simulate", "--schedule", "gpipe", "--pp", "4", "--microbatches", "1", "--token-slices", k)
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("--token-slices %s: exit %d, want %q:\n%s%s", k, code, want, out, errOut)
+		}
+	}
+	svg := filepath.Join(t.TempDir(), "t.svg")
+	if code, out, errOut := ppc(t, "", "simulate", "--schedule", "1f1b", "--pp", "2", "--microbatches", "2", "--token-slices", "3", "--svg", svg); code != 0 ||
+		!strings.Contains(out, "2 micro-batch(es) of 3 token slices") || !fileContains(t, svg, "<title>1B1.2 ") {
+		t.Errorf("1f1b in 3 slices: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, args := range [][]string{{"--token-slices", "0"}, {"--token-slices", "-1"}, {"--token-slices", "two"}} {
+		code, _, errOut := ppc(t, "", append([]string{"simulate", "--schedule", "gpipe", "--pp", "2"}, args...)...)
+		if code != exitInput || !strings.Contains(errOut, "--token-slices") {
+			t.Errorf("%v: exit %d, want 2:\n%s", args, code, errOut)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "plan")
+	ppcAll(t, [][]string{{"compile", filepath.Join("..", "..", "testdata", "models", "mlp.ppm"), "-o", dir, "--pp", "2", "--microbatches", "2"}})
+	if code, _, errOut := ppc(t, "", "simulate", dir, "--token-slices", "2"); code != exitInput || !strings.Contains(errOut, "a plan's token slices are compiled into it") {
+		t.Errorf("plan with --token-slices: exit %d\n%s", code, errOut)
+	}
+}
+
+func fileContains(t *testing.T, path, s string) bool {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Contains(string(data), s)
 }
