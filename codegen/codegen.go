@@ -1591,11 +1591,14 @@ func (g *gen) stageInfo(params []Param) []StageInfo {
 		prod := g.funcs[g.ports.Producer[p]]
 		ps := prod.Attrs.Int("stage", 0)
 		pj := prod.Attrs.Int("slice", -1)
-		stashed, sent := map[int]bool{}, false
+		stashed, sent, kv := map[int]bool{}, false, false
 		for _, c := range consumers {
 			cf := g.funcs[c]
 			cs := cf.Attrs.Int("stage", 0)
 			kind := cf.Attrs.Str("kind", "")
+			if kind == passes.KindF && cs == ps && cf.Attrs.Int("slice", -1) != pj {
+				kv = true // a later slice's forward reads it: the K/V cache
+			}
 			if kind != passes.KindF && prod.Attrs.Str("kind", "") == passes.KindF {
 				stashed[cs] = true
 			}
@@ -1606,6 +1609,9 @@ func (g *gen) stageInfo(params []Param) []StageInfo {
 		for s := range stashed {
 			if s < len(info) {
 				info[s].StashBytes += types[p].Bytes()
+				if kv {
+					info[s].KVBytes += types[p].Bytes()
+				}
 				if pj >= 0 && pj < len(info[s].Slices) {
 					info[s].Slices[pj].StashBytes += types[p].Bytes()
 				}

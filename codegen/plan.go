@@ -90,10 +90,13 @@ type StageInfo struct {
 	RankParams int64   `json:"rank_params"`
 	FLOPs      float64 `json:"forward_flops"` // per micro-batch
 	StashBytes int64   `json:"stash_bytes"`   // activations kept from F to I/W, per micro-batch
-	SendBytes  int64   `json:"send_bytes"`    // activations sent to later stages, per micro-batch
-	F          float64 `json:"f_seconds"`     // cost model estimates
-	I          float64 `json:"i_seconds"`
-	W          float64 `json:"w_seconds"`
+	// KVBytes is, of StashBytes, the token slices' K/V cache: the keys and values each slice
+	// keeps for the later slices of its micro-batch (and their backward), per micro-batch.
+	KVBytes   int64   `json:"kv_cache_bytes,omitempty"`
+	SendBytes int64   `json:"send_bytes"` // activations sent to later stages, per micro-batch
+	F         float64 `json:"f_seconds"`  // cost model estimates
+	I         float64 `json:"i_seconds"`
+	W         float64 `json:"w_seconds"`
 	// Of F, I and W, the seconds of tensor-parallel collectives (the cost model's ring time
 	// of the stage's collective ops, intra-node; zero without tp). F, I and W include them:
 	// the stage waits for them between its matmuls.

@@ -238,7 +238,7 @@ func BuildRankPrograms(m *ir.Module, placement []int, actions [][]RankAction) ([
 				}
 				runAttrs := ir.Attrs{{Name: "func", Value: ir.String(f.Name)}, {Name: "microbatch", Value: ir.Int(mb)}}
 				if slice != ir.NoSlice {
-					runAttrs = append(runAttrs, ir.NamedAttr{Name: "slice", Value: ir.Int(slice)})
+					runAttrs = runAttrs.Set("slice", ir.Int(slice))
 				}
 				run := ir.NewOp(runDef, in, runAttrs, outTypes)
 				run.Stage = a.Stage

@@ -138,7 +138,7 @@ func splitStages(m *ir.Module, src *ir.Func, recompute string) ([]*ir.Func, erro
 			f = ir.NewFunc(SliceFuncName(k.kind, k.stage, k.slice))
 			f.Attrs = ir.Attrs{{Name: "kind", Value: ir.Ident(k.kind)}, {Name: "stage", Value: ir.Int(k.stage)}}
 			if k.slice != ir.NoSlice {
-				f.Attrs = append(f.Attrs, ir.NamedAttr{Name: "slice", Value: ir.Int(k.slice)})
+				f.Attrs = f.Attrs.Set("slice", ir.Int(k.slice))
 			}
 			funcs[k] = f
 		}

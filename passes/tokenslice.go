@@ -70,11 +70,11 @@ type TokenPlan struct {
 }
 
 func (p TokenPlan) attr() ir.Attr {
-	return ir.Dict{{Name: "auto", Value: ir.BoolAttr(p.Auto)}, {Name: "device", Value: ir.String(p.Device)},
+	return ir.Dict(ir.Attrs{{Name: "auto", Value: ir.BoolAttr(p.Auto)}, {Name: "device", Value: ir.String(p.Device)},
 		{Name: "latency", Value: ir.Float(p.Latency)}, {Name: "lengths", Value: ir.Ints(p.Lengths...)},
 		{Name: "microbatches", Value: ir.Int(p.Microbatches)}, {Name: "stages", Value: ir.Int(p.Stages)},
 		{Name: "uniform", Value: ir.Ints(p.Uniform...)}, {Name: "uniform_latency", Value: ir.Float(p.UniformLatency)},
-		{Name: "unsliced_latency", Value: ir.Float(p.Unsliced)}, {Name: "slice_seconds", Value: p.sliceList()}}
+		{Name: "unsliced_latency", Value: ir.Float(p.Unsliced)}, {Name: "slice_seconds", Value: p.sliceList()}}.Sorted())
 }
 
 // sliceList writes SliceTimes as one list per stage of [f, i, w] per slice.

@@ -405,6 +405,10 @@ func printStages(w io.Writer, p *codegen.Plan, total int64) {
 		fmt.Fprintf(w, " %12s", "params/rank")
 	}
 	fmt.Fprintf(w, " %12s %14s", "FLOPs/mb", "stash/mb")
+	sliced := len(p.TokenSlices) > 1
+	if sliced {
+		fmt.Fprintf(w, " %12s", "K/V cache/mb")
+	}
 	if tpComm {
 		fmt.Fprintf(w, " %11s", "tp comm/mb")
 	}
@@ -422,6 +426,9 @@ func printStages(w io.Writer, p *codegen.Plan, total int64) {
 			fmt.Fprintf(w, " %12s", groupDigits(s.RankParams))
 		}
 		fmt.Fprintf(w, " %12s %14s", formatFLOPs(int64(s.FLOPs)), formatBytes(s.StashBytes))
+		if sliced {
+			fmt.Fprintf(w, " %12s", formatBytes(s.KVBytes))
+		}
 		if tpComm {
 			fmt.Fprintf(w, " %11s", schedule.Seconds.Format(s.TPComm()))
 		}
