@@ -87,6 +87,26 @@
 // because @optimizer runs on each rank only as a slice) and the learning-rate schedule
 // (ScheduledLR: computed in @optimizer from %step, so resume continues it).
 //
+// # Token slices (TeraPipe)
+//
+// token-slice (tokenslice.go) runs on the partitioned @forward, before autodiff, and
+// replicates it once per slice of the sequence; ops carry `tslice = j`, which autodiff
+// copies to their gradients and split-stages turns into per-slice functions F_sK_tJ. We
+// chose compile-time replication over a runtime that carries an offset and a growing K/V
+// buffer: every slice is then an ordinary static-shaped function, so autodiff, sharding,
+// recompute, the memory plan and code generation need nothing new, and the equivalence of a
+// sliced plan with the unsliced one is checked like every other plan. The cost is one copy
+// of the forward per slice in the IR (a GPT-3 stage of two layers in 16 slices is ~3,000
+// ops). An analysis decides per op which axes index query tokens and which index keys, and
+// refuses ops that mix tokens; causality is proven, not assumed, by evaluating each attention
+// mask (lazily, element by element — constant folding stops at 65,536 elements) at every
+// position where a key follows its query. The same analysis prices slices for TeraPipe's
+// dynamic program (tokenslice_cost.go: every op of a stage at the slice's length and context,
+// with CostOf's roofline), which `--token-slices auto` and the compile report use. The K/V
+// joins are marked remat, so a slice's backward recomputes them from the pieces the stage
+// keeps instead of stashing a copy per slice; that keeps the K/V cache at one copy of the
+// sequence's keys and values per layer, as TeraPipe's.
+//
 // Golden tests: every testdata/passes/*.ir file starts with `// RUN: passes=PIPELINE`, holds
 // cases split by `// -----`, and checks the printed result with FileCheck directives
 // (internal/filecheck) and expected diagnostics with `// ERROR "regex"` on the offending line.

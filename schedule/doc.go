@@ -165,6 +165,19 @@
 // they fall — and the reductions and step-end collectives on a thread of
 // their own per rank (trace) or in a lane under the rank's row (SVG).
 //
+// # Token slices
+//
+// TeraPipe's token-level pipelining is a schedule transformation here, not another
+// generator: SliceTokens expands any schedule over micro-batches into one over units (slice
+// j of micro-batch mb is unit mb·M + j), forwards in slice order and backwards in reverse,
+// and the engine adds the two same-stage dependencies slices have (a forward reads the
+// earlier slices' K/V; a backward takes its K/V gradient from the later ones). Every
+// generator, and every CSV, thereby takes slices, and the bubble structure the schedule was
+// chosen for is kept; what the slices buy is that a stage starts a micro-batch's slice 0
+// while its predecessor computes slice 1. Per-slice costs (StageCost.Slices) price later
+// slices dearer. PlanTokenSlices is TeraPipe's dynamic program over the latency
+// m·Σtᵢ + (K−1)·max tⱼ, with the micro-batch count chosen jointly when not fixed.
+//
 // # Errors
 //
 // Validation failures are *Error values carrying the rank, the 0-based
