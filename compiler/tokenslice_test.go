@@ -34,6 +34,9 @@ func TestTokenSliceEquivalence(t *testing.T) {
 			{"pp2-interleaved-m2-5,27-selective", Options{PP: 2, Microbatches: 2, Schedule: "interleaved-1f1b", TokenSlices: "5,27", Recompute: "selective"}},
 			{"pp2-tp2-m2-4", Options{PP: 2, TP: 2, Microbatches: 2, Schedule: "gpipe", TokenSlices: "4"}},
 			{"pp4-tp2-1f1b-m4-16,8,8", Options{PP: 4, TP: 2, Microbatches: 4, TokenSlices: "16,8,8"}},
+			{"pp2-dualpipev-m4-2", Options{PP: 2, Microbatches: 4, Schedule: "dualpipev", TokenSlices: "2"}},
+			{"pp2-zbv-m2-20,12", Options{PP: 2, Microbatches: 2, Schedule: "zbv", TokenSlices: "20,12"}},
+			{"pp4-zbh2-m4-2", Options{PP: 4, Microbatches: 4, Schedule: "zb-h2", TokenSlices: "2"}},
 			{"pp2-dp2-tp2-m2-3-zero1", Options{PP: 2, DP: 2, TP: 2, Zero: 1, Microbatches: 2, TokenSlices: "3"}},
 		} {
 			name := fmt.Sprintf("%s/%s", strings.TrimSuffix(filepath.Base(model), ".ppm"), c.name)
