@@ -16,7 +16,9 @@ import (
 // into token slices exits 2 with a message that says why (and, for a model, where).
 func TestTokenSlicesErrors(t *testing.T) {
 	gpt := filepath.Join("..", "..", "testdata", "models", "gpt.ppm")
-	nonCausal := writeFile(t, "bidir.ppm", `model bidir
+	// tinyLM is a one-layer language model whose middle is body (x in, x out).
+	tinyLM := func(name, body string) string {
+		return writeFile(t, name+".ppm", "model "+name+`
 config {
   vocab = 16
   d = 8
@@ -28,29 +30,14 @@ label labels: i64[batch, seq] in [0, vocab) next of tokens
 forward {
   param wte: f32[vocab, d] = normal(0.02)
   x = gather(wte, tokens)
-  s = x @ transpose(x)
-  y = softmax(s) @ x
-  logits = y @ transpose(wte)
-  loss cross_entropy(logits, labels)
-}
-`)
-	conv := writeFile(t, "pool.ppm", `model pool
-config {
-  vocab = 16
-  d = 8
-  seq = 4
-  batch = 2
-}
-input tokens: i64[batch, seq] in [0, vocab)
-label labels: i64[batch, seq] in [0, vocab) next of tokens
-forward {
-  param wte: f32[vocab, d] = normal(0.02)
-  x = gather(wte, tokens)
-  x = x + mean(x, axes = [1], keepdims = true)
+`+body+`
   logits = x @ transpose(wte)
   loss cross_entropy(logits, labels)
 }
 `)
+	}
+	nonCausal := tinyLM("bidir", "  s = x @ transpose(x)\n  x = softmax(s) @ x")
+	conv := tinyLM("pool", "  x = x + mean(x, axes = [1], keepdims = true)")
 	for _, c := range []struct {
 		args []string
 		want string
