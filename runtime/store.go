@@ -118,7 +118,7 @@ type store struct {
 	addrs   []string // where each rank's peers reach it
 	joined  int
 	rounds  map[string]*gatherRound
-	aborted string
+	aborted *ctrlMsg // the abort sent to every worker, and to any that joins later
 	start   time.Time
 	closed  bool
 	dropped int
@@ -211,6 +211,15 @@ func (s *store) serve(c net.Conn) {
 	}
 	w := &storeWorker{rank: rank, conn: c, host: hello.Host, pid: hello.PID, lastSeen: time.Now(), status: "waiting for the other ranks to join"}
 	s.mu.Lock()
+	if ab := s.aborted; ab != nil {
+		// The run was stopped before this rank joined (another process was refused while
+		// rank 0's own worker was still connecting): tell it, or it would wait for the
+		// rendezvous to time out.
+		s.mu.Unlock()
+		writeCtrl(c, &w.wmu, ab)
+		c.Close()
+		return
+	}
 	switch {
 	case rank >= s.world:
 		s.mu.Unlock()
@@ -322,11 +331,11 @@ func (s *store) abort(msg string) { s.abortWith(&ctrlMsg{Type: "abort", Error: m
 
 func (s *store) abortWith(m *ctrlMsg) {
 	s.mu.Lock()
-	if s.aborted != "" {
+	if s.aborted != nil {
 		s.mu.Unlock()
 		return
 	}
-	s.aborted = m.Error
+	s.aborted = m
 	ws := slices.Clone(s.workers)
 	s.mu.Unlock()
 	for _, w := range ws {

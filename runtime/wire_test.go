@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -129,5 +130,45 @@ func TestStepEndCarriesNaN(t *testing.T) {
 	var e stepEnd
 	if err := json.Unmarshal([]byte(`{"loss_sum":"hello"}`), &e); err == nil {
 		t.Fatal("a string that is not NaN or infinity was read as a loss")
+	}
+}
+
+// TestStoreAbortReachesLateJoiner: a process refused for running another plan stops the run
+// even when it reaches the rendezvous before rank 0's own worker has joined: the worker that
+// joins afterwards gets the abort at once instead of waiting out the join timeout (the race
+// CI once hit: rank 0 waited 5 minutes).
+func TestStoreAbortReachesLateJoiner(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := []byte("tok")
+	s := newStore(ln, 2, token, "planA", time.Minute, func(string) {})
+	defer s.close()
+	join := func(rank int, plan string) *ctrlMsg {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if err := dialHandshake(c, token, purposeStore, rank); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		if err := writeCtrl(c, &mu, &ctrlMsg{Type: "hello", Rank: rank, World: 2, PlanHash: plan}); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		m, err := readCtrl(c)
+		if err != nil {
+			t.Fatalf("rank %d: %v", rank, err)
+		}
+		return m
+	}
+	if m := join(1, "planB"); m.Type != "refused" || !strings.Contains(m.Error, "runs plan planB") {
+		t.Fatalf("the process on another plan got %+v", m)
+	}
+	if m := join(0, "planA"); m.Type != "abort" || !m.Input || !strings.Contains(m.Error, "runs plan planB") {
+		t.Fatalf("rank 0, joining after the refusal, got %+v, want the abort", m)
 	}
 }
