@@ -55,6 +55,11 @@ type Output struct {
 func Generate(m *ir.Module, opts Options) (*Output, error) {
 	g := &gen{m: m, funcs: map[string]*ir.Func{}, blocks: map[string]*lower.Block{}, sched: opts.Schedule}
 	g.microbatches = m.Attrs.Int("microbatches", 1)
+	dev, err := passes.ModuleDevice(m)
+	if err != nil {
+		return nil, err
+	}
+	g.dev = dev
 	g.stages = m.Attrs.Int("stages", 1)
 	if g.microbatches < 1 {
 		return nil, fmt.Errorf("module attribute microbatches = %d", g.microbatches)
@@ -161,6 +166,7 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 
 type gen struct {
 	m            *ir.Module
+	dev          passes.DeviceProfile // the profile the estimates assume
 	mesh         Mesh
 	shards       map[string]*ir.Sharding // parameter → its sharding (absent: whole)
 	rankProgs    []*ir.Func              // @rank<r>: each pipeline rank's step (passes.RankPrograms)
@@ -192,7 +198,7 @@ type optKey struct {
 
 // collectiveTime is the cost model's time of one collective over a mesh axis of this mesh.
 func (g *gen) collectiveTime(kind string, bytes int64, axis string) float64 {
-	return passes.DefaultDevice.AxisCollectiveTime(kind, float64(bytes), g.mesh.Size(axis), axis)
+	return g.dev.AxisCollectiveTime(kind, float64(bytes), g.mesh.Size(axis), axis)
 }
 
 func (g *gen) rankOfFunc(name string) int {
@@ -1313,7 +1319,7 @@ func (rg *rankGen) optimizerComm(f *ir.Func) {
 			op := v.Def
 			if op.Def.Has(ir.Collective) && !claimed[op] {
 				claimed[op] = true
-				c := passes.CostOf(op, noWeights, rg.g.mesh.Size)
+				c := rg.g.dev.CostOf(op, noWeights, rg.g.mesh.Size)
 				rg.g.dpComm.opt[optKey{rg.rank, target}] += c.FComm
 			}
 			stack = append(stack, op.Operands...)

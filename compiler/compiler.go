@@ -40,6 +40,9 @@ type Options struct {
 	// count N (near-equal slices, longer first), explicit lengths "120,120,112", or "auto"
 	// (the slicing the cost model predicts fastest; see PlanTokenSlices).
 	TokenSlices string
+	// GPU names the device profile the cost model's estimates assume (passes.Devices; ""
+	// the default a100-like).
+	GPU string
 	// stopAfterPartition makes Compile return the module right after partitioning: the
 	// probe that prices token slices for --token-slices auto.
 	stopAfterPartition bool
@@ -146,6 +149,12 @@ func Compile(model string, opts Options) (*Result, error) {
 		return nil, noParamsError(model, fwd)
 	}
 	m.Attrs = m.Attrs.Set("microbatches", ir.Int(opts.Microbatches))
+	if opts.GPU != "" {
+		if _, ok := passes.LookupDevice(opts.GPU); !ok {
+			return nil, fmt.Errorf("--gpu %q: unknown device profile (known: %s)", opts.GPU, passes.DeviceNames())
+		}
+		m.Attrs = m.Attrs.Set(passes.AttrDevice, ir.String(opts.GPU))
+	}
 	userSchedule := opts.Schedule
 	if opts.TokenSlices != "" && opts.Schedule == "" && opts.Microbatches < opts.PP {
 		// The default 1F1B needs a micro-batch per rank; token slices fill the pipeline
@@ -166,7 +175,11 @@ func Compile(model string, opts Options) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		tp, err := passes.PlanTokens(pr.Module, passes.DefaultDevice, "auto", fromModel)
+		dev, err := passes.ModuleDevice(pr.Module)
+		if err != nil {
+			return nil, err
+		}
+		tp, err := passes.PlanTokens(pr.Module, dev, "auto", fromModel)
 		if err != nil {
 			return nil, fmt.Errorf("%s: --token-slices auto: %v", model, err)
 		}

@@ -27,6 +27,32 @@ type DeviceProfile struct {
 	IntraNodeLatency   float64 `json:"intra_node_latency"`   // seconds per ring step inside a node
 	InterNodeBandwidth float64 `json:"inter_node_bandwidth"` // bytes per second per rank, between nodes
 	InterNodeLatency   float64 `json:"inter_node_latency"`   // seconds per ring step between nodes
+	// Dense matmul rates by dtype (tensor cores; fp32 without TF32); 0 falls back to
+	// PeakFLOPs, the one rate of profiles written before these existed.
+	PeakFP32 float64 `json:"peak_fp32,omitempty"`
+	PeakBF16 float64 `json:"peak_bf16,omitempty"`
+	PeakFP16 float64 `json:"peak_fp16,omitempty"`
+	// MemBytes is the device memory; GPUsPerNode the GPUs sharing a node's NVLink domain.
+	MemBytes    int64  `json:"mem_bytes,omitempty"`
+	GPUsPerNode int    `json:"gpus_per_node,omitempty"`
+	Source      string `json:"source,omitempty"` // where the figures come from
+}
+
+// matmulRate is the dense matmul rate for results of dtype dt.
+func (d DeviceProfile) matmulRate(dt ir.DType) float64 {
+	r := 0.0
+	switch dt {
+	case ir.F32, ir.F64:
+		r = d.PeakFP32
+	case ir.BF16:
+		r = d.PeakBF16
+	case ir.F16:
+		r = d.PeakFP16
+	}
+	if r == 0 {
+		return d.PeakFLOPs
+	}
+	return r
 }
 
 // CollectiveTime is the time of a ring collective over n ranks on a tensor of the given
@@ -55,59 +81,13 @@ func (d DeviceProfile) CollectiveTime(kind string, bytes float64, n int, intraNo
 // String names the profile with its rates, e.g. "a100-like (300 TFLOP/s matmul, 2 TB/s
 // memory, links 50 GB/s + 10 µs)".
 func (d DeviceProfile) String() string {
-	return fmt.Sprintf("%s (%s matmul, %s memory, links %s + %s)", d.Name, siRate(d.PeakFLOPs, "FLOP/s"),
-		siRate(d.MemBandwidth, "B/s"), siRate(d.LinkBandwidth, "B/s"), schedule.Seconds.Format(d.LinkLatency))
-}
-
-// A100Like is one modern datacenter GPU (dense fp16/bf16 matmul rate, HBM bandwidth) and an
-// NVLink-class link between pipeline neighbours. It is the only profile so far; a table of
-// profiles to choose from is planned, hence the name on every estimate.
-var A100Like = DeviceProfile{
-	Name:          "a100-like",
-	PeakFLOPs:     300e12,
-	VectorFLOPs:   20e12,
-	MemBandwidth:  2e12,
-	LinkBandwidth: 50e9,
-	LinkLatency:   10e-6,
-	// NVLink 3 (A100): 300 GB/s each way per GPU; InfiniBand HDR: 200 Gb/s = 25 GB/s per GPU.
-	IntraNodeBandwidth: 300e9,
-	IntraNodeLatency:   5e-6,
-	InterNodeBandwidth: 25e9,
-	InterNodeLatency:   10e-6,
-}
-
-// V100 is TeraPipe's machine (AWS p3.16xlarge): 8 NVIDIA V100 SXM2 16 GB per node, 125
-// TFLOP/s of fp16 tensor-core matmul and 31 TFLOP/s of fp16 vector work per GPU (NVIDIA's
-// V100 datasheet), 900 GB/s HBM2, NVLink 2 inside the node (6 links × 25 GB/s each way), and
-// 25 Gbit/s of network per node between nodes (AWS's p3 page), which pipeline neighbours on
-// different nodes share.
-var V100 = DeviceProfile{
-	Name:               "v100-16gb",
-	PeakFLOPs:          125e12,
-	VectorFLOPs:        31.4e12,
-	MemBandwidth:       900e9,
-	LinkBandwidth:      25e9 / 8,
-	LinkLatency:        30e-6,
-	IntraNodeBandwidth: 150e9,
-	IntraNodeLatency:   5e-6,
-	InterNodeBandwidth: 25e9 / 8 / 8,
-	InterNodeLatency:   30e-6,
-}
-
-// Devices lists the device profiles by name.
-var Devices = []DeviceProfile{A100Like, V100}
-
-// DefaultDevice is the profile the cost model uses.
-var DefaultDevice = A100Like
-
-// LookupDevice returns the profile named name.
-func LookupDevice(name string) (DeviceProfile, bool) {
-	for _, d := range Devices {
-		if d.Name == name {
-			return d, true
-		}
+	matmul := siRate(d.PeakFLOPs, "FLOP/s") + " matmul"
+	if d.PeakBF16 > 0 || d.PeakFP16 > 0 || d.PeakFP32 > 0 {
+		matmul = fmt.Sprintf("matmul %s bf16, %s fp16, %s fp32", siRate(d.matmulRate(ir.BF16), "FLOP/s"),
+			siRate(d.matmulRate(ir.F16), "FLOP/s"), siRate(d.matmulRate(ir.F32), "FLOP/s"))
 	}
-	return DeviceProfile{}, false
+	return fmt.Sprintf("%s (%s, %s memory, links %s + %s)", d.Name, matmul,
+		siRate(d.MemBandwidth, "B/s"), siRate(d.LinkBandwidth, "B/s"), schedule.Seconds.Format(d.LinkLatency))
 }
 
 // CostConstants are the cost model's constants that describe the training job rather than
@@ -242,7 +222,11 @@ func (d DeviceProfile) CostOf(op *ir.Op, isParam func(*ir.Value) bool, axisSize 
 		}
 		c.FLOPs = perElem * float64(max(n, 1))
 	}
-	c.F, c.I, c.W = d.computeTimes(c.FLOPs, c.Bytes, matrix, hasWeights)
+	var dt ir.DType
+	if len(op.Results) > 0 {
+		dt = op.Results[0].Type.DType
+	}
+	c.F, c.I, c.W = d.computeTimes(c.FLOPs, c.Bytes, matrix, hasWeights, dt)
 	return c
 }
 
@@ -271,10 +255,10 @@ func (d DeviceProfile) collectiveTimes(name, grad string, x, y float64, n int, a
 // matmuls and convolutions, the vector rate otherwise) and memory time. The input gradient
 // costs about one forward; the weight gradient about one forward for ops with weights and
 // nothing otherwise (BackwardFactor = I + W in forwards).
-func (d DeviceProfile) computeTimes(flops, bytes float64, matrix, hasWeights bool) (f, i, w float64) {
+func (d DeviceProfile) computeTimes(flops, bytes float64, matrix, hasWeights bool, dt ir.DType) (f, i, w float64) {
 	rate := d.VectorFLOPs
 	if matrix {
-		rate = d.PeakFLOPs
+		rate = d.matmulRate(dt)
 	}
 	f = max(flops/rate, bytes/d.MemBandwidth)
 	i = f

@@ -50,6 +50,7 @@ type unit struct {
 	params     int64   // parameter bytes
 	act        int64   // activation bytes per micro-batch
 	cut        float64 // bytes crossing from this unit to later ones
+	cutTime    float64 // seconds to send them and their gradients back, on the module's device
 	flops      float64
 }
 
@@ -83,7 +84,11 @@ func partition(m *ir.Module, f *ir.Func, opts Options) error {
 	}
 	stages := pp * virtual
 	mb := m.Attrs.Int("microbatches", 1)
-	a := analyse(m, f)
+	dev, err := ModuleDevice(m)
+	if err != nil {
+		return err
+	}
+	a := analyse(m, f, dev)
 	mode := opts["mode"]
 	if mode == "" {
 		mode = "auto"
@@ -131,12 +136,13 @@ func partition(m *ir.Module, f *ir.Func, opts Options) error {
 	if mode != "layout" && mb == 1 && stages > 1 && len(units) > stages {
 		note = flatTimeNote
 	}
-	m.Attrs = m.Attrs.Set("partition", describePartition(mode, note, units, assign, stages, mb, a.comm))
+	m.Attrs = m.Attrs.Set("partition", describePartition(dev.Name, mode, note, units, assign, stages, mb, a.comm))
 	return nil
 }
 
 // analysis holds what partitioning needs to know about @forward.
 type analysis struct {
+	dev     DeviceProfile
 	f       *ir.Func
 	data    map[*ir.Value]bool // depends on a model input
 	isParam map[*ir.Value]bool
@@ -145,8 +151,8 @@ type analysis struct {
 	comm    bool // some op is a collective: the stages record their collective time
 }
 
-func analyse(m *ir.Module, f *ir.Func) *analysis {
-	a := &analysis{f: f, data: map[*ir.Value]bool{}, isParam: map[*ir.Value]bool{}, costs: map[*ir.Op]OpCost{}}
+func analyse(m *ir.Module, f *ir.Func, dev DeviceProfile) *analysis {
+	a := &analysis{dev: dev, f: f, data: map[*ir.Value]bool{}, isParam: map[*ir.Value]bool{}, costs: map[*ir.Op]OpCost{}}
 	for i, arg := range f.Args {
 		a.data[arg] = f.ArgAttrs[i].Has(ir.AttrInput)
 		a.isParam[arg] = f.ArgAttrs[i].Has(ir.AttrParam)
@@ -168,7 +174,7 @@ func analyse(m *ir.Module, f *ir.Func) *analysis {
 			a.data[r] = d
 			weight[r] = w && !d
 		}
-		a.costs[op] = CostOf(op, func(v *ir.Value) bool { return weight[v] }, func(axis string) int { return meshSize(m, axis) })
+		a.costs[op] = dev.CostOf(op, func(v *ir.Value) bool { return weight[v] }, func(axis string) int { return meshSize(m, axis) })
 		a.comm = a.comm || op.Def.Has(ir.Collective)
 		maxMarker = max(maxMarker, op.Stage)
 	}
@@ -485,6 +491,9 @@ func (a *analysis) fillCosts(units []unit, unitOf map[*ir.Op]int) {
 			}
 		}
 	}
+	for k := range units {
+		units[k].cutTime = 2 * (units[k].cut/a.dev.LinkBandwidth + a.dev.LinkLatency)
+	}
 }
 
 func unitRange(units []unit) string {
@@ -512,11 +521,8 @@ func stageTime(units []unit, lo, hi int) float64 {
 }
 
 // cutTime is the time to send the activations across the cut after unit k and their
-// gradients back, on the default device's links.
-func cutTime(units []unit, k int) float64 {
-	dev := DefaultDevice
-	return 2 * (units[k].cut/dev.LinkBandwidth + dev.LinkLatency)
-}
+// gradients back, on the module's device's links (fillCosts).
+func cutTime(units []unit, k int) float64 { return units[k].cutTime }
 
 // timeTolerance is how much longer than the fastest a split's pipeline time may be and still
 // count as equally fast, so that memory decides between near-equal splits.
@@ -780,7 +786,7 @@ func exampleLayout(units []unit, stages int) string {
 // model has collectives (comm), each stage also records how much of its f, i and w is
 // collective time (f_comm, i_comm, w_comm): time, f, i and w include it, since a
 // tensor-parallel collective sits between the stage's matmuls and the stage waits for it.
-func describePartition(mode, note string, units []unit, assign []int, stages, mb int, comm bool) ir.Attr {
+func describePartition(dev, mode, note string, units []unit, assign []int, stages, mb int, comm bool) ir.Attr {
 	var list ir.List
 	var times []float64
 	for s := 0; s < stages; s++ {
@@ -831,7 +837,7 @@ func describePartition(mode, note string, units []unit, assign []int, stages, mb
 		}
 	}
 	d := ir.Attrs{
-		{Name: "device", Value: ir.String(DefaultDevice.Name)},
+		{Name: "device", Value: ir.String(dev)},
 		{Name: "mode", Value: ir.Ident(mode)},
 		{Name: "pipeline_time", Value: ir.Float(sum + float64(mb-1)*worst)},
 		{Name: "stages", Value: list},

@@ -35,7 +35,11 @@ var TokenSlice = &Pass{
 		if f == nil {
 			return fmt.Errorf("module has no @%s", ir.ForwardFunc)
 		}
-		plan, err := PlanTokens(m, DefaultDevice, opts["lengths"], false)
+		dev, err := ModuleDevice(m)
+		if err != nil {
+			return err
+		}
+		plan, err := PlanTokens(m, dev, opts["lengths"], false)
 		if err != nil {
 			return err
 		}

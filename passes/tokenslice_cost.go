@@ -56,7 +56,8 @@ type sliceOp struct {
 	coll        string       // collective name
 	grad, axis  string
 	n           int
-	paramOp     bool // collective on a weight: backward is weight-gradient time
+	paramOp     bool     // collective on a weight: backward is weight-gradient time
+	dtype       ir.DType // of the result: the matmul rate
 }
 
 const (
@@ -170,6 +171,7 @@ func NewSliceCostModel(m *ir.Module, dev DeviceProfile) (*SliceCostModel, error)
 		for _, r := range op.Results {
 			so.bytes = append(so.bytes, term(r, false))
 			so.results = append(so.results, term(r, true))
+			so.dtype = r.Type.DType
 		}
 		switch op.Def.Name {
 		case "matmul":
@@ -260,7 +262,7 @@ func (sc *SliceCostModel) parts(g, b, l, c int) SliceTimes {
 			for _, x := range o.bytes {
 				bytes += x.at(sb, sl, sk)
 			}
-			f, i, w := sc.dev.computeTimes(flops, bytes, o.matrix, o.hasWeights)
+			f, i, w := sc.dev.computeTimes(flops, bytes, o.matrix, o.hasWeights, o.dtype)
 			p.F, p.I, p.W = p.F+f, p.I+i, p.W+w
 		}
 	}

@@ -176,3 +176,26 @@ func fileContains(t *testing.T, path, s string) bool {
 	}
 	return strings.Contains(string(data), s)
 }
+
+// TestCompileGPU: --gpu names the device profile the estimates assume — the summary names it,
+// plan.json records it, a faster GPU predicts a shorter step — and an unknown one exits 2
+// listing the known profiles.
+func TestCompileGPU(t *testing.T) {
+	gpt := filepath.Join("..", "..", "testdata", "models", "gpt.ppm")
+	step := func(gpu string) string {
+		dir := filepath.Join(t.TempDir(), "p")
+		code, out, errOut := ppc(t, "", "compile", gpt, "-o", dir, "--pp", "2", "--microbatches", "2", "--precision", "bf16", "--gpu", gpu)
+		if code != 0 || !strings.Contains(out, "for device profile "+gpu+" (") || !fileContains(t, filepath.Join(dir, "plan.json"), `"name": "`+gpu+`"`) {
+			t.Fatalf("--gpu %s: exit %d\n%s%s", gpu, code, out, errOut)
+		}
+		return regexp.MustCompile(`step ([0-9.]+ [µm]s)`).FindStringSubmatch(out)[1]
+	}
+	v, h := step("v100-16gb"), step("h100-80gb")
+	if v == h {
+		t.Errorf("v100 and h100 predict the same step %s", v)
+	}
+	code, _, errOut := ppc(t, "", "compile", gpt, "-o", filepath.Join(t.TempDir(), "p"), "--gpu", "b200")
+	if code != exitInput || !strings.Contains(errOut, `--gpu "b200": unknown device profile (known: a100-like, v100-16gb, a100-40gb, a100-80gb, h100-80gb, h200)`) {
+		t.Errorf("--gpu b200: exit %d\n%s", code, errOut)
+	}
+}

@@ -1,0 +1,103 @@
+package passes
+
+import (
+	"fmt"
+	"strings"
+
+	"ppc.dev/ppc/ir"
+)
+
+// The device profiles: one table, each figure from its vendor's datasheet. Rates are dense
+// (no structured sparsity) per GPU of the SXM parts; "each way" link bandwidths are per GPU
+// per direction (NVLink's quoted totals are bidirectional). Inter-node bandwidth is the
+// GPU's share of the node's network (one NIC per GPU in DGX/HGX systems).
+var (
+	// A100Like is the profile every plan used before the table existed: a rounded A100
+	// with one matmul rate for every dtype. It stays the default so that plans and reports
+	// keep their figures; name a real GPU with --gpu.
+	A100Like = DeviceProfile{
+		Name: "a100-like", PeakFLOPs: 300e12, VectorFLOPs: 20e12, MemBandwidth: 2e12,
+		LinkBandwidth: 50e9, LinkLatency: 10e-6,
+		IntraNodeBandwidth: 300e9, IntraNodeLatency: 5e-6, InterNodeBandwidth: 25e9, InterNodeLatency: 10e-6,
+		GPUsPerNode: 8, Source: "rounded A100 figures, one matmul rate for every dtype",
+	}
+	// V100 is TeraPipe's machine (AWS p3.16xlarge): 8 V100 SXM2 16 GB per node, NVLink 2
+	// (6 links × 25 GB/s each way), 25 Gbit/s of network per node, shared by its 8 GPUs;
+	// pipeline neighbours on different nodes share that link.
+	V100 = DeviceProfile{
+		Name: "v100-16gb", PeakFLOPs: 125e12, PeakFP32: 15.7e12, PeakBF16: 15.7e12, PeakFP16: 125e12,
+		VectorFLOPs: 31.4e12, MemBandwidth: 900e9, MemBytes: 16 << 30, GPUsPerNode: 8,
+		LinkBandwidth: 25e9 / 8, LinkLatency: 30e-6,
+		IntraNodeBandwidth: 150e9, IntraNodeLatency: 5e-6, InterNodeBandwidth: 25e9 / 8 / 8, InterNodeLatency: 30e-6,
+		Source: "NVIDIA Tesla V100 datasheet (SXM2: 15.7 TFLOP/s fp32, 125 fp16 tensor, no bf16 tensor cores, 900 GB/s); AWS p3.16xlarge: 25 Gbit/s network",
+	}
+	A10040 = DeviceProfile{
+		Name: "a100-40gb", PeakFLOPs: 312e12, PeakFP32: 19.5e12, PeakBF16: 312e12, PeakFP16: 312e12,
+		VectorFLOPs: 78e12, MemBandwidth: 1555e9, MemBytes: 40 << 30, GPUsPerNode: 8,
+		LinkBandwidth: 25e9, LinkLatency: 10e-6,
+		IntraNodeBandwidth: 300e9, IntraNodeLatency: 5e-6, InterNodeBandwidth: 25e9, InterNodeLatency: 10e-6,
+		Source: "NVIDIA A100 datasheet (SXM4 40GB: 19.5 TFLOP/s fp32, 312 bf16/fp16 tensor, 1,555 GB/s HBM2, NVLink 3 600 GB/s); DGX A100: 8× HDR 200 Gbit/s",
+	}
+	A10080 = DeviceProfile{
+		Name: "a100-80gb", PeakFLOPs: 312e12, PeakFP32: 19.5e12, PeakBF16: 312e12, PeakFP16: 312e12,
+		VectorFLOPs: 78e12, MemBandwidth: 2039e9, MemBytes: 80 << 30, GPUsPerNode: 8,
+		LinkBandwidth: 25e9, LinkLatency: 10e-6,
+		IntraNodeBandwidth: 300e9, IntraNodeLatency: 5e-6, InterNodeBandwidth: 25e9, InterNodeLatency: 10e-6,
+		Source: "NVIDIA A100 datasheet (SXM4 80GB: 19.5 TFLOP/s fp32, 312 bf16/fp16 tensor, 2,039 GB/s HBM2e, NVLink 3 600 GB/s); DGX A100: 8× HDR 200 Gbit/s",
+	}
+	H100 = DeviceProfile{
+		Name: "h100-80gb", PeakFLOPs: 989e12, PeakFP32: 67e12, PeakBF16: 989e12, PeakFP16: 989e12,
+		VectorFLOPs: 134e12, MemBandwidth: 3350e9, MemBytes: 80 << 30, GPUsPerNode: 8,
+		LinkBandwidth: 50e9, LinkLatency: 8e-6,
+		IntraNodeBandwidth: 450e9, IntraNodeLatency: 4e-6, InterNodeBandwidth: 50e9, InterNodeLatency: 8e-6,
+		Source: "NVIDIA H100 datasheet (SXM5: 67 TFLOP/s fp32, 989 bf16/fp16 tensor dense, 3.35 TB/s HBM3, NVLink 4 900 GB/s); DGX H100: 8× NDR 400 Gbit/s",
+	}
+	H200 = DeviceProfile{
+		Name: "h200", PeakFLOPs: 989e12, PeakFP32: 67e12, PeakBF16: 989e12, PeakFP16: 989e12,
+		VectorFLOPs: 134e12, MemBandwidth: 4800e9, MemBytes: 141e9, GPUsPerNode: 8,
+		LinkBandwidth: 50e9, LinkLatency: 8e-6,
+		IntraNodeBandwidth: 450e9, IntraNodeLatency: 4e-6, InterNodeBandwidth: 50e9, InterNodeLatency: 8e-6,
+		Source: "NVIDIA H200 datasheet (SXM: 67 TFLOP/s fp32, 989 bf16/fp16 tensor dense, 141 GB HBM3e at 4.8 TB/s, NVLink 900 GB/s); HGX H200: 8× NDR 400 Gbit/s",
+	}
+)
+
+// Devices lists the device profiles by name.
+var Devices = []DeviceProfile{A100Like, V100, A10040, A10080, H100, H200}
+
+// DefaultDevice is the profile the cost model uses when a module names none.
+var DefaultDevice = A100Like
+
+// AttrDevice (on a module) names the device profile its cost estimates assume (--gpu).
+const AttrDevice = "device"
+
+// LookupDevice returns the profile named name.
+func LookupDevice(name string) (DeviceProfile, bool) {
+	for _, d := range Devices {
+		if d.Name == name {
+			return d, true
+		}
+	}
+	return DeviceProfile{}, false
+}
+
+// DeviceNames lists the profiles' names, for messages and help.
+func DeviceNames() string {
+	names := make([]string, len(Devices))
+	for i, d := range Devices {
+		names[i] = d.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// ModuleDevice is the profile m's estimates assume: its device attribute, else the default.
+func ModuleDevice(m *ir.Module) (DeviceProfile, error) {
+	name := m.Attrs.Str(AttrDevice, "")
+	if name == "" {
+		return DefaultDevice, nil
+	}
+	d, ok := LookupDevice(name)
+	if !ok {
+		return d, fmt.Errorf("unknown device profile %q (known: %s)", name, DeviceNames())
+	}
+	return d, nil
+}

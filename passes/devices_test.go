@@ -1,0 +1,50 @@
+package passes
+
+import (
+	"math"
+	"testing"
+
+	"ppc.dev/ppc/ir"
+)
+
+// TestDeviceMatmulRates: a compute-bound matmul is priced at its dtype's rate — bf16 at the
+// tensor-core peak, fp32 at the fp32 one (TF32 off) — on every real profile, and the
+// profiles' figures are sane (positive rates and links, memory, a source).
+func TestDeviceMatmulRates(t *testing.T) {
+	mm := func(dt ir.DType) *ir.Op {
+		a := &ir.Value{Type: ir.Type{DType: dt, Shape: ir.Shape{8192, 8192}}}
+		b := &ir.Value{Type: ir.Type{DType: dt, Shape: ir.Shape{8192, 8192}}}
+		return ir.NewOp(ir.MustLookup("matmul"), []*ir.Value{a, b}, nil, []ir.Type{{DType: dt, Shape: ir.Shape{8192, 8192}}})
+	}
+	no := func(*ir.Value) bool { return false }
+	one := func(string) int { return 1 }
+	flops := 2.0 * 8192 * 8192 * 8192
+	for _, d := range Devices {
+		if d.PeakFLOPs <= 0 || d.VectorFLOPs <= 0 || d.MemBandwidth <= 0 || d.LinkBandwidth <= 0 || d.IntraNodeBandwidth <= 0 || d.InterNodeBandwidth <= 0 || d.Source == "" || d.GPUsPerNode < 1 {
+			t.Errorf("%s: incomplete profile %+v", d.Name, d)
+		}
+		if d == A100Like {
+			continue
+		}
+		if d.MemBytes <= 0 {
+			t.Errorf("%s: no memory size", d.Name)
+		}
+		for _, c := range []struct {
+			dt   ir.DType
+			rate float64
+		}{{ir.BF16, d.PeakBF16}, {ir.F16, d.PeakFP16}, {ir.F32, d.PeakFP32}} {
+			got := d.CostOf(mm(c.dt), no, one).F
+			if want := flops / c.rate; math.Abs(got-want) > 1e-9*want {
+				t.Errorf("%s %s matmul: %g s, want %g (compute-bound at %g FLOP/s)", d.Name, c.dt, got, want, c.rate)
+			}
+		}
+	}
+	if h, a := H100.CostOf(mm(ir.BF16), no, one).F, A10080.CostOf(mm(ir.BF16), no, one).F; !(h < a) {
+		t.Errorf("bf16 matmul: H100 %g s is not faster than A100 %g s", h, a)
+	}
+	m := &ir.Module{}
+	m.Attrs = m.Attrs.Set(AttrDevice, ir.String("b200"))
+	if _, err := ModuleDevice(m); err == nil {
+		t.Error("unknown profile b200: no error")
+	}
+}
