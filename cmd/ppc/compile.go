@@ -13,8 +13,8 @@ import (
 
 	"ppc.dev/ppc/codegen"
 	"ppc.dev/ppc/compiler"
-	"ppc.dev/ppc/passes"
 	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/passes"
 	"ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/schedule"
 )
