@@ -1,0 +1,92 @@
+package passes
+
+import "fmt"
+
+// StateRecipe is a training recipe's model state in bytes per parameter: the weights the
+// forward reads, their gradients, fp32 master weights kept beside 16-bit ones, the optimizer
+// state, and an fp32 gradient accumulator kept beside 16-bit gradients.
+type StateRecipe struct {
+	Name                                     string
+	Weights, Grads, Master, Optimizer, Accum float64
+}
+
+// The recipes the memory model knows. ppc keeps the parameters themselves in fp32 as the
+// masters and casts them per use (the 16-bit copies are transient, recomputed by the
+// backward), accumulates gradients in fp32 and keeps AdamW's two moments in fp32: 16 bytes
+// per parameter in every precision. The Ultra-Scale Playbook's mixed precision keeps bf16
+// weights and gradients beside fp32 masters (16 bytes), 20 with an fp32 accumulator.
+var (
+	RecipePPC            = StateRecipe{Name: "ppc (fp32 parameters and gradients, AdamW)", Weights: 4, Grads: 4, Optimizer: 8}
+	RecipePPCSGD         = StateRecipe{Name: "ppc (fp32 parameters and gradients, SGD with momentum)", Weights: 4, Grads: 4, Optimizer: 4}
+	RecipeMixed          = StateRecipe{Name: "bf16 weights and gradients, fp32 master and Adam", Weights: 2, Grads: 2, Master: 4, Optimizer: 8}
+	RecipeMixedFP32Accum = StateRecipe{Name: "bf16 weights and gradients, fp32 master, Adam and gradient accumulator", Weights: 2, Grads: 2, Master: 4, Optimizer: 8, Accum: 4}
+	RecipeFP32           = StateRecipe{Name: "fp32 weights, gradients and Adam", Weights: 4, Grads: 4, Optimizer: 8}
+)
+
+// StateBytes is one rank's model state.
+type StateBytes struct {
+	Weights, Grads, Optimizer float64 // Optimizer includes the master weights and the accumulator's share
+}
+
+// Total is the sum of the parts.
+func (s StateBytes) Total() float64 { return s.Weights + s.Grads + s.Optimizer }
+
+// ModelState is the model state of one data-parallel rank holding params parameters under
+// ZeRO stage zero over dp replicas (the playbook's formulas, with k = master + optimizer bytes
+// per parameter): stage 0 keeps everything, stage 1 shards the optimizer state and the
+// masters (2Ψ + 2Ψ + kΨ/N_d), stage 2 the gradients too (2Ψ + (2+k)Ψ/N_d), stage 3 the
+// weights too ((2+2+k)Ψ/N_d). An fp32 accumulator is sharded with the gradients.
+func ModelState(params float64, r StateRecipe, zero, dp int) (StateBytes, error) {
+	if zero < 0 || zero > 3 {
+		return StateBytes{}, fmt.Errorf("ZeRO stage %d: want 0 to 3", zero)
+	}
+	if dp < 1 {
+		return StateBytes{}, fmt.Errorf("%d data-parallel replicas", dp)
+	}
+	n := float64(dp)
+	s := StateBytes{Weights: r.Weights * params, Grads: (r.Grads + r.Accum) * params, Optimizer: (r.Master + r.Optimizer) * params}
+	if zero >= 1 {
+		s.Optimizer /= n
+	}
+	if zero >= 2 {
+		s.Grads /= n
+	}
+	if zero >= 3 {
+		s.Weights /= n
+	}
+	return s, nil
+}
+
+// TransformerParams is the playbook's parameter count of a simple transformer: h·v (the
+// embedding, tied with the head) + L·(12h² + 13h) (attention and MLP weights and biases,
+// two LayerNorms) + 2h (the final LayerNorm).
+func TransformerParams(layers, hidden, vocab int) float64 {
+	h, L, v := float64(hidden), float64(layers), float64(vocab)
+	return h*v + L*(12*h*h+13*h) + 2*h
+}
+
+// ActivationBytesPerLayer is Korthikanti et al.'s activation memory of one transformer layer
+// in 16-bit training without recomputation, in bytes: s·b·h·(34 + 5·a·s/h) on one device —
+// per token and hidden unit, 4 for the two LayerNorms' inputs, 4 for the inputs of the QKV
+// projection and the MLP, 4 for Q and K, 2 for V, 2 for the output projection's input, 16 for
+// the MLP's 4h activations before and after GELU, and 2 for the dropout masks; per attention
+// score, 2 for the softmax output, 1 for its dropout mask and 2 for the dropout's output.
+// Tensor parallelism over t ranks divides what lies between the column and the row linears
+// (24 and the scores' 5·a·s/h) by t; sequence parallelism divides the rest (10) too.
+// Selective recomputation drops the scores' term. dropout false is the same model without
+// dropout — ppc's transformers — which keeps 32 per token and hidden unit and 2 per score.
+func ActivationBytesPerLayer(seq, batch, hidden, heads, tp int, sp, selective, dropout bool) float64 {
+	s, b, h, a, t := float64(seq), float64(batch), float64(hidden), float64(heads), float64(max(tp, 1))
+	outside, inside, perScore := 10.0, 24.0, 5.0
+	if !dropout {
+		outside, perScore = 8, 2
+	}
+	if sp {
+		outside /= t
+	}
+	scores := perScore * a * s / (h * t)
+	if selective {
+		scores = 0
+	}
+	return s * b * h * (outside + inside/t + scores)
+}
