@@ -43,6 +43,11 @@ type Options struct {
 	// GPU names the device profile the cost model's estimates assume (passes.Devices; ""
 	// the default a100-like).
 	GPU string
+	// MaxInflight bounds the micro-batches a zb-auto schedule keeps in flight per rank (0:
+	// the pipeline depth, ZB-H1's memory).
+	MaxInflight int
+	// zbCost are the stage costs a zb-auto schedule is built for (from a probe compile).
+	zbCost *schedule.Cost
 	// stopAfterPartition makes Compile return the module right after partitioning: the
 	// probe that prices token slices for --token-slices auto.
 	stopAfterPartition bool
@@ -156,6 +161,23 @@ func Compile(model string, opts Options) (*Result, error) {
 		m.Attrs = m.Attrs.Set(passes.AttrDevice, ir.String(opts.GPU))
 	}
 	userSchedule := opts.Schedule
+	if strings.EqualFold(opts.Schedule, "zb-auto") && opts.zbCost == nil && !opts.stopAfterPartition && strings.TrimSpace(opts.TokenSlices) != "auto" {
+		// zb-auto is built for the stages' costs: partition once to learn them (a probe
+		// compile), then compile with the schedule made for them.
+		probe := opts
+		probe.stopAfterPartition, probe.TokenSlices = true, ""
+		pr, err := Compile(model, probe)
+		if err != nil {
+			return nil, err
+		}
+		cost, err := partitionCosts(pr.Module)
+		if err != nil {
+			return nil, err
+		}
+		again := opts
+		again.zbCost = &cost
+		return Compile(model, again)
+	}
 	if opts.TokenSlices != "" && opts.Schedule == "" && opts.Microbatches < opts.PP {
 		// The default 1F1B needs a micro-batch per rank; token slices fill the pipeline
 		// with fewer, in GPipe's order (TeraPipe's schedule).
@@ -567,7 +589,14 @@ func loadSchedule(opts *Options) (*schedule.Schedule, error) {
 		name = "1f1b"
 	}
 	if !schedule.IsCSVName(name) {
-		return schedule.Generate(name, opts.PP, opts.Microbatches, opts.VirtualStages)
+		cost := schedule.UnitCost()
+		if opts.zbCost != nil {
+			cost = *opts.zbCost
+		}
+		return schedule.GenerateFor(name, opts.PP, opts.Microbatches, opts.VirtualStages, cost, opts.MaxInflight)
+	}
+	if opts.MaxInflight != 0 {
+		return nil, fmt.Errorf("--max-inflight applies to zb-auto, whose layout it bounds; %s has its own", name)
 	}
 	s, err := schedule.ReadCSVFile(name)
 	if err != nil {
@@ -747,4 +776,25 @@ func joinInts(v []int) string {
 		s[i] = strconv.Itoa(x)
 	}
 	return strings.Join(s, ",")
+}
+
+// partitionCosts are the per-stage F, I and W seconds the partition pass recorded, with the
+// device's link latency between stages: what a cost-aware schedule is built for.
+func partitionCosts(m *ir.Module) (schedule.Cost, error) {
+	dev, err := passes.ModuleDevice(m)
+	if err != nil {
+		return schedule.Cost{}, err
+	}
+	c := schedule.Cost{Comm: dev.LinkLatency, Unit: schedule.Seconds}
+	part, _ := m.Attrs.Get("partition").(ir.Dict)
+	list, _ := ir.Attrs(part).Get("stages").(ir.List)
+	for _, e := range list {
+		d, _ := e.(ir.Dict)
+		at := ir.Attrs(d)
+		c.Stages = append(c.Stages, schedule.StageCost{F: at.Float("f", 0), I: at.Float("i", 0), W: at.Float("w", 0)})
+	}
+	if len(c.Stages) == 0 {
+		return c, fmt.Errorf("zb-auto: the partition recorded no stage costs")
+	}
+	return c, nil
 }

@@ -26,6 +26,33 @@ var generators = []generator{
 	{name: "zb-h2", virtual: 1, check: atLeastRanks(1), gen: genZBH2, place: LoopPlacement},
 	{name: "zbv", virtual: 2, check: atLeast(1), gen: genZBV, place: vPlace},
 	{name: "dualpipev", virtual: 2, check: atLeastRanks(2), gen: genDualPipeV, place: vPlace},
+	{name: "zb-auto", virtual: 1, check: atLeast(1), gen: genZBAuto, place: LoopPlacement},
+}
+
+// genZBAuto is zb-auto on unit costs with p micro-batches in flight (see ZBAuto; GenerateFor
+// builds it for real costs and another memory limit).
+func genZBAuto(p, m, _ int) [][]Action {
+	s, err := ZBAuto(p, m, UnitCost(), p)
+	if err != nil {
+		return genGPipe(p, m, 1) // unreachable: the list scheduler always completes
+	}
+	return s.Actions
+}
+
+// GenerateFor is Generate with the stage costs and the memory limit (micro-batches in flight
+// per rank, 0: the schedule's own) that a cost-aware schedule (zb-auto) is built for; the
+// hand-written schedules take neither.
+func GenerateFor(name string, ranks, microbatches, virtual int, cost Cost, maxInflight int) (*Schedule, error) {
+	if !strings.EqualFold(name, "zb-auto") {
+		if maxInflight != 0 {
+			return nil, fmt.Errorf("--max-inflight applies to zb-auto, whose layout it bounds; %s has its own", name)
+		}
+		return Generate(name, ranks, microbatches, virtual)
+	}
+	if virtual > 1 {
+		return nil, fmt.Errorf("zb-auto places one stage per rank, --virtual-stages is %d", virtual)
+	}
+	return ZBAuto(ranks, microbatches, cost, maxInflight)
 }
 
 func vPlace(p, _ int) []int { return VPlacement(p) }

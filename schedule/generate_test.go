@@ -34,11 +34,11 @@ func mustSimulate(t testing.TB, s *Schedule, c Cost) *Result {
 // if so, a phrase the error must contain.
 func wantGenerateError(name string, p, m, v int) string {
 	switch name {
-	case "gpipe", "1f1b", "zb-h1", "zb-h2":
+	case "gpipe", "1f1b", "zb-h1", "zb-h2", "zb-auto":
 		if v != 1 {
 			return "supports exactly 1 stage"
 		}
-		if name != "gpipe" && m < p {
+		if name != "gpipe" && name != "zb-auto" && m < p {
 			return fmt.Sprintf("at least %d micro-batches", p)
 		}
 	case "interleaved-1f1b":
@@ -156,7 +156,7 @@ func TestGenerateErrors(t *testing.T) {
 		p, m, v int
 		want    string
 	}{
-		{"nope", 4, 8, 0, "unknown schedule \"nope\" (valid: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zbv, dualpipev)"},
+		{"nope", 4, 8, 0, "unknown schedule \"nope\" (valid: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zbv, dualpipev, zb-auto)"},
 		{"1f1b", 0, 8, 0, "ranks must be at least 1, got 0"},
 		{"1f1b", -3, 8, 0, "ranks must be at least 1"},
 		{"gpipe", 4, 0, 0, "micro-batches must be at least 1"},

@@ -83,6 +83,7 @@ func init() {
 			fs.StringVar(&opts.Partition, "partition", "", "how to cut the model into stages, `MODE`: markers, layout or auto (default: layout with --layout, auto with --mem, else markers when the model has any, else auto)")
 			fs.StringVar(&opts.Layout, "layout", "", "Megatron-style stage `LAYOUT` for --partition layout, e.g. \"E,t*4|t*4|t*4|t*4,L\"")
 			mem := fs.String("mem", "", "memory per device for --partition auto, `BYTES` with a unit, e.g. 80GiB (default: unlimited)")
+			fs.IntVar(&opts.MaxInflight, "max-inflight", 0, "micro-batches `K` in flight per rank for --schedule zb-auto (default: the pipeline depth, ZB-H1's memory; 2·pp−1 is ZB-H2's)")
 			fs.StringVar(&opts.GPU, "gpu", "", "device `PROFILE` the cost model's estimates assume: "+passes.DeviceNames()+" (default a100-like)")
 			fs.StringVar(&opts.TokenSlices, "token-slices", "", "cut each micro-batch's sequence into token slices (TeraPipe) for a causal model: `N|L1,L2,…|auto` (a count, explicit lengths summing to the sequence, or the cost model's choice)")
 			fs.StringVar(&opts.Recompute, "recompute", "none", "activation recomputation `MODE`: none, selective (attention internals) or full (stash only stage inputs)")

@@ -19,6 +19,7 @@ import (
 type scheduleFlags struct {
 	name            string
 	pp, mb, virtual int
+	maxInflight     int
 }
 
 func (s *scheduleFlags) register(fs *flag.FlagSet) {
@@ -26,12 +27,14 @@ func (s *scheduleFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&s.pp, "pp", 4, "pipeline ranks `N` (generators only)")
 	fs.IntVar(&s.mb, "microbatches", 8, "micro-batches `M` (generators only)")
 	fs.IntVar(&s.virtual, "virtual-stages", 0, "stages per rank `V` (generators only; 0: the schedule's default)")
+	fs.IntVar(&s.maxInflight, "max-inflight", 0, "micro-batches `K` in flight per rank for zb-auto (default: the pipeline depth)")
 }
 
 // csv reports whether the schedule comes from a file.
 func (s *scheduleFlags) csv() bool { return schedule.IsCSVName(s.name) }
 
-func (s *scheduleFlags) load(set map[string]bool) (*schedule.Schedule, error) {
+// load builds the schedule; a cost-aware one (zb-auto) for cost.
+func (s *scheduleFlags) load(set map[string]bool, cost schedule.Cost) (*schedule.Schedule, error) {
 	if s.csv() {
 		// A CSV has its own shape; flags that would describe another one are a mistake.
 		for _, f := range []string{"pp", "microbatches", "virtual-stages"} {
@@ -44,7 +47,11 @@ func (s *scheduleFlags) load(set map[string]bool) (*schedule.Schedule, error) {
 	if s.pp < 1 || s.mb < 1 || s.virtual < 0 {
 		return nil, usagef("--pp and --microbatches must be positive, --virtual-stages non-negative")
 	}
-	return schedule.Generate(s.name, s.pp, s.mb, s.virtual)
+	sc, err := schedule.GenerateFor(s.name, s.pp, s.mb, s.virtual, cost, s.maxInflight)
+	if err != nil && s.maxInflight != 0 {
+		return nil, usagef("%v", err)
+	}
+	return sc, err
 }
 
 // validate checks a schedule; a file's problems are reported with its name.
@@ -82,7 +89,7 @@ func init() {
 				if *csv && *comms {
 					return usagef("--csv and --comms choose one output format; give one")
 				}
-				s, err := sf.load(setFlags(fs))
+				s, err := sf.load(setFlags(fs), schedule.UnitCost())
 				if err != nil {
 					return err
 				}
@@ -117,7 +124,7 @@ func init() {
 		},
 	})
 	commands = append(commands, &command{
-		name: "simulate", args: "DIR | --schedule S|FILE.csv [--pp N --microbatches M --virtual-stages V] [--token-slices K] [--cost F=1,I=1,W=1,comm=0] [--json] [--trace FILE] [--svg FILE]",
+		name: "simulate", args: "DIR | --schedule S|FILE.csv [--pp N --microbatches M --virtual-stages V] [--token-slices K] [--max-inflight K] [--cost F=1,I=1,W=1,comm=0] [--json] [--trace FILE] [--svg FILE]",
 		summary: "Simulate a pipeline schedule: step time, ideal time, bubble ratio and per-rank peak activation memory, with a Chrome trace and an SVG timeline.",
 		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
 			var sf scheduleFlags
@@ -139,19 +146,19 @@ func init() {
 				}
 				switch len(args) {
 				case 0:
-					if s, err = sf.load(setFlags(fs)); err != nil {
+					if cost, err = schedule.ParseCost(*costFlag); err != nil {
+						return usagef("--cost: %v", err)
+					}
+					if s, err = sf.load(setFlags(fs), cost); err != nil {
 						return err
 					}
 					if s, err = schedule.SliceTokens(s, *slices); err != nil {
 						return usagef("--token-slices: %v", err)
 					}
-					if cost, err = schedule.ParseCost(*costFlag); err != nil {
-						return usagef("--cost: %v", err)
-					}
 				case 1:
 					// A plan has its schedule; flags describing another are a mistake.
 					set := setFlags(fs)
-					for _, f := range []string{"schedule", "pp", "microbatches", "virtual-stages"} {
+					for _, f := range []string{"schedule", "pp", "microbatches", "virtual-stages", "max-inflight"} {
 						if set[f] {
 							return usagef("--%s describes a schedule to simulate instead of a plan's; give a plan directory or --schedule, not both", f)
 						}

@@ -199,3 +199,42 @@ func TestCompileGPU(t *testing.T) {
 		t.Errorf("--gpu b200: exit %d\n%s", code, errOut)
 	}
 }
+
+// TestZBAutoCLI: zb-auto is built for the --cost given to ppc simulate (on W = 0.4 it is at
+// least as fast as ZB-H1), ppc compile builds it for the cost model's stage times and the
+// plan trains, and --max-inflight belongs to zb-auto alone (exit 2 elsewhere).
+func TestZBAutoCLI(t *testing.T) {
+	stepOf := func(args ...string) string {
+		code, out, errOut := ppc(t, "", append([]string{"simulate", "--pp", "4", "--microbatches", "8", "--cost", "F=1,I=1.3,W=0.4"}, args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d\n%s", args, code, errOut)
+		}
+		return regexp.MustCompile(`step time +([0-9.]+)`).FindStringSubmatch(out)[1]
+	}
+	auto, h1 := stepOf("--schedule", "zb-auto"), stepOf("--schedule", "zb-h1")
+	if a, h := mustFloat(t, auto), mustFloat(t, h1); a > h {
+		t.Errorf("zb-auto %v slower than zb-h1 %v", a, h)
+	}
+	dir := filepath.Join(t.TempDir(), "p")
+	ppcAll(t, [][]string{
+		{"compile", filepath.Join("..", "..", "testdata", "models", "gpt.ppm"), "-o", dir, "--pp", "4", "--microbatches", "8", "--schedule", "zb-auto", "--max-inflight", "7"},
+		{"run", dir, "--steps", "1"},
+	})
+	for _, args := range [][]string{
+		{"simulate", "--schedule", "1f1b", "--max-inflight", "3"},
+		{"compile", filepath.Join("..", "..", "testdata", "models", "gpt.ppm"), "-o", dir, "--pp", "2", "--microbatches", "2", "--max-inflight", "3"},
+	} {
+		if code, _, errOut := ppc(t, "", args...); code != exitInput || !strings.Contains(errOut, "--max-inflight applies to zb-auto") {
+			t.Errorf("%v: exit %d\n%s", args, code, errOut)
+		}
+	}
+}
+
+func mustFloat(t *testing.T, s string) float64 {
+	t.Helper()
+	var f float64
+	if _, err := fmt.Sscan(s, &f); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
