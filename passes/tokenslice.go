@@ -1061,12 +1061,22 @@ func (t *tokenSlicer) emit(lengths []int, loss int) error {
 		out = append(out, op)
 		return op, nil
 	}
+	static := staticOps(f)
 	start := 0
 	for j, l := range lengths {
 		clone[j] = map[*ir.Value]*ir.Value{}
 		end := start + l
 		derived := map[string]*ir.Value{}
 		for _, op := range f.Ops {
+			if static[op] && j > 0 {
+				// Positions and causal masks are the same for every slice: slice 0 computes
+				// them once per micro-batch (as the unsliced model does) and each slice cuts
+				// its rows, instead of every slice rebuilding a T×T mask.
+				for _, r := range op.Results {
+					clone[j][r] = clone[0][r]
+				}
+				continue
+			}
 			operands := make([]*ir.Value, len(op.Operands))
 			for i, x := range op.Operands {
 				if c, ok := clone[j][x]; ok {
@@ -1209,6 +1219,21 @@ func (t *tokenSlicer) emit(lengths []int, loss int) error {
 	f.Ops = out
 	RemoveDead(f)
 	return nil
+}
+
+// staticOps are the ops computed from constants and iota alone (positions, causal masks):
+// the same in every slice and every micro-batch. Ops that read a parameter are not among them
+// (a 16-bit copy of a weight is recomputed per slice rather than held across slices).
+func staticOps(f *ir.Func) map[*ir.Op]bool {
+	static := map[*ir.Op]bool{}
+	for _, op := range f.Ops {
+		ok := op.Def.Has(ir.Pure) && len(op.Results) > 0
+		for _, x := range op.Operands {
+			ok = ok && x.Def != nil && static[x.Def]
+		}
+		static[op] = ok
+	}
+	return static
 }
 
 // patchShape sets entry d of a reshape's or broadcast's shape attribute to n (an inferred −1

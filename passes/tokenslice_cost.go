@@ -58,6 +58,7 @@ type sliceOp struct {
 	n           int
 	paramOp     bool     // collective on a weight: backward is weight-gradient time
 	dtype       ir.DType // of the result: the matmul rate
+	once        bool     // a position or mask op: computed by the first slice only
 }
 
 const (
@@ -130,6 +131,7 @@ func NewSliceCostModel(m *ir.Module, dev DeviceProfile) (*SliceCostModel, error)
 		}
 		return tt
 	}
+	static := staticOps(f)
 	stages := 0
 	byStage := map[int][]sliceOp{}
 	home := map[*ir.Value]int{}
@@ -153,7 +155,7 @@ func NewSliceCostModel(m *ir.Module, dev DeviceProfile) (*SliceCostModel, error)
 				byStage[st] = append(byStage[st], sliceOp{kind: opCopy, bytes: []tensorTerm{b, b}})
 			}
 		}
-		so := sliceOp{kind: opCompute}
+		so := sliceOp{kind: opCompute, once: static[op]}
 		if op.Def.Has(ir.Collective) && len(op.Operands) == 1 && len(op.Results) == 1 {
 			so = sliceOp{kind: opCollective, coll: op.Def.Name, grad: op.Attrs.Str("grad", "reduce_scatter"), axis: op.Attrs.Str("axis", ""),
 				n: axisSize(op.Attrs.Str("axis", "")), paramOp: param[op.Operands[0]],
@@ -235,6 +237,9 @@ func (sc *SliceCostModel) parts(g, b, l, c int) SliceTimes {
 	sb, sl, sk := float64(b)/float64(max(sc.B, 1)), float64(l)/float64(sc.T), float64(c+l)/float64(sc.T)
 	var p SliceTimes
 	for _, o := range sc.groups[g] {
+		if o.once && c > 0 {
+			continue
+		}
 		switch o.kind {
 		case opCopy:
 			// Joined in the forward; recomputed, and its gradient split, in the backward.
