@@ -747,14 +747,7 @@ func resolveTokenSlices(spec string, T int) ([]int, error) {
 		case n > T:
 			return nil, fmt.Errorf("--token-slices %d: the sequence has %d tokens, so at most %d slices", n, T, T)
 		}
-		out := make([]int, n)
-		for i := range out {
-			out[i] = T / n
-			if i < T%n {
-				out[i]++
-			}
-		}
-		return out, nil
+		return schedule.UniformSlices(T, n)
 	}
 	lengths, err := passes.ParseSliceLengths(spec)
 	if err != nil {

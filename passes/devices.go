@@ -38,13 +38,8 @@ var (
 		IntraNodeBandwidth: 300e9, IntraNodeLatency: 5e-6, InterNodeBandwidth: 25e9, InterNodeLatency: 10e-6,
 		Source: "NVIDIA A100 datasheet (SXM4 40GB: 19.5 TFLOP/s fp32, 312 bf16/fp16 tensor, 1,555 GB/s HBM2, NVLink 3 600 GB/s); DGX A100: 8× HDR 200 Gbit/s",
 	}
-	A10080 = DeviceProfile{
-		Name: "a100-80gb", PeakFLOPs: 312e12, PeakFP32: 19.5e12, PeakBF16: 312e12, PeakFP16: 312e12,
-		VectorFLOPs: 78e12, MemBandwidth: 2039e9, MemBytes: 80 << 30, GPUsPerNode: 8,
-		LinkBandwidth: 25e9, LinkLatency: 10e-6,
-		IntraNodeBandwidth: 300e9, IntraNodeLatency: 5e-6, InterNodeBandwidth: 25e9, InterNodeLatency: 10e-6,
-		Source: "NVIDIA A100 datasheet (SXM4 80GB: 19.5 TFLOP/s fp32, 312 bf16/fp16 tensor, 2,039 GB/s HBM2e, NVLink 3 600 GB/s); DGX A100: 8× HDR 200 Gbit/s",
-	}
+	A10080 = withMemory(A10040, "a100-80gb", 80<<30, 2039e9,
+		"NVIDIA A100 datasheet (SXM4 80GB: 19.5 TFLOP/s fp32, 312 bf16/fp16 tensor, 2,039 GB/s HBM2e, NVLink 3 600 GB/s); DGX A100: 8× HDR 200 Gbit/s")
 	H100 = DeviceProfile{
 		Name: "h100-80gb", PeakFLOPs: 989e12, PeakFP32: 67e12, PeakBF16: 989e12, PeakFP16: 989e12,
 		VectorFLOPs: 134e12, MemBandwidth: 3350e9, MemBytes: 80 << 30, GPUsPerNode: 8,
@@ -52,14 +47,15 @@ var (
 		IntraNodeBandwidth: 450e9, IntraNodeLatency: 4e-6, InterNodeBandwidth: 50e9, InterNodeLatency: 8e-6,
 		Source: "NVIDIA H100 datasheet (SXM5: 67 TFLOP/s fp32, 989 bf16/fp16 tensor dense, 3.35 TB/s HBM3, NVLink 4 900 GB/s); DGX H100: 8× NDR 400 Gbit/s",
 	}
-	H200 = DeviceProfile{
-		Name: "h200", PeakFLOPs: 989e12, PeakFP32: 67e12, PeakBF16: 989e12, PeakFP16: 989e12,
-		VectorFLOPs: 134e12, MemBandwidth: 4800e9, MemBytes: 141e9, GPUsPerNode: 8,
-		LinkBandwidth: 50e9, LinkLatency: 8e-6,
-		IntraNodeBandwidth: 450e9, IntraNodeLatency: 4e-6, InterNodeBandwidth: 50e9, InterNodeLatency: 8e-6,
-		Source: "NVIDIA H200 datasheet (SXM: 67 TFLOP/s fp32, 989 bf16/fp16 tensor dense, 141 GB HBM3e at 4.8 TB/s, NVLink 900 GB/s); HGX H200: 8× NDR 400 Gbit/s",
-	}
+	H200 = withMemory(H100, "h200", 141e9, 4800e9,
+		"NVIDIA H200 datasheet (SXM: 67 TFLOP/s fp32, 989 bf16/fp16 tensor dense, 141 GB HBM3e at 4.8 TB/s, NVLink 900 GB/s); HGX H200: 8× NDR 400 Gbit/s")
 )
+
+// withMemory is d with another memory: the same GPU with more or faster HBM.
+func withMemory(d DeviceProfile, name string, bytes int64, bandwidth float64, source string) DeviceProfile {
+	d.Name, d.MemBytes, d.MemBandwidth, d.Source = name, bytes, bandwidth, source
+	return d
+}
 
 // Devices lists the device profiles by name.
 var Devices = []DeviceProfile{A100Like, V100, A10040, A10080, H100, H200}
