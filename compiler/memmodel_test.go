@@ -12,9 +12,8 @@ import (
 // TestActivationsMatchFormula: the activations ppc's memory plan stashes per transformer layer
 // (a middle stage of a one-layer-per-stage bf16 GPT, h 1024, 16 heads, s 1024) are within 5%
 // of Korthikanti et al.'s formula for a model without dropout — alone, with selective
-// recomputation, and with --tp 2. (With --sp ppc stashes 9% more than the formula: it keeps
-// the all-gathered inputs of the column linears whole, where Megatron keeps its shard and
-// gathers again in the backward.)
+// recomputation, with --tp 2 and with --tp 2 --sp (the backward gathers the sequence shard
+// again, as Megatron does, rather than stashing the gathered input of a column linear).
 func TestActivationsMatchFormula(t *testing.T) {
 	const s, h, a, layers = 1024, 1024, 16, 4
 	set := map[string]string{"n_layers": fmt.Sprint(layers), "d_model": fmt.Sprint(h), "n_heads": fmt.Sprint(a),
@@ -22,9 +21,10 @@ func TestActivationsMatchFormula(t *testing.T) {
 	for _, c := range []struct {
 		name      string
 		tp        int
+		sp        bool
 		selective bool
-	}{{"plain", 1, false}, {"selective", 1, true}, {"tp2", 2, false}} {
-		opts := Options{Load: LoadOptions{Set: set}, PP: layers, TP: c.tp, Microbatches: 4, Precision: "bf16"}
+	}{{"plain", 1, false, false}, {"selective", 1, false, true}, {"tp2", 2, false, false}, {"tp2-sp", 2, true, false}, {"tp2-sp-selective", 2, true, true}} {
+		opts := Options{Load: LoadOptions{Set: set}, PP: layers, TP: c.tp, SP: c.sp, Microbatches: 4, Precision: "bf16"}
 		if c.selective {
 			opts.Recompute = "selective"
 		}
@@ -33,7 +33,7 @@ func TestActivationsMatchFormula(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := float64(res.Output.Plan.StageInfo[1].StashBytes) // one layer, one sequence
-		want := passes.ActivationBytesPerLayer(s, 1, h, a, c.tp, false, c.selective, false)
+		want := passes.ActivationBytesPerLayer(s, 1, h, a, c.tp, c.sp, c.selective, false)
 		if math.Abs(got-want) > 0.05*want {
 			t.Errorf("%s: the memory plan stashes %.4g bytes per layer, the formula %.4g (%+.1f%%)", c.name, got, want, 100*(got-want)/want)
 		}

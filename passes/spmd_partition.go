@@ -134,8 +134,15 @@ func (pt *partitioner) get(x *ir.Value, want lay, intoSplit bool) (v *ir.Value, 
 		if intoSplit && want.dim < 0 {
 			grad, summed = "reduce_scatter", true
 		}
+		in := v
 		v = pt.b.Op1("all_gather", pt.axisAttrs(ir.NamedAttr{Name: "dim", Value: ir.Int(have.dim)}, ir.NamedAttr{Name: "parts", Value: ir.Int(pt.tp)},
 			ir.NamedAttr{Name: "grad", Value: ir.Ident(grad)}), v)
+		if grad == "reduce_scatter" && v.Def != nil && in.Def != nil {
+			// Sequence parallelism entering a column-parallel linear: the backward gathers
+			// the shard again rather than stashing the gathered activation, which is tp
+			// times larger (Megatron's choice; Korthikanti et al. §4.2.2).
+			v.Def.Remat = true
+		}
 		have = replicated
 	}
 	if want.dim >= 0 && have.dim < 0 {
