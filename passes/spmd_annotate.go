@@ -60,6 +60,20 @@ func runShardAnnotate(m *ir.Module, _ Options) error {
 		out[w] = l
 		return out
 	}
+	// uses lists, for each parameter, the ops that read it (through a cast) and where.
+	uses := map[*ir.Value][]paramUse{}
+	for _, op := range f.Ops {
+		if op.Name() == "cast" {
+			continue // the cast's users say what the parameter must be
+		}
+		for i, x := range op.Operands {
+			if x = uncast(x); x.Def == nil {
+				uses[x] = append(uses[x], paramUse{op, i})
+			}
+		}
+	}
+	cur := propagateLayouts(f, decided, tp, sp, false)
+	fixed0 := false // the first fixup looks at every parameter
 	for _, op := range f.Ops {
 		var w *ir.Value
 		try := replicated
@@ -82,17 +96,20 @@ func runShardAnnotate(m *ir.Module, _ Options) error {
 		if w == nil {
 			continue
 		}
-		base := propagateLayouts(f, decided, tp, sp, false)
-		trial := propagateLayouts(f, with(w, try), tp, sp, false)
-		if w.Type.Shape[try.dim]%tp == 0 && len(trial.misfits) <= len(base.misfits) && trial.gathers <= base.gathers {
+		gathers, misfits := cur.try(overlay{w: try})
+		if w.Type.Shape[try.dim]%tp == 0 && misfits <= len(cur.misfits) && gathers <= cur.gathers {
 			decided = with(w, try)
-			decided = fixupParams(f, decided, free, tp, sp)
+			touched := cur.update(overlay{w: try})
+			if !fixed0 {
+				touched, fixed0 = nil, true
+			}
+			decided = fixupParams(cur, decided, free, uses, touched)
 			continue
 		}
 		// Rejected. When the split would have worked had tp divided the sizes, the model is a
 		// pattern ppc should split and cannot: say why rather than silently replicating.
-		if relaxed := propagateLayouts(f, with(w, try), tp, sp, true); relaxed.gathers <= base.gathers {
-			return misfitError(op, w, try.dim, tp, trial, base)
+		if relaxed := propagateLayouts(f, with(w, try), tp, sp, true); relaxed.gathers <= cur.gathers {
+			return misfitError(op, w, try.dim, tp, propagateLayouts(f, with(w, try), tp, sp, false), cur)
 		}
 	}
 	for a, l := range decided {
@@ -103,39 +120,54 @@ func runShardAnnotate(m *ir.Module, _ Options) error {
 	return nil
 }
 
+// paramUse is one use of a parameter: operand i of op.
+type paramUse struct {
+	op *ir.Op
+	i  int
+}
+
 // fixupParams splits the parameters that the current layouts want split (a row-parallel
 // weight, a bias added to a split activation): splitting a parameter costs nothing, while
-// slicing it every step would. All of a parameter's uses must agree.
-func fixupParams(f *ir.Func, decided map[*ir.Value]lay, free func(*ir.Value) bool, tp int, sp bool) map[*ir.Value]lay {
-	for changed := true; changed; {
-		changed = false
-		p := propagateLayouts(f, decided, tp, sp, false)
-		want := map[*ir.Value]lay{}
-		clash := map[*ir.Value]bool{}
-		for _, op := range f.Ops {
-			for i, x := range op.Operands {
-				if op.Name() == "cast" {
-					continue // the cast's users say what the parameter must be
-				}
-				x = uncast(x)
-				if x.Def != nil || !free(x) || decided[x] != replicated {
-					continue
-				}
-				r := p.reqs[op][i]
-				if prev, ok := want[x]; ok && prev != r {
-					clash[x] = true
-				}
-				want[x] = r
-			}
-		}
-		for x, r := range want {
-			if r.dim >= 0 && !r.partial && !clash[x] && x.Type.Shape[r.dim]%tp == 0 {
-				decided[x] = r
-				changed = true
-			}
+// slicing it every step would. All of a parameter's uses must agree. cur is the propagation
+// of decided, updated in place; touched are the ops whose requirements changed since the
+// last fixed point (nil: look at every parameter), so only the parameters they read are
+// looked at again.
+func fixupParams(cur *layoutPlan, decided map[*ir.Value]lay, free func(*ir.Value) bool, uses map[*ir.Value][]paramUse, touched []*ir.Op) map[*ir.Value]lay {
+	var cands []*ir.Value
+	if touched == nil {
+		for _, a := range cur.f.Args {
+			cands = append(cands, a)
 		}
 	}
-	return decided
+	for {
+		seen := map[*ir.Value]bool{}
+		for _, op := range touched {
+			for _, x := range op.Operands {
+				if x = uncast(x); x.Def == nil && !seen[x] {
+					seen[x] = true
+					cands = append(cands, x)
+				}
+			}
+		}
+		changes := overlay{}
+		for _, x := range cands {
+			if !free(x) || decided[x] != replicated || len(uses[x]) == 0 {
+				continue
+			}
+			r, clash := cur.reqs[uses[x][0].op][uses[x][0].i], false
+			for _, u := range uses[x][1:] {
+				clash = clash || cur.reqs[u.op][u.i] != r
+			}
+			if r.dim >= 0 && !r.partial && !clash && x.Type.Shape[r.dim]%cur.tp == 0 {
+				decided[x] = r
+				changes[x] = r
+			}
+		}
+		if len(changes) == 0 {
+			return decided
+		}
+		touched, cands = cur.update(changes), nil
+	}
 }
 
 // uncast returns the value a cast reads, or v itself: mixed precision reads each parameter
