@@ -1593,6 +1593,15 @@ func (g *gen) stageInfo(params []Param) []StageInfo {
 			}
 		}
 	}
+	if sc, err := passes.SplitCosts(g.m, g.dev); err == nil {
+		// The recomputation --recompute adds to each stage's backward.
+		for s := range info {
+			if s < len(sc) {
+				info[s].Recompute = sc[s].Recompute
+				info[s].I += sc[s].Recompute
+			}
+		}
+	}
 	for p, consumers := range g.ports.Consumers {
 		prod := g.funcs[g.ports.Producer[p]]
 		ps := prod.Attrs.Int("stage", 0)

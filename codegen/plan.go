@@ -97,6 +97,8 @@ type StageInfo struct {
 	F         float64 `json:"f_seconds"`  // cost model estimates
 	I         float64 `json:"i_seconds"`
 	W         float64 `json:"w_seconds"`
+	// Recompute is, of I, the seconds of forward ops the backward recomputes (--recompute).
+	Recompute float64 `json:"recompute_seconds,omitempty"`
 	// Of F, I and W, the seconds of tensor-parallel collectives (the cost model's ring time
 	// of the stage's collective ops, intra-node; zero without tp). F, I and W include them:
 	// the stage waits for them between its matmuls.

@@ -48,9 +48,10 @@ type Options struct {
 	MaxInflight int
 	// zbCost are the stage costs a zb-auto schedule is built for (from a probe compile).
 	zbCost *schedule.Cost
-	// stopAfterPartition makes Compile return the module right after partitioning: the
-	// probe that prices token slices for --token-slices auto.
-	stopAfterPartition bool
+	// StopAfter makes Compile return the module right after the named pass, "partition"
+	// (the probe that prices token slices for --token-slices auto and zb-auto's stages) or
+	// "split-stages" (the planner's probe of stashes), without code generation.
+	StopAfter string
 	// Training.
 	ForwardOnly bool
 	Loss        string // models without a loss (ONNX models without a scalar output named loss): "ce", "mse", or with options as ce{axis=1} (see CheckLoss)
@@ -161,11 +162,11 @@ func Compile(model string, opts Options) (*Result, error) {
 		m.Attrs = m.Attrs.Set(passes.AttrDevice, ir.String(opts.GPU))
 	}
 	userSchedule := opts.Schedule
-	if strings.EqualFold(opts.Schedule, "zb-auto") && opts.zbCost == nil && !opts.stopAfterPartition && strings.TrimSpace(opts.TokenSlices) != "auto" {
+	if strings.EqualFold(opts.Schedule, "zb-auto") && opts.zbCost == nil && opts.StopAfter == "" && strings.TrimSpace(opts.TokenSlices) != "auto" {
 		// zb-auto is built for the stages' costs: partition once to learn them (a probe
 		// compile), then compile with the schedule made for them.
 		probe := opts
-		probe.stopAfterPartition, probe.TokenSlices = true, ""
+		probe.StopAfter, probe.TokenSlices = "partition", ""
 		pr, err := Compile(model, probe)
 		if err != nil {
 			return nil, err
@@ -183,13 +184,13 @@ func Compile(model string, opts Options) (*Result, error) {
 		// with fewer, in GPipe's order (TeraPipe's schedule).
 		opts.Schedule = "gpipe"
 	}
-	if strings.TrimSpace(opts.TokenSlices) == "auto" && !opts.stopAfterPartition {
+	if strings.TrimSpace(opts.TokenSlices) == "auto" && opts.StopAfter == "" {
 		// TeraPipe's dynamic program on the cost model, over the partitioned model: a probe
 		// compile stops after partitioning; without --microbatches the micro-batch count is
 		// chosen with the slices (the batch/token split of the paper), and the compile
 		// starts again with both fixed.
 		probe := opts
-		probe.stopAfterPartition, probe.TokenSlices = true, ""
+		probe.StopAfter, probe.TokenSlices = "partition", ""
 		if fromModel {
 			probe.Microbatches = 1
 		}
@@ -252,15 +253,8 @@ func Compile(model string, opts Options) (*Result, error) {
 		part += `,layout="` + opts.Layout + `"`
 	}
 	pipeline = append(pipeline, part+"}")
-	if opts.stopAfterPartition {
-		pl, err := passes.ParsePipeline(strings.Join(pipeline, ","))
-		if err != nil {
-			return nil, err
-		}
-		if err := passes.Run(m, pl, passes.Config{}); err != nil {
-			return nil, err
-		}
-		return &Result{Module: m, Schedule: sched}, nil
+	if opts.StopAfter == "partition" {
+		return runProbe(m, pipeline, sched)
 	}
 	var slices []int
 	if opts.TokenSlices != "" {
@@ -294,6 +288,9 @@ func Compile(model string, opts Options) (*Result, error) {
 		split = fmt.Sprintf("split-stages{recompute=%s}", opts.Recompute)
 	}
 	pipeline = append(pipeline, split)
+	if opts.StopAfter == "split-stages" {
+		return runProbe(m, pipeline, sched)
+	}
 	// Each pipeline rank's step as IR (send/recv explicit), which code generation lowers.
 	if len(slices) > 1 {
 		if sched, err = schedule.SliceTokens(sched, len(slices)); err != nil {
@@ -334,6 +331,18 @@ func Compile(model string, opts Options) (*Result, error) {
 		out.Plan.Estimate = est
 	}
 	return &Result{Module: m, Output: out, Schedule: sched}, nil
+}
+
+// runProbe runs pipeline on m for a probe compile (StopAfter).
+func runProbe(m *ir.Module, pipeline []string, sched *schedule.Schedule) (*Result, error) {
+	pl, err := passes.ParsePipeline(strings.Join(pipeline, ","))
+	if err != nil {
+		return nil, err
+	}
+	if err := passes.Run(m, pl, passes.Config{}); err != nil {
+		return nil, err
+	}
+	return &Result{Module: m, Schedule: sched}, nil
 }
 
 // CheckLoss checks a --loss value without compiling anything, so that a command line can

@@ -33,7 +33,7 @@ func predictGPT3(t testing.TB, s gpt3Shape) (mbOnly, sliced schedule.TokenPlan) 
 	set := map[string]string{"n_layers": fmt.Sprint(s.layers), "d_model": fmt.Sprint(s.hidden), "n_heads": fmt.Sprint(s.heads),
 		"vocab": "50264", "seq": "2048", "batch": fmt.Sprint(s.batch)}
 	res, err := Compile(gptPPM, Options{Load: LoadOptions{Set: set}, PP: s.pp, TP: s.tp, Microbatches: 1, Schedule: "gpipe",
-		Precision: "fp16", Partition: "auto", stopAfterPartition: true})
+		Precision: "fp16", Partition: "auto", StopAfter: "partition"})
 	if err != nil {
 		t.Fatal(err)
 	}

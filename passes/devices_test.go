@@ -34,8 +34,8 @@ func TestDeviceMatmulRates(t *testing.T) {
 			rate float64
 		}{{ir.BF16, d.PeakBF16}, {ir.F16, d.PeakFP16}, {ir.F32, d.PeakFP32}} {
 			got := d.CostOf(mm(c.dt), no, one).F
-			if want := flops / c.rate; math.Abs(got-want) > 1e-9*want {
-				t.Errorf("%s %s matmul: %g s, want %g (compute-bound at %g FLOP/s)", d.Name, c.dt, got, want, c.rate)
+			if want := flops / (c.rate * GEMMEfficiency(8192, 8192, 8192)); math.Abs(got-want) > 1e-9*want {
+				t.Errorf("%s %s matmul: %g s, want %g (compute-bound at %g FLOP/s times the GEMM efficiency)", d.Name, c.dt, got, want, c.rate)
 			}
 		}
 	}
@@ -46,5 +46,26 @@ func TestDeviceMatmulRates(t *testing.T) {
 	m.Attrs = m.Attrs.Set(AttrDevice, ir.String("b200"))
 	if _, err := ModuleDevice(m); err == nil {
 		t.Error("unknown profile b200: no error")
+	}
+}
+
+// TestGEMMEfficiencyCurve pins the documented points of the curve (costmodel.go): large
+// GEMMs near cuBLAS's best, short dims well below it, monotone in every dim.
+func TestGEMMEfficiencyCurve(t *testing.T) {
+	for _, c := range []struct {
+		m, n, k int
+		want    float64
+	}{{4096, 4096, 4096, 0.80}, {1024, 1024, 1024, 0.68}, {1 << 20, 2048, 128, 0.50}, {2048, 1536, 12288, 0.77}} {
+		if got := GEMMEfficiency(c.m, c.n, c.k); math.Abs(got-c.want) > 0.005 {
+			t.Errorf("GEMMEfficiency(%d, %d, %d) = %.3f, documented %.2f", c.m, c.n, c.k, got, c.want)
+		}
+	}
+	prev := 0.0
+	for d := 1; d <= 1<<16; d *= 2 {
+		e := GEMMEfficiency(d, d, d)
+		if e <= prev || e > GEMMPeakEfficiency {
+			t.Fatalf("GEMMEfficiency(%d³) = %g after %g: not increasing towards %g", d, e, prev, GEMMPeakEfficiency)
+		}
+		prev = e
 	}
 }
