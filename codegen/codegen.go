@@ -154,7 +154,7 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 	g.describe(out.Plan, out.Programs)
 	out.Plan.StageInfo = g.stageInfo(out.Plan.Params)
 	if part, ok := m.Attrs.Get("partition").(ir.Dict); ok {
-		if dev, ok := passes.LookupDevice(ir.Attrs(part).Str("device", "")); ok {
+		if dev, err := passes.ParseDevice(ir.Attrs(part).Str("device", "")); err == nil {
 			out.Plan.Device = &dev
 		}
 		out.Plan.PartitionNote = ir.Attrs(part).Str("note", "")

@@ -320,6 +320,69 @@ type ProgramInfo struct {
 	ProgramSHA256 string `json:"program_sha256,omitempty"`
 }
 
+// Memory is one rank's memory by role: what `ppc compile` reads off its memory plan
+// (ProgramInfo.Memory) and `ppc plan` predicts from its memory model, printed the same way.
+type Memory struct {
+	Params, Grads, Optimizer, Activations, Workspace, Constants int64
+	// Margin is what a GPU needs beyond ppc's own buffers (MemoryMargin); 0 when no device
+	// with a memory size is named.
+	Margin int64
+}
+
+// Peak is the sum of the parts.
+func (m Memory) Peak() int64 {
+	return m.Params + m.Grads + m.Optimizer + m.Activations + m.Workspace + m.Constants + m.Margin
+}
+
+// String is "peak 3.6 MiB = params 465.5 KiB + grads … + workspace 288.1 KiB", constants
+// and margin named when present.
+func (m Memory) String() string {
+	s := fmt.Sprintf("peak %s = params %s + grads %s + optimizer %s + activations %s + workspace %s", FormatBytes(m.Peak()),
+		FormatBytes(m.Params), FormatBytes(m.Grads), FormatBytes(m.Optimizer), FormatBytes(m.Activations), FormatBytes(m.Workspace))
+	if m.Constants > 0 {
+		s += " + constants " + FormatBytes(m.Constants)
+	}
+	if m.Margin > 0 {
+		s += " + margin " + FormatBytes(m.Margin)
+	}
+	return s
+}
+
+// MemoryMargin is the memory a GPU of memBytes needs beyond the planned bytes: the CUDA
+// context, cuBLASLt's workspace and NCCL's channel buffers (512 MiB together), and 5% of
+// the plan for allocation alignment. ppc allocates one arena per rank rather than caching
+// blocks, so there is no allocator fragmentation to budget for beyond that. No margin without
+// a device memory size (memBytes 0: the default a100-like profile, the CPU).
+func MemoryMargin(planned, memBytes int64) int64 {
+	if memBytes <= 0 {
+		return 0
+	}
+	return 512<<20 + planned/20
+}
+
+// Memory is the program's memory plan by role, with the margin a GPU of memBytes needs.
+func (p ProgramInfo) Memory(memBytes int64) Memory {
+	m := Memory{Params: p.ParamBytes, Grads: p.GradBytes, Optimizer: p.StateBytes, Activations: p.ActivationBytes,
+		Workspace: p.WorkspaceBytes, Constants: p.ConstBytes}
+	m.Margin = MemoryMargin(m.Peak(), memBytes)
+	return m
+}
+
+// FormatBytes prints a byte count with a binary unit (12.5 MiB).
+func FormatBytes(n int64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
+	f := float64(n)
+	u := 0
+	for f >= 1024 && u < len(units)-1 {
+		f /= 1024
+		u++
+	}
+	if u == 0 {
+		return fmt.Sprintf("%d B", n)
+	}
+	return fmt.Sprintf("%.1f %s", f, units[u])
+}
+
 // ProgramFile is the name of the program file whose first rank (the replica with dp and tp
 // coordinates 0) is rank r; its other replicas run the same file.
 func ProgramFile(r int) string { return fmt.Sprintf("rank-%05d.ppx", r) }

@@ -52,6 +52,9 @@ type Options struct {
 	// (the probe that prices token slices for --token-slices auto and zb-auto's stages) or
 	// "split-stages" (the planner's probe of stashes), without code generation.
 	StopAfter string
+	// recomputeModes, with StopAfter "split-stages", splits one probe once per mode
+	// (ProbeSplit).
+	recomputeModes []string
 	// Training.
 	ForwardOnly bool
 	Loss        string // models without a loss (ONNX models without a scalar output named loss): "ce", "mse", or with options as ce{axis=1} (see CheckLoss)
@@ -66,7 +69,9 @@ type Options struct {
 
 // Result is a compiled job.
 type Result struct {
-	Module   *ir.Module
+	Module *ir.Module
+	// Probes are ProbeSplit's modules, one per recompute mode.
+	Probes   []*ir.Module
 	Output   *codegen.Output
 	Schedule *schedule.Schedule // as generated, or as read from a CSV file (its Dialect says how)
 }
@@ -156,10 +161,11 @@ func Compile(model string, opts Options) (*Result, error) {
 	}
 	m.Attrs = m.Attrs.Set("microbatches", ir.Int(opts.Microbatches))
 	if opts.GPU != "" {
-		if _, ok := passes.LookupDevice(opts.GPU); !ok {
-			return nil, fmt.Errorf("--gpu %q: unknown device profile (known: %s)", opts.GPU, passes.DeviceNames())
+		dev, err := passes.ParseDevice(opts.GPU)
+		if err != nil {
+			return nil, fmt.Errorf("--gpu: %v", err)
 		}
-		m.Attrs = m.Attrs.Set(passes.AttrDevice, ir.String(opts.GPU))
+		m.Attrs = m.Attrs.Set(passes.AttrDevice, ir.String(dev.Name))
 	}
 	userSchedule := opts.Schedule
 	if strings.EqualFold(opts.Schedule, "zb-auto") && opts.zbCost == nil && opts.StopAfter == "" && strings.TrimSpace(opts.TokenSlices) != "auto" {
@@ -287,6 +293,21 @@ func Compile(model string, opts Options) (*Result, error) {
 	if opts.Recompute != "" && opts.Recompute != "none" {
 		split = fmt.Sprintf("split-stages{recompute=%s}", opts.Recompute)
 	}
+	if opts.StopAfter == "split-stages" && len(opts.recomputeModes) > 0 {
+		// One probe up to split-stages, split once per recompute mode.
+		res, err := runProbe(m, pipeline, sched)
+		if err != nil {
+			return nil, err
+		}
+		for _, mode := range opts.recomputeModes {
+			c := m.Clone()
+			if _, err := runProbe(c, []string{fmt.Sprintf("split-stages{recompute=%s}", mode)}, sched); err != nil {
+				return nil, err
+			}
+			res.Probes = append(res.Probes, c)
+		}
+		return res, nil
+	}
 	pipeline = append(pipeline, split)
 	if opts.StopAfter == "split-stages" {
 		return runProbe(m, pipeline, sched)
@@ -333,13 +354,25 @@ func Compile(model string, opts Options) (*Result, error) {
 	return &Result{Module: m, Output: out, Schedule: sched}, nil
 }
 
+// ProbeSplit compiles the model up to split-stages once and splits it once per recompute
+// mode, returning the modules in the modes' order: the planner's probe of stage costs,
+// stashes and recomputation without compiling the model three times.
+func ProbeSplit(model string, opts Options, modes []string) ([]*ir.Module, error) {
+	opts.StopAfter, opts.recomputeModes, opts.Recompute = "split-stages", modes, ""
+	res, err := Compile(model, opts)
+	if err != nil {
+		return nil, err
+	}
+	return res.Probes, nil
+}
+
 // runProbe runs pipeline on m for a probe compile (StopAfter).
 func runProbe(m *ir.Module, pipeline []string, sched *schedule.Schedule) (*Result, error) {
 	pl, err := passes.ParsePipeline(strings.Join(pipeline, ","))
 	if err != nil {
 		return nil, err
 	}
-	if err := passes.Run(m, pl, passes.Config{}); err != nil {
+	if err := passes.Run(m, pl, passes.Config{NoReproducer: true}); err != nil {
 		return nil, err
 	}
 	return &Result{Module: m, Schedule: sched}, nil

@@ -38,8 +38,8 @@ type DeviceProfile struct {
 	Source      string `json:"source,omitempty"` // where the figures come from
 }
 
-// matmulRate is the dense matmul rate for results of dtype dt.
-func (d DeviceProfile) matmulRate(dt ir.DType) float64 {
+// MatmulRate is the dense matmul rate for results of dtype dt.
+func (d DeviceProfile) MatmulRate(dt ir.DType) float64 {
 	r := 0.0
 	switch dt {
 	case ir.F32, ir.F64:
@@ -83,8 +83,8 @@ func (d DeviceProfile) CollectiveTime(kind string, bytes float64, n int, intraNo
 func (d DeviceProfile) String() string {
 	matmul := siRate(d.PeakFLOPs, "FLOP/s") + " matmul"
 	if d.PeakBF16 > 0 || d.PeakFP16 > 0 || d.PeakFP32 > 0 {
-		matmul = fmt.Sprintf("matmul %s bf16, %s fp16, %s fp32", siRate(d.matmulRate(ir.BF16), "FLOP/s"),
-			siRate(d.matmulRate(ir.F16), "FLOP/s"), siRate(d.matmulRate(ir.F32), "FLOP/s"))
+		matmul = fmt.Sprintf("matmul %s bf16, %s fp16, %s fp32", siRate(d.MatmulRate(ir.BF16), "FLOP/s"),
+			siRate(d.MatmulRate(ir.F16), "FLOP/s"), siRate(d.MatmulRate(ir.F32), "FLOP/s"))
 	}
 	return fmt.Sprintf("%s (%s, %s memory, links %s + %s)", d.Name, matmul,
 		siRate(d.MemBandwidth, "B/s"), siRate(d.LinkBandwidth, "B/s"), schedule.Seconds.Format(d.LinkLatency))
@@ -284,7 +284,7 @@ func GEMMEfficiency(m, n, k int) float64 {
 func (d DeviceProfile) computeTimes(flops, bytes float64, matrix, hasWeights bool, dt ir.DType) (f, i, w float64) {
 	rate := d.VectorFLOPs
 	if matrix {
-		rate = d.matmulRate(dt)
+		rate = d.MatmulRate(dt)
 	}
 	f = max(flops/rate, bytes/d.MemBandwidth)
 	i = f

@@ -2,6 +2,8 @@ package passes
 
 import (
 	"fmt"
+	"sort"
+	"strconv"
 	"strings"
 
 	"ppc.dev/ppc/ir"
@@ -91,9 +93,91 @@ func ModuleDevice(m *ir.Module) (DeviceProfile, error) {
 	if name == "" {
 		return DefaultDevice, nil
 	}
+	return ParseDevice(name)
+}
+
+// deviceFields are the figures a device spec may override, by their JSON names.
+func deviceFields(d *DeviceProfile) map[string]any {
+	return map[string]any{
+		"peak_flops": &d.PeakFLOPs, "peak_fp32": &d.PeakFP32, "peak_bf16": &d.PeakBF16, "peak_fp16": &d.PeakFP16,
+		"vector_flops": &d.VectorFLOPs, "mem_bandwidth": &d.MemBandwidth, "mem_bytes": &d.MemBytes,
+		"link_bandwidth": &d.LinkBandwidth, "link_latency": &d.LinkLatency,
+		"intra_node_bandwidth": &d.IntraNodeBandwidth, "intra_node_latency": &d.IntraNodeLatency,
+		"inter_node_bandwidth": &d.InterNodeBandwidth, "inter_node_latency": &d.InterNodeLatency,
+		"gpus_per_node": &d.GPUsPerNode,
+	}
+}
+
+// ParseDevice reads a device spec: a profile's name, optionally with figures overridden as
+// h100-80gb{inter_node_bandwidth=25e9,gpus_per_node=4} (the JSON names of DeviceProfile's
+// fields; rates in per second, sizes in bytes, latencies in seconds). The profile's Name is
+// the spec in a canonical form (keys sorted), so that a plan names exactly what it assumed
+// and a module attribute holding it reads back the same profile.
+func ParseDevice(spec string) (DeviceProfile, error) {
+	spec = strings.TrimSpace(spec)
+	name, rest, braced := strings.Cut(spec, "{")
+	name = strings.TrimSpace(name)
 	d, ok := LookupDevice(name)
 	if !ok {
 		return d, fmt.Errorf("unknown device profile %q (known: %s)", name, DeviceNames())
 	}
+	if !braced {
+		return d, nil
+	}
+	body, ok := strings.CutSuffix(strings.TrimSpace(rest), "}")
+	if !ok {
+		return d, fmt.Errorf("device %q: the overrides must end with '}'", spec)
+	}
+	fields := deviceFields(&d)
+	var keys []string
+	seen := map[string]string{}
+	for _, kv := range strings.Split(body, ",") {
+		if strings.TrimSpace(kv) == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if !ok {
+			return d, fmt.Errorf("device %q: %q is not KEY=VALUE", spec, kv)
+		}
+		field, known := fields[k]
+		if !known {
+			names := make([]string, 0, len(fields))
+			for n := range fields {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			return d, fmt.Errorf("device %q: unknown figure %q (known: %s)", spec, k, strings.Join(names, ", "))
+		}
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(x > 0) || x > 1e30 {
+			return d, fmt.Errorf("device %q: %s=%s: want a positive number", spec, k, v)
+		}
+		switch f := field.(type) {
+		case *float64:
+			*f = x
+		case *int64:
+			*f = int64(x)
+		case *int:
+			if x != float64(int(x)) {
+				return d, fmt.Errorf("device %q: %s=%s: want a whole number", spec, k, v)
+			}
+			*f = int(x)
+		}
+		if _, dup := seen[k]; !dup {
+			keys = append(keys, k)
+		}
+		seen[k] = strconv.FormatFloat(x, 'g', -1, 64)
+	}
+	if len(keys) == 0 {
+		return d, nil
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + seen[k]
+	}
+	d.Name = name + "{" + strings.Join(parts, ",") + "}"
+	d.Source += "; overridden: " + strings.Join(parts, ", ")
 	return d, nil
 }

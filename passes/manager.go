@@ -33,6 +33,9 @@ type Config struct {
 	ReproDir string
 	// PrintOptions apply to every dump.
 	PrintOptions ir.PrintOptions
+	// NoReproducer skips the copy of each pass's input that a reproducer is written from:
+	// probe compiles (the planner runs dozens) report a failure without one.
+	NoReproducer bool
 }
 
 // PassError is a pass failure: the pass's own error, a verifier error after it, or a panic
@@ -96,7 +99,10 @@ func Run(m *ir.Module, pl Pipeline, cfg Config) error {
 			printIR(out, m, "before "+step.String(), cfg.PrintOptions)
 		}
 		// Keep the input of each pass so that a failure can be replayed from exactly it.
-		snapshot := m.Clone()
+		var snapshot *ir.Module
+		if !cfg.NoReproducer {
+			snapshot = m.Clone()
+		}
 		var before string
 		if cfg.PrintAfterChange {
 			before = string(m.Append(nil, cfg.PrintOptions))
@@ -109,7 +115,7 @@ func Run(m *ir.Module, pl Pipeline, cfg Config) error {
 		}
 		if err != nil {
 			pe := &PassError{Pass: name, Err: err, Internal: internal}
-			if internal {
+			if internal && snapshot != nil {
 				pe.Reproducer = writeReproducer(snapshot, pl[i:], cfg, i+1, err)
 			}
 			return pe

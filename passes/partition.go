@@ -875,3 +875,22 @@ func compactLabels(labels []string) string {
 	}
 	return strings.Join(out, ",")
 }
+
+// LayerUnits is the labels of the units partition's auto and layout modes cut m's @forward
+// into (E, t0 … tN−1, L): a layout string covers them, and the planner probes one per stage.
+func LayerUnits(m *ir.Module) ([]string, error) {
+	f := m.Func(ir.ForwardFunc)
+	if f == nil {
+		return nil, fmt.Errorf("module has no @%s", ir.ForwardFunc)
+	}
+	dev, err := ModuleDevice(m)
+	if err != nil {
+		return nil, err
+	}
+	units, _ := analyse(m, f, dev).layerUnits()
+	labels := make([]string, len(units))
+	for i, u := range units {
+		labels[i] = u.label
+	}
+	return labels, nil
+}

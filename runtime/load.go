@@ -1028,16 +1028,4 @@ func splitLines(s string) []string {
 }
 
 // FormatBytes prints a byte count with a binary unit (12.5 MiB).
-func FormatBytes(n int64) string {
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
-	f := float64(n)
-	u := 0
-	for f >= 1024 && u < len(units)-1 {
-		f /= 1024
-		u++
-	}
-	if u == 0 {
-		return fmt.Sprintf("%d B", n)
-	}
-	return fmt.Sprintf("%.1f %s", f, units[u])
-}
+func FormatBytes(n int64) string { return codegen.FormatBytes(n) }

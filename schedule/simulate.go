@@ -183,6 +183,20 @@ func Simulate(s *Schedule, c Cost) (*Result, error) {
 }
 
 // simulate runs s under c; the bubble figures are left to Simulate.
+// SimulateStep is Simulate without the step time's breakdown (one simulation instead of
+// three): StepTime, Busy, Idle, PeakActivations and PeakActivationBytes are set, IdealTime
+// is the busiest rank's time in actions, and the other parts are zero. The planner prices
+// thousands of configurations with it and breaks down only the ones it prints.
+func SimulateStep(s *Schedule, c Cost) (*Result, error) {
+	if err := s.checkShape(); err != nil {
+		return nil, err
+	}
+	if err := c.check(s.Stages); err != nil {
+		return nil, err
+	}
+	return simulate(s, c)
+}
+
 func simulate(s *Schedule, c Cost) (*Result, error) {
 	cm := &costModel{c: &c}
 	p, err := compile(s, cm)

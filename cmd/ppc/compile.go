@@ -84,7 +84,7 @@ func init() {
 			fs.StringVar(&opts.Layout, "layout", "", "Megatron-style stage `LAYOUT` for --partition layout, e.g. \"E,t*4|t*4|t*4|t*4,L\"")
 			mem := fs.String("mem", "", "memory per device for --partition auto, `BYTES` with a unit, e.g. 80GiB (default: unlimited)")
 			fs.IntVar(&opts.MaxInflight, "max-inflight", 0, "micro-batches `K` in flight per rank for --schedule zb-auto (default: the pipeline depth, ZB-H1's memory; 2·pp−1 is ZB-H2's)")
-			fs.StringVar(&opts.GPU, "gpu", "", "device `PROFILE` the cost model's estimates assume: "+passes.DeviceNames()+" (default a100-like)")
+			fs.StringVar(&opts.GPU, "gpu", "", "device `PROFILE` the cost model's estimates assume: "+passes.DeviceNames()+", with figures overridden as h100-80gb{inter_node_bandwidth=25e9,gpus_per_node=4} (default a100-like)")
 			fs.StringVar(&opts.TokenSlices, "token-slices", "", "cut each micro-batch's sequence into token slices (TeraPipe) for a causal model: `N|L1,L2,…|auto` (a count, explicit lengths summing to the sequence, or the cost model's choice)")
 			fs.StringVar(&opts.Recompute, "recompute", "none", "activation recomputation `MODE`: none, selective (attention internals) or full (stash only stage inputs)")
 			loss := fs.String("loss", "ce", "loss `KIND` for models without one (ONNX models without a scalar output named loss, which is their loss): ce (softmax cross-entropy against class labels) or mse; ce{axis=N} names the class axis, by default the last, or 1 for [N,C,1,…,1] logits of rank ≥ 4 (a pooled convolutional classifier)")
@@ -305,20 +305,22 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 	fmt.Fprintf(w, "  FLOPs/step   %s (matmuls and convolutions)\n", formatFLOPs(flops))
 	// One line per program: its dp × tp replicas (consecutive ranks) have the same memory.
 	reps := p.Replicas()
+	var memBytes int64
+	if p.Device != nil {
+		memBytes = p.Device.MemBytes
+	}
 	for _, r := range p.Programs {
-		consts := ""
-		if r.ConstBytes > 0 {
-			consts = " + constants " + formatBytes(r.ConstBytes)
-		}
 		label, each := fmt.Sprintf("rank %d", r.PP), ""
 		if reps > 1 {
 			first := r.PP * reps
 			label = fmt.Sprintf("pp %d", r.PP)
 			each = fmt.Sprintf(" (each of ranks %d–%d: × %d dp·tp replicas)", first, first+reps-1, reps)
 		}
-		fmt.Fprintf(w, "  %-12s peak %s = params %s + grads %s + optimizer %s + activations %s + workspace %s%s; %d instructions%s\n",
-			label, formatBytes(r.PeakBytes), formatBytes(r.ParamBytes), formatBytes(r.GradBytes), formatBytes(r.StateBytes),
-			formatBytes(r.ActivationBytes), formatBytes(r.WorkspaceBytes), consts, r.Instructions, each)
+		mem := r.Memory(memBytes)
+		fmt.Fprintf(w, "  %-12s %s; %d instructions%s\n", label, mem, r.Instructions, each)
+		if memBytes > 0 && mem.Peak() > memBytes {
+			fmt.Fprintf(w, "  %-12s does not fit: %s needs %s more than the %s of %s\n", "", label, formatBytes(mem.Peak()-memBytes), formatBytes(memBytes), p.Device.Name)
+		}
 	}
 	if p.Precision != "" {
 		printPrecision(w, p)

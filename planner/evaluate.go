@@ -1,0 +1,378 @@
+package planner
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"ppc.dev/ppc/codegen"
+	"ppc.dev/ppc/schedule"
+)
+
+// evaluation is one candidate configuration being priced.
+type evaluation struct {
+	p          *planner
+	c          Config
+	units      []unitCost
+	bounds     []int // each stage's end unit (exclusive)
+	placement  []int // stage → pipeline rank
+	cost       schedule.Cost
+	bound      float64
+	rankMem    []codegen.Memory // per pipeline rank, activations at their least (one micro-batch)
+	oneMB      []int64          // per rank: one micro-batch's stash over its stages
+	flopsTotal float64
+}
+
+// split cuts units into s contiguous stages, minimising the largest stage time
+// (f + i + w + recompute per sequence): the binary search over the bound with a greedy
+// packing that partition's balance uses, without its memory and transfer tie-breaks (the
+// planner prints the layout, so ppc compile reproduces this split exactly).
+func split(units []unitCost, s int) []int {
+	t := make([]float64, len(units))
+	total, most := 0.0, 0.0
+	for i, u := range units {
+		t[i] = u.f + u.i + u.w + u.recompute
+		total += t[i]
+		most = max(most, t[i])
+	}
+	pack := func(limit float64) []int {
+		var ends []int
+		acc := 0.0
+		for i := range units {
+			// Leave at least one unit for each stage still to come.
+			left := len(units) - i
+			need := s - len(ends)
+			if acc > 0 && (acc+t[i] > limit || left < need) {
+				ends = append(ends, i)
+				acc = 0
+			}
+			acc += t[i]
+		}
+		return append(ends, len(units))
+	}
+	lo, hi := most, total
+	for range 60 {
+		mid := (lo + hi) / 2
+		if len(pack(mid)) <= s {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	ends := pack(hi)
+	// Fewer groups than stages: cut the longest groups until there are s.
+	for len(ends) < s {
+		best, at := -1, 0
+		lo := 0
+		for g, e := range ends {
+			if e-lo >= 2 && (best < 0 || e-lo > best) {
+				best, at = e-lo, g
+			}
+			lo = e
+		}
+		start := 0
+		if at > 0 {
+			start = ends[at-1]
+		}
+		mid := start + (ends[at]-start)/2
+		ends = append(ends[:at], append([]int{mid}, ends[at:]...)...)
+	}
+	return ends
+}
+
+// prepare prices c without simulating it: stage costs, its lower bound and the memory that
+// does not depend on timing. nil when its probe could not be compiled.
+func (p *planner) prepare(c *candidate) *evaluation {
+	units := p.probes[c.key]
+	if units == nil {
+		return nil
+	}
+	e := &evaluation{p: p, c: c.Config, units: units}
+	S := c.PP * c.V
+	cacheKey := splitKey{c.key, S}
+	p.mu.Lock()
+	ends, ok := p.splits[cacheKey]
+	if !ok {
+		ends = split(units, S)
+		p.splits[cacheKey] = ends
+	}
+	p.mu.Unlock()
+	e.bounds = ends
+	if c.Schedule == "zbv" || c.Schedule == "dualpipev" {
+		e.placement = schedule.VPlacement(c.PP)
+	} else {
+		e.placement = schedule.LoopPlacement(c.PP, c.V)
+	}
+	dev := p.dev
+	b := float64(c.MicrobatchSize)
+	e.cost = schedule.Cost{F: 1, I: 1, W: 1, Comm: dev.LinkLatency, Bandwidth: dev.LinkBandwidth, Unit: schedule.Seconds,
+		Source: "ppc plan: cost model on " + dev.Name}
+	// Parameter bytes per rank, a tied parameter once on each rank that holds it.
+	rankParams := make([]int64, c.PP)
+	rankShared := make([][]param, c.PP)
+	work := make([]int64, c.PP)
+	e.oneMB = make([]int64, c.PP)
+	busy := make([]float64, c.PP)
+	lo := 0
+	for s, hi := range ends {
+		var sc schedule.StageCost
+		var pbytes int64
+		var stageShared []param
+		var act int64
+		for _, u := range units[lo:hi] {
+			sc.F += b * u.f
+			sc.I += b * (u.i + u.recompute)
+			sc.W += b * u.w
+			sc.FColl += b * u.fc
+			sc.IColl += b * u.ic
+			sc.WColl += b * u.wc
+			sc.ActBytes += b * float64(u.stash)
+			act = max(act, int64(b*float64(u.act))+u.castBytes)
+			pbytes += u.paramBytes
+			for _, pr := range u.shared {
+				if slices.Contains(stageShared, pr) {
+					pbytes -= pr.bytes
+				} else {
+					stageShared = append(stageShared, pr)
+				}
+			}
+			e.flopsTotal += u.flops
+		}
+		sc.CommBytes = b * float64(units[hi-1].send)
+		if hi == len(units) {
+			sc.CommBytes = 0
+		}
+		// Data parallelism as code generation emits it: gradients all-reduced once per
+		// step in 25 MiB buckets (ZeRO 0); the optimizer's reduce-scatter and all-gather
+		// (ZeRO 1); a reduce-scatter per micro-batch and the all-gather (ZeRO 2).
+		if c.DP > 1 {
+			g := float64(pbytes)
+			switch c.Zero {
+			case 0:
+				sc.GradReduce = bucketed(g, func(x float64) float64 { return dev.AxisCollectiveTime("all_reduce", x, c.DP, "dp") })
+			case 1:
+				sc.StepEnd = dev.AxisCollectiveTime("reduce_scatter", g, c.DP, "dp") + dev.AxisCollectiveTime("all_gather", g, c.DP, "dp")
+			case 2:
+				sc.GradReduceMB = dev.AxisCollectiveTime("reduce_scatter", g, c.DP, "dp")
+				sc.StepEnd = dev.AxisCollectiveTime("all_gather", g, c.DP, "dp")
+			}
+		}
+		e.cost.Stages = append(e.cost.Stages, sc)
+		r := e.placement[s]
+		rankParams[r] += pbytes
+		for _, pr := range stageShared {
+			if slices.Contains(rankShared[r], pr) {
+				rankParams[r] -= pr.bytes // held by an earlier stage of this rank
+			} else {
+				rankShared[r] = append(rankShared[r], pr)
+			}
+		}
+		// Workspace: the largest unit's forward results (a bound on what its forward and
+		// backward hold beyond the stash) and the 16-bit copies of its weights, plus the
+		// receive buffers of the transfers in flight.
+		work[r] = max(work[r], act+2*int64(b*float64(units[max(lo-1, 0)].send)))
+		e.oneMB[r] += int64(sc.ActBytes)
+		busy[r] += float64(c.Microbatches) * (sc.F + sc.I + sc.W)
+		lo = hi
+	}
+	// A lower bound on the step: each rank computes for busy[r], cannot start before the
+	// first micro-batch's forward has reached its first stage (stage r under every
+	// placement ppc has) and ends with its step-end collectives (ZeRO's).
+	warm := 0.0
+	for r := range c.PP {
+		end := 0.0
+		for s, rr := range e.placement {
+			if rr == r {
+				end += e.cost.Stages[s].StepEnd
+			}
+		}
+		e.bound = max(e.bound, warm+busy[r]+end)
+		warm += e.cost.Stages[r].F
+	}
+	e.rankMem = make([]codegen.Memory, c.PP)
+	for r := range e.rankMem {
+		pb := rankParams[r]
+		m := codegen.Memory{Params: pb, Grads: pb, Optimizer: 2 * pb, Workspace: work[r], Activations: e.oneMB[r]}
+		if c.Zero >= 1 {
+			m.Optimizer /= int64(c.DP)
+		}
+		if c.Zero >= 2 {
+			m.Grads /= int64(c.DP)
+			m.Workspace += pb / int64(c.DP) // the per-micro-batch reduce-scatter's block
+		}
+		e.rankMem[r] = m
+	}
+	return e
+}
+
+type splitKey struct {
+	k probeKey
+	s int
+}
+
+// bucketed is a collective over g bytes sent in BucketBytes buckets, each paying latency.
+func bucketed(g float64, t func(float64) float64) float64 {
+	n := max(1, int((g+codegen.BucketBytes-1)/codegen.BucketBytes))
+	return float64(n) * t(g/float64(n))
+}
+
+// withMargin is m with the GPU's margin.
+func (e *evaluation) withMargin(m codegen.Memory) codegen.Memory {
+	m.Margin = 0
+	m.Margin = codegen.MemoryMargin(m.Peak(), e.p.dev.MemBytes)
+	return m
+}
+
+// staticPeak is the largest rank's memory with one micro-batch's activations.
+func (e *evaluation) staticPeak() int64 {
+	var most int64
+	for _, m := range e.rankMem {
+		most = max(most, e.withMargin(m).Peak())
+	}
+	return most
+}
+
+// fitsStatic says whether every rank fits with one micro-batch's activations (a necessary
+// condition: every schedule stashes at least one).
+func (e *evaluation) fitsStatic() bool { return e.staticPeak() <= e.p.dev.MemBytes }
+
+// unsimulated is the plan with only its bound and memory known.
+func (e *evaluation) unsimulated() Plan {
+	pl := Plan{Config: e.c, Ideal: e.bound}
+	pl.Config.Layout = layoutString(e.units, e.bounds)
+	for _, m := range e.rankMem {
+		m = e.withMargin(m)
+		pl.Memory = append(pl.Memory, m)
+		pl.PeakMemory = append(pl.PeakMemory, m.Peak())
+	}
+	pl.Command = e.p.command(pl.Config)
+	return pl
+}
+
+// simulate builds the schedule for the stage costs and simulates it: the step time and its
+// parts, and the activations each rank stashes at its peak. ok is false when a rank does
+// not fit. full breaks the step time down (three simulations instead of one).
+func (e *evaluation) simulate(full bool) (Plan, bool) {
+	pl := e.unsimulated()
+	c := e.c
+	p := e.p
+	s, err := p.schedule(c, e.cost)
+	if err != nil {
+		return pl, false
+	}
+	sim := schedule.SimulateStep
+	if full {
+		sim = schedule.Simulate
+	}
+	res, err := sim(s, e.cost)
+	if err != nil {
+		return pl, false
+	}
+	pl.StepTime, pl.Ideal, pl.BubbleTime, pl.Collectives, pl.Transfers = res.StepTime, res.IdealTime, res.BubbleTime, res.CollectiveTime, res.CommTime
+	pl.TokensPerSec = float64(p.batch*p.seq) / res.StepTime
+	// The model FLOPs: three times the forward's matmuls (flopsTotal, per sequence and tp
+	// rank) over the global batch; recomputation does not count.
+	flops := 3 * e.flopsTotal * float64(c.TP) * float64(p.batch)
+	pl.TFLOPsPerGPU = flops / res.StepTime / float64(p.req.GPUs) / 1e12
+	pl.MFU = flops / res.StepTime / float64(p.req.GPUs) / p.peakRate()
+	pl.Bubble = res.BubbleTime / res.StepTime
+	fits := true
+	pl.Memory, pl.PeakMemory = nil, nil
+	for r, m := range e.rankMem {
+		if r < len(res.PeakActivationBytes) {
+			m.Activations = int64(res.PeakActivationBytes[r])
+		}
+		m = e.withMargin(m)
+		pl.Memory = append(pl.Memory, m)
+		pl.PeakMemory = append(pl.PeakMemory, m.Peak())
+		fits = fits && m.Peak() <= p.dev.MemBytes
+	}
+	return pl, fits
+}
+
+// schedule builds c's schedule: the hand-written ones once per shape, zb-auto for the costs.
+func (p *planner) schedule(c Config, cost schedule.Cost) (*schedule.Schedule, error) {
+	if strings.EqualFold(c.Schedule, "zb-auto") {
+		return schedule.GenerateFor(c.Schedule, c.PP, c.Microbatches, c.V, cost, 0)
+	}
+	k := schedKey{c.Schedule, c.PP, c.Microbatches, c.V}
+	p.mu.Lock()
+	s, ok := p.scheds[k]
+	p.mu.Unlock()
+	if ok {
+		return s.s, s.err
+	}
+	sc, err := schedule.Generate(c.Schedule, c.PP, c.Microbatches, c.V)
+	p.mu.Lock()
+	p.scheds[k] = schedEntry{sc, err}
+	p.mu.Unlock()
+	return sc, err
+}
+
+type schedKey struct {
+	name     string
+	pp, m, v int
+}
+
+type schedEntry struct {
+	s   *schedule.Schedule
+	err error
+}
+
+// command is the ppc compile command line that builds c.
+func (p *planner) command(c Config) string {
+	args := []string{"ppc", "compile", shellQuote(p.req.Model)}
+	if p.req.Load.Preset != "" {
+		args = append(args, "--preset", shellQuote(p.req.Load.Preset))
+	}
+	for _, k := range sortedKeys(p.req.Load.Set) {
+		if k == "batch" || k == "seq" {
+			continue
+		}
+		args = append(args, "--set", shellQuote(k+"="+p.req.Load.Set[k]))
+	}
+	args = append(args, "--set", fmt.Sprintf("batch=%d", p.batch))
+	if p.req.Seq > 0 {
+		args = append(args, "--set", fmt.Sprintf("seq=%d", p.req.Seq))
+	}
+	args = append(args, "--gpu", shellQuote(p.dev.Name), "--precision", p.precision,
+		"--pp", fmt.Sprint(c.PP), "--dp", fmt.Sprint(c.DP), "--tp", fmt.Sprint(c.TP))
+	if c.SP {
+		args = append(args, "--sp")
+	}
+	args = append(args, "--microbatches", fmt.Sprint(c.Microbatches), "--schedule", c.Schedule)
+	if c.V > 1 {
+		args = append(args, "--virtual-stages", fmt.Sprint(c.V))
+	}
+	if c.Recompute != "none" {
+		args = append(args, "--recompute", c.Recompute)
+	}
+	if c.Zero > 0 {
+		args = append(args, "--zero", fmt.Sprint(c.Zero))
+	}
+	if c.PP > 1 {
+		args = append(args, "--partition", "layout", "--layout", shellQuote(c.Layout))
+	}
+	return strings.Join(append(args, "-o", "out"), " ")
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r == '-' || r == '_' || r == '.' || r == '/' || r == '=' || r == ',' || r == '+' || r == ':' ||
+			r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

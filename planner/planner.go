@@ -1,0 +1,582 @@
+package planner
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	goruntime "runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"ppc.dev/ppc/codegen"
+	"ppc.dev/ppc/compiler"
+	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/passes"
+	"ppc.dev/ppc/schedule"
+)
+
+// Request is one planning question: a model, a cluster and a global batch, with any
+// dimension of the configuration fixed.
+type Request struct {
+	Model string
+	// Load carries --preset and --set (the global batch and sequence are set by the
+	// planner: GlobalBatch and Seq).
+	Load        compiler.LoadOptions
+	Device      passes.DeviceProfile
+	GPUs        int
+	GlobalBatch int    // sequences per step (0: the model's own batch)
+	Seq         int    // tokens per sequence (0: the model's own)
+	Precision   string // compute dtype (default bf16)
+	Fix         Fixed
+	Top         int // plans to return (default 5)
+}
+
+// Fixed are the dimensions the user fixed, with ppc compile's flags; zero values leave a
+// dimension to the search (SP and Zero use −1 for that, since 0 is a setting).
+type Fixed struct {
+	PP, DP, TP, V, Microbatches, MicrobatchSize int
+	SP, Zero                                    int // −1: search
+	Schedule, Recompute                         string
+}
+
+// Config is one point of the search space.
+type Config struct {
+	PP             int    `json:"pp"`
+	DP             int    `json:"dp"`
+	TP             int    `json:"tp"`
+	SP             bool   `json:"sp"`
+	V              int    `json:"virtual_stages"`
+	MicrobatchSize int    `json:"microbatch_size"`
+	Microbatches   int    `json:"microbatches"` // per data-parallel replica
+	Schedule       string `json:"schedule"`
+	Recompute      string `json:"recompute"`
+	Zero           int    `json:"zero"`
+	Layout         string `json:"layout"`
+}
+
+// Plan is one configuration with its predicted figures.
+type Plan struct {
+	Config       Config  `json:"config"`
+	StepTime     float64 `json:"step_time"` // seconds
+	TokensPerSec float64 `json:"tokens_per_s"`
+	TFLOPsPerGPU float64 `json:"tflops_per_gpu"` // model FLOPs (3× the forward's matmuls) per second per GPU, in 10¹²
+	MFU          float64 `json:"mfu"`            // of the profile's dense peak at the compute dtype
+	Bubble       float64 `json:"bubble"`         // the schedule's idle time, as a fraction of the step
+	PeakMemory   []int64 `json:"peak_memory"`    // bytes per pipeline rank
+	Command      string  `json:"command"`
+	// The step's parts (seconds): StepTime = Ideal + BubbleTime + Collectives + Transfers.
+	Ideal       float64          `json:"ideal_time"`
+	BubbleTime  float64          `json:"bubble_time"`
+	Collectives float64          `json:"collective_time"`
+	Transfers   float64          `json:"transfer_time"`
+	Memory      []codegen.Memory `json:"memory"`
+}
+
+// Result is the search's outcome.
+type Result struct {
+	Model      string  `json:"model"`
+	Params     int64   `json:"parameters"`
+	Device     string  `json:"device"`
+	GPUs       int     `json:"gpus"`
+	Batch      int     `json:"global_batch"`
+	Seq        int     `json:"seq"`
+	Plans      []Plan  `json:"plans"`
+	Searched   int     `json:"searched"`  // configurations enumerated
+	Fit        int     `json:"fit"`       // of them, those that fit in memory
+	Simulated  int     `json:"simulated"` // of those, the ones simulated (the rest could not beat the top K)
+	Seconds    float64 `json:"search_seconds"`
+	Unfit      *Plan   `json:"fastest_unfit,omitempty"` // the configuration with the best bound that does not fit
+	Assumption string  `json:"assumptions"`
+}
+
+// InputError is a request the planner cannot satisfy: bad input (exit status 2). Its
+// message says what the nearest feasible setting is.
+type InputError struct{ Msg string }
+
+func (e *InputError) Error() string { return e.Msg }
+
+func inputErr(format string, args ...any) error { return &InputError{fmt.Sprintf(format, args...)} }
+
+// planner holds one search's state.
+type planner struct {
+	req       Request
+	dev       passes.DeviceProfile
+	precision string
+	units     int // units of the model (E, layers, L)
+	batch     int
+	seq       int
+	params    int64 // the model's parameter count
+	mu        sync.Mutex
+	probes    map[probeKey][]unitCost
+	splits    map[splitKey][]int
+	scheds    map[schedKey]schedEntry
+}
+
+// load is the request's load options with the global batch set to batch sequences.
+func (p *planner) load(batch int) compiler.LoadOptions {
+	lo := p.req.Load
+	set := map[string]string{}
+	for k, v := range lo.Set {
+		set[k] = v
+	}
+	set["batch"] = strconv.Itoa(batch)
+	if p.req.Seq > 0 {
+		set["seq"] = strconv.Itoa(p.req.Seq)
+	}
+	lo.Set = set
+	return lo
+}
+
+// Search plans the request.
+func Search(req Request) (*Result, error) {
+	start := time.Now()
+	if req.GPUs < 1 {
+		return nil, inputErr("--gpus %d: want at least 1", req.GPUs)
+	}
+	if req.Top <= 0 {
+		req.Top = 5
+	}
+	if req.Precision == "" {
+		req.Precision = "bf16"
+	}
+	if ext := strings.ToLower(filepath.Ext(req.Model)); ext != ".ppm" {
+		return nil, inputErr("%s: ppc plan reads .ppm models, whose config sets the global batch and sequence (batch, seq); for an ONNX model, predict one configuration with ppc compile --gpu and ppc simulate", req.Model)
+	}
+	p := &planner{req: req, dev: req.Device, precision: req.Precision, probes: map[probeKey][]unitCost{}, splits: map[splitKey][]int{}, scheds: map[schedKey]schedEntry{}}
+	if p.dev.MemBytes <= 0 {
+		return nil, inputErr("--gpu %s has no memory size; name a GPU (%s) or give mem_bytes, e.g. %s{mem_bytes=80e9}", p.dev.Name, passes.DeviceNames(), p.dev.Name)
+	}
+	// The model as the user sized it: its units, heads, batch and sequence.
+	if err := p.inspect(); err != nil {
+		return nil, err
+	}
+	if req.GlobalBatch > 0 {
+		p.batch = req.GlobalBatch
+	}
+	cands, err := p.enumerate()
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Model: req.Model, Params: p.params, Device: p.dev.Name, GPUs: req.GPUs, Batch: p.batch, Seq: p.seq, Searched: len(cands),
+		Assumption: "ppc's recipe: fp32 master weights, gradients and AdamW state (16 B per parameter) with " + p.precision + " compute; costs from the model's IR on the device profile (GEMM efficiency curve, roofline for other ops, ring collectives); one sequence's probe scaled by the micro-batch size"}
+	if err := p.run(cands, res); err != nil {
+		return nil, err
+	}
+	res.Seconds = time.Since(start).Seconds()
+	return res, nil
+}
+
+// inspect loads the model once (one micro-batch, no parallelism) to learn its units, heads,
+// batch, sequence and parameter count.
+func (p *planner) inspect() error {
+	lo := p.req.Load
+	if p.req.Seq > 0 {
+		lo.Set = map[string]string{}
+		for k, v := range p.req.Load.Set {
+			lo.Set[k] = v
+		}
+		lo.Set["seq"] = strconv.Itoa(p.req.Seq)
+	}
+	m, _, err := compiler.Load(p.req.Model, lo)
+	if err != nil {
+		return err
+	}
+	f := m.Func(ir.ForwardFunc)
+	if f == nil {
+		return fmt.Errorf("%s: no @forward", p.req.Model)
+	}
+	for i, a := range f.Args {
+		at := f.ArgAttrs[i]
+		switch {
+		case at.Has(ir.AttrParam):
+			p.params += int64(a.Type.NumElements())
+		case at.Has(ir.AttrInput) && p.batch == 0 && a.Type.Rank() >= 1:
+			p.batch = a.Type.Shape[0]
+		}
+	}
+	if p.seq, err = passes.SequenceLength(f); err != nil {
+		return fmt.Errorf("%s: %v", p.req.Model, err)
+	}
+	// The units, from a probe partitioned into one stage: the analysis numbers them.
+	res, err := compiler.Compile(p.req.Model, compiler.Options{Load: p.load(1), Microbatches: 1, Precision: p.precision,
+		GPU: p.dev.Name, StopAfter: "partition"})
+	if err != nil {
+		return err
+	}
+	labels, err := passes.LayerUnits(res.Module)
+	if err != nil {
+		return err
+	}
+	p.units = len(labels)
+	return nil
+}
+
+// candidate is a configuration before simulation, with what can be known without it.
+type candidate struct {
+	Config
+	key    probeKey
+	bound  float64 // a lower bound on the step time: the busiest rank's compute
+	static []int64 // per pipeline rank: the memory that does not depend on the schedule's timing
+}
+
+// tpSizes are the tensor-parallel sizes worth trying: divisors of the GPU count and the
+// attention heads that stay inside a node.
+func (p *planner) tpSizes() []int {
+	var out []int
+	for t := 1; t <= p.dev.GPUsPerNode && t <= p.req.GPUs; t++ {
+		if p.req.GPUs%t == 0 && (p.req.Fix.TP == 0 || p.req.Fix.TP == t) {
+			out = append(out, t)
+		}
+	}
+	if p.req.Fix.TP > 0 && len(out) == 0 {
+		out = append(out, p.req.Fix.TP)
+	}
+	return out
+}
+
+// scheduleChoice is a schedule with its stages per rank.
+type scheduleChoice struct {
+	name string
+	v    int
+}
+
+func (p *planner) schedules(pp int) []scheduleChoice {
+	all := []scheduleChoice{{"1f1b", 1}, {"gpipe", 1}, {"interleaved-1f1b", 2}, {"interleaved-1f1b", 4}, {"zb-h1", 1}, {"zb-h2", 1}, {"zbv", 2}, {"zb-auto", 1}}
+	if pp == 1 {
+		all = []scheduleChoice{{"1f1b", 1}}
+	}
+	var out []scheduleChoice
+	for _, s := range all {
+		if f := p.req.Fix.Schedule; f != "" && !strings.EqualFold(f, s.name) {
+			continue
+		}
+		if v := p.req.Fix.V; v > 0 && v != s.v {
+			if !strings.EqualFold(s.name, "interleaved-1f1b") || p.req.Fix.Schedule == "" {
+				continue
+			}
+			s.v = v
+		}
+		dup := false
+		for _, o := range out {
+			dup = dup || o == s
+		}
+		if !dup {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// enumerate lists every configuration the fixed dimensions allow.
+func (p *planner) enumerate() ([]candidate, error) {
+	fx := p.req.Fix
+	var cands []candidate
+	tps := p.tpSizes()
+	if len(tps) == 0 {
+		return nil, inputErr("--tp %d: tensor parallelism must divide --gpus %d and stay inside a node of %d GPUs", p.req.Fix.TP, p.req.GPUs, p.dev.GPUsPerNode)
+	}
+	recomputes := []string{"none", "selective", "full"}
+	if fx.Recompute != "" {
+		recomputes = []string{fx.Recompute}
+	}
+	zeros := []int{0, 1, 2}
+	if fx.Zero >= 0 {
+		zeros = []int{fx.Zero}
+	}
+	usable := false
+	for _, tp := range tps {
+		sps := []bool{false}
+		if tp > 1 {
+			sps = []bool{false, true}
+		}
+		if fx.SP >= 0 {
+			sps = []bool{fx.SP == 1}
+		}
+		for _, sp := range sps {
+			for pp := 1; pp <= p.req.GPUs/tp; pp++ {
+				if (p.req.GPUs/tp)%pp != 0 || (fx.PP > 0 && fx.PP != pp) || pp > p.units {
+					continue
+				}
+				dp := p.req.GPUs / (tp * pp)
+				if fx.DP > 0 && fx.DP != dp {
+					continue
+				}
+				for b := 1; b <= p.batch; b *= 2 {
+					if p.batch%(dp*b) != 0 || (fx.MicrobatchSize > 0 && fx.MicrobatchSize != b) {
+						continue
+					}
+					m := p.batch / (dp * b)
+					if fx.Microbatches > 0 && fx.Microbatches != m {
+						continue
+					}
+					usable = true
+					for _, sc := range p.schedules(pp) {
+						if pp*sc.v > p.units {
+							continue
+						}
+						if _, err := schedule.Generate(sc.name, min(pp, 2), max(m*min(pp, 2)/pp, 1), sc.v); err != nil && m < pp {
+							// The schedule needs more micro-batches than this setting has
+							// (checked for real when it is built).
+							if _, err := schedule.Generate(sc.name, pp, m, sc.v); err != nil {
+								continue
+							}
+						}
+						for _, rc := range recomputes {
+							for _, z := range zeros {
+								if z > 0 && dp == 1 {
+									continue
+								}
+								cands = append(cands, candidate{Config: Config{PP: pp, DP: dp, TP: tp, SP: sp, V: sc.v, MicrobatchSize: b, Microbatches: m,
+									Schedule: sc.name, Recompute: rc, Zero: z}, key: probeKey{tp, sp, rc}})
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if !usable {
+		return nil, inputErr("no configuration of %d GPUs can split the global batch of %d sequences%s: the data-parallel size must divide it; try --gpus %s or --global-batch %s",
+			p.req.GPUs, p.batch, fixedNote(fx), nearestGPUs(p.req.GPUs, p.batch), nearestBatch(p.batch, p.req.GPUs))
+	}
+	if len(cands) == 0 {
+		return nil, inputErr("the fixed dimensions%s leave no configuration (a schedule needs enough micro-batches and stages per rank no more than the model's %d units)", fixedNote(fx), p.units)
+	}
+	return cands, nil
+}
+
+// fixedNote lists the fixed dimensions for messages.
+func fixedNote(fx Fixed) string {
+	var s []string
+	for _, kv := range []struct {
+		k string
+		v int
+	}{{"pp", fx.PP}, {"dp", fx.DP}, {"tp", fx.TP}, {"virtual-stages", fx.V}, {"microbatches", fx.Microbatches}, {"microbatch-size", fx.MicrobatchSize}} {
+		if kv.v > 0 {
+			s = append(s, fmt.Sprintf("--%s %d", kv.k, kv.v))
+		}
+	}
+	if fx.Schedule != "" {
+		s = append(s, "--schedule "+fx.Schedule)
+	}
+	if len(s) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(s, " ") + ")"
+}
+
+// nearestGPUs suggests GPU counts near n whose data-parallel part can divide batch: powers
+// of two and multiples of 8.
+func nearestGPUs(n, batch int) string {
+	var below, above int
+	ok := func(g int) bool { return g >= 1 && (batch%g == 0 || g%8 == 0 && batch%(g/8) == 0) }
+	for g := n - 1; g >= 1; g-- {
+		if ok(g) {
+			below = g
+			break
+		}
+	}
+	for g := n + 1; g <= 4*n+8; g++ {
+		if ok(g) {
+			above = g
+			break
+		}
+	}
+	switch {
+	case below > 0 && above > 0:
+		return fmt.Sprintf("%d or %d", below, above)
+	case above > 0:
+		return strconv.Itoa(above)
+	}
+	return strconv.Itoa(max(below, 1))
+}
+
+// nearestBatch is the nearest global batch a data-parallel size dividing gpus can split.
+func nearestBatch(batch, gpus int) string {
+	for d := 0; d < batch; d++ {
+		for _, b := range []int{batch + d, batch - d} {
+			if b >= 1 && gpus%gcd(gpus, b) == 0 && gcd(gpus, b) > 1 {
+				return strconv.Itoa(b)
+			}
+		}
+	}
+	return strconv.Itoa(gpus)
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// run probes every (tp, sp, recompute) the candidates need, then evaluates the candidates
+// in order of their lower bound, simulating each until no remaining bound can enter the
+// top K.
+func (p *planner) run(cands []candidate, res *Result) error {
+	// One probe per tensor-parallel layout, split per recompute mode.
+	type layout struct {
+		tp int
+		sp bool
+	}
+	modes := map[layout][]string{}
+	for _, c := range cands {
+		l := layout{c.key.tp, c.key.sp}
+		if !slices.Contains(modes[l], c.key.recompute) {
+			modes[l] = append(modes[l], c.key.recompute)
+		}
+	}
+	var list []layout
+	for l := range modes {
+		list = append(list, l)
+	}
+	sort.Slice(list, func(i, j int) bool {
+		if list[i].tp != list[j].tp {
+			return list[i].tp < list[j].tp
+		}
+		return !list[i].sp && list[j].sp
+	})
+	// The probes are independent compiles: run them on every core.
+	errs := make([]error, len(list))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, max(1, goruntime.NumCPU()))
+	for i, l := range list {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			got, err := p.probe(l.tp, l.sp, modes[l])
+			errs[i] = err
+			p.mu.Lock()
+			for k, u := range got {
+				p.probes[k] = u
+			}
+			p.mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	// A tp size the model's shapes do not divide (heads, vocabulary) drops out of the search;
+	// when it was fixed, or every size fails, the compile's own message says why.
+	var firstErr error
+	ok := 0
+	for i, err := range errs {
+		if err == nil {
+			ok++
+			continue
+		}
+		var ie *ir.Error
+		if !errors.As(err, &ie) || list[i].tp == 1 {
+			return fmt.Errorf("probe compile (tp %d, sp %t): %v", list[i].tp, list[i].sp, err)
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	if ok == 0 {
+		return inputErr("%v", firstErr)
+	}
+	// Bounds and the memory that does not depend on timing.
+	var fit []*evaluation
+	var leastMem *evaluation
+	for i := range cands {
+		e := p.prepare(&cands[i])
+		if e == nil {
+			continue
+		}
+		if e.fitsStatic() {
+			fit = append(fit, e)
+		} else {
+			if res.Unfit == nil || e.bound < res.Unfit.Ideal {
+				pl := e.unsimulated()
+				res.Unfit = &pl
+			}
+		}
+		if leastMem == nil || e.staticPeak() < leastMem.staticPeak() {
+			leastMem = e
+		}
+	}
+	res.Fit = len(fit)
+	if len(fit) == 0 {
+		if leastMem == nil {
+			return inputErr("no configuration could be built for %d GPUs", p.req.GPUs)
+		}
+		return inputErr("nothing fits in the %s of a %s: the least memory any configuration needs is %s per GPU (%s); use more GPUs, a GPU with more memory, or a smaller --global-batch",
+			codegen.FormatBytes(p.dev.MemBytes), p.dev.Name, codegen.FormatBytes(leastMem.staticPeak()), leastMem.c.describe())
+	}
+	sort.Slice(fit, func(i, j int) bool { return fit[i].bound < fit[j].bound })
+	k := max(p.req.Top, 2)
+	type ranked struct {
+		pl Plan
+		e  *evaluation
+	}
+	var best []ranked
+	for _, e := range fit {
+		if len(best) >= k && e.bound >= best[len(best)-1].pl.StepTime {
+			break
+		}
+		pl, ok := e.simulate(false)
+		res.Simulated++
+		if !ok {
+			if res.Unfit == nil || pl.StepTime < res.Unfit.StepTime {
+				res.Unfit = &pl
+			}
+			continue
+		}
+		best = append(best, ranked{pl, e})
+		sort.SliceStable(best, func(i, j int) bool { return best[i].pl.StepTime < best[j].pl.StepTime })
+		if len(best) > k {
+			best = best[:k]
+		}
+	}
+	if len(best) == 0 {
+		return inputErr("nothing fits in the %s of a %s once the schedules' activations are counted; use more GPUs, a GPU with more memory, or a smaller --global-batch", codegen.FormatBytes(p.dev.MemBytes), p.dev.Name)
+	}
+	// The printed plans with their step times broken down (the runner-up too: the
+	// explanation compares it).
+	for _, b := range best[:min(len(best), max(p.req.Top, 2))] {
+		pl, _ := b.e.simulate(true)
+		res.Plans = append(res.Plans, pl)
+	}
+	if res.Unfit != nil && res.Unfit.StepTime > 0 && res.Unfit.StepTime >= res.Plans[0].StepTime {
+		res.Unfit = nil // it would not have won anyway
+	}
+	return nil
+}
+
+// describe is a configuration in a few words.
+func (c Config) describe() string {
+	s := fmt.Sprintf("pp %d, dp %d, tp %d", c.PP, c.DP, c.TP)
+	if c.SP {
+		s += " with sp"
+	}
+	s += fmt.Sprintf(", %s", c.Schedule)
+	if c.V > 1 {
+		s += fmt.Sprintf(" v %d", c.V)
+	}
+	s += fmt.Sprintf(", %d micro-batches of %d, recompute %s, ZeRO %d", c.Microbatches, c.MicrobatchSize, c.Recompute, c.Zero)
+	return s
+}
+
+// modelFLOPs is the model FLOPs of one step: three times the forward's matmul FLOPs (the
+// forward, and the backward's two) over the global batch, recomputation not counted.
+func (p *planner) modelFLOPs(units []unitCost, tp int) float64 {
+	f := 0.0
+	for _, u := range units {
+		f += u.flops
+	}
+	return 3 * f * float64(tp) * float64(p.batch)
+}
+
+// peakRate is the device's dense matmul rate at the compute dtype.
+func (p *planner) peakRate() float64 {
+	dt, err := passes.ParsePrecision(p.precision)
+	if err != nil {
+		dt = ir.BF16
+	}
+	return p.dev.MatmulRate(dt)
+}

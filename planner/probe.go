@@ -1,0 +1,146 @@
+package planner
+
+import (
+	"fmt"
+	"strings"
+
+	"ppc.dev/ppc/compiler"
+	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/passes"
+)
+
+// unitCost is one unit of the model (E, a layer tK, L) as a probe compile sees it, for one
+// sequence: the partition's per-op estimates and what split-stages decided.
+type unitCost struct {
+	label       string
+	f, i, w     float64 // seconds, collectives included
+	fc, ic, wc  float64 // of f, i and w, the tensor-parallel collectives
+	recompute   float64 // seconds the backward spends recomputing forward ops
+	flops       float64 // forward matmul FLOPs of one tp rank
+	act         int64   // bytes of every forward result (the transient high-water mark's bound)
+	stash, send int64   // bytes stashed for the backward, sent to the next unit
+	paramBytes  int64   // the parameters the unit reads, as one tp rank holds them
+	shared      []param // of them, those another unit reads too (a tied embedding)
+	castBytes   int64   // 16-bit copies of the unit's weights the forward makes (mixed precision)
+}
+
+type param struct {
+	name  string
+	bytes int64
+}
+
+// probeKey names one probe compile: the tensor-parallel layout and the recompute mode.
+type probeKey struct {
+	tp        int
+	sp        bool
+	recompute string
+}
+
+// probe compiles the model through split-stages with one unit per stage, at one sequence
+// per micro-batch, once per tensor-parallel layout, split once per recompute mode, and reads
+// each unit's costs. Everything but the parameters scales with the micro-batch size; the
+// GEMM efficiency is taken at one sequence's rows (2048 tokens for GPT-3, where the curve is
+// flat).
+func (p *planner) probe(tp int, sp bool, modes []string) (map[probeKey][]unitCost, error) {
+	opts := compiler.Options{Load: p.load(1), PP: p.units, TP: tp, SP: sp, Microbatches: 1, Schedule: "gpipe",
+		Precision: p.precision, Partition: "auto", GPU: p.dev.Name}
+	mods, err := compiler.ProbeSplit(p.req.Model, opts, modes)
+	if err != nil {
+		return nil, err
+	}
+	out := map[probeKey][]unitCost{}
+	for i, m := range mods {
+		u, err := p.readProbe(m, tp)
+		if err != nil {
+			return nil, err
+		}
+		out[probeKey{tp, sp, modes[i]}] = u
+	}
+	return out, nil
+}
+
+// readProbe reads the units' costs off one probe module.
+func (p *planner) readProbe(m *ir.Module, tp int) ([]unitCost, error) {
+	part, _ := m.Attrs.Get("partition").(ir.Dict)
+	list, _ := ir.Attrs(part).Get("stages").(ir.List)
+	if len(list) != p.units {
+		return nil, fmt.Errorf("probe compile at tp %d: %d stages for %d units", tp, len(list), p.units)
+	}
+	split, err := passes.SplitCosts(m, p.dev)
+	if err != nil {
+		return nil, err
+	}
+	units := make([]unitCost, p.units)
+	for s, e := range list {
+		d, _ := e.(ir.Dict)
+		at := ir.Attrs(d)
+		u := &units[s]
+		u.label = at.Str("layers", "")
+		u.f, u.i, u.w = at.Float("f", 0), at.Float("i", 0), at.Float("w", 0)
+		u.fc, u.ic, u.wc = at.Float("f_comm", 0), at.Float("i_comm", 0), at.Float("w_comm", 0)
+		u.flops, u.act = at.Float("flops", 0), int64(at.Int("act_bytes", 0))
+		if s < len(split) {
+			u.recompute, u.stash, u.send = split[s].Recompute, split[s].Stash, split[s].Send
+		}
+	}
+	all := make([][]param, len(units))
+	uses := map[string]int{}
+	for _, f := range m.Funcs {
+		if f.Attrs.Str("kind", "") != passes.KindF {
+			continue
+		}
+		s := f.Attrs.Int("stage", 0)
+		if s >= len(units) {
+			continue
+		}
+		for i, a := range f.Args {
+			if f.ArgAttrs[i].Has(ir.AttrParam) {
+				all[s] = append(all[s], param{a.Name, a.Type.Bytes()})
+				units[s].paramBytes += a.Type.Bytes()
+				uses[a.Name]++
+			}
+		}
+		for _, op := range f.Ops {
+			if op.Name() == "cast" && len(op.Operands) == 1 && op.Operands[0].Def == nil {
+				units[s].castBytes += op.Results[0].Type.Bytes()
+			}
+		}
+	}
+	for s := range units {
+		for _, pr := range all[s] {
+			if uses[pr.name] > 1 {
+				units[s].shared = append(units[s].shared, pr)
+			}
+		}
+	}
+	return units, nil
+}
+
+// layoutString writes stage groups of unit labels as a --layout string: "E,t*4|t*4,L".
+func layoutString(units []unitCost, bounds []int) string {
+	var stages []string
+	lo := 0
+	for _, hi := range bounds {
+		var parts []string
+		for k := lo; k < hi; {
+			lab := units[k].label
+			if strings.HasPrefix(lab, "t") {
+				n := 0
+				for k < hi && strings.HasPrefix(units[k].label, "t") {
+					n, k = n+1, k+1
+				}
+				if n == 1 {
+					parts = append(parts, "t")
+				} else {
+					parts = append(parts, fmt.Sprintf("t*%d", n))
+				}
+				continue
+			}
+			parts = append(parts, lab)
+			k++
+		}
+		stages = append(stages, strings.Join(parts, ","))
+		lo = hi
+	}
+	return strings.Join(stages, "|")
+}
