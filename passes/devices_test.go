@@ -69,3 +69,24 @@ func TestGEMMEfficiencyCurve(t *testing.T) {
 		prev = e
 	}
 }
+
+// FuzzParseDevice: any spec parses into a profile or an error, never a panic, and a parsed
+// profile's name parses back to the same profile.
+func FuzzParseDevice(f *testing.F) {
+	for _, s := range []string{"h100-80gb", "a100-40gb{mem_bytes=4e10}", "v100-16gb{gpus_per_node=4,inter_node_bandwidth=1e9}", "h200{", "x{}", "h100-80gb{gpus_per_node=1.5}", "h100-80gb{,=}"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, spec string) {
+		d, err := ParseDevice(spec)
+		if err != nil {
+			return
+		}
+		again, err := ParseDevice(d.Name)
+		if err != nil {
+			t.Fatalf("%q parsed to %q, which does not parse: %v", spec, d.Name, err)
+		}
+		if again != d {
+			t.Fatalf("%q: %+v, but its name %q parses to %+v", spec, d, d.Name, again)
+		}
+	})
+}

@@ -84,13 +84,13 @@ func split(units []unitCost, s int) []int {
 // prepare prices c without simulating it: stage costs, its lower bound and the memory that
 // does not depend on timing. nil when its probe could not be compiled.
 func (p *planner) prepare(c *candidate) *evaluation {
-	units := p.probes[c.key]
+	units := p.unitsAt(c.key, c.MicrobatchSize)
 	if units == nil {
 		return nil
 	}
 	e := &evaluation{p: p, c: c.Config, units: units}
 	S := c.PP * c.V
-	cacheKey := splitKey{c.key, S}
+	cacheKey := splitKey{c.key, c.MicrobatchSize, S}
 	p.mu.Lock()
 	ends, ok := p.splits[cacheKey]
 	if !ok {
@@ -105,31 +105,40 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		e.placement = schedule.LoopPlacement(c.PP, c.V)
 	}
 	dev := p.dev
-	b := float64(c.MicrobatchSize)
 	e.cost = schedule.Cost{F: 1, I: 1, W: 1, Comm: dev.LinkLatency, Bandwidth: dev.LinkBandwidth, Unit: schedule.Seconds,
 		Source: "ppc plan: cost model on " + dev.Name}
 	// Parameter bytes per rank, a tied parameter once on each rank that holds it.
 	rankParams := make([]int64, c.PP)
 	rankShared := make([][]param, c.PP)
 	work := make([]int64, c.PP)
+	var rebuilt []unitCost // full recomputation: what the backward rebuilds per unit
+	if c.Recompute == "full" {
+		rebuilt = p.unitsAt(probeKey{c.TP, c.SP, "none"}, c.MicrobatchSize)
+	}
+	tiedGrads := make([]int64, c.PP)
 	e.oneMB = make([]int64, c.PP)
 	busy := make([]float64, c.PP)
 	lo := 0
 	for s, hi := range ends {
 		var sc schedule.StageCost
 		var pbytes int64
+		var pcount int
 		var stageShared []param
-		var act int64
-		for _, u := range units[lo:hi] {
-			sc.F += b * u.f
-			sc.I += b * (u.i + u.recompute)
-			sc.W += b * u.w
-			sc.FColl += b * u.fc
-			sc.IColl += b * u.ic
-			sc.WColl += b * u.wc
-			sc.ActBytes += b * float64(u.stash)
-			act = max(act, int64(b*float64(u.act))+u.castBytes)
+		var act, rebuild int64
+		for k, u := range units[lo:hi] {
+			if rebuilt != nil {
+				rebuild += rebuilt[lo+k].stash
+			}
+			sc.F += u.f
+			sc.I += u.i + u.recompute
+			sc.W += u.w
+			sc.FColl += u.fc
+			sc.IColl += u.ic
+			sc.WColl += u.wc
+			sc.ActBytes += float64(u.stash)
+			act = max(act, u.act+u.castBytes)
 			pbytes += u.paramBytes
+			pcount += u.paramCount
 			for _, pr := range u.shared {
 				if slices.Contains(stageShared, pr) {
 					pbytes -= pr.bytes
@@ -137,25 +146,28 @@ func (p *planner) prepare(c *candidate) *evaluation {
 					stageShared = append(stageShared, pr)
 				}
 			}
-			e.flopsTotal += u.flops
+			e.flopsTotal += u.flops / float64(c.MicrobatchSize) // per sequence
 		}
-		sc.CommBytes = b * float64(units[hi-1].send)
+		sc.CommBytes = float64(units[hi-1].send)
 		if hi == len(units) {
 			sc.CommBytes = 0
 		}
 		// Data parallelism as code generation emits it: gradients all-reduced once per
 		// step in 25 MiB buckets (ZeRO 0); the optimizer's reduce-scatter and all-gather
 		// (ZeRO 1); a reduce-scatter per micro-batch and the all-gather (ZeRO 2).
+		// Under ZeRO each parameter tensor has its own collectives, each paying latency.
 		if c.DP > 1 {
 			g := float64(pbytes)
+			coll := func(kind string, x float64) float64 { return dev.AxisCollectiveTime(kind, x, c.DP, "dp") }
+			each := func(kind string) float64 { return coll(kind, g) + float64(max(pcount-1, 0))*coll(kind, 0) }
 			switch c.Zero {
 			case 0:
-				sc.GradReduce = bucketed(g, func(x float64) float64 { return dev.AxisCollectiveTime("all_reduce", x, c.DP, "dp") })
+				sc.GradReduce = bucketed(g, func(x float64) float64 { return coll("all_reduce", x) })
 			case 1:
-				sc.StepEnd = dev.AxisCollectiveTime("reduce_scatter", g, c.DP, "dp") + dev.AxisCollectiveTime("all_gather", g, c.DP, "dp")
+				sc.StepEnd = each("reduce_scatter") + each("all_gather")
 			case 2:
-				sc.GradReduceMB = dev.AxisCollectiveTime("reduce_scatter", g, c.DP, "dp")
-				sc.StepEnd = dev.AxisCollectiveTime("all_gather", g, c.DP, "dp")
+				sc.GradReduceMB = each("reduce_scatter")
+				sc.StepEnd = each("all_gather")
 			}
 		}
 		e.cost.Stages = append(e.cost.Stages, sc)
@@ -166,12 +178,19 @@ func (p *planner) prepare(c *candidate) *evaluation {
 				rankParams[r] -= pr.bytes // held by an earlier stage of this rank
 			} else {
 				rankShared[r] = append(rankShared[r], pr)
+				// A tied parameter's gradient is accumulated per use and summed across
+				// the ranks holding it: one more accumulator.
+				tiedGrads[r] += pr.bytes
 			}
 		}
 		// Workspace: the largest unit's forward results (a bound on what its forward and
 		// backward hold beyond the stash) and the 16-bit copies of its weights, plus the
-		// receive buffers of the transfers in flight.
-		work[r] = max(work[r], act+2*int64(b*float64(units[max(lo-1, 0)].send)))
+		// receive buffers of the transfers in flight. Under full recomputation the backward
+		// rebuilds the stage's stash and then holds the gradients' transients beside it.
+		if rebuild > 0 {
+			act = 2*act + rebuild
+		}
+		work[r] = max(work[r], act+2*units[max(lo-1, 0)].send)
 		e.oneMB[r] += int64(sc.ActBytes)
 		busy[r] += float64(c.Microbatches) * (sc.F + sc.I + sc.W)
 		lo = hi
@@ -193,7 +212,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 	e.rankMem = make([]codegen.Memory, c.PP)
 	for r := range e.rankMem {
 		pb := rankParams[r]
-		m := codegen.Memory{Params: pb, Grads: pb, Optimizer: 2 * pb, Workspace: work[r], Activations: e.oneMB[r]}
+		m := codegen.Memory{Params: pb, Grads: pb + tiedGrads[r], Optimizer: 2 * pb, Workspace: work[r], Activations: e.oneMB[r]}
 		if c.Zero >= 1 {
 			m.Optimizer /= int64(c.DP)
 		}
@@ -207,8 +226,29 @@ func (p *planner) prepare(c *candidate) *evaluation {
 }
 
 type splitKey struct {
+	k    probeKey
+	b, s int
+}
+
+type scaledKey struct {
 	k probeKey
-	s int
+	b int
+}
+
+// unitsAt is the units of probe k at micro-batches of b sequences (nil: no probe).
+func (p *planner) unitsAt(k probeKey, b int) []unitCost {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if u, ok := p.scaled[scaledKey{k, b}]; ok {
+		return u
+	}
+	pair, ok := p.probes[k]
+	if !ok {
+		return nil
+	}
+	u := at(pair, b)
+	p.scaled[scaledKey{k, b}] = u
+	return u
 }
 
 // bucketed is a collective over g bytes sent in BucketBytes buckets, each paying latency.

@@ -111,7 +111,8 @@ type planner struct {
 	seq       int
 	params    int64 // the model's parameter count
 	mu        sync.Mutex
-	probes    map[probeKey][]unitCost
+	probes    map[probeKey][2][]unitCost // at one and two sequences per micro-batch
+	scaled    map[scaledKey][]unitCost   // at b sequences
 	splits    map[splitKey][]int
 	scheds    map[schedKey]schedEntry
 }
@@ -146,7 +147,7 @@ func Search(req Request) (*Result, error) {
 	if ext := strings.ToLower(filepath.Ext(req.Model)); ext != ".ppm" {
 		return nil, inputErr("%s: ppc plan reads .ppm models, whose config sets the global batch and sequence (batch, seq); for an ONNX model, predict one configuration with ppc compile --gpu and ppc simulate", req.Model)
 	}
-	p := &planner{req: req, dev: req.Device, precision: req.Precision, probes: map[probeKey][]unitCost{}, splits: map[splitKey][]int{}, scheds: map[schedKey]schedEntry{}}
+	p := &planner{req: req, dev: req.Device, precision: req.Precision, probes: map[probeKey][2][]unitCost{}, scaled: map[scaledKey][]unitCost{}, splits: map[splitKey][]int{}, scheds: map[schedKey]schedEntry{}}
 	if p.dev.MemBytes <= 0 {
 		return nil, inputErr("--gpu %s has no memory size; name a GPU (%s) or give mem_bytes, e.g. %s{mem_bytes=80e9}", p.dev.Name, passes.DeviceNames(), p.dev.Name)
 	}
@@ -232,9 +233,6 @@ func (p *planner) tpSizes() []int {
 			out = append(out, t)
 		}
 	}
-	if p.req.Fix.TP > 0 && len(out) == 0 {
-		out = append(out, p.req.Fix.TP)
-	}
 	return out
 }
 
@@ -274,6 +272,9 @@ func (p *planner) schedules(pp int) []scheduleChoice {
 // enumerate lists every configuration the fixed dimensions allow.
 func (p *planner) enumerate() ([]candidate, error) {
 	fx := p.req.Fix
+	if fx.TP > 0 && (p.req.GPUs%fx.TP != 0 || fx.TP > p.dev.GPUsPerNode) {
+		return nil, inputErr("--tp %d: tensor parallelism must divide --gpus %d and stay inside a node of %d GPUs", fx.TP, p.req.GPUs, p.dev.GPUsPerNode)
+	}
 	var cands []candidate
 	tps := p.tpSizes()
 	if len(tps) == 0 {
@@ -426,8 +427,12 @@ func (p *planner) run(cands []candidate, res *Result) error {
 	modes := map[layout][]string{}
 	for _, c := range cands {
 		l := layout{c.key.tp, c.key.sp}
-		if !slices.Contains(modes[l], c.key.recompute) {
-			modes[l] = append(modes[l], c.key.recompute)
+		// Full recomputation's backward rebuilds what no recomputation stashes: its
+		// workspace needs the "none" probe too.
+		for _, m := range []string{c.key.recompute, "none"} {
+			if (m == c.key.recompute || c.key.recompute == "full") && !slices.Contains(modes[l], m) {
+				modes[l] = append(modes[l], m)
+			}
 		}
 	}
 	var list []layout

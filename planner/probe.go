@@ -20,6 +20,7 @@ type unitCost struct {
 	act         int64   // bytes of every forward result (the transient high-water mark's bound)
 	stash, send int64   // bytes stashed for the backward, sent to the next unit
 	paramBytes  int64   // the parameters the unit reads, as one tp rank holds them
+	paramCount  int     // how many tensors they are
 	shared      []param // of them, those another unit reads too (a tied embedding)
 	castBytes   int64   // 16-bit copies of the unit's weights the forward makes (mixed precision)
 }
@@ -36,27 +37,52 @@ type probeKey struct {
 	recompute string
 }
 
-// probe compiles the model through split-stages with one unit per stage, at one sequence
-// per micro-batch, once per tensor-parallel layout, split once per recompute mode, and reads
-// each unit's costs. Everything but the parameters scales with the micro-batch size; the
-// GEMM efficiency is taken at one sequence's rows (2048 tokens for GPT-3, where the curve is
-// flat).
-func (p *planner) probe(tp int, sp bool, modes []string) (map[probeKey][]unitCost, error) {
-	opts := compiler.Options{Load: p.load(1), PP: p.units, TP: tp, SP: sp, Microbatches: 1, Schedule: "gpipe",
-		Precision: p.precision, Partition: "auto", GPU: p.dev.Name}
-	mods, err := compiler.ProbeSplit(p.req.Model, opts, modes)
-	if err != nil {
-		return nil, err
-	}
-	out := map[probeKey][]unitCost{}
-	for i, m := range mods {
-		u, err := p.readProbe(m, tp)
+// probe compiles the model through split-stages with one unit per stage, once per
+// tensor-parallel layout, split once per recompute mode, at micro-batches of one and of two
+// sequences, and reads each unit's costs at both. A micro-batch of b sequences costs the
+// affine extrapolation: some work is per micro-batch whatever its size (the 16-bit copies
+// of the weights, their gradients' casts, collectives' latencies), the rest grows with it.
+func (p *planner) probe(tp int, sp bool, modes []string) (map[probeKey][2][]unitCost, error) {
+	out := map[probeKey][2][]unitCost{}
+	for b := 1; b <= 2; b++ {
+		opts := compiler.Options{Load: p.load(b), PP: p.units, TP: tp, SP: sp, Microbatches: 1, Schedule: "gpipe",
+			Precision: p.precision, Partition: "auto", GPU: p.dev.Name}
+		mods, err := compiler.ProbeSplit(p.req.Model, opts, modes)
 		if err != nil {
 			return nil, err
 		}
-		out[probeKey{tp, sp, modes[i]}] = u
+		for i, m := range mods {
+			u, err := p.readProbe(m, tp)
+			if err != nil {
+				return nil, err
+			}
+			k := probeKey{tp, sp, modes[i]}
+			pair := out[k]
+			pair[b-1] = u
+			out[k] = pair
+		}
 	}
 	return out, nil
+}
+
+// at is the probe's units at micro-batches of b sequences: each figure x(1) + (x(2) −
+// x(1))·(b − 1) from the probes at one and two sequences (parameters are the same in both).
+func at(pair [2][]unitCost, b int) []unitCost {
+	one, two := pair[0], pair[1]
+	out := make([]unitCost, len(one))
+	k := float64(b - 1)
+	lin := func(x, y float64) float64 { return max(0, x+(y-x)*k) }
+	lini := func(x, y int64) int64 { return int64(lin(float64(x), float64(y))) }
+	for i := range one {
+		u, v := one[i], two[i]
+		w := u
+		w.f, w.i, w.w = lin(u.f, v.f), lin(u.i, v.i), lin(u.w, v.w)
+		w.fc, w.ic, w.wc = lin(u.fc, v.fc), lin(u.ic, v.ic), lin(u.wc, v.wc)
+		w.recompute, w.flops = lin(u.recompute, v.recompute), lin(u.flops, v.flops)
+		w.act, w.stash, w.send, w.castBytes = lini(u.act, v.act), lini(u.stash, v.stash), lini(u.send, v.send), lini(u.castBytes, v.castBytes)
+		out[i] = w
+	}
+	return out
 }
 
 // readProbe reads the units' costs off one probe module.
@@ -97,6 +123,7 @@ func (p *planner) readProbe(m *ir.Module, tp int) ([]unitCost, error) {
 			if f.ArgAttrs[i].Has(ir.AttrParam) {
 				all[s] = append(all[s], param{a.Name, a.Type.Bytes()})
 				units[s].paramBytes += a.Type.Bytes()
+				units[s].paramCount++
 				uses[a.Name]++
 			}
 		}

@@ -195,8 +195,14 @@ func TestCompileGPU(t *testing.T) {
 		t.Errorf("v100 and h100 predict the same step %s", v)
 	}
 	code, _, errOut := ppc(t, "", "compile", gpt, "-o", filepath.Join(t.TempDir(), "p"), "--gpu", "b200")
-	if code != exitInput || !strings.Contains(errOut, `--gpu "b200": unknown device profile (known: a100-like, v100-16gb, a100-40gb, a100-80gb, h100-80gb, h200)`) {
+	if code != exitInput || !strings.Contains(errOut, `--gpu: unknown device profile "b200" (known: a100-like, v100-16gb, a100-40gb, a100-80gb, h100-80gb, h200)`) {
 		t.Errorf("--gpu b200: exit %d\n%s", code, errOut)
+	}
+	// Overridden figures are part of the profile's name, in the plan and the summary.
+	dir := filepath.Join(t.TempDir(), "p")
+	code, out, errOut := ppc(t, "", "compile", gpt, "-o", dir, "--pp", "2", "--microbatches", "2", "--gpu", "h100-80gb{inter_node_bandwidth=1e9,mem_bytes=1e6}")
+	if code != 0 || !strings.Contains(out, "h100-80gb{inter_node_bandwidth=1e+09,mem_bytes=1e+06} (") || !strings.Contains(out, "does not fit: rank 0 needs") {
+		t.Errorf("--gpu with overrides: exit %d\n%s%s", code, out, errOut)
 	}
 }
 

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"ppc.dev/ppc/codegen"
+	"ppc.dev/ppc/planner"
+)
+
+// shellSplit splits a command line the planner printed (words, single-quoted words).
+func shellSplit(t *testing.T, s string) []string {
+	t.Helper()
+	var out []string
+	var cur strings.Builder
+	in, word := false, false
+	for _, r := range s {
+		switch {
+		case r == '\'':
+			in, word = !in, true
+		case r == ' ' && !in:
+			if word {
+				out = append(out, cur.String())
+				cur.Reset()
+			}
+			word = false
+		default:
+			cur.WriteRune(r)
+			word = true
+		}
+	}
+	if in {
+		t.Fatalf("unbalanced quote in %q", s)
+	}
+	if word {
+		out = append(out, cur.String())
+	}
+	return out
+}
+
+func planJSON(t *testing.T, args ...string) *planner.Result {
+	t.Helper()
+	code, out, errs := ppc(t, "", append([]string{"plan", "--json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("ppc plan %v: exit %d: %s", args, code, errs)
+	}
+	var r planner.Result
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("ppc plan --json: %v\n%s", err, out)
+	}
+	return &r
+}
+
+// TestPlanChoiceFitsCompile: with a memory limit just below what the unconstrained winner
+// needs, the planner's choice compiles, with the exact command it prints, into a plan whose
+// memory report (ppc compile's, from its memory plan) fits the limit on every rank, and
+// whose step-time estimate agrees with the planner's prediction.
+func TestPlanChoiceFitsCompile(t *testing.T) {
+	gpt := filepath.Join("..", "..", "testdata", "models", "gpt.ppm")
+	base := []string{gpt, "--gpus", "8", "--top", "3"}
+	free := planJSON(t, append(base, "--gpu", "a100-80gb")...)
+	var peak int64
+	for _, m := range free.Plans[0].PeakMemory {
+		peak = max(peak, m)
+	}
+	limit := peak - 1
+	spec := fmt.Sprintf("a100-80gb{mem_bytes=%d}", limit)
+	tight := planJSON(t, append(base, "--gpu", spec)...)
+	if tight.Plans[0].Config == free.Plans[0].Config {
+		t.Fatalf("the limit %d (one byte below the winner's peak) did not change the choice %+v", limit, tight.Plans[0].Config)
+	}
+	for i, pl := range tight.Plans {
+		args := shellSplit(t, pl.Command)
+		if args[0] != "ppc" || args[len(args)-2] != "-o" {
+			t.Fatalf("command %q", pl.Command)
+		}
+		dir := t.TempDir()
+		args = append(args[1:len(args)-1], dir)
+		code, out, errs := ppc(t, "", args...)
+		if code != 0 {
+			t.Fatalf("plan %d: %s: exit %d: %s", i+1, pl.Command, code, errs)
+		}
+		if strings.Contains(out, "does not fit") {
+			t.Errorf("plan %d: ppc compile says it does not fit:\n%s", i+1, out)
+		}
+		raw, err := os.ReadFile(filepath.Join(dir, "plan.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p codegen.Plan
+		if err := json.Unmarshal(raw, &p); err != nil {
+			t.Fatal(err)
+		}
+		for _, prog := range p.Programs {
+			m := prog.Memory(limit)
+			if m.Peak() > limit {
+				t.Errorf("plan %d (%s): pp %d needs %d bytes in ppc compile's report, over the limit %d", i+1, pl.Command, prog.PP, m.Peak(), limit)
+			}
+			if pred := pl.Memory[prog.PP]; pred.Peak() < m.Peak() {
+				t.Logf("plan %d pp %d: predicted %+v, compile reports %+v", i+1, prog.PP, pred, m)
+			}
+		}
+		if p.Estimate == nil {
+			t.Fatalf("plan %d: no estimate in plan.json", i+1)
+		}
+		ratio := pl.StepTime / p.Estimate.StepSeconds
+		t.Logf("plan %d %+v: predicted %.4g s, ppc compile estimates %.4g s (×%.3f)", i+1, pl.Config, pl.StepTime, p.Estimate.StepSeconds, ratio)
+		if ratio < 0.8 || ratio > 1.25 {
+			t.Errorf("plan %d: predicted %.4g s, ppc compile's estimate %.4g s", i+1, pl.StepTime, p.Estimate.StepSeconds)
+		}
+	}
+}
+
+// TestPlanErrors: bad input to ppc plan exits 2 and says what would work.
+func TestPlanErrors(t *testing.T) {
+	gpt := filepath.Join("..", "..", "testdata", "models", "gpt.ppm")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{gpt, "--gpu", "h100-80gb"}, "--gpu and --gpus are required"},
+		{[]string{gpt, "--gpus", "8", "--gpu", "h100"}, `unknown device profile "h100" (known: a100-like, v100-16gb`},
+		{[]string{gpt, "--gpus", "8", "--gpu", "h100-80gb{nvlink=1}"}, `unknown figure "nvlink" (known: gpus_per_node, inter_node_bandwidth`},
+		{[]string{gpt, "--gpus", "8", "--gpu", "h100-80gb{mem_bytes=-1}"}, "mem_bytes=-1: want a positive number"},
+		{[]string{gpt, "--gpus", "8", "--gpu", "a100-like"}, "has no memory size; name a GPU"},
+		{[]string{gpt, "--gpus", "8", "--gpu", "h100-80gb{mem_bytes=1e6}"}, "nothing fits in the 976.6 KiB of a h100-80gb{mem_bytes=1e+06}: the least memory any configuration needs is"},
+		{[]string{gpt, "--gpus", "4", "--gpu", "h100-80gb", "--global-batch", "3", "--pp", "1", "--tp", "1"}, "can split the global batch of 3 sequences (--pp 1 --tp 1): the data-parallel size must divide it; try --gpus 3 or 8 or --global-batch 4"},
+		{[]string{gpt, "--gpus", "8", "--gpu", "h100-80gb", "--tp", "16"}, "--tp 16: tensor parallelism must divide --gpus 8 and stay inside a node of 8 GPUs"},
+		{[]string{gpt, "--gpus", "8", "--gpu", "h100-80gb", "--tp", "8"}, "--tp 8 cannot split"},
+		{[]string{gpt, "--gpus", "8", "--gpu", "h100-80gb", "--zero", "3"}, "--zero must be 0, 1 or 2"},
+		{[]string{gpt, "--gpus", "8", "--gpu", "h100-80gb", "--schedule", "2f2b"}, `--schedule "2f2b": want one of gpipe`},
+		{[]string{gpt, "--gpus", "8", "--gpu", "h100-80gb", "--gpus-per-node", "0"}, "--gpus-per-node must be at least 1"},
+		{[]string{filepath.Join("..", "..", "testdata", "models", "gpt-tiny.onnx"), "--gpus", "8", "--gpu", "h100-80gb"}, "ppc plan reads .ppm models"},
+	} {
+		code, _, errs := ppc(t, "", append([]string{"plan"}, c.args...)...)
+		if code != 2 || !strings.Contains(errs, c.want) {
+			t.Errorf("ppc plan %s: exit %d, stderr %q; want exit 2 and %q", strings.Join(c.args, " "), code, errs, c.want)
+		}
+	}
+}
+
+// TestPlanText: the table, the winner's memory in compile's format, the runner-up's
+// explanation and the commands.
+func TestPlanText(t *testing.T) {
+	gpt := filepath.Join("..", "..", "testdata", "models", "gpt.ppm")
+	code, out, errs := ppc(t, "", "plan", gpt, "--gpus", "8", "--gpu", "h100-80gb", "--gpus-per-node", "4", "--top", "2")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"on 8 × h100-80gb{gpus_per_node=4}, global batch 16 × 32 tokens", "  1  ", "  2  ",
+		"peak ", " = params ", " + margin ", "why not plan 2: ", "% slower", "1: ppc compile ", "--gpu 'h100-80gb{gpus_per_node=4}'"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}

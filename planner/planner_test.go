@@ -1,0 +1,166 @@
+package planner
+
+import (
+	"math"
+	"math/rand"
+	"testing"
+
+	"ppc.dev/ppc/compiler"
+	"ppc.dev/ppc/passes"
+)
+
+const gptPPM = "../testdata/models/gpt.ppm"
+
+// gpt3 is the request for GPT-3 175B (vocabulary padded to a multiple of 8, as Megatron
+// does) on n GPUs of dev with the given global batch.
+func gpt3(dev passes.DeviceProfile, n, batch int, fix Fixed) Request {
+	return Request{Model: gptPPM, Load: compiler.LoadOptions{Preset: "gpt3-175b", Set: map[string]string{"vocab": "50264"}},
+		Device: dev, GPUs: n, GlobalBatch: batch, Fix: fix, Top: 5}
+}
+
+func free() Fixed { return Fixed{SP: -1, Zero: -1} }
+
+// TestJaxPP checks the planner against JaxPP's measurement (BACKGROUND.md): GPT-3 175B on 128
+// H100 with a global batch of 256, where JaxPP's PP8 TP8 DP2 took 9.64 s a step. ppc's
+// search must rank that mesh among its top five, and predict its step time within 25%.
+func TestJaxPP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("searches GPT-3 175B's configurations for 128 GPUs")
+	}
+	res, err := Search(gpt3(passes.H100, 128, 256, free()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rank := 0
+	for i, p := range res.Plans {
+		t.Logf("#%d %+v: %.2f s", i+1, p.Config, p.StepTime)
+		if c := p.Config; rank == 0 && c.PP == 8 && c.TP == 8 && c.DP == 2 {
+			rank = i + 1
+		}
+	}
+	if rank == 0 {
+		t.Errorf("JaxPP's mesh (pp 8, tp 8, dp 2) is not among the top %d", len(res.Plans))
+	}
+	fix := free()
+	fix.PP, fix.TP, fix.DP = 8, 8, 2
+	one, err := Search(gpt3(passes.H100, 128, 256, fix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const jaxpp = 9.64
+	got := one.Plans[0].StepTime
+	t.Logf("pp 8 tp 8 dp 2: predicted %.2f s (%s), JaxPP measured %.2f s: %+.1f%%", got, one.Plans[0].Config.describe(), jaxpp, 100*(got/jaxpp-1))
+	if math.Abs(got/jaxpp-1) > 0.25 {
+		t.Errorf("predicted %.2f s for JaxPP's configuration, measured %.2f s: more than 25%% off", got, jaxpp)
+	}
+}
+
+// TestSplitOptimal: split's stages are contiguous, non-empty, cover the units, and their
+// largest time is the optimum a dynamic program over every cut finds.
+func TestSplitOptimal(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	for trial := 0; trial < 300; trial++ {
+		n := 1 + rng.Intn(24)
+		s := 1 + rng.Intn(n)
+		units := make([]unitCost, n)
+		for i := range units {
+			units[i].f = float64(1 + rng.Intn(20))
+		}
+		ends := split(units, s)
+		if len(ends) != s || ends[len(ends)-1] != n {
+			t.Fatalf("n %d, s %d: ends %v", n, s, ends)
+		}
+		worst, lo := 0.0, 0
+		for _, e := range ends {
+			if e <= lo {
+				t.Fatalf("n %d, s %d: empty or unordered stage in %v", n, s, ends)
+			}
+			sum := 0.0
+			for _, u := range units[lo:e] {
+				sum += u.f
+			}
+			worst, lo = max(worst, sum), e
+		}
+		if opt := optimalSplit(units, s); math.Abs(worst-opt) > 1e-6*opt {
+			t.Fatalf("n %d, s %d: largest stage %g, optimum %g (ends %v)", n, s, worst, opt, ends)
+		}
+	}
+}
+
+// optimalSplit is the least largest stage time over every split into s contiguous stages.
+func optimalSplit(units []unitCost, s int) float64 {
+	n := len(units)
+	pre := make([]float64, n+1)
+	for i, u := range units {
+		pre[i+1] = pre[i] + u.f
+	}
+	inf := math.Inf(1)
+	best := make([][]float64, s+1)
+	for k := range best {
+		best[k] = make([]float64, n+1)
+		for i := range best[k] {
+			best[k][i] = inf
+		}
+	}
+	best[0][0] = 0
+	for k := 1; k <= s; k++ {
+		for i := 1; i <= n; i++ {
+			for j := k - 1; j < i; j++ {
+				best[k][i] = min(best[k][i], max(best[k-1][j], pre[i]-pre[j]))
+			}
+		}
+	}
+	return best[s][n]
+}
+
+// TestAffineInMicrobatch: the units extrapolated from the probes at one and two sequences
+// match a probe compiled at four, within 3% on every time and exactly on stash and sends
+// (activations are linear in the batch; the per-micro-batch weight casts are not, which is
+// why two probes).
+func TestAffineInMicrobatch(t *testing.T) {
+	dev, _ := passes.ParseDevice("h100-80gb")
+	p := &planner{req: Request{Model: gptPPM, Load: compiler.LoadOptions{Set: map[string]string{"d_model": "256", "n_heads": "8", "seq": "128"}}},
+		dev: dev, precision: "bf16", probes: map[probeKey][2][]unitCost{}}
+	if err := p.inspect(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := p.probe(2, false, []string{"none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	four := at(got[probeKey{2, false, "none"}], 4)
+	opts := compiler.Options{Load: p.load(4), PP: p.units, TP: 2, Microbatches: 1, Schedule: "gpipe", Precision: "bf16", Partition: "auto", GPU: dev.Name}
+	mods, err := compiler.ProbeSplit(gptPPM, opts, []string{"none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := p.readProbe(mods[0], 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		g, w := four[i], want[i]
+		for _, c := range []struct {
+			name string
+			g, w float64
+		}{{"f", g.f, w.f}, {"i", g.i, w.i}, {"w", g.w, w.w}, {"f_comm", g.fc, w.fc}} {
+			if math.Abs(c.g-c.w) > 0.03*c.w+1e-12 {
+				t.Errorf("unit %s: %s extrapolated %g, probed %g", w.label, c.name, c.g, c.w)
+			}
+		}
+		if g.stash != w.stash || g.send != w.send {
+			t.Errorf("unit %s: stash/send extrapolated %d/%d, probed %d/%d", w.label, g.stash, g.send, w.stash, w.send)
+		}
+	}
+}
+
+// BenchmarkSearchGPT3_1024 is the whole search for GPT-3 175B on 1024 A100 80GB with
+// Megatron-LM's global batch of 1536 (the budget: under 10 s).
+func BenchmarkSearchGPT3_1024(b *testing.B) {
+	dev, _ := passes.ParseDevice("a100-80gb")
+	for range b.N {
+		if _, err := Search(gpt3(dev, 1024, 1536, free())); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
