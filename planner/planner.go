@@ -520,6 +520,7 @@ func (p *planner) run(cands []candidate, res *Result) error {
 		e  *evaluation
 	}
 	var best []ranked
+	var leastUnfit *Plan // the simulated configuration closest to fitting
 	for _, e := range fit {
 		if len(best) >= k && e.bound >= best[len(best)-1].pl.StepTime {
 			break
@@ -530,6 +531,9 @@ func (p *planner) run(cands []candidate, res *Result) error {
 			if res.Unfit == nil || pl.StepTime < res.Unfit.StepTime {
 				res.Unfit = &pl
 			}
+			if leastUnfit == nil || slices.Max(pl.PeakMemory) < slices.Max(leastUnfit.PeakMemory) {
+				leastUnfit = &pl
+			}
 			continue
 		}
 		best = append(best, ranked{pl, e})
@@ -539,7 +543,12 @@ func (p *planner) run(cands []candidate, res *Result) error {
 		}
 	}
 	if len(best) == 0 {
-		return inputErr("nothing fits in the %s of a %s once the schedules' activations are counted; use more GPUs, a GPU with more memory, or a smaller --global-batch", codegen.FormatBytes(p.dev.MemBytes), p.dev.Name)
+		near := ""
+		if u := leastUnfit; u != nil {
+			r := slices.Index(u.PeakMemory, slices.Max(u.PeakMemory))
+			near = fmt.Sprintf(": the closest, %s, needs on pipeline rank %d %s", u.Config.describe(), r, u.Memory[r])
+		}
+		return inputErr("nothing fits in the %s of a %s once the schedules' activations are counted%s; use more GPUs, a GPU with more memory, or a smaller --global-batch", codegen.FormatBytes(p.dev.MemBytes), p.dev.Name, near)
 	}
 	// The printed plans with their step times broken down (the runner-up too: the
 	// explanation compares it).

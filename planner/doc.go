@@ -1,0 +1,50 @@
+// Package planner owns `ppc plan`: the choice of pp × dp × tp, sequence parallelism, the
+// schedule and its virtual stages, the micro-batch size and count, recomputation and the
+// ZeRO stage for a cluster of GPUs, from the model's own IR.
+//
+// # How a configuration is priced
+//
+// Nothing is priced from formulas about transformers: the planner compiles the model itself
+// (probe compiles, compiler.ProbeSplit) and reads the costs off the IR.
+//
+//   - One probe per tensor-parallel layout (tp, sp) partitions the model one unit per stage
+//     (E, each layer, L: the units of --partition layout), runs autodiff and the optimizer,
+//     and is split once per recompute mode. Each unit's forward, input- and weight-gradient
+//     seconds (the partition's per-op cost model on the device profile, TP collectives
+//     included), the forward ops the backward recomputes, the bytes it stashes for its
+//     backward and sends to the next unit, and its parameters come from that IR.
+//   - Each layout is probed at micro-batches of one and of two sequences, and a micro-batch
+//     of b sequences costs the affine extrapolation: the weights' 16-bit copies and their
+//     gradients' casts, and collectives' latencies, are paid once per micro-batch whatever
+//     its size, so scaling one probe linearly would overcharge large micro-batches
+//     (TestAffineInMicrobatch checks the extrapolation against a probe at four).
+//   - A configuration groups the units into pp·v contiguous stages that minimise the slowest
+//     stage (the layout is printed, so ppc compile reproduces it exactly), prices data
+//     parallelism as code generation emits it (bucketed all-reduce; ZeRO's per-tensor
+//     reduce-scatter and all-gather, per micro-batch under ZeRO-2), builds the schedule, and
+//     simulates it with the schedule package's engine: the step time, the bubble, and the
+//     activations each rank holds at its peak.
+//   - Memory per pipeline rank is ppc's own recipe (fp32 master weights, gradients and AdamW
+//     state, 16 bytes per parameter, sharded by ZeRO), the simulated peak of stashed
+//     activations, a workspace (the largest unit's forward results and 16-bit weight copies,
+//     the receive buffers; under full recomputation also the stash the backward rebuilds),
+//     and codegen.MemoryMargin, printed as ppc compile prints its memory plan.
+//
+// # Search
+//
+// Every configuration the fixed dimensions allow is enumerated (about 10,000 for GPT-3 175B
+// on 1024 GPUs). A necessary memory condition (one micro-batch's activations) and a lower
+// bound on the step time (each rank's compute, the forward's arrival at its first stage,
+// ZeRO's step-end collectives) are known without simulating; the configurations that fit
+// are simulated in order of their bound until no remaining bound can enter the top K —
+// branch and bound, which simulates a few hundred. The search for GPT-3 175B on 1024
+// GPUs takes about 4 s on two cores (BenchmarkSearchGPT3_1024).
+//
+// # Why probes rather than the playbook's formulas
+//
+// passes.ActivationBytesPerLayer and passes.ModelState are the formulas (and tests hold
+// them to the playbook's tables), but a planner built on them would plan a GPT and nothing
+// else, and would not see what ppc actually does: its per-use weight casts, its fp32
+// gradient reductions, the stash split-stages decides. Probing the IR plans any model the
+// frontends read, at the price of a compile per layout (about 0.3 s for GPT-3 175B).
+package planner
