@@ -271,7 +271,7 @@ func Compile(model string, opts Options) (*Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: --token-slices: %v", model, err)
 		}
-		if slices, err = resolveTokenSlices(opts.TokenSlices, T); err != nil {
+		if slices, err = ResolveTokenSlices(opts.TokenSlices, T); err != nil {
 			return nil, err
 		}
 		pipeline = append(pipeline, fmt.Sprintf("token-slice{lengths=%q}", joinInts(slices)))
@@ -778,9 +778,9 @@ func setMesh(m *ir.Module, model string, pp int, opts Options) error {
 	return nil
 }
 
-// resolveTokenSlices turns a --token-slices value into slice lengths for a sequence of T
+// ResolveTokenSlices turns a --token-slices value into slice lengths for a sequence of T
 // tokens: a count N (near-equal, longer slices first) or explicit lengths.
-func resolveTokenSlices(spec string, T int) ([]int, error) {
+func ResolveTokenSlices(spec string, T int) ([]int, error) {
 	spec = strings.TrimSpace(spec)
 	if n, err := strconv.Atoi(spec); err == nil {
 		switch {

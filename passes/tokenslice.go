@@ -284,6 +284,50 @@ type tokenSlicer struct {
 	// shapePatch: attribute entries of reshape/broadcast set per slice: index → query or key.
 	shapeQ, shapeK map[*ir.Op]int
 	consts         map[*ir.Value]elemFn
+	// causalSeen memoises the causal-mask check: CSE leaves one mask that every layer
+	// reads, and checking a 2048² mask once per layer of a 96-layer model took 20 s.
+	causalSeen map[causalKey]bool
+	shapes     map[*ir.Value]string
+}
+
+// causalKey is one causal-mask check: the op kind and masked operand, the masks, the
+// query and key axes in a result of rank r, and the result's shape.
+type causalKey struct {
+	kind    string
+	d       int
+	m0, m1  string // the masks' fingerprints (shape)
+	q, k, r int
+	shape   string
+}
+
+// shape is a data-independent value's structure: the ops computing it, their attributes and
+// types, so that the masks every layer builds alike check once. Values computed from large
+// constants keep their identity (printing those would cost more than the check).
+func (t *tokenSlicer) shape(v *ir.Value) string {
+	if v == nil {
+		return ""
+	}
+	if s, ok := t.shapes[v]; ok {
+		return s
+	}
+	var b strings.Builder
+	op := v.Def
+	switch {
+	case op == nil || (op.Name() == "constant" && v.Type.NumElements() > 64):
+		fmt.Fprintf(&b, "%p", v)
+	default:
+		fmt.Fprintf(&b, "%s#%d%s:%s(", op.Name(), v.Index, ir.AttrString(ir.Dict(op.Attrs)), v.Type)
+		for _, x := range op.Operands {
+			b.WriteString(t.shape(x))
+			b.WriteByte(',')
+		}
+		b.WriteByte(')')
+	}
+	if t.shapes == nil {
+		t.shapes = map[*ir.Value]string{}
+	}
+	t.shapes[v] = b.String()
+	return t.shapes[v]
 }
 
 func (t *tokenSlicer) errAt(op *ir.Op, format string, args ...any) error {
@@ -787,15 +831,19 @@ func (t *tokenSlicer) keyState(op *ir.Op, deps []int, k, r int) (int, error) {
 		// where(cond, fill, s) hides where cond is true; where(cond, s, fill) where it is false.
 		hideWhen := d == 2
 		cv, fv := op.Operands[0], op.Operands[3-d]
-		if t.causal(op, q, k, []*ir.Value{cv, fv}, func(idx []int) bool {
-			return (at(cond, cv, r, idx) != 0) == hideWhen && at(fill, fv, r, idx) <= -1e4
+		if t.causalOnce(causalKey{"where", d, t.shape(cv), t.shape(fv), q, k, r, op.Results[0].Type.Shape.String()}, func() bool {
+			return t.causal(op, q, k, []*ir.Value{cv, fv}, func(idx []int) bool {
+				return (at(cond, cv, r, idx) != 0) == hideWhen && at(fill, fv, r, idx) <= -1e4
+			})
 		}) {
 			return kMasked, nil
 		}
 	case "add":
 		mv := op.Operands[1-d]
 		mask, ok := t.elems(mv)
-		if ok && t.causal(op, q, k, []*ir.Value{mv}, func(idx []int) bool { return at(mask, mv, r, idx) <= -1e4 }) {
+		if ok && t.causalOnce(causalKey{"add", d, t.shape(mv), "", q, k, r, op.Results[0].Type.Shape.String()}, func() bool {
+			return t.causal(op, q, k, []*ir.Value{mv}, func(idx []int) bool { return at(mask, mv, r, idx) <= -1e4 })
+		}) {
 			return kMasked, nil
 		}
 	}
@@ -805,6 +853,19 @@ func (t *tokenSlicer) keyState(op *ir.Op, deps []int, k, r int) (int, error) {
 		}
 	}
 	return kRaw, nil
+}
+
+// causalOnce is check's answer, computed once per key.
+func (t *tokenSlicer) causalOnce(key causalKey, check func() bool) bool {
+	if v, ok := t.causalSeen[key]; ok {
+		return v
+	}
+	if t.causalSeen == nil {
+		t.causalSeen = map[causalKey]bool{}
+	}
+	v := check()
+	t.causalSeen[key] = v
+	return v
 }
 
 // causal reports whether hidden(idx) holds at every index of op's result whose key position

@@ -221,6 +221,10 @@ func (sc *SliceCostModel) Parts(stage, b, l, c int) SliceTimes {
 	return sc.parts(sc.stageOf[stage], b, l, c)
 }
 
+// Group is the group of identical stages stage belongs to: stages of one group price every
+// slice alike (the planner caches by it).
+func (sc *SliceCostModel) Group(stage int) int { return sc.stageOf[stage] }
+
 // Time is the forward plus backward seconds of one slice of l tokens after c tokens of
 // context, for a micro-batch of b sequences, on the slowest stage (its incoming transfers,
 // forward and backward, included).

@@ -2,6 +2,8 @@ package planner
 
 import (
 	"fmt"
+
+	"ppc.dev/ppc/passes"
 	"slices"
 	"sort"
 	"strings"
@@ -209,6 +211,21 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		e.bound = max(e.bound, warm+busy[r]+end)
 		warm += e.cost.Stages[r].F
 	}
+	if c.sliced {
+		if !e.sliceStages() {
+			return nil
+		}
+		e.bound = 0
+		for r := range busy {
+			busy[r] = 0
+		}
+		for s, sc := range e.cost.Stages {
+			busy[e.placement[s]] += float64(c.Microbatches) * (sc.F + sc.I + sc.W)
+		}
+		for _, t := range busy {
+			e.bound = max(e.bound, t)
+		}
+	}
 	e.rankMem = make([]codegen.Memory, c.PP)
 	for r := range e.rankMem {
 		pb := rankParams[r]
@@ -255,6 +272,104 @@ func (p *planner) unitsAt(k probeKey, b int) []unitCost {
 func bucketed(g float64, t func(float64) float64) float64 {
 	n := max(1, int((g+codegen.BucketBytes-1)/codegen.BucketBytes))
 	return float64(n) * t(g/float64(n))
+}
+
+// sliceStages chooses the token slices (TeraPipe's dynamic program on the slice cost
+// model, or the fixed lengths) and gives each stage its per-slice costs; false when the
+// model cannot be sliced at this tp or the slicing fails.
+func (e *evaluation) sliceStages() bool {
+	p, c := e.p, &e.c
+	p.mu.Lock()
+	sl := p.slicers[c.TP]
+	p.mu.Unlock()
+	if sl == nil {
+		return false
+	}
+	T := float64(p.seq)
+	// parts is stage s's seconds for slice (l, ctx): its units' forward and backward, the
+	// recomputation's share, and the transfer into its first unit. Units of one group (the
+	// layers) price alike: each group's slice is priced once per search.
+	parts := func(s, b, l, ctx int) passes.SliceTimes {
+		lo := 0
+		if s > 0 {
+			lo = e.bounds[s-1]
+		}
+		var t passes.SliceTimes
+		for k := lo; k < e.bounds[s]; k++ {
+			u := p.sliceParts(sl, k, b, l, ctx)
+			t.F, t.I, t.W = t.F+u.F, t.I+u.I+e.units[k].recompute*float64(l)/T, t.W+u.W
+			if k == lo {
+				t.Transfer = u.Transfer
+			}
+		}
+		return t
+	}
+	lengths := p.fixedSlices
+	if lengths == nil {
+		memo := map[[3]int]float64{}
+		cost := func(b, l, ctx int) float64 {
+			if v, ok := memo[[3]int{b, l, ctx}]; ok {
+				return v
+			}
+			worst := 0.0
+			for s := range e.bounds {
+				t := parts(s, b, l, ctx)
+				worst = max(worst, t.F+t.I+t.W+t.Transfer)
+			}
+			memo[[3]int{b, l, ctx}] = worst
+			return worst
+		}
+		plan, err := schedule.PlanTokenSlices(p.seq, c.MicrobatchSize*c.Microbatches, c.PP, cost, schedule.TokenPlanOptions{Microbatches: c.Microbatches})
+		if err != nil || len(plan.Lengths) < 2 {
+			return false // one slice: the unsliced candidate already is this configuration
+		}
+		lengths = plan.Lengths
+	}
+	c.TokenSlices = lengths
+	for s := range e.cost.Stages {
+		sc := &e.cost.Stages[s]
+		whole := *sc
+		sc.F, sc.I, sc.W, sc.Slices = 0, 0, 0, nil
+		ctx := 0
+		for _, l := range lengths {
+			t := parts(s, c.MicrobatchSize, l, ctx)
+			frac := float64(l) / T
+			sc.Slices = append(sc.Slices, schedule.StageCost{F: t.F, I: t.I, W: t.W,
+				FColl: whole.FColl * frac, IColl: whole.IColl * frac, WColl: whole.WColl * frac,
+				CommBytes: whole.CommBytes * frac, ActBytes: whole.ActBytes * frac})
+			sc.F, sc.I, sc.W = sc.F+t.F, sc.I+t.I, sc.W+t.W
+			ctx += l
+		}
+	}
+	return true
+}
+
+// sliceParts is sl.Parts for unit k, cached by the unit's group.
+func (p *planner) sliceParts(sl *passes.SliceCostModel, k, b, l, ctx int) passes.SliceTimes {
+	key := [5]int{p.slicerID(sl), sl.Group(k), b, l, ctx}
+	p.mu.Lock()
+	t, ok := p.sliceCache[key]
+	p.mu.Unlock()
+	if ok {
+		return t
+	}
+	t = sl.Parts(k, b, l, ctx)
+	p.mu.Lock()
+	p.sliceCache[key] = t
+	p.mu.Unlock()
+	return t
+}
+
+// slicerID numbers the slice cost models (one per tp) for sliceParts' cache.
+func (p *planner) slicerID(sl *passes.SliceCostModel) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for tp, s := range p.slicers {
+		if s == sl {
+			return tp
+		}
+	}
+	return -1
 }
 
 // withMargin is m with the GPU's margin.
@@ -336,7 +451,7 @@ func (p *planner) schedule(c Config, cost schedule.Cost) (*schedule.Schedule, er
 	if strings.EqualFold(c.Schedule, "zb-auto") {
 		return schedule.GenerateFor(c.Schedule, c.PP, c.Microbatches, c.V, cost, 0)
 	}
-	k := schedKey{c.Schedule, c.PP, c.Microbatches, c.V}
+	k := schedKey{c.Schedule, c.PP, c.Microbatches, c.V, len(c.TokenSlices)}
 	p.mu.Lock()
 	s, ok := p.scheds[k]
 	p.mu.Unlock()
@@ -344,6 +459,9 @@ func (p *planner) schedule(c Config, cost schedule.Cost) (*schedule.Schedule, er
 		return s.s, s.err
 	}
 	sc, err := schedule.Generate(c.Schedule, c.PP, c.Microbatches, c.V)
+	if err == nil && len(c.TokenSlices) > 1 {
+		sc, err = schedule.SliceTokens(sc, len(c.TokenSlices))
+	}
 	p.mu.Lock()
 	p.scheds[k] = schedEntry{sc, err}
 	p.mu.Unlock()
@@ -351,8 +469,8 @@ func (p *planner) schedule(c Config, cost schedule.Cost) (*schedule.Schedule, er
 }
 
 type schedKey struct {
-	name     string
-	pp, m, v int
+	name           string
+	pp, m, v, cuts int // cuts: token slices
 }
 
 type schedEntry struct {
@@ -367,8 +485,8 @@ func (p *planner) command(c Config) string {
 		args = append(args, "--preset", shellQuote(p.req.Load.Preset))
 	}
 	for _, k := range sortedKeys(p.req.Load.Set) {
-		if k == "batch" || k == "seq" {
-			continue
+		if k == "batch" || (k == "seq" && p.req.Seq > 0) {
+			continue // set below
 		}
 		args = append(args, "--set", shellQuote(k+"="+p.req.Load.Set[k]))
 	}
@@ -390,6 +508,13 @@ func (p *planner) command(c Config) string {
 	}
 	if c.Zero > 0 {
 		args = append(args, "--zero", fmt.Sprint(c.Zero))
+	}
+	if len(c.TokenSlices) > 1 {
+		parts := make([]string, len(c.TokenSlices))
+		for i, l := range c.TokenSlices {
+			parts[i] = fmt.Sprint(l)
+		}
+		args = append(args, "--token-slices", strings.Join(parts, ","))
 	}
 	if c.PP > 1 {
 		args = append(args, "--partition", "layout", "--layout", shellQuote(c.Layout))

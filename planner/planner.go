@@ -41,6 +41,10 @@ type Fixed struct {
 	PP, DP, TP, V, Microbatches, MicrobatchSize int
 	SP, Zero                                    int // −1: search
 	Schedule, Recompute                         string
+	// TokenSlices: "" searches (token slices are tried where they can help: fewer
+	// micro-batches than pipeline ranks), "1" turns them off, "auto" turns them on with
+	// TeraPipe's slicing, explicit lengths fix them.
+	TokenSlices string
 }
 
 // Config is one point of the search space.
@@ -55,7 +59,9 @@ type Config struct {
 	Schedule       string `json:"schedule"`
 	Recompute      string `json:"recompute"`
 	Zero           int    `json:"zero"`
+	TokenSlices    []int  `json:"token_slices,omitempty"` // lengths per micro-batch (TeraPipe)
 	Layout         string `json:"layout"`
+	sliced         bool   // token slices to be chosen for it
 }
 
 // Plan is one configuration with its predicted figures.
@@ -103,18 +109,22 @@ func inputErr(format string, args ...any) error { return &InputError{fmt.Sprintf
 
 // planner holds one search's state.
 type planner struct {
-	req       Request
-	dev       passes.DeviceProfile
-	precision string
-	units     int // units of the model (E, layers, L)
-	batch     int
-	seq       int
-	params    int64 // the model's parameter count
-	mu        sync.Mutex
-	probes    map[probeKey][2][]unitCost // at one and two sequences per micro-batch
-	scaled    map[scaledKey][]unitCost   // at b sequences
-	splits    map[splitKey][]int
-	scheds    map[schedKey]schedEntry
+	req         Request
+	dev         passes.DeviceProfile
+	precision   string
+	units       int   // units of the model (E, layers, L)
+	causal      bool  // the model can be cut into token slices
+	fixedSlices []int // --token-slices lengths, when given
+	batch       int
+	seq         int
+	params      int64 // the model's parameter count
+	mu          sync.Mutex
+	probes      map[probeKey][2][]unitCost // at one and two sequences per micro-batch
+	scaled      map[scaledKey][]unitCost   // at b sequences
+	splits      map[splitKey][]int
+	slicers     map[int]*passes.SliceCostModel // per tp: the probe's token-slice cost model
+	sliceCache  map[[5]int]passes.SliceTimes   // (tp, group, b, l, c) → one unit's slice times
+	scheds      map[schedKey]schedEntry
 }
 
 // load is the request's load options with the global batch set to batch sequences.
@@ -147,7 +157,7 @@ func Search(req Request) (*Result, error) {
 	if ext := strings.ToLower(filepath.Ext(req.Model)); ext != ".ppm" {
 		return nil, inputErr("%s: ppc plan reads .ppm models, whose config sets the global batch and sequence (batch, seq); for an ONNX model, predict one configuration with ppc compile --gpu and ppc simulate", req.Model)
 	}
-	p := &planner{req: req, dev: req.Device, precision: req.Precision, probes: map[probeKey][2][]unitCost{}, scaled: map[scaledKey][]unitCost{}, splits: map[splitKey][]int{}, scheds: map[schedKey]schedEntry{}}
+	p := &planner{req: req, dev: req.Device, precision: req.Precision, probes: map[probeKey][2][]unitCost{}, scaled: map[scaledKey][]unitCost{}, splits: map[splitKey][]int{}, slicers: map[int]*passes.SliceCostModel{}, sliceCache: map[[5]int]passes.SliceTimes{}, scheds: map[schedKey]schedEntry{}}
 	if p.dev.MemBytes <= 0 {
 		return nil, inputErr("--gpu %s has no memory size; name a GPU (%s) or give mem_bytes, e.g. %s{mem_bytes=80e9}", p.dev.Name, passes.DeviceNames(), p.dev.Name)
 	}
@@ -213,6 +223,19 @@ func (p *planner) inspect() error {
 		return err
 	}
 	p.units = len(labels)
+	// Token slices need a causal model: the token-slice analysis decides.
+	_, serr := passes.NewSliceCostModel(res.Module, p.dev)
+	p.causal = serr == nil
+	if f := p.req.Fix.TokenSlices; f != "" && f != "1" {
+		if !p.causal {
+			return inputErr("%s: --token-slices: %v", p.req.Model, serr)
+		}
+		if f != "auto" {
+			if p.fixedSlices, err = compiler.ResolveTokenSlices(f, p.seq); err != nil {
+				return inputErr("%v", err)
+			}
+		}
+	}
 	return nil
 }
 
@@ -326,13 +349,15 @@ func (p *planner) enumerate() ([]candidate, error) {
 								continue
 							}
 						}
-						for _, rc := range recomputes {
-							for _, z := range zeros {
-								if z > 0 && dp == 1 {
-									continue
+						for _, sliced := range p.slicings(pp, m, sp, sc) {
+							for _, rc := range recomputes {
+								for _, z := range zeros {
+									if z > 0 && dp == 1 {
+										continue
+									}
+									cands = append(cands, candidate{Config: Config{PP: pp, DP: dp, TP: tp, SP: sp, V: sc.v, MicrobatchSize: b, Microbatches: m,
+										Schedule: sc.name, Recompute: rc, Zero: z, sliced: sliced}, key: probeKey{tp, sp, rc}})
 								}
-								cands = append(cands, candidate{Config: Config{PP: pp, DP: dp, TP: tp, SP: sp, V: sc.v, MicrobatchSize: b, Microbatches: m,
-									Schedule: sc.name, Recompute: rc, Zero: z}, key: probeKey{tp, sp, rc}})
 							}
 						}
 					}
@@ -350,6 +375,26 @@ func (p *planner) enumerate() ([]candidate, error) {
 	return cands, nil
 }
 
+// slicings are the token-slice settings worth trying for a configuration: with fewer
+// micro-batches than pipeline ranks (TeraPipe's setting: the pipeline cannot fill with
+// micro-batches alone) both, else none; --token-slices decides when given. Token slices
+// need one stage per rank in micro-batch order (gpipe or 1f1b) and no sequence parallelism.
+func (p *planner) slicings(pp, m int, sp bool, sc scheduleChoice) []bool {
+	ok := !sp && sc.v == 1 && (sc.name == "gpipe" || sc.name == "1f1b") && pp > 1 && p.causal
+	switch f := p.req.Fix.TokenSlices; {
+	case f == "1":
+		return []bool{false}
+	case f != "":
+		if ok {
+			return []bool{true}
+		}
+		return nil
+	case ok && m < pp:
+		return []bool{false, true}
+	}
+	return []bool{false}
+}
+
 // fixedNote lists the fixed dimensions for messages.
 func fixedNote(fx Fixed) string {
 	var s []string
@@ -363,6 +408,9 @@ func fixedNote(fx Fixed) string {
 	}
 	if fx.Schedule != "" {
 		s = append(s, "--schedule "+fx.Schedule)
+	}
+	if fx.TokenSlices != "" {
+		s = append(s, "--token-slices "+fx.TokenSlices)
 	}
 	if len(s) == 0 {
 		return ""
@@ -484,6 +532,25 @@ func (p *planner) run(cands []candidate, res *Result) error {
 	}
 	if ok == 0 {
 		return inputErr("%v", firstErr)
+	}
+	// The token-slice cost model per tp (a probe partitioned one unit per stage).
+	for _, c := range cands {
+		if !c.sliced {
+			continue
+		}
+		if _, done := p.slicers[c.TP]; done {
+			continue
+		}
+		res, err := compiler.Compile(p.req.Model, compiler.Options{Load: p.load(1), PP: p.units, TP: c.TP, Microbatches: 1, Schedule: "gpipe",
+			Precision: p.precision, Partition: "auto", GPU: p.dev.Name, StopAfter: "partition"})
+		var sl *passes.SliceCostModel
+		if err == nil {
+			sl, err = passes.NewSliceCostModel(res.Module, p.dev)
+		}
+		if err != nil {
+			sl = nil // no token slices at this tp; the unsliced candidates remain
+		}
+		p.slicers[c.TP] = sl
 	}
 	// Bounds and the memory that does not depend on timing.
 	var fit []*evaluation

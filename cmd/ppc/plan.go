@@ -41,6 +41,7 @@ func init() {
 			fs.StringVar(&fx.Schedule, "schedule", "", "fix the schedule `S`: "+strings.Join(schedule.Names(), ", "))
 			fs.StringVar(&fx.Recompute, "recompute", "", "fix recomputation `MODE`: none, selective or full")
 			zero := fs.Int("zero", 0, "fix the ZeRO `STAGE`: 0, 1 or 2")
+			fs.StringVar(&fx.TokenSlices, "token-slices", "", "fix token slices (TeraPipe): `1|N|L1,L2,…|auto` (1: none; auto: on, TeraPipe's slicing; default: tried where micro-batches alone cannot fill the pipeline)")
 			return func(args []string) error {
 				if len(args) != 1 {
 					return usagef("want one model file, got %d arguments", len(args))
@@ -151,6 +152,9 @@ func printPlans(w io.Writer, r *planner.Result) {
 		if c.V > 1 {
 			sched += fmt.Sprintf(" v%d", c.V)
 		}
+		if n := len(c.TokenSlices); n > 1 {
+			sched += fmt.Sprintf(" %d slices", n)
+		}
 		var peak int64
 		for _, m := range p.PeakMemory {
 			peak = max(peak, m)
@@ -215,6 +219,9 @@ func describe(c planner.Config) string {
 	s += " " + c.Schedule
 	if c.V > 1 {
 		s += fmt.Sprintf(" v%d", c.V)
+	}
+	if len(c.TokenSlices) > 1 {
+		s += fmt.Sprintf(" with token slices %v", c.TokenSlices)
 	}
 	return s + fmt.Sprintf(", %d×%d sequences, recompute %s, ZeRO %d", c.Microbatches, c.MicrobatchSize, c.Recompute, c.Zero)
 }

@@ -70,7 +70,7 @@ func TestPlanChoiceFitsCompile(t *testing.T) {
 	limit := peak - 1
 	spec := fmt.Sprintf("a100-80gb{mem_bytes=%d}", limit)
 	tight := planJSON(t, append(base, "--gpu", spec)...)
-	if tight.Plans[0].Config == free.Plans[0].Config {
+	if fmt.Sprint(tight.Plans[0].Config) == fmt.Sprint(free.Plans[0].Config) {
 		t.Fatalf("the limit %d (one byte below the winner's peak) did not change the choice %+v", limit, tight.Plans[0].Config)
 	}
 	for i, pl := range tight.Plans {
@@ -115,6 +115,38 @@ func TestPlanChoiceFitsCompile(t *testing.T) {
 	}
 }
 
+// TestPlanTokenSlicesCompile: for a single long sequence the planner cuts it into token
+// slices, and the command it prints compiles into a plan with those slices whose estimate
+// agrees with the prediction.
+func TestPlanTokenSlicesCompile(t *testing.T) {
+	gpt := filepath.Join("..", "..", "testdata", "models", "gpt.ppm")
+	r := planJSON(t, gpt, "--set", "seq=512", "--set", "d_model=512", "--set", "n_heads=8", "--gpus", "8", "--gpu", "v100-16gb",
+		"--global-batch", "1", "--precision", "fp16", "--top", "1")
+	pl := r.Plans[0]
+	if len(pl.Config.TokenSlices) < 2 || !strings.Contains(pl.Command, "--token-slices ") {
+		t.Fatalf("no token slices for one 512-token sequence on 8 GPUs: %+v\n%s", pl.Config, pl.Command)
+	}
+	args := shellSplit(t, pl.Command)
+	dir := t.TempDir()
+	code, out, errs := ppc(t, "", append(args[1:len(args)-1], dir)...)
+	if code != 0 || !strings.Contains(out, "token slices") {
+		t.Fatalf("%s: exit %d\n%s%s", pl.Command, code, out, errs)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "plan.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p codegen.Plan
+	if err := json.Unmarshal(raw, &p); err != nil || p.Estimate == nil {
+		t.Fatalf("plan.json: %v", err)
+	}
+	ratio := pl.StepTime / p.Estimate.StepSeconds
+	t.Logf("%+v: predicted %.4g s, ppc compile estimates %.4g s (×%.3f)", pl.Config, pl.StepTime, p.Estimate.StepSeconds, ratio)
+	if ratio < 0.8 || ratio > 1.25 {
+		t.Errorf("predicted %.4g s, ppc compile's estimate %.4g s", pl.StepTime, p.Estimate.StepSeconds)
+	}
+}
+
 // TestPlanErrors: bad input to ppc plan exits 2 and says what would work.
 func TestPlanErrors(t *testing.T) {
 	gpt := filepath.Join("..", "..", "testdata", "models", "gpt.ppm")
@@ -134,6 +166,7 @@ func TestPlanErrors(t *testing.T) {
 		{[]string{gpt, "--gpus", "8", "--gpu", "h100-80gb", "--zero", "3"}, "--zero must be 0, 1 or 2"},
 		{[]string{gpt, "--gpus", "8", "--gpu", "h100-80gb", "--schedule", "2f2b"}, `--schedule "2f2b": want one of gpipe`},
 		{[]string{gpt, "--gpus", "8", "--gpu", "h100-80gb", "--gpus-per-node", "0"}, "--gpus-per-node must be at least 1"},
+		{[]string{gpt, "--gpus", "8", "--gpu", "h100-80gb", "--token-slices", "40"}, "--token-slices 40: the sequence has 32 tokens, so at most 32 slices"},
 		{[]string{filepath.Join("..", "..", "testdata", "models", "gpt-tiny.onnx"), "--gpus", "8", "--gpu", "h100-80gb"}, "ppc plan reads .ppm models"},
 	} {
 		code, _, errs := ppc(t, "", append([]string{"plan"}, c.args...)...)
