@@ -168,9 +168,9 @@ func Compile(model string, opts Options) (*Result, error) {
 		m.Attrs = m.Attrs.Set(passes.AttrDevice, ir.String(dev.Name))
 	}
 	userSchedule := opts.Schedule
-	if strings.EqualFold(opts.Schedule, "zb-auto") && opts.zbCost == nil && opts.StopAfter == "" && strings.TrimSpace(opts.TokenSlices) != "auto" {
-		// zb-auto is built for the stages' costs: partition once to learn them (a probe
-		// compile), then compile with the schedule made for them.
+	if schedule.CostAware(opts.Schedule) && opts.zbCost == nil && opts.StopAfter == "" && strings.TrimSpace(opts.TokenSlices) != "auto" {
+		// zb-auto and zb-h2 are built for the stages' costs: partition once to learn them
+		// (a probe compile), then compile with the schedule made for them.
 		probe := opts
 		probe.StopAfter, probe.TokenSlices = "partition", ""
 		pr, err := Compile(model, probe)

@@ -211,21 +211,6 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		e.bound = max(e.bound, warm+busy[r]+end)
 		warm += e.cost.Stages[r].F
 	}
-	if c.sliced {
-		if !e.sliceStages() {
-			return nil
-		}
-		e.bound = 0
-		for r := range busy {
-			busy[r] = 0
-		}
-		for s, sc := range e.cost.Stages {
-			busy[e.placement[s]] += float64(c.Microbatches) * (sc.F + sc.I + sc.W)
-		}
-		for _, t := range busy {
-			e.bound = max(e.bound, t)
-		}
-	}
 	e.rankMem = make([]codegen.Memory, c.PP)
 	for r := range e.rankMem {
 		pb := rankParams[r]
@@ -296,7 +281,7 @@ func (e *evaluation) sliceStages() bool {
 		}
 		var t passes.SliceTimes
 		for k := lo; k < e.bounds[s]; k++ {
-			u := p.sliceParts(sl, k, b, l, ctx)
+			u := p.sliceParts(sl, c.TP, k, b, l, ctx)
 			t.F, t.I, t.W = t.F+u.F, t.I+u.I+e.units[k].recompute*float64(l)/T, t.W+u.W
 			if k == lo {
 				t.Transfer = u.Transfer
@@ -344,9 +329,9 @@ func (e *evaluation) sliceStages() bool {
 	return true
 }
 
-// sliceParts is sl.Parts for unit k, cached by the unit's group.
-func (p *planner) sliceParts(sl *passes.SliceCostModel, k, b, l, ctx int) passes.SliceTimes {
-	key := [5]int{p.slicerID(sl), sl.Group(k), b, l, ctx}
+// sliceParts is sl.Parts (the model at tp) for unit k, cached by the unit's group.
+func (p *planner) sliceParts(sl *passes.SliceCostModel, tp, k, b, l, ctx int) passes.SliceTimes {
+	key := [5]int{tp, sl.Group(k), b, l, ctx}
 	p.mu.Lock()
 	t, ok := p.sliceCache[key]
 	p.mu.Unlock()
@@ -358,18 +343,6 @@ func (p *planner) sliceParts(sl *passes.SliceCostModel, k, b, l, ctx int) passes
 	p.sliceCache[key] = t
 	p.mu.Unlock()
 	return t
-}
-
-// slicerID numbers the slice cost models (one per tp) for sliceParts' cache.
-func (p *planner) slicerID(sl *passes.SliceCostModel) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for tp, s := range p.slicers {
-		if s == sl {
-			return tp
-		}
-	}
-	return -1
 }
 
 // withMargin is m with the GPU's margin.
@@ -406,15 +379,22 @@ func (e *evaluation) unsimulated() Plan {
 }
 
 // simulate builds the schedule for the stage costs and simulates it: the step time and its
-// parts, and the activations each rank stashes at its peak. ok is false when a rank does
-// not fit. full breaks the step time down (three simulations instead of one).
-func (e *evaluation) simulate(full bool) (Plan, bool) {
-	pl := e.unsimulated()
+// parts, and the activations each rank stashes at its peak. fits is false when a rank does
+// not fit; built is false when the configuration turned out not to exist (its schedule or
+// its token slicing could not be made). full breaks the step time down (three simulations
+// instead of one).
+func (e *evaluation) simulate(full bool) (pl Plan, fits, built bool) {
+	if e.c.sliced && e.c.TokenSlices == nil && !e.sliceStages() {
+		// The slicing is chosen only for the candidates worth simulating: their bound
+		// (the unsliced compute) is the sliced one's too, less the K/V copies.
+		return Plan{}, false, false
+	}
+	pl = e.unsimulated()
 	c := e.c
 	p := e.p
-	s, err := p.schedule(c, e.cost)
+	s, err := p.schedule(c, e.cost, full)
 	if err != nil {
-		return pl, false
+		return pl, false, false
 	}
 	sim := schedule.SimulateStep
 	if full {
@@ -422,7 +402,7 @@ func (e *evaluation) simulate(full bool) (Plan, bool) {
 	}
 	res, err := sim(s, e.cost)
 	if err != nil {
-		return pl, false
+		return pl, false, false
 	}
 	pl.StepTime, pl.Ideal, pl.BubbleTime, pl.Collectives, pl.Transfers = res.StepTime, res.IdealTime, res.BubbleTime, res.CollectiveTime, res.CommTime
 	pl.TokensPerSec = float64(p.batch*p.seq) / res.StepTime
@@ -432,7 +412,7 @@ func (e *evaluation) simulate(full bool) (Plan, bool) {
 	pl.TFLOPsPerGPU = flops / res.StepTime / float64(p.req.GPUs) / 1e12
 	pl.MFU = flops / res.StepTime / float64(p.req.GPUs) / p.peakRate()
 	pl.Bubble = res.BubbleTime / res.StepTime
-	fits := true
+	fits = true
 	pl.Memory, pl.PeakMemory = nil, nil
 	for r, m := range e.rankMem {
 		if r < len(res.PeakActivationBytes) {
@@ -443,20 +423,43 @@ func (e *evaluation) simulate(full bool) (Plan, bool) {
 		pl.PeakMemory = append(pl.PeakMemory, m.Peak())
 		fits = fits && m.Peak() <= p.dev.MemBytes
 	}
-	return pl, fits
+	return pl, fits, true
 }
 
-// schedule builds c's schedule: the hand-written ones once per shape, zb-auto for the costs.
-func (p *planner) schedule(c Config, cost schedule.Cost) (*schedule.Schedule, error) {
-	if strings.EqualFold(c.Schedule, "zb-auto") {
-		return schedule.GenerateFor(c.Schedule, c.PP, c.Microbatches, c.V, cost, 0)
+// schedule builds c's schedule: the hand-written ones once per shape, zb-auto and zb-h2 for
+// the costs. In the search (exact false) the hand-written layout a cost-aware schedule is
+// never slower than stands in for it — ZB-H1 for zb-auto at its default memory, ZB-H2's own
+// layout for zb-h2 — since building list schedules for thousands of candidates would
+// dominate the search; the plans printed are built for their costs and simulated again.
+func (p *planner) schedule(c Config, cost schedule.Cost, exact bool) (*schedule.Schedule, error) {
+	if !schedule.CostAware(c.Schedule) {
+		return p.handLayout(c)
 	}
+	if !exact && len(c.TokenSlices) < 2 {
+		proxy := c
+		if strings.EqualFold(c.Schedule, "zb-auto") {
+			proxy.Schedule = "zb-h1"
+		}
+		if s, err := p.handLayout(proxy); err == nil {
+			return s, nil
+		}
+	}
+	s, err := schedule.GenerateFor(c.Schedule, c.PP, c.Microbatches, c.V, cost, 0)
+	if err == nil && len(c.TokenSlices) > 1 {
+		s, err = schedule.SliceTokens(s, len(c.TokenSlices))
+	}
+	return s, err
+}
+
+// handLayout is the unit-cost layout of c's schedule (token-sliced as c says), built once
+// per shape.
+func (p *planner) handLayout(c Config) (*schedule.Schedule, error) {
 	k := schedKey{c.Schedule, c.PP, c.Microbatches, c.V, len(c.TokenSlices)}
 	p.mu.Lock()
-	s, ok := p.scheds[k]
+	e, ok := p.scheds[k]
 	p.mu.Unlock()
 	if ok {
-		return s.s, s.err
+		return e.s, e.err
 	}
 	sc, err := schedule.Generate(c.Schedule, c.PP, c.Microbatches, c.V)
 	if err == nil && len(c.TokenSlices) > 1 {

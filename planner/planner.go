@@ -592,7 +592,10 @@ func (p *planner) run(cands []candidate, res *Result) error {
 		if len(best) >= k && e.bound >= best[len(best)-1].pl.StepTime {
 			break
 		}
-		pl, ok := e.simulate(false)
+		pl, ok, built := e.simulate(false)
+		if !built {
+			continue
+		}
 		res.Simulated++
 		if !ok {
 			if res.Unfit == nil || pl.StepTime < res.Unfit.StepTime {
@@ -619,10 +622,13 @@ func (p *planner) run(cands []candidate, res *Result) error {
 	}
 	// The printed plans with their step times broken down (the runner-up too: the
 	// explanation compares it).
-	for _, b := range best[:min(len(best), max(p.req.Top, 2))] {
-		pl, _ := b.e.simulate(true)
-		res.Plans = append(res.Plans, pl)
+	for _, b := range best {
+		if pl, fits, built := b.e.simulate(true); built && fits {
+			res.Plans = append(res.Plans, pl)
+		}
 	}
+	sort.SliceStable(res.Plans, func(i, j int) bool { return res.Plans[i].StepTime < res.Plans[j].StepTime })
+	res.Plans = res.Plans[:min(len(res.Plans), max(p.req.Top, 2))]
 	if res.Unfit != nil && res.Unfit.StepTime > 0 && res.Unfit.StepTime >= res.Plans[0].StepTime {
 		res.Unfit = nil // it would not have won anyway
 	}
