@@ -87,6 +87,7 @@ type Result struct {
 	Model      string  `json:"model"`
 	Params     int64   `json:"parameters"`
 	Device     string  `json:"device"`
+	DeviceMem  int64   `json:"device_memory"` // bytes per GPU
 	GPUs       int     `json:"gpus"`
 	Batch      int     `json:"global_batch"`
 	Seq        int     `json:"seq"`
@@ -172,7 +173,7 @@ func Search(req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Model: req.Model, Params: p.params, Device: p.dev.Name, GPUs: req.GPUs, Batch: p.batch, Seq: p.seq, Searched: len(cands),
+	res := &Result{Model: req.Model, Params: p.params, Device: p.dev.Name, DeviceMem: p.dev.MemBytes, GPUs: req.GPUs, Batch: p.batch, Seq: p.seq, Searched: len(cands),
 		Assumption: "ppc's recipe: fp32 master weights, gradients and AdamW state (16 B per parameter) with " + p.precision + " compute; costs from the model's IR on the device profile (GEMM efficiency curve, roofline for other ops, ring collectives); one sequence's probe scaled by the micro-batch size"}
 	if err := p.run(cands, res); err != nil {
 		return nil, err
@@ -552,6 +553,10 @@ func (p *planner) run(cands []candidate, res *Result) error {
 		}
 		p.slicers[c.TP] = sl
 	}
+	// The faster configuration that misses the memory by at most a quarter, reported beside
+	// the winner (with its step time, or its bound when it was not simulated).
+	unfitScore := 0.0
+	nearMiss := func(peak int64) bool { return float64(peak) <= 1.25*float64(p.dev.MemBytes) }
 	// Bounds and the memory that does not depend on timing.
 	var fit []*evaluation
 	var leastMem *evaluation
@@ -562,11 +567,9 @@ func (p *planner) run(cands []candidate, res *Result) error {
 		}
 		if e.fitsStatic() {
 			fit = append(fit, e)
-		} else {
-			if res.Unfit == nil || e.bound < res.Unfit.Ideal {
-				pl := e.unsimulated()
-				res.Unfit = &pl
-			}
+		} else if nearMiss(e.staticPeak()) && (res.Unfit == nil || e.bound < unfitScore) {
+			pl := e.unsimulated()
+			res.Unfit, unfitScore = &pl, e.bound
 		}
 		if leastMem == nil || e.staticPeak() < leastMem.staticPeak() {
 			leastMem = e
@@ -598,8 +601,8 @@ func (p *planner) run(cands []candidate, res *Result) error {
 		}
 		res.Simulated++
 		if !ok {
-			if res.Unfit == nil || pl.StepTime < res.Unfit.StepTime {
-				res.Unfit = &pl
+			if nearMiss(slices.Max(pl.PeakMemory)) && (res.Unfit == nil || pl.StepTime < unfitScore) {
+				res.Unfit, unfitScore = &pl, pl.StepTime
 			}
 			if leastUnfit == nil || slices.Max(pl.PeakMemory) < slices.Max(leastUnfit.PeakMemory) {
 				leastUnfit = &pl
@@ -629,7 +632,7 @@ func (p *planner) run(cands []candidate, res *Result) error {
 	}
 	sort.SliceStable(res.Plans, func(i, j int) bool { return res.Plans[i].StepTime < res.Plans[j].StepTime })
 	res.Plans = res.Plans[:min(len(res.Plans), max(p.req.Top, 2))]
-	if res.Unfit != nil && res.Unfit.StepTime > 0 && res.Unfit.StepTime >= res.Plans[0].StepTime {
+	if res.Unfit != nil && unfitScore >= res.Plans[0].StepTime {
 		res.Unfit = nil // it would not have won anyway
 	}
 	return nil

@@ -167,8 +167,18 @@ func printPlans(w io.Writer, r *planner.Result) {
 	f := schedule.Seconds.Format
 	fmt.Fprintf(w, "\n  plan 1: step %s = ideal %s + bubble %s + collectives %s + transfers not hidden %s\n", f(best.StepTime), f(best.Ideal), f(best.BubbleTime), f(best.Collectives), f(best.Transfers))
 	fmt.Fprintf(w, "  memory per pipeline rank (each of its dp × tp GPUs):\n")
-	for i, m := range best.Memory {
-		fmt.Fprintf(w, "    pp %-4d %s\n", i, m)
+	// Consecutive ranks with the same memory share a line.
+	for i := 0; i < len(best.Memory); {
+		j := i + 1
+		for j < len(best.Memory) && best.Memory[j] == best.Memory[i] {
+			j++
+		}
+		label := fmt.Sprint(i)
+		if j-i > 1 {
+			label = fmt.Sprintf("%d–%d", i, j-1)
+		}
+		fmt.Fprintf(w, "    pp %-6s %s\n", label, best.Memory[i])
+		i = j
 	}
 	if len(r.Plans) > 1 {
 		fmt.Fprintf(w, "  why not plan 2: %s\n", explain(best, r.Plans[1]))
@@ -178,7 +188,11 @@ func printPlans(w io.Writer, r *planner.Result) {
 		for _, m := range u.PeakMemory {
 			peak = max(peak, m)
 		}
-		fmt.Fprintf(w, "  faster but does not fit: %s needs %s per GPU\n", describe(u.Config), codegen.FormatBytes(peak))
+		needs := "needs"
+		if u.StepTime == 0 {
+			needs = "needs at least" // not simulated: one micro-batch's activations
+		}
+		fmt.Fprintf(w, "  faster but does not fit: %s %s %s per GPU, over the %s of a %s\n", describe(u.Config), needs, codegen.FormatBytes(peak), codegen.FormatBytes(r.DeviceMem), r.Device)
 	}
 	fmt.Fprintf(w, "\n  commands:\n")
 	for i, p := range r.Plans {
