@@ -35,19 +35,9 @@ func SplitCosts(m *ir.Module, dev DeviceProfile) ([]SplitCost, error) {
 		if kind == KindF {
 			continue
 		}
-		weight := map[*ir.Value]bool{}
-		for i, a := range f.Args {
-			weight[a] = f.ArgAttrs[i].Has(ir.AttrParam)
-		}
+		weight := paramDerived(f)
 		s := f.Attrs.Int("stage", 0)
 		for _, op := range f.Ops {
-			w := len(op.Operands) > 0
-			for _, x := range op.Operands {
-				w = w && weight[x]
-			}
-			for _, r := range op.Results {
-				weight[r] = w
-			}
 			if op.Remat {
 				at(s).Recompute += dev.CostOf(op, func(v *ir.Value) bool { return weight[v] }, axis).F
 			}
@@ -90,4 +80,23 @@ func SplitCosts(m *ir.Module, dev DeviceProfile) ([]SplitCost, error) {
 		}
 	}
 	return out, nil
+}
+
+// paramDerived marks f's parameters and the values computed from parameters alone (a cast
+// or transposed weight): an op reading one has a weight gradient.
+func paramDerived(f *ir.Func) map[*ir.Value]bool {
+	param := map[*ir.Value]bool{}
+	for i, a := range f.Args {
+		param[a] = f.ArgAttrs[i].Has(ir.AttrParam)
+	}
+	for _, op := range f.Ops {
+		side := len(op.Operands) > 0
+		for _, x := range op.Operands {
+			side = side && param[x]
+		}
+		for _, r := range op.Results {
+			param[r] = side
+		}
+	}
+	return param
 }

@@ -86,19 +86,7 @@ func NewSliceCostModel(m *ir.Module, dev DeviceProfile) (*SliceCostModel, error)
 			break
 		}
 	}
-	param := map[*ir.Value]bool{}
-	for i, a := range f.Args {
-		param[a] = f.ArgAttrs[i].Has(ir.AttrParam)
-	}
-	for _, op := range f.Ops {
-		side := len(op.Operands) > 0
-		for _, x := range op.Operands {
-			side = side && param[x]
-		}
-		for _, r := range op.Results {
-			param[r] = side
-		}
-	}
+	param := paramDerived(f)
 	axisSize := func(name string) int {
 		for _, a := range m.Mesh() {
 			if a.Name == name {
