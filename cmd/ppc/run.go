@@ -16,6 +16,7 @@ import (
 	"ppc.dev/ppc/passes"
 	"ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/cpu"
+	"ppc.dev/ppc/runtime/cuda"
 	"ppc.dev/ppc/runtime/device"
 )
 
@@ -99,7 +100,7 @@ func init() {
 					}
 					defer lock.Unlock()
 				}
-				d, err := openDevice(*dev)
+				d, err := openDevice(*dev, e.getenvFunc())
 				if err != nil {
 					return err
 				}
@@ -334,12 +335,17 @@ func checkWritableDir(dir string) error {
 	return os.Remove(f.Name())
 }
 
-func openDevice(name string) (device.Device, error) {
+func openDevice(name string, getenv func(string) string) (device.Device, error) {
 	switch name {
 	case "cpu":
 		return cpu.New(), nil
 	case "cuda":
-		return nil, fmt.Errorf("--device cuda: no CUDA device is available to this build (libcuda could not be opened); use --device cpu")
+		// Bad input either way (exit 2): what is missing on this machine, or what ppc
+		// itself does not have yet.
+		if err := cuda.Probe(getenv).Usable(); err != nil {
+			return nil, fmt.Errorf("--device cuda: %v; 'ppc devices' lists what was found; use --device cpu", err)
+		}
+		return nil, fmt.Errorf("--device cuda: the CUDA libraries and a GPU are here, but ppc's CUDA kernels are not built yet (issue 13); use --device cpu")
 	}
 	return nil, usagef("--device must be cpu or cuda, got %q", name)
 }

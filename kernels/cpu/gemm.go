@@ -584,3 +584,12 @@ func gemmInterleave[T Float](d []T, w, n, kb int, src func(i int) []T) {
 		}
 	}
 }
+
+// GEMMKernel names the float32 GEMM micro-kernel this machine runs ("avx512…", "avx2…", or
+// the pure-Go "go4x4"), for `ppc devices`.
+func GEMMKernel() string {
+	if gemmImplS == nil {
+		return gemmGenericS.name
+	}
+	return gemmImplS.name
+}

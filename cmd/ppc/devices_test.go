@@ -1,0 +1,45 @@
+package main
+
+import (
+	"bytes"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestDevicesAndCUDARun: `ppc devices` lists the CPU and, on a machine without the NVIDIA
+// libraries, which ones are missing; `ppc run --device cuda` there exits 2 naming the
+// driver library and where it looked, never a panic.
+func TestDevicesAndCUDARun(t *testing.T) {
+	empty := t.TempDir()
+	getenv := func(k string) string {
+		if k == "LD_LIBRARY_PATH" {
+			return empty
+		}
+		return ""
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"devices"}, &env{stdout: &out, stderr: &errb, getenv: getenv}); code != 0 {
+		t.Fatalf("ppc devices: exit %d: %s", code, errb.String())
+	}
+	if strings.Contains(out.String(), "cuda   found") {
+		t.Skip("this machine has the CUDA libraries; the missing-library path is tested where it has none")
+	}
+	for _, want := range []string{"cpu    available: ", " cores, GEMM kernel ", "cuda   not available: the NVIDIA driver library libcuda.so.1 / libcuda.so not found (looked in: " + empty,
+		"NVRTC     not found", "cuBLASLt  not found", "NCCL      not found"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("ppc devices lacks %q:\n%s", want, out.String())
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "mlp")
+	if code, _, errs := ppc(t, "", "compile", filepath.Join("..", "..", "testdata", "models", "mlp.ppm"), "-o", dir); code != 0 {
+		t.Fatal(errs)
+	}
+	out.Reset()
+	errb.Reset()
+	code := run([]string{"run", dir, "--device", "cuda"}, &env{stdout: &out, stderr: &errb, getenv: getenv})
+	if code != exitInput || !strings.Contains(errb.String(), "--device cuda: the NVIDIA driver library libcuda.so.1 / libcuda.so not found (looked in: "+empty) ||
+		!strings.Contains(errb.String(), "'ppc devices' lists what was found; use --device cpu") || strings.Contains(errb.String(), "panic") {
+		t.Errorf("ppc run --device cuda: exit %d\n%s", code, errb.String())
+	}
+}
