@@ -446,6 +446,48 @@ func (r *Rank) globalType(i int) ir.Type {
 	return ir.Type{DType: t.DType, Shape: shape}
 }
 
+// LaunchSpecs lists a program's kernel launch sites: each LAUNCH instruction's kernel with
+// the types of its operands and results (what a device prepares), in program order. For
+// tools that generate code per launch site (`ppc dis --cuda`).
+func LaunchSpecs(p *pb.Program) ([]*device.Spec, error) {
+	var out []*device.Spec
+	typeOf := func(id int32) (ir.Type, error) {
+		if id < 0 || int(id) >= len(p.Buffers) || p.Buffers[id] == nil {
+			return ir.Type{}, fmt.Errorf("buffer %d out of range", id)
+		}
+		b := p.Buffers[id]
+		return codegen.TypeFromProto(b.Dtype, b.Shape)
+	}
+	for i, in := range p.Instrs {
+		if in.GetKind() != pb.Instr_LAUNCH {
+			continue
+		}
+		if in.Kernel < 0 || int(in.Kernel) >= len(p.Kernels) || p.Kernels[in.Kernel] == nil {
+			return nil, fmt.Errorf("instruction %d: kernel %d out of range", i, in.Kernel)
+		}
+		s, err := kernelSpec(p.Kernels[in.Kernel])
+		if err != nil {
+			return nil, fmt.Errorf("instruction %d: %v", i, err)
+		}
+		for _, id := range in.In {
+			t, err := typeOf(id)
+			if err != nil {
+				return nil, fmt.Errorf("instruction %d: %v", i, err)
+			}
+			s.In = append(s.In, t)
+		}
+		for _, id := range in.Out {
+			t, err := typeOf(id)
+			if err != nil {
+				return nil, fmt.Errorf("instruction %d: %v", i, err)
+			}
+			s.Out = append(s.Out, t)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
 func kernelSpec(pk *pb.Kernel) (*device.Spec, error) {
 	if pk.Op == "fused" {
 		if len(pk.Fused) == 0 || len(pk.Fused) > 4096 {

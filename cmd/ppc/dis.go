@@ -3,20 +3,26 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
 	"ppc.dev/ppc/codegen"
 	pb "ppc.dev/ppc/codegen/programpb"
+	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/cuda"
 )
 
 func init() {
 	commands = append(commands, &command{
-		name: "dis", args: "FILE.ppx | DIR",
-		summary: "Print a compiled program as text: buffers, kernels and the instruction stream (every program's, one per pipeline rank, for a plan directory).",
+		name: "dis", args: "FILE.ppx | DIR [--cuda]",
+		summary: "Print a compiled program as text: buffers, kernels and the instruction stream (every program's, one per pipeline rank, for a plan directory); --cuda prints the CUDA C of its kernels instead.",
 		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
+			asCUDA := fs.Bool("cuda", false, "print the CUDA C of every kernel launch site (with ppc_cuda.h first) instead of the program text")
 			return func(args []string) error {
 				if len(args) != 1 {
 					return usagef("want one program file or plan directory, got %d arguments", len(args))
@@ -36,6 +42,9 @@ func init() {
 					// records; a lone program (or a plan.json that does not read) is shown as
 					// it is.
 					plan, _ = codegen.ReadPlan(filepath.Dir(args[0]))
+				}
+				if *asCUDA {
+					return printCUDA(e.stdout, files, plan)
 				}
 				for i, path := range files {
 					text, err := disassemble(path, plan)
@@ -58,22 +67,73 @@ func init() {
 // disassemble reads one program file, checks it against plan's checksum when plan lists it,
 // and returns its text.
 func disassemble(path string, plan *codegen.Plan) (string, error) {
+	p, err := readProgram(path, plan)
+	if err != nil {
+		return "", err
+	}
+	return codegen.Disassemble(p), nil
+}
+
+// printCUDA writes the CUDA C of every launch site of the programs: the portability header
+// once, then one kernel per launch site, named after its file and position. Launch sites
+// whose op has no CUDA kernel yet are listed in a comment, so the output always compiles.
+func printCUDA(w io.Writer, files []string, plan *codegen.Plan) error {
+	var ks []cuda.Kernel
+	var missing []string
+	for _, path := range files {
+		p, err := readProgram(path, plan)
+		if err != nil {
+			return err
+		}
+		specs, err := runtime.LaunchSpecs(p)
+		if err != nil {
+			return fmt.Errorf("%s: %v", path, err)
+		}
+		stem := strings.NewReplacer("-", "_", ".", "_").Replace(strings.TrimSuffix(filepath.Base(path), filepath.Ext(path)))
+		for i, s := range specs {
+			name := fmt.Sprintf("%s_k%d", stem, i)
+			if s.Op != nil && !s.Op.Has(ir.Elementwise) {
+				missing = append(missing, fmt.Sprintf("%s: %s", name, s.Op.Name))
+				continue
+			}
+			k, err := cuda.Elementwise(s, name)
+			if err != nil {
+				missing = append(missing, fmt.Sprintf("%s: %v", name, err))
+				continue
+			}
+			ks = append(ks, k)
+		}
+	}
+	if _, err := fmt.Fprint(w, cuda.Source(ks...)); err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		fmt.Fprintf(w, "\n// %d launch site(s) without a CUDA kernel yet (ppc's CUDA device is in progress):\n", len(missing))
+		for _, m := range missing {
+			fmt.Fprintf(w, "//   %s\n", m)
+		}
+	}
+	return nil
+}
+
+// readProgram reads and checks one program file.
+func readProgram(path string, plan *codegen.Plan) (*pb.Program, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return "", trimPathError(err)
+		return nil, trimPathError(err)
 	}
 	if plan != nil {
 		// Before decoding: a flipped byte is corruption, not "cannot parse".
 		if err := plan.CheckProgramBytes(filepath.Base(path), data); err != nil {
-			return "", fmt.Errorf("%s: %v", path, err)
+			return nil, fmt.Errorf("%s: %v", path, err)
 		}
 	}
 	p := &pb.Program{}
 	if err := proto.Unmarshal(data, p); err != nil {
-		return "", fmt.Errorf("%s: not a ppc program: %v", path, err)
+		return nil, fmt.Errorf("%s: not a ppc program: %v", path, err)
 	}
 	if p.FormatVersion != codegen.FormatVersion {
-		return "", fmt.Errorf("%s: not a ppc program (format version %d)", path, p.FormatVersion)
+		return nil, fmt.Errorf("%s: not a ppc program (format version %d)", path, p.FormatVersion)
 	}
-	return codegen.Disassemble(p), nil
+	return p, nil
 }

@@ -1,0 +1,279 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+
+	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/runtime/cpu"
+	"ppc.dev/ppc/runtime/device"
+)
+
+// ewCase is one elementwise launch site to generate, compile and run.
+type ewCase struct {
+	name string
+	spec *device.Spec
+	// ulps: how far from the CPU device a result may be, in units of the result dtype's
+	// last place (0: bit-exact). Transcendentals differ by a few ulps between libraries;
+	// 16-bit results of f32 arithmetic may round once more than the CPU's float64 path.
+	ulps float64
+}
+
+var (
+	f32 = ir.F32
+	bf  = ir.BF16
+	f16 = ir.F16
+)
+
+func ty(d ir.DType, s ...int) ir.Type { return ir.Type{DType: d, Shape: ir.Shape(s)} }
+
+// ewCases: every elementwise op ppc's CUDA device has, on an odd-sized output (105 elements,
+// not a multiple of any block size used) with broadcast inputs, in f32 and in the 16-bit
+// dtypes; integer and boolean ops; and fused chains as the lowering makes them.
+func ewCases() []ewCase {
+	out := []int{3, 5, 7}
+	var cs []ewCase
+	op := func(name string, at ir.Attrs, ulps float64, in []ir.Type, o ir.Type) {
+		cs = append(cs, ewCase{fmt.Sprintf("k%d_%s", len(cs), name), &device.Spec{Op: ir.MustLookup(name), Attrs: at, In: in, Out: []ir.Type{o}}, ulps})
+	}
+	for _, d := range []ir.DType{f32, bf, f16, ir.F64} {
+		low := 0.0
+		if d == bf || d == f16 {
+			low = 1
+		}
+		full, row, scalar := ty(d, out...), ty(d, 7), ty(d)
+		for _, name := range []string{"add", "sub", "mul", "div", "max", "min"} {
+			op(name, nil, low, []ir.Type{full, row}, full)
+		}
+		op("pow", nil, 8, []ir.Type{full, scalar}, full)
+		for _, name := range []string{"neg", "abs", "relu", "stop_gradient", "sqrt"} {
+			op(name, nil, low, []ir.Type{full}, full)
+		}
+		for _, name := range []string{"exp", "log", "tanh", "sigmoid", "silu", "erf", "sin", "cos", "rsqrt"} {
+			op(name, nil, 8, []ir.Type{full}, full)
+		}
+		// erfc's tail (GELU at negative x) differs by up to tens of ulps between libraries.
+		op("gelu", nil, 32, []ir.Type{full}, full)
+		op("gelu", ir.Attrs{{Name: "approximate", Value: ir.String("tanh")}}, 8, []ir.Type{full}, full)
+		for _, name := range []string{"equal", "less", "greater"} {
+			op(name, nil, 0, []ir.Type{full, ty(d, 5, 1)}, ty(ir.Bool, out...))
+		}
+		op("where", nil, 0, []ir.Type{ty(ir.Bool, 5, 7), full, scalar}, full)
+	}
+	i64 := ty(ir.I64, out...)
+	for _, name := range []string{"add", "sub", "mul", "div", "max", "min"} {
+		op(name, nil, 0, []ir.Type{i64, ty(ir.I64, 7)}, i64)
+	}
+	b := ty(ir.Bool, out...)
+	op("and", nil, 0, []ir.Type{b, ty(ir.Bool, 5, 1)}, b)
+	op("or", nil, 0, []ir.Type{b, b}, b)
+	op("not", nil, 0, []ir.Type{b}, b)
+	// Casts between every pair of float dtypes, and to and from integers.
+	for _, from := range []ir.DType{f32, bf, f16, ir.F64, ir.I32} {
+		for _, to := range []ir.DType{f32, bf, f16, ir.F64, ir.I64} {
+			if from != to {
+				op("cast", nil, 0, []ir.Type{ty(from, out...)}, ty(to, out...))
+			}
+		}
+	}
+	// Fused chains: a bias and GELU in bf16 (x·w + b, gelu, cast), and a causal mask step.
+	step := func(name string, args []int, at ir.Attrs, t ir.Type) device.FusedStep {
+		return device.FusedStep{Op: ir.MustLookup(name), Args: args, Attrs: at, Type: t}
+	}
+	cs = append(cs, ewCase{"k_fused_bias_gelu", &device.Spec{
+		In: []ir.Type{ty(f32, out...), ty(f32, 7), ty(f32)},
+		Fused: []device.FusedStep{step("mul", []int{0, 2}, nil, ty(f32, out...)), step("add", []int{3, 1}, nil, ty(f32, out...)),
+			step("gelu", []int{4}, ir.Attrs{{Name: "approximate", Value: ir.String("tanh")}}, ty(f32, out...)), step("cast", []int{5}, nil, ty(bf, out...))},
+		Out: []ir.Type{ty(bf, out...)}}, 1})
+	cs = append(cs, ewCase{"k_fused_mask", &device.Spec{
+		In: []ir.Type{ty(bf, out...), ty(ir.Bool, 5, 7), ty(bf)},
+		Fused: []device.FusedStep{step("mul", []int{0, 2}, nil, ty(bf, out...)), step("where", []int{1, 2, 3}, nil, ty(bf, out...)),
+			step("exp", []int{4}, nil, ty(f32, out...))},
+		Out: []ir.Type{ty(f32, out...)}}, 8})
+	return cs
+}
+
+// randomTensor fills t with values an op of the case accepts: positive where a log, sqrt or
+// pow needs it, 0/1 for booleans, small integers without zero divisors' trouble.
+func randomTensor(rng *rand.Rand, t ir.Type, positive bool) device.Tensor {
+	n := t.NumElements()
+	data := make([]byte, max(t.Bytes(), 8))
+	tt := device.Tensor{Type: t, Data: data[:t.Bytes()]}
+	for i := 0; i < n; i++ {
+		x := rng.NormFloat64() * 2
+		if positive {
+			x = math.Abs(x) + 0.05
+		}
+		switch t.DType {
+		case ir.F32:
+			tt.F32()[i] = float32(x)
+		case ir.F64:
+			tt.F64()[i] = x
+		case ir.BF16:
+			tt.U16()[i] = ir.F32ToBF16(float32(x))
+		case ir.F16:
+			tt.U16()[i] = ir.F32ToF16(float32(x))
+		case ir.I64:
+			tt.I64()[i] = int64(rng.IntN(21) - 10)
+		case ir.I32:
+			tt.I32()[i] = int32(rng.IntN(2001) - 1000)
+		case ir.Bool:
+			tt.Data[i] = byte(rng.IntN(2))
+		}
+	}
+	return tt
+}
+
+// value reads element i as float64, and the size of one ulp there.
+func value(t device.Tensor, i int) (v, ulp float64) {
+	switch t.Type.DType {
+	case ir.F32:
+		x := t.F32()[i]
+		return float64(x), float64(math.Nextafter32(float32(math.Abs(float64(x))), float32(math.Inf(1)))) - math.Abs(float64(x))
+	case ir.F64:
+		x := t.F64()[i]
+		return x, math.Nextafter(math.Abs(x), math.Inf(1)) - math.Abs(x)
+	case ir.BF16:
+		x := float64(ir.BF16ToF32(t.U16()[i]))
+		return x, math.Max(math.Abs(x)/128, 1e-38)
+	case ir.F16:
+		x := float64(ir.F16ToF32(t.U16()[i]))
+		return x, math.Max(math.Abs(x)/1024, 6e-8)
+	case ir.I64:
+		return float64(t.I64()[i]), 0
+	case ir.I32:
+		return float64(t.I32()[i]), 0
+	}
+	return float64(t.Data[i]), 0
+}
+
+// compiler finds a C++ compiler for the host build.
+func hostCompiler(t *testing.T) string {
+	for _, c := range []string{"clang++", "c++", "g++"} {
+		if p, err := exec.LookPath(c); err == nil {
+			return p
+		}
+	}
+	t.Skip("no C++ compiler to build the kernels for the host")
+	return ""
+}
+
+// TestKernelsCompileToPTX: every generated kernel compiles to PTX for sm_80 with clang
+// and no CUDA SDK (CI installs clang), each an entry point.
+func TestKernelsCompileToPTX(t *testing.T) {
+	clang, err := exec.LookPath("clang")
+	if err != nil {
+		t.Skip("clang is not installed (.ci/run installs it): the kernels' PTX compile is not checked here")
+	}
+	var ks []Kernel
+	for _, c := range ewCases() {
+		k, err := Elementwise(c.spec, c.name)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		ks = append(ks, k)
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "kernels.cu")
+	if err := os.WriteFile(src, []byte(Source(ks...)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ptx := filepath.Join(dir, "kernels.ptx")
+	out, err := exec.Command(clang, "-x", "cuda", "--cuda-device-only", "-nocudainc", "-nocudalib", "--cuda-gpu-arch=sm_80", "-O2", "-S", "-o", ptx, src).CombinedOutput()
+	if err != nil {
+		t.Fatalf("clang: %v\n%s", err, out)
+	}
+	text, err := os.ReadFile(ptx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range ks {
+		if !strings.Contains(string(text), ".entry "+k.Name+"(") {
+			t.Errorf("the PTX has no entry %s", k.Name)
+		}
+	}
+}
+
+// TestKernelsOnHost: every generated kernel, built for the host through ppc_cuda.h and run
+// with grids that do not divide the size (3 blocks of 32 threads, 4 of 64, one thread), gives
+// the CPU device's results on random inputs: bit for bit where the arithmetic is IEEE, within
+// a few ulps for transcendentals.
+func TestKernelsOnHost(t *testing.T) {
+	cxx := hostCompiler(t)
+	cases := ewCases()
+	var ks []Kernel
+	for _, c := range cases {
+		k, err := Elementwise(c.spec, c.name)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		ks = append(ks, k)
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "kernels.cc")
+	if err := os.WriteFile(src, []byte(Source(ks...)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	so := filepath.Join(dir, "kernels.so")
+	if out, err := exec.Command(cxx, "-x", "c++", "-std=c++17", "-DPPC_HOST", "-O1", "-fno-fast-math", "-ffp-contract=off", "-shared", "-fPIC", "-o", so, src).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", cxx, err, out)
+	}
+	lib, err := purego.Dlopen(so, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := cpu.New()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for ci, c := range cases {
+		impl, err := dev.Prepare(c.spec)
+		if err != nil {
+			t.Fatalf("%s: CPU device: %v", c.name, err)
+		}
+		name := describe(c.spec)
+		positive := strings.Contains(name, "log") || strings.Contains(name, "sqrt") || strings.Contains(name, "pow")
+		var in []device.Tensor
+		var ptrs []unsafe.Pointer
+		for _, t := range c.spec.In {
+			x := randomTensor(rng, t, positive)
+			in = append(in, x)
+			ptrs = append(ptrs, unsafe.Pointer(&x.Data[0]))
+		}
+		o := c.spec.Out[0]
+		want := device.Tensor{Type: o, Data: make([]byte, o.Bytes())}
+		if err := impl(in, []device.Tensor{want}); err != nil {
+			t.Fatalf("%s: CPU device: %v", c.name, err)
+		}
+		sym, err := purego.Dlsym(lib, ks[ci].Name+"_host")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var launch func(in *unsafe.Pointer, out unsafe.Pointer, n int64, grid, block int32)
+		purego.RegisterFunc(&launch, sym)
+		for _, g := range [][2]int32{{3, 32}, {4, 64}, {1, 1}} {
+			got := device.Tensor{Type: o, Data: make([]byte, o.Bytes())}
+			launch(&ptrs[0], unsafe.Pointer(&got.Data[0]), ks[ci].N, g[0], g[1])
+			runtime.KeepAlive(in)
+			bad := 0
+			for i := 0; i < o.NumElements(); i++ {
+				w, ulp := value(want, i)
+				v, _ := value(got, i)
+				if v == w || (math.IsNaN(v) && math.IsNaN(w)) || math.Abs(v-w) <= c.ulps*ulp {
+					continue
+				}
+				if bad++; bad <= 3 {
+					t.Errorf("%s (%s, grid %d×%d): element %d = %v, the CPU device gives %v (%.1f ulps; allowed %g)", c.name, name, g[0], g[1], i, v, w, math.Abs(v-w)/ulp, c.ulps)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,188 @@
+// ppc_cuda.h: the portability header of ppc's generated CUDA C. Self-contained (no CUDA SDK
+// header), it compiles three ways:
+//   - by NVRTC at load time on the GPU (__CUDACC_RTC__): NVRTC's own keywords and built-ins,
+//     libdevice's __nv_* math;
+//   - by clang as CUDA without the SDK (`clang -x cuda --cuda-device-only -nocudainc
+//     -nocudalib`, CI's check that every kernel compiles to PTX): attributes and NVVM
+//     built-ins spelled out, libdevice's __nv_* declared and left external in the PTX;
+//   - for the host (PPC_HOST, by clang++ or g++), where a launch is a loop over the grid's
+//     blocks and threads, so CI runs every kernel on the CPU and compares it with the CPU
+//     device.
+// bf16 and f16 conversions are written out (round to nearest even, as the CPU device's).
+#ifndef PPC_CUDA_H
+#define PPC_CUDA_H
+
+#if defined(PPC_HOST)
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#define PPC_GLOBAL extern "C"
+#define PPC_DEV static inline
+static unsigned ppc_tid, ppc_bid, ppc_bdim, ppc_gdim; // the emulated thread's coordinates
+#define PPC_TID ppc_tid
+#define PPC_BID ppc_bid
+#define PPC_BDIM ppc_bdim
+#define PPC_GDIM ppc_gdim
+PPC_DEV float ppc_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+PPC_DEV uint32_t ppc_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+PPC_DEV float ppc_expf(float x) { return expf(x); }
+PPC_DEV float ppc_logf(float x) { return logf(x); }
+PPC_DEV float ppc_tanhf(float x) { return tanhf(x); }
+PPC_DEV float ppc_erff(float x) { return erff(x); }
+PPC_DEV float ppc_erfcf(float x) { return erfcf(x); }
+PPC_DEV float ppc_sinf(float x) { return sinf(x); }
+PPC_DEV float ppc_cosf(float x) { return cosf(x); }
+PPC_DEV float ppc_powf(float x, float y) { return powf(x, y); }
+PPC_DEV double ppc_exp(double x) { return exp(x); }
+PPC_DEV double ppc_log(double x) { return log(x); }
+PPC_DEV double ppc_tanh(double x) { return tanh(x); }
+PPC_DEV double ppc_erf(double x) { return erf(x); }
+PPC_DEV double ppc_erfc(double x) { return erfc(x); }
+PPC_DEV double ppc_sin(double x) { return sin(x); }
+PPC_DEV double ppc_cos(double x) { return cos(x); }
+PPC_DEV double ppc_pow(double x, double y) { return pow(x, y); }
+#else
+#if defined(__CUDACC_RTC__)
+#define PPC_GLOBAL extern "C" __global__
+#define PPC_DEV static __device__ __forceinline__
+#define PPC_TID threadIdx.x
+#define PPC_BID blockIdx.x
+#define PPC_BDIM blockDim.x
+#define PPC_GDIM gridDim.x
+#define PPC_EXTERN_DEV extern "C" __device__
+#else // clang -x cuda -nocudainc
+#define PPC_GLOBAL extern "C" __attribute__((global))
+#define PPC_DEV static __attribute__((device)) __attribute__((always_inline)) inline
+#define PPC_TID __nvvm_read_ptx_sreg_tid_x()
+#define PPC_BID __nvvm_read_ptx_sreg_ctaid_x()
+#define PPC_BDIM __nvvm_read_ptx_sreg_ntid_x()
+#define PPC_GDIM __nvvm_read_ptx_sreg_nctaid_x()
+#define PPC_EXTERN_DEV extern "C" __attribute__((device))
+#endif
+typedef unsigned char uint8_t;
+typedef signed char int8_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+#define NAN __builtin_nanf("")
+PPC_EXTERN_DEV float __nv_expf(float);
+PPC_EXTERN_DEV float __nv_logf(float);
+PPC_EXTERN_DEV float __nv_tanhf(float);
+PPC_EXTERN_DEV float __nv_erff(float);
+PPC_EXTERN_DEV float __nv_erfcf(float);
+PPC_EXTERN_DEV float __nv_sinf(float);
+PPC_EXTERN_DEV float __nv_cosf(float);
+PPC_EXTERN_DEV float __nv_powf(float, float);
+PPC_EXTERN_DEV double __nv_exp(double);
+PPC_EXTERN_DEV double __nv_log(double);
+PPC_EXTERN_DEV double __nv_tanh(double);
+PPC_EXTERN_DEV double __nv_erf(double);
+PPC_EXTERN_DEV double __nv_erfc(double);
+PPC_EXTERN_DEV double __nv_sin(double);
+PPC_EXTERN_DEV double __nv_cos(double);
+PPC_EXTERN_DEV double __nv_pow(double, double);
+PPC_EXTERN_DEV float __nv_int_as_float(int);
+PPC_EXTERN_DEV int __nv_float_as_int(float);
+PPC_DEV float ppc_bits_f32(uint32_t u) { return __nv_int_as_float((int)u); }
+PPC_DEV uint32_t ppc_f32_bits(float f) { return (uint32_t)__nv_float_as_int(f); }
+PPC_DEV float ppc_expf(float x) { return __nv_expf(x); }
+PPC_DEV float ppc_logf(float x) { return __nv_logf(x); }
+PPC_DEV float ppc_tanhf(float x) { return __nv_tanhf(x); }
+PPC_DEV float ppc_erff(float x) { return __nv_erff(x); }
+PPC_DEV float ppc_erfcf(float x) { return __nv_erfcf(x); }
+PPC_DEV float ppc_sinf(float x) { return __nv_sinf(x); }
+PPC_DEV float ppc_cosf(float x) { return __nv_cosf(x); }
+PPC_DEV float ppc_powf(float x, float y) { return __nv_powf(x, y); }
+PPC_DEV double ppc_exp(double x) { return __nv_exp(x); }
+PPC_DEV double ppc_log(double x) { return __nv_log(x); }
+PPC_DEV double ppc_tanh(double x) { return __nv_tanh(x); }
+PPC_DEV double ppc_erf(double x) { return __nv_erf(x); }
+PPC_DEV double ppc_erfc(double x) { return __nv_erfc(x); }
+PPC_DEV double ppc_sin(double x) { return __nv_sin(x); }
+PPC_DEV double ppc_cos(double x) { return __nv_cos(x); }
+PPC_DEV double ppc_pow(double x, double y) { return __nv_pow(x, y); }
+#endif
+
+// The grid-stride loop every elementwise kernel runs: any grid covers any size.
+#define PPC_FOR_EACH(i, n) for (long long i = (long long)PPC_BID * PPC_BDIM + PPC_TID; i < (n); i += (long long)PPC_GDIM * PPC_BDIM)
+
+// Overloads pick float or double math by the operand's type.
+PPC_DEV float ppc_sqrt(float x) { return __builtin_sqrtf(x); }
+PPC_DEV double ppc_sqrt(double x) { return __builtin_sqrt(x); }
+PPC_DEV float ppc_fabs(float x) { return __builtin_fabsf(x); }
+PPC_DEV double ppc_fabs(double x) { return __builtin_fabs(x); }
+PPC_DEV long long ppc_fabs(long long x) { return x < 0 ? -x : x; }
+PPC_DEV float ppc_expo(float x) { return ppc_expf(x); }
+PPC_DEV double ppc_expo(double x) { return ppc_exp(x); }
+PPC_DEV float ppc_loga(float x) { return ppc_logf(x); }
+PPC_DEV double ppc_loga(double x) { return ppc_log(x); }
+PPC_DEV float ppc_tanhy(float x) { return ppc_tanhf(x); }
+PPC_DEV double ppc_tanhy(double x) { return ppc_tanh(x); }
+PPC_DEV float ppc_erfy(float x) { return ppc_erff(x); }
+PPC_DEV double ppc_erfy(double x) { return ppc_erf(x); }
+PPC_DEV float ppc_erfcy(float x) { return ppc_erfcf(x); }
+PPC_DEV double ppc_erfcy(double x) { return ppc_erfc(x); }
+// The logistic function without overflow or cancellation on either side, as the CPU device's.
+template <typename T> PPC_DEV T ppc_sigmoid(T z) {
+  if (z >= 0) return 1 / (1 + ppc_expo(-z));
+  T e = ppc_expo(z);
+  return e / (1 + e);
+}
+// GELU: 0.5·x·erfc(−x/√2) (no cancellation for negative x), and the tanh form as
+// x·σ(2·√(2/π)·(x + 0.044715·x³)).
+template <typename T> PPC_DEV T ppc_gelu(T x) { return (T)0.5 * x * ppc_erfcy(-x * (T)0.7071067811865476); }
+template <typename T> PPC_DEV T ppc_gelu_tanh(T x) {
+  T u = (T)0.7978845608028654 * (x + (T)0.044715 * x * x * x);
+  return x * ppc_sigmoid<T>(2 * u);
+}
+PPC_DEV float ppc_sine(float x) { return ppc_sinf(x); }
+PPC_DEV double ppc_sine(double x) { return ppc_sin(x); }
+PPC_DEV float ppc_cosine(float x) { return ppc_cosf(x); }
+PPC_DEV double ppc_cosine(double x) { return ppc_cos(x); }
+PPC_DEV float ppc_power(float x, float y) { return ppc_powf(x, y); }
+PPC_DEV double ppc_power(double x, double y) { return ppc_pow(x, y); }
+// max and min propagate NaN, as the CPU device's (Go's math.Max and math.Min) do.
+template <typename T> PPC_DEV T ppc_max(T x, T y) { return x != x ? x : y != y ? y : (x > y ? x : y); }
+template <typename T> PPC_DEV T ppc_min(T x, T y) { return x != x ? x : y != y ? y : (x < y ? x : y); }
+
+// bf16: the high half of an f32; rounding to nearest even, NaN kept quiet.
+PPC_DEV float ppc_bf16_f32(uint16_t h) { return ppc_bits_f32((uint32_t)h << 16); }
+PPC_DEV uint16_t ppc_f32_bf16(float f) {
+  uint32_t u = ppc_f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// f16 (IEEE binary16), subnormals included; rounding to nearest even.
+PPC_DEV float ppc_f16_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0x1f) return ppc_bits_f32(sign | 0x7f800000u | (m << 13));
+  if (e == 0) {
+    float f = (float)m * 5.9604644775390625e-8f; // m · 2^-24
+    return sign ? -f : f;
+  }
+  return ppc_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+}
+PPC_DEV uint16_t ppc_f32_f16(float f) {
+  uint32_t x = ppc_f32_bits(f), sign = (x >> 16) & 0x8000u, e = (x >> 23) & 0xffu, m = x & 0x7fffffu;
+  if (e == 0xff) return (uint16_t)(sign | 0x7c00u | (m ? 0x200u : 0u));
+  int ee = (int)e - 112;
+  if (ee >= 0x1f) return (uint16_t)(sign | 0x7c00u);
+  if (ee <= 0) {
+    if (ee < -10) return (uint16_t)sign;
+    m |= 0x800000u;
+    int shift = 14 - ee;
+    uint32_t hm = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (hm & 1u))) hm++;
+    return (uint16_t)(sign | hm);
+  }
+  uint32_t hm = m >> 13, rem = m & 0x1fffu;
+  uint32_t h = sign | ((uint32_t)ee << 10) | hm;
+  if (rem > 0x1000u || (rem == 0x1000u && (hm & 1u))) h++; // a carry rounds up into the exponent, or to infinity
+  return (uint16_t)h;
+}
+PPC_DEV float ppc_round_bf16(float f) { return ppc_bf16_f32(ppc_f32_bf16(f)); }
+PPC_DEV float ppc_round_f16(float f) { return ppc_f16_f32(ppc_f32_f16(f)); }
+#endif // PPC_CUDA_H
