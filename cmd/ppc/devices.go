@@ -26,9 +26,7 @@ func init() {
 				}
 				r := cuda.Probe(e.getenvFunc())
 				if *asJSON {
-					enc := json.NewEncoder(e.stdout)
-					enc.SetIndent("", "  ")
-					return enc.Encode(r)
+					return printJSON(e.stdout, r)
 				}
 				printDevices(e.stdout, r)
 				return nil
@@ -78,4 +76,11 @@ func printDevices(w io.Writer, r *cuda.Report) {
 	for _, g := range r.GPUs {
 		fmt.Fprintf(w, "       GPU %d    %s, %s, compute capability %d.%d (sm_%d%d)\n", g.Index, g.Name, codegen.FormatBytes(g.Memory), g.Major, g.Minor, g.Major, g.Minor)
 	}
+}
+
+// printJSON writes v as indented JSON (the --json of devices, plan and simulate).
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

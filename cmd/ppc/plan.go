@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -115,9 +114,7 @@ func init() {
 					return err
 				}
 				if *asJSON {
-					enc := json.NewEncoder(e.stdout)
-					enc.SetIndent("", "  ")
-					return enc.Encode(res)
+					return printJSON(e.stdout, res)
 				}
 				printPlans(e.stdout, res)
 				return nil

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -195,9 +194,7 @@ func init() {
 					}
 				}
 				if *asJSON {
-					enc := json.NewEncoder(e.stdout)
-					enc.SetIndent("", "  ")
-					return enc.Encode(res)
+					return printJSON(e.stdout, res)
 				}
 				if s.Slices > 1 {
 					fmt.Fprintf(e.stdout, "schedule %s: %d rank(s), %d stage(s), %d micro-batch(es) of %d token slices\n", s.Name, s.Ranks, s.Stages, s.Microbatches/s.Slices, s.Slices)
