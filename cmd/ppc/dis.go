@@ -12,7 +12,6 @@ import (
 
 	"ppc.dev/ppc/codegen"
 	pb "ppc.dev/ppc/codegen/programpb"
-	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/cuda"
 )
@@ -92,13 +91,9 @@ func printCUDA(w io.Writer, files []string, plan *codegen.Plan) error {
 		stem := strings.NewReplacer("-", "_", ".", "_").Replace(strings.TrimSuffix(filepath.Base(path), filepath.Ext(path)))
 		for i, s := range specs {
 			name := fmt.Sprintf("%s_k%d", stem, i)
-			if s.Op != nil && !s.Op.Has(ir.Elementwise) {
-				missing = append(missing, fmt.Sprintf("%s: %s", name, s.Op.Name))
-				continue
-			}
-			k, err := cuda.Elementwise(s, name)
+			k, err := cuda.Generate(s, name)
 			if err != nil {
-				missing = append(missing, fmt.Sprintf("%s: %v", name, err))
+				missing = append(missing, fmt.Sprintf("%s: %s", name, s.Name()))
 				continue
 			}
 			ks = append(ks, k)

@@ -343,11 +343,7 @@ func Elementwise(s *device.Spec, name string) (Kernel, error) {
 	}
 	last := vals[len(vals)-1]
 	fmt.Fprintf(&b, "    out[i] = %s;\n  }\n}\n", store(out.DType, last.name))
-	// The host build's launcher: the grid's blocks and threads in turn.
-	fmt.Fprintf(&b, "#ifdef PPC_HOST\nPPC_GLOBAL void %s_host(void** in, void* out, long long n, int grid, int block) {\n", name)
-	b.WriteString("  (void)in;\n  ppc_gdim = (unsigned)grid; ppc_bdim = (unsigned)block;\n")
-	b.WriteString("  for (ppc_bid = 0; ppc_bid < ppc_gdim; ppc_bid++)\n    for (ppc_tid = 0; ppc_tid < ppc_bdim; ppc_tid++)\n")
-	fmt.Fprintf(&b, "      %s(%s);\n}\n#endif\n", name, strings.Join(append(hostArgs, fmt.Sprintf("(%s*)out", ost), "n"), ", "))
+	writeHostLauncher(&b, name, hostArgs, ost)
 	k.Body = b.String()
 	return k, nil
 }

@@ -27,6 +27,8 @@ type ewCase struct {
 	// last place (0: bit-exact). Transcendentals differ by a few ulps between libraries;
 	// 16-bit results of f32 arithmetic may round once more than the CPU's float64 path.
 	ulps float64
+	// abs: an absolute tolerance besides (log_softmax's x − max − log Σ cancels near 0).
+	abs float64
 }
 
 var (
@@ -44,7 +46,7 @@ func ewCases() []ewCase {
 	out := []int{3, 5, 7}
 	var cs []ewCase
 	op := func(name string, at ir.Attrs, ulps float64, in []ir.Type, o ir.Type) {
-		cs = append(cs, ewCase{fmt.Sprintf("k%d_%s", len(cs), name), &device.Spec{Op: ir.MustLookup(name), Attrs: at, In: in, Out: []ir.Type{o}}, ulps})
+		cs = append(cs, ewCase{fmt.Sprintf("k%d_%s", len(cs), name), &device.Spec{Op: ir.MustLookup(name), Attrs: at, In: in, Out: []ir.Type{o}}, ulps, 0})
 	}
 	for _, d := range []ir.DType{f32, bf, f16, ir.F64} {
 		low := 0.0
@@ -94,12 +96,37 @@ func ewCases() []ewCase {
 		In: []ir.Type{ty(f32, out...), ty(f32, 7), ty(f32)},
 		Fused: []device.FusedStep{step("mul", []int{0, 2}, nil, ty(f32, out...)), step("add", []int{3, 1}, nil, ty(f32, out...)),
 			step("gelu", []int{4}, ir.Attrs{{Name: "approximate", Value: ir.String("tanh")}}, ty(f32, out...)), step("cast", []int{5}, nil, ty(bf, out...))},
-		Out: []ir.Type{ty(bf, out...)}}, 1})
+		Out: []ir.Type{ty(bf, out...)}}, 1, 0})
 	cs = append(cs, ewCase{"k_fused_mask", &device.Spec{
 		In: []ir.Type{ty(bf, out...), ty(ir.Bool, 5, 7), ty(bf)},
 		Fused: []device.FusedStep{step("mul", []int{0, 2}, nil, ty(bf, out...)), step("where", []int{1, 2, 3}, nil, ty(bf, out...)),
 			step("exp", []int{4}, nil, ty(f32, out...))},
-		Out: []ir.Type{ty(f32, out...)}}, 8})
+		Out: []ir.Type{ty(f32, out...)}}, 8, 0})
+	// Data movement, reductions and softmax (Generate), on odd shapes.
+	x := ty(f32, 3, 5, 7)
+	op("reshape", ir.Attrs{{Name: "shape", Value: ir.Ints(15, 7)}}, 0, []ir.Type{ty(bf, 3, 5, 7)}, ty(bf, 15, 7))
+	op("transpose", ir.Attrs{{Name: "perm", Value: ir.Ints(2, 0, 1)}}, 0, []ir.Type{x}, ty(f32, 7, 3, 5))
+	op("transpose", ir.Attrs{{Name: "perm", Value: ir.Ints(0, 2, 1, 3)}}, 0, []ir.Type{ty(f16, 2, 3, 5, 7)}, ty(f16, 2, 5, 3, 7))
+	op("broadcast", ir.Attrs{{Name: "shape", Value: ir.Ints(3, 5, 7)}}, 0, []ir.Type{ty(f32, 5, 1)}, x)
+	op("iota", ir.Attrs{{Name: "type", Value: ir.TypeAttr(ty(ir.I64, 5, 7))}, {Name: "axis", Value: ir.Int(1)}}, 0, nil, ty(ir.I64, 5, 7))
+	op("iota", ir.Attrs{{Name: "type", Value: ir.TypeAttr(ty(f32, 5, 7))}, {Name: "axis", Value: ir.Int(0)}}, 0, nil, ty(f32, 5, 7))
+	for _, kind := range []string{"reduce_sum", "reduce_mean", "reduce_max"} {
+		op(kind, ir.Attrs{{Name: "axes", Value: ir.Ints(-1)}}, 64, []ir.Type{x}, ty(f32, 3, 5))
+		op(kind, ir.Attrs{{Name: "axes", Value: ir.Ints(0, 2)}, {Name: "keepdims", Value: ir.BoolAttr(true)}}, 64, []ir.Type{x}, ty(f32, 1, 5, 1))
+		op(kind, nil, 64, []ir.Type{ty(bf, 3, 5, 7)}, ty(bf))
+	}
+	for _, kind := range []string{"softmax", "log_softmax"} {
+		n := len(cs)
+		op(kind, nil, 16, []ir.Type{x}, x)
+		op(kind, ir.Attrs{{Name: "axis", Value: ir.Int(1)}}, 16, []ir.Type{x}, x)
+		op(kind, nil, 2, []ir.Type{ty(bf, 3, 5, 7)}, ty(bf, 3, 5, 7))
+		op(kind, nil, 16, []ir.Type{ty(ir.F64, 3, 5, 7)}, ty(ir.F64, 3, 5, 7))
+		if kind == "log_softmax" {
+			for i, a := range []float64{4e-6, 4e-6, 1.0 / 64, 1e-14} {
+				cs[n+i].abs = a
+			}
+		}
+	}
 	return cs
 }
 
@@ -177,7 +204,7 @@ func TestKernelsCompileToPTX(t *testing.T) {
 	}
 	var ks []Kernel
 	for _, c := range ewCases() {
-		k, err := Elementwise(c.spec, c.name)
+		k, err := Generate(c.spec, c.name)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -213,7 +240,7 @@ func TestKernelsOnHost(t *testing.T) {
 	cases := ewCases()
 	var ks []Kernel
 	for _, c := range cases {
-		k, err := Elementwise(c.spec, c.name)
+		k, err := Generate(c.spec, c.name)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -240,12 +267,17 @@ func TestKernelsOnHost(t *testing.T) {
 			t.Fatalf("%s: CPU device: %v", c.name, err)
 		}
 		name := describe(c.spec)
-		positive := strings.Contains(name, "log") || strings.Contains(name, "sqrt") || strings.Contains(name, "pow")
+		// Sums of positive values: no cancellation to make the summation order matter more
+		// than a few ulps per term.
+		positive := strings.Contains(name, "log") && !strings.Contains(name, "softmax") || strings.Contains(name, "sqrt") || strings.Contains(name, "pow") || strings.HasPrefix(name, "reduce")
 		var in []device.Tensor
-		var ptrs []unsafe.Pointer
-		for _, t := range c.spec.In {
+		ptrs := []unsafe.Pointer{nil} // iota has no inputs
+		for i, t := range c.spec.In {
 			x := randomTensor(rng, t, positive)
 			in = append(in, x)
+			if i == 0 {
+				ptrs = ptrs[:0]
+			}
 			ptrs = append(ptrs, unsafe.Pointer(&x.Data[0]))
 		}
 		o := c.spec.Out[0]
@@ -267,7 +299,7 @@ func TestKernelsOnHost(t *testing.T) {
 			for i := 0; i < o.NumElements(); i++ {
 				w, ulp := value(want, i)
 				v, _ := value(got, i)
-				if v == w || (math.IsNaN(v) && math.IsNaN(w)) || math.Abs(v-w) <= c.ulps*ulp {
+				if v == w || (math.IsNaN(v) && math.IsNaN(w)) || math.Abs(v-w) <= c.ulps*ulp || math.Abs(v-w) <= c.abs {
 					continue
 				}
 				if bad++; bad <= 3 {

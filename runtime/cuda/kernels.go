@@ -1,0 +1,270 @@
+package cuda
+
+import (
+	"fmt"
+	"strings"
+
+	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/runtime/device"
+)
+
+// Generate writes the kernel of any launch site ppc's CUDA device has a kernel for:
+// elementwise ops and fused chains (Elementwise), data movement (reshape, transpose,
+// broadcast, iota), reductions (reduce_sum, reduce_mean, reduce_max) and softmax and
+// log_softmax. Other ops are an error naming them (matmuls go to cuBLASLt, not CUDA C).
+func Generate(s *device.Spec, name string) (Kernel, error) {
+	if s.Op == nil || s.Op.Has(ir.Elementwise) {
+		return Elementwise(s, name)
+	}
+	g, ok := generators[s.Op.Name]
+	if !ok {
+		return Kernel{}, fmt.Errorf("no CUDA kernel for op %s yet", s.Op.Name)
+	}
+	if len(s.Out) != 1 {
+		return Kernel{}, fmt.Errorf("%s: %d results, want 1", s.Op.Name, len(s.Out))
+	}
+	var params, hostArgs []string
+	for j, t := range s.In {
+		st, err := storage(t.DType)
+		if err != nil {
+			return Kernel{}, fmt.Errorf("%s: input %d: %v", s.Op.Name, j, err)
+		}
+		params = append(params, fmt.Sprintf("const %s* __restrict__ in%d", st, j))
+		hostArgs = append(hostArgs, fmt.Sprintf("(const %s*)in[%d]", st, j))
+	}
+	out := s.Out[0]
+	ost, err := storage(out.DType)
+	if err != nil {
+		return Kernel{}, fmt.Errorf("%s: result: %v", s.Op.Name, err)
+	}
+	params = append(params, fmt.Sprintf("%s* __restrict__ out", ost), "long long n")
+	body, n, err := g(s)
+	if err != nil {
+		return Kernel{}, fmt.Errorf("%s: %v", s.Op.Name, err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "// %s: %s → %s\n", name, s.Op.Name, out)
+	fmt.Fprintf(&b, "PPC_GLOBAL void %s(%s) {\n  PPC_FOR_EACH(i, n) {\n%s  }\n}\n", name, strings.Join(params, ", "), body)
+	writeHostLauncher(&b, name, hostArgs, ost)
+	return Kernel{Name: name, Body: b.String(), N: n, In: s.In, Out: out}, nil
+}
+
+// writeHostLauncher writes NAME_host, the host build's launch: every block and thread in
+// turn.
+func writeHostLauncher(b *strings.Builder, name string, hostArgs []string, ost string) {
+	fmt.Fprintf(b, "#ifdef PPC_HOST\nPPC_GLOBAL void %s_host(void** in, void* out, long long n, int grid, int block) {\n", name)
+	b.WriteString("  (void)in;\n  ppc_gdim = (unsigned)grid; ppc_bdim = (unsigned)block;\n")
+	b.WriteString("  for (ppc_bid = 0; ppc_bid < ppc_gdim; ppc_bid++)\n    for (ppc_tid = 0; ppc_tid < ppc_bdim; ppc_tid++)\n")
+	fmt.Fprintf(b, "      %s(%s);\n}\n#endif\n", name, strings.Join(append(hostArgs, fmt.Sprintf("(%s*)out", ost), "n"), ", "))
+}
+
+// A generator writes a kernel's loop body over output (or row) index i and says how many
+// indices the launch covers.
+type generator func(s *device.Spec) (body string, n int64, err error)
+
+var generators = map[string]generator{
+	"reshape":     genCopy,
+	"transpose":   genTranspose,
+	"broadcast":   genBroadcast,
+	"iota":        genIota,
+	"reduce_sum":  genReduce("sum"),
+	"reduce_mean": genReduce("mean"),
+	"reduce_max":  genReduce("max"),
+	"softmax":     genSoftmax(false),
+	"log_softmax": genSoftmax(true),
+}
+
+// coords writes the output coordinates c0… of index i for shape.
+func coords(b *strings.Builder, shape ir.Shape, idx string) {
+	fmt.Fprintf(b, "    long long r = %s;\n", idx)
+	for d := len(shape) - 1; d >= 0; d-- {
+		fmt.Fprintf(b, "    long long c%d = r %% %dLL; r /= %dLL;\n", d, shape[d], shape[d])
+	}
+	b.WriteString("    (void)r;\n")
+}
+
+// strides are a shape's row-major element strides.
+func strides(shape ir.Shape) []int64 {
+	st := make([]int64, len(shape))
+	acc := int64(1)
+	for d := len(shape) - 1; d >= 0; d-- {
+		st[d] = acc
+		acc *= int64(shape[d])
+	}
+	return st
+}
+
+// move writes out[i] = in0[off] for a data-movement kernel, in the element's storage type
+// (a move converts nothing).
+func move(off string) string {
+	return fmt.Sprintf("    out[i] = in0[%s];\n", off)
+}
+
+func genCopy(s *device.Spec) (string, int64, error) {
+	if len(s.In) != 1 || s.In[0].DType != s.Out[0].DType || s.In[0].NumElements() != s.Out[0].NumElements() {
+		return "", 0, fmt.Errorf("want one operand with the result's dtype and element count")
+	}
+	return move("i"), int64(s.Out[0].NumElements()), nil
+}
+
+func genTranspose(s *device.Spec) (string, int64, error) {
+	in, out := s.In[0], s.Out[0]
+	perm := s.Attrs.Ints("perm")
+	if len(perm) != in.Rank() || in.DType != out.DType {
+		return "", 0, fmt.Errorf("perm %v for rank %d", perm, in.Rank())
+	}
+	st := strides(in.Shape)
+	var b strings.Builder
+	coords(&b, out.Shape, "i")
+	var terms []string
+	for d, p := range perm {
+		if p < 0 || p >= len(st) {
+			return "", 0, fmt.Errorf("perm %v out of range", perm)
+		}
+		terms = append(terms, fmt.Sprintf("c%d * %dLL", d, st[p]))
+	}
+	if len(terms) == 0 {
+		terms = []string{"0"}
+	}
+	b.WriteString(move(strings.Join(terms, " + ")))
+	return b.String(), int64(out.NumElements()), nil
+}
+
+func genBroadcast(s *device.Spec) (string, int64, error) {
+	in, out := s.In[0], s.Out[0]
+	if in.DType != out.DType {
+		return "", 0, fmt.Errorf("dtype changes from %s to %s", in.DType, out.DType)
+	}
+	var b strings.Builder
+	off := offset(in, out.Shape)
+	if strings.Contains(off, "c") {
+		coords(&b, out.Shape, "i")
+	}
+	b.WriteString(move(off))
+	return b.String(), int64(out.NumElements()), nil
+}
+
+func genIota(s *device.Spec) (string, int64, error) {
+	out := s.Out[0]
+	axis, err := ir.NormAxis(s.Attrs.Int("axis", 0), out.Rank())
+	if err != nil {
+		return "", 0, err
+	}
+	var b strings.Builder
+	coords(&b, out.Shape, "i")
+	fmt.Fprintf(&b, "    out[i] = %s;\n", store(out.DType, round(out.DType, fmt.Sprintf("(%s)c%d", classOf(out.DType).ctype(), axis))))
+	return b.String(), int64(out.NumElements()), nil
+}
+
+// floatIO checks a float kernel's types and returns its accumulation class: double for f64,
+// else float (16-bit inputs are widened, as the CPU device's kernels widen them).
+func floatIO(s *device.Spec) (class, error) {
+	for _, t := range append(append([]ir.Type{}, s.In...), s.Out...) {
+		if !t.DType.IsFloat() {
+			return 0, fmt.Errorf("%s is not a float dtype", t.DType)
+		}
+	}
+	return classOf(s.In[0].DType), nil
+}
+
+// genReduce reduces over the axes attribute (default all): one thread per output element
+// loops over the reduced elements, accumulating in float (double for f64).
+func genReduce(kind string) generator {
+	return func(s *device.Spec) (string, int64, error) {
+		ct, err := floatIO(s)
+		if err != nil {
+			return "", 0, err
+		}
+		in, out := s.In[0], s.Out[0]
+		red, err := ir.ReduceAxes(s.Attrs, in.Rank())
+		if err != nil {
+			return "", 0, err
+		}
+		st := strides(in.Shape)
+		var kept, gone []int
+		for d, r := range red {
+			if r {
+				gone = append(gone, d)
+			} else {
+				kept = append(kept, d)
+			}
+		}
+		var b strings.Builder
+		// The output index enumerates the kept dims in order (keepdims only adds 1s).
+		keptShape := make(ir.Shape, len(kept))
+		for i, d := range kept {
+			keptShape[i] = in.Shape[d]
+		}
+		coords(&b, keptShape, "i")
+		base := []string{"0LL"}
+		for i, d := range kept {
+			base = append(base, fmt.Sprintf("c%d * %dLL", i, st[d]))
+		}
+		count := int64(1)
+		for _, d := range gone {
+			count *= int64(in.Shape[d])
+		}
+		fmt.Fprintf(&b, "    long long base = %s;\n", strings.Join(base, " + "))
+		init := "0"
+		if kind == "max" {
+			init = "-__builtin_huge_val()"
+		}
+		fmt.Fprintf(&b, "    %s acc = %s;\n", ct.ctype(), init)
+		fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) {\n      long long q = j, off = base;\n", count)
+		for k := len(gone) - 1; k >= 0; k-- {
+			d := gone[k]
+			fmt.Fprintf(&b, "      off += (q %% %dLL) * %dLL; q /= %dLL;\n", in.Shape[d], st[d], in.Shape[d])
+		}
+		fmt.Fprintf(&b, "      %s v = %s;\n", ct.ctype(), load(in.DType, "in0", "off"))
+		if kind == "max" {
+			fmt.Fprintf(&b, "      acc = ppc_max<%s>(acc, v);\n", ct.ctype())
+		} else {
+			b.WriteString("      acc += v;\n")
+		}
+		b.WriteString("    }\n")
+		if kind == "mean" {
+			fmt.Fprintf(&b, "    acc = acc / (%s)%dLL;\n", ct.ctype(), count)
+		}
+		fmt.Fprintf(&b, "    out[i] = %s;\n", store(out.DType, round(out.DType, "acc")))
+		return b.String(), int64(out.NumElements()), nil
+	}
+}
+
+// genSoftmax: one thread per row along axis (outer × inner rows of n), the maximum
+// subtracted before exponentiating.
+func genSoftmax(logOf bool) generator {
+	return func(s *device.Spec) (string, int64, error) {
+		ct, err := floatIO(s)
+		if err != nil {
+			return "", 0, err
+		}
+		in, out := s.In[0], s.Out[0]
+		axis, err := ir.NormAxis(s.Attrs.Int("axis", -1), in.Rank())
+		if err != nil {
+			return "", 0, err
+		}
+		outer, n, inner := int64(1), int64(in.Shape[axis]), int64(1)
+		for d, x := range in.Shape {
+			if d < axis {
+				outer *= int64(x)
+			} else if d > axis {
+				inner *= int64(x)
+			}
+		}
+		ty := ct.ctype()
+		at := func(j string) string { return fmt.Sprintf("base + (%s) * %dLL", j, inner) }
+		var b strings.Builder
+		fmt.Fprintf(&b, "    long long base = (i / %dLL) * %dLL + i %% %dLL;\n", inner, n*inner, inner)
+		fmt.Fprintf(&b, "    %s m = -__builtin_huge_val();\n", ty)
+		fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) m = ppc_max<%s>(m, %s);\n", n, ty, load(in.DType, "in0", at("j")))
+		fmt.Fprintf(&b, "    %s sum = 0;\n", ty)
+		fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) sum += ppc_expo((%s)(%s - m));\n", n, ty, load(in.DType, "in0", at("j")))
+		if logOf {
+			fmt.Fprintf(&b, "    %s ls = ppc_loga(sum);\n", ty)
+			fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) out[%s] = %s;\n", n, at("j"), store(out.DType, round(out.DType, fmt.Sprintf("%s - m - ls", load(in.DType, "in0", at("j"))))))
+		} else {
+			fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) out[%s] = %s;\n", n, at("j"), store(out.DType, round(out.DType, fmt.Sprintf("ppc_expo((%s)(%s - m)) / sum", ty, load(in.DType, "in0", at("j"))))))
+		}
+		return b.String(), outer * inner, nil
+	}
+}
