@@ -177,6 +177,26 @@ func opExpr(name string, at ir.Attrs, a []string, ct class, out ir.DType) (strin
 		case "min":
 			e = fmt.Sprintf("ppc_min<%s>(%s, %s)", ct.ctype(), x, y)
 		}
+	case "relu_grad", "gelu_grad", "silu_grad", "sigmoid_grad", "tanh_grad":
+		// Operands x (or the forward's result y) and dy.
+		n = 2
+		x, dy := one(a[0]), one(a[min(1, len(a)-1)])
+		switch name {
+		case "relu_grad":
+			e = fmt.Sprintf("(%s) > 0 ? (%s) : 0", x, dy)
+		case "gelu_grad":
+			if at.Str("approximate", "none") == "tanh" {
+				e = fmt.Sprintf("%s * ppc_gelu_tanh_grad<%s>(%s)", dy, ct.ctype(), x)
+			} else {
+				e = fmt.Sprintf("%s * ppc_gelu_grad<%s>(%s)", dy, ct.ctype(), x)
+			}
+		case "silu_grad":
+			e = fmt.Sprintf("%s * ppc_sigmoid<%s>(%s) * (1 + %s * (1 - ppc_sigmoid<%s>(%s)))", dy, ct.ctype(), x, x, ct.ctype(), x)
+		case "sigmoid_grad":
+			e = fmt.Sprintf("%s * %s * (1 - %s)", dy, x, x)
+		case "tanh_grad":
+			e = fmt.Sprintf("%s * (1 - %s * %s)", dy, x, x)
+		}
 	case "where":
 		n = 3
 		if len(a) == 3 {

@@ -72,6 +72,9 @@ var generators = map[string]generator{
 	"reduce_max":  genReduce("max"),
 	"softmax":     genSoftmax(false),
 	"log_softmax": genSoftmax(true),
+	// Backward of softmax (y, dy): dx = y·(dy − Σ dy·y); of log_softmax: dx = dy − exp(y)·Σ dy.
+	"softmax_grad":     genSoftmaxGrad(false),
+	"log_softmax_grad": genSoftmaxGrad(true),
 }
 
 // coords writes the output coordinates c0… of index i for shape.
@@ -264,6 +267,54 @@ func genSoftmax(logOf bool) generator {
 			fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) out[%s] = %s;\n", n, at("j"), store(out.DType, round(out.DType, fmt.Sprintf("%s - m - ls", load(in.DType, "in0", at("j"))))))
 		} else {
 			fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) out[%s] = %s;\n", n, at("j"), store(out.DType, round(out.DType, fmt.Sprintf("ppc_expo((%s)(%s - m)) / sum", ty, load(in.DType, "in0", at("j"))))))
+		}
+		return b.String(), outer * inner, nil
+	}
+}
+
+// rows is the (outer, n, inner) split of a shape around axis: rows of n elements, inner apart.
+func rows(s *device.Spec) (outer, n, inner int64, err error) {
+	in := s.In[0]
+	axis, err := ir.NormAxis(s.Attrs.Int("axis", -1), in.Rank())
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	outer, n, inner = 1, int64(in.Shape[axis]), 1
+	for d, x := range in.Shape {
+		if d < axis {
+			outer *= int64(x)
+		} else if d > axis {
+			inner *= int64(x)
+		}
+	}
+	return outer, n, inner, nil
+}
+
+func genSoftmaxGrad(logOf bool) generator {
+	return func(s *device.Spec) (string, int64, error) {
+		ct, err := floatIO(s)
+		if err != nil {
+			return "", 0, err
+		}
+		if len(s.In) != 2 {
+			return "", 0, fmt.Errorf("want operands y and dy")
+		}
+		outer, n, inner, err := rows(s)
+		if err != nil {
+			return "", 0, err
+		}
+		ty, out := ct.ctype(), s.Out[0]
+		at := func(j string) string { return fmt.Sprintf("base + (%s) * %dLL", j, inner) }
+		y, dy := load(s.In[0].DType, "in0", at("j")), load(s.In[1].DType, "in1", at("j"))
+		var b strings.Builder
+		fmt.Fprintf(&b, "    long long base = (i / %dLL) * %dLL + i %% %dLL;\n", inner, n*inner, inner)
+		fmt.Fprintf(&b, "    %s sum = 0;\n", ty)
+		if logOf {
+			fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) sum += %s;\n", n, dy)
+			fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) out[%s] = %s;\n", n, at("j"), store(out.DType, round(out.DType, fmt.Sprintf("%s - ppc_expo((%s)(%s)) * sum", dy, ty, y))))
+		} else {
+			fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) sum += %s * %s;\n", n, dy, y)
+			fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) out[%s] = %s;\n", n, at("j"), store(out.DType, round(out.DType, fmt.Sprintf("%s * (%s - sum)", y, dy))))
 		}
 		return b.String(), outer * inner, nil
 	}

@@ -127,6 +127,34 @@ func ewCases() []ewCase {
 			}
 		}
 	}
+	// Gradients: elementwise ones (operands x or y, and dy), and softmax's along an axis.
+	for _, d := range []ir.DType{f32, bf, ir.F64} {
+		t := ty(d, 3, 5, 7)
+		low := 8.0
+		if d == bf {
+			low = 1
+		}
+		// The CPU device evaluates these formulas in float64 and rounds once; a GPU evaluates
+		// them in the dtype, where 1 − y² and erfc + x·φ cancel: an absolute 1e-6 (f32).
+		abs := map[ir.DType]float64{f32: 1e-6, bf: 1.0 / 64, ir.F64: 1e-14}[d]
+		first := len(cs)
+		for _, name := range []string{"relu_grad", "silu_grad", "sigmoid_grad", "tanh_grad"} {
+			op(name, nil, low, []ir.Type{t, t}, t)
+		}
+		op("gelu_grad", nil, 32, []ir.Type{t, t}, t)
+		op("gelu_grad", ir.Attrs{{Name: "approximate", Value: ir.String("tanh")}}, 32, []ir.Type{t, t}, t)
+		for i := first; i < len(cs); i++ {
+			cs[i].abs = abs
+		}
+		for _, name := range []string{"softmax_grad", "log_softmax_grad"} {
+			op(name, nil, 64, []ir.Type{t, t}, t)
+			op(name, ir.Attrs{{Name: "axis", Value: ir.Int(1)}}, 64, []ir.Type{t, t}, t)
+			cs[len(cs)-1].abs, cs[len(cs)-2].abs = 1e-5, 1e-5 // y·(dy − s) cancels
+			if d == bf {
+				cs[len(cs)-1].abs, cs[len(cs)-2].abs = 1.0/32, 1.0/32
+			}
+		}
+	}
 	return cs
 }
 

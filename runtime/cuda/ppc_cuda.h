@@ -137,6 +137,16 @@ template <typename T> PPC_DEV T ppc_gelu_tanh(T x) {
   T u = (T)0.7978845608028654 * (x + (T)0.044715 * x * x * x);
   return x * ppc_sigmoid<T>(2 * u);
 }
+// Their derivatives, as the CPU device's kernels compute them.
+template <typename T> PPC_DEV T ppc_gelu_grad(T x) {
+  return (T)0.5 * ppc_erfcy(-x * (T)0.7071067811865476) + x * (T)0.3989422804014327 * ppc_expo((T)-0.5 * x * x);
+}
+template <typename T> PPC_DEV T ppc_gelu_tanh_grad(T x) {
+  T u = (T)0.7978845608028654 * (x + (T)0.044715 * x * x * x);
+  T du = (T)0.7978845608028654 * (1 + 3 * (T)0.044715 * x * x);
+  T s = ppc_sigmoid<T>(2 * u);
+  return s + 2 * x * s * (1 - s) * du;
+}
 PPC_DEV float ppc_sine(float x) { return ppc_sinf(x); }
 PPC_DEV double ppc_sine(double x) { return ppc_sin(x); }
 PPC_DEV float ppc_cosine(float x) { return ppc_cosf(x); }
