@@ -127,6 +127,25 @@ func ewCases() []ewCase {
 			}
 		}
 	}
+	// Normalisations over the last dims, with and without scale and bias, and their input
+	// gradients (the statistics' summation order differs from the CPU's: a few ulps, and
+	// an absolute 1e-5 where x − μ cancels).
+	for _, d := range []ir.DType{f32, bf, ir.F64} {
+		x := ty(d, 3, 5, 7)
+		row, rows2 := ty(d, 7), ty(d, 5, 7)
+		a := map[ir.DType]float64{f32: 1e-5, bf: 1.0 / 32, ir.F64: 1e-12}[d]
+		first := len(cs)
+		op("layer_norm", nil, 64, []ir.Type{x}, x)
+		op("layer_norm", nil, 64, []ir.Type{x, row, row}, x)
+		op("layer_norm", ir.Attrs{{Name: "axis", Value: ir.Int(1)}, {Name: "eps", Value: ir.Float(1e-3)}}, 64, []ir.Type{x, rows2}, x)
+		op("rms_norm", nil, 64, []ir.Type{x, row}, x)
+		op("layer_norm_grad_input", nil, 64, []ir.Type{x, x, row}, x)
+		op("layer_norm_grad_input", ir.Attrs{{Name: "axis", Value: ir.Int(1)}}, 64, []ir.Type{x, x}, x)
+		op("rms_norm_grad_input", nil, 64, []ir.Type{x, x, row}, x)
+		for i := first; i < len(cs); i++ {
+			cs[i].abs = a
+		}
+	}
 	// Gradients: elementwise ones (operands x or y, and dy), and softmax's along an axis.
 	for _, d := range []ir.DType{f32, bf, ir.F64} {
 		t := ty(d, 3, 5, 7)
