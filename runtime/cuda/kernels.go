@@ -80,6 +80,8 @@ var generators = map[string]generator{
 	"rms_norm":              genNorm(true, false),
 	"layer_norm_grad_input": genNorm(false, true),
 	"rms_norm_grad_input":   genNorm(true, true),
+	"gather":                genGather,
+	"gather_grad":           genGatherGrad,
 }
 
 // coords writes the output coordinates c0… of index i for shape.
@@ -391,4 +393,56 @@ func genNorm(rms, grad bool) generator {
 		fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) out[base + j] = %s;\n", n, store(out.DType, round(out.DType, dx)))
 		return b.String(), nrows, nil
 	}
+}
+
+// genGather: out[o, k, e] = data[o, idx[k], e] (negative indices count from the end). An
+// index outside the dim writes zeros: the runtime checks model inputs against their declared
+// ranges when it reads them (runtime/datafile.go), so only a bug reaches it.
+func genGather(s *device.Spec) (string, int64, error) {
+	data, idx, out := s.In[0], s.In[1], s.Out[0]
+	if !idx.DType.IsInt() || data.DType != out.DType {
+		return "", 0, fmt.Errorf("want data and integer indices, got %s, %s", data, idx)
+	}
+	axis, err := ir.NormAxis(s.Attrs.Int("axis", 0), data.Rank())
+	if err != nil {
+		return "", 0, err
+	}
+	inner, dim := int64(1), int64(data.Shape[axis])
+	for _, v := range data.Shape[axis+1:] {
+		inner *= int64(v)
+	}
+	K := int64(idx.NumElements())
+	var b strings.Builder
+	fmt.Fprintf(&b, "    long long e = i %% %dLL, k = (i / %dLL) %% %dLL, o = i / (%dLL * %dLL);\n", inner, inner, max(K, 1), inner, max(K, 1))
+	fmt.Fprintf(&b, "    long long v = (long long)in1[k]; if (v < 0) v += %dLL;\n", dim)
+	fmt.Fprintf(&b, "    if (v < 0 || v >= %dLL) { out[i] = 0; continue; }\n", dim)
+	fmt.Fprintf(&b, "    out[i] = in0[(o * %dLL + v) * %dLL + e];\n", dim, inner)
+	return b.String(), int64(out.NumElements()), nil
+}
+
+// genGatherGrad: the scatter-add into zeros that gather's backward is, one thread per
+// element of the result adding, in increasing index position, the dy of every position that
+// gathered it — deterministic, and the CPU device's order (no atomics).
+func genGatherGrad(s *device.Spec) (string, int64, error) {
+	idx, dy, out := s.In[0], s.In[1], s.Out[0]
+	if !idx.DType.IsInt() || !dy.DType.IsFloat() {
+		return "", 0, fmt.Errorf("want integer indices and a float gradient, got %s, %s", idx, dy)
+	}
+	axis, dim := s.Attrs.Int("axis", 0), int64(s.Attrs.Int("dim", 0))
+	if axis < 0 || axis >= out.Rank() || int64(out.Shape[axis]) != dim {
+		return "", 0, fmt.Errorf("axis %d, dim %d do not match the result %s", axis, dim, out)
+	}
+	inner := int64(1)
+	for _, v := range out.Shape[axis+1:] {
+		inner *= int64(v)
+	}
+	K := int64(idx.NumElements())
+	ct := classOf(out.DType)
+	var b strings.Builder
+	fmt.Fprintf(&b, "    long long e = i %% %dLL, v = (i / %dLL) %% %dLL, o = i / (%dLL * %dLL);\n", inner, inner, dim, inner, dim)
+	fmt.Fprintf(&b, "    %s acc = 0;\n", ct.ctype())
+	fmt.Fprintf(&b, "    for (long long k = 0; k < %dLL; k++) {\n      long long w = (long long)in0[k]; if (w < 0) w += %dLL;\n", K, dim)
+	fmt.Fprintf(&b, "      if (w == v) acc += %s;\n    }\n", load(dy.DType, "in1", fmt.Sprintf("(o * %dLL + k) * %dLL + e", K, inner)))
+	fmt.Fprintf(&b, "    out[i] = %s;\n", store(out.DType, round(out.DType, "acc")))
+	return b.String(), int64(out.NumElements()), nil
 }

@@ -146,6 +146,11 @@ func ewCases() []ewCase {
 			cs[i].abs = a
 		}
 	}
+	// Gathers (an embedding lookup, with repeated and negative indices), and their backward.
+	op("gather", nil, 0, []ir.Type{ty(f32, 11, 5), ty(ir.I64, 3, 7)}, ty(f32, 3, 7, 5))
+	op("gather", ir.Attrs{{Name: "axis", Value: ir.Int(1)}}, 0, []ir.Type{ty(bf, 3, 11, 5), ty(ir.I32, 4)}, ty(bf, 3, 4, 5))
+	op("gather_grad", ir.Attrs{{Name: "axis", Value: ir.Int(0)}, {Name: "dim", Value: ir.Int(11)}}, 16, []ir.Type{ty(ir.I64, 3, 7), ty(f32, 3, 7, 5)}, ty(f32, 11, 5))
+	op("gather_grad", ir.Attrs{{Name: "axis", Value: ir.Int(1)}, {Name: "dim", Value: ir.Int(11)}}, 16, []ir.Type{ty(ir.I32, 4), ty(ir.F64, 3, 4, 5)}, ty(ir.F64, 3, 11, 5))
 	// Gradients: elementwise ones (operands x or y, and dy), and softmax's along an axis.
 	for _, d := range []ir.DType{f32, bf, ir.F64} {
 		t := ty(d, 3, 5, 7)
@@ -198,9 +203,9 @@ func randomTensor(rng *rand.Rand, t ir.Type, positive bool) device.Tensor {
 		case ir.F16:
 			tt.U16()[i] = ir.F32ToF16(float32(x))
 		case ir.I64:
-			tt.I64()[i] = int64(rng.IntN(21) - 10)
+			tt.I64()[i] = int64(rng.IntN(21) - 10) // in [-10, 10]: valid indices of a dim of 11
 		case ir.I32:
-			tt.I32()[i] = int32(rng.IntN(2001) - 1000)
+			tt.I32()[i] = int32(rng.IntN(21) - 10)
 		case ir.Bool:
 			tt.Data[i] = byte(rng.IntN(2))
 		}
