@@ -297,20 +297,10 @@ func Elementwise(s *device.Spec, name string) (Kernel, error) {
 		return Kernel{}, fmt.Errorf("fused kernel without steps")
 	}
 	k := Kernel{Name: name, N: int64(out.NumElements()), In: s.In, Out: out}
-	var params, hostArgs []string
-	for j, t := range s.In {
-		st, err := storage(t.DType)
-		if err != nil {
-			return Kernel{}, fmt.Errorf("input %d: %v", j, err)
-		}
-		params = append(params, fmt.Sprintf("const %s* __restrict__ in%d", st, j))
-		hostArgs = append(hostArgs, fmt.Sprintf("(const %s*)in[%d]", st, j))
-	}
-	ost, err := storage(out.DType)
+	params, hostArgs, ost, err := signature(s)
 	if err != nil {
-		return Kernel{}, fmt.Errorf("result: %v", err)
+		return Kernel{}, err
 	}
-	params = append(params, fmt.Sprintf("%s* __restrict__ out", ost), "long long n")
 	var b strings.Builder
 	fmt.Fprintf(&b, "// %s: %s → %s\n", name, describe(s), out)
 	fmt.Fprintf(&b, "PPC_GLOBAL void %s(%s) {\n  PPC_FOR_EACH(i, n) {\n", name, strings.Join(params, ", "))
@@ -366,6 +356,23 @@ func Elementwise(s *device.Spec, name string) (Kernel, error) {
 	writeHostLauncher(&b, name, hostArgs, ost)
 	k.Body = b.String()
 	return k, nil
+}
+
+// signature is a kernel's parameters (typed inputs in0…, the result out, the size n), the
+// host launcher's casts of its void* inputs, and the result's storage type.
+func signature(s *device.Spec) (params, hostArgs []string, ost string, err error) {
+	for j, t := range s.In {
+		st, err := storage(t.DType)
+		if err != nil {
+			return nil, nil, "", fmt.Errorf("input %d: %v", j, err)
+		}
+		params = append(params, fmt.Sprintf("const %s* __restrict__ in%d", st, j))
+		hostArgs = append(hostArgs, fmt.Sprintf("(const %s*)in[%d]", st, j))
+	}
+	if ost, err = storage(s.Out[0].DType); err != nil {
+		return nil, nil, "", fmt.Errorf("result: %v", err)
+	}
+	return append(params, fmt.Sprintf("%s* __restrict__ out", ost), "long long n"), hostArgs, ost, nil
 }
 
 // describe names a launch site's ops for the kernel's comment.

@@ -23,21 +23,11 @@ func Generate(s *device.Spec, name string) (Kernel, error) {
 	if len(s.Out) != 1 {
 		return Kernel{}, fmt.Errorf("%s: %d results, want 1", s.Op.Name, len(s.Out))
 	}
-	var params, hostArgs []string
-	for j, t := range s.In {
-		st, err := storage(t.DType)
-		if err != nil {
-			return Kernel{}, fmt.Errorf("%s: input %d: %v", s.Op.Name, j, err)
-		}
-		params = append(params, fmt.Sprintf("const %s* __restrict__ in%d", st, j))
-		hostArgs = append(hostArgs, fmt.Sprintf("(const %s*)in[%d]", st, j))
+	params, hostArgs, ost, err := signature(s)
+	if err != nil {
+		return Kernel{}, fmt.Errorf("%s: %v", s.Op.Name, err)
 	}
 	out := s.Out[0]
-	ost, err := storage(out.DType)
-	if err != nil {
-		return Kernel{}, fmt.Errorf("%s: result: %v", s.Op.Name, err)
-	}
-	params = append(params, fmt.Sprintf("%s* __restrict__ out", ost), "long long n")
 	body, n, err := g(s)
 	if err != nil {
 		return Kernel{}, fmt.Errorf("%s: %v", s.Op.Name, err)
