@@ -78,7 +78,7 @@ func disassemble(path string, plan *codegen.Plan) (string, error) {
 // whose op has no CUDA kernel yet are listed in a comment, so the output always compiles.
 func printCUDA(w io.Writer, files []string, plan *codegen.Plan) error {
 	var ks []cuda.Kernel
-	var missing []string
+	var missing, gemms []string
 	for _, path := range files {
 		p, err := readProgram(path, plan)
 		if err != nil {
@@ -91,6 +91,15 @@ func printCUDA(w io.Writer, files []string, plan *codegen.Plan) error {
 		stem := strings.NewReplacer("-", "_", ".", "_").Replace(strings.TrimSuffix(filepath.Base(path), filepath.Ext(path)))
 		for i, s := range specs {
 			name := fmt.Sprintf("%s_k%d", stem, i)
+			if s.Name() == "matmul" {
+				if calls, err := cuda.PlanMatmul(s, false); err == nil {
+					for _, c := range calls {
+						gemms = append(gemms, fmt.Sprintf("%s: cuBLASLt %s, op(A) %s, op(B) %s, M %d N %d K %d, ld %d/%d/%d, batch %d (strides %d/%d/%d), offsets %d/%d/%d, bias %t",
+							name, c.Compute, opName(c.TransA), opName(c.TransB), c.M, c.N, c.K, c.LDA, c.LDB, c.LDC, c.Batch, c.StrideA, c.StrideB, c.StrideC, c.OffA, c.OffB, c.OffC, c.Bias))
+					}
+					continue
+				}
+			}
 			k, err := cuda.Generate(s, name)
 			if err != nil {
 				missing = append(missing, fmt.Sprintf("%s: %s", name, s.Name()))
@@ -101,6 +110,12 @@ func printCUDA(w io.Writer, files []string, plan *codegen.Plan) error {
 	}
 	if _, err := fmt.Fprint(w, cuda.Source(ks...)); err != nil {
 		return err
+	}
+	if len(gemms) > 0 {
+		fmt.Fprintf(w, "\n// %d cuBLASLt call(s) for the matmul launch sites (column-major: A is the IR's second operand):\n", len(gemms))
+		for _, g := range gemms {
+			fmt.Fprintf(w, "//   %s\n", g)
+		}
 	}
 	if len(missing) > 0 {
 		fmt.Fprintf(w, "\n// %d launch site(s) without a CUDA kernel yet (ppc's CUDA device is in progress):\n", len(missing))
@@ -131,4 +146,11 @@ func readProgram(path string, plan *codegen.Plan) (*pb.Program, error) {
 		return nil, fmt.Errorf("%s: not a ppc program (format version %d)", path, p.FormatVersion)
 	}
 	return p, nil
+}
+
+func opName(t bool) string {
+	if t {
+		return "T"
+	}
+	return "N"
 }
