@@ -27,14 +27,7 @@ func TestGPUKernels(t *testing.T) {
 	arch := fmt.Sprintf("sm_%d%d", gpu.Major, gpu.Minor)
 	t.Logf("GPU 0: %s, %s, driver %d", gpu.Name, arch, r.Driver)
 	cases := ewCases()
-	var ks []Kernel
-	for _, c := range cases {
-		k, err := Generate(c.spec, c.name)
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		ks = append(ks, k)
-	}
+	ks := caseKernels(t, cases)
 	ptx, err := nv.Compile(Source(ks...), "kernels.cu", arch)
 	if err != nil {
 		t.Fatal(err)

@@ -254,14 +254,7 @@ func TestKernelsCompileToPTX(t *testing.T) {
 	if err != nil {
 		t.Skip("clang is not installed (.ci/run installs it): the kernels' PTX compile is not checked here")
 	}
-	var ks []Kernel
-	for _, c := range ewCases() {
-		k, err := Generate(c.spec, c.name)
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		ks = append(ks, k)
-	}
+	ks := caseKernels(t, ewCases())
 	dir := t.TempDir()
 	src := filepath.Join(dir, "kernels.cu")
 	if err := os.WriteFile(src, []byte(Source(ks...)), 0o644); err != nil {
@@ -290,14 +283,7 @@ func TestKernelsCompileToPTX(t *testing.T) {
 func TestKernelsOnHost(t *testing.T) {
 	cxx := hostCompiler(t)
 	cases := ewCases()
-	var ks []Kernel
-	for _, c := range cases {
-		k, err := Generate(c.spec, c.name)
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		ks = append(ks, k)
-	}
+	ks := caseKernels(t, cases)
 	dir := t.TempDir()
 	src := filepath.Join(dir, "kernels.cc")
 	if err := os.WriteFile(src, []byte(Source(ks...)), 0o644); err != nil {
@@ -329,6 +315,20 @@ func TestKernelsOnHost(t *testing.T) {
 		runtime.KeepAlive(in)
 		return nil
 	})
+}
+
+// caseKernels generates the kernel of every case.
+func caseKernels(t *testing.T, cases []ewCase) []Kernel {
+	t.Helper()
+	var ks []Kernel
+	for _, c := range cases {
+		k, err := Generate(c.spec, c.name)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		ks = append(ks, k)
+	}
+	return ks
 }
 
 // launcher runs kernel ci of a test set on in, writing out, with the given grid.
