@@ -72,6 +72,8 @@ var generators = map[string]generator{
 	"rms_norm_grad_input":   genNorm(true, true),
 	"gather":                genGather,
 	"gather_grad":           genGatherGrad,
+	"gather_elements":       genGatherElements,
+	"gather_elements_grad":  genGatherElementsGrad,
 }
 
 // coords writes the output coordinates c0… of index i for shape.
@@ -433,6 +435,72 @@ func genGatherGrad(s *device.Spec) (string, int64, error) {
 	fmt.Fprintf(&b, "    %s acc = 0;\n", ct.ctype())
 	fmt.Fprintf(&b, "    for (long long k = 0; k < %dLL; k++) {\n      long long w = (long long)in0[k]; if (w < 0) w += %dLL;\n", K, dim)
 	fmt.Fprintf(&b, "      if (w == v) acc += %s;\n    }\n", load(dy.DType, "in1", fmt.Sprintf("(o * %dLL + k) * %dLL + e", K, inner)))
+	fmt.Fprintf(&b, "    out[i] = %s;\n", store(out.DType, round(out.DType, "acc")))
+	return b.String(), int64(out.NumElements()), nil
+}
+
+// genGatherElements (ONNX GatherElements): y[p] = x[p with dim axis replaced by idx(p)], y of
+// the indices' shape; an index outside the dim writes 0 (see genGather).
+func genGatherElements(s *device.Spec) (string, int64, error) {
+	x, idx, out := s.In[0], s.In[1], s.Out[0]
+	if !idx.DType.IsInt() || x.Rank() != idx.Rank() || x.DType != out.DType {
+		return "", 0, fmt.Errorf("want data and integer indices of one rank, got %s, %s", x, idx)
+	}
+	axis, err := ir.NormAxis(s.Attrs.Int("axis", 0), x.Rank())
+	if err != nil {
+		return "", 0, err
+	}
+	st := strides(x.Shape)
+	var b strings.Builder
+	coords(&b, idx.Shape, "i")
+	fmt.Fprintf(&b, "    long long v = (long long)in1[i]; if (v < 0) v += %dLL;\n", x.Shape[axis])
+	fmt.Fprintf(&b, "    if (v < 0 || v >= %dLL) { out[i] = 0; continue; }\n", x.Shape[axis])
+	terms := []string{"0LL"}
+	for d := range x.Shape {
+		c := fmt.Sprintf("c%d", d)
+		if d == axis {
+			c = "v"
+		}
+		terms = append(terms, fmt.Sprintf("%s * %dLL", c, st[d]))
+	}
+	fmt.Fprintf(&b, "    out[i] = in0[%s];\n", strings.Join(terms, " + "))
+	return b.String(), int64(out.NumElements()), nil
+}
+
+// genGatherElementsGrad: the scatter-add into zeros of the data's shape, one thread per
+// element adding, in increasing order along axis, the dy of every index position that
+// gathered it (the CPU device's order; no atomics).
+func genGatherElementsGrad(s *device.Spec) (string, int64, error) {
+	idx, dy, out := s.In[0], s.In[1], s.Out[0]
+	if !idx.DType.IsInt() || !dy.DType.IsFloat() || idx.Rank() != out.Rank() {
+		return "", 0, fmt.Errorf("want integer indices and a float gradient of the result's rank, got %s, %s", idx, dy)
+	}
+	axis := s.Attrs.Int("axis", 0)
+	if axis < 0 || axis >= out.Rank() {
+		return "", 0, fmt.Errorf("axis %d out of range for %s", axis, out)
+	}
+	ist := strides(idx.Shape)
+	ct := classOf(out.DType)
+	var b strings.Builder
+	coords(&b, out.Shape, "i")
+	fmt.Fprintf(&b, "    %s acc = 0;\n", ct.ctype())
+	var inside, base []string
+	for d := range out.Shape {
+		if d != axis {
+			inside = append(inside, fmt.Sprintf("c%d < %dLL", d, idx.Shape[d]))
+			base = append(base, fmt.Sprintf("c%d * %dLL", d, ist[d]))
+		}
+	}
+	if len(inside) == 0 {
+		inside = []string{"1"}
+	}
+	if len(base) == 0 {
+		base = []string{"0LL"}
+	}
+	fmt.Fprintf(&b, "    if (%s) {\n      long long pb = %s;\n", strings.Join(inside, " && "), strings.Join(base, " + "))
+	fmt.Fprintf(&b, "      for (long long k = 0; k < %dLL; k++) {\n        long long p = pb + k * %dLL;\n", idx.Shape[axis], ist[axis])
+	fmt.Fprintf(&b, "        long long w = (long long)in0[p]; if (w < 0) w += %dLL;\n", out.Shape[axis])
+	fmt.Fprintf(&b, "        if (w == c%d) acc += %s;\n      }\n    }\n", axis, load(dy.DType, "in1", "p"))
 	fmt.Fprintf(&b, "    out[i] = %s;\n", store(out.DType, round(out.DType, "acc")))
 	return b.String(), int64(out.NumElements()), nil
 }

@@ -151,6 +151,12 @@ func ewCases() []ewCase {
 	op("gather", ir.Attrs{{Name: "axis", Value: ir.Int(1)}}, 0, []ir.Type{ty(bf, 3, 11, 5), ty(ir.I32, 4)}, ty(bf, 3, 4, 5))
 	op("gather_grad", ir.Attrs{{Name: "axis", Value: ir.Int(0)}, {Name: "dim", Value: ir.Int(11)}}, 16, []ir.Type{ty(ir.I64, 3, 7), ty(f32, 3, 7, 5)}, ty(f32, 11, 5))
 	op("gather_grad", ir.Attrs{{Name: "axis", Value: ir.Int(1)}, {Name: "dim", Value: ir.Int(11)}}, 16, []ir.Type{ty(ir.I32, 4), ty(ir.F64, 3, 4, 5)}, ty(ir.F64, 3, 11, 5))
+	// gather_elements (the loss's pick of each label's logit) and its backward, with data
+	// larger than the indices off the axis.
+	op("gather_elements", ir.Attrs{{Name: "axis", Value: ir.Int(-1)}}, 0, []ir.Type{ty(f32, 3, 6, 11), ty(ir.I64, 3, 5, 2)}, ty(f32, 3, 5, 2))
+	op("gather_elements", ir.Attrs{{Name: "axis", Value: ir.Int(0)}}, 0, []ir.Type{ty(bf, 11, 4), ty(ir.I32, 7, 4)}, ty(bf, 7, 4))
+	op("gather_elements_grad", ir.Attrs{{Name: "axis", Value: ir.Int(2)}, {Name: "shape", Value: ir.Ints(3, 6, 11)}}, 16, []ir.Type{ty(ir.I64, 3, 5, 2), ty(f32, 3, 5, 2)}, ty(f32, 3, 6, 11))
+	op("gather_elements_grad", ir.Attrs{{Name: "axis", Value: ir.Int(0)}, {Name: "shape", Value: ir.Ints(11, 4)}}, 16, []ir.Type{ty(ir.I32, 7, 4), ty(ir.F64, 7, 4)}, ty(ir.F64, 11, 4))
 	// Gradients: elementwise ones (operands x or y, and dy), and softmax's along an axis.
 	for _, d := range []ir.DType{f32, bf, ir.F64} {
 		t := ty(d, 3, 5, 7)
