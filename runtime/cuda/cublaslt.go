@@ -76,17 +76,12 @@ func OpenCublasLt(l *Library) (*CublasLt, error) {
 		return nil, fmt.Errorf("cuBLASLt is not available: %s", l.Err)
 	}
 	c := &CublasLt{lib: l}
-	for _, s := range []struct {
-		fn   any
-		name string
-	}{{&c.create, "cublasLtCreate"}, {&c.descCreate, "cublasLtMatmulDescCreate"}, {&c.descSet, "cublasLtMatmulDescSetAttribute"},
+	if err := l.bind([]binding{{&c.create, "cublasLtCreate"}, {&c.descCreate, "cublasLtMatmulDescCreate"}, {&c.descSet, "cublasLtMatmulDescSetAttribute"},
 		{&c.descDestroy, "cublasLtMatmulDescDestroy"}, {&c.layoutCreate, "cublasLtMatrixLayoutCreate"}, {&c.layoutSet, "cublasLtMatrixLayoutSetAttribute"},
 		{&c.layoutDestroy, "cublasLtMatrixLayoutDestroy"}, {&c.prefCreate, "cublasLtMatmulPreferenceCreate"}, {&c.prefSet, "cublasLtMatmulPreferenceSetAttribute"},
 		{&c.prefDestroy, "cublasLtMatmulPreferenceDestroy"}, {&c.heuristic, "cublasLtMatmulAlgoGetHeuristic"}, {&c.matmul, "cublasLtMatmul"},
-		{&c.statusString, "cublasLtGetStatusString"}} {
-		if err := l.sym(s.fn, s.name); err != nil {
-			return nil, err
-		}
+		{&c.statusString, "cublasLtGetStatusString"}}...); err != nil {
+		return nil, err
 	}
 	if rc := c.create(&c.handle); rc != 0 {
 		return nil, fmt.Errorf("cublasLtCreate: %s", c.statusString(rc))

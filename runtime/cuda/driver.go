@@ -68,17 +68,12 @@ func OpenDriver(l *Library, ordinal int) (Driver, error) {
 	}
 	d := &driverAPI{lib: l}
 	var cuInit func(flags uint32) int32
-	for _, s := range []struct {
-		fn   any
-		name string
-	}{{&cuInit, "cuInit"}, {&d.primaryRetain, "cuDevicePrimaryCtxRetain"}, {&d.ctxSetCurrent, "cuCtxSetCurrent"}, {&d.deviceGet, "cuDeviceGet"},
+	if err := l.bind([]binding{{&cuInit, "cuInit"}, {&d.primaryRetain, "cuDevicePrimaryCtxRetain"}, {&d.ctxSetCurrent, "cuCtxSetCurrent"}, {&d.deviceGet, "cuDeviceGet"},
 		{&d.memAlloc, "cuMemAlloc_v2"}, {&d.memFree, "cuMemFree_v2"}, {&d.copyHtoD, "cuMemcpyHtoDAsync_v2"}, {&d.copyDtoH, "cuMemcpyDtoHAsync_v2"},
 		{&d.moduleLoadData, "cuModuleLoadData"}, {&d.moduleGetFunc, "cuModuleGetFunction"}, {&d.launchKernel, "cuLaunchKernel"},
 		{&d.streamCreate, "cuStreamCreate"}, {&d.eventCreate, "cuEventCreate"}, {&d.eventRecord, "cuEventRecord"},
-		{&d.streamWaitEvent, "cuStreamWaitEvent"}, {&d.streamSync, "cuStreamSynchronize"}, {&d.errorName, "cuGetErrorName"}} {
-		if err := l.sym(s.fn, s.name); err != nil {
-			return nil, err
-		}
+		{&d.streamWaitEvent, "cuStreamWaitEvent"}, {&d.streamSync, "cuStreamSynchronize"}, {&d.errorName, "cuGetErrorName"}}...); err != nil {
+		return nil, err
 	}
 	if err := d.check("cuInit", cuInit(0)); err != nil {
 		return nil, err

@@ -241,17 +241,9 @@ func genSoftmax(logOf bool) generator {
 			return "", 0, err
 		}
 		in, out := s.In[0], s.Out[0]
-		axis, err := ir.NormAxis(s.Attrs.Int("axis", -1), in.Rank())
+		outer, n, inner, err := rows(s)
 		if err != nil {
 			return "", 0, err
-		}
-		outer, n, inner := int64(1), int64(in.Shape[axis]), int64(1)
-		for d, x := range in.Shape {
-			if d < axis {
-				outer *= int64(x)
-			} else if d > axis {
-				inner *= int64(x)
-			}
 		}
 		ty := ct.ctype()
 		at := func(j string) string { return fmt.Sprintf("base + (%s) * %dLL", j, inner) }

@@ -31,14 +31,9 @@ func OpenNVRTC(l *Library) (*NVRTC, error) {
 		return nil, fmt.Errorf("NVRTC is not available: %s", l.Err)
 	}
 	n := &NVRTC{lib: l}
-	for _, s := range []struct {
-		fn   any
-		name string
-	}{{&n.create, "nvrtcCreateProgram"}, {&n.compile, "nvrtcCompileProgram"}, {&n.ptxSize, "nvrtcGetPTXSize"}, {&n.getPTX, "nvrtcGetPTX"},
-		{&n.logSize, "nvrtcGetProgramLogSize"}, {&n.getLog, "nvrtcGetProgramLog"}, {&n.destroy, "nvrtcDestroyProgram"}, {&n.errorString, "nvrtcGetErrorString"}} {
-		if err := l.sym(s.fn, s.name); err != nil {
-			return nil, err
-		}
+	if err := l.bind([]binding{{&n.create, "nvrtcCreateProgram"}, {&n.compile, "nvrtcCompileProgram"}, {&n.ptxSize, "nvrtcGetPTXSize"}, {&n.getPTX, "nvrtcGetPTX"},
+		{&n.logSize, "nvrtcGetProgramLogSize"}, {&n.getLog, "nvrtcGetProgramLog"}, {&n.destroy, "nvrtcDestroyProgram"}, {&n.errorString, "nvrtcGetErrorString"}}...); err != nil {
+		return nil, err
 	}
 	return n, nil
 }

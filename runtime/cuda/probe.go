@@ -165,6 +165,22 @@ func (l *Library) sym(fn any, name string) error {
 	return nil
 }
 
+// binding is one entry point to bind: a pointer to a func variable and the symbol's name.
+type binding struct {
+	fn   any
+	name string
+}
+
+// bind binds every entry point, or reports the first one the library lacks.
+func (l *Library) bind(bs ...binding) error {
+	for _, b := range bs {
+		if err := l.sym(b.fn, b.name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Probe finds the CUDA libraries under the environment getenv (nil: the process's), opens
 // them, and asks each its version and the driver its GPUs. It never fails: what is missing
 // is in the report.
@@ -207,15 +223,10 @@ func (r *Report) queryDriver(l *Library) {
 		cuDeviceTotalMem   func(bytes *uint64, d int32) int32
 		cuDeviceGetAttr    func(v *int32, attr int32, d int32) int32
 	)
-	for _, s := range []struct {
-		fn   any
-		name string
-	}{{&cuInit, "cuInit"}, {&cuDriverGetVersion, "cuDriverGetVersion"}, {&cuDeviceGetCount, "cuDeviceGetCount"}, {&cuDeviceGet, "cuDeviceGet"},
-		{&cuDeviceGetName, "cuDeviceGetName"}, {&cuDeviceTotalMem, "cuDeviceTotalMem_v2"}, {&cuDeviceGetAttr, "cuDeviceGetAttribute"}} {
-		if err := l.sym(s.fn, s.name); err != nil {
-			l.Err = err.Error()
-			return
-		}
+	if err := l.bind([]binding{{&cuInit, "cuInit"}, {&cuDriverGetVersion, "cuDriverGetVersion"}, {&cuDeviceGetCount, "cuDeviceGetCount"}, {&cuDeviceGet, "cuDeviceGet"},
+		{&cuDeviceGetName, "cuDeviceGetName"}, {&cuDeviceTotalMem, "cuDeviceTotalMem_v2"}, {&cuDeviceGetAttr, "cuDeviceGetAttribute"}}...); err != nil {
+		l.Err = err.Error()
+		return
 	}
 	var v int32
 	if cuDriverGetVersion(&v) == cudaSuccess {
