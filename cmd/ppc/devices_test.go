@@ -43,3 +43,22 @@ func TestDevicesAndCUDARun(t *testing.T) {
 		t.Errorf("ppc run --device cuda: exit %d\n%s", code, errb.String())
 	}
 }
+
+// TestDevicesAndDisCUDAErrors: bad usage of ppc devices and ppc dis --cuda exits 2 with a
+// message, never a panic.
+func TestDevicesAndDisCUDAErrors(t *testing.T) {
+	notProgram := writeFile(t, "x.ppx", "not a program")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"devices", "extra"}, "takes no arguments, got 1"},
+		{[]string{"dis", "--cuda", filepath.Join(t.TempDir(), "missing.ppx")}, "no such file or directory"},
+		{[]string{"dis", "--cuda", notProgram}, "not a ppc program"},
+	} {
+		code, _, errs := ppc(t, "", c.args...)
+		if code != exitInput || !strings.Contains(errs, c.want) {
+			t.Errorf("ppc %v: exit %d, %q; want exit 2 and %q", c.args, code, errs, c.want)
+		}
+	}
+}
