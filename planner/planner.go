@@ -449,7 +449,7 @@ func nearestGPUs(n, batch int) string {
 func nearestBatch(batch, gpus int) string {
 	for d := 0; d < batch; d++ {
 		for _, b := range []int{batch + d, batch - d} {
-			if b >= 1 && gpus%gcd(gpus, b) == 0 && gcd(gpus, b) > 1 {
+			if b >= 1 && gcd(gpus, b) > 1 { // some data-parallel size > 1 divides both
 				return strconv.Itoa(b)
 			}
 		}
@@ -650,16 +650,6 @@ func (c Config) describe() string {
 	}
 	s += fmt.Sprintf(", %d micro-batches of %d, recompute %s, ZeRO %d", c.Microbatches, c.MicrobatchSize, c.Recompute, c.Zero)
 	return s
-}
-
-// modelFLOPs is the model FLOPs of one step: three times the forward's matmul FLOPs (the
-// forward, and the backward's two) over the global batch, recomputation not counted.
-func (p *planner) modelFLOPs(units []unitCost, tp int) float64 {
-	f := 0.0
-	for _, u := range units {
-		f += u.flops
-	}
-	return 3 * f * float64(tp) * float64(p.batch)
 }
 
 // peakRate is the device's dense matmul rate at the compute dtype.
