@@ -15,7 +15,7 @@ func TestClipGradNorm(t *testing.T) {
 	const lr, clip = 0.1, 0.25
 	params := func(j *runtime.Job) map[string][]float64 {
 		out := map[string][]float64{}
-		for n, x := range j.Tensors(pb.Role_PARAM) {
+		for n, x := range must(j.Tensors(pb.Role_PARAM)) {
 			out[n] = runtime.Float64s(x)
 		}
 		return out

@@ -27,7 +27,7 @@ func trainRun(t *testing.T, model string, opts Options, steps int) ([]float64, m
 	}
 	state := map[string][]float64{}
 	for _, role := range []pb.Role{pb.Role_PARAM, pb.Role_STATE} {
-		for name, buf := range job.Buffers(role) {
+		for name, buf := range must(job.Buffers(role)) {
 			state[name] = runtime.Float64s(buf)
 		}
 	}

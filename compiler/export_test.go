@@ -56,7 +56,7 @@ func TestExportInitializersAreTheRunsStart(t *testing.T) {
 	lo := smallLoad(gptPPM)
 	_, mp := exportFile(t, gptPPM, lo, 7)
 	_, job := initJob(t, gptPPM, Options{Load: lo, TP: 2, Microbatches: 2}, 7)
-	params := job.Tensors(pb.Role_PARAM)
+	params := must(job.Tensors(pb.Role_PARAM))
 	if len(mp.Graph.Initializer) != len(params) {
 		t.Fatalf("%d initializers, %d parameters", len(mp.Graph.Initializer), len(params))
 	}
@@ -368,4 +368,12 @@ func writeInputs(t *testing.T, gen map[string]device.Tensor) map[string]string {
 		given[in] = p
 	}
 	return given
+}
+
+// must returns v, panicking on err (a failed device read in a test).
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -44,12 +44,12 @@ func e2eGradCheck(t *testing.T, path string) float64 {
 	}
 	loss()
 	grads := map[string][]float64{}
-	for name, g := range job.Buffers(pb.Role_GRAD) {
+	for name, g := range must(job.Buffers(pb.Role_GRAD)) {
 		if !strings.Contains(name, "#") { // a partial of a parameter used twice
 			grads[name] = append([]float64(nil), g.F64()...)
 		}
 	}
-	params := job.Buffers(pb.Role_PARAM)
+	params := must(job.Buffers(pb.Role_PARAM))
 	if len(grads) != len(params) || len(params) == 0 {
 		t.Fatalf("%d gradients for %d parameters", len(grads), len(params))
 	}
@@ -235,7 +235,7 @@ func TestONNXCNNsTrain(t *testing.T) {
 				losses = append(losses, out.Loss)
 			}
 			first, last := losses[0], losses[len(losses)-1]
-			nParams := len(job.Buffers(pb.Role_PARAM))
+			nParams := len(must(job.Buffers(pb.Role_PARAM)))
 			t.Logf("%d parameter tensors; loss %.5g → %.5g", nParams, first, last)
 			if !(last < first) {
 				t.Errorf("the loss did not fall: %v", losses)

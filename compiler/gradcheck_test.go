@@ -28,13 +28,13 @@ func TestGradientsEndToEnd(t *testing.T) {
 	}
 	loss()
 	grads := map[string][]float64{}
-	for name, g := range job.Buffers(pb.Role_GRAD) {
+	for name, g := range must(job.Buffers(pb.Role_GRAD)) {
 		if strings.Contains(name, "#") {
 			continue // a partial of a parameter used twice; its sum has the plain name
 		}
 		grads[name] = append([]float64(nil), g.F64()...)
 	}
-	params := job.Buffers(pb.Role_PARAM)
+	params := must(job.Buffers(pb.Role_PARAM))
 	if len(grads) != len(params) || len(params) != 6 {
 		t.Fatalf("%d gradients for %d parameters", len(grads), len(params))
 	}

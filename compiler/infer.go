@@ -136,7 +136,10 @@ func Infer(model string, lo LoadOptions, mesh InferMesh, given map[string]string
 	if _, err := job.Step(runtime.Options{Seed: seed, Data: data}); err != nil {
 		return nil, nil, err
 	}
-	outs := job.Outputs(0)
+	outs, err := job.Outputs(0)
+	if err != nil {
+		return nil, nil, err
+	}
 	var result []Output
 	for _, name := range plan.Outputs {
 		result = append(result, Output{name, outs[name]})

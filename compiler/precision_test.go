@@ -25,14 +25,14 @@ func TestMixedPrecisionGradient(t *testing.T) {
 	for _, prec := range []string{"fp32", "bf16", "fp16"} {
 		_, job := initJob(t, gptPPM, Options{Load: LoadOptions{Preset: "tiny"}, Microbatches: 2, Optimizer: "sgd{lr=1}", Precision: prec}, 1)
 		before := map[string][]float64{}
-		for n, b := range job.Buffers(pb.Role_PARAM) {
+		for n, b := range must(job.Buffers(pb.Role_PARAM)) {
 			before[n] = runtime.Float64s(b)
 		}
 		if _, err := job.Step(runtime.Options{Seed: 1}); err != nil {
 			t.Fatal(err)
 		}
 		g := map[string][]float64{}
-		for n, b := range job.Buffers(pb.Role_PARAM) {
+		for n, b := range must(job.Buffers(pb.Role_PARAM)) {
 			g[n] = runtime.Float64s(b)
 			for i := range g[n] {
 				g[n][i] = before[n][i] - g[n][i]

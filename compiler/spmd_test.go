@@ -369,7 +369,7 @@ func @forward(%x: f32[2,4] {input}, %w: f32[4,2] {init = "normal(1)", param, sha
 	if _, err := job.Step(runtime.Options{Data: runtime.Fixed{"x": xt}}); err != nil {
 		t.Fatal(err)
 	}
-	w := runtime.Float64s(job.Tensors(pb.Role_PARAM)["w"]) // f32[4,4]
+	w := runtime.Float64s(must(job.Tensors(pb.Role_PARAM))["w"]) // f32[4,4]
 	y := make([]float64, 8)                                // x @ w: f32[2,4]; tp rank k's block is columns 2k, 2k+1
 	for i := range 2 {
 		for j := range 4 {
@@ -389,7 +389,7 @@ func @forward(%x: f32[2,4] {input}, %w: f32[4,2] {init = "normal(1)", param, sha
 	for j := range 2 {
 		want["scattered"][j] = block(0, 0, j) + block(1, 0, j)
 	}
-	out := job.Outputs(0)
+	out := must(job.Outputs(0))
 	for name, v := range want {
 		got := runtime.Float64s(out[name])
 		if len(got) != len(v) {

@@ -103,7 +103,7 @@ func TestSaveResumeBitwise(t *testing.T) {
 		}
 		out := map[string][]float64{}
 		for _, role := range []pb.Role{pb.Role_PARAM, pb.Role_STATE} {
-			for n, b := range job.Buffers(role) {
+			for n, b := range must(job.Buffers(role)) {
 				out[n] = runtime.Float64s(b)
 			}
 		}

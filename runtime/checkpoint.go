@@ -38,7 +38,7 @@ func (j *Job) Save(dir string, seed uint64) error {
 // full tensor: a sharded one assembled from its blocks (a fresh tensor), an unsharded one the
 // first holder's buffer, as Buffers. Data-parallel replicas hold equal copies of each block;
 // the first is taken.
-func (j *Job) Tensors(role pb.Role) map[string]device.Tensor {
+func (j *Job) Tensors(role pb.Role) (map[string]device.Tensor, error) {
 	out := map[string]device.Tensor{}
 	placed := map[string]map[string]bool{} // name → block offsets copied
 	for _, r := range j.Ranks {
@@ -48,10 +48,15 @@ func (j *Job) Tensors(role pb.Role) map[string]device.Tensor {
 			}
 			g := r.shards[i]
 			full, ok := out[b.Name]
+			if g == nil && ok {
+				continue
+			}
+			buf, err := j.readHost(r.Bufs[i])
+			if err != nil {
+				return nil, err
+			}
 			if g == nil {
-				if !ok {
-					out[b.Name] = r.Bufs[i]
-				}
+				out[b.Name] = buf
 				continue
 			}
 			if !ok {
@@ -65,10 +70,10 @@ func (j *Job) Tensors(role pb.Role) map[string]device.Tensor {
 				continue
 			}
 			placed[b.Name][at] = true
-			copyBlock(full.Data, r.Bufs[i], g, true)
+			copyBlock(full.Data, buf, g, true)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // copyBlock copies a shard's elements between its buffer and the full tensor's bytes: into
@@ -220,10 +225,16 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 		for i, b := range r.Prog.Buffers {
 			if (b.Role == pb.Role_PARAM || b.Role == pb.Role_STATE) && matches[b.Name] {
 				// Each rank takes its block of the full tensor: any layout resumes any other.
-				if g := r.shards[i]; g != nil {
-					copyBlock(tensors[b.Name].Data, r.Bufs[i], g, false)
-				} else {
-					copy(r.Bufs[i].Data, tensors[b.Name].Data)
+				err := j.writeHost(r.Bufs[i], func(t device.Tensor) error {
+					if g := r.shards[i]; g != nil {
+						copyBlock(tensors[b.Name].Data, t, g, false)
+					} else {
+						copy(t.Data, tensors[b.Name].Data)
+					}
+					return nil
+				})
+				if err != nil {
+					return Resumed{}, fmt.Errorf("rank %d: %s: %v", r.Index, b.Name, err)
 				}
 			}
 		}

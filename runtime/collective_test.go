@@ -114,7 +114,7 @@ func getElem(t device.Tensor, i int) float64 {
 	case ir.U8, ir.I8, ir.Bool:
 		return float64(t.Data[i])
 	}
-	return elemF64(t, i)
+	return t.Float(i)
 }
 
 // randomValue draws a value exactly representable in dt.

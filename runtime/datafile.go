@@ -503,7 +503,7 @@ func Float64s(t device.Tensor) []float64 {
 func elementGetter(d ir.DType) (func(t device.Tensor, i int) float64, error) {
 	switch d {
 	case ir.F64, ir.F32, ir.F16, ir.BF16:
-		return elemF64, nil
+		return func(t device.Tensor, i int) float64 { return t.Float(i) }, nil
 	case ir.I64:
 		return func(t device.Tensor, i int) float64 { return float64(t.I64()[i]) }, nil
 	case ir.I32:

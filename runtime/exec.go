@@ -8,8 +8,6 @@ import (
 	"time"
 
 	pb "ppc.dev/ppc/codegen/programpb"
-	"ppc.dev/ppc/ir"
-	"ppc.dev/ppc/kernels/cpu"
 	"ppc.dev/ppc/runtime/device"
 )
 
@@ -61,7 +59,8 @@ func (j *Job) Init(seed uint64) error {
 		for i, b := range r.Prog.Buffers {
 			switch b.Role {
 			case pb.Role_PARAM, pb.Role_STATE:
-				if err := initBuffer(b, r.shards[i], r.Bufs[i], seed); err != nil {
+				err := j.writeHost(r.Bufs[i], func(t device.Tensor) error { return initBuffer(b, r.shards[i], t, seed) })
+				if err != nil {
 					return fmt.Errorf("rank %d: %s: %v", r.Index, b.Name, err)
 				}
 			}
@@ -177,7 +176,7 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 func (j *Job) runRank(r *Rank, step int, data DataSource, tr *Trace) error {
 	for i, b := range r.Prog.Buffers {
 		if b.Role == pb.Role_STEP {
-			if err := storeF64(r.Bufs[i], []float64{float64(step)}); err != nil {
+			if err := j.writeHost(r.Bufs[i], func(t device.Tensor) error { return storeF64(t, []float64{float64(step)}) }); err != nil {
 				return err
 			}
 		}
@@ -223,109 +222,112 @@ func describeInstr(it *instr) string {
 }
 
 func (j *Job) exec(r *Rank, it *instr, step int, data DataSource) error {
+	dev := j.dev
 	switch it.Kind {
 	case pb.Instr_LAUNCH:
 		return it.impl(it.in, it.out)
 	case pb.Instr_INPUT:
-		return data.Fill(r.inputs[it.Label], step, it.mb, it.out[0])
+		return j.writeHost(it.out[0], func(t device.Tensor) error { return data.Fill(r.inputs[it.Label], step, it.mb, t) })
 	case pb.Instr_SEND:
-		return j.comm.send(r.Index, it.peer, it.Tag, it.in[0].Data)
-	case pb.Instr_RECV:
-		return j.comm.recv(r.Index, it.peer, it.Tag, it.out[0].Data)
-	case pb.Instr_ZERO:
-		clear(it.out[0].Data)
-	case pb.Instr_ACCUM:
-		return accumulate(it.out[0], it.in[0])
-	case pb.Instr_COPY:
-		copy(it.out[0].Data, it.in[0].Data)
-	case pb.Instr_ALL_REDUCE, pb.Instr_ALL_GATHER, pb.Instr_REDUCE_SCATTER, pb.Instr_BROADCAST:
-		out := it.in[0] // in place
-		if len(it.out) > 0 {
-			out = it.out[0]
+		in, err := j.readHost(it.in[0])
+		if err != nil {
+			return err
 		}
-		return j.comm.collective(r.Index, it.coll, it.in[0], out)
+		return j.comm.send(r.Index, it.peer, it.Tag, in.Data)
+	case pb.Instr_RECV:
+		return j.writeHost(it.out[0], func(t device.Tensor) error { return j.comm.recv(r.Index, it.peer, it.Tag, t.Data) })
+	case pb.Instr_ZERO:
+		return dev.Zero(it.out[0])
+	case pb.Instr_ACCUM:
+		return dev.Accumulate(it.out[0], it.in[0])
+	case pb.Instr_COPY:
+		return dev.Copy(it.out[0], it.in[0])
+	case pb.Instr_ALL_REDUCE, pb.Instr_ALL_GATHER, pb.Instr_REDUCE_SCATTER, pb.Instr_BROADCAST:
+		in, err := j.readHost(it.in[0])
+		if err != nil {
+			return err
+		}
+		if len(it.out) == 0 { // in place
+			return j.writeHost(it.in[0], func(device.Tensor) error { return j.comm.collective(r.Index, it.coll, in, in) }, in)
+		}
+		return j.writeHost(it.out[0], func(o device.Tensor) error { return j.comm.collective(r.Index, it.coll, in, o) })
 	case pb.Instr_AXIS_INDEX:
-		it.out[0].I64()[0] = it.index
+		return j.writeHost(it.out[0], func(t device.Tensor) error { t.I64()[0] = it.index; return nil })
 	case pb.Instr_PACK:
-		off := 0
+		var off int64
 		for _, x := range it.in {
-			off += copy(it.out[0].Data[off:], x.Data)
+			if err := dev.Copy(it.out[0].At(off, x.Type), x); err != nil {
+				return err
+			}
+			off += x.Type.Bytes()
 		}
 	case pb.Instr_UNPACK:
-		off := 0
+		var off int64
 		for _, x := range it.out {
-			off += copy(x.Data, it.in[0].Data[off:])
+			if err := dev.Copy(x, it.in[0].At(off, x.Type)); err != nil {
+				return err
+			}
+			off += x.Type.Bytes()
 		}
-	case pb.Instr_LOSS:
-		if r.Coords.TP == 0 {
-			r.losses = append(r.losses, scalar(it.in[0]))
+	case pb.Instr_LOSS, pb.Instr_METRIC:
+		if it.Kind == pb.Instr_LOSS && r.Coords.TP != 0 {
+			return nil
 		}
-	case pb.Instr_METRIC:
+		in, err := j.readHost(it.in[0])
+		if err != nil {
+			return err
+		}
+		if it.Kind == pb.Instr_LOSS {
+			r.losses = append(r.losses, scalar(in))
+			return nil
+		}
 		if r.metrics == nil {
 			r.metrics = map[string]float64{}
 		}
-		r.metrics[it.Label] = scalar(it.in[0])
+		r.metrics[it.Label] = scalar(in)
 	}
 	return nil
+}
+
+// readHost returns t with its bytes on the host: t itself on a host device, else a copy read
+// from the device.
+func (j *Job) readHost(t device.Tensor) (device.Tensor, error) {
+	if t.OnHost() {
+		return t, nil
+	}
+	h := device.Tensor{Type: t.Type, Data: alignedBytes(t.Type.Bytes())}
+	return h, j.dev.Read(h.Data, t)
+}
+
+// writeHost lets fill write every byte of t on the host: t itself on a host device, else a
+// host buffer (stage, when given, or a new one) that is then written to the device.
+func (j *Job) writeHost(t device.Tensor, fill func(device.Tensor) error, stage ...device.Tensor) error {
+	if t.OnHost() {
+		return fill(t)
+	}
+	h := device.Tensor{Type: t.Type}
+	if len(stage) > 0 {
+		h = stage[0]
+	} else {
+		h.Data = alignedBytes(t.Type.Bytes())
+	}
+	if err := fill(h); err != nil {
+		return err
+	}
+	return j.dev.Write(t, h.Data)
 }
 
 func scalar(t device.Tensor) float64 {
-	switch t.Type.DType {
-	case ir.F64:
-		return t.F64()[0]
-	case ir.F32:
-		return float64(t.F32()[0])
-	case ir.F16:
-		return float64(ir.F16ToF32(t.U16()[0]))
-	case ir.BF16:
-		return float64(ir.BF16ToF32(t.U16()[0]))
+	if !t.Type.DType.IsFloat() {
+		return math.NaN()
 	}
-	return math.NaN()
-}
-
-// accumulate adds src into dst (f32 or f64), elementwise, in a fixed order per element.
-func accumulate(dst, src device.Tensor) error {
-	switch {
-	case dst.Type.DType == ir.F32 && src.Type.DType == ir.F32:
-		d, s := dst.F32(), src.F32()
-		cpu.Parallel(len(d), 1<<14, func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				d[i] += s[i]
-			}
-		})
-	case dst.Type.DType == ir.F64 && src.Type.DType == ir.F64:
-		d, s := dst.F64(), src.F64()
-		for i := range d {
-			d[i] += s[i]
-		}
-	case dst.Type.DType == ir.F32:
-		d := dst.F32()
-		for i := range d {
-			d[i] += float32(elemF64(src, i))
-		}
-	default:
-		return fmt.Errorf("cannot accumulate %s into %s", src.Type, dst.Type)
-	}
-	return nil
-}
-
-func elemF64(t device.Tensor, i int) float64 {
-	switch t.Type.DType {
-	case ir.F64:
-		return t.F64()[i]
-	case ir.F32:
-		return float64(t.F32()[i])
-	case ir.F16:
-		return float64(ir.F16ToF32(t.U16()[i]))
-	case ir.BF16:
-		return float64(ir.BF16ToF32(t.U16()[i]))
-	}
-	return 0
+	return t.Float(0)
 }
 
 // Outputs returns the OUTPUT buffers of micro-batch mb of the global batch by name
 // (forward-only plans): those of data-parallel replica mb/M, from its tensor-parallel rank 0.
-func (j *Job) Outputs(mb int) map[string]device.Tensor {
+// On a host device they are the buffers themselves; on others, copies read from the device.
+func (j *Job) Outputs(mb int) (map[string]device.Tensor, error) {
 	out := map[string]device.Tensor{}
 	m := j.Plan.Microbatches
 	for _, r := range j.Ranks {
@@ -334,28 +336,37 @@ func (j *Job) Outputs(mb int) map[string]device.Tensor {
 		}
 		for i, b := range r.Prog.Buffers {
 			if b.Role == pb.Role_OUTPUT && int(b.Microbatch) == mb%m {
-				out[b.Name] = r.Bufs[i]
+				t, err := j.readHost(r.Bufs[i])
+				if err != nil {
+					return nil, err
+				}
+				out[b.Name] = t
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
 // Buffers returns, by name, every buffer of the given role on any rank (the first rank's
 // copy when several hold it: tied and replicated parameters are equal on every holder). A
-// sharded parameter or state is the first rank's block; Tensors merges the blocks.
-func (j *Job) Buffers(role pb.Role) map[string]device.Tensor {
+// sharded parameter or state is the first rank's block; Tensors merges the blocks. On a host
+// device they are the buffers themselves (writing them changes the run); on others, copies.
+func (j *Job) Buffers(role pb.Role) (map[string]device.Tensor, error) {
 	out := map[string]device.Tensor{}
 	for _, r := range j.Ranks {
 		for i, b := range r.Prog.Buffers {
 			if b.Role == role {
 				if _, ok := out[b.Name]; !ok {
-					out[b.Name] = r.Bufs[i]
+					t, err := j.readHost(r.Bufs[i])
+					if err != nil {
+						return nil, err
+					}
+					out[b.Name] = t
 				}
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
 // StepsDone is the number of steps run or resumed from: the next Step runs step StepsDone()+1.

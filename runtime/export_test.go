@@ -25,3 +25,11 @@ func (p *Process) Kill() {
 
 // Freeze stops p's heartbeats, as a stopped (SIGSTOP) or wedged process stops sending.
 func (p *Process) Freeze() { p.halt() }
+
+// must returns v, panicking on err (a failed device read in a test).
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}

@@ -43,7 +43,7 @@ type Rank struct {
 	Prog   *pb.Program
 	Bufs   []device.Tensor
 	instrs []instr
-	arena  []byte
+	mem    device.Tensor // the rank's one device allocation: arena, then the other buffers
 	losses []float64
 	// metrics holds this step's METRIC values by name.
 	metrics map[string]float64
@@ -355,23 +355,8 @@ func (j *Job) prepare(r int, prog *pb.Program, local bool) (*Rank, error) {
 		for i, t := range types {
 			rank.Bufs[i] = device.Tensor{Type: t}
 		}
-	} else if err := checkMemory(prog.ArenaBytes + persistent); err != nil {
+	} else if err := j.place(rank, types); err != nil {
 		return nil, err
-	} else {
-		rank.arena = alignedBytes(prog.ArenaBytes)
-	}
-	for i, b := range prog.Buffers {
-		t := types[i]
-		switch {
-		case !local:
-		case b.Role == pb.Role_ACTIVATION || b.Role == pb.Role_INPUT:
-			rank.Bufs[i] = device.Tensor{Type: t, Data: rank.arena[b.Offset : b.Offset+t.Bytes() : b.Offset+t.Bytes()]}
-		default:
-			rank.Bufs[i] = device.Tensor{Type: t, Data: alignedBytes(t.Bytes())}
-			if b.Role == pb.Role_CONST {
-				fillConst(rank.Bufs[i].Data, b.Data, b.Splat)
-			}
-		}
 	}
 	// Kernels: op names and attributes against the IR op table.
 	specs := make([]*device.Spec, len(prog.Kernels))
@@ -839,12 +824,25 @@ func (j *Job) prepareCollective(rank *Rank, in *pb.Instr, it *instr) error {
 
 // overlap reports whether buffers a and b share bytes (arena buffers can; others cannot).
 func (j *Job) overlap(rank *Rank, a, b int32) bool {
-	x, y := rank.Bufs[a].Data, rank.Bufs[b].Data
-	if len(x) == 0 || len(y) == 0 {
-		return false
+	x0, x1 := span(rank.Bufs[a])
+	y0, y1 := span(rank.Bufs[b])
+	return x0 < x1 && y0 < y1 && x0 < y1 && y0 < x1
+}
+
+// span is the address range of t's bytes (on the host or on the device; empty for the
+// buffers of another process's rank, which are not placed here).
+func span(t device.Tensor) (lo, hi uint64) {
+	if t.Data != nil {
+		if len(t.Data) == 0 {
+			return 0, 0
+		}
+		lo = uint64(uintptr(unsafe.Pointer(&t.Data[0])))
+		return lo, lo + uint64(len(t.Data))
 	}
-	x0, y0 := uintptr(unsafe.Pointer(&x[0])), uintptr(unsafe.Pointer(&y[0]))
-	return x0 < y0+uintptr(len(y)) && y0 < x0+uintptr(len(x))
+	if t.Addr == 0 {
+		return 0, 0
+	}
+	return t.Addr, t.Addr + uint64(t.Type.Bytes())
 }
 
 // checkRanks checks the prepared ranks against each other: their collectives, and that every
@@ -1003,7 +1001,52 @@ func sameTypes(op string, want, got []ir.Type) error {
 	return nil
 }
 
-// alignedBytes allocates n bytes aligned to 64.
+// place makes the rank's one device allocation and places every buffer in it: the arena at
+// offset 0 (activations and inputs at the program's offsets), then each parameter, gradient,
+// optimizer state, constant and step buffer at the next multiple of 256 bytes. Constants are
+// written to the device here.
+func (j *Job) place(rank *Rank, types []ir.Type) error {
+	prog := rank.Prog
+	at := make([]int64, len(prog.Buffers))
+	size := align256(prog.ArenaBytes)
+	for i, b := range prog.Buffers {
+		switch b.Role {
+		case pb.Role_ACTIVATION, pb.Role_INPUT:
+			at[i] = b.Offset
+		default:
+			at[i] = size
+			size += align256(types[i].Bytes())
+		}
+	}
+	if err := checkMemory(j.dev, size); err != nil {
+		return err
+	}
+	mem, err := j.dev.Alloc(size)
+	if err != nil {
+		return fmt.Errorf("%s device: %v", j.dev.Name(), err)
+	}
+	rank.mem = mem
+	for i, b := range prog.Buffers {
+		rank.Bufs[i] = mem.At(at[i], types[i])
+		if b.Role == pb.Role_CONST {
+			host := rank.Bufs[i].Data
+			if host == nil {
+				host = make([]byte, types[i].Bytes())
+			}
+			fillConst(host, b.Data, b.Splat)
+			if !rank.Bufs[i].OnHost() {
+				if err := j.dev.Write(rank.Bufs[i], host); err != nil {
+					return fmt.Errorf("constant %s: %v", b.Name, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func align256(n int64) int64 { return (n + 255) &^ 255 }
+
+// alignedBytes allocates n bytes of host memory aligned to 64.
 func alignedBytes(n int64) []byte {
 	if n == 0 {
 		return []byte{}
@@ -1027,46 +1070,16 @@ func fillConst(dst, data []byte, splat bool) {
 // fuzzing use it); otherwise the limit is the machine's available memory.
 var MemoryLimit int64
 
-// checkMemory refuses programs that cannot fit this machine's available memory.
-func checkMemory(need int64) error {
-	avail := availableMemory()
+// checkMemory refuses programs that cannot fit the device's available memory.
+func checkMemory(dev device.Device, need int64) error {
+	avail := dev.Available()
 	if MemoryLimit > 0 {
 		avail = MemoryLimit
 	}
 	if avail > 0 && need > avail {
-		return fmt.Errorf("needs %s of memory, this machine has %s available", FormatBytes(need), FormatBytes(avail))
+		return fmt.Errorf("needs %s of memory, the %s device has %s available", FormatBytes(need), dev.Name(), FormatBytes(avail))
 	}
 	return nil
-}
-
-func availableMemory() int64 {
-	data, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	var kb int64
-	for _, line := range splitLines(string(data)) {
-		if n, _ := fmt.Sscanf(line, "MemAvailable: %d kB", &kb); n == 1 {
-			return kb * 1024
-		}
-	}
-	return 0
-}
-
-func splitLines(s string) []string {
-	var out []string
-	for len(s) > 0 {
-		i := 0
-		for i < len(s) && s[i] != '\n' {
-			i++
-		}
-		out = append(out, s[:i])
-		if i < len(s) {
-			i++
-		}
-		s = s[i:]
-	}
-	return out
 }
 
 // FormatBytes prints a byte count with a binary unit (12.5 MiB).

@@ -167,7 +167,11 @@ func (j *Job) WriteShards(dir string) ([]ShardFile, error) {
 		if byRank[o.rank] == nil {
 			byRank[o.rank] = map[string]device.Tensor{}
 		}
-		byRank[o.rank][o.name] = r.Bufs[o.buf]
+		t, err := j.readHost(r.Bufs[o.buf])
+		if err != nil {
+			return nil, err
+		}
+		byRank[o.rank][o.name] = t
 	}
 	if len(byRank) == 0 {
 		return nil, nil

@@ -89,7 +89,7 @@ func TestSharedProgramReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	full := j.Tensors(pb.Role_PARAM)["w"]
+	full := must(j.Tensors(pb.Role_PARAM))["w"]
 	if !full.Type.Equal(ir.T(ir.F32, 4)) {
 		t.Fatalf("merged w is %s, want f32[4]", full.Type)
 	}

@@ -1,7 +1,15 @@
-// Package device defines what the runtime asks of a device: typed tensor views over buffer
-// bytes, the description of one kernel launch site (Spec), and Prepare, which turns a Spec
-// into a runnable kernel after checking it. The CPU device (runtime/cpu) implements it; a
-// CUDA device opened at run time would implement the same interface.
+// Package device defines what the runtime asks of a device: memory the device allocates and
+// owns, typed tensor views into it, the description of one kernel launch site (Spec), Prepare,
+// which turns a Spec into a runnable kernel after checking it, and the few data movements a
+// program's non-kernel instructions need (zero, copy, accumulate, and host reads and writes).
+// The CPU device (runtime/cpu) and the CUDA device (runtime/cuda) implement it.
+//
+// The runtime never touches a tensor's bytes itself: it allocates one block per rank through
+// the device and places every buffer in it, and each instruction — launches, gradient
+// accumulation, the optimizer's kernels, copies between buffers — runs through the device. Only
+// what must cross to the host does so, through Read and Write: inputs, losses and metrics,
+// checkpoints, and the staging of messages for a transport that sends host bytes. On the CPU
+// those are the tensor's own bytes (Data), so nothing is copied.
 package device
 
 import (
@@ -10,11 +18,34 @@ import (
 	"ppc.dev/ppc/ir"
 )
 
-// Tensor is a typed view of buffer bytes. Data is exactly Type.Bytes() long and aligned for
-// its element type (the runtime aligns every buffer to 64 bytes).
+// Tensor is a typed view of a device's memory. On a device whose memory the host addresses
+// (the CPU), Data is its bytes: exactly Type.Bytes() long and aligned for its element type
+// (the runtime aligns every buffer to 256 bytes). On other devices Data is nil and Addr is the
+// tensor's address in the device's memory.
 type Tensor struct {
 	Type ir.Type
 	Data []byte
+	Addr uint64
+}
+
+// OnHost reports whether the host addresses the tensor's bytes (Data).
+func (t Tensor) OnHost() bool { return t.Data != nil }
+
+// At is the tensor of type ty at byte offset off of t (which must hold it).
+func (t Tensor) At(off int64, ty ir.Type) Tensor {
+	n := ty.Bytes()
+	if t.Data != nil {
+		return Tensor{Type: ty, Data: t.Data[off : off+n : off+n]}
+	}
+	return Tensor{Type: ty, Addr: t.Addr + uint64(off)}
+}
+
+// Bytes is the tensor's size in bytes.
+func (t Tensor) Bytes() int64 {
+	if t.Data != nil {
+		return int64(len(t.Data))
+	}
+	return t.Type.Bytes()
 }
 
 func view[T any](b []byte) []T {
@@ -43,6 +74,21 @@ func (t Tensor) U16() []uint16 { return view[uint16](t.Data) }
 
 // Bool views the data as bool (one byte each, 0 or 1).
 func (t Tensor) Bool() []bool { return view[bool](t.Data) }
+
+// Float is element i of a float tensor as a float64 (0 for other types).
+func (t Tensor) Float(i int) float64 {
+	switch t.Type.DType {
+	case ir.F64:
+		return t.F64()[i]
+	case ir.F32:
+		return float64(t.F32()[i])
+	case ir.F16:
+		return float64(ir.F16ToF32(t.U16()[i]))
+	case ir.BF16:
+		return float64(ir.BF16ToF32(t.U16()[i]))
+	}
+	return 0
+}
 
 // Shape returns the dims as ints.
 func (t Tensor) Shape() []int { return t.Type.Shape }
@@ -78,10 +124,27 @@ func (s *Spec) Name() string {
 // Impl runs a prepared kernel. It may be called concurrently only on distinct tensors.
 type Impl func(in, out []Tensor) error
 
-// Device prepares kernels for one kind of hardware.
+// Device prepares kernels for one kind of hardware and owns its memory.
 type Device interface {
 	Name() string
 	// Prepare checks that the device can run s and returns the kernel. An error names what
 	// is unsupported (op, dtype, attribute value).
 	Prepare(s *Spec) (Impl, error)
+	// Available is how many bytes the device can still allocate (0: unknown).
+	Available() int64
+	// Alloc returns n zeroed bytes of the device's memory, aligned to 256 bytes, as an
+	// untyped tensor to place buffers in with At.
+	Alloc(n int64) (Tensor, error)
+	// Release frees an allocation of Alloc.
+	Release(t Tensor) error
+	// Zero sets t's bytes to 0; Copy copies src's bytes to dst (same size); Accumulate adds
+	// src into dst elementwise (dst f32 or f64; src any float type), in a fixed order per
+	// element so that results are reproducible.
+	Zero(t Tensor) error
+	Copy(dst, src Tensor) error
+	Accumulate(dst, src Tensor) error
+	// Write copies host bytes into t, and Read copies t's bytes to the host, each after the
+	// device's earlier work and complete on return (len(src) or len(dst) = t.Bytes()).
+	Write(t Tensor, src []byte) error
+	Read(dst []byte, t Tensor) error
 }
