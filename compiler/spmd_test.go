@@ -370,7 +370,7 @@ func @forward(%x: f32[2,4] {input}, %w: f32[4,2] {init = "normal(1)", param, sha
 		t.Fatal(err)
 	}
 	w := runtime.Float64s(must(job.Tensors(pb.Role_PARAM))["w"]) // f32[4,4]
-	y := make([]float64, 8)                                // x @ w: f32[2,4]; tp rank k's block is columns 2k, 2k+1
+	y := make([]float64, 8)                                      // x @ w: f32[2,4]; tp rank k's block is columns 2k, 2k+1
 	for i := range 2 {
 		for j := range 4 {
 			for k := range 4 {

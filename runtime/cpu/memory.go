@@ -6,8 +6,8 @@ import (
 	"strings"
 	"unsafe"
 
-	k "ppc.dev/ppc/kernels/cpu"
 	"ppc.dev/ppc/ir"
+	k "ppc.dev/ppc/kernels/cpu"
 	"ppc.dev/ppc/runtime/device"
 )
 
@@ -97,4 +97,3 @@ func (*Device) Accumulate(dst, src device.Tensor) error {
 	}
 	return nil
 }
-
