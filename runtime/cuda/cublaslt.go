@@ -205,3 +205,8 @@ func (c *CublasLt) Matmul(g GemmCall, a, b, d, bias, ws, stream uintptr) error {
 	return check("cublasLtMatmul", c.matmul(c.handle, desc, alpha, a+uintptr(g.OffA)*size, la, b+uintptr(g.OffB)*size, lb, beta,
 		d+uintptr(g.OffC)*size, ld, d+uintptr(g.OffC)*size, ld, unsafe.Pointer(&res.algo), ws, wsBytes, stream))
 }
+
+// Workspace is WorkspaceBytes (Blas).
+func (c *CublasLt) Workspace() uint64 { return c.WorkspaceBytes }
+
+var _ Blas = (*CublasLt)(nil)

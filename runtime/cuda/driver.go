@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	goruntime "runtime"
 	"strings"
 	"unsafe"
 )
@@ -27,6 +28,10 @@ type Driver interface {
 	MemFree(p DevicePtr) error
 	CopyHtoD(dst DevicePtr, src []byte, s Stream) error
 	CopyDtoH(dst []byte, src DevicePtr, s Stream) error
+	CopyDtoD(dst, src DevicePtr, bytes uint64, s Stream) error
+	Memset(p DevicePtr, bytes uint64, s Stream) error // zeroes
+	// MemInfo is the GPU's free and total memory.
+	MemInfo() (free, total uint64, err error)
 	LoadModule(ptx []byte) (Module, error)
 	Function(m Module, name string) (Function, error)
 	// Launch runs f on a 1-D grid; each argument is a device pointer or a 64-bit integer,
@@ -49,6 +54,10 @@ type driverAPI struct {
 	memFree         func(p uint64) int32
 	copyHtoD        func(dst uint64, src unsafe.Pointer, bytes uint64, s uintptr) int32
 	copyDtoH        func(dst unsafe.Pointer, src uint64, bytes uint64, s uintptr) int32
+	copyDtoD        func(dst, src uint64, bytes uint64, s uintptr) int32
+	memset          func(p uint64, value uint8, n uint64, s uintptr) int32
+	memInfo         func(free, total *uint64) int32
+	ctx             uintptr
 	moduleLoadData  func(m *uintptr, image unsafe.Pointer) int32
 	moduleGetFunc   func(f *uintptr, m uintptr, name string) int32
 	launchKernel    func(f uintptr, gx, gy, gz, bx, by, bz, shared uint32, s uintptr, params, extra unsafe.Pointer) int32
@@ -70,26 +79,40 @@ func OpenDriver(l *Library, ordinal int) (Driver, error) {
 	var cuInit func(flags uint32) int32
 	if err := l.bind([]binding{{&cuInit, "cuInit"}, {&d.primaryRetain, "cuDevicePrimaryCtxRetain"}, {&d.ctxSetCurrent, "cuCtxSetCurrent"}, {&d.deviceGet, "cuDeviceGet"},
 		{&d.memAlloc, "cuMemAlloc_v2"}, {&d.memFree, "cuMemFree_v2"}, {&d.copyHtoD, "cuMemcpyHtoDAsync_v2"}, {&d.copyDtoH, "cuMemcpyDtoHAsync_v2"},
+		{&d.copyDtoD, "cuMemcpyDtoDAsync_v2"}, {&d.memset, "cuMemsetD8Async"}, {&d.memInfo, "cuMemGetInfo_v2"},
 		{&d.moduleLoadData, "cuModuleLoadData"}, {&d.moduleGetFunc, "cuModuleGetFunction"}, {&d.launchKernel, "cuLaunchKernel"},
 		{&d.streamCreate, "cuStreamCreate"}, {&d.eventCreate, "cuEventCreate"}, {&d.eventRecord, "cuEventRecord"},
 		{&d.streamWaitEvent, "cuStreamWaitEvent"}, {&d.streamSync, "cuStreamSynchronize"}, {&d.errorName, "cuGetErrorName"}}...); err != nil {
 		return nil, err
 	}
-	if err := d.check("cuInit", cuInit(0)); err != nil {
+	if err := d.result("cuInit", cuInit(0)); err != nil {
 		return nil, err
 	}
 	var dev int32
-	if err := d.check("cuDeviceGet", d.deviceGet(&dev, int32(ordinal))); err != nil {
+	if err := d.result("cuDeviceGet", d.deviceGet(&dev, int32(ordinal))); err != nil {
 		return nil, err
 	}
-	var ctx uintptr
-	if err := d.check("cuDevicePrimaryCtxRetain", d.primaryRetain(&ctx, dev)); err != nil {
+	if err := d.result("cuDevicePrimaryCtxRetain", d.primaryRetain(&d.ctx, dev)); err != nil {
 		return nil, err
 	}
-	return d, d.check("cuCtxSetCurrent", d.ctxSetCurrent(ctx))
+	return d, nil
 }
 
-func (d *driverAPI) check(what string, rc int32) error {
+// check makes the call with the context current, and names the driver's error. A context is
+// current per OS thread and goroutines move between threads, so each call locks its
+// goroutine to the thread and makes the context current there first (cuCtxSetCurrent is a
+// thread-local store).
+func (d *driverAPI) check(what string, call func() int32) error {
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	rc := d.ctxSetCurrent(d.ctx)
+	if rc == 0 {
+		rc = call()
+	}
+	return d.result(what, rc)
+}
+
+func (d *driverAPI) result(what string, rc int32) error {
 	if rc == 0 {
 		return nil
 	}
@@ -115,34 +138,56 @@ func goString(p uintptr) string {
 
 func (d *driverAPI) MemAlloc(bytes uint64) (DevicePtr, error) {
 	var p uint64
-	return DevicePtr(p), d.check("cuMemAlloc", d.memAlloc(&p, bytes))
+	err := d.check("cuMemAlloc", func() int32 { return d.memAlloc(&p, bytes) })
+	return DevicePtr(p), err
 }
 
-func (d *driverAPI) MemFree(p DevicePtr) error { return d.check("cuMemFree", d.memFree(uint64(p))) }
+func (d *driverAPI) MemFree(p DevicePtr) error { return d.check("cuMemFree", func() int32 { return d.memFree(uint64(p)) }) }
 
 func (d *driverAPI) CopyHtoD(dst DevicePtr, src []byte, s Stream) error {
 	if len(src) == 0 {
 		return nil
 	}
-	return d.check("cuMemcpyHtoDAsync", d.copyHtoD(uint64(dst), unsafe.Pointer(&src[0]), uint64(len(src)), uintptr(s)))
+	return d.check("cuMemcpyHtoDAsync", func() int32 { return d.copyHtoD(uint64(dst), unsafe.Pointer(&src[0]), uint64(len(src)), uintptr(s)) })
 }
 
 func (d *driverAPI) CopyDtoH(dst []byte, src DevicePtr, s Stream) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	return d.check("cuMemcpyDtoHAsync", d.copyDtoH(unsafe.Pointer(&dst[0]), uint64(src), uint64(len(dst)), uintptr(s)))
+	return d.check("cuMemcpyDtoHAsync", func() int32 { return d.copyDtoH(unsafe.Pointer(&dst[0]), uint64(src), uint64(len(dst)), uintptr(s)) })
+}
+
+func (d *driverAPI) CopyDtoD(dst, src DevicePtr, bytes uint64, s Stream) error {
+	if bytes == 0 {
+		return nil
+	}
+	return d.check("cuMemcpyDtoDAsync", func() int32 { return d.copyDtoD(uint64(dst), uint64(src), bytes, uintptr(s)) })
+}
+
+func (d *driverAPI) Memset(p DevicePtr, bytes uint64, s Stream) error {
+	if bytes == 0 {
+		return nil
+	}
+	return d.check("cuMemsetD8Async", func() int32 { return d.memset(uint64(p), 0, bytes, uintptr(s)) })
+}
+
+func (d *driverAPI) MemInfo() (free, total uint64, err error) {
+	err = d.check("cuMemGetInfo", func() int32 { return d.memInfo(&free, &total) })
+	return free, total, err
 }
 
 func (d *driverAPI) LoadModule(ptx []byte) (Module, error) {
 	img := append(append([]byte{}, ptx...), 0)
 	var m uintptr
-	return Module(m), d.check("cuModuleLoadData", d.moduleLoadData(&m, unsafe.Pointer(&img[0])))
+	err := d.check("cuModuleLoadData", func() int32 { return d.moduleLoadData(&m, unsafe.Pointer(&img[0])) })
+	return Module(m), err
 }
 
 func (d *driverAPI) Function(m Module, name string) (Function, error) {
 	var f uintptr
-	return Function(f), d.check("cuModuleGetFunction "+name, d.moduleGetFunc(&f, uintptr(m), name))
+	err := d.check("cuModuleGetFunction "+name, func() int32 { return d.moduleGetFunc(&f, uintptr(m), name) })
+	return Function(f), err
 }
 
 func (d *driverAPI) Launch(f Function, grid, block uint32, s Stream, args ...uint64) error {
@@ -152,27 +197,27 @@ func (d *driverAPI) Launch(f Function, grid, block uint32, s Stream, args ...uin
 	for i := range vals {
 		ptrs[i] = unsafe.Pointer(&vals[i])
 	}
-	return d.check("cuLaunchKernel", d.launchKernel(uintptr(f), grid, 1, 1, block, 1, 1, 0, uintptr(s), unsafe.Pointer(&ptrs[0]), nil))
+	return d.check("cuLaunchKernel", func() int32 { return d.launchKernel(uintptr(f), grid, 1, 1, block, 1, 1, 0, uintptr(s), unsafe.Pointer(&ptrs[0]), nil) })
 }
 
 func (d *driverAPI) StreamCreate() (Stream, error) {
 	var s uintptr
-	return Stream(s), d.check("cuStreamCreate", d.streamCreate(&s, 1)) // CU_STREAM_NON_BLOCKING
+	return Stream(s), d.check("cuStreamCreate", func() int32 { return d.streamCreate(&s, 1) }) // CU_STREAM_NON_BLOCKING
 }
 
 func (d *driverAPI) EventCreate() (Event, error) {
 	var e uintptr
-	return Event(e), d.check("cuEventCreate", d.eventCreate(&e, 2)) // CU_EVENT_DISABLE_TIMING
+	return Event(e), d.check("cuEventCreate", func() int32 { return d.eventCreate(&e, 2) }) // CU_EVENT_DISABLE_TIMING
 }
 
 func (d *driverAPI) EventRecord(e Event, s Stream) error {
-	return d.check("cuEventRecord", d.eventRecord(uintptr(e), uintptr(s)))
+	return d.check("cuEventRecord", func() int32 { return d.eventRecord(uintptr(e), uintptr(s)) })
 }
 
 func (d *driverAPI) StreamWait(s Stream, e Event) error {
-	return d.check("cuStreamWaitEvent", d.streamWaitEvent(uintptr(s), uintptr(e), 0))
+	return d.check("cuStreamWaitEvent", func() int32 { return d.streamWaitEvent(uintptr(s), uintptr(e), 0) })
 }
 
 func (d *driverAPI) StreamSync(s Stream) error {
-	return d.check("cuStreamSynchronize", d.streamSync(uintptr(s)))
+	return d.check("cuStreamSynchronize", func() int32 { return d.streamSync(uintptr(s)) })
 }

@@ -8,21 +8,59 @@ import (
 	"ppc.dev/ppc/runtime/device"
 )
 
-// Generate writes the kernel of any launch site ppc's CUDA device has a kernel for:
-// elementwise ops and fused chains (Elementwise), data movement (reshape, transpose,
-// broadcast, iota), reductions (reduce_sum, reduce_mean, reduce_max) and softmax and
-// log_softmax. Other ops are an error naming them (matmuls go to cuBLASLt, not CUDA C).
+// Generate writes the kernel of any single-result launch site ppc's CUDA device has a kernel
+// for: elementwise ops and fused chains (Elementwise), data movement (reshape, transpose,
+// broadcast, iota), reductions, softmax, norms, gathers, cross-entropy and their gradients.
+// Other ops are an error naming them (matmuls go to cuBLASLt, not CUDA C). Kernels covers
+// launch sites with several results.
 func Generate(s *device.Spec, name string) (Kernel, error) {
 	if s.Op == nil || s.Op.Has(ir.Elementwise) {
 		return Elementwise(s, name)
 	}
 	g, ok := generators[s.Op.Name]
 	if !ok {
+		if _, multi := perResult[s.Op.Name]; multi {
+			return Kernel{}, fmt.Errorf("%s has several results: one kernel each (Kernels)", s.Op.Name)
+		}
 		return Kernel{}, fmt.Errorf("no CUDA kernel for op %s yet", s.Op.Name)
 	}
 	if len(s.Out) != 1 {
 		return Kernel{}, fmt.Errorf("%s: %d results, want 1", s.Op.Name, len(s.Out))
 	}
+	return wrap(s, name, g)
+}
+
+// Kernels writes the kernels of a launch site: one, or for an op with several results one per
+// result (NAME_r0, NAME_r1, …), each reading every operand and writing its result. Launched
+// in order, they compute the op.
+func Kernels(s *device.Spec, name string) ([]Kernel, error) {
+	if s.Op == nil {
+		k, err := Generate(s, name)
+		return []Kernel{k}, err
+	}
+	per, ok := perResult[s.Op.Name]
+	if !ok {
+		k, err := Generate(s, name)
+		return []Kernel{k}, err
+	}
+	if len(s.Out) != per.results {
+		return nil, fmt.Errorf("%s: %d results, want %d", s.Op.Name, len(s.Out), per.results)
+	}
+	var ks []Kernel
+	for r := range s.Out {
+		one := *s
+		one.Out = s.Out[r : r+1]
+		k, err := wrap(&one, fmt.Sprintf("%s_r%d", name, r), per.gen(r))
+		if err != nil {
+			return nil, err
+		}
+		ks = append(ks, k)
+	}
+	return ks, nil
+}
+
+// wrap puts a generator's loop body into the kernel function and its host launcher.
+func wrap(s *device.Spec, name string, g generator) (Kernel, error) {
 	params, hostArgs, ost, err := signature(s)
 	if err != nil {
 		return Kernel{}, fmt.Errorf("%s: %v", s.Op.Name, err)
@@ -37,6 +75,14 @@ func Generate(s *device.Spec, name string) (Kernel, error) {
 	fmt.Fprintf(&b, "PPC_GLOBAL void %s(%s) {\n  PPC_FOR_EACH(i, n) {\n%s  }\n}\n", name, strings.Join(params, ", "), body)
 	writeHostLauncher(&b, name, hostArgs, ost)
 	return Kernel{Name: name, Body: b.String(), N: n, In: s.In, Out: out}, nil
+}
+
+// perResult lists the ops with several results, and the generator of each result.
+var perResult = map[string]struct {
+	results int
+	gen     func(r int) generator
+}{
+	"layer_norm_grad_params": {2, func(r int) generator { return genNormParams(false, r) }},
 }
 
 // writeHostLauncher writes NAME_host, the host build's launch: every block and thread in
@@ -70,6 +116,9 @@ var generators = map[string]generator{
 	"rms_norm":              genNorm(true, false),
 	"layer_norm_grad_input": genNorm(false, true),
 	"rms_norm_grad_input":   genNorm(true, true),
+	"rms_norm_grad_params":  genNormParams(true, 0),
+	"cross_entropy":         genCrossEntropy,
+	"cross_entropy_grad":    genCrossEntropyGrad,
 	"gather":                genGather,
 	"gather_grad":           genGatherGrad,
 	"gather_elements":       genGatherElements,
@@ -495,4 +544,165 @@ func genGatherElementsGrad(s *device.Spec) (string, int64, error) {
 	fmt.Fprintf(&b, "        if (w == c%d) acc += %s;\n      }\n    }\n", axis, load(dy.DType, "in1", "p"))
 	fmt.Fprintf(&b, "    out[i] = %s;\n", store(out.DType, round(out.DType, "acc")))
 	return b.String(), int64(out.NumElements()), nil
+}
+
+// normRowsOf splits x at the axis attribute: rows of the normalised dims axis.. (n elements).
+func normRowsOf(s *device.Spec, x ir.Type) (rows, n int64, err error) {
+	axis, err := ir.NormAxis(s.Attrs.Int("axis", -1), x.Rank())
+	if err != nil {
+		return 0, 0, err
+	}
+	rows, n = 1, 1
+	for d, v := range x.Shape {
+		if d < axis {
+			rows *= int64(v)
+		} else {
+			n *= int64(v)
+		}
+	}
+	return rows, n, nil
+}
+
+// genNormParams: result r of layer_norm_grad_params (0: dscale = Σ_rows dy·x̂, 1: dbias =
+// Σ_rows dy) or rms_norm_grad_params' dscale; operands x, dy. One thread per column sums
+// the rows in chunks of 64 (each in row order, the chunk sums added in order: the CPU
+// device's order), recomputing each row's statistics as genNorm does. That is O(rows·n) per
+// thread: simple and exact, and the place to spend a two-pass kernel with row statistics in
+// scratch memory when it shows in a profile.
+func genNormParams(rms bool, r int) generator {
+	return func(s *device.Spec) (string, int64, error) {
+		ct, err := floatIO(s)
+		if err != nil {
+			return "", 0, err
+		}
+		if len(s.In) != 2 || !s.In[0].Equal(s.In[1]) {
+			return "", 0, fmt.Errorf("want operands x and dy of one type")
+		}
+		x := s.In[0]
+		rows, n, err := normRowsOf(s, x)
+		if err != nil {
+			return "", 0, err
+		}
+		if int64(s.Out[0].NumElements()) != n {
+			return "", 0, fmt.Errorf("result %s does not have the normalised dims' %d elements", s.Out[0], n)
+		}
+		eps := s.Attrs.Float("eps", 1e-5)
+		if rms {
+			eps = s.Attrs.Float("eps", 1e-6)
+		}
+		ty := ct.ctype()
+		xv := func(j string) string { return load(x.DType, "in0", "rb + "+j) }
+		var b strings.Builder
+		fmt.Fprintf(&b, "    %s acc = 0;\n", ty)
+		fmt.Fprintf(&b, "    for (long long c = 0; c < %dLL; c += 64) {\n      %s part = 0;\n", rows, ty)
+		fmt.Fprintf(&b, "      for (long long row = c; row < c + 64 && row < %dLL; row++) {\n        long long rb = row * %dLL;\n", rows, n)
+		dy := load(s.In[1].DType, "in1", "rb + i")
+		if r == 1 {
+			fmt.Fprintf(&b, "        part += %s;\n", dy)
+		} else {
+			fmt.Fprintf(&b, "        %s mu = 0, ss = 0;\n", ty)
+			if !rms {
+				fmt.Fprintf(&b, "        for (long long j = 0; j < %dLL; j++) mu += %s;\n        mu /= (%s)%dLL;\n", n, xv("j"), ty, n)
+			}
+			fmt.Fprintf(&b, "        for (long long j = 0; j < %dLL; j++) { %s d = %s - mu; ss += d * d; }\n", n, ty, xv("j"))
+			fmt.Fprintf(&b, "        %s rs = 1 / ppc_sqrt(ss / (%s)%dLL + (%s)%v);\n", ty, ty, n, ty, eps)
+			fmt.Fprintf(&b, "        part += %s * ((%s - mu) * rs);\n", dy, xv("i"))
+		}
+		b.WriteString("      }\n      acc += part;\n    }\n")
+		fmt.Fprintf(&b, "    out[i] = %s;\n", store(s.Out[0].DType, round(s.Out[0].DType, "acc")))
+		return b.String(), n, nil
+	}
+}
+
+// ceRows checks cross-entropy's logits and labels: rows of classes, integer labels of the
+// leading dims; ignore is ignore_index (or a value no label has).
+func ceRows(s *device.Spec) (rows, classes int64, ignore int64, err error) {
+	logits, labels := s.In[0], s.In[1]
+	if !logits.DType.IsFloat() || !labels.DType.IsInt() || logits.Rank() < 1 || !labels.Shape.Equal(logits.Shape[:logits.Rank()-1]) {
+		return 0, 0, 0, fmt.Errorf("labels %s do not match logits %s", labels, logits)
+	}
+	classes = int64(logits.Shape[logits.Rank()-1])
+	rows = int64(logits.NumElements()) / max(classes, 1)
+	ignore = -1 << 62
+	if s.Attrs.Has("ignore_index") {
+		ignore = int64(s.Attrs.Int("ignore_index", 0))
+	}
+	return rows, classes, ignore, nil
+}
+
+// lse writes m and the log-sum-exp's pieces of row rb (classes elements), as genSoftmax does.
+func lse(b *strings.Builder, ty string, logits ir.Type, classes int64) {
+	at := func(j string) string { return load(logits.DType, "in0", "rb + "+j) }
+	fmt.Fprintf(b, "%s m = -__builtin_huge_val();\n", ty)
+	fmt.Fprintf(b, "for (long long j = 0; j < %dLL; j++) m = ppc_max<%s>(m, %s);\n", classes, ty, at("j"))
+	fmt.Fprintf(b, "%s sum = 0;\n", ty)
+	fmt.Fprintf(b, "for (long long j = 0; j < %dLL; j++) sum += ppc_expo((%s)(%s - m));\n", classes, ty, at("j"))
+}
+
+// genCrossEntropy: −log softmax(logits)[label] per row, then the reduction (none, or the sum
+// or mean over the rows not ignored, summed in row order in double as the CPU device does).
+// A label outside [0, classes) gives NaN: the runtime checks model inputs against their
+// declared ranges when it reads them, so only a bug reaches it (the CPU device reports it).
+func genCrossEntropy(s *device.Spec) (string, int64, error) {
+	ct, err := floatIO(&device.Spec{In: s.In[:1], Out: s.Out})
+	if err != nil {
+		return "", 0, err
+	}
+	rows, classes, ignore, err := ceRows(s)
+	if err != nil {
+		return "", 0, err
+	}
+	ty, out := ct.ctype(), s.Out[0]
+	reduction := s.Attrs.Str("reduction", "mean")
+	var row strings.Builder
+	fmt.Fprintf(&row, "long long l = (long long)in1[r]; long long rb = r * %dLL; %s loss = 0;\n", classes, ty)
+	fmt.Fprintf(&row, "if (l != %dLL) {\n", ignore)
+	fmt.Fprintf(&row, "if (l < 0 || l >= %dLL) loss = (%s)__builtin_nan(\"\"); else {\n", classes, ty)
+	lse(&row, ty, s.In[0], classes)
+	fmt.Fprintf(&row, "loss = (ppc_loga(sum) + m) - %s; }\n} else valid--;\n", load(s.In[0].DType, "in0", "rb + l"))
+	var b strings.Builder
+	if reduction == "none" {
+		fmt.Fprintf(&b, "    long long r = i, valid = 1;\n%s    (void)valid;\n", row.String())
+		fmt.Fprintf(&b, "    out[i] = %s;\n", store(out.DType, round(out.DType, "loss")))
+		return b.String(), rows, nil
+	}
+	fmt.Fprintf(&b, "    double total = 0; long long valid = %dLL;\n", rows)
+	fmt.Fprintf(&b, "    for (long long r = 0; r < %dLL; r++) {\n%s    total += (double)loss;\n    }\n", rows, row.String())
+	if reduction == "mean" {
+		b.WriteString("    total /= (double)(valid > 1 ? valid : 1);\n")
+	}
+	fmt.Fprintf(&b, "    out[i] = %s;\n", store(out.DType, round(out.DType, fmt.Sprintf("(%s)total", ty))))
+	return b.String(), 1, nil
+}
+
+// genCrossEntropyGrad: dlogits = w·(softmax(logits) − onehot(label)) per row, zero for
+// ignored rows, where w is dloss per row (none), dloss (sum) or dloss / the rows not ignored
+// (mean). Operands logits, labels, dloss; one thread per row.
+func genCrossEntropyGrad(s *device.Spec) (string, int64, error) {
+	ct, err := floatIO(&device.Spec{In: []ir.Type{s.In[0], s.In[2]}, Out: s.Out})
+	if err != nil {
+		return "", 0, err
+	}
+	rows, classes, ignore, err := ceRows(s)
+	if err != nil {
+		return "", 0, err
+	}
+	ty, out := ct.ctype(), s.Out[0]
+	reduction := s.Attrs.Str("reduction", "mean")
+	var b strings.Builder
+	fmt.Fprintf(&b, "    long long r = i, rb = r * %dLL, l = (long long)in1[r];\n", classes)
+	switch reduction {
+	case "none":
+		fmt.Fprintf(&b, "    %s w = %s;\n", ty, load(s.In[2].DType, "in2", "r"))
+	case "sum":
+		fmt.Fprintf(&b, "    %s w = %s;\n", ty, load(s.In[2].DType, "in2", "0"))
+	default:
+		fmt.Fprintf(&b, "    long long valid = 0;\n    for (long long q = 0; q < %dLL; q++) valid += (long long)in1[q] != %dLL;\n", rows, ignore)
+		fmt.Fprintf(&b, "    %s w = (%s)((double)%s / (double)(valid > 1 ? valid : 1));\n", ty, ty, load(s.In[2].DType, "in2", "0"))
+	}
+	fmt.Fprintf(&b, "    if (l == %dLL) { for (long long j = 0; j < %dLL; j++) out[rb + j] = %s; continue; }\n", ignore, classes, store(out.DType, "0"))
+	lse(&b, ty, s.In[0], classes)
+	fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) { %s p = ppc_expo((%s)(%s - m)) / sum; out[rb + j] = %s; }\n",
+		classes, ty, ty, load(s.In[0].DType, "in0", "rb + j"), store(out.DType, round(out.DType, fmt.Sprintf("w * (p - (j == l ? (%s)1 : (%s)0))", ty, ty))))
+	return b.String(), rows, nil
 }

@@ -7,12 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
-	"unsafe"
-
-	"github.com/ebitengine/purego"
 
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime/cpu"
@@ -29,6 +25,9 @@ type ewCase struct {
 	ulps float64
 	// abs: an absolute tolerance besides (log_softmax's x − max − log Σ cancels near 0).
 	abs float64
+	// labels, when positive, draws integer operands in [0, labels) (class labels) instead of
+	// [-10, 10].
+	labels int
 }
 
 var (
@@ -46,7 +45,7 @@ func ewCases() []ewCase {
 	out := []int{3, 5, 7}
 	var cs []ewCase
 	op := func(name string, at ir.Attrs, ulps float64, in []ir.Type, o ir.Type) {
-		cs = append(cs, ewCase{fmt.Sprintf("k%d_%s", len(cs), name), &device.Spec{Op: ir.MustLookup(name), Attrs: at, In: in, Out: []ir.Type{o}}, ulps, 0})
+		cs = append(cs, ewCase{fmt.Sprintf("k%d_%s", len(cs), name), &device.Spec{Op: ir.MustLookup(name), Attrs: at, In: in, Out: []ir.Type{o}}, ulps, 0, 0})
 	}
 	for _, d := range []ir.DType{f32, bf, f16, ir.F64} {
 		low := 0.0
@@ -96,12 +95,12 @@ func ewCases() []ewCase {
 		In: []ir.Type{ty(f32, out...), ty(f32, 7), ty(f32)},
 		Fused: []device.FusedStep{step("mul", []int{0, 2}, nil, ty(f32, out...)), step("add", []int{3, 1}, nil, ty(f32, out...)),
 			step("gelu", []int{4}, ir.Attrs{{Name: "approximate", Value: ir.String("tanh")}}, ty(f32, out...)), step("cast", []int{5}, nil, ty(bf, out...))},
-		Out: []ir.Type{ty(bf, out...)}}, 1, 0})
+		Out: []ir.Type{ty(bf, out...)}}, 1, 0, 0})
 	cs = append(cs, ewCase{"k_fused_mask", &device.Spec{
 		In: []ir.Type{ty(bf, out...), ty(ir.Bool, 5, 7), ty(bf)},
 		Fused: []device.FusedStep{step("mul", []int{0, 2}, nil, ty(bf, out...)), step("where", []int{1, 2, 3}, nil, ty(bf, out...)),
 			step("exp", []int{4}, nil, ty(f32, out...))},
-		Out: []ir.Type{ty(f32, out...)}}, 8, 0})
+		Out: []ir.Type{ty(f32, out...)}}, 8, 0, 0})
 	// Data movement, reductions and softmax (Generate), on odd shapes.
 	x := ty(f32, 3, 5, 7)
 	op("reshape", ir.Attrs{{Name: "shape", Value: ir.Ints(15, 7)}}, 0, []ir.Type{ty(bf, 3, 5, 7)}, ty(bf, 15, 7))
@@ -157,6 +156,38 @@ func ewCases() []ewCase {
 	op("gather_elements", ir.Attrs{{Name: "axis", Value: ir.Int(0)}}, 0, []ir.Type{ty(bf, 11, 4), ty(ir.I32, 7, 4)}, ty(bf, 7, 4))
 	op("gather_elements_grad", ir.Attrs{{Name: "axis", Value: ir.Int(2)}, {Name: "shape", Value: ir.Ints(3, 6, 11)}}, 16, []ir.Type{ty(ir.I64, 3, 5, 2), ty(f32, 3, 5, 2)}, ty(f32, 3, 6, 11))
 	op("gather_elements_grad", ir.Attrs{{Name: "axis", Value: ir.Int(0)}, {Name: "shape", Value: ir.Ints(11, 4)}}, 16, []ir.Type{ty(ir.I32, 7, 4), ty(ir.F64, 7, 4)}, ty(ir.F64, 11, 4))
+	// Norms' parameter gradients (two results for layer_norm: one kernel each).
+	for _, d := range []ir.DType{f32, bf, ir.F64} {
+		x := ty(d, 3, 5, 7)
+		a := map[ir.DType]float64{f32: 1e-5, bf: 1.0 / 16, ir.F64: 1e-12}[d]
+		first := len(cs)
+		cs = append(cs, ewCase{fmt.Sprintf("k%d_layer_norm_grad_params", len(cs)), &device.Spec{Op: ir.MustLookup("layer_norm_grad_params"),
+			In: []ir.Type{x, x}, Out: []ir.Type{ty(d, 7), ty(d, 7)}}, 64, 0, 0})
+		cs = append(cs, ewCase{fmt.Sprintf("k%d_layer_norm_grad_params", len(cs)), &device.Spec{Op: ir.MustLookup("layer_norm_grad_params"),
+			Attrs: ir.Attrs{{Name: "axis", Value: ir.Int(1)}}, In: []ir.Type{x, x}, Out: []ir.Type{ty(d, 5, 7), ty(d, 5, 7)}}, 64, 0, 0})
+		op("rms_norm_grad_params", nil, 64, []ir.Type{x, x}, ty(d, 7))
+		for i := first; i < len(cs); i++ {
+			cs[i].abs = a
+		}
+	}
+	// Cross-entropy over 11 classes, every reduction, with an ignored label, and its gradient.
+	for _, d := range []ir.DType{f32, ir.F64} {
+		logits, labels := ty(d, 3, 5, 11), ty(ir.I64, 3, 5)
+		ulps, abs := 64.0, map[ir.DType]float64{f32: 1e-5, ir.F64: 1e-13}[d]
+		for _, red := range []string{"mean", "sum", "none"} {
+			at := ir.Attrs{{Name: "ignore_index", Value: ir.Int(2)}, {Name: "reduction", Value: ir.Ident(red)}}
+			lossT := ty(d)
+			if red == "none" {
+				lossT = ty(d, 3, 5)
+			}
+			op("cross_entropy", at, ulps, []ir.Type{logits, labels}, lossT)
+			cs[len(cs)-1].labels, cs[len(cs)-1].abs = 11, abs
+			op("cross_entropy_grad", at, ulps, []ir.Type{logits, labels, lossT}, logits)
+			cs[len(cs)-1].labels, cs[len(cs)-1].abs = 11, abs
+		}
+	}
+	op("cross_entropy", nil, 64, []ir.Type{ty(f32, 6, 11), ty(ir.I32, 6)}, ty(f32))
+	cs[len(cs)-1].labels, cs[len(cs)-1].abs = 11, 1e-5
 	// Gradients: elementwise ones (operands x or y, and dy), and softmax's along an axis.
 	for _, d := range []ir.DType{f32, bf, ir.F64} {
 		t := ty(d, 3, 5, 7)
@@ -190,7 +221,7 @@ func ewCases() []ewCase {
 
 // randomTensor fills t with values an op of the case accepts: positive where a log, sqrt or
 // pow needs it, 0/1 for booleans, small integers without zero divisors' trouble.
-func randomTensor(rng *rand.Rand, t ir.Type, positive bool) device.Tensor {
+func randomTensor(rng *rand.Rand, t ir.Type, positive bool, labels int) device.Tensor {
 	n := t.NumElements()
 	data := make([]byte, max(t.Bytes(), 8))
 	tt := device.Tensor{Type: t, Data: data[:t.Bytes()]}
@@ -208,10 +239,16 @@ func randomTensor(rng *rand.Rand, t ir.Type, positive bool) device.Tensor {
 			tt.U16()[i] = ir.F32ToBF16(float32(x))
 		case ir.F16:
 			tt.U16()[i] = ir.F32ToF16(float32(x))
-		case ir.I64:
-			tt.I64()[i] = int64(rng.IntN(21) - 10) // in [-10, 10]: valid indices of a dim of 11
-		case ir.I32:
-			tt.I32()[i] = int32(rng.IntN(21) - 10)
+		case ir.I64, ir.I32:
+			v := rng.IntN(21) - 10 // in [-10, 10]: valid indices of a dim of 11
+			if labels > 0 {
+				v = rng.IntN(labels)
+			}
+			if t.DType == ir.I64 {
+				tt.I64()[i] = int64(v)
+			} else {
+				tt.I32()[i] = int32(v)
+			}
 		case ir.Bool:
 			tt.Data[i] = byte(rng.IntN(2))
 		}
@@ -243,7 +280,7 @@ func value(t device.Tensor, i int) (v, ulp float64) {
 }
 
 // compiler finds a C++ compiler for the host build.
-func hostCompiler(t *testing.T) string {
+func hostCompiler(t testing.TB) string {
 	for _, c := range []string{"clang++", "c++", "g++"} {
 		if p, err := exec.LookPath(c); err == nil {
 			return p
@@ -283,72 +320,62 @@ func TestKernelsCompileToPTX(t *testing.T) {
 }
 
 // TestKernelsOnHost: every generated kernel, built for the host through ppc_cuda.h and run
-// with grids that do not divide the size (3 blocks of 32 threads, 4 of 64, one thread), gives
-// the CPU device's results on random inputs: bit for bit where the arithmetic is IEEE, within
-// a few ulps for transcendentals.
+// by the CUDA device over the emulated driver with grids that do not divide the size (3
+// blocks of 32 threads, 4 of 64, one thread), gives the CPU device's results on random
+// inputs: bit for bit where the arithmetic is IEEE, within a few ulps for transcendentals.
 func TestKernelsOnHost(t *testing.T) {
-	cxx := hostCompiler(t)
-	cases := ewCases()
-	ks := caseKernels(t, cases)
-	dir := t.TempDir()
-	src := filepath.Join(dir, "kernels.cc")
-	if err := os.WriteFile(src, []byte(Source(ks...)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	so := filepath.Join(dir, "kernels.so")
-	if out, err := exec.Command(cxx, "-x", "c++", "-std=c++17", "-DPPC_HOST", "-O1", "-fno-fast-math", "-ffp-contract=off", "-shared", "-fPIC", "-o", so, src).CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", cxx, err, out)
-	}
-	lib, err := purego.Dlopen(so, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	e := newEmulator(t)
+	dev, err := NewDevice(e, e, e.compile, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkKernels(t, cases, ks, func(ci int, in []device.Tensor, out device.Tensor, grid, block int32) error {
-		ptrs := []unsafe.Pointer{nil} // iota has no inputs
-		for i, x := range in {
-			if i == 0 {
-				ptrs = ptrs[:0]
-			}
-			ptrs = append(ptrs, unsafe.Pointer(&x.Data[0]))
-		}
-		sym, err := purego.Dlsym(lib, ks[ci].Name+"_host")
-		if err != nil {
-			return err
-		}
-		var launch func(in *unsafe.Pointer, out unsafe.Pointer, n int64, grid, block int32)
-		purego.RegisterFunc(&launch, sym)
-		launch(&ptrs[0], unsafe.Pointer(&out.Data[0]), ks[ci].N, grid, block)
-		runtime.KeepAlive(in)
-		return nil
-	})
+	checkKernels(t, ewCases(), dev)
 }
 
-// caseKernels generates the kernel of every case.
+// caseKernels generates the kernels of every case.
 func caseKernels(t *testing.T, cases []ewCase) []Kernel {
 	t.Helper()
 	var ks []Kernel
 	for _, c := range cases {
-		k, err := Generate(c.spec, c.name)
+		k, err := Kernels(c.spec, c.name)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		ks = append(ks, k)
+		ks = append(ks, k...)
 	}
 	return ks
 }
 
-// launcher runs kernel ci of a test set on in, writing out, with the given grid.
-type launcher func(ci int, in []device.Tensor, out device.Tensor, grid, block int32) error
-
-// checkKernels runs every case through launch on random inputs with grids that do not
-// divide the size (3 blocks of 32 threads, 4 of 64, one thread) and compares each result
-// with the CPU device's, within the case's tolerance.
-func checkKernels(t *testing.T, cases []ewCase, ks []Kernel, launch launcher) {
+// checkKernels runs every case on dev (the CUDA device, over the emulated driver or a GPU)
+// on random inputs with grids that do not divide the size (3 blocks of 32 threads, 4 of 64,
+// one thread) and compares each result with the CPU device's, within the case's tolerance.
+// Every case is prepared before the first launch, so their kernels build as one module.
+func checkKernels(t *testing.T, cases []ewCase, dev *Device) {
 	t.Helper()
-	dev := cpu.New()
+	ref := cpu.New()
 	rng := rand.New(rand.NewPCG(1, 2))
+	impls := make([]device.Impl, len(cases))
 	for ci, c := range cases {
 		impl, err := dev.Prepare(c.spec)
+		if err != nil {
+			t.Fatalf("%s: CUDA device: %v", c.name, err)
+		}
+		impls[ci] = impl
+	}
+	onDevice := func(x device.Tensor) device.Tensor {
+		t.Helper()
+		m, err := dev.Alloc(x.Type.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := m.At(0, x.Type)
+		if err := dev.Write(d, x.Data); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for ci, c := range cases {
+		impl, err := ref.Prepare(c.spec)
 		if err != nil {
 			t.Fatalf("%s: CPU device: %v", c.name, err)
 		}
@@ -356,31 +383,42 @@ func checkKernels(t *testing.T, cases []ewCase, ks []Kernel, launch launcher) {
 		// Sums of positive values: no cancellation to make the summation order matter more
 		// than a few ulps per term.
 		positive := strings.Contains(name, "log") && !strings.Contains(name, "softmax") || strings.Contains(name, "sqrt") || strings.Contains(name, "pow") || strings.HasPrefix(name, "reduce")
-		var in []device.Tensor
+		var in, din []device.Tensor
 		for _, t := range c.spec.In {
-			in = append(in, randomTensor(rng, t, positive))
+			x := randomTensor(rng, t, positive, c.labels)
+			in, din = append(in, x), append(din, onDevice(x))
 		}
-		o := c.spec.Out[0]
-		want := device.Tensor{Type: o, Data: make([]byte, o.Bytes())}
-		if err := impl(in, []device.Tensor{want}); err != nil {
+		var want, got, dout []device.Tensor
+		for _, o := range c.spec.Out {
+			want = append(want, device.Tensor{Type: o, Data: make([]byte, o.Bytes())})
+			got = append(got, device.Tensor{Type: o, Data: make([]byte, o.Bytes())})
+			dout = append(dout, onDevice(got[len(got)-1]))
+		}
+		if err := impl(in, want); err != nil {
 			t.Fatalf("%s: CPU device: %v", c.name, err)
 		}
-		for _, g := range [][2]int32{{3, 32}, {4, 64}, {1, 1}} {
-			got := device.Tensor{Type: o, Data: make([]byte, o.Bytes())}
-			if err := launch(ci, in, got, g[0], g[1]); err != nil {
+		for _, g := range [][2]uint32{{3, 32}, {4, 64}, {1, 1}} {
+			dev.Geometry = func(int64) (uint32, uint32) { return g[0], g[1] }
+			if err := impls[ci](din, dout); err != nil {
 				t.Fatalf("%s: %v", c.name, err)
 			}
 			bad := 0
-			for i := 0; i < o.NumElements(); i++ {
-				w, ulp := value(want, i)
-				v, _ := value(got, i)
-				if v == w || (math.IsNaN(v) && math.IsNaN(w)) || math.Abs(v-w) <= c.ulps*ulp || math.Abs(v-w) <= c.abs {
-					continue
+			for r := range dout {
+				if err := dev.Read(got[r].Data, dout[r]); err != nil {
+					t.Fatal(err)
 				}
-				if bad++; bad <= 3 {
-					t.Errorf("%s (%s, grid %d×%d): element %d = %v, the CPU device gives %v (%.1f ulps; allowed %g)", c.name, name, g[0], g[1], i, v, w, math.Abs(v-w)/ulp, c.ulps)
+				for i := 0; i < got[r].Type.NumElements(); i++ {
+					w, ulp := value(want[r], i)
+					v, _ := value(got[r], i)
+					if v == w || (math.IsNaN(v) && math.IsNaN(w)) || math.Abs(v-w) <= c.ulps*ulp || math.Abs(v-w) <= c.abs {
+						continue
+					}
+					if bad++; bad <= 3 {
+						t.Errorf("%s (%s, grid %d×%d): result %d element %d = %v, the CPU device gives %v (%.1f ulps; allowed %g)", c.name, name, g[0], g[1], r, i, v, w, math.Abs(v-w)/ulp, c.ulps)
+					}
 				}
 			}
 		}
 	}
+	dev.Geometry = DefaultGeometry
 }

@@ -4,42 +4,23 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime/cpu"
 	"ppc.dev/ppc/runtime/device"
 )
 
-// gemmReference runs GemmCalls with cuBLASLt's column-major semantics, in float64: a is
-// cuBLASLt's A (the IR's second operand), b its B (the IR's first), d the result.
+// gemmReference runs GemmCalls on float64 slices (gemm).
 func gemmReference(calls []GemmCall, a, b, bias, d []float64) {
-	for _, c := range calls {
-		for bt := int64(0); bt < c.Batch; bt++ {
-			pa, pb, pd := c.OffA+bt*c.StrideA, c.OffB+bt*c.StrideB, c.OffC+bt*c.StrideC
-			for j := int64(0); j < c.N; j++ {
-				for i := int64(0); i < c.M; i++ {
-					sum := 0.0
-					for k := int64(0); k < c.K; k++ {
-						var x, y float64
-						if c.TransA {
-							x = a[pa+k+i*c.LDA]
-						} else {
-							x = a[pa+i+k*c.LDA]
-						}
-						if c.TransB {
-							y = b[pb+j+k*c.LDB]
-						} else {
-							y = b[pb+k+j*c.LDB]
-						}
-						sum += x * y
-					}
-					if c.Bias {
-						sum += bias[i]
-					}
-					d[pd+i+j*c.LDC] = sum
-				}
-			}
+	f64 := func(x []float64) device.Tensor {
+		if len(x) == 0 {
+			return device.Tensor{}
 		}
+		return device.Tensor{Type: ir.Type{DType: ir.F64, Shape: ir.Shape{len(x)}}, Data: unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 8*len(x))}
+	}
+	for _, c := range calls {
+		gemm(c, f64(a), f64(b), f64(bias), f64(d))
 	}
 }
 
@@ -97,7 +78,7 @@ func TestPlanMatmulMatchesCPU(t *testing.T) {
 		var tensors []device.Tensor
 		var f64s [][]float64
 		for _, tt := range in {
-			x := randomTensor(rng, tt, false)
+			x := randomTensor(rng, tt, false, 0)
 			tensors = append(tensors, x)
 			v := make([]float64, tt.NumElements())
 			for i := range v {

@@ -2,15 +2,17 @@ package cuda
 
 import (
 	"fmt"
-	"sort"
 	"strings"
+	"unsafe"
 )
 
 // Recorder is a Driver that records every call in order and keeps device memory in host
 // slices: the executor's tests read its Log to check launch order, stream and event
 // dependencies and buffer offsets, and its memory to check what was copied where.
 type Recorder struct {
-	Log     []string
+	Log []string
+	// Total is the memory MemInfo reports (free is Total less what is allocated).
+	Total   uint64
 	next    uint64
 	allocs  map[DevicePtr][]byte
 	objects uintptr
@@ -46,22 +48,49 @@ func (r *Recorder) MemFree(p DevicePtr) error {
 
 // mem is the host slice behind [p, p+n): within one allocation, or an error.
 func (r *Recorder) mem(p DevicePtr, n int) ([]byte, error) {
-	bases := make([]DevicePtr, 0, len(r.allocs))
-	for b := range r.allocs {
-		bases = append(bases, b)
+	base, err := r.locate(p)
+	if err != nil {
+		return nil, err
 	}
-	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
-	for i := len(bases) - 1; i >= 0; i-- {
-		if b := bases[i]; b <= p {
-			m := r.allocs[b]
-			off := int(p - b)
-			if off+n > len(m) {
-				return nil, fmt.Errorf("%d bytes at %#x run past the allocation at %#x (%d bytes)", n, uint64(p), uint64(b), len(m))
-			}
-			return m[off : off+n], nil
+	m := r.allocs[base]
+	if off := int(p - base); off+n > len(m) {
+		return nil, fmt.Errorf("%d bytes at %#x run past the allocation at %#x (%d bytes)", n, uint64(p), uint64(base), len(m))
+	}
+	return m[p-base : int(p-base)+n], nil
+}
+
+// tail is the host slice from p to the end of its allocation.
+func (r *Recorder) tail(p DevicePtr) ([]byte, error) {
+	base, err := r.locate(p)
+	if err != nil {
+		return nil, err
+	}
+	return r.allocs[base][p-base:], nil
+}
+
+// locate finds the allocation p is in (or just past the end of): the one that starts last at
+// or before p.
+func (r *Recorder) locate(p DevicePtr) (DevicePtr, error) {
+	var base DevicePtr
+	found := false
+	for b := range r.allocs {
+		if b <= p && (!found || b > base) {
+			base, found = b, true
 		}
 	}
-	return nil, fmt.Errorf("%#x is not device memory", uint64(p))
+	if !found || int(p-base) > len(r.allocs[base]) {
+		return 0, fmt.Errorf("%#x is not device memory", uint64(p))
+	}
+	return base, nil
+}
+
+// host is the host address of device address p.
+func (r *Recorder) host(p DevicePtr) (unsafe.Pointer, error) {
+	m, err := r.tail(p)
+	if err != nil {
+		return nil, err
+	}
+	return unsafe.Pointer(unsafe.SliceData(m)), nil
 }
 
 func (r *Recorder) CopyHtoD(dst DevicePtr, src []byte, s Stream) error {
@@ -82,6 +111,38 @@ func (r *Recorder) CopyDtoH(dst []byte, src DevicePtr, s Stream) error {
 	copy(dst, m)
 	r.logf("d2h %#x %d stream %d", uint64(src), len(dst), s)
 	return nil
+}
+
+func (r *Recorder) CopyDtoD(dst, src DevicePtr, bytes uint64, s Stream) error {
+	d, err := r.mem(dst, int(bytes))
+	if err != nil {
+		return err
+	}
+	m, err := r.mem(src, int(bytes))
+	if err != nil {
+		return err
+	}
+	copy(d, m)
+	r.logf("d2d %#x %#x %d stream %d", uint64(dst), uint64(src), bytes, s)
+	return nil
+}
+
+func (r *Recorder) Memset(p DevicePtr, bytes uint64, s Stream) error {
+	m, err := r.mem(p, int(bytes))
+	if err != nil {
+		return err
+	}
+	clear(m)
+	r.logf("memset %#x %d stream %d", uint64(p), bytes, s)
+	return nil
+}
+
+func (r *Recorder) MemInfo() (free, total uint64, err error) {
+	var used uint64
+	for _, m := range r.allocs {
+		used += uint64(len(m))
+	}
+	return r.Total - min(used, r.Total), r.Total, nil
 }
 
 func (r *Recorder) LoadModule(ptx []byte) (Module, error) {

@@ -1,0 +1,320 @@
+package cuda
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sync"
+
+	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/runtime/device"
+)
+
+// Blas runs the matmuls PlanMatmul plans: cuBLASLt on a GPU (*CublasLt), a reference GEMM
+// on the emulated device of the tests.
+type Blas interface {
+	// Matmul runs one call on device pointers a (cuBLASLt's A: the IR's second operand), b
+	// (the IR's first), d (the result) and bias, with the workspace at ws, on stream.
+	Matmul(g GemmCall, a, b, d, bias, ws, stream uintptr) error
+	// Workspace is the workspace Matmul may use, in bytes.
+	Workspace() uint64
+}
+
+// Device is ppc's CUDA device (device.Device). Every kernel but the matmuls is generated
+// CUDA C (Kernels); Prepare only generates, and the first launch after a batch of Prepares
+// compiles them all into one module (one NVRTC call per program, cached on disk by source
+// hash). Matmuls go to cuBLASLt. Identical kernels — the same op on the same shapes, which a
+// program has many of — are generated once: a kernel's name is its source's hash.
+//
+// The device works on one stream, through a Driver; the driver calls are serialised (ranks
+// run in goroutines, and the emulated driver of the tests runs one kernel at a time). Read and
+// Write synchronise the stream, so host reads see every earlier launch.
+type Device struct {
+	drv     Driver
+	blas    Blas
+	compile func(src string) ([]byte, error)
+	tf32    bool
+	stream  Stream
+	// Geometry picks a launch's grid and block for n indices (kernels loop grid-stride, so
+	// any geometry computes the same; tests try grids that do not divide n).
+	Geometry func(n int64) (grid, block uint32)
+
+	mu      sync.Mutex
+	pending []Kernel
+	funcs   map[string]Function // by kernel name; 0 until its module is loaded
+	ws      DevicePtr
+	accum   map[string]device.Impl
+}
+
+// NewDevice makes the CUDA device over a driver, a GEMM library and a compiler from CUDA C
+// to a module image (NVRTC's PTX on a GPU). tf32 lets f32 matmuls use TF32 tensor cores.
+func NewDevice(drv Driver, blas Blas, compile func(src string) ([]byte, error), tf32 bool) (*Device, error) {
+	s, err := drv.StreamCreate()
+	if err != nil {
+		return nil, err
+	}
+	return &Device{drv: drv, blas: blas, compile: compile, tf32: tf32, stream: s, Geometry: DefaultGeometry,
+		funcs: map[string]Function{}, accum: map[string]device.Impl{}}, nil
+}
+
+// DefaultGeometry is 256 threads per block and one index per thread, up to 65,535 blocks
+// (the grid-stride loop covers the rest).
+func DefaultGeometry(n int64) (grid, block uint32) {
+	return uint32(min(max((n+255)/256, 1), 65535)), 256
+}
+
+// Name is "cuda".
+func (*Device) Name() string { return "cuda" }
+
+// Prepare generates the kernels of a launch site, or plans its cuBLASLt calls.
+func (d *Device) Prepare(s *device.Spec) (device.Impl, error) {
+	if s.Op != nil && s.Op.Name == "matmul" {
+		return d.prepareMatmul(s)
+	}
+	probe, err := Kernels(s, "k")
+	if err != nil {
+		return nil, err
+	}
+	h := sha256.New()
+	for _, k := range probe {
+		h.Write([]byte(k.Body))
+	}
+	ks, err := Kernels(s, "k_"+hex.EncodeToString(h.Sum(nil)[:10]))
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	for _, k := range ks {
+		if _, ok := d.funcs[k.Name]; !ok {
+			d.funcs[k.Name] = 0
+			d.pending = append(d.pending, k)
+		}
+	}
+	d.mu.Unlock()
+	return func(in, out []device.Tensor) error {
+		if len(out) != len(ks) {
+			return fmt.Errorf("%s: %d results, %d buffers", s.Name(), len(ks), len(out))
+		}
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if err := d.build(); err != nil {
+			return err
+		}
+		for r, k := range ks {
+			if k.N == 0 {
+				continue
+			}
+			args := make([]uint64, 0, len(in)+2)
+			for _, x := range in {
+				args = append(args, x.Addr)
+			}
+			args = append(args, out[r].Addr, uint64(k.N))
+			grid, block := d.Geometry(k.N)
+			if err := d.drv.Launch(d.funcs[k.Name], grid, block, d.stream, args...); err != nil {
+				return fmt.Errorf("%s: %v", s.Name(), err)
+			}
+		}
+		return nil
+	}, nil
+}
+
+// build compiles the kernels prepared since the last build into one module and looks up
+// their functions (d.mu held).
+func (d *Device) build() error {
+	if len(d.pending) == 0 {
+		return nil
+	}
+	img, err := d.compile(Source(d.pending...))
+	if err != nil {
+		return fmt.Errorf("compiling %d CUDA kernels: %v", len(d.pending), err)
+	}
+	m, err := d.drv.LoadModule(img)
+	if err != nil {
+		return err
+	}
+	for _, k := range d.pending {
+		f, err := d.drv.Function(m, k.Name)
+		if err != nil {
+			return err
+		}
+		d.funcs[k.Name] = f
+	}
+	d.pending = nil
+	return nil
+}
+
+func (d *Device) prepareMatmul(s *device.Spec) (device.Impl, error) {
+	calls, err := PlanMatmul(s, d.tf32)
+	if err != nil {
+		return nil, err
+	}
+	return func(in, out []device.Tensor) error {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if d.ws == 0 && d.blas.Workspace() > 0 {
+			ws, err := d.drv.MemAlloc(d.blas.Workspace())
+			if err != nil {
+				return fmt.Errorf("cuBLASLt workspace: %v", err)
+			}
+			d.ws = ws
+		}
+		var bias uint64
+		if len(in) > 2 {
+			bias = in[2].Addr
+		}
+		for _, g := range calls {
+			if err := d.blas.Matmul(g, uintptr(in[1].Addr), uintptr(in[0].Addr), uintptr(out[0].Addr), uintptr(bias), uintptr(d.ws), uintptr(d.stream)); err != nil {
+				return fmt.Errorf("matmul: %v", err)
+			}
+		}
+		return nil
+	}, nil
+}
+
+// Available is the GPU's free memory.
+func (d *Device) Available() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	free, _, err := d.drv.MemInfo()
+	if err != nil {
+		return 0
+	}
+	return int64(free)
+}
+
+// Alloc allocates n bytes (cuMemAlloc aligns to 256 or more) and zeroes them.
+func (d *Device) Alloc(n int64) (device.Tensor, error) {
+	if n < 0 {
+		return device.Tensor{}, fmt.Errorf("cannot allocate %d bytes", n)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p, err := d.drv.MemAlloc(uint64(max(n, 256)))
+	if err != nil {
+		return device.Tensor{}, err
+	}
+	if err := d.drv.Memset(p, uint64(n), d.stream); err != nil {
+		return device.Tensor{}, err
+	}
+	return device.Tensor{Type: ir.Type{DType: ir.I8, Shape: ir.Shape{int(n)}}, Addr: uint64(p)}, nil
+}
+
+// Release frees an allocation.
+func (d *Device) Release(t device.Tensor) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.drv.StreamSync(d.stream); err != nil {
+		return err
+	}
+	return d.drv.MemFree(DevicePtr(t.Addr))
+}
+
+// Zero clears t on the stream.
+func (d *Device) Zero(t device.Tensor) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.drv.Memset(DevicePtr(t.Addr), uint64(t.Bytes()), d.stream)
+}
+
+// Copy copies src to dst on the stream.
+func (d *Device) Copy(dst, src device.Tensor) error {
+	if dst.Bytes() != src.Bytes() {
+		return fmt.Errorf("copy of %d bytes into %d", src.Bytes(), dst.Bytes())
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.drv.CopyDtoD(DevicePtr(dst.Addr), DevicePtr(src.Addr), uint64(dst.Bytes()), d.stream)
+}
+
+// Accumulate adds src into dst with a generated elementwise kernel (src cast to dst's dtype
+// first when they differ: the CPU device's dst += float32(src)).
+func (d *Device) Accumulate(dst, src device.Tensor) error {
+	if dst.Type.NumElements() != src.Type.NumElements() || dst.Type.DType != ir.F32 && dst.Type.DType != ir.F64 ||
+		!src.Type.DType.IsFloat() || dst.Type.DType == ir.F64 && src.Type.DType != ir.F64 {
+		return fmt.Errorf("cannot accumulate %s into %s", src.Type, dst.Type)
+	}
+	flat := func(t ir.Type) ir.Type { return ir.Type{DType: t.DType, Shape: ir.Shape{t.NumElements()}} }
+	dt, st := flat(dst.Type), flat(src.Type)
+	key := dt.String() + "+=" + st.String()
+	d.mu.Lock()
+	impl := d.accum[key]
+	d.mu.Unlock()
+	if impl == nil {
+		spec := &device.Spec{Op: ir.MustLookup("add"), In: []ir.Type{dt, st}, Out: []ir.Type{dt}}
+		if st.DType != dt.DType {
+			spec = &device.Spec{In: []ir.Type{dt, st}, Out: []ir.Type{dt}, Fused: []device.FusedStep{
+				{Op: ir.MustLookup("cast"), Args: []int{1}, Attrs: ir.Attrs{{Name: "to", Value: ir.Ident(dt.DType.String())}}, Type: dt},
+				{Op: ir.MustLookup("add"), Args: []int{0, 2}, Type: dt}}}
+		}
+		var err error
+		if impl, err = d.Prepare(spec); err != nil {
+			return err
+		}
+		d.mu.Lock()
+		d.accum[key] = impl
+		d.mu.Unlock()
+	}
+	// In place is safe: each index reads its two elements, then writes its own.
+	return impl([]device.Tensor{dst, src}, []device.Tensor{dst})
+}
+
+// Write copies host bytes into t and waits for the copy.
+func (d *Device) Write(t device.Tensor, src []byte) error {
+	if int64(len(src)) != t.Bytes() {
+		return fmt.Errorf("write of %d bytes into %d", len(src), t.Bytes())
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.drv.CopyHtoD(DevicePtr(t.Addr), src, d.stream); err != nil {
+		return err
+	}
+	return d.drv.StreamSync(d.stream)
+}
+
+// Read waits for the stream's work and copies t's bytes to the host.
+func (d *Device) Read(dst []byte, t device.Tensor) error {
+	if int64(len(dst)) != t.Bytes() {
+		return fmt.Errorf("read of %d bytes from %d", t.Bytes(), len(dst))
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.drv.CopyDtoH(dst, DevicePtr(t.Addr), d.stream); err != nil {
+		return err
+	}
+	return d.drv.StreamSync(d.stream)
+}
+
+var _ device.Device = (*Device)(nil)
+
+// Open makes the CUDA device on GPU ordinal from what Probe found: the driver, NVRTC with its
+// PTX cached in cacheDir, and cuBLASLt with a 32 MiB workspace (what cuBLASLt's heuristics
+// want for large GEMMs on Hopper).
+func Open(r *Report, ordinal int, tf32 bool, cacheDir string) (*Device, error) {
+	if err := r.Usable(); err != nil {
+		return nil, err
+	}
+	if ordinal < 0 || ordinal >= len(r.GPUs) {
+		return nil, fmt.Errorf("GPU %d: the driver reports %d GPU(s)", ordinal, len(r.GPUs))
+	}
+	drv, err := OpenDriver(&r.Libraries[0], ordinal)
+	if err != nil {
+		return nil, err
+	}
+	nv, err := OpenNVRTC(&r.Libraries[1])
+	if err != nil {
+		return nil, err
+	}
+	lt, err := OpenCublasLt(&r.Libraries[2])
+	if err != nil {
+		return nil, err
+	}
+	lt.WorkspaceBytes = 32 << 20
+	gpu := r.GPUs[ordinal]
+	arch := fmt.Sprintf("sm_%d%d", gpu.Major, gpu.Minor)
+	cache := &Cache{Dir: cacheDir, Compile: nv.Compile}
+	compile := func(src string) ([]byte, error) {
+		ptx, _, err := cache.PTX(src, "ppc.cu", arch)
+		return ptx, err
+	}
+	return NewDevice(drv, lt, compile, tf32)
+}

@@ -1,0 +1,186 @@
+package cuda
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+
+	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/runtime/device"
+)
+
+// emulator is a Driver that runs the CUDA device on the host, for tests without a GPU: the
+// Recorder's memory (host slices) and log, each module's CUDA C built for the host through
+// ppc_cuda.h's PPC_HOST branch (the module image is the source, where a GPU's is NVRTC's
+// PTX), and launches that call the host build's NAME_host with the arguments' device
+// addresses translated to host pointers. Blas is a reference GEMM with cuBLASLt's
+// column-major semantics, in float64, rounded once to the result's dtype.
+type emulator struct {
+	*Recorder
+	cxx, dir string
+	fns      map[Function]hostKernel
+	libs     map[Module]uintptr
+}
+
+type hostKernel func(in *unsafe.Pointer, out unsafe.Pointer, n int64, grid, block int32)
+
+// newEmulator returns the emulated driver, building modules with the host's C++ compiler
+// into a temporary directory (a test without one skips).
+func newEmulator(t testing.TB) *emulator {
+	return &emulator{Recorder: NewRecorder(), cxx: hostCompiler(t), dir: t.TempDir(), fns: map[Function]hostKernel{}, libs: map[Module]uintptr{}}
+}
+
+// compile is the emulated device's "NVRTC": the image is the source itself.
+func (e *emulator) compile(src string) ([]byte, error) { return []byte(src), nil }
+
+// Workspace: the reference GEMM needs none.
+func (e *emulator) Workspace() uint64 { return 0 }
+
+func (e *emulator) LoadModule(src []byte) (Module, error) {
+	sum := sha256.Sum256(src)
+	so := filepath.Join(e.dir, hex.EncodeToString(sum[:8])+".so")
+	if _, err := os.Stat(so); err != nil {
+		cc := filepath.Join(e.dir, hex.EncodeToString(sum[:8])+".cc")
+		if err := os.WriteFile(cc, src, 0o644); err != nil {
+			return 0, err
+		}
+		if out, err := exec.Command(e.cxx, "-x", "c++", "-std=c++17", "-DPPC_HOST", "-O1", "-fno-fast-math", "-ffp-contract=off", "-shared", "-fPIC", "-o", so, cc).CombinedOutput(); err != nil {
+			return 0, fmt.Errorf("%s: %v\n%s", e.cxx, err, out)
+		}
+	}
+	lib, err := purego.Dlopen(so, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		return 0, err
+	}
+	m, err := e.Recorder.LoadModule(src)
+	e.libs[m] = lib
+	return m, err
+}
+
+func (e *emulator) Function(m Module, name string) (Function, error) {
+	lib, ok := e.libs[m]
+	if !ok {
+		return 0, fmt.Errorf("module %d not loaded", m)
+	}
+	sym, err := purego.Dlsym(lib, name+"_host")
+	if err != nil {
+		return 0, fmt.Errorf("module %d has no kernel %s", m, name)
+	}
+	var k hostKernel
+	purego.RegisterFunc(&k, sym)
+	e.objects++
+	f := Function(e.objects)
+	e.fns[f] = k
+	e.logf("function %d %s", f, name)
+	return f, nil
+}
+
+// Launch runs a generated kernel: its arguments are the operands' addresses, the result's,
+// and the index count.
+func (e *emulator) Launch(f Function, grid, block uint32, s Stream, args ...uint64) error {
+	k, ok := e.fns[f]
+	if !ok || len(args) < 2 {
+		return fmt.Errorf("launch of function %d with %d arguments", f, len(args))
+	}
+	if err := e.Recorder.Launch(f, grid, block, s, args...); err != nil {
+		return err
+	}
+	ptrs := make([]unsafe.Pointer, len(args)-1)
+	for i, a := range args[:len(args)-1] {
+		p, err := e.host(DevicePtr(a))
+		if err != nil {
+			return fmt.Errorf("argument %d: %v", i, err)
+		}
+		ptrs[i] = p
+	}
+	in := &ptrs[0]
+	if len(ptrs) == 1 {
+		in = nil // iota: no operands
+	}
+	k(in, ptrs[len(ptrs)-1], int64(args[len(args)-1]), int32(grid), int32(block))
+	return nil
+}
+
+// Matmul is the reference GEMM on the emulated memory.
+func (e *emulator) Matmul(g GemmCall, a, b, d, bias, ws, stream uintptr) error {
+	view := func(p uintptr) (device.Tensor, error) {
+		if p == 0 {
+			return device.Tensor{}, nil
+		}
+		m, err := e.tail(DevicePtr(p))
+		if err != nil {
+			return device.Tensor{}, err
+		}
+		n := len(m) / g.DType.Size()
+		return device.Tensor{Type: ir.Type{DType: g.DType, Shape: ir.Shape{n}}, Data: m[:n*g.DType.Size()]}, nil
+	}
+	var ts [4]device.Tensor
+	for i, p := range []uintptr{a, b, bias, d} {
+		t, err := view(p)
+		if err != nil {
+			return err
+		}
+		ts[i] = t
+	}
+	e.logf("matmul M %d N %d K %d batch %d stream %d", g.M, g.N, g.K, g.Batch, stream)
+	gemm(g, ts[0], ts[1], ts[2], ts[3])
+	return nil
+}
+
+// gemm runs one GemmCall with cuBLASLt's column-major semantics on host tensors, in float64,
+// rounding each result once to d's dtype: a is cuBLASLt's A (the IR's second operand), b its
+// B (the IR's first).
+func gemm(c GemmCall, a, b, bias, d device.Tensor) {
+	for bt := int64(0); bt < c.Batch; bt++ {
+		pa, pb, pd := c.OffA+bt*c.StrideA, c.OffB+bt*c.StrideB, c.OffC+bt*c.StrideC
+		for j := int64(0); j < c.N; j++ {
+			for i := int64(0); i < c.M; i++ {
+				sum := 0.0
+				for k := int64(0); k < c.K; k++ {
+					var x, y float64
+					if c.TransA {
+						x = a.Float(int(pa + k + i*c.LDA))
+					} else {
+						x = a.Float(int(pa + i + k*c.LDA))
+					}
+					if c.TransB {
+						y = b.Float(int(pb + j + k*c.LDB))
+					} else {
+						y = b.Float(int(pb + k + j*c.LDB))
+					}
+					sum += x * y
+				}
+				if c.Bias {
+					sum += bias.Float(int(i))
+				}
+				setFloat(d, int(pd+i+j*c.LDC), sum)
+			}
+		}
+	}
+}
+
+// setFloat stores v, rounded to t's float dtype, as element i.
+func setFloat(t device.Tensor, i int, v float64) {
+	switch t.Type.DType {
+	case ir.F64:
+		t.F64()[i] = v
+	case ir.F32:
+		t.F32()[i] = float32(v)
+	case ir.F16:
+		t.U16()[i] = ir.F32ToF16(float32(v))
+	case ir.BF16:
+		t.U16()[i] = ir.F32ToBF16(float32(v))
+	}
+}
+
+var (
+	_ Driver = (*emulator)(nil)
+	_ Blas   = (*emulator)(nil)
+)
