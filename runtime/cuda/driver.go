@@ -142,7 +142,9 @@ func (d *driverAPI) MemAlloc(bytes uint64) (DevicePtr, error) {
 	return DevicePtr(p), err
 }
 
-func (d *driverAPI) MemFree(p DevicePtr) error { return d.check("cuMemFree", func() int32 { return d.memFree(uint64(p)) }) }
+func (d *driverAPI) MemFree(p DevicePtr) error {
+	return d.check("cuMemFree", func() int32 { return d.memFree(uint64(p)) })
+}
 
 func (d *driverAPI) CopyHtoD(dst DevicePtr, src []byte, s Stream) error {
 	if len(src) == 0 {
@@ -197,7 +199,9 @@ func (d *driverAPI) Launch(f Function, grid, block uint32, s Stream, args ...uin
 	for i := range vals {
 		ptrs[i] = unsafe.Pointer(&vals[i])
 	}
-	return d.check("cuLaunchKernel", func() int32 { return d.launchKernel(uintptr(f), grid, 1, 1, block, 1, 1, 0, uintptr(s), unsafe.Pointer(&ptrs[0]), nil) })
+	return d.check("cuLaunchKernel", func() int32 {
+		return d.launchKernel(uintptr(f), grid, 1, 1, block, 1, 1, 0, uintptr(s), unsafe.Pointer(&ptrs[0]), nil)
+	})
 }
 
 func (d *driverAPI) StreamCreate() (Stream, error) {
