@@ -43,7 +43,7 @@ func Kernels(s *device.Spec, name string) ([]Kernel, error) {
 		k, err := Generate(s, name)
 		return []Kernel{k}, err
 	}
-	if len(s.Out) != per.results {
+	if per.results > 0 && len(s.Out) != per.results {
 		return nil, fmt.Errorf("%s: %d results, want %d", s.Op.Name, len(s.Out), per.results)
 	}
 	var ks []Kernel
@@ -77,12 +77,14 @@ func wrap(s *device.Spec, name string, g generator) (Kernel, error) {
 	return Kernel{Name: name, Body: b.String(), N: n, In: s.In, Out: out}, nil
 }
 
-// perResult lists the ops with several results, and the generator of each result.
+// perResult lists the ops with several results (how many; 0: any), and the generator of
+// each result.
 var perResult = map[string]struct {
 	results int
 	gen     func(r int) generator
 }{
 	"layer_norm_grad_params": {2, func(r int) generator { return genNormParams(false, r) }},
+	"split":                  {0, genSplit},
 }
 
 // writeHostLauncher writes NAME_host, the host build's launch: every block and thread in
@@ -119,6 +121,8 @@ var generators = map[string]generator{
 	"rms_norm_grad_params":  genNormParams(true, 0),
 	"cross_entropy":         genCrossEntropy,
 	"cross_entropy_grad":    genCrossEntropyGrad,
+	"concat":                genConcat,
+	"slice":                 genSlice,
 	"gather":                genGather,
 	"gather_grad":           genGatherGrad,
 	"gather_elements":       genGatherElements,
@@ -705,4 +709,90 @@ func genCrossEntropyGrad(s *device.Spec) (string, int64, error) {
 	fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) { %s p = ppc_expo((%s)(%s - m)) / sum; out[rb + j] = %s; }\n",
 		classes, ty, ty, load(s.In[0].DType, "in0", "rb + j"), store(out.DType, round(out.DType, fmt.Sprintf("w * (p - (j == l ? (%s)1 : (%s)0))", ty, ty))))
 	return b.String(), rows, nil
+}
+
+// genConcat: one thread per output element takes it from the operand its coordinate along
+// axis falls in.
+func genConcat(s *device.Spec) (string, int64, error) {
+	out := s.Out[0]
+	axis, err := ir.NormAxis(s.Attrs.Int("axis", 0), out.Rank())
+	if err != nil {
+		return "", 0, err
+	}
+	var b strings.Builder
+	coords(&b, out.Shape, "i")
+	at := 0
+	for k, x := range s.In {
+		if x.DType != out.DType || x.Rank() != out.Rank() {
+			return "", 0, fmt.Errorf("operand %d is %s, the result %s", k, x, out)
+		}
+		st := strides(x.Shape)
+		terms := []string{"0LL"}
+		for d := range x.Shape {
+			c := fmt.Sprintf("c%d", d)
+			if d == axis {
+				c = fmt.Sprintf("(c%d - %d)", d, at)
+			}
+			terms = append(terms, fmt.Sprintf("%s * %dLL", c, st[d]))
+		}
+		at += x.Shape[axis]
+		fmt.Fprintf(&b, "    if (c%d < %d) { out[i] = in%d[%s]; continue; }\n", axis, at, k, strings.Join(terms, " + "))
+	}
+	if at != out.Shape[axis] {
+		return "", 0, fmt.Errorf("operands cover %d of the result's %d along axis %d", at, out.Shape[axis], axis)
+	}
+	return b.String(), int64(out.NumElements()), nil
+}
+
+// genSplit: result r is the operand's block along axis after the first r sizes.
+func genSplit(r int) generator {
+	return func(s *device.Spec) (string, int64, error) {
+		in, out := s.In[0], s.Out[0]
+		axis, err := ir.NormAxis(s.Attrs.Int("axis", 0), in.Rank())
+		if err != nil {
+			return "", 0, err
+		}
+		sizes := s.Attrs.Ints("sizes")
+		if r >= len(sizes) || in.DType != out.DType || out.Rank() != in.Rank() {
+			return "", 0, fmt.Errorf("result %d of %s split into %v", r, in, sizes)
+		}
+		off := 0
+		for _, z := range sizes[:r] {
+			off += z
+		}
+		st := strides(in.Shape)
+		var b strings.Builder
+		coords(&b, out.Shape, "i")
+		terms := []string{"0LL"}
+		for d := range out.Shape {
+			c := fmt.Sprintf("c%d", d)
+			if d == axis {
+				c = fmt.Sprintf("(c%d + %d)", d, off)
+			}
+			terms = append(terms, fmt.Sprintf("%s * %dLL", c, st[d]))
+		}
+		b.WriteString(move(strings.Join(terms, " + ")))
+		return b.String(), int64(out.NumElements()), nil
+	}
+}
+
+// genSlice: out[c] = in[start + c·step] per dim (negative steps walk backwards).
+func genSlice(s *device.Spec) (string, int64, error) {
+	in, out := s.In[0], s.Out[0]
+	dims, err := ir.SliceDims(s.Attrs, in.Shape)
+	if err != nil {
+		return "", 0, err
+	}
+	if in.DType != out.DType || len(dims) != in.Rank() {
+		return "", 0, fmt.Errorf("slice of %s into %s", in, out)
+	}
+	st := strides(in.Shape)
+	var b strings.Builder
+	coords(&b, out.Shape, "i")
+	terms := []string{"0LL"}
+	for d, sd := range dims {
+		terms = append(terms, fmt.Sprintf("(%dLL + c%d * %dLL) * %dLL", sd.Start, d, sd.Step, st[d]))
+	}
+	b.WriteString(move(strings.Join(terms, " + ")))
+	return b.String(), int64(out.NumElements()), nil
 }

@@ -145,6 +145,15 @@ func ewCases() []ewCase {
 			cs[i].abs = a
 		}
 	}
+	// Concatenation, split (one kernel per result) and slices with steps, as the rotary
+	// embedding's halves and a fused QKV projection use them.
+	op("concat", ir.Attrs{{Name: "axis", Value: ir.Int(-1)}}, 0, []ir.Type{ty(bf, 3, 5, 2), ty(bf, 3, 5, 5), ty(bf, 3, 5, 1)}, ty(bf, 3, 5, 8))
+	op("concat", ir.Attrs{{Name: "axis", Value: ir.Int(0)}}, 0, []ir.Type{ty(f32, 2, 7), ty(f32, 3, 7)}, ty(f32, 5, 7))
+	cs = append(cs, ewCase{fmt.Sprintf("k%d_split", len(cs)), &device.Spec{Op: ir.MustLookup("split"),
+		Attrs: ir.Attrs{{Name: "axis", Value: ir.Int(1)}, {Name: "sizes", Value: ir.Ints(1, 3, 1)}}, In: []ir.Type{ty(f32, 3, 5, 7)},
+		Out: []ir.Type{ty(f32, 3, 1, 7), ty(f32, 3, 3, 7), ty(f32, 3, 1, 7)}}, 0, 0, 0})
+	op("slice", ir.Attrs{{Name: "axes", Value: ir.Ints(2)}, {Name: "ends", Value: ir.Ints(7)}, {Name: "starts", Value: ir.Ints(1)}, {Name: "steps", Value: ir.Ints(2)}}, 0, []ir.Type{ty(f16, 3, 5, 7)}, ty(f16, 3, 5, 3))
+	op("slice", ir.Attrs{{Name: "axes", Value: ir.Ints(0, 1)}, {Name: "ends", Value: ir.Ints(-1, 1)}, {Name: "starts", Value: ir.Ints(2, 4)}, {Name: "steps", Value: ir.Ints(-1, -2)}}, 0, []ir.Type{ty(ir.I64, 3, 5, 7)}, ty(ir.I64, 3, 2, 7))
 	// Gathers (an embedding lookup, with repeated and negative indices), and their backward.
 	op("gather", nil, 0, []ir.Type{ty(f32, 11, 5), ty(ir.I64, 3, 7)}, ty(f32, 3, 7, 5))
 	op("gather", ir.Attrs{{Name: "axis", Value: ir.Int(1)}}, 0, []ir.Type{ty(bf, 3, 11, 5), ty(ir.I32, 4)}, ty(bf, 3, 4, 5))
