@@ -44,8 +44,8 @@ func TestDevicesAndCUDARun(t *testing.T) {
 	}
 }
 
-// TestDevicesAndDisCUDAErrors: bad usage of ppc devices and ppc dis --cuda exits 2 with a
-// message, never a panic.
+// TestDevicesAndDisCUDAErrors: bad usage of ppc devices, ppc dis --cuda and the CUDA flags of
+// ppc run exits 2 with a message, never a panic.
 func TestDevicesAndDisCUDAErrors(t *testing.T) {
 	notProgram := writeFile(t, "x.ppx", "not a program")
 	for _, c := range []struct {
@@ -55,6 +55,7 @@ func TestDevicesAndDisCUDAErrors(t *testing.T) {
 		{[]string{"devices", "extra"}, "takes no arguments, got 1"},
 		{[]string{"dis", "--cuda", filepath.Join(t.TempDir(), "missing.ppx")}, "no such file or directory"},
 		{[]string{"dis", "--cuda", notProgram}, "not a ppc program"},
+		{[]string{"run", t.TempDir(), "--tf32"}, "--tf32 applies to --device cuda"},
 	} {
 		code, _, errs := ppc(t, "", c.args...)
 		if code != exitInput || !strings.Contains(errs, c.want) {

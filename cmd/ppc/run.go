@@ -27,7 +27,8 @@ func init() {
 		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
 			steps := fs.Int("steps", 10, "training steps `N` to run")
 			seed := fs.Uint64("seed", 1, "random seed `N` of parameter initialisation and synthetic data (with --resume, the checkpoint's unless given)")
-			dev := fs.String("device", "cpu", "the `DEVICE` to run on: cpu or cuda")
+			dev := fs.String("device", "cpu", "the `DEVICE` to run on: cpu or cuda (one GPU per process: LOCAL_RANK's in a launched run, else GPU 0)")
+			tf32 := fs.Bool("tf32", false, "with --device cuda, let f32 matmuls round their operands to TF32 on tensor cores (faster; results then differ from the CPU device's by about 1e-3 relative)")
 			data := fs.String("data", "", "training data `SOURCE`: a token FILE (raw tokens of --data-dtype like nanoGPT's train.bin, or a 1-D .npy) for models whose inputs are tokens, or NAME=FILE.npy,NAME=FILE.npy,… with one array per input (first axis: samples, the same number in every array)")
 			dataDType := fs.String("data-dtype", "uint16", "element type `T` of a raw token file given to --data: uint16 (nanoGPT's) or uint32; a .npy carries its own")
 			save := fs.String("save", "", "write a checkpoint of parameters and optimizer state (safetensors, a file per rank and an index) to `DIR` at the end (atomically; the directory is locked for the run)")
@@ -100,7 +101,14 @@ func init() {
 					}
 					defer lock.Unlock()
 				}
-				d, err := openDevice(*dev, e.getenvFunc())
+				if *tf32 && *dev != "cuda" {
+					return usagef("--tf32 applies to --device cuda")
+				}
+				gpu := 0
+				if li != nil {
+					gpu = li.LocalRank
+				}
+				d, err := openDevice(*dev, e.getenvFunc(), gpu, *tf32)
 				if err != nil {
 					return err
 				}
@@ -335,17 +343,22 @@ func checkWritableDir(dir string) error {
 	return os.Remove(f.Name())
 }
 
-func openDevice(name string, getenv func(string) string) (device.Device, error) {
+func openDevice(name string, getenv func(string) string, gpu int, tf32 bool) (device.Device, error) {
 	switch name {
 	case "cpu":
 		return cpu.New(), nil
 	case "cuda":
-		// Bad input either way (exit 2): what is missing on this machine, or what ppc
-		// itself does not have yet.
-		if err := cuda.Probe(getenv).Usable(); err != nil {
+		// What is missing on this machine is bad input (exit 2), as is a driver that will
+		// not open the GPU.
+		r := cuda.Probe(getenv)
+		if err := r.Usable(); err != nil {
 			return nil, fmt.Errorf("--device cuda: %v; 'ppc devices' lists what was found; use --device cpu", err)
 		}
-		return nil, fmt.Errorf("--device cuda: the CUDA libraries and a GPU are here, but ppc's CUDA kernels are not built yet (issue 13); use --device cpu")
+		d, err := cuda.Open(r, gpu, tf32, cuda.DefaultCacheDir(getenv))
+		if err != nil {
+			return nil, fmt.Errorf("--device cuda: %v", err)
+		}
+		return d, nil
 	}
 	return nil, usagef("--device must be cpu or cuda, got %q", name)
 }

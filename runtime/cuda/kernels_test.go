@@ -225,8 +225,15 @@ func ewCases() []ewCase {
 			}
 		}
 	}
+	for _, more := range moreCases {
+		cs = append(cs, more()...)
+	}
 	return cs
 }
+
+// moreCases are the case lists of other test files (one per family of kernels), appended to
+// ewCases; their names must be unique (each file uses its own prefix).
+var moreCases []func() []ewCase
 
 // randomTensor fills t with values an op of the case accepts: positive where a log, sqrt or
 // pow needs it, 0/1 for booleans, small integers without zero divisors' trouble.
