@@ -71,6 +71,9 @@ func (d *Device) Prepare(s *device.Spec) (device.Impl, error) {
 	if s.Op != nil && s.Op.Name == "matmul" {
 		return d.prepareMatmul(s)
 	}
+	if s.Op != nil && s.Op.Name == "constant" {
+		return d.prepareConstant(s)
+	}
 	probe, err := Kernels(s, "k")
 	if err != nil {
 		return nil, err
@@ -169,6 +172,26 @@ func (d *Device) prepareMatmul(s *device.Spec) (device.Impl, error) {
 		}
 		return nil
 	}, nil
+}
+
+// prepareConstant copies the constant's bytes from the host at each launch (constants are
+// small; a kernel would carry them in its source).
+func (d *Device) prepareConstant(s *device.Spec) (device.Impl, error) {
+	v, ok := s.Attrs.Get("value").(*ir.Dense)
+	if !ok || v.Elided || len(s.Out) != 1 || len(v.Data) == 0 && s.Out[0].Bytes() > 0 {
+		return nil, fmt.Errorf("constant: no data for %v", s.Out)
+	}
+	data := v.Data
+	if v.Splat {
+		data = make([]byte, s.Out[0].Bytes())
+		for i := 0; i < len(data); i += len(v.Data) {
+			copy(data[i:], v.Data)
+		}
+	}
+	if int64(len(data)) != s.Out[0].Bytes() {
+		return nil, fmt.Errorf("constant of %d bytes for %s", len(data), s.Out[0])
+	}
+	return func(in, out []device.Tensor) error { return d.Write(out[0], data) }, nil
 }
 
 // Available is the GPU's free memory.

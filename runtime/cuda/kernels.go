@@ -108,8 +108,12 @@ var generators = map[string]generator{
 	"reduce_sum":  genReduce("sum"),
 	"reduce_mean": genReduce("mean"),
 	"reduce_max":  genReduce("max"),
-	"softmax":     genSoftmax(false),
-	"log_softmax": genSoftmax(true),
+	"reduce_min":  genReduce("min"),
+	"reduce_prod": genReduce("prod"),
+	// log Σ exp over the axes.
+	"reduce_log_sum_exp": genReduce("log_sum_exp"),
+	"softmax":            genSoftmax(false),
+	"log_softmax":        genSoftmax(true),
 	// Backward of softmax (y, dy): dx = y·(dy − Σ dy·y); of log_softmax: dx = dy − exp(y)·Σ dy.
 	"softmax_grad":     genSoftmaxGrad(false),
 	"log_softmax_grad": genSoftmaxGrad(true),
@@ -222,8 +226,47 @@ func floatIO(s *device.Spec) (class, error) {
 	return classOf(s.In[0].DType), nil
 }
 
+// reduceGroup writes the start (base) of output index idx's group of a reduction of in over
+// the axes red, and returns the group's size and a writer of the offset (into off) of its
+// j-th element, the reduced coordinates taken in row-major order (the CPU device's order).
+func reduceGroup(b *strings.Builder, in ir.Type, red []bool, idx string) (count int64, offset func(b *strings.Builder, j, indent string)) {
+	st := strides(in.Shape)
+	var kept, gone []int
+	for d, r := range red {
+		if r {
+			gone = append(gone, d)
+		} else {
+			kept = append(kept, d)
+		}
+	}
+	// The output index enumerates the kept dims in order (keepdims only adds 1s).
+	keptShape := make(ir.Shape, len(kept))
+	for i, d := range kept {
+		keptShape[i] = in.Shape[d]
+	}
+	coords(b, keptShape, idx)
+	base := []string{"0LL"}
+	for i, d := range kept {
+		base = append(base, fmt.Sprintf("c%d * %dLL", i, st[d]))
+	}
+	count = 1
+	for _, d := range gone {
+		count *= int64(in.Shape[d])
+	}
+	fmt.Fprintf(b, "    long long base = %s;\n", strings.Join(base, " + "))
+	return count, func(b *strings.Builder, j, indent string) {
+		fmt.Fprintf(b, "%slong long q = %s, off = base;\n", indent, j)
+		for k := len(gone) - 1; k >= 0; k-- {
+			d := gone[k]
+			fmt.Fprintf(b, "%soff += (q %% %dLL) * %dLL; q /= %dLL;\n", indent, in.Shape[d], st[d], in.Shape[d])
+		}
+	}
+}
+
 // genReduce reduces over the axes attribute (default all): one thread per output element
-// loops over the reduced elements, accumulating in float (double for f64).
+// loops over the reduced elements, accumulating in float (double for f64). max and min
+// propagate NaN; log_sum_exp subtracts the maximum first (and returns it when it is ±Inf or
+// NaN), as the CPU device does.
 func genReduce(kind string) generator {
 	return func(s *device.Spec) (string, int64, error) {
 		ct, err := floatIO(s)
@@ -235,50 +278,34 @@ func genReduce(kind string) generator {
 		if err != nil {
 			return "", 0, err
 		}
-		st := strides(in.Shape)
-		var kept, gone []int
-		for d, r := range red {
-			if r {
-				gone = append(gone, d)
-			} else {
-				kept = append(kept, d)
-			}
-		}
+		ty := ct.ctype()
 		var b strings.Builder
-		// The output index enumerates the kept dims in order (keepdims only adds 1s).
-		keptShape := make(ir.Shape, len(kept))
-		for i, d := range kept {
-			keptShape[i] = in.Shape[d]
+		count, offset := reduceGroup(&b, in, red, "i")
+		v := load(in.DType, "in0", "off")
+		loop := func(acc string) {
+			fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) {\n", count)
+			offset(&b, "j", "      ")
+			fmt.Fprintf(&b, "      %s v = %s;\n      %s\n    }\n", ty, v, acc)
 		}
-		coords(&b, keptShape, "i")
-		base := []string{"0LL"}
-		for i, d := range kept {
-			base = append(base, fmt.Sprintf("c%d * %dLL", i, st[d]))
-		}
-		count := int64(1)
-		for _, d := range gone {
-			count *= int64(in.Shape[d])
-		}
-		fmt.Fprintf(&b, "    long long base = %s;\n", strings.Join(base, " + "))
-		init := "0"
-		if kind == "max" {
-			init = "-__builtin_huge_val()"
-		}
-		fmt.Fprintf(&b, "    %s acc = %s;\n", ct.ctype(), init)
-		fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) {\n      long long q = j, off = base;\n", count)
-		for k := len(gone) - 1; k >= 0; k-- {
-			d := gone[k]
-			fmt.Fprintf(&b, "      off += (q %% %dLL) * %dLL; q /= %dLL;\n", in.Shape[d], st[d], in.Shape[d])
-		}
-		fmt.Fprintf(&b, "      %s v = %s;\n", ct.ctype(), load(in.DType, "in0", "off"))
-		if kind == "max" {
-			fmt.Fprintf(&b, "      acc = ppc_max<%s>(acc, v);\n", ct.ctype())
-		} else {
-			b.WriteString("      acc += v;\n")
-		}
-		b.WriteString("    }\n")
-		if kind == "mean" {
-			fmt.Fprintf(&b, "    acc = acc / (%s)%dLL;\n", ct.ctype(), count)
+		switch kind {
+		case "max", "min":
+			fmt.Fprintf(&b, "    %s acc = %s__builtin_huge_val();\n", ty, map[string]string{"max": "-", "min": ""}[kind])
+			loop(fmt.Sprintf("acc = ppc_%s<%s>(acc, v);", kind, ty))
+		case "prod":
+			fmt.Fprintf(&b, "    %s acc = 1;\n", ty)
+			loop("acc *= v;")
+		case "log_sum_exp":
+			fmt.Fprintf(&b, "    %s m = -__builtin_huge_val();\n", ty)
+			loop(fmt.Sprintf("m = ppc_max<%s>(m, v);", ty))
+			fmt.Fprintf(&b, "    %s acc = 0;\n", ty)
+			loop("acc += ppc_expo((" + ty + ")(v - m));")
+			b.WriteString("    acc = (m != m || m == __builtin_huge_val() || m == -__builtin_huge_val()) ? m : m + ppc_loga(acc);\n")
+		default: // sum, mean
+			fmt.Fprintf(&b, "    %s acc = 0;\n", ty)
+			loop("acc += v;")
+			if kind == "mean" {
+				fmt.Fprintf(&b, "    acc = acc / (%s)%dLL;\n", ty, count)
+			}
 		}
 		fmt.Fprintf(&b, "    out[i] = %s;\n", store(out.DType, round(out.DType, "acc")))
 		return b.String(), int64(out.NumElements()), nil

@@ -109,7 +109,7 @@ func ewCases() []ewCase {
 	op("broadcast", ir.Attrs{{Name: "shape", Value: ir.Ints(3, 5, 7)}}, 0, []ir.Type{ty(f32, 5, 1)}, x)
 	op("iota", ir.Attrs{{Name: "type", Value: ir.TypeAttr(ty(ir.I64, 5, 7))}, {Name: "axis", Value: ir.Int(1)}}, 0, nil, ty(ir.I64, 5, 7))
 	op("iota", ir.Attrs{{Name: "type", Value: ir.TypeAttr(ty(f32, 5, 7))}, {Name: "axis", Value: ir.Int(0)}}, 0, nil, ty(f32, 5, 7))
-	for _, kind := range []string{"reduce_sum", "reduce_mean", "reduce_max"} {
+	for _, kind := range []string{"reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "reduce_log_sum_exp"} {
 		op(kind, ir.Attrs{{Name: "axes", Value: ir.Ints(-1)}}, 64, []ir.Type{x}, ty(f32, 3, 5))
 		op(kind, ir.Attrs{{Name: "axes", Value: ir.Ints(0, 2)}, {Name: "keepdims", Value: ir.BoolAttr(true)}}, 64, []ir.Type{x}, ty(f32, 1, 5, 1))
 		op(kind, nil, 64, []ir.Type{ty(bf, 3, 5, 7)}, ty(bf))
@@ -154,6 +154,53 @@ func ewCases() []ewCase {
 		Out: []ir.Type{ty(f32, 3, 1, 7), ty(f32, 3, 3, 7), ty(f32, 3, 1, 7)}}, 0, 0, 0})
 	op("slice", ir.Attrs{{Name: "axes", Value: ir.Ints(2)}, {Name: "ends", Value: ir.Ints(7)}, {Name: "starts", Value: ir.Ints(1)}, {Name: "steps", Value: ir.Ints(2)}}, 0, []ir.Type{ty(f16, 3, 5, 7)}, ty(f16, 3, 5, 3))
 	op("slice", ir.Attrs{{Name: "axes", Value: ir.Ints(0, 1)}, {Name: "ends", Value: ir.Ints(-1, 1)}, {Name: "starts", Value: ir.Ints(2, 4)}, {Name: "steps", Value: ir.Ints(-1, -2)}}, 0, []ir.Type{ty(ir.I64, 3, 5, 7)}, ty(ir.I64, 3, 2, 7))
+	// arg_max and arg_min (ties and NaN as the CPU device: first of equals unless
+	// select_last_index), on floats and integers.
+	op("arg_max", ir.Attrs{{Name: "axis", Value: ir.Int(1)}}, 0, []ir.Type{x}, ty(ir.I64, 3, 7))
+	op("arg_min", ir.Attrs{{Name: "axis", Value: ir.Int(-1)}, {Name: "select_last_index", Value: ir.BoolAttr(true)}}, 0, []ir.Type{ty(ir.F64, 3, 5, 7)}, ty(ir.I64, 3, 5))
+	op("arg_max", ir.Attrs{{Name: "axis", Value: ir.Int(0)}}, 0, []ir.Type{ty(ir.I64, 3, 5, 7)}, ty(ir.I64, 5, 7))
+	op("arg_min", ir.Attrs{{Name: "axis", Value: ir.Int(2)}, {Name: "select_last_index", Value: ir.BoolAttr(true)}}, 0, []ir.Type{ty(ir.I32, 3, 5, 7)}, ty(ir.I64, 3, 5))
+	// MSE and its gradient, every reduction.
+	for _, d := range []ir.DType{f32, ir.F64} {
+		t := ty(d, 3, 5, 7)
+		for _, red := range []string{"mean", "sum", "none"} {
+			at := ir.Attrs{{Name: "reduction", Value: ir.Ident(red)}}
+			lossT := ty(d)
+			if red == "none" {
+				lossT = t
+			}
+			op("mse", at, 4, []ir.Type{t, t}, lossT)
+			op("mse_grad", at, 0, []ir.Type{t, t, lossT}, t)
+		}
+	}
+	// pad in every mode (negative pads crop), and its gradient.
+	pad := func(mode string, pads []int, value float64) ir.Attrs {
+		return ir.Attrs{{Name: "mode", Value: ir.Ident(mode)}, {Name: "pads", Value: ir.Ints(pads...)}, {Name: "value", Value: ir.Float(value)}}
+	}
+	op("pad", pad("constant", []int{0, 1, 2, 1, -1, 3}, 2.5), 0, []ir.Type{ty(bf, 3, 5, 7)}, ty(bf, 4, 5, 12))
+	op("pad", pad("constant", []int{1, 0, 0, 0, 2, 1}, -3), 0, []ir.Type{ty(ir.I64, 3, 5, 7)}, ty(ir.I64, 4, 7, 8))
+	for _, mode := range []string{"edge", "reflect", "wrap"} {
+		op("pad", pad(mode, []int{0, 2, 3, 0, 4, 1}, 0), 0, []ir.Type{x}, ty(f32, 3, 11, 11))
+		op("pad_grad", pad(mode, []int{0, 2, 3, 0, 4, 1}, 0), 8, []ir.Type{ty(f32, 3, 11, 11)}, x)
+		cs[len(cs)-1].abs = 1e-5
+	}
+	op("pad_grad", pad("constant", []int{0, 1, 2, 1, -1, 3}, 0), 0, []ir.Type{ty(ir.F64, 4, 5, 12)}, ty(ir.F64, 3, 5, 7))
+	// Gradients of reductions: max and min give dy to the first element equal to the
+	// result (fixInputs makes y the real reduction, with ties), prod the product of the others.
+	for _, kind := range []string{"max", "min"} {
+		for _, at := range []ir.Attrs{{{Name: "axes", Value: ir.Ints(-1)}}, {{Name: "axes", Value: ir.Ints(0, 2)}, {Name: "keepdims", Value: ir.BoolAttr(true)}}} {
+			yt := ty(f32, 3, 5)
+			if len(at) > 1 {
+				yt = ty(f32, 1, 5, 1)
+			}
+			op("reduce_"+kind+"_grad", at, 0, []ir.Type{x, yt, yt}, x)
+			fixInputs[cs[len(cs)-1].name] = reduceFix("reduce_"+kind, at)
+		}
+	}
+	op("reduce_prod_grad", ir.Attrs{{Name: "axes", Value: ir.Ints(1)}}, 8, []ir.Type{x, ty(f32, 3, 7)}, x)
+	op("reduce_prod_grad", ir.Attrs{{Name: "axes", Value: ir.Ints(0, 2)}}, 8, []ir.Type{ty(ir.F64, 3, 5, 7), ty(ir.F64, 5)}, ty(ir.F64, 3, 5, 7))
+	// slice's gradient, with steps (one negative).
+	op("slice_grad", ir.Attrs{{Name: "axes", Value: ir.Ints(0, 2)}, {Name: "ends", Value: ir.Ints(-1, 7)}, {Name: "starts", Value: ir.Ints(2, 1)}, {Name: "steps", Value: ir.Ints(-2, 3)}}, 0, []ir.Type{ty(f32, 2, 5, 2)}, x)
 	// Gathers (an embedding lookup, with repeated and negative indices), and their backward.
 	op("gather", nil, 0, []ir.Type{ty(f32, 11, 5), ty(ir.I64, 3, 7)}, ty(f32, 3, 7, 5))
 	op("gather", ir.Attrs{{Name: "axis", Value: ir.Int(1)}}, 0, []ir.Type{ty(bf, 3, 11, 5), ty(ir.I32, 4)}, ty(bf, 3, 4, 5))
@@ -229,6 +276,27 @@ func ewCases() []ewCase {
 		cs = append(cs, more()...)
 	}
 	return cs
+}
+
+// fixInputs adjusts a case's random operands (by case name) before it runs.
+var fixInputs = map[string]func(in []device.Tensor){}
+
+// reduceFix makes operand 1 the reduction of operand 0 with some ties: the operands of a
+// reduce_max_grad or reduce_min_grad case.
+func reduceFix(op string, at ir.Attrs) func(in []device.Tensor) {
+	return func(in []device.Tensor) {
+		x := in[0].F32()
+		for i := 0; i+3 < len(x); i += 5 {
+			x[i+3] = x[i] // ties within the groups
+		}
+		impl, err := cpu.New().Prepare(&device.Spec{Op: ir.MustLookup(op), Attrs: at, In: []ir.Type{in[0].Type}, Out: []ir.Type{in[1].Type}})
+		if err != nil {
+			panic(err)
+		}
+		if err := impl(in[:1], in[1:2]); err != nil {
+			panic(err)
+		}
+	}
 }
 
 // moreCases are the case lists of other test files (one per family of kernels), appended to
@@ -401,8 +469,13 @@ func checkKernels(t *testing.T, cases []ewCase, dev *Device) {
 		positive := strings.Contains(name, "log") && !strings.Contains(name, "softmax") || strings.Contains(name, "sqrt") || strings.Contains(name, "pow") || strings.HasPrefix(name, "reduce")
 		var in, din []device.Tensor
 		for _, t := range c.spec.In {
-			x := randomTensor(rng, t, positive, c.labels)
-			in, din = append(in, x), append(din, onDevice(x))
+			in = append(in, randomTensor(rng, t, positive, c.labels))
+		}
+		if fix := fixInputs[c.name]; fix != nil {
+			fix(in)
+		}
+		for _, x := range in {
+			din = append(din, onDevice(x))
 		}
 		var want, got, dout []device.Tensor
 		for _, o := range c.spec.Out {

@@ -156,6 +156,18 @@ PPC_DEV double ppc_power(double x, double y) { return ppc_pow(x, y); }
 // max and min propagate NaN, as the CPU device's (Go's math.Max and math.Min) do.
 template <typename T> PPC_DEV T ppc_max(T x, T y) { return x != x ? x : y != y ? y : (x > y ? x : y); }
 template <typename T> PPC_DEV T ppc_min(T x, T y) { return x != x ? x : y != y ? y : (x < y ? x : y); }
+// Index maps of pad's edge, wrap and reflect modes (ONNX's: reflect does not repeat the
+// edge element), as the CPU device's layoutPadIndex.
+PPC_DEV long long ppc_clampi(long long i, long long lo, long long hi) { return i < lo ? lo : i > hi ? hi : i; }
+PPC_DEV long long ppc_wrapi(long long i, long long d) { i %= d; return i < 0 ? i + d : i; }
+PPC_DEV long long ppc_reflecti(long long i, long long d) {
+  if (i >= 0 && i < d) return i;
+  if (d == 1) return 0;
+  long long p = 2 * (d - 1);
+  i %= p;
+  if (i < 0) i += p;
+  return i >= d ? p - i : i;
+}
 
 // bf16: the high half of an f32; rounding to nearest even, NaN kept quiet.
 PPC_DEV float ppc_bf16_f32(uint16_t h) { return ppc_bits_f32((uint32_t)h << 16); }
