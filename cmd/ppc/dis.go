@@ -100,12 +100,15 @@ func printCUDA(w io.Writer, files []string, plan *codegen.Plan) error {
 					continue
 				}
 			}
-			k, err := cuda.Generate(s, name)
+			if s.Name() == "constant" {
+				continue // copied from the host at launch
+			}
+			k, err := cuda.Kernels(s, name)
 			if err != nil {
 				missing = append(missing, fmt.Sprintf("%s: %s", name, s.Name()))
 				continue
 			}
-			ks = append(ks, k)
+			ks = append(ks, k...)
 		}
 	}
 	if _, err := fmt.Fprint(w, cuda.Source(ks...)); err != nil {

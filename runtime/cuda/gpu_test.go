@@ -27,3 +27,9 @@ func gpuDevice(t *testing.T) *Device {
 func TestGPUKernels(t *testing.T) {
 	checkKernels(t, ewCases(), gpuDevice(t))
 }
+
+// TestGPUTrainsLikeCPU is the equivalence grid of TestCUDADeviceTrainsLikeCPU on the GPU:
+// the tiny GPT and Llama at several meshes train like the CPU device (rtol 1e-4 in fp32).
+func TestGPUTrainsLikeCPU(t *testing.T) {
+	trainGrid(t, gpuDevice(t))
+}
