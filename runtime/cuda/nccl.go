@@ -1,0 +1,194 @@
+package cuda
+
+import (
+	"fmt"
+
+	"ppc.dev/ppc/ir"
+)
+
+// NCCL is the binding of libnccl's communicator and collective entry points ppc uses: one
+// communicator per process group, made from a unique id that the group's first rank creates
+// and the run's rendezvous (runtime's store) hands to the others; collectives and grouped
+// point-to-point on a stream.
+type NCCL struct {
+	lib            *Library
+	getUniqueID    func(id *UniqueID) int32
+	commInitRank   func(comm *uintptr, nranks int32, id UniqueID, rank int32) int32
+	commDestroy    func(comm uintptr) int32
+	allReduce      func(send, recv uintptr, count uint64, dt, op int32, comm, stream uintptr) int32
+	allGather      func(send, recv uintptr, sendcount uint64, dt int32, comm, stream uintptr) int32
+	reduceScatter  func(send, recv uintptr, recvcount uint64, dt, op int32, comm, stream uintptr) int32
+	broadcast      func(send, recv uintptr, count uint64, dt, root int32, comm, stream uintptr) int32
+	send           func(buf uintptr, count uint64, dt, peer int32, comm, stream uintptr) int32
+	recv           func(buf uintptr, count uint64, dt, peer int32, comm, stream uintptr) int32
+	groupStart     func() int32
+	groupEnd       func() int32
+	getErrorString func(rc int32) string
+}
+
+// UniqueID is ncclUniqueId: 128 opaque bytes, passed by value to ncclCommInitRank (purego
+// passes structs by value on linux amd64 and arm64).
+type UniqueID struct{ Internal [128]byte }
+
+// Comm is a communicator of one process group.
+type Comm struct {
+	nccl   *NCCL
+	handle uintptr
+	Ranks  int
+	Rank   int
+}
+
+// OpenNCCL binds libnccl's entry points.
+func OpenNCCL(l *Library) (*NCCL, error) {
+	if !l.Found() {
+		return nil, fmt.Errorf("NCCL is not available: %s", l.Err)
+	}
+	n := &NCCL{lib: l}
+	if err := l.bind([]binding{{&n.getUniqueID, "ncclGetUniqueId"}, {&n.commInitRank, "ncclCommInitRank"}, {&n.commDestroy, "ncclCommDestroy"},
+		{&n.allReduce, "ncclAllReduce"}, {&n.allGather, "ncclAllGather"}, {&n.reduceScatter, "ncclReduceScatter"}, {&n.broadcast, "ncclBroadcast"},
+		{&n.send, "ncclSend"}, {&n.recv, "ncclRecv"}, {&n.groupStart, "ncclGroupStart"}, {&n.groupEnd, "ncclGroupEnd"},
+		{&n.getErrorString, "ncclGetErrorString"}}...); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *NCCL) check(what string, rc int32) error {
+	if rc == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: %s", what, n.getErrorString(rc))
+}
+
+// UniqueID makes a new communicator id (on the group's first rank).
+func (n *NCCL) UniqueID() (UniqueID, error) {
+	var id UniqueID
+	return id, n.check("ncclGetUniqueId", n.getUniqueID(&id))
+}
+
+// Join makes this process rank of a group of ranks communicators with id (every member calls
+// it with the same id; it returns once all have).
+func (n *NCCL) Join(id UniqueID, ranks, rank int) (*Comm, error) {
+	c := &Comm{nccl: n, Ranks: ranks, Rank: rank}
+	if err := n.check("ncclCommInitRank", n.commInitRank(&c.handle, int32(ranks), id, int32(rank))); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Close destroys the communicator.
+func (c *Comm) Close() error { return c.nccl.check("ncclCommDestroy", c.nccl.commDestroy(c.handle)) }
+
+// ncclType is the ncclDataType_t of a dtype (nccl.h's values).
+func ncclType(d ir.DType) (int32, error) {
+	switch d {
+	case ir.I8, ir.Bool:
+		return 0, nil
+	case ir.U8:
+		return 1, nil
+	case ir.I32:
+		return 2, nil
+	case ir.I64:
+		return 4, nil
+	case ir.F16:
+		return 6, nil
+	case ir.F32:
+		return 7, nil
+	case ir.F64:
+		return 8, nil
+	case ir.BF16:
+		return 9, nil
+	}
+	return 0, fmt.Errorf("NCCL has no type for %s", d)
+}
+
+// ncclOps are ncclRedOp_t's values by ppc's reduce op names.
+var ncclOps = map[string]int32{"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
+
+func ncclOp(op string) (int32, error) {
+	v, ok := ncclOps[op]
+	if !ok {
+		return 0, fmt.Errorf("NCCL has no reduction %q", op)
+	}
+	return v, nil
+}
+
+// AllReduce reduces count elements of send across the group into recv (in place when equal).
+func (c *Comm) AllReduce(send, recv DevicePtr, count int64, dt ir.DType, op string, s Stream) error {
+	t, err := ncclType(dt)
+	if err != nil {
+		return err
+	}
+	o, err := ncclOp(op)
+	if err != nil {
+		return err
+	}
+	return c.nccl.check("ncclAllReduce", c.nccl.allReduce(uintptr(send), uintptr(recv), uint64(count), t, o, c.handle, uintptr(s)))
+}
+
+// AllGather concatenates every rank's count elements, in rank order, into recv.
+func (c *Comm) AllGather(send, recv DevicePtr, count int64, dt ir.DType, s Stream) error {
+	t, err := ncclType(dt)
+	if err != nil {
+		return err
+	}
+	return c.nccl.check("ncclAllGather", c.nccl.allGather(uintptr(send), uintptr(recv), uint64(count), t, c.handle, uintptr(s)))
+}
+
+// ReduceScatter reduces send (ranks × count elements) and leaves block rank in recv.
+func (c *Comm) ReduceScatter(send, recv DevicePtr, count int64, dt ir.DType, op string, s Stream) error {
+	t, err := ncclType(dt)
+	if err != nil {
+		return err
+	}
+	o, err := ncclOp(op)
+	if err != nil {
+		return err
+	}
+	return c.nccl.check("ncclReduceScatter", c.nccl.reduceScatter(uintptr(send), uintptr(recv), uint64(count), t, o, c.handle, uintptr(s)))
+}
+
+// Broadcast copies root's count elements to every rank's recv.
+func (c *Comm) Broadcast(send, recv DevicePtr, count int64, dt ir.DType, root int, s Stream) error {
+	t, err := ncclType(dt)
+	if err != nil {
+		return err
+	}
+	return c.nccl.check("ncclBroadcast", c.nccl.broadcast(uintptr(send), uintptr(recv), uint64(count), t, int32(root), c.handle, uintptr(s)))
+}
+
+// P2P is one send or receive of a group of point-to-point transfers.
+type P2P struct {
+	Recv  bool
+	Buf   DevicePtr
+	Count int64
+	DType ir.DType
+	Peer  int
+}
+
+// Exchange runs sends and receives as one NCCL group, so that a pipeline rank's send to the
+// next stage and receive from the previous one cannot deadlock whatever their order.
+func (c *Comm) Exchange(ops []P2P, s Stream) error {
+	if err := c.nccl.check("ncclGroupStart", c.nccl.groupStart()); err != nil {
+		return err
+	}
+	var first error
+	for _, p := range ops {
+		t, err := ncclType(p.DType)
+		if err == nil {
+			if p.Recv {
+				err = c.nccl.check("ncclRecv", c.nccl.recv(uintptr(p.Buf), uint64(p.Count), t, int32(p.Peer), c.handle, uintptr(s)))
+			} else {
+				err = c.nccl.check("ncclSend", c.nccl.send(uintptr(p.Buf), uint64(p.Count), t, int32(p.Peer), c.handle, uintptr(s)))
+			}
+		}
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	// The group is ended even after a failed call, so that NCCL's group state is not left open.
+	if err := c.nccl.check("ncclGroupEnd", c.nccl.groupEnd()); err != nil && first == nil {
+		first = err
+	}
+	return first
+}
