@@ -15,6 +15,7 @@ package cpu
 
 import (
 	"fmt"
+	"sort"
 
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime/device"
@@ -75,4 +76,15 @@ func Supports(op *ir.OpDef) bool {
 		return ok
 	}
 	return builders[op.Name] != nil
+}
+
+// Ops lists the ops the CPU device has a kernel for besides the elementwise ones, sorted:
+// other devices check their coverage against it.
+func Ops() []string {
+	names := make([]string, 0, len(builders))
+	for n := range builders {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }

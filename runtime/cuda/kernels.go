@@ -30,6 +30,17 @@ func Generate(s *device.Spec, name string) (Kernel, error) {
 	return wrap(s, name, g)
 }
 
+// HasKernel reports whether the CUDA device implements op (elementwise ops always: they are
+// generated from the op table's expressions).
+func HasKernel(op string) bool {
+	if d := ir.Lookup(op); d != nil && d.Has(ir.Elementwise) {
+		return true
+	}
+	_, gen := generators[op]
+	_, multi := perResult[op]
+	return gen || multi || op == "matmul" || op == "constant"
+}
+
 // Kernels writes the kernels of a launch site: one, or for an op with several results one per
 // result (NAME_r0, NAME_r1, …), each reading every operand and writing its result. Launched
 // in order, they compute the op.

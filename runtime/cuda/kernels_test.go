@@ -511,3 +511,22 @@ func checkKernels(t *testing.T, cases []ewCase, dev *Device) {
 	}
 	dev.Geometry = DefaultGeometry
 }
+
+// TestEveryCPUOpHasACUDAKernel: the CUDA device covers every op the CPU device implements,
+// and every one is among the cases checked against it (matmul and constant have their own
+// tests: TestPlanMatmulMatchesCPU, TestDeviceMemory).
+func TestEveryCPUOpHasACUDAKernel(t *testing.T) {
+	tested := map[string]bool{"matmul": true, "constant": true}
+	for _, c := range ewCases() {
+		if c.spec.Op != nil {
+			tested[c.spec.Op.Name] = true
+		}
+	}
+	for _, op := range cpu.Ops() {
+		if !HasKernel(op) {
+			t.Errorf("op %s has a CPU kernel and no CUDA kernel", op)
+		} else if !tested[op] {
+			t.Errorf("op %s has no kernel case", op)
+		}
+	}
+}
