@@ -9,6 +9,12 @@
 //
 // Choices:
 //
+//   - The device owns memory (runtime/device). Each rank makes one allocation through the
+//     device (its arena, then every other buffer at 256-byte offsets) and every instruction
+//     runs through it: launches, ZERO, COPY, ACCUM, PACK and UNPACK. Bytes cross to the host
+//     only where they must — inputs, losses and metrics, checkpoints, initialisation, and
+//     messages for the transports, which move host bytes — through readHost and writeHost,
+//     which on the CPU device are the buffers' own bytes (no copy).
 //   - Replicas share programs. plan.json names the program file each rank runs; the dp × tp
 //     replicas of a pipeline rank run one file, decoded once. What differs between them is
 //     resolved from the rank's mesh coordinates when it is prepared (codegen/doc.go): a

@@ -1,5 +1,35 @@
-// Package cuda is the CUDA device's host side: finding the NVIDIA libraries at run time and
-// calling them without cgo.
+// Package cuda is ppc's CUDA device: finding the NVIDIA libraries at run time and calling them
+// without cgo, the kernels (generated CUDA C, and cuBLASLt for GEMMs), and the device
+// (device.Device) that runs a rank's program on a GPU.
+//
+// Design, and where it departs from DESIGN.md §8 (which sketched hand-written .cu files under
+// kernels/cuda and cuBLAS):
+//
+//   - Kernels are generated per launch site from the same op table and fused expressions as
+//     the CPU device, with shapes and strides compiled in, rather than written per op: the
+//     fused elementwise chains the lowering produces are open-ended, and a generated kernel
+//     can follow the CPU device's rounding and summation order exactly, which is what makes
+//     a CUDA run comparable with the reference device. Identical kernels (same op, same
+//     shapes) are named by their source's hash and generated once; a program's kernels are
+//     one NVRTC module, compiled at the first launch after load and cached on disk.
+//   - GEMMs go to cuBLASLt, not cuBLAS: one API for strided batches, bias epilogues and
+//     compute types (fp32 accumulation; TF32 only when asked).
+//   - No atomics, shared memory or barriers: every thread computes its own outputs, and
+//     scatters (gradients of gathers, pooling, padding) are written as gathers in the CPU
+//     device's order. Results are deterministic, and every kernel runs on the host too:
+//     ppc_cuda.h's PPC_HOST branch turns a launch into a loop over blocks and threads, which
+//     is how CI checks each kernel, and whole training runs (an emulated driver in the
+//     tests), against the CPU device without a GPU. Row kernels (softmax, norms,
+//     cross-entropy) are one thread per row; faster block-level versions need a host
+//     emulation of barriers first.
+//   - Device memory is the runtime's: one allocation per rank (device.Device.Alloc), the
+//     cuBLASLt workspace, and nothing per launch. Host transfers (Read, Write) synchronise
+//     the stream.
+//   - Multi-result ops (layer_norm_grad_params, split, …) are one kernel per result.
+//
+// Not yet: the runtime stages messages between ranks through host memory and its transports;
+// the NCCL binding (nccl.go) is ready for a device-side transport, which also needs a second
+// stream ordered by events so that communication overlaps compute.
 //
 // ppc opens libcuda.so.1 (the driver API), NVRTC, cuBLASLt and NCCL with purego's dlopen
 // when a run asks for --device cuda, so the binary builds, and every test passes, on a
