@@ -74,44 +74,71 @@ func (d *Device) Prepare(s *device.Spec) (device.Impl, error) {
 	if s.Op != nil && s.Op.Name == "constant" {
 		return d.prepareConstant(s)
 	}
-	probe, err := Kernels(s, "k")
+	probe, err := PlanSite(s, "k")
 	if err != nil {
 		return nil, err
 	}
 	h := sha256.New()
-	for _, k := range probe {
-		h.Write([]byte(k.Body))
+	for _, st := range probe.Steps {
+		h.Write([]byte(st.Kernel.Body))
 	}
-	ks, err := Kernels(s, "k_"+hex.EncodeToString(h.Sum(nil)[:10]))
+	p, err := PlanSite(s, "k_"+hex.EncodeToString(h.Sum(nil)[:10]))
 	if err != nil {
 		return nil, err
 	}
+	// Scratch memory: one allocation per launch site, made now, never per launch.
+	var scratch []device.Tensor
+	if len(p.Scratch) > 0 {
+		var size int64
+		offs := make([]int64, len(p.Scratch))
+		for i, t := range p.Scratch {
+			offs[i] = size
+			size += (t.Bytes() + 255) &^ 255
+		}
+		mem, err := d.Alloc(size)
+		if err != nil {
+			return nil, fmt.Errorf("%s: scratch memory: %v", s.Name(), err)
+		}
+		for i, t := range p.Scratch {
+			scratch = append(scratch, mem.At(offs[i], t))
+		}
+	}
 	d.mu.Lock()
-	for _, k := range ks {
-		if _, ok := d.funcs[k.Name]; !ok {
-			d.funcs[k.Name] = 0
-			d.pending = append(d.pending, k)
+	for _, st := range p.Steps {
+		if _, ok := d.funcs[st.Kernel.Name]; !ok {
+			d.funcs[st.Kernel.Name] = 0
+			d.pending = append(d.pending, st.Kernel)
 		}
 	}
 	d.mu.Unlock()
 	return func(in, out []device.Tensor) error {
-		if len(out) != len(ks) {
-			return fmt.Errorf("%s: %d results, %d buffers", s.Name(), len(ks), len(out))
+		if len(in) != len(s.In) || len(out) != len(s.Out) {
+			return fmt.Errorf("%s: %d operands and %d results, %d and %d buffers", s.Name(), len(s.In), len(s.Out), len(in), len(out))
+		}
+		buf := func(r Ref) uint64 {
+			switch r.Kind {
+			case Operand:
+				return in[r.Index].Addr
+			case Result:
+				return out[r.Index].Addr
+			}
+			return scratch[r.Index].Addr
 		}
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		if err := d.build(); err != nil {
 			return err
 		}
-		for r, k := range ks {
+		for _, st := range p.Steps {
+			k := st.Kernel
 			if k.N == 0 {
 				continue
 			}
-			args := make([]uint64, 0, len(in)+2)
-			for _, x := range in {
-				args = append(args, x.Addr)
+			args := make([]uint64, 0, len(st.In)+2)
+			for _, r := range st.In {
+				args = append(args, buf(r))
 			}
-			args = append(args, out[r].Addr, uint64(k.N))
+			args = append(args, buf(st.Out), uint64(k.N))
 			grid, block := d.Geometry(k.N)
 			if err := d.drv.Launch(d.funcs[k.Name], grid, block, d.stream, args...); err != nil {
 				return fmt.Errorf("%s: %v", s.Name(), err)

@@ -22,6 +22,9 @@ func Generate(s *device.Spec, name string) (Kernel, error) {
 		if _, multi := perResult[s.Op.Name]; multi {
 			return Kernel{}, fmt.Errorf("%s has several results: one kernel each (Kernels)", s.Op.Name)
 		}
+		if _, planned := planners[s.Op.Name]; planned {
+			return Kernel{}, fmt.Errorf("%s is several kernels (Kernels)", s.Op.Name)
+		}
 		return Kernel{}, fmt.Errorf("no CUDA kernel for op %s yet", s.Op.Name)
 	}
 	if len(s.Out) != 1 {
@@ -38,36 +41,140 @@ func HasKernel(op string) bool {
 	}
 	_, gen := generators[op]
 	_, multi := perResult[op]
-	return gen || multi || op == "matmul" || op == "constant"
+	_, planned := planners[op]
+	return gen || multi || planned || op == "matmul" || op == "constant"
 }
 
-// Kernels writes the kernels of a launch site: one, or for an op with several results one per
-// result (NAME_r0, NAME_r1, …), each reading every operand and writing its result. Launched
-// in order, they compute the op.
+// Kernels writes the kernels of a launch site, in launch order (Plan's).
 func Kernels(s *device.Spec, name string) ([]Kernel, error) {
-	if s.Op == nil {
+	p, err := PlanSite(s, name)
+	if err != nil {
+		return nil, err
+	}
+	ks := make([]Kernel, len(p.Steps))
+	for i, st := range p.Steps {
+		ks[i] = st.Kernel
+	}
+	return ks, nil
+}
+
+// A Plan is how a launch site runs: kernels launched in order, each reading some of the
+// site's operands, results and scratch buffers and writing one of them. Most sites are one
+// kernel; an op with several results is one kernel per result; and ops whose one-kernel form
+// would be serial or quadratic on a GPU (planners) are several kernels passing partial
+// results through scratch memory, which the device allocates once when it prepares the site.
+type Plan struct {
+	Steps   []Step
+	Scratch []ir.Type
+}
+
+// A Step is one kernel of a plan: its operands (In) and its result (Out).
+type Step struct {
+	Kernel Kernel
+	In     []Ref
+	Out    Ref
+}
+
+// A Ref names a buffer of a launch site: an operand, a result or a scratch buffer.
+type Ref struct {
+	Kind  RefKind
+	Index int
+}
+
+// RefKind says which of a launch site's buffers a Ref names.
+type RefKind int
+
+const (
+	Operand RefKind = iota
+	Result
+	Scratch
+)
+
+// planStep is a planner's description of one kernel: its types (the spec it is generated
+// from, with the site's op and attributes), generator and buffers.
+type planStep struct {
+	in  []Ref
+	out Ref
+	gen generator
+}
+
+// planners are the ops launched as several kernels with scratch memory: given the site, the
+// scratch buffers' types and the steps.
+var planners = map[string]func(s *device.Spec) (scratch []ir.Type, steps []planStep, err error){}
+
+// PlanSite plans a launch site (name prefixes its kernels' names).
+func PlanSite(s *device.Spec, name string) (*Plan, error) {
+	all := func() []Ref {
+		refs := make([]Ref, len(s.In))
+		for i := range s.In {
+			refs[i] = Ref{Operand, i}
+		}
+		return refs
+	}
+	if s.Op == nil || s.Op.Has(ir.Elementwise) || generators[s.Op.Name] != nil && planners[s.Op.Name] == nil {
 		k, err := Generate(s, name)
-		return []Kernel{k}, err
-	}
-	per, ok := perResult[s.Op.Name]
-	if !ok {
-		k, err := Generate(s, name)
-		return []Kernel{k}, err
-	}
-	if per.results > 0 && len(s.Out) != per.results {
-		return nil, fmt.Errorf("%s: %d results, want %d", s.Op.Name, len(s.Out), per.results)
-	}
-	var ks []Kernel
-	for r := range s.Out {
-		one := *s
-		one.Out = s.Out[r : r+1]
-		k, err := wrap(&one, fmt.Sprintf("%s_r%d", name, r), per.gen(r))
 		if err != nil {
 			return nil, err
 		}
-		ks = append(ks, k)
+		return &Plan{Steps: []Step{{Kernel: k, In: all(), Out: Ref{Result, 0}}}}, nil
 	}
-	return ks, nil
+	if per, ok := perResult[s.Op.Name]; ok {
+		if per.results > 0 && len(s.Out) != per.results {
+			return nil, fmt.Errorf("%s: %d results, want %d", s.Op.Name, len(s.Out), per.results)
+		}
+		p := &Plan{}
+		for r := range s.Out {
+			one := *s
+			one.Out = s.Out[r : r+1]
+			k, err := wrap(&one, fmt.Sprintf("%s_r%d", name, r), per.gen(r))
+			if err != nil {
+				return nil, err
+			}
+			p.Steps = append(p.Steps, Step{Kernel: k, In: all(), Out: Ref{Result, r}})
+		}
+		return p, nil
+	}
+	planner, ok := planners[s.Op.Name]
+	if !ok {
+		return nil, fmt.Errorf("no CUDA kernel for op %s yet", s.Op.Name)
+	}
+	scratch, steps, err := planner(s)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", s.Op.Name, err)
+	}
+	p := &Plan{Scratch: scratch}
+	typeOf := func(r Ref) (ir.Type, error) {
+		switch {
+		case r.Kind == Operand && r.Index < len(s.In):
+			return s.In[r.Index], nil
+		case r.Kind == Result && r.Index < len(s.Out):
+			return s.Out[r.Index], nil
+		case r.Kind == Scratch && r.Index < len(scratch):
+			return scratch[r.Index], nil
+		}
+		return ir.Type{}, fmt.Errorf("%s: plan names buffer %v of %d operands, %d results, %d scratch", s.Op.Name, r, len(s.In), len(s.Out), len(scratch))
+	}
+	for i, st := range steps {
+		one := &device.Spec{Op: s.Op, Attrs: s.Attrs}
+		for _, r := range st.in {
+			t, err := typeOf(r)
+			if err != nil {
+				return nil, err
+			}
+			one.In = append(one.In, t)
+		}
+		t, err := typeOf(st.out)
+		if err != nil {
+			return nil, err
+		}
+		one.Out = []ir.Type{t}
+		k, err := wrap(one, fmt.Sprintf("%s_s%d", name, i), st.gen)
+		if err != nil {
+			return nil, err
+		}
+		p.Steps = append(p.Steps, Step{Kernel: k, In: st.in, Out: st.out})
+	}
+	return p, nil
 }
 
 // wrap puts a generator's loop body into the kernel function and its host launcher.
@@ -94,8 +201,7 @@ var perResult = map[string]struct {
 	results int
 	gen     func(r int) generator
 }{
-	"layer_norm_grad_params": {2, func(r int) generator { return genNormParams(false, r) }},
-	"split":                  {0, genSplit},
+	"split": {0, genSplit},
 }
 
 // writeHostLauncher writes NAME_host, the host build's launch: every block and thread in
@@ -133,13 +239,9 @@ var generators = map[string]generator{
 	"rms_norm":              genNorm(true, false),
 	"layer_norm_grad_input": genNorm(false, true),
 	"rms_norm_grad_input":   genNorm(true, true),
-	"rms_norm_grad_params":  genNormParams(true, 0),
-	"cross_entropy":         genCrossEntropy,
-	"cross_entropy_grad":    genCrossEntropyGrad,
 	"concat":                genConcat,
 	"slice":                 genSlice,
 	"gather":                genGather,
-	"gather_grad":           genGatherGrad,
 	"gather_elements":       genGatherElements,
 	"gather_elements_grad":  genGatherElementsGrad,
 }
@@ -495,33 +597,6 @@ func genGather(s *device.Spec) (string, int64, error) {
 	return b.String(), int64(out.NumElements()), nil
 }
 
-// genGatherGrad: the scatter-add into zeros that gather's backward is, one thread per
-// element of the result adding, in increasing index position, the dy of every position that
-// gathered it — deterministic, and the CPU device's order (no atomics).
-func genGatherGrad(s *device.Spec) (string, int64, error) {
-	idx, dy, out := s.In[0], s.In[1], s.Out[0]
-	if !idx.DType.IsInt() || !dy.DType.IsFloat() {
-		return "", 0, fmt.Errorf("want integer indices and a float gradient, got %s, %s", idx, dy)
-	}
-	axis, dim := s.Attrs.Int("axis", 0), int64(s.Attrs.Int("dim", 0))
-	if axis < 0 || axis >= out.Rank() || int64(out.Shape[axis]) != dim {
-		return "", 0, fmt.Errorf("axis %d, dim %d do not match the result %s", axis, dim, out)
-	}
-	inner := int64(1)
-	for _, v := range out.Shape[axis+1:] {
-		inner *= int64(v)
-	}
-	K := int64(idx.NumElements())
-	ct := classOf(out.DType)
-	var b strings.Builder
-	fmt.Fprintf(&b, "    long long e = i %% %dLL, v = (i / %dLL) %% %dLL, o = i / (%dLL * %dLL);\n", inner, inner, dim, inner, dim)
-	fmt.Fprintf(&b, "    %s acc = 0;\n", ct.ctype())
-	fmt.Fprintf(&b, "    for (long long k = 0; k < %dLL; k++) {\n      long long w = (long long)in0[k]; if (w < 0) w += %dLL;\n", K, dim)
-	fmt.Fprintf(&b, "      if (w == v) acc += %s;\n    }\n", load(dy.DType, "in1", fmt.Sprintf("(o * %dLL + k) * %dLL + e", K, inner)))
-	fmt.Fprintf(&b, "    out[i] = %s;\n", store(out.DType, round(out.DType, "acc")))
-	return b.String(), int64(out.NumElements()), nil
-}
-
 // genGatherElements (ONNX GatherElements): y[p] = x[p with dim axis replaced by idx(p)], y of
 // the indices' shape; an index outside the dim writes 0 (see genGather).
 func genGatherElements(s *device.Spec) (string, int64, error) {
@@ -605,57 +680,6 @@ func normRowsOf(s *device.Spec, x ir.Type) (rows, n int64, err error) {
 	return rows, n, nil
 }
 
-// genNormParams: result r of layer_norm_grad_params (0: dscale = Σ_rows dy·x̂, 1: dbias =
-// Σ_rows dy) or rms_norm_grad_params' dscale; operands x, dy. One thread per column sums
-// the rows in chunks of 64 (each in row order, the chunk sums added in order: the CPU
-// device's order), recomputing each row's statistics as genNorm does. That is O(rows·n) per
-// thread: simple and exact, and the place to spend a two-pass kernel with row statistics in
-// scratch memory when it shows in a profile.
-func genNormParams(rms bool, r int) generator {
-	return func(s *device.Spec) (string, int64, error) {
-		ct, err := floatIO(s)
-		if err != nil {
-			return "", 0, err
-		}
-		if len(s.In) != 2 || !s.In[0].Equal(s.In[1]) {
-			return "", 0, fmt.Errorf("want operands x and dy of one type")
-		}
-		x := s.In[0]
-		rows, n, err := normRowsOf(s, x)
-		if err != nil {
-			return "", 0, err
-		}
-		if int64(s.Out[0].NumElements()) != n {
-			return "", 0, fmt.Errorf("result %s does not have the normalised dims' %d elements", s.Out[0], n)
-		}
-		eps := s.Attrs.Float("eps", 1e-5)
-		if rms {
-			eps = s.Attrs.Float("eps", 1e-6)
-		}
-		ty := ct.ctype()
-		xv := func(j string) string { return load(x.DType, "in0", "rb + "+j) }
-		var b strings.Builder
-		fmt.Fprintf(&b, "    %s acc = 0;\n", ty)
-		fmt.Fprintf(&b, "    for (long long c = 0; c < %dLL; c += 64) {\n      %s part = 0;\n", rows, ty)
-		fmt.Fprintf(&b, "      for (long long row = c; row < c + 64 && row < %dLL; row++) {\n        long long rb = row * %dLL;\n", rows, n)
-		dy := load(s.In[1].DType, "in1", "rb + i")
-		if r == 1 {
-			fmt.Fprintf(&b, "        part += %s;\n", dy)
-		} else {
-			fmt.Fprintf(&b, "        %s mu = 0, ss = 0;\n", ty)
-			if !rms {
-				fmt.Fprintf(&b, "        for (long long j = 0; j < %dLL; j++) mu += %s;\n        mu /= (%s)%dLL;\n", n, xv("j"), ty, n)
-			}
-			fmt.Fprintf(&b, "        for (long long j = 0; j < %dLL; j++) { %s d = %s - mu; ss += d * d; }\n", n, ty, xv("j"))
-			fmt.Fprintf(&b, "        %s rs = 1 / ppc_sqrt(ss / (%s)%dLL + (%s)%v);\n", ty, ty, n, ty, eps)
-			fmt.Fprintf(&b, "        part += %s * ((%s - mu) * rs);\n", dy, xv("i"))
-		}
-		b.WriteString("      }\n      acc += part;\n    }\n")
-		fmt.Fprintf(&b, "    out[i] = %s;\n", store(s.Out[0].DType, round(s.Out[0].DType, "acc")))
-		return b.String(), n, nil
-	}
-}
-
 // ceRows checks cross-entropy's logits and labels: rows of classes, integer labels of the
 // leading dims; ignore is ignore_index (or a value no label has).
 func ceRows(s *device.Spec) (rows, classes int64, ignore int64, err error) {
@@ -679,74 +703,6 @@ func lse(b *strings.Builder, ty string, logits ir.Type, classes int64) {
 	fmt.Fprintf(b, "for (long long j = 0; j < %dLL; j++) m = ppc_max<%s>(m, %s);\n", classes, ty, at("j"))
 	fmt.Fprintf(b, "%s sum = 0;\n", ty)
 	fmt.Fprintf(b, "for (long long j = 0; j < %dLL; j++) sum += ppc_expo((%s)(%s - m));\n", classes, ty, at("j"))
-}
-
-// genCrossEntropy: −log softmax(logits)[label] per row, then the reduction (none, or the sum
-// or mean over the rows not ignored, summed in row order in double as the CPU device does).
-// A label outside [0, classes) gives NaN: the runtime checks model inputs against their
-// declared ranges when it reads them, so only a bug reaches it (the CPU device reports it).
-func genCrossEntropy(s *device.Spec) (string, int64, error) {
-	ct, err := floatIO(&device.Spec{In: s.In[:1], Out: s.Out})
-	if err != nil {
-		return "", 0, err
-	}
-	rows, classes, ignore, err := ceRows(s)
-	if err != nil {
-		return "", 0, err
-	}
-	ty, out := ct.ctype(), s.Out[0]
-	reduction := s.Attrs.Str("reduction", "mean")
-	var row strings.Builder
-	fmt.Fprintf(&row, "long long l = (long long)in1[r]; long long rb = r * %dLL; %s loss = 0;\n", classes, ty)
-	fmt.Fprintf(&row, "if (l != %dLL) {\n", ignore)
-	fmt.Fprintf(&row, "if (l < 0 || l >= %dLL) loss = (%s)__builtin_nan(\"\"); else {\n", classes, ty)
-	lse(&row, ty, s.In[0], classes)
-	fmt.Fprintf(&row, "loss = (ppc_loga(sum) + m) - %s; }\n} else valid--;\n", load(s.In[0].DType, "in0", "rb + l"))
-	var b strings.Builder
-	if reduction == "none" {
-		fmt.Fprintf(&b, "    long long r = i, valid = 1;\n%s    (void)valid;\n", row.String())
-		fmt.Fprintf(&b, "    out[i] = %s;\n", store(out.DType, round(out.DType, "loss")))
-		return b.String(), rows, nil
-	}
-	fmt.Fprintf(&b, "    double total = 0; long long valid = %dLL;\n", rows)
-	fmt.Fprintf(&b, "    for (long long r = 0; r < %dLL; r++) {\n%s    total += (double)loss;\n    }\n", rows, row.String())
-	if reduction == "mean" {
-		b.WriteString("    total /= (double)(valid > 1 ? valid : 1);\n")
-	}
-	fmt.Fprintf(&b, "    out[i] = %s;\n", store(out.DType, round(out.DType, fmt.Sprintf("(%s)total", ty))))
-	return b.String(), 1, nil
-}
-
-// genCrossEntropyGrad: dlogits = w·(softmax(logits) − onehot(label)) per row, zero for
-// ignored rows, where w is dloss per row (none), dloss (sum) or dloss / the rows not ignored
-// (mean). Operands logits, labels, dloss; one thread per row.
-func genCrossEntropyGrad(s *device.Spec) (string, int64, error) {
-	ct, err := floatIO(&device.Spec{In: []ir.Type{s.In[0], s.In[2]}, Out: s.Out})
-	if err != nil {
-		return "", 0, err
-	}
-	rows, classes, ignore, err := ceRows(s)
-	if err != nil {
-		return "", 0, err
-	}
-	ty, out := ct.ctype(), s.Out[0]
-	reduction := s.Attrs.Str("reduction", "mean")
-	var b strings.Builder
-	fmt.Fprintf(&b, "    long long r = i, rb = r * %dLL, l = (long long)in1[r];\n", classes)
-	switch reduction {
-	case "none":
-		fmt.Fprintf(&b, "    %s w = %s;\n", ty, load(s.In[2].DType, "in2", "r"))
-	case "sum":
-		fmt.Fprintf(&b, "    %s w = %s;\n", ty, load(s.In[2].DType, "in2", "0"))
-	default:
-		fmt.Fprintf(&b, "    long long valid = 0;\n    for (long long q = 0; q < %dLL; q++) valid += (long long)in1[q] != %dLL;\n", rows, ignore)
-		fmt.Fprintf(&b, "    %s w = (%s)((double)%s / (double)(valid > 1 ? valid : 1));\n", ty, ty, load(s.In[2].DType, "in2", "0"))
-	}
-	fmt.Fprintf(&b, "    if (l == %dLL) { for (long long j = 0; j < %dLL; j++) out[rb + j] = %s; continue; }\n", ignore, classes, store(out.DType, "0"))
-	lse(&b, ty, s.In[0], classes)
-	fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) { %s p = ppc_expo((%s)(%s - m)) / sum; out[rb + j] = %s; }\n",
-		classes, ty, ty, load(s.In[0].DType, "in0", "rb + j"), store(out.DType, round(out.DType, fmt.Sprintf("w * (p - (j == l ? (%s)1 : (%s)0))", ty, ty))))
-	return b.String(), rows, nil
 }
 
 // genConcat: one thread per output element takes it from the operand its coordinate along

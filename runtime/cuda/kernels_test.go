@@ -222,6 +222,11 @@ func ewCases() []ewCase {
 		cs = append(cs, ewCase{fmt.Sprintf("k%d_layer_norm_grad_params", len(cs)), &device.Spec{Op: ir.MustLookup("layer_norm_grad_params"),
 			Attrs: ir.Attrs{{Name: "axis", Value: ir.Int(1)}}, In: []ir.Type{x, x}, Out: []ir.Type{ty(d, 5, 7), ty(d, 5, 7)}}, 64, 0, 0})
 		op("rms_norm_grad_params", nil, 64, []ir.Type{x, x}, ty(d, 7))
+		// 150 rows: three chunks of 64, whose partial sums add in order.
+		long := ty(d, 3, 50, 7)
+		cs = append(cs, ewCase{fmt.Sprintf("k%d_layer_norm_grad_params", len(cs)), &device.Spec{Op: ir.MustLookup("layer_norm_grad_params"),
+			In: []ir.Type{long, long}, Out: []ir.Type{ty(d, 7), ty(d, 7)}}, 64, 0, 0})
+		op("rms_norm_grad_params", nil, 64, []ir.Type{long, long}, ty(d, 7))
 		for i := first; i < len(cs); i++ {
 			cs[i].abs = a
 		}
