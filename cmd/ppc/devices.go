@@ -58,7 +58,7 @@ func printDevices(w io.Writer, r *cuda.Report) {
 	if err := r.Usable(); err != nil {
 		fmt.Fprintf(w, "cuda   not available: %v\n", err)
 	} else {
-		fmt.Fprintf(w, "cuda   found (--device cuda runs on it once ppc's CUDA kernels land: issue 13)\n")
+		fmt.Fprintf(w, "cuda   usable: ppc run --device cuda (one GPU per process)\n")
 	}
 	for _, l := range r.Libraries {
 		switch {

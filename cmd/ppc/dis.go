@@ -121,7 +121,7 @@ func printCUDA(w io.Writer, files []string, plan *codegen.Plan) error {
 		}
 	}
 	if len(missing) > 0 {
-		fmt.Fprintf(w, "\n// %d launch site(s) without a CUDA kernel yet (ppc's CUDA device is in progress):\n", len(missing))
+		fmt.Fprintf(w, "\n// %d launch site(s) without a CUDA kernel:\n", len(missing))
 		for _, m := range missing {
 			fmt.Fprintf(w, "//   %s\n", m)
 		}
