@@ -58,6 +58,15 @@ type CublasLt struct {
 	statusString   func(rc int32) string
 	handle         uintptr
 	WorkspaceBytes uint64
+	// plans keeps each call's descriptors, layouts and algorithm: made once per distinct call
+	// (a step repeats the same few hundred), not per launch.
+	plans map[GemmCall]*ltPlan
+}
+
+// ltPlan is one GemmCall's cuBLASLt objects and the heuristic's algorithm.
+type ltPlan struct {
+	desc, la, lb, ld uintptr
+	algo             [8]uint64
 }
 
 // heuristicResult is cublasLtMatmulHeuristicResult_t: the algorithm (64 bytes), its
@@ -93,32 +102,55 @@ func OpenCublasLt(l *Library) (*CublasLt, error) {
 // operand), b (the IR's first), d (the result) and bias, on stream, with workspace bytes at
 // ws. alpha = 1, beta = 0: D is written, not accumulated into.
 func (c *CublasLt) Matmul(g GemmCall, a, b, d, bias, ws, stream uintptr) error {
-	dt, err := cudaDataType(g.DType)
+	p, err := c.plan(g)
 	if err != nil {
 		return err
 	}
-	compute, ok := computeTypes[g.Compute]
-	if !ok {
-		return fmt.Errorf("compute type %q", g.Compute)
+	if g.Bias { // the bias buffer is the launch's: its pointer is set per call
+		if err := c.check("cublasLtMatmulDescSetAttribute(bias)", c.descSet(p.desc, ltDescBiasPointer, unsafe.Pointer(&bias), 8)); err != nil {
+			return err
+		}
 	}
-	scale := int32(cudaR32F)
 	alpha32, beta32 := float32(1), float32(0)
 	alpha64, beta64 := float64(1), float64(0)
 	alpha, beta := unsafe.Pointer(&alpha32), unsafe.Pointer(&beta32)
 	if g.DType == ir.F64 {
-		scale, alpha, beta = cudaR64F, unsafe.Pointer(&alpha64), unsafe.Pointer(&beta64)
+		alpha, beta = unsafe.Pointer(&alpha64), unsafe.Pointer(&beta64)
 	}
-	check := func(what string, rc int32) error {
-		if rc != 0 {
-			return fmt.Errorf("%s: %s", what, c.statusString(rc))
-		}
-		return nil
+	size := uintptr(g.DType.Size())
+	return c.check("cublasLtMatmul", c.matmul(c.handle, p.desc, alpha, a+uintptr(g.OffA)*size, p.la, b+uintptr(g.OffB)*size, p.lb, beta,
+		d+uintptr(g.OffC)*size, p.ld, d+uintptr(g.OffC)*size, p.ld, unsafe.Pointer(&p.algo), ws, c.WorkspaceBytes, stream))
+}
+
+func (c *CublasLt) check(what string, rc int32) error {
+	if rc != 0 {
+		return fmt.Errorf("%s: %s", what, c.statusString(rc))
 	}
-	var desc uintptr
-	if err := check("cublasLtMatmulDescCreate", c.descCreate(&desc, compute, scale)); err != nil {
-		return err
+	return nil
+}
+
+// plan makes (once) the call's descriptor, its layouts of A, B and D, and the algorithm the
+// heuristic picks for the workspace limit.
+func (c *CublasLt) plan(g GemmCall) (*ltPlan, error) {
+	if p := c.plans[g]; p != nil {
+		return p, nil
 	}
-	defer c.descDestroy(desc)
+	dt, err := cudaDataType(g.DType)
+	if err != nil {
+		return nil, err
+	}
+	compute, ok := computeTypes[g.Compute]
+	if !ok {
+		return nil, fmt.Errorf("compute type %q", g.Compute)
+	}
+	scale := int32(cudaR32F)
+	if g.DType == ir.F64 {
+		scale = cudaR64F
+	}
+	p := &ltPlan{}
+	if err := c.check("cublasLtMatmulDescCreate", c.descCreate(&p.desc, compute, scale)); err != nil {
+		return nil, err
+	}
 	op := func(t bool) int32 {
 		if t {
 			return cublasOpT
@@ -135,13 +167,8 @@ func (c *CublasLt) Matmul(g GemmCall, a, b, d, bias, ws, stream uintptr) error {
 		p    unsafe.Pointer
 		n    uint64
 	}{{ltDescTransA, unsafe.Pointer(&ta), 4}, {ltDescTransB, unsafe.Pointer(&tb), 4}, {ltDescEpilogue, unsafe.Pointer(&epi), 4}} {
-		if err := check("cublasLtMatmulDescSetAttribute", c.descSet(desc, s.attr, s.p, s.n)); err != nil {
-			return err
-		}
-	}
-	if g.Bias {
-		if err := check("cublasLtMatmulDescSetAttribute(bias)", c.descSet(desc, ltDescBiasPointer, unsafe.Pointer(&bias), 8)); err != nil {
-			return err
+		if err := c.check("cublasLtMatmulDescSetAttribute", c.descSet(p.desc, s.attr, s.p, s.n)); err != nil {
+			return nil, err
 		}
 	}
 	// The stored shapes: A is M×K, or K×M when transposed; B K×N or N×K; C and D M×N.
@@ -155,55 +182,63 @@ func (c *CublasLt) Matmul(g GemmCall, a, b, d, bias, ws, stream uintptr) error {
 	}
 	layout := func(rows, cols, ld, stride int64) (uintptr, error) {
 		var l uintptr
-		if err := check("cublasLtMatrixLayoutCreate", c.layoutCreate(&l, dt, uint64(rows), uint64(cols), ld)); err != nil {
+		if err := c.check("cublasLtMatrixLayoutCreate", c.layoutCreate(&l, dt, uint64(rows), uint64(cols), ld)); err != nil {
 			return 0, err
 		}
 		if g.Batch > 1 {
 			batch := int32(g.Batch)
-			if err := check("cublasLtMatrixLayoutSetAttribute", c.layoutSet(l, ltLayoutBatchCount, unsafe.Pointer(&batch), 4)); err != nil {
+			if err := c.check("cublasLtMatrixLayoutSetAttribute", c.layoutSet(l, ltLayoutBatchCount, unsafe.Pointer(&batch), 4)); err != nil {
 				return 0, err
 			}
-			if err := check("cublasLtMatrixLayoutSetAttribute", c.layoutSet(l, ltLayoutBatchStride, unsafe.Pointer(&stride), 8)); err != nil {
+			if err := c.check("cublasLtMatrixLayoutSetAttribute", c.layoutSet(l, ltLayoutBatchStride, unsafe.Pointer(&stride), 8)); err != nil {
 				return 0, err
 			}
 		}
 		return l, nil
 	}
-	la, err := layout(rowsA, colsA, g.LDA, g.StrideA)
-	if err != nil {
-		return err
+	if p.la, err = layout(rowsA, colsA, g.LDA, g.StrideA); err != nil {
+		return nil, err
 	}
-	defer c.layoutDestroy(la)
-	lb, err := layout(rowsB, colsB, g.LDB, g.StrideB)
-	if err != nil {
-		return err
+	if p.lb, err = layout(rowsB, colsB, g.LDB, g.StrideB); err != nil {
+		return nil, err
 	}
-	defer c.layoutDestroy(lb)
-	ld, err := layout(g.M, g.N, g.LDC, g.StrideC)
-	if err != nil {
-		return err
+	if p.ld, err = layout(g.M, g.N, g.LDC, g.StrideC); err != nil {
+		return nil, err
 	}
-	defer c.layoutDestroy(ld)
 	var pref uintptr
-	if err := check("cublasLtMatmulPreferenceCreate", c.prefCreate(&pref)); err != nil {
-		return err
+	if err := c.check("cublasLtMatmulPreferenceCreate", c.prefCreate(&pref)); err != nil {
+		return nil, err
 	}
 	defer c.prefDestroy(pref)
 	wsBytes := c.WorkspaceBytes
-	if err := check("cublasLtMatmulPreferenceSetAttribute", c.prefSet(pref, ltPrefMaxWorkspace, unsafe.Pointer(&wsBytes), 8)); err != nil {
-		return err
+	if err := c.check("cublasLtMatmulPreferenceSetAttribute", c.prefSet(pref, ltPrefMaxWorkspace, unsafe.Pointer(&wsBytes), 8)); err != nil {
+		return nil, err
 	}
 	var res heuristicResult
 	var n int32
-	if err := check("cublasLtMatmulAlgoGetHeuristic", c.heuristic(c.handle, desc, la, lb, ld, ld, pref, 1, unsafe.Pointer(&res), &n)); err != nil {
-		return err
+	if err := c.check("cublasLtMatmulAlgoGetHeuristic", c.heuristic(c.handle, p.desc, p.la, p.lb, p.ld, p.ld, pref, 1, unsafe.Pointer(&res), &n)); err != nil {
+		return nil, err
 	}
 	if n < 1 {
-		return fmt.Errorf("cuBLASLt has no algorithm for %+v", g)
+		return nil, fmt.Errorf("cuBLASLt has no algorithm for %+v", g)
 	}
-	size := uintptr(g.DType.Size())
-	return check("cublasLtMatmul", c.matmul(c.handle, desc, alpha, a+uintptr(g.OffA)*size, la, b+uintptr(g.OffB)*size, lb, beta,
-		d+uintptr(g.OffC)*size, ld, d+uintptr(g.OffC)*size, ld, unsafe.Pointer(&res.algo), ws, wsBytes, stream))
+	p.algo = res.algo
+	if c.plans == nil {
+		c.plans = map[GemmCall]*ltPlan{}
+	}
+	c.plans[g] = p
+	return p, nil
+}
+
+// Close destroys the plans' descriptors and layouts.
+func (c *CublasLt) Close() {
+	for _, p := range c.plans {
+		c.layoutDestroy(p.la)
+		c.layoutDestroy(p.lb)
+		c.layoutDestroy(p.ld)
+		c.descDestroy(p.desc)
+	}
+	c.plans = nil
 }
 
 // Workspace is WorkspaceBytes (Blas).

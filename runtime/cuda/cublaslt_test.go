@@ -107,8 +107,19 @@ func TestCublasLtCalls(t *testing.T) {
 			t.Errorf("the calls lack %q:\n%s", w, got)
 		}
 	}
-	if strings.Count(got, "destroy") != 4 {
-		t.Errorf("descriptors not all destroyed:\n%s", got)
+	// The same call again reuses the descriptors and the algorithm: only the bias pointer
+	// (the launch's) and the matmul.
+	reset()
+	if err := lt.Matmul(calls[0], 0x10000, 0x20000, 0x30000, 0x48000, 0x50000, 0x60000); err != nil {
+		t.Fatal(err)
+	}
+	if got := logOf(); got != "desc attr=8 ptr=0x48000\nmatmul alpha=1 beta=0 A=0x10000 B=0x20000 C=0x30000 D=0x30000 algo=42 ws=0x50000/4194304 stream=0x60000\n" {
+		t.Errorf("a repeated call:\n%s", got)
+	}
+	reset()
+	lt.Close()
+	if got := logOf(); strings.Count(got, "destroy") != 4 {
+		t.Errorf("Close destroys the descriptor and three layouts:\n%s", got)
 	}
 	// A call with element offsets (a batch the strides cannot express) moves the pointers.
 	spec = &device.Spec{Op: ir.MustLookup("matmul"), In: []ir.Type{ty(ir.F32, 2, 1, 5, 3), ty(ir.F32, 1, 4, 3, 7)}, Out: []ir.Type{ty(ir.F32, 2, 4, 5, 7)}}
