@@ -183,6 +183,7 @@ func (j *Job) runRank(r *Rank, step int, data DataSource, tr *Trace) error {
 	}
 	r.curStep.Store(int64(step))
 	defer r.at.Store(-1)
+	defer r.flushSends() // after a failure: no send of this step is left running
 	for n := range r.instrs {
 		r.at.Store(int64(n))
 		it := &r.instrs[n]
@@ -202,6 +203,9 @@ func (j *Job) runRank(r *Rank, step int, data DataSource, tr *Trace) error {
 		if tr != nil {
 			tr.record(r.Index, step, it, began, time.Since(began))
 		}
+	}
+	if err := r.flushSends(); err != nil {
+		return fmt.Errorf("rank %d: send: %w", r.Index, err)
 	}
 	return nil
 }
@@ -229,6 +233,9 @@ func (j *Job) exec(r *Rank, it *instr, step int, data DataSource) error {
 	case pb.Instr_INPUT:
 		return j.writeHost(it.out[0], func(t device.Tensor) error { return data.Fill(r.inputs[it.Label], step, it.mb, t) })
 	case pb.Instr_SEND:
+		if a, ok := dev.(device.Async); ok && j.proc != nil && !it.in[0].OnHost() {
+			return j.sendAsync(r, it, a)
+		}
 		in, err := j.readHost(it.in[0])
 		if err != nil {
 			return err
@@ -287,6 +294,52 @@ func (j *Job) exec(r *Rank, it *instr, step int, data DataSource) error {
 		r.metrics[it.Label] = scalar(in)
 	}
 	return nil
+}
+
+// sendAsync queues a SEND on an asynchronous device (a GPU) in a multi-process run: the device
+// copies the message into the instruction's host buffer behind the work queued before it,
+// and a goroutine sends it once it is there, while this rank goes on queueing work; sends
+// leave in program order, and all have left when the rank's step ends (flushSends). The
+// buffer is the instruction's own, so a later send cannot overwrite it before it leaves.
+func (j *Job) sendAsync(r *Rank, it *instr, dev device.Async) error {
+	if it.stage == nil {
+		buf, err := dev.HostBuffer(it.in[0].Bytes())
+		if err != nil {
+			return err
+		}
+		it.stage = buf
+	}
+	wait, err := dev.ReadAsync(it.stage, it.in[0])
+	if err != nil {
+		return err
+	}
+	prev, done := r.sending, make(chan error, 1)
+	r.sending = done
+	from, to, tag, data := r.Index, it.peer, it.Tag, it.stage
+	go func() {
+		if prev != nil {
+			if err := <-prev; err != nil {
+				done <- err
+				return
+			}
+		}
+		if err := wait(); err != nil {
+			done <- err
+			return
+		}
+		done <- j.comm.send(from, to, tag, data)
+	}()
+	return nil
+}
+
+// flushSends waits until the rank's queued sends have left, returning the first failure.
+func (r *Rank) flushSends() error {
+	if r.sending == nil {
+		return nil
+	}
+	err := <-r.sending
+	r.sending = nil
+	return err
 }
 
 // readHost returns t with its bytes on the host: t itself on a host device, else a copy read

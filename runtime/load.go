@@ -44,6 +44,9 @@ type Rank struct {
 	Bufs   []device.Tensor
 	instrs []instr
 	mem    device.Tensor // the rank's one device allocation: arena, then the other buffers
+	// sending completes when the last send queued on an asynchronous device has left (nil:
+	// none pending).
+	sending chan error
 	losses []float64
 	// metrics holds this step's METRIC values by name.
 	metrics map[string]float64
@@ -63,6 +66,7 @@ type instr struct {
 	name    string  // kernel name for traces
 	coll    *collOp // collectives
 	peer    int     // SEND/RECV: the peer's rank
+	stage   []byte  // SEND on an asynchronous device: the message's host buffer
 	mb      int     // INPUT: the micro-batch of the global batch (dp·M + Microbatch)
 	index   int64   // AXIS_INDEX: the rank's coordinate
 }

@@ -44,6 +44,7 @@ type Device struct {
 	funcs   map[string]Function // by kernel name; 0 until its module is loaded
 	ws      DevicePtr
 	accum   map[string]device.Impl
+	events  []Event // free events for ReadAsync
 }
 
 // NewDevice makes the CUDA device over a driver, a GEMM library and a compiler from CUDA C
@@ -334,7 +335,58 @@ func (d *Device) Read(dst []byte, t device.Tensor) error {
 	return d.drv.StreamSync(d.stream)
 }
 
-var _ device.Device = (*Device)(nil)
+// HostBuffer allocates page-locked host memory (released with the process).
+func (d *Device) HostBuffer(n int64) ([]byte, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("host buffer of %d bytes", n)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.drv.HostAlloc(uint64(n))
+}
+
+// ReadAsync queues the copy of t into dst (page-locked) on the stream, behind every launch
+// queued before it, and an event after it; wait waits for the event.
+func (d *Device) ReadAsync(dst []byte, t device.Tensor) (func() error, error) {
+	if int64(len(dst)) != t.Bytes() {
+		return nil, fmt.Errorf("read of %d bytes from %d", t.Bytes(), len(dst))
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.drv.CopyDtoH(dst, DevicePtr(t.Addr), d.stream); err != nil {
+		return nil, err
+	}
+	e, err := d.event()
+	if err != nil {
+		return nil, err
+	}
+	if err := d.drv.EventRecord(e, d.stream); err != nil {
+		return nil, err
+	}
+	return func() error {
+		// Waiting does not hold the device: the rank goes on queueing work meanwhile.
+		err := d.drv.EventSync(e)
+		d.mu.Lock()
+		d.events = append(d.events, e)
+		d.mu.Unlock()
+		return err
+	}, nil
+}
+
+// event takes an event from the free list, or makes one (d.mu held).
+func (d *Device) event() (Event, error) {
+	if n := len(d.events); n > 0 {
+		e := d.events[n-1]
+		d.events = d.events[:n-1]
+		return e, nil
+	}
+	return d.drv.EventCreate()
+}
+
+var (
+	_ device.Device = (*Device)(nil)
+	_ device.Async  = (*Device)(nil)
+)
 
 // Open makes the CUDA device on GPU ordinal from what Probe found: the driver, NVRTC with its
 // PTX cached in cacheDir, and cuBLASLt with a 32 MiB workspace (what cuBLASLt's heuristics

@@ -32,6 +32,10 @@ type Driver interface {
 	Memset(p DevicePtr, bytes uint64, s Stream) error // zeroes
 	// MemInfo is the GPU's free and total memory.
 	MemInfo() (free, total uint64, err error)
+	// HostAlloc returns page-locked host memory, which asynchronous copies need (a copy to
+	// pageable memory returns only once it is done); HostFree releases it.
+	HostAlloc(bytes uint64) ([]byte, error)
+	HostFree(b []byte) error
 	LoadModule(ptx []byte) (Module, error)
 	Function(m Module, name string) (Function, error)
 	// Launch runs f on a 1-D grid; each argument is a device pointer or a 64-bit integer,
@@ -42,6 +46,9 @@ type Driver interface {
 	EventRecord(e Event, s Stream) error
 	StreamWait(s Stream, e Event) error
 	StreamSync(s Stream) error
+	// EventSync waits until the work before the event's record is done; EventDestroy frees it.
+	EventSync(e Event) error
+	EventDestroy(e Event) error
 }
 
 // driverAPI is libcuda's entry points as ppc calls them.
@@ -57,6 +64,10 @@ type driverAPI struct {
 	copyDtoD        func(dst, src uint64, bytes uint64, s uintptr) int32
 	memset          func(p uint64, value uint8, n uint64, s uintptr) int32
 	memInfo         func(free, total *uint64) int32
+	hostAlloc       func(p *unsafe.Pointer, bytes uint64) int32
+	hostFree        func(p unsafe.Pointer) int32
+	eventSync       func(e uintptr) int32
+	eventDestroy    func(e uintptr) int32
 	ctx             uintptr
 	moduleLoadData  func(m *uintptr, image unsafe.Pointer) int32
 	moduleGetFunc   func(f *uintptr, m uintptr, name string) int32
@@ -80,6 +91,7 @@ func OpenDriver(l *Library, ordinal int) (Driver, error) {
 	if err := l.bind([]binding{{&cuInit, "cuInit"}, {&d.primaryRetain, "cuDevicePrimaryCtxRetain"}, {&d.ctxSetCurrent, "cuCtxSetCurrent"}, {&d.deviceGet, "cuDeviceGet"},
 		{&d.memAlloc, "cuMemAlloc_v2"}, {&d.memFree, "cuMemFree_v2"}, {&d.copyHtoD, "cuMemcpyHtoDAsync_v2"}, {&d.copyDtoH, "cuMemcpyDtoHAsync_v2"},
 		{&d.copyDtoD, "cuMemcpyDtoDAsync_v2"}, {&d.memset, "cuMemsetD8Async"}, {&d.memInfo, "cuMemGetInfo_v2"},
+		{&d.hostAlloc, "cuMemAllocHost_v2"}, {&d.hostFree, "cuMemFreeHost"}, {&d.eventSync, "cuEventSynchronize"}, {&d.eventDestroy, "cuEventDestroy_v2"},
 		{&d.moduleLoadData, "cuModuleLoadData"}, {&d.moduleGetFunc, "cuModuleGetFunction"}, {&d.launchKernel, "cuLaunchKernel"},
 		{&d.streamCreate, "cuStreamCreate"}, {&d.eventCreate, "cuEventCreate"}, {&d.eventRecord, "cuEventRecord"},
 		{&d.streamWaitEvent, "cuStreamWaitEvent"}, {&d.streamSync, "cuStreamSynchronize"}, {&d.errorName, "cuGetErrorName"}}...); err != nil {
@@ -177,6 +189,32 @@ func (d *driverAPI) Memset(p DevicePtr, bytes uint64, s Stream) error {
 func (d *driverAPI) MemInfo() (free, total uint64, err error) {
 	err = d.check("cuMemGetInfo", func() int32 { return d.memInfo(&free, &total) })
 	return free, total, err
+}
+
+func (d *driverAPI) HostAlloc(bytes uint64) ([]byte, error) {
+	if bytes == 0 {
+		return []byte{}, nil
+	}
+	var p unsafe.Pointer
+	if err := d.check("cuMemAllocHost", func() int32 { return d.hostAlloc(&p, bytes) }); err != nil {
+		return nil, err
+	}
+	return unsafe.Slice((*byte)(p), bytes), nil // the driver's memory, never moved by Go
+}
+
+func (d *driverAPI) HostFree(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	return d.check("cuMemFreeHost", func() int32 { return d.hostFree(unsafe.Pointer(&b[0])) })
+}
+
+func (d *driverAPI) EventSync(e Event) error {
+	return d.check("cuEventSynchronize", func() int32 { return d.eventSync(uintptr(e)) })
+}
+
+func (d *driverAPI) EventDestroy(e Event) error {
+	return d.check("cuEventDestroy", func() int32 { return d.eventDestroy(uintptr(e)) })
 }
 
 func (d *driverAPI) LoadModule(ptx []byte) (Module, error) {

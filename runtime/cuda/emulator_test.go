@@ -32,9 +32,16 @@ type emulator struct {
 type hostKernel func(in *unsafe.Pointer, out unsafe.Pointer, n int64, grid, block int32)
 
 // newEmulator returns the emulated driver, building modules with the host's C++ compiler
-// into a temporary directory (a test without one skips).
-func newEmulator(t testing.TB) *emulator {
-	return &emulator{Recorder: NewRecorder(), cxx: hostCompiler(t), dir: t.TempDir(), fns: map[Function]hostKernel{}, libs: map[Module]uintptr{}}
+// into a temporary directory (a test without one skips); dir, when given, is that directory
+// (emulators sharing one build identical modules once).
+func newEmulator(t testing.TB, dir ...string) *emulator {
+	d := ""
+	if len(dir) > 0 {
+		d = dir[0]
+	} else {
+		d = t.TempDir()
+	}
+	return &emulator{Recorder: NewRecorder(), cxx: hostCompiler(t), dir: d, fns: map[Function]hostKernel{}, libs: map[Module]uintptr{}}
 }
 
 // compile is the emulated device's "NVRTC": the image is the source itself.
@@ -47,12 +54,29 @@ func (e *emulator) LoadModule(src []byte) (Module, error) {
 	sum := sha256.Sum256(src)
 	so := filepath.Join(e.dir, hex.EncodeToString(sum[:8])+".so")
 	if _, err := os.Stat(so); err != nil {
-		cc := filepath.Join(e.dir, hex.EncodeToString(sum[:8])+".cc")
-		if err := os.WriteFile(cc, src, 0o644); err != nil {
+		cc, err := os.CreateTemp(e.dir, "*.cc")
+		if err != nil {
 			return 0, err
 		}
-		if out, err := exec.Command(e.cxx, "-x", "c++", "-std=c++17", "-DPPC_HOST", "-O1", "-fno-fast-math", "-ffp-contract=off", "-shared", "-fPIC", "-o", so, cc).CombinedOutput(); err != nil {
+		_, err = cc.Write(src)
+		if cerr := cc.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return 0, err
+		}
+		// Built under a name of its own, then renamed: emulators sharing the directory never
+		// open a half-written library.
+		tmp, err := os.CreateTemp(e.dir, "*.so")
+		if err != nil {
+			return 0, err
+		}
+		tmp.Close()
+		if out, err := exec.Command(e.cxx, "-x", "c++", "-std=c++17", "-DPPC_HOST", "-O1", "-fno-fast-math", "-ffp-contract=off", "-shared", "-fPIC", "-o", tmp.Name(), cc.Name()).CombinedOutput(); err != nil {
 			return 0, fmt.Errorf("%s: %v\n%s", e.cxx, err, out)
+		}
+		if err := os.Rename(tmp.Name(), so); err != nil {
+			return 0, err
 		}
 	}
 	lib, err := purego.Dlopen(so, purego.RTLD_NOW|purego.RTLD_LOCAL)

@@ -18,7 +18,9 @@
 #include <string.h>
 #define PPC_GLOBAL extern "C"
 #define PPC_DEV static inline
-static unsigned ppc_tid, ppc_bid, ppc_bdim, ppc_gdim; // the emulated thread's coordinates
+// The emulated thread's coordinates: per OS thread, so that launches on several threads
+// (ranks with devices of their own) do not share them.
+static thread_local unsigned ppc_tid, ppc_bid, ppc_bdim, ppc_gdim;
 #define PPC_TID ppc_tid
 #define PPC_BID ppc_bid
 #define PPC_BDIM ppc_bdim

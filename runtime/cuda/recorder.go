@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"unsafe"
 )
 
@@ -10,6 +11,7 @@ import (
 // slices: the executor's tests read its Log to check launch order, stream and event
 // dependencies and buffer offsets, and its memory to check what was copied where.
 type Recorder struct {
+	mu  sync.Mutex
 	Log []string
 	// Total is the memory MemInfo reports (free is Total less what is allocated).
 	Total   uint64
@@ -25,7 +27,11 @@ func NewRecorder() *Recorder {
 	return &Recorder{next: 0x10000, allocs: map[DevicePtr][]byte{}, modules: map[Module][]byte{}}
 }
 
+// logf appends to the log; it may be called concurrently (a device waits on events
+// without holding its lock).
 func (r *Recorder) logf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.Log = append(r.Log, fmt.Sprintf(format, args...))
 }
 
@@ -143,6 +149,26 @@ func (r *Recorder) MemInfo() (free, total uint64, err error) {
 		used += uint64(len(m))
 	}
 	return r.Total - min(used, r.Total), r.Total, nil
+}
+
+func (r *Recorder) HostAlloc(bytes uint64) ([]byte, error) {
+	r.logf("host alloc %d", bytes)
+	return make([]byte, bytes), nil
+}
+
+func (r *Recorder) HostFree(b []byte) error {
+	r.logf("host free %d", len(b))
+	return nil
+}
+
+func (r *Recorder) EventSync(e Event) error {
+	r.logf("sync event %d", e)
+	return nil
+}
+
+func (r *Recorder) EventDestroy(e Event) error {
+	r.logf("destroy event %d", e)
+	return nil
 }
 
 func (r *Recorder) LoadModule(ptx []byte) (Module, error) {

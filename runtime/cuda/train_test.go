@@ -3,7 +3,9 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 
 	pb "ppc.dev/ppc/codegen/programpb"
@@ -146,4 +148,120 @@ func trainGrid(t *testing.T, dev device.Device) {
 			t.Logf("losses %v (CPU %v)", gotL, refL)
 		})
 	}
+}
+
+// TestCUDADeviceMultiProcess: each rank a process of its own (here goroutines joined over
+// loopback TCP, as `ppc run --nproc` joins processes), each with its own emulated GPU: the
+// sends of the pipeline go out asynchronously — the device copies each message into a
+// page-locked buffer behind the kernels queued before it and a goroutine sends it while the
+// rank queues more work — and the tp all-reduces and dp reductions are staged through the
+// host. Three steps give the CPU device's in-process losses and weights (rtol 1e-4).
+func TestCUDADeviceMultiProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds each rank's kernels with the host compiler; run without -short")
+	}
+	opts := compiler.Options{Load: compiler.LoadOptions{Preset: "tiny"}, Microbatches: 4, PP: 2, DP: 2, TP: 2, SP: true, Schedule: "zb-h1"}
+	refL, refS := trainOn(t, cpu.New(), "../../testdata/models/gpt.ppm", opts, 3)
+	res, err := compiler.Compile("../../testdata/models/gpt.ppm", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := res.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	world := res.Output.Plan.World
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, emus := make([]*runtime.Job, world), make([]*emulator, world)
+	errs := make([]error, world)
+	var wg sync.WaitGroup
+	modules := t.TempDir() // the replicas' identical modules are built once
+	for r := range world {
+		emus[r] = newEmulator(t, modules)
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			dev, err := NewDevice(emus[r], emus[r], emus[r].compile, false)
+			if err == nil {
+				jobs[r], err = runtime.LoadRank(dir, dev, r)
+			}
+			if err == nil {
+				o := runtime.JoinOptions{Rank: r, World: world, Master: ln.Addr().String(), Token: "t"}
+				if r == 0 {
+					o.StoreListener = ln
+				}
+				var p *runtime.Process
+				if p, err = jobs[r].Join(o); err == nil {
+					t.Cleanup(func() { go p.Close() })
+					err = jobs[r].Init(7)
+				}
+			}
+			errs[r] = err
+		}(r)
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	for step := 0; step < 3; step++ {
+		losses := make([]float64, world)
+		for r, j := range jobs {
+			wg.Add(1)
+			go func(r int, j *runtime.Job) {
+				defer wg.Done()
+				var st runtime.StepResult
+				st, errs[r] = j.Step(runtime.Options{Seed: 7})
+				losses[r] = st.Loss
+			}(r, j)
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("step %d, rank %d: %v", step+1, r, err)
+			}
+			if math.Abs(losses[r]-refL[step]) > 1e-4*math.Abs(refL[step]) {
+				t.Errorf("step %d: rank %d's loss %.9g, the CPU device %.9g", step+1, r, losses[r], refL[step])
+			}
+		}
+	}
+	for _, j := range jobs {
+		for _, role := range []pb.Role{pb.Role_PARAM, pb.Role_STATE} {
+			bufs, err := j.Buffers(role)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, b := range bufs {
+				got, full := runtime.Float64s(b), refS[name]
+				if len(got) != len(full) { // a tp shard: its values appear in the full tensor
+					continue
+				}
+				for i := range full {
+					if math.Abs(got[i]-full[i]) > 1e-5+1e-4*math.Abs(full[i]) {
+						t.Fatalf("%s[%d] = %.9g, the CPU device %.9g", name, i, got[i], full[i])
+					}
+				}
+			}
+		}
+	}
+	// The sends went out asynchronously: page-locked buffers, events waited on.
+	var pinned, waits int
+	for _, e := range emus {
+		for _, l := range e.Log {
+			switch {
+			case strings.HasPrefix(l, "host alloc "):
+				pinned++
+			case strings.HasPrefix(l, "sync event "):
+				waits++
+			}
+		}
+	}
+	if pinned == 0 || waits == 0 {
+		t.Errorf("%d page-locked buffers, %d event waits: the sends were not asynchronous", pinned, waits)
+	}
+	t.Logf("%d page-locked send buffers, %d asynchronous sends over %d ranks", pinned, waits, world)
 }

@@ -148,3 +148,15 @@ type Device interface {
 	Write(t Tensor, src []byte) error
 	Read(dst []byte, t Tensor) error
 }
+
+// Async is implemented by devices whose copies to the host can queue behind their work (a
+// GPU's stream): the runtime then sends a message while the device goes on computing,
+// instead of waiting for the device at every send.
+type Async interface {
+	// HostBuffer returns n bytes of host memory that ReadAsync can copy into (page-locked on
+	// a GPU). The runtime keeps one per send instruction.
+	HostBuffer(n int64) ([]byte, error)
+	// ReadAsync queues a copy of t's bytes into dst (from HostBuffer) behind the device's
+	// earlier work and returns at once; wait returns when the bytes are in dst.
+	ReadAsync(dst []byte, t Tensor) (wait func() error, err error)
+}
