@@ -47,7 +47,7 @@ type Rank struct {
 	// sending completes when the last send queued on an asynchronous device has left (nil:
 	// none pending).
 	sending chan error
-	losses []float64
+	losses  []float64
 	// metrics holds this step's METRIC values by name.
 	metrics map[string]float64
 	inputs  map[string]codegen.Input
