@@ -44,14 +44,7 @@ func gpuPeak(name string, memory int64) float64 {
 // 1024 tokens, bf16 mixed precision, AdamW) on GPU 0, with tokens/s and MFU (6·N + 12·L·d·T
 // FLOPs per token, PaLM's count, over the GPU profile's dense bf16 peak).
 func BenchmarkGPT2SmallStep(b *testing.B) {
-	r := Probe(nil)
-	if err := r.Usable(); err != nil {
-		b.Skipf("no CUDA GPU here (%v)", err)
-	}
-	dev, err := Open(r, 0, false, DefaultCacheDir(func(k string) string { return "" }))
-	if err != nil {
-		b.Fatal(err)
-	}
+	dev, gpu := gpuDevice(b)
 	res, err := compiler.Compile("../../testdata/models/gpt.ppm", compiler.Options{Load: compiler.LoadOptions{Preset: "small"}, Microbatches: 1, Precision: "bf16"})
 	if err != nil {
 		b.Fatal(err)
@@ -86,7 +79,7 @@ func BenchmarkGPT2SmallStep(b *testing.B) {
 	sec := b.Elapsed().Seconds()
 	b.ReportMetric(float64(tokens)/sec, "tokens/s")
 	flops := float64(6*n+12*12*768*1024) * float64(tokens) / sec
-	if peak := gpuPeak(r.GPUs[0].Name, r.GPUs[0].Memory); peak > 0 {
+	if peak := gpuPeak(gpu.Name, gpu.Memory); peak > 0 {
 		b.ReportMetric(100*flops/peak, "MFU%")
 	}
 	b.ReportMetric(flops/1e12, "TFLOP/s")
@@ -96,14 +89,7 @@ func BenchmarkGPT2SmallStep(b *testing.B) {
 // descriptors, as a step makes it) of 4096³ in bf16 with fp32 accumulation, in TFLOP/s: to
 // set beside cuBLASLt's own figure for the GPU (the budget: within 10%).
 func BenchmarkGEMM4096(b *testing.B) {
-	r := Probe(nil)
-	if err := r.Usable(); err != nil {
-		b.Skipf("no CUDA GPU here (%v)", err)
-	}
-	dev, err := Open(r, 0, false, b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
+	dev, _ := gpuDevice(b)
 	t := ir.Type{DType: ir.BF16, Shape: ir.Shape{4096, 4096}}
 	impl, err := dev.Prepare(&device.Spec{Op: ir.MustLookup("matmul"), In: []ir.Type{t, t}, Out: []ir.Type{t}})
 	if err != nil {

@@ -174,16 +174,7 @@ func genConv(s *device.Spec) (string, int64, error) {
 	xv := load(x.DType, "in0", fmt.Sprintf("xb + c * %dLL + %s", inSize, offsetOf(spatialVars("p", k), strides(ir.Shape(win.in)))))
 	wv := load(w.DType, "in1", fmt.Sprintf("wb + c * %dLL + %s", kSize, offsetOf(spatialVars("k", k), strides(ir.Shape(wp.Kernel)))))
 	fmt.Fprintf(&b, "%sacc += %s * %s;\n", ind, wv, xv)
-	for len(ind) > 4 {
-		ind = ind[:len(ind)-2]
-		fmt.Fprintf(&b, "%s}\n", ind)
-	}
-	y := "acc"
-	if len(s.In) == 3 {
-		y = "acc + " + load(s.In[2].DType, "in2", "c1")
-	}
-	fmt.Fprintf(&b, "    out[i] = %s;\n", store(out.DType, round(out.DType, y)))
-	return b.String(), int64(out.NumElements()), nil
+	return convFinish(&b, ind, s)
 }
 
 // genConvTranspose: y[n, m, p…] = (Σ x[n, c, i…] · w[c, m', k…]) + bias[m] over the input
@@ -264,16 +255,7 @@ func genConvTranspose(s *device.Spec) (string, int64, error) {
 		fmt.Fprintf(&b, "%sfor (long long c = 0; c < %dLL; c++) part += %s * %s;\n", ind, cgx, wv, xv)
 		fmt.Fprintf(&b, "%sacc += part;\n", ind)
 	}
-	for len(ind) > 4 {
-		ind = ind[:len(ind)-2]
-		fmt.Fprintf(&b, "%s}\n", ind)
-	}
-	y := "acc"
-	if len(s.In) == 3 {
-		y = "acc + " + load(s.In[2].DType, "in2", "c1")
-	}
-	fmt.Fprintf(&b, "    out[i] = %s;\n", store(out.DType, round(out.DType, y)))
-	return b.String(), int64(out.NumElements()), nil
+	return convFinish(&b, ind, s)
 }
 
 // genConvGradFilter: dw[m, c, k…] = Σ_n Σ_o… dy[n, m, o…] · x[n, g·cg + c, o·stride +
@@ -361,4 +343,21 @@ func genConvGradFilter(s *device.Spec) (string, int64, error) {
 	b.WriteString("    }\n")
 	fmt.Fprintf(&b, "    out[i] = %s;\n", store(dw.DType, round(dw.DType, "acc")))
 	return b.String(), int64(dw.NumElements()), nil
+}
+
+// convFinish closes the loops a conv kernel opened (ind is the innermost indentation),
+// adds the bias operand (the third, per channel c1) last, as the CPU device does, and stores
+// the result.
+func convFinish(b *strings.Builder, ind string, s *device.Spec) (string, int64, error) {
+	out := s.Out[0]
+	for len(ind) > 4 {
+		ind = ind[:len(ind)-2]
+		fmt.Fprintf(b, "%s}\n", ind)
+	}
+	y := "acc"
+	if len(s.In) == 3 {
+		y = "acc + " + load(s.In[2].DType, "in2", "c1")
+	}
+	fmt.Fprintf(b, "    out[i] = %s;\n", store(out.DType, round(out.DType, y)))
+	return b.String(), int64(out.NumElements()), nil
 }

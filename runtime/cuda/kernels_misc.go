@@ -70,23 +70,24 @@ func genArg(isMin bool) generator {
 	}
 }
 
-// lossReduction checks a loss's reduction attribute.
-func lossReduction(s *device.Spec) (string, error) {
+// lossOperands checks a loss's (or its gradient's) float operands and reduction attribute,
+// and returns the accumulation class and the reduction.
+func lossOperands(s *device.Spec) (class, string, error) {
+	ct, err := floatIO(s)
+	if err != nil {
+		return 0, "", err
+	}
 	r := s.Attrs.Str("reduction", "mean")
 	if r != "mean" && r != "sum" && r != "none" {
-		return "", fmt.Errorf("reduction %s", r)
+		return 0, "", fmt.Errorf("reduction %s", r)
 	}
-	return r, nil
+	return ct, r, nil
 }
 
 // genMSE: (x − y)² per element in the dtype, then the reduction summed in element order in
 // double (mean divides by the element count), as the CPU device does.
 func genMSE(s *device.Spec) (string, int64, error) {
-	ct, err := floatIO(s)
-	if err != nil {
-		return "", 0, err
-	}
-	red, err := lossReduction(s)
+	ct, red, err := lossOperands(s)
 	if err != nil {
 		return "", 0, err
 	}
@@ -114,11 +115,7 @@ func genMSE(s *device.Spec) (string, int64, error) {
 // genMSEGrad: dx = 2·g·(x − y), g = dloss per element (none), dloss (sum) or dloss / n
 // (mean, divided in double), multiplied in the CPU device's order.
 func genMSEGrad(s *device.Spec) (string, int64, error) {
-	ct, err := floatIO(s)
-	if err != nil {
-		return "", 0, err
-	}
-	red, err := lossReduction(s)
+	ct, red, err := lossOperands(s)
 	if err != nil {
 		return "", 0, err
 	}

@@ -170,7 +170,7 @@ func TestKernelsPoolExactOnHost(t *testing.T) {
 			in[k] = randomTensor(rng, typ, false, 0)
 			if k == 0 && name != "avg_pool_grad" {
 				for j := 0; j < typ.NumElements(); j++ {
-					poolSet(in[k], j, special[rng.IntN(len(special))])
+					setFloat(in[k], j, special[rng.IntN(len(special))])
 				}
 			}
 		}
@@ -197,20 +197,6 @@ func TestKernelsPoolExactOnHost(t *testing.T) {
 	}
 }
 
-// poolSet writes v into element j of a float tensor.
-func poolSet(x device.Tensor, j int, v float64) {
-	switch x.Type.DType {
-	case ir.F32:
-		x.F32()[j] = float32(v)
-	case ir.F64:
-		x.F64()[j] = v
-	case ir.BF16:
-		x.U16()[j] = ir.F32ToBF16(float32(v))
-	case ir.F16:
-		x.U16()[j] = ir.F32ToF16(float32(v))
-	}
-}
-
 // poolRun runs spec's kernel on dev on the given host inputs and returns its result.
 func poolRun(t *testing.T, dev *Device, spec *device.Spec, in []device.Tensor) device.Tensor {
 	t.Helper()
@@ -218,17 +204,7 @@ func poolRun(t *testing.T, dev *Device, spec *device.Spec, in []device.Tensor) d
 	if err != nil {
 		t.Fatal(err)
 	}
-	put := func(x device.Tensor) device.Tensor {
-		m, err := dev.Alloc(x.Type.Bytes())
-		if err != nil {
-			t.Fatal(err)
-		}
-		d := m.At(0, x.Type)
-		if err := dev.Write(d, x.Data); err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
+	put := func(x device.Tensor) device.Tensor { return upload(t, dev, x) }
 	var din []device.Tensor
 	for _, x := range in {
 		din = append(din, put(x))

@@ -451,18 +451,7 @@ func checkKernels(t *testing.T, cases []ewCase, dev *Device) {
 		}
 		impls[ci] = impl
 	}
-	onDevice := func(x device.Tensor) device.Tensor {
-		t.Helper()
-		m, err := dev.Alloc(x.Type.Bytes())
-		if err != nil {
-			t.Fatal(err)
-		}
-		d := m.At(0, x.Type)
-		if err := dev.Write(d, x.Data); err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
+	onDevice := func(x device.Tensor) device.Tensor { return upload(t, dev, x) }
 	for ci, c := range cases {
 		impl, err := ref.Prepare(c.spec)
 		if err != nil {
@@ -534,4 +523,18 @@ func TestEveryCPUOpHasACUDAKernel(t *testing.T) {
 			t.Errorf("op %s has no kernel case", op)
 		}
 	}
+}
+
+// upload copies a host tensor into a new allocation of dev.
+func upload(t testing.TB, dev device.Device, x device.Tensor) device.Tensor {
+	t.Helper()
+	m, err := dev.Alloc(x.Type.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := m.At(0, x.Type)
+	if err := dev.Write(d, x.Data); err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

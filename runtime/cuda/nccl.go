@@ -105,21 +105,22 @@ func ncclType(d ir.DType) (int32, error) {
 // ncclOps are ncclRedOp_t's values by ppc's reduce op names.
 var ncclOps = map[string]int32{"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
 
-func ncclOp(op string) (int32, error) {
+// ncclTypeOp is the ncclDataType_t and ncclRedOp_t of a reduction.
+func ncclTypeOp(d ir.DType, op string) (int32, int32, error) {
+	t, err := ncclType(d)
+	if err != nil {
+		return 0, 0, err
+	}
 	v, ok := ncclOps[op]
 	if !ok {
-		return 0, fmt.Errorf("NCCL has no reduction %q", op)
+		return 0, 0, fmt.Errorf("NCCL has no reduction %q", op)
 	}
-	return v, nil
+	return t, v, nil
 }
 
 // AllReduce reduces count elements of send across the group into recv (in place when equal).
 func (c *Comm) AllReduce(send, recv DevicePtr, count int64, dt ir.DType, op string, s Stream) error {
-	t, err := ncclType(dt)
-	if err != nil {
-		return err
-	}
-	o, err := ncclOp(op)
+	t, o, err := ncclTypeOp(dt, op)
 	if err != nil {
 		return err
 	}
@@ -137,11 +138,7 @@ func (c *Comm) AllGather(send, recv DevicePtr, count int64, dt ir.DType, s Strea
 
 // ReduceScatter reduces send (ranks × count elements) and leaves block rank in recv.
 func (c *Comm) ReduceScatter(send, recv DevicePtr, count int64, dt ir.DType, op string, s Stream) error {
-	t, err := ncclType(dt)
-	if err != nil {
-		return err
-	}
-	o, err := ncclOp(op)
+	t, o, err := ncclTypeOp(dt, op)
 	if err != nil {
 		return err
 	}
