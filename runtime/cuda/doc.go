@@ -27,9 +27,17 @@
 //     the stream.
 //   - Multi-result ops (layer_norm_grad_params, split, …) are one kernel per result.
 //
-// Not yet: the runtime stages messages between ranks through host memory and its transports;
-// the NCCL binding (nccl.go) is ready for a device-side transport, which also needs a second
-// stream ordered by events so that communication overlaps compute.
+//   - Launch sites that one kernel would make serial or quadratic (a loss reduced to a
+//     scalar, the norms' parameter gradients, the embedding's backward) are Plans: several
+//     kernels passing partial results through scratch memory allocated once per site.
+//   - The device is device.Async: in a multi-process run the runtime queues a send's copy
+//     into page-locked memory behind the kernels and sends it from a goroutine, so the rank
+//     keeps queueing work.
+//
+// Not yet: receives and collectives are staged through host memory and the runtime's
+// transports. The NCCL binding (nccl.go) is ready for a device-side transport, which needs a
+// communicator per direction of each pipeline pair (so a send never waits behind a receive
+// on one communicator) and a communication stream ordered by events.
 //
 // ppc opens libcuda.so.1 (the driver API), NVRTC, cuBLASLt and NCCL with purego's dlopen
 // when a run asks for --device cuda, so the binary builds, and every test passes, on a
