@@ -12,8 +12,10 @@
 //     a CUDA run comparable with the reference device. Identical kernels (same op, same
 //     shapes) are named by their source's hash and generated once; a program's kernels are
 //     one NVRTC module, compiled at the first launch after load and cached on disk.
+//
 //   - GEMMs go to cuBLASLt, not cuBLAS: one API for strided batches, bias epilogues and
 //     compute types (fp32 accumulation; TF32 only when asked).
+//
 //   - No atomics, shared memory or barriers: every thread computes its own outputs, and
 //     scatters (gradients of gathers, pooling, padding) are written as gathers in the CPU
 //     device's order. Results are deterministic, and every kernel runs on the host too:
@@ -22,14 +24,17 @@
 //     tests), against the CPU device without a GPU. Row kernels (softmax, norms,
 //     cross-entropy) are one thread per row; faster block-level versions need a host
 //     emulation of barriers first.
+//
 //   - Device memory is the runtime's: one allocation per rank (device.Device.Alloc), the
 //     cuBLASLt workspace, and nothing per launch. Host transfers (Read, Write) synchronise
 //     the stream.
+//
 //   - Multi-result ops (layer_norm_grad_params, split, …) are one kernel per result.
 //
 //   - Launch sites that one kernel would make serial or quadratic (a loss reduced to a
 //     scalar, the norms' parameter gradients, the embedding's backward) are Plans: several
 //     kernels passing partial results through scratch memory allocated once per site.
+//
 //   - The device is device.Async: in a multi-process run the runtime queues a send's copy
 //     into page-locked memory behind the kernels and sends it from a goroutine, so the rank
 //     keeps queueing work.
