@@ -201,6 +201,12 @@ func (j *Job) runRank(r *Rank, step int, data DataSource, tr *Trace) error {
 			return fmt.Errorf("rank %d, instruction %d (%s): %w", r.Index, n, describeInstr(it), err)
 		}
 		if tr != nil {
+			// An asynchronous device has only queued the work: the trace times it done.
+			if a, ok := j.dev.(device.Async); ok {
+				if err := a.Sync(); err != nil {
+					return err
+				}
+			}
 			tr.record(r.Index, step, it, began, time.Since(began))
 		}
 	}

@@ -373,6 +373,13 @@ func (d *Device) ReadAsync(dst []byte, t device.Tensor) (func() error, error) {
 	}, nil
 }
 
+// Sync waits for the stream's queued work.
+func (d *Device) Sync() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.drv.StreamSync(d.stream)
+}
+
 // event takes an event from the free list, or makes one (d.mu held).
 func (d *Device) event() (Event, error) {
 	if n := len(d.events); n > 0 {

@@ -265,3 +265,53 @@ func TestCUDADeviceMultiProcess(t *testing.T) {
 	}
 	t.Logf("%d page-locked send buffers, %d asynchronous sends over %d ranks", pinned, waits, world)
 }
+
+// TestCUDADeviceTrace: a traced step on the CUDA device waits for each instruction's queued
+// work before timing it (a launch only queues), and untraced steps do not.
+func TestCUDADeviceTrace(t *testing.T) {
+	e := newEmulator(t)
+	dev, err := NewDevice(e, e, e.compile, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := compiler.Compile("../../testdata/models/mlp.ppm", compiler.Options{Microbatches: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := runtime.New(res.Output, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := job.Init(1); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	tr, err := runtime.NewTrace(&out, len(job.Ranks), 2, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syncs := func() int {
+		n := 0
+		for _, l := range e.Log {
+			if strings.HasPrefix(l, "sync stream") {
+				n++
+			}
+		}
+		return n
+	}
+	var counts []int
+	for step := 1; step <= 3; step++ {
+		before := syncs()
+		if _, err := job.Step(runtime.Options{Seed: 1, Trace: tr}); err != nil {
+			t.Fatal(err)
+		}
+		counts = append(counts, syncs()-before)
+	}
+	instrs := len(job.Ranks[0].Prog.Instrs)
+	if counts[1] < instrs || counts[0] >= instrs || counts[2] >= instrs {
+		t.Errorf("stream syncs per step %v for %d instructions: only the traced step 2 waits for each", counts, instrs)
+	}
+	if !strings.Contains(out.String(), `"ph":"X"`) {
+		t.Errorf("the trace has no events:\n%.300s", out.String())
+	}
+}

@@ -159,4 +159,6 @@ type Async interface {
 	// ReadAsync queues a copy of t's bytes into dst (from HostBuffer) behind the device's
 	// earlier work and returns at once; wait returns when the bytes are in dst.
 	ReadAsync(dst []byte, t Tensor) (wait func() error, err error)
+	// Sync waits until the device's queued work is done (a trace times each instruction).
+	Sync() error
 }
