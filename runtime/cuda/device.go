@@ -43,7 +43,7 @@ type Device struct {
 	pending []Kernel
 	funcs   map[string]Function // by kernel name; 0 until its module is loaded
 	ws      DevicePtr
-	accum   map[string]device.Impl
+	accum   map[[2]ir.DType]string // Accumulate's kernel by (dst, src) dtype
 	events  []Event // free events for ReadAsync
 }
 
@@ -54,8 +54,9 @@ func NewDevice(drv Driver, blas Blas, compile func(src string) ([]byte, error), 
 	if err != nil {
 		return nil, err
 	}
-	return &Device{drv: drv, blas: blas, compile: compile, tf32: tf32, stream: s, Geometry: DefaultGeometry,
-		funcs: map[string]Function{}, accum: map[string]device.Impl{}}, nil
+	d := &Device{drv: drv, blas: blas, compile: compile, tf32: tf32, stream: s, Geometry: DefaultGeometry,
+		funcs: map[string]Function{}, accum: map[[2]ir.DType]string{}}
+	return d, d.accumKernels()
 }
 
 // DefaultGeometry is 256 threads per block and one index per thread, up to 65,535 blocks
@@ -277,36 +278,50 @@ func (d *Device) Copy(dst, src device.Tensor) error {
 	return d.drv.CopyDtoD(DevicePtr(dst.Addr), DevicePtr(src.Addr), uint64(dst.Bytes()), d.stream)
 }
 
-// Accumulate adds src into dst with a generated elementwise kernel (src cast to dst's dtype
-// first when they differ: the CPU device's dst += float32(src)).
-func (d *Device) Accumulate(dst, src device.Tensor) error {
-	if dst.Type.NumElements() != src.Type.NumElements() || dst.Type.DType != ir.F32 && dst.Type.DType != ir.F64 ||
-		!src.Type.DType.IsFloat() || dst.Type.DType == ir.F64 && src.Type.DType != ir.F64 {
-		return fmt.Errorf("cannot accumulate %s into %s", src.Type, dst.Type)
-	}
-	flat := func(t ir.Type) ir.Type { return ir.Type{DType: t.DType, Shape: ir.Shape{t.NumElements()}} }
-	dt, st := flat(dst.Type), flat(src.Type)
-	key := dt.String() + "+=" + st.String()
-	d.mu.Lock()
-	impl := d.accum[key]
-	d.mu.Unlock()
-	if impl == nil {
+// accumPairs are the dtypes Accumulate adds (dst, src): the CPU device's.
+var accumPairs = [][2]ir.DType{{ir.F32, ir.F32}, {ir.F32, ir.BF16}, {ir.F32, ir.F16}, {ir.F32, ir.F64}, {ir.F64, ir.F64}}
+
+// accumKernels queues the accumulation kernels, one per dtype pair, with the first module
+// (d.mu held). The element count is the launch's n: one kernel serves every size.
+func (d *Device) accumKernels() error {
+	for _, pr := range accumPairs {
+		dt, st := ir.Type{DType: pr[0], Shape: ir.Shape{1}}, ir.Type{DType: pr[1], Shape: ir.Shape{1}}
 		spec := &device.Spec{Op: ir.MustLookup("add"), In: []ir.Type{dt, st}, Out: []ir.Type{dt}}
 		if st.DType != dt.DType {
 			spec = &device.Spec{In: []ir.Type{dt, st}, Out: []ir.Type{dt}, Fused: []device.FusedStep{
 				{Op: ir.MustLookup("cast"), Args: []int{1}, Attrs: ir.Attrs{{Name: "to", Value: ir.Ident(dt.DType.String())}}, Type: dt},
 				{Op: ir.MustLookup("add"), Args: []int{0, 2}, Type: dt}}}
 		}
-		var err error
-		if impl, err = d.Prepare(spec); err != nil {
+		k, err := Generate(spec, "accumulate_"+pr[0].String()+"_"+pr[1].String())
+		if err != nil {
 			return err
 		}
-		d.mu.Lock()
-		d.accum[key] = impl
-		d.mu.Unlock()
+		d.accum[pr] = k.Name
+		d.funcs[k.Name] = 0
+		d.pending = append(d.pending, k)
 	}
-	// In place is safe: each index reads its two elements, then writes its own.
-	return impl([]device.Tensor{dst, src}, []device.Tensor{dst})
+	return nil
+}
+
+// Accumulate adds src into dst (src cast to dst's dtype first when they differ: the CPU
+// device's dst += float32(src)), in place: each index reads its two elements, then writes
+// its own.
+func (d *Device) Accumulate(dst, src device.Tensor) error {
+	n := dst.Type.NumElements()
+	name, ok := d.accum[[2]ir.DType{dst.Type.DType, src.Type.DType}]
+	if !ok || src.Type.NumElements() != n {
+		return fmt.Errorf("cannot accumulate %s into %s", src.Type, dst.Type)
+	}
+	if n == 0 {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.build(); err != nil {
+		return err
+	}
+	grid, block := d.Geometry(int64(n))
+	return d.drv.Launch(d.funcs[name], grid, block, d.stream, dst.Addr, src.Addr, dst.Addr, uint64(n))
 }
 
 // Write copies host bytes into t and waits for the copy.

@@ -80,7 +80,11 @@ func TestCUDADeviceTrainsLikeCPU(t *testing.T) {
 			d2d++
 		}
 	}
-	accum = len(dev.accum)
+	for _, l := range e.Log {
+		if strings.Contains(l, "accumulate_") {
+			accum++ // the function lookup of an accumulation kernel
+		}
+	}
 	if allocs == 0 || d2d == 0 || accum == 0 {
 		t.Errorf("the runs made %d allocations, %d device copies and %d accumulation kernels: the executor bypasses the device", allocs, d2d, accum)
 	}
@@ -313,5 +317,71 @@ func TestCUDADeviceTrace(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), `"ph":"X"`) {
 		t.Errorf("the trace has no events:\n%.300s", out.String())
+	}
+}
+
+// TestCUDADeviceAllocatesAtLoad: the executor's memory discipline on the device — every
+// allocation (each rank's one block, the launch plans' scratch) is made when the plan loads,
+// all kernels are one module built at the first launch, and the steps allocate nothing and
+// launch only on addresses inside the allocations.
+func TestCUDADeviceAllocatesAtLoad(t *testing.T) {
+	e := newEmulator(t)
+	dev, err := NewDevice(e, e, e.compile, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := compiler.Compile("../../testdata/models/gpt.ppm", compiler.Options{Load: compiler.LoadOptions{Preset: "tiny"}, Microbatches: 2, PP: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := runtime.New(res.Output, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := job.Init(1); err != nil {
+		t.Fatal(err)
+	}
+	count := func(prefix string) int {
+		n := 0
+		for _, l := range e.Log {
+			if strings.HasPrefix(l, prefix) {
+				n++
+			}
+		}
+		return n
+	}
+	allocs := count("alloc ")
+	if allocs < len(job.Ranks) {
+		t.Fatalf("%d allocations for %d ranks", allocs, len(job.Ranks))
+	}
+	for step := 0; step < 2; step++ {
+		if _, err := job.Step(runtime.Options{Seed: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := count("alloc "); n != allocs {
+		t.Errorf("the steps allocated %d more times", n-allocs)
+	}
+	if n := count("module "); n != 1 {
+		t.Errorf("%d modules loaded, want 1 (every kernel of the plan built at once)", n)
+	}
+	launches := 0
+	for _, l := range e.Log {
+		if !strings.HasPrefix(l, "launch ") {
+			continue
+		}
+		launches++
+		args := l[strings.Index(l, "(")+1 : strings.LastIndex(l, ")")]
+		parts := strings.Split(args, ", ")
+		for _, a := range parts[:len(parts)-1] { // the last is the index count
+			var p uint64
+			fmt.Sscanf(a, "0x%x", &p)
+			if _, err := e.tail(DevicePtr(p)); err != nil {
+				t.Fatalf("%s: argument %s: %v", l, a, err)
+			}
+		}
+	}
+	if launches == 0 {
+		t.Fatal("no launches")
 	}
 }
