@@ -44,7 +44,7 @@ type Device struct {
 	funcs   map[string]Function // by kernel name; 0 until its module is loaded
 	ws      DevicePtr
 	accum   map[[2]ir.DType]string // Accumulate's kernel by (dst, src) dtype
-	events  []Event // free events for ReadAsync
+	events  []Event                // free events for ReadAsync
 }
 
 // NewDevice makes the CUDA device over a driver, a GEMM library and a compiler from CUDA C
