@@ -69,7 +69,13 @@ func DefaultGeometry(n int64) (grid, block uint32) {
 func (*Device) Name() string { return "cuda" }
 
 // Prepare generates the kernels of a launch site, or plans its cuBLASLt calls.
-func (d *Device) Prepare(s *device.Spec) (device.Impl, error) {
+func (d *Device) Prepare(s *device.Spec) (impl device.Impl, err error) {
+	defer func() {
+		// A generator's bug must surface as an error naming the op, never crash the loader.
+		if r := recover(); r != nil {
+			impl, err = nil, fmt.Errorf("cannot prepare %s for CUDA: %v", s.Name(), r)
+		}
+	}()
 	if s.Op != nil && s.Op.Name == "matmul" {
 		return d.prepareMatmul(s)
 	}

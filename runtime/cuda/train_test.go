@@ -106,9 +106,10 @@ func trainGrid(t *testing.T, dev device.Device) {
 		{gpt, compiler.Options{Load: tiny, Microbatches: 4, PP: 2, TP: 2, DP: 2, SP: true, Zero: 1}},
 		{gpt, compiler.Options{Load: tiny, Microbatches: 2, Precision: "bf16", Optimizer: "sgd{lr=0.05,momentum=0.9}"}},
 		{llama, compiler.Options{Load: tiny, Microbatches: 4, PP: 2, TP: 2, Schedule: "zb-h1"}},
+		{gpt, compiler.Options{Load: tiny, Microbatches: 4, PP: 2, Schedule: "zbv", Recompute: "full"}},
 	}
 	for _, c := range cases {
-		name := fmt.Sprintf("%s pp%d tp%d dp%d sp %v %s", c.model[len("../../testdata/models/"):], c.opts.PP, c.opts.TP, c.opts.DP, c.opts.SP, c.opts.Precision)
+		name := fmt.Sprintf("%s pp%d tp%d dp%d sp %v %s %s %s", c.model[len("../../testdata/models/"):], c.opts.PP, c.opts.TP, c.opts.DP, c.opts.SP, c.opts.Precision, c.opts.Schedule, c.opts.Recompute)
 		t.Run(name, func(t *testing.T) {
 			refL, refS := trainOn(t, cpu.New(), c.model, c.opts, 3)
 			gotL, gotS := trainOn(t, dev, c.model, c.opts, 3)
