@@ -45,13 +45,19 @@ func HasKernel(op string) bool {
 	return gen || multi || planned || op == "matmul" || op == "constant"
 }
 
-// Kernels writes the kernels of a launch site, in launch order (Plan's).
-func Kernels(s *device.Spec, name string) ([]Kernel, error) {
+// Kernels writes the kernels of a launch site, in launch order (Plan's). A generator's bug is
+// an error naming the op (FuzzKernels looks for them), never a crash of `ppc dis --cuda`.
+func Kernels(s *device.Spec, name string) (ks []Kernel, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			ks, err = nil, fmt.Errorf("cannot generate %s: %v", s.Name(), r)
+		}
+	}()
 	p, err := PlanSite(s, name)
 	if err != nil {
 		return nil, err
 	}
-	ks := make([]Kernel, len(p.Steps))
+	ks = make([]Kernel, len(p.Steps))
 	for i, st := range p.Steps {
 		ks[i] = st.Kernel
 	}
