@@ -237,7 +237,7 @@ func (j *Job) exec(r *Rank, it *instr, step int, data DataSource) error {
 	case pb.Instr_LAUNCH:
 		return it.impl(it.in, it.out)
 	case pb.Instr_INPUT:
-		return j.writeHost(it.out[0], func(t device.Tensor) error { return data.Fill(r.inputs[it.Label], step, it.mb, t) })
+		return j.writeStaged(it, func(t device.Tensor) error { return data.Fill(r.inputs[it.Label], step, it.mb, t) })
 	case pb.Instr_SEND:
 		if a, ok := dev.(device.Async); ok && j.proc != nil && !it.in[0].OnHost() {
 			return j.sendAsync(r, it, a)
@@ -248,7 +248,7 @@ func (j *Job) exec(r *Rank, it *instr, step int, data DataSource) error {
 		}
 		return j.comm.send(r.Index, it.peer, it.Tag, in.Data)
 	case pb.Instr_RECV:
-		return j.writeHost(it.out[0], func(t device.Tensor) error { return j.comm.recv(r.Index, it.peer, it.Tag, t.Data) })
+		return j.writeStaged(it, func(t device.Tensor) error { return j.comm.recv(r.Index, it.peer, it.Tag, t.Data) })
 	case pb.Instr_ZERO:
 		return dev.Zero(it.out[0])
 	case pb.Instr_ACCUM:
@@ -335,6 +335,41 @@ func (j *Job) sendAsync(r *Rank, it *instr, dev device.Async) error {
 		}
 		done <- j.comm.send(from, to, tag, data)
 	}()
+	return nil
+}
+
+// writeStaged fills an INPUT's or RECV's result on the host and writes it to the device. On an
+// asynchronous device the bytes go through the instruction's own page-locked buffer and the
+// copy is queued ahead of the kernels that read it, without waiting for the device's queued
+// work (a synchronous write would stall the rank until the device drained at every receive);
+// the buffer is written again only once its last copy is done.
+func (j *Job) writeStaged(it *instr, fill func(device.Tensor) error) error {
+	t := it.out[0]
+	a, ok := j.dev.(device.Async)
+	if !ok || t.OnHost() {
+		return j.writeHost(t, fill)
+	}
+	if it.stage == nil {
+		buf, err := a.HostBuffer(t.Bytes())
+		if err != nil {
+			return err
+		}
+		it.stage = buf
+	}
+	if it.staged != nil {
+		if err := it.staged(); err != nil {
+			return err
+		}
+		it.staged = nil
+	}
+	if err := fill(device.Tensor{Type: t.Type, Data: it.stage}); err != nil {
+		return err
+	}
+	done, err := a.WriteAsync(t, it.stage)
+	if err != nil {
+		return err
+	}
+	it.staged = done
 	return nil
 }
 

@@ -63,12 +63,13 @@ type instr struct {
 	*pb.Instr
 	impl    device.Impl
 	in, out []device.Tensor
-	name    string  // kernel name for traces
-	coll    *collOp // collectives
-	peer    int     // SEND/RECV: the peer's rank
-	stage   []byte  // SEND on an asynchronous device: the message's host buffer
-	mb      int     // INPUT: the micro-batch of the global batch (dp·M + Microbatch)
-	index   int64   // AXIS_INDEX: the rank's coordinate
+	name    string       // kernel name for traces
+	coll    *collOp      // collectives
+	peer    int          // SEND/RECV: the peer's rank
+	stage   []byte       // SEND, RECV and INPUT on an asynchronous device: the instruction's host buffer
+	staged  func() error // RECV and INPUT: waits until the last copy from stage is done
+	mb      int          // INPUT: the micro-batch of the global batch (dp·M + Microbatch)
+	index   int64        // AXIS_INDEX: the rank's coordinate
 }
 
 // metricNameRE is what a METRIC's name must look like: it becomes a key of --log-json.

@@ -377,6 +377,12 @@ func (d *Device) ReadAsync(dst []byte, t device.Tensor) (func() error, error) {
 	if err := d.drv.CopyDtoH(dst, DevicePtr(t.Addr), d.stream); err != nil {
 		return nil, err
 	}
+	return d.marker()
+}
+
+// marker records an event on the stream and returns a wait for it (d.mu held); the event
+// goes back to the free list once waited for.
+func (d *Device) marker() (func() error, error) {
 	e, err := d.event()
 	if err != nil {
 		return nil, err
@@ -392,6 +398,20 @@ func (d *Device) ReadAsync(dst []byte, t device.Tensor) (func() error, error) {
 		d.mu.Unlock()
 		return err
 	}, nil
+}
+
+// WriteAsync queues the copy of src (page-locked) into t on the stream, ahead of the launches
+// queued after it, and an event after it; done waits for the event.
+func (d *Device) WriteAsync(t device.Tensor, src []byte) (func() error, error) {
+	if int64(len(src)) != t.Bytes() {
+		return nil, fmt.Errorf("write of %d bytes into %d", len(src), t.Bytes())
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.drv.CopyHtoD(DevicePtr(t.Addr), src, d.stream); err != nil {
+		return nil, err
+	}
+	return d.marker()
 }
 
 // Sync waits for the stream's queued work.

@@ -351,7 +351,7 @@ func TestCUDADeviceAllocatesAtLoad(t *testing.T) {
 		}
 		return n
 	}
-	allocs := count("alloc ")
+	allocs, h2d0 := count("alloc "), len(e.Log)
 	if allocs < len(job.Ranks) {
 		t.Fatalf("%d allocations for %d ranks", allocs, len(job.Ranks))
 	}
@@ -363,6 +363,23 @@ func TestCUDADeviceAllocatesAtLoad(t *testing.T) {
 	if n := count("alloc "); n != allocs {
 		t.Errorf("the steps allocated %d more times", n-allocs)
 	}
+	// Inputs and received activations are copies queued from page-locked buffers, marked by
+	// an event, not followed by a wait for the device.
+	queued, waited := 0, 0
+	for i, l := range e.Log[h2d0:] {
+		if strings.HasPrefix(l, "h2d ") && i+1 < len(e.Log[h2d0:]) {
+			switch next := e.Log[h2d0+i+1]; {
+			case strings.HasPrefix(next, "record event"):
+				queued++
+			case strings.HasPrefix(next, "sync stream"):
+				waited++
+			}
+		}
+	}
+	if queued < 8 || queued < waited { // 2 steps × (2 activations + 2 gradients received), and the inputs
+		t.Errorf("%d host-to-device copies queued, %d waited for: the inputs and receives wait for the device", queued, waited)
+	}
+	t.Logf("two steps: %d host-to-device copies queued, %d waited for (the step counter, tied-weight reductions)", queued, waited)
 	if n := count("module "); n != 1 {
 		t.Errorf("%d modules loaded, want 1 (every kernel of the plan built at once)", n)
 	}

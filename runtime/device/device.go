@@ -159,6 +159,9 @@ type Async interface {
 	// ReadAsync queues a copy of t's bytes into dst (from HostBuffer) behind the device's
 	// earlier work and returns at once; wait returns when the bytes are in dst.
 	ReadAsync(dst []byte, t Tensor) (wait func() error, err error)
+	// WriteAsync queues a copy of src (from HostBuffer) into t, ahead of the work queued
+	// after it, and returns at once; done returns when src may be written again.
+	WriteAsync(t Tensor, src []byte) (done func() error, err error)
 	// Sync waits until the device's queued work is done (a trace times each instruction).
 	Sync() error
 }
