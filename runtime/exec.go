@@ -463,6 +463,23 @@ func (j *Job) Buffers(role pb.Role) (map[string]device.Tensor, error) {
 	return out, nil
 }
 
+// Close releases the ranks' device memory (on the CPU the garbage collector does; on a GPU a
+// process that loads several plans needs it). The job cannot run afterwards.
+func (j *Job) Close() error {
+	var first error
+	for _, r := range j.Ranks {
+		if r.mem.Data == nil && r.mem.Addr == 0 {
+			continue
+		}
+		if err := j.dev.Release(r.mem); err != nil && first == nil {
+			first = err
+		}
+		r.mem = device.Tensor{}
+		r.Bufs = nil
+	}
+	return first
+}
+
 // StepsDone is the number of steps run or resumed from: the next Step runs step StepsDone()+1.
 func (j *Job) StepsDone() int {
 	if len(j.Ranks) == 0 {

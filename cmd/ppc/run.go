@@ -122,6 +122,7 @@ func init() {
 				if err != nil {
 					return err
 				}
+				defer job.Close()
 				var proc *runtime.Process
 				if li != nil {
 					if proc, err = joinRun(e, job, li, *timeout); err != nil {

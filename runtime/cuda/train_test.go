@@ -402,4 +402,12 @@ func TestCUDADeviceAllocatesAtLoad(t *testing.T) {
 	if launches == 0 {
 		t.Fatal("no launches")
 	}
+	// Close gives every rank's block back.
+	before := count("free ")
+	if err := job.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if freed := count("free ") - before; freed != len(job.Ranks) {
+		t.Errorf("Close freed %d allocations for %d ranks", freed, len(job.Ranks))
+	}
 }
