@@ -2,6 +2,7 @@ package ir
 
 import (
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -309,6 +310,34 @@ func inferPad(in []Type, at Attrs) ([]Type, error) {
 	return one(Type{x.DType, out})
 }
 
+// ResizeScales reads resize's optional scales attribute for operand x (nil when absent): one
+// entry per dim, each positive and finite (integers count as floats). The devices' kernels
+// read it too.
+func ResizeScales(at Attrs, x Type) ([]float64, error) {
+	if !at.Has("scales") {
+		return nil, nil
+	}
+	l, _ := at.Get("scales").(List)
+	if len(l) != x.Rank() {
+		return nil, fmt.Errorf("resize scales need %d entries for %s", x.Rank(), x)
+	}
+	var scales []float64
+	for _, e := range l {
+		var v float64
+		switch e := e.(type) {
+		case Float:
+			v = float64(e)
+		case Int:
+			v = float64(e)
+		}
+		if !(v > 0) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("resize scales must be positive and finite, got %s", AttrString(l))
+		}
+		scales = append(scales, v)
+	}
+	return scales, nil
+}
+
 func inferResize(in []Type, at Attrs) ([]Type, error) {
 	x := in[0]
 	sizes := Shape(at.Ints("sizes"))
@@ -318,18 +347,8 @@ func inferResize(in []Type, at Attrs) ([]Type, error) {
 	if err := CheckShapeSize(sizes); err != nil {
 		return nil, err
 	}
-	if at.Has("scales") {
-		l, _ := at.Get("scales").(List)
-		if len(l) != x.Rank() {
-			return nil, fmt.Errorf("resize scales need %d entries for %s", x.Rank(), x)
-		}
-		for _, e := range l {
-			if f, _ := e.(Float); !(f > 0) {
-				if i, ok := e.(Int); !ok || i <= 0 {
-					return nil, fmt.Errorf("resize scales must be positive, got %s", AttrString(l))
-				}
-			}
-		}
+	if _, err := ResizeScales(at, x); err != nil {
+		return nil, err
 	}
 	mode := at.Str("mode", "nearest")
 	if mode != "nearest" && !x.DType.IsFloat() {

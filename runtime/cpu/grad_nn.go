@@ -506,7 +506,7 @@ func prepareResizeGrad(s *device.Spec) (device.Impl, error) {
 	if len(sizes) != dx.Rank() || !dy.Shape.Equal(sizes) {
 		return nil, fmt.Errorf("resize_grad of %s (sizes %v) into %s", dy, sizes, dx)
 	}
-	scales, err := resizeScales(s.Attrs, dx.Rank())
+	scales, err := ir.ResizeScales(s.Attrs, dx)
 	if err != nil {
 		return nil, err
 	}
@@ -536,32 +536,6 @@ func prepareResizeGrad(s *device.Spec) (device.Impl, error) {
 		return nil, err
 	}
 	return byDType(d, resizeGradKernel[float32](p), resizeGradKernel[float64](p)), nil
-}
-
-// resizeScales reads resize's optional scales (nil when absent), positive and finite.
-func resizeScales(at ir.Attrs, rank int) ([]float64, error) {
-	if !at.Has("scales") {
-		return nil, nil
-	}
-	l, _ := at.Get("scales").(ir.List)
-	if len(l) != rank {
-		return nil, fmt.Errorf("resize scales need %d entries", rank)
-	}
-	var scales []float64
-	for _, e := range l {
-		var v float64
-		switch e := e.(type) {
-		case ir.Float:
-			v = float64(e)
-		case ir.Int:
-			v = float64(e)
-		}
-		if !(v > 0) || math.IsInf(v, 0) {
-			return nil, fmt.Errorf("resize scales must be positive and finite, got %s", ir.AttrString(l))
-		}
-		scales = append(scales, v)
-	}
-	return scales, nil
 }
 
 func resizeGradKernel[T k.Float](p *k.ResizeParams) device.Impl {

@@ -133,25 +133,9 @@ func prepareResize(s *device.Spec) (device.Impl, error) {
 	if len(sizes) != x.Rank() || !y.Shape.Equal(sizes) || x.DType != y.DType {
 		return nil, fmt.Errorf("resize of %s to sizes %v into %s", x, sizes, y)
 	}
-	var scales []float64
-	if s.Attrs.Has("scales") {
-		l, _ := s.Attrs.Get("scales").(ir.List)
-		if len(l) != x.Rank() {
-			return nil, fmt.Errorf("resize scales need %d entries for %s", x.Rank(), x)
-		}
-		for _, e := range l {
-			var v float64
-			switch e := e.(type) {
-			case ir.Float:
-				v = float64(e)
-			case ir.Int:
-				v = float64(e)
-			}
-			if !(v > 0) || math.IsInf(v, 0) {
-				return nil, fmt.Errorf("resize scales must be positive and finite, got %s", ir.AttrString(l))
-			}
-			scales = append(scales, v)
-		}
+	scales, err := ir.ResizeScales(s.Attrs, x)
+	if err != nil {
+		return nil, err
 	}
 	mode := s.Attrs.Str("mode", "nearest")
 	if mode != "nearest" && mode != "linear" && mode != "cubic" {

@@ -430,8 +430,8 @@ type rszAttrs struct {
 	scales               []float64 // nil: sizes/in per dim
 }
 
-func rszParse(at ir.Attrs, rank int) (*rszAttrs, error) {
-	r := &rszAttrs{mode: at.Str("mode", "nearest"), coord: at.Str("coordinate_transformation_mode", "half_pixel"),
+func rszParse(at ir.Attrs, x ir.Type) (r *rszAttrs, err error) {
+	r = &rszAttrs{mode: at.Str("mode", "nearest"), coord: at.Str("coordinate_transformation_mode", "half_pixel"),
 		nearest: at.Str("nearest_mode", "round_prefer_floor"), a: at.Float("cubic_coeff_a", -0.75), exclude: at.Bool("exclude_outside", false)}
 	switch r.mode {
 	case "nearest", "linear", "cubic":
@@ -451,24 +451,8 @@ func rszParse(at ir.Attrs, rank int) (*rszAttrs, error) {
 	if math.IsNaN(r.a) || math.IsInf(r.a, 0) {
 		return nil, fmt.Errorf("cubic_coeff_a must be finite, got %v", r.a)
 	}
-	if at.Has("scales") {
-		l, _ := at.Get("scales").(ir.List)
-		if len(l) != rank {
-			return nil, fmt.Errorf("scales need %d entries", rank)
-		}
-		for _, e := range l {
-			var v float64
-			switch e := e.(type) {
-			case ir.Float:
-				v = float64(e)
-			case ir.Int:
-				v = float64(e)
-			}
-			if !(v > 0) || math.IsInf(v, 0) {
-				return nil, fmt.Errorf("scales must be positive and finite, got %s", ir.AttrString(l))
-			}
-			r.scales = append(r.scales, v)
-		}
+	if r.scales, err = ir.ResizeScales(at, x); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
@@ -708,7 +692,7 @@ func rszSetup(s *device.Spec, x, y ir.Type, grad bool) (*rszAttrs, []rszAxis, er
 	if len(s.In) != 1 || s.In[0].DType != s.Out[0].DType {
 		return nil, nil, fmt.Errorf("want one operand of the result's dtype")
 	}
-	r, err := rszParse(s.Attrs, x.Rank())
+	r, err := rszParse(s.Attrs, x)
 	if err != nil {
 		return nil, nil, err
 	}
