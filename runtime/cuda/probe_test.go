@@ -95,4 +95,12 @@ int cuDeviceGetAttribute(int *v, int a, int d) { *v = a == 75 ? (d == 10 ? 9 : 8
 	if err := r.Usable(); err != nil {
 		t.Errorf("Usable with every library: %v", err)
 	}
+	// Opening the device: a GPU the driver does not have, and a driver without the entry
+	// points the device calls, are errors (ppc run exits 2 with them), not panics.
+	if _, err := Open(r, 2, false, t.TempDir()); err == nil || err.Error() != "GPU 2: the driver reports 2 GPU(s)" {
+		t.Errorf("Open of a third GPU: %v", err)
+	}
+	if _, err := Open(r, 0, false, t.TempDir()); err == nil || !strings.Contains(err.Error(), "cuDevicePrimaryCtxRetain") {
+		t.Errorf("Open with a driver lacking the device's entry points: %v", err)
+	}
 }
