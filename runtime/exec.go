@@ -213,6 +213,11 @@ func (j *Job) runRank(r *Rank, step int, data DataSource, tr *Trace) error {
 	if err := r.flushSends(); err != nil {
 		return fmt.Errorf("rank %d: send: %w", r.Index, err)
 	}
+	if j.net != nil {
+		if err := j.net.Sync(); err != nil {
+			return fmt.Errorf("rank %d: end of step: %w", r.Index, err)
+		}
+	}
 	return nil
 }
 
@@ -233,6 +238,9 @@ func describeInstr(it *instr) string {
 
 func (j *Job) exec(r *Rank, it *instr, step int, data DataSource) error {
 	dev := j.dev
+	if it.link != nil || it.netColl != nil {
+		return j.execNet(it)
+	}
 	switch it.Kind {
 	case pb.Instr_LAUNCH:
 		return it.impl(it.in, it.out)
@@ -468,6 +476,18 @@ func (j *Job) Buffers(role pb.Role) (map[string]device.Tensor, error) {
 func (j *Job) Close() error {
 	var first error
 	for _, r := range j.Ranks {
+		for _, g := range r.groups {
+			if err := g.Close(); err != nil && first == nil {
+				first = err
+			}
+		}
+		r.groups = nil
+		if r.netMem.Addr != 0 {
+			if err := j.dev.Release(r.netMem); err != nil && first == nil {
+				first = err
+			}
+			r.netMem = device.Tensor{}
+		}
 		if r.mem.Data == nil && r.mem.Addr == 0 {
 			continue
 		}

@@ -30,7 +30,8 @@ type Job struct {
 	all   []*Rank // every rank of the world, by index; Ranks are among them
 	dev   device.Device
 	comm  comm
-	proc  *Process // the multi-process run this job is part of (nil: every rank is here)
+	proc  *Process   // the multi-process run this job is part of (nil: every rank is here)
+	net   device.Net // the device's own communication, when it carries the run's (devnet.go)
 }
 
 // Rank is one rank's prepared program and memory. The dp × tp replicas of a pipeline rank
@@ -44,6 +45,9 @@ type Rank struct {
 	Bufs   []device.Tensor
 	instrs []instr
 	mem    device.Tensor // the rank's one device allocation: arena, then the other buffers
+	// On a device that communicates itself: the rank's groups, and its messages' staging.
+	groups []device.Group
+	netMem device.Tensor
 	// sending completes when the last send queued on an asynchronous device has left (nil:
 	// none pending).
 	sending chan error
@@ -70,6 +74,14 @@ type instr struct {
 	staged  func() error // RECV and INPUT: waits until the last copy from stage is done
 	mb      int          // INPUT: the micro-batch of the global batch (dp·M + Microbatch)
 	index   int64        // AXIS_INDEX: the rank's coordinate
+	// On a device that communicates itself (devnet.go): SEND's and RECV's group, SEND's
+	// staging (Addr 0: none), the receptions a RECV queues first into staging and the
+	// staging its message arrived in, and a collective's prepared run.
+	link     device.Group
+	netStage device.Tensor
+	netPosts []*device.Tensor
+	netFrom  *device.Tensor
+	netColl  func(in, out device.Tensor) error
 }
 
 // metricNameRE is what a METRIC's name must look like: it becomes a key of --log-json.

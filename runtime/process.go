@@ -16,6 +16,7 @@ import (
 
 	"ppc.dev/ppc/codegen"
 	pb "ppc.dev/ppc/codegen/programpb"
+	"ppc.dev/ppc/runtime/device"
 )
 
 // JoinOptions say how this process joins a multi-process run.
@@ -43,6 +44,9 @@ type JoinOptions struct {
 type Process struct {
 	Rank, World int
 	Start       time.Time // the run's common clock origin, from the store
+	// Transport says how the rank's messages and collectives travel when its device carries
+	// them ("" when they go through host memory and TCP).
+	Transport string
 
 	opts  JoinOptions
 	comm  *tcpComm
@@ -224,6 +228,13 @@ func (j *Job) Join(o JoinOptions) (*Process, error) {
 	}
 	if _, err := p.gather("connected", nil, false); err != nil {
 		return fail(err)
+	}
+	if nd, ok := j.dev.(device.Networked); ok {
+		if dn := nd.Net(); dn != nil {
+			if err := j.joinNet(p, dn); err != nil {
+				return fail(err)
+			}
+		}
 	}
 	return p, nil
 }

@@ -59,6 +59,9 @@ func printDevices(w io.Writer, r *cuda.Report) {
 		fmt.Fprintf(w, "cuda   not available: %v\n", err)
 	} else {
 		fmt.Fprintf(w, "cuda   usable: ppc run --device cuda (one GPU per process)\n")
+		if !r.Libraries[3].Found() {
+			fmt.Fprintf(w, "       without NCCL, multi-process runs send messages through host memory and TCP\n")
+		}
 	}
 	for _, l := range r.Libraries {
 		switch {

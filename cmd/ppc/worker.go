@@ -41,6 +41,9 @@ func joinRun(e *env, job *runtime.Job, li *launchInfo, timeout time.Duration) (*
 		}
 		return nil, checkFailed{err} // the input is fine; the processes could not meet
 	}
+	if p.Transport != "" {
+		startupNote(e, "%s", p.Transport)
+	}
 	return p, nil
 }
 

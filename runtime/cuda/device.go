@@ -26,9 +26,10 @@ type Blas interface {
 // hash). Matmuls go to cuBLASLt. Identical kernels — the same op on the same shapes, which a
 // program has many of — are generated once: a kernel's name is its source's hash.
 //
-// The device works on one stream, through a Driver; the driver calls are serialised (ranks
-// run in goroutines, and the emulated driver of the tests runs one kernel at a time). Read and
-// Write synchronise the stream, so host reads see every earlier launch.
+// The device computes on one stream, through a Driver, and communicates on a stream per
+// communication group (net.go); the driver calls are serialised (ranks run in goroutines, and
+// the emulated driver of the tests runs one kernel at a time). Read and Write synchronise the
+// compute stream, so host reads see every earlier launch.
 type Device struct {
 	drv     Driver
 	blas    Blas
@@ -44,7 +45,25 @@ type Device struct {
 	funcs   map[string]Function // by kernel name; 0 until its module is loaded
 	ws      DevicePtr
 	accum   map[[2]ir.DType]string // Accumulate's kernel by (dst, src) dtype
-	events  []Event                // free events for ReadAsync
+	events  []Event                // free events
+	// Collectives, when set before a multi-process run joins, carries its messages and
+	// collectives (net.go): the groups' streams, and their transfers in flight.
+	Collectives Collectives
+	streams     []Stream
+	inflight    []inflight
+	noter       accessNoter
+}
+
+// accessNoter is a driver that checks the device's stream order (the tests' emulator): the
+// device tells it what its next launch or GEMM reads and writes, which the call's arguments
+// do not say.
+type accessNoter interface{ noteAccess(reads, writes []span) }
+
+// note tells an accessNoter driver what the next launch or GEMM touches (d.mu held).
+func (d *Device) note(reads []device.Tensor, writes ...device.Tensor) {
+	if d.noter != nil {
+		d.noter.noteAccess(spansOf(reads), spansOf(writes))
+	}
 }
 
 // NewDevice makes the CUDA device over a driver, a GEMM library and a compiler from CUDA C
@@ -56,6 +75,7 @@ func NewDevice(drv Driver, blas Blas, compile func(src string) ([]byte, error), 
 	}
 	d := &Device{drv: drv, blas: blas, compile: compile, tf32: tf32, stream: s, Geometry: DefaultGeometry,
 		funcs: map[string]Function{}, accum: map[[2]ir.DType]string{}}
+	d.noter, _ = drv.(accessNoter)
 	return d, d.accumKernels()
 }
 
@@ -123,17 +143,20 @@ func (d *Device) Prepare(s *device.Spec) (impl device.Impl, err error) {
 		if len(in) != len(s.In) || len(out) != len(s.Out) {
 			return fmt.Errorf("%s: %d operands and %d results, %d and %d buffers", s.Name(), len(s.In), len(s.Out), len(in), len(out))
 		}
-		buf := func(r Ref) uint64 {
+		buf := func(r Ref) device.Tensor {
 			switch r.Kind {
 			case Operand:
-				return in[r.Index].Addr
+				return in[r.Index]
 			case Result:
-				return out[r.Index].Addr
+				return out[r.Index]
 			}
-			return scratch[r.Index].Addr
+			return scratch[r.Index]
 		}
 		d.mu.Lock()
 		defer d.mu.Unlock()
+		if err := d.orderCompute(in, out); err != nil {
+			return err
+		}
 		if err := d.build(); err != nil {
 			return err
 		}
@@ -143,10 +166,13 @@ func (d *Device) Prepare(s *device.Spec) (impl device.Impl, err error) {
 				continue
 			}
 			args := make([]uint64, 0, len(st.In)+2)
+			var reads []device.Tensor
 			for _, r := range st.In {
-				args = append(args, buf(r))
+				args = append(args, buf(r).Addr)
+				reads = append(reads, buf(r))
 			}
-			args = append(args, buf(st.Out), uint64(k.N))
+			args = append(args, buf(st.Out).Addr, uint64(k.N))
+			d.note(reads, buf(st.Out))
 			grid, block := d.Geometry(k.N)
 			if err := d.drv.Launch(d.funcs[k.Name], grid, block, d.stream, args...); err != nil {
 				return fmt.Errorf("%s: %v", s.Name(), err)
@@ -189,6 +215,9 @@ func (d *Device) prepareMatmul(s *device.Spec) (device.Impl, error) {
 	return func(in, out []device.Tensor) error {
 		d.mu.Lock()
 		defer d.mu.Unlock()
+		if err := d.orderCompute(in, out); err != nil {
+			return err
+		}
 		if d.ws == 0 && d.blas.Workspace() > 0 {
 			ws, err := d.drv.MemAlloc(d.blas.Workspace())
 			if err != nil {
@@ -201,6 +230,7 @@ func (d *Device) prepareMatmul(s *device.Spec) (device.Impl, error) {
 			bias = in[2].Addr
 		}
 		for _, g := range calls {
+			d.note(in, out[0])
 			if err := d.blas.Matmul(g, uintptr(in[1].Addr), uintptr(in[0].Addr), uintptr(out[0].Addr), uintptr(bias), uintptr(d.ws), uintptr(d.stream)); err != nil {
 				return fmt.Errorf("matmul: %v", err)
 			}
@@ -257,11 +287,11 @@ func (d *Device) Alloc(n int64) (device.Tensor, error) {
 	return device.Tensor{Type: ir.Type{DType: ir.I8, Shape: ir.Shape{int(n)}}, Addr: uint64(p)}, nil
 }
 
-// Release frees an allocation.
+// Release frees an allocation once every stream's work is done.
 func (d *Device) Release(t device.Tensor) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.drv.StreamSync(d.stream); err != nil {
+	if err := d.sync(); err != nil {
 		return err
 	}
 	return d.drv.MemFree(DevicePtr(t.Addr))
@@ -271,6 +301,9 @@ func (d *Device) Release(t device.Tensor) error {
 func (d *Device) Zero(t device.Tensor) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.orderCompute(nil, []device.Tensor{t}); err != nil {
+		return err
+	}
 	return d.drv.Memset(DevicePtr(t.Addr), uint64(t.Bytes()), d.stream)
 }
 
@@ -281,6 +314,9 @@ func (d *Device) Copy(dst, src device.Tensor) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.orderCompute([]device.Tensor{src}, []device.Tensor{dst}); err != nil {
+		return err
+	}
 	return d.drv.CopyDtoD(DevicePtr(dst.Addr), DevicePtr(src.Addr), uint64(dst.Bytes()), d.stream)
 }
 
@@ -323,10 +359,14 @@ func (d *Device) Accumulate(dst, src device.Tensor) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.orderCompute([]device.Tensor{src}, []device.Tensor{dst}); err != nil {
+		return err
+	}
 	if err := d.build(); err != nil {
 		return err
 	}
 	grid, block := d.Geometry(int64(n))
+	d.note([]device.Tensor{dst, src}, dst)
 	return d.drv.Launch(d.funcs[name], grid, block, d.stream, dst.Addr, src.Addr, dst.Addr, uint64(n))
 }
 
@@ -337,6 +377,9 @@ func (d *Device) Write(t device.Tensor, src []byte) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.orderCompute(nil, []device.Tensor{t}); err != nil {
+		return err
+	}
 	if err := d.drv.CopyHtoD(DevicePtr(t.Addr), src, d.stream); err != nil {
 		return err
 	}
@@ -350,6 +393,9 @@ func (d *Device) Read(dst []byte, t device.Tensor) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.orderCompute([]device.Tensor{t}, nil); err != nil {
+		return err
+	}
 	if err := d.drv.CopyDtoH(dst, DevicePtr(t.Addr), d.stream); err != nil {
 		return err
 	}
@@ -374,6 +420,9 @@ func (d *Device) ReadAsync(dst []byte, t device.Tensor) (func() error, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.orderCompute([]device.Tensor{t}, nil); err != nil {
+		return nil, err
+	}
 	if err := d.drv.CopyDtoH(dst, DevicePtr(t.Addr), d.stream); err != nil {
 		return nil, err
 	}
@@ -408,17 +457,38 @@ func (d *Device) WriteAsync(t device.Tensor, src []byte) (func() error, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.orderCompute(nil, []device.Tensor{t}); err != nil {
+		return nil, err
+	}
 	if err := d.drv.CopyHtoD(DevicePtr(t.Addr), src, d.stream); err != nil {
 		return nil, err
 	}
 	return d.marker()
 }
 
-// Sync waits for the stream's queued work.
+// Sync waits for every stream's queued work.
 func (d *Device) Sync() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.drv.StreamSync(d.stream)
+	return d.sync()
+}
+
+// sync waits for the compute stream and the groups' streams, and forgets the transfers in
+// flight (d.mu held).
+func (d *Device) sync() error {
+	if err := d.drv.StreamSync(d.stream); err != nil {
+		return err
+	}
+	for _, s := range d.streams {
+		if err := d.drv.StreamSync(s); err != nil {
+			return err
+		}
+	}
+	for _, f := range d.inflight {
+		d.events = append(d.events, f.event)
+	}
+	d.inflight = d.inflight[:0]
+	return nil
 }
 
 // event takes an event from the free list, or makes one (d.mu held).
@@ -437,8 +507,8 @@ var (
 )
 
 // Open makes the CUDA device on GPU ordinal from what Probe found: the driver, NVRTC with its
-// PTX cached in cacheDir, and cuBLASLt with a 32 MiB workspace (what cuBLASLt's heuristics
-// want for large GEMMs on Hopper).
+// PTX cached in cacheDir, cuBLASLt with a 32 MiB workspace (what cuBLASLt's heuristics want
+// for large GEMMs on Hopper), and NCCL for a multi-process run's messages when it is there.
 func Open(r *Report, ordinal int, tf32 bool, cacheDir string) (*Device, error) {
 	if err := r.Usable(); err != nil {
 		return nil, err
@@ -466,5 +536,16 @@ func Open(r *Report, ordinal int, tf32 bool, cacheDir string) (*Device, error) {
 		ptx, _, err := cache.PTX(src, "ppc.cu", arch)
 		return ptx, err
 	}
-	return NewDevice(drv, lt, compile, tf32)
+	d, err := NewDevice(drv, lt, compile, tf32)
+	if err != nil {
+		return nil, err
+	}
+	if nl := &r.Libraries[3]; nl.Found() {
+		nc, err := OpenNCCL(nl)
+		if err != nil {
+			return nil, err
+		}
+		d.Collectives = nc
+	}
+	return d, nil
 }

@@ -27,6 +27,10 @@ type emulator struct {
 	cxx, dir string
 	fns      map[Function]hostKernel
 	libs     map[Module]uintptr
+	// hb, when set, checks the stream order of every call (race_test.go); note is the
+	// device's account of the next launch's or GEMM's memory.
+	hb   *hbCheck
+	note *[2][]span
 }
 
 type hostKernel func(in *unsafe.Pointer, out unsafe.Pointer, n int64, grid, block int32)
@@ -116,6 +120,7 @@ func (e *emulator) Launch(f Function, grid, block uint32, s Stream, args ...uint
 	if err := e.Recorder.Launch(f, grid, block, s, args...); err != nil {
 		return err
 	}
+	e.noted(s, fmt.Sprintf("launch %d", f))
 	ptrs := make([]unsafe.Pointer, len(args)-1)
 	for i, a := range args[:len(args)-1] {
 		p, err := e.host(DevicePtr(a))
@@ -154,6 +159,7 @@ func (e *emulator) Matmul(g GemmCall, a, b, d, bias, ws, stream uintptr) error {
 		ts[i] = t
 	}
 	e.logf("matmul M %d N %d K %d batch %d stream %d", g.M, g.N, g.K, g.Batch, stream)
+	e.noted(Stream(stream), "matmul")
 	gemm(g, ts[0], ts[1], ts[2], ts[3])
 	return nil
 }

@@ -8,8 +8,9 @@ import (
 
 // NCCL is the binding of libnccl's communicator and collective entry points ppc uses: one
 // communicator per process group, made from a unique id that the group's first rank creates
-// and the run's rendezvous (runtime's store) hands to the others; collectives and grouped
-// point-to-point on a stream.
+// and the run's rendezvous (runtime's store) hands to the others; collectives and
+// point-to-point transfers queued on a stream. A pipeline pair's two directions are two
+// communicators (net.go), so no send and receive need grouping.
 type NCCL struct {
 	lib            *Library
 	getUniqueID    func(id *UniqueID) int32
@@ -21,8 +22,6 @@ type NCCL struct {
 	broadcast      func(send, recv uintptr, count uint64, dt, root int32, comm, stream uintptr) int32
 	send           func(buf uintptr, count uint64, dt, peer int32, comm, stream uintptr) int32
 	recv           func(buf uintptr, count uint64, dt, peer int32, comm, stream uintptr) int32
-	groupStart     func() int32
-	groupEnd       func() int32
 	getErrorString func(rc int32) string
 }
 
@@ -46,7 +45,7 @@ func OpenNCCL(l *Library) (*NCCL, error) {
 	n := &NCCL{lib: l}
 	if err := l.bind([]binding{{&n.getUniqueID, "ncclGetUniqueId"}, {&n.commInitRank, "ncclCommInitRank"}, {&n.commDestroy, "ncclCommDestroy"},
 		{&n.allReduce, "ncclAllReduce"}, {&n.allGather, "ncclAllGather"}, {&n.reduceScatter, "ncclReduceScatter"}, {&n.broadcast, "ncclBroadcast"},
-		{&n.send, "ncclSend"}, {&n.recv, "ncclRecv"}, {&n.groupStart, "ncclGroupStart"}, {&n.groupEnd, "ncclGroupEnd"},
+		{&n.send, "ncclSend"}, {&n.recv, "ncclRecv"},
 		{&n.getErrorString, "ncclGetErrorString"}}...); err != nil {
 		return nil, err
 	}
@@ -60,15 +59,15 @@ func (n *NCCL) check(what string, rc int32) error {
 	return fmt.Errorf("%s: %s", what, n.getErrorString(rc))
 }
 
-// UniqueID makes a new communicator id (on the group's first rank).
+// UniqueID makes a new communicator id.
 func (n *NCCL) UniqueID() (UniqueID, error) {
 	var id UniqueID
 	return id, n.check("ncclGetUniqueId", n.getUniqueID(&id))
 }
 
-// Join makes this process rank of a group of ranks communicators with id (every member calls
-// it with the same id; it returns once all have).
-func (n *NCCL) Join(id UniqueID, ranks, rank int) (*Comm, error) {
+// Join makes this process rank of a group of ranks with id (every member calls it with the
+// same id; it returns once all have).
+func (n *NCCL) Join(id UniqueID, ranks, rank int) (Communicator, error) {
 	c := &Comm{nccl: n, Ranks: ranks, Rank: rank}
 	if err := n.check("ncclCommInitRank", n.commInitRank(&c.handle, int32(ranks), id, int32(rank))); err != nil {
 		return nil, err
@@ -102,8 +101,8 @@ func ncclType(d ir.DType) (int32, error) {
 	return 0, fmt.Errorf("NCCL has no type for %s", d)
 }
 
-// ncclOps are ncclRedOp_t's values by ppc's reduce op names.
-var ncclOps = map[string]int32{"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
+// ncclOps are ncclRedOp_t's values by ppc's reduce op names (mean is ncclAvg, NCCL 2.10 on).
+var ncclOps = map[string]int32{"sum": 0, "prod": 1, "max": 2, "min": 3, "mean": 4}
 
 // ncclTypeOp is the ncclDataType_t and ncclRedOp_t of a reduction.
 func ncclTypeOp(d ir.DType, op string) (int32, int32, error) {
@@ -154,38 +153,39 @@ func (c *Comm) Broadcast(send, recv DevicePtr, count int64, dt ir.DType, root in
 	return c.nccl.check("ncclBroadcast", c.nccl.broadcast(uintptr(send), uintptr(recv), uint64(count), t, int32(root), c.handle, uintptr(s)))
 }
 
-// P2P is one send or receive of a group of point-to-point transfers.
-type P2P struct {
-	Recv  bool
-	Buf   DevicePtr
-	Count int64
-	DType ir.DType
-	Peer  int
+// Send queues bytes of buf to group rank peer on the stream (as ncclUint8: a message's bytes
+// whatever its dtype).
+func (c *Comm) Send(buf DevicePtr, bytes int64, peer int, s Stream) error {
+	return c.nccl.check("ncclSend", c.nccl.send(uintptr(buf), uint64(bytes), 1, int32(peer), c.handle, uintptr(s)))
 }
 
-// Exchange runs sends and receives as one NCCL group, so that a pipeline rank's send to the
-// next stage and receive from the previous one cannot deadlock whatever their order.
-func (c *Comm) Exchange(ops []P2P, s Stream) error {
-	if err := c.nccl.check("ncclGroupStart", c.nccl.groupStart()); err != nil {
-		return err
-	}
-	var first error
-	for _, p := range ops {
-		t, err := ncclType(p.DType)
-		if err == nil {
-			if p.Recv {
-				err = c.nccl.check("ncclRecv", c.nccl.recv(uintptr(p.Buf), uint64(p.Count), t, int32(p.Peer), c.handle, uintptr(s)))
-			} else {
-				err = c.nccl.check("ncclSend", c.nccl.send(uintptr(p.Buf), uint64(p.Count), t, int32(p.Peer), c.handle, uintptr(s)))
-			}
-		}
-		if err != nil && first == nil {
-			first = err
-		}
-	}
-	// The group is ended even after a failed call, so that NCCL's group state is not left open.
-	if err := c.nccl.check("ncclGroupEnd", c.nccl.groupEnd()); err != nil && first == nil {
-		first = err
-	}
-	return first
+// Recv queues the reception of bytes from group rank peer into buf on the stream.
+func (c *Comm) Recv(buf DevicePtr, bytes int64, peer int, s Stream) error {
+	return c.nccl.check("ncclRecv", c.nccl.recv(uintptr(buf), uint64(bytes), 1, int32(peer), c.handle, uintptr(s)))
 }
+
+// Collectives is the communication library the device's groups run on: NCCL on GPUs
+// (*NCCL), an in-process stand-in across emulated devices in the tests.
+type Collectives interface {
+	// UniqueID makes a new communicator id (on the group's first rank).
+	UniqueID() (UniqueID, error)
+	// Join makes this process rank of a group of ranks with id; every member calls it with
+	// the same id, and it returns once all have.
+	Join(id UniqueID, ranks, rank int) (Communicator, error)
+}
+
+// Communicator is one group's communicator: each call queues its transfer on a stream.
+type Communicator interface {
+	AllReduce(send, recv DevicePtr, count int64, dt ir.DType, op string, s Stream) error
+	AllGather(send, recv DevicePtr, count int64, dt ir.DType, s Stream) error
+	ReduceScatter(send, recv DevicePtr, count int64, dt ir.DType, op string, s Stream) error
+	Broadcast(send, recv DevicePtr, count int64, dt ir.DType, root int, s Stream) error
+	Send(buf DevicePtr, bytes int64, peer int, s Stream) error
+	Recv(buf DevicePtr, bytes int64, peer int, s Stream) error
+	Close() error
+}
+
+var (
+	_ Collectives  = (*NCCL)(nil)
+	_ Communicator = (*Comm)(nil)
+)

@@ -38,8 +38,8 @@ const char *ncclGetErrorString(int rc) { return rc == 4 ? "invalid argument" : "
 
 // TestNCCLCalls: the NCCL binding through purego on a stand-in libnccl — the unique id
 // arrives by value intact, every collective passes its buffers, count, ncclDataType_t and
-// ncclRedOp_t (nccl.h's values), sends and receives run inside one group (ended even when a
-// call fails), and errors carry NCCL's message.
+// ncclRedOp_t (nccl.h's values), sends and receives pass bytes (ncclUint8), and errors carry
+// NCCL's message.
 func TestNCCLCalls(t *testing.T) {
 	root := t.TempDir()
 	fakeLib(t, filepath.Join(root, "libnccl.so.2"), fakeNCCL)
@@ -61,7 +61,8 @@ func TestNCCLCalls(t *testing.T) {
 		c.AllGather(0x2000, 0x3000, 10, ir.BF16, 7),
 		c.ReduceScatter(0x3000, 0x2000, 10, ir.F64, "max", 7),
 		c.Broadcast(0x4000, 0x4000, 5, ir.I64, 1, 7),
-		c.Exchange([]P2P{{Buf: 0x5000, Count: 64, DType: ir.F16, Peer: 3}, {Recv: true, Buf: 0x6000, Count: 64, DType: ir.F16, Peer: 1}}, 7),
+		c.Send(0x5000, 64, 3, 7),
+		c.Recv(0x6000, 64, 1, 7),
 		c.Close(),
 	} {
 		if err != nil {
@@ -73,15 +74,12 @@ func TestNCCLCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "uniqueid\ninit nranks=4 rank=2 id=1,4,126\nallreduce 0x1000 0x1000 96 dt=7 op=0 comm=0xc0 stream=0x7\nallgather 0x2000 0x3000 10 dt=9\n" +
-		"reducescatter 0x3000 0x2000 10 dt=8 op=2\nbroadcast 5 dt=4 root=1\ngroup start\nsend 0x5000 64 dt=6 peer=3\nrecv 0x6000 64 dt=6 peer=1\ngroup end\ndestroy 0xc0\n"
+		"reducescatter 0x3000 0x2000 10 dt=8 op=2\nbroadcast 5 dt=4 root=1\nsend 0x5000 64 dt=1 peer=3\nrecv 0x6000 64 dt=1 peer=1\ndestroy 0xc0\n"
 	if got := logOf(); got != want {
 		t.Errorf("calls:\n%s\nwant:\n%s", got, want)
 	}
-	if err := c.Exchange([]P2P{{Recv: true, Buf: 0x6000, Count: 1, DType: ir.F32, Peer: -1}}, 7); err == nil || err.Error() != "ncclRecv: invalid argument" {
+	if err := c.Recv(0x6000, 1, -1, 7); err == nil || err.Error() != "ncclRecv: invalid argument" {
 		t.Errorf("a failing receive: %v", err)
-	}
-	if got := logOf(); !strings.HasSuffix(got, "group start\nrecv 0x6000 1 dt=7 peer=-1\ngroup end\n") {
-		t.Errorf("the group was not ended after the failure:\n%s", got)
 	}
 	if _, err := n.Join(id, 2, 5); err == nil || !strings.Contains(err.Error(), "ncclCommInitRank: invalid argument") {
 		t.Errorf("a rank outside the group: %v", err)

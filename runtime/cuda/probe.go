@@ -330,7 +330,8 @@ func resultName(rc int32) string {
 	return fmt.Sprintf("CUresult %d", rc)
 }
 
-// Usable says whether a CUDA run can start, and if not, exactly what is missing.
+// Usable says whether a CUDA run can start, and if not, exactly what is missing. NCCL is not
+// required: without it a multi-process run's messages go through host memory and TCP.
 func (r *Report) Usable() error {
 	d := r.Libraries[0]
 	switch {
@@ -344,6 +345,9 @@ func (r *Report) Usable() error {
 		return fmt.Errorf("the NVIDIA driver (%s) reports no GPU", d.Path)
 	}
 	for _, l := range r.Libraries[1:] {
+		if !l.Found() && l.Name == "NCCL" {
+			continue // only for device-to-device messages; without it they go through the host
+		}
 		if !l.Found() {
 			return fmt.Errorf("%s (%s) %s (looked in: %s); it ships with the CUDA toolkit and in pip's nvidia-* wheels", l.Name, strings.Join(l.Sonames, " / "), l.Err, strings.Join(l.Tried, ", "))
 		}

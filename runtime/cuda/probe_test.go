@@ -85,6 +85,10 @@ int cuDeviceGetAttribute(int *v, int a, int d) { *v = a == 75 ? (d == 10 ? 9 : 8
 	}
 	fakeLib(t, filepath.Join(site, "cuda_nvrtc", "lib", "libnvrtc.so.12"), `int nvrtcVersion(int *a, int *b) { *a = 12; *b = 4; return 0; }`)
 	fakeLib(t, filepath.Join(site, "cublas", "lib", "libcublasLt.so.12"), `unsigned long cublasLtGetVersion(void) { return 120402; }`)
+	r = Probe(env(map[string]string{"LD_LIBRARY_PATH": drv, "VIRTUAL_ENV": venv}))
+	if err := r.Usable(); err != nil {
+		t.Errorf("Usable without NCCL (needed only for device-to-device messages): %v", err)
+	}
 	fakeLib(t, filepath.Join(site, "nccl", "lib", "libnccl.so.2"), `int ncclGetVersion(int *v) { *v = 21903; return 0; }`)
 	r = Probe(env(map[string]string{"LD_LIBRARY_PATH": drv, "VIRTUAL_ENV": venv}))
 	for i, want := range []string{"CUDA 12.4", "12.4", "12.4.2", "2.19.3"} {

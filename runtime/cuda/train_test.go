@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"ppc.dev/ppc/codegen"
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/compiler"
 	"ppc.dev/ppc/runtime"
@@ -162,10 +163,85 @@ func trainGrid(t *testing.T, dev device.Device) {
 // rank queues more work — and the tp all-reduces and dp reductions are staged through the
 // host. Three steps give the CPU device's in-process losses and weights (rtol 1e-4).
 func TestCUDADeviceMultiProcess(t *testing.T) {
+	opts := compiler.Options{Load: compiler.LoadOptions{Preset: "tiny"}, Microbatches: 4, PP: 2, DP: 2, TP: 2, SP: true, Schedule: "zb-h1"}
+	emus, _ := trainMultiProcess(t, opts, false)
+	// The sends went out asynchronously: page-locked buffers, events waited on.
+	var pinned, waits int
+	for _, e := range emus {
+		for _, l := range e.Log {
+			switch {
+			case strings.HasPrefix(l, "host alloc "):
+				pinned++
+			case strings.HasPrefix(l, "sync event "):
+				waits++
+			}
+		}
+	}
+	if pinned == 0 || waits == 0 {
+		t.Errorf("%d page-locked buffers, %d event waits: the sends were not asynchronous", pinned, waits)
+	}
+	t.Logf("%d page-locked send buffers, %d asynchronous sends over %d ranks", pinned, waits, len(emus))
+}
+
+// TestCUDADeviceOverNCCL: the same multi-process runs with NCCL carrying every message and
+// collective device to device (an in-process stand-in for NCCL across the emulated GPUs),
+// on a stream per communicator ordered against compute by events: pp×tp×dp with sequence
+// parallelism (all-gathers and reduce-scatters along the sequence dim) and ZeRO-1, and zbv,
+// whose stages receive some messages in another order than they were sent (received
+// early into staging). Three steps give the CPU device's losses and weights, nothing
+// crosses host memory but inputs, losses and the final read-back, and the stream-order
+// checker finds no two operations on one buffer that the GPU could run in either order.
+func TestCUDADeviceOverNCCL(t *testing.T) {
+	for _, opts := range []compiler.Options{
+		{Load: compiler.LoadOptions{Preset: "tiny"}, Microbatches: 4, PP: 2, DP: 2, TP: 2, SP: true, Zero: 1, Schedule: "zb-h1"},
+		{Load: compiler.LoadOptions{Preset: "tiny"}, Microbatches: 4, PP: 2, Schedule: "zbv"},
+	} {
+		t.Run(fmt.Sprintf("pp%d dp%d tp%d %s", opts.PP, max(opts.DP, 1), max(opts.TP, 1), opts.Schedule), func(t *testing.T) {
+			emus, progs := trainMultiProcess(t, opts, true)
+			// The host buffers are the inputs': one per INPUT instruction of each replica.
+			inputs := 0
+			for _, p := range progs.Programs {
+				for _, it := range p.Instrs {
+					if it.Kind == pb.Instr_INPUT {
+						inputs += progs.Plan.Mesh.DP * progs.Plan.Mesh.TP
+					}
+				}
+			}
+			count := map[string]int{}
+			for r, e := range emus {
+				for _, l := range e.Log {
+					for _, k := range []string{"nccl send", "nccl recv", "nccl all-reduce", "nccl all-gather", "nccl reduce-scatter", "host alloc", "d2h"} {
+						if strings.HasPrefix(l, k) {
+							count[k]++
+						}
+					}
+				}
+				for _, race := range e.hb.races {
+					t.Errorf("rank %d: %s", r, race)
+				}
+			}
+			t.Logf("calls over %d ranks: %v", len(emus), count)
+			if count["nccl send"] == 0 || count["nccl send"] != count["nccl recv"] {
+				t.Errorf("%d NCCL sends, %d receives", count["nccl send"], count["nccl recv"])
+			}
+			if opts.TP > 1 && (count["nccl all-gather"] == 0 || count["nccl reduce-scatter"] == 0 || count["nccl all-reduce"] == 0) {
+				t.Errorf("the collectives did not all go through NCCL: %v", count)
+			}
+			if count["host alloc"] != inputs {
+				t.Errorf("%d page-locked buffers for %d inputs: messages were staged through the host", count["host alloc"], inputs)
+			}
+		})
+	}
+}
+
+// trainMultiProcess runs opts's plan for three steps with a process per rank (goroutines
+// joined over loopback TCP), each on its own emulated GPU — with NCCL's stand-in and a
+// stream-order checker when nccl — and compares every rank's losses and weights with the
+// CPU device's in-process run.
+func trainMultiProcess(t *testing.T, opts compiler.Options, nccl bool) ([]*emulator, *codegen.Output) {
 	if testing.Short() {
 		t.Skip("builds each rank's kernels with the host compiler; run without -short")
 	}
-	opts := compiler.Options{Load: compiler.LoadOptions{Preset: "tiny"}, Microbatches: 4, PP: 2, DP: 2, TP: 2, SP: true, Schedule: "zb-h1"}
 	refL, refS := trainOn(t, cpu.New(), "../../testdata/models/gpt.ppm", opts, 3)
 	res, err := compiler.Compile("../../testdata/models/gpt.ppm", opts)
 	if err != nil {
@@ -184,12 +260,18 @@ func TestCUDADeviceMultiProcess(t *testing.T) {
 	errs := make([]error, world)
 	var wg sync.WaitGroup
 	modules := t.TempDir() // the replicas' identical modules are built once
+	fake := newFakeWorld()
+	transports := make([]string, world)
 	for r := range world {
 		emus[r] = newEmulator(t, modules)
 		wg.Add(1)
 		go func(r int) {
 			defer wg.Done()
 			dev, err := NewDevice(emus[r], emus[r], emus[r].compile, false)
+			if err == nil && nccl {
+				emus[r].hb = newHBCheck()
+				dev.Collectives = fake.on(emus[r])
+			}
 			if err == nil {
 				jobs[r], err = runtime.LoadRank(dir, dev, r)
 			}
@@ -200,6 +282,7 @@ func TestCUDADeviceMultiProcess(t *testing.T) {
 				}
 				var p *runtime.Process
 				if p, err = jobs[r].Join(o); err == nil {
+					transports[r] = p.Transport
 					t.Cleanup(func() { go p.Close() })
 					err = jobs[r].Init(7)
 				}
@@ -211,6 +294,14 @@ func TestCUDADeviceMultiProcess(t *testing.T) {
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
+		}
+		if nccl {
+			t.Log(transports[r])
+			if !strings.Contains(transports[r], "device to device") {
+				t.Errorf("rank %d's transport: %q", r, transports[r])
+			}
+		} else if transports[r] != "" {
+			t.Errorf("rank %d's transport: %q", r, transports[r])
 		}
 	}
 	for step := 0; step < 3; step++ {
@@ -253,22 +344,7 @@ func TestCUDADeviceMultiProcess(t *testing.T) {
 			}
 		}
 	}
-	// The sends went out asynchronously: page-locked buffers, events waited on.
-	var pinned, waits int
-	for _, e := range emus {
-		for _, l := range e.Log {
-			switch {
-			case strings.HasPrefix(l, "host alloc "):
-				pinned++
-			case strings.HasPrefix(l, "sync event "):
-				waits++
-			}
-		}
-	}
-	if pinned == 0 || waits == 0 {
-		t.Errorf("%d page-locked buffers, %d event waits: the sends were not asynchronous", pinned, waits)
-	}
-	t.Logf("%d page-locked send buffers, %d asynchronous sends over %d ranks", pinned, waits, world)
+	return emus, res.Output
 }
 
 // TestCUDADeviceTrace: a traced step on the CUDA device waits for each instruction's queued

@@ -13,6 +13,7 @@
 package device
 
 import (
+	"fmt"
 	"unsafe"
 
 	"ppc.dev/ppc/ir"
@@ -164,4 +165,77 @@ type Async interface {
 	WriteAsync(t Tensor, src []byte) (done func() error, err error)
 	// Sync waits until the device's queued work is done (a trace times each instruction).
 	Sync() error
+}
+
+// Networked is implemented by devices that can carry a multi-process run's messages and
+// collectives between their own memories (NCCL between GPUs), instead of staging them
+// through host memory and the runtime's TCP transport. Net returns nil when the device cannot
+// (no NCCL library): the run then uses TCP.
+type Networked interface {
+	Net() Net
+}
+
+// Net makes a device's communication groups. Every group's members join it with the same id,
+// which the group's first member makes (GroupID) and the run's rendezvous hands to the
+// others. Join blocks until every member has joined, so each process joins its groups in one
+// order all processes agree on.
+type Net interface {
+	GroupID() ([]byte, error)
+	Join(id []byte, size, pos int) (Group, error)
+	// Sync waits until every queued kernel, copy and transfer of the device is done.
+	Sync() error
+}
+
+// Group is one communication group of a device, with member positions 0 … size−1. Its
+// operations are queued, not waited for: each runs after the device's work queued before it,
+// and the device's later work that reads what it writes, or writes what it reads, runs after
+// it. A group's operations run in the order they are queued; every member queues the same
+// collectives in the same order, and a receiver queues its receives in the order the sender
+// queued the sends.
+type Group interface {
+	// Send queues t's bytes to member peer; Recv queues the reception of member peer's next
+	// message into t (of exactly t's size).
+	Send(t Tensor, peer int) error
+	Recv(t Tensor, peer int) error
+	// Collective prepares one collective instruction of the group (scratch memory, kernels)
+	// and returns what queues it.
+	Collective(c Coll) (func(in, out Tensor) error, error)
+	Close() error
+}
+
+// CollKind is a collective's kind.
+type CollKind int
+
+const (
+	AllReduce CollKind = iota
+	AllGather
+	ReduceScatter
+	Broadcast
+)
+
+func (k CollKind) String() string {
+	switch k {
+	case AllReduce:
+		return "all-reduce"
+	case AllGather:
+		return "all-gather"
+	case ReduceScatter:
+		return "reduce-scatter"
+	case Broadcast:
+		return "broadcast"
+	}
+	return fmt.Sprintf("collective %d", int(k))
+}
+
+// Coll describes a collective instruction: In is the type of its operand. All-gather
+// concatenates the members' operands along Dim in member order; reduce-scatter reduces the
+// operands and leaves member k the k-th slice along Dim; Op is "sum", "mean", "max" or "min";
+// Root is broadcast's source member. An all-reduce or broadcast with in and out the same
+// tensor runs in place.
+type Coll struct {
+	Kind CollKind
+	In   ir.Type
+	Dim  int
+	Op   string
+	Root int
 }

@@ -1,0 +1,329 @@
+package cuda
+
+import (
+	"fmt"
+	"slices"
+
+	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/runtime/device"
+)
+
+// The device's communication (device.Net): NCCL communicators, each with a stream of its
+// own, ordered against the compute stream by events.
+//
+// Every transfer and collective is queued on its group's stream behind an event recorded on
+// the compute stream, so it sees everything the rank computed before it. The compute stream
+// does not wait for it at once: the device keeps the transfers in flight with the memory each
+// reads and writes, and an operation of the compute stream (a launch, a copy, a host read)
+// that writes what one reads, or touches what one writes, first waits for its event. A
+// gradient all-reduce thus overlaps the rest of the backward, and a send overlaps the next
+// micro-batch, until something needs their memory. Transfers of different groups are ordered
+// the same way among themselves. Sync waits for every stream and forgets what was in flight.
+//
+// The runtime gives a pipeline pair's two directions a communicator each (a send never queues
+// behind a receive on one communicator, which could deadlock two ranks sending to each other)
+// and posts receives in the order the sender queues the sends (runtime/devnet.go).
+
+// span is a range of device memory [lo, hi).
+type span struct{ lo, hi uint64 }
+
+func spansOf(ts []device.Tensor) []span {
+	s := make([]span, 0, len(ts))
+	for _, t := range ts {
+		if n := t.Bytes(); n > 0 {
+			s = append(s, span{t.Addr, t.Addr + uint64(n)})
+		}
+	}
+	return s
+}
+
+func overlap(a, b []span) bool {
+	for _, x := range a {
+		for _, y := range b {
+			if x.lo < y.hi && y.lo < x.hi {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// inflight is a queued transfer: its stream, the event recorded after it, and its memory.
+type inflight struct {
+	stream        Stream
+	event         Event
+	reads, writes []span
+}
+
+// order makes stream s wait for the transfers in flight on other streams that conflict with
+// an operation reading reads and writing writes (d.mu held). The compute stream forgets the
+// transfers it has waited for: every later transfer is queued behind a compute event, so it
+// is ordered after them too.
+func (d *Device) order(s Stream, reads, writes []span) error {
+	if len(d.inflight) == 0 {
+		return nil
+	}
+	kept := d.inflight[:0]
+	var err error
+	for _, f := range d.inflight {
+		if err == nil && f.stream != s && (overlap(f.writes, reads) || overlap(f.writes, writes) || overlap(f.reads, writes)) {
+			err = d.drv.StreamWait(s, f.event)
+			if s == d.stream {
+				d.events = append(d.events, f.event)
+				continue
+			}
+		}
+		kept = append(kept, f)
+	}
+	clear(d.inflight[len(kept):])
+	d.inflight = kept
+	return err
+}
+
+// orderCompute is order for an operation of the compute stream on tensors.
+func (d *Device) orderCompute(reads, writes []device.Tensor) error {
+	if len(d.inflight) == 0 {
+		return nil
+	}
+	return d.order(d.stream, spansOf(reads), spansOf(writes))
+}
+
+// Net is the device's communication, or nil without a communication library (Collectives).
+func (d *Device) Net() device.Net {
+	if d.Collectives == nil {
+		return nil
+	}
+	return deviceNet{d}
+}
+
+// deviceNet is the Device as a device.Net (a type of its own, so that a device without
+// NCCL is not one).
+type deviceNet struct{ d *Device }
+
+// GroupID makes a new NCCL unique id.
+func (n deviceNet) GroupID() ([]byte, error) {
+	id, err := n.d.Collectives.UniqueID()
+	if err != nil {
+		return nil, err
+	}
+	return id.Internal[:], nil
+}
+
+// Join makes this device member pos of a group: its communicator and its stream.
+func (n deviceNet) Join(id []byte, size, pos int) (device.Group, error) {
+	var u UniqueID
+	if len(id) != len(u.Internal) {
+		return nil, fmt.Errorf("a group id of %d bytes, NCCL's are %d", len(id), len(u.Internal))
+	}
+	copy(u.Internal[:], id)
+	d := n.d
+	c, err := d.Collectives.Join(u, size, pos)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, err := d.drv.StreamCreate()
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	d.streams = append(d.streams, s)
+	return &group{d: d, comm: c, stream: s, size: size, pos: pos}, nil
+}
+
+// Sync waits for every stream's queued work.
+func (n deviceNet) Sync() error { return n.d.Sync() }
+
+// group is one communicator with its stream.
+type group struct {
+	d         *Device
+	comm      Communicator
+	stream    Stream
+	size, pos int
+}
+
+// queue runs call (which queues the transfer on g's stream) behind the compute stream's work
+// and the conflicting transfers of other streams, and records it as in flight.
+func (g *group) queue(reads, writes []device.Tensor, call func() error) error {
+	d := g.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e, err := d.event()
+	if err != nil {
+		return err
+	}
+	if err := d.drv.EventRecord(e, d.stream); err != nil {
+		return err
+	}
+	// A stream waits for an event's record as it is when the wait is queued, so the event
+	// is free again at once.
+	err = d.drv.StreamWait(g.stream, e)
+	d.events = append(d.events, e)
+	if err != nil {
+		return err
+	}
+	rs, ws := spansOf(reads), spansOf(writes)
+	if err := d.order(g.stream, rs, ws); err != nil {
+		return err
+	}
+	if err := d.build(); err != nil { // the permutes' kernels
+		return err
+	}
+	if err := call(); err != nil {
+		return err
+	}
+	done, err := d.event()
+	if err != nil {
+		return err
+	}
+	if err := d.drv.EventRecord(done, g.stream); err != nil {
+		return err
+	}
+	d.inflight = append(d.inflight, inflight{stream: g.stream, event: done, reads: rs, writes: ws})
+	return nil
+}
+
+func (g *group) Send(t device.Tensor, peer int) error {
+	return g.queue([]device.Tensor{t}, nil, func() error { return g.comm.Send(DevicePtr(t.Addr), t.Bytes(), peer, g.stream) })
+}
+
+func (g *group) Recv(t device.Tensor, peer int) error {
+	return g.queue(nil, []device.Tensor{t}, func() error { return g.comm.Recv(DevicePtr(t.Addr), t.Bytes(), peer, g.stream) })
+}
+
+func (g *group) Close() error { return g.comm.Close() }
+
+// Collective prepares a collective: NCCL's own call when the members' parts are contiguous
+// blocks in member order (all-reduce, broadcast, and gathers and scatters along a dim with
+// only 1s before it), else NCCL's call on a scratch buffer in member-major order and a
+// permute kernel between it and the tensor, on the group's stream.
+func (g *group) Collective(c device.Coll) (func(in, out device.Tensor) error, error) {
+	d := g.d
+	count := int64(c.In.NumElements())
+	dt := c.In.DType
+	check := func(in, out device.Tensor, want ir.Type) error {
+		if in.Type.Bytes() != c.In.Bytes() || out.Type.Bytes() != want.Bytes() {
+			return fmt.Errorf("%v over %d ranks: buffers of %d and %d bytes for %s → %s", c.Kind, g.size, in.Type.Bytes(), out.Type.Bytes(), c.In, want)
+		}
+		return nil
+	}
+	switch c.Kind {
+	case device.AllReduce:
+		return func(in, out device.Tensor) error {
+			if err := check(in, out, c.In); err != nil {
+				return err
+			}
+			return g.queue([]device.Tensor{in}, []device.Tensor{out}, func() error {
+				return g.comm.AllReduce(DevicePtr(in.Addr), DevicePtr(out.Addr), count, dt, c.Op, g.stream)
+			})
+		}, nil
+	case device.Broadcast:
+		return func(in, out device.Tensor) error {
+			if err := check(in, out, c.In); err != nil {
+				return err
+			}
+			return g.queue([]device.Tensor{in}, []device.Tensor{out}, func() error {
+				return g.comm.Broadcast(DevicePtr(in.Addr), DevicePtr(out.Addr), count, dt, c.Root, g.stream)
+			})
+		}, nil
+	case device.AllGather, device.ReduceScatter:
+	default:
+		return nil, fmt.Errorf("unknown collective %d", c.Kind)
+	}
+	if c.Dim < 0 || c.Dim >= c.In.Rank() {
+		return nil, fmt.Errorf("%v along dim %d of %s", c.Kind, c.Dim, c.In)
+	}
+	// The tensor as [pre, n·part, post] (all-gather's result, reduce-scatter's operand) and
+	// NCCL's buffer as [n, pre, part·post].
+	pre := int64(1)
+	for _, x := range c.In.Shape[:c.Dim] {
+		pre *= int64(x)
+	}
+	full := c.In
+	if c.Kind == device.AllGather {
+		full.Shape = slices.Clone(c.In.Shape)
+		full.Shape[c.Dim] *= g.size
+	} else if c.In.Shape[c.Dim]%g.size != 0 {
+		return nil, fmt.Errorf("reduce-scatter of %s along dim %d over %d ranks", c.In, c.Dim, g.size)
+	}
+	part := full.NumElements() / int(pre) / g.size // elements per member per pre-row
+	shard := full
+	shard.Shape = slices.Clone(full.Shape)
+	shard.Shape[c.Dim] /= g.size
+	var perm string
+	var scratch device.Tensor
+	if pre > 1 {
+		// Gathered [n, pre, part] → the tensor's [pre, n, part]; the operand's [pre, n, part]
+		// → [n, pre, part] for the scatter: a transpose of the first two dims either way.
+		from := ir.Type{DType: dt, Shape: ir.Shape{g.size, int(pre), part}}
+		if c.Kind == device.ReduceScatter {
+			from.Shape = ir.Shape{int(pre), g.size, part}
+		}
+		to := from
+		to.Shape = ir.Shape{from.Shape[1], from.Shape[0], part}
+		perm = fmt.Sprintf("permute_%s_%d_%d_%d", dt, from.Shape[0], from.Shape[1], part)
+		k, err := Generate(&device.Spec{Op: ir.MustLookup("transpose"), Attrs: ir.Attrs{{Name: "perm", Value: ir.Ints(1, 0, 2)}},
+			In: []ir.Type{from}, Out: []ir.Type{to}}, perm)
+		if err != nil {
+			return nil, err
+		}
+		mem, err := d.Alloc(full.Bytes())
+		if err != nil {
+			return nil, fmt.Errorf("%v scratch: %v", c.Kind, err)
+		}
+		scratch = mem.At(0, full)
+		d.mu.Lock()
+		if _, ok := d.funcs[perm]; !ok {
+			d.funcs[perm] = 0
+			d.pending = append(d.pending, k)
+		}
+		d.mu.Unlock()
+	}
+	permute := func(dst, src device.Tensor) error {
+		grid, block := d.Geometry(int64(full.NumElements()))
+		d.note([]device.Tensor{src}, dst)
+		return d.drv.Launch(d.funcs[perm], grid, block, g.stream, src.Addr, dst.Addr, uint64(full.NumElements()))
+	}
+	if c.Kind == device.AllGather {
+		return func(in, out device.Tensor) error {
+			if err := check(in, out, full); err != nil {
+				return err
+			}
+			return g.queue([]device.Tensor{in}, withScratch(out, scratch), func() error {
+				if perm == "" {
+					return g.comm.AllGather(DevicePtr(in.Addr), DevicePtr(out.Addr), count, dt, g.stream)
+				}
+				if err := g.comm.AllGather(DevicePtr(in.Addr), DevicePtr(scratch.Addr), count, dt, g.stream); err != nil {
+					return err
+				}
+				return permute(out, scratch)
+			})
+		}, nil
+	}
+	recv := int64(shard.NumElements())
+	return func(in, out device.Tensor) error {
+		if err := check(in, out, shard); err != nil {
+			return err
+		}
+		return g.queue([]device.Tensor{in}, withScratch(out, scratch), func() error {
+			if perm == "" {
+				return g.comm.ReduceScatter(DevicePtr(in.Addr), DevicePtr(out.Addr), recv, dt, c.Op, g.stream)
+			}
+			if err := permute(scratch, in); err != nil {
+				return err
+			}
+			return g.comm.ReduceScatter(DevicePtr(scratch.Addr), DevicePtr(out.Addr), recv, dt, c.Op, g.stream)
+		})
+	}, nil
+}
+
+// withScratch lists a collective's written tensors: its result and its scratch, if any.
+func withScratch(out, scratch device.Tensor) []device.Tensor {
+	if scratch.Addr == 0 {
+		return []device.Tensor{out}
+	}
+	return []device.Tensor{out, scratch}
+}
+
+var _ device.Networked = (*Device)(nil)

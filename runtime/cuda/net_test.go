@@ -1,0 +1,260 @@
+package cuda
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/runtime/device"
+)
+
+// netPair is two emulated devices joined by the fake NCCL, each with a stream-order checker.
+func netPair(t *testing.T) ([2]*Device, [2]*emulator) {
+	t.Helper()
+	w := newFakeWorld()
+	dir := t.TempDir()
+	var devs [2]*Device
+	var emus [2]*emulator
+	for i := range devs {
+		emus[i] = newEmulator(t, dir)
+		emus[i].hb = newHBCheck()
+		d, err := NewDevice(emus[i], emus[i], emus[i].compile, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Collectives = w.on(emus[i])
+		devs[i] = d
+	}
+	return devs, emus
+}
+
+// joinAll joins both devices to one group (positions 0 and 1).
+func joinAll(t *testing.T, devs [2]*Device) [2]device.Group {
+	t.Helper()
+	id, err := devs[0].Net().GroupID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gs [2]device.Group
+	var errs [2]error
+	var wg sync.WaitGroup
+	for i, d := range devs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			gs[i], errs[i] = d.Net().Join(id, 2, i)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return gs
+}
+
+func f32s(t *testing.T, d *Device, x device.Tensor) []float32 {
+	t.Helper()
+	b := make([]byte, x.Bytes())
+	if err := d.Read(b, x); err != nil {
+		t.Fatal(err)
+	}
+	return slices.Clone(device.Tensor{Type: x.Type, Data: b}.F32())
+}
+
+func checkOrder(t *testing.T, emus [2]*emulator) {
+	t.Helper()
+	for i, e := range emus {
+		for _, r := range e.hb.races {
+			t.Errorf("device %d: %s", i, r)
+		}
+	}
+}
+
+// TestNetCollectives: the device's collectives over two emulated GPUs give the host
+// transports' results — all-gather and reduce-scatter along dim 1 (NCCL's member-major
+// blocks permuted by a kernel on the group's stream), along dim 0 (NCCL's own layout), an
+// in-place mean all-reduce, a broadcast, and a send and receive — and every stream is
+// ordered: the checker finds no two unordered operations on one buffer.
+func TestNetCollectives(t *testing.T) {
+	devs, emus := netPair(t)
+	gs := joinAll(t, devs)
+	shard := ir.Type{DType: ir.F32, Shape: ir.Shape{3, 2, 5}}
+	full := ir.Type{DType: ir.F32, Shape: ir.Shape{3, 4, 5}}
+	val := func(rank, i int) float32 { return float32(rank*1000 + i) }
+	type bufs struct{ shard, full, gathered, scattered, flat device.Tensor }
+	var b [2]bufs
+	for r, d := range devs {
+		mem, err := d.Alloc(8192)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[r] = bufs{mem.At(0, shard), mem.At(256, full), mem.At(1024, full), mem.At(2048, shard), mem.At(3072, ir.Type{DType: ir.F32, Shape: ir.Shape{4, 3}})}
+		for _, x := range []device.Tensor{b[r].shard, b[r].full, b[r].flat} {
+			h := device.Tensor{Type: x.Type, Data: make([]byte, x.Bytes())}
+			for i := range h.F32() {
+				h.F32()[i] = val(r, i)
+			}
+			if err := d.Write(x, h.Data); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	run := func(c device.Coll, in, out func(r int) device.Tensor) {
+		t.Helper()
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for r := range devs {
+			f, err := gs[r].Collective(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[r] = f(in(r), out(r)) }()
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatalf("%v: %v", c.Kind, err)
+			}
+		}
+	}
+	run(device.Coll{Kind: device.AllGather, In: shard, Dim: 1}, func(r int) device.Tensor { return b[r].shard }, func(r int) device.Tensor { return b[r].gathered })
+	run(device.Coll{Kind: device.ReduceScatter, In: full, Dim: 1, Op: "sum"}, func(r int) device.Tensor { return b[r].full }, func(r int) device.Tensor { return b[r].scattered })
+	for r, d := range devs {
+		got := f32s(t, d, b[r].gathered)
+		sum := f32s(t, d, b[r].scattered)
+		for p := range 3 {
+			for k := range 4 {
+				for q := range 5 {
+					// Member k/2's row k%2 of pre-row p.
+					if want := val(k/2, p*10+(k%2)*5+q); got[p*20+k*5+q] != want {
+						t.Fatalf("rank %d all-gather [%d,%d,%d] = %g, want %g", r, p, k, q, got[p*20+k*5+q], want)
+					}
+				}
+			}
+			for k := range 2 {
+				for q := range 5 {
+					i := p*20 + (r*2+k)*5 + q
+					if want := val(0, i) + val(1, i); sum[p*10+k*5+q] != want {
+						t.Fatalf("rank %d reduce-scatter [%d,%d,%d] = %g, want %g", r, p, k, q, sum[p*10+k*5+q], want)
+					}
+				}
+			}
+		}
+	}
+	flat := ir.Type{DType: ir.F32, Shape: ir.Shape{4, 3}}
+	run(device.Coll{Kind: device.ReduceScatter, In: flat, Dim: 0, Op: "max"}, func(r int) device.Tensor { return b[r].flat }, func(r int) device.Tensor { return b[r].scattered.At(0, ir.Type{DType: ir.F32, Shape: ir.Shape{2, 3}}) })
+	run(device.Coll{Kind: device.AllReduce, In: flat, Op: "mean"}, func(r int) device.Tensor { return b[r].flat }, func(r int) device.Tensor { return b[r].flat })
+	run(device.Coll{Kind: device.Broadcast, In: shard, Root: 1}, func(r int) device.Tensor { return b[r].shard }, func(r int) device.Tensor { return b[r].shard })
+	for r, d := range devs {
+		mx := f32s(t, d, b[r].scattered.At(0, ir.Type{DType: ir.F32, Shape: ir.Shape{2, 3}}))
+		for i, v := range mx {
+			if want := val(1, r*6+i); v != want {
+				t.Fatalf("rank %d reduce-scatter max [%d] = %g, want %g", r, i, v, want)
+			}
+		}
+		for i, v := range f32s(t, d, b[r].flat) {
+			if want := (val(0, i) + val(1, i)) / 2; v != want {
+				t.Fatalf("rank %d all-reduce mean [%d] = %g, want %g", r, i, v, want)
+			}
+		}
+		for i, v := range f32s(t, d, b[r].shard) {
+			if want := val(1, i); v != want {
+				t.Fatalf("rank %d broadcast [%d] = %g, want %g", r, i, v, want)
+			}
+		}
+	}
+	// A message, read back by the host on the receiver.
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); gs[0].Send(b[0].full, 1) }()
+	if err := gs[1].Recv(b[1].gathered, 0); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for i, v := range f32s(t, devs[1], b[1].gathered) {
+		if want := val(0, i); v != want {
+			t.Fatalf("received [%d] = %g, want %g", i, v, want)
+		}
+	}
+	checkOrder(t, emus)
+	var permutes int
+	for _, l := range emus[0].Log {
+		if strings.HasPrefix(l, "function ") && strings.Contains(l, " permute_") {
+			permutes++
+		}
+	}
+	if permutes != 2 {
+		t.Errorf("%d permute kernels, want 2 (the dim-1 gather and scatter)", permutes)
+	}
+}
+
+// TestNetOrdersStreams: what the compute stream does after a transfer waits for it only when
+// it touches the transfer's memory, and the checker catches a device that forgets to: a
+// receive's buffer read by the host after the device lost track of the receive is a race.
+func TestNetOrdersStreams(t *testing.T) {
+	devs, emus := netPair(t)
+	gs := joinAll(t, devs)
+	ty := ir.Type{DType: ir.F32, Shape: ir.Shape{64}}
+	var mems [2]device.Tensor
+	for r, d := range devs {
+		m, err := d.Alloc(1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mems[r] = m
+	}
+	a, other := mems[1].At(0, ty), mems[1].At(512, ty)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); gs[0].Send(mems[0].At(0, ty), 1) }()
+	if err := gs[1].Recv(a, 0); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	waits := func() int {
+		n := 0
+		for _, l := range emus[1].Log {
+			if strings.HasPrefix(l, "stream 1 waits") {
+				n++
+			}
+		}
+		return n
+	}
+	before := waits()
+	// Work on other memory does not wait for the receive…
+	if err := devs[1].Zero(other); err != nil {
+		t.Fatal(err)
+	}
+	if waits() != before {
+		t.Errorf("zeroing other memory waited for the receive")
+	}
+	// …work on its buffer does, once.
+	if err := devs[1].Zero(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := devs[1].Zero(a); err != nil {
+		t.Fatal(err)
+	}
+	if waits() != before+1 {
+		t.Errorf("the compute stream waited %d times for the receive, want once", waits()-before)
+	}
+	checkOrder(t, emus)
+
+	// The bug the checker exists for.
+	wg.Add(1)
+	go func() { defer wg.Done(); gs[0].Send(mems[0].At(0, ty), 1) }()
+	if err := gs[1].Recv(a, 0); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	devs[1].inflight = nil
+	f32s(t, devs[1], a)
+	if len(emus[1].hb.races) == 0 || !strings.Contains(emus[1].hb.races[0], "is not ordered after") {
+		t.Errorf("a read of a receive's buffer the device did not wait for: races %q", emus[1].hb.races)
+	}
+}
