@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/ir"
@@ -291,4 +293,55 @@ func (j *Job) execNet(it *instr) error {
 		out = it.out[0]
 	}
 	return it.netColl(it.in[0], out)
+}
+
+// watchNet watches a step of a rank whose device carries its transfers: a transfer whose
+// peer failed, or that never comes, would keep the rank waiting on its device forever (the
+// host transports time out; a GPU stream does not). When the run stops meanwhile (another
+// process failed) or the rank is stuck on one instruction for the run's timeout, it aborts
+// the rank's groups, which ends their transfers so that the wait returns. stop ends the
+// watch and returns why it aborted (nil: it did not): errAborted when another rank failed.
+func (j *Job) watchNet(r *Rank) (stop func() error) {
+	done := make(chan struct{})
+	var cause error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		timeout := j.proc.opts.Timeout
+		at, since := r.at.Load(), time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			if now := r.at.Load(); now != at {
+				at, since = now, time.Now()
+			}
+			switch {
+			case j.comm.err() != nil:
+				cause = errAborted
+			case time.Since(since) > timeout:
+				what := "the start of the step"
+				if at >= 0 && int(at) < len(r.instrs) {
+					what = fmt.Sprintf("instruction %d (%s)", at, describeInstr(&r.instrs[at]))
+				}
+				cause = fmt.Errorf("rank %d: %s waited %s for the device's transfers; their peers are stuck or gone", r.Index, what, timeout)
+			default:
+				continue
+			}
+			for _, g := range r.groups {
+				g.Abort()
+			}
+			return
+		}
+	}()
+	return func() error {
+		close(done)
+		wg.Wait()
+		return cause
+	}
 }

@@ -173,7 +173,15 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 	return res, nil
 }
 
-func (j *Job) runRank(r *Rank, step int, data DataSource, tr *Trace) error {
+func (j *Job) runRank(r *Rank, step int, data DataSource, tr *Trace) (err error) {
+	if j.net != nil {
+		stop := j.watchNet(r)
+		defer func() {
+			if cause := stop(); cause != nil && err != nil {
+				err = cause // what the device's failure came from
+			}
+		}()
+	}
 	for i, b := range r.Prog.Buffers {
 		if b.Role == pb.Role_STEP {
 			if err := j.writeHost(r.Bufs[i], func(t device.Tensor) error { return storeF64(t, []float64{float64(step)}) }); err != nil {

@@ -231,7 +231,9 @@ func (d *Device) prepareMatmul(s *device.Spec) (device.Impl, error) {
 		}
 		for _, g := range calls {
 			d.note(in, out[0])
-			if err := d.blas.Matmul(g, uintptr(in[1].Addr), uintptr(in[0].Addr), uintptr(out[0].Addr), uintptr(bias), uintptr(d.ws), uintptr(d.stream)); err != nil {
+			if err := d.drv.Bound(func() error {
+				return d.blas.Matmul(g, uintptr(in[1].Addr), uintptr(in[0].Addr), uintptr(out[0].Addr), uintptr(bias), uintptr(d.ws), uintptr(d.stream))
+			}); err != nil {
 				return fmt.Errorf("matmul: %v", err)
 			}
 		}
@@ -524,8 +526,8 @@ func Open(r *Report, ordinal int, tf32 bool, cacheDir string) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	lt, err := OpenCublasLt(&r.Libraries[2])
-	if err != nil {
+	var lt *CublasLt
+	if err := drv.Bound(func() (err error) { lt, err = OpenCublasLt(&r.Libraries[2]); return err }); err != nil {
 		return nil, err
 	}
 	lt.WorkspaceBytes = 32 << 20

@@ -49,6 +49,9 @@ type Driver interface {
 	// EventSync waits until the work before the event's record is done; EventDestroy frees it.
 	EventSync(e Event) error
 	EventDestroy(e Event) error
+	// Bound runs call on one OS thread with the driver's context current on it: cuBLASLt
+	// and NCCL work on the calling thread's current context.
+	Bound(call func() error) error
 }
 
 // driverAPI is libcuda's entry points as ppc calls them.
@@ -122,6 +125,15 @@ func (d *driverAPI) check(what string, call func() int32) error {
 		rc = call()
 	}
 	return d.result(what, rc)
+}
+
+func (d *driverAPI) Bound(call func() error) error {
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	if err := d.result("cuCtxSetCurrent", d.ctxSetCurrent(d.ctx)); err != nil {
+		return err
+	}
+	return call()
 }
 
 func (d *driverAPI) result(what string, rc int32) error {

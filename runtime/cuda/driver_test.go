@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"bytes"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -172,6 +173,15 @@ func TestDriverThroughPurego(t *testing.T) {
 		if !strings.Contains(got, w) {
 			t.Errorf("the driver calls lack %q:\n%s", w, got)
 		}
+	}
+	// cuBLASLt's and NCCL's calls run with the context current on their thread.
+	before := len(logOf())
+	var inside string
+	if err := d.Bound(func() error { inside = logOf()[before:]; return errors.New("the library failed") }); err == nil || err.Error() != "the library failed" {
+		t.Errorf("Bound's error: %v", err)
+	}
+	if inside != "ctx 0x77\n" {
+		t.Errorf("calls before a bound call: %q, want the context made current", inside)
 	}
 	if _, err := d.MemAlloc(1 << 41); err == nil || err.Error() != "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY" {
 		t.Errorf("a failed allocation: %v", err)

@@ -29,6 +29,7 @@ type fakeGroup struct {
 	mail         map[[2]int][][]byte // (from, to) → messages in order
 	rounds       map[int]*fakeRound  // collectives by sequence number
 	seq          []int               // per member: collectives issued
+	aborted      bool
 }
 
 type fakeRound struct {
@@ -60,13 +61,16 @@ func (f *standInNCCL) UniqueID() (UniqueID, error) {
 	return id, nil
 }
 
-// wait blocks until ready holds (w.mu held), or fails after a minute: a test that would hang
-// reports what it waited for instead.
-func (w *fakeWorld) wait(what string, ready func() bool) error {
+// wait blocks until ready holds (w.mu held), or fails when a member aborts g or after a
+// minute: a test that would hang reports what it waited for instead.
+func (w *fakeWorld) wait(what string, g *fakeGroup, ready func() bool) error {
 	deadline := time.Now().Add(time.Minute)
 	t := time.AfterFunc(time.Minute, func() { w.mu.Lock(); w.cond.Broadcast(); w.mu.Unlock() })
 	defer t.Stop()
 	for !ready() {
+		if g.aborted {
+			return fmt.Errorf("fake NCCL: %s: the communicator was aborted", what)
+		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("fake NCCL: %s timed out", what)
 		}
@@ -90,7 +94,7 @@ func (f *standInNCCL) Join(id UniqueID, ranks, rank int) (Communicator, error) {
 	g.joined++
 	w.cond.Broadcast()
 	f.e.logf("nccl join rank %d of %d", rank, ranks)
-	if err := w.wait("join", func() bool { return g.joined >= g.size }); err != nil {
+	if err := w.wait("join", g, func() bool { return g.joined >= g.size }); err != nil {
 		return nil, err
 	}
 	return &fakeComm{f: f, g: g, rank: rank}, nil
@@ -131,7 +135,7 @@ func (c *fakeComm) Recv(buf DevicePtr, bytes int64, peer int, s Stream) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	k := [2]int{peer, c.rank}
-	if err := w.wait(fmt.Sprintf("receive from %d", peer), func() bool { return len(c.g.mail[k]) > 0 }); err != nil {
+	if err := w.wait(fmt.Sprintf("receive from %d", peer), c.g, func() bool { return len(c.g.mail[k]) > 0 }); err != nil {
 		return err
 	}
 	m := c.g.mail[k][0]
@@ -169,7 +173,7 @@ func (c *fakeComm) collective(what string, send DevicePtr, inBytes int64, recv D
 	r.ins[c.rank] = slices.Clone(in)
 	r.arrived++
 	w.cond.Broadcast()
-	if err := w.wait(what, func() bool { return r.arrived == g.size }); err != nil {
+	if err := w.wait(what, g, func() bool { return r.arrived == g.size }); err != nil {
 		return err
 	}
 	for i, x := range r.ins {
@@ -238,6 +242,16 @@ func (c *fakeComm) ReduceScatter(send, recv DevicePtr, count int64, dt ir.DType,
 func (c *fakeComm) Broadcast(send, recv DevicePtr, count int64, dt ir.DType, root int, s Stream) error {
 	n := count * int64(dt.Size())
 	return c.collective("broadcast", send, n, recv, n, s, func(ins [][]byte, out []byte) { copy(out, ins[root]) })
+}
+
+func (c *fakeComm) Abort() error {
+	c.f.e.logf("nccl abort")
+	w := c.f.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	c.g.aborted = true
+	w.cond.Broadcast()
+	return nil
 }
 
 func (c *fakeComm) Close() error {

@@ -1,8 +1,11 @@
 package cuda
 
 import (
+	"cmp"
 	"os"
 	"testing"
+
+	"ppc.dev/ppc/compiler"
 )
 
 // gpuDevice opens the CUDA device on GPU 0 (kernels cached where ppc run caches them), or
@@ -35,4 +38,23 @@ func TestGPUKernels(t *testing.T) {
 func TestGPUTrainsLikeCPU(t *testing.T) {
 	dev, _ := gpuDevice(t)
 	trainGrid(t, dev)
+}
+
+// TestGPUOverNCCL: on a machine with two GPUs and NCCL, two ranks (a process each, here
+// goroutines), each on its own GPU, train a pipeline with NCCL carrying the messages
+// device to device, like the CPU device (rtol 1e-4); and four ranks with tensor and data
+// parallelism when there are four GPUs.
+func TestGPUOverNCCL(t *testing.T) {
+	r := Probe(nil)
+	if err := r.Usable(); err != nil {
+		t.Skipf("no CUDA GPU here (%v)", err)
+	}
+	if len(r.GPUs) < 2 || !r.Libraries[3].Found() {
+		t.Skipf("needs two GPUs and NCCL (%d GPU(s), NCCL %s)", len(r.GPUs), cmp.Or(r.Libraries[3].Path, "not found"))
+	}
+	mk := func(rank int) (*Device, error) { return Open(r, rank, false, DefaultCacheDir(os.Getenv)) }
+	trainMultiProcess(t, compiler.Options{Load: compiler.LoadOptions{Preset: "tiny"}, Microbatches: 4, PP: 2, Schedule: "1f1b"}, mk)
+	if len(r.GPUs) >= 4 {
+		trainMultiProcess(t, compiler.Options{Load: compiler.LoadOptions{Preset: "tiny"}, Microbatches: 4, PP: 2, TP: 2, SP: true}, mk)
+	}
 }

@@ -16,6 +16,7 @@ type NCCL struct {
 	getUniqueID    func(id *UniqueID) int32
 	commInitRank   func(comm *uintptr, nranks int32, id UniqueID, rank int32) int32
 	commDestroy    func(comm uintptr) int32
+	commAbort      func(comm uintptr) int32
 	allReduce      func(send, recv uintptr, count uint64, dt, op int32, comm, stream uintptr) int32
 	allGather      func(send, recv uintptr, sendcount uint64, dt int32, comm, stream uintptr) int32
 	reduceScatter  func(send, recv uintptr, recvcount uint64, dt, op int32, comm, stream uintptr) int32
@@ -43,7 +44,7 @@ func OpenNCCL(l *Library) (*NCCL, error) {
 		return nil, fmt.Errorf("NCCL is not available: %s", l.Err)
 	}
 	n := &NCCL{lib: l}
-	if err := l.bind([]binding{{&n.getUniqueID, "ncclGetUniqueId"}, {&n.commInitRank, "ncclCommInitRank"}, {&n.commDestroy, "ncclCommDestroy"},
+	if err := l.bind([]binding{{&n.getUniqueID, "ncclGetUniqueId"}, {&n.commInitRank, "ncclCommInitRank"}, {&n.commDestroy, "ncclCommDestroy"}, {&n.commAbort, "ncclCommAbort"},
 		{&n.allReduce, "ncclAllReduce"}, {&n.allGather, "ncclAllGather"}, {&n.reduceScatter, "ncclReduceScatter"}, {&n.broadcast, "ncclBroadcast"},
 		{&n.send, "ncclSend"}, {&n.recv, "ncclRecv"},
 		{&n.getErrorString, "ncclGetErrorString"}}...); err != nil {
@@ -77,6 +78,10 @@ func (n *NCCL) Join(id UniqueID, ranks, rank int) (Communicator, error) {
 
 // Close destroys the communicator.
 func (c *Comm) Close() error { return c.nccl.check("ncclCommDestroy", c.nccl.commDestroy(c.handle)) }
+
+// Abort ends the communicator's transfers in flight and frees it (another member failed);
+// it may be called while another thread waits for them.
+func (c *Comm) Abort() error { return c.nccl.check("ncclCommAbort", c.nccl.commAbort(c.handle)) }
 
 // ncclType is the ncclDataType_t of a dtype (nccl.h's values).
 func ncclType(d ir.DType) (int32, error) {
@@ -183,6 +188,7 @@ type Communicator interface {
 	Send(buf DevicePtr, bytes int64, peer int, s Stream) error
 	Recv(buf DevicePtr, bytes int64, peer int, s Stream) error
 	Close() error
+	Abort() error
 }
 
 var (

@@ -25,6 +25,7 @@ int ncclCommInitRank(void **comm, int nranks, ncclUniqueId id, int rank) {
   *comm = (void *)0xc0; LOG("init nranks=%d rank=%d id=%d,%d,%d\n", nranks, rank, id.internal[0], id.internal[1], id.internal[127]); return 0;
 }
 int ncclCommDestroy(void *comm) { LOG("destroy %p\n", comm); return 0; }
+int ncclCommAbort(void *comm) { LOG("abort %p\n", comm); return 0; }
 int ncclAllReduce(const void *s, void *r, size_t count, int dt, int op, void *comm, void *stream) { LOG("allreduce %p %p %zu dt=%d op=%d comm=%p stream=%p\n", s, r, count, dt, op, comm, stream); return 0; }
 int ncclAllGather(const void *s, void *r, size_t count, int dt, void *comm, void *stream) { LOG("allgather %p %p %zu dt=%d\n", s, r, count, dt); return 0; }
 int ncclReduceScatter(const void *s, void *r, size_t count, int dt, int op, void *comm, void *stream) { LOG("reducescatter %p %p %zu dt=%d op=%d\n", s, r, count, dt, op); return 0; }
@@ -63,6 +64,7 @@ func TestNCCLCalls(t *testing.T) {
 		c.Broadcast(0x4000, 0x4000, 5, ir.I64, 1, 7),
 		c.Send(0x5000, 64, 3, 7),
 		c.Recv(0x6000, 64, 1, 7),
+		c.Abort(),
 		c.Close(),
 	} {
 		if err != nil {
@@ -74,7 +76,7 @@ func TestNCCLCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "uniqueid\ninit nranks=4 rank=2 id=1,4,126\nallreduce 0x1000 0x1000 96 dt=7 op=0 comm=0xc0 stream=0x7\nallgather 0x2000 0x3000 10 dt=9\n" +
-		"reducescatter 0x3000 0x2000 10 dt=8 op=2\nbroadcast 5 dt=4 root=1\nsend 0x5000 64 dt=1 peer=3\nrecv 0x6000 64 dt=1 peer=1\ndestroy 0xc0\n"
+		"reducescatter 0x3000 0x2000 10 dt=8 op=2\nbroadcast 5 dt=4 root=1\nsend 0x5000 64 dt=1 peer=3\nrecv 0x6000 64 dt=1 peer=1\nabort 0xc0\ndestroy 0xc0\n"
 	if got := logOf(); got != want {
 		t.Errorf("calls:\n%s\nwant:\n%s", got, want)
 	}

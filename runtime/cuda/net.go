@@ -117,8 +117,8 @@ func (n deviceNet) Join(id []byte, size, pos int) (device.Group, error) {
 	}
 	copy(u.Internal[:], id)
 	d := n.d
-	c, err := d.Collectives.Join(u, size, pos)
-	if err != nil {
+	var c Communicator
+	if err := d.drv.Bound(func() (err error) { c, err = d.Collectives.Join(u, size, pos); return err }); err != nil {
 		return nil, err
 	}
 	d.mu.Lock()
@@ -170,7 +170,7 @@ func (g *group) queue(reads, writes []device.Tensor, call func() error) error {
 	if err := d.build(); err != nil { // the permutes' kernels
 		return err
 	}
-	if err := call(); err != nil {
+	if err := d.drv.Bound(call); err != nil {
 		return err
 	}
 	done, err := d.event()
@@ -192,7 +192,11 @@ func (g *group) Recv(t device.Tensor, peer int) error {
 	return g.queue(nil, []device.Tensor{t}, func() error { return g.comm.Recv(DevicePtr(t.Addr), t.Bytes(), peer, g.stream) })
 }
 
-func (g *group) Close() error { return g.comm.Close() }
+func (g *group) Close() error { return g.d.drv.Bound(g.comm.Close) }
+
+// Abort does not take the device: it must end transfers a stream synchronisation under the
+// device's lock is waiting for.
+func (g *group) Abort() error { return g.d.drv.Bound(g.comm.Abort) }
 
 // Collective prepares a collective: NCCL's own call when the members' parts are contiguous
 // blocks in member order (all-reduce, broadcast, and gathers and scatters along a dim with

@@ -228,4 +228,7 @@ func (r *Recorder) StreamSync(s Stream) error {
 	return nil
 }
 
+// Bound runs call: the recorded device has no context.
+func (r *Recorder) Bound(call func() error) error { return call() }
+
 var _ Driver = (*Recorder)(nil)

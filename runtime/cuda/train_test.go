@@ -1,12 +1,14 @@
 package cuda
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"net"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"ppc.dev/ppc/codegen"
 	pb "ppc.dev/ppc/codegen/programpb"
@@ -164,10 +166,16 @@ func trainGrid(t *testing.T, dev device.Device) {
 // host. Three steps give the CPU device's in-process losses and weights (rtol 1e-4).
 func TestCUDADeviceMultiProcess(t *testing.T) {
 	opts := compiler.Options{Load: compiler.LoadOptions{Preset: "tiny"}, Microbatches: 4, PP: 2, DP: 2, TP: 2, SP: true, Schedule: "zb-h1"}
-	emus, _ := trainMultiProcess(t, opts, false)
+	mk, emus := emulatedGPUs(t, false)
+	trainMultiProcess(t, opts, mk)
+	for r, e := range *emus {
+		for _, race := range e.hb.races {
+			t.Errorf("rank %d: %s", r, race)
+		}
+	}
 	// The sends went out asynchronously: page-locked buffers, events waited on.
 	var pinned, waits int
-	for _, e := range emus {
+	for _, e := range *emus {
 		for _, l := range e.Log {
 			switch {
 			case strings.HasPrefix(l, "host alloc "):
@@ -180,7 +188,7 @@ func TestCUDADeviceMultiProcess(t *testing.T) {
 	if pinned == 0 || waits == 0 {
 		t.Errorf("%d page-locked buffers, %d event waits: the sends were not asynchronous", pinned, waits)
 	}
-	t.Logf("%d page-locked send buffers, %d asynchronous sends over %d ranks", pinned, waits, len(emus))
+	t.Logf("%d page-locked send buffers, %d asynchronous sends over %d ranks", pinned, waits, len(*emus))
 }
 
 // TestCUDADeviceOverNCCL: the same multi-process runs with NCCL carrying every message and
@@ -197,7 +205,9 @@ func TestCUDADeviceOverNCCL(t *testing.T) {
 		{Load: compiler.LoadOptions{Preset: "tiny"}, Microbatches: 4, PP: 2, Schedule: "zbv"},
 	} {
 		t.Run(fmt.Sprintf("pp%d dp%d tp%d %s", opts.PP, max(opts.DP, 1), max(opts.TP, 1), opts.Schedule), func(t *testing.T) {
-			emus, progs := trainMultiProcess(t, opts, true)
+			mk, emusp := emulatedGPUs(t, true)
+			progs := trainMultiProcess(t, opts, mk)
+			emus := *emusp
 			// The host buffers are the inputs': one per INPUT instruction of each replica.
 			inputs := 0
 			for _, p := range progs.Programs {
@@ -235,75 +245,17 @@ func TestCUDADeviceOverNCCL(t *testing.T) {
 }
 
 // trainMultiProcess runs opts's plan for three steps with a process per rank (goroutines
-// joined over loopback TCP), each on its own emulated GPU — with NCCL's stand-in and a
-// stream-order checker when nccl — and compares every rank's losses and weights with the
-// CPU device's in-process run.
-func trainMultiProcess(t *testing.T, opts compiler.Options, nccl bool) ([]*emulator, *codegen.Output) {
+// joined over loopback TCP), rank r on device mk(r), and compares every rank's losses and
+// weights with the CPU device's in-process run.
+func trainMultiProcess(t *testing.T, opts compiler.Options, mk func(r int) (*Device, error)) *codegen.Output {
 	if testing.Short() {
 		t.Skip("builds each rank's kernels with the host compiler; run without -short")
 	}
 	refL, refS := trainOn(t, cpu.New(), "../../testdata/models/gpt.ppm", opts, 3)
-	res, err := compiler.Compile("../../testdata/models/gpt.ppm", opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := res.Write(dir); err != nil {
-		t.Fatal(err)
-	}
-	world := res.Output.Plan.World
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	jobs, emus := make([]*runtime.Job, world), make([]*emulator, world)
+	jobs, out := startRanks(t, opts, 0, mk)
+	world := len(jobs)
 	errs := make([]error, world)
 	var wg sync.WaitGroup
-	modules := t.TempDir() // the replicas' identical modules are built once
-	fake := newFakeWorld()
-	transports := make([]string, world)
-	for r := range world {
-		emus[r] = newEmulator(t, modules)
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			dev, err := NewDevice(emus[r], emus[r], emus[r].compile, false)
-			if err == nil && nccl {
-				emus[r].hb = newHBCheck()
-				dev.Collectives = fake.on(emus[r])
-			}
-			if err == nil {
-				jobs[r], err = runtime.LoadRank(dir, dev, r)
-			}
-			if err == nil {
-				o := runtime.JoinOptions{Rank: r, World: world, Master: ln.Addr().String(), Token: "t"}
-				if r == 0 {
-					o.StoreListener = ln
-				}
-				var p *runtime.Process
-				if p, err = jobs[r].Join(o); err == nil {
-					transports[r] = p.Transport
-					t.Cleanup(func() { go p.Close() })
-					err = jobs[r].Init(7)
-				}
-			}
-			errs[r] = err
-		}(r)
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-		if nccl {
-			t.Log(transports[r])
-			if !strings.Contains(transports[r], "device to device") {
-				t.Errorf("rank %d's transport: %q", r, transports[r])
-			}
-		} else if transports[r] != "" {
-			t.Errorf("rank %d's transport: %q", r, transports[r])
-		}
-	}
 	for step := 0; step < 3; step++ {
 		losses := make([]float64, world)
 		for r, j := range jobs {
@@ -344,7 +296,109 @@ func trainMultiProcess(t *testing.T, opts compiler.Options, nccl bool) ([]*emula
 			}
 		}
 	}
-	return emus, res.Output
+	return out
+}
+
+// emulatedGPUs makes rank r's device (mk, called in rank order) on an emulated GPU of its own
+// with a stream-order checker, and NCCL's stand-in when nccl; the emulators' modules are
+// built once for all.
+func emulatedGPUs(t *testing.T, nccl bool) (mk func(r int) (*Device, error), emus *[]*emulator) {
+	modules, fake := t.TempDir(), newFakeWorld()
+	emus = new([]*emulator)
+	return func(r int) (*Device, error) {
+		e := newEmulator(t, modules)
+		e.hb = newHBCheck()
+		*emus = append(*emus, e)
+		d, err := NewDevice(e, e, e.compile, false)
+		if err == nil && nccl {
+			d.Collectives = fake.on(e)
+		}
+		return d, err
+	}, emus
+}
+
+// startRanks compiles opts's plan and starts a process per rank (goroutines joined over
+// loopback TCP, with the run's timeout when given), rank r on device mk(r), with initialised
+// weights.
+func startRanks(t *testing.T, opts compiler.Options, timeout time.Duration, mk func(r int) (*Device, error)) ([]*runtime.Job, *codegen.Output) {
+	res, err := compiler.Compile("../../testdata/models/gpt.ppm", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := res.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	world := res.Output.Plan.World
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, devs := make([]*runtime.Job, world), make([]*Device, world)
+	for r := range world {
+		if devs[r], err = mk(r); err != nil {
+			t.Fatalf("rank %d's device: %v", r, err)
+		}
+	}
+	errs := make([]error, world)
+	transports := make([]string, world)
+	var wg sync.WaitGroup
+	for r := range world {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			var err error
+			jobs[r], err = runtime.LoadRank(dir, devs[r], r)
+			if err == nil {
+				o := runtime.JoinOptions{Rank: r, World: world, Master: ln.Addr().String(), Token: "t", Timeout: timeout}
+				if r == 0 {
+					o.StoreListener = ln
+				}
+				var p *runtime.Process
+				if p, err = jobs[r].Join(o); err == nil {
+					transports[r] = p.Transport
+					t.Cleanup(func() { go p.Close() })
+					err = jobs[r].Init(7)
+				}
+			}
+			errs[r] = err
+		}(r)
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		t.Logf("rank %d: %s", r, cmp.Or(transports[r], "messages through the host and TCP"))
+		if (devs[r].Collectives != nil) != strings.Contains(transports[r], "device to device") {
+			t.Errorf("rank %d's transport: %q", r, transports[r])
+		}
+	}
+	return jobs, res.Output
+}
+
+// TestCUDADeviceOverNCCLStuckPeer: a rank whose peer never runs its step waits on its device
+// for a transfer that will not come; when the run's timeout passes without progress, the
+// rank aborts its communicators, which ends the wait, and the step fails naming the
+// instruction, instead of hanging.
+func TestCUDADeviceOverNCCLStuckPeer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds each rank's kernels with the host compiler; run without -short")
+	}
+	opts := compiler.Options{Load: compiler.LoadOptions{Preset: "tiny"}, Microbatches: 2, PP: 2}
+	mk, emus := emulatedGPUs(t, true)
+	jobs, _ := startRanks(t, opts, time.Second, mk)
+	_, err := jobs[0].Step(runtime.Options{Seed: 7}) // rank 1 never runs the step
+	if err == nil || !strings.Contains(err.Error(), "waited 1s for the device's transfers") {
+		t.Fatalf("a step whose peer never runs: %v", err)
+	}
+	aborted := false
+	for _, l := range (*emus)[0].Log {
+		aborted = aborted || l == "nccl abort"
+	}
+	if !aborted {
+		t.Errorf("rank 0 did not abort its communicators")
+	}
 }
 
 // TestCUDADeviceTrace: a traced step on the CUDA device waits for each instruction's queued

@@ -201,6 +201,10 @@ type Group interface {
 	// and returns what queues it.
 	Collective(c Coll) (func(in, out Tensor) error, error)
 	Close() error
+	// Abort ends the group's transfers in flight, so that whatever waits for them returns
+	// (another member failed, or the transfers outlasted the run's timeout); the group is
+	// unusable afterwards. It may be called while the device waits for them.
+	Abort() error
 }
 
 // CollKind is a collective's kind.
