@@ -26,8 +26,9 @@
 //     emulation of barriers first.
 //
 //   - Device memory is the runtime's: one allocation per rank (device.Device.Alloc), the
-//     cuBLASLt workspace, and nothing per launch. Host transfers (Read, Write) synchronise
-//     the stream.
+//     cuBLASLt workspace, scratch per launch site or collective and the messages' staging,
+//     all made at load or join, and nothing per launch. Host transfers (Read, Write)
+//     synchronise the compute stream.
 //
 //   - Multi-result ops (layer_norm_grad_params, split, …) are one kernel per result.
 //
@@ -35,14 +36,24 @@
 //     scalar, the norms' parameter gradients, the embedding's backward) are Plans: several
 //     kernels passing partial results through scratch memory allocated once per site.
 //
-//   - The device is device.Async: in a multi-process run the runtime queues a send's copy
-//     into page-locked memory behind the kernels and sends it from a goroutine, so the rank
-//     keeps queueing work.
+//   - The device is device.Async: in a multi-process run without NCCL the runtime queues a
+//     send's copy into page-locked memory behind the kernels and sends it from a goroutine,
+//     so the rank keeps queueing work.
 //
-// Not yet: receives and collectives are staged through host memory and the runtime's
-// transports. The NCCL binding (nccl.go) is ready for a device-side transport, which needs a
-// communicator per direction of each pipeline pair (so a send never waits behind a receive
-// on one communicator) and a communication stream ordered by events.
+//   - With NCCL the device is device.Networked (net.go): a communicator and a stream per
+//     communication group, each transfer queued behind a compute event, and the compute
+//     stream waiting for a transfer only when an operation touches its memory (the device
+//     tracks the memory of the transfers in flight), so gradient reductions overlap the
+//     backward and sends the next micro-batch. The runtime makes the groups (a direction of
+//     a pipeline pair, a collective group) and orders the receives (runtime/devnet.go).
+//
+//   - cuBLASLt and NCCL work on the calling thread's current context, so their calls run
+//     under Driver.Bound, on one OS thread with the GPU's context made current, like every
+//     driver call.
+//
+// Tests check the stream order without a GPU: the emulated driver runs work as it is
+// queued, which would hide a missing wait, so a checker keeps vector clocks per stream,
+// event and host over the calls and fails on any two unordered operations on one buffer.
 //
 // ppc opens libcuda.so.1 (the driver API), NVRTC, cuBLASLt and NCCL with purego's dlopen
 // when a run asks for --device cuda, so the binary builds, and every test passes, on a
