@@ -49,9 +49,11 @@
 //
 // ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER and BROADCAST run over an ordered group of ranks:
 // the ranks of a mesh axis through the executing rank, in the axis's order (Instr.axis, what
-// compiled programs use), or an explicit list (Instr.group). The in-process transport defines their results bit for bit; the
-// multi-process TCP transport (tcp.go), and any other, must produce the same bits,
-// so that every layout of the same model trains identically run after run:
+// compiled programs use), or an explicit list (Instr.group). The in-process transport
+// defines their results bit for bit; the multi-process TCP transport (tcp.go), a device's
+// own communication (NCCL on GPUs: runtime/cuda/ordered.go folds each chunk in group order
+// rather than use NCCL's ring or tree sums), and any other, must produce the same bits, so
+// that every layout of the same model trains identically run after run:
 //
 //   - Reduction order. Element i of a SUM is ((m0[i] + m1[i]) + m2[i]) + … with mk the k-th
 //     member of the group in the program's group order — never a tree, a ring order, pairwise
@@ -155,6 +157,11 @@
 //     every other, which stop at once with that message (naming the rank, its host and pid,
 //     and the step and instruction it was at). A wait for a peer longer than --timeout is a
 //     hang, reported with what was awaited.
+//
+// A device that communicates itself (device.Networked: NCCL between GPUs) carries a
+// multi-process run's messages and collectives device to device instead (devnet.go): its
+// groups, the order of the receives, the staging of messages, and a watch that aborts the
+// groups when the run stops, since a GPU waiting for a transfer does not time out.
 //
 // DESIGN.md §8 sketched --rank/--world/--master flags beside the launchers' variables; there
 // is one way instead: the environment, with torchrun's names (RANK, WORLD_SIZE, MASTER_ADDR,

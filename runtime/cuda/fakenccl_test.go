@@ -244,6 +244,26 @@ func (c *fakeComm) Broadcast(send, recv DevicePtr, count int64, dt ir.DType, roo
 	return c.collective("broadcast", send, n, recv, n, s, func(ins [][]byte, out []byte) { copy(out, ins[root]) })
 }
 
+// Exchange sends (buffered) and then receives, which is a group's effect.
+func (c *fakeComm) Exchange(ops []P2P, s Stream) error {
+	c.f.e.logf("nccl exchange %d", len(ops))
+	for _, p := range ops {
+		if !p.Recv {
+			if err := c.Send(p.Buf, p.Bytes, p.Peer, s); err != nil {
+				return err
+			}
+		}
+	}
+	for _, p := range ops {
+		if p.Recv {
+			if err := c.Recv(p.Buf, p.Bytes, p.Peer, s); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 func (c *fakeComm) Abort() error {
 	c.f.e.logf("nccl abort")
 	w := c.f.w

@@ -9,14 +9,16 @@ import (
 // NCCL is the binding of libnccl's communicator and collective entry points ppc uses: one
 // communicator per process group, made from a unique id that the group's first rank creates
 // and the run's rendezvous (runtime's store) hands to the others; collectives and
-// point-to-point transfers queued on a stream. A pipeline pair's two directions are two
-// communicators (net.go), so no send and receive need grouping.
+// point-to-point transfers queued on a stream, alone (a pipeline pair's two directions are
+// two communicators, net.go) or grouped (the exchanges of an ordered reduction, ordered.go).
 type NCCL struct {
 	lib            *Library
 	getUniqueID    func(id *UniqueID) int32
 	commInitRank   func(comm *uintptr, nranks int32, id UniqueID, rank int32) int32
 	commDestroy    func(comm uintptr) int32
 	commAbort      func(comm uintptr) int32
+	groupStart     func() int32
+	groupEnd       func() int32
 	allReduce      func(send, recv uintptr, count uint64, dt, op int32, comm, stream uintptr) int32
 	allGather      func(send, recv uintptr, sendcount uint64, dt int32, comm, stream uintptr) int32
 	reduceScatter  func(send, recv uintptr, recvcount uint64, dt, op int32, comm, stream uintptr) int32
@@ -46,7 +48,7 @@ func OpenNCCL(l *Library) (*NCCL, error) {
 	n := &NCCL{lib: l}
 	if err := l.bind([]binding{{&n.getUniqueID, "ncclGetUniqueId"}, {&n.commInitRank, "ncclCommInitRank"}, {&n.commDestroy, "ncclCommDestroy"}, {&n.commAbort, "ncclCommAbort"},
 		{&n.allReduce, "ncclAllReduce"}, {&n.allGather, "ncclAllGather"}, {&n.reduceScatter, "ncclReduceScatter"}, {&n.broadcast, "ncclBroadcast"},
-		{&n.send, "ncclSend"}, {&n.recv, "ncclRecv"},
+		{&n.send, "ncclSend"}, {&n.recv, "ncclRecv"}, {&n.groupStart, "ncclGroupStart"}, {&n.groupEnd, "ncclGroupEnd"},
 		{&n.getErrorString, "ncclGetErrorString"}}...); err != nil {
 		return nil, err
 	}
@@ -169,6 +171,42 @@ func (c *Comm) Recv(buf DevicePtr, bytes int64, peer int, s Stream) error {
 	return c.nccl.check("ncclRecv", c.nccl.recv(uintptr(buf), uint64(bytes), 1, int32(peer), c.handle, uintptr(s)))
 }
 
+// P2P is one send or receive of bytes with group rank Peer.
+type P2P struct {
+	Recv  bool
+	Buf   DevicePtr
+	Bytes int64
+	Peer  int
+}
+
+// Exchange queues sends and receives as one NCCL group, so that their order does not matter
+// (each member sends to and receives from every other). The group is ended even after a
+// failed call, so that NCCL's group state is not left open.
+func (c *Comm) Exchange(ops []P2P, s Stream) error {
+	if len(ops) == 0 {
+		return nil
+	}
+	if err := c.nccl.check("ncclGroupStart", c.nccl.groupStart()); err != nil {
+		return err
+	}
+	var first error
+	for _, p := range ops {
+		var err error
+		if p.Recv {
+			err = c.Recv(p.Buf, p.Bytes, p.Peer, s)
+		} else {
+			err = c.Send(p.Buf, p.Bytes, p.Peer, s)
+		}
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	if err := c.nccl.check("ncclGroupEnd", c.nccl.groupEnd()); err != nil && first == nil {
+		first = err
+	}
+	return first
+}
+
 // Collectives is the communication library the device's groups run on: NCCL on GPUs
 // (*NCCL), an in-process stand-in across emulated devices in the tests.
 type Collectives interface {
@@ -187,6 +225,7 @@ type Communicator interface {
 	Broadcast(send, recv DevicePtr, count int64, dt ir.DType, root int, s Stream) error
 	Send(buf DevicePtr, bytes int64, peer int, s Stream) error
 	Recv(buf DevicePtr, bytes int64, peer int, s Stream) error
+	Exchange(ops []P2P, s Stream) error
 	Close() error
 	Abort() error
 }

@@ -39,8 +39,8 @@ const char *ncclGetErrorString(int rc) { return rc == 4 ? "invalid argument" : "
 
 // TestNCCLCalls: the NCCL binding through purego on a stand-in libnccl — the unique id
 // arrives by value intact, every collective passes its buffers, count, ncclDataType_t and
-// ncclRedOp_t (nccl.h's values), sends and receives pass bytes (ncclUint8), and errors carry
-// NCCL's message.
+// ncclRedOp_t (nccl.h's values), sends and receives pass bytes (ncclUint8), grouped ones run
+// inside one group (ended even when a call fails), and errors carry NCCL's message.
 func TestNCCLCalls(t *testing.T) {
 	root := t.TempDir()
 	fakeLib(t, filepath.Join(root, "libnccl.so.2"), fakeNCCL)
@@ -64,6 +64,7 @@ func TestNCCLCalls(t *testing.T) {
 		c.Broadcast(0x4000, 0x4000, 5, ir.I64, 1, 7),
 		c.Send(0x5000, 64, 3, 7),
 		c.Recv(0x6000, 64, 1, 7),
+		c.Exchange([]P2P{{Buf: 0x7000, Bytes: 16, Peer: 3}, {Recv: true, Buf: 0x8000, Bytes: 16, Peer: 1}}, 7),
 		c.Abort(),
 		c.Close(),
 	} {
@@ -76,12 +77,18 @@ func TestNCCLCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "uniqueid\ninit nranks=4 rank=2 id=1,4,126\nallreduce 0x1000 0x1000 96 dt=7 op=0 comm=0xc0 stream=0x7\nallgather 0x2000 0x3000 10 dt=9\n" +
-		"reducescatter 0x3000 0x2000 10 dt=8 op=2\nbroadcast 5 dt=4 root=1\nsend 0x5000 64 dt=1 peer=3\nrecv 0x6000 64 dt=1 peer=1\nabort 0xc0\ndestroy 0xc0\n"
+		"reducescatter 0x3000 0x2000 10 dt=8 op=2\nbroadcast 5 dt=4 root=1\nsend 0x5000 64 dt=1 peer=3\nrecv 0x6000 64 dt=1 peer=1\ngroup start\nsend 0x7000 16 dt=1 peer=3\nrecv 0x8000 16 dt=1 peer=1\ngroup end\nabort 0xc0\ndestroy 0xc0\n"
 	if got := logOf(); got != want {
 		t.Errorf("calls:\n%s\nwant:\n%s", got, want)
 	}
 	if err := c.Recv(0x6000, 1, -1, 7); err == nil || err.Error() != "ncclRecv: invalid argument" {
 		t.Errorf("a failing receive: %v", err)
+	}
+	if err := c.Exchange([]P2P{{Recv: true, Buf: 0x6000, Bytes: 1, Peer: -1}}, 7); err == nil || err.Error() != "ncclRecv: invalid argument" {
+		t.Errorf("a failing receive in a group: %v", err)
+	}
+	if got := logOf(); !strings.HasSuffix(got, "group start\nrecv 0x6000 1 dt=1 peer=-1\ngroup end\n") {
+		t.Errorf("the group was not ended after the failure:\n%s", got)
 	}
 	if _, err := n.Join(id, 2, 5); err == nil || !strings.Contains(err.Error(), "ncclCommInitRank: invalid argument") {
 		t.Errorf("a rank outside the group: %v", err)

@@ -198,10 +198,10 @@ func (g *group) Close() error { return g.d.drv.Bound(g.comm.Close) }
 // device's lock is waiting for.
 func (g *group) Abort() error { return g.d.drv.Bound(g.comm.Abort) }
 
-// Collective prepares a collective: NCCL's own call when the members' parts are contiguous
-// blocks in member order (all-reduce, broadcast, and gathers and scatters along a dim with
-// only 1s before it), else NCCL's call on a scratch buffer in member-major order and a
-// permute kernel between it and the tensor, on the group's stream.
+// Collective prepares a collective. Float reductions are ordered (ordered.go): every member
+// folds its chunk in group order, as the host transports do. Gathers and scatters along a dim
+// with more than 1s before it go through a scratch buffer in member-major order (NCCL's
+// layout) and a permute kernel on the group's stream.
 func (g *group) Collective(c device.Coll) (func(in, out device.Tensor) error, error) {
 	d := g.d
 	count := int64(c.In.NumElements())
@@ -214,6 +214,24 @@ func (g *group) Collective(c device.Coll) (func(in, out device.Tensor) error, er
 	}
 	switch c.Kind {
 	case device.AllReduce:
+		if dt.IsFloat() {
+			counts, offs := chunks(int64(count), g.size)
+			o, err := g.prepareOrdered(dt, c.Op, counts, offs)
+			if err != nil {
+				return nil, err
+			}
+			return func(in, out device.Tensor) error {
+				if err := check(in, out, c.In); err != nil {
+					return err
+				}
+				return g.queue([]device.Tensor{in}, []device.Tensor{out, o.parts}, func() error {
+					if err := o.reduce(in, o.at(out, offs[g.pos], counts[g.pos])); err != nil {
+						return err
+					}
+					return o.share(out)
+				})
+			}, nil
+		}
 		return func(in, out device.Tensor) error {
 			if err := check(in, out, c.In); err != nil {
 				return err
@@ -306,18 +324,37 @@ func (g *group) Collective(c device.Coll) (func(in, out device.Tensor) error, er
 		}, nil
 	}
 	recv := int64(shard.NumElements())
+	var o *ordered
+	if dt.IsFloat() {
+		counts, offs := make([]int64, g.size), make([]int64, g.size)
+		for k := range counts {
+			counts[k], offs[k] = recv, int64(k)*recv
+		}
+		var err error
+		if o, err = g.prepareOrdered(dt, c.Op, counts, offs); err != nil {
+			return nil, err
+		}
+	}
 	return func(in, out device.Tensor) error {
 		if err := check(in, out, shard); err != nil {
 			return err
 		}
-		return g.queue([]device.Tensor{in}, withScratch(out, scratch), func() error {
-			if perm == "" {
-				return g.comm.ReduceScatter(DevicePtr(in.Addr), DevicePtr(out.Addr), recv, dt, c.Op, g.stream)
+		writes := withScratch(out, scratch)
+		if o != nil {
+			writes = append(writes, o.parts)
+		}
+		return g.queue([]device.Tensor{in}, writes, func() error {
+			src := in
+			if perm != "" {
+				if err := permute(scratch, in); err != nil {
+					return err
+				}
+				src = scratch
 			}
-			if err := permute(scratch, in); err != nil {
-				return err
+			if o != nil {
+				return o.reduce(src, out)
 			}
-			return g.comm.ReduceScatter(DevicePtr(scratch.Addr), DevicePtr(out.Addr), recv, dt, c.Op, g.stream)
+			return g.comm.ReduceScatter(DevicePtr(src.Addr), DevicePtr(out.Addr), recv, dt, c.Op, g.stream)
 		})
 	}, nil
 }

@@ -1,6 +1,8 @@
 package cuda
 
 import (
+	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -13,10 +15,16 @@ import (
 // netPair is two emulated devices joined by the fake NCCL, each with a stream-order checker.
 func netPair(t *testing.T) ([2]*Device, [2]*emulator) {
 	t.Helper()
+	devs, emus := netDevices(t, 2)
+	return [2]*Device(devs), [2]*emulator(emus)
+}
+
+// netDevices is n emulated devices on one fake NCCL, with stream-order checkers.
+func netDevices(t *testing.T, n int) ([]*Device, []*emulator) {
+	t.Helper()
 	w := newFakeWorld()
 	dir := t.TempDir()
-	var devs [2]*Device
-	var emus [2]*emulator
+	devs, emus := make([]*Device, n), make([]*emulator, n)
 	for i := range devs {
 		emus[i] = newEmulator(t, dir)
 		emus[i].hb = newHBCheck()
@@ -33,18 +41,23 @@ func netPair(t *testing.T) ([2]*Device, [2]*emulator) {
 // joinAll joins both devices to one group (positions 0 and 1).
 func joinAll(t *testing.T, devs [2]*Device) [2]device.Group {
 	t.Helper()
+	return [2]device.Group(joinGroup(t, devs[:]))
+}
+
+// joinGroup joins the devices to one group, in order.
+func joinGroup(t *testing.T, devs []*Device) []device.Group {
+	t.Helper()
 	id, err := devs[0].Net().GroupID()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var gs [2]device.Group
-	var errs [2]error
+	gs, errs := make([]device.Group, len(devs)), make([]error, len(devs))
 	var wg sync.WaitGroup
 	for i, d := range devs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			gs[i], errs[i] = d.Net().Join(id, 2, i)
+			gs[i], errs[i] = d.Net().Join(id, len(devs), i)
 		}()
 	}
 	wg.Wait()
@@ -65,7 +78,7 @@ func f32s(t *testing.T, d *Device, x device.Tensor) []float32 {
 	return slices.Clone(device.Tensor{Type: x.Type, Data: b}.F32())
 }
 
-func checkOrder(t *testing.T, emus [2]*emulator) {
+func checkOrder(t *testing.T, emus []*emulator) {
 	t.Helper()
 	for i, e := range emus {
 		for _, r := range e.hb.races {
@@ -181,7 +194,7 @@ func TestNetCollectives(t *testing.T) {
 			t.Fatalf("received [%d] = %g, want %g", i, v, want)
 		}
 	}
-	checkOrder(t, emus)
+	checkOrder(t, emus[:])
 	var permutes int
 	for _, l := range emus[0].Log {
 		if strings.HasPrefix(l, "function ") && strings.Contains(l, " permute_") {
@@ -243,7 +256,7 @@ func TestNetOrdersStreams(t *testing.T) {
 	if waits() != before+1 {
 		t.Errorf("the compute stream waited %d times for the receive, want once", waits()-before)
 	}
-	checkOrder(t, emus)
+	checkOrder(t, emus[:])
 
 	// The bug the checker exists for.
 	wg.Add(1)
@@ -257,4 +270,128 @@ func TestNetOrdersStreams(t *testing.T) {
 	if len(emus[1].hb.races) == 0 || !strings.Contains(emus[1].hb.races[0], "is not ordered after") {
 		t.Errorf("a read of a receive's buffer the device did not wait for: races %q", emus[1].hb.races)
 	}
+}
+
+// TestNetReductionsInGroupOrder: the device's float reductions give the host transports'
+// bits (runtime/doc.go's contract), not NCCL's ring or tree sums: over three members, with a
+// size that does not divide into three chunks, f32 and bf16 (widened to f32, rounded once),
+// sum, mean, max and min, all-reduce in place and reduce-scatter along dims 0 and 1; and
+// the stream order holds.
+func TestNetReductionsInGroupOrder(t *testing.T) {
+	devs, emus := netDevices(t, 3)
+	gs := joinGroup(t, devs)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, dt := range []ir.DType{ir.F32, ir.BF16} {
+		for _, op := range []string{"sum", "mean", "max", "min"} {
+			for _, c := range []struct {
+				kind device.CollKind
+				in   ir.Shape
+				dim  int
+			}{{device.AllReduce, ir.Shape{2, 5}, 0}, {device.ReduceScatter, ir.Shape{6, 2}, 0}, {device.ReduceScatter, ir.Shape{2, 3, 2}, 1}} {
+				in := ir.Type{DType: dt, Shape: c.in}
+				out := in
+				if c.kind == device.ReduceScatter {
+					out.Shape = slices.Clone(c.in)
+					out.Shape[c.dim] /= 3
+				}
+				n := in.NumElements()
+				// Member m's operand, as float64 values of dt.
+				vals := make([][]float64, 3)
+				bufs := make([][2]device.Tensor, 3)
+				for m, d := range devs {
+					h := device.Tensor{Type: in, Data: make([]byte, in.Bytes())}
+					for i := range n {
+						v := float64(float32(rng.NormFloat64() * 1e3))
+						if i == 3 {
+							v = 0 // ties and signed zeros
+							if m > 0 {
+								v = math.Copysign(0, -1)
+							}
+						}
+						setFloat(h, i, v)
+						vals[m] = append(vals[m], h.Float(i))
+					}
+					mem, err := d.Alloc(512)
+					if err != nil {
+						t.Fatal(err)
+					}
+					bufs[m] = [2]device.Tensor{mem.At(0, in), mem.At(256, out)}
+					if err := d.Write(bufs[m][0], h.Data); err != nil {
+						t.Fatal(err)
+					}
+				}
+				var wg sync.WaitGroup
+				errs := make([]error, 3)
+				for m := range devs {
+					f, err := gs[m].Collective(device.Coll{Kind: c.kind, In: in, Dim: c.dim, Op: op})
+					if err != nil {
+						t.Fatal(err)
+					}
+					o := bufs[m][1]
+					if c.kind == device.AllReduce {
+						o = bufs[m][0] // in place
+					}
+					wg.Add(1)
+					go func() { defer wg.Done(); errs[m] = f(bufs[m][0], o) }()
+				}
+				wg.Wait()
+				// The contract: fold in member order in f32, round once to dt.
+				want := make([]float64, n)
+				for i := range n {
+					acc := float32(vals[0][i])
+					for m := 1; m < 3; m++ {
+						v := float32(vals[m][i])
+						switch op {
+						case "sum", "mean":
+							acc += v
+						case "max":
+							if v > acc || v != v {
+								acc = v
+							}
+						case "min":
+							if v < acc || v != v {
+								acc = v
+							}
+						}
+					}
+					if op == "mean" {
+						acc /= 3
+					}
+					r := device.Tensor{Type: ir.Type{DType: dt, Shape: ir.Shape{1}}, Data: make([]byte, dt.Size())}
+					setFloat(r, 0, float64(acc))
+					want[i] = r.Float(0)
+				}
+				for m, d := range devs {
+					if errs[m] != nil {
+						t.Fatal(errs[m])
+					}
+					res := bufs[m][1]
+					if c.kind == device.AllReduce {
+						res = bufs[m][0]
+					}
+					h := device.Tensor{Type: res.Type, Data: make([]byte, res.Bytes())}
+					if err := d.Read(h.Data, res); err != nil {
+						t.Fatal(err)
+					}
+					for i := range res.Type.NumElements() {
+						// Element i of the result is element src of the operand.
+						src := i
+						if c.kind == device.ReduceScatter {
+							pre := 1
+							for _, x := range c.in[:c.dim] {
+								pre *= x
+							}
+							block := n / pre / 3
+							src = i/block*(block*3) + m*block + i%block
+						}
+						got := h.Float(i)
+						if math.Float64bits(got) != math.Float64bits(want[src]) {
+							t.Fatalf("%s %v %s %v: member %d element %d = %v, want %v (the host transports' bits)", dt, c.kind, op, c.in, m, i, got, want[src])
+						}
+					}
+				}
+			}
+		}
+	}
+	checkOrder(t, emus)
 }

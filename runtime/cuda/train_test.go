@@ -2,6 +2,8 @@ package cuda
 
 import (
 	"cmp"
+	"crypto/sha256"
+	"slices"
 	"fmt"
 	"math"
 	"net"
@@ -165,9 +167,10 @@ func trainGrid(t *testing.T, dev device.Device) {
 // rank queues more work — and the tp all-reduces and dp reductions are staged through the
 // host. Three steps give the CPU device's in-process losses and weights (rtol 1e-4).
 func TestCUDADeviceMultiProcess(t *testing.T) {
-	opts := compiler.Options{Load: compiler.LoadOptions{Preset: "tiny"}, Microbatches: 4, PP: 2, DP: 2, TP: 2, SP: true, Schedule: "zb-h1"}
+	opts := compiler.Options{Load: compiler.LoadOptions{Preset: "tiny"}, Microbatches: 4, PP: 2, DP: 2, TP: 2, SP: true, Zero: 1, Schedule: "zb-h1"}
 	mk, emus := emulatedGPUs(t, false)
-	trainMultiProcess(t, opts, mk)
+	_, tcp := trainMultiProcess(t, opts, mk)
+	defer overNCCL(t, opts, tcp)
 	for r, e := range *emus {
 		for _, race := range e.hb.races {
 			t.Errorf("rank %d: %s", r, race)
@@ -191,22 +194,28 @@ func TestCUDADeviceMultiProcess(t *testing.T) {
 	t.Logf("%d page-locked send buffers, %d asynchronous sends over %d ranks", pinned, waits, len(*emus))
 }
 
-// TestCUDADeviceOverNCCL: the same multi-process runs with NCCL carrying every message and
-// collective device to device (an in-process stand-in for NCCL across the emulated GPUs),
+// overNCCL (part of TestCUDADeviceMultiProcess): the same multi-process runs with NCCL
+// carrying every message and collective device to device (an in-process stand-in for NCCL across the emulated GPUs;
+// float reductions exchanged and folded in group order, ordered.go),
 // on a stream per communicator ordered against compute by events: pp×tp×dp with sequence
 // parallelism (all-gathers and reduce-scatters along the sequence dim) and ZeRO-1, and zbv,
 // whose stages receive some messages in another order than they were sent (received
 // early into staging). Three steps give the CPU device's losses and weights, nothing
 // crosses host memory but inputs, losses and the final read-back, and the stream-order
-// checker finds no two operations on one buffer that the GPU could run in either order.
-func TestCUDADeviceOverNCCL(t *testing.T) {
+// checker finds no two operations on one buffer that the GPU could run in either order. The
+// pp×tp×dp run's losses and weights are the TCP run's bit for bit: the device's reductions
+// keep the transports' contract.
+func overNCCL(t *testing.T, meshOpts compiler.Options, tcpBits []string) {
 	for _, opts := range []compiler.Options{
-		{Load: compiler.LoadOptions{Preset: "tiny"}, Microbatches: 4, PP: 2, DP: 2, TP: 2, SP: true, Zero: 1, Schedule: "zb-h1"},
+		meshOpts,
 		{Load: compiler.LoadOptions{Preset: "tiny"}, Microbatches: 4, PP: 2, Schedule: "zbv"},
 	} {
 		t.Run(fmt.Sprintf("pp%d dp%d tp%d %s", opts.PP, max(opts.DP, 1), max(opts.TP, 1), opts.Schedule), func(t *testing.T) {
 			mk, emusp := emulatedGPUs(t, true)
-			progs := trainMultiProcess(t, opts, mk)
+			progs, bits := trainMultiProcess(t, opts, mk)
+			if opts.Schedule == meshOpts.Schedule && !slices.Equal(bits, tcpBits) {
+				t.Errorf("the losses and weights differ from the run over TCP (staged through the host)")
+			}
 			emus := *emusp
 			// The host buffers are the inputs': one per INPUT instruction of each replica.
 			inputs := 0
@@ -220,7 +229,7 @@ func TestCUDADeviceOverNCCL(t *testing.T) {
 			count := map[string]int{}
 			for r, e := range emus {
 				for _, l := range e.Log {
-					for _, k := range []string{"nccl send", "nccl recv", "nccl all-reduce", "nccl all-gather", "nccl reduce-scatter", "host alloc", "d2h"} {
+					for _, k := range []string{"nccl send", "nccl recv", "nccl exchange", "nccl all-reduce", "nccl all-gather", "nccl reduce-scatter", "host alloc", "d2h"} {
 						if strings.HasPrefix(l, k) {
 							count[k]++
 						}
@@ -234,7 +243,8 @@ func TestCUDADeviceOverNCCL(t *testing.T) {
 			if count["nccl send"] == 0 || count["nccl send"] != count["nccl recv"] {
 				t.Errorf("%d NCCL sends, %d receives", count["nccl send"], count["nccl recv"])
 			}
-			if opts.TP > 1 && (count["nccl all-gather"] == 0 || count["nccl reduce-scatter"] == 0 || count["nccl all-reduce"] == 0) {
+			// Float reductions are exchanges and an ordered fold (the host transports' bits).
+			if opts.TP > 1 && (count["nccl all-gather"] == 0 || count["nccl exchange"] == 0) {
 				t.Errorf("the collectives did not all go through NCCL: %v", count)
 			}
 			if count["host alloc"] != inputs {
@@ -247,13 +257,14 @@ func TestCUDADeviceOverNCCL(t *testing.T) {
 // trainMultiProcess runs opts's plan for three steps with a process per rank (goroutines
 // joined over loopback TCP), rank r on device mk(r), and compares every rank's losses and
 // weights with the CPU device's in-process run.
-func trainMultiProcess(t *testing.T, opts compiler.Options, mk func(r int) (*Device, error)) *codegen.Output {
+func trainMultiProcess(t *testing.T, opts compiler.Options, mk func(r int) (*Device, error)) (out *codegen.Output, bits []string) {
 	if testing.Short() {
 		t.Skip("builds each rank's kernels with the host compiler; run without -short")
 	}
 	refL, refS := trainOn(t, cpu.New(), "../../testdata/models/gpt.ppm", opts, 3)
 	jobs, out := startRanks(t, opts, 0, mk)
 	world := len(jobs)
+	// bits records every loss and weight exactly, to compare runs with each other.
 	errs := make([]error, world)
 	var wg sync.WaitGroup
 	for step := 0; step < 3; step++ {
@@ -275,9 +286,10 @@ func trainMultiProcess(t *testing.T, opts compiler.Options, mk func(r int) (*Dev
 			if math.Abs(losses[r]-refL[step]) > 1e-4*math.Abs(refL[step]) {
 				t.Errorf("step %d: rank %d's loss %.9g, the CPU device %.9g", step+1, r, losses[r], refL[step])
 			}
+			bits = append(bits, fmt.Sprintf("step %d rank %d loss %x", step+1, r, math.Float64bits(losses[r])))
 		}
 	}
-	for _, j := range jobs {
+	for r, j := range jobs {
 		for _, role := range []pb.Role{pb.Role_PARAM, pb.Role_STATE} {
 			bufs, err := j.Buffers(role)
 			if err != nil {
@@ -285,6 +297,7 @@ func trainMultiProcess(t *testing.T, opts compiler.Options, mk func(r int) (*Dev
 			}
 			for name, b := range bufs {
 				got, full := runtime.Float64s(b), refS[name]
+				bits = append(bits, fmt.Sprintf("rank %d %s %x", r, name, sha256.Sum256(b.Data)))
 				if len(got) != len(full) { // a tp shard: its values appear in the full tensor
 					continue
 				}
@@ -296,7 +309,8 @@ func trainMultiProcess(t *testing.T, opts compiler.Options, mk func(r int) (*Dev
 			}
 		}
 	}
-	return out
+	slices.Sort(bits)
+	return out, bits
 }
 
 // emulatedGPUs makes rank r's device (mk, called in rank order) on an emulated GPU of its own
