@@ -3,10 +3,10 @@ package cuda
 import (
 	"cmp"
 	"crypto/sha256"
-	"slices"
 	"fmt"
 	"math"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
