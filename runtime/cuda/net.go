@@ -212,43 +212,38 @@ func (g *group) Collective(c device.Coll) (func(in, out device.Tensor) error, er
 		}
 		return nil
 	}
+	// whole queues call on an operand and a result of the operand's type, which call and
+	// its scratch write.
+	whole := func(call func(in, out device.Tensor) error, scratch ...device.Tensor) func(in, out device.Tensor) error {
+		return func(in, out device.Tensor) error {
+			if err := check(in, out, c.In); err != nil {
+				return err
+			}
+			return g.queue([]device.Tensor{in}, append([]device.Tensor{out}, scratch...), func() error { return call(in, out) })
+		}
+	}
 	switch c.Kind {
 	case device.AllReduce:
-		if dt.IsFloat() {
-			counts, offs := chunks(int64(count), g.size)
-			o, err := g.prepareOrdered(dt, c.Op, counts, offs)
-			if err != nil {
-				return nil, err
-			}
-			return func(in, out device.Tensor) error {
-				if err := check(in, out, c.In); err != nil {
-					return err
-				}
-				return g.queue([]device.Tensor{in}, []device.Tensor{out, o.parts}, func() error {
-					if err := o.reduce(in, o.at(out, offs[g.pos], counts[g.pos])); err != nil {
-						return err
-					}
-					return o.share(out)
-				})
-			}, nil
-		}
-		return func(in, out device.Tensor) error {
-			if err := check(in, out, c.In); err != nil {
-				return err
-			}
-			return g.queue([]device.Tensor{in}, []device.Tensor{out}, func() error {
+		if !dt.IsFloat() {
+			return whole(func(in, out device.Tensor) error {
 				return g.comm.AllReduce(DevicePtr(in.Addr), DevicePtr(out.Addr), count, dt, c.Op, g.stream)
-			})
-		}, nil
-	case device.Broadcast:
-		return func(in, out device.Tensor) error {
-			if err := check(in, out, c.In); err != nil {
+			}), nil
+		}
+		counts, offs := chunks(count, g.size)
+		o, err := g.prepareOrdered(dt, c.Op, counts, offs)
+		if err != nil {
+			return nil, err
+		}
+		return whole(func(in, out device.Tensor) error {
+			if err := o.reduce(in, o.at(out, offs[g.pos], counts[g.pos])); err != nil {
 				return err
 			}
-			return g.queue([]device.Tensor{in}, []device.Tensor{out}, func() error {
-				return g.comm.Broadcast(DevicePtr(in.Addr), DevicePtr(out.Addr), count, dt, c.Root, g.stream)
-			})
-		}, nil
+			return o.share(out)
+		}, o.parts), nil
+	case device.Broadcast:
+		return whole(func(in, out device.Tensor) error {
+			return g.comm.Broadcast(DevicePtr(in.Addr), DevicePtr(out.Addr), count, dt, c.Root, g.stream)
+		}), nil
 	case device.AllGather, device.ReduceScatter:
 	default:
 		return nil, fmt.Errorf("unknown collective %d", c.Kind)
