@@ -387,6 +387,17 @@ func TestKernelsCompileToPTX(t *testing.T) {
 		t.Skip("clang is not installed (.ci/run installs it): the kernels' PTX compile is not checked here")
 	}
 	ks := caseKernels(t, ewCases())
+	// The communication's own kernels: ordered reductions' folds (net.go's permutes are
+	// transposes, among the cases).
+	for _, dt := range []ir.DType{ir.F32, ir.F64, ir.BF16, ir.F16} {
+		for _, op := range []string{"sum", "mean", "max", "min"} {
+			k, err := foldKernel(fmt.Sprintf("fold_%s_%s", op, dt), dt, op, 3, 7)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ks = append(ks, k)
+		}
+	}
 	dir := t.TempDir()
 	src := filepath.Join(dir, "kernels.cu")
 	if err := os.WriteFile(src, []byte(Source(ks...)), 0o644); err != nil {
