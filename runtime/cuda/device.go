@@ -39,6 +39,8 @@ type Device struct {
 	// Geometry picks a launch's grid and block for n indices (kernels loop grid-stride, so
 	// any geometry computes the same; tests try grids that do not divide n).
 	Geometry func(n int64) (grid, block uint32)
+	// RowGeometry picks a row kernel's grid and block for rows of width elements.
+	RowGeometry func(rows, width int64) (grid, block uint32)
 
 	mu      sync.Mutex
 	pending []Kernel
@@ -73,7 +75,7 @@ func NewDevice(drv Driver, blas Blas, compile func(src string) ([]byte, error), 
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{drv: drv, blas: blas, compile: compile, tf32: tf32, stream: s, Geometry: DefaultGeometry,
+	d := &Device{drv: drv, blas: blas, compile: compile, tf32: tf32, stream: s, Geometry: DefaultGeometry, RowGeometry: DefaultRowGeometry,
 		funcs: map[string]Function{}, accum: map[[2]ir.DType]string{}}
 	d.noter, _ = drv.(accessNoter)
 	return d, d.accumKernels()
@@ -174,6 +176,9 @@ func (d *Device) Prepare(s *device.Spec) (impl device.Impl, err error) {
 			args = append(args, buf(st.Out).Addr, uint64(k.N))
 			d.note(reads, buf(st.Out))
 			grid, block := d.Geometry(k.N)
+			if k.Width > 0 {
+				grid, block = d.RowGeometry(k.N, k.Width)
+			}
 			if err := d.drv.Launch(d.funcs[k.Name], grid, block, d.stream, args...); err != nil {
 				return fmt.Errorf("%s: %v", s.Name(), err)
 			}

@@ -16,14 +16,20 @@
 //   - GEMMs go to cuBLASLt, not cuBLAS: one API for strided batches, bias epilogues and
 //     compute types (fp32 accumulation; TF32 only when asked).
 //
-//   - No atomics, shared memory or barriers: every thread computes its own outputs, and
-//     scatters (gradients of gathers, pooling, padding) are written as gathers in the CPU
-//     device's order. Results are deterministic, and every kernel runs on the host too:
-//     ppc_cuda.h's PPC_HOST branch turns a launch into a loop over blocks and threads, which
-//     is how CI checks each kernel, and whole training runs (an emulated driver in the
-//     tests), against the CPU device without a GPU. Row kernels (softmax, norms,
-//     cross-entropy) are one thread per row; faster block-level versions need a host
-//     emulation of barriers first.
+//   - No atomics: every thread computes its own outputs, and scatters (gradients of
+//     gathers, pooling, padding) are written as gathers in the CPU device's order. Results
+//     are deterministic, and every kernel runs on the host too: ppc_cuda.h's PPC_HOST
+//     branch turns a launch into a loop over blocks and threads, which is how CI checks
+//     each kernel, and whole training runs (an emulated driver in the tests), against the
+//     CPU device without a GPU.
+//
+//   - Softmax, log_softmax, the norms and their input gradients over contiguous rows are a
+//     block per row (rows.go): the row's threads read consecutive elements, and thread 0
+//     folds their partial statistics in thread order. The only barriers and shared memory
+//     in ppc's kernels are there, between phases that keep every value crossing a barrier
+//     in shared memory, so that the host build runs each phase for all of a block's
+//     threads before the next: barriers need no threads on the host. Cross-entropy's rows
+//     are still a thread per row.
 //
 //   - Device memory is the runtime's: one allocation per rank (device.Device.Alloc), the
 //     cuBLASLt workspace, scratch per launch site or collective and the messages' staging,

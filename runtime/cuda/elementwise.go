@@ -23,8 +23,10 @@ type Kernel struct {
 	// int block), which runs the grid's blocks and threads one after another.
 	Body string
 	N    int64
-	In   []ir.Type
-	Out  ir.Type
+	// Width > 0 marks a row kernel (rows.go): N rows of Width elements, a block per row.
+	Width int64
+	In    []ir.Type
+	Out   ir.Type
 }
 
 // Source is the kernels' full translation unit: the header, then each body.

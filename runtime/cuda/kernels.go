@@ -30,7 +30,25 @@ func Generate(s *device.Spec, name string) (Kernel, error) {
 	if len(s.Out) != 1 {
 		return Kernel{}, fmt.Errorf("%s: %d results, want 1", s.Op.Name, len(s.Out))
 	}
+	if rk := rowKernels[s.Op.Name]; rk != nil {
+		if _, _, inner, err := rows(s); err == nil && inner == 1 {
+			return rk(s, name)
+		}
+	}
 	return wrap(s, name, g)
+}
+
+// rowKernels are the ops with a block-per-row kernel (rows.go) for contiguous rows; the
+// generators' one-thread-per-row kernels serve strided rows.
+var rowKernels = map[string]func(s *device.Spec, name string) (Kernel, error){
+	"softmax":               func(s *device.Spec, n string) (Kernel, error) { return rowSoftmax(s, n, false) },
+	"log_softmax":           func(s *device.Spec, n string) (Kernel, error) { return rowSoftmax(s, n, true) },
+	"softmax_grad":          func(s *device.Spec, n string) (Kernel, error) { return rowSoftmaxGrad(s, n, false) },
+	"log_softmax_grad":      func(s *device.Spec, n string) (Kernel, error) { return rowSoftmaxGrad(s, n, true) },
+	"layer_norm":            func(s *device.Spec, n string) (Kernel, error) { return rowNorm(s, n, false, false) },
+	"rms_norm":              func(s *device.Spec, n string) (Kernel, error) { return rowNorm(s, n, true, false) },
+	"layer_norm_grad_input": func(s *device.Spec, n string) (Kernel, error) { return rowNorm(s, n, false, true) },
+	"rms_norm_grad_input":   func(s *device.Spec, n string) (Kernel, error) { return rowNorm(s, n, true, true) },
 }
 
 // HasKernel reports whether the CUDA device implements op (elementwise ops always: they are

@@ -145,6 +145,27 @@ func ewCases() []ewCase {
 			cs[i].abs = a
 		}
 	}
+	// Rows longer than a block: each of rows.go's threads folds several elements, and
+	// thread 0 folds the threads' partial results.
+	{
+		long, col := ty(f32, 3, 200), ty(f32, 200)
+		first := len(cs)
+		op("softmax", nil, 16, []ir.Type{long}, long)
+		op("log_softmax", nil, 16, []ir.Type{ty(bf, 2, 150)}, ty(bf, 2, 150))
+		op("softmax_grad", nil, 16, []ir.Type{long, long}, long)
+		op("log_softmax_grad", nil, 16, []ir.Type{long, long}, long)
+		op("layer_norm", nil, 64, []ir.Type{long, col, col}, long)
+		op("rms_norm", nil, 64, []ir.Type{long, col}, long)
+		op("layer_norm_grad_input", nil, 64, []ir.Type{long, long, col}, long)
+		op("rms_norm_grad_input", nil, 64, []ir.Type{long, long}, long)
+		for i := first; i < len(cs); i++ {
+			cs[i].abs = 1e-5
+		}
+		cs[first+1].abs = 1.0 / 64
+		// The gradients' sums of 200 random products cancel, and the CPU device sums them
+		// with several accumulators: a few thousandths on results in the hundreds.
+		cs[first+2].abs, cs[first+3].abs = 1e-2, 1e-2
+	}
 	// Concatenation, split (one kernel per result) and slices with steps, as the rotary
 	// embedding's halves and a fused QKV projection use them.
 	op("concat", ir.Attrs{{Name: "axis", Value: ir.Int(-1)}}, 0, []ir.Type{ty(bf, 3, 5, 2), ty(bf, 3, 5, 5), ty(bf, 3, 5, 1)}, ty(bf, 3, 5, 8))
@@ -493,6 +514,7 @@ func checkKernels(t *testing.T, cases []ewCase, dev *Device) {
 		}
 		for _, g := range [][2]uint32{{3, 32}, {4, 64}, {1, 1}} {
 			dev.Geometry = func(int64) (uint32, uint32) { return g[0], g[1] }
+			dev.RowGeometry = func(int64, int64) (uint32, uint32) { return g[0], g[1] }
 			if err := impls[ci](din, dout); err != nil {
 				t.Fatalf("%s: %v", c.name, err)
 			}
@@ -514,7 +536,7 @@ func checkKernels(t *testing.T, cases []ewCase, dev *Device) {
 			}
 		}
 	}
-	dev.Geometry = DefaultGeometry
+	dev.Geometry, dev.RowGeometry = DefaultGeometry, DefaultRowGeometry
 }
 
 // TestEveryCPUOpHasACUDAKernel: the CUDA device covers every op the CPU device implements,

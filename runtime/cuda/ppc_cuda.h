@@ -25,6 +25,9 @@ static thread_local unsigned ppc_tid, ppc_bid, ppc_bdim, ppc_gdim;
 #define PPC_BID ppc_bid
 #define PPC_BDIM ppc_bdim
 #define PPC_GDIM ppc_gdim
+// Row kernels' shared memory: the host launcher's, per OS thread. The host has no barriers:
+// a row kernel's host launcher runs each phase for every thread before the next.
+#define PPC_SHARED static thread_local
 PPC_DEV float ppc_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 PPC_DEV uint32_t ppc_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 PPC_DEV float ppc_expf(float x) { return expf(x); }
@@ -52,6 +55,8 @@ PPC_DEV double ppc_pow(double x, double y) { return pow(x, y); }
 #define PPC_BDIM blockDim.x
 #define PPC_GDIM gridDim.x
 #define PPC_EXTERN_DEV extern "C" __device__
+#define PPC_SHARED __shared__
+#define PPC_SYNC() __syncthreads()
 #else // clang -x cuda -nocudainc
 #define PPC_GLOBAL extern "C" __attribute__((global))
 #define PPC_DEV static __attribute__((device)) __attribute__((always_inline)) inline
@@ -60,6 +65,8 @@ PPC_DEV double ppc_pow(double x, double y) { return pow(x, y); }
 #define PPC_BDIM __nvvm_read_ptx_sreg_ntid_x()
 #define PPC_GDIM __nvvm_read_ptx_sreg_nctaid_x()
 #define PPC_EXTERN_DEV extern "C" __attribute__((device))
+#define PPC_SHARED __attribute__((shared))
+#define PPC_SYNC() __nvvm_bar_sync(0)
 #endif
 typedef unsigned char uint8_t;
 typedef signed char int8_t;

@@ -1,0 +1,209 @@
+package cuda
+
+import (
+	"fmt"
+	"strings"
+
+	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/runtime/device"
+)
+
+// Row kernels: softmax, log_softmax, the norms and their input gradients over contiguous
+// rows run a block per row (grid-stride over the rows), its threads splitting the row, so
+// that a warp reads consecutive elements (one thread per row reads 32 rows' elements at once,
+// 32 memory transactions where one would do, and a few thousand rows leave most of a GPU
+// idle). A row's statistics are each thread's partial result over the elements it reads
+// (j = tid, tid + T, …), folded in thread order by thread 0: deterministic for a given block
+// size, and the CPU device's sequential sum when the row is no longer than the block.
+//
+// The kernel is phases separated by barriers, every value that crosses a barrier in shared
+// memory. The host build has no barriers, so its launcher runs one phase for all of a
+// block's threads before the next; the device runs them with __syncthreads between.
+
+// rowKernel is a row kernel's parts.
+type rowKernel struct {
+	rows, width int64
+	ct          string   // the compute type, of the shared arrays
+	setup       string   // every phase's prelude (per row and thread)
+	phases      []string // each a statement list over tid, T, row
+}
+
+// rowShared is how many elements each shared array has: the largest block.
+const rowShared = 1024
+
+// partial adds the two phases of a row statistic: each thread folds expr over its elements
+// j into part[tid] from init with op ("+" or a ppc_max), then thread 0 folds part in thread
+// order into stat[slot], then applies final (a statement on s, or "").
+func (rk *rowKernel) partial(init, expr, op string, slot int, final string) {
+	fold := func(acc, v string) string {
+		if op == "+" {
+			return fmt.Sprintf("%s += %s;", acc, v)
+		}
+		return fmt.Sprintf("%s = %s(%s, %s);", acc, op, acc, v)
+	}
+	rk.phases = append(rk.phases,
+		fmt.Sprintf("%s s = %s;\n      for (long long j = tid; j < %dLL; j += T) { %s }\n      part[tid] = s;", rk.ct, init, rk.width, fold("s", expr)),
+		fmt.Sprintf("if (tid == 0) {\n        %s s = part[0];\n        for (long long k = 1; k < T; k++) { %s }\n        %s\n        stat[%d] = s;\n      }", rk.ct, fold("s", "part[k]"), final, slot))
+}
+
+// each adds a phase that runs body for each of the thread's elements j.
+func (rk *rowKernel) each(body string) {
+	rk.phases = append(rk.phases, fmt.Sprintf("for (long long j = tid; j < %dLL; j += T) %s", rk.width, body))
+}
+
+// kernel writes the device function and the host launcher.
+func (rk *rowKernel) kernel(s *device.Spec, name string) (Kernel, error) {
+	params, hostArgs, ost, err := signature(s)
+	if err != nil {
+		return Kernel{}, fmt.Errorf("%s: %v", s.Op.Name, err)
+	}
+	shared := fmt.Sprintf("  PPC_SHARED %s part[%d];\n  PPC_SHARED %s stat[4];\n", rk.ct, rowShared, rk.ct)
+	var b strings.Builder
+	fmt.Fprintf(&b, "// %s: %s → %s, a block per row of %d\n", name, s.Op.Name, s.Out[0], rk.width)
+	fmt.Fprintf(&b, "#ifndef PPC_HOST\nPPC_GLOBAL void %s(%s) {\n%s", name, strings.Join(params, ", "), shared)
+	b.WriteString("  const long long T = PPC_BDIM, tid = PPC_TID;\n")
+	fmt.Fprintf(&b, "  for (long long row = PPC_BID; row < %dLL; row += PPC_GDIM) {\n", rk.rows)
+	for _, p := range rk.phases {
+		fmt.Fprintf(&b, "    {\n      %s\n      %s\n    }\n    PPC_SYNC();\n", rk.setup, p)
+	}
+	b.WriteString("  }\n}\n#else\n")
+	// The host: the same phases, each for every thread of the block before the next.
+	fmt.Fprintf(&b, "PPC_GLOBAL void %s_host(void** in, void* out_, long long n, int grid, int block) {\n  (void)in; (void)n;\n%s", name, shared)
+	for i, p := range params[:len(params)-2] {
+		fmt.Fprintf(&b, "  %s = %s;\n", p, hostArgs[i])
+	}
+	fmt.Fprintf(&b, "  %s = (%s*)out_;\n", params[len(params)-2], ost)
+	b.WriteString("  ppc_gdim = (unsigned)grid; ppc_bdim = (unsigned)block;\n  const long long T = block;\n")
+	fmt.Fprintf(&b, "  for (ppc_bid = 0; ppc_bid < ppc_gdim; ppc_bid++)\n    for (long long row = ppc_bid; row < %dLL; row += grid) {\n", rk.rows)
+	for _, p := range rk.phases {
+		fmt.Fprintf(&b, "      for (ppc_tid = 0; ppc_tid < ppc_bdim; ppc_tid++) {\n        const long long tid = ppc_tid;\n        %s\n        %s\n      }\n", rk.setup, p)
+	}
+	b.WriteString("    }\n}\n#endif\n")
+	return Kernel{Name: name, Body: b.String(), N: rk.rows, Width: rk.width, In: s.In, Out: s.Out[0]}, nil
+}
+
+// DefaultRowGeometry is a block per row (up to 65,535, then grid-stride) of a thread per
+// element, rounded up to a warp's multiple, up to 256 threads. A row of up to 256 elements
+// thus folds its statistics in element order, as one thread per row (and the CPU device)
+// would: each thread's partial result is one element.
+func DefaultRowGeometry(rows, width int64) (grid, block uint32) {
+	t := min(max((width+31)/32*32, 32), 256)
+	return uint32(min(max(rows, 1), 65535)), uint32(t)
+}
+
+// rowSoftmax is softmax or log_softmax over contiguous rows.
+func rowSoftmax(s *device.Spec, name string, logOf bool) (Kernel, error) {
+	ct, err := floatIO(s)
+	if err != nil {
+		return Kernel{}, err
+	}
+	in, out := s.In[0], s.Out[0]
+	outer, n, _, err := rows(s)
+	if err != nil {
+		return Kernel{}, err
+	}
+	ty := ct.ctype()
+	x := load(in.DType, "in0", "base + j")
+	rk := &rowKernel{rows: outer, width: n, ct: ty, setup: fmt.Sprintf("const long long base = row * %dLL; (void)base;", n)}
+	rk.partial("-__builtin_huge_val()", x, "ppc_max<"+ty+">", 0, "")
+	rk.partial("0", fmt.Sprintf("ppc_expo((%s)(%s - stat[0]))", ty, x), "+", 1, "")
+	if logOf {
+		rk.each(fmt.Sprintf("out[base + j] = %s;", store(out.DType, round(out.DType, fmt.Sprintf("%s - stat[0] - ppc_loga(stat[1])", x)))))
+	} else {
+		rk.each(fmt.Sprintf("out[base + j] = %s;", store(out.DType, round(out.DType, fmt.Sprintf("ppc_expo((%s)(%s - stat[0])) / stat[1]", ty, x)))))
+	}
+	return rk.kernel(s, name)
+}
+
+// rowSoftmaxGrad is softmax_grad or log_softmax_grad over contiguous rows.
+func rowSoftmaxGrad(s *device.Spec, name string, logOf bool) (Kernel, error) {
+	ct, err := floatIO(s)
+	if err != nil {
+		return Kernel{}, err
+	}
+	if len(s.In) != 2 {
+		return Kernel{}, fmt.Errorf("want operands y and dy")
+	}
+	outer, n, _, err := rows(s)
+	if err != nil {
+		return Kernel{}, err
+	}
+	ty, out := ct.ctype(), s.Out[0]
+	y, dy := load(s.In[0].DType, "in0", "base + j"), load(s.In[1].DType, "in1", "base + j")
+	rk := &rowKernel{rows: outer, width: n, ct: ty, setup: fmt.Sprintf("const long long base = row * %dLL; (void)base;", n)}
+	if logOf {
+		rk.partial("0", dy, "+", 0, "")
+		rk.each(fmt.Sprintf("out[base + j] = %s;", store(out.DType, round(out.DType, fmt.Sprintf("%s - ppc_expo((%s)(%s)) * stat[0]", dy, ty, y)))))
+	} else {
+		rk.partial("0", dy+" * "+y, "+", 0, "")
+		rk.each(fmt.Sprintf("out[base + j] = %s;", store(out.DType, round(out.DType, fmt.Sprintf("%s * (%s - stat[0])", y, dy)))))
+	}
+	return rk.kernel(s, name)
+}
+
+// rowNorm is layer_norm, rms_norm or their input gradients (grad): the statistics as
+// genNorm computes them, a block per row.
+func rowNorm(s *device.Spec, name string, rms, grad bool) (Kernel, error) {
+	ct, err := floatIO(s)
+	if err != nil {
+		return Kernel{}, err
+	}
+	x, out := s.In[0], s.Out[0]
+	axis, err := ir.NormAxis(s.Attrs.Int("axis", -1), x.Rank())
+	if err != nil {
+		return Kernel{}, err
+	}
+	eps := s.Attrs.Float("eps", 1e-5)
+	if rms {
+		eps = s.Attrs.Float("eps", 1e-6)
+	}
+	nrows, n := int64(1), int64(1)
+	for d, v := range x.Shape {
+		if d < axis {
+			nrows *= int64(v)
+		} else {
+			n *= int64(v)
+		}
+	}
+	if grad && len(s.In) < 2 {
+		return Kernel{}, fmt.Errorf("want operands x, dy [, scale]")
+	}
+	ty := ct.ctype()
+	xv := load(x.DType, "in0", "base + j")
+	rk := &rowKernel{rows: nrows, width: n, ct: ty, setup: fmt.Sprintf("const long long base = row * %dLL; (void)base;", n)}
+	// stat[0] μ (0 for RMS), stat[1] r = 1/√(mean square + ε), stat[2] and stat[3] the
+	// gradient's means.
+	if rms {
+		rk.phases = append(rk.phases, "if (tid == 0) stat[0] = 0;")
+	} else {
+		rk.partial("0", xv, "+", 0, fmt.Sprintf("s /= (%s)%dLL;", ty, n))
+	}
+	rk.partial("0", fmt.Sprintf("(%s - stat[0]) * (%s - stat[0])", xv, xv), "+", 1, fmt.Sprintf("s = 1 / ppc_sqrt(s / (%s)%dLL + (%s)%v);", ty, n, ty, eps))
+	scale := func(k int) string {
+		if k < len(s.In) {
+			return " * " + load(s.In[k].DType, fmt.Sprintf("in%d", k), "j")
+		}
+		return ""
+	}
+	if !grad {
+		y := fmt.Sprintf("(%s - stat[0]) * stat[1]%s", xv, scale(1))
+		if len(s.In) > 2 {
+			y += " + " + load(s.In[2].DType, "in2", "j")
+		}
+		rk.each(fmt.Sprintf("out[base + j] = %s;", store(out.DType, round(out.DType, y))))
+		return rk.kernel(s, name)
+	}
+	g := "(" + load(s.In[1].DType, "in1", "base + j") + scale(2) + ")"
+	xhat := fmt.Sprintf("((%s - stat[0]) * stat[1])", xv)
+	mean := fmt.Sprintf("s /= (%s)%dLL;", ty, n)
+	if !rms {
+		rk.partial("0", g, "+", 2, mean)
+	}
+	rk.partial("0", g+" * "+xhat, "+", 3, mean)
+	dx := fmt.Sprintf("stat[1] * (%s - stat[2] - %s * stat[3])", g, xhat)
+	if rms {
+		dx = fmt.Sprintf("stat[1] * (%s - %s * stat[3])", g, xhat)
+	}
+	rk.each(fmt.Sprintf("out[base + j] = %s;", store(out.DType, round(out.DType, dx))))
+	return rk.kernel(s, name)
+}
