@@ -120,6 +120,8 @@ type planStep struct {
 	in  []Ref
 	out Ref
 	gen generator
+	// row, when set, writes the step as a row kernel (rows.go) instead of gen's loop.
+	row func(s *device.Spec, name string) (Kernel, error)
 }
 
 // planners are the ops launched as several kernels with scratch memory: given the site, the
@@ -192,7 +194,12 @@ func PlanSite(s *device.Spec, name string) (*Plan, error) {
 			return nil, err
 		}
 		one.Out = []ir.Type{t}
-		k, err := wrap(one, fmt.Sprintf("%s_s%d", name, i), st.gen)
+		var k Kernel
+		if st.row != nil {
+			k, err = st.row(one, fmt.Sprintf("%s_s%d", name, i))
+		} else {
+			k, err = wrap(one, fmt.Sprintf("%s_s%d", name, i), st.gen)
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -64,9 +64,25 @@ func planCrossEntropy(s *device.Spec) ([]ir.Type, []planStep, error) {
 		fmt.Fprintf(&b, "    out[i] = %s;\n", store(out.DType, round(out.DType, "loss")))
 		return b.String(), rows, nil
 	}
+	// Long rows (a vocabulary) are a block each; short ones a thread each, whose serial
+	// pass is short and sums in the CPU device's order.
+	var perRowBlock func(s *device.Spec, name string) (Kernel, error)
+	if classes > rowThreshold {
+		perRowBlock = func(s *device.Spec, name string) (Kernel, error) {
+			ty, out := classOf(s.In[0].DType).ctype(), s.Out[0]
+			x := load(s.In[0].DType, "in0", "rb + j")
+			rk := &rowKernel{rows: rows, width: classes, ct: ty,
+				setup: fmt.Sprintf("const long long rb = row * %dLL; const long long l = (long long)in1[row]; (void)rb; (void)l;", classes)}
+			rk.partial("-__builtin_huge_val()", x, "ppc_max<"+ty+">", 0, "")
+			rk.partial("0", fmt.Sprintf("ppc_expo((%s)(%s - stat[0]))", ty, x), "+", 1, "")
+			rk.phases = append(rk.phases, fmt.Sprintf("if (tid == 0) {\n        %s loss = 0;\n        if (l != %dLL) loss = (l < 0 || l >= %dLL) ? (%s)__builtin_nan(\"\") : (ppc_loga(stat[1]) + stat[0]) - %s;\n        out[row] = %s;\n      }",
+				ty, ignore, classes, ty, load(s.In[0].DType, "in0", "rb + (l < 0 || l >= "+fmt.Sprint(classes)+"LL ? 0 : l)"), store(out.DType, round(out.DType, "loss"))))
+			return rk.kernel(s, name)
+		}
+	}
 	switch red := s.Attrs.Str("reduction", "mean"); red {
 	case "none":
-		return nil, []planStep{{in: []Ref{op0, op1}, out: res0, gen: perRow}}, nil
+		return nil, []planStep{{in: []Ref{op0, op1}, out: res0, gen: perRow, row: perRowBlock}}, nil
 	case "sum", "mean":
 		total := func(s *device.Spec) (string, int64, error) {
 			out := s.Out[0]
@@ -80,7 +96,7 @@ func planCrossEntropy(s *device.Spec) ([]ir.Type, []planStep, error) {
 			return b.String(), 1, nil
 		}
 		return []ir.Type{{DType: s.In[0].DType, Shape: ir.Shape{int(rows)}}},
-			[]planStep{{in: []Ref{op0, op1}, out: sc0, gen: perRow}, {in: []Ref{sc0, op1}, out: res0, gen: total}}, nil
+			[]planStep{{in: []Ref{op0, op1}, out: sc0, gen: perRow, row: perRowBlock}, {in: []Ref{sc0, op1}, out: res0, gen: total}}, nil
 	default:
 		return nil, nil, fmt.Errorf("reduction %s", red)
 	}
@@ -124,14 +140,32 @@ func planCrossEntropyGrad(s *device.Spec) ([]ir.Type, []planStep, error) {
 			classes, ty, ty, load(logits.DType, "in0", "rb + j"), store(out.DType, round(out.DType, fmt.Sprintf("w * (p - (j == l ? (%s)1 : (%s)0))", ty, ty))))
 		return b.String(), rows, nil
 	}
+	var gradBlock func(s *device.Spec, name string) (Kernel, error)
+	if classes > rowThreshold {
+		gradBlock = func(s *device.Spec, name string) (Kernel, error) {
+			ty, out, logits := classOf(s.In[0].DType).ctype(), s.Out[0], s.In[0]
+			x := load(logits.DType, "in0", "rb + j")
+			w := map[string]string{"none": load(s.In[2].DType, "in2", "row"), "sum": load(s.In[2].DType, "in2", "0")}[red]
+			if red == "mean" {
+				w = fmt.Sprintf("(%s)((double)%s / (double)(in3[0] > 1 ? in3[0] : 1))", ty, load(s.In[2].DType, "in2", "0"))
+			}
+			rk := &rowKernel{rows: rows, width: classes, ct: ty,
+				setup: fmt.Sprintf("const long long rb = row * %dLL; const long long l = (long long)in1[row]; (void)rb; (void)l;", classes)}
+			rk.partial("-__builtin_huge_val()", x, "ppc_max<"+ty+">", 0, "")
+			rk.partial("0", fmt.Sprintf("ppc_expo((%s)(%s - stat[0]))", ty, x), "+", 1, "")
+			rk.each(fmt.Sprintf("{ %s w = %s; %s p = ppc_expo((%s)(%s - stat[0])) / stat[1]; out[rb + j] = l == %dLL ? %s : %s; }",
+				ty, w, ty, ty, x, ignore, store(out.DType, "0"), store(out.DType, round(out.DType, fmt.Sprintf("w * (p - (j == l ? (%s)1 : (%s)0))", ty, ty)))))
+			return rk.kernel(s, name)
+		}
+	}
 	if red != "mean" {
-		return nil, []planStep{{in: []Ref{op0, op1, op2}, out: res0, gen: grad}}, nil
+		return nil, []planStep{{in: []Ref{op0, op1, op2}, out: res0, gen: grad, row: gradBlock}}, nil
 	}
 	count := func(s *device.Spec) (string, int64, error) {
 		return fmt.Sprintf("    long long valid = 0;\n    for (long long q = 0; q < %dLL; q++) valid += (long long)in0[q] != %dLL;\n    out[0] = valid;\n", rows, ignore), 1, nil
 	}
 	return []ir.Type{{DType: ir.I64, Shape: ir.Shape{1}}},
-		[]planStep{{in: []Ref{op1}, out: sc0, gen: count}, {in: []Ref{op0, op1, op2, sc0}, out: res0, gen: grad}}, nil
+		[]planStep{{in: []Ref{op1}, out: sc0, gen: count}, {in: []Ref{op0, op1, op2, sc0}, out: res0, gen: grad, row: gradBlock}}, nil
 }
 
 // planNormParams: layer_norm_grad_params (dscale = Σ_rows dy·x̂, dbias = Σ_rows dy) or

@@ -270,6 +270,18 @@ func ewCases() []ewCase {
 	}
 	op("cross_entropy", nil, 64, []ir.Type{ty(f32, 6, 11), ty(ir.I32, 6)}, ty(f32))
 	cs[len(cs)-1].labels, cs[len(cs)-1].abs = 11, 1e-5
+	// A vocabulary longer than rowThreshold: a block per row (labels 0–2, 2 ignored).
+	for _, red := range []string{"mean", "none"} {
+		at := ir.Attrs{{Name: "ignore_index", Value: ir.Int(2)}, {Name: "reduction", Value: ir.Ident(red)}}
+		logits, labels, lossT := ty(f32, 2, 3, 1500), ty(ir.I64, 2, 3), ty(f32)
+		if red == "none" {
+			lossT = ty(f32, 2, 3)
+		}
+		op("cross_entropy", at, 64, []ir.Type{logits, labels}, lossT)
+		cs[len(cs)-1].labels, cs[len(cs)-1].abs = 3, 1e-5
+		op("cross_entropy_grad", at, 64, []ir.Type{logits, labels, lossT}, logits)
+		cs[len(cs)-1].labels, cs[len(cs)-1].abs = 3, 1e-6
+	}
 	// Gradients: elementwise ones (operands x or y, and dy), and softmax's along an axis.
 	for _, d := range []ir.DType{f32, bf, ir.F64} {
 		t := ty(d, 3, 5, 7)

@@ -31,6 +31,11 @@ type rowKernel struct {
 // rowShared is how many elements each shared array has: the largest block.
 const rowShared = 1024
 
+// rowThreshold is the row length above which cross-entropy's rows (a vocabulary, tens of
+// thousands wide) are a block each; shorter rows are a thread each, summing in the CPU
+// device's order.
+const rowThreshold = 1024
+
 // partial adds the two phases of a row statistic: each thread folds expr over its elements
 // j into part[tid] from init with op ("+" or a ppc_max), then thread 0 folds part in thread
 // order into stat[slot], then applies final (a statement on s, or "").
