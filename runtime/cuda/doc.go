@@ -29,7 +29,7 @@
 //     in ppc's kernels are there, between phases that keep every value crossing a barrier
 //     in shared memory, so that the host build runs each phase for all of a block's
 //     threads before the next: barriers need no threads on the host. Cross-entropy's rows
-//     are still a thread per row.
+//     are a block each when they are a vocabulary (over 1,024 classes), else a thread.
 //
 //   - Device memory is the runtime's: one allocation per rank (device.Device.Alloc), the
 //     cuBLASLt workspace, scratch per launch site or collective and the messages' staging,
