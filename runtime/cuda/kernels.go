@@ -17,6 +17,14 @@ func Generate(s *device.Spec, name string) (Kernel, error) {
 	if s.Op == nil || s.Op.Has(ir.Elementwise) {
 		return Elementwise(s, name)
 	}
+	if rk := rowKernels[s.Op.Name]; rk != nil {
+		if len(s.Out) != 1 {
+			return Kernel{}, fmt.Errorf("%s: %d results, want 1", s.Op.Name, len(s.Out))
+		}
+		if k, err := rk(s, name); err != errStrided {
+			return k, err
+		}
+	}
 	g, ok := generators[s.Op.Name]
 	if !ok {
 		if _, multi := perResult[s.Op.Name]; multi {
@@ -30,16 +38,11 @@ func Generate(s *device.Spec, name string) (Kernel, error) {
 	if len(s.Out) != 1 {
 		return Kernel{}, fmt.Errorf("%s: %d results, want 1", s.Op.Name, len(s.Out))
 	}
-	if rk := rowKernels[s.Op.Name]; rk != nil {
-		if _, _, inner, err := rows(s); err == nil && inner == 1 {
-			return rk(s, name)
-		}
-	}
 	return wrap(s, name, g)
 }
 
-// rowKernels are the ops with a block-per-row kernel (rows.go) for contiguous rows; the
-// generators' one-thread-per-row kernels serve strided rows.
+// rowKernels are the ops with a block-per-row kernel (rows.go). Softmax's rows can be strided
+// (an axis other than the last): those are the generators' one thread per row (errStrided).
 var rowKernels = map[string]func(s *device.Spec, name string) (Kernel, error){
 	"softmax":               func(s *device.Spec, n string) (Kernel, error) { return rowSoftmax(s, n, false) },
 	"log_softmax":           func(s *device.Spec, n string) (Kernel, error) { return rowSoftmax(s, n, true) },
@@ -58,9 +61,10 @@ func HasKernel(op string) bool {
 		return true
 	}
 	_, gen := generators[op]
+	_, row := rowKernels[op]
 	_, multi := perResult[op]
 	_, planned := planners[op]
-	return gen || multi || planned || op == "matmul" || op == "constant"
+	return gen || row || multi || planned || op == "matmul" || op == "constant"
 }
 
 // Kernels writes the kernels of a launch site, in launch order (Plan's). A generator's bug is
@@ -137,7 +141,7 @@ func PlanSite(s *device.Spec, name string) (*Plan, error) {
 		}
 		return refs
 	}
-	if s.Op == nil || s.Op.Has(ir.Elementwise) || generators[s.Op.Name] != nil && planners[s.Op.Name] == nil {
+	if s.Op == nil || s.Op.Has(ir.Elementwise) || (generators[s.Op.Name] != nil || rowKernels[s.Op.Name] != nil) && planners[s.Op.Name] == nil {
 		k, err := Generate(s, name)
 		if err != nil {
 			return nil, err
@@ -263,18 +267,13 @@ var generators = map[string]generator{
 	"softmax":            genSoftmax(false),
 	"log_softmax":        genSoftmax(true),
 	// Backward of softmax (y, dy): dx = y·(dy − Σ dy·y); of log_softmax: dx = dy − exp(y)·Σ dy.
-	"softmax_grad":     genSoftmaxGrad(false),
-	"log_softmax_grad": genSoftmaxGrad(true),
-	// Normalisations over the dims axis.. of each row, and their input gradients.
-	"layer_norm":            genNorm(false, false),
-	"rms_norm":              genNorm(true, false),
-	"layer_norm_grad_input": genNorm(false, true),
-	"rms_norm_grad_input":   genNorm(true, true),
-	"concat":                genConcat,
-	"slice":                 genSlice,
-	"gather":                genGather,
-	"gather_elements":       genGatherElements,
-	"gather_elements_grad":  genGatherElementsGrad,
+	"softmax_grad":         genSoftmaxGrad(false),
+	"log_softmax_grad":     genSoftmaxGrad(true),
+	"concat":               genConcat,
+	"slice":                genSlice,
+	"gather":               genGather,
+	"gather_elements":      genGatherElements,
+	"gather_elements_grad": genGatherElementsGrad,
 }
 
 // coords writes the output coordinates c0… of index i for shape.
@@ -532,74 +531,6 @@ func genSoftmaxGrad(logOf bool) generator {
 			fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) out[%s] = %s;\n", n, at("j"), store(out.DType, round(out.DType, fmt.Sprintf("%s * (%s - sum)", y, dy))))
 		}
 		return b.String(), outer * inner, nil
-	}
-}
-
-// genNorm writes layer_norm (rms false) or rms_norm, or their input gradient (grad), one
-// thread per row of the normalised dims axis.. (n elements): statistics in float (double for
-// f64) with biased variance; eps defaults 1e-5 (layer) and 1e-6 (RMS) as on the CPU device.
-// Operands: x [, scale [, bias]] for the forward; x, dy [, scale] for the gradient, with
-// g = dy·scale and dx = r·(g − mean(g) − x̂·mean(g·x̂)) (layer) or r·(g − x̂·mean(g·x̂)) (RMS).
-func genNorm(rms, grad bool) generator {
-	return func(s *device.Spec) (string, int64, error) {
-		ct, err := floatIO(s)
-		if err != nil {
-			return "", 0, err
-		}
-		x, out := s.In[0], s.Out[0]
-		axis, err := ir.NormAxis(s.Attrs.Int("axis", -1), x.Rank())
-		if err != nil {
-			return "", 0, err
-		}
-		eps := s.Attrs.Float("eps", 1e-5)
-		if rms {
-			eps = s.Attrs.Float("eps", 1e-6)
-		}
-		nrows, n := int64(1), int64(1)
-		for d, v := range x.Shape {
-			if d < axis {
-				nrows *= int64(v)
-			} else {
-				n *= int64(v)
-			}
-		}
-		ty := ct.ctype()
-		xv := load(x.DType, "in0", "base + j")
-		var b strings.Builder
-		fmt.Fprintf(&b, "    long long base = i * %dLL;\n", n)
-		fmt.Fprintf(&b, "    %s mu = 0, ss = 0;\n", ty)
-		if !rms {
-			fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) mu += %s;\n    mu /= (%s)%dLL;\n", n, xv, ty, n)
-		}
-		fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) { %s d = %s - mu; ss += d * d; }\n", n, ty, xv)
-		fmt.Fprintf(&b, "    %s r = 1 / ppc_sqrt(ss / (%s)%dLL + (%s)%v);\n", ty, ty, n, ty, eps)
-		scale := func(k int) string {
-			if k < len(s.In) {
-				return " * " + load(s.In[k].DType, fmt.Sprintf("in%d", k), "j")
-			}
-			return ""
-		}
-		if !grad {
-			y := fmt.Sprintf("(%s - mu) * r%s", xv, scale(1))
-			if len(s.In) > 2 {
-				y += " + " + load(s.In[2].DType, "in2", "j")
-			}
-			fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) out[base + j] = %s;\n", n, store(out.DType, round(out.DType, y)))
-			return b.String(), nrows, nil
-		}
-		if len(s.In) < 2 {
-			return "", 0, fmt.Errorf("want operands x, dy [, scale]")
-		}
-		g := load(s.In[1].DType, "in1", "base + j") + scale(2)
-		fmt.Fprintf(&b, "    %s mg = 0, mgx = 0;\n", ty)
-		fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) { %s g = %s; mg += g; mgx += g * ((%s - mu) * r); }\n", n, ty, g, xv)
-		fmt.Fprintf(&b, "    mg /= (%s)%dLL; mgx /= (%s)%dLL;\n", ty, n, ty, n)
-		dx := fmt.Sprintf("r * ((%s) - mg - ((%s - mu) * r) * mgx)", g, xv)
-		if rms {
-			dx = fmt.Sprintf("r * ((%s) - ((%s - mu) * r) * mgx)", g, xv)
-		}
-		fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) out[base + j] = %s;\n", n, store(out.DType, round(out.DType, dx)))
-		return b.String(), nrows, nil
 	}
 }
 

@@ -170,7 +170,7 @@ func planCrossEntropyGrad(s *device.Spec) ([]ir.Type, []planStep, error) {
 
 // planNormParams: layer_norm_grad_params (dscale = Σ_rows dy·x̂, dbias = Σ_rows dy) or
 // rms_norm_grad_params (dscale); operands x, dy. Three passes: each row's mean and 1/σ (one
-// thread per row, as genNorm computes them), each chunk of 64 rows' partial sums (one thread
+// thread per row, in row order), each chunk of 64 rows' partial sums (one thread
 // per chunk and column, rows in order), and the chunks' sums in order (one thread per
 // column) — the CPU device's chunked order, in O(rows·n) work.
 func planNormParams(rms bool) func(s *device.Spec) ([]ir.Type, []planStep, error) {

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -19,6 +20,10 @@ import (
 // The kernel is phases separated by barriers, every value that crosses a barrier in shared
 // memory. The host build has no barriers, so its launcher runs one phase for all of a
 // block's threads before the next; the device runs them with __syncthreads between.
+
+// errStrided is a softmax whose rows are strided (an axis other than the last): the
+// generators' one thread per row computes it.
+var errStrided = errors.New("strided rows")
 
 // rowKernel is a row kernel's parts.
 type rowKernel struct {
@@ -103,9 +108,12 @@ func rowSoftmax(s *device.Spec, name string, logOf bool) (Kernel, error) {
 		return Kernel{}, err
 	}
 	in, out := s.In[0], s.Out[0]
-	outer, n, _, err := rows(s)
+	outer, n, inner, err := rows(s)
 	if err != nil {
 		return Kernel{}, err
+	}
+	if inner != 1 {
+		return Kernel{}, errStrided
 	}
 	ty := ct.ctype()
 	x := load(in.DType, "in0", "base + j")
@@ -129,9 +137,12 @@ func rowSoftmaxGrad(s *device.Spec, name string, logOf bool) (Kernel, error) {
 	if len(s.In) != 2 {
 		return Kernel{}, fmt.Errorf("want operands y and dy")
 	}
-	outer, n, _, err := rows(s)
+	outer, n, inner, err := rows(s)
 	if err != nil {
 		return Kernel{}, err
+	}
+	if inner != 1 {
+		return Kernel{}, errStrided
 	}
 	ty, out := ct.ctype(), s.Out[0]
 	y, dy := load(s.In[0].DType, "in0", "base + j"), load(s.In[1].DType, "in1", "base + j")
@@ -146,8 +157,11 @@ func rowSoftmaxGrad(s *device.Spec, name string, logOf bool) (Kernel, error) {
 	return rk.kernel(s, name)
 }
 
-// rowNorm is layer_norm, rms_norm or their input gradients (grad): the statistics as
-// genNorm computes them, a block per row.
+// rowNorm is layer_norm (rms false) or rms_norm, or their input gradient (grad), over rows
+// of the dims axis.. (always contiguous): statistics in float (double for f64) with biased
+// variance; eps defaults 1e-5 (layer) and 1e-6 (RMS) as on the CPU device. Operands: x [,
+// scale [, bias]] for the forward; x, dy [, scale] for the gradient, with g = dy·scale and
+// dx = r·(g − mean(g) − x̂·mean(g·x̂)) (layer) or r·(g − x̂·mean(g·x̂)) (RMS).
 func rowNorm(s *device.Spec, name string, rms, grad bool) (Kernel, error) {
 	ct, err := floatIO(s)
 	if err != nil {
