@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"ppc.dev/ppc/codegen"
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime/device"
@@ -344,4 +345,40 @@ func (j *Job) watchNet(r *Rank) (stop func() error) {
 		wg.Wait()
 		return cause
 	}
+}
+
+// CollectiveSpec is one collective instruction as a device that communicates itself
+// prepares it: its description and the size of its group.
+type CollectiveSpec struct {
+	Coll device.Coll
+	Size int
+}
+
+// CollectiveSpecs lists a program's collectives for tools (ppc dis --cuda); mesh gives the
+// sizes of the mesh axes their groups run over.
+func CollectiveSpecs(p *pb.Program, mesh codegen.Mesh) ([]CollectiveSpec, error) {
+	var out []CollectiveSpec
+	for i, in := range p.Instrs {
+		kind, ok := collKinds[in.GetKind()]
+		if !ok {
+			continue
+		}
+		if len(in.In) != 1 || in.In[0] < 0 || int(in.In[0]) >= len(p.Buffers) || p.Buffers[in.In[0]] == nil {
+			return nil, fmt.Errorf("instruction %d: %s without a valid operand", i, in.GetKind())
+		}
+		b := p.Buffers[in.In[0]]
+		t, err := codegen.TypeFromProto(b.Dtype, b.Shape)
+		if err != nil {
+			return nil, fmt.Errorf("instruction %d: %v", i, err)
+		}
+		size := len(in.Group)
+		if in.Axis != "" {
+			size = mesh.Size(in.Axis)
+		}
+		if size < 1 {
+			return nil, fmt.Errorf("instruction %d: %s over %q, which is not a mesh axis", i, in.GetKind(), in.Axis)
+		}
+		out = append(out, CollectiveSpec{Coll: device.Coll{Kind: kind, In: t, Dim: int(in.Dim), Op: strings.ToLower(in.ReduceOp.String()), Root: int(in.Root)}, Size: size})
+	}
+	return out, nil
 }

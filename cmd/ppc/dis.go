@@ -79,6 +79,7 @@ func disassemble(path string, plan *codegen.Plan) (string, error) {
 func printCUDA(w io.Writer, files []string, plan *codegen.Plan) error {
 	var ks []cuda.Kernel
 	var missing, gemms []string
+	collSeen, collKernels := map[string]bool{}, 0
 	for _, path := range files {
 		p, err := readProgram(path, plan)
 		if err != nil {
@@ -110,6 +111,30 @@ func printCUDA(w io.Writer, files []string, plan *codegen.Plan) error {
 			}
 			ks = append(ks, k...)
 		}
+		// With NCCL, collectives run kernels too: the permutes of gathers and scatters along
+		// inner dims and the ordered folds of float reductions (member 0's; identical ones
+		// once).
+		if plan == nil {
+			continue
+		}
+		colls, err := runtime.CollectiveSpecs(p, plan.Mesh)
+		if err != nil {
+			return fmt.Errorf("%s: %v", path, err)
+		}
+		for _, c := range colls {
+			k, err := cuda.CollectiveKernels(c.Coll, c.Size, 0)
+			if err != nil {
+				missing = append(missing, fmt.Sprintf("%s: %v over %d ranks: %v", stem, c.Coll.Kind, c.Size, err))
+				continue
+			}
+			for _, k := range k {
+				if !collSeen[k.Name] {
+					collSeen[k.Name] = true
+					ks = append(ks, k)
+					collKernels++
+				}
+			}
+		}
 	}
 	if _, err := fmt.Fprint(w, cuda.Source(ks...)); err != nil {
 		return err
@@ -119,6 +144,9 @@ func printCUDA(w io.Writer, files []string, plan *codegen.Plan) error {
 		for _, g := range gemms {
 			fmt.Fprintf(w, "//   %s\n", g)
 		}
+	}
+	if collKernels > 0 {
+		fmt.Fprintf(w, "\n// %d of the kernels (permute_*, fold_*) are the collectives' in runs where NCCL carries them.\n", collKernels)
 	}
 	if len(missing) > 0 {
 		fmt.Fprintf(w, "\n// %d launch site(s) without a CUDA kernel:\n", len(missing))

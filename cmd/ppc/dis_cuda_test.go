@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -56,6 +57,18 @@ func TestDisCUDACompilesToPTX(t *testing.T) {
 		if i := strings.Index(src, "without a CUDA kernel"); i >= 0 {
 			t.Errorf("%v: launch sites without a CUDA kernel:%s", c, src[i:])
 		}
-		t.Logf("%v: %d kernels compiled to PTX", c, len(kernels))
+		// With tensor parallelism the collectives' own kernels (NCCL runs' ordered folds and
+		// permutes) are printed and compile too.
+		colls := regexp.MustCompile(`(?m)^PPC_GLOBAL void ((?:fold|permute)_\w+)\(`).FindAllStringSubmatch(src, -1)
+		colls = slices.DeleteFunc(colls, func(m []string) bool { return strings.HasSuffix(m[1], "_host") })
+		if slices.Contains(c, "--tp") && len(colls) == 0 {
+			t.Errorf("%v: no collective kernels", c)
+		}
+		for _, k := range colls {
+			if !strings.Contains(string(text), ".entry "+k[1]+"(") {
+				t.Errorf("%v: no PTX entry for %s", c, k[1])
+			}
+		}
+		t.Logf("%v: %d kernels (%d of collectives) compiled to PTX", c, len(kernels)+len(colls), len(colls))
 	}
 }

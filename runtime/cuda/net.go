@@ -198,168 +198,191 @@ func (g *group) Close() error { return g.d.drv.Bound(g.comm.Close) }
 // device's lock is waiting for.
 func (g *group) Abort() error { return g.d.drv.Bound(g.comm.Abort) }
 
-// Collective prepares a collective. Float reductions are ordered (ordered.go): every member
-// folds its chunk in group order, as the host transports do. Gathers and scatters along a dim
-// with more than 1s before it go through a scratch buffer in member-major order (NCCL's
-// layout) and a permute kernel on the group's stream.
+// collPlan is what a group's collective needs besides NCCL's calls.
+type collPlan struct {
+	full, shard  ir.Type // all-gather's result or reduce-scatter's operand, and a member's part
+	permute      *Kernel // between the tensor and NCCL's member-major layout (nil: they agree)
+	fold         *Kernel // a float reduction's fold of this member's chunk (nil: NCCL reduces)
+	counts, offs []int64 // a float reduction's chunks, in elements
+}
+
+// planCollective plans collective c for member pos of a group of size. Float reductions are
+// ordered (ordered.go): every member folds its chunk in group order, as the host transports
+// do. Gathers and scatters along a dim with more than 1s before it go through a scratch
+// buffer in member-major order (NCCL's layout) and a permute kernel: the tensor as [pre,
+// n·part] (per pre-row, the members' parts in order), NCCL's buffer as [n, pre, part].
+func planCollective(c device.Coll, size, pos int) (*collPlan, error) {
+	dt := c.In.DType
+	p := &collPlan{full: c.In, shard: c.In}
+	switch c.Kind {
+	case device.AllReduce:
+		p.counts, p.offs = chunks(int64(c.In.NumElements()), size)
+	case device.Broadcast:
+	case device.AllGather, device.ReduceScatter:
+		if c.Dim < 0 || c.Dim >= c.In.Rank() {
+			return nil, fmt.Errorf("%v along dim %d of %s", c.Kind, c.Dim, c.In)
+		}
+		if c.Kind == device.AllGather {
+			p.full.Shape = slices.Clone(c.In.Shape)
+			p.full.Shape[c.Dim] *= size
+		} else {
+			if c.In.Shape[c.Dim]%size != 0 {
+				return nil, fmt.Errorf("reduce-scatter of %s along dim %d over %d ranks", c.In, c.Dim, size)
+			}
+			p.shard.Shape = slices.Clone(c.In.Shape)
+			p.shard.Shape[c.Dim] /= size
+			recv := int64(p.shard.NumElements())
+			for k := range int64(size) {
+				p.counts, p.offs = append(p.counts, recv), append(p.offs, k*recv)
+			}
+		}
+		pre := 1
+		for _, x := range c.In.Shape[:c.Dim] {
+			pre *= x
+		}
+		if pre > 1 {
+			part := p.full.NumElements() / pre / size
+			from := ir.Type{DType: dt, Shape: ir.Shape{size, pre, part}} // gathered → the tensor
+			if c.Kind == device.ReduceScatter {
+				from.Shape = ir.Shape{pre, size, part} // the operand → NCCL's layout
+			}
+			to := ir.Type{DType: dt, Shape: ir.Shape{from.Shape[1], from.Shape[0], part}}
+			k, err := Generate(&device.Spec{Op: ir.MustLookup("transpose"), Attrs: ir.Attrs{{Name: "perm", Value: ir.Ints(1, 0, 2)}},
+				In: []ir.Type{from}, Out: []ir.Type{to}}, fmt.Sprintf("permute_%s_%d_%d_%d", dt, from.Shape[0], from.Shape[1], part))
+			if err != nil {
+				return nil, err
+			}
+			p.permute = &k
+		}
+	default:
+		return nil, fmt.Errorf("unknown collective %d", c.Kind)
+	}
+	if !dt.IsFloat() || c.Kind != device.AllReduce && c.Kind != device.ReduceScatter {
+		p.counts, p.offs = nil, nil
+		return p, nil
+	}
+	mine := p.counts[pos]
+	k, err := foldKernel(fmt.Sprintf("fold_%s_%s_%d_%d", c.Op, dt, size, mine), dt, c.Op, size, mine)
+	if err != nil {
+		return nil, err
+	}
+	p.fold = &k
+	return p, nil
+}
+
+// CollectiveKernels are the kernels member pos of a group of size runs for collective c when
+// NCCL carries it (ppc dis --cuda prints them).
+func CollectiveKernels(c device.Coll, size, pos int) ([]Kernel, error) {
+	p, err := planCollective(c, size, pos)
+	if err != nil {
+		return nil, err
+	}
+	var ks []Kernel
+	for _, k := range []*Kernel{p.permute, p.fold} {
+		if k != nil {
+			ks = append(ks, *k)
+		}
+	}
+	return ks, nil
+}
+
+// register queues kernels for the next build, once each.
+func (d *Device) register(ks ...Kernel) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, k := range ks {
+		if _, ok := d.funcs[k.Name]; !ok {
+			d.funcs[k.Name] = 0
+			d.pending = append(d.pending, k)
+		}
+	}
+}
+
+// Collective prepares a collective (planCollective): its kernels, and its scratch memory,
+// allocated now.
 func (g *group) Collective(c device.Coll) (func(in, out device.Tensor) error, error) {
 	d := g.d
 	count := int64(c.In.NumElements())
 	dt := c.In.DType
-	check := func(in, out device.Tensor, want ir.Type) error {
-		if in.Type.Bytes() != c.In.Bytes() || out.Type.Bytes() != want.Bytes() {
-			return fmt.Errorf("%v over %d ranks: buffers of %d and %d bytes for %s → %s", c.Kind, g.size, in.Type.Bytes(), out.Type.Bytes(), c.In, want)
-		}
-		return nil
+	p, err := planCollective(c, g.size, g.pos)
+	if err != nil {
+		return nil, err
 	}
-	// whole queues call on an operand and a result of the operand's type, which call and
-	// its scratch write.
-	whole := func(call func(in, out device.Tensor) error, scratch ...device.Tensor) func(in, out device.Tensor) error {
+	var scratch []device.Tensor // written by the collective besides its result
+	var tmp device.Tensor       // the permute's side
+	if p.permute != nil {
+		d.register(*p.permute)
+		mem, err := d.Alloc(p.full.Bytes())
+		if err != nil {
+			return nil, fmt.Errorf("%v scratch: %v", c.Kind, err)
+		}
+		tmp = mem.At(0, p.full)
+		scratch = append(scratch, tmp)
+	}
+	var o *ordered
+	if p.fold != nil {
+		if o, err = g.prepareOrdered(dt, p); err != nil {
+			return nil, err
+		}
+		scratch = append(scratch, o.parts)
+	}
+	permute := func(dst, src device.Tensor) error {
+		n := int64(p.full.NumElements())
+		grid, block := d.Geometry(n)
+		d.note([]device.Tensor{src}, dst)
+		return d.drv.Launch(d.funcs[p.permute.Name], grid, block, g.stream, src.Addr, dst.Addr, uint64(n))
+	}
+	// queue queues call on an operand and a result of type want, which call and the scratch
+	// write.
+	queue := func(want ir.Type, call func(in, out device.Tensor) error) func(in, out device.Tensor) error {
 		return func(in, out device.Tensor) error {
-			if err := check(in, out, c.In); err != nil {
-				return err
+			if in.Type.Bytes() != c.In.Bytes() || out.Type.Bytes() != want.Bytes() {
+				return fmt.Errorf("%v over %d ranks: buffers of %d and %d bytes for %s → %s", c.Kind, g.size, in.Type.Bytes(), out.Type.Bytes(), c.In, want)
 			}
 			return g.queue([]device.Tensor{in}, append([]device.Tensor{out}, scratch...), func() error { return call(in, out) })
 		}
 	}
 	switch c.Kind {
 	case device.AllReduce:
-		if !dt.IsFloat() {
-			return whole(func(in, out device.Tensor) error {
+		if o == nil {
+			return queue(c.In, func(in, out device.Tensor) error {
 				return g.comm.AllReduce(DevicePtr(in.Addr), DevicePtr(out.Addr), count, dt, c.Op, g.stream)
 			}), nil
 		}
-		counts, offs := chunks(count, g.size)
-		o, err := g.prepareOrdered(dt, c.Op, counts, offs)
-		if err != nil {
-			return nil, err
-		}
-		return whole(func(in, out device.Tensor) error {
-			if err := o.reduce(in, o.at(out, offs[g.pos], counts[g.pos])); err != nil {
+		return queue(c.In, func(in, out device.Tensor) error {
+			if err := o.reduce(in, o.at(out, p.offs[g.pos], p.counts[g.pos])); err != nil {
 				return err
 			}
 			return o.share(out)
-		}, o.parts), nil
+		}), nil
 	case device.Broadcast:
-		return whole(func(in, out device.Tensor) error {
+		return queue(c.In, func(in, out device.Tensor) error {
 			return g.comm.Broadcast(DevicePtr(in.Addr), DevicePtr(out.Addr), count, dt, c.Root, g.stream)
 		}), nil
-	case device.AllGather, device.ReduceScatter:
-	default:
-		return nil, fmt.Errorf("unknown collective %d", c.Kind)
-	}
-	if c.Dim < 0 || c.Dim >= c.In.Rank() {
-		return nil, fmt.Errorf("%v along dim %d of %s", c.Kind, c.Dim, c.In)
-	}
-	// The tensor as [pre, n·part, post] (all-gather's result, reduce-scatter's operand) and
-	// NCCL's buffer as [n, pre, part·post].
-	pre := int64(1)
-	for _, x := range c.In.Shape[:c.Dim] {
-		pre *= int64(x)
-	}
-	full := c.In
-	if c.Kind == device.AllGather {
-		full.Shape = slices.Clone(c.In.Shape)
-		full.Shape[c.Dim] *= g.size
-	} else if c.In.Shape[c.Dim]%g.size != 0 {
-		return nil, fmt.Errorf("reduce-scatter of %s along dim %d over %d ranks", c.In, c.Dim, g.size)
-	}
-	part := full.NumElements() / int(pre) / g.size // elements per member per pre-row
-	shard := full
-	shard.Shape = slices.Clone(full.Shape)
-	shard.Shape[c.Dim] /= g.size
-	var perm string
-	var scratch device.Tensor
-	if pre > 1 {
-		// Gathered [n, pre, part] → the tensor's [pre, n, part]; the operand's [pre, n, part]
-		// → [n, pre, part] for the scatter: a transpose of the first two dims either way.
-		from := ir.Type{DType: dt, Shape: ir.Shape{g.size, int(pre), part}}
-		if c.Kind == device.ReduceScatter {
-			from.Shape = ir.Shape{int(pre), g.size, part}
-		}
-		to := from
-		to.Shape = ir.Shape{from.Shape[1], from.Shape[0], part}
-		perm = fmt.Sprintf("permute_%s_%d_%d_%d", dt, from.Shape[0], from.Shape[1], part)
-		k, err := Generate(&device.Spec{Op: ir.MustLookup("transpose"), Attrs: ir.Attrs{{Name: "perm", Value: ir.Ints(1, 0, 2)}},
-			In: []ir.Type{from}, Out: []ir.Type{to}}, perm)
-		if err != nil {
-			return nil, err
-		}
-		mem, err := d.Alloc(full.Bytes())
-		if err != nil {
-			return nil, fmt.Errorf("%v scratch: %v", c.Kind, err)
-		}
-		scratch = mem.At(0, full)
-		d.mu.Lock()
-		if _, ok := d.funcs[perm]; !ok {
-			d.funcs[perm] = 0
-			d.pending = append(d.pending, k)
-		}
-		d.mu.Unlock()
-	}
-	permute := func(dst, src device.Tensor) error {
-		grid, block := d.Geometry(int64(full.NumElements()))
-		d.note([]device.Tensor{src}, dst)
-		return d.drv.Launch(d.funcs[perm], grid, block, g.stream, src.Addr, dst.Addr, uint64(full.NumElements()))
-	}
-	if c.Kind == device.AllGather {
-		return func(in, out device.Tensor) error {
-			if err := check(in, out, full); err != nil {
+	case device.AllGather:
+		return queue(p.full, func(in, out device.Tensor) error {
+			if p.permute == nil {
+				return g.comm.AllGather(DevicePtr(in.Addr), DevicePtr(out.Addr), count, dt, g.stream)
+			}
+			if err := g.comm.AllGather(DevicePtr(in.Addr), DevicePtr(tmp.Addr), count, dt, g.stream); err != nil {
 				return err
 			}
-			return g.queue([]device.Tensor{in}, withScratch(out, scratch), func() error {
-				if perm == "" {
-					return g.comm.AllGather(DevicePtr(in.Addr), DevicePtr(out.Addr), count, dt, g.stream)
-				}
-				if err := g.comm.AllGather(DevicePtr(in.Addr), DevicePtr(scratch.Addr), count, dt, g.stream); err != nil {
-					return err
-				}
-				return permute(out, scratch)
-			})
-		}, nil
+			return permute(out, tmp)
+		}), nil
 	}
-	recv := int64(shard.NumElements())
-	var o *ordered
-	if dt.IsFloat() {
-		counts, offs := make([]int64, g.size), make([]int64, g.size)
-		for k := range counts {
-			counts[k], offs[k] = recv, int64(k)*recv
+	return queue(p.shard, func(in, out device.Tensor) error {
+		src := in
+		if p.permute != nil {
+			if err := permute(tmp, in); err != nil {
+				return err
+			}
+			src = tmp
 		}
-		var err error
-		if o, err = g.prepareOrdered(dt, c.Op, counts, offs); err != nil {
-			return nil, err
-		}
-	}
-	return func(in, out device.Tensor) error {
-		if err := check(in, out, shard); err != nil {
-			return err
-		}
-		writes := withScratch(out, scratch)
 		if o != nil {
-			writes = append(writes, o.parts)
+			return o.reduce(src, out)
 		}
-		return g.queue([]device.Tensor{in}, writes, func() error {
-			src := in
-			if perm != "" {
-				if err := permute(scratch, in); err != nil {
-					return err
-				}
-				src = scratch
-			}
-			if o != nil {
-				return o.reduce(src, out)
-			}
-			return g.comm.ReduceScatter(DevicePtr(src.Addr), DevicePtr(out.Addr), recv, dt, c.Op, g.stream)
-		})
-	}, nil
-}
-
-// withScratch lists a collective's written tensors: its result and its scratch, if any.
-func withScratch(out, scratch device.Tensor) []device.Tensor {
-	if scratch.Addr == 0 {
-		return []device.Tensor{out}
-	}
-	return []device.Tensor{out, scratch}
+		return g.comm.ReduceScatter(DevicePtr(src.Addr), DevicePtr(out.Addr), int64(p.shard.NumElements()), dt, c.Op, g.stream)
+	}), nil
 }
 
 var _ device.Networked = (*Device)(nil)

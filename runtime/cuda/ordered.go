@@ -40,29 +40,18 @@ func chunks(count int64, n int) (counts, offs []int64) {
 	return counts, offs
 }
 
-// prepareOrdered makes the fold kernel and the parts' scratch for a reduction with op of
-// chunks of dt as counts says.
-func (g *group) prepareOrdered(dt ir.DType, op string, counts, offs []int64) (*ordered, error) {
+// prepareOrdered registers p's fold kernel and allocates the parts' scratch.
+func (g *group) prepareOrdered(dt ir.DType, p *collPlan) (*ordered, error) {
 	d := g.d
-	mine := counts[g.pos]
-	name := fmt.Sprintf("fold_%s_%s_%d_%d", op, dt, g.size, mine)
-	k, err := foldKernel(name, dt, op, g.size, mine)
-	if err != nil {
-		return nil, err
-	}
-	o := &ordered{g: g, counts: counts, offs: offs, esize: int64(dt.Size()), kernel: name}
+	mine := p.counts[g.pos]
+	d.register(*p.fold)
+	o := &ordered{g: g, counts: p.counts, offs: p.offs, esize: int64(dt.Size()), kernel: p.fold.Name}
 	parts := ir.Type{DType: dt, Shape: ir.Shape{g.size, int(mine)}}
 	mem, err := d.Alloc(parts.Bytes())
 	if err != nil {
 		return nil, fmt.Errorf("reduction scratch: %v", err)
 	}
 	o.parts = mem.At(0, parts)
-	d.mu.Lock()
-	if _, ok := d.funcs[name]; !ok {
-		d.funcs[name] = 0
-		d.pending = append(d.pending, k)
-	}
-	d.mu.Unlock()
 	return o, nil
 }
 
