@@ -192,6 +192,7 @@ func (j *Job) runRank(r *Rank, step int, data DataSource, tr *Trace) (err error)
 	r.curStep.Store(int64(step))
 	defer r.at.Store(-1)
 	defer r.flushSends() // after a failure: no send of this step is left running
+	defer r.collectReads()
 	for n := range r.instrs {
 		r.at.Store(int64(n))
 		it := &r.instrs[n]
@@ -220,6 +221,9 @@ func (j *Job) runRank(r *Rank, step int, data DataSource, tr *Trace) (err error)
 	}
 	if err := r.flushSends(); err != nil {
 		return fmt.Errorf("rank %d: send: %w", r.Index, err)
+	}
+	if err := r.collectReads(); err != nil {
+		return fmt.Errorf("rank %d: reading the losses: %w", r.Index, err)
 	}
 	if j.net != nil {
 		if err := j.net.Sync(); err != nil {
@@ -302,20 +306,68 @@ func (j *Job) exec(r *Rank, it *instr, step int, data DataSource) error {
 		if it.Kind == pb.Instr_LOSS && r.Coords.TP != 0 {
 			return nil
 		}
+		if a, ok := dev.(device.Async); ok && !it.in[0].OnHost() {
+			// The value is read when the step ends: a synchronous read here would drain the
+			// device's queue and leave it idle while the host queues the backward.
+			if it.stage == nil {
+				buf, err := a.HostBuffer(it.in[0].Bytes())
+				if err != nil {
+					return err
+				}
+				it.stage = buf
+			}
+			wait, err := a.ReadAsync(it.stage, it.in[0])
+			if err != nil {
+				return err
+			}
+			r.reads = append(r.reads, pendingRead{it, wait})
+			return nil
+		}
 		in, err := j.readHost(it.in[0])
 		if err != nil {
 			return err
 		}
-		if it.Kind == pb.Instr_LOSS {
-			r.losses = append(r.losses, scalar(in))
-			return nil
-		}
-		if r.metrics == nil {
-			r.metrics = map[string]float64{}
-		}
-		r.metrics[it.Label] = scalar(in)
+		return r.record(it, in)
 	}
 	return nil
+}
+
+// pendingRead is a LOSS or METRIC whose value is on its way to the instruction's host buffer.
+type pendingRead struct {
+	it   *instr
+	wait func() error
+}
+
+// record keeps a LOSS's or METRIC's value t (on the host).
+func (r *Rank) record(it *instr, t device.Tensor) error {
+	if it.Kind == pb.Instr_LOSS {
+		r.losses = append(r.losses, scalar(t))
+		return nil
+	}
+	if r.metrics == nil {
+		r.metrics = map[string]float64{}
+	}
+	r.metrics[it.Label] = scalar(t)
+	return nil
+}
+
+// collectReads records the step's pending LOSS and METRIC values, in program order, once
+// they have arrived (all of them, even after a failure: their buffers are reused).
+func (r *Rank) collectReads() error {
+	var first error
+	for _, p := range r.reads {
+		if err := p.wait(); err != nil {
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		if first == nil {
+			r.record(p.it, device.Tensor{Type: p.it.in[0].Type, Data: p.it.stage})
+		}
+	}
+	r.reads = r.reads[:0]
+	return first
 }
 
 // sendAsync queues a SEND on an asynchronous device (a GPU) in a multi-process run: the device

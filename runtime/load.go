@@ -51,7 +51,9 @@ type Rank struct {
 	// sending completes when the last send queued on an asynchronous device has left (nil:
 	// none pending).
 	sending chan error
-	losses  []float64
+	// reads are the step's LOSS and METRIC values still on their way from the device.
+	reads  []pendingRead
+	losses []float64
 	// metrics holds this step's METRIC values by name.
 	metrics map[string]float64
 	inputs  map[string]codegen.Input
@@ -70,7 +72,7 @@ type instr struct {
 	name    string       // kernel name for traces
 	coll    *collOp      // collectives
 	peer    int          // SEND/RECV: the peer's rank
-	stage   []byte       // SEND, RECV and INPUT on an asynchronous device: the instruction's host buffer
+	stage   []byte       // SEND, RECV, INPUT, LOSS and METRIC on an asynchronous device: the instruction's host buffer
 	staged  func() error // RECV and INPUT: waits until the last copy from stage is done
 	mb      int          // INPUT: the micro-batch of the global batch (dp·M + Microbatch)
 	index   int64        // AXIS_INDEX: the rank's coordinate

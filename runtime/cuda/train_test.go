@@ -217,12 +217,16 @@ func overNCCL(t *testing.T, meshOpts compiler.Options, tcpBits []string) {
 				t.Errorf("the losses and weights differ from the run over TCP (staged through the host)")
 			}
 			emus := *emusp
-			// The host buffers are the inputs': one per INPUT instruction of each replica.
+			// The host buffers are the inputs' and the losses': one per INPUT, LOSS and METRIC
+			// instruction of each replica (a loss is read by tp coordinate 0 alone).
 			inputs := 0
 			for _, p := range progs.Programs {
 				for _, it := range p.Instrs {
-					if it.Kind == pb.Instr_INPUT {
+					switch it.Kind {
+					case pb.Instr_INPUT, pb.Instr_METRIC:
 						inputs += progs.Plan.Mesh.DP * progs.Plan.Mesh.TP
+					case pb.Instr_LOSS:
+						inputs += progs.Plan.Mesh.DP
 					}
 				}
 			}
@@ -248,7 +252,7 @@ func overNCCL(t *testing.T, meshOpts compiler.Options, tcpBits []string) {
 				t.Errorf("the collectives did not all go through NCCL: %v", count)
 			}
 			if count["host alloc"] != inputs {
-				t.Errorf("%d page-locked buffers for %d inputs: messages were staged through the host", count["host alloc"], inputs)
+				t.Errorf("%d page-locked buffers for %d inputs and losses: messages were staged through the host", count["host alloc"], inputs)
 			}
 		})
 	}
@@ -509,16 +513,24 @@ func TestCUDADeviceAllocatesAtLoad(t *testing.T) {
 	}
 	// Inputs and received activations are copies queued from page-locked buffers, marked by
 	// an event, not followed by a wait for the device.
-	queued, waited := 0, 0
-	for i, l := range e.Log[h2d0:] {
-		if strings.HasPrefix(l, "h2d ") && i+1 < len(e.Log[h2d0:]) {
-			switch next := e.Log[h2d0+i+1]; {
-			case strings.HasPrefix(next, "record event"):
-				queued++
-			case strings.HasPrefix(next, "sync stream"):
-				waited++
+	copies := func(prefix string) (queued, waited int) {
+		for i, l := range e.Log[h2d0:] {
+			if strings.HasPrefix(l, prefix) && i+1 < len(e.Log[h2d0:]) {
+				switch next := e.Log[h2d0+i+1]; {
+				case strings.HasPrefix(next, "record event"), strings.HasPrefix(next, "event "): // an event made or reused
+					queued++
+				case strings.HasPrefix(next, "sync stream"):
+					waited++
+				}
 			}
 		}
+		return queued, waited
+	}
+	queued, waited := copies("h2d ")
+	// The losses are read back without draining the device (2 steps × 2 micro-batches): their
+	// values are collected when the step ends.
+	if lossReads, _ := copies("d2h "); lossReads < 4 {
+		t.Errorf("%d device-to-host copies queued, want the 4 losses'", lossReads)
 	}
 	if queued < 8 || queued < waited { // 2 steps × (2 activations + 2 gradients received), and the inputs
 		t.Errorf("%d host-to-device copies queued, %d waited for: the inputs and receives wait for the device", queued, waited)
