@@ -207,8 +207,7 @@ func (j *Job) planNet(r *Rank, joined map[string]device.Group, parts []netPart) 
 				return 0, 0, 0, fmt.Errorf("rank %d's message to rank %d (tag %d) has %d bytes, rank %d receives %d", it.peer, r.Index, it.Tag, m.Bytes, r.Index, it.out[0].Bytes())
 			}
 		case it.coll != nil:
-			c := device.Coll{Kind: collKinds[it.Kind], In: it.in[0].Type, Dim: it.coll.dim, Op: strings.ToLower(it.coll.op.String()), Root: it.coll.root}
-			run, err := joined[collName(it.coll.group)].Collective(c)
+			run, err := joined[collName(it.coll.group)].Collective(netColl(it.Instr, it.in[0].Type))
 			if err != nil {
 				return 0, 0, 0, fmt.Errorf("rank %d: %s: %v", r.Index, it.coll, err)
 			}
@@ -347,6 +346,11 @@ func (j *Job) watchNet(r *Rank) (stop func() error) {
 	}
 }
 
+// netColl is collective instruction in (operand type t) as a device's group prepares it.
+func netColl(in *pb.Instr, t ir.Type) device.Coll {
+	return device.Coll{Kind: collKinds[in.GetKind()], In: t, Dim: int(in.Dim), Op: strings.ToLower(in.ReduceOp.String()), Root: int(in.Root)}
+}
+
 // CollectiveSpec is one collective instruction as a device that communicates itself
 // prepares it: its description and the size of its group.
 type CollectiveSpec struct {
@@ -359,8 +363,7 @@ type CollectiveSpec struct {
 func CollectiveSpecs(p *pb.Program, mesh codegen.Mesh) ([]CollectiveSpec, error) {
 	var out []CollectiveSpec
 	for i, in := range p.Instrs {
-		kind, ok := collKinds[in.GetKind()]
-		if !ok {
+		if _, ok := collKinds[in.GetKind()]; !ok {
 			continue
 		}
 		if len(in.In) != 1 || in.In[0] < 0 || int(in.In[0]) >= len(p.Buffers) || p.Buffers[in.In[0]] == nil {
@@ -378,7 +381,7 @@ func CollectiveSpecs(p *pb.Program, mesh codegen.Mesh) ([]CollectiveSpec, error)
 		if size < 1 {
 			return nil, fmt.Errorf("instruction %d: %s over %q, which is not a mesh axis", i, in.GetKind(), in.Axis)
 		}
-		out = append(out, CollectiveSpec{Coll: device.Coll{Kind: kind, In: t, Dim: int(in.Dim), Op: strings.ToLower(in.ReduceOp.String()), Root: int(in.Root)}, Size: size})
+		out = append(out, CollectiveSpec{Coll: netColl(in, t), Size: size})
 	}
 	return out, nil
 }

@@ -309,12 +309,8 @@ func (j *Job) exec(r *Rank, it *instr, step int, data DataSource) error {
 		if a, ok := dev.(device.Async); ok && !it.in[0].OnHost() {
 			// The value is read when the step ends: a synchronous read here would drain the
 			// device's queue and leave it idle while the host queues the backward.
-			if it.stage == nil {
-				buf, err := a.HostBuffer(it.in[0].Bytes())
-				if err != nil {
-					return err
-				}
-				it.stage = buf
+			if err := it.hostStage(a, it.in[0].Bytes()); err != nil {
+				return err
 			}
 			wait, err := a.ReadAsync(it.stage, it.in[0])
 			if err != nil {
@@ -330,6 +326,17 @@ func (j *Job) exec(r *Rank, it *instr, step int, data DataSource) error {
 		return r.record(it, in)
 	}
 	return nil
+}
+
+// hostStage gives the instruction its host buffer of n bytes (page-locked on a GPU) on its
+// first run; later runs reuse it.
+func (it *instr) hostStage(a device.Async, n int64) error {
+	if it.stage != nil {
+		return nil
+	}
+	buf, err := a.HostBuffer(n)
+	it.stage = buf
+	return err
 }
 
 // pendingRead is a LOSS or METRIC whose value is on its way to the instruction's host buffer.
@@ -376,12 +383,8 @@ func (r *Rank) collectReads() error {
 // leave in program order, and all have left when the rank's step ends (flushSends). The
 // buffer is the instruction's own, so a later send cannot overwrite it before it leaves.
 func (j *Job) sendAsync(r *Rank, it *instr, dev device.Async) error {
-	if it.stage == nil {
-		buf, err := dev.HostBuffer(it.in[0].Bytes())
-		if err != nil {
-			return err
-		}
-		it.stage = buf
+	if err := it.hostStage(dev, it.in[0].Bytes()); err != nil {
+		return err
 	}
 	wait, err := dev.ReadAsync(it.stage, it.in[0])
 	if err != nil {
@@ -417,12 +420,8 @@ func (j *Job) writeStaged(it *instr, fill func(device.Tensor) error) error {
 	if !ok || t.OnHost() {
 		return j.writeHost(t, fill)
 	}
-	if it.stage == nil {
-		buf, err := a.HostBuffer(t.Bytes())
-		if err != nil {
-			return err
-		}
-		it.stage = buf
+	if err := it.hostStage(a, t.Bytes()); err != nil {
+		return err
 	}
 	if it.staged != nil {
 		if err := it.staged(); err != nil {

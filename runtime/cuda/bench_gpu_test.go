@@ -45,17 +45,7 @@ func gpuPeak(name string, memory int64) float64 {
 // FLOPs per token, PaLM's count, over the GPU profile's dense bf16 peak).
 func BenchmarkGPT2SmallStep(b *testing.B) {
 	dev, gpu := gpuDevice(b)
-	res, err := compiler.Compile("../../testdata/models/gpt.ppm", compiler.Options{Load: compiler.LoadOptions{Preset: "small"}, Microbatches: 1, Precision: "bf16"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	job, err := runtime.New(res.Output, dev)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := job.Init(1); err != nil {
-		b.Fatal(err)
-	}
+	job, _ := loadJob(b, dev, "../../testdata/models/gpt.ppm", compiler.Options{Load: compiler.LoadOptions{Preset: "small"}, Microbatches: 1, Precision: "bf16"}, 1)
 	if _, err := job.Step(runtime.Options{Seed: 1}); err != nil { // compiles and caches the kernels
 		b.Fatal(err)
 	}

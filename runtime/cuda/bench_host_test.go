@@ -49,19 +49,12 @@ func (*nullDriver) Matmul(GemmCall, uintptr, uintptr, uintptr, uintptr, uintptr,
 // GPU step cannot be faster than this, and as long as the GPU's own time is longer the host
 // is not what limits it (the work is queued asynchronously).
 func BenchmarkHostQueuesGPT2SmallStep(b *testing.B) {
-	res, err := compiler.Compile("../../testdata/models/gpt.ppm", compiler.Options{Load: compiler.LoadOptions{Preset: "small"}, Microbatches: 1, Precision: "bf16"})
-	if err != nil {
-		b.Fatal(err)
-	}
 	drv := &nullDriver{}
 	dev, err := NewDevice(drv, drv, func(src string) ([]byte, error) { return nil, nil }, false)
 	if err != nil {
 		b.Fatal(err)
 	}
-	job, err := runtime.New(res.Output, dev)
-	if err != nil {
-		b.Fatal(err)
-	}
+	job, res := loadJob(b, dev, "../../testdata/models/gpt.ppm", compiler.Options{Load: compiler.LoadOptions{Preset: "small"}, Microbatches: 1, Precision: "bf16"}, 1)
 	if _, err := job.Step(runtime.Options{Seed: 1}); err != nil {
 		b.Fatal(err)
 	}

@@ -70,11 +70,7 @@ func planCrossEntropy(s *device.Spec) ([]ir.Type, []planStep, error) {
 	if classes > rowThreshold {
 		perRowBlock = func(s *device.Spec, name string) (Kernel, error) {
 			ty, out := classOf(s.In[0].DType).ctype(), s.Out[0]
-			x := load(s.In[0].DType, "in0", "rb + j")
-			rk := &rowKernel{rows: rows, width: classes, ct: ty,
-				setup: fmt.Sprintf("const long long rb = row * %dLL; const long long l = (long long)in1[row]; (void)rb; (void)l;", classes)}
-			rk.partial("-__builtin_huge_val()", x, "ppc_max<"+ty+">", 0, "")
-			rk.partial("0", fmt.Sprintf("ppc_expo((%s)(%s - stat[0]))", ty, x), "+", 1, "")
+			rk := ceRowKernel(s, rows, classes)
 			rk.phases = append(rk.phases, fmt.Sprintf("if (tid == 0) {\n        %s loss = 0;\n        if (l != %dLL) loss = (l < 0 || l >= %dLL) ? (%s)__builtin_nan(\"\") : (ppc_loga(stat[1]) + stat[0]) - %s;\n        out[row] = %s;\n      }",
 				ty, ignore, classes, ty, load(s.In[0].DType, "in0", "rb + (l < 0 || l >= "+fmt.Sprint(classes)+"LL ? 0 : l)"), store(out.DType, round(out.DType, "loss"))))
 			return rk.kernel(s, name)
@@ -100,6 +96,15 @@ func planCrossEntropy(s *device.Spec) ([]ir.Type, []planStep, error) {
 	default:
 		return nil, nil, fmt.Errorf("reduction %s", red)
 	}
+}
+
+// ceRowKernel starts cross-entropy's block per row (logits in0, labels in1): the row's base
+// rb and label l, its maximum (stat[0]) and Σ exp (stat[1]).
+func ceRowKernel(s *device.Spec, rows, classes int64) *rowKernel {
+	rk := &rowKernel{rows: rows, width: classes, ct: classOf(s.In[0].DType).ctype(),
+		setup: fmt.Sprintf("const long long rb = row * %dLL; const long long l = (long long)in1[row]; (void)rb; (void)l;", classes)}
+	rk.maxSumExp(load(s.In[0].DType, "in0", "rb + j"))
+	return rk
 }
 
 // planCrossEntropyGrad: dlogits = w·(softmax(logits) − onehot(label)) per row (one thread
@@ -143,16 +148,13 @@ func planCrossEntropyGrad(s *device.Spec) ([]ir.Type, []planStep, error) {
 	var gradBlock func(s *device.Spec, name string) (Kernel, error)
 	if classes > rowThreshold {
 		gradBlock = func(s *device.Spec, name string) (Kernel, error) {
-			ty, out, logits := classOf(s.In[0].DType).ctype(), s.Out[0], s.In[0]
-			x := load(logits.DType, "in0", "rb + j")
+			ty, out := classOf(s.In[0].DType).ctype(), s.Out[0]
+			x := load(s.In[0].DType, "in0", "rb + j")
 			w := map[string]string{"none": load(s.In[2].DType, "in2", "row"), "sum": load(s.In[2].DType, "in2", "0")}[red]
 			if red == "mean" {
 				w = fmt.Sprintf("(%s)((double)%s / (double)(in3[0] > 1 ? in3[0] : 1))", ty, load(s.In[2].DType, "in2", "0"))
 			}
-			rk := &rowKernel{rows: rows, width: classes, ct: ty,
-				setup: fmt.Sprintf("const long long rb = row * %dLL; const long long l = (long long)in1[row]; (void)rb; (void)l;", classes)}
-			rk.partial("-__builtin_huge_val()", x, "ppc_max<"+ty+">", 0, "")
-			rk.partial("0", fmt.Sprintf("ppc_expo((%s)(%s - stat[0]))", ty, x), "+", 1, "")
+			rk := ceRowKernel(s, rows, classes)
 			rk.each(fmt.Sprintf("{ %s w = %s; %s p = ppc_expo((%s)(%s - stat[0])) / stat[1]; out[rb + j] = l == %dLL ? %s : %s; }",
 				ty, w, ty, ty, x, ignore, store(out.DType, "0"), store(out.DType, round(out.DType, fmt.Sprintf("w * (p - (j == l ? (%s)1 : (%s)0))", ty, ty)))))
 			return rk.kernel(s, name)

@@ -56,6 +56,13 @@ func (rk *rowKernel) partial(init, expr, op string, slot int, final string) {
 		fmt.Sprintf("if (tid == 0) {\n        %s s = part[0];\n        for (long long k = 1; k < T; k++) { %s }\n        %s\n        stat[%d] = s;\n      }", rk.ct, fold("s", "part[k]"), final, slot))
 }
 
+// maxSumExp adds the phases of a row's maximum (stat[0]) and Σ exp(x − max) (stat[1]) over
+// the elements x, as softmax and cross-entropy need them.
+func (rk *rowKernel) maxSumExp(x string) {
+	rk.partial("-__builtin_huge_val()", x, "ppc_max<"+rk.ct+">", 0, "")
+	rk.partial("0", fmt.Sprintf("ppc_expo((%s)(%s - stat[0]))", rk.ct, x), "+", 1, "")
+}
+
 // each adds a phase that runs body for each of the thread's elements j.
 func (rk *rowKernel) each(body string) {
 	rk.phases = append(rk.phases, fmt.Sprintf("for (long long j = tid; j < %dLL; j += T) %s", rk.width, body))
@@ -118,8 +125,7 @@ func rowSoftmax(s *device.Spec, name string, logOf bool) (Kernel, error) {
 	ty := ct.ctype()
 	x := load(in.DType, "in0", "base + j")
 	rk := &rowKernel{rows: outer, width: n, ct: ty, setup: fmt.Sprintf("const long long base = row * %dLL; (void)base;", n)}
-	rk.partial("-__builtin_huge_val()", x, "ppc_max<"+ty+">", 0, "")
-	rk.partial("0", fmt.Sprintf("ppc_expo((%s)(%s - stat[0]))", ty, x), "+", 1, "")
+	rk.maxSumExp(x)
 	if logOf {
 		rk.each(fmt.Sprintf("out[base + j] = %s;", store(out.DType, round(out.DType, fmt.Sprintf("%s - stat[0] - ppc_loga(stat[1])", x)))))
 	} else {

@@ -20,21 +20,28 @@ import (
 	"ppc.dev/ppc/runtime/device"
 )
 
+// loadJob compiles model with opts and loads it on dev, its weights initialised from seed.
+func loadJob(tb testing.TB, dev device.Device, model string, opts compiler.Options, seed uint64) (*runtime.Job, *compiler.Result) {
+	tb.Helper()
+	res, err := compiler.Compile(model, opts)
+	if err != nil {
+		tb.Fatalf("compile: %v", err)
+	}
+	job, err := runtime.New(res.Output, dev)
+	if err != nil {
+		tb.Fatalf("load on %s: %v", dev.Name(), err)
+	}
+	if err := job.Init(seed); err != nil {
+		tb.Fatal(err)
+	}
+	return job, res
+}
+
 // trainOn compiles model with opts, trains steps on dev and returns the losses and the
 // final parameters and optimizer state by name.
 func trainOn(t *testing.T, dev device.Device, model string, opts compiler.Options, steps int) ([]float64, map[string][]float64) {
 	t.Helper()
-	res, err := compiler.Compile(model, opts)
-	if err != nil {
-		t.Fatalf("compile: %v", err)
-	}
-	job, err := runtime.New(res.Output, dev)
-	if err != nil {
-		t.Fatalf("load on %s: %v", dev.Name(), err)
-	}
-	if err := job.Init(7); err != nil {
-		t.Fatal(err)
-	}
+	job, _ := loadJob(t, dev, model, opts, 7)
 	var losses []float64
 	for i := 0; i < steps; i++ {
 		r, err := job.Step(runtime.Options{Seed: 7})
@@ -427,17 +434,7 @@ func TestCUDADeviceTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := compiler.Compile("../../testdata/models/mlp.ppm", compiler.Options{Microbatches: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	job, err := runtime.New(res.Output, dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := job.Init(1); err != nil {
-		t.Fatal(err)
-	}
+	job, _ := loadJob(t, dev, "../../testdata/models/mlp.ppm", compiler.Options{Microbatches: 2}, 1)
 	var out strings.Builder
 	tr, err := runtime.NewTrace(&out, len(job.Ranks), 2, 2)
 	if err != nil {
@@ -479,17 +476,7 @@ func TestCUDADeviceAllocatesAtLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := compiler.Compile("../../testdata/models/gpt.ppm", compiler.Options{Load: compiler.LoadOptions{Preset: "tiny"}, Microbatches: 2, PP: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	job, err := runtime.New(res.Output, dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := job.Init(1); err != nil {
-		t.Fatal(err)
-	}
+	job, _ := loadJob(t, dev, "../../testdata/models/gpt.ppm", compiler.Options{Load: compiler.LoadOptions{Preset: "tiny"}, Microbatches: 2, PP: 2}, 1)
 	count := func(prefix string) int {
 		n := 0
 		for _, l := range e.Log {
