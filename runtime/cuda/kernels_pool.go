@@ -207,21 +207,35 @@ func poolTypes(s *device.Spec, operands int) (class, error) {
 	return ct, nil
 }
 
+// poolSite checks a pooling site: its operands (poolTypes) and the window between its input
+// and output tensors, which picks once the operand count is right. It returns the compute
+// type and the geometry.
+func poolSite(s *device.Spec, operands int, pick func(in []ir.Type, out ir.Type) (x, y ir.Type)) (string, *poolGeom, error) {
+	ct, err := poolTypes(s, operands)
+	if err != nil {
+		return "", nil, err
+	}
+	x, y := pick(s.In, s.Out[0])
+	g, err := poolGeometry(s, x, y)
+	if err != nil {
+		return "", nil, err
+	}
+	return ct.ctype(), g, nil
+}
+
+// forward is a pooling op's input and output: operand and result.
+func forward(in []ir.Type, out ir.Type) (x, y ir.Type) { return in[0], out }
+
 // genMaxPool: y[n, c, o] = the maximum of x over o's window taps inside x (padding never
 // wins; −inf for a window without one), one thread per output. The taps are visited in
 // row-major order of the kernel offsets; a NaN wins and stays, and +0 beats −0, as Go's
 // max in kernels/cpu's MaxPool.
 func genMaxPool(s *device.Spec) (string, int64, error) {
-	ct, err := poolTypes(s, 1)
+	ty, g, err := poolSite(s, 1, forward)
 	if err != nil {
 		return "", 0, err
 	}
 	x, y := s.In[0], s.Out[0]
-	g, err := poolGeometry(s, x, y)
-	if err != nil {
-		return "", 0, err
-	}
-	ty := ct.ctype()
 	var b strings.Builder
 	poolSplit(&b, "o", g.dims(false))
 	fmt.Fprintf(&b, "    long long xb = plane * %dLL;\n    %s m = -__builtin_huge_val();\n", g.inSize, ty)
@@ -241,7 +255,7 @@ func genMaxPool(s *device.Spec) (string, int64, error) {
 // without a tap inside x. One thread per element of dx, visiting only the outputs whose
 // window covers it.
 func genMaxPoolGrad(s *device.Spec) (string, int64, error) {
-	ct, err := poolTypes(s, 2)
+	ty, g, err := poolSite(s, 2, func(in []ir.Type, _ ir.Type) (ir.Type, ir.Type) { return in[0], in[1] })
 	if err != nil {
 		return "", 0, err
 	}
@@ -249,11 +263,6 @@ func genMaxPoolGrad(s *device.Spec) (string, int64, error) {
 	if !x.Equal(dx) {
 		return "", 0, fmt.Errorf("the gradient of %s is %s", x, dx)
 	}
-	g, err := poolGeometry(s, x, dy)
-	if err != nil {
-		return "", 0, err
-	}
-	ty := ct.ctype()
 	in, out := g.dims(true), g.dims(false)
 	var b strings.Builder
 	poolSplit(&b, "p", in)
@@ -279,16 +288,11 @@ func genMaxPoolGrad(s *device.Spec) (string, int64, error) {
 // kernels/cpu's AvgPool; the divisor counts the taps inside x (or with count_include_pad
 // inside x and its explicit pads); a window with divisor 0 gives 0. One thread per output.
 func genAvgPool(s *device.Spec) (string, int64, error) {
-	ct, err := poolTypes(s, 1)
+	ty, g, err := poolSite(s, 1, forward)
 	if err != nil {
 		return "", 0, err
 	}
 	x, y := s.In[0], s.Out[0]
-	g, err := poolGeometry(s, x, y)
-	if err != nil {
-		return "", 0, err
-	}
-	ty := ct.ctype()
 	var b strings.Builder
 	poolSplit(&b, "o", g.dims(false))
 	fmt.Fprintf(&b, "    long long xb = plane * %dLL;\n    %s acc = 0;\n", g.inSize, ty)
@@ -308,16 +312,11 @@ func genAvgPool(s *device.Spec) (string, int64, error) {
 // order, so p receives its outputs in increasing order of every spatial dim but the last,
 // and in decreasing order of the last: the order here.
 func genAvgPoolGrad(s *device.Spec) (string, int64, error) {
-	ct, err := poolTypes(s, 1)
+	ty, g, err := poolSite(s, 1, func(in []ir.Type, out ir.Type) (ir.Type, ir.Type) { return out, in[0] })
 	if err != nil {
 		return "", 0, err
 	}
 	dy, dx := s.In[0], s.Out[0]
-	g, err := poolGeometry(s, dx, dy)
-	if err != nil {
-		return "", 0, err
-	}
-	ty := ct.ctype()
 	var b strings.Builder
 	poolSplit(&b, "p", g.dims(true))
 	fmt.Fprintf(&b, "    long long yb = plane * %dLL;\n    %s acc = 0;\n", g.outSize, ty)
