@@ -1,9 +1,21 @@
-"""PyTorch eager reference for ppc's GPU budget: a training step of GPT-2 small as
-testdata/models/gpt.ppm's `small` preset defines it (learned token and position embeddings,
-pre-LayerNorm layers, causal attention, tanh-GELU MLP, biases on every linear, tied head,
-cross-entropy on the next token), 8 sequences of 1024 tokens, bf16 autocast, AdamW.
-Prints tokens/s. Run by bench/gpu.sh; needs torch with CUDA."""
-import math, sys, time
+"""PyTorch's figures for ppc's GPU budget (bench/gpu.sh runs it; needs torch with CUDA).
+
+Training step: GPT-2 small as testdata/models/gpt.ppm's `small` preset defines it (learned
+token and position embeddings, pre-LayerNorm layers, causal attention, tanh-GELU MLP, biases
+on every linear, tied head, cross-entropy on the next token), 8 sequences of 1024 tokens,
+bf16 autocast, AdamW. --attn sdpa is what a user has by default
+(F.scaled_dot_product_attention: a fused flash kernel); --attn math materialises the scores as
+ppc does; --compile runs the model through torch.compile. Prints one line:
+  pytorch <mode>: <tokens/s> tokens/s <ms> ms/step <TFLOP/s> TFLOP/s <GPU>
+with FLOPs counted as ppc's benchmark counts them (6·N + 12·L·d·T per token, PaLM's count).
+
+--matmul N[,N...]: torch.matmul of N³ in bf16 on random operands (three operand sets in
+turn, so that the L2 cache does not hold them), timed with CUDA events, the median of 20
+runs after 5 warm-ups. Prints: torch.matmul <N>: <TFLOP/s> TFLOP/s
+
+--wait FILE: after warming up (torch.compile's compile included), wait until FILE exists
+before timing, so that the compile can overlap other work and the timing cannot."""
+import argparse, math, os, statistics, sys, time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -12,8 +24,9 @@ V, D, H, L, T, B = 50257, 768, 12, 12, 1024, 8
 
 
 class Layer(nn.Module):
-    def __init__(self):
+    def __init__(self, attn):
         super().__init__()
+        self.attn = attn
         self.ln1, self.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
         self.qkv, self.proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
         self.fc, self.out = nn.Linear(D, 4 * D), nn.Linear(4 * D, D)
@@ -21,19 +34,21 @@ class Layer(nn.Module):
     def forward(self, x):
         q, k, v = self.qkv(self.ln1(x)).split(D, dim=-1)
         q, k, v = (t.view(B, T, H, D // H).transpose(1, 2) for t in (q, k, v))
-        # Materialised scores, as ppc computes attention (no fused kernel: an equal comparison).
-        s = (q @ k.transpose(-1, -2)) / math.sqrt(D // H)
-        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
-        a = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, D)
-        x = x + self.proj(a)
+        if self.attn == "sdpa":
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # the scores materialised, as ppc computes attention
+            s = (q @ k.transpose(-1, -2)) / math.sqrt(D // H)
+            s = s.masked_fill(torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
+            a = s.softmax(-1) @ v
+        x = x + self.proj(a.transpose(1, 2).reshape(B, T, D))
         return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
 
 class GPT(nn.Module):
-    def __init__(self):
+    def __init__(self, attn):
         super().__init__()
         self.wte, self.wpe = nn.Embedding(V, D), nn.Embedding(T, D)
-        self.layers = nn.ModuleList(Layer() for _ in range(L))
+        self.layers = nn.ModuleList(Layer(attn) for _ in range(L))
         self.ln = nn.LayerNorm(D)
 
     def forward(self, tokens, labels):
@@ -44,17 +59,24 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.float().view(-1, V), labels.view(-1))
 
 
-def main():
-    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+def wait_for(path):
+    while path and not os.path.exists(path):
+        time.sleep(0.1)
+
+
+def train(args):
     dev = torch.device("cuda")
-    model = GPT().to(dev)
+    torch.manual_seed(0)
+    model = GPT(args.attn).to(dev)
+    n = sum(p.numel() for p in model.parameters())
+    fwd = torch.compile(model) if args.compile else model
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
     tokens = torch.randint(0, V, (B, T), device=dev)
     labels = torch.roll(tokens, -1, 1)
 
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(tokens, labels)
+            loss = fwd(tokens, labels)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -62,12 +84,50 @@ def main():
     for _ in range(3):
         step()
     torch.cuda.synchronize()
+    wait_for(args.wait)
     t0 = time.perf_counter()
-    for _ in range(steps):
+    for _ in range(args.steps):
         step()
     torch.cuda.synchronize()
-    dt = (time.perf_counter() - t0) / steps
-    print(f"pytorch eager: {B * T / dt:.0f} tokens/s ({dt * 1e3:.1f} ms/step, {torch.cuda.get_device_name()})")
+    dt = (time.perf_counter() - t0) / args.steps
+    tps = B * T / dt
+    flops = (6 * n + 12 * L * D * T) * tps
+    mode = args.attn + (" compiled" if args.compile else " eager")
+    print(f"pytorch {mode}: {tps:.0f} tokens/s {dt * 1e3:.1f} ms/step {flops / 1e12:.1f} TFLOP/s {torch.cuda.get_device_name()}")
+
+
+def matmul(sizes):
+    for n in sizes:
+        g = torch.Generator(device="cuda").manual_seed(n)
+        sets = [(torch.rand(n, n, device="cuda", dtype=torch.bfloat16, generator=g) * 2 - 1,
+                 torch.rand(n, n, device="cuda", dtype=torch.bfloat16, generator=g) * 2 - 1) for _ in range(3)]
+        for i in range(5):
+            a, b = sets[i % 3]
+            torch.matmul(a, b)
+        times = []
+        for i in range(20):
+            a, b = sets[i % 3]
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            torch.matmul(a, b)
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e) / 1e3)
+        print(f"torch.matmul {n}: {2 * n**3 / statistics.median(times) / 1e12:.1f} TFLOP/s")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--attn", choices=["sdpa", "math"], default="sdpa")
+    p.add_argument("--compile", action="store_true")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--wait", default="")
+    p.add_argument("--matmul", default="")
+    args = p.parse_args()
+    if args.matmul:
+        matmul([int(s) for s in args.matmul.split(",")])
+    else:
+        train(args)
 
 
 if __name__ == "__main__":

@@ -104,13 +104,16 @@ func init() {
 				if *tf32 && *dev != "cuda" {
 					return usagef("--tf32 applies to --device cuda")
 				}
-				gpu := 0
-				if li != nil {
-					gpu = li.LocalRank
+				gpu, local := 0, 1
+				if li != nil && li.LocalRank >= 0 {
+					gpu, local = li.LocalRank, li.LocalWorld
 				}
-				d, err := openDevice(*dev, e.getenvFunc(), gpu, *tf32)
+				d, note, err := openDevice(*dev, e.getenvFunc(), gpu, local, *tf32)
 				if err != nil {
 					return err
+				}
+				if note != "" && gpu == 0 {
+					fmt.Fprintf(e.stderr, "ppc run: %s\n", note)
 				}
 				noteLoadingPlan(e, args[0])
 				var job *runtime.Job
@@ -344,24 +347,41 @@ func checkWritableDir(dir string) error {
 	return os.Remove(f.Name())
 }
 
-func openDevice(name string, getenv func(string) string, gpu int, tf32 bool) (device.Device, error) {
+// openDevice opens the device of the process with local rank gpu among local processes on
+// its machine. With more processes than GPUs, they share GPUs round robin (a test of a
+// multi-process layout on one GPU), messages go through the host, and note says so.
+func openDevice(name string, getenv func(string) string, gpu, local int, tf32 bool) (d device.Device, note string, err error) {
 	switch name {
 	case "cpu":
-		return cpu.New(), nil
+		return cpu.New(), "", nil
 	case "cuda":
 		// What is missing on this machine is bad input (exit 2), as is a driver that will
 		// not open the GPU.
 		r := cuda.Probe(getenv)
 		if err := r.Usable(); err != nil {
-			return nil, fmt.Errorf("--device cuda: %v; 'ppc devices' lists what was found; use --device cpu", err)
+			return nil, "", fmt.Errorf("--device cuda: %v; 'ppc devices' lists what was found; use --device cpu", err)
 		}
-		d, err := cuda.Open(r, gpu, tf32, cuda.DefaultCacheDir(getenv))
+		gpu, note = placeOnGPU(gpu, local, len(r.GPUs))
+		c, err := cuda.Open(r, gpu, tf32, cuda.DefaultCacheDir(getenv))
 		if err != nil {
-			return nil, fmt.Errorf("--device cuda: %v", err)
+			return nil, "", fmt.Errorf("--device cuda: %v", err)
 		}
-		return d, nil
+		if note != "" {
+			c.Collectives = nil
+		}
+		return c, note, nil
 	}
-	return nil, usagef("--device must be cpu or cuda, got %q", name)
+	return nil, "", usagef("--device must be cpu or cuda, got %q", name)
+}
+
+// placeOnGPU picks the GPU of the process with local rank lr among local processes on a
+// machine with n GPUs: its own, or with more processes than GPUs one shared round robin, and
+// then a note that messages go through the host.
+func placeOnGPU(lr, local, n int) (gpu int, note string) {
+	if local <= n {
+		return lr, ""
+	}
+	return lr % n, fmt.Sprintf("%d processes share this machine's %d GPU(s): messages go through host memory and TCP, since NCCL does not run two members of a communicator on one GPU", local, n)
 }
 
 // train runs the steps and prints a line for each; it returns how many it ran, fewer than

@@ -432,17 +432,17 @@ func genReduce(kind string) generator {
 		}
 		switch kind {
 		case "max", "min":
-			fmt.Fprintf(&b, "    %s acc = %s__builtin_huge_val();\n", ty, map[string]string{"max": "-", "min": ""}[kind])
+			fmt.Fprintf(&b, "    %s acc = %sPPC_INF;\n", ty, map[string]string{"max": "-", "min": ""}[kind])
 			loop(fmt.Sprintf("acc = ppc_%s<%s>(acc, v);", kind, ty))
 		case "prod":
 			fmt.Fprintf(&b, "    %s acc = 1;\n", ty)
 			loop("acc *= v;")
 		case "log_sum_exp":
-			fmt.Fprintf(&b, "    %s m = -__builtin_huge_val();\n", ty)
+			fmt.Fprintf(&b, "    %s m = -PPC_INF;\n", ty)
 			loop(fmt.Sprintf("m = ppc_max<%s>(m, v);", ty))
 			fmt.Fprintf(&b, "    %s acc = 0;\n", ty)
 			loop("acc += ppc_expo((" + ty + ")(v - m));")
-			b.WriteString("    acc = (m != m || m == __builtin_huge_val() || m == -__builtin_huge_val()) ? m : m + ppc_loga(acc);\n")
+			b.WriteString("    acc = (m != m || m == PPC_INF || m == -PPC_INF) ? m : m + ppc_loga(acc);\n")
 		default: // sum, mean
 			fmt.Fprintf(&b, "    %s acc = 0;\n", ty)
 			loop("acc += v;")
@@ -472,7 +472,7 @@ func genSoftmax(logOf bool) generator {
 		at := func(j string) string { return fmt.Sprintf("base + (%s) * %dLL", j, inner) }
 		var b strings.Builder
 		fmt.Fprintf(&b, "    long long base = (i / %dLL) * %dLL + i %% %dLL;\n", inner, n*inner, inner)
-		fmt.Fprintf(&b, "    %s m = -__builtin_huge_val();\n", ty)
+		fmt.Fprintf(&b, "    %s m = -PPC_INF;\n", ty)
 		fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) m = ppc_max<%s>(m, %s);\n", n, ty, load(in.DType, "in0", at("j")))
 		fmt.Fprintf(&b, "    %s sum = 0;\n", ty)
 		fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) sum += ppc_expo((%s)(%s - m));\n", n, ty, load(in.DType, "in0", at("j")))
@@ -661,7 +661,7 @@ func ceRows(s *device.Spec) (rows, classes int64, ignore int64, err error) {
 // lse writes m and the log-sum-exp's pieces of row rb (classes elements), as genSoftmax does.
 func lse(b *strings.Builder, ty string, logits ir.Type, classes int64) {
 	at := func(j string) string { return load(logits.DType, "in0", "rb + "+j) }
-	fmt.Fprintf(b, "%s m = -__builtin_huge_val();\n", ty)
+	fmt.Fprintf(b, "%s m = -PPC_INF;\n", ty)
 	fmt.Fprintf(b, "for (long long j = 0; j < %dLL; j++) m = ppc_max<%s>(m, %s);\n", classes, ty, at("j"))
 	fmt.Fprintf(b, "%s sum = 0;\n", ty)
 	fmt.Fprintf(b, "for (long long j = 0; j < %dLL; j++) sum += ppc_expo((%s)(%s - m));\n", classes, ty, at("j"))

@@ -143,11 +143,11 @@ func genMSEGrad(s *device.Spec) (string, int64, error) {
 func cFloat(v float64) string {
 	switch {
 	case math.IsNaN(v):
-		return "__builtin_nan(\"\")"
+		return "PPC_NAN"
 	case math.IsInf(v, 1):
-		return "__builtin_huge_val()"
+		return "PPC_INF"
 	case math.IsInf(v, -1):
-		return "(-__builtin_huge_val())"
+		return "(-PPC_INF)"
 	}
 	return strconv.FormatFloat(v, 'g', -1, 64)
 }

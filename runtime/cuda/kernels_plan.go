@@ -58,7 +58,7 @@ func planCrossEntropy(s *device.Spec) ([]ir.Type, []planStep, error) {
 		ty, out := classOf(s.In[0].DType).ctype(), s.Out[0]
 		var b strings.Builder
 		fmt.Fprintf(&b, "    long long l = (long long)in1[i], rb = i * %dLL;\n    %s loss = 0;\n", classes, ty)
-		fmt.Fprintf(&b, "    if (l != %dLL) {\n    if (l < 0 || l >= %dLL) loss = (%s)__builtin_nan(\"\"); else {\n", ignore, classes, ty)
+		fmt.Fprintf(&b, "    if (l != %dLL) {\n    if (l < 0 || l >= %dLL) loss = (%s)PPC_NAN; else {\n", ignore, classes, ty)
 		lse(&b, ty, s.In[0], classes)
 		fmt.Fprintf(&b, "    loss = (ppc_loga(sum) + m) - %s; }\n    }\n", load(s.In[0].DType, "in0", "rb + l"))
 		fmt.Fprintf(&b, "    out[i] = %s;\n", store(out.DType, round(out.DType, "loss")))
@@ -71,7 +71,7 @@ func planCrossEntropy(s *device.Spec) ([]ir.Type, []planStep, error) {
 		perRowBlock = func(s *device.Spec, name string) (Kernel, error) {
 			ty, out := classOf(s.In[0].DType).ctype(), s.Out[0]
 			rk := ceRowKernel(s, rows, classes)
-			rk.phases = append(rk.phases, fmt.Sprintf("if (tid == 0) {\n        %s loss = 0;\n        if (l != %dLL) loss = (l < 0 || l >= %dLL) ? (%s)__builtin_nan(\"\") : (ppc_loga(stat[1]) + stat[0]) - %s;\n        out[row] = %s;\n      }",
+			rk.phases = append(rk.phases, fmt.Sprintf("if (tid == 0) {\n        %s loss = 0;\n        if (l != %dLL) loss = (l < 0 || l >= %dLL) ? (%s)PPC_NAN : (ppc_loga(stat[1]) + stat[0]) - %s;\n        out[row] = %s;\n      }",
 				ty, ignore, classes, ty, load(s.In[0].DType, "in0", "rb + (l < 0 || l >= "+fmt.Sprint(classes)+"LL ? 0 : l)"), store(out.DType, round(out.DType, "loss"))))
 			return rk.kernel(s, name)
 		}

@@ -238,7 +238,7 @@ func genMaxPool(s *device.Spec) (string, int64, error) {
 	x, y := s.In[0], s.Out[0]
 	var b strings.Builder
 	poolSplit(&b, "o", g.dims(false))
-	fmt.Fprintf(&b, "    long long xb = plane * %dLL;\n    %s m = -__builtin_huge_val();\n", g.inSize, ty)
+	fmt.Fprintf(&b, "    long long xb = plane * %dLL;\n    %s m = -PPC_INF;\n", g.inSize, ty)
 	depth, closing := g.openTaps(&b, 0, "o", "t", "p")
 	ind := poolIndent(depth)
 	fmt.Fprintf(&b, "%s%s v = %s;\n", ind, ty, load(x.DType, "in0", "xb + "+poolOffset("p", g.dims(true))))

@@ -1,13 +1,16 @@
 package cuda
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"ppc.dev/ppc/ir"
@@ -412,16 +415,10 @@ func hostCompiler(t testing.TB) string {
 	return ""
 }
 
-// TestKernelsCompileToPTX: every generated kernel compiles to PTX for sm_80 with clang
-// and no CUDA SDK (CI installs clang), each an entry point.
-func TestKernelsCompileToPTX(t *testing.T) {
-	clang, err := exec.LookPath("clang")
-	if err != nil {
-		t.Skip("clang is not installed (.ci/run installs it): the kernels' PTX compile is not checked here")
-	}
+// everyKernel is every kernel case's kernels and the communication's own kernels: ordered
+// reductions' folds (net.go's permutes are transposes, among the cases).
+func everyKernel(t *testing.T) []Kernel {
 	ks := caseKernels(t, ewCases())
-	// The communication's own kernels: ordered reductions' folds (net.go's permutes are
-	// transposes, among the cases).
 	for _, dt := range []ir.DType{ir.F32, ir.F64, ir.BF16, ir.F16} {
 		for _, op := range []string{"sum", "mean", "max", "min"} {
 			k, err := foldKernel(fmt.Sprintf("fold_%s_%s", op, dt), dt, op, 3, 7)
@@ -431,6 +428,61 @@ func TestKernelsCompileToPTX(t *testing.T) {
 			ks = append(ks, k)
 		}
 	}
+	return ks
+}
+
+// TestKernelsCompileWithNVRTC: every generated kernel compiles with a real NVRTC, the
+// compiler a GPU run uses (ppc_cuda.h's NVRTC branch: no SDK headers, no __builtin_huge_val),
+// to Hopper's machine code, each an entry point. It runs where the dynamic loader or the
+// usual folders find libnvrtc (CI installs Debian's, from CUDA 11.8), and skips elsewhere.
+func TestKernelsCompileWithNVRTC(t *testing.T) {
+	l := Probe(nil).Libraries[1]
+	if !l.Found() {
+		t.Skipf("no NVRTC on this machine (%s): the NVRTC compile is checked where there is one (.ci/run installs it)", l.Err)
+	}
+	nv, err := OpenNVRTC(&l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, err := nv.Target(9, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks := everyKernel(t)
+	// As the device builds them: modules of a few dozen kernels, compiled concurrently.
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for i := 0; i < len(ks); i += 64 {
+		chunk := ks[i:min(i+64, len(ks))]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			img, err := nv.Compile(Source(chunk...), "kernels.cu", target)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for _, k := range chunk {
+				if !bytes.Contains(img, []byte(k.Name+"\x00")) {
+					t.Errorf("NVRTC's %s image has no kernel %s", target, k.Name)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d kernels compiled by NVRTC %s (%s) for %s", len(ks), l.Version, l.Path, target)
+}
+
+// TestKernelsCompileToPTX: every generated kernel compiles to PTX for sm_80 with clang
+// and no CUDA SDK (CI installs clang), each an entry point.
+func TestKernelsCompileToPTX(t *testing.T) {
+	clang, err := exec.LookPath("clang")
+	if err != nil {
+		t.Skip("clang is not installed (.ci/run installs it): the kernels' PTX compile is not checked here")
+	}
+	ks := everyKernel(t)
 	dir := t.TempDir()
 	src := filepath.Join(dir, "kernels.cu")
 	if err := os.WriteFile(src, []byte(Source(ks...)), 0o644); err != nil {
@@ -463,6 +515,42 @@ func TestKernelsOnHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkKernels(t, ewCases(), dev)
+}
+
+// TestKernelsInSeveralModules: a build split into modules (as a GPU's, whose modules NVRTC
+// compiles concurrently) runs every kernel as one module does: each kernel is looked up in
+// its own module, and the modules are compiled at once.
+func TestKernelsInSeveralModules(t *testing.T) {
+	e := newEmulator(t)
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	compile := func(src string) ([]byte, error) {
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		defer func() { mu.Lock(); inFlight--; mu.Unlock() }()
+		return e.compile(src)
+	}
+	dev, err := NewDevice(e, e, compile, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev.ModuleKernels = 3
+	cases := ewCases()[:16]
+	checkKernels(t, cases, dev)
+	modules := 0
+	for _, l := range e.Log {
+		if strings.HasPrefix(l, "module ") {
+			modules++
+		}
+	}
+	if want := (len(caseKernels(t, cases)) + 2) / 3; modules < want {
+		t.Errorf("%d modules for %d kernels in modules of at least 3 (want %d or more)", modules, len(caseKernels(t, cases)), want)
+	}
+	if most < 2 && runtime.GOMAXPROCS(0) > 1 {
+		t.Errorf("at most %d module compiled at once", most)
+	}
 }
 
 // caseKernels generates the kernels of every case.

@@ -32,6 +32,10 @@ int nvrtcCompileProgram(prog *p, int n, const char *const *opts) {
 }
 int nvrtcGetPTXSize(prog *p, size_t *n) { *n = strlen(p->ptx) + 1; return 0; }
 int nvrtcGetPTX(prog *p, char *buf) { strcpy(buf, p->ptx); return 0; }
+int nvrtcGetCUBINSize(prog *p, size_t *n) { if (strncmp(p->ptx, "// PTX for sm_", 14)) return 5; *n = strlen(p->ptx); return 0; }
+int nvrtcGetCUBIN(prog *p, char *buf) { memcpy(buf, "ELF", 3); memcpy(buf + 3, p->ptx + 3, strlen(p->ptx) - 3); return 0; }
+int nvrtcGetNumSupportedArchs(int *n) { *n = 3; return 0; }
+int nvrtcGetSupportedArchs(int *a) { a[0] = 75; a[1] = 80; a[2] = 90; return 0; }
 int nvrtcGetProgramLogSize(prog *p, size_t *n) { *n = p->log ? strlen(p->log) + 1 : 1; return 0; }
 int nvrtcGetProgramLog(prog *p, char *buf) { strcpy(buf, p->log ? p->log : ""); return 0; }
 int nvrtcDestroyProgram(prog **p) { free((*p)->src); free((*p)->ptx); free((*p)->log); free(*p); *p = 0; return 0; }
@@ -39,8 +43,9 @@ const char *nvrtcGetErrorString(int rc) { return rc == 6 ? "NVRTC_ERROR_COMPILAT
 `
 
 // TestNVRTCCache: kernels compile through NVRTC's API (a stand-in library, opened and
-// called through purego) for the GPU's architecture, once per source and architecture: the
-// PTX is cached on disk by source hash and arch; a compile error carries NVRTC's log.
+// called through purego) to the GPU's machine code, or to PTX for an architecture NVRTC does
+// not know, once per source and target: the images are cached on disk by source hash and
+// target; a compile error carries NVRTC's log.
 func TestNVRTCCache(t *testing.T) {
 	root := t.TempDir()
 	fakeLib(t, filepath.Join(root, "libnvrtc.so.12"), fakeNVRTC)
@@ -48,6 +53,15 @@ func TestNVRTCCache(t *testing.T) {
 	n, err := OpenNVRTC(&lib)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		major, minor int
+		want, err    string
+	}{{8, 0, "sm_80", ""}, {9, 0, "sm_90", ""}, {8, 6, "compute_80", ""}, {12, 0, "compute_90", ""}, {7, 0, "", "none at or below the GPU's sm_70"}} {
+		got, err := n.Target(c.major, c.minor)
+		if got != c.want || (err == nil) != (c.err == "") || err != nil && !strings.Contains(err.Error(), c.err) {
+			t.Errorf("Target(%d, %d) = %q, %v; want %q, %q", c.major, c.minor, got, err, c.want, c.err)
+		}
 	}
 	var count func() int32
 	if err := lib.sym(&count, "fake_compiles"); err != nil {
@@ -59,31 +73,32 @@ func TestNVRTCCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := Source(k)
-	ptx, hit, err := cache.PTX(src, "kernels.cu", "sm_80")
-	if err != nil || hit || !strings.HasPrefix(string(ptx), "// PTX for compute_80\n") || !strings.Contains(string(ptx), "PPC_GLOBAL void k_add(") || count() != 1 {
-		t.Fatalf("first compile: hit %v, %d compiles, err %v\n%.80s", hit, count(), err, ptx)
+	img, hit, err := cache.Image(src, "kernels.cu", "sm_80")
+	if err != nil || hit || !strings.HasPrefix(string(img), "ELFPTX for sm_80\n") || !strings.Contains(string(img), "PPC_GLOBAL void k_add(") || count() != 1 {
+		t.Fatalf("first compile: hit %v, %d compiles, err %v\n%.80s", hit, count(), err, img)
 	}
-	again, hit, err := cache.PTX(src, "kernels.cu", "sm_80")
-	if err != nil || !hit || string(again) != string(ptx) || count() != 1 {
+	again, hit, err := cache.Image(src, "kernels.cu", "sm_80")
+	if err != nil || !hit || string(again) != string(img) || count() != 1 {
 		t.Fatalf("second compile: hit %v, %d compiles, err %v", hit, count(), err)
 	}
-	if _, hit, err := cache.PTX(src, "kernels.cu", "sm_90"); err != nil || hit || count() != 2 {
-		t.Fatalf("another architecture: hit %v, %d compiles, err %v", hit, count(), err)
+	ptx, hit, err := cache.Image(src, "kernels.cu", "compute_90")
+	if err != nil || hit || count() != 2 || !strings.HasPrefix(string(ptx), "// PTX for compute_90\n") {
+		t.Fatalf("another target: hit %v, %d compiles, err %v\n%.80s", hit, count(), err, ptx)
 	}
-	files, _ := filepath.Glob(filepath.Join(root, "cache", "*", "*.ptx"))
+	files, _ := filepath.Glob(filepath.Join(root, "cache", "*", "*"))
 	if len(files) != 2 {
-		t.Errorf("cache files %v, want one per architecture", files)
+		t.Errorf("cache files %v, want one per target", files)
 	}
-	_, _, err = cache.PTX(src+"\n#error boom\n", "bad.cu", "sm_80")
+	_, _, err = cache.Image(src+"\n#error boom\n", "bad.cu", "sm_80")
 	if err == nil || !strings.Contains(err.Error(), "could not compile bad.cu for sm_80: NVRTC_ERROR_COMPILATION") || !strings.Contains(err.Error(), "kernel.cu(3): error: boom") {
 		t.Errorf("compile error: %v", err)
 	}
-	// A cache that cannot be written still returns the PTX.
+	// A cache that cannot be written still returns the image.
 	ro := &Cache{Dir: filepath.Join(root, "file"), Compile: n.Compile}
 	if err := os.WriteFile(ro.Dir, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if ptx, _, err := ro.PTX(src, "kernels.cu", "sm_80"); err != nil || len(ptx) == 0 {
+	if img, _, err := ro.Image(src, "kernels.cu", "sm_80"); err != nil || len(img) == 0 {
 		t.Errorf("unwritable cache: %v", err)
 	}
 }

@@ -46,6 +46,12 @@ PPC_DEV double ppc_erfc(double x) { return erfc(x); }
 PPC_DEV double ppc_sin(double x) { return sin(x); }
 PPC_DEV double ppc_cos(double x) { return cos(x); }
 PPC_DEV double ppc_pow(double x, double y) { return pow(x, y); }
+PPC_DEV float ppc_sqrt(float x) { return sqrtf(x); }
+PPC_DEV double ppc_sqrt(double x) { return sqrt(x); }
+PPC_DEV float ppc_fabs(float x) { return fabsf(x); }
+PPC_DEV double ppc_fabs(double x) { return fabs(x); }
+#define PPC_INF HUGE_VAL
+#define PPC_NAN ((double)NAN)
 #else
 #if defined(__CUDACC_RTC__)
 #define PPC_GLOBAL extern "C" __global__
@@ -75,7 +81,6 @@ typedef int int32_t;
 typedef unsigned int uint32_t;
 typedef long long int64_t;
 typedef unsigned long long uint64_t;
-#define NAN __builtin_nanf("")
 PPC_EXTERN_DEV float __nv_expf(float);
 PPC_EXTERN_DEV float __nv_logf(float);
 PPC_EXTERN_DEV float __nv_tanhf(float);
@@ -92,7 +97,12 @@ PPC_EXTERN_DEV double __nv_erfc(double);
 PPC_EXTERN_DEV double __nv_sin(double);
 PPC_EXTERN_DEV double __nv_cos(double);
 PPC_EXTERN_DEV double __nv_pow(double, double);
+PPC_EXTERN_DEV float __nv_sqrtf(float);
+PPC_EXTERN_DEV double __nv_sqrt(double);
+PPC_EXTERN_DEV float __nv_fabsf(float);
+PPC_EXTERN_DEV double __nv_fabs(double);
 PPC_EXTERN_DEV float __nv_int_as_float(int);
+PPC_EXTERN_DEV double __nv_longlong_as_double(long long);
 PPC_EXTERN_DEV int __nv_float_as_int(float);
 PPC_DEV float ppc_bits_f32(uint32_t u) { return __nv_int_as_float((int)u); }
 PPC_DEV uint32_t ppc_f32_bits(float f) { return (uint32_t)__nv_float_as_int(f); }
@@ -112,16 +122,21 @@ PPC_DEV double ppc_erfc(double x) { return __nv_erfc(x); }
 PPC_DEV double ppc_sin(double x) { return __nv_sin(x); }
 PPC_DEV double ppc_cos(double x) { return __nv_cos(x); }
 PPC_DEV double ppc_pow(double x, double y) { return __nv_pow(x, y); }
+// libdevice's sqrt is correctly rounded (NVRTC's default --prec-sqrt=true), as the CPU's.
+PPC_DEV float ppc_sqrt(float x) { return __nv_sqrtf(x); }
+PPC_DEV double ppc_sqrt(double x) { return __nv_sqrt(x); }
+PPC_DEV float ppc_fabs(float x) { return __nv_fabsf(x); }
+PPC_DEV double ppc_fabs(double x) { return __nv_fabs(x); }
+// Infinity and a quiet NaN as doubles, spelled by their bits: NVRTC has neither
+// __builtin_huge_val nor __builtin_nan, and no <math.h>.
+#define PPC_INF __nv_longlong_as_double(0x7ff0000000000000LL)
+#define PPC_NAN __nv_longlong_as_double(0x7ff8000000000000LL)
 #endif
 
 // The grid-stride loop every elementwise kernel runs: any grid covers any size.
 #define PPC_FOR_EACH(i, n) for (long long i = (long long)PPC_BID * PPC_BDIM + PPC_TID; i < (n); i += (long long)PPC_GDIM * PPC_BDIM)
 
 // Overloads pick float or double math by the operand's type.
-PPC_DEV float ppc_sqrt(float x) { return __builtin_sqrtf(x); }
-PPC_DEV double ppc_sqrt(double x) { return __builtin_sqrt(x); }
-PPC_DEV float ppc_fabs(float x) { return __builtin_fabsf(x); }
-PPC_DEV double ppc_fabs(double x) { return __builtin_fabs(x); }
 PPC_DEV long long ppc_fabs(long long x) { return x < 0 ? -x : x; }
 PPC_DEV float ppc_expo(float x) { return ppc_expf(x); }
 PPC_DEV double ppc_expo(double x) { return ppc_exp(x); }

@@ -70,8 +70,10 @@ func searchDirs(getenv func(string) string, wheel string) []string {
 	}
 	dirs = append(dirs, "/usr/local/cuda/lib64")
 	if wheel != "" {
+		// CUDA 12's wheels put each library in a folder of its own; CUDA 13's put all but
+		// NCCL in nvidia/cu13/lib.
 		for _, sp := range sitePackages(getenv) {
-			dirs = append(dirs, filepath.Join(sp, "nvidia", wheel, "lib"))
+			dirs = append(dirs, filepath.Join(sp, "nvidia", wheel, "lib"), filepath.Join(sp, "nvidia", "cu13", "lib"))
 		}
 	}
 	seen := map[string]bool{}
@@ -86,12 +88,20 @@ func searchDirs(getenv func(string) string, wheel string) []string {
 }
 
 // sitePackages lists the Python package folders a user's NVIDIA wheels may be in: the
-// active virtualenv's and conda environment's, the user's, and the system's.
+// active virtualenv's and conda environment's, those of the first python3 on PATH (a
+// virtualenv's that is not activated, as PyTorch's images ship), the user's, and the
+// system's.
 func sitePackages(getenv func(string) string) []string {
 	var roots []string
 	for _, v := range []string{"VIRTUAL_ENV", "CONDA_PREFIX"} {
 		if p := getenv(v); p != "" {
 			roots = append(roots, filepath.Join(p, "lib", "python3*", "site-packages"))
+		}
+	}
+	for _, d := range filepath.SplitList(getenv("PATH")) {
+		if st, err := os.Stat(filepath.Join(d, "python3")); d != "" && err == nil && !st.IsDir() {
+			roots = append(roots, filepath.Join(d, "..", "lib", "python3*", "site-packages"))
+			break
 		}
 	}
 	if h := getenv("HOME"); h != "" {

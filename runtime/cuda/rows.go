@@ -59,7 +59,7 @@ func (rk *rowKernel) partial(init, expr, op string, slot int, final string) {
 // maxSumExp adds the phases of a row's maximum (stat[0]) and Σ exp(x − max) (stat[1]) over
 // the elements x, as softmax and cross-entropy need them.
 func (rk *rowKernel) maxSumExp(x string) {
-	rk.partial("-__builtin_huge_val()", x, "ppc_max<"+rk.ct+">", 0, "")
+	rk.partial("-PPC_INF", x, "ppc_max<"+rk.ct+">", 0, "")
 	rk.partial("0", fmt.Sprintf("ppc_expo((%s)(%s - stat[0]))", rk.ct, x), "+", 1, "")
 }
 

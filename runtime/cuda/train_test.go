@@ -17,6 +17,7 @@ import (
 	"ppc.dev/ppc/compiler"
 	"ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/cpu"
+	"ppc.dev/ppc/schedule"
 	"ppc.dev/ppc/runtime/device"
 )
 
@@ -102,26 +103,48 @@ func TestCUDADeviceTrainsLikeCPU(t *testing.T) {
 	}
 }
 
-func trainGrid(t *testing.T, dev device.Device) {
-	gpt, llama := "../../testdata/models/gpt.ppm", "../../testdata/models/llama.ppm"
+// gridCase is one layout of the equivalence grid: a model and how it is compiled.
+type gridCase struct {
+	model string
+	opts  compiler.Options
+}
+
+const gptModel, llamaModel = "../../testdata/models/gpt.ppm", "../../testdata/models/llama.ppm"
+
+// everySchedule is the tiny Llama on one rank, and the tiny GPT and Llama at pp 2 × tp 2 ×
+// dp 2 with sequence parallelism under every schedule generator, and with TeraPipe's token
+// slices (without sp, which they exclude): what the GPU adds to the grid (on the host it is the compiler's equivalence
+// tests' job, on the CPU device).
+func everySchedule() []gridCase {
+	cases := []gridCase{{llamaModel, compiler.Options{Load: compiler.LoadOptions{Preset: "tiny"}, Microbatches: 2}}}
+	for _, model := range []string{gptModel, llamaModel} {
+		for _, s := range schedule.Names() {
+			cases = append(cases, gridCase{model, compiler.Options{Load: compiler.LoadOptions{Preset: "tiny"}, Microbatches: 4, PP: 2, TP: 2, DP: 2, SP: true, Schedule: s}})
+		}
+		cases = append(cases, gridCase{model, compiler.Options{Load: compiler.LoadOptions{Preset: "tiny"}, Microbatches: 4, PP: 2, TP: 2, DP: 2, TokenSlices: "2"}})
+	}
+	return cases
+}
+
+// trainGrid trains each layout three steps on dev and on the CPU device and compares losses
+// and weights: the base grid, and the extra cases.
+func trainGrid(t *testing.T, dev device.Device, extra ...gridCase) {
+	gpt, llama := gptModel, llamaModel
 	tiny := compiler.LoadOptions{Preset: "tiny"}
 	// In bf16, results that round differently (the reference GEMM sums in float64, the CPU
 	// device in float32) differ by a bf16 ulp, 0.4%, and training carries that on: as in
 	// compiler's TestBF16PipelineTensorParallel, the losses are held to rtol 1e-4 and the
 	// parameters' updates θ₃ − θ₀ to 1% in norm, under SGD with momentum (AdamW turns
 	// gradients that are rounding noise into full-size steps of either sign).
-	cases := []struct {
-		model string
-		opts  compiler.Options
-	}{
+	cases := []gridCase{
 		{gpt, compiler.Options{Load: tiny, Microbatches: 2}},
 		{gpt, compiler.Options{Load: tiny, Microbatches: 4, PP: 2, TP: 2, DP: 2, SP: true, Zero: 1}},
 		{gpt, compiler.Options{Load: tiny, Microbatches: 2, Precision: "bf16", Optimizer: "sgd{lr=0.05,momentum=0.9}"}},
 		{llama, compiler.Options{Load: tiny, Microbatches: 4, PP: 2, TP: 2, Schedule: "zb-h1"}},
 		{gpt, compiler.Options{Load: tiny, Microbatches: 4, PP: 2, Schedule: "zbv", Recompute: "full"}},
 	}
-	for _, c := range cases {
-		name := fmt.Sprintf("%s pp%d tp%d dp%d sp %v %s %s %s", c.model[len("../../testdata/models/"):], c.opts.PP, c.opts.TP, c.opts.DP, c.opts.SP, c.opts.Precision, c.opts.Schedule, c.opts.Recompute)
+	for _, c := range append(cases, extra...) {
+		name := fmt.Sprintf("%s pp%d tp%d dp%d sp %v %s %s %s %s", c.model[len("../../testdata/models/"):], c.opts.PP, c.opts.TP, c.opts.DP, c.opts.SP, c.opts.Precision, c.opts.Schedule, c.opts.Recompute, c.opts.TokenSlices)
 		t.Run(name, func(t *testing.T) {
 			refL, refS := trainOn(t, cpu.New(), c.model, c.opts, 3)
 			gotL, gotS := trainOn(t, dev, c.model, c.opts, 3)
