@@ -17,8 +17,8 @@ import (
 	"ppc.dev/ppc/compiler"
 	"ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/cpu"
-	"ppc.dev/ppc/schedule"
 	"ppc.dev/ppc/runtime/device"
+	"ppc.dev/ppc/schedule"
 )
 
 // loadJob compiles model with opts and loads it on dev, its weights initialised from seed.
