@@ -156,7 +156,7 @@ else
 fi
 
 # The figures.
-field() { grep -h "$1" "$logs"/*.log 2>/dev/null | head -1 | awk -v u="$2" '{ for (i = 2; i <= NF; i++) if ($i == u) { print $(i-1); exit } }'; }
+field() { grep -h "$1.*$2" "$logs"/*.log 2>/dev/null | head -1 | awk -v u="$2" '{ for (i = 2; i <= NF; i++) if ($i == u) { print $(i-1); exit } }'; }
 ppc_tps=$(field 'BenchmarkGPT2SmallStep' tokens/s)
 ppc_mfu=$(field 'BenchmarkGPT2SmallStep' MFU%)
 ppc_ms=$(field 'BenchmarkGPT2SmallStep' ms/step)
@@ -178,7 +178,7 @@ ppc_ms=$(field 'BenchmarkGPT2SmallStep' ms/step)
   done
   echo "bf16 GEMM n³ (TFLOP/s):"
   for n in 4096 8192; do
-    a=$(grep -h "BenchmarkGEMM/$n" "$logs"/ppc-bench.log 2>/dev/null | awk '{ for (i = 2; i <= NF; i++) if ($i == "TFLOP/s") print $(i-1) }')
+    a=$(grep -h "BenchmarkGEMM/$n.*TFLOP/s" "$logs"/ppc-bench.log 2>/dev/null | awk '{ for (i = 2; i <= NF; i++) if ($i == "TFLOP/s") print $(i-1) }')
     b=$(grep -h "torch.matmul $n:" "$logs"/torch-matmul.log 2>/dev/null | awk '{ print $3 }')
     ratio=$(awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f×", a / b; else print "?" }')
     printf '  %-6s ppc %7s  torch.matmul %7s  ppc/torch %s\n' "$n" "${a:-?}" "${b:-?}" "$ratio"

@@ -101,8 +101,8 @@ func printCUDA(w io.Writer, files []string, plan *codegen.Plan) error {
 					continue
 				}
 			}
-			if s.Name() == "constant" {
-				continue // copied from the host at launch
+			if s.Name() == "constant" || s.Name() == "reshape" {
+				continue // copied from the host at launch; a device-to-device copy
 			}
 			k, err := cuda.Kernels(s, name)
 			if err != nil {

@@ -120,6 +120,14 @@ func (d *Device) Prepare(s *device.Spec) (impl device.Impl, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if p.Copy {
+		return func(in, out []device.Tensor) error {
+			if len(in) != 1 || len(out) != 1 {
+				return fmt.Errorf("%s: %d operands and %d results, want 1 and 1", s.Name(), len(in), len(out))
+			}
+			return d.Copy(out[0], in[0])
+		}, nil
+	}
 	// Scratch memory: one allocation per launch site, made now, never per launch.
 	var scratch []device.Tensor
 	if len(p.Scratch) > 0 {

@@ -35,10 +35,26 @@ func TestGPUKernels(t *testing.T) {
 
 // TestGPUTrainsLikeCPU is the equivalence grid of TestCUDADeviceTrainsLikeCPU on the GPU,
 // and every schedule at pp 2 × tp 2 × dp 2 with sp: the tiny GPT and Llama train like the
-// CPU device (rtol 1e-4 in fp32; bf16 within its bound).
+// CPU device (rtol 1e-4 in fp32; bf16 within its bound), under SGD with momentum.
+//
+// Not AdamW, as on the host: cuBLASLt sums a GEMM in an order of its own, so gradients
+// differ from the CPU device's by rounding, and AdamW's step lr·m̂/(√v̂ + ε) makes that noise
+// a step of full size where a gradient is near 0. Measured on an H100 (2026-11-27): with
+// AdamW, the losses agreed to 2e-8 and all weights but one to rtol 1e-4; layers.4.mlp.w_fc
+// [8970] differed by 1.3e-5 after three steps (allowed 1.0e-5), on one rank and at pp 2 with
+// zbv alike. AdamW's own kernel is a kernel case (TestGPUKernels), and AdamW training on the
+// GPU is bench/gpu.sh's README job and two-process run (losses over 20 and 5 steps, rtol
+// 1e-4).
 func TestGPUTrainsLikeCPU(t *testing.T) {
 	dev, _ := gpuDevice(t)
-	trainGrid(t, dev, everySchedule()...)
+	var cases []gridCase
+	for _, c := range append(gridCases(), everySchedule()...) {
+		if c.opts.Optimizer == "" {
+			c.opts.Optimizer = "sgd{lr=0.05,momentum=0.9}"
+		}
+		cases = append(cases, c)
+	}
+	trainGrid(t, dev, cases)
 }
 
 // TestGPUOverNCCL: on a machine with two GPUs and NCCL, two ranks (a process each, here

@@ -20,6 +20,70 @@ func init() {
 	planners["layer_norm_grad_params"] = planNormParams(false)
 	planners["rms_norm_grad_params"] = planNormParams(true)
 	planners["gather_grad"] = planGatherGrad
+	for _, kind := range []string{"sum", "mean", "max", "min"} {
+		planners["reduce_"+kind] = planReduce(kind)
+	}
+}
+
+// reduceChunk is how many reduced elements one thread of a chunked reduction folds.
+const reduceChunk = 64
+
+// planReduce: a reduction with few results, each over many elements (a bias's gradient, the
+// sum of [8, 1024, 768] over its first two axes: 768 threads that each read 8,192 elements
+// one after another), is two kernels: partial results of chunks of 64 reduced elements (in
+// the CPU device's order within a chunk, a thread per chunk and result, neighbouring threads
+// reading neighbouring results' elements), then each result's chunks folded in order. Other
+// reductions are genReduce's thread per result.
+func planReduce(kind string) func(s *device.Spec) ([]ir.Type, []planStep, error) {
+	one := genReduce(kind)
+	return func(s *device.Spec) ([]ir.Type, []planStep, error) {
+		single := []planStep{{in: []Ref{op0}, out: res0, gen: one}}
+		if len(s.In) != 1 || len(s.Out) != 1 {
+			return nil, single, nil // genReduce names the problem
+		}
+		in, out := s.In[0], s.Out[0]
+		red, err := ir.ReduceAxes(s.Attrs, in.Rank())
+		if err != nil {
+			return nil, single, nil
+		}
+		ct, err := floatIO(s)
+		if err != nil {
+			return nil, single, nil
+		}
+		results, count := int64(out.NumElements()), int64(in.NumElements())/max(int64(out.NumElements()), 1)
+		if count < 8*reduceChunk || results >= 1<<16 {
+			return nil, single, nil
+		}
+		chunks := (count + reduceChunk - 1) / reduceChunk
+		ty := ct.ctype()
+		init, fold := "0", "acc += v;"
+		switch kind {
+		case "max", "min":
+			init = map[string]string{"max": "-PPC_INF", "min": "PPC_INF"}[kind]
+			fold = fmt.Sprintf("acc = ppc_%s<%s>(acc, v);", kind, ty)
+		}
+		// Chunk c of result o at index i = c·results + o.
+		partial := func(s *device.Spec) (string, int64, error) {
+			var b strings.Builder
+			fmt.Fprintf(&b, "    long long o = i %% %dLL, c = i / %dLL;\n", results, results)
+			_, offset := reduceGroup(&b, in, red, "o")
+			fmt.Fprintf(&b, "    %s acc = %s;\n    for (long long j = c * %dLL; j < c * %dLL + %dLL && j < %dLL; j++) {\n", ty, init, reduceChunk, reduceChunk, reduceChunk, count)
+			offset(&b, "j", "      ")
+			fmt.Fprintf(&b, "      %s v = %s;\n      %s\n    }\n    out[i] = acc;\n", ty, load(in.DType, "in0", "off"), fold)
+			return b.String(), chunks * results, nil
+		}
+		finish := func(s *device.Spec) (string, int64, error) {
+			var b strings.Builder
+			fmt.Fprintf(&b, "    %s acc = in0[i];\n    for (long long c = 1; c < %dLL; c++) { %s v = in0[c * %dLL + i]; %s }\n", ty, chunks, ty, results, fold)
+			if kind == "mean" {
+				fmt.Fprintf(&b, "    acc = acc / (%s)%dLL;\n", ty, count)
+			}
+			fmt.Fprintf(&b, "    out[i] = %s;\n", store(out.DType, round(out.DType, "acc")))
+			return b.String(), results, nil
+		}
+		return []ir.Type{accType(in.DType, int(chunks*results))},
+			[]planStep{{in: []Ref{op0}, out: sc0, gen: partial}, {in: []Ref{sc0}, out: res0, gen: finish}}, nil
+	}
 }
 
 var (
@@ -206,22 +270,24 @@ func planNormParams(rms bool) func(s *device.Spec) ([]ir.Type, []planStep, error
 		}
 		chunks := (rows + 63) / 64
 		ty := classOf(x.DType).ctype()
-		// Statistics: mean (0 for RMS) into scratch 0, 1/σ into scratch 1.
-		stats := func(rstd bool) generator {
-			return func(s *device.Spec) (string, int64, error) {
-				xv := load(x.DType, "in0", "rb + j")
-				var b strings.Builder
-				fmt.Fprintf(&b, "    long long rb = i * %dLL;\n    %s mu = 0, ss = 0;\n", n, ty)
-				if !rms {
-					fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) mu += %s;\n    mu /= (%s)%dLL;\n", n, xv, ty, n)
+		// Statistics: mean (0 for RMS) into scratch 0, 1/σ into scratch 1, a block per row as
+		// the norm's forward computes them (rowNorm).
+		stats := func(rstd bool) func(s *device.Spec, name string) (Kernel, error) {
+			return func(s *device.Spec, name string) (Kernel, error) {
+				xv := load(x.DType, "in0", "base + j")
+				rk := &rowKernel{rows: rows, width: n, ct: ty, setup: fmt.Sprintf("const long long base = row * %dLL; (void)base;", n)}
+				if rms {
+					rk.phases = append(rk.phases, "if (tid == 0) stat[0] = 0;")
+				} else {
+					rk.partial("0", xv, "+", 0, fmt.Sprintf("s /= (%s)%dLL;", ty, n))
 				}
 				if !rstd {
-					b.WriteString("    out[i] = mu;\n")
-					return b.String(), rows, nil
+					rk.phases = append(rk.phases, "if (tid == 0) out[row] = stat[0];")
+					return rk.kernel(s, name)
 				}
-				fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) { %s d = %s - mu; ss += d * d; }\n", n, ty, xv)
-				fmt.Fprintf(&b, "    out[i] = 1 / ppc_sqrt(ss / (%s)%dLL + (%s)%s);\n", ty, n, ty, cFloat(eps))
-				return b.String(), rows, nil
+				rk.partial("0", fmt.Sprintf("(%s - stat[0]) * (%s - stat[0])", xv, xv), "+", 1, fmt.Sprintf("s = 1 / ppc_sqrt(s / (%s)%dLL + (%s)%s);", ty, n, ty, cFloat(eps)))
+				rk.phases = append(rk.phases, "if (tid == 0) out[row] = stat[1];")
+				return rk.kernel(s, name)
 			}
 		}
 		// Partial sums of chunk c, column j (index i = c·n + j): operands x, dy, mean, 1/σ.
@@ -250,8 +316,8 @@ func planNormParams(rms bool) func(s *device.Spec) ([]ir.Type, []planStep, error
 		}
 		scratch := []ir.Type{accType(x.DType, int(rows)), accType(x.DType, int(rows)), accType(x.DType, int(chunks*n))}
 		steps := []planStep{
-			{in: []Ref{op0}, out: sc0, gen: stats(false)},
-			{in: []Ref{op0}, out: sc1, gen: stats(true)},
+			{in: []Ref{op0}, out: sc0, row: stats(false)},
+			{in: []Ref{op0}, out: sc1, row: stats(true)},
 			{in: []Ref{op0, op1, sc0, sc1}, out: sc2, gen: partial(false)},
 			{in: []Ref{sc2}, out: res0, gen: finish},
 		}

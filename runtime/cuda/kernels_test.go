@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime/cpu"
@@ -116,6 +117,12 @@ func ewCases() []ewCase {
 		op(kind, ir.Attrs{{Name: "axes", Value: ir.Ints(-1)}}, 64, []ir.Type{x}, ty(f32, 3, 5))
 		op(kind, ir.Attrs{{Name: "axes", Value: ir.Ints(0, 2)}, {Name: "keepdims", Value: ir.BoolAttr(true)}}, 64, []ir.Type{x}, ty(f32, 1, 5, 1))
 		op(kind, nil, 64, []ir.Type{ty(bf, 3, 5, 7)}, ty(bf))
+	}
+	// Few results over many elements: planned in chunks (planReduce), summed in another
+	// order than the CPU device's.
+	for _, kind := range []string{"reduce_sum", "reduce_mean", "reduce_max", "reduce_min"} {
+		op(kind, ir.Attrs{{Name: "axes", Value: ir.Ints(0, 1)}}, 256, []ir.Type{ty(f32, 40, 30, 3)}, ty(f32, 3))
+		op(kind, ir.Attrs{{Name: "axes", Value: ir.Ints(1)}}, 256, []ir.Type{ty(bf, 3, 1100, 2)}, ty(bf, 3, 2))
 	}
 	for _, kind := range []string{"softmax", "log_softmax"} {
 		n := len(cs)
@@ -530,6 +537,7 @@ func TestKernelsInSeveralModules(t *testing.T) {
 		most = max(most, inFlight)
 		mu.Unlock()
 		defer func() { mu.Lock(); inFlight--; mu.Unlock() }()
+		time.Sleep(50 * time.Millisecond) // as NVRTC takes time: the workers overlap
 		return e.compile(src)
 	}
 	dev, err := NewDevice(e, e, compile, false)
@@ -670,4 +678,28 @@ func upload(t testing.TB, dev device.Device, x device.Tensor) device.Tensor {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// TestReducePlannedInChunks: a bias's gradient (the sum of [8, 1024, 768] over its first two
+// axes) is two kernels, a thread per chunk of 64 rows and column and then one per column,
+// not 768 threads reading 8,192 elements each; a reduction with many results stays one.
+func TestReducePlannedInChunks(t *testing.T) {
+	for _, c := range []struct {
+		in, out ir.Shape
+		axes    []int
+		steps   int
+	}{{ir.Shape{8, 1024, 768}, ir.Shape{768}, []int{0, 1}, 2}, {ir.Shape{3, 5, 7}, ir.Shape{3, 5}, []int{-1}, 1}, {ir.Shape{70000, 600}, ir.Shape{70000}, []int{1}, 1}} {
+		s := &device.Spec{Op: ir.MustLookup("reduce_sum"), Attrs: ir.Attrs{{Name: "axes", Value: ir.Ints(c.axes...)}},
+			In: []ir.Type{{DType: ir.BF16, Shape: c.in}}, Out: []ir.Type{{DType: ir.BF16, Shape: c.out}}}
+		p, err := PlanSite(s, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Steps) != c.steps {
+			t.Errorf("reduce_sum %v over %v: %d kernels, want %d", c.in, c.axes, len(p.Steps), c.steps)
+		}
+		if c.steps == 2 && (len(p.Scratch) != 1 || p.Scratch[0].NumElements() != 128*768 || p.Steps[0].Kernel.N != 128*768) {
+			t.Errorf("reduce_sum %v: scratch %v, first kernel over %d indices; want 128 chunks × 768", c.in, p.Scratch, p.Steps[0].Kernel.N)
+		}
+	}
 }

@@ -80,7 +80,7 @@ func TestCUDADeviceTrainsLikeCPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	trainGrid(t, dev)
+	trainGrid(t, dev, gridCases())
 	// The device's memory is the runtime's: one allocation per rank, the copies and
 	// accumulations of the programs on the device, host transfers only for inputs, losses
 	// and the final read-back.
@@ -126,24 +126,30 @@ func everySchedule() []gridCase {
 	return cases
 }
 
-// trainGrid trains each layout three steps on dev and on the CPU device and compares losses
-// and weights: the base grid, and the extra cases.
-func trainGrid(t *testing.T, dev device.Device, extra ...gridCase) {
+// gridCases is the equivalence grid: the tiny GPT on one rank and at pp 2 × tp 2 × dp 2
+// with sp and ZeRO-1, in bf16, the tiny Llama at pp 2 × tp 2 under zb-h1, and zbv with full
+// recompute.
+func gridCases() []gridCase {
 	gpt, llama := gptModel, llamaModel
 	tiny := compiler.LoadOptions{Preset: "tiny"}
-	// In bf16, results that round differently (the reference GEMM sums in float64, the CPU
-	// device in float32) differ by a bf16 ulp, 0.4%, and training carries that on: as in
-	// compiler's TestBF16PipelineTensorParallel, the losses are held to rtol 1e-4 and the
-	// parameters' updates θ₃ − θ₀ to 1% in norm, under SGD with momentum (AdamW turns
-	// gradients that are rounding noise into full-size steps of either sign).
-	cases := []gridCase{
+	return []gridCase{
 		{gpt, compiler.Options{Load: tiny, Microbatches: 2}},
 		{gpt, compiler.Options{Load: tiny, Microbatches: 4, PP: 2, TP: 2, DP: 2, SP: true, Zero: 1}},
 		{gpt, compiler.Options{Load: tiny, Microbatches: 2, Precision: "bf16", Optimizer: "sgd{lr=0.05,momentum=0.9}"}},
 		{llama, compiler.Options{Load: tiny, Microbatches: 4, PP: 2, TP: 2, Schedule: "zb-h1"}},
 		{gpt, compiler.Options{Load: tiny, Microbatches: 4, PP: 2, Schedule: "zbv", Recompute: "full"}},
 	}
-	for _, c := range append(cases, extra...) {
+}
+
+// trainGrid trains each layout three steps on dev and on the CPU device and compares losses
+// and weights.
+func trainGrid(t *testing.T, dev device.Device, cases []gridCase) {
+	// In bf16, results that round differently (the reference GEMM sums in float64, the CPU
+	// device in float32) differ by a bf16 ulp, 0.4%, and training carries that on: as in
+	// compiler's TestBF16PipelineTensorParallel, the losses are held to rtol 1e-4 and the
+	// parameters' updates θ₃ − θ₀ to 1% in norm, under SGD with momentum (AdamW turns
+	// gradients that are rounding noise into full-size steps of either sign).
+	for _, c := range cases {
 		name := fmt.Sprintf("%s pp%d tp%d dp%d sp %v %s %s %s %s", c.model[len("../../testdata/models/"):], c.opts.PP, c.opts.TP, c.opts.DP, c.opts.SP, c.opts.Precision, c.opts.Schedule, c.opts.Recompute, c.opts.TokenSlices)
 		t.Run(name, func(t *testing.T) {
 			refL, refS := trainOn(t, cpu.New(), c.model, c.opts, 3)
