@@ -68,11 +68,17 @@ check() {
   fi
 }
 
-# gotest NAME LIMIT ARGS...: the CUDA device's test binary, run where its testdata paths hold.
+# incuda NAME LIMIT COMMAND...: check, run where the CUDA device's test binary finds its
+# testdata; gotest NAME LIMIT ARGS...: that test binary.
+incuda() {
+  local name=$1 limit=$2
+  shift 2
+  check "$name" "$limit" bash -c 'cd runtime/cuda && exec "$@"' incuda "$@"
+}
 gotest() {
   local name=$1 limit=$2
   shift 2
-  check "$name" "$limit" bash -c 'cd runtime/cuda && exec "$0" "$@"' "$bin/cuda.test" "$@"
+  incuda "$name" "$limit" "$bin/cuda.test" "$@"
 }
 
 # lossdiff A.json B.json: the largest relative difference of two runs' per-step losses.
@@ -142,9 +148,16 @@ wait "${pids[@]}"
 
 # Speed, one at a time.
 check ppc-trace 120 "$ppc" run "$bin/plans/small" --device cuda --steps 3 --trace "$logs/trace.json"
-gotest ppc-bench 300 -test.run '^$' -test.bench '^BenchmarkGPT2SmallStep$|^BenchmarkGEMM$' -test.benchtime 20x -test.count=1 -test.v
+gotest ppc-bench 300 -test.run '^$' -test.bench '^BenchmarkGPT2SmallStep$|^BenchmarkGEMM$|^BenchmarkSoftmax$' -test.benchtime 20x -test.count=1 -test.v
+# Nsight Compute on the slowest sites: the tied head's GEMM (which cuBLASLt kernel, how far
+# from the chip's limits) and the attention softmax (a row kernel).
+ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+if [ -n "$ncu" ]; then
+  incuda ncu-head 90 "$ncu" --clock-control none --section SpeedOfLight --section LaunchStats --section Occupancy --launch-skip 3 --launch-count 1 "$bin/cuda.test" -test.run '^$' -test.bench '^BenchmarkGEMM$/^head$' -test.benchtime 1x
+  incuda ncu-softmax 90 "$ncu" --clock-control none --section SpeedOfLight --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis --launch-skip 3 --launch-count 1 "$bin/cuda.test" -test.run '^$' -test.bench '^BenchmarkSoftmax$' -test.benchtime 1x
+fi
 if [ -n "${compile_pid:-}" ]; then
-  check torch-matmul 120 $py bench/gpt2_pytorch.py --matmul 4096,8192
+  check torch-matmul 120 $py bench/gpt2_pytorch.py --matmul 4096,8192,head
   check torch-sdpa 180 $py bench/gpt2_pytorch.py --attn sdpa
   check torch-math 180 $py bench/gpt2_pytorch.py --attn math
   touch "$go_file"
@@ -176,8 +189,9 @@ ppc_ms=$(field 'BenchmarkGPT2SmallStep' ms/step)
     ratio=$(awk -v a="${ppc_tps:-0}" -v b="${tps:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f×", a / b; else print "?" }')
     printf '  %-26s %10s  ppc/peer %s\n' "pytorch $m" "${tps:-?}" "$ratio"
   done
-  echo "bf16 GEMM n³ (TFLOP/s):"
-  for n in 4096 8192; do
+  echo "attention softmax [8,12,1024,1024] bf16: $(field 'BenchmarkSoftmax' GB/s) GB/s"
+  echo "bf16 GEMM n³, and GPT-2's head 8192×768×50257 (TFLOP/s):"
+  for n in 4096 8192 head; do
     a=$(grep -h "BenchmarkGEMM/$n.*TFLOP/s" "$logs"/ppc-bench.log 2>/dev/null | awk '{ for (i = 2; i <= NF; i++) if ($i == "TFLOP/s") print $(i-1) }')
     b=$(grep -h "torch.matmul $n:" "$logs"/torch-matmul.log 2>/dev/null | awk '{ print $3 }')
     ratio=$(awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f×", a / b; else print "?" }')

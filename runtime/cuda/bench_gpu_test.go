@@ -79,54 +79,83 @@ func BenchmarkGPT2SmallStep(b *testing.B) {
 	b.ReportMetric(flops/1e12, "TFLOP/s")
 }
 
-// BenchmarkGEMM: ppc's matmul launch (PlanMatmul and the cuBLASLt call with its
-// descriptors, as a step makes it) of n³ in bf16 with fp32 accumulation, in TFLOP/s, on
-// random operands (zeros run faster than real data on these GPUs): to set beside
-// torch.matmul's figure on the same GPU (bench/gpu.sh; the budget: at least 0.9×).
-func BenchmarkGEMM(b *testing.B) {
+// benchSite times one launch site on GPU 0 over random bf16 operands (zeros run faster than
+// real data on these GPUs), after three warm-up launches, and reports the rate: flops (0:
+// none) as TFLOP/s, and the operands' and results' bytes, each moved once, as GB/s.
+func benchSite(b *testing.B, spec *device.Spec, flops float64) {
 	dev, _ := gpuDevice(b)
-	for _, n := range []int64{4096, 8192} {
+	impl, err := dev.Prepare(spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var in, out []device.Tensor
+	var bytes int64
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i, t := range append(append([]ir.Type{}, spec.In...), spec.Out...) {
+		mem, err := dev.Alloc(t.Bytes())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer dev.Release(mem)
+		bytes += t.Bytes()
+		if i >= len(spec.In) {
+			out = append(out, mem.At(0, t))
+			continue
+		}
+		host := make([]byte, t.Bytes())
+		for j := 0; j+1 < len(host); j += 2 {
+			binary.LittleEndian.PutUint16(host[j:], uint16(math.Float32bits(2*rng.Float32()-1)>>16)) // bf16: the high half
+		}
+		if err := dev.Write(mem.At(0, t), host); err != nil {
+			b.Fatal(err)
+		}
+		in = append(in, mem.At(0, t))
+	}
+	for range 3 {
+		if err := impl(in, out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := dev.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := impl(in, out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := dev.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	sec := b.Elapsed().Seconds() / float64(b.N)
+	if flops > 0 {
+		b.ReportMetric(flops/sec/1e12, "TFLOP/s")
+	}
+	b.ReportMetric(float64(bytes)/sec/1e9, "GB/s")
+}
+
+// BenchmarkGEMM: ppc's matmul launch (PlanMatmul and the cuBLASLt call with its
+// descriptors, as a step makes it) in bf16 with fp32 accumulation, in TFLOP/s: n³ at 4096
+// and 8192, and GPT-2's tied head (8192 tokens × 768 → 50,257 logits, whose odd row length
+// rules out the aligned kernels), to set beside torch.matmul's figures on the same GPU
+// (bench/gpu.sh; the budget: at least 0.9×).
+func BenchmarkGEMM(b *testing.B) {
+	bf := func(s ...int) ir.Type { return ir.Type{DType: ir.BF16, Shape: s} }
+	for _, n := range []int{4096, 8192} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			t := ir.Type{DType: ir.BF16, Shape: ir.Shape{int(n), int(n)}}
-			impl, err := dev.Prepare(&device.Spec{Op: ir.MustLookup("matmul"), In: []ir.Type{t, t}, Out: []ir.Type{t}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			mem, err := dev.Alloc(3 * t.Bytes())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer dev.Release(mem)
-			x, y, z := mem.At(0, t), mem.At(t.Bytes(), t), mem.At(2*t.Bytes(), t)
-			rng := rand.New(rand.NewPCG(1, 2))
-			host := make([]byte, t.Bytes())
-			for _, op := range []device.Tensor{x, y} {
-				for i := 0; i < len(host); i += 2 {
-					binary.LittleEndian.PutUint16(host[i:], uint16(math.Float32bits(2*rng.Float32()-1)>>16)) // bf16: the high half
-				}
-				if err := dev.Write(op, host); err != nil {
-					b.Fatal(err)
-				}
-			}
-			run := func() {
-				if err := impl([]device.Tensor{x, y}, []device.Tensor{z}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			for range 3 {
-				run()
-			}
-			if err := dev.Sync(); err != nil {
-				b.Fatal(err)
-			}
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				run()
-			}
-			if err := dev.Sync(); err != nil {
-				b.Fatal(err)
-			}
-			b.ReportMetric(2*math.Pow(float64(n), 3)*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+			benchSite(b, &device.Spec{Op: ir.MustLookup("matmul"), In: []ir.Type{bf(n, n), bf(n, n)}, Out: []ir.Type{bf(n, n)}}, 2*math.Pow(float64(n), 3))
 		})
 	}
+	b.Run("head", func(b *testing.B) {
+		benchSite(b, &device.Spec{Op: ir.MustLookup("matmul"), Attrs: ir.Attrs{{Name: "transpose_b", Value: ir.BoolAttr(true)}},
+			In: []ir.Type{bf(8192, 768), bf(50257, 768)}, Out: []ir.Type{bf(8192, 50257)}}, 2*8192*768*50257)
+	})
+}
+
+// BenchmarkSoftmax: GPT-2 small's attention softmax, [8, 12, 1024, 1024] in bf16 (a row
+// kernel), in GB/s of its operand read and result written once.
+func BenchmarkSoftmax(b *testing.B) {
+	t := ir.Type{DType: ir.BF16, Shape: ir.Shape{8, 12, 1024, 1024}}
+	benchSite(b, &device.Spec{Op: ir.MustLookup("softmax"), In: []ir.Type{t}, Out: []ir.Type{t}}, 0)
 }
