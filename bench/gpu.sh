@@ -60,7 +60,7 @@ check() {
   if [ $rc -eq 0 ] && grep -q -- '--- SKIP' "$logs/$name.log"; then
     record "$name" SKIP $((SECONDS - t0)) "$(grep -B1 -- '--- SKIP' "$logs/$name.log" | head -1 | sed 's/^ *//' | cut -c1-150)"
   elif [ $rc -eq 0 ]; then
-    record "$name" pass $((SECONDS - t0)) "$(tail -1 "$logs/$name.log" | cut -c1-150)"
+    record "$name" pass $((SECONDS - t0)) "$(grep -v '^[[:space:]]*$' "$logs/$name.log" | tail -1 | cut -c1-150)"
   elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
     record "$name" FAIL $((SECONDS - t0)) "timed out after ${limit}s"
   else
@@ -169,7 +169,7 @@ else
 fi
 
 # The figures.
-field() { grep -h "$1.*$2" "$logs"/*.log 2>/dev/null | head -1 | awk -v u="$2" '{ for (i = 2; i <= NF; i++) if ($i == u) { print $(i-1); exit } }'; }
+field() { grep -h "$1.*$2" "$logs"/ppc-bench.log 2>/dev/null | head -1 | awk -v u="$2" '{ for (i = 2; i <= NF; i++) if ($i == u) { print $(i-1); exit } }'; }
 ppc_tps=$(field 'BenchmarkGPT2SmallStep' tokens/s)
 ppc_mfu=$(field 'BenchmarkGPT2SmallStep' MFU%)
 ppc_ms=$(field 'BenchmarkGPT2SmallStep' ms/step)

@@ -11,7 +11,11 @@
 //     can follow the CPU device's rounding and summation order exactly, which is what makes
 //     a CUDA run comparable with the reference device. Identical kernels (same op, same
 //     shapes) are named by their source's hash and generated once; a program's kernels are
-//     one NVRTC module, compiled at the first launch after load and cached on disk.
+//     compiled at the first launch after load by NVRTC to the GPU's own machine code (CUBIN,
+//     so the driver does not compile PTX again at load), in modules of a few dozen kernels
+//     compiled concurrently (NVRTC compiles a program on one thread, about 10 ms a kernel),
+//     and cached on disk. NVRTC's branch of ppc_cuda.h has neither the SDK's headers nor
+//     clang's __builtin_* constants: infinity and NaN are spelled by their bits.
 //
 //   - GEMMs go to cuBLASLt, not cuBLAS: one API for strided batches, bias epilogues and
 //     compute types (fp32 accumulation; TF32 only when asked).
@@ -24,8 +28,10 @@
 //     CPU device without a GPU.
 //
 //   - Softmax, log_softmax, the norms and their input gradients over contiguous rows are a
-//     block per row (rows.go): the row's threads read consecutive elements, and thread 0
-//     folds their partial statistics in thread order. The only barriers and shared memory
+//     block per row (rows.go): the row's threads read consecutive elements, and fold their
+//     partial statistics pairwise in a fixed tree (deterministic for a block size; a fold by
+//     thread 0 alone made the block wait 256 dependent steps, four times the softmax's memory
+//     time on an H100). The only barriers and shared memory
 //     in ppc's kernels are there, between phases that keep every value crossing a barrier
 //     in shared memory, so that the host build runs each phase for all of a block's
 //     threads before the next: barriers need no threads on the host. Cross-entropy's rows
@@ -39,8 +45,10 @@
 //   - Multi-result ops (layer_norm_grad_params, split, …) are one kernel per result.
 //
 //   - Launch sites that one kernel would make serial or quadratic (a loss reduced to a
-//     scalar, the norms' parameter gradients, the embedding's backward) are Plans: several
-//     kernels passing partial results through scratch memory allocated once per site.
+//     scalar, the norms' parameter gradients, the embedding's backward, a reduction of many
+//     elements into few results such as a bias's gradient) are Plans: several kernels passing
+//     partial results through scratch memory allocated once per site. A reshape is a Plan
+//     with no kernel: the driver's device-to-device copy.
 //
 //   - The device is device.Async: in a multi-process run without NCCL the runtime queues a
 //     send's copy into page-locked memory behind the kernels and sends it from a goroutine,
@@ -65,7 +73,8 @@
 // when a run asks for --device cuda, so the binary builds, and every test passes, on a
 // machine with none of them — CI's included — and a GPU machine needs nothing but the
 // driver and the CUDA libraries users already have, from a CUDA toolkit or from PyTorch's
-// pip wheels (nvidia-cublas-cu12, nvidia-cuda-nvrtc-cu12, nvidia-nccl-cu12).
+// pip wheels (nvidia-cublas-cu12, nvidia-cuda-nvrtc-cu12, nvidia-nccl-cu12, or CUDA 13's
+// nvidia-cublas and nvidia-cuda-nvrtc, which share nvidia/cu13/lib).
 //
 // Why not gorgonia.org/cu, the Go binding users know: it includes cuda.h through cgo, so
 // nothing that imports it builds on a machine without the CUDA toolkit's headers, CI
@@ -73,9 +82,10 @@
 // tests run everywhere.
 //
 // Libraries are looked for, in order, in the directories of LD_LIBRARY_PATH; in $CUDA_HOME
-// (and $CUDA_PATH) lib64 and lib, and /usr/local/cuda/lib64; in the nvidia/*/lib folders of
-// the Python environments a user may have (the active virtualenv or conda prefix, the user's
-// and the system's site-packages); and last by bare name, through the dynamic loader's own
+// (and $CUDA_PATH) lib64 and lib, and /usr/local/cuda/lib64; in the nvidia/*/lib and
+// nvidia/cu13/lib folders of the Python environments a user may have (the active virtualenv
+// or conda prefix, the first python3 on PATH's, the user's and the system's site-packages);
+// and last by bare name, through the dynamic loader's own
 // search (ld.so.cache: where the driver's libcuda.so.1 usually is). Probe reports, for each
 // library, where it was found and its version, or every place it looked.
 package cuda

@@ -274,19 +274,8 @@ func planNormParams(rms bool) func(s *device.Spec) ([]ir.Type, []planStep, error
 		// the norm's forward computes them (rowNorm).
 		stats := func(rstd bool) func(s *device.Spec, name string) (Kernel, error) {
 			return func(s *device.Spec, name string) (Kernel, error) {
-				xv := load(x.DType, "in0", "base + j")
-				rk := &rowKernel{rows: rows, width: n, ct: ty, setup: fmt.Sprintf("const long long base = row * %dLL; (void)base;", n)}
-				if rms {
-					rk.phases = append(rk.phases, "if (tid == 0) stat[0] = 0;")
-				} else {
-					rk.partial("0", xv, "+", 0, fmt.Sprintf("s /= (%s)%dLL;", ty, n))
-				}
-				if !rstd {
-					rk.phases = append(rk.phases, "if (tid == 0) out[row] = stat[0];")
-					return rk.kernel(s, name)
-				}
-				rk.partial("0", fmt.Sprintf("(%s - stat[0]) * (%s - stat[0])", xv, xv), "+", 1, fmt.Sprintf("s = 1 / ppc_sqrt(s / (%s)%dLL + (%s)%s);", ty, n, ty, cFloat(eps)))
-				rk.phases = append(rk.phases, "if (tid == 0) out[row] = stat[1];")
+				rk := normStats(x.DType, rows, n, ty, rms, eps, rstd)
+				rk.phases = append(rk.phases, fmt.Sprintf("if (tid == 0) out[row] = stat[%d];", map[bool]int{false: 0, true: 1}[rstd]))
 				return rk.kernel(s, name)
 			}
 		}

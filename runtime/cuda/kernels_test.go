@@ -156,7 +156,7 @@ func ewCases() []ewCase {
 		}
 	}
 	// Rows longer than a block: each of rows.go's threads folds several elements, and
-	// thread 0 folds the threads' partial results.
+	// the threads fold their partial results in a tree.
 	{
 		long, col := ty(f32, 3, 200), ty(f32, 200)
 		first := len(cs)

@@ -200,15 +200,8 @@ func rowNorm(s *device.Spec, name string, rms, grad bool) (Kernel, error) {
 	}
 	ty := ct.ctype()
 	xv := load(x.DType, "in0", "base + j")
-	rk := &rowKernel{rows: nrows, width: n, ct: ty, setup: fmt.Sprintf("const long long base = row * %dLL; (void)base;", n)}
-	// stat[0] μ (0 for RMS), stat[1] r = 1/√(mean square + ε), stat[2] and stat[3] the
-	// gradient's means.
-	if rms {
-		rk.phases = append(rk.phases, "if (tid == 0) stat[0] = 0;")
-	} else {
-		rk.partial("0", xv, "+", 0, fmt.Sprintf("s /= (%s)%dLL;", ty, n))
-	}
-	rk.partial("0", fmt.Sprintf("(%s - stat[0]) * (%s - stat[0])", xv, xv), "+", 1, fmt.Sprintf("s = 1 / ppc_sqrt(s / (%s)%dLL + (%s)%v);", ty, n, ty, eps))
+	// stat[2] and stat[3]: the gradient's means.
+	rk := normStats(x.DType, nrows, n, ty, rms, eps, true)
 	scale := func(k int) string {
 		if k < len(s.In) {
 			return " * " + load(s.In[k].DType, fmt.Sprintf("in%d", k), "j")
@@ -236,4 +229,21 @@ func rowNorm(s *device.Spec, name string, rms, grad bool) (Kernel, error) {
 	}
 	rk.each(fmt.Sprintf("out[base + j] = %s;", store(out.DType, round(out.DType, dx))))
 	return rk.kernel(s, name)
+}
+
+// normStats starts a norm's block per row over x (in0): the row's base, stat[0] μ (0 for
+// RMS) and, with rstd, stat[1] r = 1/√(mean square + ε), in float (double for f64) with
+// biased variance, as the norm's forward and its gradients all compute them.
+func normStats(x ir.DType, rows, n int64, ty string, rms bool, eps float64, rstd bool) *rowKernel {
+	xv := load(x, "in0", "base + j")
+	rk := &rowKernel{rows: rows, width: n, ct: ty, setup: fmt.Sprintf("const long long base = row * %dLL; (void)base;", n)}
+	if rms {
+		rk.phases = append(rk.phases, "if (tid == 0) stat[0] = 0;")
+	} else {
+		rk.partial("0", xv, "+", 0, fmt.Sprintf("s /= (%s)%dLL;", ty, n))
+	}
+	if rstd {
+		rk.partial("0", fmt.Sprintf("(%s - stat[0]) * (%s - stat[0])", xv, xv), "+", 1, fmt.Sprintf("s = 1 / ppc_sqrt(s / (%s)%dLL + (%s)%v);", ty, n, ty, eps))
+	}
+	return rk
 }
