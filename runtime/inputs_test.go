@@ -46,8 +46,8 @@ func f32Tensor(vals ...float32) device.Tensor {
 	return t
 }
 
-// TestReadNpySize: the .npy reader under ReadNpy pads short files with zeros; ReadNpy must
-// refuse a file whose size does not match its header.
+// TestReadNpySize: a file whose size does not match its header is refused, not padded with
+// zeros or cut.
 func TestReadNpySize(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.npy")

@@ -314,6 +314,29 @@ func TestRunDataErrors(t *testing.T) {
 	})
 }
 
+// TestTruncatedNpy: a .npy cut inside its header (11 bytes: the preamble and one byte of
+// header) given to infer, run or compare is bad input naming the file, not a panic.
+func TestTruncatedNpy(t *testing.T) {
+	dir := t.TempDir()
+	plan := filepath.Join(dir, "plan")
+	if code, _, errOut := ppc(t, "", "compile", mlp, "-o", plan); code != 0 {
+		t.Fatal(errOut)
+	}
+	x := writeNpy(t, dir, "x.npy", "<f4", "32, 64", make([]float64, 32*64))
+	y := writeNpy(t, dir, "y.npy", "<i8", "32,", make([]float64, 32))
+	data, _ := os.ReadFile(x)
+	cut := filepath.Join(dir, "cut.npy")
+	if err := os.WriteFile(cut, data[:11], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{cut + ": not a .npy file: truncated inside its header"}
+	runCases(t, []cliCase{
+		{[]string{"infer", mlp, "--input", "x=" + cut, "--output-dir", filepath.Join(dir, "out")}, exitInput, want, []string{"panic"}},
+		{[]string{"run", plan, "--steps", "1", "--data", "x=" + cut + ",y=" + y}, exitInput, want, []string{"panic"}},
+		{[]string{"compare", cut, x}, exitInput, want, []string{"panic"}},
+	})
+}
+
 func TestCompareInferOptImportErrors(t *testing.T) {
 	dir := t.TempDir()
 	a := writeNpy(t, dir, "a.npy", "<f4", "2,", []float64{1, 2})

@@ -2,7 +2,13 @@ package onnx
 
 import (
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"ppc.dev/ppc/frontend/onnx/onnxpb"
 )
 
 // fuzzSeeds are small models covering the importer's main paths.
@@ -35,6 +41,52 @@ func FuzzImport(f *testing.F) {
 		}
 		if err != nil && err.Error() == "" {
 			t.Fatal("empty error message")
+		}
+	})
+}
+
+// FuzzReadTensor: any bytes given as a TensorProto file (`ppc infer --input x=FILE.pb`, `ppc
+// compare`), with an external-data file beside it, are read without a panic and without
+// allocating what the files do not hold; a tensor that reads has every element.
+func FuzzReadTensor(f *testing.F) {
+	seed := func(t *onnxpb.TensorProto) []byte {
+		b, err := proto.Marshal(t)
+		if err != nil {
+			f.Fatal(err)
+		}
+		return b
+	}
+	ext := make([]byte, 64)
+	f.Add(seed(&onnxpb.TensorProto{Name: "x", Dims: []int64{2, 2}, DataType: dtFloat, FloatData: []float32{1, 2, 3, 4}}), ext)
+	f.Add(seed(&onnxpb.TensorProto{Name: "x", Dims: []int64{3}, DataType: dtInt64, RawData: make([]byte, 24)}), ext)
+	f.Add(seed(&onnxpb.TensorProto{Name: "x", Dims: []int64{1 << 40}, DataType: dtInt64, Int64Data: []int64{1}}), ext)
+	f.Add(seed(&onnxpb.TensorProto{Name: "x", Dims: []int64{4}, DataType: dtFloat, DataLocation: onnxpb.TensorProto_EXTERNAL,
+		ExternalData: []*onnxpb.StringStringEntryProto{{Key: "location", Value: "x.bin"}, {Key: "offset", Value: "16"}, {Key: "length", Value: "16"}}}), ext)
+	f.Fuzz(func(t *testing.T, pb, bin []byte) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "x.pb")
+		if err := os.WriteFile(path, pb, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "x.bin"), bin, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, d, err := ReadTensor(path)
+		if err != nil {
+			if !strings.Contains(err.Error(), path) {
+				t.Fatalf("the error does not name the file: %v", err)
+			}
+			return
+		}
+		want := d.Type.Bytes()
+		if d.Splat {
+			want = int64(d.Type.DType.Size())
+		}
+		if int64(len(d.Data)) != want {
+			t.Fatalf("%d bytes for %s", len(d.Data), d.Type)
+		}
+		if max(want, 0) > 8*int64(len(pb)+len(bin))+64 {
+			t.Fatalf("%s from %d + %d bytes", d.Type, len(pb), len(bin))
 		}
 	})
 }
