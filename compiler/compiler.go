@@ -137,6 +137,9 @@ func Compile(model string, opts Options) (*Result, error) {
 	for _, ra := range fwd.ResultAttrs {
 		hasLoss = hasLoss || ra.Has(ir.AttrLoss)
 	}
+	if opts.ForwardOnly {
+		addPrediction(fwd)
+	}
 	lossOpts, err := lossStep(opts.Loss, opts.LossOutput)
 	if err != nil && !opts.ForwardOnly {
 		return nil, err
@@ -832,4 +835,21 @@ func partitionCosts(m *ir.Module) (schedule.Cost, error) {
 		return c, fmt.Errorf("zb-auto: the partition recorded no stage costs")
 	}
 	return c, nil
+}
+
+// addPrediction makes an inference compile of a model whose only result is its loss output
+// the loss op's prediction (the logits) too, before the loss, as ONNX export does: inference
+// is run for the predictions. It is named after its IR value ("logits"), or "prediction".
+// An ONNX model's outputs (named results) are the ones its graph declares, and stay so.
+func addPrediction(fwd *ir.Func) {
+	pred := fwd.Prediction()
+	if pred == nil || pred.Def == nil || fwd.ResultAttrs[0].Has(ir.AttrName) {
+		return
+	}
+	name := pred.Name
+	if name == "" || name == fwd.ResultAttrs[0].Str(ir.AttrName, "loss") || strings.Trim(name, "0123456789") == "" {
+		name = "prediction"
+	}
+	fwd.Results = append([]*ir.Value{pred}, fwd.Results...)
+	fwd.ResultAttrs = append([]ir.Attrs{{{Name: ir.AttrName, Value: ir.String(name)}}}, fwd.ResultAttrs...)
 }

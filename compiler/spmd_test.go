@@ -510,7 +510,8 @@ func TestZeroShardsMemory(t *testing.T) {
 
 // TestDistributedInference: ppc infer on a transformer runs the same forward on a pipeline
 // and on tensor-parallel ranks (with sequence parallelism's layouts untouched: inference
-// compiles without --sp) and gives the one-device outputs within rtol 1e-5.
+// compiles without --sp) and gives the one-device outputs, the logits and the loss, within
+// rtol 1e-5 and atol 1e-6.
 func TestDistributedInference(t *testing.T) {
 	for _, model := range []string{gptPPM, llamaPPM} {
 		lo := LoadOptions{Preset: "tiny", Set: map[string]string{"n_layers": "2"}}
@@ -527,13 +528,21 @@ func TestDistributedInference(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s on %+v: %v", filepath.Base(model), mesh, err)
 			}
+			if len(got) != len(one) {
+				t.Fatalf("%s on %+v: outputs %v, one device %v", filepath.Base(model), mesh, outputNames(got), outputNames(one))
+			}
 			for i, o := range got {
 				a, b := runtime.Float64s(one[i].Tensor), runtime.Float64s(o.Tensor)
+				worst := 0.0
 				for k := range a {
-					if math.Abs(a[k]-b[k]) > 1e-5*math.Abs(a[k]) {
+					// atol 1e-6: the logits (about 0.01 here) differ by up to 3e-7 where
+					// tensor parallelism adds f32 partial sums in another order.
+					worst = max(worst, math.Abs(a[k]-b[k]))
+					if math.Abs(a[k]-b[k]) > 1e-5*math.Abs(a[k])+1e-6 {
 						t.Errorf("%s on %+v: output %s element %d is %.9g, one device %.9g", filepath.Base(model), mesh, o.Name, k, b[k], a[k])
 					}
 				}
+				t.Logf("%s on %+v: %s max abs err %.3g", filepath.Base(model), mesh, o.Name, worst)
 			}
 		}
 	}

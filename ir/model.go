@@ -88,3 +88,17 @@ func (f *Func) Inputs() []*Value {
 	}
 	return out
 }
+
+// Prediction returns what a model whose only result is its loss predicts: the first operand
+// (the logits) of the loss op (cross_entropy, mse) that computes the loss; nil for any other
+// model. Inference and ONNX export output it beside the loss: someone running a model for
+// its outputs wants them, not only how far they are from the labels.
+func (f *Func) Prediction() *Value {
+	if len(f.Results) != 1 || !f.ResultAttrs[0].Has(AttrLoss) {
+		return nil
+	}
+	if d := f.Results[0].Def; d != nil && d.Def.Has(Loss) && len(d.Operands) > 0 {
+		return d.Operands[0]
+	}
+	return nil
+}

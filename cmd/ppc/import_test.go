@@ -111,13 +111,19 @@ func TestInferAndCompare(t *testing.T) {
 	if code != 0 {
 		t.Fatal(errOut)
 	}
+	// The model's only result is its loss; inference writes the logits it is computed from too.
 	outs, _ := filepath.Glob(filepath.Join(dir, "*.npy"))
-	if len(outs) != 1 {
-		t.Fatalf("outputs: %v", outs)
+	if len(outs) != 2 || filepath.Base(outs[0]) != "logits.npy" || filepath.Base(outs[1]) != "loss.npy" {
+		t.Fatalf("outputs: %v, want logits.npy and loss.npy", outs)
 	}
-	code, stdout, _ := ppc(t, "", "compare", outs[0], filepath.Join(dir2, filepath.Base(outs[0])), "--rtol", "0", "--atol", "0")
-	if code != 0 {
-		t.Fatalf("same inputs, different outputs:\n%s", stdout)
+	if !strings.Contains(out, "output logits                   f32[16,10]") {
+		t.Errorf("infer does not list the logits:\n%s", out)
+	}
+	for _, o := range outs {
+		code, stdout, _ := ppc(t, "", "compare", o, filepath.Join(dir2, filepath.Base(o)), "--rtol", "0", "--atol", "0")
+		if code != 0 {
+			t.Fatalf("same inputs, different outputs:\n%s", stdout)
+		}
 	}
 	// A wrong-shape input is refused.
 	code, _, errOut = ppc(t, "", "infer", "../../testdata/ir/mlp.ir", "--output-dir", dir2, "--input", "x="+filepath.Join(dir, "inputs", "labels.npy"))

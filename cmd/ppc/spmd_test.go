@@ -129,8 +129,10 @@ func TestInferDistributed(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "loss.npy")); err != nil {
-		t.Fatal(err)
+	for _, f := range []string{"logits.npy", "loss.npy"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	runCases(t, []cliCase{
 		{[]string{"infer", gpt, "--preset", "tiny", "--tp", "0", "--output-dir", dir}, exitInput, []string{"--pp and --tp must be at least 1"}, nil},

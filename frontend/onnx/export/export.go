@@ -188,11 +188,8 @@ func (e *exporter) outputs() ([]output, error) {
 			lossIdx = i
 		}
 	}
-	if lossIdx >= 0 && len(f.Results) == 1 {
-		if d := f.Results[0].Def; d != nil && d.Def.Has(ir.Loss) {
-			pred := d.Operands[0]
-			outs = append(outs, output{pred, ""})
-		}
+	if pred := f.Prediction(); pred != nil {
+		outs = append(outs, output{pred, ""})
 	}
 	for i, v := range f.Results {
 		name := f.ResultAttrs[i].Str(ir.AttrName, "")
