@@ -1,6 +1,9 @@
 package ir
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // The model convention: how frontends describe a model in a module and how later passes
 // find its parts. A model module has a function @forward whose arguments are data inputs and
@@ -101,4 +104,38 @@ func (f *Func) Prediction() *Value {
 		return d.Operands[0]
 	}
 	return nil
+}
+
+// AttrRange (ints [lo, hi), on an integer input) is the values the input may hold: token ids
+// in [0, vocab), class labels in [0, classes). Synthetic data draws from it and data files
+// are checked against it.
+const AttrRange = "range"
+
+// AttrShiftOf (string, on a label input) names the token input whose next tokens the labels
+// are (a language model's targets): synthetic data and token streams feed them as such.
+const AttrShiftOf = "shift_of"
+
+// LinkNextTokens marks a label input that has the type and the range of exactly one token
+// input (an integer input with a range that is not a label) as that input's next tokens
+// (AttrShiftOf), as a model file's `label y: … next of tokens` does: labels of a token
+// sequence's shape over its vocabulary are a language model's targets. Without the link the
+// labels would be drawn independently of the tokens, which no model can learn.
+func LinkNextTokens(f *Func) {
+	for i, y := range f.Args {
+		at := f.ArgAttrs[i]
+		if !at.Has(AttrInput) || !at.Has(AttrLabel) || at.Has(AttrShiftOf) || !at.Has(AttrRange) {
+			continue
+		}
+		var match *Value
+		n := 0
+		for j, x := range f.Args {
+			xa := f.ArgAttrs[j]
+			if xa.Has(AttrInput) && !xa.Has(AttrLabel) && x.Type.Equal(y.Type) && slices.Equal(xa.Ints(AttrRange), at.Ints(AttrRange)) {
+				match, n = x, n+1
+			}
+		}
+		if n == 1 {
+			f.ArgAttrs[i] = at.Set(AttrShiftOf, String(match.Name)).Sorted()
+		}
+	}
 }

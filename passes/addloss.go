@@ -20,6 +20,7 @@ var AddLoss = &Pass{
 		"the loss is cross_entropy (mean over the rows), after a transpose that moves the class axis last when it " +
 		"is not. A class axis of size 1 is an error: the cross-entropy of one class is always 0. kind=mse: the labels have the output's type, {input, label}, " +
 		"and the loss is mse (mean). The argument is named labels, or labels.1, labels.2… when that name is taken. " +
+		"Labels of the shape and range of exactly one token input are marked as its next tokens (shift_of; ir.LinkNextTokens). " +
 		"The loss op takes the stage and location of the op defining the output. A @forward that already has a " +
 		"{loss} result is left unchanged (not an error), so the pass can run on every model.",
 	Options: []Option{
@@ -72,7 +73,7 @@ func addLoss(m *ir.Module, opts Options) error {
 			return errf("result %d: %v", idx, err)
 		}
 		labelType = ir.Type{DType: ir.I64, Shape: slices.Delete(slices.Clone(t.Shape), axis, axis+1)}
-		attrs = append(attrs, ir.NamedAttr{Name: "range", Value: ir.Ints(0, t.Shape[axis])})
+		attrs = append(attrs, ir.NamedAttr{Name: ir.AttrRange, Value: ir.Ints(0, t.Shape[axis])})
 	default:
 		labelType = t
 	}
@@ -118,6 +119,9 @@ func addLoss(m *ir.Module, opts Options) error {
 	loss.Name = "loss"
 	f.Results = []*ir.Value{loss}
 	f.ResultAttrs = []ir.Attrs{{{Name: ir.AttrLoss, Value: ir.Unit{}}}}
+	// Labels over the vocabulary of a token input, of its shape, are a language model's
+	// next tokens: synthetic data and token files then feed them as such.
+	ir.LinkNextTokens(f)
 	return nil
 }
 

@@ -5,10 +5,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"ppc.dev/ppc/codegen"
 	"ppc.dev/ppc/internal/onnxtest"
 )
 
@@ -120,6 +122,46 @@ func TestTrainPooledClassifier(t *testing.T) {
 			[]string{`--loss ce: output 0 ("logits") is f32[4,1000,1,1] and its class axis 3 has size 1: a cross-entropy over one class is always 0`}, []string{"reproducer"}},
 		{[]string{"compile", model, "--loss", "ce{axis=4}", "-o", out}, exitInput, []string{"axis=4 is out of range for f32[4,1000,1,1]"}, nil},
 	})
+}
+
+// TestTrainONNXLanguageModel: testdata/models/gpt-tiny.onnx, whose token input declares no
+// range, takes its vocabulary from the embedding it indexes and its labels (added by --loss
+// ce) are its next tokens, so the synthetic data is token sequences over the vocabulary that
+// the model learns (ln 64 = 4.16 at the start); before, tokens were 0s and 1s and the labels
+// independent classes, and the loss stayed at 4.1.
+func TestTrainONNXLanguageModel(t *testing.T) {
+	dir := t.TempDir()
+	plan := filepath.Join(dir, "plan")
+	_, losses := trainONNX(t, "../../testdata/models/gpt-tiny.onnx", 100, nil, "--dim", "batch=8", "--optimizer", "adamw{lr=1e-2}")
+	mean := 0.0
+	for _, l := range losses[len(losses)-10:] {
+		mean += l / 10
+	}
+	if math.Abs(losses[0]-math.Log(64)) > 0.2 || mean > 3.7 {
+		t.Errorf("losses %v: want a cross-entropy from ln 64 = 4.16 to below 3.7", losses)
+	}
+	if code, _, errOut := ppc(t, "", "compile", "../../testdata/models/gpt-tiny.onnx", "--dim", "batch=8", "-o", plan); code != 0 {
+		t.Fatal(errOut)
+	}
+	p, err := codegen.ReadPlan(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Inputs) != 2 || !slices.Equal(p.Inputs[0].Range, []int{0, 64}) || !slices.Equal(p.Inputs[1].Range, []int{0, 64}) || p.Inputs[1].ShiftOf != "input_ids" {
+		t.Errorf("inputs %+v, want input_ids in [0, 64) and labels its next tokens", p.Inputs)
+	}
+	// A token file feeds it as it feeds gpt.ppm.
+	toks := make([]byte, 2*200)
+	for i := range 200 {
+		toks[2*i] = byte(i % 64)
+	}
+	bin := filepath.Join(dir, "train.bin")
+	if err := os.WriteFile(bin, toks, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := ppc(t, "", "run", plan, "--steps", "2", "--data", bin); code != 0 {
+		t.Fatalf("--data train.bin: %d %s%s", code, out, errOut)
+	}
 }
 
 // TestLossRefusesOneClass: a one-unit sigmoid output, or one unit per position, under ce is

@@ -26,6 +26,13 @@
 //     dim through every node against the first, rewrites the shapes that pin it (Reshape
 //     targets, Resize sizes) and reports a node that drops or moves it — x[0], a Concat
 //     with a constant of batch 1 — by name (batch.go).
+//   - Integer inputs get the range a model file would declare (ranges.go): an input that
+//     indexes a table (Gather: an embedding) holds [0, rows), an input a cross-entropy
+//     compares against holds [0, classes) and is {label} (unless its ignore_index lies
+//     outside the classes), through reshapes, transposes, slices and integer casts; labels of
+//     a token input's type and range are its next tokens (shift_of). Synthetic data and token
+//     files then feed a language model as they feed gpt.ppm; other integer inputs (masks)
+//     keep none.
 //   - Initializers: a floating-point initializer of rank >= 1 that feeds at least one
 //     trainable operand slot becomes a parameter argument {param, data = dense<…>} named after
 //     the initializer (plus name = "<onnx name>" when the printer could not keep the name,

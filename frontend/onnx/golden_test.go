@@ -387,7 +387,7 @@ var goldenCases = []goldenCase{
 			Node("LayerNormalization", "ln", in("h3", "ln.w", "ln.b"), in("y"), aFloat("epsilon", 1e-6)).
 			Output("y").Output("bias")
 	}, checks: `
-// CHECK: func @forward(%ids: i64[2,5] {input, name = "ids"}, %mask: i64[2,5] {input, name = "mask"}, %emb: f32[10,4] {{.*}}, %ln.w: f32[4] {{.*}}, %ln.b: f32[4] {{.*}})
+// CHECK: func @forward(%ids: i64[2,5] {input, name = "ids", range = [0, 10]}, %mask: i64[2,5] {input, name = "mask"}, %emb: f32[10,4] {{.*}}, %ln.w: f32[4] {{.*}}, %ln.b: f32[4] {{.*}})
 // CHECK: %maskf = cast %mask {to = f32} : f32[2,5]
 // CHECK: %pad = equal %maskf, %zero : bool[2,5]
 // CHECK: %bias = where %pad, %neg, %maskf : f32[2,5]

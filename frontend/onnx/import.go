@@ -217,6 +217,7 @@ func (imp *importer) run() (*ir.Module, error) {
 	imp.b.Loc = ir.Loc{}
 	raise(imp.fn)
 	dce(imp.fn)
+	inputRanges(imp.fn)
 	if err := imp.b.Err(); err != nil {
 		return nil, err
 	}
