@@ -159,6 +159,7 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 		}
 		out.Plan.PartitionNote = ir.Attrs(part).Str("note", "")
 	}
+	out.Plan.LossNote = m.Attrs.Str(passes.AttrLossNote, "")
 	out.Plan.Recompute = opts.Recompute
 	out.Plan.Precision = m.Attrs.Str(passes.AttrPrecision, "")
 	return out, nil

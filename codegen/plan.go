@@ -47,6 +47,9 @@ type Plan struct {
 	// PartitionNote explains a split that the pipeline time does not, e.g. with one
 	// micro-batch.
 	PartitionNote string `json:"partition_note,omitempty"`
+	// LossNote says how the loss a training compile added was computed where that is not
+	// what the flag says on its face (--loss ce on a softmax output).
+	LossNote string `json:"loss_note,omitempty"`
 	// Device is the device profile the cost model's times (StageInfo, Estimate) assume.
 	Device *passes.DeviceProfile `json:"device,omitempty"`
 	// Estimate is the schedule simulated with the cost model's per-stage times.

@@ -18,7 +18,7 @@ var AddLoss = &Pass{
 		"be floating-point logits with C ≥ 2 classes on the class axis (option axis; see ClassAxis for its default); " +
 		"the labels are the output's shape without that axis, %labels: i64[...] {input, label, range = [0, C]}, and " +
 		"the loss is cross_entropy (mean over the rows), after a transpose that moves the class axis last when it " +
-		"is not. A class axis of size 1 is an error: the cross-entropy of one class is always 0. kind=mse: the labels have the output's type, {input, label}, " +
+		"is not. When the output is a softmax over the class axis (probabilities), the cross-entropy is taken of the softmax's input, the logits, so the loss is −log p[label] rather than a second softmax over probabilities, and the module attribute loss_note says so (a log_softmax output needs nothing: the softmax cross-entropy of log-probabilities is that of the logits). A class axis of size 1 is an error: the cross-entropy of one class is always 0. kind=mse: the labels have the output's type, {input, label}, " +
 		"and the loss is mse (mean). The argument is named labels, or labels.1, labels.2… when that name is taken. " +
 		"Labels of the shape and range of exactly one token input are marked as its next tokens (shift_of; ir.LinkNextTokens). " +
 		"The loss op takes the stage and location of the op defining the output. A @forward that already has a " +
@@ -101,6 +101,22 @@ func addLoss(m *ir.Module, opts Options) error {
 		op = "mse"
 	}
 	logits := out
+	if sm := out.Def; kind == "ce" && sm != nil && sm.Name() == "softmax" && softmaxAxis(sm) == axis {
+		// The output is already probabilities (exporters often end a classifier with its
+		// softmax): a cross-entropy over them applies a second softmax, which is nearly
+		// uniform over values in [0, 1], so the loss cannot fall far below ln(C).
+		// The cross-entropy of the probabilities, −log p[label], is the softmax
+		// cross-entropy of the softmax's input, which is computed instead (as Keras does for
+		// a softmax output); the softmax is left to dce.
+		logits = sm.Operands[0]
+		where := ""
+		if sm.Loc.Node != "" {
+			where = " (node " + sm.Loc.Node + ")"
+		}
+		m.Attrs = m.Attrs.Set(AttrLossNote, ir.String(fmt.Sprintf(
+			"output %d is a softmax%s, probabilities: --loss ce computes −log p[label] as the softmax cross-entropy of its input (a cross-entropy over the probabilities would apply a second softmax and stay near ln %d)",
+			idx, where, t.Shape[axis])))
+	}
 	if kind == "ce" && axis != t.Rank()-1 {
 		// cross_entropy takes the classes on the last axis: move them there, keeping the
 		// order of the other axes, which is the labels' order.
@@ -110,7 +126,7 @@ func addLoss(m *ir.Module, opts Options) error {
 				perm = append(perm, i)
 			}
 		}
-		logits = b.Transpose(out, append(perm, axis)...)
+		logits = b.Transpose(logits, append(perm, axis)...)
 	}
 	loss := b.Op1(op, nil, logits, labels)
 	if err := b.Err(); err != nil {
@@ -123,6 +139,19 @@ func addLoss(m *ir.Module, opts Options) error {
 	// next tokens: synthetic data and token files then feed them as such.
 	ir.LinkNextTokens(f)
 	return nil
+}
+
+// AttrLossNote (string, on the module) is what add-loss tells the user about the loss it
+// added (the compile summary prints it).
+const AttrLossNote = "loss_note"
+
+// softmaxAxis is a softmax op's axis, counted from the front.
+func softmaxAxis(op *ir.Op) int {
+	ax := op.Attrs.Int("axis", -1)
+	if ax < 0 {
+		ax += op.Results[0].Type.Rank()
+	}
+	return ax
 }
 
 // ClassAxis resolves add-loss's axis option (kind=ce) for logits of type t and checks that

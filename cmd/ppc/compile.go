@@ -331,6 +331,9 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 	if p.PartitionNote != "" {
 		fmt.Fprintf(w, "  note: %s\n", p.PartitionNote)
 	}
+	if p.LossNote != "" {
+		fmt.Fprintf(w, "  note: %s\n", p.LossNote)
+	}
 	if e := p.Estimate; e != nil && p.World > 1 {
 		dev := "an unrecorded device profile"
 		if p.Device != nil {

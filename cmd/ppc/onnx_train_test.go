@@ -124,6 +124,25 @@ func TestTrainPooledClassifier(t *testing.T) {
 	})
 }
 
+// TestTrainSoftmaxOutput: a classifier exported with its softmax (paddle2onnx's text
+// recognisers end in one) trains under --loss ce on −log p[label], the softmax's input
+// being the logits, and the summary says so. A cross-entropy over the probabilities — a
+// second softmax, nearly uniform over values in [0, 1] — could not fall below
+// ln(e + C − 1) − 1 = 2.96 for C = 50 classes, and would stay near ln 50 = 3.91.
+func TestTrainSoftmaxOutput(t *testing.T) {
+	model := onnxtest.New(13).Input("x", onnxtest.Float, 8, 16).Init(onnxtest.Random("w", 1, 0.05, 16, 50)).
+		Node("MatMul", "p2o.MatMul.0", in("x", "w"), in("z")).
+		Node("Softmax", "p2o.Softmax.0", in("z"), in("softmax_0.tmp_0"), onnxtest.Int("axis", -1)).
+		Output("softmax_0.tmp_0").Write(t, "rec.onnx")
+	summary, losses := trainONNX(t, model, 40, nil, "--loss", "ce", "--optimizer", "adamw{lr=5e-2}")
+	if !strings.Contains(summary, `note: output 0 is a softmax (node "p2o.Softmax.0" (Softmax)), probabilities: --loss ce computes −log p[label] as the softmax cross-entropy of its input`) {
+		t.Errorf("the summary does not say how the loss is computed:\n%s", summary)
+	}
+	if lo := slices.Min(losses); math.Abs(losses[0]-math.Log(50)) > 0.3 || lo > 2 {
+		t.Errorf("losses %v: want a cross-entropy from near ln 50 = 3.91 to below 2", losses)
+	}
+}
+
 // TestTrainONNXLanguageModel: testdata/models/gpt-tiny.onnx, whose token input declares no
 // range, takes its vocabulary from the embedding it indexes and its labels (added by --loss
 // ce) are its next tokens, so the synthetic data is token sequences over the vocabulary that
