@@ -650,17 +650,17 @@ func loadSchedule(opts *Options) (*schedule.Schedule, error) {
 	if err := schedule.Validate(s); err != nil {
 		return nil, &ScheduleError{File: name, Dialect: s.Dialect, Err: err}
 	}
-	if opts.PP > 1 && opts.PP != s.Ranks {
-		return nil, fmt.Errorf("%s has %d ranks, --pp is %d", name, s.Ranks, opts.PP)
+	// PP 1 is the default, and a CSV has its own count: only more is a request to check
+	// (the command line checks an explicit --pp 1 itself).
+	pp := opts.PP
+	if pp == 1 {
+		pp = 0
 	}
-	if s.Microbatches != opts.Microbatches {
-		return nil, fmt.Errorf("%s has %d micro-batches, --microbatches is %d", name, s.Microbatches, opts.Microbatches)
+	if err := schedule.CheckFileShape(s, name, pp, opts.Microbatches, opts.VirtualStages); err != nil {
+		return nil, err
 	}
 	if s.Stages%s.Ranks != 0 {
 		return nil, fmt.Errorf("%s places %d stages on %d ranks; ppc needs the same number of stages on every rank", name, s.Stages, s.Ranks)
-	}
-	if v := s.Stages / s.Ranks; opts.VirtualStages > 0 && opts.VirtualStages != v {
-		return nil, fmt.Errorf("%s places %d stage(s) on each rank, --virtual-stages is %d", name, v, opts.VirtualStages)
 	}
 	opts.PP = s.Ranks
 	return s, nil

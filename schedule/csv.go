@@ -188,6 +188,24 @@ func ReadCSVFile(path string) (*Schedule, error) {
 	return s, nil
 }
 
+// CheckFileShape checks the pipeline shape a command line gives with a CSV schedule (0: not
+// given) against the file's own: ranks (--pp), micro-batches (--microbatches) and stages per
+// rank (--virtual-stages). The file decides the shape; flags that agree with it are
+// accepted, so that one command line serves a generator and the CSV it was written to
+// (`ppc schedule --csv`), and flags that disagree are an error, never silently overridden.
+// compile, simulate and schedule all apply this one rule.
+func CheckFileShape(s *Schedule, file string, pp, microbatches, virtual int) error {
+	switch {
+	case pp > 0 && pp != s.Ranks:
+		return fmt.Errorf("%s has %d ranks, --pp is %d", file, s.Ranks, pp)
+	case microbatches > 0 && microbatches != s.Microbatches:
+		return fmt.Errorf("%s has %d micro-batches, --microbatches is %d", file, s.Microbatches, microbatches)
+	case virtual > 0 && s.Stages%s.Ranks == 0 && virtual != s.Stages/s.Ranks:
+		return fmt.Errorf("%s places %d stage(s) on each rank, --virtual-stages is %d", file, s.Stages/s.Ranks, virtual)
+	}
+	return nil
+}
+
 // splitCSV splits text into rows of cells (RFC 4180 quoting, any line ending).
 func splitCSV(text string) ([][]csvCell, error) {
 	var rows [][]csvCell

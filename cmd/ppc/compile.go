@@ -71,14 +71,14 @@ func init() {
 			lf.register(fs)
 			out := fs.String("o", "", "output `DIR` for plan.json and rank-NNNNN.ppx")
 			var opts compiler.Options
-			fs.IntVar(&opts.PP, "pp", 1, "pipeline-parallel ranks `N` (with a FILE.csv schedule: the CSV's row count)")
+			fs.IntVar(&opts.PP, "pp", 1, "pipeline-parallel ranks `N` (with a FILE.csv schedule: the file's row count; a value given must agree with it)")
 			fs.IntVar(&opts.TP, "tp", 1, "tensor-parallel ranks `N` per stage (Megatron's column/row-parallel layers, vocab-parallel embedding and loss)")
 			fs.BoolVar(&opts.SP, "sp", false, "sequence parallelism with --tp: norms, dropout and residuals split along the sequence over the tp ranks")
 			fs.IntVar(&opts.DP, "dp", 1, "data-parallel replicas `N`: each runs --microbatches micro-batches of the global batch, and gradients are summed over them")
 			fs.IntVar(&opts.Zero, "zero", 0, "ZeRO `STAGE` with --dp: 1 shards optimizer state over the dp replicas, 2 also gradients")
-			fs.IntVar(&opts.Microbatches, "microbatches", 0, "micro-batches `M` per step: the model's global batch is split M ways (an .ir file's shapes are already one micro-batch's) (0: a FILE.csv schedule's count, an .ir file's microbatches attribute, or 1)")
+			fs.IntVar(&opts.Microbatches, "microbatches", 0, "micro-batches `M` per step: the model's global batch is split M ways (an .ir file's shapes are already one micro-batch's) (0: a FILE.csv schedule's count, an .ir file's microbatches attribute, or 1; with a FILE.csv schedule a value given must agree with the file)")
 			fs.StringVar(&opts.Schedule, "schedule", "", "pipeline schedule `S|FILE.csv`: "+strings.Join(schedule.Names(), ", ")+", or a schedule in PyTorch's CSV format (2.4's spelling B/W/BW or the later I/W/B, detected per file) (default 1f1b; gpipe with --token-slices and fewer micro-batches than ranks)")
-			fs.IntVar(&opts.VirtualStages, "virtual-stages", 0, "stages per rank `V` for interleaved and V-shaped schedules (0: the schedule's default)")
+			fs.IntVar(&opts.VirtualStages, "virtual-stages", 0, "stages per rank `V` for interleaved and V-shaped schedules; with a FILE.csv schedule the file's, which a value given must agree with (0: the schedule's default)")
 			fs.BoolVar(&opts.ForwardOnly, "forward-only", false, "compile inference (no loss, no backward, no optimizer)")
 			fs.StringVar(&opts.Partition, "partition", "", "how to cut the model into stages, `MODE`: markers, layout or auto (default: layout with --layout, auto with --mem, else markers when the model has any, else auto)")
 			fs.StringVar(&opts.Layout, "layout", "", "Megatron-style stage `LAYOUT` for --partition layout, e.g. \"E,t*4|t*4|t*4|t*4,L\"")
@@ -178,6 +178,16 @@ func init() {
 				}
 				if (set["microbatches"] && opts.Microbatches < 1) || opts.PP < 1 || opts.TP < 1 || opts.DP < 1 {
 					return usagef("--pp, --tp, --dp and --microbatches must be at least 1")
+				}
+				if set["pp"] && schedule.IsCSVName(opts.Schedule) {
+					// The compiler takes --pp 1, the default, for "not given"; an explicit
+					// one must agree with the file too (schedule.CheckFileShape). A file that
+					// does not read is reported by the compile.
+					if s, err := schedule.ReadCSVFile(opts.Schedule); err == nil {
+						if err := schedule.CheckFileShape(s, opts.Schedule, opts.PP, 0, 0); err != nil {
+							return usagef("%v", err)
+						}
+					}
 				}
 				if opts.SP && opts.TP < 2 {
 					return usagef("--sp splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more")

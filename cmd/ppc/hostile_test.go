@@ -193,7 +193,7 @@ func TestScheduleFiles(t *testing.T) {
 	runCases(t, []cliCase{
 		{[]string{"simulate", bad}, exitInput, []string{filepath.Join(bad, "plan.json") + `: schedule: csv line 1 (rank 0), column 0: invalid action "XX"`}, nil},
 		{[]string{"schedule", "--schedule", noW}, exitFailed, []string{"now.csv: incomplete: stage 0 micro-batch 0 has no weight gradient"}, nil},
-		{[]string{"schedule", "--schedule", bom, "--pp", "3"}, exitInput, []string{"--pp describes a generated schedule; " + bom + " has its own"}, nil},
+		{[]string{"schedule", "--schedule", bom, "--pp", "3"}, exitInput, []string{bom + " has 2 ranks, --pp is 3"}, nil},
 		{[]string{"schedule", "--csv", "--comms"}, exitInput, []string{"--csv and --comms"}, nil},
 		{[]string{"simulate", plan, "--schedule", "gpipe"}, exitInput, []string{"--schedule describes a schedule to simulate instead of a plan's"}, nil},
 		{[]string{"simulate", plan, "--pp", "8"}, exitInput, []string{"--pp describes"}, nil},
@@ -312,6 +312,38 @@ func TestRunDataErrors(t *testing.T) {
 		{[]string{"run", plan, "--data", "x=" + x + ",x=" + x}, exitInput, []string{`--data gives input "x" twice`}, nil},
 		{[]string{"run", plan, "--data", "x="}, exitInput, []string{`--data "x=": want NAME=FILE.npy`}, nil},
 	})
+}
+
+// TestCSVShapeFlags: compile, simulate and schedule apply one rule to a CSV schedule and the
+// flags that describe a pipeline's shape, as their usage shows them (--schedule FILE.csv
+// [--pp N --microbatches M --virtual-stages V]): the file decides, and the flags may be given
+// when they agree with it; one that disagrees, an explicit --pp 1 included, is bad input
+// naming the file and both counts.
+func TestCSVShapeFlags(t *testing.T) {
+	dir := t.TempDir()
+	two := filepath.Join(dir, "two.csv")
+	os.WriteFile(two, []byte("0F0,0F1,0B0,0F2,0B1,0F3,0B2,0B3\n1F0,1B0,1F1,1B1,1F2,1B2,1F3,1B3\n"), 0o644)
+	plan := filepath.Join(dir, "plan")
+	commands := [][]string{{"compile", mlp, "-o", plan}, {"simulate"}, {"schedule"}}
+	for _, c := range commands {
+		args := append(append([]string{}, c...), "--schedule", two, "--pp", "2", "--microbatches", "4", "--virtual-stages", "1")
+		if code, _, errOut := ppc(t, "", args...); code != 0 {
+			t.Errorf("ppc %v: exit %d\n%s", args, code, errOut)
+		}
+	}
+	var cases []cliCase
+	for _, c := range commands {
+		with := func(extra ...string) []string {
+			return append(append(append([]string{}, c...), "--schedule", two), extra...)
+		}
+		cases = append(cases,
+			cliCase{with("--pp", "3"), exitInput, []string{two + " has 2 ranks, --pp is 3"}, nil},
+			cliCase{with("--pp", "1"), exitInput, []string{two + " has 2 ranks, --pp is 1"}, nil},
+			cliCase{with("--microbatches", "8"), exitInput, []string{two + " has 4 micro-batches, --microbatches is 8"}, nil},
+			cliCase{with("--virtual-stages", "2"), exitInput, []string{two + " places 1 stage(s) on each rank, --virtual-stages is 2"}, nil},
+		)
+	}
+	runCases(t, cases)
 }
 
 // TestTruncatedNpy: a .npy cut inside its header (11 bytes: the preamble and one byte of

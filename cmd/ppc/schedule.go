@@ -23,9 +23,9 @@ type scheduleFlags struct {
 
 func (s *scheduleFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.name, "schedule", "1f1b", "schedule `S|FILE.csv`: "+strings.Join(schedule.Names(), ", ")+", or a schedule in PyTorch's CSV format (2.4's spelling B/W/BW or the later I/W/B, detected per file)")
-	fs.IntVar(&s.pp, "pp", 4, "pipeline ranks `N` (generators only)")
-	fs.IntVar(&s.mb, "microbatches", 8, "micro-batches `M` (generators only)")
-	fs.IntVar(&s.virtual, "virtual-stages", 0, "stages per rank `V` (generators only; 0: the schedule's default)")
+	fs.IntVar(&s.pp, "pp", 4, "pipeline ranks `N` (with a FILE.csv schedule: the file's row count; a value given must agree with it)")
+	fs.IntVar(&s.mb, "microbatches", 8, "micro-batches `M` (with a FILE.csv schedule: the file's; a value given must agree with it)")
+	fs.IntVar(&s.virtual, "virtual-stages", 0, "stages per rank `V`; with a FILE.csv schedule the file's, which a value given must agree with (0: the schedule's default)")
 	fs.IntVar(&s.maxInflight, "max-inflight", 0, "micro-batches `K` in flight per rank for zb-auto (default: the pipeline depth)")
 }
 
@@ -34,17 +34,25 @@ func (s *scheduleFlags) csv() bool { return schedule.IsCSVName(s.name) }
 
 // load builds the schedule; a cost-aware one (zb-auto) for cost.
 func (s *scheduleFlags) load(set map[string]bool, cost schedule.Cost) (*schedule.Schedule, error) {
-	if s.csv() {
-		// A CSV has its own shape; flags that would describe another one are a mistake.
-		for _, f := range []string{"pp", "microbatches", "virtual-stages"} {
-			if set[f] {
-				return nil, usagef("--%s describes a generated schedule; %s has its own", f, s.name)
-			}
-		}
-		return schedule.ReadCSVFile(s.name)
-	}
 	if s.pp < 1 || s.mb < 1 || s.virtual < 0 {
 		return nil, usagef("--pp and --microbatches must be positive, --virtual-stages non-negative")
+	}
+	if s.csv() {
+		// A CSV has its own shape: flags that describe it must agree (schedule.CheckFileShape).
+		sc, err := schedule.ReadCSVFile(s.name)
+		if err != nil {
+			return nil, err
+		}
+		given := func(f string, v int) int {
+			if set[f] {
+				return v
+			}
+			return 0
+		}
+		if err := schedule.CheckFileShape(sc, s.name, given("pp", s.pp), given("microbatches", s.mb), given("virtual-stages", s.virtual)); err != nil {
+			return nil, usagef("%v", err)
+		}
+		return sc, nil
 	}
 	sc, err := schedule.GenerateFor(s.name, s.pp, s.mb, s.virtual, cost, s.maxInflight)
 	if err != nil && s.maxInflight != 0 {
