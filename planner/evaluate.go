@@ -411,7 +411,7 @@ func (e *evaluation) simulate(full bool) (pl Plan, fits, built bool) {
 	flops := 3 * e.flopsTotal * float64(c.TP) * float64(p.batch)
 	pl.TFLOPsPerGPU = flops / res.StepTime / float64(p.req.GPUs) / 1e12
 	pl.MFU = flops / res.StepTime / float64(p.req.GPUs) / p.peakRate()
-	pl.Bubble = res.BubbleTime / res.StepTime
+	pl.BubbleRatio = res.BubbleRatio
 	fits = true
 	pl.Memory, pl.PeakMemory = nil, nil
 	for r, m := range e.rankMem {

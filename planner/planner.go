@@ -71,9 +71,11 @@ type Plan struct {
 	TokensPerSec float64 `json:"tokens_per_s"`
 	TFLOPsPerGPU float64 `json:"tflops_per_gpu"` // model FLOPs (3× the forward's matmuls) per second per GPU, in 10¹²
 	MFU          float64 `json:"mfu"`            // of the profile's dense peak at the compute dtype
-	Bubble       float64 `json:"bubble"`         // the schedule's idle time, as a fraction of the step
-	PeakMemory   []int64 `json:"peak_memory"`    // bytes per pipeline rank
-	Command      string  `json:"command"`
+	// BubbleRatio is BubbleTime / Ideal, the bubble as ppc compile, ppc simulate and the
+	// papers give it ((p−1)/m for 1F1B), not a fraction of the step.
+	BubbleRatio float64 `json:"bubble_ratio"`
+	PeakMemory  []int64 `json:"peak_memory"` // bytes per pipeline rank
+	Command     string  `json:"command"`
 	// The step's parts (seconds): StepTime = Ideal + BubbleTime + Collectives + Transfers.
 	Ideal       float64          `json:"ideal_time"`
 	BubbleTime  float64          `json:"bubble_time"`

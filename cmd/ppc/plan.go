@@ -137,8 +137,8 @@ func printPlans(w io.Writer, r *planner.Result) {
 	fmt.Fprintf(w, "ppc plan: %s (%s parameters) on %d × %s, global batch %d × %d tokens\n",
 		r.Model, formatCount(r.Params), r.GPUs, r.Device, r.Batch, r.Seq)
 	fmt.Fprintf(w, "  searched %d configurations (%d fit in memory, %d simulated) in %.2f s\n\n", r.Searched, r.Fit, r.Simulated, r.Seconds)
-	fmt.Fprintf(w, "  #  %-4s %-4s %-4s %-3s %-22s %-5s %-6s %-10s %-5s %9s %10s %11s %6s %7s %11s\n",
-		"pp", "dp", "tp", "sp", "schedule", "mbs", "m", "recompute", "zero", "step", "tokens/s", "TFLOP/s/GPU", "MFU", "bubble", "peak mem")
+	fmt.Fprintf(w, "  #  %-4s %-4s %-4s %-3s %-22s %-5s %-6s %-10s %-5s %9s %10s %11s %6s %12s %11s\n",
+		"pp", "dp", "tp", "sp", "schedule", "mbs", "m", "recompute", "zero", "step", "tokens/s", "TFLOP/s/GPU", "MFU", "bubble/ideal", "peak mem")
 	for i, p := range r.Plans {
 		c := p.Config
 		sp := "-"
@@ -156,13 +156,13 @@ func printPlans(w io.Writer, r *planner.Result) {
 		for _, m := range p.PeakMemory {
 			peak = max(peak, m)
 		}
-		fmt.Fprintf(w, "  %-2d %-4d %-4d %-4d %-3s %-22s %-5d %-6d %-10s %-5d %9s %10s %11.0f %5.1f%% %6.1f%% %11s\n", i+1, c.PP, c.DP, c.TP, sp, sched,
+		fmt.Fprintf(w, "  %-2d %-4d %-4d %-4d %-3s %-22s %-5d %-6d %-10s %-5d %9s %10s %11.0f %5.1f%% %11.1f%% %11s\n", i+1, c.PP, c.DP, c.TP, sp, sched,
 			c.MicrobatchSize, c.Microbatches, c.Recompute, c.Zero, schedule.Seconds.Format(p.StepTime), formatCount(int64(p.TokensPerSec)),
-			p.TFLOPsPerGPU, 100*p.MFU, 100*p.Bubble, codegen.FormatBytes(peak))
+			p.TFLOPsPerGPU, 100*p.MFU, 100*p.BubbleRatio, codegen.FormatBytes(peak))
 	}
 	best := r.Plans[0]
 	f := schedule.Seconds.Format
-	fmt.Fprintf(w, "\n  plan 1: step %s = ideal %s + bubble %s + collectives %s + transfers not hidden %s\n", f(best.StepTime), f(best.Ideal), f(best.BubbleTime), f(best.Collectives), f(best.Transfers))
+	fmt.Fprintf(w, "\n  plan 1: step %s = ideal %s + bubble %s (%.1f%% of ideal) + collectives %s + transfers not hidden %s\n", f(best.StepTime), f(best.Ideal), f(best.BubbleTime), 100*best.BubbleRatio, f(best.Collectives), f(best.Transfers))
 	fmt.Fprintf(w, "  memory per pipeline rank (each of its dp × tp GPUs):\n")
 	// Consecutive ranks with the same memory share a line.
 	for i := 0; i < len(best.Memory); {

@@ -112,6 +112,11 @@ func TestPlanChoiceFitsCompile(t *testing.T) {
 		if ratio < 0.8 || ratio > 1.25 {
 			t.Errorf("plan %d: predicted %.4g s, ppc compile's estimate %.4g s", i+1, pl.StepTime, p.Estimate.StepSeconds)
 		}
+		// One bubble: the planner's is a fraction of the ideal time, as ppc compile's.
+		t.Logf("plan %d: bubble %.4g of ideal, ppc compile %.4g", i+1, pl.BubbleRatio, p.Estimate.BubbleRatio)
+		if d := pl.BubbleRatio - p.Estimate.BubbleRatio; d > 0.25*p.Estimate.BubbleRatio+0.01 || -d > 0.25*p.Estimate.BubbleRatio+0.01 {
+			t.Errorf("plan %d: bubble %.4g of ideal predicted, ppc compile's estimate %.4g", i+1, pl.BubbleRatio, p.Estimate.BubbleRatio)
+		}
 	}
 }
 
@@ -184,7 +189,7 @@ func TestPlanText(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	for _, want := range []string{"on 8 × h100-80gb{gpus_per_node=4}, global batch 16 × 32 tokens", "  1  ", "  2  ",
+	for _, want := range []string{"on 8 × h100-80gb{gpus_per_node=4}, global batch 16 × 32 tokens", "  1  ", "  2  ", " bubble/ideal ", "% of ideal) + collectives ",
 		"peak ", " = params ", " + margin ", "why not plan 2: ", "% slower", "1: ppc compile ", "--gpu 'h100-80gb{gpus_per_node=4}'"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
