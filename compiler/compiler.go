@@ -78,6 +78,49 @@ type Result struct {
 
 // Compile loads the model and produces the job in memory.
 func Compile(model string, opts Options) (*Result, error) {
+	res, err := compile(model, opts)
+	if err != nil && opts.PP > 1 {
+		// A pipeline deeper than the model can be cut is the first thing to fix. The batch
+		// division and the schedule are checked before partitioning, and asking for
+		// --pp 100000 would otherwise be answered with a batch size or a micro-batch count
+		// to try, which cannot help; say how many stages the model has instead.
+		if serr := stageCountError(model, opts); serr != nil {
+			return nil, serr
+		}
+	}
+	return res, err
+}
+
+// stageCountError partitions the model alone (one micro-batch, no schedule) into opts.PP ×
+// opts.VirtualStages stages and returns the partition pass's error, or nil when the model
+// has stages enough (or cannot be loaded that way: the compile's own error stands).
+func stageCountError(model string, opts Options) error {
+	lo := opts.Load
+	lo.Microbatches, lo.Replicas = 1, 1
+	m, _, err := Load(model, lo)
+	if err != nil || m.Func(ir.ForwardFunc) == nil {
+		return nil
+	}
+	part := fmt.Sprintf("partition{pp=%d,virtual=%d", opts.PP, max(opts.VirtualStages, 1))
+	if opts.Partition != "" {
+		part += ",mode=" + opts.Partition
+	}
+	if opts.Layout != "" {
+		part += `,layout="` + opts.Layout + `"`
+	}
+	pl, err := passes.ParsePipeline("canonicalize,cse,dce," + part + "}")
+	if err != nil {
+		return nil
+	}
+	err = passes.Run(m, pl, passes.Config{NoReproducer: true})
+	var pe *passes.PassError
+	if errors.As(err, &pe) && pe.Pass == "partition" && !pe.Internal {
+		return err
+	}
+	return nil
+}
+
+func compile(model string, opts Options) (*Result, error) {
 	if opts.PP < 1 {
 		opts.PP = 1
 	}

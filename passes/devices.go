@@ -2,6 +2,7 @@ package passes
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -153,21 +154,27 @@ func ParseDevice(spec string) (DeviceProfile, error) {
 		if err != nil || !(x > 0) || x > 1e30 {
 			return d, fmt.Errorf("device %q: %s=%s: want a positive number", spec, k, v)
 		}
+		// Counts and byte sizes are whole numbers, written as such in the canonical name
+		// (mem_bytes=103079215104, not 1.03079215104e+11); 2^53 keeps them exact.
+		canon := strconv.FormatFloat(x, 'g', -1, 64)
 		switch f := field.(type) {
 		case *float64:
 			*f = x
-		case *int64:
-			*f = int64(x)
-		case *int:
-			if x != float64(int(x)) {
-				return d, fmt.Errorf("device %q: %s=%s: want a whole number", spec, k, v)
+		case *int64, *int:
+			if x != math.Trunc(x) || x > 1<<53 {
+				return d, fmt.Errorf("device %q: %s=%s: want a whole number up to 2^53", spec, k, v)
 			}
-			*f = int(x)
+			canon = strconv.FormatInt(int64(x), 10)
+			if p, ok := f.(*int64); ok {
+				*p = int64(x)
+			} else {
+				*f.(*int) = int(x)
+			}
 		}
 		if _, dup := seen[k]; !dup {
 			keys = append(keys, k)
 		}
-		seen[k] = strconv.FormatFloat(x, 'g', -1, 64)
+		seen[k] = canon
 	}
 	if len(keys) == 0 {
 		return d, nil

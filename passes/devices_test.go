@@ -2,6 +2,7 @@ package passes
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"ppc.dev/ppc/ir"
@@ -67,6 +68,27 @@ func TestGEMMEfficiencyCurve(t *testing.T) {
 			t.Fatalf("GEMMEfficiency(%d³) = %g after %g: not increasing towards %g", d, e, prev, GEMMPeakEfficiency)
 		}
 		prev = e
+	}
+}
+
+// TestParseDeviceWholeNumbers: a byte size or count overridden in a profile is a whole
+// number and is named as one (an 80 GiB limit reads mem_bytes=103079215104, as typed, not
+// 1.03079215104e+11); a fraction or a size beyond 2^53 is refused.
+func TestParseDeviceWholeNumbers(t *testing.T) {
+	for spec, want := range map[string]string{
+		"h100-80gb{mem_bytes=103079215104}":         "h100-80gb{mem_bytes=103079215104}",
+		"h100-80gb{mem_bytes=80e9,gpus_per_node=4}": "h100-80gb{gpus_per_node=4,mem_bytes=80000000000}",
+		"h100-80gb{inter_node_bandwidth=2.5e10}":    "h100-80gb{inter_node_bandwidth=2.5e+10}",
+	} {
+		d, err := ParseDevice(spec)
+		if err != nil || d.Name != want {
+			t.Errorf("%s: %q %v, want the name %q", spec, d.Name, err, want)
+		}
+	}
+	for _, spec := range []string{"h100-80gb{mem_bytes=1.5}", "h100-80gb{mem_bytes=1e30}", "h100-80gb{gpus_per_node=2.5}"} {
+		if d, err := ParseDevice(spec); err == nil || !strings.Contains(err.Error(), "want a whole number") {
+			t.Errorf("%s: %+v %v, want an error", spec, d, err)
+		}
 	}
 }
 

@@ -193,8 +193,10 @@ func misfitError(op *ir.Op, w *ir.Value, dim, tp int, trial, base *layoutPlan) e
 		size = mf.size
 	}
 	hint := ""
-	if op.Name() == "gather" {
-		pad := (size + tp - 1) / tp * tp
+	// Padding the vocabulary, as Megatron does, is worth suggesting when it adds a few rows;
+	// padding 512 tokens to a million for --tp 1000000 is not a remedy but a sign that tp
+	// is wrong.
+	if pad := (size + tp - 1) / tp * tp; op.Name() == "gather" && pad-size <= size/8 {
 		hint = fmt.Sprintf("; or pad the vocabulary to %d, the next multiple of %d, as Megatron does (--make-vocab-size-divisible-by); for a .ppm model: --set vocab=%d", pad, tp, pad)
 	}
 	return &ir.Error{Loc: op.Loc, Msg: fmt.Sprintf("--tp %d cannot split %s: %d is not divisible by %d; tp sizes that divide it: %s%s",

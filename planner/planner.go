@@ -115,9 +115,10 @@ type planner struct {
 	req         Request
 	dev         passes.DeviceProfile
 	precision   string
-	units       int   // units of the model (E, layers, L)
-	causal      bool  // the model can be cut into token slices
-	fixedSlices []int // --token-slices lengths, when given
+	units       int    // units of the model (E, layers, L)
+	unitNames   string // the first and last units, for messages: "E, t0 … L"
+	causal      bool   // the model can be cut into token slices
+	fixedSlices []int  // --token-slices lengths, when given
 	batch       int
 	seq         int
 	params      int64 // the model's parameter count
@@ -163,6 +164,20 @@ func Search(req Request) (*Result, error) {
 	p := &planner{req: req, dev: req.Device, precision: req.Precision, probes: map[probeKey][2][]unitCost{}, scaled: map[scaledKey][]unitCost{}, splits: map[splitKey][]int{}, slicers: map[int]*passes.SliceCostModel{}, sliceCache: map[[5]int]passes.SliceTimes{}, scheds: map[schedKey]schedEntry{}}
 	if p.dev.MemBytes <= 0 {
 		return nil, inputErr("--gpu %s has no memory size; name a GPU (%s) or give mem_bytes, e.g. %s{mem_bytes=80e9}", p.dev.Name, passes.DeviceNames(), p.dev.Name)
+	}
+	// A cluster is whole nodes (one partial node: fewer GPUs than a node holds). Tensor
+	// parallelism stays inside a node and the cost model prices the links by it, so a count
+	// that leaves a remainder describes no machine.
+	if n := p.dev.GPUsPerNode; n > 0 && req.GPUs > n && req.GPUs%n != 0 {
+		lo := req.GPUs / n * n
+		nodes := func(k int) string {
+			if k == 1 {
+				return "1 node holds"
+			}
+			return fmt.Sprintf("%d nodes hold", k)
+		}
+		return nil, inputErr("--gpus %d is not a whole number of nodes of %d GPUs (%s): %s %d, %s %d; give one of those, or the GPUs per node the cluster has (--gpus-per-node)",
+			req.GPUs, n, p.dev.Name, nodes(lo/n), lo, nodes(lo/n+1), lo+n)
 	}
 	// The model as the user sized it: its units, heads, batch and sequence.
 	if err := p.inspect(); err != nil {
@@ -226,6 +241,10 @@ func (p *planner) inspect() error {
 		return err
 	}
 	p.units = len(labels)
+	p.unitNames = strings.Join(labels, ", ")
+	if len(labels) > 3 {
+		p.unitNames = labels[0] + ", " + labels[1] + " … " + labels[len(labels)-1]
+	}
 	// Token slices need a causal model: the token-slice analysis decides.
 	_, serr := passes.NewSliceCostModel(res.Module, p.dev)
 	p.causal = serr == nil
@@ -300,6 +319,9 @@ func (p *planner) enumerate() ([]candidate, error) {
 	fx := p.req.Fix
 	if fx.TP > 0 && (p.req.GPUs%fx.TP != 0 || fx.TP > p.dev.GPUsPerNode) {
 		return nil, inputErr("--tp %d: tensor parallelism must divide --gpus %d and stay inside a node of %d GPUs", fx.TP, p.req.GPUs, p.dev.GPUsPerNode)
+	}
+	if err := p.checkFixed(); err != nil {
+		return nil, err
 	}
 	var cands []candidate
 	tps := p.tpSizes()
@@ -378,6 +400,42 @@ func (p *planner) enumerate() ([]candidate, error) {
 	return cands, nil
 }
 
+// checkFixed checks the fixed dimensions (tp is checked by itself) against the model and
+// the cluster before the search, most fundamental first: a pipeline deeper than the model's
+// units, then sizes the GPU count cannot hold. Otherwise the search finds no configuration and can only suggest
+// other GPU counts or batch sizes, which would not help.
+func (p *planner) checkFixed() error {
+	fx, gpus := p.req.Fix, p.req.GPUs
+	if stages := fx.PP * max(fx.V, 1); fx.PP > 0 && stages > p.units {
+		if fx.V > 1 {
+			return inputErr("--pp %d --virtual-stages %d needs %d stages, but the model has %d units to cut into pipeline stages (%s): --pp %d at most with %d stages per rank",
+				fx.PP, fx.V, stages, p.units, p.unitNames, p.units/fx.V, fx.V)
+		}
+		return inputErr("--pp %d: the model has %d units to cut into pipeline stages (%s): --pp %d at most", fx.PP, p.units, p.unitNames, p.units)
+	}
+	for _, d := range []struct {
+		flag string
+		n    int
+	}{{"pp", fx.PP}, {"dp", fx.DP}} {
+		if d.n > gpus {
+			return inputErr("--%s %d is more than --gpus %d", d.flag, d.n, gpus)
+		}
+	}
+	given := strings.TrimSuffix(strings.TrimPrefix(fixedNote(Fixed{PP: fx.PP, DP: fx.DP, TP: fx.TP}), " ("), ")")
+	switch n := max(fx.PP, 1) * max(fx.DP, 1) * max(fx.TP, 1); {
+	case fx.PP > 0 && fx.DP > 0 && fx.TP > 0 && n != gpus:
+		return inputErr("%s make %d GPUs, not --gpus %d", given, n, gpus)
+	case gpus%n != 0 && strings.Count(given, "--") == 1:
+		return inputErr("%s does not divide --gpus %d", given, gpus)
+	case gpus%n != 0:
+		return inputErr("%s make %d GPUs, which does not divide --gpus %d", given, n, gpus)
+	}
+	if fx.DP > p.batch {
+		return inputErr("--dp %d is more than the global batch of %d sequences: each replica needs one at least", fx.DP, p.batch)
+	}
+	return nil
+}
+
 // slicings are the token-slice settings worth trying for a configuration: with fewer
 // micro-batches than pipeline ranks (TeraPipe's setting: the pipeline cannot fill with
 // micro-batches alone) both, else none; --token-slices decides when given. Token slices
@@ -449,7 +507,8 @@ func nearestGPUs(n, batch int) string {
 
 // nearestBatch is the nearest global batch a data-parallel size dividing gpus can split.
 func nearestBatch(batch, gpus int) string {
-	for d := 0; d < batch; d++ {
+	// From d = 1: the batch given is the one that does not work.
+	for d := 1; d < batch; d++ {
 		for _, b := range []int{batch + d, batch - d} {
 			if b >= 1 && gcd(gpus, b) > 1 { // some data-parallel size > 1 divides both
 				return strconv.Itoa(b)

@@ -314,6 +314,24 @@ func TestRunDataErrors(t *testing.T) {
 	})
 }
 
+// TestAbsurdSizes: sizes far beyond what the model can take are answered with what limits
+// them — its stages, the divisors of the dim tp would split, its batch — not with a padding,
+// a batch size or a micro-batch count that would follow from taking them at face value.
+func TestAbsurdSizes(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "plan")
+	tiny := func(extra ...string) []string {
+		return append([]string{"compile", gpt, "--preset", "tiny", "-o", out}, extra...)
+	}
+	runCases(t, []cliCase{
+		{tiny("--pp", "100000"), exitInput, []string{"the model marks 8 stages; pp=100000 × virtual=1 needs 100000"}, []string{"limit", "micro-batch"}},
+		{tiny("--pp", "100000", "--microbatches", "100000"), exitInput, []string{"the model marks 8 stages"}, []string{"batch sizes"}},
+		{tiny("--pp", "16"), exitInput, []string{"the model marks 8 stages; pp=16 × virtual=1 needs 16"}, []string{"needs at least 16 micro-batches"}},
+		{tiny("--tp", "1000000"), exitInput, []string{"--tp 1000000 cannot split dim 0 of %wte (f32[512,64], size 512): 512 is not divisible by 1000000; tp sizes that divide it: 1, 2, 4, 8, 16, 32, 64"}, []string{"pad the vocabulary"}},
+		{tiny("--tp", "3"), exitInput, []string{"pad the vocabulary to 513, the next multiple of 3"}, nil},
+		{tiny("--microbatches", "100000"), exitInput, []string{"global batch 16 does not divide into 100000 micro-batches: a micro-batch needs a sequence at least; micro-batch counts that divide it: 1, 2, 4, 8, 16"}, []string{"batch sizes that do"}},
+	})
+}
+
 // TestCSVShapeFlags: compile, simulate and schedule apply one rule to a CSV schedule and the
 // flags that describe a pipeline's shape, as their usage shows them (--schedule FILE.csv
 // [--pp N --microbatches M --virtual-stages V]): the file decides, and the flags may be given

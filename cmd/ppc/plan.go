@@ -22,7 +22,7 @@ func init() {
 			var req planner.Request
 			gpu := fs.String("gpu", "", "device `PROFILE`: "+passes.DeviceNames()+", with figures overridden as h100-80gb{inter_node_bandwidth=25e9} (required)")
 			fs.IntVar(&req.GPUs, "gpus", 0, "GPUs `N` in the cluster (required)")
-			perNode := fs.Int("gpus-per-node", 0, "GPUs `N` per node, sharing NVLink (default: the profile's, 8)")
+			perNode := fs.Int("gpus-per-node", 0, "GPUs `N` per node, sharing NVLink; --gpus must be a whole number of nodes, or fewer GPUs than one (default: the profile's, 8)")
 			fs.IntVar(&req.GlobalBatch, "global-batch", 0, "global batch `B` in sequences per step (default: the model's batch)")
 			fs.IntVar(&req.Seq, "seq", 0, "sequence length `S` in tokens (default: the model's seq)")
 			fs.IntVar(&req.Top, "top", 5, "print the best `K` configurations")

@@ -201,7 +201,7 @@ func TestCompileGPU(t *testing.T) {
 	// Overridden figures are part of the profile's name, in the plan and the summary.
 	dir := filepath.Join(t.TempDir(), "p")
 	code, out, errOut := ppc(t, "", "compile", gpt, "-o", dir, "--pp", "2", "--microbatches", "2", "--gpu", "h100-80gb{inter_node_bandwidth=1e9,mem_bytes=1e6}")
-	if code != 0 || !strings.Contains(out, "h100-80gb{inter_node_bandwidth=1e+09,mem_bytes=1e+06} (") || !strings.Contains(out, "does not fit: rank 0 needs") {
+	if code != 0 || !strings.Contains(out, "h100-80gb{inter_node_bandwidth=1e+09,mem_bytes=1000000} (") || !strings.Contains(out, "does not fit: rank 0 needs") {
 		t.Errorf("--gpu with overrides: exit %d\n%s%s", code, out, errOut)
 	}
 }

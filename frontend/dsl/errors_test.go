@@ -43,6 +43,7 @@ func TestErrors(t *testing.T) {
 		{"config-division", "model m\nconfig { d = 64; heads = 5; hd = d / heads }\ninput x: f32[4]\nforward { loss mean(x) }\n", Options{}, "e.ppm:2:36", `^64 / 5 is not exact \(write 64.0 / 5 for a float\)$`},
 		{"config-cycle", "model m\nconfig { a = b + 1; b = 2 * a }\ninput x: f32[4]\nforward { loss mean(x) }\n", Options{}, "e.ppm:2:29", `^config constant a is defined in terms of itself$`},
 		{"microbatches", errModel, Options{Microbatches: 3}, "e.ppm:2:18", `^global batch 16 does not divide into 3 micro-batches; batch sizes that do: 15 or 18$`},
+		{"microbatches-over-batch", errModel, Options{Microbatches: 100000}, "e.ppm:2:18", `^global batch 16 does not divide into 100000 micro-batches: a micro-batch needs a sequence at least; micro-batch counts that divide it: 1, 2, 4, 8, 16$`},
 		{"microbatches-dp", errModel, Options{Microbatches: 6, Replicas: 2}, "e.ppm:2:18", `^global batch 16 does not divide into 6 micro-batches \(3 per data-parallel replica × 2 replicas\); batch sizes that do: 12 or 18$`},
 		{"microbatches-preset", errModel + "preset p { batch = 12 }\n", Options{Preset: "p", Microbatches: 8}, "e.ppm:9:20", `^global batch 12 does not divide into 8 micro-batches; batch sizes that do: 8 or 16$`},
 		{"set-syntax", errModel, Options{Set: map[string]string{"d": "3 +"}}, "--set d:1:4", `^syntax error: unexpected end of input \(expected an expression\)$`},

@@ -354,6 +354,12 @@ func (l *lowerer) config(name string, at pos) (val, error) {
 		if v.k != kInt || v.i <= 0 {
 			return val{}, l.errorf(c.expr.Pos, "cannot split batch %s into %d micro-batches: batch must be a positive integer", v.String(), m)
 		}
+		if v.i < int64(m) {
+			// A batch grown to the micro-batch count is not what someone asking for
+			// more micro-batches than sequences needs to hear first.
+			return val{}, l.errorf(c.expr.Pos, "global batch %d does not divide into %d micro-batches%s: a micro-batch needs a sequence at least; micro-batch counts that divide it: %s",
+				v.i, m, replicaNote(m, l.opts.Replicas), divisorList(v.i))
+		}
 		if v.i%int64(m) != 0 {
 			return val{}, l.errorf(c.expr.Pos, "global batch %d does not divide into %d micro-batches%s; batch sizes that do: %s", v.i, m, replicaNote(m, l.opts.Replicas), nearestBatch(v.i, int64(m)))
 		}
@@ -1018,6 +1024,27 @@ func replicaNote(m, replicas int) string {
 		return ""
 	}
 	return fmt.Sprintf(" (%d per data-parallel replica × %d replicas)", m/replicas, replicas)
+}
+
+// divisorList lists the divisors of n in order (the first 64), in O(√n).
+func divisorList(n int64) string {
+	var lo, hi []int64
+	for d := int64(1); d*d <= n; d++ {
+		if n%d == 0 {
+			lo = append(lo, d)
+			if d*d != n {
+				hi = append(hi, n/d)
+			}
+		}
+	}
+	slices.Reverse(hi)
+	var ds []string
+	for _, d := range append(lo, hi...) {
+		if len(ds) < 64 {
+			ds = append(ds, strconv.FormatInt(d, 10))
+		}
+	}
+	return strings.Join(ds, ", ")
 }
 
 // nearestBatch names the multiples of m around b.
