@@ -22,8 +22,12 @@
 //     stage (the layout is printed, so ppc compile reproduces it exactly), prices data
 //     parallelism as code generation emits it (bucketed all-reduce; ZeRO's per-tensor
 //     reduce-scatter and all-gather, per micro-batch under ZeRO-2), builds the schedule, and
-//     simulates it with the schedule package's engine: the step time, the bubble, and the
-//     activations each rank holds at its peak.
+//     simulates it with the schedule package's engine: the step time, the bubble (as a
+//     fraction of the ideal time, as ppc compile and simulate give it), and the activations
+//     each rank holds at its peak.
+//   - Fixed sizes are checked against the model and the cluster before the search, the
+//     model's limit first (a --pp deeper than its units), then the GPU count (whole nodes;
+//     pp × dp × tp), so that no answer suggests a batch size for a pipeline too deep.
 //   - Memory per pipeline rank is ppc's own recipe (fp32 master weights, gradients and AdamW
 //     state, 16 bytes per parameter, sharded by ZeRO), the simulated peak of stashed
 //     activations, a workspace (the largest unit's forward results and 16-bit weight copies,

@@ -4,8 +4,9 @@
 // groups, shardings; the program's action order against plan.json's schedule, which `ppc
 // simulate` reads; every kernel launch re-checked against the IR op table and prepared on the
 // device), the executor (one goroutine per rank, each running its instruction stream
-// for a step), the in-process transport, parameter initialisation, training data, safetensors
-// checkpoints and Chrome traces.
+// for a step), the in-process transport, parameter initialisation, training data (token
+// files and .npy arrays, read by its own .npy parser, npy.go), safetensors checkpoints and
+// Chrome traces.
 //
 // Choices:
 //
