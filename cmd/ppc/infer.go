@@ -14,7 +14,7 @@ import (
 func init() {
 	commands = append(commands, &command{
 		name: "infer", args: "MODEL [--dim k=v]… [--input NAME=FILE]… [--pp N] [--tp N] --output-dir DIR",
-		summary: "Run a model's forward pass on CPU: inputs from ONNX TensorProto .pb or .npy files (missing ones drawn at random and saved), each output written as DIR/NAME.npy; a model whose only output is its loss writes the prediction its loss is computed from (the logits) too, as ppc export outputs it.",
+		summary: "Run a model's forward pass on CPU: inputs from ONNX TensorProto .pb or .npy files (missing ones drawn at random and saved), each output written as DIR/NAME.npy; a .ppm or IR model whose only output is its loss writes the prediction its loss is computed from (the logits) too, as ppc export outputs it.",
 		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
 			var lf loadFlags
 			lf.register(fs)
