@@ -776,7 +776,11 @@ func supervise(e *env, out *sync.Mutex, workers []*worker) error {
 					if cause == w {
 						say("%s %s; waiting up to %s for the other ranks to stop", w, exitDescription(w.state), workerGrace)
 					} else {
-						say("%s %s after %s failed; waiting up to %s for the other ranks to stop", w, exitDescription(w.state), cause, workerGrace)
+						what := "failed"
+						if w.reported.Unresponsive {
+							what = "stopped responding"
+						}
+						say("%s %s after %s %s; waiting up to %s for the other ranks to stop", w, exitDescription(w.state), cause, what, workerGrace)
 					}
 					t := time.NewTimer(workerGrace)
 					defer t.Stop()

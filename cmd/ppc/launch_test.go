@@ -383,6 +383,7 @@ func TestNprocKillsUnresponsive(t *testing.T) {
 	r := launchFake(t, "unresponsive", 2)
 	errOut := r.stderr.String()
 	for _, re := range []string{
+		`ppc run: rank 0 \(pid \d+\) exited with status 1 after rank 1 \(pid \d+\) stopped responding; waiting up to 1h0m0s for the other ranks to stop\n`,
 		`ppc run: killing rank 1 \(pid \d+\): rank 0 \(pid \d+\) found it not responding\n`,
 		`ppc run: 2 of 2 workers failed: rank 1 \(pid \d+\) was killed by SIGKILL; then rank 0 \(pid \d+\) exited with status 1\n$`,
 	} {
