@@ -13,9 +13,9 @@ import (
 // tempSuffix marks the temporary file a save writes before renaming it over the real one.
 const tempSuffix = ".tmp-"
 
-// wrapSaveFile, when set (by tests), wraps the file a save writes, to inject a failure
-// (a full disk, an interruption) part-way through.
-var wrapSaveFile func(io.Writer) io.Writer
+// wrapSaveFile, when set (by tests), wraps the file a save writes to path, to inject a
+// failure (a full disk, an interruption) part-way through.
+var wrapSaveFile func(path string, w io.Writer) io.Writer
 
 // writeFileAtomic replaces path with what write produces, or leaves it as it was: the data
 // goes to a temporary file in the same directory (so the rename cannot cross file systems),
@@ -35,7 +35,7 @@ func writeFileAtomic(path string, write func(io.Writer) error) error {
 	err = func() error {
 		var w io.Writer = f
 		if wrapSaveFile != nil {
-			w = wrapSaveFile(w)
+			w = wrapSaveFile(path, w)
 		}
 		bw := bufio.NewWriterSize(w, 1<<20)
 		if err := write(bw); err != nil {

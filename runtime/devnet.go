@@ -310,7 +310,7 @@ func (j *Job) watchNet(r *Rank) (stop func() error) {
 		defer wg.Done()
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
-		timeout := j.proc.opts.Timeout
+		timeout, _ := j.proc.comm.waitLimit()
 		at, since := r.at.Load(), time.Now()
 		for {
 			select {

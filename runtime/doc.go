@@ -134,12 +134,18 @@
 //
 //   - Rendezvous (store.go). Rank 0's process serves a store at MASTER_ADDR:MASTER_PORT;
 //     every process connects, proves the run token, and gives its rank, the world size, the
-//     plan's hash and the address its peers reach it at (the interface it reaches the store
-//     by: loopback for --nproc). A process with another plan or world size is refused with
-//     both named, and the run stops (the processes were started on different plans); a rank
-//     that joined already is refused alone. Then each rank connects to the ranks it talks to
-//     (its pipeline neighbours and collective groups, from its program): it dials the lower
-//     ranks and accepts the higher, each connection authenticated like the store's.
+//     plan's hash, its run flags (JoinOptions.Flags) and the address its peers reach it at
+//     (the interface it reaches the store by: loopback for --nproc). While the run starts, a
+//     process with another plan, world size or flags is refused with both sides named, and
+//     the run stops (the processes were started differently); once it has started, such a
+//     process is refused alone, as is a rank that joined already. Ranks join in any order
+//     within the join limit (5 minutes); meanwhile the waiting ones say which ranks they wait
+//     for (the store's pings name them), and a rank whose rendezvous does not answer yet says
+//     so; at the limit the store stops the run naming the missing ranks. Then each rank
+//     connects to the ranks it talks to (its pipeline neighbours and collective groups, from
+//     its program): it dials the lower ranks and accepts the higher, each connection
+//     authenticated like the store's, each handshake on its own (an idle connection delays
+//     no one).
 //   - Wire (wire.go). A mutual HMAC challenge–response under the token opens every
 //     connection, so only the run's own processes get past it, a recorded handshake cannot be
 //     replayed, and a dialer knows it did not reach a stale process of another run on a reused
@@ -153,11 +159,16 @@
 //   - Control. The store also ends every step (a gather of the losses, each rank's time and
 //     whether a process was interrupted: all stop after the same step), coordinates
 //     checkpoints (each rank writes its tensors, rank 0 the index once every rank has) and
-//     merges traces. Every process reports what it is doing each second; a process whose
-//     connection closes, that is silent for 30 s, or that fails sends the first cause to
-//     every other, which stop at once with that message (naming the rank, its host and pid,
-//     and the step and instruction it was at). A wait for a peer longer than --timeout is a
-//     hang, reported with what was awaited.
+//     merges traces. Every process reports what it is doing each second once the run has
+//     started; a process whose connection closes, that is silent for 30 s, or that fails
+//     sends the first cause to every other, which stop at once with that message (naming the
+//     rank, its host and pid, and the step and instruction it was at) and the rank it blames
+//     (RemoteError, which the launcher of --nproc is told). A rank that finishes its run is
+//     announced to the others: one still in a step fails at once instead of waiting for it.
+//     A wait for a peer longer than the hang limit is a hang, reported with what was
+//     awaited: --timeout, or by default HangLimit (5 minutes in the first step, then 10× the
+//     slowest step so far, at least a minute). A save that fails on any rank removes what it
+//     wrote and leaves the previous checkpoint, as an in-process save does.
 //
 // A device that communicates itself (device.Networked: NCCL between GPUs) carries a
 // multi-process run's messages and collectives device to device instead (devnet.go): its

@@ -1,13 +1,51 @@
 package runtime
 
-import "io"
+import (
+	"io"
+	"time"
+)
 
 // SetWrapSaveFile installs a wrapper around the file a save writes (to inject failures) and
 // returns the function that removes it.
 func SetWrapSaveFile(f func(io.Writer) io.Writer) (restore func()) {
+	return SetWrapSaveFileAt(func(_ string, w io.Writer) io.Writer { return f(w) })
+}
+
+// SetWrapSaveFileAt is SetWrapSaveFile with the path of the file (the real one, not the
+// temporary file written first), to fail one rank's file or the index alone.
+func SetWrapSaveFileAt(f func(path string, w io.Writer) io.Writer) (restore func()) {
 	old := wrapSaveFile
 	wrapSaveFile = f
 	return func() { wrapSaveFile = old }
+}
+
+// SetJoinNotes spaces the notes of a rank waiting while the run starts.
+func SetJoinNotes(first, every time.Duration) (restore func()) {
+	f, e := joinNoteFirst, joinNoteEvery
+	joinNoteFirst, joinNoteEvery = first, every
+	return func() { joinNoteFirst, joinNoteEvery = f, e }
+}
+
+// SetHangLimits sets the automatic hang limit's constants (HangLimit).
+func SetHangLimits(first, min time.Duration, factor int) (restore func()) {
+	f, m, k := hangFirstStep, hangMin, hangFactor
+	hangFirstStep, hangMin, hangFactor = first, min, factor
+	return func() { hangFirstStep, hangMin, hangFactor = f, m, k }
+}
+
+// SetHandshakeWait sets how long a connection has to complete its handshake.
+func SetHandshakeWait(d time.Duration) (restore func()) {
+	old := handshakeWait
+	handshakeWait = d
+	return func() { handshakeWait = old }
+}
+
+// SetPeerListening installs a hook that learns where each rank listens for its peers
+// (called before the rank says hello at the rendezvous).
+func SetPeerListening(f func(rank int, addr string)) (restore func()) {
+	old := peerListening
+	peerListening = f
+	return func() { peerListening = old }
 }
 
 // Kill drops every connection of p at once, as the death of its process would.

@@ -29,14 +29,70 @@ type JoinOptions struct {
 	// run --nproc hands it over, so no other process can take the port); nil: rank 0
 	// listens on Master.
 	StoreListener net.Listener
-	// Timeout fails a wait for a peer's message that lasts longer (0: 10 minutes).
+	// Timeout fails a wait for a peer's message that lasts longer (0: automatic, see
+	// HangLimit).
 	Timeout time.Duration
 	// Heartbeat: a process that sends nothing for this long is dead (0: 30 s).
 	Heartbeat time.Duration
 	// JoinTimeout bounds the rendezvous: every rank must have joined by then (0: 5 minutes).
 	JoinTimeout time.Duration
-	// Log receives warnings: dropped connections, refused ranks.
+	// Flags are the settings of the run that every process must share ("name=value", as
+	// the command line gave them): a process started with others is refused at the
+	// rendezvous, both named. Rank 0's are the run's.
+	Flags []string
+	// Log receives warnings and notes: dropped connections, refused ranks, what a rank
+	// still waits for while the run starts.
 	Log func(string)
+}
+
+// The automatic hang limit (JoinOptions.Timeout 0): a wait for a peer fails after
+// hangFirstStep in the first step of the process (nothing is measured yet, and a first step
+// may do one-time work: allocations, kernel selection), and afterwards after hangFactor
+// times the slowest step so far, but never sooner than hangMin. A step's time bounds every
+// wait in it (a rank waits for its peers within the step), so a tenfold margin keeps slow
+// steps from false alarms, while a hang in a fast run is caught in a minute.
+var (
+	hangFirstStep = 5 * time.Minute
+	hangMin       = time.Minute
+	hangFactor    = 10
+)
+
+// HangLimit is the automatic limit of a wait for a peer after steps whose slowest took
+// slowest (0: no step has completed).
+func HangLimit(slowest time.Duration) time.Duration {
+	if slowest <= 0 {
+		return hangFirstStep
+	}
+	return max(hangMin, time.Duration(hangFactor)*slowest)
+}
+
+// joinNoteFirst and joinNoteEvery space the notes of a rank that waits while the run
+// starts (for the rendezvous to answer, for other ranks to join, for a peer): the first
+// after joinNoteFirst, then one every joinNoteEvery, so that a late or missing rank is
+// named long before the join limit, without a line a second.
+var (
+	joinNoteFirst = 10 * time.Second
+	joinNoteEvery = time.Minute
+)
+
+// noter says, at the spaced times, what a rank is waiting for.
+type noter struct {
+	next  time.Time
+	start time.Time
+	log   func(string)
+}
+
+func newNoter(log func(string)) *noter {
+	now := time.Now()
+	return &noter{next: now.Add(joinNoteFirst), start: now, log: log}
+}
+
+// note logs what() if a note is due.
+func (n *noter) note(what func(waited time.Duration) string) {
+	if now := time.Now(); !now.Before(n.next) {
+		n.next = now.Add(joinNoteEvery)
+		n.log(what(now.Sub(n.start).Round(time.Second)))
+	}
 }
 
 // Process is this process's part in a multi-process run: its connection to the store
@@ -62,6 +118,8 @@ type Process struct {
 	closed   bool
 	rounds   map[string]int
 	status   func() string
+	lastStep func() int64  // the last step this rank started
+	left     string        // the first rank that finished its run and left, as the store said
 	stop     chan struct{} // closed (once, by halt) when the heartbeat must stop
 	stopOnce sync.Once
 }
@@ -70,7 +128,23 @@ func (p *Process) halt() { p.stopOnce.Do(func() { close(p.stop) }) }
 
 // RemoteError is the run stopped by what happened in another process, as the store
 // reports it ("rank 2 (host, pid 123) died … while step 3, instruction 17 of 240 (…)").
-type RemoteError struct{ Msg string }
+type RemoteError struct {
+	Msg string
+	// Rank is the rank whose failure stopped the run (-1: not known), and Unresponsive
+	// says that it stopped responding (its process is stopped or wedged, and will not
+	// exit on its own) rather than failed or died.
+	Rank         int
+	Unresponsive bool
+}
+
+// remoteAbort is the RemoteError of the store's abort m.
+func remoteAbort(m *ctrlMsg) *RemoteError {
+	e := &RemoteError{Msg: m.Error, Rank: -1, Unresponsive: m.Unresponsive}
+	if m.Cause != nil {
+		e.Rank = *m.Cause
+	}
+	return e
+}
 
 func (e *RemoteError) Error() string { return e.Msg }
 
@@ -92,9 +166,6 @@ func (j *Job) Join(o JoinOptions) (*Process, error) {
 	if o.World != j.Plan.World {
 		return nil, inputErrorf("the launcher started %d processes, the plan has %d ranks (pp %d × dp %d × tp %d): start one process per rank", o.World, j.Plan.World, j.Plan.Mesh.PP, j.Plan.Mesh.DP, j.Plan.Mesh.TP)
 	}
-	if o.Timeout <= 0 {
-		o.Timeout = 10 * time.Minute
-	}
 	if o.Heartbeat <= 0 {
 		o.Heartbeat = 30 * time.Second
 	}
@@ -110,6 +181,7 @@ func (j *Job) Join(o JoinOptions) (*Process, error) {
 	p.cond = sync.NewCond(&p.mu)
 	r := j.Ranks[0]
 	p.status = r.status
+	p.lastStep = r.curStep.Load
 	plan := j.PlanHash()
 	if o.Rank == 0 {
 		ln := o.StoreListener
@@ -119,14 +191,26 @@ func (j *Job) Join(o JoinOptions) (*Process, error) {
 				return nil, fmt.Errorf("rank 0 serves the rendezvous at MASTER_ADDR:MASTER_PORT %s, and cannot listen there: %v (it must be an address of rank 0's machine, with a free port)", o.Master, err)
 			}
 		}
-		p.store = newStore(ln, o.World, token, plan, o.Heartbeat, o.Log)
+		p.store = newStore(ln, storeRun{world: o.World, token: token, planHash: plan, flags: o.Flags,
+			heartbeat: o.Heartbeat, join: o.JoinTimeout, log: o.Log})
 	}
 	fail := func(err error) (*Process, error) {
 		p.Close()
 		return nil, err
 	}
-	deadline := time.Now().Add(o.JoinTimeout)
-	ctrl, err := dialRetry(o.Master, deadline, func(c net.Conn) error { return dialHandshake(c, token, purposeStore, o.Rank) })
+	// The store enforces the join limit once this rank has reached it, and names the
+	// missing ranks; this rank's own deadline, a little later, is for a store that stops
+	// answering.
+	start := time.Now()
+	deadline := start.Add(o.JoinTimeout + 5*time.Second)
+	storeNotes := newNoter(o.Log)
+	ctrl, err := dialRetry(o.Master, start.Add(o.JoinTimeout), func(c net.Conn) error { return dialHandshake(c, token, purposeStore, o.Rank) },
+		func(last error) {
+			storeNotes.note(func(waited time.Duration) string {
+				return fmt.Sprintf("rank %d: waited %s for the rendezvous at %s, which rank 0's process serves (%v); trying until %s",
+					o.Rank, waited, o.Master, errText(last), o.JoinTimeout)
+			})
+		})
 	if err != nil {
 		return fail(fmt.Errorf("rank %d cannot reach the rendezvous at %s: %v", o.Rank, o.Master, err))
 	}
@@ -139,50 +223,41 @@ func (j *Job) Join(o JoinOptions) (*Process, error) {
 		return fail(fmt.Errorf("rank %d: listen for peers on %s: %v", o.Rank, host, err))
 	}
 	defer ln.Close() // every peer has connected when Join returns
+	if peerListening != nil {
+		peerListening(o.Rank, ln.Addr().String())
+	}
 	hostname, _ := os.Hostname()
-	if err := writeCtrl(ctrl, &p.cwmu, &ctrlMsg{Type: "hello", Rank: o.Rank, World: o.World, PlanHash: plan,
+	if err := writeCtrl(ctrl, &p.cwmu, &ctrlMsg{Type: "hello", Rank: o.Rank, World: o.World, PlanHash: plan, Flags: o.Flags,
 		Addr: ln.Addr().String(), Host: hostname, PID: os.Getpid()}); err != nil {
 		return fail(fmt.Errorf("rank %d: rendezvous: %v", o.Rank, err))
 	}
-	ctrl.SetReadDeadline(deadline)
-	var welcome *ctrlMsg
-	for welcome == nil {
-		m, err := readCtrl(ctrl)
-		switch {
-		case err != nil:
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				return fail(fmt.Errorf("rank %d: not every rank joined the rendezvous at %s within %s", o.Rank, o.Master, o.JoinTimeout))
-			}
-			return fail(fmt.Errorf("rank %d: rendezvous at %s: %v", o.Rank, o.Master, errText(err)))
-		case m.Type == "refused":
-			return fail(inputErrorf("refused by the rendezvous at %s: %s", o.Master, m.Error))
-		case m.Type == "abort" && m.Input:
-			return fail(inputErrorf("%s", m.Error))
-		case m.Type == "abort":
-			return fail(&RemoteError{m.Error})
-		case m.Type == "welcome":
-			if len(m.Peers) != o.World {
-				return fail(fmt.Errorf("rendezvous sent %d addresses for %d ranks", len(m.Peers), o.World))
-			}
-			welcome = m
-		}
+	welcome, err := p.awaitWelcome(deadline)
+	if err != nil {
+		return fail(err)
 	}
-	ctrl.SetReadDeadline(time.Time{})
+	p.comm = newTCPComm(o.Rank, o.Timeout, maxMessage(r.Prog))
+	j.comm, j.proc = p.comm, p
+	p.mu.Lock()
+	p.lastCtrl = time.Now() // the store's silence counts from the welcome
+	p.mu.Unlock()
 	p.Start = time.Unix(0, welcome.Start)
 	go p.readCtrl()
 	go p.heartbeat()
 
 	// Connect to every rank this one talks to: dial the lower ranks, accept the higher.
-	p.comm = newTCPComm(o.Rank, o.Timeout, maxMessage(r.Prog))
-	j.comm, j.proc = p.comm, p
 	peers := r.peers()
 	errs := make(chan error, len(peers)+1)
 	var want []int
 	for _, s := range peers {
 		if s < o.Rank {
 			go func(s int) {
-				c, err := dialRetry(welcome.Peers[s], deadline, func(c net.Conn) error { return dialHandshake(c, token, purposePeer, o.Rank) })
+				notes := newNoter(o.Log)
+				c, err := dialRetry(welcome.Peers[s], deadline, func(c net.Conn) error { return dialHandshake(c, token, purposePeer, o.Rank) },
+					func(last error) {
+						notes.note(func(waited time.Duration) string {
+							return fmt.Sprintf("rank %d: waited %s to connect to rank %d at %s (%v)", o.Rank, waited, s, welcome.Peers[s], errText(last))
+						})
+					})
 				if err == nil {
 					err = p.comm.addPeer(s, c)
 				}
@@ -195,32 +270,7 @@ func (j *Job) Join(o JoinOptions) (*Process, error) {
 			want = append(want, s)
 		}
 	}
-	go func() {
-		ln.(*net.TCPListener).SetDeadline(deadline)
-		pending := slices.Clone(want)
-		for len(pending) > 0 {
-			c, err := ln.Accept()
-			if err != nil {
-				errs <- fmt.Errorf("rank %d: ranks %v did not connect: %v", o.Rank, pending, err)
-				return
-			}
-			purpose, s, err := acceptHandshake(c, token)
-			if err == nil && (purpose != purposePeer || !slices.Contains(pending, s)) {
-				err = fmt.Errorf("rank %d is not a peer still expected", s)
-			}
-			if err != nil {
-				c.Close()
-				o.Log(fmt.Sprintf("rank %d: dropped a connection from %s: %v", o.Rank, c.RemoteAddr(), err))
-				continue
-			}
-			pending = slices.DeleteFunc(pending, func(x int) bool { return x == s })
-			if err := p.comm.addPeer(s, c); err != nil {
-				errs <- err
-				return
-			}
-		}
-		errs <- nil
-	}()
+	go func() { errs <- p.acceptPeers(ln, want, deadline, token) }()
 	for range len(peers) - len(want) + 1 {
 		if err := <-errs; err != nil {
 			return fail(err)
@@ -239,10 +289,143 @@ func (j *Job) Join(o JoinOptions) (*Process, error) {
 	return p, nil
 }
 
+// peerListening, when set (by tests), learns where each rank listens for its peers.
+var peerListening func(rank int, addr string)
+
+// awaitWelcome waits at the rendezvous until every rank has joined (the store's welcome),
+// the store refuses this rank or stops the run, or the deadline passes; meanwhile it says,
+// at the noter's times, which ranks it is waiting for (the store's pings name them).
+func (p *Process) awaitWelcome(deadline time.Time) (*ctrlMsg, error) {
+	o := p.opts
+	// A goroutine reads, so that notes and the deadline do not cut a frame in half; it
+	// stops at the message that ends the wait, after which readCtrl owns the connection.
+	msgs := make(chan *ctrlMsg)
+	errc := make(chan error, 1)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			m, err := readCtrl(p.ctrl)
+			if err != nil {
+				errc <- err
+				return
+			}
+			select {
+			case msgs <- m:
+			case <-done:
+				return
+			}
+			if m.Type != "ping" {
+				return
+			}
+		}
+	}()
+	notes := newNoter(o.Log)
+	waiting := "waiting for the other ranks to join"
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	timeout := time.NewTimer(time.Until(deadline))
+	defer timeout.Stop()
+	for {
+		select {
+		case m := <-msgs:
+			switch m.Type {
+			case "ping":
+				if m.Status != "" {
+					waiting = m.Status
+				}
+				continue
+			case "refused":
+				return nil, inputErrorf("refused by the rendezvous at %s: %s", o.Master, m.Error)
+			case "abort":
+				if m.Input {
+					return nil, inputErrorf("%s", m.Error)
+				}
+				return nil, remoteAbort(m)
+			case "welcome":
+				if len(m.Peers) != o.World {
+					return nil, fmt.Errorf("rendezvous sent %d addresses for %d ranks", len(m.Peers), o.World)
+				}
+				return m, nil
+			}
+			return nil, fmt.Errorf("rank %d: rendezvous at %s: unexpected %q before the run started", o.Rank, o.Master, m.Type)
+		case err := <-errc:
+			return nil, fmt.Errorf("rank %d: rendezvous at %s: %v", o.Rank, o.Master, errText(err))
+		case <-timeout.C:
+			p.ctrl.Close() // ends the reader
+			return nil, fmt.Errorf("rank %d: the rendezvous at %s did not complete within %s; it was %s", o.Rank, o.Master, o.JoinTimeout, waiting)
+		case <-tick.C:
+			notes.note(func(waited time.Duration) string {
+				return fmt.Sprintf("rank %d: joined the rendezvous %s ago, %s; giving up after %s", o.Rank, waited, waiting, o.JoinTimeout)
+			})
+		}
+	}
+}
+
+// acceptPeers accepts the connections of the ranks in want (those above this one that it
+// talks to) until each has connected or the deadline passes. Each connection's handshake
+// runs on its own, as the store's do: a connection that never completes one (anyone who can
+// reach the port) costs nothing but its own handshake limit, and cannot delay the peers.
+func (p *Process) acceptPeers(ln net.Listener, want []int, deadline time.Time, token []byte) error {
+	o := p.opts
+	ln.(*net.TCPListener).SetDeadline(deadline)
+	type arrival struct {
+		conn net.Conn
+		rank int
+		err  error
+	}
+	arrivals := make(chan arrival)
+	acceptErr := make(chan error, 1)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				acceptErr <- err
+				return
+			}
+			go func() {
+				purpose, s, err := acceptHandshake(c, token)
+				if err == nil && purpose != purposePeer {
+					err = errors.New("a rendezvous connection at a peer's port")
+				}
+				select {
+				case arrivals <- arrival{c, s, err}:
+				case <-done:
+					c.Close()
+				}
+			}()
+		}
+	}()
+	pending := slices.Clone(want)
+	for len(pending) > 0 {
+		select {
+		case a := <-arrivals:
+			err := a.err
+			if err == nil && !slices.Contains(pending, a.rank) {
+				err = fmt.Errorf("rank %d is not a peer still expected", a.rank)
+			}
+			if err != nil {
+				a.conn.Close()
+				o.Log(fmt.Sprintf("rank %d: dropped a connection from %s: %v", o.Rank, a.conn.RemoteAddr(), err))
+				continue
+			}
+			pending = slices.DeleteFunc(pending, func(x int) bool { return x == a.rank })
+			if err := p.comm.addPeer(a.rank, a.conn); err != nil {
+				return err
+			}
+		case err := <-acceptErr:
+			return fmt.Errorf("rank %d: %s did not connect: %v", o.Rank, rankList("rank", pending), err)
+		}
+	}
+	return nil
+}
+
 // dialRetry connects to addr until the deadline (the other process may not listen yet) and
-// runs the handshake. A handshake that fails on the token is final: another run holds the
-// address.
-func dialRetry(addr string, deadline time.Time, handshake func(net.Conn) error) (net.Conn, error) {
+// runs the handshake; waiting, if set, is told of each failed try. A handshake that fails
+// on the token is final: another run holds the address.
+func dialRetry(addr string, deadline time.Time, handshake func(net.Conn) error, waiting func(last error)) (net.Conn, error) {
 	var last error
 	for time.Now().Before(deadline) {
 		c, err := net.DialTimeout("tcp", addr, time.Until(deadline))
@@ -256,6 +439,9 @@ func dialRetry(addr string, deadline time.Time, handshake func(net.Conn) error) 
 			}
 		}
 		last = err
+		if waiting != nil {
+			waiting(last)
+		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	if last == nil {
@@ -303,7 +489,7 @@ func (p *Process) readCtrl() {
 		p.mu.Lock()
 		if err != nil {
 			if !p.closed && p.remote == nil {
-				p.remote = &RemoteError{fmt.Sprintf("lost the connection to the rendezvous (rank 0's process): %s; rank 0 died or stopped", errText(err))}
+				p.remote = &RemoteError{Msg: fmt.Sprintf("lost the connection to the rendezvous (rank 0's process): %s; rank 0 died or stopped", errText(err)), Rank: 0}
 				p.comm.abort(p.remote)
 			}
 			p.cond.Broadcast()
@@ -316,10 +502,17 @@ func (p *Process) readCtrl() {
 			p.gathered[m.Key] = m.All
 		case "abort":
 			if p.remote == nil {
-				p.remote = &RemoteError{m.Error}
-				if p.comm != nil {
-					p.comm.abort(p.remote)
-				}
+				p.remote = remoteAbort(m)
+				p.comm.abort(p.remote)
+			}
+		case "left":
+			// Every rank leaves after the same last step: a rank still in a step waits for
+			// the one that left in vain, so the step fails now (this rank's own failure: it
+			// is the one that went on). A rank done with its steps only closes, so the abort
+			// of its transport changes nothing for it.
+			if p.left == "" {
+				p.left = m.Error
+				p.comm.abort(fmt.Errorf("%s, but rank %d had steps left to run", m.Error, p.Rank))
 			}
 		}
 		p.cond.Broadcast()
@@ -341,10 +534,9 @@ func (p *Process) heartbeat() {
 		p.mu.Lock()
 		silent := time.Since(p.lastCtrl)
 		if silent > p.opts.Heartbeat && p.remote == nil {
-			p.remote = &RemoteError{fmt.Sprintf("the rendezvous (rank 0's process) sent nothing for %s: rank 0 is stopped or wedged", silent.Round(time.Second))}
-			if p.comm != nil {
-				p.comm.abort(p.remote)
-			}
+			p.remote = &RemoteError{Msg: fmt.Sprintf("the rendezvous (rank 0's process) sent nothing for %s: rank 0 is stopped or wedged", silent.Round(time.Second)),
+				Rank: 0, Unresponsive: true}
+			p.comm.abort(p.remote)
 			p.cond.Broadcast()
 		}
 		p.mu.Unlock()
@@ -449,6 +641,7 @@ func (p *Process) endStep(mine stepEnd) (sum float64, n int, times []time.Durati
 	if err != nil {
 		return 0, 0, nil, false, nil, err
 	}
+	var slowest time.Duration
 	for r, raw := range all {
 		var e stepEnd
 		if err := json.Unmarshal(raw, &e); err != nil {
@@ -457,6 +650,7 @@ func (p *Process) endStep(mine stepEnd) (sum float64, n int, times []time.Durati
 		sum += float64(e.LossSum)
 		n += e.LossN
 		times = append(times, time.Duration(e.Nanos))
+		slowest = max(slowest, time.Duration(e.Nanos))
 		stop = stop || e.Stop
 		for k, v := range e.Metrics {
 			if _, ok := metrics[k]; !ok {
@@ -467,6 +661,7 @@ func (p *Process) endStep(mine stepEnd) (sum float64, n int, times []time.Durati
 			}
 		}
 	}
+	p.comm.stepTook(slowest) // every rank sees the same times, so all agree on the limit
 	return sum, n, times, stop, metrics, nil
 }
 
@@ -478,7 +673,7 @@ func (p *Process) Close() error {
 	ok := !p.closed && p.remote == nil && p.ctrl != nil && p.comm != nil
 	p.mu.Unlock()
 	if ok {
-		writeCtrl(p.ctrl, &p.cwmu, &ctrlMsg{Type: "bye"})
+		writeCtrl(p.ctrl, &p.cwmu, &ctrlMsg{Type: "bye", Status: fmt.Sprintf("after step %d", p.lastStep())})
 		_, err = p.waitKey("bye")
 	}
 	p.mu.Lock()

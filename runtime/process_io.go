@@ -2,10 +2,10 @@ package runtime
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -113,7 +113,10 @@ func orNull(b []byte, err error) []byte {
 
 // SaveAll writes a checkpoint of the whole job to dir: Save for an in-process run; in a
 // multi-process run every process writes its rank's tensors, rank 0 the index once all have
-// (the commit point), and every process learns whether the checkpoint was committed.
+// (the commit point), and every process learns whether the checkpoint was committed. A save
+// that fails anywhere ends as Save's does: the files it wrote are removed, the previous
+// checkpoint is intact (and the error says so), and a full disk is a failed write on the rank
+// it struck, whose message the others repeat.
 func (j *Job) SaveAll(dir string, seed uint64) error {
 	if j.proc == nil {
 		return j.Save(dir, seed)
@@ -123,6 +126,13 @@ func (j *Job) SaveAll(dir string, seed uint64) error {
 		Files []ShardFile `json:"files"`
 		Error string      `json:"error,omitempty"`
 	}
+	// The verdict rank 0 sends every rank: Error "" when the checkpoint is committed, else
+	// why not and the rank that failed.
+	type verdict struct {
+		Error string `json:"error,omitempty"`
+		Rank  int    `json:"rank"`
+	}
+	sub := saveDirName(dir, j.StepCount()) // before a commit changes the index
 	files, werr := j.WriteShards(dir)
 	mine := written{Files: files}
 	if werr != nil {
@@ -132,39 +142,55 @@ func (j *Job) SaveAll(dir string, seed uint64) error {
 	if err != nil {
 		return err
 	}
-	var commit string // rank 0's verdict: "" when the checkpoint is committed
+	var v verdict
+	var cerr error // rank 0's own failure to commit
 	if p.Rank == 0 {
 		var every []ShardFile
 		for r, raw := range all {
 			var w written
 			if err := json.Unmarshal(raw, &w); err != nil {
-				commit = fmt.Sprintf("rank %d's report: %v", r, err)
+				v = verdict{fmt.Sprintf("rank %d's report: %v", r, err), r}
 				break
 			}
 			if w.Error != "" {
-				commit = fmt.Sprintf("rank %d could not write its tensors: %s", r, w.Error)
+				v = verdict{fmt.Sprintf("rank %d could not write its tensors: %s", r, w.Error), r}
 				break
 			}
 			every = append(every, w.Files...)
 		}
-		if commit == "" {
-			if err := j.CommitCheckpoint(dir, seed, every); err != nil {
-				commit = err.Error()
+		if v.Error == "" {
+			if cerr = j.CommitCheckpoint(dir, seed, every); cerr != nil {
+				v = verdict{cerr.Error(), 0}
 			}
 		}
-		if commit != "" && werr == nil {
-			werr = errors.New(commit)
-		}
 	}
-	res, err := p.gather("committed", commit, false)
+	res, err := p.gather("committed", v, false)
 	if err != nil {
 		return err
 	}
-	if werr != nil {
-		return werr // this process's own failure (a full disk: exit 1 as a failed write)
+	if err := json.Unmarshal(res[0], &v); err != nil {
+		v = verdict{fmt.Sprintf("rank 0's verdict: %v", err), 0}
 	}
-	if err := json.Unmarshal(res[0], &commit); err != nil || commit != "" {
-		return &RemoteError{fmt.Sprintf("the checkpoint was not saved: %s; the previous one in %s is intact", commit, dir)}
+	if v.Error == "" {
+		return nil
 	}
-	return nil
+	// Not committed. Every rank has finished writing (rank 0 decided once all had
+	// reported), so the step directory is garbage: each rank removes it (on a shared file
+	// system they race harmlessly; on separate ones each removes its own files) — unless
+	// the index names it after all (a commit whose last sync failed).
+	now := committedDir(dir)
+	if now != sub {
+		os.RemoveAll(filepath.Join(dir, sub))
+	}
+	intact := ""
+	if now != "" && now != sub {
+		intact = fmt.Sprintf("; the previous checkpoint in %s is intact", dir)
+	}
+	switch {
+	case werr != nil:
+		return fmt.Errorf("%w%s", werr, intact) // this process's own failure (a full disk: exit 1 as a failed write)
+	case cerr != nil:
+		return fmt.Errorf("%w%s", cerr, intact)
+	}
+	return &RemoteError{Msg: fmt.Sprintf("the checkpoint was not saved: %s%s", v.Error, intact), Rank: v.Rank}
 }

@@ -27,9 +27,13 @@ import (
 // 2(n−1)/n of the tensor per member, in n−1 concurrent streams instead of n−1 sequential
 // steps). A ring would add partial sums in ring order, which differs in the last bits.
 type tcpComm struct {
-	rank    int
-	timeout time.Duration // a wait longer than this fails the run
-	maxMsg  uint64        // the largest payload a peer may send (the largest buffer of the program)
+	rank int
+	// limit: a wait longer than this fails the run; fixed (ppc run --timeout), or with
+	// auto set, HangLimit of slowest, the slowest step so far (stepTook).
+	limit   time.Duration
+	auto    bool
+	slowest time.Duration
+	maxMsg  uint64 // the largest payload a peer may send (the largest buffer of the program)
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -69,9 +73,14 @@ func (e *PeerError) Error() string {
 	return fmt.Sprintf("connection to rank %d: %v", e.Rank, e.Err)
 }
 
+// newTCPComm makes rank's transport; a wait for a peer fails after timeout, or with
+// timeout 0 after the automatic limit (HangLimit).
 func newTCPComm(rank int, timeout time.Duration, maxMsg uint64) *tcpComm {
-	t := &tcpComm{rank: rank, timeout: timeout, maxMsg: maxMsg, mail: map[mailKey][]byte{}, peers: map[int]*peerConn{},
+	t := &tcpComm{rank: rank, limit: timeout, auto: timeout <= 0, maxMsg: maxMsg, mail: map[mailKey][]byte{}, peers: map[int]*peerConn{},
 		seq: map[string]int{}, stop: make(chan struct{})}
+	if t.auto {
+		t.limit = HangLimit(0)
+	}
 	t.cond = sync.NewCond(&t.mu)
 	// Waits re-check their deadline at least this often.
 	go func() {
@@ -169,6 +178,36 @@ func (t *tcpComm) err() error {
 
 func (t *tcpComm) finish(int) {}
 
+// stepTook records the time of a completed step (the slowest rank's), from which the
+// automatic limit of a wait follows.
+func (t *tcpComm) stepTook(d time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.auto && d > t.slowest {
+		t.slowest = d
+		t.limit = HangLimit(d)
+	}
+}
+
+// waitLimit is how long a wait for a peer may last now, and a note on where the limit comes
+// from for the message of a wait that exceeds it.
+func (t *tcpComm) waitLimit() (time.Duration, string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.waitLimitLocked()
+}
+
+func (t *tcpComm) waitLimitLocked() (time.Duration, string) {
+	switch {
+	case !t.auto:
+		return t.limit, "ppc run --timeout sets the limit"
+	case t.slowest == 0:
+		return t.limit, fmt.Sprintf("the limit is %s in the first step; ppc run --timeout sets another", t.limit)
+	}
+	return t.limit, fmt.Sprintf("the limit is %d× the slowest step so far (%s), at least %s; ppc run --timeout sets another",
+		hangFactor, t.slowest.Round(time.Millisecond), hangMin)
+}
+
 func (t *tcpComm) resetStep() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -226,9 +265,10 @@ func (t *tcpComm) take(k mailKey, what func() string) ([]byte, error) {
 		if t.aborted != nil {
 			return nil, errAborted
 		}
-		if waited := time.Since(start); waited > t.timeout {
-			err := fmt.Errorf("rank %d waited %s for %s, and rank %d sent nothing (a hang, or far behind; ppc run --timeout sets the limit)",
-				t.rank, waited.Round(time.Second), what(), k.src)
+		if waited := time.Since(start); waited > t.limit {
+			_, why := t.waitLimitLocked()
+			err := fmt.Errorf("rank %d waited %s for %s, and rank %d sent nothing (a hang, or far behind; %s)",
+				t.rank, waited.Round(time.Second), what(), k.src, why)
 			t.aborted = err
 			t.cond.Broadcast()
 			return nil, err

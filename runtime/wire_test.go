@@ -143,7 +143,7 @@ func TestStoreAbortReachesLateJoiner(t *testing.T) {
 		t.Fatal(err)
 	}
 	token := []byte("tok")
-	s := newStore(ln, 2, token, "planA", time.Minute, func(string) {})
+	s := newStore(ln, storeRun{world: 2, token: token, planHash: "planA", heartbeat: time.Minute, join: time.Minute, log: func(string) {}})
 	defer s.close()
 	join := func(rank int, plan string) *ctrlMsg {
 		c, err := net.Dial("tcp", ln.Addr().String())

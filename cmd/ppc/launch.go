@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -47,6 +48,9 @@ type launchInfo struct {
 	// StoreFD is the listening socket rank 0 serves the store on, inherited from
 	// `ppc run --nproc` (no port to race for); -1 unless set.
 	StoreFD int
+	// ReportFD is the pipe on which a worker of `ppc run --nproc` reports, as it fails,
+	// whose failure stopped it (failureReport); 0 (standard input, never the pipe) unless set.
+	ReportFD int
 }
 
 // The environment of a worker of `ppc run --nproc`: torchrun's names plus these.
@@ -54,6 +58,7 @@ const (
 	envLauncher = "PPC_LAUNCHER" // "ppc"
 	envToken    = "PPC_RUN_TOKEN"
 	envStoreFD  = "PPC_STORE_FD"
+	envReportFD = "PPC_REPORT_FD"
 	envRunID    = "PPC_RUN_ID"
 )
 
@@ -247,6 +252,13 @@ func ppcLaunch(r envReader) (*launchInfo, error) {
 			return nil, usagef("%s=%s is set for RANK=%d: only rank 0 serves the store", envStoreFD, v, li.Rank)
 		}
 		li.StoreFD = fd
+	}
+	if v := r.getenv(envReportFD); v != "" {
+		fd, err := strconv.Atoi(v)
+		if err != nil || fd < 3 || fd == li.StoreFD {
+			return nil, usagef("%s=%q: want a file descriptor number, 3 or more, not %s's", envReportFD, v, envStoreFD)
+		}
+		li.ReportFD = fd
 	}
 	return li, nil
 }
@@ -548,7 +560,8 @@ func runToken(r envReader, launcher, job, addr string, port, world int) string {
 var workerExecutable = os.Executable
 
 // workerGrace is how long the supervisor waits, once a worker failed, for the others to stop
-// on their own (their transport notices a dead peer within 60 s) before it kills them.
+// on their own (their transport notices a dead peer within 60 s) before it kills them. A
+// worker that the others report as not responding is killed at once (failureReport).
 var workerGrace = 90 * time.Second
 
 // workerArgs spells the flags given to `ppc run` (but --nproc) for its workers, after the
@@ -568,10 +581,32 @@ type worker struct {
 	rank           int
 	cmd            *exec.Cmd
 	stdout, stderr *lineWriter // nil when rank 0's stdout is the launcher's own file
-	// killed: by the supervisor (after the grace period, or at a second interrupt).
+	// killed: by the supervisor (after the grace period, at a second interrupt, or when the
+	// others found it not responding).
 	killed bool
+	// report is the read end of the worker's failure-report pipe; reported is what it
+	// said once it exited (Cause -1: nothing).
+	report   *os.File
+	reported failureReport
 	// state: once it exited (the supervising loop's to read and write)
 	state *os.ProcessState
+}
+
+// readReport reads the failure report of a worker that exited: the pipe's writer is gone,
+// so the read ends at once (unless the worker left a child holding the pipe: then after a
+// moment, without a report).
+func (w *worker) readReport() {
+	w.reported = failureReport{Cause: -1}
+	if w.report == nil {
+		return
+	}
+	defer w.report.Close()
+	w.report.SetReadDeadline(time.Now().Add(2 * time.Second))
+	b, _ := io.ReadAll(io.LimitReader(w.report, 4096))
+	var r failureReport
+	if json.Unmarshal(b, &r) == nil && r.Cause >= 0 {
+		w.reported = r
+	}
 }
 
 func (w *worker) String() string { return fmt.Sprintf("rank %d (pid %d)", w.rank, w.cmd.Process.Pid) }
@@ -658,7 +693,17 @@ func superviseWorkers(e *env, n int, workerArgs []string) error {
 			cmd.ExtraFiles = []*os.File{lnFile} // fd 3 in the worker
 			cmd.Env = append(cmd.Env, envStoreFD+"=3")
 		}
-		if err := cmd.Start(); err != nil {
+		report, reportW, err := os.Pipe()
+		if err == nil {
+			cmd.ExtraFiles = append(cmd.ExtraFiles, reportW)
+			cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%d", envReportFD, 2+len(cmd.ExtraFiles)))
+			w.report = report
+		}
+		err = cmd.Start()
+		if reportW != nil {
+			reportW.Close() // the worker holds the writing end: its exit ends the report
+		}
+		if err != nil {
 			for _, s := range workers[:rank] {
 				s.cmd.Process.Kill()
 				s.cmd.Wait()
@@ -689,6 +734,7 @@ func supervise(e *env, out *sync.Mutex, workers []*worker) error {
 			w.cmd.Wait()
 			w.stdout.flush()
 			w.stderr.flush()
+			w.readReport()
 			exited <- w
 		}()
 	}
@@ -705,8 +751,8 @@ func supervise(e *env, out *sync.Mutex, workers []*worker) error {
 		interrupt os.Signal
 		forced    bool // a second interrupt killed the workers
 		grace     <-chan time.Time
-		failed    *worker   // the first to fail
-		order     []*worker // as they exited: the first failure is likely the cause of the others
+		failed    *worker   // the first to fail: the rank the workers name, else the first to exit failing
+		order     []*worker // as they exited
 		running   = len(workers)
 	)
 	for running > 0 {
@@ -715,14 +761,38 @@ func supervise(e *env, out *sync.Mutex, workers []*worker) error {
 			running--
 			w.state = w.cmd.ProcessState // set here: the loop reads it for the others
 			order = append(order, w)
-			if ok := w.state.Success(); !ok && failed == nil && interrupt == nil {
-				failed = w
+			if w.state.Success() || interrupt != nil {
+				continue
+			}
+			// The workers know whose failure came first (the rendezvous sends every rank
+			// the first cause); the order in which their exits reach this loop does not.
+			cause := w
+			if c := w.reported.Cause; c >= 0 && c < len(workers) && c != w.rank {
+				cause = workers[c]
+			}
+			if failed == nil {
+				failed = cause
 				if running > 0 {
-					say("%s %s; waiting up to %s for the other ranks to stop", w, exitDescription(w.state), workerGrace)
+					if cause == w {
+						say("%s %s; waiting up to %s for the other ranks to stop", w, exitDescription(w.state), workerGrace)
+					} else {
+						what := "failed"
+						if w.reported.Unresponsive {
+							what = "stopped responding"
+						}
+						say("%s %s after %s %s; waiting up to %s for the other ranks to stop", w, exitDescription(w.state), cause, what, workerGrace)
+					}
 					t := time.NewTimer(workerGrace)
 					defer t.Stop()
 					grace = t.C
 				}
+			}
+			// A rank the others found not responding is stopped or wedged: it would not
+			// exit on its own, and waiting out the grace period only delays the end.
+			if cause != w && w.reported.Unresponsive && cause.state == nil && !cause.killed {
+				say("killing %s: %s found it not responding", cause, w)
+				cause.killed = true
+				cause.cmd.Process.Kill()
 			}
 		case <-grace:
 			grace = nil
@@ -756,6 +826,10 @@ func supervise(e *env, out *sync.Mutex, workers []*worker) error {
 				stop() // a third interrupt stops this process at once, should it hang
 			}
 		}
+	}
+	if failed != nil && failed.state != nil && !failed.state.Success() {
+		// The first failure leads the summary, the others follow as they exited.
+		order = append([]*worker{failed}, slices.DeleteFunc(order, func(w *worker) bool { return w == failed })...)
 	}
 	return outcome(order, interrupt, forced)
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -17,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"ppc.dev/ppc/runtime"
 )
 
 // fakeWorkerVar makes this test binary act as a worker of `ppc run --nproc` (the
@@ -85,6 +88,25 @@ func fakeWorker(mode string) int {
 		}
 		time.Sleep(time.Minute)
 		return 0
+	case "cause":
+		// The last rank fails first, but exits last (as a rank may, writing its trace and
+		// closing): the others report its failure as the cause, as the rendezvous told them.
+		if last {
+			time.Sleep(300 * time.Millisecond)
+			fmt.Fprintln(os.Stderr, "ppc run: something went wrong")
+			reportExit(li, errors.New("something went wrong"))
+			return exitFailed
+		}
+		reportExit(li, &runtime.RemoteError{Msg: "rank N failed", Rank: li.World - 1})
+		return exitFailed
+	case "unresponsive":
+		// The last rank is stopped (SIGSTOP, a wedged process): the others report it.
+		if last {
+			time.Sleep(time.Minute)
+			return 0
+		}
+		reportExit(li, &runtime.RemoteError{Msg: "rank N stopped responding", Rank: li.World - 1, Unresponsive: true})
+		return exitFailed
 	case "term", "stubborn":
 		sigs := make(chan os.Signal, 4)
 		signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
@@ -332,6 +354,80 @@ func TestNprocGracePeriod(t *testing.T) {
 	}
 	if r.code != exitFailed || r.elapsed > 30*time.Second {
 		t.Fatalf("exit %d after %s, stderr:\n%s", r.code, r.elapsed, errOut)
+	}
+}
+
+// The summary names first the rank whose failure came first, as the workers report it, not
+// the first to exit.
+func TestNprocNamesFirstFailure(t *testing.T) {
+	r := launchFake(t, "cause", 2)
+	errOut := r.stderr.String()
+	for _, re := range []string{
+		`ppc run: rank 0 \(pid \d+\) exited with status 1 after rank 1 \(pid \d+\) failed; waiting up to 1m30s for the other ranks to stop\n`,
+		`ppc run: 2 of 2 workers failed: rank 1 \(pid \d+\) exited with status 1; then rank 0 \(pid \d+\) exited with status 1\n$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(errOut) {
+			t.Errorf("stderr lacks %s", re)
+		}
+	}
+	if r.code != exitFailed {
+		t.Fatalf("exit %d, stderr:\n%s", r.code, errOut)
+	}
+}
+
+// A worker the others report as not responding (stopped, wedged: it will not exit on its
+// own) is killed at once, not after the grace period.
+func TestNprocKillsUnresponsive(t *testing.T) {
+	defer func(g time.Duration) { workerGrace = g }(workerGrace)
+	workerGrace = time.Hour
+	r := launchFake(t, "unresponsive", 2)
+	errOut := r.stderr.String()
+	for _, re := range []string{
+		`ppc run: rank 0 \(pid \d+\) exited with status 1 after rank 1 \(pid \d+\) stopped responding; waiting up to 1h0m0s for the other ranks to stop\n`,
+		`ppc run: killing rank 1 \(pid \d+\): rank 0 \(pid \d+\) found it not responding\n`,
+		`ppc run: 2 of 2 workers failed: rank 1 \(pid \d+\) was killed by SIGKILL; then rank 0 \(pid \d+\) exited with status 1\n$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(errOut) {
+			t.Errorf("stderr lacks %s", re)
+		}
+	}
+	if r.code != exitFailed {
+		t.Fatalf("exit %d, stderr:\n%s", r.code, errOut)
+	}
+}
+
+// A worker's failure report names the rank the rendezvous blamed (and whether it stopped
+// responding), or the worker itself for its own failure; an interrupt is not a failure.
+func TestReportExit(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{errors.New("a kernel failed"), `{"cause":2}`},
+		{&runtime.RunError{Step: 3, Err: &runtime.RemoteError{Msg: "rank 1 died", Rank: 1}}, `{"cause":1}`},
+		{&runtime.RemoteError{Msg: "rank 0 stopped responding", Rank: 0, Unresponsive: true}, `{"cause":0,"unresponsive":true}`},
+		{&runtime.RemoteError{Msg: "not every rank joined", Rank: -1}, `{"cause":2}`},
+		{interrupted{"interrupted by SIGTERM"}, ``},
+	} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd, err := syscall.Dup(int(w.Fd()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		reportExit(&launchInfo{Rank: 2, ReportFD: fd}, c.err)
+		if c.want == "" {
+			syscall.Close(fd)
+		}
+		r.SetReadDeadline(time.Now().Add(5 * time.Second)) // a report that never ends fails, not hangs
+		b, _ := io.ReadAll(r)
+		r.Close()
+		if got := strings.TrimSpace(string(b)); got != c.want {
+			t.Errorf("%v: reported %q, want %q", c.err, got, c.want)
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"maps"
 	"net"
 	"os"
@@ -349,5 +350,118 @@ func TestWorkerUsageErrors(t *testing.T) {
 		if code != exitInput || !strings.Contains(errOut, "--timeout must be positive") {
 			t.Errorf("--timeout %s: exit %d\n%s", v, code, errOut)
 		}
+	}
+}
+
+// TestHandRunFlagMismatch: processes of one run started with different flags (another
+// --seed would train silently wrong; other --steps would leave the ranks with more steps
+// waiting) are refused at the rendezvous, naming both ranks and both values, and every
+// process exits 2.
+func TestHandRunFlagMismatch(t *testing.T) {
+	plan := compileGPT(t, "--pp", "2")
+	for _, c := range []struct {
+		rank1 []string
+		want  string
+	}{
+		{[]string{"--seed", "2"}, "--seed=2, but rank 0 with --seed=1"},
+		{[]string{"--steps", "3"}, "--steps=3, but rank 0 with --steps=2"},
+	} {
+		port := strconv.Itoa(freePort(t))
+		var cmds []*exec.Cmd
+		var errs []*syncBuffer
+		for r, extra := range [][]string{nil, c.rank1} {
+			args := []string{"run", plan, "--steps", "2"}
+			c := exec.Command(os.Args[0], append(args, extra...)...)
+			c.Env = append(os.Environ(), "PPC_TEST_AS_PPC=1", "RANK="+strconv.Itoa(r), "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port)
+			e := &syncBuffer{}
+			c.Stderr = e
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+			cmds, errs = append(cmds, c), append(errs, e)
+		}
+		re := regexp.MustCompile(`rank 1 \(.*\) was started with ` + regexp.QuoteMeta(c.want) + `: every process of a run must be started with the same flags`)
+		for r, cmd := range cmds {
+			cmd.Wait()
+			msg := errs[r].String()
+			if code := cmd.ProcessState.ExitCode(); code != exitInput || !re.MatchString(msg) {
+				t.Errorf("%v: rank %d: exit %d\n%s", c.rank1, r, code, msg)
+			}
+		}
+	}
+}
+
+// TestRunFlags: the flags the ranks compare are every flag of ppc run but --log-json and
+// --nproc, at their values whether given or not; --seed left out with --resume is the
+// checkpoint's.
+func TestRunFlags(t *testing.T) {
+	flags := func(args ...string) []string {
+		fs := flag.NewFlagSet("run", flag.ContinueOnError)
+		findCommand("run").setup(fs, &env{})
+		if _, err := parseArgs(fs, args); err != nil {
+			t.Fatal(err)
+		}
+		return runFlags(fs)
+	}
+	a := flags("--steps", "10", "--log-json", "a.jsonl")
+	b := flags("--nproc", "2")
+	if !slices.Equal(a, b) {
+		t.Errorf("--steps 10 given and left at its default differ:\n%v\n%v", a, b)
+	}
+	if slices.ContainsFunc(a, func(f string) bool { return strings.HasPrefix(f, "log-json=") || strings.HasPrefix(f, "nproc=") }) {
+		t.Errorf("per-process flags compared: %v", a)
+	}
+	for _, want := range []string{"steps=10", "seed=1", "data=", "timeout=auto", "save-every=0"} {
+		if !slices.Contains(a, want) {
+			t.Errorf("%v lacks %s", a, want)
+		}
+	}
+	if r := flags("--resume", "ck"); !slices.Contains(r, "seed=(the checkpoint's)") {
+		t.Errorf("--resume without --seed: %v", r)
+	}
+	if r := flags("--resume", "ck", "--seed", "1"); !slices.Contains(r, "seed=1") {
+		t.Errorf("--resume with --seed 1: %v", r)
+	}
+}
+
+// TestNprocSaveIntoFullFilesystem: a save under --nproc into a full file system (a small
+// tmpfs, which needs root) fails as the in-process run's does: exit 1 (a failed write, not
+// bad input), "the previous checkpoint … is intact", and the failed save's files removed.
+func TestNprocSaveIntoFullFilesystem(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a small tmpfs needs root")
+	}
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=16m"); err != nil {
+		t.Skipf("cannot mount a tmpfs (%v)", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	plan := compileGPT(t, "--pp", "2")
+	ck := filepath.Join(dir, "ck")
+	if code, _, errOut := ppc(t, "", "run", plan, "--steps", "1", "--nproc", "2", "--save", ck); code != 0 {
+		t.Fatal(errOut)
+	}
+	good := dirSnapshot(t, ck)
+	filler, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 4096)
+	for {
+		if _, err := filler.Write(chunk); err != nil {
+			break
+		}
+	}
+	filler.Close()
+	code, _, errOut := ppc(t, "", "run", plan, "--steps", "1", "--nproc", "2", "--resume", ck, "--save", ck)
+	if code != exitFailed || !strings.Contains(errOut, "no space left on device") || !strings.Contains(errOut, "; the previous checkpoint in "+ck+" is intact\n") {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	if now := dirSnapshot(t, ck); !maps.Equal(now, good) {
+		t.Fatalf("the failed save changed the checkpoint directory: %v, before %v", slices.Sorted(maps.Keys(now)), slices.Sorted(maps.Keys(good)))
+	}
+	os.Remove(filepath.Join(dir, "filler"))
+	if code, _, errOut := ppc(t, "", "run", plan, "--steps", "1", "--nproc", "2", "--resume", ck, "--save", ck); code != 0 {
+		t.Fatalf("save once there is room: %s", errOut)
 	}
 }

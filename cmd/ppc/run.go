@@ -38,7 +38,8 @@ func init() {
 			trace := fs.String("trace", "", "write a Chrome trace (Perfetto) of the executed instructions to `FILE`")
 			traceSteps := fs.String("trace-steps", "", "trace only steps `A:B` (inclusive; 2:3, :5, 4:)")
 			logJSON := fs.String("log-json", "", "append one JSON record per step to `FILE`, with a run id, the time and the learning rate")
-			timeout := fs.Duration("timeout", 10*time.Minute, "in a multi-process run, how long a rank waits for a peer's message before it stops the run as hung (`DURATION`: 90s, 10m)")
+			var timeout autoDuration
+			fs.Var(&timeout, "timeout", "in a multi-process run, how long a rank waits for a peer's message before it stops the run as hung: a `DURATION` such as 90s or 10m (auto: 5m in the first step, then 10× the slowest step so far, at least 1m)")
 			nproc := fs.Int("nproc", 0, "run the plan's ranks as `N` worker processes on this machine, supervised by this one (0: every rank in this process; else N must be the plan's world size)")
 			return func(args []string) (err error) {
 				start := time.Now()
@@ -55,6 +56,8 @@ func init() {
 					return err
 				}
 				if li != nil {
+					// A worker of ppc run --nproc tells the launcher whose failure stopped it.
+					defer func() { reportExit(li, err) }()
 					// Every line this process writes to stderr, the final error included, says
 					// which rank wrote it; only rank 0 prints the steps.
 					e.stderr = &lineWriter{mu: new(sync.Mutex), w: e.stderr, prefix: fmt.Sprintf("[rank %d] ", li.Rank)}
@@ -76,7 +79,7 @@ func init() {
 				if *partial && *resume == "" {
 					return usagef("--allow-partial-resume applies to --resume")
 				}
-				if *timeout <= 0 {
+				if set["timeout"] && timeout <= 0 {
 					return usagef("--timeout must be positive")
 				}
 				switch {
@@ -128,7 +131,7 @@ func init() {
 				defer job.Close()
 				var proc *runtime.Process
 				if li != nil {
-					if proc, err = joinRun(e, job, li, *timeout); err != nil {
+					if proc, err = joinRun(e, job, li, time.Duration(timeout), runFlags(fs)); err != nil {
 						return err
 					}
 					defer proc.Close()
