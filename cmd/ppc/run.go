@@ -423,9 +423,12 @@ func train(e *env, job *runtime.Job, opts runtime.Options, steps int, log *stepL
 		}
 		lastLoss = res.Loss
 		total += res.Duration
-		rec := stepRecord{Step: res.Step, Loss: res.Loss, TimeMS: float64(res.Duration.Microseconds()) / 1000, Samples: res.Samples}
+		rec := stepRecord{Step: res.Step, TimeMS: float64(res.Duration.Microseconds()) / 1000, Samples: res.Samples}
 		for _, d := range res.RankTimes {
 			rec.RankTimesMS = append(rec.RankTimesMS, float64(d.Microseconds())/1000)
+		}
+		if hasLoss {
+			rec.Loss = &res.Loss
 		}
 		if s, ok := res.Metrics[passes.MetricLossScale]; ok {
 			rec.LossScale = &s

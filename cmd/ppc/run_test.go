@@ -133,6 +133,31 @@ func TestRunLogJSONTellsRunsApart(t *testing.T) {
 	}
 }
 
+// TestRunLogJSONWithoutLoss: a forward-only plan of a model without a loss logs its steps
+// with no "loss" field (JSON has no NaN), and the step lines print none either.
+func TestRunLogJSONWithoutLoss(t *testing.T) {
+	plan := compilePlan(t, filepath.Join("..", "..", "testdata", "models", "gpt-tiny.onnx"), "--dim", "batch=4", "--forward-only")
+	log := filepath.Join(t.TempDir(), "log.jsonl")
+	code, stdout, errOut := ppc(t, "", "run", plan, "--steps", "2", "--log-json", log)
+	if code != 0 || strings.Contains(stdout, "loss") {
+		t.Fatalf("exit %d\n%s%s", code, stdout, errOut)
+	}
+	data, _ := os.ReadFile(log)
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d records:\n%s", len(lines), data)
+	}
+	for i, l := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatal(err)
+		}
+		if _, has := rec["loss"]; has || rec["step"] != float64(i+1) || rec["samples"] != float64(4) {
+			t.Errorf("record %s", l)
+		}
+	}
+}
+
 // TestRunTraceSteps: --trace-steps limits the trace to a range of steps, and is checked.
 func TestRunTraceSteps(t *testing.T) {
 	plan := compilePlan(t, mlp, "--microbatches", "2", "--pp", "2")
