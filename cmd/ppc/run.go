@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -448,7 +449,7 @@ func train(e *env, job *runtime.Job, opts runtime.Options, steps int, log *stepL
 		}
 		loss, line := "", fmt.Sprintf("step %d", res.Step)
 		if hasLoss {
-			loss = fmt.Sprintf("loss=%.4f", res.Loss)
+			loss = "loss=" + formatLoss(res.Loss)
 			line += " " + loss
 		}
 		if rec.Skipped {
@@ -474,12 +475,27 @@ func train(e *env, job *runtime.Job, opts runtime.Options, steps int, log *stepL
 	if done > 0 {
 		mean := roundDuration(total / time.Duration(done))
 		if job.Plan.Training || !math.IsNaN(lastLoss) {
-			fmt.Fprintf(e.stdout, "ran %d step(s): loss %.4f → %.4f, mean step %s\n", done, firstLoss, lastLoss, mean)
+			fmt.Fprintf(e.stdout, "ran %d step(s): loss %s → %s, mean step %s\n", done, formatLoss(firstLoss), formatLoss(lastLoss), mean)
 		} else {
 			fmt.Fprintf(e.stdout, "ran %d forward pass(es), mean %s\n", done, mean)
 		}
 	}
 	return done, stoppedBy, nil
+}
+
+// formatLoss prints a loss with at least five significant digits: four decimals from 1 up
+// (6.2505, as the README shows), more below 1 so that a small loss still shows its changes
+// (0.00021234, where four decimals would print 0.0002 while it falls by a third), and an
+// exponent below 1e-4.
+func formatLoss(v float64) string {
+	a := math.Abs(v)
+	switch {
+	case a >= 1 || a == 0 || math.IsNaN(v) || math.IsInf(v, 0):
+		return strconv.FormatFloat(v, 'f', 4, 64)
+	case a >= 1e-4:
+		return strconv.FormatFloat(v, 'f', 4-int(math.Floor(math.Log10(a))), 64)
+	}
+	return strconv.FormatFloat(v, 'e', 4, 64)
 }
 
 // roundDuration keeps three or four significant digits of a step time.

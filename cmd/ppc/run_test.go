@@ -48,7 +48,9 @@ func TestRunProgressOnTerminal(t *testing.T) {
 			kept = append(kept, l)
 		}
 	}
-	stepLine := regexp.MustCompile(`^step (\d+) loss=\d+\.\d{4} time=`)
+	// A loss of five significant digits (formatLoss): the mlp's falls below 1e-4 by step 50.
+	const lossRe = `(\d+\.\d{4}|0\.\d{5,}|\d\.\d{4}e-\d+)`
+	stepLine := regexp.MustCompile(`^step (\d+) loss=` + lossRe + ` time=`)
 	var steps []string
 	for _, l := range kept[:len(kept)-1] {
 		m := stepLine.FindStringSubmatch(l)
@@ -66,7 +68,7 @@ func TestRunProgressOnTerminal(t *testing.T) {
 	}
 	// The bar (redrawn at most ten times a second, so which steps it shows depends on speed):
 	// the step of the total, the loss, the fraction done and elapsed:remaining time.
-	if bar := regexp.MustCompile(`step \d+/50 loss=\d+\.\d{4} +\d+% \|[^|]*\| +\[\d+s:\d+s\]`); !bar.MatchString(out.String()) {
+	if bar := regexp.MustCompile(`step \d+/50 loss=` + lossRe + ` +\d+% \|[^|]*\| +\[\d+s:\d+s\]`); !bar.MatchString(out.String()) {
 		t.Errorf("no bar with step N/50, loss and elapsed:remaining time:\n%q", out.String()[:min(out.Len(), 2000)])
 	}
 	if !strings.HasSuffix(out.String(), eraseLine+kept[len(kept)-1]+"\n") {
@@ -288,6 +290,24 @@ func TestRunOutputsOnFullDisk(t *testing.T) {
 		code, stdout, errOut := ppc(t, "", "run", plan, "--steps", "2", flag, "/dev/full")
 		if code == 0 || !strings.Contains(errOut, flag+": ") || !strings.Contains(errOut, "no space left on device") || strings.Contains(stdout, "step 2") {
 			t.Errorf("%s /dev/full: exit %d\n%s%s", flag, code, stdout, errOut)
+		}
+	}
+}
+
+// TestFormatLoss: a loss prints with five significant digits whatever its size, so that a
+// small loss that falls shows it (four decimals printed 2e-4 and 1.4e-4 both as 0.0002).
+func TestFormatLoss(t *testing.T) {
+	for _, c := range []struct {
+		v    float64
+		want string
+	}{
+		{6.25051, "6.2505"}, {12.5, "12.5000"}, {0, "0.0000"},
+		{0.5, "0.50000"}, {0.99999, "0.99999"},
+		{2.1234e-4, "0.00021234"}, {1.4e-4, "0.00014000"}, {-0.03125, "-0.031250"},
+		{2.5e-5, "2.5000e-05"}, {1e-12, "1.0000e-12"},
+	} {
+		if got := formatLoss(c.v); got != c.want {
+			t.Errorf("formatLoss(%g) = %q, want %q", c.v, got, c.want)
 		}
 	}
 }
