@@ -85,6 +85,33 @@ func TestRunProgressOnTerminal(t *testing.T) {
 	}
 }
 
+// TestRunProgressBarInStep: every frame of the bar shows the step just finished with its
+// own fraction done (it showed "step 1/4 … 0%" after step 1, a step behind), and each of a
+// short run's steps but the last (whose line ends the run) is shown.
+func TestRunProgressBarInStep(t *testing.T) {
+	plan := compilePlan(t, mlp, "--microbatches", "2")
+	for _, steps := range []int{4, 30} {
+		var out, errOut fakeTerminal
+		code := run([]string{"run", plan, "--steps", fmt.Sprint(steps)}, &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut})
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut.String())
+		}
+		frames := regexp.MustCompile(`step (\d+)/(\d+) loss=\S+ +(\d+)% \|`).FindAllStringSubmatch(out.String(), -1)
+		seen := map[string]bool{}
+		for _, f := range frames {
+			var n, total, pct int
+			fmt.Sscan(f[1]+" "+f[2]+" "+f[3], &n, &total, &pct)
+			if total != steps || pct != n*100/steps {
+				t.Errorf("%d steps: frame %q shows %d%%, want %d%%", steps, f[0], pct, n*100/steps)
+			}
+			seen[f[1]] = true
+		}
+		if steps == 4 && (len(seen) != 3 || !seen["1"] || !seen["3"]) {
+			t.Errorf("4 steps: frames of steps %v, want 1 to 3:\n%q", seen, out.String())
+		}
+	}
+}
+
 // TestRunLogJSONTellsRunsApart: every record carries its run's id, the wall time, the time
 // since the start and the learning rate; two runs appending to one file differ in id.
 func TestRunLogJSONTellsRunsApart(t *testing.T) {
