@@ -208,6 +208,7 @@ func init() {
 				// --save-every: a checkpoint after every N-th step but the last (the final save
 				// below writes that one).
 				var afterStep func(step int, last bool) (string, error)
+				savedStep := -1 // the step of the checkpoint last saved, if any
 				if *saveEvery > 0 {
 					afterStep = func(step int, last bool) (string, error) {
 						if step%*saveEvery != 0 || last {
@@ -216,6 +217,7 @@ func init() {
 						if err := job.SaveAll(*save, *seed); err != nil {
 							return "", fmt.Errorf("--save: %w", err)
 						}
+						savedStep = step
 						return " (saved)", nil
 					}
 				}
@@ -224,9 +226,10 @@ func init() {
 				// steps (closed even when a step failed: the steps up to the failure are what
 				// one looks at), and a checkpoint of the last of them (none when no step
 				// completed, so an interruption during start-up leaves the save directory as
-				// it was). A signal from here on does not stop the writing, nor make the run
-				// interrupted.
-				sig := intr.signal()
+				// it was). A signal from here on does not stop the writing (a second one does,
+				// at once), but the run still ends as interrupted.
+				intr.writing.Store(true)
+				stepsSig := intr.signal()
 				var wrote []string
 				if opts.Trace != nil {
 					if terr := closeTrace(opts.Trace, *trace, proc); terr != nil && err == nil {
@@ -237,22 +240,32 @@ func init() {
 				if err != nil {
 					return err
 				}
-				stopped := sig != nil || stoppedBy != ""
+				stopped := stepsSig != nil || stoppedBy != ""
 				if *save != "" && (done > 0 || !stopped) {
-					if err := job.SaveAll(*save, *seed); err != nil {
-						return fmt.Errorf("--save: %w", err)
+					// A periodic save of the step the run stopped after (an interrupt during
+					// it) is the final checkpoint: not written twice.
+					if savedStep != job.StepCount() {
+						if err := job.SaveAll(*save, *seed); err != nil {
+							return fmt.Errorf("--save: %w", err)
+						}
 					}
 					fmt.Fprintf(e.stdout, "saved checkpoint to %s\n", *save)
 					wrote = append(wrote, fmt.Sprintf("checkpoint of step %d saved to %s", job.StepCount(), *save))
 				}
-				if stopped {
+				sig := intr.settle()
+				if sig != nil || stoppedBy != "" {
 					by := stoppedBy
 					if sig != nil {
 						by = signalName(sig)
 					}
-					msg := fmt.Sprintf("interrupted by %s at step %d", by, job.StepCount())
-					if done == 0 {
+					var msg string
+					switch {
+					case !stopped:
+						msg = fmt.Sprintf("interrupted by %s while writing what was done after step %d", by, job.StepCount())
+					case done == 0:
 						msg = fmt.Sprintf("interrupted by %s before the first step", by)
+					default:
+						msg = fmt.Sprintf("interrupted by %s at step %d", by, job.StepCount())
 					}
 					if len(wrote) == 0 {
 						wrote = append(wrote, "nothing saved")
@@ -267,47 +280,64 @@ func init() {
 
 // interruption turns SIGINT and SIGTERM into a flag that the training loop checks between
 // steps, so that a run stops cleanly: the step in progress completes, then the trace and
-// the checkpoint are written. It only records the signal: the loop decides what to do.
+// the checkpoint are written. It only records the first signal: the loop decides what to
+// do. A second signal ends the process at once with status 130, whatever the signal's
+// inherited disposition (a run started in the background of a script ignores SIGINT once
+// signal.Stop restores it, so the default effect cannot be relied on).
 type interruption struct {
-	sig  atomic.Pointer[os.Signal]
-	done chan struct{}
-	wg   sync.WaitGroup
-	stop func()
+	e       *env
+	sig     atomic.Pointer[os.Signal]
+	writing atomic.Bool // the steps are over: the trace and checkpoint are being written
+	sigs    <-chan os.Signal
+	done    chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup
+	stop    func()
 }
 
 // watchInterrupts starts watching the signals env feeds (none in most tests).
 func watchInterrupts(e *env) *interruption {
-	in := &interruption{done: make(chan struct{}), stop: func() {}}
+	in := &interruption{e: e, done: make(chan struct{}), stop: func() {}}
 	if e.interrupts == nil {
 		return in
 	}
-	sigs, stop := e.interrupts()
-	in.stop = stop
-	handle := func(s os.Signal) {
-		// From now on the signals have their default effect: a second Ctrl-C stops at once
-		// (a save in progress then leaves the previous checkpoint intact).
-		stop()
-		fmt.Fprintf(e.stderr, "ppc run: %s: finishing the step in progress, then writing what is done (interrupt again to stop at once)\n", signalName(s))
-		in.sig.Store(&s) // after the message, so that it is printed before the command returns
-	}
+	in.sigs, in.stop = e.interrupts()
 	// A signal already waiting (a channel fed before the run, as tests do) stops the run
 	// before its first step, whatever the goroutine's timing.
 	select {
-	case s := <-sigs:
-		handle(s)
-		return in
+	case s := <-in.sigs:
+		in.handle(s)
 	default:
 	}
 	in.wg.Add(1)
 	go func() {
 		defer in.wg.Done()
-		select {
-		case s := <-sigs:
-			handle(s)
-		case <-in.done:
+		for {
+			select {
+			case s := <-in.sigs:
+				in.handle(s)
+			case <-in.done:
+				return
+			}
 		}
 	}()
 	return in
+}
+
+func (in *interruption) handle(s os.Signal) {
+	if in.signal() != nil {
+		fmt.Fprintf(in.e.stderr, "ppc run: %s again: stopping at once (a checkpoint being written is abandoned; the previous one stays intact)\n", signalName(s))
+		in.e.exitNow(exitInterrupted)
+		return
+	}
+	// Stored before the message (settle waits for this handler, so the message is still
+	// printed before the command returns): once it is printed, the run has seen the signal.
+	in.sig.Store(&s)
+	if in.writing.Load() {
+		fmt.Fprintf(in.e.stderr, "ppc run: %s: the steps are done; finishing writing the trace and checkpoint (interrupt again to stop at once)\n", signalName(s))
+	} else {
+		fmt.Fprintf(in.e.stderr, "ppc run: %s: finishing the step in progress, then writing what is done (interrupt again to stop at once)\n", signalName(s))
+	}
 }
 
 // signalName spells the signals ppc run stops on as a user sends them.
@@ -329,10 +359,29 @@ func (in *interruption) signal() os.Signal {
 	return nil
 }
 
+// settle stops watching and returns the signal received, counting one delivered but not
+// yet handled: a signal that came while the run wrote what it did still makes it
+// interrupted. From here on the signals have their default effect.
+func (in *interruption) settle() os.Signal {
+	in.close()
+	if in.sigs != nil {
+		select {
+		case s := <-in.sigs:
+			if in.signal() == nil {
+				in.handle(s)
+			}
+		default:
+		}
+	}
+	return in.signal()
+}
+
 func (in *interruption) close() {
-	close(in.done)
-	in.wg.Wait()
-	in.stop()
+	in.once.Do(func() {
+		close(in.done)
+		in.wg.Wait()
+		in.stop()
+	})
 }
 
 // checkWritableDir creates dir if needed and checks that files can be created in it.
