@@ -26,7 +26,8 @@ func init() {
 		name: "run", args: "DIR [flags]",
 		summary: "Run a compiled plan for --steps steps: every rank in this process, one process per rank with --nproc N, or one rank of a run that torchrun, srun or mpirun started.",
 		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
-			steps := fs.Int("steps", 10, "training steps `N` to run")
+			steps := fs.Int("steps", 10, "training steps `N` to run: with --resume, N more after the checkpoint's (a step-4 checkpoint and --steps 3 run steps 5 to 7); --until-step gives a total")
+			until := fs.Int("until-step", 0, "run until step `N`, counting the checkpoint's steps with --resume (Megatron's --train-iters): a step-4 checkpoint and --until-step 7 run steps 5 to 7; instead of --steps")
 			seed := fs.Uint64("seed", 1, "random seed `N` of parameter initialisation and synthetic data (with --resume, the checkpoint's unless given)")
 			dev := fs.String("device", "cpu", "the `DEVICE` to run on: cpu or cuda (one GPU per process: LOCAL_RANK's in a launched run, else GPU 0)")
 			tf32 := fs.Bool("tf32", false, "with --device cuda, let f32 matmuls round their operands to TF32 on tensor cores (faster; results then differ from the CPU device's by about 1e-3 relative)")
@@ -67,6 +68,12 @@ func init() {
 					return usagef("--steps must be non-negative")
 				}
 				set := setFlags(fs)
+				switch {
+				case set["until-step"] && set["steps"]:
+					return usagef("--steps and --until-step both say how long to run: --steps counts the steps this run runs, --until-step the step it ends at; give one")
+				case set["until-step"] && *until < 0:
+					return usagef("--until-step must be non-negative")
+				}
 				if err := checkDataFlags(set, *data, *dataDType); err != nil {
 					return err
 				}
@@ -184,6 +191,24 @@ func init() {
 						fmt.Fprintf(e.stderr, "ppc run: warning: %s\n", w)
 					}
 					opts.Data = src
+				}
+				if set["until-step"] {
+					if *until < job.StepsDone() {
+						return usagef("--until-step %d: the checkpoint %s is already at step %d", *until, *resume, job.StepsDone())
+					}
+					*steps = *until - job.StepsDone()
+				}
+				if *resume != "" {
+					// --steps counts from the checkpoint: say which steps run, before any does.
+					how := fmt.Sprintf("--steps %d counts from the checkpoint; --until-step N runs until step N", *steps)
+					if set["until-step"] {
+						how = fmt.Sprintf("--until-step %d", *until)
+					}
+					if *steps == 0 {
+						fmt.Fprintf(e.stdout, "resumed from %s at step %d: no step to run (%s)\n", *resume, job.StepsDone(), how)
+					} else {
+						fmt.Fprintf(e.stdout, "resumed from %s at step %d: running steps %d to %d (%s)\n", *resume, job.StepsDone(), job.StepsDone()+1, job.StepsDone()+*steps, how)
+					}
 				}
 				if err := checkTraceRange(set, *traceSteps, traceFirst, traceLast, job.StepsDone(), *steps); err != nil {
 					return err
