@@ -10,6 +10,7 @@ import (
 
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/passes"
 	"ppc.dev/ppc/runtime/device"
 )
 
@@ -192,6 +193,7 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 	e := &MismatchError{Path: file, PlanTotal: len(want)}
 	matches := map[string]bool{}
 	missingParams, missingState := false, false
+	fromStep := false // the plan's AdamW step count is set from the checkpoint's step
 	for _, n := range names {
 		w, inPlan := want[n]
 		t, inCk := ck.tensors[n]
@@ -200,6 +202,11 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 			matches[n] = true
 		case inPlan && inCk:
 			e.Different = append(e.Different, fmt.Sprintf("%s: %s in the checkpoint, %s in the plan", n, t.typ, w))
+		case inPlan && n == passes.ScalerOptimizerStep && w.NumElements() == 1:
+			// A checkpoint from before AdamW kept its own count under loss scaling: its
+			// bias correction counted every step, so the count starts at the step.
+			fromStep = true
+			res.Warning = joinWarning(res.Warning, fmt.Sprintf("the checkpoint predates AdamW's own step count under fp16 loss scaling (%s): it starts at the checkpoint's step, %d, which counts skipped steps too, as the ppc that saved it did", n, meta.Step))
 		case inPlan:
 			what := "parameter"
 			if role[n] == pb.Role_STATE {
@@ -232,6 +239,13 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 	}
 	for _, r := range j.Ranks {
 		for i, b := range r.Prog.Buffers {
+			if fromStep && b.Name == passes.ScalerOptimizerStep {
+				err := j.writeHost(r.Bufs[i], func(t device.Tensor) error { return storeF64(t, []float64{float64(meta.Step)}) })
+				if err != nil {
+					return Resumed{}, fmt.Errorf("rank %d: %s: %v", r.Index, b.Name, err)
+				}
+				continue
+			}
 			if (b.Role == pb.Role_PARAM || b.Role == pb.Role_STATE) && matches[b.Name] {
 				// Each rank takes its block of the full tensor from whichever stored blocks
 				// it overlaps: any layout resumes any other.
@@ -252,7 +266,7 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 	res.Ignored += len(e.Extra)
 	// The step count continues the learning-rate schedule only if it is the same schedule.
 	if o := meta.Optimizer; o != "" && j.Plan.Training && o != j.Plan.Optimizer {
-		res.Warning = fmt.Sprintf("the checkpoint was trained with optimizer %s, the plan uses %s: the learning-rate schedule and clipping continue from step %d under the plan's", o, j.Plan.Optimizer, res.Step)
+		res.Warning = joinWarning(res.Warning, fmt.Sprintf("the checkpoint was trained with optimizer %s, the plan uses %s: the learning-rate schedule and clipping continue from step %d under the plan's", o, j.Plan.Optimizer, res.Step))
 	}
 	if h := meta.SourceHash; h != "" && h != j.Plan.SourceHash && !differs {
 		res.Warning = joinWarning(res.Warning, fmt.Sprintf("the checkpoint's tensors match, but it was saved from a differently configured model (source hash %s, the plan's %s): check --set and --preset", h, j.Plan.SourceHash))
