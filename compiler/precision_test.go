@@ -285,6 +285,20 @@ func TestFP16OverflowSkipsEveryRank(t *testing.T) {
 	if skipped < 5 || applied < 2 {
 		t.Fatalf("%d steps skipped and %d applied; the model should overflow for the first steps and then train", skipped, applied)
 	}
+	// AdamW's bias correction counts the applied steps only, on every rank, as torch.optim's
+	// state["step"] does when GradScaler skips optimizer.step().
+	counts := 0
+	for k, v := range rankTensors(job) {
+		if strings.HasPrefix(k, passes.ScalerOptimizerStep+"@") {
+			counts++
+			if v[0] != float64(applied) {
+				t.Errorf("%s = %v after %d applied steps of 14", k, v[0], applied)
+			}
+		}
+	}
+	if counts != 4 {
+		t.Errorf("%d ranks hold AdamW's step count, want all 4", counts)
+	}
 	// Resume from step 10 and run to 14: the same bits, scaler state included.
 	_, job2 := initJob(t, model, opts, 3)
 	if _, err := job2.Resume(saveDir, false); err != nil {

@@ -175,8 +175,9 @@ func TestCorruptCheckpoint(t *testing.T) {
 		{"escaping dir", index, edit(`"dir": "step-00000000"`, `"dir": ".."`), "bad step"},
 		{"block outside", index, edit(`"offset": [`, `"offset": [5,`), "does not fit"},
 		{"no blocks", index, edit(`"blocks": [`, `"blocks": [], "x": [`), "cover 0 of"},
-		// A shape the shard files cannot fill is refused before anything is allocated.
-		{"huge shape", index, []byte(regexp.MustCompile(`"shape": \[\s*(\d+),`).ReplaceAllString(string(goodIndex), `"shape": [${1}000000000,`)), "its blocks cover"},
+		// A shape the shard files cannot fill is refused before anything is allocated (the
+		// tensors' shapes, which follow their dtypes; the blocks' keep theirs).
+		{"huge shape", index, []byte(regexp.MustCompile(`("dtype": "\w+",\s*"shape": \[\s*)(\d+),`).ReplaceAllString(string(goodIndex), `${1}${2}000000000,`)), "its blocks cover"},
 	}
 	for _, c := range cases {
 		os.WriteFile(shard, good, 0o644)

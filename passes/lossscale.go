@@ -44,8 +44,10 @@ var LossScale = &Pass{
 		"argument is first multiplied by 1/scale (computed in f64 and rounded to f32, as GradScaler's inv_scale), " +
 		"so whatever @optimizer does with gradients (clipping, the update) sees unscaled ones. Every result " +
 		"{update = X} becomes where(found_inf == 0, new X, old X): a step with an overflow anywhere changes no " +
-		"parameter and no state on any rank (the step count still advances, so AdamW's bias correction and a " +
-		"learning-rate schedule count skipped steps, unlike torch.optim, which skips its own count too). The scale " +
+		"parameter and no state on any rank — AdamW's own step count included (%grad_scaler.optimizer_step, which " +
+		"the optimizer pass adds under loss scaling), so its bias correction counts the steps taken as torch.optim's " +
+		"does when GradScaler skips optimizer.step(), while a learning-rate schedule follows %step, every step run, " +
+		"as a scheduler stepped each iteration does. The scale " +
 		"follows GradScaler's update: on overflow it is multiplied by backoff_factor and the growth tracker reset; " +
 		"otherwise the tracker counts the step and, when it reaches growth_interval, is reset and the scale " +
 		"multiplied by growth_factor unless that is not finite in f32. The results gain the new scale and tracker " +

@@ -41,7 +41,10 @@ var Optimizer = &Pass{
 		"(default 1; the gradient arrives summed over the dp replicas), so that the step follows " +
 		"the mean loss over the global batch. adamw follows torch.optim.AdamW op by op: p ← p·(1 − lr·wd); " +
 		"m ← m + (1 − β1)·(g − m); v ← v·β2 + (1 − β2)·g·g; p ← p − (lr/(1 − β1^t))·m/(√v/√(1 − β2^t) + eps), the " +
-		"per-step scalars computed in f64 from %step as PyTorch does in Python floats. sgd follows torch.optim.SGD " +
+		"per-step scalars computed in f64 from %step as PyTorch does in Python floats; when @train is loss-scaled " +
+		"(an argument {loss_scale}), t is AdamW's own count instead, the state argument %grad_scaler.optimizer_step: " +
+		"f32[] {global, init = \"zeros\"} plus 1, written back as a result, so that a step the loss-scale pass skips " +
+		"does not advance it (torch.optim's state[\"step\"] under GradScaler). sgd follows torch.optim.SGD " +
 		"(no dampening, no Nesterov): g ← g + wd·p; buf ← buf·momentum + g; p ← p − lr·buf (with the zero-initialised " +
 		"buffer the first step gives buf = g exactly, PyTorch's clone). The op order is fixed, so the update is " +
 		"bitwise reproducible for every partitioning. Options not given take the kind's defaults (PyTorch's, but for " +
@@ -409,6 +412,16 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 		ps = append(ps, op)
 	}
 	step := f.AddArg("step", ir.T(ir.F32), ir.Attrs{{Name: AttrStep, Value: ir.Unit{}}})
+	// Under loss scaling a step may be skipped, and torch.optim then skips AdamW's own
+	// count too (GradScaler does not call optimizer.step()), while the learning-rate schedule
+	// still follows the steps run (the scheduler steps every iteration). So AdamW's bias
+	// correction reads a count of its own, global state the loss-scale pass keeps on a
+	// skipped step like every other.
+	var ownStep *ir.Value
+	if c.kind == "adamw" && slices.ContainsFunc(train.ArgAttrs, func(a ir.Attrs) bool { return a.Has(AttrLossScale) }) {
+		ownStep = f.AddArg(ScalerOptimizerStep, ir.T(ir.F32), ir.Attrs{{Name: AttrGlobal, Value: ir.Unit{}},
+			{Name: ir.AttrInit, Value: ir.String("zeros")}, {Name: AttrState, Value: ir.String(ScalerOptimizerStep)}}.Sorted())
+	}
 	var sumsq *ir.Value
 	if c.clip > 0 {
 		sumsq = f.AddArg("grad_sumsq", ir.T(ir.F32), ir.Attrs{{Name: AttrGradSumSq, Value: ir.Unit{}}})
@@ -416,7 +429,11 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 
 	b := ir.NewBuilder(f)
 	b.Phase = ir.Opt
-	ob := &optBuilder{b: b, c: c, step: step, sumsq: sumsq, nmb: nmb, scalars: map[ir.DType]*adamScalars{}, consts: map[optConst]*ir.Value{}}
+	ob := &optBuilder{b: b, c: c, step: step, adamStep: step, sumsq: sumsq, nmb: nmb, scalars: map[ir.DType]*adamScalars{}, consts: map[optConst]*ir.Value{}}
+	if ownStep != nil {
+		ob.adamStep = b.Add(ownStep, ob.k(ir.F32, 1)) // 1-based, as %step
+		ob.adamStep.Name = "new." + ScalerOptimizerStep
+	}
 	for _, op := range ps {
 		ct := op.g.Type.DType
 		p := op.p
@@ -460,6 +477,9 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 			f.AddResult(s, ir.Attrs{{Name: AttrUpdate, Value: ir.String(op.names[i])}})
 		}
 	}
+	if ownStep != nil {
+		f.AddResult(ob.adamStep, ir.Attrs{{Name: AttrUpdate, Value: ir.String(ScalerOptimizerStep)}})
+	}
 	if c.clip > 0 {
 		// The step's norm and whether it clipped, for the logs (every rank computes them).
 		ob.clipCoef(ir.F32)
@@ -484,16 +504,19 @@ func computeType(t ir.Type) ir.Type {
 }
 
 type optBuilder struct {
-	b       *ir.Builder
-	c       optConfig
-	step    *ir.Value
-	lrv     *ir.Value // the scheduled learning rate (f64), once built
-	sumsq   *ir.Value // clipping: the global sum of squares of the gradients
-	nmb     int       // micro-batches per step (the gradients are sums over them)
-	coef    *ir.Value // clipping: the f32 factor every gradient is multiplied by, once built
-	norm    *ir.Value // clipping: the global norm of the mean gradient
-	scalars map[ir.DType]*adamScalars
-	consts  map[optConst]*ir.Value
+	b    *ir.Builder
+	c    optConfig
+	step *ir.Value
+	// adamStep is the count AdamW's bias correction reads: %step, or under loss scaling
+	// its own count of the steps taken.
+	adamStep *ir.Value
+	lrv      *ir.Value // the scheduled learning rate (f64), once built
+	sumsq    *ir.Value // clipping: the global sum of squares of the gradients
+	nmb      int       // micro-batches per step (the gradients are sums over them)
+	coef     *ir.Value // clipping: the f32 factor every gradient is multiplied by, once built
+	norm     *ir.Value // clipping: the global norm of the mean gradient
+	scalars  map[ir.DType]*adamScalars
+	consts   map[optConst]*ir.Value
 }
 
 type optConst struct {
@@ -585,14 +608,14 @@ func (o *optBuilder) decayIn(dt ir.DType) *ir.Value {
 	return o.b.Cast(o.b.Sub(o.k(ir.F64, 1), o.b.Mul(o.lr(), o.k(ir.F64, c.weightDecay))), dt)
 }
 
-// adamScalars computes, in f64 from the step count t, step_size = lr/(1 − β1^t) and
+// adamScalars computes, in f64 from AdamW's step count t, step_size = lr/(1 − β1^t) and
 // √(1 − β2^t), rounded once to dt — as PyTorch computes them in Python floats.
 func (o *optBuilder) adamScalars(dt ir.DType) *adamScalars {
 	if s := o.scalars[dt]; s != nil {
 		return s
 	}
 	b := o.b
-	t := b.Cast(o.step, ir.F64)
+	t := b.Cast(o.adamStep, ir.F64)
 	one := o.k(ir.F64, 1)
 	bc1 := b.Sub(one, b.Op1("pow", nil, o.k(ir.F64, o.c.beta1), t))
 	bc2 := b.Sub(one, b.Op1("pow", nil, o.k(ir.F64, o.c.beta2), t))

@@ -26,6 +26,10 @@ const (
 	ScalerPrefix = "grad_scaler"
 	ScalerScale  = ScalerPrefix + ".scale"
 	ScalerGrowth = ScalerPrefix + ".growth_tracker"
+	// ScalerOptimizerStep is AdamW's own step count under loss scaling, torch.optim's
+	// state["step"]: the steps the scaler did not skip (GradScaler skips optimizer.step()
+	// whole). It is not GradScaler's, but lives under its prefix, which no parameter may use.
+	ScalerOptimizerStep = ScalerPrefix + ".optimizer_step"
 )
 
 // Precision rewrites @forward to compute in bf16 or f16.

@@ -1,6 +1,8 @@
 package passes
 
 import (
+	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -81,5 +83,77 @@ func TestNonFiniteCheck(t *testing.T) {
 	f, err = NonFiniteCheck(nil)
 	if err != nil || len(f.Args) != 0 || len(f.Results) != 1 {
 		t.Errorf("no gradients: %v\n%s", err, f)
+	}
+}
+
+// TestLossScaleSkipsAdamWStep: a step that the loss scaler skips leaves AdamW's own step
+// count where it was, as GradScaler skips optimizer.step() and with it torch.optim's
+// state["step"]: the next applied step, run as step 2, is AdamW's first, bias correction
+// included (with the old count, m̂ = m/(1 − β1²) would be g/(1 + β1)).
+func TestLossScaleSkipsAdamWStep(t *testing.T) {
+	const lr, b1, b2, eps = 0.01, 0.9, 0.999, 1e-8
+	m, err := runPipeline(t, precisionModel, "precision{dtype=f16},autodiff,optimizer{kind=adamw,lr=0.01,weight_decay=0},loss-scale")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := m.Func(OptimizerFunc)
+	arg := map[string]int{}
+	for i, a := range f.Args {
+		arg[a.Name] = i
+	}
+	if i, ok := arg[ScalerOptimizerStep]; !ok || !IsGlobalState(f, i) {
+		t.Fatalf("@optimizer has no global %s:\n%s", ScalerOptimizerStep, f)
+	}
+	// state: by name, what the step reads and writes back (parameters and state).
+	state := map[string][]float64{"w": make([]float64, 16), ScalerScale: {1}}
+	for i := range state["w"] {
+		state["w"][i] = float64(float32(math.Sin(float64(i + 1)))) // as the f32 argument holds it
+	}
+	grad := make([]float64, 16)
+	for i := range grad {
+		grad[i] = float64(float32(math.Cos(float64(3*i+1)) * 0.25))
+	}
+	step := func(n int, foundInf float64) {
+		args := make([]*ir.Dense, len(f.Args))
+		for i, a := range f.Args {
+			v := make([]float64, a.Type.NumElements())
+			switch at := f.ArgAttrs[i]; {
+			case at.Has(ir.AttrGrad):
+				copy(v, grad)
+			case at.Has(AttrStep):
+				v[0] = float64(n)
+			case at.Has(AttrFoundInf):
+				v[0] = foundInf
+			case state[at.Str(AttrState, a.Name)] != nil:
+				copy(v, state[at.Str(AttrState, a.Name)])
+			}
+			args[i] = ir.NewDenseF64(a.Type, v)
+		}
+		res, err := evalFunc(f, args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res {
+			if u := f.ResultAttrs[i].Str(AttrUpdate, ""); u != "" {
+				state[u] = r.Floats()
+			}
+		}
+	}
+	w0 := append([]float64{}, state["w"]...)
+	step(1, 1) // overflow: skipped
+	if c := state[ScalerOptimizerStep][0]; c != 0 || !slices.Equal(state["w"], w0) {
+		t.Fatalf("a skipped step counted %v and changed w", c)
+	}
+	step(2, 0)
+	if c := state[ScalerOptimizerStep][0]; c != 1 {
+		t.Fatalf("AdamW's count after one applied step: %v", c)
+	}
+	for i, g := range grad {
+		m, v := (1-b1)*g, (1-b2)*g*g
+		mhat, vhat := m/(1-b1), v/(1-b2)
+		want := w0[i] - lr*mhat/(math.Sqrt(vhat)+eps)
+		if got := state["w"][i]; math.Abs(got-want) > 1e-6*math.Abs(want)+1e-7 {
+			t.Fatalf("w[%d] = %.9g after the first applied step, want AdamW's first step %.9g", i, got, want)
+		}
 	}
 }

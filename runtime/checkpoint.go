@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/passes"
 	"ppc.dev/ppc/runtime/device"
 )
 
@@ -108,6 +110,8 @@ type Resumed struct {
 	// left as initialised (missing from the checkpoint, or of another type there); Ignored
 	// the checkpoint's tensors that the plan has no use for.
 	Loaded, Kept, Ignored int
+	// Bytes counts the tensor data this process read: its ranks' share of the checkpoint.
+	Bytes int64
 	// Warning, when set, is a doubt that does not stop the resume: the tensors match but
 	// the checkpoint was saved from a differently configured model.
 	Warning string
@@ -160,11 +164,17 @@ func (e *MismatchError) Error() string {
 // *MismatchError listing every difference (an 8-layer checkpoint does not quietly fill half
 // of a 4-layer plan). With partial, it loads the tensors that match instead and leaves the
 // others as initialised. Forward-only plans ignore the checkpoint's optimizer state.
+//
+// Only this process's ranks are loaded, and each reads only the byte ranges of the stored
+// blocks that overlap its own (checkpoint blocks' SHA-256 checked as they are read): a
+// process of a large world reads its share of the checkpoint, not all of it.
 func (j *Job) Resume(path string, partial bool) (Resumed, error) {
-	tensors, meta, err := ReadCheckpoint(path)
+	ck, err := openCheckpoint(path)
 	if err != nil {
 		return Resumed{}, err
 	}
+	meta := ck.meta
+	ck.cache = map[*ckBlockRef][]byte{} // replicas in this process read a block once
 	file := path
 	res := Resumed{Step: meta.Step, Seed: meta.Seed}
 
@@ -179,18 +189,24 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 			}
 		}
 	}
-	names := SortedNames(want, tensors)
+	names := SortedNames(want, ck.tensors)
 	e := &MismatchError{Path: file, PlanTotal: len(want)}
 	matches := map[string]bool{}
 	missingParams, missingState := false, false
+	fromStep := false // the plan's AdamW step count is set from the checkpoint's step
 	for _, n := range names {
 		w, inPlan := want[n]
-		t, inCk := tensors[n]
+		t, inCk := ck.tensors[n]
 		switch {
-		case inPlan && inCk && t.Type.Equal(w):
+		case inPlan && inCk && t.typ.Equal(w):
 			matches[n] = true
 		case inPlan && inCk:
-			e.Different = append(e.Different, fmt.Sprintf("%s: %s in the checkpoint, %s in the plan", n, t.Type, w))
+			e.Different = append(e.Different, fmt.Sprintf("%s: %s in the checkpoint, %s in the plan", n, t.typ, w))
+		case inPlan && n == passes.ScalerOptimizerStep && w.NumElements() == 1:
+			// A checkpoint from before AdamW kept its own count under loss scaling: its
+			// bias correction counted every step, so the count starts at the step.
+			fromStep = true
+			res.Warning = joinWarning(res.Warning, fmt.Sprintf("the checkpoint predates AdamW's own step count under fp16 loss scaling (%s): it starts at the checkpoint's step, %d, which counts skipped steps too, as the ppc that saved it did", n, meta.Step))
 		case inPlan:
 			what := "parameter"
 			if role[n] == pb.Role_STATE {
@@ -203,7 +219,7 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 			// A forward-only plan has no optimizer: the training state is not a difference.
 			res.Ignored++
 		default:
-			e.Extra = append(e.Extra, fmt.Sprintf("%s: %s", n, t.Type))
+			e.Extra = append(e.Extra, fmt.Sprintf("%s: %s", n, t.typ))
 		}
 	}
 	e.Matching = len(matches)
@@ -223,16 +239,21 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 	}
 	for _, r := range j.Ranks {
 		for i, b := range r.Prog.Buffers {
+			if fromStep && b.Name == passes.ScalerOptimizerStep {
+				err := j.writeHost(r.Bufs[i], func(t device.Tensor) error { return storeF64(t, []float64{float64(meta.Step)}) })
+				if err != nil {
+					return Resumed{}, fmt.Errorf("rank %d: %s: %v", r.Index, b.Name, err)
+				}
+				continue
+			}
 			if (b.Role == pb.Role_PARAM || b.Role == pb.Role_STATE) && matches[b.Name] {
-				// Each rank takes its block of the full tensor: any layout resumes any other.
-				err := j.writeHost(r.Bufs[i], func(t device.Tensor) error {
-					if g := r.shards[i]; g != nil {
-						copyBlock(tensors[b.Name].Data, t, g, false)
-					} else {
-						copy(t.Data, tensors[b.Name].Data)
-					}
-					return nil
-				})
+				// Each rank takes its block of the full tensor from whichever stored blocks
+				// it overlaps: any layout resumes any other.
+				err := j.writeHost(r.Bufs[i], func(t device.Tensor) error { return ck.readInto(b.Name, r.shards[i], t) })
+				var ie *InputError
+				if errors.As(err, &ie) {
+					return Resumed{}, err // the checkpoint's fault, named
+				}
 				if err != nil {
 					return Resumed{}, fmt.Errorf("rank %d: %s: %v", r.Index, b.Name, err)
 				}
@@ -241,10 +262,11 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 		r.step = res.Step
 	}
 	res.Loaded, res.Kept = e.Matching, len(e.Missing)+len(e.Different)
+	res.Bytes = ck.bytes
 	res.Ignored += len(e.Extra)
 	// The step count continues the learning-rate schedule only if it is the same schedule.
 	if o := meta.Optimizer; o != "" && j.Plan.Training && o != j.Plan.Optimizer {
-		res.Warning = fmt.Sprintf("the checkpoint was trained with optimizer %s, the plan uses %s: the learning-rate schedule and clipping continue from step %d under the plan's", o, j.Plan.Optimizer, res.Step)
+		res.Warning = joinWarning(res.Warning, fmt.Sprintf("the checkpoint was trained with optimizer %s, the plan uses %s: the learning-rate schedule and clipping continue from step %d under the plan's", o, j.Plan.Optimizer, res.Step))
 	}
 	if h := meta.SourceHash; h != "" && h != j.Plan.SourceHash && !differs {
 		res.Warning = joinWarning(res.Warning, fmt.Sprintf("the checkpoint's tensors match, but it was saved from a differently configured model (source hash %s, the plan's %s): check --set and --preset", h, j.Plan.SourceHash))

@@ -185,9 +185,11 @@ func TestLockDir(t *testing.T) {
 
 // FuzzReadCheckpoint: an arbitrary index and shard file (a hand-edited, truncated or hostile
 // checkpoint) is read without a panic and without allocating what the files do not hold;
-// a checkpoint that reads has every tensor whole.
+// a checkpoint that reads has every tensor whole. Resume, which reads by byte range into the
+// plan's buffers, refuses it with an input error or loads it, never panics.
 func FuzzReadCheckpoint(f *testing.F) {
 	job := trainedJob(&testing.T{}, 0)
+	into := trainedJob(&testing.T{}, 0)
 	seedDir := f.TempDir()
 	if err := job.Save(seedDir, 1); err != nil {
 		f.Fatal(err)
@@ -201,6 +203,12 @@ func FuzzReadCheckpoint(f *testing.F) {
 		os.MkdirAll(filepath.Join(dir, "step-00000000"), 0o755)
 		os.WriteFile(filepath.Join(dir, IndexFile), index, 0o644)
 		os.WriteFile(filepath.Join(dir, "step-00000000", "rank-00000.safetensors"), shard, 0o644)
+		if _, err := into.Resume(dir, true); err != nil {
+			var ie *InputError
+			if !errors.As(err, &ie) {
+				t.Fatalf("resume: not an input error: %v", err)
+			}
+		}
 		tensors, _, err := ReadCheckpoint(dir)
 		if err != nil {
 			var ie *InputError

@@ -103,11 +103,14 @@
 //     count, seed and the plan's source hash, stored as blocks (shards.go): each distinct
 //     block — a tensor-parallel or ZeRO shard, or a whole tensor — is written once, by the
 //     lowest rank holding it, to that rank's safetensors file, and an index (checkpoint.json)
-//     lists every tensor's blocks. Ownership follows from the plan alone, so every process of
-//     a multi-process run writes its own file and rank 0 the index, and the directory is byte
-//     for byte the one an in-process run writes. Reading assembles full tensors (checking
-//     each file's size and SHA-256 and that the blocks tile each tensor exactly once) and
-//     resume gives each rank its block. So any layout — pp, dp, tp — resumes any other, and
+//     lists every tensor's blocks with their shapes and SHA-256s. Ownership follows from the
+//     plan alone, so every process of a multi-process run writes its own file and rank 0 the
+//     index, and the directory is byte for byte the one an in-process run writes. Reading
+//     (ckread.go) checks the index alone first — the blocks tile each tensor exactly once,
+//     the step is its directory's — then reads by byte range: resume gives each rank of the
+//     process its block from the stored blocks it overlaps, reading nothing else (each block
+//     checked against its SHA-256, each file's header against the index's step), and
+//     ReadCheckpoint assembles full tensors, checking whole files too. So any layout — pp, dp, tp — resumes any other, and
 //     merging and slicing are exact (a resume then a save writes the same bits). Resume refuses a checkpoint whose
 //     tensors differ from the plan's in name, dtype or shape, listing the differences (an
 //     8-layer checkpoint never quietly fills half of a 4-layer plan); a partial resume, asked

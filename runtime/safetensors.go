@@ -98,89 +98,110 @@ func ReadSafetensors(path string) (map[string]device.Tensor, map[string]string, 
 }
 
 func decodeSafetensors(r io.Reader, size int64) (map[string]device.Tensor, map[string]string, error) {
+	h, err := readHeader(r, size)
+	if err != nil {
+		return nil, nil, err
+	}
+	data := make([]byte, h.dataLen)
+	if _, err := io.ReadFull(r, data); err != nil {
+		return nil, nil, fmt.Errorf("truncated data")
+	}
+	out := map[string]device.Tensor{}
+	for name, e := range h.tensors {
+		b := alignedBytes(e.hi - e.lo)
+		copy(b, data[e.lo:e.hi])
+		out[name] = device.Tensor{Type: e.typ, Data: b}
+	}
+	return out, h.meta, nil
+}
+
+// stHeader is a safetensors file's header, checked: every tensor's type and the byte range
+// of its data, within the file and overlapping no other.
+type stHeader struct {
+	tensors map[string]stTensor
+	meta    map[string]string
+	dataAt  int64 // where the data starts in the file
+	dataLen int64
+}
+
+type stTensor struct {
+	typ    ir.Type
+	lo, hi int64 // its bytes, relative to the data's start
+}
+
+// readHeader reads and checks the header at the start of r, a file of size bytes; it reads
+// no tensor data.
+func readHeader(r io.Reader, size int64) (*stHeader, error) {
 	var lenBuf [8]byte
 	if _, err := io.ReadFull(r, lenBuf[:]); err != nil {
-		return nil, nil, fmt.Errorf("not a safetensors file: too short")
+		return nil, fmt.Errorf("not a safetensors file: too short")
 	}
 	hlen := binary.LittleEndian.Uint64(lenBuf[:])
 	if hlen > 100<<20 || int64(hlen) > size-8 {
-		return nil, nil, fmt.Errorf("not a safetensors file: header length %d does not fit the %d-byte file", hlen, size)
+		return nil, fmt.Errorf("not a safetensors file: header length %d does not fit the %d-byte file", hlen, size)
 	}
 	h := make([]byte, hlen)
 	if _, err := io.ReadFull(r, h); err != nil {
-		return nil, nil, fmt.Errorf("truncated header")
+		return nil, fmt.Errorf("truncated header")
 	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(h, &raw); err != nil {
-		return nil, nil, fmt.Errorf("bad header: %v", err)
+		return nil, fmt.Errorf("bad header: %v", err)
 	}
-	dataLen := size - 8 - int64(hlen)
-	meta := map[string]string{}
+	out := &stHeader{tensors: map[string]stTensor{}, meta: map[string]string{}, dataAt: 8 + int64(hlen), dataLen: size - 8 - int64(hlen)}
 	type span struct {
 		lo, hi int64
 		name   string
 	}
 	var spans []span
-	entries := map[string]stEntry{}
 	for name, msg := range raw {
 		if name == "__metadata__" {
-			if err := json.Unmarshal(msg, &meta); err != nil {
-				return nil, nil, fmt.Errorf("bad metadata: %v", err)
+			if err := json.Unmarshal(msg, &out.meta); err != nil {
+				return nil, fmt.Errorf("bad metadata: %v", err)
 			}
 			continue
 		}
 		var e stEntry
 		if err := json.Unmarshal(msg, &e); err != nil {
-			return nil, nil, fmt.Errorf("tensor %q: %v", name, err)
+			return nil, fmt.Errorf("tensor %q: %v", name, err)
 		}
-		var dt ir.DType
-		for d, s := range stDTypes {
-			if s == e.DType {
-				dt = d
-			}
-		}
+		dt := stDType(e.DType)
 		if dt == ir.Invalid {
-			return nil, nil, fmt.Errorf("tensor %q: unsupported dtype %q", name, e.DType)
+			return nil, fmt.Errorf("tensor %q: unsupported dtype %q", name, e.DType)
 		}
 		n := int64(1)
 		for _, d := range e.Shape {
 			if d < 0 || (d > 0 && n > (1<<50)/int64(d)) {
-				return nil, nil, fmt.Errorf("tensor %q: bad shape %v", name, e.Shape)
+				return nil, fmt.Errorf("tensor %q: bad shape %v", name, e.Shape)
 			}
 			n *= int64(d)
 		}
 		lo, hi := e.Offsets[0], e.Offsets[1]
-		if lo < 0 || hi < lo || hi > dataLen || hi-lo != n*int64(dt.Size()) {
-			return nil, nil, fmt.Errorf("tensor %q: data offsets [%d, %d) do not match its %s%v in %d data bytes", name, lo, hi, e.DType, e.Shape, dataLen)
+		if lo < 0 || hi < lo || hi > out.dataLen || hi-lo != n*int64(dt.Size()) {
+			return nil, fmt.Errorf("tensor %q: data offsets [%d, %d) do not match its %s%v in %d data bytes", name, lo, hi, e.DType, e.Shape, out.dataLen)
 		}
 		spans = append(spans, span{lo, hi, name})
-		entries[name] = e
-	}
-	sort.Slice(spans, func(i, j int) bool { return spans[i].lo < spans[j].lo })
-	for i := 1; i < len(spans); i++ {
-		if spans[i].lo < spans[i-1].hi {
-			return nil, nil, fmt.Errorf("tensors %q and %q overlap", spans[i-1].name, spans[i].name)
-		}
-	}
-	data := make([]byte, dataLen)
-	if _, err := io.ReadFull(r, data); err != nil {
-		return nil, nil, fmt.Errorf("truncated data")
-	}
-	out := map[string]device.Tensor{}
-	for name, e := range entries {
-		var dt ir.DType
-		for d, s := range stDTypes {
-			if s == e.DType {
-				dt = d
-			}
-		}
-		b := alignedBytes(e.Offsets[1] - e.Offsets[0])
-		copy(b, data[e.Offsets[0]:e.Offsets[1]])
 		shape := ir.Shape(e.Shape)
 		if shape == nil {
 			shape = ir.Shape{}
 		}
-		out[name] = device.Tensor{Type: ir.Type{DType: dt, Shape: shape}, Data: b}
+		out.tensors[name] = stTensor{typ: ir.Type{DType: dt, Shape: shape}, lo: lo, hi: hi}
 	}
-	return out, meta, nil
+	sort.Slice(spans, func(i, j int) bool { return spans[i].lo < spans[j].lo })
+	for i := 1; i < len(spans); i++ {
+		if spans[i].lo < spans[i-1].hi {
+			return nil, fmt.Errorf("tensors %q and %q overlap", spans[i-1].name, spans[i].name)
+		}
+	}
+	return out, nil
+}
+
+// stDType is the dtype a safetensors name stands for (Invalid if none).
+func stDType(name string) ir.DType {
+	for d, s := range stDTypes {
+		if s == name {
+			return d
+		}
+	}
+	return ir.Invalid
 }

@@ -47,6 +47,8 @@ type ShardFile struct {
 	File   string `json:"file"` // relative to the checkpoint directory
 	Bytes  int64  `json:"bytes"`
 	SHA256 string `json:"sha256"`
+	// Blocks: the SHA-256 of each tensor's bytes in the file, by name.
+	Blocks map[string]string `json:"blocks"`
 }
 
 type ckIndex struct {
@@ -74,9 +76,15 @@ type ckTensorInfo struct {
 	Blocks []ckBlock `json:"blocks"`
 }
 
+// ckBlock is one block of a tensor: the file that holds it, where it lies in the tensor,
+// its shape and the SHA-256 of its bytes, so that a reader can read and check the blocks it
+// needs alone. Indexes from before shapes and hashes lack both (Shape nil, not []: a
+// scalar's shape is written as []).
 type ckBlock struct {
 	File   string  `json:"file"`
 	Offset []int64 `json:"offset"`
+	Shape  []int   `json:"shape"`
+	SHA256 string  `json:"sha256,omitempty"`
 }
 
 // CheckpointMeta is what a checkpoint says of itself.
@@ -129,12 +137,15 @@ func shardFileName(rank int) string { return fmt.Sprintf("rank-%05d.safetensors"
 // same step must not overwrite the files the index vouches for). Every process of a run
 // computes the same name: the index does not change until all have written.
 func saveDirName(dir string, step int) string {
-	name := fmt.Sprintf("step-%08d", step)
+	name := stepDirName(step)
 	if committedDir(dir) == name {
 		name += "-b"
 	}
 	return name
 }
+
+// stepDirName is the name of step's directory: step-00000020.
+func stepDirName(step int) string { return fmt.Sprintf("step-%08d", step) }
 
 // committedDir is the step directory of the checkpoint committed in dir ("" if none).
 func committedDir(dir string) string {
@@ -197,7 +208,12 @@ func (j *Job) WriteShards(dir string) ([]ShardFile, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, ShardFile{Rank: r, File: rel, Bytes: size, SHA256: sum})
+		blocks := map[string]string{}
+		for name, t := range byRank[r] {
+			h := sha256.Sum256(t.Data)
+			blocks[name] = hex.EncodeToString(h[:])
+		}
+		out = append(out, ShardFile{Rank: r, File: rel, Bytes: size, SHA256: sum, Blocks: blocks})
 	}
 	return out, nil
 }
@@ -247,7 +263,8 @@ func (j *Job) CommitCheckpoint(dir string, seed uint64, files []ShardFile) error
 		t := r.globalType(o.buf)
 		info := idx.Tensors[o.name]
 		info.DType, info.Shape = stDTypes[t.DType], t.Shape
-		info.Blocks = append(info.Blocks, ckBlock{File: name, Offset: o.offset})
+		shape := append([]int{}, r.Bufs[o.buf].Type.Shape...) // [] for a scalar, not null
+		info.Blocks = append(info.Blocks, ckBlock{File: name, Offset: o.offset, Shape: shape, SHA256: f.Blocks[o.name]})
 		idx.Tensors[o.name] = info
 	}
 	b, err := json.MarshalIndent(idx, "", " ")
@@ -286,153 +303,9 @@ func trimPath(err error) string {
 	return err.Error()
 }
 
-// ReadCheckpoint reads a checkpoint as full tensors by name. path is a checkpoint directory
-// (its index, or an older single-file checkpoint.safetensors), the index file, or a
-// safetensors file (an older checkpoint, ppc import's output). Every shard's size and
-// SHA-256 are checked against the index, and the blocks must tile each tensor exactly: a
-// truncated, corrupted or hand-edited checkpoint is an *InputError naming the file.
-func ReadCheckpoint(path string) (map[string]device.Tensor, CheckpointMeta, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, CheckpointMeta{}, &InputError{err}
-	}
-	if st.IsDir() {
-		idx := filepath.Join(path, IndexFile)
-		if _, err := os.Stat(idx); err == nil {
-			return readIndexed(idx)
-		}
-		file := filepath.Join(path, CheckpointFile)
-		if _, err := os.Stat(file); err != nil {
-			return nil, CheckpointMeta{}, inputErrorf("%s: not a checkpoint directory (no %s; ppc run --save DIR writes one)", path, IndexFile)
-		}
-		path = file
-	} else if strings.HasSuffix(path, ".json") {
-		return readIndexed(path)
-	}
-	tensors, meta, err := ReadSafetensors(path)
-	if err != nil {
-		return nil, CheckpointMeta{}, &InputError{err}
-	}
-	m := CheckpointMeta{SourceHash: meta["source_hash"], Model: meta["model"]}
-	m.Step, err = strconv.Atoi(meta["step"])
-	if err != nil || m.Step < 0 {
-		return nil, CheckpointMeta{}, inputErrorf("%s: metadata has no valid step count", path)
-	}
-	// The seed picks the synthetic data of the remaining steps, so a caller needs it to
-	// continue the run that saved the checkpoint.
-	if m.Seed, err = strconv.ParseUint(meta["seed"], 10, 64); err != nil {
-		return nil, CheckpointMeta{}, inputErrorf("%s: metadata has no valid seed", path)
-	}
-	return tensors, m, nil
-}
-
 // plainName is a file or directory name without a path in it.
 func plainName(s string) bool {
 	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, `/\`)
-}
-
-func readIndexed(path string) (map[string]device.Tensor, CheckpointMeta, error) {
-	fail := func(format string, args ...any) (map[string]device.Tensor, CheckpointMeta, error) {
-		return nil, CheckpointMeta{}, inputErrorf("%s: "+format, append([]any{path}, args...)...)
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, CheckpointMeta{}, &InputError{err}
-	}
-	var idx ckIndex
-	if err := json.Unmarshal(data, &idx); err != nil {
-		return fail("not a checkpoint index: %v", err)
-	}
-	if idx.Format != indexFormat || idx.Version != indexVersion {
-		return fail("not a ppc checkpoint index (format %q version %d; this ppc reads %q version %d)", idx.Format, idx.Version, indexFormat, indexVersion)
-	}
-	if idx.Step < 0 || !plainName(idx.Dir) {
-		return fail("bad step %d or directory %q", idx.Step, idx.Dir)
-	}
-	root := filepath.Dir(path)
-	files := map[string]map[string]device.Tensor{}
-	for name, f := range idx.Files {
-		if !plainName(name) {
-			return fail("bad file name %q", name)
-		}
-		p := filepath.Join(root, idx.Dir, name)
-		size, sum, err := hashFile(p)
-		if err != nil {
-			return fail("%s: %v", name, trimPath(err))
-		}
-		if size != f.Bytes || sum != f.SHA256 {
-			return fail("%s is not the file the checkpoint wrote (%d bytes, SHA-256 %.12s…; the index says %d bytes, %.12s…): corrupted or replaced", p, size, sum, f.Bytes, f.SHA256)
-		}
-		t, _, err := ReadSafetensors(p)
-		if err != nil {
-			return fail("%v", err)
-		}
-		files[name] = t
-	}
-	out := map[string]device.Tensor{}
-	for name, info := range idx.Tensors {
-		var dt ir.DType
-		for d, s := range stDTypes {
-			if s == info.DType {
-				dt = d
-			}
-		}
-		if dt == ir.Invalid {
-			return fail("tensor %s: unsupported dtype %q", name, info.DType)
-		}
-		full := ir.Type{DType: dt, Shape: ir.Shape(info.Shape)}
-		total := int64(1)
-		for _, d := range info.Shape {
-			if d < 0 || (d > 0 && total > (1<<50)/int64(d)) {
-				return fail("tensor %s: bad shape %v", name, info.Shape)
-			}
-			total *= int64(d)
-		}
-		if full.Shape == nil {
-			full.Shape = ir.Shape{}
-		}
-		// Every block is checked, and the blocks must cover the tensor exactly, before the
-		// tensor is allocated: an index cannot make the reader allocate more than its shard
-		// files hold.
-		var covered int64
-		var boxes []box
-		g := make([]*shardGeom, len(info.Blocks))
-		for i, b := range info.Blocks {
-			blk, ok := files[b.File][name]
-			switch {
-			case !ok:
-				return fail("tensor %s: block in %s, which does not hold it", name, b.File)
-			case blk.Type.DType != dt || blk.Type.Rank() != full.Rank() || len(b.Offset) != full.Rank():
-				return fail("tensor %s: block %s at %v does not fit %s", name, blk.Type, b.Offset, full)
-			}
-			bx := box{lo: b.Offset, size: blk.Type.Shape}
-			for d := range b.Offset {
-				if b.Offset[d] < 0 || b.Offset[d]+int64(blk.Type.Shape[d]) > int64(full.Shape[d]) {
-					return fail("tensor %s: block %s at %v does not fit %s", name, blk.Type, b.Offset, full)
-				}
-			}
-			for _, o := range boxes {
-				if o.overlaps(bx) {
-					return fail("tensor %s: blocks at %v and %v overlap", name, o.lo, bx.lo)
-				}
-			}
-			boxes = append(boxes, bx)
-			covered += int64(blk.Type.NumElements())
-			g[i] = &shardGeom{global: make([]int64, full.Rank()), offset: b.Offset}
-			for d, x := range full.Shape {
-				g[i].global[d] = int64(x)
-			}
-		}
-		if covered != total {
-			return fail("tensor %s: its blocks cover %d of its %d elements", name, covered, total)
-		}
-		buf := device.Tensor{Type: full, Data: alignedBytes(total * int64(dt.Size()))}
-		for i, b := range info.Blocks {
-			copyBlock(buf.Data, files[b.File][name], g[i], true)
-		}
-		out[name] = buf
-	}
-	return out, CheckpointMeta{Step: idx.Step, Seed: idx.Seed, SourceHash: idx.SourceHash, Model: idx.Model, Optimizer: idx.Optimizer}, nil
 }
 
 type box struct {

@@ -208,3 +208,47 @@ func TestSaveEvery(t *testing.T) {
 		}
 	}
 }
+
+// TestRunUntilStep: with --resume, --steps counts more steps (and the run's first line says
+// which), --until-step a total; the two are exclusive and a total already passed is refused.
+func TestRunUntilStep(t *testing.T) {
+	dir := t.TempDir()
+	plan := compilePlanIn(t, dir, "plan", mlp, "--microbatches", "2")
+	ck := filepath.Join(dir, "ck")
+	if code, _, errOut := ppc(t, "", "run", plan, "--steps", "4", "--save", ck); code != 0 {
+		t.Fatal(errOut)
+	}
+	stepsRun := func(stdout string) []string {
+		var s []string
+		for _, m := range regexp.MustCompile(`(?m)^step (\d+) `).FindAllStringSubmatch(stdout, -1) {
+			s = append(s, m[1])
+		}
+		return s
+	}
+	for _, c := range []struct {
+		args  []string
+		first string
+		steps string
+	}{
+		{[]string{"--steps", "3"}, "resumed from " + ck + " at step 4: running steps 5 to 7 (--steps 3 counts from the checkpoint; --until-step N runs until step N)", "5 6 7"},
+		{[]string{"--until-step", "6"}, "resumed from " + ck + " at step 4: running steps 5 to 6 (--until-step 6)", "5 6"},
+		{[]string{"--until-step", "4"}, "resumed from " + ck + " at step 4: no step to run (--until-step 4)", ""},
+	} {
+		code, stdout, errOut := ppc(t, "", append([]string{"run", plan, "--resume", ck}, c.args...)...)
+		if got := strings.Join(stepsRun(stdout), " "); code != 0 || !strings.HasPrefix(stdout, c.first+"\n") || got != c.steps {
+			t.Errorf("%v: exit %d, steps %q (want %q)\n%s%s", c.args, code, got, c.steps, stdout, errOut)
+		}
+	}
+	// Without --resume, the total is the number of steps.
+	if code, stdout, errOut := ppc(t, "", "run", plan, "--until-step", "2"); code != 0 || strings.Join(stepsRun(stdout), " ") != "1 2" || strings.Contains(stdout, "resumed") {
+		t.Errorf("--until-step 2: exit %d\n%s%s", code, stdout, errOut)
+	}
+	runCases(t, []cliCase{
+		{[]string{"run", plan, "--resume", ck, "--until-step", "3"}, exitInput, []string{"--until-step 3: the checkpoint " + ck + " is already at step 4", "usage: ppc run"}, []string{"step 5"}},
+		{[]string{"run", plan, "--steps", "2", "--until-step", "3"}, exitInput, []string{"--steps and --until-step both say how long to run"}, nil},
+		{[]string{"run", plan, "--until-step", "-1"}, exitInput, []string{"--until-step must be non-negative"}, nil},
+	})
+	if _, out, _ := ppc(t, "", "run", "--help"); !strings.Contains(out, "--until-step N") || !strings.Contains(out, "with --resume, N more after the checkpoint's") {
+		t.Errorf("run --help does not explain --steps and --until-step:\n%s", out)
+	}
+}

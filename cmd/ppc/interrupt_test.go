@@ -21,13 +21,18 @@ import (
 )
 
 // signalAfter is a stdout that delivers a signal on sigs once the line "step N " is printed,
-// as a user pressing Ctrl-C while watching the run would.
+// as a user pressing Ctrl-C while watching the run would. With handled set (the run's
+// stderr), it returns only once the run has taken the signal (its message is there), so
+// that the run sees it before its next check; with twice, it then sends a second one and
+// waits for the run's answer to that.
 type signalAfter struct {
-	mu   sync.Mutex
-	buf  bytes.Buffer
-	line string
-	sigs chan os.Signal
-	sent bool
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	line    string
+	sigs    chan os.Signal
+	sent    bool
+	handled *syncBuffer
+	twice   bool
 }
 
 func (w *signalAfter) Write(p []byte) (int, error) {
@@ -37,8 +42,23 @@ func (w *signalAfter) Write(p []byte) (int, error) {
 	if !w.sent && strings.Contains(w.buf.String(), w.line) {
 		w.sent = true
 		w.sigs <- os.Interrupt
+		if w.handled != nil {
+			waitUntil(w.handled, "ppc run: SIGINT: ")
+			if w.twice {
+				w.sigs <- os.Interrupt
+				waitUntil(w.handled, "ppc run: SIGINT again: ")
+			}
+		}
 	}
 	return len(p), nil
+}
+
+// waitUntil waits until out holds s, or gives up after a minute (the caller's checks then
+// fail, rather than the test hanging).
+func waitUntil(out *syncBuffer, s string) {
+	for end := time.Now().Add(time.Minute); !strings.Contains(out.String(), s) && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // traceSteps checks that a trace file is complete JSON and returns how many optimizer steps
@@ -113,6 +133,70 @@ func TestRunInterrupted(t *testing.T) {
 	}
 	if names := dirNames(t, before); len(names) != 0 {
 		t.Fatalf("the save directory holds %v", names)
+	}
+}
+
+// TestRunInterruptedWhileWriting: a signal after the last step, while the trace and the
+// checkpoint are written, lets them finish, and the run still ends as interrupted (exit 130,
+// with the line saying what it wrote); it used to exit 0 and say nothing.
+func TestRunInterruptedWhileWriting(t *testing.T) {
+	dir := t.TempDir()
+	plan := compilePlanIn(t, dir, "plan", mlp, "--microbatches", "2")
+	ck, tr := filepath.Join(dir, "ck"), filepath.Join(dir, "trace.json")
+	sigs := make(chan os.Signal, 1)
+	// "ran 3 step(s)" is printed after the last step, before the trace and checkpoint.
+	out := &signalAfter{line: "ran 3 step(s)", sigs: sigs}
+	var errb syncBuffer
+	e := &env{stdin: strings.NewReader(""), stdout: out, stderr: &errb,
+		interrupts: func() (<-chan os.Signal, func()) { return sigs, func() {} }}
+	code := run([]string{"run", plan, "--steps", "3", "--save", ck, "--trace", tr}, e)
+	want := "ppc run: interrupted by SIGINT while writing what was done after step 3; trace written to " + tr + "; checkpoint of step 3 saved to " + ck + "\n"
+	if code != exitInterrupted || !strings.HasSuffix(errb.String(), want) {
+		t.Fatalf("exit %d (want %d); stderr:\n%s\nwant it to end with %q", code, exitInterrupted, errb.String(), want)
+	}
+	if step := checkpointStep(t, ck); step != 3 || traceSteps(t, tr) != 3 {
+		t.Fatalf("checkpoint of step %d, trace of %d steps", step, traceSteps(t, tr))
+	}
+}
+
+// TestRunInterruptedAfterPeriodicSave: with --save-every, a run stopped after a step that
+// was just saved does not save it a second time (it wrote step-00000002-b, a second copy).
+func TestRunInterruptedAfterPeriodicSave(t *testing.T) {
+	dir := t.TempDir()
+	plan := compilePlanIn(t, dir, "plan", mlp, "--microbatches", "2")
+	ck := filepath.Join(dir, "ck")
+	sigs := make(chan os.Signal, 1)
+	var errb syncBuffer
+	// Step 2's line is printed after its periodic save; the run has the signal before it
+	// decides whether to run step 3.
+	out := &signalAfter{line: "step 2 ", sigs: sigs, handled: &errb}
+	e := &env{stdin: strings.NewReader(""), stdout: out, stderr: &errb,
+		interrupts: func() (<-chan os.Signal, func()) { return sigs, func() {} }}
+	code := run([]string{"run", plan, "--steps", "5", "--save", ck, "--save-every", "1"}, e)
+	if want := "ppc run: interrupted by SIGINT at step 2; checkpoint of step 2 saved to " + ck + "\n"; code != exitInterrupted || !strings.HasSuffix(errb.String(), want) {
+		t.Fatalf("exit %d; stderr:\n%s\nwant it to end with %q", code, errb.String(), want)
+	}
+	if names := dirNames(t, ck); len(names) != 2 || names[0] != runtime.IndexFile || names[1] != "step-00000002" {
+		t.Fatalf("the save directory holds %v", names)
+	}
+}
+
+// TestRunSecondInterrupt: a second signal ends the process at once with status 130 and says
+// so.
+func TestRunSecondInterrupt(t *testing.T) {
+	dir := t.TempDir()
+	plan := compilePlanIn(t, dir, "plan", mlp, "--microbatches", "2")
+	sigs := make(chan os.Signal, 1)
+	var errb syncBuffer
+	out := &signalAfter{line: "step 2 ", sigs: sigs, handled: &errb, twice: true}
+	var exited []int
+	e := &env{stdin: strings.NewReader(""), stdout: out, stderr: &errb,
+		interrupts: func() (<-chan os.Signal, func()) { return sigs, func() {} },
+		// The test's process goes on; the run then ends as after one signal.
+		exit: func(code int) { exited = append(exited, code) }}
+	run([]string{"run", plan, "--steps", "100000", "--save", filepath.Join(dir, "ck")}, e)
+	if len(exited) != 1 || exited[0] != exitInterrupted || !strings.Contains(errb.String(), "ppc run: SIGINT again: stopping at once (a checkpoint being written is abandoned; the previous one stays intact)\n") {
+		t.Fatalf("exit calls %v; stderr:\n%s", exited, errb.String())
 	}
 }
 

@@ -32,6 +32,16 @@ type env struct {
 	interrupts func() (sigs <-chan os.Signal, stop func())
 	// getenv reads the environment (nil: the process's); tests give a launcher's variables.
 	getenv func(string) string
+	// exit ends the process at once with a status (nil: os.Exit): a second interrupt.
+	exit func(code int)
+}
+
+func (e *env) exitNow(code int) {
+	if e.exit != nil {
+		e.exit(code)
+		return
+	}
+	os.Exit(code)
 }
 
 func (e *env) getenvFunc() func(string) string {

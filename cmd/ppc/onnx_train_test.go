@@ -43,7 +43,10 @@ func trainONNX(t *testing.T, model string, steps int, runFlags []string, flags .
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Fatal(err)
 		}
-		losses = append(losses, rec.Loss)
+		if rec.Loss == nil {
+			t.Fatalf("a training step's record has no loss: %s", line)
+		}
+		losses = append(losses, *rec.Loss)
 	}
 	return summary, losses
 }

@@ -54,10 +54,18 @@ const eraseLine = "\x1b[2K\r"
 // maxKeptLines is about how many step lines a run keeps on a terminal.
 const maxKeptLines = 20
 
+// redrawEvery is how often at most the bar is redrawn: a tiny model runs thousands of steps
+// a second.
+const redrawEvery = 100 * time.Millisecond
+
 // progress prints training steps. Off a terminal every step gets a line (a log keeps them
 // all). On a terminal a progressbar/v3 bar redrawn in place shows the step, the loss and the
 // elapsed and remaining time, and every few steps (about maxKeptLines a run, every step of a
 // short run) a line is printed above it, so that the loss history stays on the screen.
+//
+// The bar renders into nothing and progress writes its frames itself, at most every
+// redrawEvery: the bar's own throttle would drop whichever of a step's two updates (its
+// description, its count) came second, leaving the bar a step behind ("step 1/4 … 0%").
 type progress struct {
 	w     io.Writer
 	term  bool
@@ -66,16 +74,16 @@ type progress struct {
 	every int // keep a line every this many steps
 	done  int
 	bar   *progressbar.ProgressBar
+	shown bool      // a frame of the bar is on the screen
+	drawn time.Time // when it was drawn
 }
 
 func newProgress(w io.Writer, firstStep, steps int) *progress {
 	p := &progress{w: w, term: isTerminal(w) && steps > 1, steps: steps, last: firstStep + steps - 1,
 		every: max(1, (steps+maxKeptLines-1)/maxKeptLines)}
 	if p.term {
-		p.bar = progressbar.NewOptions(steps, progressbar.OptionSetWriter(w), progressbar.OptionUseANSICodes(true),
-			progressbar.OptionSetWidth(20), progressbar.OptionSetPredictTime(true), progressbar.OptionClearOnFinish(),
-			// Redraw at most ten times a second: a tiny model runs thousands of steps a second.
-			progressbar.OptionThrottle(100*time.Millisecond),
+		p.bar = progressbar.NewOptions(steps, progressbar.OptionSetWriter(io.Discard), progressbar.OptionUseANSICodes(true),
+			progressbar.OptionSetWidth(20), progressbar.OptionSetPredictTime(true),
 			progressbar.OptionSetDescription(fmt.Sprintf("step %d/%d", firstStep-1, p.last)))
 	}
 	return p
@@ -89,23 +97,42 @@ func (p *progress) step(n int, line, loss string) {
 		fmt.Fprintln(p.w, line)
 		return
 	}
-	if p.done == 1 || p.done%p.every == 0 || p.done == p.steps {
-		_ = p.bar.Clear()
+	keep := p.done == 1 || p.done%p.every == 0 || p.done == p.steps
+	if keep {
+		p.clear()
 		fmt.Fprintln(p.w, line)
 	}
+	if p.done == p.steps {
+		return // the run's last step: its line is kept and the bar is done
+	}
+	// Count first, then describe: the description renders the frame, with both.
+	_ = p.bar.Add(1)
 	desc := fmt.Sprintf("step %d/%d", n, p.last)
 	if loss != "" {
 		desc += " " + loss
 	}
 	p.bar.Describe(desc)
-	_ = p.bar.Add(1)
+	if keep || time.Since(p.drawn) >= redrawEvery {
+		// The frame starts with a carriage return and erases what it does not cover.
+		io.WriteString(p.w, p.bar.String())
+		p.shown, p.drawn = true, time.Now()
+	}
 }
 
-// finish removes the bar, leaving the kept lines; later calls do nothing.
+// clear erases the bar's frame, if one is on the screen.
+func (p *progress) clear() {
+	if p.shown {
+		io.WriteString(p.w, eraseLine)
+		p.shown = false
+	}
+}
+
+// finish removes the bar, leaving the kept lines, and leaves the cursor at the start of a
+// clean line for what follows; later calls do nothing.
 func (p *progress) finish() {
 	if p.term {
-		_ = p.bar.Finish()
-		_ = p.bar.Clear()
+		p.shown = true
+		p.clear()
 		p.term = false
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,7 +26,8 @@ func init() {
 		name: "run", args: "DIR [flags]",
 		summary: "Run a compiled plan for --steps steps: every rank in this process, one process per rank with --nproc N, or one rank of a run that torchrun, srun or mpirun started.",
 		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
-			steps := fs.Int("steps", 10, "training steps `N` to run")
+			steps := fs.Int("steps", 10, "training steps `N` to run: with --resume, N more after the checkpoint's (a step-4 checkpoint and --steps 3 run steps 5 to 7); --until-step gives a total")
+			until := fs.Int("until-step", 0, "run until step `N`, counting the checkpoint's steps with --resume (Megatron's --train-iters): a step-4 checkpoint and --until-step 7 run steps 5 to 7; instead of --steps")
 			seed := fs.Uint64("seed", 1, "random seed `N` of parameter initialisation and synthetic data (with --resume, the checkpoint's unless given)")
 			dev := fs.String("device", "cpu", "the `DEVICE` to run on: cpu or cuda (one GPU per process: LOCAL_RANK's in a launched run, else GPU 0)")
 			tf32 := fs.Bool("tf32", false, "with --device cuda, let f32 matmuls round their operands to TF32 on tensor cores (faster; results then differ from the CPU device's by about 1e-3 relative)")
@@ -69,6 +71,12 @@ func init() {
 					return usagef("--steps must be non-negative")
 				}
 				set := setFlags(fs)
+				switch {
+				case set["until-step"] && set["steps"]:
+					return usagef("--steps and --until-step both say how long to run: --steps counts the steps this run runs, --until-step the step it ends at; give one")
+				case set["until-step"] && *until < 0:
+					return usagef("--until-step must be non-negative")
+				}
 				if err := checkDataFlags(set, *data, *dataDType); err != nil {
 					return err
 				}
@@ -187,6 +195,24 @@ func init() {
 					}
 					opts.Data = src
 				}
+				if set["until-step"] {
+					if *until < job.StepsDone() {
+						return usagef("--until-step %d: the checkpoint %s is already at step %d", *until, *resume, job.StepsDone())
+					}
+					*steps = *until - job.StepsDone()
+				}
+				if *resume != "" {
+					// --steps counts from the checkpoint: say which steps run, before any does.
+					how := fmt.Sprintf("--steps %d counts from the checkpoint; --until-step N runs until step N", *steps)
+					if set["until-step"] {
+						how = fmt.Sprintf("--until-step %d", *until)
+					}
+					if *steps == 0 {
+						fmt.Fprintf(e.stdout, "resumed from %s at step %d: no step to run (%s)\n", *resume, job.StepsDone(), how)
+					} else {
+						fmt.Fprintf(e.stdout, "resumed from %s at step %d: running steps %d to %d (%s)\n", *resume, job.StepsDone(), job.StepsDone()+1, job.StepsDone()+*steps, how)
+					}
+				}
 				if err := checkTraceRange(set, *traceSteps, traceFirst, traceLast, job.StepsDone(), *steps); err != nil {
 					return err
 				}
@@ -210,6 +236,7 @@ func init() {
 				// --save-every: a checkpoint after every N-th step but the last (the final save
 				// below writes that one).
 				var afterStep func(step int, last bool) (string, error)
+				savedStep := -1 // the step of the checkpoint last saved, if any
 				if *saveEvery > 0 {
 					afterStep = func(step int, last bool) (string, error) {
 						if step%*saveEvery != 0 || last {
@@ -218,6 +245,7 @@ func init() {
 						if err := job.SaveAll(*save, *seed); err != nil {
 							return "", fmt.Errorf("--save: %w", err)
 						}
+						savedStep = step
 						return " (saved)", nil
 					}
 				}
@@ -226,9 +254,10 @@ func init() {
 				// steps (closed even when a step failed: the steps up to the failure are what
 				// one looks at), and a checkpoint of the last of them (none when no step
 				// completed, so an interruption during start-up leaves the save directory as
-				// it was). A signal from here on does not stop the writing, nor make the run
-				// interrupted.
-				sig := intr.signal()
+				// it was). A signal from here on does not stop the writing (a second one does,
+				// at once), but the run still ends as interrupted.
+				intr.writing.Store(true)
+				stepsSig := intr.signal()
 				var wrote []string
 				if opts.Trace != nil {
 					if terr := closeTrace(opts.Trace, *trace, proc); terr != nil && err == nil {
@@ -239,22 +268,32 @@ func init() {
 				if err != nil {
 					return err
 				}
-				stopped := sig != nil || stoppedBy != ""
+				stopped := stepsSig != nil || stoppedBy != ""
 				if *save != "" && (done > 0 || !stopped) {
-					if err := job.SaveAll(*save, *seed); err != nil {
-						return fmt.Errorf("--save: %w", err)
+					// A periodic save of the step the run stopped after (an interrupt during
+					// it) is the final checkpoint: not written twice.
+					if savedStep != job.StepCount() {
+						if err := job.SaveAll(*save, *seed); err != nil {
+							return fmt.Errorf("--save: %w", err)
+						}
 					}
 					fmt.Fprintf(e.stdout, "saved checkpoint to %s\n", *save)
 					wrote = append(wrote, fmt.Sprintf("checkpoint of step %d saved to %s", job.StepCount(), *save))
 				}
-				if stopped {
+				sig := intr.settle()
+				if sig != nil || stoppedBy != "" {
 					by := stoppedBy
 					if sig != nil {
 						by = signalName(sig)
 					}
-					msg := fmt.Sprintf("interrupted by %s at step %d", by, job.StepCount())
-					if done == 0 {
+					var msg string
+					switch {
+					case !stopped:
+						msg = fmt.Sprintf("interrupted by %s while writing what was done after step %d", by, job.StepCount())
+					case done == 0:
 						msg = fmt.Sprintf("interrupted by %s before the first step", by)
+					default:
+						msg = fmt.Sprintf("interrupted by %s at step %d", by, job.StepCount())
 					}
 					if len(wrote) == 0 {
 						wrote = append(wrote, "nothing saved")
@@ -269,47 +308,64 @@ func init() {
 
 // interruption turns SIGINT and SIGTERM into a flag that the training loop checks between
 // steps, so that a run stops cleanly: the step in progress completes, then the trace and
-// the checkpoint are written. It only records the signal: the loop decides what to do.
+// the checkpoint are written. It only records the first signal: the loop decides what to
+// do. A second signal ends the process at once with status 130, whatever the signal's
+// inherited disposition (a run started in the background of a script ignores SIGINT once
+// signal.Stop restores it, so the default effect cannot be relied on).
 type interruption struct {
-	sig  atomic.Pointer[os.Signal]
-	done chan struct{}
-	wg   sync.WaitGroup
-	stop func()
+	e       *env
+	sig     atomic.Pointer[os.Signal]
+	writing atomic.Bool // the steps are over: the trace and checkpoint are being written
+	sigs    <-chan os.Signal
+	done    chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup
+	stop    func()
 }
 
 // watchInterrupts starts watching the signals env feeds (none in most tests).
 func watchInterrupts(e *env) *interruption {
-	in := &interruption{done: make(chan struct{}), stop: func() {}}
+	in := &interruption{e: e, done: make(chan struct{}), stop: func() {}}
 	if e.interrupts == nil {
 		return in
 	}
-	sigs, stop := e.interrupts()
-	in.stop = stop
-	handle := func(s os.Signal) {
-		// From now on the signals have their default effect: a second Ctrl-C stops at once
-		// (a save in progress then leaves the previous checkpoint intact).
-		stop()
-		fmt.Fprintf(e.stderr, "ppc run: %s: finishing the step in progress, then writing what is done (interrupt again to stop at once)\n", signalName(s))
-		in.sig.Store(&s) // after the message, so that it is printed before the command returns
-	}
+	in.sigs, in.stop = e.interrupts()
 	// A signal already waiting (a channel fed before the run, as tests do) stops the run
 	// before its first step, whatever the goroutine's timing.
 	select {
-	case s := <-sigs:
-		handle(s)
-		return in
+	case s := <-in.sigs:
+		in.handle(s)
 	default:
 	}
 	in.wg.Add(1)
 	go func() {
 		defer in.wg.Done()
-		select {
-		case s := <-sigs:
-			handle(s)
-		case <-in.done:
+		for {
+			select {
+			case s := <-in.sigs:
+				in.handle(s)
+			case <-in.done:
+				return
+			}
 		}
 	}()
 	return in
+}
+
+func (in *interruption) handle(s os.Signal) {
+	if in.signal() != nil {
+		fmt.Fprintf(in.e.stderr, "ppc run: %s again: stopping at once (a checkpoint being written is abandoned; the previous one stays intact)\n", signalName(s))
+		in.e.exitNow(exitInterrupted)
+		return
+	}
+	// Stored before the message (settle waits for this handler, so the message is still
+	// printed before the command returns): once it is printed, the run has seen the signal.
+	in.sig.Store(&s)
+	if in.writing.Load() {
+		fmt.Fprintf(in.e.stderr, "ppc run: %s: the steps are done; finishing writing the trace and checkpoint (interrupt again to stop at once)\n", signalName(s))
+	} else {
+		fmt.Fprintf(in.e.stderr, "ppc run: %s: finishing the step in progress, then writing what is done (interrupt again to stop at once)\n", signalName(s))
+	}
 }
 
 // signalName spells the signals ppc run stops on as a user sends them.
@@ -331,10 +387,29 @@ func (in *interruption) signal() os.Signal {
 	return nil
 }
 
+// settle stops watching and returns the signal received, counting one delivered but not
+// yet handled: a signal that came while the run wrote what it did still makes it
+// interrupted. From here on the signals have their default effect.
+func (in *interruption) settle() os.Signal {
+	in.close()
+	if in.sigs != nil {
+		select {
+		case s := <-in.sigs:
+			if in.signal() == nil {
+				in.handle(s)
+			}
+		default:
+		}
+	}
+	return in.signal()
+}
+
 func (in *interruption) close() {
-	close(in.done)
-	in.wg.Wait()
-	in.stop()
+	in.once.Do(func() {
+		close(in.done)
+		in.wg.Wait()
+		in.stop()
+	})
 }
 
 // checkWritableDir creates dir if needed and checks that files can be created in it.
@@ -426,9 +501,12 @@ func train(e *env, job *runtime.Job, opts runtime.Options, steps int, log *stepL
 		}
 		lastLoss = res.Loss
 		total += res.Duration
-		rec := stepRecord{Step: res.Step, Loss: res.Loss, TimeMS: float64(res.Duration.Microseconds()) / 1000, Samples: res.Samples}
+		rec := stepRecord{Step: res.Step, TimeMS: float64(res.Duration.Microseconds()) / 1000, Samples: res.Samples}
 		for _, d := range res.RankTimes {
 			rec.RankTimesMS = append(rec.RankTimesMS, float64(d.Microseconds())/1000)
+		}
+		if hasLoss {
+			rec.Loss = &res.Loss
 		}
 		if s, ok := res.Metrics[passes.MetricLossScale]; ok {
 			rec.LossScale = &s
@@ -448,7 +526,7 @@ func train(e *env, job *runtime.Job, opts runtime.Options, steps int, log *stepL
 		}
 		loss, line := "", fmt.Sprintf("step %d", res.Step)
 		if hasLoss {
-			loss = fmt.Sprintf("loss=%.4f", res.Loss)
+			loss = "loss=" + formatLoss(res.Loss)
 			line += " " + loss
 		}
 		if rec.Skipped {
@@ -474,12 +552,27 @@ func train(e *env, job *runtime.Job, opts runtime.Options, steps int, log *stepL
 	if done > 0 {
 		mean := roundDuration(total / time.Duration(done))
 		if job.Plan.Training || !math.IsNaN(lastLoss) {
-			fmt.Fprintf(e.stdout, "ran %d step(s): loss %.4f → %.4f, mean step %s\n", done, firstLoss, lastLoss, mean)
+			fmt.Fprintf(e.stdout, "ran %d step(s): loss %s → %s, mean step %s\n", done, formatLoss(firstLoss), formatLoss(lastLoss), mean)
 		} else {
 			fmt.Fprintf(e.stdout, "ran %d forward pass(es), mean %s\n", done, mean)
 		}
 	}
 	return done, stoppedBy, nil
+}
+
+// formatLoss prints a loss with at least five significant digits: four decimals from 1 up
+// (6.2505, as the README shows), more below 1 so that a small loss still shows its changes
+// (0.00021234, where four decimals would print 0.0002 while it falls by a third), and an
+// exponent below 1e-4.
+func formatLoss(v float64) string {
+	a := math.Abs(v)
+	switch {
+	case a >= 1 || a == 0 || math.IsNaN(v) || math.IsInf(v, 0):
+		return strconv.FormatFloat(v, 'f', 4, 64)
+	case a >= 1e-4:
+		return strconv.FormatFloat(v, 'f', 4-int(math.Floor(math.Log10(a))), 64)
+	}
+	return strconv.FormatFloat(v, 'e', 4, 64)
 }
 
 // roundDuration keeps three or four significant digits of a step time.

@@ -48,7 +48,9 @@ func TestRunProgressOnTerminal(t *testing.T) {
 			kept = append(kept, l)
 		}
 	}
-	stepLine := regexp.MustCompile(`^step (\d+) loss=\d+\.\d{4} time=`)
+	// A loss of five significant digits (formatLoss): the mlp's falls below 1e-4 by step 50.
+	const lossRe = `(\d+\.\d{4}|0\.\d{5,}|\d\.\d{4}e-\d+)`
+	stepLine := regexp.MustCompile(`^step (\d+) loss=` + lossRe + ` time=`)
 	var steps []string
 	for _, l := range kept[:len(kept)-1] {
 		m := stepLine.FindStringSubmatch(l)
@@ -66,7 +68,7 @@ func TestRunProgressOnTerminal(t *testing.T) {
 	}
 	// The bar (redrawn at most ten times a second, so which steps it shows depends on speed):
 	// the step of the total, the loss, the fraction done and elapsed:remaining time.
-	if bar := regexp.MustCompile(`step \d+/50 loss=\d+\.\d{4} +\d+% \|[^|]*\| +\[\d+s:\d+s\]`); !bar.MatchString(out.String()) {
+	if bar := regexp.MustCompile(`step \d+/50 loss=` + lossRe + ` +\d+% \|[^|]*\| +\[\d+s:\d+s\]`); !bar.MatchString(out.String()) {
 		t.Errorf("no bar with step N/50, loss and elapsed:remaining time:\n%q", out.String()[:min(out.Len(), 2000)])
 	}
 	if !strings.HasSuffix(out.String(), eraseLine+kept[len(kept)-1]+"\n") {
@@ -80,6 +82,33 @@ func TestRunProgressOnTerminal(t *testing.T) {
 	code, stdout, stderr := ppc(t, "", "run", plan, "--steps", "3")
 	if code != 0 || strings.Count(stdout, "\n") != 4 || strings.Contains(stdout, "\r") || stderr != "" {
 		t.Fatalf("not a terminal: %d %q %q", code, stdout, stderr)
+	}
+}
+
+// TestRunProgressBarInStep: every frame of the bar shows the step just finished with its
+// own fraction done (it showed "step 1/4 … 0%" after step 1, a step behind), and each of a
+// short run's steps but the last (whose line ends the run) is shown.
+func TestRunProgressBarInStep(t *testing.T) {
+	plan := compilePlan(t, mlp, "--microbatches", "2")
+	for _, steps := range []int{4, 30} {
+		var out, errOut fakeTerminal
+		code := run([]string{"run", plan, "--steps", fmt.Sprint(steps)}, &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut})
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut.String())
+		}
+		frames := regexp.MustCompile(`step (\d+)/(\d+) loss=\S+ +(\d+)% \|`).FindAllStringSubmatch(out.String(), -1)
+		seen := map[string]bool{}
+		for _, f := range frames {
+			var n, total, pct int
+			fmt.Sscan(f[1]+" "+f[2]+" "+f[3], &n, &total, &pct)
+			if total != steps || pct != n*100/steps {
+				t.Errorf("%d steps: frame %q shows %d%%, want %d%%", steps, f[0], pct, n*100/steps)
+			}
+			seen[f[1]] = true
+		}
+		if steps == 4 && (len(seen) != 3 || !seen["1"] || !seen["3"]) {
+			t.Errorf("4 steps: frames of steps %v, want 1 to 3:\n%q", seen, out.String())
+		}
 	}
 }
 
@@ -129,6 +158,31 @@ func TestRunLogJSONTellsRunsApart(t *testing.T) {
 		data, _ := os.ReadFile(log)
 		if strings.Contains(string(data), `"lr"`) != (c.lr != "") || !strings.Contains(string(data), c.lr) {
 			t.Errorf("%v: %s", c.args, data)
+		}
+	}
+}
+
+// TestRunLogJSONWithoutLoss: a forward-only plan of a model without a loss logs its steps
+// with no "loss" field (JSON has no NaN), and the step lines print none either.
+func TestRunLogJSONWithoutLoss(t *testing.T) {
+	plan := compilePlan(t, filepath.Join("..", "..", "testdata", "models", "gpt-tiny.onnx"), "--dim", "batch=4", "--forward-only")
+	log := filepath.Join(t.TempDir(), "log.jsonl")
+	code, stdout, errOut := ppc(t, "", "run", plan, "--steps", "2", "--log-json", log)
+	if code != 0 || strings.Contains(stdout, "loss") {
+		t.Fatalf("exit %d\n%s%s", code, stdout, errOut)
+	}
+	data, _ := os.ReadFile(log)
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d records:\n%s", len(lines), data)
+	}
+	for i, l := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatal(err)
+		}
+		if _, has := rec["loss"]; has || rec["step"] != float64(i+1) || rec["samples"] != float64(4) {
+			t.Errorf("record %s", l)
 		}
 	}
 }
@@ -263,6 +317,24 @@ func TestRunOutputsOnFullDisk(t *testing.T) {
 		code, stdout, errOut := ppc(t, "", "run", plan, "--steps", "2", flag, "/dev/full")
 		if code == 0 || !strings.Contains(errOut, flag+": ") || !strings.Contains(errOut, "no space left on device") || strings.Contains(stdout, "step 2") {
 			t.Errorf("%s /dev/full: exit %d\n%s%s", flag, code, stdout, errOut)
+		}
+	}
+}
+
+// TestFormatLoss: a loss prints with five significant digits whatever its size, so that a
+// small loss that falls shows it (four decimals printed 2e-4 and 1.4e-4 both as 0.0002).
+func TestFormatLoss(t *testing.T) {
+	for _, c := range []struct {
+		v    float64
+		want string
+	}{
+		{6.25051, "6.2505"}, {12.5, "12.5000"}, {0, "0.0000"},
+		{0.5, "0.50000"}, {0.99999, "0.99999"},
+		{2.1234e-4, "0.00021234"}, {1.4e-4, "0.00014000"}, {-0.03125, "-0.031250"},
+		{2.5e-5, "2.5000e-05"}, {1e-12, "1.0000e-12"},
+	} {
+		if got := formatLoss(c.v); got != c.want {
+			t.Errorf("formatLoss(%g) = %q, want %q", c.v, got, c.want)
 		}
 	}
 }

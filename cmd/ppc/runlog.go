@@ -21,9 +21,11 @@ type stepRecord struct {
 	Step  int    `json:"step"`
 	// Time is the wall clock when the step ended (RFC 3339, milliseconds); ElapsedS counts
 	// from the start of the run (loading included).
-	Time        string   `json:"time"`
-	ElapsedS    float64  `json:"elapsed_s"`
-	Loss        float64  `json:"loss"`
+	Time     string  `json:"time"`
+	ElapsedS float64 `json:"elapsed_s"`
+	// Loss is the step's mean loss; absent for a forward-only plan without one (JSON has no
+	// NaN).
+	Loss        *float64 `json:"loss,omitempty"`
 	LR          *float64 `json:"lr,omitempty"` // training: the step's learning rate (its schedule's)
 	TimeMS      float64  `json:"time_ms"`
 	Samples     int      `json:"samples"`
