@@ -50,11 +50,7 @@ func f32Tensor(vals ...float32) device.Tensor {
 // zeros or cut.
 func TestReadNpySize(t *testing.T) {
 	dir := t.TempDir()
-	good := filepath.Join(dir, "good.npy")
-	if err := WriteNpy(good, f32Tensor(1, 2, 3, 4)); err != nil {
-		t.Fatal(err)
-	}
-	data, _ := os.ReadFile(good)
+	data := npyBytes(t, dir, f32Tensor(1, 2, 3, 4))
 	for _, c := range []struct {
 		name string
 		data []byte
@@ -69,7 +65,7 @@ func TestReadNpySize(t *testing.T) {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 		}
 	}
-	if tt, err := ReadNpy(good); err != nil || tt.F32()[3] != 4 {
+	if tt, err := ReadNpy(filepath.Join(dir, "good.npy")); err != nil || tt.F32()[3] != 4 {
 		t.Fatalf("good file: %v %v", tt, err)
 	}
 }

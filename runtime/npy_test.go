@@ -44,15 +44,25 @@ func writeBytes(t testing.TB, dir, name string, b []byte) string {
 	return p
 }
 
+// npyBytes writes x as dir/good.npy (WriteNpy) and returns the file's bytes.
+func npyBytes(t testing.TB, dir string, x device.Tensor) []byte {
+	t.Helper()
+	good := filepath.Join(dir, "good.npy")
+	if err := WriteNpy(good, x); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
 // TestReadNpyTruncated: a .npy cut anywhere — inside the magic, the header or the data — is
 // refused with a message naming the file, never a panic or zero-padded data.
 func TestReadNpyTruncated(t *testing.T) {
 	dir := t.TempDir()
-	good := filepath.Join(dir, "good.npy")
-	if err := WriteNpy(good, f32Tensor(1, 2, 3, 4)); err != nil {
-		t.Fatal(err)
-	}
-	data, _ := os.ReadFile(good)
+	data := npyBytes(t, dir, f32Tensor(1, 2, 3, 4))
 	header := len(data) - 16 // the preamble and header; 4 float32s follow
 	for n := range len(data) {
 		p := writeBytes(t, dir, "cut.npy", data[:n])
@@ -133,11 +143,7 @@ func TestReadNpyHeaders(t *testing.T) {
 // elements its shape says.
 func FuzzReadNpy(f *testing.F) {
 	dir := f.TempDir()
-	good := filepath.Join(dir, "good.npy")
-	if err := WriteNpy(good, f32Tensor(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)); err != nil {
-		f.Fatal(err)
-	}
-	data, _ := os.ReadFile(good)
+	data := npyBytes(f, dir, f32Tensor(1, 2, 3, 4, 5, 6, 7, 8, 9, 10))
 	f.Add(data)
 	f.Add(data[:11])
 	f.Add(npyFile(3, `{"descr": ">u2", "fortran_order": False, "shape": (12L,)}`, make([]byte, 24)))

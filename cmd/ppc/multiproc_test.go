@@ -196,17 +196,17 @@ func TestNprocTraceAndLog(t *testing.T) {
 	}
 }
 
-// TestHandRunPlanMismatch: processes started on different plans of the same world size are
-// refused at the rendezvous with both plans named, and every process exits 2 (bad input).
-func TestHandRunPlanMismatch(t *testing.T) {
-	a := compileGPT(t, "--pp", "2")
-	b := compileGPT(t, "--pp", "2", "--recompute", "full")
+// startByHand starts one process of a run per argument list, rank r with args[r], as a user
+// starts them by hand (RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, no launcher), and
+// returns them with their standard errors.
+func startByHand(t *testing.T, args ...[]string) ([]*exec.Cmd, []*syncBuffer) {
+	t.Helper()
 	port := strconv.Itoa(freePort(t))
 	var cmds []*exec.Cmd
 	var errs []*syncBuffer
-	for r, plan := range []string{a, b} {
-		c := exec.Command(os.Args[0], "run", plan, "--steps", "1")
-		c.Env = append(os.Environ(), "PPC_TEST_AS_PPC=1", "RANK="+strconv.Itoa(r), "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port)
+	for r, a := range args {
+		c := exec.Command(os.Args[0], a...)
+		c.Env = append(os.Environ(), "PPC_TEST_AS_PPC=1", "RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(len(args)), "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port)
 		e := &syncBuffer{}
 		c.Stderr = e
 		if err := c.Start(); err != nil {
@@ -214,6 +214,15 @@ func TestHandRunPlanMismatch(t *testing.T) {
 		}
 		cmds, errs = append(cmds, c), append(errs, e)
 	}
+	return cmds, errs
+}
+
+// TestHandRunPlanMismatch: processes started on different plans of the same world size are
+// refused at the rendezvous with both plans named, and every process exits 2 (bad input).
+func TestHandRunPlanMismatch(t *testing.T) {
+	a := compileGPT(t, "--pp", "2")
+	b := compileGPT(t, "--pp", "2", "--recompute", "full")
+	cmds, errs := startByHand(t, []string{"run", a, "--steps", "1"}, []string{"run", b, "--steps", "1"})
 	for r, c := range cmds {
 		c.Wait()
 		msg := errs[r].String()
@@ -366,20 +375,8 @@ func TestHandRunFlagMismatch(t *testing.T) {
 		{[]string{"--seed", "2"}, "--seed=2, but rank 0 with --seed=1"},
 		{[]string{"--steps", "3"}, "--steps=3, but rank 0 with --steps=2"},
 	} {
-		port := strconv.Itoa(freePort(t))
-		var cmds []*exec.Cmd
-		var errs []*syncBuffer
-		for r, extra := range [][]string{nil, c.rank1} {
-			args := []string{"run", plan, "--steps", "2"}
-			c := exec.Command(os.Args[0], append(args, extra...)...)
-			c.Env = append(os.Environ(), "PPC_TEST_AS_PPC=1", "RANK="+strconv.Itoa(r), "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port)
-			e := &syncBuffer{}
-			c.Stderr = e
-			if err := c.Start(); err != nil {
-				t.Fatal(err)
-			}
-			cmds, errs = append(cmds, c), append(errs, e)
-		}
+		args := []string{"run", plan, "--steps", "2"}
+		cmds, errs := startByHand(t, args, append(append([]string{}, args...), c.rank1...))
 		re := regexp.MustCompile(`rank 1 \(.*\) was started with ` + regexp.QuoteMeta(c.want) + `: every process of a run must be started with the same flags`)
 		for r, cmd := range cmds {
 			cmd.Wait()
@@ -421,47 +418,5 @@ func TestRunFlags(t *testing.T) {
 	}
 	if r := flags("--resume", "ck", "--seed", "1"); !slices.Contains(r, "seed=1") {
 		t.Errorf("--resume with --seed 1: %v", r)
-	}
-}
-
-// TestNprocSaveIntoFullFilesystem: a save under --nproc into a full file system (a small
-// tmpfs, which needs root) fails as the in-process run's does: exit 1 (a failed write, not
-// bad input), "the previous checkpoint … is intact", and the failed save's files removed.
-func TestNprocSaveIntoFullFilesystem(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a small tmpfs needs root")
-	}
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=16m"); err != nil {
-		t.Skipf("cannot mount a tmpfs (%v)", err)
-	}
-	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
-	plan := compileGPT(t, "--pp", "2")
-	ck := filepath.Join(dir, "ck")
-	if code, _, errOut := ppc(t, "", "run", plan, "--steps", "1", "--nproc", "2", "--save", ck); code != 0 {
-		t.Fatal(errOut)
-	}
-	good := dirSnapshot(t, ck)
-	filler, err := os.Create(filepath.Join(dir, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	chunk := make([]byte, 4096)
-	for {
-		if _, err := filler.Write(chunk); err != nil {
-			break
-		}
-	}
-	filler.Close()
-	code, _, errOut := ppc(t, "", "run", plan, "--steps", "1", "--nproc", "2", "--resume", ck, "--save", ck)
-	if code != exitFailed || !strings.Contains(errOut, "no space left on device") || !strings.Contains(errOut, "; the previous checkpoint in "+ck+" is intact\n") {
-		t.Fatalf("exit %d\n%s", code, errOut)
-	}
-	if now := dirSnapshot(t, ck); !maps.Equal(now, good) {
-		t.Fatalf("the failed save changed the checkpoint directory: %v, before %v", slices.Sorted(maps.Keys(now)), slices.Sorted(maps.Keys(good)))
-	}
-	os.Remove(filepath.Join(dir, "filler"))
-	if code, _, errOut := ppc(t, "", "run", plan, "--steps", "1", "--nproc", "2", "--resume", ck, "--save", ck); code != 0 {
-		t.Fatalf("save once there is room: %s", errOut)
 	}
 }
