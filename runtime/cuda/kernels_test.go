@@ -422,17 +422,19 @@ func hostCompiler(t testing.TB) string {
 	return ""
 }
 
-// everyKernel is every kernel case's kernels and the communication's own kernels: ordered
-// reductions' folds (net.go's permutes are transposes, among the cases).
+// everyKernel is every kernel case's kernels and the communication's own: the ordered
+// reductions' folds (an all-reduce's over 3 members, in each float dtype and op; the permutes
+// of gathers and scatters are transposes, among the cases).
 func everyKernel(t *testing.T) []Kernel {
 	ks := caseKernels(t, ewCases())
 	for _, dt := range []ir.DType{ir.F32, ir.F64, ir.BF16, ir.F16} {
 		for _, op := range []string{"sum", "mean", "max", "min"} {
-			k, err := foldKernel(fmt.Sprintf("fold_%s_%s", op, dt), dt, op, 3, 7)
-			if err != nil {
-				t.Fatal(err)
+			c := device.Coll{Kind: device.AllReduce, In: ir.Type{DType: dt, Shape: ir.Shape{3 * 7}}, Op: op}
+			fold, err := CollectiveKernels(c, 3, 0)
+			if err != nil || len(fold) != 1 {
+				t.Fatalf("%v of %s over 3 members: %d kernels, %v", op, c.In, len(fold), err)
 			}
-			ks = append(ks, k)
+			ks = append(ks, fold...)
 		}
 	}
 	return ks
