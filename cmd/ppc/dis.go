@@ -12,8 +12,8 @@ import (
 
 	"ppc.dev/ppc/codegen"
 	pb "ppc.dev/ppc/codegen/programpb"
+	"ppc.dev/ppc/kernels/cuda"
 	"ppc.dev/ppc/runtime"
-	"ppc.dev/ppc/runtime/cuda"
 )
 
 func init() {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"ppc.dev/ppc/compiler"
+	kernels "ppc.dev/ppc/kernels/cuda"
 	"ppc.dev/ppc/runtime"
 )
 
@@ -39,7 +40,7 @@ func (*nullDriver) EventSync(Event) error           { return nil }
 func (*nullDriver) EventDestroy(Event) error        { return nil }
 func (*nullDriver) Bound(call func() error) error   { return call() }
 func (*nullDriver) Workspace() uint64               { return 0 }
-func (*nullDriver) Matmul(GemmCall, uintptr, uintptr, uintptr, uintptr, uintptr, uintptr) error {
+func (*nullDriver) Matmul(kernels.GemmCall, uintptr, uintptr, uintptr, uintptr, uintptr, uintptr) error {
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"ppc.dev/ppc/ir"
+	kernels "ppc.dev/ppc/kernels/cuda"
 )
 
 // cuBLASLt's enum values (cublasLt.h, cublas_api.h, library_types.h), for the calls below.
@@ -60,10 +61,10 @@ type CublasLt struct {
 	WorkspaceBytes uint64
 	// plans keeps each call's descriptors, layouts and algorithm: made once per distinct call
 	// (a step repeats the same few hundred), not per launch.
-	plans map[GemmCall]*ltPlan
+	plans map[kernels.GemmCall]*ltPlan
 }
 
-// ltPlan is one GemmCall's cuBLASLt objects and the heuristic's algorithm.
+// ltPlan is one kernels.GemmCall's cuBLASLt objects and the heuristic's algorithm.
 type ltPlan struct {
 	desc, la, lb, ld uintptr
 	algo             [8]uint64
@@ -101,7 +102,7 @@ func OpenCublasLt(l *Library) (*CublasLt, error) {
 // Matmul runs one planned call on device pointers a (cuBLASLt's A: the IR's second
 // operand), b (the IR's first), d (the result) and bias, on stream, with workspace bytes at
 // ws. alpha = 1, beta = 0: D is written, not accumulated into.
-func (c *CublasLt) Matmul(g GemmCall, a, b, d, bias, ws, stream uintptr) error {
+func (c *CublasLt) Matmul(g kernels.GemmCall, a, b, d, bias, ws, stream uintptr) error {
 	p, err := c.plan(g)
 	if err != nil {
 		return err
@@ -131,7 +132,7 @@ func (c *CublasLt) check(what string, rc int32) error {
 
 // plan makes (once) the call's descriptor, its layouts of A, B and D, and the algorithm the
 // heuristic picks for the workspace limit.
-func (c *CublasLt) plan(g GemmCall) (*ltPlan, error) {
+func (c *CublasLt) plan(g kernels.GemmCall) (*ltPlan, error) {
 	if p := c.plans[g]; p != nil {
 		return p, nil
 	}
@@ -224,7 +225,7 @@ func (c *CublasLt) plan(g GemmCall) (*ltPlan, error) {
 	}
 	p.algo = res.algo
 	if c.plans == nil {
-		c.plans = map[GemmCall]*ltPlan{}
+		c.plans = map[kernels.GemmCall]*ltPlan{}
 	}
 	c.plans[g] = p
 	return p, nil

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"ppc.dev/ppc/ir"
+	kernels "ppc.dev/ppc/kernels/cuda"
 	"ppc.dev/ppc/runtime/device"
 )
 
@@ -76,7 +77,7 @@ func TestCublasLtCalls(t *testing.T) {
 	// x [4, 5, 3] @ wᵀ with w [7, 3], bias [7], bf16: M 7, N 5, K 3, batch 4 with w repeated.
 	spec := &device.Spec{Op: ir.MustLookup("matmul"), Attrs: ir.Attrs{{Name: "transpose_b", Value: ir.BoolAttr(true)}},
 		In: []ir.Type{ty(ir.BF16, 4, 5, 3), ty(ir.BF16, 7, 3), ty(ir.BF16, 7)}, Out: []ir.Type{ty(ir.BF16, 4, 5, 7)}}
-	calls, err := PlanMatmul(spec, false)
+	calls, err := kernels.PlanMatmul(spec, false)
 	if err != nil || len(calls) != 1 {
 		t.Fatalf("plan: %v %+v", err, calls)
 	}
@@ -123,7 +124,7 @@ func TestCublasLtCalls(t *testing.T) {
 	}
 	// A call with element offsets (a batch the strides cannot express) moves the pointers.
 	spec = &device.Spec{Op: ir.MustLookup("matmul"), In: []ir.Type{ty(ir.F32, 2, 1, 5, 3), ty(ir.F32, 1, 4, 3, 7)}, Out: []ir.Type{ty(ir.F32, 2, 4, 5, 7)}}
-	calls, err = PlanMatmul(spec, true)
+	calls, err = kernels.PlanMatmul(spec, true)
 	if err != nil || len(calls) != 2 {
 		t.Fatalf("plan: %v %+v", err, calls)
 	}

@@ -8,21 +8,22 @@ import (
 	"sync"
 
 	"ppc.dev/ppc/ir"
+	kernels "ppc.dev/ppc/kernels/cuda"
 	"ppc.dev/ppc/runtime/device"
 )
 
-// Blas runs the matmuls PlanMatmul plans: cuBLASLt on a GPU (*CublasLt), a reference GEMM
-// on the emulated device of the tests.
+// Blas runs the matmuls kernels.PlanMatmul plans: cuBLASLt on a GPU (*CublasLt), a reference
+// GEMM on the emulated device of the tests.
 type Blas interface {
 	// Matmul runs one call on device pointers a (cuBLASLt's A: the IR's second operand), b
 	// (the IR's first), d (the result) and bias, with the workspace at ws, on stream.
-	Matmul(g GemmCall, a, b, d, bias, ws, stream uintptr) error
+	Matmul(g kernels.GemmCall, a, b, d, bias, ws, stream uintptr) error
 	// Workspace is the workspace Matmul may use, in bytes.
 	Workspace() uint64
 }
 
 // Device is ppc's CUDA device (device.Device). Every kernel but the matmuls is generated
-// CUDA C (Kernels); Prepare only generates, and the first launch after a batch of Prepares
+// CUDA C (kernels/cuda's PlanSite); Prepare only generates, and the first launch after a batch of Prepares
 // compiles them all (into modules of ModuleKernels kernels, compiled concurrently; NVRTC's
 // machine code cached on disk by source hash). Matmuls go to cuBLASLt. Identical kernels — the same op on the same shapes, which a
 // program has many of — are generated once: a kernel's name is its source's hash.
@@ -47,7 +48,7 @@ type Device struct {
 	ModuleKernels int
 
 	mu      sync.Mutex
-	pending []Kernel
+	pending []kernels.Kernel
 	funcs   map[string]Function // by kernel name; 0 until its module is loaded
 	ws      DevicePtr
 	accum   map[[2]ir.DType]string // Accumulate's kernel by (dst, src) dtype
@@ -91,6 +92,14 @@ func DefaultGeometry(n int64) (grid, block uint32) {
 	return uint32(min(max((n+255)/256, 1), 65535)), 256
 }
 
+// DefaultRowGeometry is a block per row (up to 65,535, then grid-stride) of a thread per
+// element, rounded up to a warp's multiple, up to 256 threads (a row kernel's shared arrays
+// hold a block of up to 1,024: kernels/cuda's rows.go).
+func DefaultRowGeometry(rows, width int64) (grid, block uint32) {
+	t := min(max((width+31)/32*32, 32), 256)
+	return uint32(min(max(rows, 1), 65535)), uint32(t)
+}
+
 // Name is "cuda".
 func (*Device) Name() string { return "cuda" }
 
@@ -108,7 +117,7 @@ func (d *Device) Prepare(s *device.Spec) (impl device.Impl, err error) {
 	if s.Op != nil && s.Op.Name == "constant" {
 		return d.prepareConstant(s)
 	}
-	probe, err := PlanSite(s, "k")
+	probe, err := kernels.PlanSite(s, "k")
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +125,7 @@ func (d *Device) Prepare(s *device.Spec) (impl device.Impl, err error) {
 	for _, st := range probe.Steps {
 		h.Write([]byte(st.Kernel.Body))
 	}
-	p, err := PlanSite(s, "k_"+hex.EncodeToString(h.Sum(nil)[:10]))
+	p, err := kernels.PlanSite(s, "k_"+hex.EncodeToString(h.Sum(nil)[:10]))
 	if err != nil {
 		return nil, err
 	}
@@ -157,11 +166,11 @@ func (d *Device) Prepare(s *device.Spec) (impl device.Impl, err error) {
 		if len(in) != len(s.In) || len(out) != len(s.Out) {
 			return fmt.Errorf("%s: %d operands and %d results, %d and %d buffers", s.Name(), len(s.In), len(s.Out), len(in), len(out))
 		}
-		buf := func(r Ref) device.Tensor {
+		buf := func(r kernels.Ref) device.Tensor {
 			switch r.Kind {
-			case Operand:
+			case kernels.Operand:
 				return in[r.Index]
-			case Result:
+			case kernels.Result:
 				return out[r.Index]
 			}
 			return scratch[r.Index]
@@ -208,7 +217,7 @@ func (d *Device) build() error {
 	if len(d.pending) == 0 {
 		return nil
 	}
-	chunks := [][]Kernel{d.pending}
+	chunks := [][]kernels.Kernel{d.pending}
 	if d.ModuleKernels > 0 {
 		workers := 4 * runtime.GOMAXPROCS(0)
 		n := max(d.ModuleKernels, (len(d.pending)+workers-1)/workers)
@@ -227,7 +236,7 @@ func (d *Device) build() error {
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				imgs[i], errs[i] = d.compile(Source(chunks[i]...))
+				imgs[i], errs[i] = d.compile(kernels.Source(chunks[i]...))
 			}
 		}()
 	}
@@ -257,7 +266,7 @@ func (d *Device) build() error {
 }
 
 func (d *Device) prepareMatmul(s *device.Spec) (device.Impl, error) {
-	calls, err := PlanMatmul(s, d.tf32)
+	calls, err := kernels.PlanMatmul(s, d.tf32)
 	if err != nil {
 		return nil, err
 	}
@@ -385,7 +394,7 @@ func (d *Device) accumKernels() error {
 				{Op: ir.MustLookup("cast"), Args: []int{1}, Attrs: ir.Attrs{{Name: "to", Value: ir.Ident(dt.DType.String())}}, Type: dt},
 				{Op: ir.MustLookup("add"), Args: []int{0, 2}, Type: dt}}}
 		}
-		k, err := Generate(spec, "accumulate_"+pr[0].String()+"_"+pr[1].String())
+		k, err := kernels.Generate(spec, "accumulate_"+pr[0].String()+"_"+pr[1].String())
 		if err != nil {
 			return err
 		}

@@ -13,6 +13,8 @@ import (
 	"github.com/ebitengine/purego"
 
 	"ppc.dev/ppc/ir"
+	kernels "ppc.dev/ppc/kernels/cuda"
+	"ppc.dev/ppc/kernels/cuda/cudatest"
 	"ppc.dev/ppc/runtime/device"
 )
 
@@ -138,7 +140,7 @@ func (e *emulator) Launch(f Function, grid, block uint32, s Stream, args ...uint
 }
 
 // Matmul is the reference GEMM on the emulated memory.
-func (e *emulator) Matmul(g GemmCall, a, b, d, bias, ws, stream uintptr) error {
+func (e *emulator) Matmul(g kernels.GemmCall, a, b, d, bias, ws, stream uintptr) error {
 	view := func(p uintptr) (device.Tensor, error) {
 		if p == 0 {
 			return device.Tensor{}, nil
@@ -160,80 +162,8 @@ func (e *emulator) Matmul(g GemmCall, a, b, d, bias, ws, stream uintptr) error {
 	}
 	e.logf("matmul M %d N %d K %d batch %d stream %d", g.M, g.N, g.K, g.Batch, stream)
 	e.noted(Stream(stream), "matmul")
-	gemm(g, ts[0], ts[1], ts[2], ts[3])
+	cudatest.Gemm(g, ts[0], ts[1], ts[2], ts[3])
 	return nil
-}
-
-// gemm runs one GemmCall with cuBLASLt's column-major semantics on host tensors, in float64,
-// rounding each result once to d's dtype: a is cuBLASLt's A (the IR's second operand), b its
-// B (the IR's first).
-func gemm(c GemmCall, a, b, bias, d device.Tensor) {
-	A, B, Bias := getter(a), getter(b), getter(bias)
-	// op(A) as M rows of K and op(B) as N columns of K, dense: the sums run over contiguous
-	// memory, in k order.
-	am, bm := make([]float64, c.M*c.K), make([]float64, c.N*c.K)
-	for bt := int64(0); bt < c.Batch; bt++ {
-		pa, pb, pd := c.OffA+bt*c.StrideA, c.OffB+bt*c.StrideB, c.OffC+bt*c.StrideC
-		for i := int64(0); i < c.M; i++ {
-			for k := int64(0); k < c.K; k++ {
-				if c.TransA {
-					am[i*c.K+k] = A(pa + k + i*c.LDA)
-				} else {
-					am[i*c.K+k] = A(pa + i + k*c.LDA)
-				}
-			}
-		}
-		for j := int64(0); j < c.N; j++ {
-			for k := int64(0); k < c.K; k++ {
-				if c.TransB {
-					bm[j*c.K+k] = B(pb + j + k*c.LDB)
-				} else {
-					bm[j*c.K+k] = B(pb + k + j*c.LDB)
-				}
-			}
-		}
-		for j := int64(0); j < c.N; j++ {
-			col := bm[j*c.K : (j+1)*c.K]
-			for i := int64(0); i < c.M; i++ {
-				row := am[i*c.K : (i+1)*c.K]
-				sum := 0.0
-				for k, x := range row {
-					sum += x * col[k]
-				}
-				if c.Bias {
-					sum += Bias(i)
-				}
-				setFloat(d, int(pd+i+j*c.LDC), sum)
-			}
-		}
-	}
-}
-
-// getter reads a float tensor's elements as float64, with the dtype switch made once.
-func getter(t device.Tensor) func(i int64) float64 {
-	switch t.Type.DType {
-	case ir.F32:
-		x := t.F32()
-		return func(i int64) float64 { return float64(x[i]) }
-	case ir.F64:
-		x := t.F64()
-		return func(i int64) float64 { return x[i] }
-	}
-	return func(i int64) float64 { return t.Float(int(i)) }
-}
-
-// setFloat stores v, rounded to t's float dtype, as element i.
-func setFloat(t device.Tensor, i int, v float64) {
-	switch t.Type.DType {
-	case ir.F64:
-		t.F64()[i] = v
-	case ir.F32:
-		t.F32()[i] = float32(v)
-	case ir.F16:
-		t.U16()[i] = ir.F32ToF16(float32(v))
-	case ir.BF16:
-		t.U16()[i] = ir.F32ToBF16(float32(v))
-	}
 }
 
 var (

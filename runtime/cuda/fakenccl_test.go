@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/kernels/cuda/cudatest"
 	"ppc.dev/ppc/runtime/device"
 )
 
@@ -213,7 +214,7 @@ func reduce(ins [][]byte, dt ir.DType, op string) []byte {
 		if op == "mean" {
 			acc /= float64(len(ins))
 		}
-		setFloat(out, i, acc)
+		cudatest.SetFloat(out, i, acc)
 	}
 	return out.Data
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"ppc.dev/ppc/compiler"
+	"ppc.dev/ppc/kernels/cuda/cudatest"
 )
 
 // gpuDevice opens the CUDA device on GPU 0 (kernels cached where ppc run caches them), or
@@ -30,7 +31,7 @@ func gpuDevice(t testing.TB) (*Device, GPU) {
 // line elsewhere.
 func TestGPUKernels(t *testing.T) {
 	dev, _ := gpuDevice(t)
-	checkKernels(t, ewCases(), dev)
+	checkKernels(t, cudatest.Cases(), dev)
 }
 
 // TestGPUTrainsLikeCPU is the equivalence grid of TestCUDADeviceTrainsLikeCPU on the GPU,

@@ -1,146 +1,19 @@
 package cuda
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
-	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/kernels/cuda/cudatest"
 	"ppc.dev/ppc/runtime/cpu"
 	"ppc.dev/ppc/runtime/device"
 )
 
-func init() { moreCases = append(moreCases, poolCases) }
-
-// poolCase builds a launch site of op on operands in, its result type inferred as the IR
-// does (so the CPU device's Prepare accepts it).
-func poolCase(name string, at ir.Attrs, in ...ir.Type) *device.Spec {
-	op := ir.MustLookup(name)
-	at = at.Sorted()
-	out, err := op.Infer(in, at)
-	if err != nil {
-		panic(fmt.Sprintf("%s of %v: %v", name, in, err))
-	}
-	return &device.Spec{Op: op, Attrs: at, In: in, Out: out}
-}
-
-// poolTol are the tolerances of sums and quotients in each dtype (the GPU's may contract
-// multiply-adds the host build does not).
-var poolTol = map[ir.DType][2]float64{f32: {64, 1e-5}, bf: {1, 1.0 / 16}, f16: {1, 1.0 / 256}, ir.F64: {64, 1e-12}}
-
-// poolCases: max and average pooling in 1 to 3 spatial dims with strides, pads, dilations,
-// ceil_mode and count_include_pad, and their gradients (overlapping windows, so inputs
-// receive several outputs); lrn with odd and even sizes and its gradient; resize in every
-// mode and coordinate transform, through each of the CPU's ways of combining taps, and its
-// gradient. Odd sizes; f32, bf16 and f64 (and one f16).
-func poolCases() []ewCase {
-	var cs []ewCase
-	add := func(s *device.Spec, exact bool) {
-		tol := poolTol[s.Out[0].DType]
-		if exact {
-			tol = [2]float64{}
-		}
-		cs = append(cs, ewCase{fmt.Sprintf("kpool%d_%s", len(cs), s.Op.Name), s, tol[0], tol[1], 0})
-	}
-	ints := func(v ...int) ir.Attr { return ir.Ints(v...) }
-	yes := ir.BoolAttr(true)
-	// Window geometries: x, attributes.
-	type window struct {
-		x  ir.Type
-		at ir.Attrs
-	}
-	windows := func(d ir.DType) []window {
-		return []window{
-			{ty(d, 2, 3, 7, 9), ir.Attrs{{Name: "kernel", Value: ints(3, 3)}, {Name: "pads", Value: ints(1, 1, 1, 1)}, {Name: "strides", Value: ints(2, 2)}}},
-			{ty(d, 2, 3, 7, 9), ir.Attrs{{Name: "kernel", Value: ints(3, 3)}, {Name: "pads", Value: ints(1, 2, 2, 1)}}}, // stride 1: overlaps
-			{ty(d, 2, 3, 9, 7), ir.Attrs{{Name: "ceil_mode", Value: yes}, {Name: "dilations", Value: ints(1, 2)}, {Name: "kernel", Value: ints(3, 2)},
-				{Name: "pads", Value: ints(2, 1, 1, 1)}, {Name: "strides", Value: ints(2, 2)}}},
-			{ty(d, 2, 3, 11), ir.Attrs{{Name: "ceil_mode", Value: yes}, {Name: "kernel", Value: ints(3)}, {Name: "pads", Value: ints(1, 1)}, {Name: "strides", Value: ints(2)}}},
-			{ty(d, 1, 2, 5, 4, 6), ir.Attrs{{Name: "ceil_mode", Value: yes}, {Name: "kernel", Value: ints(2, 2, 3)}, {Name: "pads", Value: ints(0, 1, 1, 1, 0, 2)},
-				{Name: "strides", Value: ints(2, 1, 2)}}},
-		}
-	}
-	for _, d := range []ir.DType{f32, bf, ir.F64} {
-		for wi, w := range windows(d) {
-			if d != f32 && wi%2 == 1 {
-				continue
-			}
-			add(poolCase("max_pool", w.at, w.x), true)
-			y := poolCase("max_pool", w.at, w.x).Out[0]
-			add(poolCase("max_pool_grad", w.at, w.x, y), true)
-			for _, incl := range []bool{false, true} {
-				at := w.at.Set("count_include_pad", ir.BoolAttr(incl))
-				if incl && wi%2 == 0 && d != f32 {
-					continue
-				}
-				add(poolCase("avg_pool", at, w.x), false)
-				add(poolCase("avg_pool_grad", at.Set("input_shape", ints(w.x.Shape...)), y), false)
-			}
-		}
-	}
-	// lrn: sizes odd and even (the window then reaches further after the channel), default
-	// and given constants, with and without spatial dims.
-	for _, d := range []ir.DType{f32, bf, ir.F64} {
-		for _, c := range []struct {
-			x  ir.Type
-			at ir.Attrs
-		}{
-			{ty(d, 2, 7, 3, 5), ir.Attrs{{Name: "size", Value: ir.Int(3)}}},
-			{ty(d, 2, 8, 5), ir.Attrs{{Name: "alpha", Value: ir.Float(0.02)}, {Name: "beta", Value: ir.Float(0.6)}, {Name: "bias", Value: ir.Float(2)}, {Name: "size", Value: ir.Int(4)}}},
-			{ty(d, 3, 7), ir.Attrs{{Name: "alpha", Value: ir.Float(0.5)}, {Name: "size", Value: ir.Int(5)}}},
-		} {
-			add(poolCase("lrn", c.at, c.x), false)
-			add(poolCase("lrn_grad", c.at, c.x, c.x), false)
-		}
-	}
-	// resize: each mode, coordinate transform and nearest_mode; the CPU's four ways of
-	// combining kernels/cpu's taps (one or two along the last dim, one or two combinations
-	// of the others, else a double sum); cubic_coeff_a = 0 (the separable resampler).
-	str := func(s string) ir.Attr { return ir.Ident(s) }
-	rs := func(d ir.DType, from, to []int, kv ...any) {
-		at := ir.Attrs{{Name: "sizes", Value: ints(to...)}}
-		for k := 0; k < len(kv); k += 2 {
-			v := kv[k+1]
-			switch v := v.(type) {
-			case string:
-				at = at.Set(kv[k].(string), str(v))
-			case ir.Attr:
-				at = at.Set(kv[k].(string), v)
-			}
-		}
-		nearest := at.Str("mode", "nearest") == "nearest"
-		add(poolCase("resize", at, ty(d, from...)), nearest)
-		if d.IsFloat() {
-			add(poolCase("resize_grad", at.Set("input_shape", ints(from...)), ty(d, to...)), false)
-		}
-	}
-	rs(f32, []int{2, 3, 5, 7}, []int{2, 3, 9, 4})
-	rs(bf, []int{1, 2, 5, 6}, []int{1, 2, 10, 3}, "coordinate_transformation_mode", "asymmetric", "nearest_mode", "floor")
-	rs(ir.I64, []int{2, 3, 4, 5}, []int{2, 3, 7, 9}, "coordinate_transformation_mode", "align_corners", "nearest_mode", "round_prefer_ceil")
-	rs(f32, []int{2, 3, 4, 5}, []int{2, 3, 7, 9}, "coordinate_transformation_mode", "align_corners", "nearest_mode", "round_prefer_ceil")
-	rs(ir.F64, []int{2, 5, 7}, []int{2, 11, 3}, "coordinate_transformation_mode", "tf_half_pixel_for_nn", "nearest_mode", "ceil")
-	rs(f32, []int{2, 3, 5, 7}, []int{2, 3, 12, 4}, "scales", ir.List{ir.Int(1), ir.Float(1), ir.Float(2.5), ir.Float(0.6)})
-	rs(f32, []int{2, 3, 5, 7}, []int{2, 3, 5, 11}, "mode", "linear")                                                // 2 taps, 1 combination
-	rs(f32, []int{1, 2, 5, 7}, []int{1, 2, 8, 4}, "mode", "linear")                                                 // 2 taps, 2 combinations
-	rs(ir.F64, []int{2, 3, 4, 5}, []int{3, 3, 6, 2}, "mode", "linear")                                              // double sum
-	rs(f32, []int{2, 3, 6, 6}, []int{2, 3, 3, 6}, "coordinate_transformation_mode", "asymmetric", "mode", "linear") // 1 tap (collapsed), 1 combination
-	rs(bf, []int{1, 2, 5, 6}, []int{1, 2, 9, 11}, "coordinate_transformation_mode", "align_corners", "mode", "linear")
-	rs(f32, []int{2, 3, 5, 7}, []int{2, 3, 1, 10}, "coordinate_transformation_mode", "pytorch_half_pixel", "mode", "linear")
-	rs(f32, []int{1, 2, 5, 7}, []int{1, 2, 8, 3}, "coordinate_transformation_mode", "half_pixel_symmetric", "mode", "linear")
-	rs(f16, []int{1, 3, 5}, []int{1, 3, 8}, "mode", "linear")
-	rs(f32, []int{1, 2, 5, 6}, []int{1, 2, 7, 9}, "mode", "cubic")
-	rs(bf, []int{2, 3, 4, 5}, []int{2, 3, 4, 9}, "mode", "cubic")
-	rs(f32, []int{1, 2, 5, 6}, []int{1, 2, 3, 11}, "cubic_coeff_a", ir.Float(-0.5), "exclude_outside", yes, "mode", "cubic")
-	rs(f32, []int{1, 2, 5, 6}, []int{1, 2, 7, 4}, "cubic_coeff_a", ir.Float(0), "mode", "cubic")
-	rs(ir.F64, []int{2, 5, 7}, []int{3, 5, 9}, "cubic_coeff_a", ir.Float(0), "exclude_outside", yes, "mode", "cubic")
-	return cs
-}
-
 // TestKernelsPoolExactOnHost: built for the host (no contracted multiply-adds), the pooling
 // and resize kernels give the CPU device's results bit for bit, on the random inputs of
-// poolCases and on inputs full of ties, signed zeros, infinities and NaNs, where max
+// cudatest.PoolCases and on inputs full of ties, signed zeros, infinities and NaNs, where max
 // pooling's tie rule and its gradient's choice of position show.
 func TestKernelsPoolExactOnHost(t *testing.T) {
 	e := newEmulator(t)
@@ -148,10 +21,10 @@ func TestKernelsPoolExactOnHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var exact []ewCase
-	for _, c := range poolCases() {
-		if !strings.HasPrefix(c.spec.Op.Name, "lrn") { // pow differs between libraries
-			c.ulps, c.abs = 0, 0
+	var exact []cudatest.Case
+	for _, c := range cudatest.PoolCases() {
+		if !strings.HasPrefix(c.Spec.Op.Name, "lrn") { // pow differs between libraries
+			c.ULPs, c.Abs = 0, 0
 			exact = append(exact, c)
 		}
 	}
@@ -161,37 +34,37 @@ func TestKernelsPoolExactOnHost(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	special := []float64{-1, 0, math.Copysign(0, -1), 1, 2, 2, math.Inf(-1), math.NaN()}
 	for _, c := range exact {
-		name := c.spec.Op.Name
+		name := c.Spec.Op.Name
 		if !strings.Contains(name, "pool") {
 			continue
 		}
-		in := make([]device.Tensor, len(c.spec.In))
-		for k, typ := range c.spec.In {
-			in[k] = randomTensor(rng, typ, false, 0)
+		in := make([]device.Tensor, len(c.Spec.In))
+		for k, typ := range c.Spec.In {
+			in[k] = cudatest.RandomTensor(rng, typ, false, 0)
 			if k == 0 && name != "avg_pool_grad" {
 				for j := 0; j < typ.NumElements(); j++ {
-					setFloat(in[k], j, special[rng.IntN(len(special))])
+					cudatest.SetFloat(in[k], j, special[rng.IntN(len(special))])
 				}
 			}
 		}
-		want := device.Tensor{Type: c.spec.Out[0], Data: make([]byte, c.spec.Out[0].Bytes())}
-		impl, err := ref.Prepare(c.spec)
+		want := device.Tensor{Type: c.Spec.Out[0], Data: make([]byte, c.Spec.Out[0].Bytes())}
+		impl, err := ref.Prepare(c.Spec)
 		if err != nil {
-			t.Fatalf("%s: CPU device: %v", c.name, err)
+			t.Fatalf("%s: CPU device: %v", c.Name, err)
 		}
 		if err := impl(in, []device.Tensor{want}); err != nil {
-			t.Fatalf("%s: CPU device: %v", c.name, err)
+			t.Fatalf("%s: CPU device: %v", c.Name, err)
 		}
-		got := poolRun(t, dev, c.spec, in)
+		got := poolRun(t, dev, c.Spec, in)
 		bad := 0
 		for j := 0; j < want.Type.NumElements(); j++ {
-			w, _ := value(want, j)
-			v, _ := value(got, j)
+			w, _ := cudatest.Value(want, j)
+			v, _ := cudatest.Value(got, j)
 			if math.Float64bits(v) == math.Float64bits(w) || math.IsNaN(v) && math.IsNaN(w) {
 				continue
 			}
 			if bad++; bad <= 3 {
-				t.Errorf("%s (%s, special inputs): element %d = %v, the CPU device gives %v", c.name, name, j, v, w)
+				t.Errorf("%s (%s, special inputs): element %d = %v, the CPU device gives %v", c.Name, name, j, v, w)
 			}
 		}
 	}
@@ -218,34 +91,4 @@ func poolRun(t *testing.T, dev *Device, spec *device.Spec, in []device.Tensor) d
 		t.Fatal(err)
 	}
 	return got
-}
-
-// TestKernelsPoolRefusals: attribute values the CPU device refuses, or that the kernels do not
-// cover, are errors, not kernels.
-func TestKernelsPoolRefusals(t *testing.T) {
-	x := ty(f32, 1, 2, 5, 5)
-	for _, c := range []struct {
-		op  string
-		at  ir.Attrs
-		in  []ir.Type
-		out ir.Type
-	}{
-		{"max_pool", ir.Attrs{{Name: "kernel", Value: ir.Ints(3)}}, []ir.Type{x}, ty(f32, 1, 2, 3, 3)},
-		{"max_pool", ir.Attrs{{Name: "kernel", Value: ir.Ints(3, 3)}}, []ir.Type{x}, ty(f32, 1, 2, 4, 3)},
-		{"max_pool", ir.Attrs{{Name: "kernel", Value: ir.Ints(3, 3)}}, []ir.Type{ty(ir.I64, 1, 2, 5, 5)}, ty(ir.I64, 1, 2, 3, 3)},
-		{"avg_pool", ir.Attrs{{Name: "kernel", Value: ir.Ints(7, 3)}}, []ir.Type{x}, ty(f32, 1, 2, 0, 3)},
-		{"max_pool", ir.Attrs{{Name: "kernel", Value: ir.Ints(1, 1, 1, 1)}}, []ir.Type{ty(f32, 1, 1, 2, 2, 2, 2)}, ty(f32, 1, 1, 2, 2, 2, 2)},
-		{"lrn", ir.Attrs{{Name: "size", Value: ir.Int(0)}}, []ir.Type{x}, x},
-		{"lrn", ir.Attrs{{Name: "beta", Value: ir.Float(math.Inf(1))}, {Name: "size", Value: ir.Int(3)}}, []ir.Type{x}, x},
-		{"resize", ir.Attrs{{Name: "coordinate_transformation_mode", Value: ir.Ident("tf_crop_and_resize")}, {Name: "sizes", Value: ir.Ints(1, 2, 7, 7)}}, []ir.Type{x}, ty(f32, 1, 2, 7, 7)},
-		{"resize", ir.Attrs{{Name: "mode", Value: ir.Ident("area")}, {Name: "sizes", Value: ir.Ints(1, 2, 7, 7)}}, []ir.Type{x}, ty(f32, 1, 2, 7, 7)},
-		{"resize", ir.Attrs{{Name: "mode", Value: ir.Ident("linear")}, {Name: "sizes", Value: ir.Ints(1, 2, 7, 7)}}, []ir.Type{ty(ir.I64, 1, 2, 5, 5)}, ty(ir.I64, 1, 2, 7, 7)},
-		{"resize", ir.Attrs{{Name: "scales", Value: ir.List{ir.Float(1), ir.Float(1), ir.Float(1e-300), ir.Float(1)}}, {Name: "sizes", Value: ir.Ints(1, 2, 7, 7)}}, []ir.Type{x}, ty(f32, 1, 2, 7, 7)},
-		{"resize", ir.Attrs{{Name: "sizes", Value: ir.Ints(1, 2, 7)}}, []ir.Type{x}, ty(f32, 1, 2, 7)},
-	} {
-		s := &device.Spec{Op: ir.MustLookup(c.op), Attrs: c.at, In: c.in, Out: []ir.Type{c.out}}
-		if k, err := Generate(s, "k"); err == nil {
-			t.Errorf("%s %v on %v: want an error, got a kernel:\n%s", c.op, c.at, c.in, k.Body)
-		}
-	}
 }

@@ -2,9 +2,9 @@ package cuda
 
 import (
 	"fmt"
-	"slices"
 
 	"ppc.dev/ppc/ir"
+	kernels "ppc.dev/ppc/kernels/cuda"
 	"ppc.dev/ppc/runtime/device"
 )
 
@@ -198,96 +198,8 @@ func (g *group) Close() error { return g.d.drv.Bound(g.comm.Close) }
 // device's lock is waiting for.
 func (g *group) Abort() error { return g.d.drv.Bound(g.comm.Abort) }
 
-// collPlan is what a group's collective needs besides NCCL's calls.
-type collPlan struct {
-	full, shard  ir.Type // all-gather's result or reduce-scatter's operand, and a member's part
-	permute      *Kernel // between the tensor and NCCL's member-major layout (nil: they agree)
-	fold         *Kernel // a float reduction's fold of this member's chunk (nil: NCCL reduces)
-	counts, offs []int64 // a float reduction's chunks, in elements
-}
-
-// planCollective plans collective c for member pos of a group of size. Float reductions are
-// ordered (ordered.go): every member folds its chunk in group order, as the host transports
-// do. Gathers and scatters along a dim with more than 1s before it go through a scratch
-// buffer in member-major order (NCCL's layout) and a permute kernel: the tensor as [pre,
-// n·part] (per pre-row, the members' parts in order), NCCL's buffer as [n, pre, part].
-func planCollective(c device.Coll, size, pos int) (*collPlan, error) {
-	dt := c.In.DType
-	p := &collPlan{full: c.In, shard: c.In}
-	switch c.Kind {
-	case device.AllReduce:
-		p.counts, p.offs = chunks(int64(c.In.NumElements()), size)
-	case device.Broadcast:
-	case device.AllGather, device.ReduceScatter:
-		if c.Dim < 0 || c.Dim >= c.In.Rank() {
-			return nil, fmt.Errorf("%v along dim %d of %s", c.Kind, c.Dim, c.In)
-		}
-		if c.Kind == device.AllGather {
-			p.full.Shape = slices.Clone(c.In.Shape)
-			p.full.Shape[c.Dim] *= size
-		} else {
-			if c.In.Shape[c.Dim]%size != 0 {
-				return nil, fmt.Errorf("reduce-scatter of %s along dim %d over %d ranks", c.In, c.Dim, size)
-			}
-			p.shard.Shape = slices.Clone(c.In.Shape)
-			p.shard.Shape[c.Dim] /= size
-			recv := int64(p.shard.NumElements())
-			for k := range int64(size) {
-				p.counts, p.offs = append(p.counts, recv), append(p.offs, k*recv)
-			}
-		}
-		pre := 1
-		for _, x := range c.In.Shape[:c.Dim] {
-			pre *= x
-		}
-		if pre > 1 {
-			part := p.full.NumElements() / pre / size
-			from := ir.Type{DType: dt, Shape: ir.Shape{size, pre, part}} // gathered → the tensor
-			if c.Kind == device.ReduceScatter {
-				from.Shape = ir.Shape{pre, size, part} // the operand → NCCL's layout
-			}
-			to := ir.Type{DType: dt, Shape: ir.Shape{from.Shape[1], from.Shape[0], part}}
-			k, err := Generate(&device.Spec{Op: ir.MustLookup("transpose"), Attrs: ir.Attrs{{Name: "perm", Value: ir.Ints(1, 0, 2)}},
-				In: []ir.Type{from}, Out: []ir.Type{to}}, fmt.Sprintf("permute_%s_%d_%d_%d", dt, from.Shape[0], from.Shape[1], part))
-			if err != nil {
-				return nil, err
-			}
-			p.permute = &k
-		}
-	default:
-		return nil, fmt.Errorf("unknown collective %d", c.Kind)
-	}
-	if !dt.IsFloat() || c.Kind != device.AllReduce && c.Kind != device.ReduceScatter {
-		p.counts, p.offs = nil, nil
-		return p, nil
-	}
-	mine := p.counts[pos]
-	k, err := foldKernel(fmt.Sprintf("fold_%s_%s_%d_%d", c.Op, dt, size, mine), dt, c.Op, size, mine)
-	if err != nil {
-		return nil, err
-	}
-	p.fold = &k
-	return p, nil
-}
-
-// CollectiveKernels are the kernels member pos of a group of size runs for collective c when
-// NCCL carries it (ppc dis --cuda prints them).
-func CollectiveKernels(c device.Coll, size, pos int) ([]Kernel, error) {
-	p, err := planCollective(c, size, pos)
-	if err != nil {
-		return nil, err
-	}
-	var ks []Kernel
-	for _, k := range []*Kernel{p.permute, p.fold} {
-		if k != nil {
-			ks = append(ks, *k)
-		}
-	}
-	return ks, nil
-}
-
 // register queues kernels for the next build, once each.
-func (d *Device) register(ks ...Kernel) {
+func (d *Device) register(ks ...kernels.Kernel) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, k := range ks {
@@ -298,39 +210,39 @@ func (d *Device) register(ks ...Kernel) {
 	}
 }
 
-// Collective prepares a collective (planCollective): its kernels, and its scratch memory,
+// Collective prepares a collective (kernels.PlanCollective): its kernels, and its scratch memory,
 // allocated now.
 func (g *group) Collective(c device.Coll) (func(in, out device.Tensor) error, error) {
 	d := g.d
 	count := int64(c.In.NumElements())
 	dt := c.In.DType
-	p, err := planCollective(c, g.size, g.pos)
+	p, err := kernels.PlanCollective(c, g.size, g.pos)
 	if err != nil {
 		return nil, err
 	}
 	var scratch []device.Tensor // written by the collective besides its result
 	var tmp device.Tensor       // the permute's side
-	if p.permute != nil {
-		d.register(*p.permute)
-		mem, err := d.Alloc(p.full.Bytes())
+	if p.Permute != nil {
+		d.register(*p.Permute)
+		mem, err := d.Alloc(p.Full.Bytes())
 		if err != nil {
 			return nil, fmt.Errorf("%v scratch: %v", c.Kind, err)
 		}
-		tmp = mem.At(0, p.full)
+		tmp = mem.At(0, p.Full)
 		scratch = append(scratch, tmp)
 	}
 	var o *ordered
-	if p.fold != nil {
+	if p.Fold != nil {
 		if o, err = g.prepareOrdered(dt, p); err != nil {
 			return nil, err
 		}
 		scratch = append(scratch, o.parts)
 	}
 	permute := func(dst, src device.Tensor) error {
-		n := int64(p.full.NumElements())
+		n := int64(p.Full.NumElements())
 		grid, block := d.Geometry(n)
 		d.note([]device.Tensor{src}, dst)
-		return d.drv.Launch(d.funcs[p.permute.Name], grid, block, g.stream, src.Addr, dst.Addr, uint64(n))
+		return d.drv.Launch(d.funcs[p.Permute.Name], grid, block, g.stream, src.Addr, dst.Addr, uint64(n))
 	}
 	// queue queues call on an operand and a result of type want, which call and the scratch
 	// write.
@@ -350,7 +262,7 @@ func (g *group) Collective(c device.Coll) (func(in, out device.Tensor) error, er
 			}), nil
 		}
 		return queue(c.In, func(in, out device.Tensor) error {
-			if err := o.reduce(in, o.at(out, p.offs[g.pos], p.counts[g.pos])); err != nil {
+			if err := o.reduce(in, o.at(out, p.Offs[g.pos], p.Counts[g.pos])); err != nil {
 				return err
 			}
 			return o.share(out)
@@ -360,8 +272,8 @@ func (g *group) Collective(c device.Coll) (func(in, out device.Tensor) error, er
 			return g.comm.Broadcast(DevicePtr(in.Addr), DevicePtr(out.Addr), count, dt, c.Root, g.stream)
 		}), nil
 	case device.AllGather:
-		return queue(p.full, func(in, out device.Tensor) error {
-			if p.permute == nil {
+		return queue(p.Full, func(in, out device.Tensor) error {
+			if p.Permute == nil {
 				return g.comm.AllGather(DevicePtr(in.Addr), DevicePtr(out.Addr), count, dt, g.stream)
 			}
 			if err := g.comm.AllGather(DevicePtr(in.Addr), DevicePtr(tmp.Addr), count, dt, g.stream); err != nil {
@@ -370,9 +282,9 @@ func (g *group) Collective(c device.Coll) (func(in, out device.Tensor) error, er
 			return permute(out, tmp)
 		}), nil
 	}
-	return queue(p.shard, func(in, out device.Tensor) error {
+	return queue(p.Shard, func(in, out device.Tensor) error {
 		src := in
-		if p.permute != nil {
+		if p.Permute != nil {
 			if err := permute(tmp, in); err != nil {
 				return err
 			}
@@ -381,7 +293,7 @@ func (g *group) Collective(c device.Coll) (func(in, out device.Tensor) error, er
 		if o != nil {
 			return o.reduce(src, out)
 		}
-		return g.comm.ReduceScatter(DevicePtr(src.Addr), DevicePtr(out.Addr), int64(p.shard.NumElements()), dt, c.Op, g.stream)
+		return g.comm.ReduceScatter(DevicePtr(src.Addr), DevicePtr(out.Addr), int64(p.Shard.NumElements()), dt, c.Op, g.stream)
 	}), nil
 }
 

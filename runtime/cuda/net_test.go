@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/kernels/cuda/cudatest"
 	"ppc.dev/ppc/runtime/device"
 )
 
@@ -308,7 +309,7 @@ func TestNetReductionsInGroupOrder(t *testing.T) {
 								v = math.Copysign(0, -1)
 							}
 						}
-						setFloat(h, i, v)
+						cudatest.SetFloat(h, i, v)
 						vals[m] = append(vals[m], h.Float(i))
 					}
 					mem, err := d.Alloc(512)
@@ -358,7 +359,7 @@ func TestNetReductionsInGroupOrder(t *testing.T) {
 						acc /= 3
 					}
 					r := device.Tensor{Type: ir.Type{DType: dt, Shape: ir.Shape{1}}, Data: make([]byte, dt.Size())}
-					setFloat(r, 0, float64(acc))
+					cudatest.SetFloat(r, 0, float64(acc))
 					want[i] = r.Float(0)
 				}
 				for m, d := range devs {

@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	kernels "ppc.dev/ppc/kernels/cuda"
+	"ppc.dev/ppc/kernels/cuda/cudatest"
 )
 
 // fakeNVRTC is a stand-in libnvrtc with the real entry points: it "compiles" a source by
@@ -68,11 +71,11 @@ func TestNVRTCCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	cache := &Cache{Dir: filepath.Join(root, "cache"), Compile: n.Compile}
-	k, err := Elementwise(ewCases()[0].spec, "k_add")
+	k, err := kernels.Elementwise(cudatest.Cases()[0].Spec, "k_add")
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := Source(k)
+	src := kernels.Source(k)
 	img, hit, err := cache.Image(src, "kernels.cu", "sm_80")
 	if err != nil || hit || !strings.HasPrefix(string(img), "ELFPTX for sm_80\n") || !strings.Contains(string(img), "PPC_GLOBAL void k_add(") || count() != 1 {
 		t.Fatalf("first compile: hit %v, %d compiles, err %v\n%.80s", hit, count(), err, img)

@@ -2,9 +2,9 @@ package cuda
 
 import (
 	"fmt"
-	"strings"
 
 	"ppc.dev/ppc/ir"
+	kernels "ppc.dev/ppc/kernels/cuda"
 	"ppc.dev/ppc/runtime/device"
 )
 
@@ -26,26 +26,12 @@ type ordered struct {
 	kernel string
 }
 
-// chunks splits count elements into n chunks in order, the first count%n one longer.
-func chunks(count int64, n int) (counts, offs []int64) {
-	var at int64
-	for k := range int64(n) {
-		c := count / int64(n)
-		if k < count%int64(n) {
-			c++
-		}
-		counts, offs = append(counts, c), append(offs, at)
-		at += c
-	}
-	return counts, offs
-}
-
 // prepareOrdered registers p's fold kernel and allocates the parts' scratch.
-func (g *group) prepareOrdered(dt ir.DType, p *collPlan) (*ordered, error) {
+func (g *group) prepareOrdered(dt ir.DType, p *kernels.CollPlan) (*ordered, error) {
 	d := g.d
-	mine := p.counts[g.pos]
-	d.register(*p.fold)
-	o := &ordered{g: g, counts: p.counts, offs: p.offs, esize: int64(dt.Size()), kernel: p.fold.Name}
+	mine := p.Counts[g.pos]
+	d.register(*p.Fold)
+	o := &ordered{g: g, counts: p.Counts, offs: p.Offs, esize: int64(dt.Size()), kernel: p.Fold.Name}
 	parts := ir.Type{DType: dt, Shape: ir.Shape{g.size, int(mine)}}
 	mem, err := d.Alloc(parts.Bytes())
 	if err != nil {
@@ -53,39 +39,6 @@ func (g *group) prepareOrdered(dt ir.DType, p *collPlan) (*ordered, error) {
 	}
 	o.parts = mem.At(0, parts)
 	return o, nil
-}
-
-// foldKernel writes the kernel that folds n parts of c elements ([n, c], part k at k·c) in
-// order into c results.
-func foldKernel(name string, dt ir.DType, op string, n int, c int64) (Kernel, error) {
-	st, err := storage(dt)
-	if err != nil || !dt.IsFloat() {
-		return Kernel{}, fmt.Errorf("no ordered reduction of %s", dt)
-	}
-	ct := classOf(dt).ctype()
-	var combine string
-	switch op {
-	case "sum", "mean":
-		combine = "acc = acc + v;"
-	case "max": // NaN propagates; ties keep the earlier member's value (its sign of zero)
-		combine = "acc = (v > acc || v != v) ? v : acc;"
-	case "min":
-		combine = "acc = (v < acc || v != v) ? v : acc;"
-	default:
-		return Kernel{}, fmt.Errorf("no reduction %q", op)
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "// %s: %d members' parts of %d %s, folded in member order\n", name, n, c, dt)
-	fmt.Fprintf(&b, "PPC_GLOBAL void %s(const %s* __restrict__ in0, %s* __restrict__ out, long long n) {\n  PPC_FOR_EACH(i, n) {\n", name, st, st)
-	fmt.Fprintf(&b, "    %s acc = %s;\n", ct, load(dt, "in0", "i"))
-	fmt.Fprintf(&b, "    for (long long k = 1; k < %dLL; k++) {\n      %s v = %s;\n      %s\n    }\n", n, ct, load(dt, "in0", fmt.Sprintf("k * %dLL + i", c)), combine)
-	if op == "mean" {
-		fmt.Fprintf(&b, "    acc = acc / (%s)%d;\n", ct, n)
-	}
-	fmt.Fprintf(&b, "    out[i] = %s;\n  }\n}\n", store(dt, round(dt, "acc")))
-	writeHostLauncher(&b, name, []string{fmt.Sprintf("(const %s*)in[0]", st)}, st)
-	in := ir.Type{DType: dt, Shape: ir.Shape{n, int(c)}}
-	return Kernel{Name: name, Body: b.String(), N: c, In: []ir.Type{in}, Out: ir.Type{DType: dt, Shape: ir.Shape{int(c)}}}, nil
 }
 
 // at is the tensor of n elements at element offset off of t.

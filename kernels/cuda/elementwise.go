@@ -304,7 +304,7 @@ func Elementwise(s *device.Spec, name string) (Kernel, error) {
 		return Kernel{}, err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "// %s: %s → %s\n", name, describe(s), out)
+	fmt.Fprintf(&b, "// %s: %s → %s\n", name, Describe(s), out)
 	fmt.Fprintf(&b, "PPC_GLOBAL void %s(%s) {\n  PPC_FOR_EACH(i, n) {\n", name, strings.Join(params, ", "))
 	// Output coordinates, for the inputs that broadcast.
 	broadcast := false
@@ -377,8 +377,8 @@ func signature(s *device.Spec) (params, hostArgs []string, ost string, err error
 	return append(params, fmt.Sprintf("%s* __restrict__ out", ost), "long long n"), hostArgs, ost, nil
 }
 
-// describe names a launch site's ops for the kernel's comment.
-func describe(s *device.Spec) string {
+// Describe names a launch site's ops, as its kernel's comment does: the op, or fused(op,…).
+func Describe(s *device.Spec) string {
 	if s.Op != nil {
 		return s.Op.Name
 	}

@@ -106,13 +106,6 @@ func (rk *rowKernel) kernel(s *device.Spec, name string) (Kernel, error) {
 	return Kernel{Name: name, Body: b.String(), N: rk.rows, Width: rk.width, In: s.In, Out: s.Out[0]}, nil
 }
 
-// DefaultRowGeometry is a block per row (up to 65,535, then grid-stride) of a thread per
-// element, rounded up to a warp's multiple, up to 256 threads.
-func DefaultRowGeometry(rows, width int64) (grid, block uint32) {
-	t := min(max((width+31)/32*32, 32), 256)
-	return uint32(min(max(rows, 1), 65535)), uint32(t)
-}
-
 // rowSoftmax is softmax or log_softmax over contiguous rows.
 func rowSoftmax(s *device.Spec, name string, logOf bool) (Kernel, error) {
 	ct, err := floatIO(s)

@@ -1,4 +1,4 @@
-package cuda
+package cuda_test
 
 import (
 	"crypto/sha256"
@@ -10,23 +10,26 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"ppc.dev/ppc/kernels/cuda"
+	"ppc.dev/ppc/kernels/cuda/cudatest"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/kernels.sha256 from the generators")
 
 // TestKernelSourcesUnchanged: ppc_cuda.h and the CUDA C the generators write for every case
-// (everyKernel) are, byte for byte, what testdata/kernels.sha256 records, a hash per kernel.
-// On a GPU a kernel is named by its source's hash and NVRTC's on-disk cache is keyed by the
-// source, so one changed byte renames and recompiles a program's kernels; a move or a
+// (cudatest.Kernels) are, byte for byte, what testdata/kernels.sha256 records, a hash per
+// kernel. On a GPU a kernel is named by its source's hash and NVRTC's on-disk cache is keyed
+// by the source, so one changed byte renames and recompiles a program's kernels; a move or a
 // refactor of the generators must change none. A deliberate change of the generated code
-// rewrites the file: go test ./runtime/cuda -run TestKernelSourcesUnchanged -update.
+// rewrites the file: go test ./kernels/cuda -run TestKernelSourcesUnchanged -update.
 func TestKernelSourcesUnchanged(t *testing.T) {
 	hash := func(s string) string {
 		h := sha256.Sum256([]byte(s))
 		return hex.EncodeToString(h[:8])
 	}
-	lines := []string{hash(Header) + " ppc_cuda.h"}
-	for _, k := range everyKernel(t) {
+	lines := []string{hash(cuda.Header) + " ppc_cuda.h"}
+	for _, k := range cudatest.Kernels(t) {
 		lines = append(lines, hash(k.Body)+" "+k.Name)
 	}
 	path := filepath.Join("testdata", "kernels.sha256")

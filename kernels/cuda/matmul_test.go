@@ -1,4 +1,4 @@
-package cuda
+package cuda_test
 
 import (
 	"math"
@@ -7,12 +7,14 @@ import (
 	"unsafe"
 
 	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/kernels/cuda"
+	"ppc.dev/ppc/kernels/cuda/cudatest"
 	"ppc.dev/ppc/runtime/cpu"
 	"ppc.dev/ppc/runtime/device"
 )
 
-// gemmReference runs GemmCalls on float64 slices (gemm).
-func gemmReference(calls []GemmCall, a, b, bias, d []float64) {
+// gemmReference runs GemmCalls on float64 slices (cudatest.Gemm).
+func gemmReference(calls []cuda.GemmCall, a, b, bias, d []float64) {
 	f64 := func(x []float64) device.Tensor {
 		if len(x) == 0 {
 			return device.Tensor{}
@@ -20,7 +22,7 @@ func gemmReference(calls []GemmCall, a, b, bias, d []float64) {
 		return device.Tensor{Type: ir.Type{DType: ir.F64, Shape: ir.Shape{len(x)}}, Data: unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 8*len(x))}
 	}
 	for _, c := range calls {
-		gemm(c, f64(a), f64(b), f64(bias), f64(d))
+		cudatest.Gemm(c, f64(a), f64(b), f64(bias), f64(d))
 	}
 }
 
@@ -68,7 +70,7 @@ func TestPlanMatmulMatchesCPU(t *testing.T) {
 			in = append(in, ty(ir.F32, o.Shape[len(o.Shape)-1]))
 		}
 		spec := &device.Spec{Op: ir.MustLookup("matmul"), Attrs: attrs, In: in, Out: []ir.Type{o}}
-		calls, err := PlanMatmul(spec, false)
+		calls, err := cuda.PlanMatmul(spec, false)
 		if err != nil {
 			t.Fatalf("%+v: %v", c, err)
 		}
@@ -78,7 +80,7 @@ func TestPlanMatmulMatchesCPU(t *testing.T) {
 		var tensors []device.Tensor
 		var f64s [][]float64
 		for _, tt := range in {
-			x := randomTensor(rng, tt, false, 0)
+			x := cudatest.RandomTensor(rng, tt, false, 0)
 			tensors = append(tensors, x)
 			v := make([]float64, tt.NumElements())
 			for i := range v {
@@ -126,15 +128,15 @@ func TestPlanMatmulCompute(t *testing.T) {
 		want string
 	}{{ir.F32, false, "CUBLAS_COMPUTE_32F"}, {ir.F32, true, "CUBLAS_COMPUTE_32F_FAST_TF32"}, {ir.BF16, true, "CUBLAS_COMPUTE_32F"},
 		{ir.F16, false, "CUBLAS_COMPUTE_32F"}, {ir.F64, true, "CUBLAS_COMPUTE_64F"}} {
-		calls, err := PlanMatmul(spec(c.d), c.tf32)
+		calls, err := cuda.PlanMatmul(spec(c.d), c.tf32)
 		if err != nil || calls[0].Compute != c.want {
 			t.Errorf("%s tf32=%v: %+v %v, want %s", c.d, c.tf32, calls, err, c.want)
 		}
 	}
-	if _, err := PlanMatmul(spec(ir.F32, 4, 5), false); err == nil {
+	if _, err := cuda.PlanMatmul(spec(ir.F32, 4, 5), false); err == nil {
 		t.Errorf("a [4,5] bias was taken as an epilogue")
 	}
-	if _, err := PlanMatmul(spec(ir.I64), false); err == nil {
+	if _, err := cuda.PlanMatmul(spec(ir.I64), false); err == nil {
 		t.Errorf("an i64 matmul was planned")
 	}
 }

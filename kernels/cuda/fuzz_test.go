@@ -1,10 +1,11 @@
-package cuda
+package cuda_test
 
 import (
 	"fmt"
 	"testing"
 
 	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/kernels/cuda"
 	"ppc.dev/ppc/runtime/device"
 )
 
@@ -23,7 +24,7 @@ func fuzzSpec(data []byte) (s *device.Spec, ok bool) {
 	}
 	var ops []*ir.OpDef
 	for _, d := range ir.Ops() {
-		if HasKernel(d.Name) && d.Name != "constant" && !d.Has(ir.Collective) {
+		if cuda.HasKernel(d.Name) && d.Name != "constant" && !d.Has(ir.Collective) {
 			ops = append(ops, d)
 		}
 	}
@@ -101,8 +102,8 @@ func fuzzSpec(data []byte) (s *device.Spec, ok bool) {
 }
 
 // FuzzKernels: no launch site the op table accepts makes a kernel generator panic; each is
-// planned as kernels or refused with an error (Device.Prepare also recovers, so a panic
-// found here is a generator bug that would otherwise surface as a refused program).
+// planned as kernels or refused with an error (runtime/cuda's Device.Prepare also recovers, so
+// a panic found here is a generator bug that would otherwise surface as a refused program).
 func FuzzKernels(f *testing.F) {
 	for _, seed := range [][]byte{{0, 1, 2, 3, 2, 0, 1, 1}, {5, 0, 3, 2, 2, 1, 1, 0, 2}, {9, 1, 2, 4, 3, 3, 0, 0, 1, 1}, {17, 2, 1, 1, 0}} {
 		f.Add(seed)
@@ -112,7 +113,7 @@ func FuzzKernels(f *testing.F) {
 		if !ok {
 			return
 		}
-		if _, err := PlanSite(s, "k"); err != nil {
+		if _, err := cuda.PlanSite(s, "k"); err != nil {
 			return
 		}
 	})
