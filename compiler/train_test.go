@@ -13,6 +13,7 @@ import (
 	"ppc.dev/ppc/passes"
 	"ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/cpu"
+	"ppc.dev/ppc/runtime/fault"
 )
 
 // TestTinyGPTLearns trains gpt.ppm --preset tiny for 200 steps on the synthetic repeating
@@ -187,15 +188,15 @@ func TestCorruptCheckpoint(t *testing.T) {
 		} else {
 			os.WriteFile(c.file, c.data, 0o644)
 		}
-		var ie *runtime.InputError
+		var ie *fault.InputError
 		if _, err := job.Resume(dir, false); err == nil || !asInputError(err, &ie) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want an input error saying %q", c.name, err, c.want)
 		}
 	}
 }
 
-func asInputError(err error, target **runtime.InputError) bool {
-	e, ok := err.(*runtime.InputError)
+func asInputError(err error, target **fault.InputError) bool {
+	e, ok := err.(*fault.InputError)
 	if ok {
 		*target = e
 	}

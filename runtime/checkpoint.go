@@ -12,6 +12,7 @@ import (
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/passes"
 	"ppc.dev/ppc/runtime/device"
+	"ppc.dev/ppc/runtime/fault"
 )
 
 // CheckpointFile is the single file older checkpoint directories held (read still).
@@ -63,7 +64,7 @@ func (j *Job) Tensors(role pb.Role) (map[string]device.Tensor, error) {
 			}
 			if !ok {
 				t := r.globalType(i)
-				full = device.Tensor{Type: t, Data: alignedBytes(t.Bytes())}
+				full = device.Tensor{Type: t, Data: device.HostBytes(t.Bytes())}
 				out[b.Name] = full
 				placed[b.Name] = map[string]bool{}
 			}
@@ -235,7 +236,7 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 		if missingState && !missingParams && len(e.Different) == 0 {
 			e.Notes = append(e.Notes, fmt.Sprintf("it lacks optimizer state: it was saved with another optimizer (or by a forward-only plan); the plan uses %s", j.Plan.Optimizer))
 		}
-		return Resumed{}, &InputError{e}
+		return Resumed{}, &fault.InputError{Err: e}
 	}
 	for _, r := range j.Ranks {
 		for i, b := range r.Prog.Buffers {
@@ -250,7 +251,7 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 				// Each rank takes its block of the full tensor from whichever stored blocks
 				// it overlaps: any layout resumes any other.
 				err := j.writeHost(r.Bufs[i], func(t device.Tensor) error { return ck.readInto(b.Name, r.shards[i], t) })
-				var ie *InputError
+				var ie *fault.InputError
 				if errors.As(err, &ie) {
 					return Resumed{}, err // the checkpoint's fault, named
 				}

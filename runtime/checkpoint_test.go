@@ -16,6 +16,7 @@ import (
 	"ppc.dev/ppc/internal/golden"
 	. "ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/cpu"
+	"ppc.dev/ppc/runtime/fault"
 )
 
 // failingWriter passes the first n bytes through and then fails with err, like a disk that
@@ -204,14 +205,14 @@ func FuzzReadCheckpoint(f *testing.F) {
 		os.WriteFile(filepath.Join(dir, IndexFile), index, 0o644)
 		os.WriteFile(filepath.Join(dir, "step-00000000", "rank-00000.safetensors"), shard, 0o644)
 		if _, err := into.Resume(dir, true); err != nil {
-			var ie *InputError
+			var ie *fault.InputError
 			if !errors.As(err, &ie) {
 				t.Fatalf("resume: not an input error: %v", err)
 			}
 		}
 		tensors, _, err := ReadCheckpoint(dir)
 		if err != nil {
-			var ie *InputError
+			var ie *fault.InputError
 			if !errors.As(err, &ie) {
 				t.Fatalf("not an input error: %v", err)
 			}

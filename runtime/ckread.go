@@ -14,6 +14,7 @@ import (
 
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime/device"
+	"ppc.dev/ppc/runtime/fault"
 )
 
 // Reading a checkpoint. openCheckpoint parses and checks the index (or an older single
@@ -66,7 +67,7 @@ type checkpointReader struct {
 }
 
 func (c *checkpointReader) fail(format string, args ...any) error {
-	return inputErrorf("%s: "+format, append([]any{c.path}, args...)...)
+	return fault.Inputf("%s: "+format, append([]any{c.path}, args...)...)
 }
 
 // openCheckpoint opens a checkpoint: its directory (the index, or an older single-file
@@ -75,7 +76,7 @@ func (c *checkpointReader) fail(format string, args ...any) error {
 func openCheckpoint(path string) (*checkpointReader, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, &InputError{err}
+		return nil, &fault.InputError{Err: err}
 	}
 	if st.IsDir() {
 		idx := filepath.Join(path, IndexFile)
@@ -84,7 +85,7 @@ func openCheckpoint(path string) (*checkpointReader, error) {
 		}
 		file := filepath.Join(path, CheckpointFile)
 		if _, err := os.Stat(file); err != nil {
-			return nil, inputErrorf("%s: not a checkpoint directory (no %s; ppc run --save DIR writes one)", path, IndexFile)
+			return nil, fault.Inputf("%s: not a checkpoint directory (no %s; ppc run --save DIR writes one)", path, IndexFile)
 		}
 		path = file
 	} else if strings.HasSuffix(path, ".json") {
@@ -105,12 +106,12 @@ func openSingleFile(path string) (*checkpointReader, error) {
 	var err error
 	m.Step, err = strconv.Atoi(meta["step"])
 	if err != nil || m.Step < 0 {
-		return nil, inputErrorf("%s: metadata has no valid step count", path)
+		return nil, fault.Inputf("%s: metadata has no valid step count", path)
 	}
 	// The seed picks the synthetic data of the remaining steps, so a caller needs it to
 	// continue the run that saved the checkpoint.
 	if m.Seed, err = strconv.ParseUint(meta["seed"], 10, 64); err != nil {
-		return nil, inputErrorf("%s: metadata has no valid seed", path)
+		return nil, fault.Inputf("%s: metadata has no valid seed", path)
 	}
 	c.meta = m
 	for name, e := range src.hdr.tensors {
@@ -123,7 +124,7 @@ func openIndexed(path string) (*checkpointReader, error) {
 	c := &checkpointReader{path: path, tensors: map[string]*ckTensor{}}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, &InputError{err}
+		return nil, &fault.InputError{Err: err}
 	}
 	var idx ckIndex
 	if err := json.Unmarshal(data, &idx); err != nil {
@@ -250,7 +251,7 @@ func (c *checkpointReader) header(src *ckSource) error {
 	h, err := readHeader(f, st.Size())
 	if err != nil {
 		if src.key == "" {
-			return &InputError{fmt.Errorf("%s: %v", name, err)}
+			return &fault.InputError{Err: fmt.Errorf("%s: %v", name, err)}
 		}
 		return c.fail("%s: %v", name, err)
 	}
@@ -316,7 +317,7 @@ func (c *checkpointReader) block(b *ckBlockRef) ([]byte, error) {
 		return nil, c.fail("%s: %v", filepath.Base(src.path), trimPath(err))
 	}
 	defer f.Close()
-	data := alignedBytes(e.hi - e.lo)
+	data := device.HostBytes(e.hi - e.lo)
 	if _, err := f.ReadAt(data, src.hdr.dataAt+e.lo); err != nil {
 		return nil, c.fail("%s: tensor %s: %v", src.path, b.name, trimPath(err))
 	}
@@ -407,7 +408,7 @@ func copyBox(dst []byte, dstOff []int64, dstShape ir.Shape, src []byte, srcOff [
 // (its index, or an older single-file checkpoint.safetensors), the index file, or a
 // safetensors file (an older checkpoint, ppc import's output). Every shard's size and
 // SHA-256 (and each block's) are checked against the index, and the blocks must tile each
-// tensor exactly: a truncated, corrupted or hand-edited checkpoint is an *InputError naming
+// tensor exactly: a truncated, corrupted or hand-edited checkpoint is an *fault.InputError naming
 // the file.
 func ReadCheckpoint(path string) (map[string]device.Tensor, CheckpointMeta, error) {
 	c, err := openCheckpoint(path)
@@ -431,7 +432,7 @@ func ReadCheckpoint(path string) (map[string]device.Tensor, CheckpointMeta, erro
 				return nil, CheckpointMeta{}, err
 			}
 		}
-		full := device.Tensor{Type: t.typ, Data: alignedBytes(t.typ.Bytes())}
+		full := device.Tensor{Type: t.typ, Data: device.HostBytes(t.typ.Bytes())}
 		if err := c.readInto(name, nil, full); err != nil {
 			return nil, CheckpointMeta{}, err
 		}

@@ -171,7 +171,7 @@ func (t *transport) getScratch(n int) []byte {
 			return s[:n]
 		}
 	}
-	return alignedBytes(int64(n))
+	return device.HostBytes(int64(n))
 }
 
 // putScratch keeps a few buffers for reuse. t.mu is held.

@@ -409,7 +409,7 @@ func TestReductionDeterministic(t *testing.T) {
 		var wg sync.WaitGroup
 		errs := make([]error, world)
 		for r := range world {
-			in := device.Tensor{Type: typ(ir.F32, elems), Data: alignedBytes(4 * elems)}
+			in := device.Tensor{Type: typ(ir.F32, elems), Data: device.HostBytes(4 * elems)}
 			copy(in.F32(), inputs[r])
 			outs[r] = in
 			wg.Add(1)
@@ -700,11 +700,11 @@ func TestMaxPropagatesNaN(t *testing.T) {
 		ins := [][]float64{{nan, 1, 2, negZero}, {3, nan, 1, 0}, {1, 2, 3, 0}}
 		srcs := make([][]byte, len(ins))
 		for g, v := range ins {
-			x := device.Tensor{Type: typ(ir.F64, 4), Data: alignedBytes(32)}
+			x := device.Tensor{Type: typ(ir.F64, 4), Data: device.HostBytes(32)}
 			copy(x.F64(), v)
 			srcs[g] = x.Data
 		}
-		dst := device.Tensor{Type: typ(ir.F64, 4), Data: alignedBytes(32)}
+		dst := device.Tensor{Type: typ(ir.F64, 4), Data: device.HostBytes(32)}
 		reduceInto(ir.F64, op, dst.Data, srcs, runs{rows: 1, run: 4})
 		got := dst.F64()
 		want2 := 3.0

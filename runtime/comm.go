@@ -4,10 +4,11 @@ import (
 	"errors"
 
 	"fmt"
-	"ppc.dev/ppc/runtime/device"
 	"sort"
 	"strings"
 	"sync"
+
+	"ppc.dev/ppc/runtime/device"
 )
 
 // comm is how a job's ranks communicate: the in-process transport below when every rank is

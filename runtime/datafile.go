@@ -12,6 +12,7 @@ import (
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/kernels/cpu"
 	"ppc.dev/ppc/runtime/device"
+	"ppc.dev/ppc/runtime/fault"
 )
 
 // DataOptions say how to read training data.
@@ -34,13 +35,13 @@ func OpenData(spec string, plan *codegen.Plan, o DataOptions) (src DataSource, w
 	switch o.TokenDType {
 	case "", "uint16", "uint32":
 	default:
-		return nil, nil, inputErrorf("--data-dtype %q: want uint16 or uint32", o.TokenDType)
+		return nil, nil, fault.Inputf("--data-dtype %q: want uint16 or uint32", o.TokenDType)
 	}
 	if !strings.Contains(spec, "=") {
 		return openTokenStream(spec, plan, o)
 	}
 	if o.TokenDType != "" {
-		return nil, nil, inputErrorf("--data-dtype applies to a token file; arrays given as NAME=FILE.npy carry their own dtypes")
+		return nil, nil, fault.Inputf("--data-dtype applies to a token file; arrays given as NAME=FILE.npy carry their own dtypes")
 	}
 	src, err = openArrays(spec, plan)
 	return src, nil, err
@@ -53,10 +54,10 @@ func openArrays(spec string, plan *codegen.Plan) (DataSource, error) {
 		name, path, ok := strings.Cut(strings.TrimSpace(kv), "=")
 		name, path = strings.TrimSpace(name), strings.TrimSpace(path)
 		if !ok || name == "" || path == "" {
-			return nil, inputErrorf("--data %q: want NAME=FILE.npy", kv)
+			return nil, fault.Inputf("--data %q: want NAME=FILE.npy", kv)
 		}
 		if _, dup := src.arrays[name]; dup {
-			return nil, inputErrorf("--data gives input %q twice", name)
+			return nil, fault.Inputf("--data gives input %q twice", name)
 		}
 		var in *codegen.Input
 		for i := range plan.Inputs {
@@ -65,17 +66,17 @@ func openArrays(spec string, plan *codegen.Plan) (DataSource, error) {
 			}
 		}
 		if in == nil {
-			return nil, inputErrorf("--data: the model has no input %q", name)
+			return nil, fault.Inputf("--data: the model has no input %q", name)
 		}
 		a, err := readNpy(path)
 		if err != nil {
-			return nil, &InputError{err}
+			return nil, &fault.InputError{Err: err}
 		}
 		if len(a.shape) == 0 || !ir.Shape(a.shape[1:]).Equal(in.SampleShape()) {
-			return nil, inputErrorf("%s: array shape %v does not hold samples of input %q (%v per sample)", path, a.shape, name, in.SampleShape())
+			return nil, fault.Inputf("%s: array shape %v does not hold samples of input %q (%v per sample)", path, a.shape, name, in.SampleShape())
 		}
 		if a.shape[0] == 0 {
-			return nil, inputErrorf("%s: no samples", path)
+			return nil, fault.Inputf("%s: no samples", path)
 		}
 		if err := checkArrayValues(path, *in, a); err != nil {
 			return nil, err
@@ -85,7 +86,7 @@ func openArrays(spec string, plan *codegen.Plan) (DataSource, error) {
 	}
 	for _, in := range plan.Inputs {
 		if _, ok := src.arrays[in.Name]; !ok {
-			return nil, inputErrorf("--data gives no array for input %q", in.Name)
+			return nil, fault.Inputf("--data gives no array for input %q", in.Name)
 		}
 	}
 	// Sample i of every input is read together, and each array wraps at its own length: arrays
@@ -97,14 +98,14 @@ func openArrays(spec string, plan *codegen.Plan) (DataSource, error) {
 			for _, in := range plan.Inputs {
 				counts = append(counts, fmt.Sprintf("%s has %d (%s)", in.Name, src.arrays[in.Name].shape[0], paths[in.Name]))
 			}
-			return nil, inputErrorf("--data: the inputs have different numbers of samples: %s; sample i of each input goes together, so every array needs the same number", strings.Join(counts, ", "))
+			return nil, fault.Inputf("--data: the inputs have different numbers of samples: %s; sample i of each input goes together, so every array needs the same number", strings.Join(counts, ", "))
 		}
 	}
 	// A data set smaller than one batch would wrap inside the batch: the same sample twice
 	// in one step.
 	for _, in := range plan.Inputs {
 		if n, need := src.arrays[in.Name].shape[0], in.Samples()*plan.GlobalMicrobatches(); n < need {
-			return nil, inputErrorf("--data: %s holds %d sample(s) of input %q, fewer than one batch needs: %d (%d per micro-batch × %d micro-batches)",
+			return nil, fault.Inputf("--data: %s holds %d sample(s) of input %q, fewer than one batch needs: %d (%d per micro-batch × %d micro-batches)",
 				paths[in.Name], n, in.Name, need, in.Samples(), plan.GlobalMicrobatches())
 		}
 	}
@@ -124,9 +125,9 @@ func checkArrayValues(path string, in codegen.Input, a *array) error {
 	for i, v := range a.vals {
 		switch {
 		case v != math.Trunc(v):
-			return inputErrorf("%s: sample %d: value %v is not an integer, but input %q is %s", path, i/per, v, in.Name, in.DType)
+			return fault.Inputf("%s: sample %d: value %v is not an integer, but input %q is %s", path, i/per, v, in.Name, in.DType)
 		case in.Range != nil && (v < float64(in.Range[0]) || v >= float64(in.Range[1])):
-			return inputErrorf("%s: sample %d: value %v is outside [%d, %d), the range of input %q", path, i/per, v, in.Range[0], in.Range[1], in.Name)
+			return fault.Inputf("%s: sample %d: value %v is outside [%d, %d), the range of input %q", path, i/per, v, in.Range[0], in.Range[1], in.Name)
 		}
 	}
 	return nil
@@ -193,49 +194,49 @@ func openTokenStream(path string, plan *codegen.Plan, o DataOptions) (DataSource
 				seq = sh[len(sh)-1]
 			}
 		} else if in.ShiftOf == "" && in.Range == nil {
-			return nil, nil, inputErrorf("--data %s: a token stream feeds token inputs, but the model has input %q (%s); give NAME=FILE.npy per input", path, in.Name, in.DType)
+			return nil, nil, fault.Inputf("--data %s: a token stream feeds token inputs, but the model has input %q (%s); give NAME=FILE.npy per input", path, in.Name, in.DType)
 		}
 	}
 	if vocab == 0 {
-		return nil, nil, inputErrorf("--data %s: the model has no token input", path)
+		return nil, nil, fault.Inputf("--data %s: the model has no token input", path)
 	}
 	var toks []uint32
 	var warnings []string
 	if strings.EqualFold(filepath.Ext(path), ".npy") {
 		t, descr, err := readNpyTensor(path)
 		if err != nil {
-			return nil, nil, &InputError{err}
+			return nil, nil, &fault.InputError{Err: err}
 		}
 		dt, ok := npyTokenTypes[descr]
 		if !ok {
 			dt = descr
 		}
 		if o.TokenDType != "" && dt != o.TokenDType {
-			return nil, nil, inputErrorf("--data-dtype %s: %s holds %s tokens; --data-dtype is for raw token files (a .npy carries its dtype)", o.TokenDType, path, dt)
+			return nil, nil, fault.Inputf("--data-dtype %s: %s holds %s tokens; --data-dtype is for raw token files (a .npy carries its dtype)", o.TokenDType, path, dt)
 		}
 		if len(t.Type.Shape) != 1 {
-			return nil, nil, inputErrorf("%s: a token stream must be 1-D, has shape %v", path, t.Type.Shape)
+			return nil, nil, fault.Inputf("%s: a token stream must be 1-D, has shape %v", path, t.Type.Shape)
 		}
 		vals := Float64s(t)
 		toks = make([]uint32, len(vals))
 		for i, v := range vals {
 			// Converting a negative or fractional value (or NaN) would make up a token.
 			if v != math.Trunc(v) || v < 0 || v >= float64(vocab) {
-				return nil, nil, inputErrorf("%s: token %v at position %d is not a token id in [0, %d)", path, v, i, vocab)
+				return nil, nil, fault.Inputf("%s: token %v at position %d is not a token id in [0, %d)", path, v, i, vocab)
 			}
 			toks[i] = uint32(v)
 		}
 	} else {
 		raw, err := os.ReadFile(path)
 		if err != nil {
-			return nil, nil, &InputError{err}
+			return nil, nil, &fault.InputError{Err: err}
 		}
 		dtype, width := "uint16", 2
 		if o.TokenDType == "uint32" {
 			dtype, width = "uint32", 4
 		}
 		if len(raw)%width != 0 {
-			return nil, nil, inputErrorf("%s: %d bytes is not a whole number of %d-byte %s tokens", path, len(raw), width, dtype)
+			return nil, nil, fault.Inputf("%s: %d bytes is not a whole number of %d-byte %s tokens", path, len(raw), width, dtype)
 		}
 		toks = make([]uint32, len(raw)/width)
 		for i := range toks {
@@ -251,14 +252,14 @@ func openTokenStream(path string, plan *codegen.Plan, o DataOptions) (DataSource
 	}
 	for i, t := range toks {
 		if int(t) >= vocab {
-			return nil, nil, inputErrorf("%s: token %d at position %d is outside the vocabulary of %d", path, t, i, vocab)
+			return nil, nil, fault.Inputf("%s: token %d at position %d is outside the vocabulary of %d", path, t, i, vocab)
 		}
 	}
 	// Each sample is a window of seq tokens and its next token. Windows start anywhere, but a
 	// file shorter than a batch of disjoint windows would repeat tokens within every batch.
 	global := samples * plan.GlobalMicrobatches()
 	if need := global * (seq + 1); len(toks) < need {
-		return nil, nil, inputErrorf("%s: %d tokens, fewer than one batch needs: %d sequences (%d per micro-batch × %d micro-batches) of %d+1 tokens = %d",
+		return nil, nil, fault.Inputf("%s: %d tokens, fewer than one batch needs: %d sequences (%d per micro-batch × %d micro-batches) of %d+1 tokens = %d",
 			path, len(toks), global, samples, plan.GlobalMicrobatches(), seq, need)
 	}
 	return &tokenStream{path: path, tokens: toks, seed: o.Seed, plan: plan}, warnings, nil

@@ -9,6 +9,7 @@ import (
 
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/runtime/device"
+	"ppc.dev/ppc/runtime/fault"
 )
 
 // Options control a run.
@@ -43,7 +44,7 @@ type StepResult struct {
 
 // RunError is a step that failed while executing a loaded, validated plan: ranks that hang
 // (a *HangError), a kernel that fails, a message of the wrong size. Its input checked out, so
-// it is a runtime failure (ppc exits 1), unlike an *InputError.
+// it is a runtime failure (ppc exits 1), unlike an *fault.InputError.
 type RunError struct {
 	Step int
 	Err  error
@@ -149,7 +150,7 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 		}
 	}
 	if err != nil {
-		var ie *InputError
+		var ie *fault.InputError
 		if errors.As(err, &ie) {
 			return res, err // data that turned out bad when read: the user's to fix
 		}
@@ -456,7 +457,7 @@ func (j *Job) readHost(t device.Tensor) (device.Tensor, error) {
 	if t.OnHost() {
 		return t, nil
 	}
-	h := device.Tensor{Type: t.Type, Data: alignedBytes(t.Type.Bytes())}
+	h := device.Tensor{Type: t.Type, Data: device.HostBytes(t.Type.Bytes())}
 	return h, j.dev.Read(h.Data, t)
 }
 
@@ -470,7 +471,7 @@ func (j *Job) writeHost(t device.Tensor, fill func(device.Tensor) error, stage .
 	if len(stage) > 0 {
 		h = stage[0]
 	} else {
-		h.Data = alignedBytes(t.Type.Bytes())
+		h.Data = device.HostBytes(t.Type.Bytes())
 	}
 	if err := fill(h); err != nil {
 		return err

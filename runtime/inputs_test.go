@@ -17,6 +17,7 @@ import (
 	. "ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/cpu"
 	"ppc.dev/ppc/runtime/device"
+	"ppc.dev/ppc/runtime/fault"
 )
 
 // TestLoaderChecksProgramChecksum: a program that still decodes and validates, but is not
@@ -31,7 +32,7 @@ func TestLoaderChecksProgramChecksum(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := Load(bad, cpu.New())
-	var ie *InputError
+	var ie *fault.InputError
 	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "rank-00000.ppx: does not match plan.json") {
 		t.Fatalf("got %v", err)
 	}
@@ -92,7 +93,7 @@ func TestOpenDataChecksValues(t *testing.T) {
 		{write("nan.npy", float32(math.NaN()), 0, 1, 1), "nan.npy: sample 0: value NaN is not an integer"},
 	} {
 		_, _, err := OpenData("x="+x+",y="+c.y, plan, DataOptions{Seed: 1})
-		var ie *InputError
+		var ie *fault.InputError
 		if !errors.As(err, &ie) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("got %v, want %q", err, c.want)
 		}
@@ -154,7 +155,7 @@ func TestResumeNeedsSeed(t *testing.T) {
 	if err := WriteSafetensors(filepath.Join(ck, CheckpointFile), map[string]device.Tensor{}, map[string]string{"step": "2"}); err != nil {
 		t.Fatal(err)
 	}
-	var ie *InputError
+	var ie *fault.InputError
 	if _, err := job.Resume(ck, false); !errors.As(err, &ie) || !strings.Contains(err.Error(), "metadata has no valid seed") {
 		t.Fatalf("got %v", err)
 	}
@@ -182,7 +183,7 @@ func TestOpenDataRefusesMispairedOrShortData(t *testing.T) {
 		{"x=" + x3 + ",y=" + y3, x3 + ` holds 3 sample(s) of input "x", fewer than one batch needs: 4 (2 per micro-batch × 2 micro-batches)`},
 	} {
 		_, _, err := OpenData(c.spec, plan, DataOptions{Seed: 1})
-		var ie *InputError
+		var ie *fault.InputError
 		if !errors.As(err, &ie) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want %q", c.spec, err, c.want)
 		}
@@ -297,7 +298,7 @@ func TestTokenFileWidth(t *testing.T) {
 		{"x=" + u16npy, "uint16", "--data-dtype applies to a token file"},
 	} {
 		_, _, err := OpenData(c.path, plan, DataOptions{Seed: 1, TokenDType: c.dtype})
-		var ie *InputError
+		var ie *fault.InputError
 		if !errors.As(err, &ie) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s as %s: got %v, want %q", c.path, c.dtype, err, c.want)
 		}

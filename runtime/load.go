@@ -16,6 +16,7 @@ import (
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime/device"
+	"ppc.dev/ppc/runtime/fault"
 )
 
 // Job is a loaded, validated plan: the ranks this process runs (Ranks: all of them for an
@@ -89,19 +90,9 @@ type instr struct {
 // metricNameRE is what a METRIC's name must look like: it becomes a key of --log-json.
 var metricNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 
-// InputError marks a problem with the files given to the runtime (exit status 2).
-type InputError struct{ Err error }
-
-func (e *InputError) Error() string { return e.Err.Error() }
-func (e *InputError) Unwrap() error { return e.Err }
-
-func inputErrorf(format string, args ...any) error {
-	return &InputError{fmt.Errorf(format, args...)}
-}
-
 // Load reads plan.json and every program from dir, validates them completely, and prepares
 // every rank of the world on dev (the replicas of a pipeline rank from one decoded program).
-// A malformed or corrupted file is an *InputError naming the file and the problem; nothing is
+// A malformed or corrupted file is an *fault.InputError naming the file and the problem; nothing is
 // executed before everything checks out.
 func Load(dir string, dev device.Device) (*Job, error) {
 	return load(dir, dev, -1)
@@ -118,10 +109,10 @@ func LoadRank(dir string, dev device.Device, rank int) (*Job, error) {
 func load(dir string, dev device.Device, local int) (*Job, error) {
 	plan, err := codegen.ReadPlan(dir)
 	if err != nil {
-		return nil, &InputError{err}
+		return nil, &fault.InputError{Err: err}
 	}
 	if local >= plan.World {
-		return nil, inputErrorf("%s: rank %d is not in the plan's %d-rank world", dir, local, plan.World)
+		return nil, fault.Inputf("%s: rank %d is not in the plan's %d-rank world", dir, local, plan.World)
 	}
 	j := &Job{Dir: dir, Plan: plan, dev: dev, comm: newTransport(plan.World)}
 	progs := map[string]*pb.Program{}
@@ -129,33 +120,33 @@ func load(dir string, dev device.Device, local int) (*Job, error) {
 		path := filepath.Join(dir, info.File)
 		data, err := os.ReadFile(path)
 		if err != nil {
-			return nil, &InputError{err}
+			return nil, &fault.InputError{Err: err}
 		}
 		// plan.json records each program's checksum. Check it before decoding: a flipped
 		// byte is corruption, which the decoder would report as "cannot parse", and a
 		// program that decodes and validates may still have been changed (another operand
 		// buffer, a program of another compile).
 		if err := plan.CheckProgramBytes(info.File, data); err != nil {
-			return nil, inputErrorf("%s: %v", path, err)
+			return nil, fault.Inputf("%s: %v", path, err)
 		}
 		prog := &pb.Program{}
 		if err := proto.Unmarshal(data, prog); err != nil {
-			return nil, inputErrorf("%s: not a ppc program: %v", path, err)
+			return nil, fault.Inputf("%s: not a ppc program: %v", path, err)
 		}
 		if err := checkProgram(plan, info.PP, prog); err != nil {
-			return nil, inputErrorf("%s: %v", path, err)
+			return nil, fault.Inputf("%s: %v", path, err)
 		}
 		progs[info.File] = prog
 	}
 	for r, info := range plan.Ranks {
 		rank, err := j.prepare(r, progs[info.Program], local < 0 || r == local)
 		if err != nil {
-			return nil, inputErrorf("%s: %v", j.where(r), err)
+			return nil, fault.Inputf("%s: %v", j.where(r), err)
 		}
 		j.add(rank, local < 0 || r == local)
 	}
 	if err := j.checkRanks(); err != nil {
-		return nil, inputErrorf("%s: %v", dir, err)
+		return nil, fault.Inputf("%s: %v", dir, err)
 	}
 	return j, nil
 }
@@ -219,15 +210,15 @@ func New(out *codegen.Output, dev device.Device) (*Job, error) {
 func LoadProgram(data []byte, plan *codegen.Plan, dev device.Device) (*Rank, error) {
 	prog := &pb.Program{}
 	if err := proto.Unmarshal(data, prog); err != nil {
-		return nil, inputErrorf("not a ppc program: %v", err)
+		return nil, fault.Inputf("not a ppc program: %v", err)
 	}
 	if err := checkProgram(plan, int(prog.Pp), prog); err != nil {
-		return nil, &InputError{err}
+		return nil, &fault.InputError{Err: err}
 	}
 	j := &Job{Plan: plan, dev: dev, comm: newTransport(plan.World)}
 	r, err := j.prepare(plan.Mesh.Rank(codegen.Coords{PP: int(prog.Pp)}), prog, true)
 	if err != nil {
-		return nil, &InputError{err}
+		return nil, &fault.InputError{Err: err}
 	}
 	return r, nil
 }
@@ -1064,16 +1055,6 @@ func (j *Job) place(rank *Rank, types []ir.Type) error {
 }
 
 func align256(n int64) int64 { return (n + 255) &^ 255 }
-
-// alignedBytes allocates n bytes of host memory aligned to 64.
-func alignedBytes(n int64) []byte {
-	if n == 0 {
-		return []byte{}
-	}
-	raw := make([]byte, n+63)
-	off := int((64 - uintptr(unsafe.Pointer(&raw[0]))%64) % 64)
-	return raw[off : int64(off)+n : int64(off)+n]
-}
 
 func fillConst(dst, data []byte, splat bool) {
 	if !splat {

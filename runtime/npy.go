@@ -96,7 +96,7 @@ func decodeNpy(r io.ReaderAt, size int64) (device.Tensor, string, error) {
 	case have > want:
 		return device.Tensor{}, "", fmt.Errorf("%d bytes follow the data of shape %v (the header does not describe the file)", have-want, []int(h.shape))
 	}
-	raw := alignedBytes(n * item)
+	raw := device.HostBytes(n * item)
 	if got, err := r.ReadAt(raw, h.data); got < len(raw) {
 		return device.Tensor{}, "", err
 	}
@@ -116,12 +116,12 @@ func decodeNpy(r io.ReaderAt, size int64) (device.Tensor, string, error) {
 			}
 		}
 	case "u4":
-		t = device.Tensor{Type: ir.Type{DType: ir.I64, Shape: shape}, Data: alignedBytes(8 * n)}
+		t = device.Tensor{Type: ir.Type{DType: ir.I64, Shape: shape}, Data: device.HostBytes(8 * n)}
 		for i := range t.I64() {
 			t.I64()[i] = int64(order.Uint32(raw[4*i:]))
 		}
 	case "u2":
-		t = device.Tensor{Type: ir.Type{DType: ir.I32, Shape: shape}, Data: alignedBytes(4 * n)}
+		t = device.Tensor{Type: ir.Type{DType: ir.I32, Shape: shape}, Data: device.HostBytes(4 * n)}
 		for i := range t.I32() {
 			t.I32()[i] = int32(order.Uint16(raw[2*i:]))
 		}
@@ -376,7 +376,7 @@ func WriteNpy(path string, t device.Tensor) error {
 	data := t.Data
 	if !ok {
 		d = "<f4"
-		w := device.Tensor{Type: ir.Type{DType: ir.F32, Shape: t.Type.Shape}, Data: alignedBytes(int64(4 * t.Type.NumElements()))}
+		w := device.Tensor{Type: ir.Type{DType: ir.F32, Shape: t.Type.Shape}, Data: device.HostBytes(int64(4 * t.Type.NumElements()))}
 		for i, x := range Float64s(t) {
 			w.F32()[i] = float32(x)
 		}

@@ -14,6 +14,7 @@ import (
 	"ppc.dev/ppc/ir"
 	. "ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/device"
+	"ppc.dev/ppc/runtime/fault"
 )
 
 // npyFile builds a .npy file of the given format version with a raw header text (padded as
@@ -184,7 +185,7 @@ func FuzzReadNpy(f *testing.F) {
 			plan *codegen.Plan
 		}{{p, tokens}, {"x=" + p + ",y=" + y, arrays}} {
 			src, _, err := OpenData(c.spec, c.plan, DataOptions{Seed: 1})
-			var ie *InputError
+			var ie *fault.InputError
 			if err != nil && !errors.As(err, &ie) {
 				t.Fatalf("%s: not an input error: %v", c.spec, err)
 			}
@@ -223,7 +224,7 @@ func FuzzTokenFile(f *testing.F) {
 		}
 		src, _, err := OpenData(p, plan, o)
 		if err != nil {
-			var ie *InputError
+			var ie *fault.InputError
 			if !errors.As(err, &ie) || !strings.Contains(err.Error(), p) {
 				t.Fatalf("not an input error naming the file: %v", err)
 			}

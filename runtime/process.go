@@ -17,6 +17,7 @@ import (
 	"ppc.dev/ppc/codegen"
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/runtime/device"
+	"ppc.dev/ppc/runtime/fault"
 )
 
 // JoinOptions say how this process joins a multi-process run.
@@ -164,7 +165,7 @@ func (j *Job) Join(o JoinOptions) (*Process, error) {
 		return nil, fmt.Errorf("join as rank %d: the job was not loaded for that rank alone (LoadRank)", o.Rank)
 	}
 	if o.World != j.Plan.World {
-		return nil, inputErrorf("the launcher started %d processes, the plan has %d ranks (pp %d × dp %d × tp %d): start one process per rank", o.World, j.Plan.World, j.Plan.Mesh.PP, j.Plan.Mesh.DP, j.Plan.Mesh.TP)
+		return nil, fault.Inputf("the launcher started %d processes, the plan has %d ranks (pp %d × dp %d × tp %d): start one process per rank", o.World, j.Plan.World, j.Plan.Mesh.PP, j.Plan.Mesh.DP, j.Plan.Mesh.TP)
 	}
 	if o.Heartbeat <= 0 {
 		o.Heartbeat = 30 * time.Second
@@ -336,10 +337,10 @@ func (p *Process) awaitWelcome(deadline time.Time) (*ctrlMsg, error) {
 				}
 				continue
 			case "refused":
-				return nil, inputErrorf("refused by the rendezvous at %s: %s", o.Master, m.Error)
+				return nil, fault.Inputf("refused by the rendezvous at %s: %s", o.Master, m.Error)
 			case "abort":
 				if m.Input {
-					return nil, inputErrorf("%s", m.Error)
+					return nil, fault.Inputf("%s", m.Error)
 				}
 				return nil, remoteAbort(m)
 			case "welcome":

@@ -17,6 +17,7 @@ import (
 
 	. "ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/cpu"
+	"ppc.dev/ppc/runtime/fault"
 )
 
 // The start-up and failure handling of multi-process runs: the rendezvous, the peers'
@@ -155,7 +156,7 @@ func TestJoinMissingRank(t *testing.T) {
 	refused, named := 0, 0
 	for id, err := range j.errs {
 		var remote *RemoteError
-		var ie *InputError
+		var ie *fault.InputError
 		switch {
 		case errors.As(err, &ie) && strings.Contains(err.Error(), "refused by the rendezvous") && strings.Contains(err.Error(), "joined first"):
 			refused++
@@ -276,7 +277,7 @@ func TestStrangerRefusedAfterStart(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = stranger.Join(JoinOptions{Rank: 1, World: 2, Master: master, Token: "test-token", Flags: c.flags, JoinTimeout: 5 * time.Second})
-		var ie *InputError
+		var ie *fault.InputError
 		if !errors.As(err, &ie) || !strings.Contains(err.Error(), "refused by the rendezvous") || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("stranger: %v, want refused (%s)", err, c.want)
 		}

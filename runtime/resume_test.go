@@ -16,6 +16,7 @@ import (
 	"ppc.dev/ppc/passes"
 	. "ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/cpu"
+	"ppc.dev/ppc/runtime/fault"
 )
 
 // savedGPT compiles the tiny GPT with opts, trains it for one step with every rank in this
@@ -156,7 +157,7 @@ func TestResumeChecksStep(t *testing.T) {
 				want = c.want[0]
 			}
 			err := read()
-			var ie *InputError
+			var ie *fault.InputError
 			if !errors.As(err, &ie) || !strings.Contains(err.Error(), want) {
 				t.Errorf("%s (reader %d): got %v, want an input error saying %q", c.name, i, err, want)
 			}

@@ -16,6 +16,7 @@ import (
 	"ppc.dev/ppc/compiler"
 	. "ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/cpu"
+	"ppc.dev/ppc/runtime/fault"
 )
 
 // compileIR compiles an IR model into a temporary plan directory.
@@ -170,9 +171,9 @@ func TestLoaderRejectsCorruptPrograms(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			bad := corrupt(t, dir, c.f)
 			_, err := Load(bad, cpu.New())
-			var ie *InputError
+			var ie *fault.InputError
 			if err == nil || !errors.As(err, &ie) || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("got %v, want an InputError containing %q", err, c.want)
+				t.Fatalf("got %v, want an fault.InputError containing %q", err, c.want)
 			}
 			if !strings.Contains(err.Error(), "rank-00000.ppx") {
 				t.Fatalf("error does not name the file: %v", err)
@@ -219,9 +220,9 @@ func TestLoaderRejectsBadFiles(t *testing.T) {
 			os.WriteFile(filepath.Join(d, "plan.json"), c.plan, 0o644)
 			os.WriteFile(filepath.Join(d, codegen.ProgramFile(0)), c.prog, 0o644)
 			_, err := Load(d, cpu.New())
-			var ie *InputError
+			var ie *fault.InputError
 			if err == nil || !errors.As(err, &ie) || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("got %v, want an InputError containing %q", err, c.want)
+				t.Fatalf("got %v, want an fault.InputError containing %q", err, c.want)
 			}
 		})
 	}
@@ -268,7 +269,7 @@ func FuzzLoadProgram(f *testing.F) {
 		}
 		j, err := New(&codegen.Output{Plan: plan, Programs: []*pb.Program{p}}, cpu.New())
 		if err != nil {
-			var ie *InputError
+			var ie *fault.InputError
 			if !errors.As(err, &ie) && !strings.HasPrefix(err.Error(), codegen.ProgramFile(0)+": ") {
 				t.Fatalf("loader error of type %T: %v", err, err)
 			}
@@ -314,9 +315,9 @@ func TestLoaderRejectsScheduleMismatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := Load(dir, cpu.New())
-		var ie *InputError
+		var ie *fault.InputError
 		if err == nil || !errors.As(err, &ie) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: got %v, want an InputError containing %q", c.name, err, c.want)
+			t.Errorf("%s: got %v, want an fault.InputError containing %q", c.name, err, c.want)
 		}
 	}
 }

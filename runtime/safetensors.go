@@ -108,7 +108,7 @@ func decodeSafetensors(r io.Reader, size int64) (map[string]device.Tensor, map[s
 	}
 	out := map[string]device.Tensor{}
 	for name, e := range h.tensors {
-		b := alignedBytes(e.hi - e.lo)
+		b := device.HostBytes(e.hi - e.lo)
 		copy(b, data[e.lo:e.hi])
 		out[name] = device.Tensor{Type: e.typ, Data: b}
 	}

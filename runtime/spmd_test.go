@@ -94,7 +94,7 @@ func TestSharedProgramReplicas(t *testing.T) {
 		t.Fatalf("merged w is %s, want f32[4]", full.Type)
 	}
 	// The full tensor is what one unsharded buffer initialises to.
-	one := device.Tensor{Type: ir.T(ir.F32, 4), Data: alignedBytes(16)}
+	one := device.Tensor{Type: ir.T(ir.F32, 4), Data: device.HostBytes(16)}
 	if err := initBuffer(&pb.Buffer{Name: "w", Init: "normal(1)"}, nil, one, 3); err != nil {
 		t.Fatal(err)
 	}

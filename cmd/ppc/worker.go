@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/fault"
 )
 
 // joinRun connects this process's rank to the other processes of its run, as the launcher's
@@ -37,7 +38,7 @@ func joinRun(e *env, job *runtime.Job, li *launchInfo, timeout time.Duration, fl
 	startupNote(e, "joining the %d-process run at %s…", li.World, o.Master)
 	p, err := job.Join(o)
 	if err != nil {
-		var ie *runtime.InputError
+		var ie *fault.InputError
 		if errors.As(err, &ie) {
 			return nil, err
 		}

@@ -243,3 +243,14 @@ type Coll struct {
 	Op   string
 	Root int
 }
+
+// HostBytes allocates n bytes of host memory aligned to 64, so that a Tensor over them has
+// every element type's views (F32, I64, …) and the alignment a buffer on the CPU has.
+func HostBytes(n int64) []byte {
+	if n == 0 {
+		return []byte{}
+	}
+	raw := make([]byte, n+63)
+	off := int((64 - uintptr(unsafe.Pointer(&raw[0]))%64) % 64)
+	return raw[off : int64(off)+n : int64(off)+n]
+}
