@@ -13,6 +13,7 @@ import (
 	"ppc.dev/ppc/passes"
 	"ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/cpu"
+	"ppc.dev/ppc/runtime/data"
 	"ppc.dev/ppc/runtime/fault"
 )
 
@@ -105,7 +106,7 @@ func TestSaveResumeBitwise(t *testing.T) {
 		out := map[string][]float64{}
 		for _, role := range []pb.Role{pb.Role_PARAM, pb.Role_STATE} {
 			for n, b := range must(job.Buffers(role)) {
-				out[n] = runtime.Float64s(b)
+				out[n] = data.Float64s(b)
 			}
 		}
 		return out
@@ -220,7 +221,7 @@ func TestTokenStreamData(t *testing.T) {
 		binary.LittleEndian.PutUint16(toks[2*i:], uint16(i*7%512))
 	}
 	os.WriteFile(path, toks, 0o644)
-	src, _, err := runtime.OpenData(path, job.Plan, runtime.DataOptions{Seed: 1})
+	src, _, err := data.Open(path, job.Plan, data.Options{Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,12 +232,12 @@ func TestTokenStreamData(t *testing.T) {
 	// A token beyond the vocabulary is refused up front.
 	binary.LittleEndian.PutUint16(toks[100:], 60000)
 	os.WriteFile(path, toks, 0o644)
-	if _, _, err := runtime.OpenData(path, job.Plan, runtime.DataOptions{Seed: 1}); err == nil {
+	if _, _, err := data.Open(path, job.Plan, data.Options{Seed: 1}); err == nil {
 		t.Fatal("out-of-vocabulary token accepted")
 	}
 	odd := filepath.Join(t.TempDir(), "odd.bin")
 	os.WriteFile(odd, toks[:11], 0o644)
-	if _, _, err := runtime.OpenData(odd, job.Plan, runtime.DataOptions{Seed: 1}); err == nil {
+	if _, _, err := data.Open(odd, job.Plan, data.Options{Seed: 1}); err == nil {
 		t.Fatal("odd-length token file accepted")
 	}
 }

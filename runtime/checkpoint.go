@@ -11,6 +11,7 @@ import (
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/passes"
+	"ppc.dev/ppc/runtime/data"
 	"ppc.dev/ppc/runtime/device"
 	"ppc.dev/ppc/runtime/fault"
 )
@@ -241,7 +242,7 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 	for _, r := range j.Ranks {
 		for i, b := range r.Prog.Buffers {
 			if fromStep && b.Name == passes.ScalerOptimizerStep {
-				err := j.writeHost(r.Bufs[i], func(t device.Tensor) error { return storeF64(t, []float64{float64(meta.Step)}) })
+				err := j.writeHost(r.Bufs[i], func(t device.Tensor) error { return data.StoreF64(t, []float64{float64(meta.Step)}) })
 				if err != nil {
 					return Resumed{}, fmt.Errorf("rank %d: %s: %v", r.Index, b.Name, err)
 				}

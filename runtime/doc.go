@@ -4,9 +4,8 @@
 // groups, shardings; the program's action order against plan.json's schedule, which `ppc
 // simulate` reads; every kernel launch re-checked against the IR op table and prepared on the
 // device), the executor (one goroutine per rank, each running its instruction stream
-// for a step), the in-process transport, parameter initialisation, training data (token
-// files and .npy arrays, read by its own .npy parser, npy.go), safetensors checkpoints and
-// Chrome traces.
+// for a step), the in-process transport, parameter initialisation, safetensors checkpoints
+// and Chrome traces. Training data is runtime/data's.
 //
 // Choices:
 //
@@ -89,14 +88,8 @@
 //   - Initialisation is shard-invariant: element i of a parameter is drawn from a Philox
 //     stream keyed by (seed, name) at counter i of the full tensor (kernels/cpu.KeyFor), so
 //     any layout initialises the same model; InitialValue gives a whole parameter's start
-//     by the same code (ppc export writes it). Synthetic data depends only on (seed, step,
-//     global sample index), and data sources are asked for global micro-batches, so a
-//     data-parallel run reads exactly the samples one device with M·dp micro-batches reads.
-//   - Training data is checked whole when it is opened, not at the step that first reads it:
-//     values against the inputs' dtypes and ranges, arrays of one length (sample i of every
-//     input goes together) holding at least one batch, a token file of at least one batch of
-//     sequences. A raw token file's width is given (DataOptions.TokenDType), never guessed
-//     from the vocabulary.
+//     by the same code (ppc export writes it). Synthetic data is as shard-invariant
+//     (runtime/data).
 //   - Traces are streamed to their file step by step on one clock from the start of the run,
 //     so a long run's trace costs no memory and an interrupted one is valid once closed.
 //   - Checkpoints hold parameters and optimizer state by name as full tensors, with the step

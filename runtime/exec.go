@@ -8,6 +8,7 @@ import (
 	"time"
 
 	pb "ppc.dev/ppc/codegen/programpb"
+	"ppc.dev/ppc/runtime/data"
 	"ppc.dev/ppc/runtime/device"
 	"ppc.dev/ppc/runtime/fault"
 )
@@ -15,7 +16,7 @@ import (
 // Options control a run.
 type Options struct {
 	Seed uint64
-	Data DataSource // nil: synthetic data from Seed
+	Data data.Source // nil: synthetic data from Seed
 	// Trace, when set, records every executed instruction of the steps in its range with its
 	// rank and time.
 	Trace *Trace
@@ -76,9 +77,9 @@ func (j *Job) Init(seed uint64) error {
 // micro-batch's loss counts once: the tensor-parallel ranks of a replica compute the same
 // loss, and only the one with tp coordinate 0 records it.
 func (j *Job) Step(opts Options) (StepResult, error) {
-	data := opts.Data
-	if data == nil {
-		data = &Synthetic{Seed: opts.Seed, Plan: j.Plan}
+	src := opts.Data
+	if src == nil {
+		src = &data.Synthetic{Seed: opts.Seed, Plan: j.Plan}
 	}
 	step := 0
 	if len(j.Ranks) > 0 {
@@ -100,7 +101,7 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 		wg.Add(1)
 		go func(r *Rank) {
 			defer wg.Done()
-			if err := j.runRank(r, step, data, tr); err != nil {
+			if err := j.runRank(r, step, src, tr); err != nil {
 				j.comm.abort(err) // the first error is the one reported
 			}
 			j.comm.finish(r.Index)
@@ -174,7 +175,7 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 	return res, nil
 }
 
-func (j *Job) runRank(r *Rank, step int, data DataSource, tr *Trace) (err error) {
+func (j *Job) runRank(r *Rank, step int, src data.Source, tr *Trace) (err error) {
 	if j.net != nil {
 		stop := j.watchNet(r)
 		defer func() {
@@ -185,7 +186,7 @@ func (j *Job) runRank(r *Rank, step int, data DataSource, tr *Trace) (err error)
 	}
 	for i, b := range r.Prog.Buffers {
 		if b.Role == pb.Role_STEP {
-			if err := j.writeHost(r.Bufs[i], func(t device.Tensor) error { return storeF64(t, []float64{float64(step)}) }); err != nil {
+			if err := j.writeHost(r.Bufs[i], func(t device.Tensor) error { return data.StoreF64(t, []float64{float64(step)}) }); err != nil {
 				return err
 			}
 		}
@@ -201,7 +202,7 @@ func (j *Job) runRank(r *Rank, step int, data DataSource, tr *Trace) (err error)
 		if tr != nil {
 			began = time.Now()
 		}
-		if err := j.exec(r, it, step, data); err != nil {
+		if err := j.exec(r, it, step, src); err != nil {
 			if errors.Is(err, errAborted) {
 				return err // another rank's failure, already recorded
 			}
@@ -249,7 +250,7 @@ func describeInstr(it *instr) string {
 	return it.Kind.String()
 }
 
-func (j *Job) exec(r *Rank, it *instr, step int, data DataSource) error {
+func (j *Job) exec(r *Rank, it *instr, step int, src data.Source) error {
 	dev := j.dev
 	if it.link != nil || it.netColl != nil {
 		return j.execNet(it)
@@ -258,7 +259,7 @@ func (j *Job) exec(r *Rank, it *instr, step int, data DataSource) error {
 	case pb.Instr_LAUNCH:
 		return it.impl(it.in, it.out)
 	case pb.Instr_INPUT:
-		return j.writeStaged(it, func(t device.Tensor) error { return data.Fill(r.inputs[it.Label], step, it.mb, t) })
+		return j.writeStaged(it, func(t device.Tensor) error { return src.Fill(r.inputs[it.Label], step, it.mb, t) })
 	case pb.Instr_SEND:
 		if a, ok := dev.(device.Async); ok && j.proc != nil && !it.in[0].OnHost() {
 			return j.sendAsync(r, it, a)

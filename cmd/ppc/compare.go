@@ -11,6 +11,7 @@ import (
 
 	"ppc.dev/ppc/compiler"
 	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/data"
 	"ppc.dev/ppc/runtime/device"
 )
 
@@ -204,7 +205,7 @@ func compareTensors(e *env, a, b map[string]device.Tensor, metaA, metaB map[stri
 			bad++
 			continue
 		}
-		d := compareElems(runtime.Float64s(ta), runtime.Float64s(tb), tol)
+		d := compareElems(data.Float64s(ta), data.Float64s(tb), tol)
 		worstAbs, worstRel = math.Max(worstAbs, d.maxAbs), math.Max(worstRel, d.maxRel)
 		switch {
 		case d.bad > 0:

@@ -17,6 +17,7 @@ import (
 	"ppc.dev/ppc/compiler"
 	"ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/cpu"
+	"ppc.dev/ppc/runtime/data"
 	"ppc.dev/ppc/runtime/device"
 	"ppc.dev/ppc/schedule"
 )
@@ -58,7 +59,7 @@ func trainOn(t *testing.T, dev device.Device, model string, opts compiler.Option
 			t.Fatal(err)
 		}
 		for name, b := range bufs {
-			state[name] = runtime.Float64s(b)
+			state[name] = data.Float64s(b)
 		}
 	}
 	return losses, state
@@ -336,7 +337,7 @@ func trainMultiProcess(t *testing.T, opts compiler.Options, mk func(r int) (*Dev
 				t.Fatal(err)
 			}
 			for name, b := range bufs {
-				got, full := runtime.Float64s(b), refS[name]
+				got, full := data.Float64s(b), refS[name]
 				bits = append(bits, fmt.Sprintf("rank %d %s %x", r, name, sha256.Sum256(b.Data)))
 				if len(got) != len(full) { // a tp shard: its values appear in the full tensor
 					continue

@@ -1,4 +1,4 @@
-package runtime
+package data
 
 import (
 	"fmt"
@@ -10,10 +10,10 @@ import (
 	"ppc.dev/ppc/runtime/device"
 )
 
-// DataSource fills a model input for one micro-batch of one step. mb numbers the micro-batches
+// Source fills a model input for one micro-batch of one step. mb numbers the micro-batches
 // of the global batch (0 … M·dp−1): data-parallel replica d reads d·M … d·M+M−1, so every
 // layout sees the samples one device with M·dp micro-batches sees.
-type DataSource interface {
+type Source interface {
 	Fill(in codegen.Input, step, mb int, t device.Tensor) error
 }
 
@@ -137,7 +137,7 @@ func storeAny(t device.Tensor, v []float64) error {
 			t.Data[i] = byte(x)
 		}
 	default:
-		return storeF64(t, v)
+		return StoreF64(t, v)
 	}
 	return nil
 }
@@ -156,5 +156,32 @@ func (f Fixed) Fill(in codegen.Input, step, mb int, t device.Tensor) error {
 		return fmt.Errorf("input %q: have %s, need %s for micro-batch %d", in.Name, src.Type, t.Type, mb)
 	}
 	copy(t.Data, src.Data[int64(mb)*n:])
+	return nil
+}
+
+// StoreF64 writes float64 values into a float tensor of any float dtype (the executor writes
+// initial values and the step number with it).
+func StoreF64(t device.Tensor, v []float64) error {
+	switch t.Type.DType {
+	case ir.F64:
+		copy(t.F64(), v)
+	case ir.F32:
+		d := t.F32()
+		for i, x := range v {
+			d[i] = float32(x)
+		}
+	case ir.F16:
+		d := t.U16()
+		for i, x := range v {
+			d[i] = ir.F32ToF16(float32(x))
+		}
+	case ir.BF16:
+		d := t.U16()
+		for i, x := range v {
+			d[i] = ir.F32ToBF16(float32(x))
+		}
+	default:
+		return fmt.Errorf("cannot initialise a %s tensor with random values", t.Type.DType)
+	}
 	return nil
 }

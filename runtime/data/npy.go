@@ -1,4 +1,4 @@
-package runtime
+package data
 
 import (
 	"encoding/binary"

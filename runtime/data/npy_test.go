@@ -1,4 +1,4 @@
-package runtime_test
+package data_test
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 
 	"ppc.dev/ppc/codegen"
 	"ppc.dev/ppc/ir"
-	. "ppc.dev/ppc/runtime"
+	. "ppc.dev/ppc/runtime/data"
 	"ppc.dev/ppc/runtime/device"
 	"ppc.dev/ppc/runtime/fault"
 )
@@ -184,7 +184,7 @@ func FuzzReadNpy(f *testing.F) {
 			spec string
 			plan *codegen.Plan
 		}{{p, tokens}, {"x=" + p + ",y=" + y, arrays}} {
-			src, _, err := OpenData(c.spec, c.plan, DataOptions{Seed: 1})
+			src, _, err := Open(c.spec, c.plan, Options{Seed: 1})
 			var ie *fault.InputError
 			if err != nil && !errors.As(err, &ie) {
 				t.Fatalf("%s: not an input error: %v", c.spec, err)
@@ -218,11 +218,11 @@ func FuzzTokenFile(f *testing.F) {
 		if err := os.WriteFile(p, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		o := DataOptions{Seed: 1}
+		o := Options{Seed: 1}
 		if wide {
 			o.TokenDType = "uint32"
 		}
-		src, _, err := OpenData(p, plan, o)
+		src, _, err := Open(p, plan, o)
 		if err != nil {
 			var ie *fault.InputError
 			if !errors.As(err, &ie) || !strings.Contains(err.Error(), p) {

@@ -1,4 +1,4 @@
-package runtime
+package data
 
 import (
 	"encoding/binary"
@@ -15,8 +15,8 @@ import (
 	"ppc.dev/ppc/runtime/fault"
 )
 
-// DataOptions say how to read training data.
-type DataOptions struct {
+// Options say how to read training data.
+type Options struct {
 	// Seed draws the windows of a token stream.
 	Seed uint64
 	// TokenDType is the element type of a raw token file: "uint16" (nanoGPT's train.bin) or
@@ -26,12 +26,12 @@ type DataOptions struct {
 	TokenDType string
 }
 
-// OpenData opens training data given as `FILE` (a token stream: raw little-endian tokens of
-// DataOptions.TokenDType, or a 1-D integer .npy) or as `NAME=FILE.npy,…` (one array per model
+// Open opens training data given as `FILE` (a token stream: raw little-endian tokens of
+// Options.TokenDType, or a 1-D integer .npy) or as `NAME=FILE.npy,…` (one array per model
 // input whose first axis is the sample). Data that would feed a batch with repeated or
 // mis-paired samples is refused. Warnings are for data that is valid but looks wrong (a raw
 // file that looks like uint32 tokens read as uint16).
-func OpenData(spec string, plan *codegen.Plan, o DataOptions) (src DataSource, warnings []string, err error) {
+func Open(spec string, plan *codegen.Plan, o Options) (src Source, warnings []string, err error) {
 	switch o.TokenDType {
 	case "", "uint16", "uint32":
 	default:
@@ -47,7 +47,7 @@ func OpenData(spec string, plan *codegen.Plan, o DataOptions) (src DataSource, w
 	return src, nil, err
 }
 
-func openArrays(spec string, plan *codegen.Plan) (DataSource, error) {
+func openArrays(spec string, plan *codegen.Plan) (Source, error) {
 	src := &arrayData{plan: plan, arrays: map[string]*array{}}
 	paths := map[string]string{}
 	for _, kv := range strings.Split(spec, ",") {
@@ -185,7 +185,7 @@ type tokenStream struct {
 // npyTokenTypes names the .npy dtypes a token stream may have as --data-dtype spells them.
 var npyTokenTypes = map[string]string{"u2": "uint16", "u4": "uint32", "i8": "int64", "i4": "int32", "u1": "uint8", "i1": "int8", "f8": "float64", "f4": "float32"}
 
-func openTokenStream(path string, plan *codegen.Plan, o DataOptions) (DataSource, []string, error) {
+func openTokenStream(path string, plan *codegen.Plan, o Options) (Source, []string, error) {
 	var vocab, seq, samples int
 	for _, in := range plan.Inputs {
 		if in.Range != nil && !in.Label {
