@@ -12,6 +12,7 @@ import (
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/checkpoint"
 	"ppc.dev/ppc/runtime/data"
 	"ppc.dev/ppc/runtime/device"
 )
@@ -74,7 +75,7 @@ func spmdRun(t *testing.T, model string, opts Options, steps int, resume string)
 
 func readCheckpoint(t *testing.T, dir string) map[string][]float64 {
 	t.Helper()
-	tensors, _, err := runtime.ReadCheckpoint(dir)
+	tensors, _, err := checkpoint.Read(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

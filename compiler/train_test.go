@@ -12,6 +12,7 @@ import (
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/passes"
 	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/checkpoint"
 	"ppc.dev/ppc/runtime/cpu"
 	"ppc.dev/ppc/runtime/data"
 	"ppc.dev/ppc/runtime/fault"
@@ -152,7 +153,7 @@ func TestCorruptCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	shard := filepath.Join(dir, "step-00000000", "rank-00000.safetensors")
-	index := filepath.Join(dir, runtime.IndexFile)
+	index := filepath.Join(dir, checkpoint.IndexFile)
 	good, _ := os.ReadFile(shard)
 	goodIndex, _ := os.ReadFile(index)
 	flipped := append([]byte{}, good...)

@@ -11,27 +11,25 @@ import (
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/passes"
+	"ppc.dev/ppc/runtime/checkpoint"
 	"ppc.dev/ppc/runtime/data"
 	"ppc.dev/ppc/runtime/device"
 	"ppc.dev/ppc/runtime/fault"
 )
 
-// CheckpointFile is the single file older checkpoint directories held (read still).
-const CheckpointFile = "checkpoint.safetensors"
-
 // Save writes a checkpoint of an in-process job (every rank here) to dir: each rank's
-// blocks, then the index (shards.go), so that any layout can resume it. A save that fails
-// or is killed leaves the previous checkpoint intact. Save does not lock dir; callers that
-// may race take LockDir. Multi-process runs save with SaveAll.
+// blocks, then the index (runtime/checkpoint), so that any layout can resume it. A save that
+// fails or is killed leaves the previous checkpoint intact. Save does not lock dir; callers
+// that may race take checkpoint.LockDir. Multi-process runs save with SaveAll.
 func (j *Job) Save(dir string, seed uint64) error {
-	sub := saveDirName(dir, j.StepCount())
-	files, err := j.WriteShards(dir)
+	sub := checkpoint.SaveDir(dir, j.StepCount())
+	files, err := j.writeShards(dir)
 	if err == nil {
-		err = j.CommitCheckpoint(dir, seed, files)
+		err = j.commit(dir, seed, files)
 	}
 	if err != nil {
-		os.RemoveAll(filepath.Join(dir, sub)) // never the committed checkpoint's (saveDirName)
-		if committedDir(dir) != "" {
+		os.RemoveAll(filepath.Join(dir, sub)) // never the committed checkpoint's (SaveDir)
+		if checkpoint.Committed(dir) != "" {
 			return fmt.Errorf("%w; the previous checkpoint in %s is intact", err, dir)
 		}
 	}
@@ -94,6 +92,79 @@ func copyBlock(full []byte, shard device.Tensor, g *shardGeom, toFull bool) {
 			copy(l, f)
 		}
 	}
+}
+
+// ownedBlock is one block a rank writes.
+type ownedBlock struct {
+	rank, buf int
+	name      string
+	offset    []int64
+}
+
+// owners lists every distinct block of every parameter and optimizer state with the lowest
+// rank that holds it, from the plan alone (every rank's buffers, local or not): the lowest
+// holder writes it, so data-parallel replicas and tied weights are written once, and every
+// process of a run knows who writes what without asking.
+func (j *Job) owners() []ownedBlock {
+	seen := map[string]bool{}
+	var out []ownedBlock
+	for _, r := range j.all {
+		for i, b := range r.Prog.Buffers {
+			if b.Role != pb.Role_PARAM && b.Role != pb.Role_STATE {
+				continue
+			}
+			var off []int64
+			if g := r.shards[i]; g != nil {
+				off = g.offset
+			} else {
+				off = make([]int64, r.Bufs[i].Type.Rank())
+			}
+			key := b.Name + "@" + fmt.Sprint(off)
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			out = append(out, ownedBlock{rank: r.Index, buf: i, name: b.Name, offset: off})
+		}
+	}
+	return out
+}
+
+// writeShards writes the blocks this process's ranks own for the current step into dir's
+// step directory (checkpoint.WriteShards) and reports them, for commit.
+func (j *Job) writeShards(dir string) ([]checkpoint.ShardFile, error) {
+	local := map[int]*Rank{}
+	for _, r := range j.Ranks {
+		local[r.Index] = r
+	}
+	byRank := map[int]map[string]device.Tensor{}
+	for _, o := range j.owners() {
+		r := local[o.rank]
+		if r == nil {
+			continue
+		}
+		if byRank[o.rank] == nil {
+			byRank[o.rank] = map[string]device.Tensor{}
+		}
+		t, err := j.readHost(r.Bufs[o.buf])
+		if err != nil {
+			return nil, err
+		}
+		byRank[o.rank][o.name] = t
+	}
+	return checkpoint.WriteShards(dir, j.StepCount(), byRank)
+}
+
+// commit is rank 0's part of a save once every rank has written its shards (files): the
+// index of every block, by its owner (checkpoint.Commit).
+func (j *Job) commit(dir string, seed uint64, files []checkpoint.ShardFile) error {
+	var blocks []checkpoint.Block
+	for _, o := range j.owners() {
+		r := j.all[o.rank]
+		blocks = append(blocks, checkpoint.Block{Rank: o.rank, Name: o.name, Full: r.globalType(o.buf), Offset: o.offset, Shape: r.Bufs[o.buf].Type.Shape})
+	}
+	meta := checkpoint.Meta{Step: j.StepCount(), Seed: seed, SourceHash: j.Plan.SourceHash, Model: j.Plan.Model, Optimizer: j.Plan.Optimizer}
+	return checkpoint.Commit(dir, meta, blocks, files)
 }
 
 // StepCount is the number of the last step run (0 before the first).
@@ -171,12 +242,12 @@ func (e *MismatchError) Error() string {
 // blocks that overlap its own (checkpoint blocks' SHA-256 checked as they are read): a
 // process of a large world reads its share of the checkpoint, not all of it.
 func (j *Job) Resume(path string, partial bool) (Resumed, error) {
-	ck, err := openCheckpoint(path)
+	ck, err := checkpoint.Open(path)
 	if err != nil {
 		return Resumed{}, err
 	}
-	meta := ck.meta
-	ck.cache = map[*ckBlockRef][]byte{} // replicas in this process read a block once
+	meta := ck.Meta
+	stored := ck.Tensors()
 	file := path
 	res := Resumed{Step: meta.Step, Seed: meta.Seed}
 
@@ -191,19 +262,19 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 			}
 		}
 	}
-	names := SortedNames(want, ck.tensors)
+	names := SortedNames(want, stored)
 	e := &MismatchError{Path: file, PlanTotal: len(want)}
 	matches := map[string]bool{}
 	missingParams, missingState := false, false
 	fromStep := false // the plan's AdamW step count is set from the checkpoint's step
 	for _, n := range names {
 		w, inPlan := want[n]
-		t, inCk := ck.tensors[n]
+		t, inCk := stored[n]
 		switch {
-		case inPlan && inCk && t.typ.Equal(w):
+		case inPlan && inCk && t.Equal(w):
 			matches[n] = true
 		case inPlan && inCk:
-			e.Different = append(e.Different, fmt.Sprintf("%s: %s in the checkpoint, %s in the plan", n, t.typ, w))
+			e.Different = append(e.Different, fmt.Sprintf("%s: %s in the checkpoint, %s in the plan", n, t, w))
 		case inPlan && n == passes.ScalerOptimizerStep && w.NumElements() == 1:
 			// A checkpoint from before AdamW kept its own count under loss scaling: its
 			// bias correction counted every step, so the count starts at the step.
@@ -221,7 +292,7 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 			// A forward-only plan has no optimizer: the training state is not a difference.
 			res.Ignored++
 		default:
-			e.Extra = append(e.Extra, fmt.Sprintf("%s: %s", n, t.typ))
+			e.Extra = append(e.Extra, fmt.Sprintf("%s: %s", n, t))
 		}
 	}
 	e.Matching = len(matches)
@@ -251,7 +322,11 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 			if (b.Role == pb.Role_PARAM || b.Role == pb.Role_STATE) && matches[b.Name] {
 				// Each rank takes its block of the full tensor from whichever stored blocks
 				// it overlaps: any layout resumes any other.
-				err := j.writeHost(r.Bufs[i], func(t device.Tensor) error { return ck.readInto(b.Name, r.shards[i], t) })
+				var off []int64 // nil: the whole tensor
+				if g := r.shards[i]; g != nil {
+					off = g.offset
+				}
+				err := j.writeHost(r.Bufs[i], func(t device.Tensor) error { return ck.ReadInto(b.Name, off, t) })
 				var ie *fault.InputError
 				if errors.As(err, &ie) {
 					return Resumed{}, err // the checkpoint's fault, named
@@ -264,7 +339,7 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 		r.step = res.Step
 	}
 	res.Loaded, res.Kept = e.Matching, len(e.Missing)+len(e.Different)
-	res.Bytes = ck.bytes
+	res.Bytes = ck.Bytes()
 	res.Ignored += len(e.Extra)
 	// The step count continues the learning-rate schedule only if it is the same schedule.
 	if o := meta.Optimizer; o != "" && j.Plan.Training && o != j.Plan.Optimizer {

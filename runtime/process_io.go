@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"ppc.dev/ppc/runtime/checkpoint"
 )
 
 // Process returns the multi-process run the job is part of (nil: every rank runs here).
@@ -86,7 +88,7 @@ func (p *Process) MergeTrace(t *Trace, path string) error {
 		}
 		events = append(events, tr.TraceEvents...)
 	}
-	return writeFileAtomic(path, func(w io.Writer) error {
+	return checkpoint.WriteFileAtomic(path, func(w io.Writer) error {
 		if _, err := io.WriteString(w, `{"displayTimeUnit":"ms","traceEvents":[`); err != nil {
 			return err
 		}
@@ -123,8 +125,8 @@ func (j *Job) SaveAll(dir string, seed uint64) error {
 	}
 	p := j.proc
 	type written struct {
-		Files []ShardFile `json:"files"`
-		Error string      `json:"error,omitempty"`
+		Files []checkpoint.ShardFile `json:"files"`
+		Error string                 `json:"error,omitempty"`
 	}
 	// The verdict rank 0 sends every rank: Error "" when the checkpoint is committed, else
 	// why not and the rank that failed.
@@ -132,8 +134,8 @@ func (j *Job) SaveAll(dir string, seed uint64) error {
 		Error string `json:"error,omitempty"`
 		Rank  int    `json:"rank"`
 	}
-	sub := saveDirName(dir, j.StepCount()) // before a commit changes the index
-	files, werr := j.WriteShards(dir)
+	sub := checkpoint.SaveDir(dir, j.StepCount()) // before a commit changes the index
+	files, werr := j.writeShards(dir)
 	mine := written{Files: files}
 	if werr != nil {
 		mine.Error = werr.Error()
@@ -145,7 +147,7 @@ func (j *Job) SaveAll(dir string, seed uint64) error {
 	var v verdict
 	var cerr error // rank 0's own failure to commit
 	if p.Rank == 0 {
-		var every []ShardFile
+		var every []checkpoint.ShardFile
 		for r, raw := range all {
 			var w written
 			if err := json.Unmarshal(raw, &w); err != nil {
@@ -159,7 +161,7 @@ func (j *Job) SaveAll(dir string, seed uint64) error {
 			every = append(every, w.Files...)
 		}
 		if v.Error == "" {
-			if cerr = j.CommitCheckpoint(dir, seed, every); cerr != nil {
+			if cerr = j.commit(dir, seed, every); cerr != nil {
 				v = verdict{cerr.Error(), 0}
 			}
 		}
@@ -178,7 +180,7 @@ func (j *Job) SaveAll(dir string, seed uint64) error {
 	// reported), so the step directory is garbage: each rank removes it (on a shared file
 	// system they race harmlessly; on separate ones each removes its own files) — unless
 	// the index names it after all (a commit whose last sync failed).
-	now := committedDir(dir)
+	now := checkpoint.Committed(dir)
 	if now != sub {
 		os.RemoveAll(filepath.Join(dir, sub))
 	}

@@ -2,19 +2,14 @@ package runtime_test
 
 import (
 	"errors"
-	"io"
-	"maps"
 	"net"
-	"os"
-	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"ppc.dev/ppc/internal/jobtest"
 	. "ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/cpu"
 	"ppc.dev/ppc/runtime/fault"
@@ -115,7 +110,7 @@ func (j *joining) wait(limit time.Duration) {
 // send nothing until the run starts. Meanwhile the waiting rank says whom it waits for.
 func TestJoinLateRank(t *testing.T) {
 	defer SetJoinNotes(1500*time.Millisecond, 500*time.Millisecond)() // the store pings each second
-	dir := compileIR(t, gptPPM, gptOpts(2, 1, 1, 0))
+	dir := jobtest.Compile(t, gptPPM, jobtest.GPT(2, 1, 1, 0))
 	j := newJoining(t, dir)
 	o := JoinOptions{Heartbeat: time.Second, JoinTimeout: 30 * time.Second}
 	j.start(0, 2, 0, o)
@@ -130,7 +125,7 @@ func TestJoinLateRank(t *testing.T) {
 	for _, job := range jobs {
 		job.Init(1)
 	}
-	if _, errs := stepAll(jobs, Options{Seed: 1}); errs[0] != nil || errs[1] != nil {
+	if _, errs := jobtest.StepAll(jobs, Options{Seed: 1}); errs[0] != nil || errs[1] != nil {
 		t.Fatalf("step after a late join: %v", errs)
 	}
 	if log := j.logText(); !strings.Contains(log, "rank 0: joined the rendezvous") || !strings.Contains(log, "waiting for rank 1 to join (1 of 2 joined)") {
@@ -143,7 +138,7 @@ func TestJoinLateRank(t *testing.T) {
 // join limit, naming the missing rank and the process refused meanwhile — not a live rank
 // "stopped responding" at the heartbeat limit.
 func TestJoinMissingRank(t *testing.T) {
-	dir := compileIR(t, gptPPM, gptOpts(3, 1, 1, 0))
+	dir := jobtest.Compile(t, gptPPM, jobtest.GPT(3, 1, 1, 0))
 	j := newJoining(t, dir)
 	o := JoinOptions{Heartbeat: time.Second, JoinTimeout: 4 * time.Second}
 	j.start(0, 3, 0, o)
@@ -178,7 +173,7 @@ func TestJoinMissingRank(t *testing.T) {
 // late, or gone) says so while it retries, and gives up at the join limit naming it.
 func TestJoinRendezvousAbsent(t *testing.T) {
 	defer SetJoinNotes(300*time.Millisecond, 500*time.Millisecond)()
-	dir := compileIR(t, gptPPM, gptOpts(2, 1, 1, 0))
+	dir := jobtest.Compile(t, gptPPM, jobtest.GPT(2, 1, 1, 0))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -226,7 +221,7 @@ func TestPeerPortIdleConnections(t *testing.T) {
 			c.Close()
 		}
 	}()
-	dir := compileIR(t, gptPPM, gptOpts(2, 1, 1, 0))
+	dir := jobtest.Compile(t, gptPPM, jobtest.GPT(2, 1, 1, 0))
 	j := newJoining(t, dir)
 	o := JoinOptions{JoinTimeout: 3 * time.Second}
 	j.start(0, 2, 0, o)
@@ -245,7 +240,7 @@ func TestPeerPortIdleConnections(t *testing.T) {
 	for _, job := range jobs {
 		job.Init(1)
 	}
-	if _, errs := stepAll(jobs, Options{Seed: 1}); errs[0] != nil || errs[1] != nil {
+	if _, errs := jobtest.StepAll(jobs, Options{Seed: 1}); errs[0] != nil || errs[1] != nil {
 		t.Fatal(errs)
 	}
 }
@@ -254,13 +249,13 @@ func TestPeerPortIdleConnections(t *testing.T) {
 // running another plan, or started with other flags, is refused alone: the run goes on.
 // (While the run starts, the same process stops it: TestHandRunPlanMismatch, cmd/ppc.)
 func TestStrangerRefusedAfterStart(t *testing.T) {
-	dir := compileIR(t, gptPPM, gptOpts(2, 1, 1, 0))
-	full := gptOpts(2, 1, 1, 0)
+	dir := jobtest.Compile(t, gptPPM, jobtest.GPT(2, 1, 1, 0))
+	full := jobtest.GPT(2, 1, 1, 0)
 	full.Recompute = "full"
-	other := compileIR(t, gptPPM, full)
+	other := jobtest.Compile(t, gptPPM, full)
 	var master string
 	flags := []string{"seed=1", "steps=10"}
-	jobs, _ := tcpJobsUnder(t, dir, JoinOptions{Flags: flags}, func(addr string) { master = addr })
+	jobs, _ := jobtest.JoinUnder(t, dir, JoinOptions{Flags: flags}, func(addr string) { master = addr })
 	for _, job := range jobs {
 		job.Init(1)
 	}
@@ -281,7 +276,7 @@ func TestStrangerRefusedAfterStart(t *testing.T) {
 		if !errors.As(err, &ie) || !strings.Contains(err.Error(), "refused by the rendezvous") || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("stranger: %v, want refused (%s)", err, c.want)
 		}
-		if _, errs := stepAll(jobs, Options{Seed: 1}); errs[0] != nil || errs[1] != nil {
+		if _, errs := jobtest.StepAll(jobs, Options{Seed: 1}); errs[0] != nil || errs[1] != nil {
 			t.Fatalf("the run after a stranger (%s) was refused: %v", c.want, errs)
 		}
 	}
@@ -292,7 +287,7 @@ func TestStrangerRefusedAfterStart(t *testing.T) {
 // slowest step — with a message saying where the limit came from.
 func TestTCPAutoTimeout(t *testing.T) {
 	defer SetHangLimits(2*time.Second, time.Second, 10)()
-	dir := compileIR(t, gptPPM, gptOpts(2, 1, 1, 0))
+	dir := jobtest.Compile(t, gptPPM, jobtest.GPT(2, 1, 1, 0))
 	hang := func(jobs []*Job) error {
 		res := make(chan error, 1)
 		go func() { _, err := jobs[0].Step(Options{Seed: 1}); res <- err }() // rank 1 never runs its step
@@ -305,7 +300,7 @@ func TestTCPAutoTimeout(t *testing.T) {
 		}
 	}
 	t.Run("first-step", func(t *testing.T) {
-		jobs, _ := tcpJobs(t, dir, JoinOptions{})
+		jobs, _ := jobtest.Join(t, dir, JoinOptions{})
 		jobs[0].Init(1)
 		err := hang(jobs)
 		if err == nil || !regexp.MustCompile(`rank 0 waited 2s for recv from rank 1 \(tag \d+\), and rank 1 sent nothing \(a hang, or far behind; the limit is 2s in the first step; ppc run --timeout sets another\)`).MatchString(err.Error()) {
@@ -313,11 +308,11 @@ func TestTCPAutoTimeout(t *testing.T) {
 		}
 	})
 	t.Run("after-a-step", func(t *testing.T) {
-		jobs, _ := tcpJobs(t, dir, JoinOptions{})
+		jobs, _ := jobtest.Join(t, dir, JoinOptions{})
 		for _, j := range jobs {
 			j.Init(1)
 		}
-		if _, errs := stepAll(jobs, Options{Seed: 1}); errs[0] != nil || errs[1] != nil {
+		if _, errs := jobtest.StepAll(jobs, Options{Seed: 1}); errs[0] != nil || errs[1] != nil {
 			t.Fatal(errs)
 		}
 		err := hang(jobs)
@@ -347,12 +342,12 @@ func TestHangLimit(t *testing.T) {
 // (they were started with different step counts) does not leave that rank waiting for it:
 // its step fails at once, naming the rank that left.
 func TestTCPRankLeaves(t *testing.T) {
-	dir := compileIR(t, gptPPM, gptOpts(2, 1, 1, 0))
-	jobs, procs := tcpJobs(t, dir, JoinOptions{Timeout: 30 * time.Second})
+	dir := jobtest.Compile(t, gptPPM, jobtest.GPT(2, 1, 1, 0))
+	jobs, procs := jobtest.Join(t, dir, JoinOptions{Timeout: 30 * time.Second})
 	for _, j := range jobs {
 		j.Init(1)
 	}
-	if _, errs := stepAll(jobs, Options{Seed: 1}); errs[0] != nil || errs[1] != nil {
+	if _, errs := jobtest.StepAll(jobs, Options{Seed: 1}); errs[0] != nil || errs[1] != nil {
 		t.Fatal(errs)
 	}
 	closed := make(chan error, 1)
@@ -378,9 +373,9 @@ func TestTCPRankLeaves(t *testing.T) {
 // and whether it stopped responding (a stopped process, which will not exit by itself) or
 // died.
 func TestAbortNamesCause(t *testing.T) {
-	dir := compileIR(t, gptPPM, gptOpts(2, 1, 1, 0))
+	dir := jobtest.Compile(t, gptPPM, jobtest.GPT(2, 1, 1, 0))
 	for _, frozen := range []bool{true, false} {
-		jobs, procs := tcpJobs(t, dir, JoinOptions{Heartbeat: time.Second})
+		jobs, procs := jobtest.Join(t, dir, JoinOptions{Heartbeat: time.Second})
 		for _, j := range jobs {
 			j.Init(1)
 		}
@@ -394,93 +389,5 @@ func TestAbortNamesCause(t *testing.T) {
 		if !errors.As(err, &re) || re.Rank != 1 || re.Unresponsive != frozen {
 			t.Errorf("frozen %v: %v (%+v), want rank 1 named, unresponsive %v", frozen, err, re, frozen)
 		}
-	}
-}
-
-// TestSaveAllFailure: a multi-process save that fails on one rank (a full disk) ends as an
-// in-process save does: the rank it struck reports the write failure, the others that the
-// checkpoint was not saved because of that rank (a run failure, not bad input), every one
-// that the previous checkpoint is intact, and nothing the failed save wrote is left behind.
-// A failure to write the index is rank 0's own write failure.
-func TestSaveAllFailure(t *testing.T) {
-	dir := compileIR(t, gptPPM, gptOpts(2, 1, 1, 0))
-	saveAll := func(jobs []*Job, ck string) []error {
-		errs := make([]error, len(jobs))
-		var wg sync.WaitGroup
-		for r, j := range jobs {
-			wg.Add(1)
-			go func() { defer wg.Done(); errs[r] = j.SaveAll(ck, 1) }()
-		}
-		wg.Wait()
-		return errs
-	}
-	failAt := func(suffix string) func() {
-		return SetWrapSaveFileAt(func(path string, w io.Writer) io.Writer {
-			if strings.HasSuffix(path, suffix) {
-				return &failingWriter{w: w, n: 64, err: syscall.ENOSPC}
-			}
-			return w
-		})
-	}
-	for _, c := range []struct {
-		name, failing string
-		previous      bool
-	}{
-		{"rank-1-file", "rank-00001.safetensors", true},
-		{"rank-1-file-first-save", "rank-00001.safetensors", false},
-		{"index", IndexFile, true},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			jobs, _ := tcpJobs(t, dir, JoinOptions{})
-			for _, j := range jobs {
-				j.Init(1)
-			}
-			ck := filepath.Join(t.TempDir(), "ck")
-			os.MkdirAll(ck, 0o755)
-			if _, errs := stepAll(jobs, Options{Seed: 1}); errs[0] != nil || errs[1] != nil {
-				t.Fatal(errs)
-			}
-			if c.previous {
-				if errs := saveAll(jobs, ck); errs[0] != nil || errs[1] != nil {
-					t.Fatal(errs)
-				}
-				if _, errs := stepAll(jobs, Options{Seed: 1}); errs[0] != nil || errs[1] != nil {
-					t.Fatal(errs)
-				}
-			}
-			before := snapshot(t, ck)
-			restore := failAt(c.failing)
-			errs := saveAll(jobs, ck)
-			restore()
-			intact := "; the previous checkpoint in " + ck + " is intact"
-			for r, err := range errs {
-				t.Logf("rank %d: %v", r, err)
-				if err == nil {
-					t.Fatalf("rank %d: the failed save succeeded", r)
-				}
-				if c.previous != strings.HasSuffix(err.Error(), intact) {
-					t.Errorf("rank %d: %q, want %q at the end: %v", r, err, intact, c.previous)
-				}
-			}
-			// The rank the disk filled up under: a failed write (ENOSPC, exit 1); the other
-			// repeats its message as the run's failure (a RemoteError, exit 1).
-			own, other := 1, 0
-			if c.failing == IndexFile {
-				own, other = 0, 1
-			}
-			var re *RemoteError
-			if !errors.Is(errs[own], syscall.ENOSPC) {
-				t.Errorf("rank %d: %v, want ENOSPC", own, errs[own])
-			}
-			if !errors.As(errs[other], &re) || re.Rank != own || !strings.HasPrefix(re.Msg, "the checkpoint was not saved: ") || !strings.Contains(re.Msg, "no space left on device") {
-				t.Errorf("rank %d: %v, want a RemoteError naming rank %d's failure", other, errs[other], own)
-			}
-			if after := snapshot(t, ck); !maps.Equal(before, after) {
-				t.Errorf("the failed save left %v; before it: %v", slices.Sorted(maps.Keys(after)), slices.Sorted(maps.Keys(before)))
-			}
-			if names := dirNames(t, ck); c.previous && !slices.Equal(names, []string{IndexFile, "step-00000001"}) || !c.previous && len(names) != 0 {
-				t.Errorf("the checkpoint directory holds %v", names)
-			}
-		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"ppc.dev/ppc/codegen"
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/runtime/checkpoint"
 	"ppc.dev/ppc/runtime/cpu"
 	"ppc.dev/ppc/runtime/device"
 )
@@ -136,7 +137,7 @@ func TestSharedProgramReplicas(t *testing.T) {
 	for i := range w {
 		w[i] *= 2
 	}
-	if err := WriteSafetensors(dir+"/"+CheckpointFile, map[string]device.Tensor{"w": full},
+	if err := checkpoint.WriteSafetensors(dir+"/"+checkpoint.SingleFile, map[string]device.Tensor{"w": full},
 		map[string]string{"step": "1", "seed": "3"}); err != nil {
 		t.Fatal(err)
 	}

@@ -13,99 +13,12 @@ import (
 	"time"
 
 	pb "ppc.dev/ppc/codegen/programpb"
-	"ppc.dev/ppc/compiler"
+	"ppc.dev/ppc/internal/jobtest"
 	. "ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/cpu"
 )
 
 const gptPPM = "../testdata/models/gpt.ppm"
-
-func gptOpts(pp, dp, tp, zero int) compiler.Options {
-	return compiler.Options{Load: compiler.LoadOptions{Preset: "tiny"}, PP: pp, DP: dp, TP: tp, Zero: zero, Microbatches: 4,
-		Optimizer: "adamw{lr=1e-2}"}
-}
-
-// tcpJobs loads every rank of the plan in dir as its own job and joins them over loopback
-// TCP, as the processes of a multi-process run do (here goroutines of one process: the
-// transport does not know the difference).
-func tcpJobs(t testing.TB, dir string, o JoinOptions) ([]*Job, []*Process) {
-	return tcpJobsUnder(t, dir, o, nil)
-}
-
-// tcpJobsUnder is tcpJobs with hostile(addr of the rendezvous) running alongside the
-// rendezvous and the ranks' joining.
-func tcpJobsUnder(t testing.TB, dir string, o JoinOptions, hostile func(addr string)) ([]*Job, []*Process) {
-	t.Helper()
-	plan, err := Load(dir, cpu.New())
-	if err != nil {
-		t.Fatal(err)
-	}
-	world := plan.Plan.World
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	jobs, procs := make([]*Job, world), make([]*Process, world)
-	errs := make([]error, world)
-	var wg sync.WaitGroup
-	if hostile != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			hostile(ln.Addr().String())
-		}()
-	}
-	for r := range world {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			j, err := LoadRank(dir, cpu.New(), r)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			opts := o
-			opts.Rank, opts.World, opts.Master = r, world, ln.Addr().String()
-			if r == 0 {
-				opts.StoreListener = ln
-			}
-			if opts.Token == "" {
-				opts.Token = "test-token"
-			}
-			p, err := j.Join(opts)
-			jobs[r], procs[r], errs[r] = j, p, err
-		}(r)
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, p := range procs {
-			if p != nil {
-				go p.Close()
-			}
-		}
-	})
-	return jobs, procs
-}
-
-// stepAll runs one step on every process's job concurrently.
-func stepAll(jobs []*Job, opts Options) ([]StepResult, []error) {
-	res, errs := make([]StepResult, len(jobs)), make([]error, len(jobs))
-	var wg sync.WaitGroup
-	for r, j := range jobs {
-		wg.Add(1)
-		go func(r int, j *Job) {
-			defer wg.Done()
-			res[r], errs[r] = j.Step(opts)
-		}(r, j)
-	}
-	wg.Wait()
-	return res, errs
-}
 
 // TestTCPMatchesInProcess: the same plans run as one job per rank over TCP give the in-process
 // run's losses and every rank's parameters, optimizer state and gradients bit for bit —
@@ -114,7 +27,7 @@ func stepAll(jobs []*Job, opts Options) ([]StepResult, []error) {
 func TestTCPMatchesInProcess(t *testing.T) {
 	for _, c := range []struct{ pp, dp, tp, zero int }{{2, 1, 1, 0}, {4, 1, 1, 0}, {2, 1, 2, 0}, {1, 2, 2, 0}, {2, 2, 1, 1}, {1, 4, 1, 2}} {
 		t.Run(fmt.Sprintf("pp%d-dp%d-tp%d-zero%d", c.pp, c.dp, c.tp, c.zero), func(t *testing.T) {
-			dir := compileIR(t, gptPPM, gptOpts(c.pp, c.dp, c.tp, c.zero))
+			dir := jobtest.Compile(t, gptPPM, jobtest.GPT(c.pp, c.dp, c.tp, c.zero))
 			ref, err := Load(dir, cpu.New())
 			if err != nil {
 				t.Fatal(err)
@@ -122,7 +35,7 @@ func TestTCPMatchesInProcess(t *testing.T) {
 			if err := ref.Init(3); err != nil {
 				t.Fatal(err)
 			}
-			jobs, _ := tcpJobs(t, dir, JoinOptions{})
+			jobs, _ := jobtest.Join(t, dir, JoinOptions{})
 			for _, j := range jobs {
 				if err := j.Init(3); err != nil {
 					t.Fatal(err)
@@ -133,7 +46,7 @@ func TestTCPMatchesInProcess(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				got, errs := stepAll(jobs, Options{Seed: 3})
+				got, errs := jobtest.StepAll(jobs, Options{Seed: 3})
 				for r, err := range errs {
 					if err != nil {
 						t.Fatalf("step %d, rank %d: %v", step, r, err)
@@ -161,17 +74,17 @@ func TestTCPMatchesInProcess(t *testing.T) {
 // TestTCPPeerDeath: a rank whose connections close mid-run stops every other rank with an
 // error naming it, well within the heartbeat.
 func TestTCPPeerDeath(t *testing.T) {
-	dir := compileIR(t, gptPPM, gptOpts(4, 1, 1, 0))
-	jobs, procs := tcpJobs(t, dir, JoinOptions{})
+	dir := jobtest.Compile(t, gptPPM, jobtest.GPT(4, 1, 1, 0))
+	jobs, procs := jobtest.Join(t, dir, JoinOptions{})
 	for _, j := range jobs {
 		j.Init(1)
 	}
-	if _, errs := stepAll(jobs, Options{Seed: 1}); errs[0] != nil {
+	if _, errs := jobtest.StepAll(jobs, Options{Seed: 1}); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
 	procs[2].Kill() // rank 2's process dies: every connection it has closes
 	start := time.Now()
-	_, errs := stepAll(append(jobs[:2:2], jobs[3]), Options{Seed: 1})
+	_, errs := jobtest.StepAll(append(jobs[:2:2], jobs[3]), Options{Seed: 1})
 	for i, err := range errs {
 		t.Logf("survivor %d: %v", i, err)
 		if err == nil || !strings.Contains(err.Error(), "rank 2") {
@@ -188,7 +101,7 @@ func TestTCPPeerDeath(t *testing.T) {
 // all at the rendezvous while the real ranks join and train: nothing panics, the intruders
 // are dropped, and the run's result is the in-process run's, bit for bit.
 func TestTCPHostileConnections(t *testing.T) {
-	dir := compileIR(t, gptPPM, gptOpts(2, 1, 1, 0))
+	dir := jobtest.Compile(t, gptPPM, jobtest.GPT(2, 1, 1, 0))
 	ref, err := Load(dir, cpu.New())
 	if err != nil {
 		t.Fatal(err)
@@ -240,12 +153,12 @@ func TestTCPHostileConnections(t *testing.T) {
 		}
 		wg.Wait()
 	}
-	jobs, _ := tcpJobsUnder(t, dir, o, hostile)
+	jobs, _ := jobtest.JoinUnder(t, dir, o, hostile)
 	for _, j := range jobs {
 		j.Init(1)
 	}
 	for step, w := range want {
-		res, errs := stepAll(jobs, Options{Seed: 1})
+		res, errs := jobtest.StepAll(jobs, Options{Seed: 1})
 		for r := range jobs {
 			if errs[r] != nil || res[r].Loss != w {
 				t.Fatalf("step %d rank %d: loss %v (%v), want %v", step+1, r, res[r].Loss, errs[r], w)
@@ -284,7 +197,7 @@ func init() {
 // with every rank a goroutine of one process and with every rank its own process over
 // loopback TCP (GOMAXPROCS split between them, as ppc run --nproc does).
 func BenchmarkGPTTinyStep(b *testing.B) {
-	dir := compileIR(b, gptPPM, gptOpts(4, 1, 1, 0))
+	dir := jobtest.Compile(b, gptPPM, jobtest.GPT(4, 1, 1, 0))
 	b.Run("in-process", func(b *testing.B) {
 		j, err := Load(dir, cpu.New())
 		if err != nil {
@@ -328,8 +241,8 @@ func BenchmarkGPTTinyStep(b *testing.B) {
 // stopped or wedged process) is declared dead by the store after the heartbeat timeout, and
 // every other rank stops with a message naming it and what it was doing.
 func TestTCPFrozenPeer(t *testing.T) {
-	dir := compileIR(t, gptPPM, gptOpts(2, 1, 1, 0))
-	jobs, procs := tcpJobs(t, dir, JoinOptions{Heartbeat: 2 * time.Second})
+	dir := jobtest.Compile(t, gptPPM, jobtest.GPT(2, 1, 1, 0))
+	jobs, procs := jobtest.Join(t, dir, JoinOptions{Heartbeat: 2 * time.Second})
 	for _, j := range jobs {
 		j.Init(1)
 	}
@@ -347,8 +260,8 @@ func TestTCPFrozenPeer(t *testing.T) {
 // TestTCPTimeout: a rank that waits for a peer longer than the timeout (the peer is alive and
 // heartbeating, but never sends: a hang) stops the run, saying what it waited for.
 func TestTCPTimeout(t *testing.T) {
-	dir := compileIR(t, gptPPM, gptOpts(2, 1, 1, 0))
-	jobs, _ := tcpJobs(t, dir, JoinOptions{Timeout: time.Second})
+	dir := jobtest.Compile(t, gptPPM, jobtest.GPT(2, 1, 1, 0))
+	jobs, _ := jobtest.Join(t, dir, JoinOptions{Timeout: time.Second})
 	jobs[0].Init(1)
 	start := time.Now()
 	_, err := jobs[0].Step(Options{Seed: 1}) // rank 1 never runs its step

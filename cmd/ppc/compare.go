@@ -11,6 +11,7 @@ import (
 
 	"ppc.dev/ppc/compiler"
 	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/checkpoint"
 	"ppc.dev/ppc/runtime/data"
 	"ppc.dev/ppc/runtime/device"
 )
@@ -68,21 +69,21 @@ func loadTensors(path string) (map[string]device.Tensor, map[string]string, erro
 	// is safetensors, whatever wrote it.
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		// An older checkpoint directory holds one safetensors file.
-		legacy := filepath.Join(path, runtime.CheckpointFile)
-		if _, err := os.Stat(filepath.Join(path, runtime.IndexFile)); err != nil {
+		legacy := filepath.Join(path, checkpoint.SingleFile)
+		if _, err := os.Stat(filepath.Join(path, checkpoint.IndexFile)); err != nil {
 			if _, err := os.Stat(legacy); err == nil {
 				path = legacy
 			}
 		}
 	}
 	if st, err := os.Stat(path); err == nil && (st.IsDir() || strings.HasSuffix(path, ".json")) {
-		t, m, err := runtime.ReadCheckpoint(path)
+		t, m, err := checkpoint.Read(path)
 		if err != nil {
 			return nil, nil, err
 		}
 		return t, map[string]string{"step": strconv.Itoa(m.Step), "model": m.Model, "source_hash": m.SourceHash}, nil
 	}
-	t, m, err := runtime.ReadSafetensors(path)
+	t, m, err := checkpoint.ReadSafetensors(path)
 	return t, m, trimPathError(err)
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"ppc.dev/ppc/passes"
 	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/checkpoint"
 	"ppc.dev/ppc/runtime/cpu"
 	"ppc.dev/ppc/runtime/cuda"
 	"ppc.dev/ppc/runtime/data"
@@ -107,7 +108,7 @@ func init() {
 				// In a multi-process run, rank 0 holds it for all (--save is one directory every
 				// rank sees).
 				if *save != "" && (li == nil || li.Rank == 0) {
-					lock, err := runtime.LockDir(*save)
+					lock, err := checkpoint.LockDir(*save)
 					if err != nil {
 						return fmt.Errorf("--save: %w", trimPathError(err))
 					}

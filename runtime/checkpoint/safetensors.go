@@ -1,4 +1,4 @@
-package runtime
+package checkpoint
 
 import (
 	"encoding/binary"
@@ -26,7 +26,7 @@ type stEntry struct {
 }
 
 // WriteSafetensors writes tensors (in name order) with metadata. It replaces path atomically:
-// a failure (a full disk, say) leaves the previous file as it was (see writeFileAtomic).
+// a failure (a full disk, say) leaves the previous file as it was (see WriteFileAtomic).
 func WriteSafetensors(path string, tensors map[string]device.Tensor, meta map[string]string) error {
 	names := make([]string, 0, len(tensors))
 	for n := range tensors {
@@ -60,7 +60,7 @@ func WriteSafetensors(path string, tensors map[string]device.Tensor, meta map[st
 	for len(h)%8 != 0 {
 		h = append(h, ' ')
 	}
-	return writeFileAtomic(path, func(w io.Writer) error {
+	return WriteFileAtomic(path, func(w io.Writer) error {
 		var lenBuf [8]byte
 		binary.LittleEndian.PutUint64(lenBuf[:], uint64(len(h)))
 		if _, err := w.Write(lenBuf[:]); err != nil {

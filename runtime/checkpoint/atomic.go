@@ -1,4 +1,4 @@
-package runtime
+package checkpoint
 
 import (
 	"bufio"
@@ -17,12 +17,13 @@ const tempSuffix = ".tmp-"
 // failure (a full disk, an interruption) part-way through.
 var wrapSaveFile func(path string, w io.Writer) io.Writer
 
-// writeFileAtomic replaces path with what write produces, or leaves it as it was: the data
-// goes to a temporary file in the same directory (so the rename cannot cross file systems),
-// which is synced, renamed over path and made durable by syncing the directory. On any
-// error the temporary file is removed, so a full disk or a failed write never truncates the
-// previous file nor leaves a partial one behind.
-func writeFileAtomic(path string, write func(io.Writer) error) error {
+// WriteFileAtomic replaces path with what write produces, or leaves it as it was (checkpoint
+// files, and a multi-process run's merged trace): the data goes to a temporary file in the
+// same directory (so the rename cannot cross file systems), which is synced, renamed over
+// path and made durable by syncing the directory. On any error the temporary file is
+// removed, so a full disk or a failed write never truncates the previous file nor leaves a
+// partial one behind.
+func WriteFileAtomic(path string, write func(io.Writer) error) error {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."

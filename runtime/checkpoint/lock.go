@@ -1,4 +1,4 @@
-package runtime
+package checkpoint
 
 import (
 	"errors"
@@ -51,7 +51,7 @@ func LockDir(dir string) (*DirLock, error) {
 	// process was killed: it is garbage.
 	if ents, err := os.ReadDir(dir); err == nil {
 		for _, e := range ents {
-			if strings.HasPrefix(e.Name(), "."+CheckpointFile+tempSuffix) || strings.HasPrefix(e.Name(), "."+IndexFile+tempSuffix) {
+			if strings.HasPrefix(e.Name(), "."+SingleFile+tempSuffix) || strings.HasPrefix(e.Name(), "."+IndexFile+tempSuffix) {
 				os.Remove(filepath.Join(dir, e.Name()))
 			}
 		}

@@ -1,4 +1,4 @@
-package runtime_test
+package checkpoint_test
 
 import (
 	"errors"
@@ -10,7 +10,8 @@ import (
 	"testing"
 
 	"ppc.dev/ppc/internal/diskfull"
-	. "ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime"
+	. "ppc.dev/ppc/runtime/checkpoint"
 )
 
 // TestSaveIntoFullFilesystem saves into a real, full file system (a 1 MiB tmpfs, which
@@ -23,7 +24,7 @@ func TestSaveIntoFullFilesystem(t *testing.T) {
 	}
 	good := snapshot(t, dir)
 	diskfull.Fill(t, dir)
-	if _, err := job.Step(Options{Seed: 1}); err != nil {
+	if _, err := job.Step(runtime.Options{Seed: 1}); err != nil {
 		t.Fatal(err)
 	}
 	err := job.Save(dir, 1)

@@ -1,4 +1,4 @@
-package runtime
+package checkpoint
 
 import (
 	"crypto/sha256"
@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 
-	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime/device"
 )
@@ -35,6 +34,9 @@ import (
 
 // IndexFile is the index of a checkpoint directory.
 const IndexFile = "checkpoint.json"
+
+// SingleFile is the one file older checkpoint directories held (read still).
+const SingleFile = "checkpoint.safetensors"
 
 const (
 	indexFormat  = "ppc-checkpoint"
@@ -87,8 +89,8 @@ type ckBlock struct {
 	SHA256 string  `json:"sha256,omitempty"`
 }
 
-// CheckpointMeta is what a checkpoint says of itself.
-type CheckpointMeta struct {
+// Meta is what a checkpoint says of itself.
+type Meta struct {
 	Step       int
 	Seed       uint64
 	SourceHash string
@@ -96,49 +98,25 @@ type CheckpointMeta struct {
 	Optimizer  string // the --optimizer value (schedule and clipping included) it was trained with
 }
 
-// ownedBlock is one block a rank writes.
-type ownedBlock struct {
-	rank, buf int
-	name      string
-	offset    []int64
-}
-
-// owners lists every distinct block of every parameter and optimizer state with the lowest
-// rank that holds it, from the plan alone (every rank's buffers, local or not).
-func (j *Job) owners() []ownedBlock {
-	seen := map[string]bool{}
-	var out []ownedBlock
-	for _, r := range j.all {
-		for i, b := range r.Prog.Buffers {
-			if b.Role != pb.Role_PARAM && b.Role != pb.Role_STATE {
-				continue
-			}
-			var off []int64
-			if g := r.shards[i]; g != nil {
-				off = g.offset
-			} else {
-				off = make([]int64, r.Bufs[i].Type.Rank())
-			}
-			key := b.Name + "@" + fmt.Sprint(off)
-			if seen[key] {
-				continue
-			}
-			seen[key] = true
-			out = append(out, ownedBlock{rank: r.Index, buf: i, name: b.Name, offset: off})
-		}
-	}
-	return out
+// Block is one block of a tensor as its owner writes it: the lowest rank that holds it, the
+// whole tensor's type, and where the block lies in it.
+type Block struct {
+	Rank   int
+	Name   string
+	Full   ir.Type
+	Offset []int64  // along each dim of Full; [] for a scalar
+	Shape  ir.Shape // the block's own
 }
 
 func shardFileName(rank int) string { return fmt.Sprintf("rank-%05d.safetensors", rank) }
 
-// saveDirName is the step directory a save of step writes into: step-00000020, or
+// SaveDir is the step directory a save of step writes into: step-00000020, or
 // step-00000020-b when the committed checkpoint already uses that name (a second save of the
 // same step must not overwrite the files the index vouches for). Every process of a run
 // computes the same name: the index does not change until all have written.
-func saveDirName(dir string, step int) string {
+func SaveDir(dir string, step int) string {
 	name := stepDirName(step)
-	if committedDir(dir) == name {
+	if Committed(dir) == name {
 		name += "-b"
 	}
 	return name
@@ -147,8 +125,8 @@ func saveDirName(dir string, step int) string {
 // stepDirName is the name of step's directory: step-00000020.
 func stepDirName(step int) string { return fmt.Sprintf("step-%08d", step) }
 
-// committedDir is the step directory of the checkpoint committed in dir ("" if none).
-func committedDir(dir string) string {
+// Committed is the step directory of the checkpoint committed in dir ("" if none).
+func Committed(dir string) string {
 	b, err := os.ReadFile(filepath.Join(dir, IndexFile))
 	if err != nil {
 		return ""
@@ -160,34 +138,14 @@ func committedDir(dir string) string {
 	return idx.Dir
 }
 
-// WriteShards writes the blocks this process's ranks own for the current step into dir's
-// step directory, each file atomically, and reports them (for CommitCheckpoint, which rank 0
-// runs once every rank has written).
-func (j *Job) WriteShards(dir string) ([]ShardFile, error) {
-	step := j.StepCount()
-	local := map[int]*Rank{}
-	for _, r := range j.Ranks {
-		local[r.Index] = r
-	}
-	byRank := map[int]map[string]device.Tensor{}
-	for _, o := range j.owners() {
-		r := local[o.rank]
-		if r == nil {
-			continue
-		}
-		if byRank[o.rank] == nil {
-			byRank[o.rank] = map[string]device.Tensor{}
-		}
-		t, err := j.readHost(r.Bufs[o.buf])
-		if err != nil {
-			return nil, err
-		}
-		byRank[o.rank][o.name] = t
-	}
+// WriteShards writes the blocks each rank owns for step (byRank: rank → tensor name → the
+// block's bytes on the host) into dir's step directory, a file per rank, each atomically, and
+// reports them (for Commit, which rank 0 runs once every rank has written).
+func WriteShards(dir string, step int, byRank map[int]map[string]device.Tensor) ([]ShardFile, error) {
 	if len(byRank) == 0 {
 		return nil, nil
 	}
-	sub := saveDirName(dir, step)
+	sub := SaveDir(dir, step)
 	if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 		return nil, err
 	}
@@ -232,46 +190,45 @@ func hashFile(path string) (int64, string, error) {
 	return n, hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// CommitCheckpoint is rank 0's part of a save once every rank has written its shards: it
-// checks that every owner's file is there (in a multi-process run, that --save is a
-// directory every machine sees), writes the index atomically — the commit — and removes
-// the previous checkpoint's step directory.
-func (j *Job) CommitCheckpoint(dir string, seed uint64, files []ShardFile) error {
-	step := j.StepCount()
+// Commit is rank 0's part of a save of meta.Step once every rank has written its shards
+// (files): it checks that every owner's file is there (in a multi-process run, that --save
+// is a directory every machine sees), writes the index of blocks (each distinct block of
+// every tensor, by its owner) atomically — the commit — and removes the previous
+// checkpoint's step directory.
+func Commit(dir string, meta Meta, blocks []Block, files []ShardFile) error {
+	step := meta.Step
 	byRank := map[int]ShardFile{}
 	for _, f := range files {
 		byRank[f.Rank] = f
 	}
-	sub := saveDirName(dir, step)
-	idx := ckIndex{Format: indexFormat, Version: indexVersion, Step: step, Seed: seed, SourceHash: j.Plan.SourceHash,
-		Model: j.Plan.Model, Optimizer: j.Plan.Optimizer, Dir: sub, Files: map[string]ckFile{}, Tensors: map[string]ckTensorInfo{}}
-	for _, o := range j.owners() {
-		f, ok := byRank[o.rank]
-		if !ok || f.File != sub+"/"+shardFileName(o.rank) {
-			return fmt.Errorf("rank %d wrote no file for step %d", o.rank, step)
+	sub := SaveDir(dir, step)
+	idx := ckIndex{Format: indexFormat, Version: indexVersion, Step: step, Seed: meta.Seed, SourceHash: meta.SourceHash,
+		Model: meta.Model, Optimizer: meta.Optimizer, Dir: sub, Files: map[string]ckFile{}, Tensors: map[string]ckTensorInfo{}}
+	for _, o := range blocks {
+		f, ok := byRank[o.Rank]
+		if !ok || f.File != sub+"/"+shardFileName(o.Rank) {
+			return fmt.Errorf("rank %d wrote no file for step %d", o.Rank, step)
 		}
-		name := shardFileName(o.rank)
+		name := shardFileName(o.Rank)
 		if _, done := idx.Files[name]; !done {
 			st, err := os.Stat(filepath.Join(dir, f.File))
 			if err != nil || st.Size() != f.Bytes {
 				return fmt.Errorf("rank %d wrote %s, which is not here (%v): --save must be a directory every rank's machine sees (a shared file system)",
-					o.rank, filepath.Join(dir, f.File), describeStat(st, err, f.Bytes))
+					o.Rank, filepath.Join(dir, f.File), describeStat(st, err, f.Bytes))
 			}
-			idx.Files[name] = ckFile{Rank: o.rank, Bytes: f.Bytes, SHA256: f.SHA256}
+			idx.Files[name] = ckFile{Rank: o.Rank, Bytes: f.Bytes, SHA256: f.SHA256}
 		}
-		r := j.all[o.rank]
-		t := r.globalType(o.buf)
-		info := idx.Tensors[o.name]
-		info.DType, info.Shape = stDTypes[t.DType], t.Shape
-		shape := append([]int{}, r.Bufs[o.buf].Type.Shape...) // [] for a scalar, not null
-		info.Blocks = append(info.Blocks, ckBlock{File: name, Offset: o.offset, Shape: shape, SHA256: f.Blocks[o.name]})
-		idx.Tensors[o.name] = info
+		info := idx.Tensors[o.Name]
+		info.DType, info.Shape = stDTypes[o.Full.DType], o.Full.Shape
+		shape := append([]int{}, o.Shape...) // [] for a scalar, not null
+		info.Blocks = append(info.Blocks, ckBlock{File: name, Offset: o.Offset, Shape: shape, SHA256: f.Blocks[o.Name]})
+		idx.Tensors[o.Name] = info
 	}
 	b, err := json.MarshalIndent(idx, "", " ")
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, IndexFile), func(w io.Writer) error {
+	if err := WriteFileAtomic(filepath.Join(dir, IndexFile), func(w io.Writer) error {
 		_, err := w.Write(append(b, '\n'))
 		return err
 	}); err != nil {
@@ -284,7 +241,7 @@ func (j *Job) CommitCheckpoint(dir string, seed uint64, files []ShardFile) error
 			os.RemoveAll(filepath.Join(dir, e.Name()))
 		}
 	}
-	os.Remove(filepath.Join(dir, CheckpointFile))
+	os.Remove(filepath.Join(dir, SingleFile))
 	return nil
 }
 

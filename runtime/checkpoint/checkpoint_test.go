@@ -1,4 +1,4 @@
-package runtime_test
+package checkpoint_test
 
 import (
 	"errors"
@@ -9,38 +9,23 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
 	"ppc.dev/ppc/compiler"
 	"ppc.dev/ppc/internal/golden"
-	. "ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/internal/jobtest"
+	"ppc.dev/ppc/runtime"
+	. "ppc.dev/ppc/runtime/checkpoint"
 	"ppc.dev/ppc/runtime/cpu"
 	"ppc.dev/ppc/runtime/fault"
 )
 
-// failingWriter passes the first n bytes through and then fails with err, like a disk that
-// fills up (or a process interrupted) part-way through a save.
-type failingWriter struct {
-	w   io.Writer
-	n   int
-	err error
-}
-
-func (f *failingWriter) Write(p []byte) (int, error) {
-	if len(p) <= f.n {
-		f.n -= len(p)
-		return f.w.Write(p)
-	}
-	k, _ := f.w.Write(p[:f.n])
-	f.n = 0
-	return k, f.err
-}
-
 // trainedJob loads the MLP training plan, initialised and trained for steps steps.
-func trainedJob(t *testing.T, steps int) *Job {
+func trainedJob(t *testing.T, steps int) *runtime.Job {
 	t.Helper()
-	job, err := Load(compileIR(t, "../testdata/ir/mlp.ir", compiler.Options{Microbatches: 1}), cpu.New())
+	job, err := runtime.Load(jobtest.Compile(t, "../../testdata/ir/mlp.ir", compiler.Options{Microbatches: 1}), cpu.New())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +33,7 @@ func trainedJob(t *testing.T, steps int) *Job {
 		t.Fatal(err)
 	}
 	for i := 0; i < steps; i++ {
-		if _, err := job.Step(Options{Seed: 1}); err != nil {
+		if _, err := job.Step(runtime.Options{Seed: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -91,7 +76,7 @@ func TestFailedSaveKeepsCheckpoint(t *testing.T) {
 	if len(good) != 2 {
 		t.Fatalf("the checkpoint holds %v", slices.Sorted(maps.Keys(good)))
 	}
-	if _, err := job.Step(Options{Seed: 1}); err != nil {
+	if _, err := job.Step(runtime.Options{Seed: 1}); err != nil {
 		t.Fatal(err)
 	}
 	size := len(good["step-00000001/rank-00000.safetensors"])
@@ -99,7 +84,7 @@ func TestFailedSaveKeepsCheckpoint(t *testing.T) {
 		for _, cause := range []error{syscall.ENOSPC, errors.New("interrupted")} {
 			written := 0 // bytes across every file the save writes: the shard, then the index
 			restore := SetWrapSaveFile(func(w io.Writer) io.Writer {
-				f := &failingWriter{w: w, n: at - written, err: cause}
+				f := &jobtest.FailingWriter{W: w, N: at - written, Err: cause}
 				return writerFunc(func(p []byte) (int, error) {
 					n, err := f.Write(p)
 					written += n
@@ -138,7 +123,7 @@ func TestFailedSaveKeepsCheckpoint(t *testing.T) {
 	}
 
 	empty := t.TempDir()
-	restore := SetWrapSaveFile(func(w io.Writer) io.Writer { return &failingWriter{w: w, n: 64, err: syscall.ENOSPC} })
+	restore := SetWrapSaveFile(func(w io.Writer) io.Writer { return &jobtest.FailingWriter{W: w, N: 64, Err: syscall.ENOSPC} })
 	defer restore()
 	if err := job.Save(empty, 1); !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "nothing was written") {
 		t.Fatalf("first save failing: %v", err)
@@ -172,7 +157,7 @@ func TestLockDir(t *testing.T) {
 	if names := dirNames(t, dir); len(names) != 0 {
 		t.Fatalf("unlock left %v", names)
 	}
-	stale := filepath.Join(dir, "."+CheckpointFile+".tmp-12345")
+	stale := filepath.Join(dir, "."+SingleFile+".tmp-12345")
 	os.WriteFile(stale, []byte("half a checkpoint"), 0o644)
 	lock, err = LockDir(dir)
 	if err != nil {
@@ -210,7 +195,7 @@ func FuzzReadCheckpoint(f *testing.F) {
 				t.Fatalf("resume: not an input error: %v", err)
 			}
 		}
-		tensors, _, err := ReadCheckpoint(dir)
+		tensors, _, err := Read(dir)
 		if err != nil {
 			var ie *fault.InputError
 			if !errors.As(err, &ie) {
@@ -224,4 +209,94 @@ func FuzzReadCheckpoint(f *testing.F) {
 			}
 		}
 	})
+}
+
+const gptPPM = "../../testdata/models/gpt.ppm"
+
+// TestSaveAllFailure: a multi-process save that fails on one rank (a full disk) ends as an
+// in-process save does: the rank it struck reports the write failure, the others that the
+// checkpoint was not saved because of that rank (a run failure, not bad input), every one
+// that the previous checkpoint is intact, and nothing the failed save wrote is left behind.
+// A failure to write the index is rank 0's own write failure.
+func TestSaveAllFailure(t *testing.T) {
+	dir := jobtest.Compile(t, gptPPM, jobtest.GPT(2, 1, 1, 0))
+	saveAll := func(jobs []*runtime.Job, ck string) []error {
+		errs := make([]error, len(jobs))
+		var wg sync.WaitGroup
+		for r, j := range jobs {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[r] = j.SaveAll(ck, 1) }()
+		}
+		wg.Wait()
+		return errs
+	}
+	failAt := func(suffix string) func() {
+		return SetWrapSaveFileAt(func(path string, w io.Writer) io.Writer {
+			if strings.HasSuffix(path, suffix) {
+				return &jobtest.FailingWriter{W: w, N: 64, Err: syscall.ENOSPC}
+			}
+			return w
+		})
+	}
+	for _, c := range []struct {
+		name, failing string
+		previous      bool
+	}{
+		{"rank-1-file", "rank-00001.safetensors", true},
+		{"rank-1-file-first-save", "rank-00001.safetensors", false},
+		{"index", IndexFile, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			jobs, _ := jobtest.Join(t, dir, runtime.JoinOptions{})
+			for _, j := range jobs {
+				j.Init(1)
+			}
+			ck := filepath.Join(t.TempDir(), "ck")
+			os.MkdirAll(ck, 0o755)
+			if _, errs := jobtest.StepAll(jobs, runtime.Options{Seed: 1}); errs[0] != nil || errs[1] != nil {
+				t.Fatal(errs)
+			}
+			if c.previous {
+				if errs := saveAll(jobs, ck); errs[0] != nil || errs[1] != nil {
+					t.Fatal(errs)
+				}
+				if _, errs := jobtest.StepAll(jobs, runtime.Options{Seed: 1}); errs[0] != nil || errs[1] != nil {
+					t.Fatal(errs)
+				}
+			}
+			before := snapshot(t, ck)
+			restore := failAt(c.failing)
+			errs := saveAll(jobs, ck)
+			restore()
+			intact := "; the previous checkpoint in " + ck + " is intact"
+			for r, err := range errs {
+				t.Logf("rank %d: %v", r, err)
+				if err == nil {
+					t.Fatalf("rank %d: the failed save succeeded", r)
+				}
+				if c.previous != strings.HasSuffix(err.Error(), intact) {
+					t.Errorf("rank %d: %q, want %q at the end: %v", r, err, intact, c.previous)
+				}
+			}
+			// The rank the disk filled up under: a failed write (ENOSPC, exit 1); the other
+			// repeats its message as the run's failure (a runtime.RemoteError, exit 1).
+			own, other := 1, 0
+			if c.failing == IndexFile {
+				own, other = 0, 1
+			}
+			var re *runtime.RemoteError
+			if !errors.Is(errs[own], syscall.ENOSPC) {
+				t.Errorf("rank %d: %v, want ENOSPC", own, errs[own])
+			}
+			if !errors.As(errs[other], &re) || re.Rank != own || !strings.HasPrefix(re.Msg, "the checkpoint was not saved: ") || !strings.Contains(re.Msg, "no space left on device") {
+				t.Errorf("rank %d: %v, want a runtime.RemoteError naming rank %d's failure", other, errs[other], own)
+			}
+			if after := snapshot(t, ck); !maps.Equal(before, after) {
+				t.Errorf("the failed save left %v; before it: %v", slices.Sorted(maps.Keys(after)), slices.Sorted(maps.Keys(before)))
+			}
+			if names := dirNames(t, ck); c.previous && !slices.Equal(names, []string{IndexFile, "step-00000001"}) || !c.previous && len(names) != 0 {
+				t.Errorf("the checkpoint directory holds %v", names)
+			}
+		})
+	}
 }

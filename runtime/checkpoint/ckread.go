@@ -1,4 +1,4 @@
-package runtime
+package checkpoint
 
 import (
 	"crypto/sha256"
@@ -51,13 +51,13 @@ type ckTensor struct {
 	blocks []*ckBlockRef
 }
 
-// checkpointReader reads the tensors of one checkpoint.
-type checkpointReader struct {
+// Reader reads the tensors of one checkpoint by byte range.
+type Reader struct {
+	Meta    Meta
 	path    string // what errors name: the index, or the single file
-	meta    CheckpointMeta
 	tensors map[string]*ckTensor
 	sources map[string]*ckSource // an index's files, by name
-	// wholeFiles: check every file's SHA-256 as well as the blocks' (ReadCheckpoint, which
+	// wholeFiles: check every file's SHA-256 as well as the blocks' (Read, which
 	// reads every file anyway).
 	wholeFiles bool
 	// cache, when set, keeps the blocks read, for ranks of this process that share one (the
@@ -66,14 +66,38 @@ type checkpointReader struct {
 	bytes int64 // tensor data read
 }
 
-func (c *checkpointReader) fail(format string, args ...any) error {
+func (c *Reader) fail(format string, args ...any) error {
 	return fault.Inputf("%s: "+format, append([]any{c.path}, args...)...)
 }
+
+// Open opens a checkpoint for reading by byte range (ReadInto): its index is read and
+// checked whole, no tensor data. Blocks read are kept, for the ranks of this process that
+// share one (the data-parallel replicas of an in-process run).
+func Open(path string) (*Reader, error) {
+	c, err := openCheckpoint(path)
+	if err != nil {
+		return nil, err
+	}
+	c.cache = map[*ckBlockRef][]byte{}
+	return c, nil
+}
+
+// Tensors lists the checkpoint's tensors by name, each with its whole type.
+func (c *Reader) Tensors() map[string]ir.Type {
+	out := make(map[string]ir.Type, len(c.tensors))
+	for name, t := range c.tensors {
+		out[name] = t.typ
+	}
+	return out
+}
+
+// Bytes is the tensor data read so far.
+func (c *Reader) Bytes() int64 { return c.bytes }
 
 // openCheckpoint opens a checkpoint: its directory (the index, or an older single-file
 // checkpoint.safetensors), the index file, or a safetensors file (an older checkpoint, ppc
 // import's output).
-func openCheckpoint(path string) (*checkpointReader, error) {
+func openCheckpoint(path string) (*Reader, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, &fault.InputError{Err: err}
@@ -83,7 +107,7 @@ func openCheckpoint(path string) (*checkpointReader, error) {
 		if _, err := os.Stat(idx); err == nil {
 			return openIndexed(idx)
 		}
-		file := filepath.Join(path, CheckpointFile)
+		file := filepath.Join(path, SingleFile)
 		if _, err := os.Stat(file); err != nil {
 			return nil, fault.Inputf("%s: not a checkpoint directory (no %s; ppc run --save DIR writes one)", path, IndexFile)
 		}
@@ -95,14 +119,14 @@ func openCheckpoint(path string) (*checkpointReader, error) {
 }
 
 // openSingleFile opens a checkpoint that is one safetensors file: each tensor one block.
-func openSingleFile(path string) (*checkpointReader, error) {
-	c := &checkpointReader{path: path, tensors: map[string]*ckTensor{}}
+func openSingleFile(path string) (*Reader, error) {
+	c := &Reader{path: path, tensors: map[string]*ckTensor{}}
 	src := &ckSource{path: path, bytes: -1}
 	if err := c.header(src); err != nil {
 		return nil, err
 	}
 	meta := src.hdr.meta
-	m := CheckpointMeta{SourceHash: meta["source_hash"], Model: meta["model"]}
+	m := Meta{SourceHash: meta["source_hash"], Model: meta["model"]}
 	var err error
 	m.Step, err = strconv.Atoi(meta["step"])
 	if err != nil || m.Step < 0 {
@@ -113,15 +137,15 @@ func openSingleFile(path string) (*checkpointReader, error) {
 	if m.Seed, err = strconv.ParseUint(meta["seed"], 10, 64); err != nil {
 		return nil, fault.Inputf("%s: metadata has no valid seed", path)
 	}
-	c.meta = m
+	c.Meta = m
 	for name, e := range src.hdr.tensors {
 		c.tensors[name] = &ckTensor{typ: e.typ, blocks: []*ckBlockRef{{name: name, src: src, offset: make([]int64, e.typ.Rank()), shape: e.typ.Shape}}}
 	}
 	return c, nil
 }
 
-func openIndexed(path string) (*checkpointReader, error) {
-	c := &checkpointReader{path: path, tensors: map[string]*ckTensor{}}
+func openIndexed(path string) (*Reader, error) {
+	c := &Reader{path: path, tensors: map[string]*ckTensor{}}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, &fault.InputError{Err: err}
@@ -141,7 +165,7 @@ func openIndexed(path string) (*checkpointReader, error) {
 	if d := stepDirName(idx.Step); idx.Dir != d && idx.Dir != d+"-b" {
 		return nil, c.fail("step %d does not match the checkpoint's directory %s: the index was edited or corrupted", idx.Step, idx.Dir)
 	}
-	c.meta = CheckpointMeta{Step: idx.Step, Seed: idx.Seed, SourceHash: idx.SourceHash, Model: idx.Model, Optimizer: idx.Optimizer}
+	c.Meta = Meta{Step: idx.Step, Seed: idx.Seed, SourceHash: idx.SourceHash, Model: idx.Model, Optimizer: idx.Optimizer}
 	root := filepath.Dir(path)
 	sources := map[string]*ckSource{}
 	c.sources = sources
@@ -231,7 +255,7 @@ func elements(shape []int) (int64, bool) {
 
 // header reads and checks src's safetensors header, once: its size against the index, and
 // the step its writer recorded against the index's.
-func (c *checkpointReader) header(src *ckSource) error {
+func (c *Reader) header(src *ckSource) error {
 	if src.hdr != nil {
 		return nil
 	}
@@ -256,8 +280,8 @@ func (c *checkpointReader) header(src *ckSource) error {
 		return c.fail("%s: %v", name, err)
 	}
 	if src.key != "" {
-		if s := h.meta["step"]; s != strconv.Itoa(c.meta.Step) {
-			return c.fail("%s holds step %q, the index says step %d: the index was edited or corrupted", name, s, c.meta.Step)
+		if s := h.meta["step"]; s != strconv.Itoa(c.Meta.Step) {
+			return c.fail("%s holds step %q, the index says step %d: the index was edited or corrupted", name, s, c.Meta.Step)
 		}
 	}
 	src.hdr = h
@@ -266,7 +290,7 @@ func (c *checkpointReader) header(src *ckSource) error {
 
 // entry is the header entry of a stored block, checked against the index: the file holds
 // the tensor, with the block's dtype and shape.
-func (c *checkpointReader) entry(b *ckBlockRef) (stTensor, error) {
+func (c *Reader) entry(b *ckBlockRef) (stTensor, error) {
 	src := b.src
 	if err := c.header(src); err != nil {
 		return stTensor{}, err
@@ -282,7 +306,7 @@ func (c *checkpointReader) entry(b *ckBlockRef) (stTensor, error) {
 }
 
 // verifyFile checks src's SHA-256 against the index, once (a single file has none).
-func (c *checkpointReader) verifyFile(src *ckSource) error {
+func (c *Reader) verifyFile(src *ckSource) error {
 	if src.sha == "" || src.verified {
 		return nil
 	}
@@ -298,7 +322,7 @@ func (c *checkpointReader) verifyFile(src *ckSource) error {
 }
 
 // block reads one stored block's bytes and checks them.
-func (c *checkpointReader) block(b *ckBlockRef) ([]byte, error) {
+func (c *Reader) block(b *ckBlockRef) ([]byte, error) {
 	if data, ok := c.cache[b]; ok {
 		return data, nil
 	}
@@ -334,14 +358,14 @@ func (c *checkpointReader) block(b *ckBlockRef) ([]byte, error) {
 	return data, nil
 }
 
-// readInto fills dst with its part of tensor name: the block of the full tensor at g's
-// offset (the whole tensor when g is nil), reading only the stored blocks it overlaps.
-// dst's dtype is the tensor's, and its block lies inside it (the caller checked both).
-func (c *checkpointReader) readInto(name string, g *shardGeom, dst device.Tensor) error {
+// ReadInto fills dst with its part of tensor name: the block of the whole tensor at offset
+// (nil: dst is the whole tensor), reading only the stored blocks it overlaps. dst's dtype is
+// the tensor's, and its block lies inside it (the caller checked both).
+func (c *Reader) ReadInto(name string, offset []int64, dst device.Tensor) error {
 	t := c.tensors[name]
-	off := make([]int64, dst.Type.Rank())
-	if g != nil {
-		off = g.offset
+	off := offset
+	if off == nil {
+		off = make([]int64, dst.Type.Rank())
 	}
 	for _, b := range t.blocks {
 		if !overlap(b.offset, b.shape, off, dst.Type.Shape) {
@@ -404,22 +428,22 @@ func copyBox(dst []byte, dstOff []int64, dstShape ir.Shape, src []byte, srcOff [
 	}
 }
 
-// ReadCheckpoint reads a checkpoint as full tensors by name. path is a checkpoint directory
+// Read reads a checkpoint as full tensors by name. path is a checkpoint directory
 // (its index, or an older single-file checkpoint.safetensors), the index file, or a
 // safetensors file (an older checkpoint, ppc import's output). Every shard's size and
 // SHA-256 (and each block's) are checked against the index, and the blocks must tile each
 // tensor exactly: a truncated, corrupted or hand-edited checkpoint is an *fault.InputError naming
 // the file.
-func ReadCheckpoint(path string) (map[string]device.Tensor, CheckpointMeta, error) {
+func Read(path string) (map[string]device.Tensor, Meta, error) {
 	c, err := openCheckpoint(path)
 	if err != nil {
-		return nil, CheckpointMeta{}, err
+		return nil, Meta{}, err
 	}
 	c.wholeFiles = true
 	// Every file the index lists, including one that holds no block.
 	for _, src := range c.sources {
 		if err := c.verifyFile(src); err != nil {
-			return nil, CheckpointMeta{}, err
+			return nil, Meta{}, err
 		}
 	}
 	out := map[string]device.Tensor{}
@@ -429,14 +453,14 @@ func ReadCheckpoint(path string) (map[string]device.Tensor, CheckpointMeta, erro
 		// the files hold what the index says.
 		for _, b := range t.blocks {
 			if _, err := c.entry(b); err != nil {
-				return nil, CheckpointMeta{}, err
+				return nil, Meta{}, err
 			}
 		}
 		full := device.Tensor{Type: t.typ, Data: device.HostBytes(t.typ.Bytes())}
-		if err := c.readInto(name, nil, full); err != nil {
-			return nil, CheckpointMeta{}, err
+		if err := c.ReadInto(name, nil, full); err != nil {
+			return nil, Meta{}, err
 		}
 		out[name] = full
 	}
-	return out, c.meta, nil
+	return out, c.Meta, nil
 }
