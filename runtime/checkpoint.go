@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"ppc.dev/ppc/runtime/checkpoint"
 	"ppc.dev/ppc/runtime/data"
 	"ppc.dev/ppc/runtime/device"
+	"ppc.dev/ppc/runtime/dist"
 	"ppc.dev/ppc/runtime/fault"
 )
 
@@ -92,6 +94,90 @@ func copyBlock(full []byte, shard device.Tensor, g *shardGeom, toFull bool) {
 			copy(l, f)
 		}
 	}
+}
+
+// SaveAll writes a checkpoint of the whole job to dir: Save for an in-process run; in a
+// multi-process run every process writes its rank's tensors, rank 0 the index once all have
+// (the commit point), and every process learns whether the checkpoint was committed. A save
+// that fails anywhere ends as Save's does: the files it wrote are removed, the previous
+// checkpoint is intact (and the error says so), and a full disk is a failed write on the rank
+// it struck, whose message the others repeat.
+func (j *Job) SaveAll(dir string, seed uint64) error {
+	if j.proc == nil {
+		return j.Save(dir, seed)
+	}
+	p := j.proc
+	type written struct {
+		Files []checkpoint.ShardFile `json:"files"`
+		Error string                 `json:"error,omitempty"`
+	}
+	// The verdict rank 0 sends every rank: Error "" when the checkpoint is committed, else
+	// why not and the rank that failed.
+	type verdict struct {
+		Error string `json:"error,omitempty"`
+		Rank  int    `json:"rank"`
+	}
+	sub := checkpoint.SaveDir(dir, j.StepCount()) // before a commit changes the index
+	files, werr := j.writeShards(dir)
+	mine := written{Files: files}
+	if werr != nil {
+		mine.Error = werr.Error()
+	}
+	all, err := p.Gather("save", mine, true)
+	if err != nil {
+		return err
+	}
+	var v verdict
+	var cerr error // rank 0's own failure to commit
+	if p.Rank == 0 {
+		var every []checkpoint.ShardFile
+		for r, raw := range all {
+			var w written
+			if err := json.Unmarshal(raw, &w); err != nil {
+				v = verdict{fmt.Sprintf("rank %d's report: %v", r, err), r}
+				break
+			}
+			if w.Error != "" {
+				v = verdict{fmt.Sprintf("rank %d could not write its tensors: %s", r, w.Error), r}
+				break
+			}
+			every = append(every, w.Files...)
+		}
+		if v.Error == "" {
+			if cerr = j.commit(dir, seed, every); cerr != nil {
+				v = verdict{cerr.Error(), 0}
+			}
+		}
+	}
+	res, err := p.Gather("committed", v, false)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(res[0], &v); err != nil {
+		v = verdict{fmt.Sprintf("rank 0's verdict: %v", err), 0}
+	}
+	if v.Error == "" {
+		return nil
+	}
+	// Not committed. Every rank has finished writing (rank 0 decided once all had
+	// reported), so the step directory is garbage: each rank removes it (on a shared file
+	// system they race harmlessly; on separate ones each removes its own files) — unless
+	// the index names it after all (a commit whose last sync failed).
+	now := checkpoint.Committed(dir)
+	if now != sub {
+		os.RemoveAll(filepath.Join(dir, sub))
+	}
+	intact := ""
+	if now != "" && now != sub {
+		intact = fmt.Sprintf("; the previous checkpoint in %s is intact", dir)
+	}
+	switch {
+	case werr != nil:
+		return fmt.Errorf("%w%s", werr, intact) // this process's own failure (a full disk: exit 1 as a failed write)
+	case cerr != nil:
+		return fmt.Errorf("%w%s", cerr, intact)
+	}
+	return &dist.RemoteError{Msg: fmt.Sprintf("the checkpoint was not saved: %s%s", v.Error, intact), Rank: v.Rank}
 }
 
 // ownedBlock is one block a rank writes.

@@ -10,6 +10,7 @@ import (
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/runtime/data"
 	"ppc.dev/ppc/runtime/device"
+	"ppc.dev/ppc/runtime/dist"
 	"ppc.dev/ppc/runtime/fault"
 )
 
@@ -44,7 +45,7 @@ type StepResult struct {
 }
 
 // RunError is a step that failed while executing a loaded, validated plan: ranks that hang
-// (a *HangError), a kernel that fails, a message of the wrong size. Its input checked out, so
+// (a *dist.HangError), a kernel that fails, a message of the wrong size. Its input checked out, so
 // it is a runtime failure (ppc exits 1), unlike an *fault.InputError.
 type RunError struct {
 	Step int
@@ -85,11 +86,11 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 	if len(j.Ranks) > 0 {
 		step = j.Ranks[0].step + 1
 	}
-	j.comm.resetStep()
+	j.comm.ResetStep()
 	if j.proc != nil {
 		// The store's account of this rank, should it die mid-step (the heartbeat adds the
 		// instruction when a step is long).
-		j.proc.report(fmt.Sprintf("running step %d", step))
+		j.proc.Report(fmt.Sprintf("running step %d", step))
 	}
 	tr := opts.Trace
 	if !tr.records(step) {
@@ -102,14 +103,14 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 		go func(r *Rank) {
 			defer wg.Done()
 			if err := j.runRank(r, step, src, tr); err != nil {
-				j.comm.abort(err) // the first error is the one reported
+				j.comm.Abort(err) // the first error is the one reported
 			}
-			j.comm.finish(r.Index)
+			j.comm.Finish(r.Index)
 		}(r)
 	}
 	wg.Wait()
 	res := StepResult{Step: step, Duration: time.Since(start), Loss: math.NaN()}
-	err := j.comm.err()
+	err := j.comm.Err()
 	var sum float64
 	n := 0
 	for _, r := range j.Ranks { // in rank order: the lowest rank's metric is kept
@@ -131,17 +132,10 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 	if j.proc != nil {
 		// Every process learns the step's outcome: its losses, or the first failure.
 		if err != nil {
-			err = j.proc.fail(err)
+			err = j.proc.Fail(err)
 		} else {
 			stop := opts.StopRequested != nil && opts.StopRequested()
-			mine := stepEnd{LossSum: wireFloat(sum), LossN: n, Nanos: int64(res.Duration), Stop: stop}
-			for k, v := range res.Metrics {
-				if mine.Metrics == nil {
-					mine.Metrics = map[string]wireFloat{}
-				}
-				mine.Metrics[k] = wireFloat(v)
-			}
-			sum, n, res.RankTimes, res.Stop, res.Metrics, err = j.proc.endStep(mine)
+			sum, n, res.RankTimes, res.Stop, res.Metrics, err = j.proc.EndStep(sum, n, res.Duration, stop, res.Metrics)
 			res.Duration = time.Since(start)
 		}
 	}
@@ -203,10 +197,10 @@ func (j *Job) runRank(r *Rank, step int, src data.Source, tr *Trace) (err error)
 			began = time.Now()
 		}
 		if err := j.exec(r, it, step, src); err != nil {
-			if errors.Is(err, errAborted) {
+			if errors.Is(err, dist.ErrAborted) {
 				return err // another rank's failure, already recorded
 			}
-			if _, hang := err.(*HangError); hang {
+			if _, hang := err.(*dist.HangError); hang {
 				return err
 			}
 			return fmt.Errorf("rank %d, instruction %d (%s): %w", r.Index, n, describeInstr(it), err)
@@ -268,9 +262,9 @@ func (j *Job) exec(r *Rank, it *instr, step int, src data.Source) error {
 		if err != nil {
 			return err
 		}
-		return j.comm.send(r.Index, it.peer, it.Tag, in.Data)
+		return j.comm.Send(r.Index, it.peer, it.Tag, in.Data)
 	case pb.Instr_RECV:
-		return j.writeStaged(it, func(t device.Tensor) error { return j.comm.recv(r.Index, it.peer, it.Tag, t.Data) })
+		return j.writeStaged(it, func(t device.Tensor) error { return j.comm.Recv(r.Index, it.peer, it.Tag, t.Data) })
 	case pb.Instr_ZERO:
 		return dev.Zero(it.out[0])
 	case pb.Instr_ACCUM:
@@ -283,9 +277,9 @@ func (j *Job) exec(r *Rank, it *instr, step int, src data.Source) error {
 			return err
 		}
 		if len(it.out) == 0 { // in place
-			return j.writeHost(it.in[0], func(device.Tensor) error { return j.comm.collective(r.Index, it.coll, in, in) }, in)
+			return j.writeHost(it.in[0], func(device.Tensor) error { return j.comm.Collective(r.Index, it.coll, in, in) }, in)
 		}
-		return j.writeHost(it.out[0], func(o device.Tensor) error { return j.comm.collective(r.Index, it.coll, in, o) })
+		return j.writeHost(it.out[0], func(o device.Tensor) error { return j.comm.Collective(r.Index, it.coll, in, o) })
 	case pb.Instr_AXIS_INDEX:
 		return j.writeHost(it.out[0], func(t device.Tensor) error { t.I64()[0] = it.index; return nil })
 	case pb.Instr_PACK:
@@ -406,7 +400,7 @@ func (j *Job) sendAsync(r *Rank, it *instr, dev device.Async) error {
 			done <- err
 			return
 		}
-		done <- j.comm.send(from, to, tag, data)
+		done <- j.comm.Send(from, to, tag, data)
 	}()
 	return nil
 }

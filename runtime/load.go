@@ -16,6 +16,7 @@ import (
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime/device"
+	"ppc.dev/ppc/runtime/dist"
 	"ppc.dev/ppc/runtime/fault"
 )
 
@@ -30,9 +31,9 @@ type Job struct {
 	Ranks []*Rank
 	all   []*Rank // every rank of the world, by index; Ranks are among them
 	dev   device.Device
-	comm  comm
-	proc  *Process   // the multi-process run this job is part of (nil: every rank is here)
-	net   device.Net // the device's own communication, when it carries the run's (devnet.go)
+	comm  dist.Comm
+	proc  *dist.Process // the multi-process run this job is part of (nil: every rank is here)
+	net   device.Net    // the device's own communication, when it carries the run's (devnet.go)
 }
 
 // Rank is one rank's prepared program and memory. The dp × tp replicas of a pipeline rank
@@ -71,7 +72,7 @@ type instr struct {
 	impl    device.Impl
 	in, out []device.Tensor
 	name    string       // kernel name for traces
-	coll    *collOp      // collectives
+	coll    *dist.Op     // collectives
 	peer    int          // SEND/RECV: the peer's rank
 	stage   []byte       // SEND, RECV, INPUT, LOSS and METRIC on an asynchronous device: the instruction's host buffer
 	staged  func() error // RECV and INPUT: waits until the last copy from stage is done
@@ -114,7 +115,7 @@ func load(dir string, dev device.Device, local int) (*Job, error) {
 	if local >= plan.World {
 		return nil, fault.Inputf("%s: rank %d is not in the plan's %d-rank world", dir, local, plan.World)
 	}
-	j := &Job{Dir: dir, Plan: plan, dev: dev, comm: newTransport(plan.World)}
+	j := &Job{Dir: dir, Plan: plan, dev: dev, comm: dist.NewLocal(plan.World)}
 	progs := map[string]*pb.Program{}
 	for _, info := range plan.Programs {
 		path := filepath.Join(dir, info.File)
@@ -180,7 +181,7 @@ func New(out *codegen.Output, dev device.Device) (*Job, error) {
 	if len(plan.Ranks) != plan.World {
 		return nil, fmt.Errorf("%d ranks listed for world size %d", len(plan.Ranks), plan.World)
 	}
-	j := &Job{Plan: plan, dev: dev, comm: newTransport(plan.World)}
+	j := &Job{Plan: plan, dev: dev, comm: dist.NewLocal(plan.World)}
 	progs := map[string]*pb.Program{}
 	for i, p := range out.Programs {
 		if err := checkProgram(plan, plan.Programs[i].PP, p); err != nil {
@@ -215,7 +216,7 @@ func LoadProgram(data []byte, plan *codegen.Plan, dev device.Device) (*Rank, err
 	if err := checkProgram(plan, int(prog.Pp), prog); err != nil {
 		return nil, &fault.InputError{Err: err}
 	}
-	j := &Job{Plan: plan, dev: dev, comm: newTransport(plan.World)}
+	j := &Job{Plan: plan, dev: dev, comm: dist.NewLocal(plan.World)}
 	r, err := j.prepare(plan.Mesh.Rank(codegen.Coords{PP: int(prog.Pp)}), prog, true)
 	if err != nil {
 		return nil, &fault.InputError{Err: err}
@@ -568,7 +569,7 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, local
 			case pb.Role_CONST, pb.Role_PARAM, pb.Role_STEP:
 				// COPY writes tied weights; collectives write parameters under ZeRO (the
 				// all-gather of updated shards) and when replicas are broadcast.
-				paramOK := in.Kind == pb.Instr_COPY || collNames[in.Kind] != ""
+				paramOK := in.Kind == pb.Instr_COPY || dist.OpName(in.Kind) != ""
 				if !paramOK || role(id) != pb.Role_PARAM {
 					return fmt.Errorf("writes to read-only buffer %d (%s)", id, role(id))
 				}
@@ -719,11 +720,11 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, local
 	return it, nil
 }
 
-// prepareCollective checks one collective instruction on its own and builds its collOp.
+// prepareCollective checks one collective instruction on its own and builds its dist.Op.
 // That the members agree with each other is checked across programs by checkCollectives
 // (Load, New) and again by the transport when they meet.
 func (j *Job) prepareCollective(rank *Rank, in *pb.Instr, it *instr) error {
-	kind, name := in.Kind, collNames[in.Kind]
+	kind, name := in.Kind, dist.OpName(in.Kind)
 	inPlaceOK := kind == pb.Instr_ALL_REDUCE || kind == pb.Instr_BROADCAST
 	switch {
 	case inPlaceOK && (len(in.In) != 1 || len(in.Out) > 1):
@@ -779,7 +780,7 @@ func (j *Job) prepareCollective(rank *Rank, in *pb.Instr, it *instr) error {
 	}
 	switch kind {
 	case pb.Instr_ALL_REDUCE, pb.Instr_REDUCE_SCATTER:
-		if err := reducible(x.DType, in.ReduceOp); err != nil {
+		if err := dist.Reducible(x.DType, in.ReduceOp); err != nil {
 			return fmt.Errorf("%s: %v", name, err)
 		}
 	}
@@ -827,8 +828,8 @@ func (j *Job) prepareCollective(rank *Rank, in *pb.Instr, it *instr) error {
 	if (outID != inID || !inPlaceOK) && j.overlap(rank, inID, outID) {
 		return fmt.Errorf("%s output buffer %d overlaps its input buffer %d", name, outID, inID)
 	}
-	it.coll = &collOp{kind: kind, group: group, members: membersKey(group), dtype: x.DType, shape: x.Shape,
-		dim: int(in.Dim), op: in.ReduceOp, root: int(in.Root), tag: in.Tag}
+	it.coll = &dist.Op{Kind: kind, Group: group, Members: dist.MembersKey(group), DType: x.DType, Shape: x.Shape,
+		Dim: int(in.Dim), Reduce: in.ReduceOp, Root: int(in.Root), Tag: in.Tag}
 	return nil
 }
 
@@ -901,10 +902,10 @@ func shardedText(sharded bool) string {
 func checkCollectives(ranks []*Rank) error {
 	type call struct {
 		rank, instr int
-		op          *collOp
+		op          *dist.Op
 	}
-	calls := map[collKey][]call{}
-	var keys []collKey
+	calls := map[dist.Key][]call{}
+	var keys []dist.Key
 	count := map[string][]int{} // member set → collectives issued by each rank of the world
 	for _, r := range ranks {
 		seq := map[string]int{}
@@ -913,8 +914,8 @@ func checkCollectives(ranks []*Rank) error {
 			if op == nil {
 				continue
 			}
-			k := collKey{op.members, seq[op.members]}
-			seq[op.members]++
+			k := dist.Key{Members: op.Members, Seq: seq[op.Members]}
+			seq[op.Members]++
 			if calls[k] == nil {
 				keys = append(keys, k)
 			}
@@ -931,20 +932,20 @@ func checkCollectives(ranks []*Rank) error {
 		cs := calls[k]
 		first := cs[0]
 		for _, c := range cs[1:] {
-			if !c.op.same(first.op) {
+			if !c.op.Same(first.op) {
 				return fmt.Errorf("collective #%d over ranks {%s} does not match: rank %d (instruction %d) issues %v, rank %d (instruction %d) issues %v",
-					k.seq, k.members, first.rank, first.instr, first.op, c.rank, c.instr, c.op)
+					k.Seq, k.Members, first.rank, first.instr, first.op, c.rank, c.instr, c.op)
 			}
 		}
-		if len(cs) != len(first.op.group) {
-			for _, m := range first.op.group {
-				if m >= len(ranks) || count[k.members][m] <= k.seq {
+		if len(cs) != len(first.op.Group) {
+			for _, m := range first.op.Group {
+				if m >= len(ranks) || count[k.Members][m] <= k.Seq {
 					issued := 0
 					if m < len(ranks) {
-						issued = count[k.members][m]
+						issued = count[k.Members][m]
 					}
 					return fmt.Errorf("rank %d (instruction %d) issues collective #%d over ranks {%s}, %v, but rank %d issues only %d collectives over that group: it would wait forever",
-						first.rank, first.instr, k.seq, k.members, first.op, m, issued)
+						first.rank, first.instr, k.Seq, k.Members, first.op, m, issued)
 				}
 			}
 		}

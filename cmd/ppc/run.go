@@ -21,6 +21,7 @@ import (
 	"ppc.dev/ppc/runtime/cuda"
 	"ppc.dev/ppc/runtime/data"
 	"ppc.dev/ppc/runtime/device"
+	"ppc.dev/ppc/runtime/dist"
 )
 
 func init() {
@@ -139,7 +140,7 @@ func init() {
 					return err
 				}
 				defer job.Close()
-				var proc *runtime.Process
+				var proc *dist.Process
 				if li != nil {
 					if proc, err = joinRun(e, job, li, time.Duration(timeout), runFlags(fs)); err != nil {
 						return err

@@ -15,6 +15,7 @@ import (
 	"ppc.dev/ppc/compiler"
 	"ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/cpu"
+	"ppc.dev/ppc/runtime/dist"
 )
 
 // Compile compiles a model into a temporary plan directory.
@@ -59,13 +60,13 @@ func (f *FailingWriter) Write(p []byte) (int, error) {
 // Join loads every rank of the plan in dir as its own job and joins them over loopback TCP
 // with the options o (each rank's Rank, World, Master and, for rank 0, StoreListener set;
 // Token "test-token" unless given). The processes close when the test ends.
-func Join(t testing.TB, dir string, o runtime.JoinOptions) ([]*runtime.Job, []*runtime.Process) {
+func Join(t testing.TB, dir string, o dist.JoinOptions) ([]*runtime.Job, []*dist.Process) {
 	return JoinUnder(t, dir, o, nil)
 }
 
 // JoinUnder is Join with hostile(the rendezvous's address) running alongside the rendezvous
 // and the ranks' joining.
-func JoinUnder(t testing.TB, dir string, o runtime.JoinOptions, hostile func(addr string)) ([]*runtime.Job, []*runtime.Process) {
+func JoinUnder(t testing.TB, dir string, o dist.JoinOptions, hostile func(addr string)) ([]*runtime.Job, []*dist.Process) {
 	t.Helper()
 	plan, err := runtime.Load(dir, cpu.New())
 	if err != nil {
@@ -76,7 +77,7 @@ func JoinUnder(t testing.TB, dir string, o runtime.JoinOptions, hostile func(add
 	if err != nil {
 		t.Fatal(err)
 	}
-	jobs, procs := make([]*runtime.Job, world), make([]*runtime.Process, world)
+	jobs, procs := make([]*runtime.Job, world), make([]*dist.Process, world)
 	errs := make([]error, world)
 	var wg sync.WaitGroup
 	if hostile != nil {

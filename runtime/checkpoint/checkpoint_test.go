@@ -19,6 +19,7 @@ import (
 	"ppc.dev/ppc/runtime"
 	. "ppc.dev/ppc/runtime/checkpoint"
 	"ppc.dev/ppc/runtime/cpu"
+	"ppc.dev/ppc/runtime/dist"
 	"ppc.dev/ppc/runtime/fault"
 )
 
@@ -247,7 +248,7 @@ func TestSaveAllFailure(t *testing.T) {
 		{"index", IndexFile, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			jobs, _ := jobtest.Join(t, dir, runtime.JoinOptions{})
+			jobs, _ := jobtest.Join(t, dir, dist.JoinOptions{})
 			for _, j := range jobs {
 				j.Init(1)
 			}
@@ -279,17 +280,17 @@ func TestSaveAllFailure(t *testing.T) {
 				}
 			}
 			// The rank the disk filled up under: a failed write (ENOSPC, exit 1); the other
-			// repeats its message as the run's failure (a runtime.RemoteError, exit 1).
+			// repeats its message as the run's failure (a dist.RemoteError, exit 1).
 			own, other := 1, 0
 			if c.failing == IndexFile {
 				own, other = 0, 1
 			}
-			var re *runtime.RemoteError
+			var re *dist.RemoteError
 			if !errors.Is(errs[own], syscall.ENOSPC) {
 				t.Errorf("rank %d: %v, want ENOSPC", own, errs[own])
 			}
 			if !errors.As(errs[other], &re) || re.Rank != own || !strings.HasPrefix(re.Msg, "the checkpoint was not saved: ") || !strings.Contains(re.Msg, "no space left on device") {
-				t.Errorf("rank %d: %v, want a runtime.RemoteError naming rank %d's failure", other, errs[other], own)
+				t.Errorf("rank %d: %v, want a dist.RemoteError naming rank %d's failure", other, errs[other], own)
 			}
 			if after := snapshot(t, ck); !maps.Equal(before, after) {
 				t.Errorf("the failed save left %v; before it: %v", slices.Sorted(maps.Keys(after)), slices.Sorted(maps.Keys(before)))

@@ -191,7 +191,7 @@ func openIndexed(path string) (*Reader, error) {
 		t := &ckTensor{typ: full}
 		// Every block is checked, and the blocks must cover the tensor exactly: an index
 		// cannot make a reader allocate more than the tensor (whose type the caller checks
-		// against its plan, or ReadCheckpoint against the files).
+		// against its plan, or Read against the files).
 		var covered int64
 		var boxes []box
 		for _, b := range info.Blocks {

@@ -17,13 +17,9 @@
 //     block from the stored blocks it overlaps, reading nothing else (each block checked
 //     against its SHA-256, each file's header against the index's step), and Read assembles
 //     full tensors, checking whole files too. So any layout — pp, dp, tp — resumes any other,
-//     and merging and slicing are exact (a resume then a save writes the same bits). Resume
-//     refuses a checkpoint whose tensors differ from the plan's in name, dtype or shape,
-//     listing the differences (an 8-layer checkpoint never quietly fills half of a 4-layer
-//     plan); a partial resume, asked for explicitly, loads what matches. A source hash that
-//     differs over matching tensors (another --set of the same file) is only a warning.
-//     Older single-file checkpoints (checkpoint.safetensors) are still read. A checkpoint
-//     that is wrong is a *fault.InputError naming the file.
+//     and merging and slicing are exact (a resume then a save writes the same bits). Older
+//     single-file checkpoints (checkpoint.safetensors) are still read. A checkpoint that is
+//     wrong is a *fault.InputError naming the file.
 //   - A save is atomic: every file is written to a temporary file in the same directory,
 //     synced, renamed into place and the directory synced; the rank files go to a new step
 //     directory (never over the files the current index vouches for), and the index is

@@ -134,11 +134,11 @@ func TestResumeChecksStep(t *testing.T) {
 		name, index string
 		shard       []byte
 		renamed     bool      // the step directory renamed to the edited step's
-		want        [2]string // what Resume says, what ReadCheckpoint says
+		want        [2]string // what Resume says, what Read says
 	}{
 		{"step edited", hugeStep, goodShard, false, [2]string{"step " + huge + " does not match the checkpoint's directory step-00000001: the index was edited or corrupted"}},
 		{"step and directory edited", strings.Replace(hugeStep, `"step-00000001"`, `"step-`+huge+`"`, 1), goodShard, true, [2]string{`rank-00000.safetensors holds step "1", the index says step ` + huge}},
-		// Resume reads the blocks, checking each; ReadCheckpoint checks the whole file too.
+		// Resume reads the blocks, checking each; Read checks the whole file too.
 		{"block changed", string(good), flipped, false, [2]string{"tensor " + last + "'s block at [0", "rank-00000.safetensors is not the file the checkpoint wrote"}},
 		// Resume compares the tensors' types with the plan's first.
 		{"block shapes edited", regexp.MustCompile(`"shape": \[\s*(\d+),`).ReplaceAllString(string(good), `"shape": [${1}000000000,`), goodShard, false,

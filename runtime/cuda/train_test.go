@@ -19,6 +19,7 @@ import (
 	"ppc.dev/ppc/runtime/cpu"
 	"ppc.dev/ppc/runtime/data"
 	"ppc.dev/ppc/runtime/device"
+	"ppc.dev/ppc/runtime/dist"
 	"ppc.dev/ppc/schedule"
 )
 
@@ -405,11 +406,11 @@ func startRanks(t *testing.T, opts compiler.Options, timeout time.Duration, mk f
 			var err error
 			jobs[r], err = runtime.LoadRank(dir, devs[r], r)
 			if err == nil {
-				o := runtime.JoinOptions{Rank: r, World: world, Master: ln.Addr().String(), Token: "t", Timeout: timeout}
+				o := dist.JoinOptions{Rank: r, World: world, Master: ln.Addr().String(), Token: "t", Timeout: timeout}
 				if r == 0 {
 					o.StoreListener = ln
 				}
-				var p *runtime.Process
+				var p *dist.Process
 				if p, err = jobs[r].Join(o); err == nil {
 					transports[r] = p.Transport
 					t.Cleanup(func() { go p.Close() })

@@ -1,8 +1,6 @@
-package runtime
+package dist
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,12 +9,10 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
-	"ppc.dev/ppc/codegen"
-	pb "ppc.dev/ppc/codegen/programpb"
-	"ppc.dev/ppc/runtime/device"
 	"ppc.dev/ppc/runtime/fault"
 )
 
@@ -149,24 +145,23 @@ func remoteAbort(m *ctrlMsg) *RemoteError {
 
 func (e *RemoteError) Error() string { return e.Msg }
 
-// PlanHash identifies the plan a job runs: every process of a run must run the same one.
-func (j *Job) PlanHash() string {
-	h := sha256.New()
-	b, _ := json.Marshal(j.Plan)
-	h.Write(b)
-	return hex.EncodeToString(h.Sum(nil))
+// Member is what this process's rank brings to the run, from its job (runtime.Job.Join).
+type Member struct {
+	PlanHash string // every process of a run must run the same plan
+	// Peers are the ranks it sends to, receives from or shares a collective with, and
+	// MaxMessage the largest message one of them may send it (its largest buffer).
+	Peers      []int
+	MaxMessage uint64
+	// Status says what the rank is doing and LastStep the last step it started, for the
+	// store's reports when another process must say why the run stopped.
+	Status   func() string
+	LastStep func() int64
 }
 
-// Join connects a job loaded with LoadRank to the other processes of its run: the
-// rendezvous (rank 0's process starts the store), then a TCP connection to each rank this
-// rank exchanges data with. From then on the job's steps run across the processes.
-func (j *Job) Join(o JoinOptions) (*Process, error) {
-	if len(j.Ranks) != 1 || j.Ranks[0].Index != o.Rank {
-		return nil, fmt.Errorf("join as rank %d: the job was not loaded for that rank alone (LoadRank)", o.Rank)
-	}
-	if o.World != j.Plan.World {
-		return nil, fault.Inputf("the launcher started %d processes, the plan has %d ranks (pp %d × dp %d × tp %d): start one process per rank", o.World, j.Plan.World, j.Plan.Mesh.PP, j.Plan.Mesh.DP, j.Plan.Mesh.TP)
-	}
+// Join connects this process's rank m to the other processes of its run: the rendezvous
+// (rank 0's process starts the store), then a TCP connection to each of its peers. From then
+// on the rank's messages and collectives go through the process's transport (Comm).
+func Join(o JoinOptions, m Member) (*Process, error) {
 	if o.Heartbeat <= 0 {
 		o.Heartbeat = 30 * time.Second
 	}
@@ -180,10 +175,9 @@ func (j *Job) Join(o JoinOptions) (*Process, error) {
 	p := &Process{Rank: o.Rank, World: o.World, opts: o, gathered: map[string][]json.RawMessage{}, rounds: map[string]int{},
 		stop: make(chan struct{}), lastCtrl: time.Now()}
 	p.cond = sync.NewCond(&p.mu)
-	r := j.Ranks[0]
-	p.status = r.status
-	p.lastStep = r.curStep.Load
-	plan := j.PlanHash()
+	p.status = m.Status
+	p.lastStep = m.LastStep
+	plan := m.PlanHash
 	if o.Rank == 0 {
 		ln := o.StoreListener
 		if ln == nil {
@@ -236,8 +230,7 @@ func (j *Job) Join(o JoinOptions) (*Process, error) {
 	if err != nil {
 		return fail(err)
 	}
-	p.comm = newTCPComm(o.Rank, o.Timeout, maxMessage(r.Prog))
-	j.comm, j.proc = p.comm, p
+	p.comm = newTCPComm(o.Rank, o.Timeout, m.MaxMessage)
 	p.mu.Lock()
 	p.lastCtrl = time.Now() // the store's silence counts from the welcome
 	p.mu.Unlock()
@@ -246,7 +239,7 @@ func (j *Job) Join(o JoinOptions) (*Process, error) {
 	go p.heartbeat()
 
 	// Connect to every rank this one talks to: dial the lower ranks, accept the higher.
-	peers := r.peers()
+	peers := m.Peers
 	errs := make(chan error, len(peers)+1)
 	var want []int
 	for _, s := range peers {
@@ -277,15 +270,8 @@ func (j *Job) Join(o JoinOptions) (*Process, error) {
 			return fail(err)
 		}
 	}
-	if _, err := p.gather("connected", nil, false); err != nil {
+	if _, err := p.Gather("connected", nil, false); err != nil {
 		return fail(err)
-	}
-	if nd, ok := j.dev.(device.Networked); ok {
-		if dn := nd.Net(); dn != nil {
-			if err := j.joinNet(p, dn); err != nil {
-				return fail(err)
-			}
-		}
 	}
 	return p, nil
 }
@@ -451,39 +437,6 @@ func dialRetry(addr string, deadline time.Time, handshake func(net.Conn) error, 
 	return nil, last
 }
 
-// maxMessage bounds what a peer may send this rank: its largest buffer.
-func maxMessage(prog *pb.Program) uint64 {
-	var m int64 = 1 << 10
-	for _, b := range prog.Buffers {
-		if t, err := codegen.TypeFromProto(b.Dtype, b.Shape); err == nil && t.Bytes() > m {
-			m = t.Bytes()
-		}
-	}
-	return uint64(m)
-}
-
-// peers lists the ranks r sends to, receives from or shares a collective with.
-func (r *Rank) peers() []int {
-	set := map[int]bool{}
-	for _, it := range r.instrs {
-		switch {
-		case it.Kind == pb.Instr_SEND || it.Kind == pb.Instr_RECV:
-			set[it.peer] = true
-		case it.coll != nil:
-			for _, m := range it.coll.group {
-				set[m] = true
-			}
-		}
-	}
-	delete(set, r.Index)
-	var out []int
-	for s := range set {
-		out = append(out, s)
-	}
-	slices.Sort(out)
-	return out
-}
-
 func (p *Process) readCtrl() {
 	for {
 		m, err := readCtrl(p.ctrl)
@@ -491,7 +444,7 @@ func (p *Process) readCtrl() {
 		if err != nil {
 			if !p.closed && p.remote == nil {
 				p.remote = &RemoteError{Msg: fmt.Sprintf("lost the connection to the rendezvous (rank 0's process): %s; rank 0 died or stopped", errText(err)), Rank: 0}
-				p.comm.abort(p.remote)
+				p.comm.Abort(p.remote)
 			}
 			p.cond.Broadcast()
 			p.mu.Unlock()
@@ -504,7 +457,7 @@ func (p *Process) readCtrl() {
 		case "abort":
 			if p.remote == nil {
 				p.remote = remoteAbort(m)
-				p.comm.abort(p.remote)
+				p.comm.Abort(p.remote)
 			}
 		case "left":
 			// Every rank leaves after the same last step: a rank still in a step waits for
@@ -513,7 +466,7 @@ func (p *Process) readCtrl() {
 			// of its transport changes nothing for it.
 			if p.left == "" {
 				p.left = m.Error
-				p.comm.abort(fmt.Errorf("%s, but rank %d had steps left to run", m.Error, p.Rank))
+				p.comm.Abort(fmt.Errorf("%s, but rank %d had steps left to run", m.Error, p.Rank))
 			}
 		}
 		p.cond.Broadcast()
@@ -537,22 +490,24 @@ func (p *Process) heartbeat() {
 		if silent > p.opts.Heartbeat && p.remote == nil {
 			p.remote = &RemoteError{Msg: fmt.Sprintf("the rendezvous (rank 0's process) sent nothing for %s: rank 0 is stopped or wedged", silent.Round(time.Second)),
 				Rank: 0, Unresponsive: true}
-			p.comm.abort(p.remote)
+			p.comm.Abort(p.remote)
 			p.cond.Broadcast()
 		}
 		p.mu.Unlock()
-		p.report(p.status())
+		p.Report(p.status())
 	}
 }
 
-// report tells the store what this rank is doing now.
-func (p *Process) report(status string) {
+// Report tells the store what this rank is doing now.
+func (p *Process) Report(status string) {
 	writeCtrl(p.ctrl, &p.cwmu, &ctrlMsg{Type: "status", Status: status})
 }
 
-// gather sends this rank's part of a round and waits for everyone's (rank 0's process
-// receives the parts; with root, the others only learn that the round completed).
-func (p *Process) gather(key string, data any, root bool) ([]json.RawMessage, error) {
+// Gather sends this rank's part of a round (data, as JSON) and waits for everyone's, by rank
+// (rank 0's process receives the parts; with root, the others only learn that the round
+// completed). Rounds of one key are numbered: every rank must gather the same keys in the
+// same order.
+func (p *Process) Gather(key string, data any, root bool) ([]json.RawMessage, error) {
 	raw, err := json.Marshal(data)
 	if err != nil {
 		return nil, err
@@ -568,10 +523,10 @@ func (p *Process) gather(key string, data any, root bool) ([]json.RawMessage, er
 	return p.waitKey(key)
 }
 
-// fail reports this rank's failure to every other process and returns the error to report
+// Fail reports this rank's failure to every other process and returns the error to report
 // here: this rank's own, unless it only lost a peer, in which case the store's account of
 // what happened to that peer (which arrives within moments) says more.
-func (p *Process) fail(err error) error {
+func (p *Process) Fail(err error) error {
 	var re *RemoteError
 	if errors.As(err, &re) {
 		return err
@@ -634,16 +589,24 @@ func (f *wireFloat) UnmarshalJSON(b []byte) error {
 	return err
 }
 
-// endStep agrees with every process on the step's outcome: the losses summed over every
-// rank, each rank's step time, whether any rank asked to stop, and the metrics (each the
-// lowest recording rank's).
-func (p *Process) endStep(mine stepEnd) (sum float64, n int, times []time.Duration, stop bool, metrics map[string]float64, err error) {
-	all, err := p.gather("step", mine, false)
+// EndStep agrees with every process on the outcome of a step in which this rank's losses
+// summed to lossSum over lossN micro-batches, took took, recorded metrics and asked to stop
+// or not: the losses summed over every rank, each rank's step time, whether any rank asked
+// to stop, and the metrics (each the lowest recording rank's).
+func (p *Process) EndStep(lossSum float64, lossN int, took time.Duration, stop bool, metrics map[string]float64) (sum float64, n int, times []time.Duration, anyStop bool, all map[string]float64, err error) {
+	mine := stepEnd{LossSum: wireFloat(lossSum), LossN: lossN, Nanos: int64(took), Stop: stop}
+	for k, v := range metrics {
+		if mine.Metrics == nil {
+			mine.Metrics = map[string]wireFloat{}
+		}
+		mine.Metrics[k] = wireFloat(v)
+	}
+	parts, err := p.Gather("step", mine, false)
 	if err != nil {
 		return 0, 0, nil, false, nil, err
 	}
 	var slowest time.Duration
-	for r, raw := range all {
+	for r, raw := range parts {
 		var e stepEnd
 		if err := json.Unmarshal(raw, &e); err != nil {
 			return 0, 0, nil, false, nil, fmt.Errorf("rank %d's step report: %v", r, err)
@@ -652,18 +615,18 @@ func (p *Process) endStep(mine stepEnd) (sum float64, n int, times []time.Durati
 		n += e.LossN
 		times = append(times, time.Duration(e.Nanos))
 		slowest = max(slowest, time.Duration(e.Nanos))
-		stop = stop || e.Stop
+		anyStop = anyStop || e.Stop
 		for k, v := range e.Metrics {
-			if _, ok := metrics[k]; !ok {
-				if metrics == nil {
-					metrics = map[string]float64{}
+			if _, ok := all[k]; !ok {
+				if all == nil {
+					all = map[string]float64{}
 				}
-				metrics[k] = float64(v)
+				all[k] = float64(v)
 			}
 		}
 	}
 	p.comm.stepTook(slowest) // every rank sees the same times, so all agree on the limit
-	return sum, n, times, stop, metrics, nil
+	return sum, n, times, anyStop, all, nil
 }
 
 // Close ends the run for this process: a last gather (so that rank 0's store stays up
@@ -713,15 +676,32 @@ func (p *Process) waitKey(key string) ([]json.RawMessage, error) {
 	}
 }
 
-// status describes what the rank is doing, for the store's reports when another process
-// must say why the run stopped: "step 3, instruction 17 of 240 (recv from rank 1 …)".
-func (r *Rank) status() string {
-	step, at := r.curStep.Load(), r.at.Load()
-	switch {
-	case step == 0:
-		return "starting"
-	case at < 0 || int(at) >= len(r.instrs):
-		return fmt.Sprintf("between steps (step %d done)", step)
+// Abort tells every other process that this one fails with err, so that they stop now with
+// its message rather than when they next wait for it.
+func (p *Process) Abort(err error) {
+	if p == nil || err == nil {
+		return
 	}
-	return fmt.Sprintf("running step %d, instruction %d of %d (%s)", step, at, len(r.instrs), describeInstr(&r.instrs[at]))
+	p.mu.Lock()
+	remote := p.remote != nil
+	p.mu.Unlock()
+	if remote {
+		return // the run is already stopping, for a reason another process gave
+	}
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "rank ") {
+		msg = fmt.Sprintf("rank %d failed: %s", p.Rank, msg)
+	}
+	writeCtrl(p.ctrl, &p.cwmu, &ctrlMsg{Type: "abort", Error: msg})
+}
+
+// Comm is the transport of the process's rank: TCP to its peers, keeping the collectives'
+// contract (doc.go).
+func (p *Process) Comm() Comm { return p.comm }
+
+// WaitLimit is how long a wait for a peer may last now before it is a hang (JoinOptions.Timeout,
+// or HangLimit of the slowest step so far).
+func (p *Process) WaitLimit() time.Duration {
+	d, _ := p.comm.waitLimit()
+	return d
 }

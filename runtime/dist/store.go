@@ -1,4 +1,4 @@
-package runtime
+package dist
 
 import (
 	"encoding/json"
@@ -59,6 +59,10 @@ type ctrlMsg struct {
 
 // maxCtrl bounds a control message (a rank's share of a gathered trace is sent in pieces).
 const maxCtrl = 64 << 20
+
+// MaxGather bounds the data of one rank's part of a Gather: a control message's bound, less
+// room for the rest of the message.
+const MaxGather = maxCtrl - 1<<20
 
 // decodeCtrl reads a control message defensively (the fuzz target's entry for it).
 func decodeCtrl(payload []byte) (*ctrlMsg, error) {

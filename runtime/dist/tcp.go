@@ -1,4 +1,4 @@
-package runtime
+package dist
 
 import (
 	"errors"
@@ -20,7 +20,7 @@ import (
 // the receiver to be ready and two ranks sending to each other cannot deadlock; receives and
 // collectives wait on the mailbox.
 //
-// Collectives keep the in-process transport's contract bit for bit (runtime/doc.go). They
+// Collectives keep the in-process transport's contract bit for bit (doc.go). They
 // are direct exchanges, not rings: for an all-reduce, member k receives every member's k-th
 // chunk, combines them in group order — exactly the in-process fold — and sends the result
 // to every member (a reduce-scatter then an all-gather, the ring's bus traffic of
@@ -161,7 +161,7 @@ func (t *tcpComm) release(b []byte) {
 	t.free = append(t.free, b)
 }
 
-func (t *tcpComm) abort(err error) {
+func (t *tcpComm) Abort(err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.aborted == nil {
@@ -170,13 +170,13 @@ func (t *tcpComm) abort(err error) {
 	t.cond.Broadcast()
 }
 
-func (t *tcpComm) err() error {
+func (t *tcpComm) Err() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.aborted
 }
 
-func (t *tcpComm) finish(int) {}
+func (t *tcpComm) Finish(int) {}
 
 // stepTook records the time of a completed step (the slowest rank's), from which the
 // automatic limit of a wait follows.
@@ -208,7 +208,7 @@ func (t *tcpComm) waitLimitLocked() (time.Duration, string) {
 		hangFactor, t.slowest.Round(time.Millisecond), hangMin)
 }
 
-func (t *tcpComm) resetStep() {
+func (t *tcpComm) ResetStep() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.step++
@@ -237,7 +237,7 @@ func (t *tcpComm) write(dst int, h frameHeader, payload []byte) error {
 	err := t.aborted
 	t.mu.Unlock()
 	if err != nil {
-		return errAborted
+		return ErrAborted
 	}
 	if p == nil {
 		return fmt.Errorf("rank %d has no connection to rank %d (the plan did not say they talk)", t.rank, dst)
@@ -246,7 +246,7 @@ func (t *tcpComm) write(dst int, h frameHeader, payload []byte) error {
 	defer p.wmu.Unlock()
 	if err := writeFrame(p.conn, h, payload); err != nil {
 		perr := &PeerError{Rank: dst, Err: err}
-		t.abort(perr)
+		t.Abort(perr)
 		return perr
 	}
 	return nil
@@ -263,7 +263,7 @@ func (t *tcpComm) take(k mailKey, what func() string) ([]byte, error) {
 			return msg, nil
 		}
 		if t.aborted != nil {
-			return nil, errAborted
+			return nil, ErrAborted
 		}
 		if waited := time.Since(start); waited > t.limit {
 			_, why := t.waitLimitLocked()
@@ -277,7 +277,7 @@ func (t *tcpComm) take(k mailKey, what func() string) ([]byte, error) {
 	}
 }
 
-func (t *tcpComm) send(src, dst int, tag int64, data []byte) error {
+func (t *tcpComm) Send(src, dst int, tag int64, data []byte) error {
 	return t.write(dst, frameHeader{kind: frameP2P, a: tag, b: t.curStep()}, data)
 }
 
@@ -287,7 +287,7 @@ func (t *tcpComm) curStep() int64 {
 	return t.step
 }
 
-func (t *tcpComm) recv(dst, src int, tag int64, into []byte) error {
+func (t *tcpComm) Recv(dst, src int, tag int64, into []byte) error {
 	msg, err := t.take(mailKey{src, frameP2P, tag, t.curStep()}, func() string { return fmt.Sprintf("recv from rank %d (tag %d)", src, tag) })
 	if err != nil {
 		return err
@@ -302,23 +302,23 @@ func (t *tcpComm) recv(dst, src int, tag int64, into []byte) error {
 
 // collective runs op for rank r (this process's rank) as a direct exchange with the other
 // members; see tcpComm for why this keeps the in-process results bit for bit.
-func (t *tcpComm) collective(r int, op *collOp, in, out device.Tensor) error {
+func (t *tcpComm) Collective(r int, op *Op, in, out device.Tensor) error {
 	t.mu.Lock()
-	seq := t.seq[op.members]
-	t.seq[op.members] = seq + 1
+	seq := t.seq[op.Members]
+	t.seq[op.Members] = seq + 1
 	step := t.step
 	t.mu.Unlock()
 	h := fnv.New64a()
-	h.Write([]byte(op.members))
+	h.Write([]byte(op.Members))
 	set := int64(h.Sum64() >> 1)
 	key := func(phase int64) int64 { return step<<32 | int64(seq)<<2 | phase }
-	n, pos := len(op.group), op.position(r)
-	es := op.dtype.Size()
+	n, pos := len(op.Group), op.Position(r)
+	es := op.DType.Size()
 	what := func() string { return fmt.Sprintf("%v, the group's collective #%d", op, seq) }
 	// exchange sends part(c) to every other member c and returns what each member sent,
 	// own(pos) standing in for this member's: srcs[c] is member c's message.
 	exchange := func(phase int64, part func(c int) []byte, own []byte) ([][]byte, error) {
-		for c, m := range op.group {
+		for c, m := range op.Group {
 			if c != pos {
 				if err := t.write(m, frameHeader{kind: frameColl, a: set, b: key(phase)}, part(c)); err != nil {
 					return nil, err
@@ -327,7 +327,7 @@ func (t *tcpComm) collective(r int, op *collOp, in, out device.Tensor) error {
 		}
 		srcs := make([][]byte, n)
 		srcs[pos] = own
-		for c, m := range op.group {
+		for c, m := range op.Group {
 			if c == pos {
 				continue
 			}
@@ -349,15 +349,15 @@ func (t *tcpComm) collective(r int, op *collOp, in, out device.Tensor) error {
 	checkLen := func(srcs [][]byte, want int) error {
 		for c, s := range srcs {
 			if len(s) != want {
-				return &PeerError{Rank: op.group[c], Err: fmt.Errorf("%s part of %d bytes, want %d", op, len(s), want)}
+				return &PeerError{Rank: op.Group[c], Err: fmt.Errorf("%s part of %d bytes, want %d", op, len(s), want)}
 			}
 		}
 		return nil
 	}
-	outer, d, inner := splitAt(op.shape, op.dim)
-	switch op.kind {
+	outer, d, inner := splitAt(op.Shape, op.Dim)
+	switch op.Kind {
 	case pb.Instr_ALL_REDUCE:
-		elems := op.shape.NumElements()
+		elems := op.Shape.NumElements()
 		chunk := func(c int) (int, int) { return elems * c / n * es, elems * (c + 1) / n * es }
 		lo, hi := chunk(pos)
 		srcs, err := exchange(0, func(c int) []byte { a, b := chunk(c); return in.Data[a:b] }, in.Data[lo:hi])
@@ -370,7 +370,7 @@ func (t *tcpComm) collective(r int, op *collOp, in, out device.Tensor) error {
 		}
 		mine := t.alloc(hi - lo)
 		defer t.release(mine)
-		reduceInto(op.dtype, op.op, mine, srcs, runs{rows: 1, run: (hi - lo) / es})
+		reduceInto(op.DType, op.Reduce, mine, srcs, runs{rows: 1, run: (hi - lo) / es})
 		res, err := exchange(1, func(int) []byte { return mine }, mine)
 		if err != nil {
 			return err
@@ -379,7 +379,7 @@ func (t *tcpComm) collective(r int, op *collOp, in, out device.Tensor) error {
 		for c := range res {
 			a, b := chunk(c)
 			if len(res[c]) != b-a {
-				return &PeerError{Rank: op.group[c], Err: fmt.Errorf("%s result of %d bytes, want %d", op, len(res[c]), b-a)}
+				return &PeerError{Rank: op.Group[c], Err: fmt.Errorf("%s result of %d bytes, want %d", op, len(res[c]), b-a)}
 			}
 			copy(out.Data[a:b], res[c])
 		}
@@ -403,7 +403,7 @@ func (t *tcpComm) collective(r int, op *collOp, in, out device.Tensor) error {
 		if err := checkLen(srcs, outer*run); err != nil {
 			return err
 		}
-		reduceInto(op.dtype, op.op, out.Data, srcs, runs{rows: 1, run: outer * run / es})
+		reduceInto(op.DType, op.Reduce, out.Data, srcs, runs{rows: 1, run: outer * run / es})
 	case pb.Instr_ALL_GATHER:
 		srcs, err := exchange(0, func(int) []byte { return in.Data }, in.Data)
 		if err != nil {
@@ -420,8 +420,8 @@ func (t *tcpComm) collective(r int, op *collOp, in, out device.Tensor) error {
 			}
 		}
 	case pb.Instr_BROADCAST:
-		if pos == op.root {
-			for c, m := range op.group {
+		if pos == op.Root {
+			for c, m := range op.Group {
 				if c != pos {
 					if err := t.write(m, frameHeader{kind: frameColl, a: set, b: key(0)}, in.Data); err != nil {
 						return err
@@ -433,13 +433,13 @@ func (t *tcpComm) collective(r int, op *collOp, in, out device.Tensor) error {
 			}
 			return nil
 		}
-		msg, err := t.take(mailKey{op.group[op.root], frameColl, set, key(0)}, what)
+		msg, err := t.take(mailKey{op.Group[op.Root], frameColl, set, key(0)}, what)
 		if err != nil {
 			return err
 		}
 		defer t.release(msg)
 		if len(msg) != len(out.Data) {
-			return &PeerError{Rank: op.group[op.root], Err: fmt.Errorf("%s of %d bytes, want %d", op, len(msg), len(out.Data))}
+			return &PeerError{Rank: op.Group[op.Root], Err: fmt.Errorf("%s of %d bytes, want %d", op, len(msg), len(out.Data))}
 		}
 		copy(out.Data, msg)
 	}

@@ -1,4 +1,4 @@
-package runtime
+package dist
 
 import (
 	"fmt"
@@ -11,26 +11,27 @@ import (
 	"ppc.dev/ppc/runtime/device"
 )
 
-// collOp is one collective instruction as every member of its group must agree on it. The
-// loader builds it once per instruction (see prepareCollective), so running a collective
-// allocates nothing but its record.
-type collOp struct {
-	kind    pb.Instr_Kind
-	group   []int // in the program's order: reduction, concatenation and slice order
-	members string
-	dtype   ir.DType
-	shape   ir.Shape // in[0]'s shape, the same on every member
-	dim     int
-	op      pb.Instr_ReduceOp
-	root    int // position in group
-	tag     int64
+// Op is one collective instruction as every member of its group must agree on it. The
+// loader builds it once per instruction (runtime's prepareCollective), so running a
+// collective allocates nothing but its record.
+type Op struct {
+	Kind    pb.Instr_Kind
+	Group   []int  // in the program's order: reduction, concatenation and slice order
+	Members string // MembersKey(Group)
+	DType   ir.DType
+	Shape   ir.Shape // in[0]'s shape, the same on every member
+	Dim     int
+	Reduce  pb.Instr_ReduceOp
+	Root    int // position in Group
+	Tag     int64
 }
 
-// collKey matches the calls of one collective: the group's member set and how many
-// collectives each member had issued on that set before (see runtime/doc.go for why).
-type collKey struct {
-	members string // the sorted member ranks, "0,1,3"
-	seq     int
+// Key matches the calls of one collective: the group's member set and how many
+// collectives each member had issued on that set before (see doc.go for why). The loader
+// matches them across programs by it, the transports at run time.
+type Key struct {
+	Members string // the sorted member ranks, "0,1,3"
+	Seq     int
 }
 
 // collRecord is one collective in flight. Members register their buffers, wait for all to
@@ -39,9 +40,9 @@ type collKey struct {
 // finish on their own memory. A member's input must stay untouched until that second
 // barrier, which holds because the member itself is blocked in the collective.
 type collRecord struct {
-	key      collKey
-	op       *collOp // as the first member to arrive described it
-	first    int     // that member's rank
+	key      Key
+	op       *Op // as the first member to arrive described it
+	first    int // that member's rank
 	ins      [][]byte
 	outs     [][]byte
 	here     []bool // by group position
@@ -51,7 +52,8 @@ type collRecord struct {
 	scratch  []byte // ALL_REDUCE: the reduced tensor, computed in chunks by the members
 }
 
-func membersKey(group []int) string {
+// MembersKey is a group's member set as Op.Members and Key hold it: its sorted ranks, "0,1,3".
+func MembersKey(group []int) string {
 	s := slices.Clone(group)
 	slices.Sort(s)
 	var b strings.Builder
@@ -67,63 +69,69 @@ func membersKey(group []int) string {
 var collNames = map[pb.Instr_Kind]string{pb.Instr_ALL_REDUCE: "all-reduce", pb.Instr_ALL_GATHER: "all-gather",
 	pb.Instr_REDUCE_SCATTER: "reduce-scatter", pb.Instr_BROADCAST: "broadcast"}
 
+// OpName names a collective kind for messages ("all-gather"); "" for a kind that is not a
+// collective.
+func OpName(k pb.Instr_Kind) string { return collNames[k] }
+
 // String describes the collective for errors and hang reports:
 // "all-gather over ranks [0 1] (dim 1, f32[4,3])".
-func (c *collOp) String() string {
+func (c *Op) String() string {
 	var b strings.Builder
-	b.WriteString(collNames[c.kind])
-	if c.kind == pb.Instr_ALL_REDUCE || c.kind == pb.Instr_REDUCE_SCATTER {
-		b.WriteString(" " + strings.ToLower(c.op.String()))
+	b.WriteString(collNames[c.Kind])
+	if c.Kind == pb.Instr_ALL_REDUCE || c.Kind == pb.Instr_REDUCE_SCATTER {
+		b.WriteString(" " + strings.ToLower(c.Reduce.String()))
 	}
-	if c.kind == pb.Instr_BROADCAST {
-		fmt.Fprintf(&b, " from rank %d", c.group[c.root])
+	if c.Kind == pb.Instr_BROADCAST {
+		fmt.Fprintf(&b, " from rank %d", c.Group[c.Root])
 	}
-	fmt.Fprintf(&b, " over ranks %v (", c.group)
-	if c.kind == pb.Instr_ALL_GATHER || c.kind == pb.Instr_REDUCE_SCATTER {
-		fmt.Fprintf(&b, "dim %d, ", c.dim)
+	fmt.Fprintf(&b, " over ranks %v (", c.Group)
+	if c.Kind == pb.Instr_ALL_GATHER || c.Kind == pb.Instr_REDUCE_SCATTER {
+		fmt.Fprintf(&b, "dim %d, ", c.Dim)
 	}
-	b.WriteString(ir.Type{DType: c.dtype, Shape: c.shape}.String())
-	if c.tag != 0 {
-		fmt.Fprintf(&b, ", tag %d", c.tag)
+	b.WriteString(ir.Type{DType: c.DType, Shape: c.Shape}.String())
+	if c.Tag != 0 {
+		fmt.Fprintf(&b, ", tag %d", c.Tag)
 	}
 	b.WriteByte(')')
 	return b.String()
 }
 
-func (c *collOp) same(d *collOp) bool {
-	return c.kind == d.kind && slices.Equal(c.group, d.group) && c.dtype == d.dtype && c.shape.Equal(d.shape) &&
-		c.dim == d.dim && c.op == d.op && c.root == d.root && c.tag == d.tag
+// Same reports whether two members describe the collective alike.
+func (c *Op) Same(d *Op) bool {
+	return c.Kind == d.Kind && slices.Equal(c.Group, d.Group) && c.DType == d.DType && c.Shape.Equal(d.Shape) &&
+		c.Dim == d.Dim && c.Reduce == d.Reduce && c.Root == d.Root && c.Tag == d.Tag
 }
 
-func (c *collOp) position(r int) int { return slices.Index(c.group, r) }
+// Position is rank r's position in the group (-1: not a member).
+func (c *Op) Position(r int) int { return slices.Index(c.Group, r) }
 
-// collective runs op for rank r with its buffers in and out (out is in for an in-place
+// Collective runs op for rank r with its buffers in and out (out is in for an in-place
 // ALL_REDUCE or BROADCAST). The loader has checked the shapes against op, and the members
 // check op against each other here.
-func (t *transport) collective(r int, op *collOp, in, out device.Tensor) error {
-	n := len(op.group)
-	pos := op.position(r)
+func (t *Local) Collective(r int, op *Op, in, out device.Tensor) error {
+	n := len(op.Group)
+	pos := op.Position(r)
 	t.mu.Lock()
 	if t.aborted != nil {
 		t.mu.Unlock()
-		return errAborted
+		return ErrAborted
 	}
-	seq := t.seq[r][op.members]
-	t.seq[r][op.members] = seq + 1
-	key := collKey{op.members, seq}
+	seq := t.seq[r][op.Members]
+	t.seq[r][op.Members] = seq + 1
+	key := Key{op.Members, seq}
 	rec := t.colls[key]
 	if rec == nil {
 		rec = &collRecord{key: key, op: op, first: r, ins: make([][]byte, n), outs: make([][]byte, n), here: make([]bool, n)}
 		t.colls[key] = rec
-	} else if !rec.op.same(op) {
+	} else if !rec.op.Same(op) {
 		t.mu.Unlock()
 		return fmt.Errorf("collective #%d over ranks {%s} does not match: rank %d issues %v, rank %d issues %v",
-			seq, op.members, r, op, rec.first, rec.op)
+			seq, op.Members, r, op, rec.first, rec.op)
 	}
 	rec.ins[pos], rec.outs[pos], rec.here[pos] = in.Data, out.Data, true
 	rec.arrived++
 	if rec.arrived == n {
-		if op.kind == pb.Instr_ALL_REDUCE {
+		if op.Kind == pb.Instr_ALL_REDUCE {
 			rec.scratch = t.getScratch(len(in.Data))
 		}
 		t.cond.Broadcast()
@@ -148,7 +156,7 @@ func (t *transport) collective(r int, op *collOp, in, out device.Tensor) error {
 	scratch := rec.scratch
 	t.mu.Unlock()
 
-	if op.kind == pb.Instr_ALL_REDUCE {
+	if op.Kind == pb.Instr_ALL_REDUCE {
 		copy(out.Data, scratch) // every member copies the same bytes: bit-identical results
 	}
 
@@ -164,7 +172,7 @@ func (t *transport) collective(r int, op *collOp, in, out device.Tensor) error {
 
 // getScratch returns a 64-byte-aligned buffer of n bytes, reusing one a finished all-reduce
 // gave back (a step issues the same all-reduces every time). t.mu is held.
-func (t *transport) getScratch(n int) []byte {
+func (t *Local) getScratch(n int) []byte {
 	for i, s := range t.scratch {
 		if cap(s) >= n {
 			t.scratch = slices.Delete(t.scratch, i, i+1)
@@ -175,7 +183,7 @@ func (t *transport) getScratch(n int) []byte {
 }
 
 // putScratch keeps a few buffers for reuse. t.mu is held.
-func (t *transport) putScratch(s []byte) {
+func (t *Local) putScratch(s []byte) {
 	if s == nil {
 		return
 	}
@@ -190,21 +198,21 @@ func (t *transport) putScratch(s []byte) {
 // shared result), so members work in parallel without locks.
 func collWork(rec *collRecord, pos int) {
 	op := rec.op
-	n := len(op.group)
-	es := op.dtype.Size()
-	outer, d, inner := splitAt(op.shape, op.dim)
-	switch op.kind {
+	n := len(op.Group)
+	es := op.DType.Size()
+	outer, d, inner := splitAt(op.Shape, op.Dim)
+	switch op.Kind {
 	case pb.Instr_ALL_REDUCE:
 		// Element i's value does not depend on which member computes it: every element is
 		// combined over the members in group order.
-		elems := op.shape.NumElements()
+		elems := op.Shape.NumElements()
 		lo, hi := elems*pos/n, elems*(pos+1)/n
-		reduceInto(op.dtype, op.op, rec.scratch[lo*es:hi*es], rec.ins, runs{rows: 1, run: hi - lo, src: lo})
+		reduceInto(op.DType, op.Reduce, rec.scratch[lo*es:hi*es], rec.ins, runs{rows: 1, run: hi - lo, src: lo})
 	case pb.Instr_REDUCE_SCATTER:
 		// in is [outer, d, inner] (row-major); this member keeps rows [pos·d/n, (pos+1)·d/n)
 		// of the middle dim: one contiguous run of d/n·inner elements per outer index.
 		run := d / n * inner
-		reduceInto(op.dtype, op.op, rec.outs[pos], rec.ins, runs{rows: outer, run: run, src: pos * run, srcStride: d * inner, dstStride: run})
+		reduceInto(op.DType, op.Reduce, rec.outs[pos], rec.ins, runs{rows: outer, run: run, src: pos * run, srcStride: d * inner, dstStride: run})
 	case pb.Instr_ALL_GATHER:
 		// out is [outer, n·d, inner]; member g's [outer, d, inner] lands at middle offset g·d.
 		run := d * inner * es
@@ -215,7 +223,7 @@ func collWork(rec *collRecord, pos int) {
 			}
 		}
 	case pb.Instr_BROADCAST:
-		src, dst := rec.ins[op.root], rec.outs[pos]
+		src, dst := rec.ins[op.Root], rec.outs[pos]
 		if len(dst) > 0 && &dst[0] != &src[0] {
 			copy(dst, src)
 		}
@@ -249,7 +257,7 @@ type runs struct{ rows, run, src, srcStride, dstStride int }
 
 // reduceInto sets dst[i] = srcs[0][i] ⊕ srcs[1][i] ⊕ … ⊕ srcs[n−1][i], left to right, for
 // every element i that rs selects (⊕ the op; MEAN divides the sum by n). This evaluation
-// order is the transport contract (runtime/doc.go). f16 and bf16 combine in f32 and round
+// order is the transport contract (doc.go). f16 and bf16 combine in f32 and round
 // once.
 func reduceInto(dt ir.DType, op pb.Instr_ReduceOp, dst []byte, srcs [][]byte, rs runs) {
 	switch dt {
@@ -354,8 +362,8 @@ func reduceHalf(op pb.Instr_ReduceOp, dst []uint16, srcs [][]uint16, rs runs, wi
 	}
 }
 
-// reducible reports whether ALL_REDUCE and REDUCE_SCATTER can combine dt with op.
-func reducible(dt ir.DType, op pb.Instr_ReduceOp) error {
+// Reducible reports whether ALL_REDUCE and REDUCE_SCATTER can combine dt with op.
+func Reducible(dt ir.DType, op pb.Instr_ReduceOp) error {
 	switch dt {
 	case ir.F32, ir.F64, ir.F16, ir.BF16:
 	case ir.I64, ir.I32:

@@ -1,4 +1,4 @@
-package runtime
+package dist
 
 import (
 	"errors"
@@ -11,33 +11,34 @@ import (
 	"ppc.dev/ppc/runtime/device"
 )
 
-// comm is how a job's ranks communicate: the in-process transport below when every rank is
-// a goroutine of this process, the TCP transport (tcp.go) when ranks are processes. Both
-// keep the contract of runtime/doc.go, so a plan's results do not depend on which runs it.
-type comm interface {
-	send(src, dst int, tag int64, data []byte) error
-	recv(dst, src int, tag int64, into []byte) error
-	collective(r int, op *collOp, in, out device.Tensor) error
-	// abort stops every rank with err (the first error wins); err returns it.
-	abort(err error)
-	err() error
-	// finish marks a local rank done with the step; resetStep prepares the next step.
-	finish(r int)
-	resetStep()
+// Comm is how a job's ranks communicate: Local when every rank is a goroutine of this
+// process, the TCP transport (tcp.go, a Process's Comm) when ranks are processes. Both keep
+// the contract of doc.go, so a plan's results do not depend on which runs it. The executor
+// calls them from each local rank's goroutine.
+type Comm interface {
+	Send(src, dst int, tag int64, data []byte) error
+	Recv(dst, src int, tag int64, into []byte) error
+	Collective(r int, op *Op, in, out device.Tensor) error
+	// Abort stops every rank with err (the first error wins); Err returns it.
+	Abort(err error)
+	Err() error
+	// Finish marks a local rank done with the step; ResetStep prepares the next step.
+	Finish(r int)
+	ResetStep()
 }
 
-// transport is the in-process communication of all ranks of a job: sends are buffered
-// (they never block), receives block until the matching message arrives, and collectives
-// (collective.go) block until every member of the group has arrived. It watches for hangs: when every rank
-// that has not finished is blocked and nothing can wake any of them, it aborts all of them
-// with a report of who waits for what, instead of hanging.
-type transport struct {
+// Local is the in-process communication of all ranks of a job: sends are buffered (they
+// never block), receives block until the matching message arrives, and collectives
+// (collective.go) block until every member of the group has arrived. It watches for hangs:
+// when every rank that has not finished is blocked and nothing can wake any of them, it
+// aborts all of them with a report of who waits for what, instead of hanging.
+type Local struct {
 	mu       sync.Mutex
 	cond     *sync.Cond
 	world    int
 	mail     map[msgKey][]byte
 	state    []rankState
-	colls    map[collKey]*collRecord
+	colls    map[Key]*collRecord
 	seq      []map[string]int // per rank: collectives issued so far on each member set
 	scratch  [][]byte         // all-reduce result buffers kept for reuse
 	aborted  error
@@ -57,17 +58,18 @@ type rankState struct {
 	coll    *collRecord // the collective it waits in, described in full in hang reports
 }
 
-func newTransport(world int) *transport {
-	t := &transport{world: world, state: make([]rankState, world)}
+// NewLocal is the transport of a job whose world ranks all run in this process.
+func NewLocal(world int) *Local {
+	t := &Local{world: world, state: make([]rankState, world)}
 	t.cond = sync.NewCond(&t.mu)
 	t.clear()
 	return t
 }
 
 // clear forgets messages and collectives in flight. t.mu is held (or t is new).
-func (t *transport) clear() {
+func (t *Local) clear() {
 	t.mail = map[msgKey][]byte{}
-	t.colls = map[collKey]*collRecord{}
+	t.colls = map[Key]*collRecord{}
 	t.seq = make([]map[string]int, t.world)
 	for r := range t.seq {
 		t.seq[r] = map[string]int{}
@@ -75,7 +77,7 @@ func (t *transport) clear() {
 }
 
 // abort stops every rank with err (the first error wins).
-func (t *transport) abort(err error) {
+func (t *Local) Abort(err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.aborted == nil {
@@ -84,14 +86,14 @@ func (t *transport) abort(err error) {
 	t.cond.Broadcast()
 }
 
-func (t *transport) err() error {
+func (t *Local) Err() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.aborted
 }
 
 // resetStep prepares for a new step after all ranks finished the previous one.
-func (t *transport) resetStep() {
+func (t *Local) ResetStep() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.finished = 0
@@ -103,7 +105,7 @@ func (t *transport) resetStep() {
 }
 
 // finish marks rank r as done with this step.
-func (t *transport) finish(r int) {
+func (t *Local) Finish(r int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.state[r].done = true
@@ -112,11 +114,11 @@ func (t *transport) finish(r int) {
 	t.cond.Broadcast()
 }
 
-func (t *transport) send(src, dst int, tag int64, data []byte) error {
+func (t *Local) Send(src, dst int, tag int64, data []byte) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.aborted != nil {
-		return errAborted
+		return ErrAborted
 	}
 	k := msgKey{src, dst, tag}
 	if _, dup := t.mail[k]; dup {
@@ -127,7 +129,7 @@ func (t *transport) send(src, dst int, tag int64, data []byte) error {
 	return nil
 }
 
-func (t *transport) recv(dst, src int, tag int64, into []byte) error {
+func (t *Local) Recv(dst, src int, tag int64, into []byte) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	k := msgKey{src, dst, tag}
@@ -145,29 +147,29 @@ func (t *transport) recv(dst, src int, tag int64, into []byte) error {
 }
 
 // wait blocks rank r until ready() holds, the job aborts, or the job hangs. t.mu is held.
-func (t *transport) wait(r int, what string, ready func() bool) error {
+func (t *Local) wait(r int, what string, ready func() bool) error {
 	return t.block(r, rankState{what: what}, ready)
 }
 
 // waitColl is wait inside collective rec, whose hang report is written when the hang is
 // found (it names the members that have not arrived and what they wait for instead).
-func (t *transport) waitColl(r int, rec *collRecord, ready func() bool) error {
+func (t *Local) waitColl(r int, rec *collRecord, ready func() bool) error {
 	return t.block(r, rankState{what: rec.op.String(), coll: rec}, ready)
 }
 
 // block marks rank r blocked as st says until ready() holds, the job aborts, or the hang
 // detector finds that nothing can wake any rank. t.mu is held.
-func (t *transport) block(r int, st rankState, ready func() bool) error {
+func (t *Local) block(r int, st rankState, ready func() bool) error {
 	st.blocked, st.wake = true, ready
 	for !ready() {
 		if t.aborted != nil {
-			return errAborted
+			return ErrAborted
 		}
 		t.state[r] = st
 		t.checkHang()
 		if t.aborted != nil {
 			t.state[r] = rankState{}
-			return errAborted
+			return ErrAborted
 		}
 		t.cond.Wait()
 		t.state[r] = rankState{}
@@ -199,7 +201,7 @@ func (e *HangError) Error() string {
 }
 
 // checkHang aborts when no rank can make progress. t.mu is held.
-func (t *transport) checkHang() {
+func (t *Local) checkHang() {
 	if t.aborted != nil {
 		return
 	}
@@ -229,21 +231,21 @@ func (t *transport) checkHang() {
 	t.cond.Broadcast()
 }
 
-// errAborted is what a blocked rank returns when the job stops because of another rank (the
+// ErrAborted is what a blocked rank returns when the job stops because of another rank (the
 // job reports that rank's error, or the hang).
-var errAborted = errors.New("aborted")
+var ErrAborted = errors.New("aborted")
 
 // describeColl says, for a hang report, which collective is stuck and why: "all-gather over
 // ranks [0 1] (dim 1, f32[4,3]): rank 0 has not arrived, it waits for recv from rank 2 (tag 5)".
 // t.mu is held.
-func (t *transport) describeColl(rec *collRecord) string {
+func (t *Local) describeColl(rec *collRecord) string {
 	var b strings.Builder
 	b.WriteString(rec.op.String())
-	if rec.key.seq > 0 {
-		fmt.Fprintf(&b, ", the group's collective #%d", rec.key.seq)
+	if rec.key.Seq > 0 {
+		fmt.Fprintf(&b, ", the group's collective #%d", rec.key.Seq)
 	}
 	sep := ": "
-	for pos, m := range rec.op.group {
+	for pos, m := range rec.op.Group {
 		if rec.here[pos] {
 			continue
 		}

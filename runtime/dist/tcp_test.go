@@ -1,11 +1,10 @@
-package runtime_test
+package dist_test
 
 import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -14,11 +13,12 @@ import (
 
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/internal/jobtest"
-	. "ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/cpu"
+	. "ppc.dev/ppc/runtime/dist"
 )
 
-const gptPPM = "../testdata/models/gpt.ppm"
+const gptPPM = "../../testdata/models/gpt.ppm"
 
 // TestTCPMatchesInProcess: the same plans run as one job per rank over TCP give the in-process
 // run's losses and every rank's parameters, optimizer state and gradients bit for bit —
@@ -28,7 +28,7 @@ func TestTCPMatchesInProcess(t *testing.T) {
 	for _, c := range []struct{ pp, dp, tp, zero int }{{2, 1, 1, 0}, {4, 1, 1, 0}, {2, 1, 2, 0}, {1, 2, 2, 0}, {2, 2, 1, 1}, {1, 4, 1, 2}} {
 		t.Run(fmt.Sprintf("pp%d-dp%d-tp%d-zero%d", c.pp, c.dp, c.tp, c.zero), func(t *testing.T) {
 			dir := jobtest.Compile(t, gptPPM, jobtest.GPT(c.pp, c.dp, c.tp, c.zero))
-			ref, err := Load(dir, cpu.New())
+			ref, err := runtime.Load(dir, cpu.New())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -42,11 +42,11 @@ func TestTCPMatchesInProcess(t *testing.T) {
 				}
 			}
 			for step := 1; step <= 3; step++ {
-				want, err := ref.Step(Options{Seed: 3})
+				want, err := ref.Step(runtime.Options{Seed: 3})
 				if err != nil {
 					t.Fatal(err)
 				}
-				got, errs := jobtest.StepAll(jobs, Options{Seed: 3})
+				got, errs := jobtest.StepAll(jobs, runtime.Options{Seed: 3})
 				for r, err := range errs {
 					if err != nil {
 						t.Fatalf("step %d, rank %d: %v", step, r, err)
@@ -79,12 +79,12 @@ func TestTCPPeerDeath(t *testing.T) {
 	for _, j := range jobs {
 		j.Init(1)
 	}
-	if _, errs := jobtest.StepAll(jobs, Options{Seed: 1}); errs[0] != nil {
+	if _, errs := jobtest.StepAll(jobs, runtime.Options{Seed: 1}); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
 	procs[2].Kill() // rank 2's process dies: every connection it has closes
 	start := time.Now()
-	_, errs := jobtest.StepAll(append(jobs[:2:2], jobs[3]), Options{Seed: 1})
+	_, errs := jobtest.StepAll(append(jobs[:2:2], jobs[3]), runtime.Options{Seed: 1})
 	for i, err := range errs {
 		t.Logf("survivor %d: %v", i, err)
 		if err == nil || !strings.Contains(err.Error(), "rank 2") {
@@ -102,14 +102,14 @@ func TestTCPPeerDeath(t *testing.T) {
 // are dropped, and the run's result is the in-process run's, bit for bit.
 func TestTCPHostileConnections(t *testing.T) {
 	dir := jobtest.Compile(t, gptPPM, jobtest.GPT(2, 1, 1, 0))
-	ref, err := Load(dir, cpu.New())
+	ref, err := runtime.Load(dir, cpu.New())
 	if err != nil {
 		t.Fatal(err)
 	}
 	ref.Init(1)
 	var want []float64
 	for range 2 {
-		r, err := ref.Step(Options{Seed: 1})
+		r, err := ref.Step(runtime.Options{Seed: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,7 +144,7 @@ func TestTCPHostileConnections(t *testing.T) {
 			}(i)
 		}
 		// A worker of an older run, with its own token, claims rank 1.
-		stale, err := LoadRank(dir, cpu.New(), 1)
+		stale, err := runtime.LoadRank(dir, cpu.New(), 1)
 		if err == nil {
 			_, err = stale.Join(JoinOptions{Rank: 1, World: 2, Master: addr, Token: "old-run", JoinTimeout: 3 * time.Second})
 		}
@@ -158,7 +158,7 @@ func TestTCPHostileConnections(t *testing.T) {
 		j.Init(1)
 	}
 	for step, w := range want {
-		res, errs := jobtest.StepAll(jobs, Options{Seed: 1})
+		res, errs := jobtest.StepAll(jobs, runtime.Options{Seed: 1})
 		for r := range jobs {
 			if errs[r] != nil || res[r].Loss != w {
 				t.Fatalf("step %d rank %d: loss %v (%v), want %v", step+1, r, res[r].Loss, errs[r], w)
@@ -172,71 +172,6 @@ func TestTCPHostileConnections(t *testing.T) {
 	}
 }
 
-func init() {
-	BenchChildren["gpt"] = func(rank, world, n int, master string) error {
-		j, err := LoadRank(os.Getenv("PPC_BENCH_DIR"), cpu.New(), rank)
-		if err != nil {
-			return err
-		}
-		p, err := j.Join(JoinOptions{Rank: rank, World: world, Master: master, Token: "bench"})
-		if err != nil {
-			return err
-		}
-		defer p.Close()
-		j.Init(1)
-		for range n + 1 {
-			if _, err := j.Step(Options{Seed: 1}); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-}
-
-// BenchmarkGPTTinyStep: a training step of gpt tiny on a 4-rank pipeline (4 micro-batches),
-// with every rank a goroutine of one process and with every rank its own process over
-// loopback TCP (GOMAXPROCS split between them, as ppc run --nproc does).
-func BenchmarkGPTTinyStep(b *testing.B) {
-	dir := jobtest.Compile(b, gptPPM, jobtest.GPT(4, 1, 1, 0))
-	b.Run("in-process", func(b *testing.B) {
-		j, err := Load(dir, cpu.New())
-		if err != nil {
-			b.Fatal(err)
-		}
-		j.Init(1)
-		j.Step(Options{Seed: 1}) // warm-up, as the processes do
-		b.ResetTimer()
-		for range b.N {
-			if _, err := j.Step(Options{Seed: 1}); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("4-processes", func(b *testing.B) {
-		os.Setenv("PPC_BENCH_DIR", dir)
-		StartBenchChildren(b, "gpt", 4, func(master string, ln net.Listener) {
-			j, err := LoadRank(dir, cpu.New(), 0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			p, err := j.Join(JoinOptions{Rank: 0, World: 4, Master: master, StoreListener: ln, Token: "bench"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer p.Close()
-			j.Init(1)
-			j.Step(Options{Seed: 1})
-			b.ResetTimer()
-			for range b.N {
-				if _, err := j.Step(Options{Seed: 1}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.StopTimer()
-		})
-	})
-}
-
 // TestTCPFrozenPeer: a rank that stops responding without closing its connections (a
 // stopped or wedged process) is declared dead by the store after the heartbeat timeout, and
 // every other rank stops with a message naming it and what it was doing.
@@ -248,7 +183,7 @@ func TestTCPFrozenPeer(t *testing.T) {
 	}
 	procs[1].Freeze()
 	start := time.Now()
-	_, err := jobs[0].Step(Options{Seed: 1})
+	_, err := jobs[0].Step(runtime.Options{Seed: 1})
 	if err == nil || !strings.Contains(err.Error(), "rank 1") || !strings.Contains(err.Error(), "stopped responding") {
 		t.Fatalf("got %v, want rank 1 reported as not responding", err)
 	}
@@ -264,7 +199,7 @@ func TestTCPTimeout(t *testing.T) {
 	jobs, _ := jobtest.Join(t, dir, JoinOptions{Timeout: time.Second})
 	jobs[0].Init(1)
 	start := time.Now()
-	_, err := jobs[0].Step(Options{Seed: 1}) // rank 1 never runs its step
+	_, err := jobs[0].Step(runtime.Options{Seed: 1}) // rank 1 never runs its step
 	if err == nil || !regexp.MustCompile(`rank 0 waited 1s for recv from rank 1 \(tag \d+\), and rank 1 sent nothing`).MatchString(err.Error()) {
 		t.Fatalf("got %v", err)
 	}

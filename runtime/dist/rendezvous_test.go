@@ -1,4 +1,4 @@
-package runtime_test
+package dist_test
 
 import (
 	"errors"
@@ -10,8 +10,9 @@ import (
 	"time"
 
 	"ppc.dev/ppc/internal/jobtest"
-	. "ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/cpu"
+	. "ppc.dev/ppc/runtime/dist"
 	"ppc.dev/ppc/runtime/fault"
 )
 
@@ -31,7 +32,7 @@ type joining struct {
 	logs   []string
 	wg     sync.WaitGroup
 	n      int
-	jobs   map[int]*Job
+	jobs   map[int]*runtime.Job
 	procs  map[int]*Process
 	errs   map[int]error
 }
@@ -41,7 +42,7 @@ func newJoining(t *testing.T, dir string) *joining {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := &joining{t: t, dir: dir, master: ln.Addr().String(), ln: ln, jobs: map[int]*Job{}, procs: map[int]*Process{}, errs: map[int]error{}}
+	j := &joining{t: t, dir: dir, master: ln.Addr().String(), ln: ln, jobs: map[int]*runtime.Job{}, procs: map[int]*Process{}, errs: map[int]error{}}
 	t.Cleanup(func() {
 		j.mu.Lock()
 		defer j.mu.Unlock()
@@ -74,7 +75,7 @@ func (j *joining) start(rank, world int, delay time.Duration, o JoinOptions) int
 	go func() {
 		defer j.wg.Done()
 		time.Sleep(delay)
-		job, err := LoadRank(j.dir, cpu.New(), rank)
+		job, err := runtime.LoadRank(j.dir, cpu.New(), rank)
 		var p *Process
 		if err == nil {
 			o.Rank, o.World, o.Master = rank, world, j.master
@@ -121,11 +122,11 @@ func TestJoinLateRank(t *testing.T) {
 			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
-	jobs := []*Job{j.jobs[0], j.jobs[1]}
+	jobs := []*runtime.Job{j.jobs[0], j.jobs[1]}
 	for _, job := range jobs {
 		job.Init(1)
 	}
-	if _, errs := jobtest.StepAll(jobs, Options{Seed: 1}); errs[0] != nil || errs[1] != nil {
+	if _, errs := jobtest.StepAll(jobs, runtime.Options{Seed: 1}); errs[0] != nil || errs[1] != nil {
 		t.Fatalf("step after a late join: %v", errs)
 	}
 	if log := j.logText(); !strings.Contains(log, "rank 0: joined the rendezvous") || !strings.Contains(log, "waiting for rank 1 to join (1 of 2 joined)") {
@@ -180,7 +181,7 @@ func TestJoinRendezvousAbsent(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now
-	job, err := LoadRank(dir, cpu.New(), 1)
+	job, err := runtime.LoadRank(dir, cpu.New(), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,11 +237,11 @@ func TestPeerPortIdleConnections(t *testing.T) {
 	if n != 8 {
 		t.Fatalf("%d idle connections made, want 8", n)
 	}
-	jobs := []*Job{j.jobs[0], j.jobs[1]}
+	jobs := []*runtime.Job{j.jobs[0], j.jobs[1]}
 	for _, job := range jobs {
 		job.Init(1)
 	}
-	if _, errs := jobtest.StepAll(jobs, Options{Seed: 1}); errs[0] != nil || errs[1] != nil {
+	if _, errs := jobtest.StepAll(jobs, runtime.Options{Seed: 1}); errs[0] != nil || errs[1] != nil {
 		t.Fatal(errs)
 	}
 }
@@ -267,7 +268,7 @@ func TestStrangerRefusedAfterStart(t *testing.T) {
 		{other, flags, "runs plan"},
 		{dir, []string{"seed=2", "steps=10"}, "was started with --seed=2, but rank 0 with --seed=1"},
 	} {
-		stranger, err := LoadRank(c.plan, cpu.New(), 1)
+		stranger, err := runtime.LoadRank(c.plan, cpu.New(), 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -276,7 +277,7 @@ func TestStrangerRefusedAfterStart(t *testing.T) {
 		if !errors.As(err, &ie) || !strings.Contains(err.Error(), "refused by the rendezvous") || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("stranger: %v, want refused (%s)", err, c.want)
 		}
-		if _, errs := jobtest.StepAll(jobs, Options{Seed: 1}); errs[0] != nil || errs[1] != nil {
+		if _, errs := jobtest.StepAll(jobs, runtime.Options{Seed: 1}); errs[0] != nil || errs[1] != nil {
 			t.Fatalf("the run after a stranger (%s) was refused: %v", c.want, errs)
 		}
 	}
@@ -288,9 +289,9 @@ func TestStrangerRefusedAfterStart(t *testing.T) {
 func TestTCPAutoTimeout(t *testing.T) {
 	defer SetHangLimits(2*time.Second, time.Second, 10)()
 	dir := jobtest.Compile(t, gptPPM, jobtest.GPT(2, 1, 1, 0))
-	hang := func(jobs []*Job) error {
+	hang := func(jobs []*runtime.Job) error {
 		res := make(chan error, 1)
-		go func() { _, err := jobs[0].Step(Options{Seed: 1}); res <- err }() // rank 1 never runs its step
+		go func() { _, err := jobs[0].Step(runtime.Options{Seed: 1}); res <- err }() // rank 1 never runs its step
 		select {
 		case err := <-res:
 			return err
@@ -312,7 +313,7 @@ func TestTCPAutoTimeout(t *testing.T) {
 		for _, j := range jobs {
 			j.Init(1)
 		}
-		if _, errs := jobtest.StepAll(jobs, Options{Seed: 1}); errs[0] != nil || errs[1] != nil {
+		if _, errs := jobtest.StepAll(jobs, runtime.Options{Seed: 1}); errs[0] != nil || errs[1] != nil {
 			t.Fatal(errs)
 		}
 		err := hang(jobs)
@@ -347,13 +348,13 @@ func TestTCPRankLeaves(t *testing.T) {
 	for _, j := range jobs {
 		j.Init(1)
 	}
-	if _, errs := jobtest.StepAll(jobs, Options{Seed: 1}); errs[0] != nil || errs[1] != nil {
+	if _, errs := jobtest.StepAll(jobs, runtime.Options{Seed: 1}); errs[0] != nil || errs[1] != nil {
 		t.Fatal(errs)
 	}
 	closed := make(chan error, 1)
 	go func() { closed <- procs[1].Close() }() // rank 1 is done after step 1
 	res := make(chan error, 1)
-	go func() { _, err := jobs[0].Step(Options{Seed: 1}); res <- err }()
+	go func() { _, err := jobs[0].Step(runtime.Options{Seed: 1}); res <- err }()
 	select {
 	case err := <-res:
 		if err == nil || !regexp.MustCompile(`^step 2: rank 1 \(.*\) finished its run \(after step 1\) and left, but rank 0 had steps left to run$`).MatchString(err.Error()) {
@@ -384,7 +385,7 @@ func TestAbortNamesCause(t *testing.T) {
 		} else {
 			procs[1].Kill()
 		}
-		_, err := jobs[0].Step(Options{Seed: 1})
+		_, err := jobs[0].Step(runtime.Options{Seed: 1})
 		var re *RemoteError
 		if !errors.As(err, &re) || re.Rank != 1 || re.Unresponsive != frozen {
 			t.Errorf("frozen %v: %v (%+v), want rank 1 named, unresponsive %v", frozen, err, re, frozen)
