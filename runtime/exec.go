@@ -45,8 +45,8 @@ type StepResult struct {
 }
 
 // RunError is a step that failed while executing a loaded, validated plan: ranks that hang
-// (a *dist.HangError), a kernel that fails, a message of the wrong size. Its input checked out, so
-// it is a runtime failure (ppc exits 1), unlike an *fault.InputError.
+// (a *dist.HangError), a kernel that fails, a message of the wrong size. Its input checked
+// out, so it is a runtime failure (ppc exits 1), unlike a *fault.InputError.
 type RunError struct {
 	Step int
 	Err  error

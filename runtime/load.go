@@ -93,8 +93,8 @@ var metricNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 
 // Load reads plan.json and every program from dir, validates them completely, and prepares
 // every rank of the world on dev (the replicas of a pipeline rank from one decoded program).
-// A malformed or corrupted file is an *fault.InputError naming the file and the problem; nothing is
-// executed before everything checks out.
+// A malformed or corrupted file is a *fault.InputError naming the file and the problem;
+// nothing is executed before everything checks out.
 func Load(dir string, dev device.Device) (*Job, error) {
 	return load(dir, dev, -1)
 }

@@ -432,8 +432,8 @@ func copyBox(dst []byte, dstOff []int64, dstShape ir.Shape, src []byte, srcOff [
 // (its index, or an older single-file checkpoint.safetensors), the index file, or a
 // safetensors file (an older checkpoint, ppc import's output). Every shard's size and
 // SHA-256 (and each block's) are checked against the index, and the blocks must tile each
-// tensor exactly: a truncated, corrupted or hand-edited checkpoint is an *fault.InputError naming
-// the file.
+// tensor exactly: a truncated, corrupted or hand-edited checkpoint is a *fault.InputError
+// naming the file.
 func Read(path string) (map[string]device.Tensor, Meta, error) {
 	c, err := openCheckpoint(path)
 	if err != nil {

@@ -108,7 +108,7 @@ func (c *Op) Position(r int) int { return slices.Index(c.Group, r) }
 // Collective runs op for rank r with its buffers in and out (out is in for an in-place
 // ALL_REDUCE or BROADCAST). The loader has checked the shapes against op, and the members
 // check op against each other here.
-func (t *Local) Collective(r int, op *Op, in, out device.Tensor) error {
+func (t *transport) Collective(r int, op *Op, in, out device.Tensor) error {
 	n := len(op.Group)
 	pos := op.Position(r)
 	t.mu.Lock()
@@ -172,7 +172,7 @@ func (t *Local) Collective(r int, op *Op, in, out device.Tensor) error {
 
 // getScratch returns a 64-byte-aligned buffer of n bytes, reusing one a finished all-reduce
 // gave back (a step issues the same all-reduces every time). t.mu is held.
-func (t *Local) getScratch(n int) []byte {
+func (t *transport) getScratch(n int) []byte {
 	for i, s := range t.scratch {
 		if cap(s) >= n {
 			t.scratch = slices.Delete(t.scratch, i, i+1)
@@ -183,7 +183,7 @@ func (t *Local) getScratch(n int) []byte {
 }
 
 // putScratch keeps a few buffers for reuse. t.mu is held.
-func (t *Local) putScratch(s []byte) {
+func (t *transport) putScratch(s []byte) {
 	if s == nil {
 		return
 	}

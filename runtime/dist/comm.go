@@ -11,10 +11,10 @@ import (
 	"ppc.dev/ppc/runtime/device"
 )
 
-// Comm is how a job's ranks communicate: Local when every rank is a goroutine of this
-// process, the TCP transport (tcp.go, a Process's Comm) when ranks are processes. Both keep
-// the contract of doc.go, so a plan's results do not depend on which runs it. The executor
-// calls them from each local rank's goroutine.
+// Comm is how a job's ranks communicate: the in-process transport (NewLocal) when every
+// rank is a goroutine of this process, the TCP transport (tcp.go, a Process's Comm) when
+// ranks are processes. Both keep the contract of doc.go, so a plan's results do not depend
+// on which runs it. The executor calls them from each local rank's goroutine.
 type Comm interface {
 	Send(src, dst int, tag int64, data []byte) error
 	Recv(dst, src int, tag int64, into []byte) error
@@ -27,12 +27,12 @@ type Comm interface {
 	ResetStep()
 }
 
-// Local is the in-process communication of all ranks of a job: sends are buffered (they
+// transport is the in-process communication of all ranks of a job: sends are buffered (they
 // never block), receives block until the matching message arrives, and collectives
 // (collective.go) block until every member of the group has arrived. It watches for hangs:
 // when every rank that has not finished is blocked and nothing can wake any of them, it
 // aborts all of them with a report of who waits for what, instead of hanging.
-type Local struct {
+type transport struct {
 	mu       sync.Mutex
 	cond     *sync.Cond
 	world    int
@@ -59,15 +59,15 @@ type rankState struct {
 }
 
 // NewLocal is the transport of a job whose world ranks all run in this process.
-func NewLocal(world int) *Local {
-	t := &Local{world: world, state: make([]rankState, world)}
+func NewLocal(world int) Comm {
+	t := &transport{world: world, state: make([]rankState, world)}
 	t.cond = sync.NewCond(&t.mu)
 	t.clear()
 	return t
 }
 
 // clear forgets messages and collectives in flight. t.mu is held (or t is new).
-func (t *Local) clear() {
+func (t *transport) clear() {
 	t.mail = map[msgKey][]byte{}
 	t.colls = map[Key]*collRecord{}
 	t.seq = make([]map[string]int, t.world)
@@ -77,7 +77,7 @@ func (t *Local) clear() {
 }
 
 // abort stops every rank with err (the first error wins).
-func (t *Local) Abort(err error) {
+func (t *transport) Abort(err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.aborted == nil {
@@ -86,14 +86,14 @@ func (t *Local) Abort(err error) {
 	t.cond.Broadcast()
 }
 
-func (t *Local) Err() error {
+func (t *transport) Err() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.aborted
 }
 
 // resetStep prepares for a new step after all ranks finished the previous one.
-func (t *Local) ResetStep() {
+func (t *transport) ResetStep() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.finished = 0
@@ -105,7 +105,7 @@ func (t *Local) ResetStep() {
 }
 
 // finish marks rank r as done with this step.
-func (t *Local) Finish(r int) {
+func (t *transport) Finish(r int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.state[r].done = true
@@ -114,7 +114,7 @@ func (t *Local) Finish(r int) {
 	t.cond.Broadcast()
 }
 
-func (t *Local) Send(src, dst int, tag int64, data []byte) error {
+func (t *transport) Send(src, dst int, tag int64, data []byte) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.aborted != nil {
@@ -129,7 +129,7 @@ func (t *Local) Send(src, dst int, tag int64, data []byte) error {
 	return nil
 }
 
-func (t *Local) Recv(dst, src int, tag int64, into []byte) error {
+func (t *transport) Recv(dst, src int, tag int64, into []byte) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	k := msgKey{src, dst, tag}
@@ -147,19 +147,19 @@ func (t *Local) Recv(dst, src int, tag int64, into []byte) error {
 }
 
 // wait blocks rank r until ready() holds, the job aborts, or the job hangs. t.mu is held.
-func (t *Local) wait(r int, what string, ready func() bool) error {
+func (t *transport) wait(r int, what string, ready func() bool) error {
 	return t.block(r, rankState{what: what}, ready)
 }
 
 // waitColl is wait inside collective rec, whose hang report is written when the hang is
 // found (it names the members that have not arrived and what they wait for instead).
-func (t *Local) waitColl(r int, rec *collRecord, ready func() bool) error {
+func (t *transport) waitColl(r int, rec *collRecord, ready func() bool) error {
 	return t.block(r, rankState{what: rec.op.String(), coll: rec}, ready)
 }
 
 // block marks rank r blocked as st says until ready() holds, the job aborts, or the hang
 // detector finds that nothing can wake any rank. t.mu is held.
-func (t *Local) block(r int, st rankState, ready func() bool) error {
+func (t *transport) block(r int, st rankState, ready func() bool) error {
 	st.blocked, st.wake = true, ready
 	for !ready() {
 		if t.aborted != nil {
@@ -201,7 +201,7 @@ func (e *HangError) Error() string {
 }
 
 // checkHang aborts when no rank can make progress. t.mu is held.
-func (t *Local) checkHang() {
+func (t *transport) checkHang() {
 	if t.aborted != nil {
 		return
 	}
@@ -238,7 +238,7 @@ var ErrAborted = errors.New("aborted")
 // describeColl says, for a hang report, which collective is stuck and why: "all-gather over
 // ranks [0 1] (dim 1, f32[4,3]): rank 0 has not arrived, it waits for recv from rank 2 (tag 5)".
 // t.mu is held.
-func (t *Local) describeColl(rec *collRecord) string {
+func (t *transport) describeColl(rec *collRecord) string {
 	var b strings.Builder
 	b.WriteString(rec.op.String())
 	if rec.key.Seq > 0 {

@@ -1,19 +1,20 @@
 // Package dist owns the runtime's distributed layer: how ranks communicate — the
 // collectives' contract below, and the two transports that keep it behind one interface
-// (Comm): Local, every rank a goroutine of one process, with hang detection, and TCP, every
-// rank its own process — and the runs whose ranks are processes: the rendezvous store, the
-// wire protocol, and process supervision (Process: heartbeats, failure reports naming the
-// rank to blame, the hang limit, the end-of-step agreement, and the gathers through which
-// checkpoints and traces are coordinated). It knows collectives (Op) and ranks, not programs:
-// the executor (package runtime) builds each collective instruction's Op when it loads a
-// plan, calls a Comm from each rank's goroutine, and joins a run through Join with what its
-// rank needs known (its peers, its largest message, its status).
+// (Comm): the in-process transport (NewLocal), every rank a goroutine of one process, with
+// hang detection, and TCP, every rank its own process — and the runs whose ranks are
+// processes: the rendezvous store, the wire protocol, and process supervision (Process:
+// heartbeats, failure reports naming the rank to blame, the hang limit, the end-of-step
+// agreement, and the gathers through which checkpoints and traces are coordinated). It knows
+// collectives (Op) and ranks, not programs: the executor (package runtime) builds each
+// collective instruction's Op when it loads a plan, calls a Comm from each rank's goroutine,
+// and joins a run through Join with what its rank needs known (its peers, its largest
+// message, its status).
 //
 // # Collectives: the contract every transport reproduces
 //
 // ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER and BROADCAST run over an ordered group of ranks:
 // the ranks of a mesh axis through the executing rank, in the axis's order (Instr.axis, what
-// compiled programs use), or an explicit list (Instr.group). The in-process transport (Local)
+// compiled programs use), or an explicit list (Instr.group). The in-process transport (NewLocal)
 // defines their results bit for bit; the multi-process TCP transport (tcp.go), a device's
 // own communication (NCCL on GPUs: runtime/cuda/ordered.go folds each chunk in group order
 // rather than use NCCL's ring or tree sums), and any other, must produce the same bits, so
@@ -52,11 +53,11 @@
 //
 // # The in-process transport
 //
-// Local delivers sends into the receiver's mailbox without blocking; receives and
-// collectives block. When every rank that has not finished is blocked and no message can
-// wake any of them, it stops the job with a HangError listing who waits for what (for a
-// collective: which members have not arrived and what each of them waits for instead) — a
-// deadlock is reported, never hung on.
+// NewLocal's transport delivers sends into the receiver's mailbox without blocking;
+// receives and collectives block. When every rank that has not finished is blocked and no
+// message can wake any of them, it stops the job with a HangError listing who waits for what
+// (for a collective: which members have not arrived and what each of them waits for
+// instead) — a deadlock is reported, never hung on.
 //
 // # Multi-process runs
 //
