@@ -18,7 +18,7 @@ import (
 
 // JoinOptions say how this process joins a multi-process run.
 type JoinOptions struct {
-	Rank   int    // this process's rank; the job must have been loaded with LoadRank(…, Rank)
+	Rank   int    // this process's rank; the job must have been loaded with runtime.LoadRank(…, Rank)
 	World  int    // the number of processes (the plan's world size)
 	Master string // host:port of the store, which rank 0's process serves
 	Token  string // the run token every process of the run holds
