@@ -6,6 +6,7 @@ import (
 
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/data"
 )
 
 // TestClipGradNorm: with plain SGD and a clip below the gradients' norm, one step moves the
@@ -16,7 +17,7 @@ func TestClipGradNorm(t *testing.T) {
 	params := func(j *runtime.Job) map[string][]float64 {
 		out := map[string][]float64{}
 		for n, x := range must(j.Tensors(pb.Role_PARAM)) {
-			out[n] = runtime.Float64s(x)
+			out[n] = data.Float64s(x)
 		}
 		return out
 	}

@@ -9,6 +9,7 @@ import (
 
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/data"
 	"ppc.dev/ppc/schedule"
 )
 
@@ -28,7 +29,7 @@ func trainRun(t *testing.T, model string, opts Options, steps int) ([]float64, m
 	state := map[string][]float64{}
 	for _, role := range []pb.Role{pb.Role_PARAM, pb.Role_STATE} {
 		for name, buf := range must(job.Buffers(role)) {
-			state[name] = runtime.Float64s(buf)
+			state[name] = data.Float64s(buf)
 		}
 	}
 	return losses, state

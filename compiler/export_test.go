@@ -18,6 +18,7 @@ import (
 	"ppc.dev/ppc/frontend/onnx/onnxpb"
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/data"
 	"ppc.dev/ppc/runtime/device"
 )
 
@@ -107,15 +108,15 @@ func TestExportInferAgrees(t *testing.T) {
 		if len(gen2) != 0 || !slices.Equal(outputNames(got), []string{"logits", "loss"}) || !slices.Equal(outputNames(want), outputNames(got)) {
 			t.Fatalf("%s: outputs %v (generated %d inputs), .ppm outputs %v", name, outputNames(got), len(gen2), outputNames(want))
 		}
-		a, b := runtime.Float64s(want[1].Tensor)[0], runtime.Float64s(got[1].Tensor)[0]
+		a, b := data.Float64s(want[1].Tensor)[0], data.Float64s(got[1].Tensor)[0]
 		if math.Abs(a-b) > 1e-4*math.Abs(a) {
 			t.Errorf("%s: loss %.7f from the .onnx, %.7f from the .ppm", name, b, a)
 		}
 		if lt := got[0].Tensor.Type; lt.Rank() < 2 || lt.DType != ir.F32 || !lt.Equal(want[0].Tensor.Type) {
 			t.Errorf("%s: logits %s from the .onnx, %s from the .ppm", name, lt, want[0].Tensor.Type)
 		}
-		gotLogits := runtime.Float64s(got[0].Tensor)
-		for i, x := range runtime.Float64s(want[0].Tensor) {
+		gotLogits := data.Float64s(got[0].Tensor)
+		for i, x := range data.Float64s(want[0].Tensor) {
 			if y := gotLogits[i]; math.Abs(x-y) > 1e-5+1e-4*math.Abs(x) {
 				t.Fatalf("%s: logit %d is %g from the .onnx, %g from the .ppm", name, i, y, x)
 			}
@@ -176,7 +177,7 @@ func checkGraph(t *testing.T, name string, g *onnxpb.GraphProto) {
 // that the .ppm and its exported .onnx (whose inputs carry no token ranges) train on the
 // same batch.
 type sameData struct {
-	src    *runtime.Synthetic
+	src    *data.Synthetic
 	inputs map[string]codegen.Input
 }
 
@@ -209,7 +210,7 @@ func TestExportTrainsWithoutLoss(t *testing.T) {
 		for _, in := range refJob.Plan.Inputs {
 			inputs[in.Name] = in
 		}
-		src := &runtime.Synthetic{Seed: seed, Plan: refJob.Plan}
+		src := &data.Synthetic{Seed: seed, Plan: refJob.Plan}
 		var losses [2][2]float64
 		for i, j := range []*runtime.Job{refJob, job} {
 			for s := range 2 {
@@ -276,7 +277,7 @@ func TestExportOpsRoundTrip(t *testing.T) {
 				t.Errorf("%s: output %s is %s, want %s", name, w.Name, g.Type, w.Tensor.Type)
 				continue
 			}
-			a, b := runtime.Float64s(w.Tensor), runtime.Float64s(g)
+			a, b := data.Float64s(w.Tensor), data.Float64s(g)
 			for i := range a {
 				if math.Abs(a[i]-b[i]) > 1e-6+1e-4*math.Abs(a[i]) {
 					t.Errorf("%s: output %s element %d is %.8g from the .onnx, %.8g from the .ir", name, w.Name, i, b[i], a[i])
@@ -329,13 +330,13 @@ func TestImportSoftmaxCrossEntropyLoss(t *testing.T) {
 		Node: []*onnxpb.NodeProto{{Name: "sce", OpType: "SoftmaxCrossEntropyLoss", Input: []string{"scores", "labels"}, Output: []string{"loss"},
 			Attribute: []*onnxpb.AttributeProto{{Name: "ignore_index", Type: onnxpb.AttributeProto_INT, I: 1}}}},
 	}}
-	data, err := proto.Marshal(m)
+	model, err := proto.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	path := filepath.Join(dir, "sce.onnx")
-	if err := os.WriteFile(path, data, 0o644); err != nil {
+	if err := os.WriteFile(path, model, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	given := map[string]string{}
@@ -344,7 +345,7 @@ func TestImportSoftmaxCrossEntropyLoss(t *testing.T) {
 		"labels": tensorOf(ir.Type{DType: ir.I64, Shape: ir.Shape{n, d}}, labels),
 	} {
 		given[name] = filepath.Join(dir, name+".npy")
-		if err := runtime.WriteNpy(given[name], tt); err != nil {
+		if err := data.WriteNpy(given[name], tt); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -352,7 +353,7 @@ func TestImportSoftmaxCrossEntropyLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := runtime.Float64s(outs[0].Tensor)[0]; math.Abs(got-want) > 1e-5*want {
+	if got := data.Float64s(outs[0].Tensor)[0]; math.Abs(got-want) > 1e-5*want {
 		t.Errorf("loss %.7f, want %.7f", got, want)
 	}
 }
@@ -371,7 +372,7 @@ func writeInputs(t *testing.T, gen map[string]device.Tensor) map[string]string {
 	given := map[string]string{}
 	for in, tensor := range gen {
 		p := filepath.Join(dir, in+".npy")
-		if err := runtime.WriteNpy(p, tensor); err != nil {
+		if err := data.WriteNpy(p, tensor); err != nil {
 			t.Fatal(err)
 		}
 		given[in] = p

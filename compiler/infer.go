@@ -11,6 +11,7 @@ import (
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/cpu"
+	"ppc.dev/ppc/runtime/data"
 	"ppc.dev/ppc/runtime/device"
 )
 
@@ -71,10 +72,10 @@ func Infer(model string, lo LoadOptions, mesh InferMesh, given map[string]string
 		return nil, nil, err
 	}
 	plan := job.Plan
-	data := runtime.Fixed{}
+	feed := data.Fixed{}
 	generated := map[string]device.Tensor{}
 	used := map[string]bool{}
-	synth := &runtime.Synthetic{Seed: seed, Plan: plan}
+	synth := &data.Synthetic{Seed: seed, Plan: plan}
 	for _, in := range plan.Inputs {
 		name := in.ModelName
 		if name == "" {
@@ -94,7 +95,7 @@ func Infer(model string, lo LoadOptions, mesh InferMesh, given map[string]string
 			if err := synth.Fill(in, 1, 0, t); err != nil {
 				return nil, nil, err
 			}
-			data[in.Name] = t
+			feed[in.Name] = t
 			generated[name] = t
 			continue
 		}
@@ -108,13 +109,13 @@ func Infer(model string, lo LoadOptions, mesh InferMesh, given map[string]string
 		// Token ids and class labels out of range would fail inside a kernel, in terms of
 		// instructions and rows; say which file holds the bad value.
 		if in.Range != nil {
-			for i, v := range runtime.Float64s(t) {
+			for i, v := range data.Float64s(t) {
 				if v < float64(in.Range[0]) || v >= float64(in.Range[1]) {
 					return nil, nil, fmt.Errorf("input %q: %s holds %v at element %d, outside the model's range [%d, %d)", name, path, v, i, in.Range[0], in.Range[1])
 				}
 			}
 		}
-		data[in.Name] = t
+		feed[in.Name] = t
 	}
 	for name := range given {
 		if _, ok := frozen[name]; ok {
@@ -133,7 +134,7 @@ func Infer(model string, lo LoadOptions, mesh InferMesh, given map[string]string
 			return nil, nil, fmt.Errorf("--input %s: the model has no such input (its inputs: %s)", name, strings.Join(names, ", "))
 		}
 	}
-	if _, err := job.Step(runtime.Options{Seed: seed, Data: data}); err != nil {
+	if _, err := job.Step(runtime.Options{Seed: seed, Data: feed}); err != nil {
 		return nil, nil, err
 	}
 	outs, err := job.Outputs(0)
@@ -152,18 +153,18 @@ func ReadTensorFile(path string) (device.Tensor, error) { return readInputFile(p
 
 func readInputFile(path string) (device.Tensor, error) {
 	if strings.EqualFold(filepath.Ext(path), ".npy") {
-		return runtime.ReadNpy(path)
+		return data.ReadNpy(path)
 	}
 	_, d, err := onnx.ReadTensor(path)
 	if err != nil {
 		return device.Tensor{}, err
 	}
-	data := d.Data
+	raw := d.Data
 	if d.Splat {
-		data = make([]byte, 0, d.Type.Bytes())
+		raw = make([]byte, 0, d.Type.Bytes())
 		for i := 0; i < d.Type.NumElements(); i++ {
-			data = append(data, d.Data...)
+			raw = append(raw, d.Data...)
 		}
 	}
-	return device.Tensor{Type: d.Type, Data: append([]byte(nil), data...)}, nil
+	return device.Tensor{Type: d.Type, Data: append([]byte(nil), raw...)}, nil
 }

@@ -14,7 +14,7 @@ import (
 
 	"ppc.dev/ppc/frontend/onnx"
 	"ppc.dev/ppc/frontend/onnx/onnxpb"
-	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/data"
 )
 
 const backendDir = "../../shared/testdata/onnx-backend"
@@ -66,7 +66,7 @@ func TestONNXBackendNumerics(t *testing.T) {
 				if !want.Type.Equal(o.Tensor.Type) {
 					t.Fatalf("output %d (%s) is %s, expected %s", i, o.Name, o.Tensor.Type, want.Type)
 				}
-				got := runtime.Float64s(o.Tensor)
+				got := data.Float64s(o.Tensor)
 				bad, worst := 0, 0.0
 				for k := range got {
 					w := want.F64(k)
@@ -97,7 +97,7 @@ func TestONNXBackendNumerics(t *testing.T) {
 				}
 				distributed[mesh]++
 				for i, o := range douts {
-					a, b := runtime.Float64s(outs[i].Tensor), runtime.Float64s(o.Tensor)
+					a, b := data.Float64s(outs[i].Tensor), data.Float64s(o.Tensor)
 					for k := range a {
 						if d := math.Abs(a[k] - b[k]); !(d <= 1e-5*math.Abs(a[k])) && !(math.IsNaN(a[k]) && math.IsNaN(b[k])) && !(d == 0) {
 							t.Fatalf("infer on %+v: output %d (%s) element %d is %v, one device gives %v", mesh, i, o.Name, k, b[k], a[k])

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"ppc.dev/ppc/ir"
-	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/data"
 	"ppc.dev/ppc/runtime/device"
 )
 
@@ -124,7 +124,7 @@ func TestInferScalarInputAndRange(t *testing.T) {
 	labels := device.Tensor{Type: ir.Type{DType: ir.I64, Shape: ir.Shape{16}}, Data: make([]byte, 8*16)}
 	labels.I64()[5] = 10
 	path := filepath.Join(t.TempDir(), "labels.npy")
-	if err := runtime.WriteNpy(path, labels); err != nil {
+	if err := data.WriteNpy(path, labels); err != nil {
 		t.Fatal(err)
 	}
 	_, _, err = Infer("../testdata/ir/mlp.ir", LoadOptions{}, InferMesh{}, map[string]string{"labels": path}, 1)

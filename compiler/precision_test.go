@@ -12,6 +12,7 @@ import (
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/passes"
 	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/data"
 )
 
 // TestMixedPrecisionGradient: one step of sgd{lr=1} moves every parameter by its gradient, so
@@ -26,14 +27,14 @@ func TestMixedPrecisionGradient(t *testing.T) {
 		_, job := initJob(t, gptPPM, Options{Load: LoadOptions{Preset: "tiny"}, Microbatches: 2, Optimizer: "sgd{lr=1}", Precision: prec}, 1)
 		before := map[string][]float64{}
 		for n, b := range must(job.Buffers(pb.Role_PARAM)) {
-			before[n] = runtime.Float64s(b)
+			before[n] = data.Float64s(b)
 		}
 		if _, err := job.Step(runtime.Options{Seed: 1}); err != nil {
 			t.Fatal(err)
 		}
 		g := map[string][]float64{}
 		for n, b := range must(job.Buffers(pb.Role_PARAM)) {
-			g[n] = runtime.Float64s(b)
+			g[n] = data.Float64s(b)
 			for i := range g[n] {
 				g[n][i] = before[n][i] - g[n][i]
 			}
@@ -174,7 +175,7 @@ func rankTensors(job *runtime.Job) map[string][]float64 {
 	for _, r := range job.Ranks {
 		for i, b := range r.Prog.Buffers {
 			if b.Role == pb.Role_PARAM || b.Role == pb.Role_STATE {
-				out[b.Name+"@"+string(rune('0'+r.Index))] = runtime.Float64s(r.Bufs[i])
+				out[b.Name+"@"+string(rune('0'+r.Index))] = data.Float64s(r.Bufs[i])
 			}
 		}
 	}

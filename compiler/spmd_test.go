@@ -12,6 +12,8 @@ import (
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/checkpoint"
+	"ppc.dev/ppc/runtime/data"
 	"ppc.dev/ppc/runtime/device"
 )
 
@@ -73,13 +75,13 @@ func spmdRun(t *testing.T, model string, opts Options, steps int, resume string)
 
 func readCheckpoint(t *testing.T, dir string) map[string][]float64 {
 	t.Helper()
-	tensors, _, err := runtime.ReadCheckpoint(dir)
+	tensors, _, err := checkpoint.Read(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string][]float64{}
 	for name, x := range tensors {
-		out[name] = runtime.Float64s(x)
+		out[name] = data.Float64s(x)
 	}
 	return out
 }
@@ -366,11 +368,11 @@ func @forward(%x: f32[2,4] {input}, %w: f32[4,2] {init = "normal(1)", param, sha
 	for i, v := range x {
 		binary.LittleEndian.PutUint32(xt.Data[4*i:], math.Float32bits(float32(v)))
 	}
-	if _, err := job.Step(runtime.Options{Data: runtime.Fixed{"x": xt}}); err != nil {
+	if _, err := job.Step(runtime.Options{Data: data.Fixed{"x": xt}}); err != nil {
 		t.Fatal(err)
 	}
-	w := runtime.Float64s(must(job.Tensors(pb.Role_PARAM))["w"]) // f32[4,4]
-	y := make([]float64, 8)                                      // x @ w: f32[2,4]; tp rank k's block is columns 2k, 2k+1
+	w := data.Float64s(must(job.Tensors(pb.Role_PARAM))["w"]) // f32[4,4]
+	y := make([]float64, 8)                                   // x @ w: f32[2,4]; tp rank k's block is columns 2k, 2k+1
 	for i := range 2 {
 		for j := range 4 {
 			for k := range 4 {
@@ -391,7 +393,7 @@ func @forward(%x: f32[2,4] {input}, %w: f32[4,2] {init = "normal(1)", param, sha
 	}
 	out := must(job.Outputs(0))
 	for name, v := range want {
-		got := runtime.Float64s(out[name])
+		got := data.Float64s(out[name])
 		if len(got) != len(v) {
 			t.Fatalf("%s: %d elements, want %d", name, len(got), len(v))
 		}
@@ -532,7 +534,7 @@ func TestDistributedInference(t *testing.T) {
 				t.Fatalf("%s on %+v: outputs %v, one device %v", filepath.Base(model), mesh, outputNames(got), outputNames(one))
 			}
 			for i, o := range got {
-				a, b := runtime.Float64s(one[i].Tensor), runtime.Float64s(o.Tensor)
+				a, b := data.Float64s(one[i].Tensor), data.Float64s(o.Tensor)
 				worst := 0.0
 				for k := range a {
 					// atol 1e-6: the logits (about 0.01 here) differ by up to 3e-7 where

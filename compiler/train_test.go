@@ -12,7 +12,10 @@ import (
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/passes"
 	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/checkpoint"
 	"ppc.dev/ppc/runtime/cpu"
+	"ppc.dev/ppc/runtime/data"
+	"ppc.dev/ppc/runtime/fault"
 )
 
 // TestTinyGPTLearns trains gpt.ppm --preset tiny for 200 steps on the synthetic repeating
@@ -104,7 +107,7 @@ func TestSaveResumeBitwise(t *testing.T) {
 		out := map[string][]float64{}
 		for _, role := range []pb.Role{pb.Role_PARAM, pb.Role_STATE} {
 			for n, b := range must(job.Buffers(role)) {
-				out[n] = runtime.Float64s(b)
+				out[n] = data.Float64s(b)
 			}
 		}
 		return out
@@ -150,7 +153,7 @@ func TestCorruptCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	shard := filepath.Join(dir, "step-00000000", "rank-00000.safetensors")
-	index := filepath.Join(dir, runtime.IndexFile)
+	index := filepath.Join(dir, checkpoint.IndexFile)
 	good, _ := os.ReadFile(shard)
 	goodIndex, _ := os.ReadFile(index)
 	flipped := append([]byte{}, good...)
@@ -187,15 +190,15 @@ func TestCorruptCheckpoint(t *testing.T) {
 		} else {
 			os.WriteFile(c.file, c.data, 0o644)
 		}
-		var ie *runtime.InputError
+		var ie *fault.InputError
 		if _, err := job.Resume(dir, false); err == nil || !asInputError(err, &ie) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want an input error saying %q", c.name, err, c.want)
 		}
 	}
 }
 
-func asInputError(err error, target **runtime.InputError) bool {
-	e, ok := err.(*runtime.InputError)
+func asInputError(err error, target **fault.InputError) bool {
+	e, ok := err.(*fault.InputError)
 	if ok {
 		*target = e
 	}
@@ -219,7 +222,7 @@ func TestTokenStreamData(t *testing.T) {
 		binary.LittleEndian.PutUint16(toks[2*i:], uint16(i*7%512))
 	}
 	os.WriteFile(path, toks, 0o644)
-	src, _, err := runtime.OpenData(path, job.Plan, runtime.DataOptions{Seed: 1})
+	src, _, err := data.Open(path, job.Plan, data.Options{Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,12 +233,12 @@ func TestTokenStreamData(t *testing.T) {
 	// A token beyond the vocabulary is refused up front.
 	binary.LittleEndian.PutUint16(toks[100:], 60000)
 	os.WriteFile(path, toks, 0o644)
-	if _, _, err := runtime.OpenData(path, job.Plan, runtime.DataOptions{Seed: 1}); err == nil {
+	if _, _, err := data.Open(path, job.Plan, data.Options{Seed: 1}); err == nil {
 		t.Fatal("out-of-vocabulary token accepted")
 	}
 	odd := filepath.Join(t.TempDir(), "odd.bin")
 	os.WriteFile(odd, toks[:11], 0o644)
-	if _, _, err := runtime.OpenData(odd, job.Plan, runtime.DataOptions{Seed: 1}); err == nil {
+	if _, _, err := data.Open(odd, job.Plan, data.Options{Seed: 1}); err == nil {
 		t.Fatal("odd-length token file accepted")
 	}
 }

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -11,25 +12,26 @@ import (
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/passes"
+	"ppc.dev/ppc/runtime/checkpoint"
+	"ppc.dev/ppc/runtime/data"
 	"ppc.dev/ppc/runtime/device"
+	"ppc.dev/ppc/runtime/dist"
+	"ppc.dev/ppc/runtime/fault"
 )
 
-// CheckpointFile is the single file older checkpoint directories held (read still).
-const CheckpointFile = "checkpoint.safetensors"
-
 // Save writes a checkpoint of an in-process job (every rank here) to dir: each rank's
-// blocks, then the index (shards.go), so that any layout can resume it. A save that fails
-// or is killed leaves the previous checkpoint intact. Save does not lock dir; callers that
-// may race take LockDir. Multi-process runs save with SaveAll.
+// blocks, then the index (runtime/checkpoint), so that any layout can resume it. A save that
+// fails or is killed leaves the previous checkpoint intact. Save does not lock dir; callers
+// that may race take checkpoint.LockDir. Multi-process runs save with SaveAll.
 func (j *Job) Save(dir string, seed uint64) error {
-	sub := saveDirName(dir, j.StepCount())
-	files, err := j.WriteShards(dir)
+	sub := checkpoint.SaveDir(dir, j.StepCount())
+	files, err := j.writeShards(dir)
 	if err == nil {
-		err = j.CommitCheckpoint(dir, seed, files)
+		err = j.commit(dir, seed, files)
 	}
 	if err != nil {
-		os.RemoveAll(filepath.Join(dir, sub)) // never the committed checkpoint's (saveDirName)
-		if committedDir(dir) != "" {
+		os.RemoveAll(filepath.Join(dir, sub)) // never the committed checkpoint's (SaveDir)
+		if checkpoint.Committed(dir) != "" {
 			return fmt.Errorf("%w; the previous checkpoint in %s is intact", err, dir)
 		}
 	}
@@ -63,7 +65,7 @@ func (j *Job) Tensors(role pb.Role) (map[string]device.Tensor, error) {
 			}
 			if !ok {
 				t := r.globalType(i)
-				full = device.Tensor{Type: t, Data: alignedBytes(t.Bytes())}
+				full = device.Tensor{Type: t, Data: device.HostBytes(t.Bytes())}
 				out[b.Name] = full
 				placed[b.Name] = map[string]bool{}
 			}
@@ -92,6 +94,163 @@ func copyBlock(full []byte, shard device.Tensor, g *shardGeom, toFull bool) {
 			copy(l, f)
 		}
 	}
+}
+
+// SaveAll writes a checkpoint of the whole job to dir: Save for an in-process run; in a
+// multi-process run every process writes its rank's tensors, rank 0 the index once all have
+// (the commit point), and every process learns whether the checkpoint was committed. A save
+// that fails anywhere ends as Save's does: the files it wrote are removed, the previous
+// checkpoint is intact (and the error says so), and a full disk is a failed write on the rank
+// it struck, whose message the others repeat.
+func (j *Job) SaveAll(dir string, seed uint64) error {
+	if j.proc == nil {
+		return j.Save(dir, seed)
+	}
+	p := j.proc
+	type written struct {
+		Files []checkpoint.ShardFile `json:"files"`
+		Error string                 `json:"error,omitempty"`
+	}
+	// The verdict rank 0 sends every rank: Error "" when the checkpoint is committed, else
+	// why not and the rank that failed.
+	type verdict struct {
+		Error string `json:"error,omitempty"`
+		Rank  int    `json:"rank"`
+	}
+	sub := checkpoint.SaveDir(dir, j.StepCount()) // before a commit changes the index
+	files, werr := j.writeShards(dir)
+	mine := written{Files: files}
+	if werr != nil {
+		mine.Error = werr.Error()
+	}
+	all, err := p.Gather("save", mine, true)
+	if err != nil {
+		return err
+	}
+	var v verdict
+	var cerr error // rank 0's own failure to commit
+	if p.Rank == 0 {
+		var every []checkpoint.ShardFile
+		for r, raw := range all {
+			var w written
+			if err := json.Unmarshal(raw, &w); err != nil {
+				v = verdict{fmt.Sprintf("rank %d's report: %v", r, err), r}
+				break
+			}
+			if w.Error != "" {
+				v = verdict{fmt.Sprintf("rank %d could not write its tensors: %s", r, w.Error), r}
+				break
+			}
+			every = append(every, w.Files...)
+		}
+		if v.Error == "" {
+			if cerr = j.commit(dir, seed, every); cerr != nil {
+				v = verdict{cerr.Error(), 0}
+			}
+		}
+	}
+	res, err := p.Gather("committed", v, false)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(res[0], &v); err != nil {
+		v = verdict{fmt.Sprintf("rank 0's verdict: %v", err), 0}
+	}
+	if v.Error == "" {
+		return nil
+	}
+	// Not committed. Every rank has finished writing (rank 0 decided once all had
+	// reported), so the step directory is garbage: each rank removes it (on a shared file
+	// system they race harmlessly; on separate ones each removes its own files) — unless
+	// the index names it after all (a commit whose last sync failed).
+	now := checkpoint.Committed(dir)
+	if now != sub {
+		os.RemoveAll(filepath.Join(dir, sub))
+	}
+	intact := ""
+	if now != "" && now != sub {
+		intact = fmt.Sprintf("; the previous checkpoint in %s is intact", dir)
+	}
+	switch {
+	case werr != nil:
+		return fmt.Errorf("%w%s", werr, intact) // this process's own failure (a full disk: exit 1 as a failed write)
+	case cerr != nil:
+		return fmt.Errorf("%w%s", cerr, intact)
+	}
+	return &dist.RemoteError{Msg: fmt.Sprintf("the checkpoint was not saved: %s%s", v.Error, intact), Rank: v.Rank}
+}
+
+// ownedBlock is one block a rank writes.
+type ownedBlock struct {
+	rank, buf int
+	name      string
+	offset    []int64
+}
+
+// owners lists every distinct block of every parameter and optimizer state with the lowest
+// rank that holds it, from the plan alone (every rank's buffers, local or not): the lowest
+// holder writes it, so data-parallel replicas and tied weights are written once, and every
+// process of a run knows who writes what without asking.
+func (j *Job) owners() []ownedBlock {
+	seen := map[string]bool{}
+	var out []ownedBlock
+	for _, r := range j.all {
+		for i, b := range r.Prog.Buffers {
+			if b.Role != pb.Role_PARAM && b.Role != pb.Role_STATE {
+				continue
+			}
+			var off []int64
+			if g := r.shards[i]; g != nil {
+				off = g.offset
+			} else {
+				off = make([]int64, r.Bufs[i].Type.Rank())
+			}
+			key := b.Name + "@" + fmt.Sprint(off)
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			out = append(out, ownedBlock{rank: r.Index, buf: i, name: b.Name, offset: off})
+		}
+	}
+	return out
+}
+
+// writeShards writes the blocks this process's ranks own for the current step into dir's
+// step directory (checkpoint.WriteShards) and reports them, for commit.
+func (j *Job) writeShards(dir string) ([]checkpoint.ShardFile, error) {
+	local := map[int]*Rank{}
+	for _, r := range j.Ranks {
+		local[r.Index] = r
+	}
+	byRank := map[int]map[string]device.Tensor{}
+	for _, o := range j.owners() {
+		r := local[o.rank]
+		if r == nil {
+			continue
+		}
+		if byRank[o.rank] == nil {
+			byRank[o.rank] = map[string]device.Tensor{}
+		}
+		t, err := j.readHost(r.Bufs[o.buf])
+		if err != nil {
+			return nil, err
+		}
+		byRank[o.rank][o.name] = t
+	}
+	return checkpoint.WriteShards(dir, j.StepCount(), byRank)
+}
+
+// commit is rank 0's part of a save once every rank has written its shards (files): the
+// index of every block, by its owner (checkpoint.Commit).
+func (j *Job) commit(dir string, seed uint64, files []checkpoint.ShardFile) error {
+	var blocks []checkpoint.Block
+	for _, o := range j.owners() {
+		r := j.all[o.rank]
+		blocks = append(blocks, checkpoint.Block{Rank: o.rank, Name: o.name, Full: r.globalType(o.buf), Offset: o.offset, Shape: r.Bufs[o.buf].Type.Shape})
+	}
+	meta := checkpoint.Meta{Step: j.StepCount(), Seed: seed, SourceHash: j.Plan.SourceHash, Model: j.Plan.Model, Optimizer: j.Plan.Optimizer}
+	return checkpoint.Commit(dir, meta, blocks, files)
 }
 
 // StepCount is the number of the last step run (0 before the first).
@@ -169,12 +328,12 @@ func (e *MismatchError) Error() string {
 // blocks that overlap its own (checkpoint blocks' SHA-256 checked as they are read): a
 // process of a large world reads its share of the checkpoint, not all of it.
 func (j *Job) Resume(path string, partial bool) (Resumed, error) {
-	ck, err := openCheckpoint(path)
+	ck, err := checkpoint.Open(path)
 	if err != nil {
 		return Resumed{}, err
 	}
-	meta := ck.meta
-	ck.cache = map[*ckBlockRef][]byte{} // replicas in this process read a block once
+	meta := ck.Meta
+	stored := ck.Tensors()
 	file := path
 	res := Resumed{Step: meta.Step, Seed: meta.Seed}
 
@@ -189,19 +348,19 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 			}
 		}
 	}
-	names := SortedNames(want, ck.tensors)
+	names := SortedNames(want, stored)
 	e := &MismatchError{Path: file, PlanTotal: len(want)}
 	matches := map[string]bool{}
 	missingParams, missingState := false, false
 	fromStep := false // the plan's AdamW step count is set from the checkpoint's step
 	for _, n := range names {
 		w, inPlan := want[n]
-		t, inCk := ck.tensors[n]
+		t, inCk := stored[n]
 		switch {
-		case inPlan && inCk && t.typ.Equal(w):
+		case inPlan && inCk && t.Equal(w):
 			matches[n] = true
 		case inPlan && inCk:
-			e.Different = append(e.Different, fmt.Sprintf("%s: %s in the checkpoint, %s in the plan", n, t.typ, w))
+			e.Different = append(e.Different, fmt.Sprintf("%s: %s in the checkpoint, %s in the plan", n, t, w))
 		case inPlan && n == passes.ScalerOptimizerStep && w.NumElements() == 1:
 			// A checkpoint from before AdamW kept its own count under loss scaling: its
 			// bias correction counted every step, so the count starts at the step.
@@ -219,7 +378,7 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 			// A forward-only plan has no optimizer: the training state is not a difference.
 			res.Ignored++
 		default:
-			e.Extra = append(e.Extra, fmt.Sprintf("%s: %s", n, t.typ))
+			e.Extra = append(e.Extra, fmt.Sprintf("%s: %s", n, t))
 		}
 	}
 	e.Matching = len(matches)
@@ -235,12 +394,12 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 		if missingState && !missingParams && len(e.Different) == 0 {
 			e.Notes = append(e.Notes, fmt.Sprintf("it lacks optimizer state: it was saved with another optimizer (or by a forward-only plan); the plan uses %s", j.Plan.Optimizer))
 		}
-		return Resumed{}, &InputError{e}
+		return Resumed{}, &fault.InputError{Err: e}
 	}
 	for _, r := range j.Ranks {
 		for i, b := range r.Prog.Buffers {
 			if fromStep && b.Name == passes.ScalerOptimizerStep {
-				err := j.writeHost(r.Bufs[i], func(t device.Tensor) error { return storeF64(t, []float64{float64(meta.Step)}) })
+				err := j.writeHost(r.Bufs[i], func(t device.Tensor) error { return data.StoreF64(t, []float64{float64(meta.Step)}) })
 				if err != nil {
 					return Resumed{}, fmt.Errorf("rank %d: %s: %v", r.Index, b.Name, err)
 				}
@@ -249,8 +408,12 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 			if (b.Role == pb.Role_PARAM || b.Role == pb.Role_STATE) && matches[b.Name] {
 				// Each rank takes its block of the full tensor from whichever stored blocks
 				// it overlaps: any layout resumes any other.
-				err := j.writeHost(r.Bufs[i], func(t device.Tensor) error { return ck.readInto(b.Name, r.shards[i], t) })
-				var ie *InputError
+				var off []int64 // nil: the whole tensor
+				if g := r.shards[i]; g != nil {
+					off = g.offset
+				}
+				err := j.writeHost(r.Bufs[i], func(t device.Tensor) error { return ck.ReadInto(b.Name, off, t) })
+				var ie *fault.InputError
 				if errors.As(err, &ie) {
 					return Resumed{}, err // the checkpoint's fault, named
 				}
@@ -262,7 +425,7 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 		r.step = res.Step
 	}
 	res.Loaded, res.Kept = e.Matching, len(e.Missing)+len(e.Different)
-	res.Bytes = ck.bytes
+	res.Bytes = ck.Bytes()
 	res.Ignored += len(e.Extra)
 	// The step count continues the learning-rate schedule only if it is the same schedule.
 	if o := meta.Optimizer; o != "" && j.Plan.Training && o != j.Plan.Optimizer {

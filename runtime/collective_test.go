@@ -7,15 +7,14 @@ import (
 	"math/rand"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"ppc.dev/ppc/codegen"
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime/cpu"
 	"ppc.dev/ppc/runtime/device"
+	"ppc.dev/ppc/runtime/dist"
 )
 
 // rankProg is one rank's program for a test job: activation buffers of the given types
@@ -62,7 +61,7 @@ func testPlan(world int) *codegen.Plan {
 func buildJob(t testing.TB, progs []rankProg) *Job {
 	t.Helper()
 	world := len(progs)
-	j := &Job{Plan: testPlan(world), dev: cpu.New(), comm: newTransport(world)}
+	j := &Job{Plan: testPlan(world), dev: cpu.New(), comm: dist.NewLocal(world)}
 	for r, rp := range progs {
 		rank, err := j.prepare(r, program(r, world, rp), true)
 		if err != nil {
@@ -362,79 +361,6 @@ func TestGatherAndBroadcastAnyDType(t *testing.T) {
 	}
 }
 
-// TestReductionDeterministic runs an all-reduce many times with the members arriving in
-// random order and at random times: every member must get exactly the left-to-right f32 sum
-// in group order, every time. The values make the order visible: in f32, 1e8 + 1 = 1e8, so
-// ((1e8 + 1) − 1e8) + 1 = 1 while (1 + 1 + 1e8) − 1e8 = 0 and (1e8 − 1e8) + 1 + 1 = 2.
-func TestReductionDeterministic(t *testing.T) {
-	const world, elems = 4, 4096
-	group := []int{2, 0, 3, 1}
-	rng := rand.New(rand.NewSource(2))
-	choices := []float32{1e8, 1, -1e8, 3, -1, 1e-3, 7e7}
-	inputs := make([][]float32, world)
-	for r := range inputs {
-		inputs[r] = make([]float32, elems)
-		for i := range inputs[r] {
-			inputs[r][i] = choices[rng.Intn(len(choices))]
-		}
-	}
-	inputs[2][0], inputs[0][0], inputs[3][0], inputs[1][0] = 1e8, 1, -1e8, 1
-	want := make([]float32, elems)
-	for i := range want {
-		acc := inputs[group[0]][i]
-		for _, m := range group[1:] {
-			acc += inputs[m][i]
-		}
-		want[i] = acc
-	}
-	if want[0] != 1 {
-		t.Fatalf("reference: %v", want[0])
-	}
-	sorted := make([]float32, elems) // the rank-order sum differs: the test can tell
-	for i := range sorted {
-		sorted[i] = ((inputs[0][i] + inputs[1][i]) + inputs[2][i]) + inputs[3][i]
-	}
-	if slices.Equal(sorted, want) {
-		t.Fatal("the inputs do not distinguish group order from rank order")
-	}
-	op := &collOp{kind: pb.Instr_ALL_REDUCE, group: group, members: membersKey(group), dtype: ir.F32, shape: ir.Shape{elems}}
-	tr := newTransport(world)
-	for run := range 60 {
-		tr.resetStep()
-		delays := make([]time.Duration, world)
-		for r := range delays {
-			delays[r] = time.Duration(rng.Intn(300)) * time.Microsecond
-		}
-		outs := make([]device.Tensor, world)
-		var wg sync.WaitGroup
-		errs := make([]error, world)
-		for r := range world {
-			in := device.Tensor{Type: typ(ir.F32, elems), Data: alignedBytes(4 * elems)}
-			copy(in.F32(), inputs[r])
-			outs[r] = in
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				time.Sleep(delays[r])
-				errs[r] = tr.collective(r, op, in, in)
-				tr.finish(r)
-			}()
-		}
-		wg.Wait()
-		for r := range world {
-			if errs[r] != nil {
-				t.Fatalf("run %d rank %d: %v", run, r, errs[r])
-			}
-			got := outs[r].F32()
-			for i := range got {
-				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-					t.Fatalf("run %d (delays %v) rank %d element %d: %v, want %v", run, delays, r, i, got[i], want[i])
-				}
-			}
-		}
-	}
-}
-
 // TestDisjointGroupsConcurrently: two tp groups {0,1} and {2,3} reduce and gather at the
 // same time, then the dp groups {0,2} and {1,3} reduce what they got, as a 2×2 mesh would.
 func TestDisjointGroupsConcurrently(t *testing.T) {
@@ -520,9 +446,9 @@ func TestCollectiveHangReports(t *testing.T) {
 		{f32x4, []*pb.Instr{{Kind: pb.Instr_RECV, Out: []int32{0}, Peer: 0, Tag: 6}}},
 	})
 	err := stepWithin(t, j)
-	var he *HangError
+	var he *dist.HangError
 	if !errors.As(err, &he) {
-		t.Fatalf("got %v, want a HangError", err)
+		t.Fatalf("got %v, want a dist.HangError", err)
 	}
 	for _, want := range []string{
 		"rank 1 waits for all-gather over ranks [0 1] (dim 0, f32[4]): rank 0 has not arrived, it waits for recv from rank 2 (tag 5)",
@@ -655,7 +581,7 @@ func TestLoaderRejectsBadCollectives(t *testing.T) {
 			&pb.Buffer{Id: 7, Dtype: pb.DType_F32, Shape: []int64{4, 6}, Role: pb.Role_ACTIVATION, Offset: 64},
 			&pb.Buffer{Id: 8, Dtype: pb.DType_F32, Shape: []int64{4, 6}, Role: pb.Role_CONST, Data: make([]byte, 96)},
 			&pb.Buffer{Id: 9, Dtype: pb.DType_F32, Shape: []int64{}, Role: pb.Role_STEP})
-		j := &Job{Plan: testPlan(2), dev: cpu.New(), comm: newTransport(2)}
+		j := &Job{Plan: testPlan(2), dev: cpu.New(), comm: dist.NewLocal(2)}
 		_, err := j.prepare(0, p, true)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v:\n got %v\nwant %q", c.in, err, c.want)
@@ -664,7 +590,7 @@ func TestLoaderRejectsBadCollectives(t *testing.T) {
 	// Parameters may be written by collectives (ZeRO's all-gather of updated shards).
 	p := program(0, 1, rankProg{[]ir.Type{typ(ir.F32, 4)}, []*pb.Instr{{Kind: pb.Instr_ALL_GATHER, In: []int32{0}, Out: []int32{1}, Group: []int32{0}}}})
 	p.Buffers = append(p.Buffers, &pb.Buffer{Id: 1, Name: "w", Dtype: pb.DType_F32, Shape: []int64{4}, Role: pb.Role_PARAM, Init: "zeros"})
-	j := &Job{Plan: testPlan(1), dev: cpu.New(), comm: newTransport(1)}
+	j := &Job{Plan: testPlan(1), dev: cpu.New(), comm: dist.NewLocal(1)}
 	if _, err := j.prepare(0, p, true); err != nil {
 		t.Fatal(err)
 	}
@@ -688,32 +614,6 @@ func BenchmarkAllReduce16MiB(b *testing.B) {
 	for b.Loop() {
 		if _, err := j.Step(Options{Seed: 1}); err != nil {
 			b.Fatal(err)
-		}
-	}
-}
-
-// TestMaxPropagatesNaN: MAX and MIN return NaN where any member holds NaN, whatever the
-// position of the NaN in the group (a plain `>` fold would drop a NaN seen first).
-func TestMaxPropagatesNaN(t *testing.T) {
-	nan, negZero := math.NaN(), math.Copysign(0, -1)
-	for _, op := range []pb.Instr_ReduceOp{pb.Instr_MAX, pb.Instr_MIN} {
-		ins := [][]float64{{nan, 1, 2, negZero}, {3, nan, 1, 0}, {1, 2, 3, 0}}
-		srcs := make([][]byte, len(ins))
-		for g, v := range ins {
-			x := device.Tensor{Type: typ(ir.F64, 4), Data: alignedBytes(32)}
-			copy(x.F64(), v)
-			srcs[g] = x.Data
-		}
-		dst := device.Tensor{Type: typ(ir.F64, 4), Data: alignedBytes(32)}
-		reduceInto(ir.F64, op, dst.Data, srcs, runs{rows: 1, run: 4})
-		got := dst.F64()
-		want2 := 3.0
-		if op == pb.Instr_MIN {
-			want2 = 1
-		}
-		// Equal zeros keep the first member's sign: the fold is left to right.
-		if !math.IsNaN(got[0]) || !math.IsNaN(got[1]) || got[2] != want2 || !math.Signbit(got[3]) {
-			t.Fatalf("%s: %v", op, got)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"ppc.dev/ppc/codegen"
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/runtime/cpu"
+	"ppc.dev/ppc/runtime/dist"
 )
 
 // twoRanks builds a two-rank job whose programs are the given instruction lists over one
@@ -18,7 +19,7 @@ func twoRanks(t *testing.T, instrs [2][]*pb.Instr) *Job {
 	plan := &codegen.Plan{FormatVersion: codegen.FormatVersion, World: 2, Mesh: codegen.Mesh{PP: 2, DP: 1, TP: 1}, Microbatches: 1,
 		Programs: []codegen.ProgramInfo{{File: codegen.ProgramFile(0)}, {File: codegen.ProgramFile(1), PP: 1}}}
 	plan.SetRanks()
-	j := &Job{Plan: plan, dev: cpu.New(), comm: newTransport(2)}
+	j := &Job{Plan: plan, dev: cpu.New(), comm: dist.NewLocal(2)}
 	for r := 0; r < 2; r++ {
 		p := &pb.Program{FormatVersion: codegen.FormatVersion, Pp: int32(r), Microbatches: 1, ArenaBytes: 64,
 			Mesh:    []*pb.NamedInt{{Name: "pp", Value: 2}, {Name: "dp", Value: 1}, {Name: "tp", Value: 1}},
@@ -60,10 +61,10 @@ func TestHangDetector(t *testing.T) {
 	// Both ranks receive first: a deadlock, reported with who waits for what.
 	j := twoRanks(t, [2][]*pb.Instr{{recv(1, 0), send(1, 1)}, {recv(0, 1), send(0, 0)}})
 	err := stepWithin(t, j)
-	var he *HangError
+	var he *dist.HangError
 	var re *RunError
 	if !errors.As(err, &he) || !errors.As(err, &re) || re.Step != 1 {
-		t.Fatalf("got %v, want a HangError in the RunError of step 1", err)
+		t.Fatalf("got %v, want a dist.HangError in the RunError of step 1", err)
 	}
 	for _, want := range []string{"rank 0 waits for recv from rank 1 (tag 0)", "rank 1 waits for recv from rank 0 (tag 1)"} {
 		if !strings.Contains(err.Error(), want) {

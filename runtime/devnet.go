@@ -13,6 +13,7 @@ import (
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime/device"
+	"ppc.dev/ppc/runtime/dist"
 )
 
 // A multi-process run on a device that communicates itself (device.Networked: NCCL between
@@ -76,7 +77,7 @@ var collKinds = map[pb.Instr_Kind]device.CollKind{pb.Instr_ALL_REDUCE: device.Al
 	pb.Instr_REDUCE_SCATTER: device.ReduceScatter, pb.Instr_BROADCAST: device.Broadcast}
 
 // joinNet sets up the device's communication for the job's one rank (see above).
-func (j *Job) joinNet(p *Process, dn device.Net) error {
+func (j *Job) joinNet(p *dist.Process, dn device.Net) error {
 	r := j.Ranks[0]
 	groups := map[string]netGroup{}
 	sends := map[int][]netMsg{}
@@ -88,8 +89,8 @@ func (j *Job) joinNet(p *Process, dn device.Net) error {
 		case it.Kind == pb.Instr_RECV:
 			groups[p2pName(it.peer, r.Index)] = netGroup{p2pName(it.peer, r.Index), []int{it.peer, r.Index}, 1}
 		case it.coll != nil:
-			n := collName(it.coll.group)
-			groups[n] = netGroup{n, it.coll.group, it.coll.position(r.Index)}
+			n := collName(it.coll.Group)
+			groups[n] = netGroup{n, it.coll.Group, it.coll.Position(r.Index)}
 		}
 	}
 	mine := netPart{IDs: map[string][]byte{}, Sends: sends}
@@ -102,7 +103,7 @@ func (j *Job) joinNet(p *Process, dn device.Net) error {
 			mine.IDs[n] = id
 		}
 	}
-	raw, err := p.gather("net", mine, false)
+	raw, err := p.Gather("net", mine, false)
 	if err != nil {
 		return err
 	}
@@ -207,7 +208,7 @@ func (j *Job) planNet(r *Rank, joined map[string]device.Group, parts []netPart) 
 				return 0, 0, 0, fmt.Errorf("rank %d's message to rank %d (tag %d) has %d bytes, rank %d receives %d", it.peer, r.Index, it.Tag, m.Bytes, r.Index, it.out[0].Bytes())
 			}
 		case it.coll != nil:
-			run, err := joined[collName(it.coll.group)].Collective(netColl(it.Instr, it.in[0].Type))
+			run, err := joined[collName(it.coll.Group)].Collective(netColl(it.Instr, it.in[0].Type))
 			if err != nil {
 				return 0, 0, 0, fmt.Errorf("rank %d: %s: %v", r.Index, it.coll, err)
 			}
@@ -300,7 +301,7 @@ func (j *Job) execNet(it *instr) error {
 // host transports time out; a GPU stream does not). When the run stops meanwhile (another
 // process failed) or the rank is stuck on one instruction for the run's timeout, it aborts
 // the rank's groups, which ends their transfers so that the wait returns. stop ends the
-// watch and returns why it aborted (nil: it did not): errAborted when another rank failed.
+// watch and returns why it aborted (nil: it did not): dist.ErrAborted when another rank failed.
 func (j *Job) watchNet(r *Rank) (stop func() error) {
 	done := make(chan struct{})
 	var cause error
@@ -310,7 +311,7 @@ func (j *Job) watchNet(r *Rank) (stop func() error) {
 		defer wg.Done()
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
-		timeout, _ := j.proc.comm.waitLimit()
+		timeout := j.proc.WaitLimit()
 		at, since := r.at.Load(), time.Now()
 		for {
 			select {
@@ -322,8 +323,8 @@ func (j *Job) watchNet(r *Rank) (stop func() error) {
 				at, since = now, time.Now()
 			}
 			switch {
-			case j.comm.err() != nil:
-				cause = errAborted
+			case j.comm.Err() != nil:
+				cause = dist.ErrAborted
 			case time.Since(since) > timeout:
 				what := "the start of the step"
 				if at >= 0 && int(at) < len(r.instrs) {

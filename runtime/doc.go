@@ -4,9 +4,29 @@
 // groups, shardings; the program's action order against plan.json's schedule, which `ppc
 // simulate` reads; every kernel launch re-checked against the IR op table and prepared on the
 // device), the executor (one goroutine per rank, each running its instruction stream
-// for a step), the in-process transport, parameter initialisation, training data (token
-// files and .npy arrays, read by its own .npy parser, npy.go), safetensors checkpoints and
-// Chrome traces.
+// for a step), parameter initialisation and Chrome traces — and each job's side of the
+// layers below it: joining a multi-process run (multiproc.go, devnet.go), and saving and
+// resuming its ranks' tensors (checkpoint.go).
+//
+// # Layering
+//
+// The runtime is split by responsibility, and imports run one way, down this list (a package
+// imports only packages listed below it, never one above; layering_test.go checks it):
+//
+//	runtime             the loader and executor (this package)
+//	runtime/dist        the distributed layer: the collectives' contract, the in-process and
+//	                    TCP transports, the wire protocol, the rendezvous store and process
+//	                    supervision
+//	runtime/checkpoint  checkpoint directories: safetensors, the block index, byte-range
+//	                    reads, atomic writes, the directory lock
+//	runtime/data        training data: synthetic data, token files, .npy arrays
+//	runtime/device      what the runtime asks of a device (memory, kernels, its own network)
+//	runtime/fault       InputError, the error every layer returns for bad input
+//
+// dist, checkpoint and data are peers: none imports another, so each knows ranks, tensors
+// and files but not jobs, and the executor composes them. device and fault import no runtime
+// package. The devices, runtime/cpu and runtime/cuda, implement runtime/device and import
+// nothing else of the runtime; only a device's tests run whole jobs.
 //
 // Choices:
 //
@@ -38,148 +58,39 @@
 //     kernels): a launch's result types must equal what the op infers from its operand types,
 //     so a corrupted program is rejected with a message instead of reaching a kernel that
 //     would index out of bounds.
-//   - The transport delivers sends into the receiver's mailbox without blocking; receives and
-//     collectives block. When every rank that has not finished is blocked and no message can
-//     wake any of them, it stops the job with a HangError listing who waits for what (for a
-//     collective: which members have not arrived and what each of them waits for instead) —
-//     a deadlock is reported, never hung on. A step that fails while running a plan that
-//     loaded (a hang, a kernel error) is a RunError; a problem with the files given is an
-//     InputError.
-//
-// # Collectives: the contract every transport reproduces
-//
-// ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER and BROADCAST run over an ordered group of ranks:
-// the ranks of a mesh axis through the executing rank, in the axis's order (Instr.axis, what
-// compiled programs use), or an explicit list (Instr.group). The in-process transport
-// defines their results bit for bit; the multi-process TCP transport (tcp.go), a device's
-// own communication (NCCL on GPUs: runtime/cuda/ordered.go folds each chunk in group order
-// rather than use NCCL's ring or tree sums), and any other, must produce the same bits, so
-// that every layout of the same model trains identically run after run:
-//
-//   - Reduction order. Element i of a SUM is ((m0[i] + m1[i]) + m2[i]) + … with mk the k-th
-//     member of the group in the program's group order — never a tree, a ring order, pairwise
-//     or fused multiply-add — computed in the element type (f32 adds for f32, f64 for f64,
-//     wrapping adds for i64/i32). f16 and bf16 are widened to f32, combined in the same order
-//     and rounded to nearest even once at the end. MEAN is that SUM divided by the group
-//     size (in f32 for f16/bf16). MAX and MIN fold left to right the same way and propagate
-//     NaN. The result does not depend on which member arrives first or who computes which
-//     element, and every member receives the same bytes. A ring or tree transport must
-//     therefore gather the operands (or reduce in this fixed order at one place per chunk)
-//     rather than accumulate partial sums in ring order.
-//   - Gather and slice order. ALL_GATHER places member k's block at offset k·d of dim `dim`;
-//     REDUCE_SCATTER gives member k the k-th of group-size equal slices of `dim`; BROADCAST
-//     copies member group[root]. Tensors are row-major, so along a dim other than the first
-//     a member's block is a strided set of runs (one per index of the leading dims).
-//   - Matching. A collective is identified by its group's member set and a per-set sequence
-//     number: the n-th collective a rank issues over members {0,1} meets the n-th that every
-//     other member issues over {0,1}, as NCCL orders the operations of a communicator. Hence
-//     every member must issue the collectives of a group in the same order (the loader
-//     checks this across programs, the transport again when members meet: kind, group
-//     order, dtype, shape, dim, reduce op, root and tag must agree, or the error names both
-//     ranks). Instr.tag is not part of the key but is compared, so a compiler that numbers
-//     its collectives has mismatches reported. Sequence numbers restart every step.
-//     We do not match by a string built from the instruction (the first transport used the
-//     buffer name and step): the same buffer may be reduced twice in a step, replicas may be
-//     named differently on different ranks, and a remote transport needs a key both sides
-//     can compute without seeing each other's programs — the count of earlier collectives
-//     on the group is exactly that.
-//   - Concurrency. Collectives on disjoint groups (tp groups {0,1} and {2,3}) run at the same
-//     time; collectives on overlapping groups are ordered only by each rank's program, so a
-//     compiler must not create a cycle of waits (the hang detector reports one).
+//   - The executor talks to other ranks only through a dist.Comm: in-process, the transport
+//     that defines the collectives' results and reports a deadlock as a HangError instead of
+//     hanging; in a multi-process run, the TCP transport, which keeps them bit for bit
+//     (runtime/dist's doc.go states the contract). A step that fails while running a plan
+//     that loaded (a hang, a kernel error) is a RunError; a problem with the files given is
+//     a fault.InputError, whichever layer found it.
 //   - Initialisation is shard-invariant: element i of a parameter is drawn from a Philox
 //     stream keyed by (seed, name) at counter i of the full tensor (kernels/cpu.KeyFor), so
 //     any layout initialises the same model; InitialValue gives a whole parameter's start
-//     by the same code (ppc export writes it). Synthetic data depends only on (seed, step,
-//     global sample index), and data sources are asked for global micro-batches, so a
-//     data-parallel run reads exactly the samples one device with M·dp micro-batches reads.
-//   - Training data is checked whole when it is opened, not at the step that first reads it:
-//     values against the inputs' dtypes and ranges, arrays of one length (sample i of every
-//     input goes together) holding at least one batch, a token file of at least one batch of
-//     sequences. A raw token file's width is given (DataOptions.TokenDType), never guessed
-//     from the vocabulary.
+//     by the same code (ppc export writes it). Synthetic data is as shard-invariant
+//     (runtime/data).
 //   - Traces are streamed to their file step by step on one clock from the start of the run,
 //     so a long run's trace costs no memory and an interrupted one is valid once closed.
-//   - Checkpoints hold parameters and optimizer state by name as full tensors, with the step
-//     count, seed and the plan's source hash, stored as blocks (shards.go): each distinct
-//     block — a tensor-parallel or ZeRO shard, or a whole tensor — is written once, by the
-//     lowest rank holding it, to that rank's safetensors file, and an index (checkpoint.json)
-//     lists every tensor's blocks with their shapes and SHA-256s. Ownership follows from the
-//     plan alone, so every process of a multi-process run writes its own file and rank 0 the
-//     index, and the directory is byte for byte the one an in-process run writes. Reading
-//     (ckread.go) checks the index alone first — the blocks tile each tensor exactly once,
-//     the step is its directory's — then reads by byte range: resume gives each rank of the
-//     process its block from the stored blocks it overlaps, reading nothing else (each block
-//     checked against its SHA-256, each file's header against the index's step), and
-//     ReadCheckpoint assembles full tensors, checking whole files too. So any layout — pp, dp, tp — resumes any other, and
-//     merging and slicing are exact (a resume then a save writes the same bits). Resume refuses a checkpoint whose
-//     tensors differ from the plan's in name, dtype or shape, listing the differences (an
-//     8-layer checkpoint never quietly fills half of a 4-layer plan); a partial resume, asked
-//     for explicitly, loads what matches. A source hash that differs over matching tensors
-//     (another --set of the same file) is only a warning. Older single-file checkpoints
-//     (checkpoint.safetensors) are still read.
-//   - A save is atomic: every file is written to a temporary file in the same directory,
-//     synced, renamed into place and the directory synced; the rank files go to a new step
-//     directory (never over the files the current index vouches for), and the index is
-//     written last — the commit point — after which the previous step directory is removed.
-//     So a full disk, a failed write or a killed process, in any rank, leaves the previous
-//     checkpoint byte for byte. `ppc run --save DIR` also holds DIR's lock (LockDir; on Unix
-//     an flock of DIR/.ppc-lock, which records the holder's pid and which the kernel releases
-//     if the process dies; rank 0 holds it for a multi-process run) from start-up until its
-//     save completes, so a second run saving there is refused at once, naming the holder,
-//     instead of replacing the first run's checkpoint.
+//   - Checkpoints are runtime/checkpoint's; the job says which rank owns which block (the
+//     lowest holding it, from the plan alone), hands over and loads its ranks' bytes, and
+//     Resume compares the checkpoint's tensors with the plan's: it refuses one whose tensors
+//     differ in name, dtype or shape, listing the differences (an 8-layer checkpoint never
+//     quietly fills half of a 4-layer plan); a partial resume, asked for explicitly, loads
+//     what matches; a source hash that differs over matching tensors (another --set of the
+//     same file) is only a warning.
 //
 // # Multi-process runs
 //
 // A rank may be its own process (ppc run --nproc, torchrun, srun, mpirun: cmd/ppc reads the
 // launcher's environment). Each process loads the whole plan with LoadRank — every program
 // is checked, as Load checks them, but only its rank gets memory — and Join connects it to
-// the others:
-//
-//   - Rendezvous (store.go). Rank 0's process serves a store at MASTER_ADDR:MASTER_PORT;
-//     every process connects, proves the run token, and gives its rank, the world size, the
-//     plan's hash, its run flags (JoinOptions.Flags) and the address its peers reach it at
-//     (the interface it reaches the store by: loopback for --nproc). While the run starts, a
-//     process with another plan, world size or flags is refused with both sides named, and
-//     the run stops (the processes were started differently); once it has started, such a
-//     process is refused alone, as is a rank that joined already. Ranks join in any order
-//     within the join limit (5 minutes); meanwhile the waiting ones say which ranks they wait
-//     for (the store's pings name them), and a rank whose rendezvous does not answer yet says
-//     so; at the limit the store stops the run naming the missing ranks. Then each rank
-//     connects to the ranks it talks to (its pipeline neighbours and collective groups, from
-//     its program): it dials the lower ranks and accepts the higher, each connection
-//     authenticated like the store's, each handshake on its own (an idle connection delays
-//     no one).
-//   - Wire (wire.go). A mutual HMAC challenge–response under the token opens every
-//     connection, so only the run's own processes get past it, a recorded handshake cannot be
-//     replayed, and a dialer knows it did not reach a stale process of another run on a reused
-//     port. Frames have a fixed header whose payload length is bounded (by the largest buffer
-//     of the rank's program for data) before a byte is read or allocated. Garbage, port
-//     scanners and wrong tokens are dropped and logged; FuzzWire covers the decoders.
-//   - Transport (tcp.go). A reader goroutine per connection drains frames into a mailbox
-//     keyed by (peer, kind, tag or collective, step), so sends never wait on the receiver.
-//     Collectives are direct exchanges in which member k reduces chunk k in group order, so
-//     results are the in-process transport's bit for bit (TestTCPMatchesInProcess).
-//   - Control. The store also ends every step (a gather of the losses, each rank's time and
-//     whether a process was interrupted: all stop after the same step), coordinates
-//     checkpoints (each rank writes its tensors, rank 0 the index once every rank has) and
-//     merges traces. Every process reports what it is doing each second once the run has
-//     started; a process whose connection closes, that is silent for 30 s, or that fails
-//     sends the first cause to every other, which stop at once with that message (naming the
-//     rank, its host and pid, and the step and instruction it was at) and the rank it blames
-//     (RemoteError, which the launcher of --nproc is told). A rank that finishes its run is
-//     announced to the others: one still in a step fails at once instead of waiting for it.
-//     A wait for a peer longer than the hang limit is a hang, reported with what was
-//     awaited: --timeout, or by default HangLimit (5 minutes in the first step, then 10× the
-//     slowest step so far, at least a minute). A save that fails on any rank removes what it
-//     wrote and leaves the previous checkpoint, as an in-process save does.
+// the others through runtime/dist (the rendezvous, the TCP transport, failure reports: its
+// doc.go). The steps end with the processes' agreement on the losses; SaveAll writes each
+// process's blocks and has rank 0 commit the index once every rank has; MergeTrace gathers
+// the ranks' traces at rank 0.
 //
 // A device that communicates itself (device.Networked: NCCL between GPUs) carries a
 // multi-process run's messages and collectives device to device instead (devnet.go): its
 // groups, the order of the receives, the staging of messages, and a watch that aborts the
 // groups when the run stops, since a GPU waiting for a transfer does not time out.
-//
-// DESIGN.md §8 sketched --rank/--world/--master flags beside the launchers' variables; there
-// is one way instead: the environment, with torchrun's names (RANK, WORLD_SIZE, MASTER_ADDR,
-// MASTER_PORT) also read from Slurm's and MPI's, which is what every launcher sets and what a
-// hand-started process can set as easily as flags.
 package runtime

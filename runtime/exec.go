@@ -8,13 +8,16 @@ import (
 	"time"
 
 	pb "ppc.dev/ppc/codegen/programpb"
+	"ppc.dev/ppc/runtime/data"
 	"ppc.dev/ppc/runtime/device"
+	"ppc.dev/ppc/runtime/dist"
+	"ppc.dev/ppc/runtime/fault"
 )
 
 // Options control a run.
 type Options struct {
 	Seed uint64
-	Data DataSource // nil: synthetic data from Seed
+	Data data.Source // nil: synthetic data from Seed
 	// Trace, when set, records every executed instruction of the steps in its range with its
 	// rank and time.
 	Trace *Trace
@@ -42,8 +45,8 @@ type StepResult struct {
 }
 
 // RunError is a step that failed while executing a loaded, validated plan: ranks that hang
-// (a *HangError), a kernel that fails, a message of the wrong size. Its input checked out, so
-// it is a runtime failure (ppc exits 1), unlike an *InputError.
+// (a *dist.HangError), a kernel that fails, a message of the wrong size. Its input checked
+// out, so it is a runtime failure (ppc exits 1), unlike a *fault.InputError.
 type RunError struct {
 	Step int
 	Err  error
@@ -75,19 +78,19 @@ func (j *Job) Init(seed uint64) error {
 // micro-batch's loss counts once: the tensor-parallel ranks of a replica compute the same
 // loss, and only the one with tp coordinate 0 records it.
 func (j *Job) Step(opts Options) (StepResult, error) {
-	data := opts.Data
-	if data == nil {
-		data = &Synthetic{Seed: opts.Seed, Plan: j.Plan}
+	src := opts.Data
+	if src == nil {
+		src = &data.Synthetic{Seed: opts.Seed, Plan: j.Plan}
 	}
 	step := 0
 	if len(j.Ranks) > 0 {
 		step = j.Ranks[0].step + 1
 	}
-	j.comm.resetStep()
+	j.comm.ResetStep()
 	if j.proc != nil {
 		// The store's account of this rank, should it die mid-step (the heartbeat adds the
 		// instruction when a step is long).
-		j.proc.report(fmt.Sprintf("running step %d", step))
+		j.proc.Report(fmt.Sprintf("running step %d", step))
 	}
 	tr := opts.Trace
 	if !tr.records(step) {
@@ -99,15 +102,15 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 		wg.Add(1)
 		go func(r *Rank) {
 			defer wg.Done()
-			if err := j.runRank(r, step, data, tr); err != nil {
-				j.comm.abort(err) // the first error is the one reported
+			if err := j.runRank(r, step, src, tr); err != nil {
+				j.comm.Abort(err) // the first error is the one reported
 			}
-			j.comm.finish(r.Index)
+			j.comm.Finish(r.Index)
 		}(r)
 	}
 	wg.Wait()
 	res := StepResult{Step: step, Duration: time.Since(start), Loss: math.NaN()}
-	err := j.comm.err()
+	err := j.comm.Err()
 	var sum float64
 	n := 0
 	for _, r := range j.Ranks { // in rank order: the lowest rank's metric is kept
@@ -129,17 +132,10 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 	if j.proc != nil {
 		// Every process learns the step's outcome: its losses, or the first failure.
 		if err != nil {
-			err = j.proc.fail(err)
+			err = j.proc.Fail(err)
 		} else {
 			stop := opts.StopRequested != nil && opts.StopRequested()
-			mine := stepEnd{LossSum: wireFloat(sum), LossN: n, Nanos: int64(res.Duration), Stop: stop}
-			for k, v := range res.Metrics {
-				if mine.Metrics == nil {
-					mine.Metrics = map[string]wireFloat{}
-				}
-				mine.Metrics[k] = wireFloat(v)
-			}
-			sum, n, res.RankTimes, res.Stop, res.Metrics, err = j.proc.endStep(mine)
+			sum, n, res.RankTimes, res.Stop, res.Metrics, err = j.proc.EndStep(sum, n, res.Duration, stop, res.Metrics)
 			res.Duration = time.Since(start)
 		}
 	}
@@ -149,7 +145,7 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 		}
 	}
 	if err != nil {
-		var ie *InputError
+		var ie *fault.InputError
 		if errors.As(err, &ie) {
 			return res, err // data that turned out bad when read: the user's to fix
 		}
@@ -173,7 +169,7 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 	return res, nil
 }
 
-func (j *Job) runRank(r *Rank, step int, data DataSource, tr *Trace) (err error) {
+func (j *Job) runRank(r *Rank, step int, src data.Source, tr *Trace) (err error) {
 	if j.net != nil {
 		stop := j.watchNet(r)
 		defer func() {
@@ -184,7 +180,7 @@ func (j *Job) runRank(r *Rank, step int, data DataSource, tr *Trace) (err error)
 	}
 	for i, b := range r.Prog.Buffers {
 		if b.Role == pb.Role_STEP {
-			if err := j.writeHost(r.Bufs[i], func(t device.Tensor) error { return storeF64(t, []float64{float64(step)}) }); err != nil {
+			if err := j.writeHost(r.Bufs[i], func(t device.Tensor) error { return data.StoreF64(t, []float64{float64(step)}) }); err != nil {
 				return err
 			}
 		}
@@ -200,11 +196,11 @@ func (j *Job) runRank(r *Rank, step int, data DataSource, tr *Trace) (err error)
 		if tr != nil {
 			began = time.Now()
 		}
-		if err := j.exec(r, it, step, data); err != nil {
-			if errors.Is(err, errAborted) {
+		if err := j.exec(r, it, step, src); err != nil {
+			if errors.Is(err, dist.ErrAborted) {
 				return err // another rank's failure, already recorded
 			}
-			if _, hang := err.(*HangError); hang {
+			if _, hang := err.(*dist.HangError); hang {
 				return err
 			}
 			return fmt.Errorf("rank %d, instruction %d (%s): %w", r.Index, n, describeInstr(it), err)
@@ -248,7 +244,7 @@ func describeInstr(it *instr) string {
 	return it.Kind.String()
 }
 
-func (j *Job) exec(r *Rank, it *instr, step int, data DataSource) error {
+func (j *Job) exec(r *Rank, it *instr, step int, src data.Source) error {
 	dev := j.dev
 	if it.link != nil || it.netColl != nil {
 		return j.execNet(it)
@@ -257,7 +253,7 @@ func (j *Job) exec(r *Rank, it *instr, step int, data DataSource) error {
 	case pb.Instr_LAUNCH:
 		return it.impl(it.in, it.out)
 	case pb.Instr_INPUT:
-		return j.writeStaged(it, func(t device.Tensor) error { return data.Fill(r.inputs[it.Label], step, it.mb, t) })
+		return j.writeStaged(it, func(t device.Tensor) error { return src.Fill(r.inputs[it.Label], step, it.mb, t) })
 	case pb.Instr_SEND:
 		if a, ok := dev.(device.Async); ok && j.proc != nil && !it.in[0].OnHost() {
 			return j.sendAsync(r, it, a)
@@ -266,9 +262,9 @@ func (j *Job) exec(r *Rank, it *instr, step int, data DataSource) error {
 		if err != nil {
 			return err
 		}
-		return j.comm.send(r.Index, it.peer, it.Tag, in.Data)
+		return j.comm.Send(r.Index, it.peer, it.Tag, in.Data)
 	case pb.Instr_RECV:
-		return j.writeStaged(it, func(t device.Tensor) error { return j.comm.recv(r.Index, it.peer, it.Tag, t.Data) })
+		return j.writeStaged(it, func(t device.Tensor) error { return j.comm.Recv(r.Index, it.peer, it.Tag, t.Data) })
 	case pb.Instr_ZERO:
 		return dev.Zero(it.out[0])
 	case pb.Instr_ACCUM:
@@ -281,9 +277,9 @@ func (j *Job) exec(r *Rank, it *instr, step int, data DataSource) error {
 			return err
 		}
 		if len(it.out) == 0 { // in place
-			return j.writeHost(it.in[0], func(device.Tensor) error { return j.comm.collective(r.Index, it.coll, in, in) }, in)
+			return j.writeHost(it.in[0], func(device.Tensor) error { return j.comm.Collective(r.Index, it.coll, in, in) }, in)
 		}
-		return j.writeHost(it.out[0], func(o device.Tensor) error { return j.comm.collective(r.Index, it.coll, in, o) })
+		return j.writeHost(it.out[0], func(o device.Tensor) error { return j.comm.Collective(r.Index, it.coll, in, o) })
 	case pb.Instr_AXIS_INDEX:
 		return j.writeHost(it.out[0], func(t device.Tensor) error { t.I64()[0] = it.index; return nil })
 	case pb.Instr_PACK:
@@ -404,7 +400,7 @@ func (j *Job) sendAsync(r *Rank, it *instr, dev device.Async) error {
 			done <- err
 			return
 		}
-		done <- j.comm.send(from, to, tag, data)
+		done <- j.comm.Send(from, to, tag, data)
 	}()
 	return nil
 }
@@ -456,7 +452,7 @@ func (j *Job) readHost(t device.Tensor) (device.Tensor, error) {
 	if t.OnHost() {
 		return t, nil
 	}
-	h := device.Tensor{Type: t.Type, Data: alignedBytes(t.Type.Bytes())}
+	h := device.Tensor{Type: t.Type, Data: device.HostBytes(t.Type.Bytes())}
 	return h, j.dev.Read(h.Data, t)
 }
 
@@ -470,7 +466,7 @@ func (j *Job) writeHost(t device.Tensor, fill func(device.Tensor) error, stage .
 	if len(stage) > 0 {
 		h = stage[0]
 	} else {
-		h.Data = alignedBytes(t.Type.Bytes())
+		h.Data = device.HostBytes(t.Type.Bytes())
 	}
 	if err := fill(h); err != nil {
 		return err

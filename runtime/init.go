@@ -6,6 +6,7 @@ import (
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/kernels/cpu"
+	"ppc.dev/ppc/runtime/data"
 	"ppc.dev/ppc/runtime/device"
 )
 
@@ -47,7 +48,7 @@ func initBuffer(b *pb.Buffer, g *shardGeom, t device.Tensor, seed uint64) error 
 			}
 		}
 	}
-	return storeF64(t, f64)
+	return data.StoreF64(t, f64)
 }
 
 // InitialValue returns the whole value a parameter starts from at seed: its data (imported
@@ -116,30 +117,4 @@ func contiguousRuns(g *shardGeom, t ir.Type) []run {
 		}
 	}
 	return out
-}
-
-// storeF64 writes float64 values into a float tensor of any float dtype.
-func storeF64(t device.Tensor, v []float64) error {
-	switch t.Type.DType {
-	case ir.F64:
-		copy(t.F64(), v)
-	case ir.F32:
-		d := t.F32()
-		for i, x := range v {
-			d[i] = float32(x)
-		}
-	case ir.F16:
-		d := t.U16()
-		for i, x := range v {
-			d[i] = ir.F32ToF16(float32(x))
-		}
-	case ir.BF16:
-		d := t.U16()
-		for i, x := range v {
-			d[i] = ir.F32ToBF16(float32(x))
-		}
-	default:
-		return fmt.Errorf("cannot initialise a %s tensor with random values", t.Type.DType)
-	}
-	return nil
 }

@@ -16,6 +16,8 @@ import (
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime/device"
+	"ppc.dev/ppc/runtime/dist"
+	"ppc.dev/ppc/runtime/fault"
 )
 
 // Job is a loaded, validated plan: the ranks this process runs (Ranks: all of them for an
@@ -29,9 +31,9 @@ type Job struct {
 	Ranks []*Rank
 	all   []*Rank // every rank of the world, by index; Ranks are among them
 	dev   device.Device
-	comm  comm
-	proc  *Process   // the multi-process run this job is part of (nil: every rank is here)
-	net   device.Net // the device's own communication, when it carries the run's (devnet.go)
+	comm  dist.Comm
+	proc  *dist.Process // the multi-process run this job is part of (nil: every rank is here)
+	net   device.Net    // the device's own communication, when it carries the run's (devnet.go)
 }
 
 // Rank is one rank's prepared program and memory. The dp × tp replicas of a pipeline rank
@@ -70,7 +72,7 @@ type instr struct {
 	impl    device.Impl
 	in, out []device.Tensor
 	name    string       // kernel name for traces
-	coll    *collOp      // collectives
+	coll    *dist.Op     // collectives
 	peer    int          // SEND/RECV: the peer's rank
 	stage   []byte       // SEND, RECV, INPUT, LOSS and METRIC on an asynchronous device: the instruction's host buffer
 	staged  func() error // RECV and INPUT: waits until the last copy from stage is done
@@ -89,20 +91,10 @@ type instr struct {
 // metricNameRE is what a METRIC's name must look like: it becomes a key of --log-json.
 var metricNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 
-// InputError marks a problem with the files given to the runtime (exit status 2).
-type InputError struct{ Err error }
-
-func (e *InputError) Error() string { return e.Err.Error() }
-func (e *InputError) Unwrap() error { return e.Err }
-
-func inputErrorf(format string, args ...any) error {
-	return &InputError{fmt.Errorf(format, args...)}
-}
-
 // Load reads plan.json and every program from dir, validates them completely, and prepares
 // every rank of the world on dev (the replicas of a pipeline rank from one decoded program).
-// A malformed or corrupted file is an *InputError naming the file and the problem; nothing is
-// executed before everything checks out.
+// A malformed or corrupted file is a *fault.InputError naming the file and the problem;
+// nothing is executed before everything checks out.
 func Load(dir string, dev device.Device) (*Job, error) {
 	return load(dir, dev, -1)
 }
@@ -118,44 +110,44 @@ func LoadRank(dir string, dev device.Device, rank int) (*Job, error) {
 func load(dir string, dev device.Device, local int) (*Job, error) {
 	plan, err := codegen.ReadPlan(dir)
 	if err != nil {
-		return nil, &InputError{err}
+		return nil, &fault.InputError{Err: err}
 	}
 	if local >= plan.World {
-		return nil, inputErrorf("%s: rank %d is not in the plan's %d-rank world", dir, local, plan.World)
+		return nil, fault.Inputf("%s: rank %d is not in the plan's %d-rank world", dir, local, plan.World)
 	}
-	j := &Job{Dir: dir, Plan: plan, dev: dev, comm: newTransport(plan.World)}
+	j := &Job{Dir: dir, Plan: plan, dev: dev, comm: dist.NewLocal(plan.World)}
 	progs := map[string]*pb.Program{}
 	for _, info := range plan.Programs {
 		path := filepath.Join(dir, info.File)
 		data, err := os.ReadFile(path)
 		if err != nil {
-			return nil, &InputError{err}
+			return nil, &fault.InputError{Err: err}
 		}
 		// plan.json records each program's checksum. Check it before decoding: a flipped
 		// byte is corruption, which the decoder would report as "cannot parse", and a
 		// program that decodes and validates may still have been changed (another operand
 		// buffer, a program of another compile).
 		if err := plan.CheckProgramBytes(info.File, data); err != nil {
-			return nil, inputErrorf("%s: %v", path, err)
+			return nil, fault.Inputf("%s: %v", path, err)
 		}
 		prog := &pb.Program{}
 		if err := proto.Unmarshal(data, prog); err != nil {
-			return nil, inputErrorf("%s: not a ppc program: %v", path, err)
+			return nil, fault.Inputf("%s: not a ppc program: %v", path, err)
 		}
 		if err := checkProgram(plan, info.PP, prog); err != nil {
-			return nil, inputErrorf("%s: %v", path, err)
+			return nil, fault.Inputf("%s: %v", path, err)
 		}
 		progs[info.File] = prog
 	}
 	for r, info := range plan.Ranks {
 		rank, err := j.prepare(r, progs[info.Program], local < 0 || r == local)
 		if err != nil {
-			return nil, inputErrorf("%s: %v", j.where(r), err)
+			return nil, fault.Inputf("%s: %v", j.where(r), err)
 		}
 		j.add(rank, local < 0 || r == local)
 	}
 	if err := j.checkRanks(); err != nil {
-		return nil, inputErrorf("%s: %v", dir, err)
+		return nil, fault.Inputf("%s: %v", dir, err)
 	}
 	return j, nil
 }
@@ -189,7 +181,7 @@ func New(out *codegen.Output, dev device.Device) (*Job, error) {
 	if len(plan.Ranks) != plan.World {
 		return nil, fmt.Errorf("%d ranks listed for world size %d", len(plan.Ranks), plan.World)
 	}
-	j := &Job{Plan: plan, dev: dev, comm: newTransport(plan.World)}
+	j := &Job{Plan: plan, dev: dev, comm: dist.NewLocal(plan.World)}
 	progs := map[string]*pb.Program{}
 	for i, p := range out.Programs {
 		if err := checkProgram(plan, plan.Programs[i].PP, p); err != nil {
@@ -219,15 +211,15 @@ func New(out *codegen.Output, dev device.Device) (*Job, error) {
 func LoadProgram(data []byte, plan *codegen.Plan, dev device.Device) (*Rank, error) {
 	prog := &pb.Program{}
 	if err := proto.Unmarshal(data, prog); err != nil {
-		return nil, inputErrorf("not a ppc program: %v", err)
+		return nil, fault.Inputf("not a ppc program: %v", err)
 	}
 	if err := checkProgram(plan, int(prog.Pp), prog); err != nil {
-		return nil, &InputError{err}
+		return nil, &fault.InputError{Err: err}
 	}
-	j := &Job{Plan: plan, dev: dev, comm: newTransport(plan.World)}
+	j := &Job{Plan: plan, dev: dev, comm: dist.NewLocal(plan.World)}
 	r, err := j.prepare(plan.Mesh.Rank(codegen.Coords{PP: int(prog.Pp)}), prog, true)
 	if err != nil {
-		return nil, &InputError{err}
+		return nil, &fault.InputError{Err: err}
 	}
 	return r, nil
 }
@@ -577,7 +569,7 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, local
 			case pb.Role_CONST, pb.Role_PARAM, pb.Role_STEP:
 				// COPY writes tied weights; collectives write parameters under ZeRO (the
 				// all-gather of updated shards) and when replicas are broadcast.
-				paramOK := in.Kind == pb.Instr_COPY || collNames[in.Kind] != ""
+				paramOK := in.Kind == pb.Instr_COPY || dist.OpName(in.Kind) != ""
 				if !paramOK || role(id) != pb.Role_PARAM {
 					return fmt.Errorf("writes to read-only buffer %d (%s)", id, role(id))
 				}
@@ -728,11 +720,11 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, local
 	return it, nil
 }
 
-// prepareCollective checks one collective instruction on its own and builds its collOp.
+// prepareCollective checks one collective instruction on its own and builds its dist.Op.
 // That the members agree with each other is checked across programs by checkCollectives
 // (Load, New) and again by the transport when they meet.
 func (j *Job) prepareCollective(rank *Rank, in *pb.Instr, it *instr) error {
-	kind, name := in.Kind, collNames[in.Kind]
+	kind, name := in.Kind, dist.OpName(in.Kind)
 	inPlaceOK := kind == pb.Instr_ALL_REDUCE || kind == pb.Instr_BROADCAST
 	switch {
 	case inPlaceOK && (len(in.In) != 1 || len(in.Out) > 1):
@@ -788,7 +780,7 @@ func (j *Job) prepareCollective(rank *Rank, in *pb.Instr, it *instr) error {
 	}
 	switch kind {
 	case pb.Instr_ALL_REDUCE, pb.Instr_REDUCE_SCATTER:
-		if err := reducible(x.DType, in.ReduceOp); err != nil {
+		if err := dist.Reducible(x.DType, in.ReduceOp); err != nil {
 			return fmt.Errorf("%s: %v", name, err)
 		}
 	}
@@ -836,8 +828,8 @@ func (j *Job) prepareCollective(rank *Rank, in *pb.Instr, it *instr) error {
 	if (outID != inID || !inPlaceOK) && j.overlap(rank, inID, outID) {
 		return fmt.Errorf("%s output buffer %d overlaps its input buffer %d", name, outID, inID)
 	}
-	it.coll = &collOp{kind: kind, group: group, members: membersKey(group), dtype: x.DType, shape: x.Shape,
-		dim: int(in.Dim), op: in.ReduceOp, root: int(in.Root), tag: in.Tag}
+	it.coll = &dist.Op{Kind: kind, Group: group, Members: dist.MembersKey(group), DType: x.DType, Shape: x.Shape,
+		Dim: int(in.Dim), Reduce: in.ReduceOp, Root: int(in.Root), Tag: in.Tag}
 	return nil
 }
 
@@ -910,10 +902,10 @@ func shardedText(sharded bool) string {
 func checkCollectives(ranks []*Rank) error {
 	type call struct {
 		rank, instr int
-		op          *collOp
+		op          *dist.Op
 	}
-	calls := map[collKey][]call{}
-	var keys []collKey
+	calls := map[dist.Key][]call{}
+	var keys []dist.Key
 	count := map[string][]int{} // member set → collectives issued by each rank of the world
 	for _, r := range ranks {
 		seq := map[string]int{}
@@ -922,8 +914,8 @@ func checkCollectives(ranks []*Rank) error {
 			if op == nil {
 				continue
 			}
-			k := collKey{op.members, seq[op.members]}
-			seq[op.members]++
+			k := dist.Key{Members: op.Members, Seq: seq[op.Members]}
+			seq[op.Members]++
 			if calls[k] == nil {
 				keys = append(keys, k)
 			}
@@ -940,20 +932,20 @@ func checkCollectives(ranks []*Rank) error {
 		cs := calls[k]
 		first := cs[0]
 		for _, c := range cs[1:] {
-			if !c.op.same(first.op) {
+			if !c.op.Same(first.op) {
 				return fmt.Errorf("collective #%d over ranks {%s} does not match: rank %d (instruction %d) issues %v, rank %d (instruction %d) issues %v",
-					k.seq, k.members, first.rank, first.instr, first.op, c.rank, c.instr, c.op)
+					k.Seq, k.Members, first.rank, first.instr, first.op, c.rank, c.instr, c.op)
 			}
 		}
-		if len(cs) != len(first.op.group) {
-			for _, m := range first.op.group {
-				if m >= len(ranks) || count[k.members][m] <= k.seq {
+		if len(cs) != len(first.op.Group) {
+			for _, m := range first.op.Group {
+				if m >= len(ranks) || count[k.Members][m] <= k.Seq {
 					issued := 0
 					if m < len(ranks) {
-						issued = count[k.members][m]
+						issued = count[k.Members][m]
 					}
 					return fmt.Errorf("rank %d (instruction %d) issues collective #%d over ranks {%s}, %v, but rank %d issues only %d collectives over that group: it would wait forever",
-						first.rank, first.instr, k.seq, k.members, first.op, m, issued)
+						first.rank, first.instr, k.Seq, k.Members, first.op, m, issued)
 				}
 			}
 		}
@@ -1064,16 +1056,6 @@ func (j *Job) place(rank *Rank, types []ir.Type) error {
 }
 
 func align256(n int64) int64 { return (n + 255) &^ 255 }
-
-// alignedBytes allocates n bytes of host memory aligned to 64.
-func alignedBytes(n int64) []byte {
-	if n == 0 {
-		return []byte{}
-	}
-	raw := make([]byte, n+63)
-	off := int((64 - uintptr(unsafe.Pointer(&raw[0]))%64) % 64)
-	return raw[off : int64(off)+n : int64(off)+n]
-}
 
 func fillConst(dst, data []byte, splat bool) {
 	if !splat {

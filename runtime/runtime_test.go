@@ -14,26 +14,14 @@ import (
 	"ppc.dev/ppc/codegen"
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/compiler"
+	"ppc.dev/ppc/internal/jobtest"
 	. "ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/cpu"
+	"ppc.dev/ppc/runtime/fault"
 )
 
-// compileIR compiles an IR model into a temporary plan directory.
-func compileIR(t testing.TB, path string, opts compiler.Options) string {
-	t.Helper()
-	res, err := compiler.Compile(path, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := res.Write(dir); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 func TestForwardRunsAndIsDeterministic(t *testing.T) {
-	dir := compileIR(t, "../testdata/ir/mlp.ir", compiler.Options{ForwardOnly: true, Microbatches: 1})
+	dir := jobtest.Compile(t, "../testdata/ir/mlp.ir", compiler.Options{ForwardOnly: true, Microbatches: 1})
 	var losses []float64
 	for i := 0; i < 2; i++ {
 		job, err := Load(dir, cpu.New())
@@ -101,7 +89,7 @@ func firstLaunch(p *pb.Program) *pb.Instr {
 }
 
 func TestLoaderRejectsCorruptPrograms(t *testing.T) {
-	dir := compileIR(t, "../testdata/ir/mlp.ir", compiler.Options{ForwardOnly: true, Microbatches: 1})
+	dir := jobtest.Compile(t, "../testdata/ir/mlp.ir", compiler.Options{ForwardOnly: true, Microbatches: 1})
 	cases := []struct {
 		name string
 		f    func(p *pb.Program)
@@ -170,9 +158,9 @@ func TestLoaderRejectsCorruptPrograms(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			bad := corrupt(t, dir, c.f)
 			_, err := Load(bad, cpu.New())
-			var ie *InputError
+			var ie *fault.InputError
 			if err == nil || !errors.As(err, &ie) || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("got %v, want an InputError containing %q", err, c.want)
+				t.Fatalf("got %v, want an fault.InputError containing %q", err, c.want)
 			}
 			if !strings.Contains(err.Error(), "rank-00000.ppx") {
 				t.Fatalf("error does not name the file: %v", err)
@@ -192,7 +180,7 @@ func firstLaunchOut(p *pb.Program) *pb.Buffer {
 }
 
 func TestLoaderRejectsBadFiles(t *testing.T) {
-	dir := compileIR(t, "../testdata/ir/mlp.ir", compiler.Options{ForwardOnly: true, Microbatches: 1})
+	dir := jobtest.Compile(t, "../testdata/ir/mlp.ir", compiler.Options{ForwardOnly: true, Microbatches: 1})
 	prog, _ := os.ReadFile(filepath.Join(dir, codegen.ProgramFile(0)))
 	plan, _ := os.ReadFile(filepath.Join(dir, "plan.json"))
 	noSum := regexp.MustCompile(`"program_sha256": "[0-9a-f]*"`).ReplaceAll(plan, []byte(`"program_sha256": ""`))
@@ -219,9 +207,9 @@ func TestLoaderRejectsBadFiles(t *testing.T) {
 			os.WriteFile(filepath.Join(d, "plan.json"), c.plan, 0o644)
 			os.WriteFile(filepath.Join(d, codegen.ProgramFile(0)), c.prog, 0o644)
 			_, err := Load(d, cpu.New())
-			var ie *InputError
+			var ie *fault.InputError
 			if err == nil || !errors.As(err, &ie) || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("got %v, want an InputError containing %q", err, c.want)
+				t.Fatalf("got %v, want an fault.InputError containing %q", err, c.want)
 			}
 		})
 	}
@@ -233,7 +221,7 @@ func TestLoaderRejectsBadFiles(t *testing.T) {
 // FuzzLoadProgram feeds mutated programs to the loader and runs whatever loads: the runtime
 // must report bad programs as errors, never crash.
 func FuzzLoadProgram(f *testing.F) {
-	dir := compileIR(f, "../testdata/ir/mlp.ir", compiler.Options{ForwardOnly: true, Microbatches: 1})
+	dir := jobtest.Compile(f, "../testdata/ir/mlp.ir", compiler.Options{ForwardOnly: true, Microbatches: 1})
 	prog, _ := os.ReadFile(filepath.Join(dir, codegen.ProgramFile(0)))
 	plan, err := codegen.ReadPlan(dir)
 	if err != nil {
@@ -268,7 +256,7 @@ func FuzzLoadProgram(f *testing.F) {
 		}
 		j, err := New(&codegen.Output{Plan: plan, Programs: []*pb.Program{p}}, cpu.New())
 		if err != nil {
-			var ie *InputError
+			var ie *fault.InputError
 			if !errors.As(err, &ie) && !strings.HasPrefix(err.Error(), codegen.ProgramFile(0)+": ") {
 				t.Fatalf("loader error of type %T: %v", err, err)
 			}
@@ -285,7 +273,7 @@ func FuzzLoadProgram(f *testing.F) {
 // plan.json's schedule. A plan.json whose schedule was edited (not covered by the programs'
 // checksums) is refused, so the two never disagree about a plan that runs.
 func TestLoaderRejectsScheduleMismatch(t *testing.T) {
-	dir := compileIR(t, "../testdata/ir/mlp.ir", compiler.Options{PP: 2, Microbatches: 2, Schedule: "gpipe"})
+	dir := jobtest.Compile(t, "../testdata/ir/mlp.ir", compiler.Options{PP: 2, Microbatches: 2, Schedule: "gpipe"})
 	if _, err := Load(dir, cpu.New()); err != nil {
 		t.Fatal(err)
 	}
@@ -314,9 +302,30 @@ func TestLoaderRejectsScheduleMismatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := Load(dir, cpu.New())
-		var ie *InputError
+		var ie *fault.InputError
 		if err == nil || !errors.As(err, &ie) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: got %v, want an InputError containing %q", c.name, err, c.want)
+			t.Errorf("%s: got %v, want an fault.InputError containing %q", c.name, err, c.want)
 		}
+	}
+}
+
+// TestLoaderChecksProgramChecksum: a program that still decodes and validates, but is not
+// the one plan.json was written with, is refused.
+func TestLoaderChecksProgramChecksum(t *testing.T) {
+	dir := jobtest.Compile(t, "../testdata/ir/mlp.ir", compiler.Options{ForwardOnly: true, Microbatches: 1})
+	bad := corrupt(t, dir, func(p *pb.Program) { p.Buffers[len(p.Buffers)-1].Name += "x" })
+	// corrupt records the changed program's checksum; put back the plan.json it was not
+	// compiled with.
+	plan, _ := os.ReadFile(filepath.Join(dir, "plan.json"))
+	if err := os.WriteFile(filepath.Join(bad, "plan.json"), plan, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(bad, cpu.New())
+	var ie *fault.InputError
+	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "rank-00000.ppx: does not match plan.json") {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := Load(dir, cpu.New()); err != nil {
+		t.Fatalf("the untouched plan: %v", err)
 	}
 }

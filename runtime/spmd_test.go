@@ -9,6 +9,7 @@ import (
 	"ppc.dev/ppc/codegen"
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/runtime/checkpoint"
 	"ppc.dev/ppc/runtime/cpu"
 	"ppc.dev/ppc/runtime/device"
 )
@@ -94,7 +95,7 @@ func TestSharedProgramReplicas(t *testing.T) {
 		t.Fatalf("merged w is %s, want f32[4]", full.Type)
 	}
 	// The full tensor is what one unsharded buffer initialises to.
-	one := device.Tensor{Type: ir.T(ir.F32, 4), Data: alignedBytes(16)}
+	one := device.Tensor{Type: ir.T(ir.F32, 4), Data: device.HostBytes(16)}
 	if err := initBuffer(&pb.Buffer{Name: "w", Init: "normal(1)"}, nil, one, 3); err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func TestSharedProgramReplicas(t *testing.T) {
 	for i := range w {
 		w[i] *= 2
 	}
-	if err := WriteSafetensors(dir+"/"+CheckpointFile, map[string]device.Tensor{"w": full},
+	if err := checkpoint.WriteSafetensors(dir+"/"+checkpoint.SingleFile, map[string]device.Tensor{"w": full},
 		map[string]string{"step": "1", "seed": "3"}); err != nil {
 		t.Fatal(err)
 	}

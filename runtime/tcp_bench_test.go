@@ -13,6 +13,7 @@ import (
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime/cpu"
+	"ppc.dev/ppc/runtime/dist"
 )
 
 // The transport benchmarks run each rank as its own process: the benchmark's process is
@@ -32,7 +33,7 @@ func TestMain(m *testing.M) {
 
 // benchJob is rank me's job of a world whose ranks run one collective or a ping-pong.
 func benchJob(kind string, world, me int) (*Job, error) {
-	j := &Job{Plan: testPlan(world), dev: cpu.New(), comm: newTransport(world)}
+	j := &Job{Plan: testPlan(world), dev: cpu.New(), comm: dist.NewLocal(world)}
 	for r := range world {
 		var rp rankProg
 		switch kind {
@@ -63,23 +64,23 @@ func benchLoop(kind string, j *Job, n int) error {
 	for range n {
 		switch kind {
 		case "allreduce":
-			if err := j.comm.collective(r.Index, it.coll, it.in[0], it.in[0]); err != nil {
+			if err := j.comm.Collective(r.Index, it.coll, it.in[0], it.in[0]); err != nil {
 				return err
 			}
 		case "pingpong":
 			b := r.Bufs[0].Data
 			if r.Index == 0 {
-				if err := j.comm.send(0, 1, 1, b); err != nil {
+				if err := j.comm.Send(0, 1, 1, b); err != nil {
 					return err
 				}
-				if err := j.comm.recv(0, 1, 1, b); err != nil {
+				if err := j.comm.Recv(0, 1, 1, b); err != nil {
 					return err
 				}
 			} else {
-				if err := j.comm.recv(1, 0, 1, b); err != nil {
+				if err := j.comm.Recv(1, 0, 1, b); err != nil {
 					return err
 				}
-				if err := j.comm.send(1, 0, 1, b); err != nil {
+				if err := j.comm.Send(1, 0, 1, b); err != nil {
 					return err
 				}
 			}
@@ -103,7 +104,7 @@ func benchChild() error {
 	if err != nil {
 		return err
 	}
-	p, err := j.Join(JoinOptions{Rank: me, World: world, Master: os.Getenv("PPC_BENCH_MASTER"), Token: "bench"})
+	p, err := j.Join(dist.JoinOptions{Rank: me, World: world, Master: os.Getenv("PPC_BENCH_MASTER"), Token: "bench"})
 	if err != nil {
 		return err
 	}
@@ -118,7 +119,7 @@ func benchProcesses(b *testing.B, kind string, world int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		p, err := j.Join(JoinOptions{Rank: 0, World: world, Master: master, StoreListener: ln, Token: "bench", JoinTimeout: time.Minute})
+		p, err := j.Join(dist.JoinOptions{Rank: 0, World: world, Master: master, StoreListener: ln, Token: "bench", JoinTimeout: time.Minute})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"ppc.dev/ppc/compiler"
+	"ppc.dev/ppc/internal/jobtest"
 	. "ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/cpu"
 )
@@ -46,7 +47,7 @@ func parseTrace(t *testing.T, b []byte) traceFile {
 // runTraced runs steps steps of a 2-rank pipeline with a trace of steps first..last.
 func runTraced(t *testing.T, steps, first, last int) (*countingWriter, []int) {
 	t.Helper()
-	dir := compileIR(t, "../testdata/ir/mlp.ir", compiler.Options{PP: 2, Microbatches: 2})
+	dir := jobtest.Compile(t, "../testdata/ir/mlp.ir", compiler.Options{PP: 2, Microbatches: 2})
 	job, err := Load(dir, cpu.New())
 	if err != nil {
 		t.Fatal(err)
@@ -141,14 +142,14 @@ func TestTraceStepRangeAndStreaming(t *testing.T) {
 	}
 }
 
-// full is a disk that takes n bytes and then fails (failingWriter is in checkpoint_test.go).
+// full is a disk that takes n bytes and then fails (jobtest.FailingWriter).
 func full(n int) io.Writer {
-	return &failingWriter{w: io.Discard, n: n, err: errors.New("no space left on device")}
+	return &jobtest.FailingWriter{W: io.Discard, N: n, Err: errors.New("no space left on device")}
 }
 
 // TestTraceWriteError: a trace that cannot be written fails the step that wrote it.
 func TestTraceWriteError(t *testing.T) {
-	dir := compileIR(t, "../testdata/ir/mlp.ir", compiler.Options{Microbatches: 1})
+	dir := jobtest.Compile(t, "../testdata/ir/mlp.ir", compiler.Options{Microbatches: 1})
 	job, err := Load(dir, cpu.New())
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"ppc.dev/ppc/codegen"
-	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/checkpoint"
 )
 
 // compilePlanIn compiles a model into the plan directory dir/name.
@@ -38,7 +38,7 @@ func sourceHash(t *testing.T, plan string) string {
 
 func checkpointStep(t *testing.T, path string) int {
 	t.Helper()
-	_, meta, err := runtime.ReadCheckpoint(path)
+	_, meta, err := checkpoint.Read(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestResumeAndSaveOneDirectory(t *testing.T) {
 	if code, _, errOut := ppc(t, "", "run", plan, "--steps", "3", "--save", straight); code != 0 {
 		t.Fatal(errOut)
 	}
-	for _, args := range [][]string{{"--save", ck}, {"--resume", ck, "--save", ck}, {"--resume", filepath.Join(ck, runtime.IndexFile), "--save", ck}} {
+	for _, args := range [][]string{{"--save", ck}, {"--resume", ck, "--save", ck}, {"--resume", filepath.Join(ck, checkpoint.IndexFile), "--save", ck}} {
 		if code, _, errOut := ppc(t, "", append([]string{"run", plan, "--steps", "1"}, args...)...); code != 0 {
 			t.Fatalf("run %v: %s", args, errOut)
 		}
@@ -126,7 +126,7 @@ func TestResumeAndSaveOneDirectory(t *testing.T) {
 	if code, stdout, _ := ppc(t, "", "compare", straight, ck, "--rtol", "0", "--atol", "0"); code != 0 {
 		t.Fatalf("1+1+1 steps through one directory differ from 3:\n%s", stdout)
 	}
-	if names := dirNames(t, ck); len(names) != 2 || names[0] != runtime.IndexFile || names[1] != "step-00000003" {
+	if names := dirNames(t, ck); len(names) != 2 || names[0] != checkpoint.IndexFile || names[1] != "step-00000003" {
 		t.Fatalf("the checkpoint directory holds %v", names)
 	}
 	// A forward-only plan takes a training checkpoint's parameters, without its optimizer
@@ -150,7 +150,7 @@ func TestSaveDirectoryLocked(t *testing.T) {
 	dir := t.TempDir()
 	plan := compilePlanIn(t, dir, "plan", mlp, "--microbatches", "2")
 	ck := filepath.Join(dir, "ck")
-	lock, err := runtime.LockDir(ck)
+	lock, err := checkpoint.LockDir(ck)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestSaveDirectoryLocked(t *testing.T) {
 	if code, _, errOut := ppc(t, "", "run", plan, "--steps", "1", "--save", ck); code != 0 {
 		t.Fatalf("save once the lock is released: %s", errOut)
 	}
-	if names := dirNames(t, ck); len(names) != 2 || names[0] != runtime.IndexFile {
+	if names := dirNames(t, ck); len(names) != 2 || names[0] != checkpoint.IndexFile {
 		t.Fatalf("the run left %v", names)
 	}
 }
@@ -191,7 +191,7 @@ func TestSaveEvery(t *testing.T) {
 	if code != 0 || strings.Count(stdout, "(saved)") != 2 || !regexp.MustCompile(`(?m)^step 4 .*\(saved\)$`).MatchString(stdout) {
 		t.Fatalf("exit %d\n%s%s", code, stdout, errOut)
 	}
-	if names := dirNames(t, ck); len(names) != 2 || names[0] != runtime.IndexFile || names[1] != "step-00000005" {
+	if names := dirNames(t, ck); len(names) != 2 || names[0] != checkpoint.IndexFile || names[1] != "step-00000005" {
 		t.Fatalf("the save directory holds %v", names)
 	}
 	for _, c := range []struct {

@@ -11,6 +11,8 @@ import (
 
 	"ppc.dev/ppc/compiler"
 	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/checkpoint"
+	"ppc.dev/ppc/runtime/data"
 	"ppc.dev/ppc/runtime/device"
 )
 
@@ -67,21 +69,21 @@ func loadTensors(path string) (map[string]device.Tensor, map[string]string, erro
 	// is safetensors, whatever wrote it.
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		// An older checkpoint directory holds one safetensors file.
-		legacy := filepath.Join(path, runtime.CheckpointFile)
-		if _, err := os.Stat(filepath.Join(path, runtime.IndexFile)); err != nil {
+		legacy := filepath.Join(path, checkpoint.SingleFile)
+		if _, err := os.Stat(filepath.Join(path, checkpoint.IndexFile)); err != nil {
 			if _, err := os.Stat(legacy); err == nil {
 				path = legacy
 			}
 		}
 	}
 	if st, err := os.Stat(path); err == nil && (st.IsDir() || strings.HasSuffix(path, ".json")) {
-		t, m, err := runtime.ReadCheckpoint(path)
+		t, m, err := checkpoint.Read(path)
 		if err != nil {
 			return nil, nil, err
 		}
 		return t, map[string]string{"step": strconv.Itoa(m.Step), "model": m.Model, "source_hash": m.SourceHash}, nil
 	}
-	t, m, err := runtime.ReadSafetensors(path)
+	t, m, err := checkpoint.ReadSafetensors(path)
 	return t, m, trimPathError(err)
 }
 
@@ -204,7 +206,7 @@ func compareTensors(e *env, a, b map[string]device.Tensor, metaA, metaB map[stri
 			bad++
 			continue
 		}
-		d := compareElems(runtime.Float64s(ta), runtime.Float64s(tb), tol)
+		d := compareElems(data.Float64s(ta), data.Float64s(tb), tol)
 		worstAbs, worstRel = math.Max(worstAbs, d.maxAbs), math.Max(worstRel, d.maxRel)
 		switch {
 		case d.bad > 0:

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"ppc.dev/ppc/ir"
-	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/checkpoint"
 	"ppc.dev/ppc/runtime/device"
 )
 
@@ -21,7 +21,7 @@ func f32s(vals ...float32) device.Tensor {
 func writeCheckpoint(t *testing.T, dir string, tensors map[string]device.Tensor, meta map[string]string) string {
 	t.Helper()
 	os.MkdirAll(dir, 0o755)
-	if err := runtime.WriteSafetensors(filepath.Join(dir, runtime.CheckpointFile), tensors, meta); err != nil {
+	if err := checkpoint.WriteSafetensors(filepath.Join(dir, checkpoint.SingleFile), tensors, meta); err != nil {
 		t.Fatal(err)
 	}
 	return dir

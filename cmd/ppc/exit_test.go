@@ -17,6 +17,8 @@ import (
 	"ppc.dev/ppc/codegen"
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/dist"
+	"ppc.dev/ppc/runtime/fault"
 )
 
 // The exit-status policy of main.go, error type by error type.
@@ -29,9 +31,9 @@ func TestReportPolicy(t *testing.T) {
 	}{
 		{"usage", usagef("bad flag"), exitInput},
 		{"plain error (bad input)", errors.New("model.ir:1:1: bad"), exitInput},
-		{"runtime input error", &runtime.InputError{Err: errors.New("bad data")}, exitInput},
+		{"runtime input error", &fault.InputError{Err: errors.New("bad data")}, exitInput},
 		{"failed check", checkFailed{errors.New("differs")}, exitFailed},
-		{"hang", &runtime.RunError{Step: 3, Err: &runtime.HangError{Waiting: map[int]string{0: "recv"}}}, exitFailed},
+		{"hang", &runtime.RunError{Step: 3, Err: &dist.HangError{Waiting: map[int]string{0: "recv"}}}, exitFailed},
 		{"cannot create an output", trimPathError(&os.PathError{Op: "open", Path: "f/x", Err: syscall.ENOTDIR}), exitInput},
 		{"no permission to create an output", &os.PathError{Op: "open", Path: "x", Err: syscall.EACCES}, exitInput},
 		{"write after creation", trimPathError(&os.PathError{Op: "write", Path: "x", Err: syscall.EBADF}), exitFailed},

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"ppc.dev/ppc/compiler"
-	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/data"
 )
 
 func init() {
@@ -67,14 +67,14 @@ func init() {
 				}
 				for name, t := range gen {
 					p := filepath.Join(*outDir, "inputs", sanitize(name)+".npy")
-					if err := runtime.WriteNpy(p, t); err != nil {
+					if err := data.WriteNpy(p, t); err != nil {
 						return err
 					}
 					fmt.Fprintf(e.stdout, "input  %-24s %-16s generated, saved to %s\n", name, t.Type, p)
 				}
 				for _, o := range outs {
 					p := filepath.Join(*outDir, sanitize(o.Name)+".npy")
-					if err := runtime.WriteNpy(p, o.Tensor); err != nil {
+					if err := data.WriteNpy(p, o.Tensor); err != nil {
 						return err
 					}
 					fmt.Fprintf(e.stdout, "output %-24s %-16s %s\n", o.Name, o.Tensor.Type, p)

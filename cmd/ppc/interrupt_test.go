@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/checkpoint"
 )
 
 // signalAfter is a stdout that delivers a signal on sigs once the line "step N " is printed,
@@ -113,7 +113,7 @@ func TestRunInterrupted(t *testing.T) {
 	if n := traceSteps(t, tr); n != step {
 		t.Errorf("the trace records %d steps, the checkpoint %d", n, step)
 	}
-	if names := dirNames(t, ck); len(names) != 2 || names[0] != runtime.IndexFile {
+	if names := dirNames(t, ck); len(names) != 2 || names[0] != checkpoint.IndexFile {
 		t.Errorf("the save directory holds %v", names)
 	}
 	// The checkpoint resumes.
@@ -176,7 +176,7 @@ func TestRunInterruptedAfterPeriodicSave(t *testing.T) {
 	if want := "ppc run: interrupted by SIGINT at step 2; checkpoint of step 2 saved to " + ck + "\n"; code != exitInterrupted || !strings.HasSuffix(errb.String(), want) {
 		t.Fatalf("exit %d; stderr:\n%s\nwant it to end with %q", code, errb.String(), want)
 	}
-	if names := dirNames(t, ck); len(names) != 2 || names[0] != runtime.IndexFile || names[1] != "step-00000002" {
+	if names := dirNames(t, ck); len(names) != 2 || names[0] != checkpoint.IndexFile || names[1] != "step-00000002" {
 		t.Fatalf("the save directory holds %v", names)
 	}
 }
@@ -253,7 +253,7 @@ func TestRunSIGINTProcess(t *testing.T) {
 	if n := traceSteps(t, tr); n != step {
 		t.Errorf("the trace records %d steps, the checkpoint %d", n, step)
 	}
-	if _, _, err := runtime.ReadCheckpoint(ck); err != nil {
+	if _, _, err := checkpoint.Read(ck); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/dist"
 )
 
 // fakeWorkerVar makes this test binary act as a worker of `ppc run --nproc` (the
@@ -97,7 +98,7 @@ func fakeWorker(mode string) int {
 			reportExit(li, errors.New("something went wrong"))
 			return exitFailed
 		}
-		reportExit(li, &runtime.RemoteError{Msg: "rank N failed", Rank: li.World - 1})
+		reportExit(li, &dist.RemoteError{Msg: "rank N failed", Rank: li.World - 1})
 		return exitFailed
 	case "unresponsive":
 		// The last rank is stopped (SIGSTOP, a wedged process): the others report it.
@@ -105,7 +106,7 @@ func fakeWorker(mode string) int {
 			time.Sleep(time.Minute)
 			return 0
 		}
-		reportExit(li, &runtime.RemoteError{Msg: "rank N stopped responding", Rank: li.World - 1, Unresponsive: true})
+		reportExit(li, &dist.RemoteError{Msg: "rank N stopped responding", Rank: li.World - 1, Unresponsive: true})
 		return exitFailed
 	case "term", "stubborn":
 		sigs := make(chan os.Signal, 4)
@@ -404,9 +405,9 @@ func TestReportExit(t *testing.T) {
 		want string
 	}{
 		{errors.New("a kernel failed"), `{"cause":2}`},
-		{&runtime.RunError{Step: 3, Err: &runtime.RemoteError{Msg: "rank 1 died", Rank: 1}}, `{"cause":1}`},
-		{&runtime.RemoteError{Msg: "rank 0 stopped responding", Rank: 0, Unresponsive: true}, `{"cause":0,"unresponsive":true}`},
-		{&runtime.RemoteError{Msg: "not every rank joined", Rank: -1}, `{"cause":2}`},
+		{&runtime.RunError{Step: 3, Err: &dist.RemoteError{Msg: "rank 1 died", Rank: 1}}, `{"cause":1}`},
+		{&dist.RemoteError{Msg: "rank 0 stopped responding", Rank: 0, Unresponsive: true}, `{"cause":0,"unresponsive":true}`},
+		{&dist.RemoteError{Msg: "not every rank joined", Rank: -1}, `{"cause":2}`},
 		{interrupted{"interrupted by SIGTERM"}, ``},
 	} {
 		r, w, err := os.Pipe()

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/dist"
 )
 
 // command is one `ppc` subcommand.
@@ -188,7 +189,7 @@ func report(c *command, err error, stderr io.Writer) int {
 // isRunFailure reports a step that failed while running a valid plan (a hang, a kernel error).
 func isRunFailure(err error) bool {
 	var re *runtime.RunError
-	var remote *runtime.RemoteError
+	var remote *dist.RemoteError
 	return errors.As(err, &re) || errors.As(err, &remote)
 }
 

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"ppc.dev/ppc/internal/golden"
-	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/checkpoint"
 )
 
 // compileGPT compiles gpt tiny for the given layout into a temporary plan directory.
@@ -257,7 +257,7 @@ func TestNprocInterrupted(t *testing.T) {
 		t.Fatalf("the ranks did not stop after the same step:\n%s", msg)
 	}
 	// Both ranks wrote their part of the checkpoint of that step, and rank 0 the index.
-	if _, meta, err := runtime.ReadCheckpoint(ck); err != nil || strconv.Itoa(meta.Step) != m0[1] {
+	if _, meta, err := checkpoint.Read(ck); err != nil || strconv.Itoa(meta.Step) != m0[1] {
 		t.Fatalf("checkpoint after the interrupt: step %d, %v; the ranks stopped at step %s", meta.Step, err, m0[1])
 	}
 }
@@ -265,7 +265,7 @@ func TestNprocInterrupted(t *testing.T) {
 // dirSnapshot is every file under dir by relative path, with its content (the lock aside).
 func dirSnapshot(t *testing.T, dir string) map[string]string {
 	t.Helper()
-	files, err := golden.Files(dir, runtime.LockFile)
+	files, err := golden.Files(dir, checkpoint.LockFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +328,7 @@ func TestKilledRunResumes(t *testing.T) {
 			t.Errorf("rank %d exited %d:\n%s", r, code, h.errs[r])
 		}
 	}
-	_, meta, err := runtime.ReadCheckpoint(ck)
+	_, meta, err := checkpoint.Read(ck)
 	if err != nil {
 		t.Fatalf("the killed run's checkpoint: %v", err)
 	}

@@ -16,9 +16,12 @@ import (
 
 	"ppc.dev/ppc/passes"
 	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/checkpoint"
 	"ppc.dev/ppc/runtime/cpu"
 	"ppc.dev/ppc/runtime/cuda"
+	"ppc.dev/ppc/runtime/data"
 	"ppc.dev/ppc/runtime/device"
+	"ppc.dev/ppc/runtime/dist"
 )
 
 func init() {
@@ -31,7 +34,7 @@ func init() {
 			seed := fs.Uint64("seed", 1, "random seed `N` of parameter initialisation and synthetic data (with --resume, the checkpoint's unless given)")
 			dev := fs.String("device", "cpu", "the `DEVICE` to run on: cpu or cuda (one GPU per process: LOCAL_RANK's in a launched run, else GPU 0)")
 			tf32 := fs.Bool("tf32", false, "with --device cuda, let f32 matmuls round their operands to TF32 on tensor cores (faster; results then differ from the CPU device's by about 1e-3 relative)")
-			data := fs.String("data", "", "training data `SOURCE`: a token FILE (raw tokens of --data-dtype like nanoGPT's train.bin, or a 1-D .npy) for models whose inputs are tokens, or NAME=FILE.npy,NAME=FILE.npy,… with one array per input (first axis: samples, the same number in every array)")
+			dataSpec := fs.String("data", "", "training data `SOURCE`: a token FILE (raw tokens of --data-dtype like nanoGPT's train.bin, or a 1-D .npy) for models whose inputs are tokens, or NAME=FILE.npy,NAME=FILE.npy,… with one array per input (first axis: samples, the same number in every array)")
 			dataDType := fs.String("data-dtype", "uint16", "element type `T` of a raw token file given to --data: uint16 (nanoGPT's) or uint32; a .npy carries its own")
 			save := fs.String("save", "", "write a checkpoint of parameters and optimizer state (safetensors, a file per rank and an index) to `DIR` at the end (atomically; the directory is locked for the run)")
 			saveEvery := fs.Int("save-every", 0, "with --save, also save after every `N`-th step, keeping the latest complete checkpoint (0: only at the end)")
@@ -77,7 +80,7 @@ func init() {
 				case set["until-step"] && *until < 0:
 					return usagef("--until-step must be non-negative")
 				}
-				if err := checkDataFlags(set, *data, *dataDType); err != nil {
+				if err := checkDataFlags(set, *dataSpec, *dataDType); err != nil {
 					return err
 				}
 				traceFirst, traceLast, err := traceStepFlags(set, *trace, *traceSteps)
@@ -106,7 +109,7 @@ func init() {
 				// In a multi-process run, rank 0 holds it for all (--save is one directory every
 				// rank sees).
 				if *save != "" && (li == nil || li.Rank == 0) {
-					lock, err := runtime.LockDir(*save)
+					lock, err := checkpoint.LockDir(*save)
 					if err != nil {
 						return fmt.Errorf("--save: %w", trimPathError(err))
 					}
@@ -137,7 +140,7 @@ func init() {
 					return err
 				}
 				defer job.Close()
-				var proc *runtime.Process
+				var proc *dist.Process
 				if li != nil {
 					if proc, err = joinRun(e, job, li, time.Duration(timeout), runFlags(fs)); err != nil {
 						return err
@@ -181,12 +184,12 @@ func init() {
 					}
 				}
 				opts := runtime.Options{Seed: *seed}
-				if *data != "" {
-					dopts := runtime.DataOptions{Seed: *seed}
+				if *dataSpec != "" {
+					dopts := data.Options{Seed: *seed}
 					if set["data-dtype"] {
 						dopts.TokenDType = *dataDType
 					}
-					src, warnings, err := runtime.OpenData(*data, job.Plan, dopts)
+					src, warnings, err := data.Open(*dataSpec, job.Plan, dopts)
 					if err != nil {
 						return err
 					}

@@ -12,12 +12,14 @@ import (
 	"time"
 
 	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/dist"
+	"ppc.dev/ppc/runtime/fault"
 )
 
 // joinRun connects this process's rank to the other processes of its run, as the launcher's
 // environment describes it; flags are the run flags every process must share (runFlags).
-func joinRun(e *env, job *runtime.Job, li *launchInfo, timeout time.Duration, flags []string) (*runtime.Process, error) {
-	o := runtime.JoinOptions{Rank: li.Rank, World: li.World, Master: net.JoinHostPort(li.MasterAddr, strconv.Itoa(li.MasterPort)),
+func joinRun(e *env, job *runtime.Job, li *launchInfo, timeout time.Duration, flags []string) (*dist.Process, error) {
+	o := dist.JoinOptions{Rank: li.Rank, World: li.World, Master: net.JoinHostPort(li.MasterAddr, strconv.Itoa(li.MasterPort)),
 		Token: li.Token, Timeout: timeout, Flags: flags, Log: func(msg string) { fmt.Fprintf(e.stderr, "ppc run: warning: %s\n", msg) }}
 	if li.StoreFD >= 0 && li.Rank == 0 {
 		// ppc run --nproc opened the store's port and handed it over.
@@ -37,7 +39,7 @@ func joinRun(e *env, job *runtime.Job, li *launchInfo, timeout time.Duration, fl
 	startupNote(e, "joining the %d-process run at %s…", li.World, o.Master)
 	p, err := job.Join(o)
 	if err != nil {
-		var ie *runtime.InputError
+		var ie *fault.InputError
 		if errors.As(err, &ie) {
 			return nil, err
 		}
@@ -52,7 +54,7 @@ func joinRun(e *env, job *runtime.Job, li *launchInfo, timeout time.Duration, fl
 // openTrace starts --trace: the file itself for an in-process run; in a multi-process run
 // each rank records its own events on the run's common clock in a file beside it, which
 // closeTrace merges into FILE at rank 0.
-func openTrace(path string, job *runtime.Job, proc *runtime.Process, first, last int) (*runtime.Trace, error) {
+func openTrace(path string, job *runtime.Job, proc *dist.Process, first, last int) (*runtime.Trace, error) {
 	if proc == nil {
 		f, err := os.Create(path)
 		if err != nil {
@@ -64,14 +66,14 @@ func openTrace(path string, job *runtime.Job, proc *runtime.Process, first, last
 		}
 		return t, err
 	}
-	return proc.NewTrace(first, last)
+	return runtime.NewRankTrace(proc, first, last)
 }
 
-func closeTrace(t *runtime.Trace, path string, proc *runtime.Process) error {
+func closeTrace(t *runtime.Trace, path string, proc *dist.Process) error {
 	if proc == nil {
 		return t.Close()
 	}
-	return proc.MergeTrace(t, path)
+	return runtime.MergeTrace(proc, t, path)
 }
 
 // runFlags are the flags of ppc run that every process of a multi-process run must share, as
@@ -135,7 +137,7 @@ func reportExit(li *launchInfo, err error) {
 		return
 	}
 	r := failureReport{Cause: li.Rank}
-	var re *runtime.RemoteError
+	var re *dist.RemoteError
 	if errors.As(err, &re) && re.Rank >= 0 {
 		r.Cause, r.Unresponsive = re.Rank, re.Unresponsive
 	}

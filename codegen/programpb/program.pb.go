@@ -176,7 +176,7 @@ const (
 	Instr_ZERO   Instr_Kind = 5 // out[0] ← 0
 	Instr_ACCUM  Instr_Kind = 6 // out[0] += in[0]
 	// Collectives over the ranks of mesh axis `axis`, or over an explicit `group` (see the
-	// Instr fields below and runtime/doc.go for the exact contract). Every member runs the
+	// Instr fields below and runtime/dist/doc.go for the exact contract). Every member runs the
 	// same instruction with the same group, in the same order relative to its other
 	// collectives on that group.
 	Instr_ALL_REDUCE     Instr_Kind = 7 // out[0] (or in[0] in place when out is empty) ← reduce_op over the group of in[0]

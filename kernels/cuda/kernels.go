@@ -539,7 +539,7 @@ func genSoftmaxGrad(logOf bool) generator {
 
 // genGather: out[o, k, e] = data[o, idx[k], e] (negative indices count from the end). An
 // index outside the dim writes zeros: the runtime checks model inputs against their declared
-// ranges when it reads them (runtime/datafile.go), so only a bug reaches it.
+// ranges when it reads them (runtime/data/datafile.go), so only a bug reaches it.
 func genGather(s *device.Spec) (string, int64, error) {
 	data, idx, out := s.In[0], s.In[1], s.Out[0]
 	if !idx.DType.IsInt() || data.DType != out.DType {

@@ -274,7 +274,7 @@ func TestNetOrdersStreams(t *testing.T) {
 }
 
 // TestNetReductionsInGroupOrder: the device's float reductions give the host transports'
-// bits (runtime/doc.go's contract), not NCCL's ring or tree sums: over three members, with a
+// bits (runtime/dist/doc.go's contract), not NCCL's ring or tree sums: over three members, with a
 // size that does not divide into three chunks, f32 and bf16 (widened to f32, rounded once),
 // sum, mean, max and min, all-reduce in place and reduce-scatter along dims 0 and 1; and
 // the stream order holds.

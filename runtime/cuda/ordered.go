@@ -9,7 +9,7 @@ import (
 )
 
 // ordered is a float reduction (all-reduce, reduce-scatter) in the runtime's order
-// (runtime/doc.go): element i is ((m0[i] ⊕ m1[i]) ⊕ m2[i]) ⊕ … over the members in group
+// (runtime/dist/doc.go): element i is ((m0[i] ⊕ m1[i]) ⊕ m2[i]) ⊕ … over the members in group
 // order, f16 and bf16 combined in f32 and rounded once. NCCL's own reductions combine in ring
 // or tree order, which changes with the group's size and NCCL's choice of algorithm, so the
 // same model would train differently on different layouts. Instead each member receives

@@ -17,7 +17,9 @@ import (
 	"ppc.dev/ppc/compiler"
 	"ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/cpu"
+	"ppc.dev/ppc/runtime/data"
 	"ppc.dev/ppc/runtime/device"
+	"ppc.dev/ppc/runtime/dist"
 	"ppc.dev/ppc/schedule"
 )
 
@@ -58,7 +60,7 @@ func trainOn(t *testing.T, dev device.Device, model string, opts compiler.Option
 			t.Fatal(err)
 		}
 		for name, b := range bufs {
-			state[name] = runtime.Float64s(b)
+			state[name] = data.Float64s(b)
 		}
 	}
 	return losses, state
@@ -336,7 +338,7 @@ func trainMultiProcess(t *testing.T, opts compiler.Options, mk func(r int) (*Dev
 				t.Fatal(err)
 			}
 			for name, b := range bufs {
-				got, full := runtime.Float64s(b), refS[name]
+				got, full := data.Float64s(b), refS[name]
 				bits = append(bits, fmt.Sprintf("rank %d %s %x", r, name, sha256.Sum256(b.Data)))
 				if len(got) != len(full) { // a tp shard: its values appear in the full tensor
 					continue
@@ -404,11 +406,11 @@ func startRanks(t *testing.T, opts compiler.Options, timeout time.Duration, mk f
 			var err error
 			jobs[r], err = runtime.LoadRank(dir, devs[r], r)
 			if err == nil {
-				o := runtime.JoinOptions{Rank: r, World: world, Master: ln.Addr().String(), Token: "t", Timeout: timeout}
+				o := dist.JoinOptions{Rank: r, World: world, Master: ln.Addr().String(), Token: "t", Timeout: timeout}
 				if r == 0 {
 					o.StoreListener = ln
 				}
-				var p *runtime.Process
+				var p *dist.Process
 				if p, err = jobs[r].Join(o); err == nil {
 					transports[r] = p.Transport
 					t.Cleanup(func() { go p.Close() })

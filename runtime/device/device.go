@@ -1,15 +1,3 @@
-// Package device defines what the runtime asks of a device: memory the device allocates and
-// owns, typed tensor views into it, the description of one kernel launch site (Spec), Prepare,
-// which turns a Spec into a runnable kernel after checking it, and the few data movements a
-// program's non-kernel instructions need (zero, copy, accumulate, and host reads and writes).
-// The CPU device (runtime/cpu) and the CUDA device (runtime/cuda) implement it.
-//
-// The runtime never touches a tensor's bytes itself: it allocates one block per rank through
-// the device and places every buffer in it, and each instruction — launches, gradient
-// accumulation, the optimizer's kernels, copies between buffers — runs through the device. Only
-// what must cross to the host does so, through Read and Write: inputs, losses and metrics,
-// checkpoints, and the staging of messages for a transport that sends host bytes. On the CPU
-// those are the tensor's own bytes (Data), so nothing is copied.
 package device
 
 import (
@@ -242,4 +230,15 @@ type Coll struct {
 	Dim  int
 	Op   string
 	Root int
+}
+
+// HostBytes allocates n bytes of host memory aligned to 64, so that a Tensor over them has
+// every element type's views (F32, I64, …) and the alignment a buffer on the CPU has.
+func HostBytes(n int64) []byte {
+	if n == 0 {
+		return []byte{}
+	}
+	raw := make([]byte, n+63)
+	off := int((64 - uintptr(unsafe.Pointer(&raw[0]))%64) % 64)
+	return raw[off : int64(off)+n : int64(off)+n]
 }
