@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -605,7 +606,8 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 		}
 		slotBuf[b.Args[i]] = buf
 	}
-	for slot, d := range b.Consts {
+	for _, slot := range slices.Sorted(maps.Keys(b.Consts)) {
+		d := b.Consts[slot]
 		slotBuf[slot] = rg.constBuffer(d)
 	}
 	rg.instr(&pb.Instr{Kind: pb.Instr_BEGIN, Label: kind, Stage: int32(stage), Microbatch: int32(mb), TokenSlice: int32(rg.slice)})
@@ -1185,7 +1187,8 @@ func (rg *rankGen) optimizer() error {
 			sumRepl = append(sumRepl, repl)
 		}
 	}
-	for slot, d := range b.Consts {
+	for _, slot := range slices.Sorted(maps.Keys(b.Consts)) {
+		d := b.Consts[slot]
 		slotBuf[slot] = rg.constBuffer(d)
 	}
 	rg.instr(&pb.Instr{Kind: pb.Instr_BEGIN, Label: "OPT", Stage: -1})
@@ -1285,7 +1288,8 @@ func (rg *rankGen) runHelper(f *ir.Func, args []int) (int, error) {
 	for i, g := range args {
 		slotBuf[b.Args[i]] = g
 	}
-	for slot, d := range b.Consts {
+	for _, slot := range slices.Sorted(maps.Keys(b.Consts)) {
+		d := b.Consts[slot]
 		slotBuf[slot] = rg.constBuffer(d)
 	}
 	if err := rg.launches(f, b, slotBuf, -1, 0); err != nil {
