@@ -530,14 +530,28 @@ func (rg *rankGen) emit() error {
 				return fmt.Errorf("@%s sends %q of micro-batch %d before this rank has it", prog.Name, p, mb)
 			}
 			rg.instr(&pb.Instr{Kind: pb.Instr_SEND, In: []int32{int32(buf)}, Peer: int32(op.Attrs.Int("peer", 0)), Tag: int64(op.Attrs.Int("tag", 0)), Microbatch: int32(mb)})
+		case "grad_send":
+			buf, err := rg.grad(prog, op, op.Attrs.Str("grad", ""))
+			if err != nil {
+				return err
+			}
+			rg.instr(&pb.Instr{Kind: pb.Instr_SEND, In: []int32{int32(buf)}, Peer: int32(op.Attrs.Int("peer", 0)), Tag: int64(op.Attrs.Int("tag", 0))})
+		case "grad_recv":
+			// A tied weight's partial from the rank that computed it, for grad_sum.
+			name := op.Attrs.Str("grad", "")
+			t := ir.Type(op.Attrs.Get("type").(ir.TypeAttr))
+			buf := rg.newBuffer(name, t, pb.Role_ACTIVATION)
+			rg.instr(&pb.Instr{Kind: pb.Instr_RECV, Out: []int32{int32(buf)}, Peer: int32(op.Attrs.Int("peer", 0)), Tag: int64(op.Attrs.Int("tag", 0))})
+			rg.named["grad:"+name] = buf
+		case "grad_sum":
+			if err := rg.gradSum(prog, op); err != nil {
+				return err
+			}
 		default:
-			return fmt.Errorf("@%s: %s is not an op of a rank program (run, send, recv)", prog.Name, op.Name())
+			return fmt.Errorf("@%s: %s is not an op of a rank program", prog.Name, op.Name())
 		}
 	}
 	if training {
-		if err := rg.sumPartials(); err != nil {
-			return err
-		}
 		if err := rg.optimizer(); err != nil {
 			return err
 		}
@@ -969,57 +983,36 @@ func kernelKey(k *lower.Kernel) string {
 	return b.String()
 }
 
-// sumPartials forms the gradient of every parameter whose uses contribute separate partials
-// (tied weights): each rank holding the parameter receives the partials other ranks computed
-// and adds all of them in partial order — the same additions, in the same order, as on one
-// device, so the sum is bit-identical whatever the split.
-func (rg *rankGen) sumPartials() error {
-	holders, partials := rg.g.gradRanks()
-	var names []string
-	for name := range partials {
-		names = append(names, name)
+// grad is the buffer of the gradient accumulator (or received partial) a rank-program op names.
+func (rg *rankGen) grad(prog *ir.Func, op *ir.Op, name string) (int, error) {
+	buf, ok := rg.named["grad:"+name]
+	if !ok {
+		return 0, fmt.Errorf("@%s: %s: no gradient %q on this rank before it", prog.Name, op.Name(), name)
 	}
-	sort.Strings(names)
-	for pi, name := range names {
-		parts := partials[name]
-		if !contains(holders[name], rg.rank) {
-			continue
+	return buf, nil
+}
+
+// gradSum lowers grad_sum: the gradient is a new accumulator holding the first part, to which
+// the others are added in order — the same additions as on one device.
+func (rg *rankGen) gradSum(prog *ir.Func, op *ir.Op) error {
+	parts := op.Attrs.Strings("parts")
+	bufs := make([]int, len(parts))
+	for i, p := range parts {
+		buf, err := rg.grad(prog, op, p)
+		if err != nil {
+			return err
 		}
-		tag := func(k int) int64 { return -1 - int64(pi)*4096 - int64(k) }
-		bufs := make([]int, len(parts))
-		for k, owner := range parts {
-			if owner != rg.rank {
-				continue
-			}
-			bufs[k] = rg.named[fmt.Sprintf("grad:%s#%d", name, k)]
-			for _, r := range holders[name] {
-				if r != rg.rank {
-					rg.instr(&pb.Instr{Kind: pb.Instr_SEND, In: []int32{int32(bufs[k])}, Peer: int32(r), Tag: tag(k)})
-				}
-			}
+		if i > 0 && !rg.typeOf(buf).Equal(rg.typeOf(bufs[0])) {
+			return fmt.Errorf("@%s: grad_sum: part %q is %s, part %q %s", prog.Name, p, rg.typeOf(buf), parts[0], rg.typeOf(bufs[0]))
 		}
-		var t ir.Type
-		for k, owner := range parts {
-			if owner == rg.rank {
-				t = rg.typeOf(bufs[k])
-			}
-		}
-		for k, owner := range parts {
-			if owner == rg.rank {
-				continue
-			}
-			if !t.Known() {
-				return fmt.Errorf("gradient %q: no partial on a rank that holds the parameter", name)
-			}
-			bufs[k] = rg.newBuffer(fmt.Sprintf("%s#%d", name, k), t, pb.Role_ACTIVATION)
-			rg.instr(&pb.Instr{Kind: pb.Instr_RECV, Out: []int32{int32(bufs[k])}, Peer: int32(owner), Tag: tag(k)})
-		}
-		final := rg.newBuffer(name, t, pb.Role_GRAD)
-		rg.named["grad:"+name] = final
-		rg.instr(&pb.Instr{Kind: pb.Instr_COPY, In: []int32{int32(bufs[0])}, Out: []int32{int32(final)}})
-		for _, b := range bufs[1:] {
-			rg.instr(&pb.Instr{Kind: pb.Instr_ACCUM, In: []int32{int32(b)}, Out: []int32{int32(final)}})
-		}
+		bufs[i] = buf
+	}
+	name := op.Attrs.Str("grad", "")
+	final := rg.newBuffer(name, rg.typeOf(bufs[0]), pb.Role_GRAD)
+	rg.named["grad:"+name] = final
+	rg.instr(&pb.Instr{Kind: pb.Instr_COPY, In: []int32{int32(bufs[0])}, Out: []int32{int32(final)}})
+	for _, b := range bufs[1:] {
+		rg.instr(&pb.Instr{Kind: pb.Instr_ACCUM, In: []int32{int32(b)}, Out: []int32{int32(final)}})
 	}
 	return nil
 }

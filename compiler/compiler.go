@@ -370,6 +370,9 @@ func compile(model string, opts Options) (*Result, error) {
 	}
 	passes.SetSchedule(m, cs.Placement, cs.Actions)
 	pipeline = append(pipeline, "rank-programs")
+	if !opts.ForwardOnly {
+		pipeline = append(pipeline, "tied-grads")
+	}
 	pl, err := passes.ParsePipeline(strings.Join(pipeline, ","))
 	if err != nil {
 		return nil, err

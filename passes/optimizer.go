@@ -312,6 +312,32 @@ type optParam struct {
 // reduce-scatter), so code generation must not all-reduce it.
 const AttrDPPartial = "dp_partial"
 
+// zeroBlocks maps each parameter whose optimizer update ZeRO splits over dp to its ZeRO stage
+// (1: the gradient accumulates whole and is reduce-scattered before the update; 2: each
+// micro-batch's gradient is reduce-scattered and only the block accumulates), as @optimizer's
+// gradient arguments say, and returns the mesh's dp size.
+func zeroBlocks(m *ir.Module) (map[string]int, int) {
+	out := map[string]int{}
+	dp := meshSize(m, "dp")
+	f := m.Func(OptimizerFunc)
+	if f == nil {
+		return out, dp
+	}
+	for i := range f.Args {
+		at := f.ArgAttrs[i]
+		name := at.Str(ir.AttrGrad, "")
+		if name == "" {
+			continue
+		}
+		if at.Has(AttrDPPartial) {
+			out[name] = 1
+		} else if s, _ := ir.ArgSharding(f, i); s != nil && s.Uses("dp") {
+			out[name] = 2
+		}
+	}
+	return out, dp
+}
+
 // zeroSharding is the sharding of a ZeRO block of a tensor of the given rank laid out as
 // shard: dp splits dim 0, innermost (after tp, when tp splits dim 0 too).
 func zeroSharding(shard ir.Attr, rank int) *ir.Sharding {

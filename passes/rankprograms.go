@@ -26,10 +26,11 @@ var RankPrograms = &Pass{
 		"whose operands and results are the function's ports), each value another rank produces received " +
 		"right before the first run that needs it (`recv {peer, tag, port, microbatch}`) and each value another " +
 		"rank needs sent right after the run that produces it (`send`). Sends never wait, so a schedule whose " +
-		"compute order is valid cannot deadlock. The tensor-parallel collectives are inside the per-stage " +
-		"functions; data-parallel gradient reductions, tied weights' partial sums and the optimizer are added " +
-		"by code generation, which lowers these functions (every dp × tp replica of pipeline rank r runs " +
-		"@rank<r>). Peers are pipeline ranks; tag = port index · M + micro-batch.",
+		"compute order is valid cannot deadlock. Each {grad} result of a run is added into the rank's accumulator of that " +
+		"gradient (see the ops grad_all_reduce and grad_reduce_scatter). The tensor-parallel collectives are inside the " +
+		"per-stage functions; what the rank does with its gradients and its optimizer the passes after this one add " +
+		"(tied-grads; the rest by code generation for now). Code generation lowers these functions (every dp × tp replica of " +
+		"pipeline rank r runs @rank<r>). Peers are pipeline ranks; tag = port index · M + micro-batch.",
 	Run: func(m *ir.Module, _ Options) error {
 		placement, actions, err := ReadSchedule(m)
 		if err != nil {

@@ -19,4 +19,5 @@ var table = []*Pass{
 	LossScale,
 	SplitStages,
 	RankPrograms,
+	TiedGrads,
 }
