@@ -89,11 +89,8 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 			continue
 		}
 		g.funcs[f.Name] = f
-		if f.Name == "optimizer" {
-			continue
-		}
 		if f.Attrs.Str("kind", "") == "" {
-			return nil, fmt.Errorf("function @%s is not a per-stage function; run split-stages", f.Name)
+			continue // @optimizer, or a function a rank program calls: lowered when called
 		}
 		b, err := lower.Func(f)
 		if err != nil {
@@ -225,8 +222,9 @@ type rankGen struct {
 	inputs  map[portKey]int
 	ports   map[portKey]int
 	consts  map[*ir.Dense]int
-	first   map[int]int // arena buffer → first instruction touching it
-	last    map[int]int // arena buffer → last instruction touching it
+	values  map[*ir.Value]int // the rank program's values (call and all_reduce results) → buffers
+	first   map[int]int       // arena buffer → first instruction touching it
+	last    map[int]int       // arena buffer → last instruction touching it
 	stages  []int
 	// forward is set while a forward (F) action is emitted; the arena buffers created then
 	// (its inputs, received activations and results) are in fwd, the rest of the arena is
@@ -300,7 +298,7 @@ type gradSite struct {
 
 func (g *gen) newRank(r int, hash string) *rankGen {
 	rg := &rankGen{g: g, rank: r, kernels: map[string]int{}, named: map[string]int{}, inputs: map[portKey]int{},
-		ports: map[portKey]int{}, consts: map[*ir.Dense]int{}, first: map[int]int{}, last: map[int]int{}, fwd: map[int]bool{},
+		ports: map[portKey]int{}, consts: map[*ir.Dense]int{}, values: map[*ir.Value]int{}, first: map[int]int{}, last: map[int]int{}, fwd: map[int]bool{},
 		lastGrad: map[string]gradSite{}}
 	rg.prog = &pb.Program{FormatVersion: FormatVersion, Pp: int32(r), Microbatches: int32(g.microbatches), SourceHash: hash,
 		Mesh: []*pb.NamedInt{{Name: "pp", Value: int64(g.mesh.PP)}, {Name: "dp", Value: int64(g.mesh.DP)}, {Name: "tp", Value: int64(g.mesh.TP)}}}
@@ -547,14 +545,19 @@ func (rg *rankGen) emit() error {
 			if err := rg.gradSum(prog, op); err != nil {
 				return err
 			}
+		case "call", "optimizer":
+			if err := rg.call(prog, op); err != nil {
+				return err
+			}
+		case "all_reduce":
+			if err := rg.allReduce(prog, op); err != nil {
+				return err
+			}
 		default:
 			return fmt.Errorf("@%s: %s is not an op of a rank program", prog.Name, op.Name())
 		}
 	}
 	if training {
-		if err := rg.optimizer(); err != nil {
-			return err
-		}
 		// Zero gradient accumulators at the start of the step.
 		var zeros []*pb.Instr
 		for _, b := range rg.prog.Buffers {
@@ -620,10 +623,7 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 		}
 		slotBuf[b.Args[i]] = buf
 	}
-	for _, slot := range slices.Sorted(maps.Keys(b.Consts)) {
-		d := b.Consts[slot]
-		slotBuf[slot] = rg.constBuffer(d)
-	}
+	rg.bindConsts(b, slotBuf)
 	rg.instr(&pb.Instr{Kind: pb.Instr_BEGIN, Label: kind, Stage: int32(stage), Microbatch: int32(mb), TokenSlice: int32(rg.slice)})
 	if err := rg.launches(f, b, slotBuf, stage, mb); err != nil {
 		return err
@@ -736,7 +736,9 @@ func (rg *rankGen) result(f *ir.Func, b *lower.Block, slotBuf []int, s, mb int) 
 	}
 	name := b.SlotNames[s]
 	if name == "" {
-		name = fmt.Sprintf("%s.%d", f.Name, s)
+		// Unnamed values are named after their function; a function written for one rank
+		// (@optimizer.rank3) without the suffix that every buffer of the program would repeat.
+		name = fmt.Sprintf("%s.%d", strings.TrimSuffix(f.Name, fmt.Sprintf(".rank%d", rg.rank)), s)
 	}
 	slotBuf[s] = rg.newBuffer(fmt.Sprintf("%s#%d", name, mb), b.Slots[s], pb.Role_ACTIVATION)
 }
@@ -1026,110 +1028,53 @@ func contains(xs []int, x int) bool {
 	return false
 }
 
-// gradRanks maps each parameter to the sorted ranks whose functions compute (part of) its
-// gradient, and each parameter with partial gradients to the rank computing each partial.
-func (g *gen) gradRanks() (holders, partials map[string][]int) {
-	holders, partials = map[string][]int{}, map[string][]int{}
-	for _, f := range g.funcs {
-		if f.Name == "optimizer" {
-			continue
-		}
-		r := g.rankOfFunc(f.Name)
-		for i := range f.Results {
-			at := f.ResultAttrs[i]
-			name := at.Str(ir.AttrGrad, "")
-			if name == "" {
-				continue
-			}
-			if !contains(holders[name], r) {
-				holders[name] = append(holders[name], r)
-			}
-			if at.Has(passes.AttrPartial) {
-				k := at.Int(passes.AttrPartial, 0)
-				for len(partials[name]) <= k {
-					partials[name] = append(partials[name], -1)
-				}
-				partials[name][k] = r
-			}
-		}
+// block is the lowered form of a function a rank program calls, lowered on first use.
+func (g *gen) block(name string) (*ir.Func, *lower.Block, error) {
+	f := g.funcs[name]
+	if f == nil {
+		return nil, nil, fmt.Errorf("no function @%s", name)
 	}
-	for _, rs := range holders {
-		sort.Ints(rs)
+	if b := g.blocks[name]; b != nil {
+		return f, b, nil
 	}
-	return holders, partials
-}
-
-// optimizer emits this rank's slice of @optimizer: the updates of the parameters it holds.
-func (rg *rankGen) optimizer() error {
-	full := rg.g.funcs["optimizer"]
-	f := full.Clone()
-	// State that belongs to no parameter (the loss scaler's) is every rank's, and so are
-	// the metrics: each rank computes them.
-	global := map[string]bool{}
-	for i := range f.Args {
-		if passes.IsGlobalState(f, i) {
-			global[f.ArgAttrs[i].Str(passes.AttrState, "")] = true
-		}
-	}
-	var keepR []*ir.Value
-	var keepRA []ir.Attrs
-	for i, r := range f.Results {
-		target := f.ResultAttrs[i].Str("update", "")
-		if rg.holds(target) || global[target] || f.ResultAttrs[i].Has(passes.AttrMetric) {
-			keepR = append(keepR, r)
-			keepRA = append(keepRA, f.ResultAttrs[i])
-		}
-	}
-	f.Results, f.ResultAttrs = keepR, keepRA
-	passes.RemoveDead(f)
-	used := map[*ir.Value]bool{}
-	for _, op := range f.Ops {
-		for _, x := range op.Operands {
-			used[x] = true
-		}
-	}
-	for _, r := range f.Results {
-		used[r] = true
-	}
-	var args []*ir.Value
-	var argAttrs []ir.Attrs
-	for i, a := range f.Args {
-		if used[a] {
-			a.Index = len(args)
-			args = append(args, a)
-			argAttrs = append(argAttrs, f.ArgAttrs[i])
-		}
-	}
-	f.Args, f.ArgAttrs = args, argAttrs
-	if len(f.Results) == 0 {
-		return nil
-	}
-	rg.optimizerComm(f)
 	b, err := lower.Func(f)
 	if err != nil {
-		return err
+		return nil, nil, err
+	}
+	g.blocks[name] = b
+	return f, b, nil
+}
+
+// call lowers a rank program's call or optimizer op: the function's launches once, its port
+// arguments the op's operands and its other arguments the rank's state they name. An
+// optimizer step is marked OPT; its metrics are reported (METRIC) before its updates are
+// written back, each after every launch so that no update is read as an old value.
+func (rg *rankGen) call(prog *ir.Func, op *ir.Op) error {
+	name := op.Attrs.Str("func", "")
+	f, b, err := rg.g.block(name)
+	if err != nil {
+		return fmt.Errorf("@%s: %s: %v", prog.Name, op.Name(), err)
+	}
+	step := op.Name() == "optimizer"
+	if step {
+		rg.optimizerComm(f)
 	}
 	slotBuf := make([]int, len(b.Slots))
 	for i := range slotBuf {
 		slotBuf[i] = -1
 	}
-	var grads []int
-	var sumGrads []int     // clipping: the gradients whose squares this rank counts
-	var sumRepl [][]string // and the axes each is whole over
-	var sumPartial []bool  // and whether each is a replica's partial sum (ZeRO-1)
-	found, sumsq := -1, -1
-	tiedTo := map[string]int{} // clipping: a parameter's first holder among the pipeline ranks
+	k := 0
 	for i := range f.Args {
-		if f.ArgAttrs[i].Has(passes.AttrFoundInf) {
-			found = i
-			continue
-		}
-		if f.ArgAttrs[i].Has(passes.AttrGradSumSq) {
-			sumsq = i
-			holders, _ := rg.g.gradRanks()
-			for name, rs := range holders {
-				tiedTo[name] = rs[0]
+		if f.ArgAttrs[i].Has(passes.AttrPort) {
+			if k >= len(op.Operands) {
+				return fmt.Errorf("@%s: %s @%s: too few operands", prog.Name, op.Name(), name)
 			}
+			buf, ok := rg.values[op.Operands[k]]
+			if !ok {
+				return fmt.Errorf("@%s: %s @%s: operand %d has no value here", prog.Name, op.Name(), name, k)
+			}
+			slotBuf[b.Args[i]] = buf
+			k++
 			continue
 		}
 		buf, err := rg.bindArg(f, i, 0)
@@ -1137,70 +1082,23 @@ func (rg *rankGen) optimizer() error {
 			return err
 		}
 		slotBuf[b.Args[i]] = buf
-		if f.ArgAttrs[i].Has(ir.AttrGrad) {
-			grads = append(grads, buf)
-		}
 	}
-	if sumsq >= 0 {
-		// Each parameter's gradient counts once in the global norm: on the first pipeline
-		// rank that holds a tied parameter, and, where the gradient is whole on every rank
-		// of tp or dp, on that axis's rank 0 (passes.GradSumSq).
-		for i := range f.Args {
-			at := f.ArgAttrs[i]
-			name := at.Str(ir.AttrGrad, "")
-			if name == "" || (len(tiedTo) > 0 && tiedTo[name] != rg.rank) {
-				continue
-			}
-			split := map[string]bool{}
-			for _, j := range []int{i, paramArg(f, name)} {
-				if j < 0 {
-					continue
-				}
-				s, err := ir.ArgSharding(f, j)
-				if err != nil {
-					return fmt.Errorf("@optimizer: %%%s: %v", f.Args[j].Name, err)
-				}
-				if s != nil {
-					for _, d := range s.Dims {
-						for _, a := range d {
-							split[a] = true
-						}
-					}
-				}
-			}
-			partial := at.Has(passes.AttrDPPartial)
-			var repl []string
-			for _, a := range []string{"tp", "dp"} {
-				if !split[a] && !(a == "dp" && partial) {
-					repl = append(repl, a)
-				}
-			}
-			sumPartial = append(sumPartial, partial)
-			sumGrads = append(sumGrads, slotBuf[b.Args[i]])
-			sumRepl = append(sumRepl, repl)
-		}
-	}
-	for _, slot := range slices.Sorted(maps.Keys(b.Consts)) {
-		d := b.Consts[slot]
-		slotBuf[slot] = rg.constBuffer(d)
-	}
-	rg.instr(&pb.Instr{Kind: pb.Instr_BEGIN, Label: "OPT", Stage: -1})
-	if sumsq >= 0 {
-		buf, err := rg.gradSumSq(sumGrads, sumRepl, sumPartial)
-		if err != nil {
-			return fmt.Errorf("@optimizer: %%%s: %v", f.Args[sumsq].Name, err)
-		}
-		slotBuf[b.Args[sumsq]] = buf
-	}
-	if found >= 0 {
-		buf, err := rg.nonFiniteCheck(grads)
-		if err != nil {
-			return fmt.Errorf("@optimizer: %%%s: %v", f.Args[found].Name, err)
-		}
-		slotBuf[b.Args[found]] = buf
+	rg.bindConsts(b, slotBuf)
+	if step {
+		rg.instr(&pb.Instr{Kind: pb.Instr_BEGIN, Label: "OPT", Stage: -1})
 	}
 	if err := rg.launches(f, b, slotBuf, -1, 0); err != nil {
 		return err
+	}
+	if !step {
+		j := 0
+		for i := range f.Results {
+			if f.ResultAttrs[i].Has(passes.AttrPort) && j < len(op.Results) {
+				rg.values[op.Results[j]] = slotBuf[b.Results[i]]
+				j++
+			}
+		}
+		return nil
 	}
 	// Metrics are read before the updates are written back: the loss scale reported is the
 	// one this step used.
@@ -1209,18 +1107,17 @@ func (rg *rankGen) optimizer() error {
 			rg.instr(&pb.Instr{Kind: pb.Instr_METRIC, In: []int32{int32(slotBuf[b.Results[i]])}, Label: name, Stage: -1})
 		}
 	}
-	// Write the updates back only after every launch, so no update is read as an old value.
 	for i := range f.Results {
 		if f.ResultAttrs[i].Has(passes.AttrMetric) {
 			continue
 		}
-		target := f.ResultAttrs[i].Str("update", "")
+		target := f.ResultAttrs[i].Str(passes.AttrUpdate, "")
 		dst, ok := rg.named["param:"+target]
 		if !ok {
 			dst, ok = rg.named["state:"+target]
 		}
 		if !ok {
-			return fmt.Errorf("@optimizer updates %q, which is neither a parameter nor a state here", target)
+			return fmt.Errorf("@%s updates %q, which is neither a parameter nor a state here", f.Name, target)
 		}
 		rg.instr(&pb.Instr{Kind: pb.Instr_COPY, In: []int32{int32(slotBuf[b.Results[i]])}, Out: []int32{int32(dst)}})
 	}
@@ -1228,67 +1125,40 @@ func (rg *rankGen) optimizer() error {
 	return nil
 }
 
-// paramArg is the index of @optimizer's argument for parameter name (-1: none).
-func paramArg(f *ir.Func, name string) int {
-	for j, a := range f.Args {
-		if f.ArgAttrs[j].Has(ir.AttrParam) && a.Name == name {
-			return j
-		}
+// allReduce lowers a rank program's all_reduce of a value (the optimizer's found_inf and
+// grad_sumsq) into a fresh buffer; over an axis of one rank the value is its own sum.
+func (rg *rankGen) allReduce(prog *ir.Func, op *ir.Op) error {
+	in, ok := rg.values[op.Operands[0]]
+	if !ok {
+		return fmt.Errorf("@%s: all_reduce of a value this rank does not have", prog.Name)
 	}
-	return -1
+	axis := op.Attrs.Str("axis", "")
+	n := rg.g.mesh.Size(axis)
+	red, ok := reduceOps[op.Attrs.Str("op", "sum")]
+	switch {
+	case n == 0:
+		return fmt.Errorf("@%s: all_reduce over %q: not an axis of the mesh (pp, dp, tp)", prog.Name, axis)
+	case !ok:
+		return fmt.Errorf("@%s: all_reduce: unknown reduction %q", prog.Name, op.Attrs.Str("op", ""))
+	case n == 1:
+		rg.values[op.Results[0]] = in
+		return nil
+	}
+	name := op.Results[0].Name
+	if name == "" {
+		name = "all_reduce"
+	}
+	out := rg.newBuffer(name+"#0", op.Results[0].Type, pb.Role_ACTIVATION)
+	rg.instr(&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{int32(in)}, Out: []int32{int32(out)}, Axis: axis, ReduceOp: red, Stage: -1})
+	rg.values[op.Results[0]] = out
+	return nil
 }
 
-// gradSumSq emits clipping's global sum of squares over the gradient buffers given
-// (passes.GradSumSq: a value every rank of the mesh agrees on) and returns its buffer.
-func (rg *rankGen) gradSumSq(grads []int, replicated [][]string, partialDP []bool) (int, error) {
-	types := make([]ir.Type, len(grads))
-	for i, g := range grads {
-		types[i] = rg.typeOf(g)
-	}
-	f, err := passes.GradSumSq(types, replicated, partialDP, rg.g.mesh.DP)
-	if err != nil {
-		return 0, err
-	}
-	return rg.runHelper(f, grads)
-}
-
-// nonFiniteCheck emits the loss scaler's overflow check over the gradient buffers this
-// rank's slice of @optimizer reads (passes.NonFiniteCheck: a flag every rank of the mesh
-// agrees on) and returns the flag's buffer.
-func (rg *rankGen) nonFiniteCheck(grads []int) (int, error) {
-	types := make([]ir.Type, len(grads))
-	for i, g := range grads {
-		types[i] = rg.typeOf(g)
-	}
-	f, err := passes.NonFiniteCheck(types)
-	if err != nil {
-		return 0, err
-	}
-	return rg.runHelper(f, grads)
-}
-
-// runHelper lowers a one-result helper function of @optimizer's (NonFiniteCheck,
-// GradSumSq) over the given buffers, emits its launches, and returns its result's buffer.
-func (rg *rankGen) runHelper(f *ir.Func, args []int) (int, error) {
-	b, err := lower.Func(f)
-	if err != nil {
-		return 0, err
-	}
-	slotBuf := make([]int, len(b.Slots))
-	for i := range slotBuf {
-		slotBuf[i] = -1
-	}
-	for i, g := range args {
-		slotBuf[b.Args[i]] = g
-	}
+// bindConsts gives a block's constants their buffers, in slot order.
+func (rg *rankGen) bindConsts(b *lower.Block, slotBuf []int) {
 	for _, slot := range slices.Sorted(maps.Keys(b.Consts)) {
-		d := b.Consts[slot]
-		slotBuf[slot] = rg.constBuffer(d)
+		slotBuf[slot] = rg.constBuffer(b.Consts[slot])
 	}
-	if err := rg.launches(f, b, slotBuf, -1, 0); err != nil {
-		return 0, err
-	}
-	return slotBuf[b.Results[0]], nil
 }
 
 // optimizerComm records the time of the collectives in this rank's @optimizer (ZeRO's
@@ -1322,20 +1192,6 @@ func (rg *rankGen) optimizerComm(f *ir.Func) {
 			}
 			stack = append(stack, op.Operands...)
 		}
-	}
-}
-
-// holds reports whether this rank keeps the parameter (or the state of the parameter) named.
-func (rg *rankGen) holds(name string) bool {
-	for {
-		if _, ok := rg.named["param:"+name]; ok {
-			return true
-		}
-		i := strings.LastIndexByte(name, '.')
-		if i < 0 {
-			return false
-		}
-		name = name[:i]
 	}
 }
 
@@ -1428,6 +1284,9 @@ func (g *gen) describe(p *Plan, progs []*pb.Program) {
 	var order []string
 	params := map[string]Param{}
 	for _, f := range g.m.Funcs {
+		if f.Attrs.Str("kind", "") == "" {
+			continue // only the per-stage functions read inputs and use parameters
+		}
 		for i, a := range f.Args {
 			at := f.ArgAttrs[i]
 			switch {
@@ -1435,7 +1294,7 @@ func (g *gen) describe(p *Plan, progs []*pb.Program) {
 				seenIn[a.Name] = true
 				p.Inputs = append(p.Inputs, Input{Name: a.Name, ModelName: at.Str(ir.AttrName, ""), DType: a.Type.DType.String(), MicrobatchShape: a.Type.Shape,
 					Range: at.Ints("range"), Label: at.Has(ir.AttrLabel), ShiftOf: at.Str("shift_of", "")})
-			case at.Has(ir.AttrParam) && f.Name != "optimizer":
+			case at.Has(ir.AttrParam):
 				if _, ok := params[a.Name]; !ok {
 					order = append(order, a.Name)
 					sh := g.shards[a.Name]
@@ -1572,6 +1431,9 @@ func (g *gen) stageInfo(params []Param) []StageInfo {
 	// stage's F and consumed by a later stage's F is sent forward.
 	types := map[string]ir.Type{}
 	for _, f := range g.funcs {
+		if f.Attrs.Str("kind", "") == "" {
+			continue
+		}
 		for i, r := range f.Results {
 			if p := f.ResultAttrs[i].Str(passes.AttrPort, ""); p != "" {
 				types[p] = r.Type

@@ -20,4 +20,5 @@ var table = []*Pass{
 	SplitStages,
 	RankPrograms,
 	TiedGrads,
+	RankOptimizer,
 }
