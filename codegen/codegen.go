@@ -119,19 +119,7 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 	if len(g.rankProgs) != len(g.sched.Actions) {
 		return nil, fmt.Errorf("the module has %d rank programs, the schedule %d pipeline ranks", len(g.rankProgs), len(g.sched.Actions))
 	}
-	g.dpPartial, g.dpBlock = map[string]bool{}, map[string]bool{}
 	g.dpComm = dpComm{reduce: map[int]float64{}, reduceMB: map[int]float64{}, tpReduce: map[int]float64{}, opt: map[optKey]float64{}}
-	if opt := g.funcs["optimizer"]; opt != nil {
-		for i := range opt.Args {
-			at := opt.ArgAttrs[i]
-			if at.Has(passes.AttrDPPartial) {
-				g.dpPartial[at.Str(ir.AttrGrad, "")] = true
-			}
-			if s, _ := ir.ArgSharding(opt, i); at.Has(ir.AttrGrad) && s.Uses("dp") {
-				g.dpBlock[at.Str(ir.AttrGrad, "")] = true
-			}
-		}
-	}
 	if err := g.collectShardings(); err != nil {
 		return nil, err
 	}
@@ -169,8 +157,6 @@ type gen struct {
 	mesh         Mesh
 	shards       map[string]*ir.Sharding // parameter → its sharding (absent: whole)
 	rankProgs    []*ir.Func              // @rank<r>: each pipeline rank's step (passes.RankPrograms)
-	dpPartial    map[string]bool         // parameters whose gradient the optimizer reduces over dp (ZeRO-1)
-	dpBlock      map[string]bool         // parameters whose gradient is accumulated as its dp block (ZeRO-2)
 	funcs        map[string]*ir.Func
 	blocks       map[string]*lower.Block
 	sched        Schedule
@@ -231,75 +217,18 @@ type rankGen struct {
 	// workspace: gradients in flight, recomputation, optimizer temporaries.
 	forward bool
 	fwd     map[int]bool
-	// lastGrad maps each gradient accumulator ("grad:w", or "grad:w#k" for a tied weight's
-	// partial) to the action (index in the rank's schedule) and function that produce its
-	// last contribution: where its data-parallel all-reduce is issued.
-	lastGrad map[string]gradSite
-	action   int // index of the action being emitted
-	// bucket collects the accumulators whose data-parallel all-reduce an action issues, to
-	// reduce them as one collective (flushBucket).
-	bucket []int
-}
-
-// BucketBytes caps a data-parallel gradient bucket (PyTorch DDP's default is 25 MiB): one
-// collective per bucket pays its latency once, and a cap keeps the staging buffer small and
-// lets a later bucket's reduction start while the backward goes on.
-const BucketBytes = 25 << 20
-
-// flushBucket all-reduces over dp the accumulators the action collected: a lone accumulator
-// in place, several of one dtype (up to BucketBytes) packed into one flat activation buffer,
-// all-reduced and unpacked — the same additions in the same order as one all-reduce each.
-func (rg *rankGen) flushBucket(stage, mb int) {
-	var cur []int
-	var curBytes int64
-	emit := func() {
-		defer func() { cur, curBytes = nil, 0 }()
-		switch len(cur) {
-		case 0:
-			return
-		case 1:
-			rg.instr(&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{int32(cur[0])}, Axis: "dp", Stage: int32(stage), Microbatch: int32(mb)})
-		default:
-			dt := rg.typeOf(cur[0]).DType
-			n := 0
-			ids := make([]int32, len(cur))
-			for i, b := range cur {
-				n += rg.typeOf(b).NumElements()
-				ids[i] = int32(b)
-			}
-			flat := rg.newBuffer(fmt.Sprintf("dp-bucket.s%d#%d", stage, mb), ir.Type{DType: dt, Shape: ir.Shape{n}}, pb.Role_ACTIVATION)
-			rg.instr(&pb.Instr{Kind: pb.Instr_PACK, In: ids, Out: []int32{int32(flat)}, Stage: int32(stage), Microbatch: int32(mb)})
-			rg.instr(&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{int32(flat)}, Axis: "dp", Stage: int32(stage), Microbatch: int32(mb)})
-			rg.instr(&pb.Instr{Kind: pb.Instr_UNPACK, In: []int32{int32(flat)}, Out: ids, Stage: int32(stage), Microbatch: int32(mb)})
-		}
-		rg.g.dpComm.reduce[stage] += rg.g.collectiveTime("all_reduce", curBytes, "dp")
-	}
-	for _, dt := range []ir.DType{ir.F32, ir.F64} {
-		for _, b := range rg.bucket {
-			t := rg.typeOf(b)
-			if t.DType != dt {
-				continue
-			}
-			if curBytes > 0 && curBytes+t.Bytes() > BucketBytes {
-				emit()
-			}
-			cur = append(cur, b)
-			curBytes += t.Bytes()
-		}
-		emit()
-	}
-	rg.bucket = rg.bucket[:0]
-}
-
-type gradSite struct {
-	action int
-	fn     string
+	// mb is the micro-batch of the last run, which the reductions after it are attributed to.
+	mb int
+	// perMB are the gradients a grad_reduce_scatter reduces one micro-batch at a time (ZeRO-2):
+	// a run leaves its value of one in pending for it instead of accumulating it.
+	perMB   map[string]bool
+	pending map[string]int
 }
 
 func (g *gen) newRank(r int, hash string) *rankGen {
 	rg := &rankGen{g: g, rank: r, kernels: map[string]int{}, named: map[string]int{}, inputs: map[portKey]int{},
 		ports: map[portKey]int{}, consts: map[*ir.Dense]int{}, values: map[*ir.Value]int{}, first: map[int]int{}, last: map[int]int{}, fwd: map[int]bool{},
-		lastGrad: map[string]gradSite{}}
+		perMB: map[string]bool{}, pending: map[string]int{}}
 	rg.prog = &pb.Program{FormatVersion: FormatVersion, Pp: int32(r), Microbatches: int32(g.microbatches), SourceHash: hash,
 		Mesh: []*pb.NamedInt{{Name: "pp", Value: int64(g.mesh.PP)}, {Name: "dp", Value: int64(g.mesh.DP)}, {Name: "tp", Value: int64(g.mesh.TP)}}}
 	for s, pr := range g.sched.Placement {
@@ -481,15 +410,20 @@ func (rg *rankGen) instr(in *pb.Instr) {
 func (rg *rankGen) emit() error {
 	g := rg.g
 	training := g.funcs["optimizer"] != nil
-	rg.findLastGrads()
+	for _, op := range g.rankProgs[rg.rank].Ops {
+		if op.Name() == "grad_reduce_scatter" && op.Attrs.Has("microbatch") {
+			for _, name := range op.Attrs.Strings("grads") {
+				rg.perMB[name] = true
+			}
+		}
+	}
 	// Gradient accumulators start each step at zero; they are created on first use, so zero
 	// them once every action has been generated (the ZEROs go first in the stream).
 	// The rank's program (passes.RankPrograms) says what runs in which order and where values
 	// cross ranks: each op lowers to its instructions.
 	prog := g.rankProgs[rg.rank]
 	fwdUse := forwardUses(prog)
-	for ai, op := range prog.Ops {
-		rg.action = ai
+	for _, op := range prog.Ops {
 		mb := op.Attrs.Int("microbatch", 0)
 		switch op.Name() {
 		case "recv":
@@ -514,6 +448,10 @@ func (rg *rankGen) emit() error {
 			if g.sched.Placement[stage] != rg.rank {
 				return fmt.Errorf("@%s runs @%s of stage %d, which is placed on pipeline rank %d", prog.Name, name, stage, g.sched.Placement[stage])
 			}
+			if len(rg.pending) > 0 {
+				return fmt.Errorf("@%s: a gradient of the run before @%s is neither reduce-scattered nor accumulated", prog.Name, name)
+			}
+			rg.mb = mb
 			rg.slice = 0
 			if op.Attrs.Has("slice") {
 				rg.slice = op.Attrs.Int("slice", 0) + 1
@@ -545,6 +483,14 @@ func (rg *rankGen) emit() error {
 			if err := rg.gradSum(prog, op); err != nil {
 				return err
 			}
+		case "grad_all_reduce":
+			if err := rg.gradAllReduce(prog, op); err != nil {
+				return err
+			}
+		case "grad_reduce_scatter":
+			if err := rg.gradReduceScatter(prog, op); err != nil {
+				return err
+			}
 		case "call", "optimizer":
 			if err := rg.call(prog, op); err != nil {
 				return err
@@ -573,39 +519,6 @@ func (rg *rankGen) emit() error {
 	}
 	rg.planMemory()
 	return nil
-}
-
-// findLastGrads records, for each gradient accumulator, the last action of the rank's
-// schedule that contributes to it (see rankGen.lastGrad).
-func (rg *rankGen) findLastGrads() {
-	g := rg.g
-	for ai, op := range g.rankProgs[rg.rank].Ops {
-		if op.Name() != "run" {
-			continue
-		}
-		f := g.funcs[op.Attrs.Str("func", "")]
-		if f == nil {
-			continue // reported by emit
-		}
-		for i := range f.Results {
-			if key := gradKey(f.ResultAttrs[i]); key != "" {
-				rg.lastGrad[key] = gradSite{ai, f.Name}
-			}
-		}
-	}
-}
-
-// gradKey names the accumulator of a function result that is a parameter gradient ("" for
-// other results): "grad:w", or "grad:w#k" for partial k of a tied weight's gradient.
-func gradKey(at ir.Attrs) string {
-	if !at.Has(ir.AttrGrad) {
-		return ""
-	}
-	key := "grad:" + at.Str(ir.AttrGrad, "")
-	if at.Has(passes.AttrPartial) {
-		key = fmt.Sprintf("%s#%d", key, at.Int(passes.AttrPartial, 0))
-	}
-	return key
 }
 
 // instance emits one run of a per-stage function for micro-batch mb.
@@ -645,53 +558,113 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 				rg.instr(&pb.Instr{Kind: pb.Instr_COPY, In: []int32{int32(buf)}, Out: []int32{int32(out)}, Microbatch: int32(mb)})
 			}
 		case at.Has(ir.AttrGrad):
-			key := gradKey(at)
-			t := b.Slots[b.Results[i]]
-			name := at.Str(ir.AttrGrad, "")
-			if rg.g.dpBlock[name] {
-				// ZeRO-2: reduce-scatter this micro-batch's gradient over dp and keep only
-				// this replica's block of dim 0.
-				blk := ir.Type{DType: t.DType, Shape: slices.Clone(t.Shape)}
-				blk.Shape[0] /= rg.g.mesh.DP
-				rs := rg.newBuffer(fmt.Sprintf("%s.block#%d", strings.TrimPrefix(key, "grad:"), mb), blk, pb.Role_ACTIVATION)
-				rg.instr(&pb.Instr{Kind: pb.Instr_REDUCE_SCATTER, In: []int32{int32(buf)}, Out: []int32{int32(rs)}, Axis: "dp", ReduceOp: pb.Instr_SUM,
-					Stage: int32(stage), Microbatch: int32(mb)})
-				rg.g.dpComm.reduceMB[stage] += rg.g.collectiveTime("reduce_scatter", t.Bytes(), "dp")
-				buf, t = rs, blk
+			key := passes.GradKey(at)
+			if rg.perMB[key] {
+				rg.pending[key] = buf // reduce-scattered, then accumulated, by the op after the run
+				continue
 			}
-			// Gradients accumulate in fp32 (fp64 for fp64 parameters).
-			acc := ir.Type{DType: ir.F32, Shape: t.Shape}
-			if t.DType == ir.F64 {
-				acc.DType = ir.F64
-			}
-			grad, ok := rg.named[key]
-			if !ok {
-				grad = rg.newBuffer(strings.TrimPrefix(key, "grad:"), acc, pb.Role_GRAD)
-				rg.named[key] = grad
-			}
-			rg.instr(&pb.Instr{Kind: pb.Instr_ACCUM, In: []int32{int32(buf)}, Out: []int32{int32(grad)}, Microbatch: int32(mb)})
-			// Data parallelism: the replicas' accumulators are partial sums over dp. Sum
-			// them as soon as this rank's last contribution is in, so that a transport that
-			// runs collectives asynchronously overlaps the reduction with the backward work
-			// that remains (DESIGN.md §6). In place: the accumulator becomes the sum.
-			// Under ZeRO the optimizer reduce-scatters the replica's sum itself.
-			last := rg.lastGrad[key] == (gradSite{rg.action, f.Name})
-			if ax := at.Str(passes.AttrReduceOver, ""); ax != "" && last {
-				// A tensor-parallel partial sum (passes.hoistTPReductions): summed once per
-				// step, in place.
-				rg.instr(&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{int32(grad)}, Axis: ax, Microbatch: int32(mb)})
-				rg.g.dpComm.tpReduce[stage] += rg.g.collectiveTime("all_reduce", acc.Bytes(), ax)
-			}
-			if rg.g.mesh.DP > 1 && !rg.g.dpPartial[name] && !rg.g.dpBlock[name] && last {
-				rg.bucket = append(rg.bucket, grad) // reduced with the action's others (flushBucket)
-			}
+			rg.accumulate(key, buf, mb)
 		case at.Has(ir.AttrName):
 			out := rg.newBuffer(at.Str(ir.AttrName, ""), b.Slots[b.Results[i]], pb.Role_OUTPUT)
 			rg.prog.Buffers[out].Microbatch = int32(mb)
 			rg.instr(&pb.Instr{Kind: pb.Instr_COPY, In: []int32{int32(buf)}, Out: []int32{int32(out)}, Microbatch: int32(mb)})
 		}
 	}
-	rg.flushBucket(stage, mb)
+	return nil
+}
+
+// accumulate adds a gradient into the rank's accumulator of it, made on first use: fp32,
+// fp64 for fp64 gradients (the rank program's run says so).
+func (rg *rankGen) accumulate(key string, buf, mb int) {
+	t := rg.typeOf(buf)
+	acc := ir.Type{DType: ir.F32, Shape: t.Shape}
+	if t.DType == ir.F64 {
+		acc.DType = ir.F64
+	}
+	grad, ok := rg.named["grad:"+key]
+	if !ok {
+		grad = rg.newBuffer(key, acc, pb.Role_GRAD)
+		rg.named["grad:"+key] = grad
+	}
+	rg.instr(&pb.Instr{Kind: pb.Instr_ACCUM, In: []int32{int32(buf)}, Out: []int32{int32(grad)}, Microbatch: int32(mb)})
+}
+
+// gradAllReduce lowers grad_all_reduce: one accumulator is summed in place; several are packed
+// into one flat buffer, summed and unpacked (PyTorch DDP's bucket: the same additions in the
+// same order as one all-reduce each).
+func (rg *rankGen) gradAllReduce(prog *ir.Func, op *ir.Op) error {
+	axis := op.Attrs.Str("axis", "")
+	if rg.g.mesh.Size(axis) == 0 {
+		return fmt.Errorf("@%s: grad_all_reduce over %q: not an axis of the mesh (pp, dp, tp)", prog.Name, axis)
+	}
+	names := op.Attrs.Strings("grads")
+	ids := make([]int32, len(names))
+	var bytes int64
+	var dt ir.DType
+	for i, name := range names {
+		buf, err := rg.grad(prog, op, name)
+		if err != nil {
+			return err
+		}
+		t := rg.typeOf(buf)
+		if i == 0 {
+			dt = t.DType
+		} else if t.DType != dt {
+			return fmt.Errorf("@%s: grad_all_reduce of %s and %s: a bucket holds one dtype", prog.Name, rg.typeOf(int(ids[0])), t)
+		}
+		ids[i] = int32(buf)
+		bytes += t.Bytes()
+	}
+	// The instructions record the micro-batch of the run they follow, for traces; a stage is
+	// the markers' (BEGIN, END).
+	stage, mb := max(op.Stage, 0), int32(rg.mb)
+	if len(ids) == 1 {
+		rg.instr(&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: ids, Axis: axis, Microbatch: mb})
+	} else {
+		flat := rg.newBuffer(fmt.Sprintf("%s-bucket.s%d#%d", axis, stage, mb), ir.Type{DType: dt, Shape: ir.Shape{int(bytes / int64(dt.Size()))}}, pb.Role_ACTIVATION)
+		rg.instr(&pb.Instr{Kind: pb.Instr_PACK, In: ids, Out: []int32{int32(flat)}, Microbatch: mb})
+		rg.instr(&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{int32(flat)}, Axis: axis, Microbatch: mb})
+		rg.instr(&pb.Instr{Kind: pb.Instr_UNPACK, In: []int32{int32(flat)}, Out: ids, Microbatch: mb})
+	}
+	t := rg.g.collectiveTime("all_reduce", bytes, axis)
+	if axis == "dp" {
+		rg.g.dpComm.reduce[stage] += t
+	} else {
+		rg.g.dpComm.tpReduce[stage] += t
+	}
+	return nil
+}
+
+// gradReduceScatter lowers grad_reduce_scatter: with a micro-batch (ZeRO-2), each gradient
+// the run left pending is reduce-scattered over dp and its block added into the block
+// accumulator.
+func (rg *rankGen) gradReduceScatter(prog *ir.Func, op *ir.Op) error {
+	if !op.Attrs.Has("microbatch") {
+		return fmt.Errorf("@%s: grad_reduce_scatter of accumulators is not supported yet", prog.Name)
+	}
+	axis, mb := op.Attrs.Str("axis", ""), op.Attrs.Int("microbatch", 0)
+	n := rg.g.mesh.Size(axis)
+	if n == 0 {
+		return fmt.Errorf("@%s: grad_reduce_scatter over %q: not an axis of the mesh (pp, dp, tp)", prog.Name, axis)
+	}
+	stage := max(op.Stage, 0)
+	for _, name := range op.Attrs.Strings("grads") {
+		buf, ok := rg.pending[name]
+		if !ok {
+			return fmt.Errorf("@%s: grad_reduce_scatter of %q for micro-batch %d, which the run before it does not compute", prog.Name, name, mb)
+		}
+		delete(rg.pending, name)
+		t := rg.typeOf(buf)
+		if t.Rank() == 0 || t.Shape[0]%n != 0 {
+			return fmt.Errorf("@%s: grad_reduce_scatter of %q (%s): dim 0 does not split into %d blocks", prog.Name, name, t, n)
+		}
+		blk := ir.Type{DType: t.DType, Shape: slices.Clone(t.Shape)}
+		blk.Shape[0] /= n
+		rs := rg.newBuffer(fmt.Sprintf("%s.block#%d", name, mb), blk, pb.Role_ACTIVATION)
+		rg.instr(&pb.Instr{Kind: pb.Instr_REDUCE_SCATTER, In: []int32{int32(buf)}, Out: []int32{int32(rs)}, Axis: axis, ReduceOp: pb.Instr_SUM, Microbatch: int32(mb)})
+		rg.g.dpComm.reduceMB[stage] += rg.g.collectiveTime("reduce_scatter", t.Bytes(), axis)
+		rg.accumulate(name, rs, mb)
+	}
 	return nil
 }
 

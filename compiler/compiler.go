@@ -371,7 +371,7 @@ func compile(model string, opts Options) (*Result, error) {
 	passes.SetSchedule(m, cs.Placement, cs.Actions)
 	pipeline = append(pipeline, "rank-programs")
 	if !opts.ForwardOnly {
-		pipeline = append(pipeline, "tied-grads", "rank-optimizer")
+		pipeline = append(pipeline, "grad-reduce", "tied-grads", "rank-optimizer")
 	}
 	pl, err := passes.ParsePipeline(strings.Join(pipeline, ","))
 	if err != nil {

@@ -29,7 +29,7 @@ var RankPrograms = &Pass{
 		"compute order is valid cannot deadlock. Each {grad} result of a run is added into the rank's accumulator of that " +
 		"gradient (see the ops grad_all_reduce and grad_reduce_scatter). The tensor-parallel collectives are inside the " +
 		"per-stage functions; what the rank does with its gradients and its optimizer the passes after this one add " +
-		"(tied-grads, rank-optimizer; the data-parallel reductions are still code generation's). Code generation lowers these functions (every dp × tp replica of " +
+		"(grad-reduce, tied-grads, rank-optimizer). Code generation lowers these functions (every dp × tp replica of " +
 		"pipeline rank r runs @rank<r>). Peers are pipeline ranks; tag = port index · M + micro-batch.",
 	Run: func(m *ir.Module, _ Options) error {
 		placement, actions, err := ReadSchedule(m)

@@ -255,7 +255,7 @@ func (p *planner) unitsAt(k probeKey, b int) []unitCost {
 
 // bucketed is a collective over g bytes sent in BucketBytes buckets, each paying latency.
 func bucketed(g float64, t func(float64) float64) float64 {
-	n := max(1, int((g+codegen.BucketBytes-1)/codegen.BucketBytes))
+	n := max(1, int((g+passes.BucketBytes-1)/passes.BucketBytes))
 	return float64(n) * t(g/float64(n))
 }
 
