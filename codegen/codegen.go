@@ -119,7 +119,7 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 	if len(g.rankProgs) != len(g.sched.Actions) {
 		return nil, fmt.Errorf("the module has %d rank programs, the schedule %d pipeline ranks", len(g.rankProgs), len(g.sched.Actions))
 	}
-	g.dpComm = dpComm{reduce: map[int]float64{}, reduceMB: map[int]float64{}, tpReduce: map[int]float64{}, opt: map[optKey]float64{}}
+	g.dpComm = dpComm{reduce: map[int]float64{}, reduceMB: map[int]float64{}, tpReduce: map[int]float64{}, opt: map[int]float64{}}
 	if err := g.collectShardings(); err != nil {
 		return nil, err
 	}
@@ -166,19 +166,14 @@ type gen struct {
 	dpComm       dpComm
 }
 
-// dpComm is the cost model's time of the data-parallel collectives code generation emits
-// (their size is known only here: which gradients are reduced, whole or by block, is decided
-// by code generation and the optimizer pass), for the plan's stage_info and estimate.
+// dpComm is the cost model's time of the rank programs' gradient and parameter collectives
+// (their sizes are known once lowered), by the stage each op is charged to, for the plan's
+// stage_info and estimate.
 type dpComm struct {
-	reduce   map[int]float64    // stage → its gradients' all-reduces, per step
-	reduceMB map[int]float64    // stage → ZeRO-2's per-micro-batch reduce-scatters, summed over the step
-	tpReduce map[int]float64    // stage → hoisted tensor-parallel gradient all-reduces, per step
-	opt      map[optKey]float64 // ZeRO's optimizer collectives, by pipeline rank and parameter
-}
-
-type optKey struct {
-	rank  int
-	param string
+	reduce   map[int]float64 // stage → its gradients' all-reduces over dp, per step
+	reduceMB map[int]float64 // stage → ZeRO-2's per-micro-batch reduce-scatters, summed over the step
+	tpReduce map[int]float64 // stage → hoisted tensor-parallel gradient all-reduces, per step
+	opt      map[int]float64 // stage → ZeRO's collectives around the optimizer step
 }
 
 // collectiveTime is the cost model's time of one collective over a mesh axis of this mesh.
@@ -223,12 +218,16 @@ type rankGen struct {
 	// a run leaves its value of one in pending for it instead of accumulating it.
 	perMB   map[string]bool
 	pending map[string]int
+	// gathered are the parameters a param_all_gather gathers (ZeRO): the optimizer step
+	// leaves their new dp blocks in blocks instead of writing them back.
+	gathered map[string]bool
+	blocks   map[string]int
 }
 
 func (g *gen) newRank(r int, hash string) *rankGen {
 	rg := &rankGen{g: g, rank: r, kernels: map[string]int{}, named: map[string]int{}, inputs: map[portKey]int{},
 		ports: map[portKey]int{}, consts: map[*ir.Dense]int{}, values: map[*ir.Value]int{}, first: map[int]int{}, last: map[int]int{}, fwd: map[int]bool{},
-		perMB: map[string]bool{}, pending: map[string]int{}}
+		perMB: map[string]bool{}, pending: map[string]int{}, gathered: map[string]bool{}, blocks: map[string]int{}}
 	rg.prog = &pb.Program{FormatVersion: FormatVersion, Pp: int32(r), Microbatches: int32(g.microbatches), SourceHash: hash,
 		Mesh: []*pb.NamedInt{{Name: "pp", Value: int64(g.mesh.PP)}, {Name: "dp", Value: int64(g.mesh.DP)}, {Name: "tp", Value: int64(g.mesh.TP)}}}
 	for s, pr := range g.sched.Placement {
@@ -411,9 +410,14 @@ func (rg *rankGen) emit() error {
 	g := rg.g
 	training := g.funcs["optimizer"] != nil
 	for _, op := range g.rankProgs[rg.rank].Ops {
-		if op.Name() == "grad_reduce_scatter" && op.Attrs.Has("microbatch") {
+		switch {
+		case op.Name() == "grad_reduce_scatter" && op.Attrs.Has("microbatch"):
 			for _, name := range op.Attrs.Strings("grads") {
 				rg.perMB[name] = true
+			}
+		case op.Name() == "param_all_gather":
+			for _, name := range op.Attrs.Strings("params") {
+				rg.gathered[name] = true
 			}
 		}
 	}
@@ -489,6 +493,10 @@ func (rg *rankGen) emit() error {
 			}
 		case "grad_reduce_scatter":
 			if err := rg.gradReduceScatter(prog, op); err != nil {
+				return err
+			}
+		case "param_all_gather":
+			if err := rg.paramAllGather(prog, op); err != nil {
 				return err
 			}
 		case "call", "optimizer":
@@ -635,35 +643,176 @@ func (rg *rankGen) gradAllReduce(prog *ir.Func, op *ir.Op) error {
 	return nil
 }
 
-// gradReduceScatter lowers grad_reduce_scatter: with a micro-batch (ZeRO-2), each gradient
-// the run left pending is reduce-scattered over dp and its block added into the block
-// accumulator.
+// gradReduceScatter lowers grad_reduce_scatter, one bucket: without a micro-batch (ZeRO-1)
+// the named accumulators are reduce-scattered and the gradients become this replica's blocks;
+// with one (ZeRO-2) the values the run before it left pending are, and their blocks are added
+// into the block accumulators.
 func (rg *rankGen) gradReduceScatter(prog *ir.Func, op *ir.Op) error {
-	if !op.Attrs.Has("microbatch") {
-		return fmt.Errorf("@%s: grad_reduce_scatter of accumulators is not supported yet", prog.Name)
+	axis, perMB := op.Attrs.Str("axis", ""), op.Attrs.Has("microbatch")
+	mb := rg.mb
+	if perMB {
+		mb = op.Attrs.Int("microbatch", 0)
 	}
-	axis, mb := op.Attrs.Str("axis", ""), op.Attrs.Int("microbatch", 0)
+	names := op.Attrs.Strings("grads")
+	bufs := make([]int, len(names))
+	for i, name := range names {
+		if perMB {
+			buf, ok := rg.pending[name]
+			if !ok {
+				return fmt.Errorf("@%s: grad_reduce_scatter of %q for micro-batch %d, which the run before it does not compute", prog.Name, name, mb)
+			}
+			delete(rg.pending, name)
+			bufs[i] = buf
+			continue
+		}
+		buf, err := rg.grad(prog, op, name)
+		if err != nil {
+			return err
+		}
+		bufs[i] = buf
+	}
+	blocks, bytes, err := rg.reduceScatter(axis, names, bufs, mb)
+	if err != nil {
+		return fmt.Errorf("@%s: grad_reduce_scatter: %v", prog.Name, err)
+	}
+	t := rg.g.collectiveTime("reduce_scatter", bytes, axis)
+	stage := max(op.Stage, 0)
+	if perMB {
+		rg.g.dpComm.reduceMB[stage] += t
+		for i, name := range names {
+			rg.accumulate(name, blocks[i], mb)
+		}
+		return nil
+	}
+	rg.g.dpComm.opt[stage] += t
+	for i, name := range names {
+		rg.named["grad:"+name] = blocks[i]
+	}
+	return nil
+}
+
+// reduceScatter emits one reduce-scatter over axis of the tensors bufs (one dtype), leaving
+// this rank its block of dim 0 of each, and returns the blocks and the bytes reduced. A lone
+// tensor is reduce-scattered as it is. Several share one collective, which gives each member
+// a contiguous run of its input: each tensor is cut into its blocks (UNPACK), the blocks are
+// laid out member by member — every tensor's block 0, then every tensor's block 1, … (PACK)
+// — and the member's run is cut back into its blocks (UNPACK). The sums are those of one
+// reduce-scatter per tensor, element for element.
+func (rg *rankGen) reduceScatter(axis string, names []string, bufs []int, mb int) ([]int, int64, error) {
 	n := rg.g.mesh.Size(axis)
 	if n == 0 {
-		return fmt.Errorf("@%s: grad_reduce_scatter over %q: not an axis of the mesh (pp, dp, tp)", prog.Name, axis)
+		return nil, 0, fmt.Errorf("%q is not an axis of the mesh (pp, dp, tp)", axis)
 	}
-	stage := max(op.Stage, 0)
-	for _, name := range op.Attrs.Strings("grads") {
-		buf, ok := rg.pending[name]
-		if !ok {
-			return fmt.Errorf("@%s: grad_reduce_scatter of %q for micro-batch %d, which the run before it does not compute", prog.Name, name, mb)
-		}
-		delete(rg.pending, name)
+	var bytes int64
+	blockTypes := make([]ir.Type, len(bufs))
+	for i, buf := range bufs {
 		t := rg.typeOf(buf)
 		if t.Rank() == 0 || t.Shape[0]%n != 0 {
-			return fmt.Errorf("@%s: grad_reduce_scatter of %q (%s): dim 0 does not split into %d blocks", prog.Name, name, t, n)
+			return nil, 0, fmt.Errorf("%q (%s): dim 0 does not split into %d blocks", names[i], t, n)
 		}
-		blk := ir.Type{DType: t.DType, Shape: slices.Clone(t.Shape)}
-		blk.Shape[0] /= n
-		rs := rg.newBuffer(fmt.Sprintf("%s.block#%d", name, mb), blk, pb.Role_ACTIVATION)
-		rg.instr(&pb.Instr{Kind: pb.Instr_REDUCE_SCATTER, In: []int32{int32(buf)}, Out: []int32{int32(rs)}, Axis: axis, ReduceOp: pb.Instr_SUM, Microbatch: int32(mb)})
-		rg.g.dpComm.reduceMB[stage] += rg.g.collectiveTime("reduce_scatter", t.Bytes(), axis)
-		rg.accumulate(name, rs, mb)
+		if t.DType != rg.typeOf(bufs[0]).DType {
+			return nil, 0, fmt.Errorf("%s and %s: a bucket holds one dtype", rg.typeOf(bufs[0]), t)
+		}
+		bytes += t.Bytes()
+		blockTypes[i] = ir.Type{DType: t.DType, Shape: slices.Clone(t.Shape)}
+		blockTypes[i].Shape[0] /= n
+	}
+	blocks := make([]int, len(bufs))
+	for i := range bufs {
+		blocks[i] = rg.newBuffer(fmt.Sprintf("%s.block#%d", names[i], mb), blockTypes[i], pb.Role_ACTIVATION)
+	}
+	if len(bufs) == 1 {
+		rg.instr(&pb.Instr{Kind: pb.Instr_REDUCE_SCATTER, In: []int32{int32(bufs[0])}, Out: []int32{int32(blocks[0])}, Axis: axis, ReduceOp: pb.Instr_SUM, Microbatch: int32(mb)})
+		return blocks, bytes, nil
+	}
+	order := make([]int32, 0, n*len(bufs)) // the blocks, member by member
+	parts := make([][]int32, len(bufs))
+	for i, buf := range bufs {
+		for range n {
+			parts[i] = append(parts[i], int32(rg.newBuffer("", blockTypes[i], pb.Role_ACTIVATION)))
+		}
+		rg.instr(&pb.Instr{Kind: pb.Instr_UNPACK, In: []int32{int32(buf)}, Out: parts[i], Microbatch: int32(mb)})
+	}
+	for d := range n {
+		for i := range bufs {
+			order = append(order, parts[i][d])
+		}
+	}
+	dt := blockTypes[0].DType
+	elems := int(bytes / int64(dt.Size()))
+	flat := rg.newBuffer(fmt.Sprintf("%s-bucket#%d", axis, mb), ir.Type{DType: dt, Shape: ir.Shape{elems}}, pb.Role_ACTIVATION)
+	mine := rg.newBuffer(fmt.Sprintf("%s-bucket.block#%d", axis, mb), ir.Type{DType: dt, Shape: ir.Shape{elems / n}}, pb.Role_ACTIVATION)
+	rg.instr(&pb.Instr{Kind: pb.Instr_PACK, In: order, Out: []int32{int32(flat)}, Microbatch: int32(mb)})
+	rg.instr(&pb.Instr{Kind: pb.Instr_REDUCE_SCATTER, In: []int32{int32(flat)}, Out: []int32{int32(mine)}, Axis: axis, ReduceOp: pb.Instr_SUM, Microbatch: int32(mb)})
+	ids := make([]int32, len(blocks))
+	for i, b := range blocks {
+		ids[i] = int32(b)
+	}
+	rg.instr(&pb.Instr{Kind: pb.Instr_UNPACK, In: []int32{int32(mine)}, Out: ids, Microbatch: int32(mb)})
+	return blocks, bytes, nil
+}
+
+// paramAllGather lowers param_all_gather, one bucket: the new dp blocks the optimizer step
+// left are all-gathered into the whole parameters. A lone block is gathered and copied in;
+// several are packed, gathered as one (member by member: every parameter's block of member
+// 0, then of member 1, …), cut into the blocks (UNPACK), and each parameter's blocks packed
+// together and copied in.
+func (rg *rankGen) paramAllGather(prog *ir.Func, op *ir.Op) error {
+	axis := op.Attrs.Str("axis", "")
+	n := rg.g.mesh.Size(axis)
+	if n == 0 {
+		return fmt.Errorf("@%s: param_all_gather over %q: not an axis of the mesh (pp, dp, tp)", prog.Name, axis)
+	}
+	names := op.Attrs.Strings("params")
+	blocks, params := make([]int32, len(names)), make([]int, len(names))
+	var bytes int64
+	for i, name := range names {
+		blk, ok := rg.blocks[name]
+		param, isParam := rg.named["param:"+name]
+		switch {
+		case !ok:
+			return fmt.Errorf("@%s: param_all_gather of %q, whose new block no optimizer step before it computed", prog.Name, name)
+		case !isParam:
+			return fmt.Errorf("@%s: param_all_gather of %q, which is not a parameter here", prog.Name, name)
+		}
+		bt, pt := rg.typeOf(blk), rg.typeOf(param)
+		if bt.DType != pt.DType || bt.Rank() != pt.Rank() || bt.Rank() == 0 || bt.Shape[0]*n != pt.Shape[0] || !slices.Equal(bt.Shape[1:], pt.Shape[1:]) {
+			return fmt.Errorf("@%s: param_all_gather of %q: %s is not a block over %s of %s", prog.Name, name, bt, axis, pt)
+		}
+		if bt.DType != rg.typeOf(int(blocks[0])).DType && i > 0 {
+			return fmt.Errorf("@%s: param_all_gather of %s and %s: a bucket holds one dtype", prog.Name, rg.typeOf(int(blocks[0])), bt)
+		}
+		blocks[i], params[i] = int32(blk), param
+		bytes += pt.Bytes()
+	}
+	rg.g.dpComm.opt[max(op.Stage, 0)] += rg.g.collectiveTime("all_gather", bytes, axis)
+	if len(names) == 1 {
+		whole := rg.newBuffer(names[0]+".gathered", rg.typeOf(params[0]), pb.Role_ACTIVATION)
+		rg.instr(&pb.Instr{Kind: pb.Instr_ALL_GATHER, In: blocks, Out: []int32{int32(whole)}, Axis: axis})
+		rg.instr(&pb.Instr{Kind: pb.Instr_COPY, In: []int32{int32(whole)}, Out: []int32{int32(params[0])}})
+		return nil
+	}
+	dt := rg.typeOf(params[0]).DType
+	elems := int(bytes / int64(dt.Size()))
+	flat := rg.newBuffer(axis+"-gather.block", ir.Type{DType: dt, Shape: ir.Shape{elems / n}}, pb.Role_ACTIVATION)
+	all := rg.newBuffer(axis+"-gather", ir.Type{DType: dt, Shape: ir.Shape{elems}}, pb.Role_ACTIVATION)
+	rg.instr(&pb.Instr{Kind: pb.Instr_PACK, In: blocks, Out: []int32{int32(flat)}})
+	rg.instr(&pb.Instr{Kind: pb.Instr_ALL_GATHER, In: []int32{int32(flat)}, Out: []int32{int32(all)}, Axis: axis})
+	parts := make([][]int32, len(names)) // parameter → its blocks, member by member
+	var order []int32
+	for range n {
+		for i := range names {
+			b := int32(rg.newBuffer("", rg.typeOf(int(blocks[i])), pb.Role_ACTIVATION))
+			parts[i] = append(parts[i], b)
+			order = append(order, b)
+		}
+	}
+	rg.instr(&pb.Instr{Kind: pb.Instr_UNPACK, In: []int32{int32(all)}, Out: order})
+	for i, name := range names {
+		// Only COPY and collectives write parameters (the loader's rule).
+		whole := rg.newBuffer(name+".gathered", rg.typeOf(params[i]), pb.Role_ACTIVATION)
+		rg.instr(&pb.Instr{Kind: pb.Instr_PACK, In: parts[i], Out: []int32{int32(whole)}})
+		rg.instr(&pb.Instr{Kind: pb.Instr_COPY, In: []int32{int32(whole)}, Out: []int32{int32(params[i])}})
 	}
 	return nil
 }
@@ -1029,9 +1178,6 @@ func (rg *rankGen) call(prog *ir.Func, op *ir.Op) error {
 		return fmt.Errorf("@%s: %s: %v", prog.Name, op.Name(), err)
 	}
 	step := op.Name() == "optimizer"
-	if step {
-		rg.optimizerComm(f)
-	}
 	slotBuf := make([]int, len(b.Slots))
 	for i := range slotBuf {
 		slotBuf[i] = -1
@@ -1085,6 +1231,10 @@ func (rg *rankGen) call(prog *ir.Func, op *ir.Op) error {
 			continue
 		}
 		target := f.ResultAttrs[i].Str(passes.AttrUpdate, "")
+		if rg.gathered[target] {
+			rg.blocks[target] = slotBuf[b.Results[i]] // its dp block, for param_all_gather
+			continue
+		}
 		dst, ok := rg.named["param:"+target]
 		if !ok {
 			dst, ok = rg.named["state:"+target]
@@ -1131,40 +1281,6 @@ func (rg *rankGen) allReduce(prog *ir.Func, op *ir.Op) error {
 func (rg *rankGen) bindConsts(b *lower.Block, slotBuf []int) {
 	for _, slot := range slices.Sorted(maps.Keys(b.Consts)) {
 		slotBuf[slot] = rg.constBuffer(b.Consts[slot])
-	}
-}
-
-// optimizerComm records the time of the collectives in this rank's @optimizer (ZeRO's
-// reduce-scatter of a gradient and all-gather of the updated parameter), each against the
-// parameter whose update needs it, so that the plan can charge it to that parameter's stage.
-func (rg *rankGen) optimizerComm(f *ir.Func) {
-	// Most optimizers have none (no ZeRO): skip the walks over every update's cone.
-	if !slices.ContainsFunc(f.Ops, func(op *ir.Op) bool { return op.Def.Has(ir.Collective) }) {
-		return
-	}
-	claimed := map[*ir.Op]bool{}
-	noWeights := func(*ir.Value) bool { return false }
-	for i, r := range f.Results {
-		target := f.ResultAttrs[i].Str("update", "")
-		if _, ok := rg.named["param:"+target]; !ok {
-			continue // a state's update shares its parameter's collectives
-		}
-		seen := map[*ir.Value]bool{}
-		for stack := []*ir.Value{r}; len(stack) > 0; {
-			v := stack[len(stack)-1]
-			stack = stack[:len(stack)-1]
-			if seen[v] || v.Def == nil {
-				continue
-			}
-			seen[v] = true
-			op := v.Def
-			if op.Def.Has(ir.Collective) && !claimed[op] {
-				claimed[op] = true
-				c := rg.g.dev.CostOf(op, noWeights, rg.g.mesh.Size)
-				rg.g.dpComm.opt[optKey{rg.rank, target}] += c.FComm
-			}
-			stack = append(stack, op.Operands...)
-		}
 	}
 }
 
@@ -1371,32 +1487,15 @@ func (g *gen) stageInfo(params []Param) []StageInfo {
 			}
 		}
 	}
-	// Data parallelism: what code generation emitted, by stage. The optimizer's collectives
-	// go to the parameter's first stage on the rank that updates it.
+	// Data parallelism: the rank programs' collectives, by the stage each is charged to (ZeRO's
+	// around the optimizer: the first stage on the rank using the bucket's parameters).
 	for s := range info {
 		info[s].DPReduce = g.dpComm.reduce[s]
 		info[s].TPReduce = g.dpComm.tpReduce[s]
 		info[s].DPReduceMB = g.dpComm.reduceMB[s] / float64(max(g.microbatches, 1))
 	}
-	stagesOf := map[string][]int{}
-	for _, p := range params {
-		stagesOf[p.Name] = p.Stages
-	}
-	for k, t := range g.dpComm.opt {
-		st := -1
-		for _, s := range stagesOf[k.param] {
-			if s < len(info) && g.sched.Placement[s] == k.rank && (st < 0 || s < st) {
-				st = s
-			}
-		}
-		if st < 0 { // unreachable: a rank updates the parameters its stages use
-			for s := range info {
-				if g.sched.Placement[s] == k.rank && st < 0 {
-					st = s
-				}
-			}
-		}
-		if st >= 0 {
+	for st, t := range g.dpComm.opt {
+		if st < len(info) {
 			info[st].OptimizerComm += t
 		}
 	}

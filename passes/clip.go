@@ -31,10 +31,6 @@ type GradArg struct {
 	Name       string
 	Type       ir.Type
 	Replicated []string
-	// PartialDP: the gradient is this data-parallel replica's sum only (ZeRO-1's
-	// {dp_partial}), reduce-scattered over dp (DP ranks) before it is counted.
-	PartialDP bool
-	DP        int
 }
 
 // GradSumSq builds the function rank-optimizer calls before a rank's slice of a clipping
@@ -44,11 +40,9 @@ type GradArg struct {
 // every rank of a mesh axis (a tp-replicated parameter's on each tp rank, a gradient
 // all-reduced over dp on each replica) counts only on that axis's rank 0
 // (where(axis_index == 0, s, 0)), so that the all-reduces count every element once. A
-// parameter tied across pipeline ranks is left out by rank-optimizer on all but the first. A
-// gradient that is this replica's partial sum (ZeRO-1's {dp_partial}) is first
-// reduce-scattered over the dp replicas, as @optimizer does again for the update (a second
-// transfer of ZeRO-1's gradients: the price of clipping with it), and its block counts on
-// every replica.
+// parameter tied across pipeline ranks is left out by rank-optimizer on all but the first.
+// ZeRO's gradients are this replica's dp blocks of the reduced sum (ZeRO-1's reduce-scattered
+// before the step), so each counts on every replica, from what is already reduced.
 func GradSumSq(name string, grads []GradArg) (*ir.Func, error) {
 	f := ir.NewFunc(name)
 	b := ir.NewBuilder(f)
@@ -62,9 +56,6 @@ func GradSumSq(name string, grads []GradArg) (*ir.Func, error) {
 			return nil, fmt.Errorf("gradient %d (%s) is %s, not floating point", i, ga.Name, t)
 		}
 		g := f.AddArg("d."+ga.Name, t, ir.Attrs{{Name: ir.AttrGrad, Value: ir.String(ga.Name)}})
-		if ga.PartialDP {
-			g = b.Op1("reduce_scatter", ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}, {Name: "dim", Value: ir.Int(0)}, {Name: "parts", Value: ir.Int(ga.DP)}}, g)
-		}
 		if t.DType != ir.F32 {
 			g = b.Cast(g, ir.F32)
 		}

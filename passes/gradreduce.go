@@ -24,9 +24,10 @@ var GradReduce = &Pass{
 		"`grad_all_reduce {axis = dp, grads = […]}` per bucket of one dtype (fp32 first, then fp64) up to BucketBytes " +
 		"(25 MiB), in result order: one collective's latency per bucket, the same additions as one all-reduce each. " +
 		"A tied weight's partials are reduced each so, before tied-grads exchanges them. Under ZeRO (@optimizer's " +
-		"gradient arguments split over dp) a gradient is not all-reduced: ZeRO-2 reduce-scatters each micro-batch's " +
-		"gradient right after its run, `grad_reduce_scatter {axis = dp, grads = [G], microbatch = m}`, and accumulates " +
-		"only this replica's block; ZeRO-1's reduce-scatter is rank-optimizer's. Every op carries the run's stage.",
+		"gradient arguments split over dp) a gradient is not all-reduced: ZeRO-2 reduce-scatters the gradients each " +
+		"run computes right after it, bucketed likewise, `grad_reduce_scatter {axis = dp, grads = […], microbatch = m}`, " +
+		"and accumulates only this replica's blocks; ZeRO-1's reduce-scatter is rank-optimizer's. Every op carries the " +
+		"run's stage.",
 	Run: runGradReduce,
 }
 
@@ -61,7 +62,8 @@ func runGradReduce(m *ir.Module, _ Options) error {
 				red.Stage = op.Stage
 				ops = append(ops, red)
 			}
-			var tp, sum []string
+			var blocks, tp, sum []string
+			out := map[string]ir.Type{} // the run's gradients, as it computes them
 			for j := range f.Results {
 				at := f.ResultAttrs[j]
 				key := GradKey(at)
@@ -70,8 +72,8 @@ func runGradReduce(m *ir.Module, _ Options) error {
 				}
 				name := at.Str(ir.AttrGrad, "")
 				if dp > 1 && zero[name] == 2 {
-					add(reduceScatter, ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}, {Name: "grads", Value: ir.Strings(key)},
-						{Name: "microbatch", Value: ir.Int(op.Attrs.Int("microbatch", 0))}})
+					blocks = append(blocks, key)
+					out[key] = f.Results[j].Type
 				}
 				if last[key] != i {
 					continue
@@ -82,6 +84,10 @@ func runGradReduce(m *ir.Module, _ Options) error {
 				if dp > 1 && zero[name] == 0 {
 					sum = append(sum, key)
 				}
+			}
+			for _, b := range buckets(blocks, out) {
+				add(reduceScatter, ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}, {Name: "grads", Value: ir.Strings(b...)},
+					{Name: "microbatch", Value: ir.Int(op.Attrs.Int("microbatch", 0))}})
 			}
 			for k := 0; k < len(tp); k += 2 {
 				add(allReduce, ir.Attrs{{Name: "axis", Value: ir.Ident(tp[k])}, {Name: "grads", Value: ir.Strings(tp[k+1])}})

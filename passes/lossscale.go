@@ -43,7 +43,7 @@ var LossScale = &Pass{
 		"slice of @optimizer reads and the flag is all-reduced (max) over tp, dp and pp — else 0. Every gradient " +
 		"argument is first multiplied by 1/scale (computed in f64 and rounded to f32, as GradScaler's inv_scale), " +
 		"so whatever @optimizer does with gradients (clipping, the update) sees unscaled ones. Every result " +
-		"{update = X} becomes where(found_inf == 0, new X, old X): a step with an overflow anywhere changes no " +
+		"{update = X} becomes where(found_inf == 0, new X, old X) (old X's dp block where ZeRO updates a block): a step with an overflow anywhere changes no " +
 		"parameter and no state on any rank — AdamW's own step count included (%grad_scaler.optimizer_step, which " +
 		"the optimizer pass adds under loss scaling), so its bias correction counts the steps taken as torch.optim's " +
 		"does when GradScaler skips optimizer.step(), while a learning-rate schedule follows %step, every step run, " +
@@ -147,6 +147,7 @@ func runLossScale(m *ir.Module, opts Options) error {
 	ok := b.Op1("equal", nil, found, scalarConst(b, ir.F32, 0))
 	ok.Name = "step_ok"
 	old := map[string]*ir.Value{}
+	zeroed := map[string]bool{} // parameters updated by their dp block (ZeRO)
 	for i, a := range f.Args {
 		at := f.ArgAttrs[i]
 		switch {
@@ -154,6 +155,10 @@ func runLossScale(m *ir.Module, opts Options) error {
 			old[a.Name] = a
 		case at.Has(AttrState):
 			old[at.Str(AttrState, "")] = a
+		case at.Has(ir.AttrGrad):
+			if s, _ := ir.ArgSharding(f, i); s != nil && s.Uses("dp") {
+				zeroed[at.Str(ir.AttrGrad, "")] = true
+			}
 		}
 	}
 	for i, r := range f.Results {
@@ -162,6 +167,9 @@ func runLossScale(m *ir.Module, opts Options) error {
 		}
 		target := f.ResultAttrs[i].Str(AttrUpdate, "")
 		prev := old[target]
+		if prev != nil && zeroed[target] && r.Type.Rank() > 0 && !prev.Type.Equal(r.Type) {
+			prev = zeroBlock(b, prev, r.Type.Shape[0]) // the new value is a block: keep the old block
+		}
 		if prev == nil || !prev.Type.Equal(r.Type) {
 			return ir.ErrorAt(m.Source, f.Loc, "loss-scale: @%s result %d updates %q, which is not an argument of its type", OptimizerFunc, i, target)
 		}

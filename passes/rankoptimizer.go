@@ -2,6 +2,7 @@ package passes
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -21,8 +22,14 @@ var RankOptimizer = &Pass{
 		"(`call`) and all-reduced (sum) over tp, dp and pp; when it is loss-scaled, %found_inf — 1 when some element of " +
 		"those gradients is not finite, @found_inf.rank<r> (NonFiniteCheck), all-reduced (max) over tp, dp and pp — so " +
 		"that every rank of the mesh agrees on the norm and on skipping the step; then `optimizer %…` running the slice " +
-		"(its {grad_sumsq} and {found_inf} arguments marked port: the operands). An axis of one rank is left out. A rank " +
-		"with nothing to update (no parameter, no global state, no metric) has no optimizer step.",
+		"(its {grad_sumsq} and {found_inf} arguments marked port: the operands). An axis of one rank is left out. Under " +
+		"ZeRO (@optimizer {zero}: its gradients of some parameters are dp blocks and its updates of them the new blocks) " +
+		"the rank's ZeRO-1 gradients are first reduce-scattered over dp, `grad_reduce_scatter {axis = dp, grads = […]}` " +
+		"(the norm and the overflow check then read the reduced blocks, which count on every replica), and after the " +
+		"step the new blocks are all-gathered into the parameters, `param_all_gather {axis = dp, params = […]}`; both " +
+		"bucketed as grad-reduce's all-reduces are (one dtype, up to BucketBytes), per stage (the first of the rank's " +
+		"stages using the parameter, which the collective is charged to). A rank with nothing to update (no parameter, " +
+		"no global state, no metric) has no optimizer step.",
 	Run: runRankOptimizer,
 }
 
@@ -47,21 +54,33 @@ func runRankOptimizer(m *ir.Module, _ Options) error {
 		return err
 	}
 	held := make([]map[string]bool, len(progs))
+	stageOf := make([]map[string]int, len(progs)) // parameter → the first of the rank's stages using it
 	for r := range held {
-		held[r] = map[string]bool{}
+		held[r], stageOf[r] = map[string]bool{}, map[string]int{}
 	}
 	for _, f := range m.Funcs {
 		if f.Attrs.Str("kind", "") == "" {
 			continue
 		}
-		r := placement[f.Attrs.Int("stage", 0)] // checked by tiedPartials
+		st := f.Attrs.Int("stage", 0)
+		r := placement[st] // checked by tiedPartials
 		if r >= len(progs) {
 			return fmt.Errorf("@%s runs on pipeline rank %d, which has no rank program", f.Name, r)
 		}
 		for i, a := range f.Args {
 			if f.ArgAttrs[i].Has(ir.AttrParam) {
 				held[r][a.Name] = true
+				if cur, ok := stageOf[r][a.Name]; !ok || st < cur {
+					stageOf[r][a.Name] = st
+				}
 			}
+		}
+	}
+	zero, dp := zeroBlocks(m)
+	whole := map[string]ir.Type{} // each parameter's type (a ZeRO update's block is 1/dp of it)
+	for i, a := range opt.Args {
+		if opt.ArgAttrs[i].Has(ir.AttrParam) {
+			whole[a.Name] = a.Type
 		}
 	}
 	allReduce := ir.MustLookup("all_reduce")
@@ -74,6 +93,29 @@ func runRankOptimizer(m *ir.Module, _ Options) error {
 		if m.Func(slice.Name) != nil {
 			return fmt.Errorf("the module already has a function @%s", slice.Name)
 		}
+		// ZeRO: the gradients of the parameters updated by blocks, and the new blocks.
+		var rs, ag []string
+		for i := range slice.Args {
+			if name := slice.ArgAttrs[i].Str(ir.AttrGrad, ""); zero[name] == 1 && dp > 1 {
+				rs = append(rs, name)
+			}
+		}
+		for i := range slice.Results {
+			if name := slice.ResultAttrs[i].Str(AttrUpdate, ""); zero[name] > 0 && dp > 1 && held[r][name] {
+				ag = append(ag, name)
+			}
+		}
+		// ZeRO-1: the accumulated gradients (whole, fp32) reduce-scattered to this replica's
+		// blocks before anything reads them, one bucket at a time.
+		accTypes := map[string]ir.Type{}
+		for name, t := range whole {
+			accTypes[name] = accType(t)
+		}
+		for _, bk := range stageBuckets(rs, stageOf[r], accTypes) {
+			op := ir.NewOp(ir.MustLookup("grad_reduce_scatter"), nil, ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}, {Name: "grads", Value: ir.Strings(bk.names...)}}, nil)
+			op.Stage = bk.stage
+			prog.Ops = append(prog.Ops, op)
+		}
 		// The values the slice takes from the rank program: clipping's sum of squares, then
 		// the loss scaler's overflow flag.
 		operand := map[int]*ir.Value{}
@@ -83,7 +125,7 @@ func runRankOptimizer(m *ir.Module, _ Options) error {
 			var op string
 			switch {
 			case at.Has(AttrGradSumSq):
-				if helper, err = GradSumSq(fmt.Sprintf("grad_sumsq.rank%d", r), sumSqGrads(slice, r, holders, meshSize(m, "dp"))); err != nil {
+				if helper, err = GradSumSq(fmt.Sprintf("grad_sumsq.rank%d", r), sumSqGrads(slice, r, holders)); err != nil {
 					return fmt.Errorf("@%s: %v", slice.Name, err)
 				}
 				op = "sum"
@@ -120,8 +162,35 @@ func runRankOptimizer(m *ir.Module, _ Options) error {
 		}
 		m.Funcs = append(m.Funcs, slice)
 		prog.Ops = append(prog.Ops, ir.NewOp(ir.MustLookup("optimizer"), operands, ir.Attrs{{Name: "func", Value: ir.String(slice.Name)}}, nil))
+		// ZeRO: each replica updated its blocks; gather the whole parameters, bucketed.
+		for _, bk := range stageBuckets(ag, stageOf[r], whole) {
+			op := ir.NewOp(ir.MustLookup("param_all_gather"), nil, ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}, {Name: "params", Value: ir.Strings(bk.names...)}}, nil)
+			op.Stage = bk.stage
+			prog.Ops = append(prog.Ops, op)
+		}
 	}
 	return nil
+}
+
+type stageBucket struct {
+	stage int
+	names []string
+}
+
+// stageBuckets buckets names (see buckets) per stage, in stage order: a bucket's collective
+// is charged to one stage, as the planner prices each stage's.
+func stageBuckets(names []string, stageOf map[string]int, types map[string]ir.Type) []stageBucket {
+	byStage := map[int][]string{}
+	for _, n := range names {
+		byStage[stageOf[n]] = append(byStage[stageOf[n]], n)
+	}
+	var out []stageBucket
+	for _, st := range slices.Sorted(maps.Keys(byStage)) {
+		for _, b := range buckets(byStage[st], types) {
+			out = append(out, stageBucket{st, b})
+		}
+	}
+	return out
 }
 
 // flagArgs are the indices of a slice's {grad_sumsq} and {found_inf} arguments, in that
@@ -210,7 +279,7 @@ func sliceGrads(f *ir.Func) []GradArg {
 // parameters it is the first holder of, each with the mesh axes over which it is whole on
 // every rank (counted on that axis's rank 0 only). A gradient split over an axis — a
 // tensor-parallel block, ZeRO's dp block — counts on every rank of it.
-func sumSqGrads(f *ir.Func, r int, holders map[string][]int, dp int) []GradArg {
+func sumSqGrads(f *ir.Func, r int, holders map[string][]int) []GradArg {
 	var out []GradArg
 	for i, a := range f.Args {
 		at := f.ArgAttrs[i]
@@ -232,11 +301,8 @@ func sumSqGrads(f *ir.Func, r int, holders map[string][]int, dp int) []GradArg {
 			}
 		}
 		g := GradArg{Name: name, Type: a.Type}
-		if at.Has(AttrDPPartial) {
-			g.PartialDP, g.DP = true, dp
-		}
 		for _, ax := range []string{"tp", "dp"} {
-			if !split[ax] && !(ax == "dp" && g.PartialDP) {
+			if !split[ax] {
 				g.Replicated = append(g.Replicated, ax)
 			}
 		}

@@ -124,7 +124,6 @@ func (p *planner) prepare(c *candidate) *evaluation {
 	for s, hi := range ends {
 		var sc schedule.StageCost
 		var pbytes int64
-		var pcount int
 		var stageShared []param
 		var act, rebuild int64
 		for k, u := range units[lo:hi] {
@@ -140,7 +139,6 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			sc.ActBytes += float64(u.stash)
 			act = max(act, u.act+u.castBytes)
 			pbytes += u.paramBytes
-			pcount += u.paramCount
 			for _, pr := range u.shared {
 				if slices.Contains(stageShared, pr) {
 					pbytes -= pr.bytes
@@ -154,22 +152,24 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		if hi == len(units) {
 			sc.CommBytes = 0
 		}
-		// Data parallelism as code generation emits it: gradients all-reduced once per
-		// step in 25 MiB buckets (ZeRO 0); the optimizer's reduce-scatter and all-gather
-		// (ZeRO 1); a reduce-scatter per micro-batch and the all-gather (ZeRO 2).
-		// Under ZeRO each parameter tensor has its own collectives, each paying latency.
+		// Data parallelism as the rank programs do it (passes' grad-reduce and
+		// rank-optimizer), every collective in 25 MiB buckets: gradients all-reduced once
+		// per step (ZeRO 0); reduce-scattered before the optimizer and the new blocks
+		// all-gathered after it (ZeRO 1); reduce-scattered each micro-batch and the blocks
+		// all-gathered (ZeRO 2).
 		if c.DP > 1 {
 			g := float64(pbytes)
-			coll := func(kind string, x float64) float64 { return dev.AxisCollectiveTime(kind, x, c.DP, "dp") }
-			each := func(kind string) float64 { return coll(kind, g) + float64(max(pcount-1, 0))*coll(kind, 0) }
+			coll := func(kind string) float64 {
+				return bucketed(g, func(x float64) float64 { return dev.AxisCollectiveTime(kind, x, c.DP, "dp") })
+			}
 			switch c.Zero {
 			case 0:
-				sc.GradReduce = bucketed(g, func(x float64) float64 { return coll("all_reduce", x) })
+				sc.GradReduce = coll("all_reduce")
 			case 1:
-				sc.StepEnd = each("reduce_scatter") + each("all_gather")
+				sc.StepEnd = coll("reduce_scatter") + coll("all_gather")
 			case 2:
-				sc.GradReduceMB = each("reduce_scatter")
-				sc.StepEnd = each("all_gather")
+				sc.GradReduceMB = coll("reduce_scatter")
+				sc.StepEnd = coll("all_gather")
 			}
 		}
 		e.cost.Stages = append(e.cost.Stages, sc)
