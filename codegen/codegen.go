@@ -49,10 +49,10 @@ type Output struct {
 	Programs []*pb.Program
 }
 
-// Generate emits one program per pipeline rank for a module split into per-stage functions
-// (passes.SplitStages) and, for training, an @optimizer function. The module's mesh
-// attribute gives the dp and tp sizes (1 when absent); the schedule's ranks are the pipeline
-// ranks.
+// Generate lowers a module's rank programs (@rank<r>, written by passes.RankPrograms and the
+// passes after it) to one program per pipeline rank, each op to its instructions, and plans
+// memory over the result. The module's mesh attribute gives the dp and tp sizes (1 when
+// absent); the schedule's ranks are the pipeline ranks.
 func Generate(m *ir.Module, opts Options) (*Output, error) {
 	g := &gen{m: m, funcs: map[string]*ir.Func{}, blocks: map[string]*lower.Block{}, sched: opts.Schedule}
 	g.microbatches = m.Attrs.Int("microbatches", 1)
@@ -108,13 +108,7 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 		StageRanks: g.sched.Placement, Schedule: PlanSchedule{Name: g.sched.Name}, TokenSlices: passes.TokenSlices(m), TokenPlan: tokenPlan, Training: g.funcs["optimizer"] != nil,
 		Optimizer: opts.Optimizer}}
 	if len(g.rankProgs) == 0 {
-		// A module that did not go through rank-programs (a caller that generates code
-		// directly): write its rank programs from the schedule now.
-		progs, err := passes.BuildRankPrograms(m, g.sched.Placement, g.sched.Actions)
-		if err != nil {
-			return nil, err
-		}
-		g.rankProgs = progs
+		return nil, fmt.Errorf("the module has no rank programs: run rank-programs (and, for training, grad-reduce, tied-grads and rank-optimizer) first")
 	}
 	if len(g.rankProgs) != len(g.sched.Actions) {
 		return nil, fmt.Errorf("the module has %d rank programs, the schedule %d pipeline ranks", len(g.rankProgs), len(g.sched.Actions))
