@@ -125,6 +125,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		var sc schedule.StageCost
 		var pbytes int64
 		var stageShared []param
+		var sizes []int64 // the stage's parameter tensors, each once
 		var act, rebuild int64
 		for k, u := range units[lo:hi] {
 			if rebuilt != nil {
@@ -139,6 +140,11 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			sc.ActBytes += float64(u.stash)
 			act = max(act, u.act+u.castBytes)
 			pbytes += u.paramBytes
+			for _, pr := range u.params {
+				if !slices.Contains(u.shared, pr) || !slices.Contains(stageShared, pr) {
+					sizes = append(sizes, pr.bytes)
+				}
+			}
 			for _, pr := range u.shared {
 				if slices.Contains(stageShared, pr) {
 					pbytes -= pr.bytes
@@ -153,23 +159,28 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			sc.CommBytes = 0
 		}
 		// Data parallelism as the rank programs do it (passes' grad-reduce and
-		// rank-optimizer), every collective in 25 MiB buckets: gradients all-reduced once
-		// per step (ZeRO 0); reduce-scattered before the optimizer and the new blocks
-		// all-gathered after it (ZeRO 1); reduce-scattered each micro-batch and the blocks
-		// all-gathered (ZeRO 2).
+		// rank-optimizer): gradients all-reduced once per step in 25 MiB buckets (ZeRO 0);
+		// reduce-scattered before the optimizer and the new blocks all-gathered after it
+		// (ZeRO 1); reduce-scattered each micro-batch and the blocks all-gathered (ZeRO 2) —
+		// the stage's tensors in buckets of up to 25 MiB, a larger tensor alone.
 		if c.DP > 1 {
 			g := float64(pbytes)
-			coll := func(kind string) float64 {
-				return bucketed(g, func(x float64) float64 { return dev.AxisCollectiveTime(kind, x, c.DP, "dp") })
+			coll := func(kind string, x float64) float64 { return dev.AxisCollectiveTime(kind, x, c.DP, "dp") }
+			zero := func(kind string) float64 {
+				var t float64
+				for _, b := range bucketBytes(sizes) {
+					t += coll(kind, b)
+				}
+				return t
 			}
 			switch c.Zero {
 			case 0:
-				sc.GradReduce = coll("all_reduce")
+				sc.GradReduce = bucketed(g, func(x float64) float64 { return coll("all_reduce", x) })
 			case 1:
-				sc.StepEnd = coll("reduce_scatter") + coll("all_gather")
+				sc.StepEnd = zero("reduce_scatter") + zero("all_gather")
 			case 2:
-				sc.GradReduceMB = coll("reduce_scatter")
-				sc.StepEnd = coll("all_gather")
+				sc.GradReduceMB = zero("reduce_scatter")
+				sc.StepEnd = zero("all_gather")
 			}
 		}
 		e.cost.Stages = append(e.cost.Stages, sc)
@@ -251,6 +262,24 @@ func (p *planner) unitsAt(k probeKey, b int) []unitCost {
 	u := at(pair, b)
 	p.scaled[scaledKey{k, b}] = u
 	return u
+}
+
+// bucketBytes are the sizes of the buckets the rank programs group tensors of these sizes
+// into, in order: up to BucketBytes each, a larger tensor alone (passes' buckets).
+func bucketBytes(sizes []int64) []float64 {
+	var out []float64
+	var cur int64
+	for _, n := range sizes {
+		if cur > 0 && cur+n > passes.BucketBytes {
+			out = append(out, float64(cur))
+			cur = 0
+		}
+		cur += n
+	}
+	if cur > 0 {
+		out = append(out, float64(cur))
+	}
+	return out
 }
 
 // bucketed is a collective over g bytes sent in BucketBytes buckets, each paying latency.
