@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -48,10 +49,10 @@ type Output struct {
 	Programs []*pb.Program
 }
 
-// Generate emits one program per pipeline rank for a module split into per-stage functions
-// (passes.SplitStages) and, for training, an @optimizer function. The module's mesh
-// attribute gives the dp and tp sizes (1 when absent); the schedule's ranks are the pipeline
-// ranks.
+// Generate lowers a module's rank programs (@rank<r>, written by passes.RankPrograms and the
+// passes after it) to one program per pipeline rank, each op to its instructions, and plans
+// memory over the result. The module's mesh attribute gives the dp and tp sizes (1 when
+// absent); the schedule's ranks are the pipeline ranks.
 func Generate(m *ir.Module, opts Options) (*Output, error) {
 	g := &gen{m: m, funcs: map[string]*ir.Func{}, blocks: map[string]*lower.Block{}, sched: opts.Schedule}
 	g.microbatches = m.Attrs.Int("microbatches", 1)
@@ -88,11 +89,8 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 			continue
 		}
 		g.funcs[f.Name] = f
-		if f.Name == "optimizer" {
-			continue
-		}
 		if f.Attrs.Str("kind", "") == "" {
-			return nil, fmt.Errorf("function @%s is not a per-stage function; run split-stages", f.Name)
+			continue // @optimizer, or a function a rank program calls: lowered when called
 		}
 		b, err := lower.Func(f)
 		if err != nil {
@@ -110,30 +108,12 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 		StageRanks: g.sched.Placement, Schedule: PlanSchedule{Name: g.sched.Name}, TokenSlices: passes.TokenSlices(m), TokenPlan: tokenPlan, Training: g.funcs["optimizer"] != nil,
 		Optimizer: opts.Optimizer}}
 	if len(g.rankProgs) == 0 {
-		// A module that did not go through rank-programs (a caller that generates code
-		// directly): write its rank programs from the schedule now.
-		progs, err := passes.BuildRankPrograms(m, g.sched.Placement, g.sched.Actions)
-		if err != nil {
-			return nil, err
-		}
-		g.rankProgs = progs
+		return nil, fmt.Errorf("the module has no rank programs: run rank-programs (and, for training, grad-reduce, tied-grads and rank-optimizer) first")
 	}
 	if len(g.rankProgs) != len(g.sched.Actions) {
 		return nil, fmt.Errorf("the module has %d rank programs, the schedule %d pipeline ranks", len(g.rankProgs), len(g.sched.Actions))
 	}
-	g.dpPartial, g.dpBlock = map[string]bool{}, map[string]bool{}
-	g.dpComm = dpComm{reduce: map[int]float64{}, reduceMB: map[int]float64{}, tpReduce: map[int]float64{}, opt: map[optKey]float64{}}
-	if opt := g.funcs["optimizer"]; opt != nil {
-		for i := range opt.Args {
-			at := opt.ArgAttrs[i]
-			if at.Has(passes.AttrDPPartial) {
-				g.dpPartial[at.Str(ir.AttrGrad, "")] = true
-			}
-			if s, _ := ir.ArgSharding(opt, i); at.Has(ir.AttrGrad) && s.Uses("dp") {
-				g.dpBlock[at.Str(ir.AttrGrad, "")] = true
-			}
-		}
-	}
+	g.dpComm = dpComm{reduce: map[int]float64{}, reduceMB: map[int]float64{}, tpReduce: map[int]float64{}, opt: map[int]float64{}}
 	if err := g.collectShardings(); err != nil {
 		return nil, err
 	}
@@ -171,8 +151,6 @@ type gen struct {
 	mesh         Mesh
 	shards       map[string]*ir.Sharding // parameter → its sharding (absent: whole)
 	rankProgs    []*ir.Func              // @rank<r>: each pipeline rank's step (passes.RankPrograms)
-	dpPartial    map[string]bool         // parameters whose gradient the optimizer reduces over dp (ZeRO-1)
-	dpBlock      map[string]bool         // parameters whose gradient is accumulated as its dp block (ZeRO-2)
 	funcs        map[string]*ir.Func
 	blocks       map[string]*lower.Block
 	sched        Schedule
@@ -182,19 +160,14 @@ type gen struct {
 	dpComm       dpComm
 }
 
-// dpComm is the cost model's time of the data-parallel collectives code generation emits
-// (their size is known only here: which gradients are reduced, whole or by block, is decided
-// by code generation and the optimizer pass), for the plan's stage_info and estimate.
+// dpComm is the cost model's time of the rank programs' gradient and parameter collectives
+// (their sizes are known once lowered), by the stage each op is charged to, for the plan's
+// stage_info and estimate.
 type dpComm struct {
-	reduce   map[int]float64    // stage → its gradients' all-reduces, per step
-	reduceMB map[int]float64    // stage → ZeRO-2's per-micro-batch reduce-scatters, summed over the step
-	tpReduce map[int]float64    // stage → hoisted tensor-parallel gradient all-reduces, per step
-	opt      map[optKey]float64 // ZeRO's optimizer collectives, by pipeline rank and parameter
-}
-
-type optKey struct {
-	rank  int
-	param string
+	reduce   map[int]float64 // stage → its gradients' all-reduces over dp, per step
+	reduceMB map[int]float64 // stage → ZeRO-2's per-micro-batch reduce-scatters, summed over the step
+	tpReduce map[int]float64 // stage → hoisted tensor-parallel gradient all-reduces, per step
+	opt      map[int]float64 // stage → ZeRO's collectives around the optimizer step
 }
 
 // collectiveTime is the cost model's time of one collective over a mesh axis of this mesh.
@@ -224,83 +197,31 @@ type rankGen struct {
 	inputs  map[portKey]int
 	ports   map[portKey]int
 	consts  map[*ir.Dense]int
-	first   map[int]int // arena buffer → first instruction touching it
-	last    map[int]int // arena buffer → last instruction touching it
+	values  map[*ir.Value]int // the rank program's values (call and all_reduce results) → buffers
+	first   map[int]int       // arena buffer → first instruction touching it
+	last    map[int]int       // arena buffer → last instruction touching it
 	stages  []int
 	// forward is set while a forward (F) action is emitted; the arena buffers created then
 	// (its inputs, received activations and results) are in fwd, the rest of the arena is
 	// workspace: gradients in flight, recomputation, optimizer temporaries.
 	forward bool
 	fwd     map[int]bool
-	// lastGrad maps each gradient accumulator ("grad:w", or "grad:w#k" for a tied weight's
-	// partial) to the action (index in the rank's schedule) and function that produce its
-	// last contribution: where its data-parallel all-reduce is issued.
-	lastGrad map[string]gradSite
-	action   int // index of the action being emitted
-	// bucket collects the accumulators whose data-parallel all-reduce an action issues, to
-	// reduce them as one collective (flushBucket).
-	bucket []int
-}
-
-// BucketBytes caps a data-parallel gradient bucket (PyTorch DDP's default is 25 MiB): one
-// collective per bucket pays its latency once, and a cap keeps the staging buffer small and
-// lets a later bucket's reduction start while the backward goes on.
-const BucketBytes = 25 << 20
-
-// flushBucket all-reduces over dp the accumulators the action collected: a lone accumulator
-// in place, several of one dtype (up to BucketBytes) packed into one flat activation buffer,
-// all-reduced and unpacked — the same additions in the same order as one all-reduce each.
-func (rg *rankGen) flushBucket(stage, mb int) {
-	var cur []int
-	var curBytes int64
-	emit := func() {
-		defer func() { cur, curBytes = nil, 0 }()
-		switch len(cur) {
-		case 0:
-			return
-		case 1:
-			rg.instr(&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{int32(cur[0])}, Axis: "dp", Stage: int32(stage), Microbatch: int32(mb)})
-		default:
-			dt := rg.typeOf(cur[0]).DType
-			n := 0
-			ids := make([]int32, len(cur))
-			for i, b := range cur {
-				n += rg.typeOf(b).NumElements()
-				ids[i] = int32(b)
-			}
-			flat := rg.newBuffer(fmt.Sprintf("dp-bucket.s%d#%d", stage, mb), ir.Type{DType: dt, Shape: ir.Shape{n}}, pb.Role_ACTIVATION)
-			rg.instr(&pb.Instr{Kind: pb.Instr_PACK, In: ids, Out: []int32{int32(flat)}, Stage: int32(stage), Microbatch: int32(mb)})
-			rg.instr(&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{int32(flat)}, Axis: "dp", Stage: int32(stage), Microbatch: int32(mb)})
-			rg.instr(&pb.Instr{Kind: pb.Instr_UNPACK, In: []int32{int32(flat)}, Out: ids, Stage: int32(stage), Microbatch: int32(mb)})
-		}
-		rg.g.dpComm.reduce[stage] += rg.g.collectiveTime("all_reduce", curBytes, "dp")
-	}
-	for _, dt := range []ir.DType{ir.F32, ir.F64} {
-		for _, b := range rg.bucket {
-			t := rg.typeOf(b)
-			if t.DType != dt {
-				continue
-			}
-			if curBytes > 0 && curBytes+t.Bytes() > BucketBytes {
-				emit()
-			}
-			cur = append(cur, b)
-			curBytes += t.Bytes()
-		}
-		emit()
-	}
-	rg.bucket = rg.bucket[:0]
-}
-
-type gradSite struct {
-	action int
-	fn     string
+	// mb is the micro-batch of the last run, which the reductions after it are attributed to.
+	mb int
+	// perMB are the gradients a grad_reduce_scatter reduces one micro-batch at a time (ZeRO-2):
+	// a run leaves its value of one in pending for it instead of accumulating it.
+	perMB   map[string]bool
+	pending map[string]int
+	// gathered are the parameters a param_all_gather gathers (ZeRO): the optimizer step
+	// leaves their new dp blocks in blocks instead of writing them back.
+	gathered map[string]bool
+	blocks   map[string]int
 }
 
 func (g *gen) newRank(r int, hash string) *rankGen {
 	rg := &rankGen{g: g, rank: r, kernels: map[string]int{}, named: map[string]int{}, inputs: map[portKey]int{},
-		ports: map[portKey]int{}, consts: map[*ir.Dense]int{}, first: map[int]int{}, last: map[int]int{}, fwd: map[int]bool{},
-		lastGrad: map[string]gradSite{}}
+		ports: map[portKey]int{}, consts: map[*ir.Dense]int{}, values: map[*ir.Value]int{}, first: map[int]int{}, last: map[int]int{}, fwd: map[int]bool{},
+		perMB: map[string]bool{}, pending: map[string]int{}, gathered: map[string]bool{}, blocks: map[string]int{}}
 	rg.prog = &pb.Program{FormatVersion: FormatVersion, Pp: int32(r), Microbatches: int32(g.microbatches), SourceHash: hash,
 		Mesh: []*pb.NamedInt{{Name: "pp", Value: int64(g.mesh.PP)}, {Name: "dp", Value: int64(g.mesh.DP)}, {Name: "tp", Value: int64(g.mesh.TP)}}}
 	for s, pr := range g.sched.Placement {
@@ -482,15 +403,25 @@ func (rg *rankGen) instr(in *pb.Instr) {
 func (rg *rankGen) emit() error {
 	g := rg.g
 	training := g.funcs["optimizer"] != nil
-	rg.findLastGrads()
+	for _, op := range g.rankProgs[rg.rank].Ops {
+		switch {
+		case op.Name() == "grad_reduce_scatter" && op.Attrs.Has("microbatch"):
+			for _, name := range op.Attrs.Strings("grads") {
+				rg.perMB[name] = true
+			}
+		case op.Name() == "param_all_gather":
+			for _, name := range op.Attrs.Strings("params") {
+				rg.gathered[name] = true
+			}
+		}
+	}
 	// Gradient accumulators start each step at zero; they are created on first use, so zero
 	// them once every action has been generated (the ZEROs go first in the stream).
 	// The rank's program (passes.RankPrograms) says what runs in which order and where values
 	// cross ranks: each op lowers to its instructions.
 	prog := g.rankProgs[rg.rank]
 	fwdUse := forwardUses(prog)
-	for ai, op := range prog.Ops {
-		rg.action = ai
+	for _, op := range prog.Ops {
 		mb := op.Attrs.Int("microbatch", 0)
 		switch op.Name() {
 		case "recv":
@@ -515,6 +446,10 @@ func (rg *rankGen) emit() error {
 			if g.sched.Placement[stage] != rg.rank {
 				return fmt.Errorf("@%s runs @%s of stage %d, which is placed on pipeline rank %d", prog.Name, name, stage, g.sched.Placement[stage])
 			}
+			if len(rg.pending) > 0 {
+				return fmt.Errorf("@%s: a gradient of the run before @%s is neither reduce-scattered nor accumulated", prog.Name, name)
+			}
+			rg.mb = mb
 			rg.slice = 0
 			if op.Attrs.Has("slice") {
 				rg.slice = op.Attrs.Int("slice", 0) + 1
@@ -529,17 +464,48 @@ func (rg *rankGen) emit() error {
 				return fmt.Errorf("@%s sends %q of micro-batch %d before this rank has it", prog.Name, p, mb)
 			}
 			rg.instr(&pb.Instr{Kind: pb.Instr_SEND, In: []int32{int32(buf)}, Peer: int32(op.Attrs.Int("peer", 0)), Tag: int64(op.Attrs.Int("tag", 0)), Microbatch: int32(mb)})
+		case "grad_send":
+			buf, err := rg.grad(prog, op, op.Attrs.Str("grad", ""))
+			if err != nil {
+				return err
+			}
+			rg.instr(&pb.Instr{Kind: pb.Instr_SEND, In: []int32{int32(buf)}, Peer: int32(op.Attrs.Int("peer", 0)), Tag: int64(op.Attrs.Int("tag", 0))})
+		case "grad_recv":
+			// A tied weight's partial from the rank that computed it, for grad_sum.
+			name := op.Attrs.Str("grad", "")
+			t := ir.Type(op.Attrs.Get("type").(ir.TypeAttr))
+			buf := rg.newBuffer(name, t, pb.Role_ACTIVATION)
+			rg.instr(&pb.Instr{Kind: pb.Instr_RECV, Out: []int32{int32(buf)}, Peer: int32(op.Attrs.Int("peer", 0)), Tag: int64(op.Attrs.Int("tag", 0))})
+			rg.named["grad:"+name] = buf
+		case "grad_sum":
+			if err := rg.gradSum(prog, op); err != nil {
+				return err
+			}
+		case "grad_all_reduce":
+			if err := rg.gradAllReduce(prog, op); err != nil {
+				return err
+			}
+		case "grad_reduce_scatter":
+			if err := rg.gradReduceScatter(prog, op); err != nil {
+				return err
+			}
+		case "param_all_gather":
+			if err := rg.paramAllGather(prog, op); err != nil {
+				return err
+			}
+		case "call", "optimizer":
+			if err := rg.call(prog, op); err != nil {
+				return err
+			}
+		case "all_reduce":
+			if err := rg.allReduce(prog, op); err != nil {
+				return err
+			}
 		default:
-			return fmt.Errorf("@%s: %s is not an op of a rank program (run, send, recv)", prog.Name, op.Name())
+			return fmt.Errorf("@%s: %s is not an op of a rank program", prog.Name, op.Name())
 		}
 	}
 	if training {
-		if err := rg.sumPartials(); err != nil {
-			return err
-		}
-		if err := rg.optimizer(); err != nil {
-			return err
-		}
 		// Zero gradient accumulators at the start of the step.
 		var zeros []*pb.Instr
 		for _, b := range rg.prog.Buffers {
@@ -557,39 +523,6 @@ func (rg *rankGen) emit() error {
 	return nil
 }
 
-// findLastGrads records, for each gradient accumulator, the last action of the rank's
-// schedule that contributes to it (see rankGen.lastGrad).
-func (rg *rankGen) findLastGrads() {
-	g := rg.g
-	for ai, op := range g.rankProgs[rg.rank].Ops {
-		if op.Name() != "run" {
-			continue
-		}
-		f := g.funcs[op.Attrs.Str("func", "")]
-		if f == nil {
-			continue // reported by emit
-		}
-		for i := range f.Results {
-			if key := gradKey(f.ResultAttrs[i]); key != "" {
-				rg.lastGrad[key] = gradSite{ai, f.Name}
-			}
-		}
-	}
-}
-
-// gradKey names the accumulator of a function result that is a parameter gradient ("" for
-// other results): "grad:w", or "grad:w#k" for partial k of a tied weight's gradient.
-func gradKey(at ir.Attrs) string {
-	if !at.Has(ir.AttrGrad) {
-		return ""
-	}
-	key := "grad:" + at.Str(ir.AttrGrad, "")
-	if at.Has(passes.AttrPartial) {
-		key = fmt.Sprintf("%s#%d", key, at.Int(passes.AttrPartial, 0))
-	}
-	return key
-}
-
 // instance emits one run of a per-stage function for micro-batch mb.
 func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind string) error {
 	rg.forward = kind == passes.KindF
@@ -605,9 +538,7 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 		}
 		slotBuf[b.Args[i]] = buf
 	}
-	for slot, d := range b.Consts {
-		slotBuf[slot] = rg.constBuffer(d)
-	}
+	rg.bindConsts(b, slotBuf)
 	rg.instr(&pb.Instr{Kind: pb.Instr_BEGIN, Label: kind, Stage: int32(stage), Microbatch: int32(mb), TokenSlice: int32(rg.slice)})
 	if err := rg.launches(f, b, slotBuf, stage, mb); err != nil {
 		return err
@@ -629,53 +560,254 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 				rg.instr(&pb.Instr{Kind: pb.Instr_COPY, In: []int32{int32(buf)}, Out: []int32{int32(out)}, Microbatch: int32(mb)})
 			}
 		case at.Has(ir.AttrGrad):
-			key := gradKey(at)
-			t := b.Slots[b.Results[i]]
-			name := at.Str(ir.AttrGrad, "")
-			if rg.g.dpBlock[name] {
-				// ZeRO-2: reduce-scatter this micro-batch's gradient over dp and keep only
-				// this replica's block of dim 0.
-				blk := ir.Type{DType: t.DType, Shape: slices.Clone(t.Shape)}
-				blk.Shape[0] /= rg.g.mesh.DP
-				rs := rg.newBuffer(fmt.Sprintf("%s.block#%d", strings.TrimPrefix(key, "grad:"), mb), blk, pb.Role_ACTIVATION)
-				rg.instr(&pb.Instr{Kind: pb.Instr_REDUCE_SCATTER, In: []int32{int32(buf)}, Out: []int32{int32(rs)}, Axis: "dp", ReduceOp: pb.Instr_SUM,
-					Stage: int32(stage), Microbatch: int32(mb)})
-				rg.g.dpComm.reduceMB[stage] += rg.g.collectiveTime("reduce_scatter", t.Bytes(), "dp")
-				buf, t = rs, blk
+			key := passes.GradKey(at)
+			if rg.perMB[key] {
+				rg.pending[key] = buf // reduce-scattered, then accumulated, by the op after the run
+				continue
 			}
-			// Gradients accumulate in fp32 (fp64 for fp64 parameters).
-			acc := ir.Type{DType: ir.F32, Shape: t.Shape}
-			if t.DType == ir.F64 {
-				acc.DType = ir.F64
-			}
-			grad, ok := rg.named[key]
-			if !ok {
-				grad = rg.newBuffer(strings.TrimPrefix(key, "grad:"), acc, pb.Role_GRAD)
-				rg.named[key] = grad
-			}
-			rg.instr(&pb.Instr{Kind: pb.Instr_ACCUM, In: []int32{int32(buf)}, Out: []int32{int32(grad)}, Microbatch: int32(mb)})
-			// Data parallelism: the replicas' accumulators are partial sums over dp. Sum
-			// them as soon as this rank's last contribution is in, so that a transport that
-			// runs collectives asynchronously overlaps the reduction with the backward work
-			// that remains (DESIGN.md §6). In place: the accumulator becomes the sum.
-			// Under ZeRO the optimizer reduce-scatters the replica's sum itself.
-			last := rg.lastGrad[key] == (gradSite{rg.action, f.Name})
-			if ax := at.Str(passes.AttrReduceOver, ""); ax != "" && last {
-				// A tensor-parallel partial sum (passes.hoistTPReductions): summed once per
-				// step, in place.
-				rg.instr(&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{int32(grad)}, Axis: ax, Microbatch: int32(mb)})
-				rg.g.dpComm.tpReduce[stage] += rg.g.collectiveTime("all_reduce", acc.Bytes(), ax)
-			}
-			if rg.g.mesh.DP > 1 && !rg.g.dpPartial[name] && !rg.g.dpBlock[name] && last {
-				rg.bucket = append(rg.bucket, grad) // reduced with the action's others (flushBucket)
-			}
+			rg.accumulate(key, buf, mb)
 		case at.Has(ir.AttrName):
 			out := rg.newBuffer(at.Str(ir.AttrName, ""), b.Slots[b.Results[i]], pb.Role_OUTPUT)
 			rg.prog.Buffers[out].Microbatch = int32(mb)
 			rg.instr(&pb.Instr{Kind: pb.Instr_COPY, In: []int32{int32(buf)}, Out: []int32{int32(out)}, Microbatch: int32(mb)})
 		}
 	}
-	rg.flushBucket(stage, mb)
+	return nil
+}
+
+// accumulate adds a gradient into the rank's accumulator of it, made on first use: fp32,
+// fp64 for fp64 gradients (the rank program's run says so).
+func (rg *rankGen) accumulate(key string, buf, mb int) {
+	t := rg.typeOf(buf)
+	acc := ir.Type{DType: ir.F32, Shape: t.Shape}
+	if t.DType == ir.F64 {
+		acc.DType = ir.F64
+	}
+	grad, ok := rg.named["grad:"+key]
+	if !ok {
+		grad = rg.newBuffer(key, acc, pb.Role_GRAD)
+		rg.named["grad:"+key] = grad
+	}
+	rg.instr(&pb.Instr{Kind: pb.Instr_ACCUM, In: []int32{int32(buf)}, Out: []int32{int32(grad)}, Microbatch: int32(mb)})
+}
+
+// gradAllReduce lowers grad_all_reduce: one accumulator is summed in place; several are packed
+// into one flat buffer, summed and unpacked (PyTorch DDP's bucket: the same additions in the
+// same order as one all-reduce each).
+func (rg *rankGen) gradAllReduce(prog *ir.Func, op *ir.Op) error {
+	axis := op.Attrs.Str("axis", "")
+	if rg.g.mesh.Size(axis) == 0 {
+		return fmt.Errorf("@%s: grad_all_reduce over %q: not an axis of the mesh (pp, dp, tp)", prog.Name, axis)
+	}
+	names := op.Attrs.Strings("grads")
+	ids := make([]int32, len(names))
+	var bytes int64
+	var dt ir.DType
+	for i, name := range names {
+		buf, err := rg.grad(prog, op, name)
+		if err != nil {
+			return err
+		}
+		t := rg.typeOf(buf)
+		if i == 0 {
+			dt = t.DType
+		} else if t.DType != dt {
+			return fmt.Errorf("@%s: grad_all_reduce of %s and %s: a bucket holds one dtype", prog.Name, rg.typeOf(int(ids[0])), t)
+		}
+		ids[i] = int32(buf)
+		bytes += t.Bytes()
+	}
+	// The instructions record the micro-batch of the run they follow, for traces; a stage is
+	// the markers' (BEGIN, END).
+	stage, mb := max(op.Stage, 0), int32(rg.mb)
+	if len(ids) == 1 {
+		rg.instr(&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: ids, Axis: axis, Microbatch: mb})
+	} else {
+		flat := rg.newBuffer(fmt.Sprintf("%s-bucket.s%d#%d", axis, stage, mb), ir.Type{DType: dt, Shape: ir.Shape{int(bytes / int64(dt.Size()))}}, pb.Role_ACTIVATION)
+		rg.instr(&pb.Instr{Kind: pb.Instr_PACK, In: ids, Out: []int32{int32(flat)}, Microbatch: mb})
+		rg.instr(&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{int32(flat)}, Axis: axis, Microbatch: mb})
+		rg.instr(&pb.Instr{Kind: pb.Instr_UNPACK, In: []int32{int32(flat)}, Out: ids, Microbatch: mb})
+	}
+	t := rg.g.collectiveTime("all_reduce", bytes, axis)
+	if axis == "dp" {
+		rg.g.dpComm.reduce[stage] += t
+	} else {
+		rg.g.dpComm.tpReduce[stage] += t
+	}
+	return nil
+}
+
+// gradReduceScatter lowers grad_reduce_scatter, one bucket: without a micro-batch (ZeRO-1)
+// the named accumulators are reduce-scattered and the gradients become this replica's blocks;
+// with one (ZeRO-2) the values the run before it left pending are, and their blocks are added
+// into the block accumulators.
+func (rg *rankGen) gradReduceScatter(prog *ir.Func, op *ir.Op) error {
+	axis, perMB := op.Attrs.Str("axis", ""), op.Attrs.Has("microbatch")
+	mb := rg.mb
+	if perMB {
+		mb = op.Attrs.Int("microbatch", 0)
+	}
+	names := op.Attrs.Strings("grads")
+	bufs := make([]int, len(names))
+	for i, name := range names {
+		if perMB {
+			buf, ok := rg.pending[name]
+			if !ok {
+				return fmt.Errorf("@%s: grad_reduce_scatter of %q for micro-batch %d, which the run before it does not compute", prog.Name, name, mb)
+			}
+			delete(rg.pending, name)
+			bufs[i] = buf
+			continue
+		}
+		buf, err := rg.grad(prog, op, name)
+		if err != nil {
+			return err
+		}
+		bufs[i] = buf
+	}
+	blocks, bytes, err := rg.reduceScatter(axis, names, bufs, mb)
+	if err != nil {
+		return fmt.Errorf("@%s: grad_reduce_scatter: %v", prog.Name, err)
+	}
+	t := rg.g.collectiveTime("reduce_scatter", bytes, axis)
+	stage := max(op.Stage, 0)
+	if perMB {
+		rg.g.dpComm.reduceMB[stage] += t
+		for i, name := range names {
+			rg.accumulate(name, blocks[i], mb)
+		}
+		return nil
+	}
+	rg.g.dpComm.opt[stage] += t
+	for i, name := range names {
+		rg.named["grad:"+name] = blocks[i]
+	}
+	return nil
+}
+
+// reduceScatter emits one reduce-scatter over axis of the tensors bufs (one dtype), leaving
+// this rank its block of dim 0 of each, and returns the blocks and the bytes reduced. A lone
+// tensor is reduce-scattered as it is. Several share one collective, which gives each member
+// a contiguous run of its input: each tensor is cut into its blocks (UNPACK), the blocks are
+// laid out member by member — every tensor's block 0, then every tensor's block 1, … (PACK)
+// — and the member's run is cut back into its blocks (UNPACK). The sums are those of one
+// reduce-scatter per tensor, element for element.
+func (rg *rankGen) reduceScatter(axis string, names []string, bufs []int, mb int) ([]int, int64, error) {
+	n := rg.g.mesh.Size(axis)
+	if n == 0 {
+		return nil, 0, fmt.Errorf("%q is not an axis of the mesh (pp, dp, tp)", axis)
+	}
+	var bytes int64
+	blockTypes := make([]ir.Type, len(bufs))
+	for i, buf := range bufs {
+		t := rg.typeOf(buf)
+		if t.Rank() == 0 || t.Shape[0]%n != 0 {
+			return nil, 0, fmt.Errorf("%q (%s): dim 0 does not split into %d blocks", names[i], t, n)
+		}
+		if t.DType != rg.typeOf(bufs[0]).DType {
+			return nil, 0, fmt.Errorf("%s and %s: a bucket holds one dtype", rg.typeOf(bufs[0]), t)
+		}
+		bytes += t.Bytes()
+		blockTypes[i] = ir.Type{DType: t.DType, Shape: slices.Clone(t.Shape)}
+		blockTypes[i].Shape[0] /= n
+	}
+	blocks := make([]int, len(bufs))
+	for i := range bufs {
+		blocks[i] = rg.newBuffer(fmt.Sprintf("%s.block#%d", names[i], mb), blockTypes[i], pb.Role_ACTIVATION)
+	}
+	if len(bufs) == 1 {
+		rg.instr(&pb.Instr{Kind: pb.Instr_REDUCE_SCATTER, In: []int32{int32(bufs[0])}, Out: []int32{int32(blocks[0])}, Axis: axis, ReduceOp: pb.Instr_SUM, Microbatch: int32(mb)})
+		return blocks, bytes, nil
+	}
+	order := make([]int32, 0, n*len(bufs)) // the blocks, member by member
+	parts := make([][]int32, len(bufs))
+	for i, buf := range bufs {
+		for range n {
+			parts[i] = append(parts[i], int32(rg.newBuffer("", blockTypes[i], pb.Role_ACTIVATION)))
+		}
+		rg.instr(&pb.Instr{Kind: pb.Instr_UNPACK, In: []int32{int32(buf)}, Out: parts[i], Microbatch: int32(mb)})
+	}
+	for d := range n {
+		for i := range bufs {
+			order = append(order, parts[i][d])
+		}
+	}
+	dt := blockTypes[0].DType
+	elems := int(bytes / int64(dt.Size()))
+	flat := rg.newBuffer(fmt.Sprintf("%s-bucket#%d", axis, mb), ir.Type{DType: dt, Shape: ir.Shape{elems}}, pb.Role_ACTIVATION)
+	mine := rg.newBuffer(fmt.Sprintf("%s-bucket.block#%d", axis, mb), ir.Type{DType: dt, Shape: ir.Shape{elems / n}}, pb.Role_ACTIVATION)
+	rg.instr(&pb.Instr{Kind: pb.Instr_PACK, In: order, Out: []int32{int32(flat)}, Microbatch: int32(mb)})
+	rg.instr(&pb.Instr{Kind: pb.Instr_REDUCE_SCATTER, In: []int32{int32(flat)}, Out: []int32{int32(mine)}, Axis: axis, ReduceOp: pb.Instr_SUM, Microbatch: int32(mb)})
+	ids := make([]int32, len(blocks))
+	for i, b := range blocks {
+		ids[i] = int32(b)
+	}
+	rg.instr(&pb.Instr{Kind: pb.Instr_UNPACK, In: []int32{int32(mine)}, Out: ids, Microbatch: int32(mb)})
+	return blocks, bytes, nil
+}
+
+// paramAllGather lowers param_all_gather, one bucket: the new dp blocks the optimizer step
+// left are all-gathered into the whole parameters. A lone block is gathered and copied in;
+// several are packed, gathered as one (member by member: every parameter's block of member
+// 0, then of member 1, …), cut into the blocks (UNPACK), and each parameter's blocks packed
+// together and copied in.
+func (rg *rankGen) paramAllGather(prog *ir.Func, op *ir.Op) error {
+	axis := op.Attrs.Str("axis", "")
+	n := rg.g.mesh.Size(axis)
+	if n == 0 {
+		return fmt.Errorf("@%s: param_all_gather over %q: not an axis of the mesh (pp, dp, tp)", prog.Name, axis)
+	}
+	names := op.Attrs.Strings("params")
+	blocks, params := make([]int32, len(names)), make([]int, len(names))
+	var bytes int64
+	for i, name := range names {
+		blk, ok := rg.blocks[name]
+		param, isParam := rg.named["param:"+name]
+		switch {
+		case !ok:
+			return fmt.Errorf("@%s: param_all_gather of %q, whose new block no optimizer step before it computed", prog.Name, name)
+		case !isParam:
+			return fmt.Errorf("@%s: param_all_gather of %q, which is not a parameter here", prog.Name, name)
+		}
+		bt, pt := rg.typeOf(blk), rg.typeOf(param)
+		if bt.DType != pt.DType || bt.Rank() != pt.Rank() || bt.Rank() == 0 || bt.Shape[0]*n != pt.Shape[0] || !slices.Equal(bt.Shape[1:], pt.Shape[1:]) {
+			return fmt.Errorf("@%s: param_all_gather of %q: %s is not a block over %s of %s", prog.Name, name, bt, axis, pt)
+		}
+		if bt.DType != rg.typeOf(int(blocks[0])).DType && i > 0 {
+			return fmt.Errorf("@%s: param_all_gather of %s and %s: a bucket holds one dtype", prog.Name, rg.typeOf(int(blocks[0])), bt)
+		}
+		blocks[i], params[i] = int32(blk), param
+		bytes += pt.Bytes()
+	}
+	rg.g.dpComm.opt[max(op.Stage, 0)] += rg.g.collectiveTime("all_gather", bytes, axis)
+	if len(names) == 1 {
+		whole := rg.newBuffer(names[0]+".gathered", rg.typeOf(params[0]), pb.Role_ACTIVATION)
+		rg.instr(&pb.Instr{Kind: pb.Instr_ALL_GATHER, In: blocks, Out: []int32{int32(whole)}, Axis: axis})
+		rg.instr(&pb.Instr{Kind: pb.Instr_COPY, In: []int32{int32(whole)}, Out: []int32{int32(params[0])}})
+		return nil
+	}
+	dt := rg.typeOf(params[0]).DType
+	elems := int(bytes / int64(dt.Size()))
+	flat := rg.newBuffer(axis+"-gather.block", ir.Type{DType: dt, Shape: ir.Shape{elems / n}}, pb.Role_ACTIVATION)
+	all := rg.newBuffer(axis+"-gather", ir.Type{DType: dt, Shape: ir.Shape{elems}}, pb.Role_ACTIVATION)
+	rg.instr(&pb.Instr{Kind: pb.Instr_PACK, In: blocks, Out: []int32{int32(flat)}})
+	rg.instr(&pb.Instr{Kind: pb.Instr_ALL_GATHER, In: []int32{int32(flat)}, Out: []int32{int32(all)}, Axis: axis})
+	parts := make([][]int32, len(names)) // parameter → its blocks, member by member
+	var order []int32
+	for range n {
+		for i := range names {
+			b := int32(rg.newBuffer("", rg.typeOf(int(blocks[i])), pb.Role_ACTIVATION))
+			parts[i] = append(parts[i], b)
+			order = append(order, b)
+		}
+	}
+	rg.instr(&pb.Instr{Kind: pb.Instr_UNPACK, In: []int32{int32(all)}, Out: order})
+	for i, name := range names {
+		// Only COPY and collectives write parameters (the loader's rule).
+		whole := rg.newBuffer(name+".gathered", rg.typeOf(params[i]), pb.Role_ACTIVATION)
+		rg.instr(&pb.Instr{Kind: pb.Instr_PACK, In: parts[i], Out: []int32{int32(whole)}})
+		rg.instr(&pb.Instr{Kind: pb.Instr_COPY, In: []int32{int32(whole)}, Out: []int32{int32(params[i])}})
+	}
 	return nil
 }
 
@@ -720,7 +852,9 @@ func (rg *rankGen) result(f *ir.Func, b *lower.Block, slotBuf []int, s, mb int) 
 	}
 	name := b.SlotNames[s]
 	if name == "" {
-		name = fmt.Sprintf("%s.%d", f.Name, s)
+		// Unnamed values are named after their function; a function written for one rank
+		// (@optimizer.rank3) without the suffix that every buffer of the program would repeat.
+		name = fmt.Sprintf("%s.%d", strings.TrimSuffix(f.Name, fmt.Sprintf(".rank%d", rg.rank)), s)
 	}
 	slotBuf[s] = rg.newBuffer(fmt.Sprintf("%s#%d", name, mb), b.Slots[s], pb.Role_ACTIVATION)
 }
@@ -967,57 +1101,36 @@ func kernelKey(k *lower.Kernel) string {
 	return b.String()
 }
 
-// sumPartials forms the gradient of every parameter whose uses contribute separate partials
-// (tied weights): each rank holding the parameter receives the partials other ranks computed
-// and adds all of them in partial order — the same additions, in the same order, as on one
-// device, so the sum is bit-identical whatever the split.
-func (rg *rankGen) sumPartials() error {
-	holders, partials := rg.g.gradRanks()
-	var names []string
-	for name := range partials {
-		names = append(names, name)
+// grad is the buffer of the gradient accumulator (or received partial) a rank-program op names.
+func (rg *rankGen) grad(prog *ir.Func, op *ir.Op, name string) (int, error) {
+	buf, ok := rg.named["grad:"+name]
+	if !ok {
+		return 0, fmt.Errorf("@%s: %s: no gradient %q on this rank before it", prog.Name, op.Name(), name)
 	}
-	sort.Strings(names)
-	for pi, name := range names {
-		parts := partials[name]
-		if !contains(holders[name], rg.rank) {
-			continue
+	return buf, nil
+}
+
+// gradSum lowers grad_sum: the gradient is a new accumulator holding the first part, to which
+// the others are added in order — the same additions as on one device.
+func (rg *rankGen) gradSum(prog *ir.Func, op *ir.Op) error {
+	parts := op.Attrs.Strings("parts")
+	bufs := make([]int, len(parts))
+	for i, p := range parts {
+		buf, err := rg.grad(prog, op, p)
+		if err != nil {
+			return err
 		}
-		tag := func(k int) int64 { return -1 - int64(pi)*4096 - int64(k) }
-		bufs := make([]int, len(parts))
-		for k, owner := range parts {
-			if owner != rg.rank {
-				continue
-			}
-			bufs[k] = rg.named[fmt.Sprintf("grad:%s#%d", name, k)]
-			for _, r := range holders[name] {
-				if r != rg.rank {
-					rg.instr(&pb.Instr{Kind: pb.Instr_SEND, In: []int32{int32(bufs[k])}, Peer: int32(r), Tag: tag(k)})
-				}
-			}
+		if i > 0 && !rg.typeOf(buf).Equal(rg.typeOf(bufs[0])) {
+			return fmt.Errorf("@%s: grad_sum: part %q is %s, part %q %s", prog.Name, p, rg.typeOf(buf), parts[0], rg.typeOf(bufs[0]))
 		}
-		var t ir.Type
-		for k, owner := range parts {
-			if owner == rg.rank {
-				t = rg.typeOf(bufs[k])
-			}
-		}
-		for k, owner := range parts {
-			if owner == rg.rank {
-				continue
-			}
-			if !t.Known() {
-				return fmt.Errorf("gradient %q: no partial on a rank that holds the parameter", name)
-			}
-			bufs[k] = rg.newBuffer(fmt.Sprintf("%s#%d", name, k), t, pb.Role_ACTIVATION)
-			rg.instr(&pb.Instr{Kind: pb.Instr_RECV, Out: []int32{int32(bufs[k])}, Peer: int32(owner), Tag: tag(k)})
-		}
-		final := rg.newBuffer(name, t, pb.Role_GRAD)
-		rg.named["grad:"+name] = final
-		rg.instr(&pb.Instr{Kind: pb.Instr_COPY, In: []int32{int32(bufs[0])}, Out: []int32{int32(final)}})
-		for _, b := range bufs[1:] {
-			rg.instr(&pb.Instr{Kind: pb.Instr_ACCUM, In: []int32{int32(b)}, Out: []int32{int32(final)}})
-		}
+		bufs[i] = buf
+	}
+	name := op.Attrs.Str("grad", "")
+	final := rg.newBuffer(name, rg.typeOf(bufs[0]), pb.Role_GRAD)
+	rg.named["grad:"+name] = final
+	rg.instr(&pb.Instr{Kind: pb.Instr_COPY, In: []int32{int32(bufs[0])}, Out: []int32{int32(final)}})
+	for _, b := range bufs[1:] {
+		rg.instr(&pb.Instr{Kind: pb.Instr_ACCUM, In: []int32{int32(b)}, Out: []int32{int32(final)}})
 	}
 	return nil
 }
@@ -1031,110 +1144,50 @@ func contains(xs []int, x int) bool {
 	return false
 }
 
-// gradRanks maps each parameter to the sorted ranks whose functions compute (part of) its
-// gradient, and each parameter with partial gradients to the rank computing each partial.
-func (g *gen) gradRanks() (holders, partials map[string][]int) {
-	holders, partials = map[string][]int{}, map[string][]int{}
-	for _, f := range g.funcs {
-		if f.Name == "optimizer" {
-			continue
-		}
-		r := g.rankOfFunc(f.Name)
-		for i := range f.Results {
-			at := f.ResultAttrs[i]
-			name := at.Str(ir.AttrGrad, "")
-			if name == "" {
-				continue
-			}
-			if !contains(holders[name], r) {
-				holders[name] = append(holders[name], r)
-			}
-			if at.Has(passes.AttrPartial) {
-				k := at.Int(passes.AttrPartial, 0)
-				for len(partials[name]) <= k {
-					partials[name] = append(partials[name], -1)
-				}
-				partials[name][k] = r
-			}
-		}
+// block is the lowered form of a function a rank program calls, lowered on first use.
+func (g *gen) block(name string) (*ir.Func, *lower.Block, error) {
+	f := g.funcs[name]
+	if f == nil {
+		return nil, nil, fmt.Errorf("no function @%s", name)
 	}
-	for _, rs := range holders {
-		sort.Ints(rs)
+	if b := g.blocks[name]; b != nil {
+		return f, b, nil
 	}
-	return holders, partials
-}
-
-// optimizer emits this rank's slice of @optimizer: the updates of the parameters it holds.
-func (rg *rankGen) optimizer() error {
-	full := rg.g.funcs["optimizer"]
-	f := full.Clone()
-	// State that belongs to no parameter (the loss scaler's) is every rank's, and so are
-	// the metrics: each rank computes them.
-	global := map[string]bool{}
-	for i := range f.Args {
-		if passes.IsGlobalState(f, i) {
-			global[f.ArgAttrs[i].Str(passes.AttrState, "")] = true
-		}
-	}
-	var keepR []*ir.Value
-	var keepRA []ir.Attrs
-	for i, r := range f.Results {
-		target := f.ResultAttrs[i].Str("update", "")
-		if rg.holds(target) || global[target] || f.ResultAttrs[i].Has(passes.AttrMetric) {
-			keepR = append(keepR, r)
-			keepRA = append(keepRA, f.ResultAttrs[i])
-		}
-	}
-	f.Results, f.ResultAttrs = keepR, keepRA
-	passes.RemoveDead(f)
-	used := map[*ir.Value]bool{}
-	for _, op := range f.Ops {
-		for _, x := range op.Operands {
-			used[x] = true
-		}
-	}
-	for _, r := range f.Results {
-		used[r] = true
-	}
-	var args []*ir.Value
-	var argAttrs []ir.Attrs
-	for i, a := range f.Args {
-		if used[a] {
-			a.Index = len(args)
-			args = append(args, a)
-			argAttrs = append(argAttrs, f.ArgAttrs[i])
-		}
-	}
-	f.Args, f.ArgAttrs = args, argAttrs
-	if len(f.Results) == 0 {
-		return nil
-	}
-	rg.optimizerComm(f)
 	b, err := lower.Func(f)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
+	g.blocks[name] = b
+	return f, b, nil
+}
+
+// call lowers a rank program's call or optimizer op: the function's launches once, its port
+// arguments the op's operands and its other arguments the rank's state they name. An
+// optimizer step is marked OPT; its metrics are reported (METRIC) before its updates are
+// written back, each after every launch so that no update is read as an old value.
+func (rg *rankGen) call(prog *ir.Func, op *ir.Op) error {
+	name := op.Attrs.Str("func", "")
+	f, b, err := rg.g.block(name)
+	if err != nil {
+		return fmt.Errorf("@%s: %s: %v", prog.Name, op.Name(), err)
+	}
+	step := op.Name() == "optimizer"
 	slotBuf := make([]int, len(b.Slots))
 	for i := range slotBuf {
 		slotBuf[i] = -1
 	}
-	var grads []int
-	var sumGrads []int     // clipping: the gradients whose squares this rank counts
-	var sumRepl [][]string // and the axes each is whole over
-	var sumPartial []bool  // and whether each is a replica's partial sum (ZeRO-1)
-	found, sumsq := -1, -1
-	tiedTo := map[string]int{} // clipping: a parameter's first holder among the pipeline ranks
+	k := 0
 	for i := range f.Args {
-		if f.ArgAttrs[i].Has(passes.AttrFoundInf) {
-			found = i
-			continue
-		}
-		if f.ArgAttrs[i].Has(passes.AttrGradSumSq) {
-			sumsq = i
-			holders, _ := rg.g.gradRanks()
-			for name, rs := range holders {
-				tiedTo[name] = rs[0]
+		if f.ArgAttrs[i].Has(passes.AttrPort) {
+			if k >= len(op.Operands) {
+				return fmt.Errorf("@%s: %s @%s: too few operands", prog.Name, op.Name(), name)
 			}
+			buf, ok := rg.values[op.Operands[k]]
+			if !ok {
+				return fmt.Errorf("@%s: %s @%s: operand %d has no value here", prog.Name, op.Name(), name, k)
+			}
+			slotBuf[b.Args[i]] = buf
+			k++
 			continue
 		}
 		buf, err := rg.bindArg(f, i, 0)
@@ -1142,69 +1195,23 @@ func (rg *rankGen) optimizer() error {
 			return err
 		}
 		slotBuf[b.Args[i]] = buf
-		if f.ArgAttrs[i].Has(ir.AttrGrad) {
-			grads = append(grads, buf)
-		}
 	}
-	if sumsq >= 0 {
-		// Each parameter's gradient counts once in the global norm: on the first pipeline
-		// rank that holds a tied parameter, and, where the gradient is whole on every rank
-		// of tp or dp, on that axis's rank 0 (passes.GradSumSq).
-		for i := range f.Args {
-			at := f.ArgAttrs[i]
-			name := at.Str(ir.AttrGrad, "")
-			if name == "" || (len(tiedTo) > 0 && tiedTo[name] != rg.rank) {
-				continue
-			}
-			split := map[string]bool{}
-			for _, j := range []int{i, paramArg(f, name)} {
-				if j < 0 {
-					continue
-				}
-				s, err := ir.ArgSharding(f, j)
-				if err != nil {
-					return fmt.Errorf("@optimizer: %%%s: %v", f.Args[j].Name, err)
-				}
-				if s != nil {
-					for _, d := range s.Dims {
-						for _, a := range d {
-							split[a] = true
-						}
-					}
-				}
-			}
-			partial := at.Has(passes.AttrDPPartial)
-			var repl []string
-			for _, a := range []string{"tp", "dp"} {
-				if !split[a] && !(a == "dp" && partial) {
-					repl = append(repl, a)
-				}
-			}
-			sumPartial = append(sumPartial, partial)
-			sumGrads = append(sumGrads, slotBuf[b.Args[i]])
-			sumRepl = append(sumRepl, repl)
-		}
-	}
-	for slot, d := range b.Consts {
-		slotBuf[slot] = rg.constBuffer(d)
-	}
-	rg.instr(&pb.Instr{Kind: pb.Instr_BEGIN, Label: "OPT", Stage: -1})
-	if sumsq >= 0 {
-		buf, err := rg.gradSumSq(sumGrads, sumRepl, sumPartial)
-		if err != nil {
-			return fmt.Errorf("@optimizer: %%%s: %v", f.Args[sumsq].Name, err)
-		}
-		slotBuf[b.Args[sumsq]] = buf
-	}
-	if found >= 0 {
-		buf, err := rg.nonFiniteCheck(grads)
-		if err != nil {
-			return fmt.Errorf("@optimizer: %%%s: %v", f.Args[found].Name, err)
-		}
-		slotBuf[b.Args[found]] = buf
+	rg.bindConsts(b, slotBuf)
+	if step {
+		rg.instr(&pb.Instr{Kind: pb.Instr_BEGIN, Label: "OPT", Stage: -1})
 	}
 	if err := rg.launches(f, b, slotBuf, -1, 0); err != nil {
 		return err
+	}
+	if !step {
+		j := 0
+		for i := range f.Results {
+			if f.ResultAttrs[i].Has(passes.AttrPort) && j < len(op.Results) {
+				rg.values[op.Results[j]] = slotBuf[b.Results[i]]
+				j++
+			}
+		}
+		return nil
 	}
 	// Metrics are read before the updates are written back: the loss scale reported is the
 	// one this step used.
@@ -1213,18 +1220,21 @@ func (rg *rankGen) optimizer() error {
 			rg.instr(&pb.Instr{Kind: pb.Instr_METRIC, In: []int32{int32(slotBuf[b.Results[i]])}, Label: name, Stage: -1})
 		}
 	}
-	// Write the updates back only after every launch, so no update is read as an old value.
 	for i := range f.Results {
 		if f.ResultAttrs[i].Has(passes.AttrMetric) {
 			continue
 		}
-		target := f.ResultAttrs[i].Str("update", "")
+		target := f.ResultAttrs[i].Str(passes.AttrUpdate, "")
+		if rg.gathered[target] {
+			rg.blocks[target] = slotBuf[b.Results[i]] // its dp block, for param_all_gather
+			continue
+		}
 		dst, ok := rg.named["param:"+target]
 		if !ok {
 			dst, ok = rg.named["state:"+target]
 		}
 		if !ok {
-			return fmt.Errorf("@optimizer updates %q, which is neither a parameter nor a state here", target)
+			return fmt.Errorf("@%s updates %q, which is neither a parameter nor a state here", f.Name, target)
 		}
 		rg.instr(&pb.Instr{Kind: pb.Instr_COPY, In: []int32{int32(slotBuf[b.Results[i]])}, Out: []int32{int32(dst)}})
 	}
@@ -1232,113 +1242,39 @@ func (rg *rankGen) optimizer() error {
 	return nil
 }
 
-// paramArg is the index of @optimizer's argument for parameter name (-1: none).
-func paramArg(f *ir.Func, name string) int {
-	for j, a := range f.Args {
-		if f.ArgAttrs[j].Has(ir.AttrParam) && a.Name == name {
-			return j
-		}
+// allReduce lowers a rank program's all_reduce of a value (the optimizer's found_inf and
+// grad_sumsq) into a fresh buffer; over an axis of one rank the value is its own sum.
+func (rg *rankGen) allReduce(prog *ir.Func, op *ir.Op) error {
+	in, ok := rg.values[op.Operands[0]]
+	if !ok {
+		return fmt.Errorf("@%s: all_reduce of a value this rank does not have", prog.Name)
 	}
-	return -1
+	axis := op.Attrs.Str("axis", "")
+	n := rg.g.mesh.Size(axis)
+	red, ok := reduceOps[op.Attrs.Str("op", "sum")]
+	switch {
+	case n == 0:
+		return fmt.Errorf("@%s: all_reduce over %q: not an axis of the mesh (pp, dp, tp)", prog.Name, axis)
+	case !ok:
+		return fmt.Errorf("@%s: all_reduce: unknown reduction %q", prog.Name, op.Attrs.Str("op", ""))
+	case n == 1:
+		rg.values[op.Results[0]] = in
+		return nil
+	}
+	name := op.Results[0].Name
+	if name == "" {
+		name = "all_reduce"
+	}
+	out := rg.newBuffer(name+"#0", op.Results[0].Type, pb.Role_ACTIVATION)
+	rg.instr(&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{int32(in)}, Out: []int32{int32(out)}, Axis: axis, ReduceOp: red, Stage: -1})
+	rg.values[op.Results[0]] = out
+	return nil
 }
 
-// gradSumSq emits clipping's global sum of squares over the gradient buffers given
-// (passes.GradSumSq: a value every rank of the mesh agrees on) and returns its buffer.
-func (rg *rankGen) gradSumSq(grads []int, replicated [][]string, partialDP []bool) (int, error) {
-	types := make([]ir.Type, len(grads))
-	for i, g := range grads {
-		types[i] = rg.typeOf(g)
-	}
-	f, err := passes.GradSumSq(types, replicated, partialDP, rg.g.mesh.DP)
-	if err != nil {
-		return 0, err
-	}
-	return rg.runHelper(f, grads)
-}
-
-// nonFiniteCheck emits the loss scaler's overflow check over the gradient buffers this
-// rank's slice of @optimizer reads (passes.NonFiniteCheck: a flag every rank of the mesh
-// agrees on) and returns the flag's buffer.
-func (rg *rankGen) nonFiniteCheck(grads []int) (int, error) {
-	types := make([]ir.Type, len(grads))
-	for i, g := range grads {
-		types[i] = rg.typeOf(g)
-	}
-	f, err := passes.NonFiniteCheck(types)
-	if err != nil {
-		return 0, err
-	}
-	return rg.runHelper(f, grads)
-}
-
-// runHelper lowers a one-result helper function of @optimizer's (NonFiniteCheck,
-// GradSumSq) over the given buffers, emits its launches, and returns its result's buffer.
-func (rg *rankGen) runHelper(f *ir.Func, args []int) (int, error) {
-	b, err := lower.Func(f)
-	if err != nil {
-		return 0, err
-	}
-	slotBuf := make([]int, len(b.Slots))
-	for i := range slotBuf {
-		slotBuf[i] = -1
-	}
-	for i, g := range args {
-		slotBuf[b.Args[i]] = g
-	}
-	for slot, d := range b.Consts {
-		slotBuf[slot] = rg.constBuffer(d)
-	}
-	if err := rg.launches(f, b, slotBuf, -1, 0); err != nil {
-		return 0, err
-	}
-	return slotBuf[b.Results[0]], nil
-}
-
-// optimizerComm records the time of the collectives in this rank's @optimizer (ZeRO's
-// reduce-scatter of a gradient and all-gather of the updated parameter), each against the
-// parameter whose update needs it, so that the plan can charge it to that parameter's stage.
-func (rg *rankGen) optimizerComm(f *ir.Func) {
-	// Most optimizers have none (no ZeRO): skip the walks over every update's cone.
-	if !slices.ContainsFunc(f.Ops, func(op *ir.Op) bool { return op.Def.Has(ir.Collective) }) {
-		return
-	}
-	claimed := map[*ir.Op]bool{}
-	noWeights := func(*ir.Value) bool { return false }
-	for i, r := range f.Results {
-		target := f.ResultAttrs[i].Str("update", "")
-		if _, ok := rg.named["param:"+target]; !ok {
-			continue // a state's update shares its parameter's collectives
-		}
-		seen := map[*ir.Value]bool{}
-		for stack := []*ir.Value{r}; len(stack) > 0; {
-			v := stack[len(stack)-1]
-			stack = stack[:len(stack)-1]
-			if seen[v] || v.Def == nil {
-				continue
-			}
-			seen[v] = true
-			op := v.Def
-			if op.Def.Has(ir.Collective) && !claimed[op] {
-				claimed[op] = true
-				c := rg.g.dev.CostOf(op, noWeights, rg.g.mesh.Size)
-				rg.g.dpComm.opt[optKey{rg.rank, target}] += c.FComm
-			}
-			stack = append(stack, op.Operands...)
-		}
-	}
-}
-
-// holds reports whether this rank keeps the parameter (or the state of the parameter) named.
-func (rg *rankGen) holds(name string) bool {
-	for {
-		if _, ok := rg.named["param:"+name]; ok {
-			return true
-		}
-		i := strings.LastIndexByte(name, '.')
-		if i < 0 {
-			return false
-		}
-		name = name[:i]
+// bindConsts gives a block's constants their buffers, in slot order.
+func (rg *rankGen) bindConsts(b *lower.Block, slotBuf []int) {
+	for _, slot := range slices.Sorted(maps.Keys(b.Consts)) {
+		slotBuf[slot] = rg.constBuffer(b.Consts[slot])
 	}
 }
 
@@ -1431,6 +1367,9 @@ func (g *gen) describe(p *Plan, progs []*pb.Program) {
 	var order []string
 	params := map[string]Param{}
 	for _, f := range g.m.Funcs {
+		if f.Attrs.Str("kind", "") == "" {
+			continue // only the per-stage functions read inputs and use parameters
+		}
 		for i, a := range f.Args {
 			at := f.ArgAttrs[i]
 			switch {
@@ -1438,7 +1377,7 @@ func (g *gen) describe(p *Plan, progs []*pb.Program) {
 				seenIn[a.Name] = true
 				p.Inputs = append(p.Inputs, Input{Name: a.Name, ModelName: at.Str(ir.AttrName, ""), DType: a.Type.DType.String(), MicrobatchShape: a.Type.Shape,
 					Range: at.Ints("range"), Label: at.Has(ir.AttrLabel), ShiftOf: at.Str("shift_of", "")})
-			case at.Has(ir.AttrParam) && f.Name != "optimizer":
+			case at.Has(ir.AttrParam):
 				if _, ok := params[a.Name]; !ok {
 					order = append(order, a.Name)
 					sh := g.shards[a.Name]
@@ -1542,32 +1481,15 @@ func (g *gen) stageInfo(params []Param) []StageInfo {
 			}
 		}
 	}
-	// Data parallelism: what code generation emitted, by stage. The optimizer's collectives
-	// go to the parameter's first stage on the rank that updates it.
+	// Data parallelism: the rank programs' collectives, by the stage each is charged to (ZeRO's
+	// around the optimizer: the first stage on the rank using the bucket's parameters).
 	for s := range info {
 		info[s].DPReduce = g.dpComm.reduce[s]
 		info[s].TPReduce = g.dpComm.tpReduce[s]
 		info[s].DPReduceMB = g.dpComm.reduceMB[s] / float64(max(g.microbatches, 1))
 	}
-	stagesOf := map[string][]int{}
-	for _, p := range params {
-		stagesOf[p.Name] = p.Stages
-	}
-	for k, t := range g.dpComm.opt {
-		st := -1
-		for _, s := range stagesOf[k.param] {
-			if s < len(info) && g.sched.Placement[s] == k.rank && (st < 0 || s < st) {
-				st = s
-			}
-		}
-		if st < 0 { // unreachable: a rank updates the parameters its stages use
-			for s := range info {
-				if g.sched.Placement[s] == k.rank && st < 0 {
-					st = s
-				}
-			}
-		}
-		if st >= 0 {
+	for st, t := range g.dpComm.opt {
+		if st < len(info) {
 			info[st].OptimizerComm += t
 		}
 	}
@@ -1575,6 +1497,9 @@ func (g *gen) stageInfo(params []Param) []StageInfo {
 	// stage's F and consumed by a later stage's F is sent forward.
 	types := map[string]ir.Type{}
 	for _, f := range g.funcs {
+		if f.Attrs.Str("kind", "") == "" {
+			continue
+		}
 		for i, r := range f.Results {
 			if p := f.ResultAttrs[i].Str(passes.AttrPort, ""); p != "" {
 				types[p] = r.Type

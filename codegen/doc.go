@@ -1,36 +1,56 @@
 // Package codegen owns ppc's per-rank program format (programpb: a protobuf Program of
 // buffers, kernels and an instruction stream of launches, inputs, send/recv, collectives,
-// accumulations, copies and trace markers), plan.json, and the generation of both from a
-// module split into per-stage functions, plus the disassembler behind `ppc dis`. plan.json
-// records each program's SHA-256 and the schedule; readers check a program's bytes against
-// the first before decoding them (Plan.CheckProgramBytes) and its action order against the
-// second (Plan.CheckSchedule), so that what `ppc simulate` reads is what `ppc run` executes.
+// accumulations, copies and trace markers), plan.json, and the lowering of a module's rank
+// programs to both, plus the disassembler behind `ppc dis`. plan.json records each program's
+// SHA-256 and the schedule; readers check a program's bytes against the first before decoding
+// them (Plan.CheckProgramBytes) and its action order against the second (Plan.CheckSchedule),
+// so that what `ppc simulate` reads is what `ppc run` executes.
 //
-// Generation instantiates each per-stage function (F, I, W) once per micro-batch, in the order
-// the schedule gives each rank, so a program is one whole training step, unrolled. That makes
-// the runtime a plain loop and lets the memory plan see the real lifetimes: a stashed
-// activation lives in the arena from its F to its I or W under exactly this schedule, and the
-// arena size is the schedule's true peak. plan.json splits that arena into the most forward
-// activations live at once (buffers created by F actions) and the workspace the backward and
-// optimizer need beyond them, and counts a tied weight once per rank that holds it.
+// # Lowering, and nothing else
 //
-// Each pipeline rank's step is IR too (passes.RankPrograms, the rank-programs pass the compiler
-// runs last): @rank<r> lists its F/I/W functions in schedule order as `run` ops whose operands
-// and results are the functions' ports, with explicit `recv` right before the first run that
-// needs a value from another rank and `send` right after the run that produces one. Code
-// generation lowers those ops in order — run to the function's launches, send and recv to
-// SEND and RECV with the IR's peer and tag — so `ppc compile --print-ir-after=rank-programs`
-// shows exactly what each rank does, and golden tests check where its communication goes.
-// Sends never block, so a schedule whose compute order passes schedule.Validate cannot
-// deadlock. A module without rank programs (a caller generating code directly) gets them
-// written from the schedule first. Added by code generation and not in the rank programs: the
-// data-parallel gradient reductions, a tied weight's partial-sum exchange and the optimizer.
+// What each pipeline rank does in a step is IR: @rank<r>, which the passes write (see the
+// passes package): rank-programs runs the per-stage functions in schedule order with send and
+// recv where values cross ranks; grad-reduce adds the gradients' reductions (tensor-parallel
+// partial sums and data-parallel buckets right after the last contributing run, ZeRO-2's
+// per-micro-batch reduce-scatters); tied-grads a tied weight's partial exchange and ordered sum;
+// rank-optimizer ZeRO-1's reduce-scatters, the clipping norm and the overflow flag with their
+// all-reduces, the optimizer step and ZeRO's all-gathers. Code generation decides nothing about
+// what is communicated, when, or what the optimizer updates: it lowers each op, in order, to
+// the instructions it stands for —
 //
-// Gradients accumulate over micro-batches in fp32 (fp64 for fp64 parameters). A tied weight's
-// partial gradients (one per use, see passes.SplitStages) are exchanged between the ranks that
-// hold it and summed in partial order on each of them — the same additions in the same order
-// as on one device — so the weights stay bit-identical to single-device training (DESIGN.md
-// §6's all-reduce would sum in a different order).
+//   - run: the function's launches for the micro-batch (its collectives to collective
+//     instructions, below), framed by BEGIN and END markers; each {grad} result ACCUMulated into
+//     the rank's accumulator of it (GRAD buffers, fp32 or fp64, zeroed at the start of the step),
+//     unless a grad_reduce_scatter with the run's micro-batch takes it (ZeRO-2);
+//   - send, recv, grad_send, grad_recv: SEND and RECV with the op's peer and tag;
+//   - grad_all_reduce: ALL_REDUCE in place, or for several accumulators PACK into one flat
+//     buffer, ALL_REDUCE, UNPACK — the same additions in the same order as one each;
+//   - grad_reduce_scatter: REDUCE_SCATTER into a block; for several tensors UNPACK each into
+//     its blocks, PACK them member by member (every tensor's block 0, then block 1, …: the
+//     layout that gives each member a contiguous run), REDUCE_SCATTER, UNPACK into the blocks;
+//     ZeRO-2's are then ACCUMulated into block accumulators;
+//   - param_all_gather: ALL_GATHER and COPY into the parameter, or for several PACK, ALL_GATHER,
+//     UNPACK into the blocks, and per parameter PACK and COPY (only COPY and collectives write
+//     parameters);
+//   - grad_sum: COPY of the first part into a new accumulator and an ACCUM of each other;
+//   - call: the function's launches once; its port results are the op's results;
+//   - all_reduce of a value: ALL_REDUCE into a fresh buffer (an axis of one rank: the value);
+//   - optimizer: the slice's launches between BEGIN and END markers labelled OPT, a METRIC per
+//     {metric} result, then a COPY of each update into its parameter or state after every
+//     launch (so no update is read as an old value) — but for ZeRO's new blocks, which the
+//     param_all_gather after it takes.
+//
+// The test TestProgramsCommunicateWhatTheIRSays (compiler) holds every program's sends,
+// receives, collectives and optimizer steps to its rank program's ops, one for one.
+//
+// Generation instantiates each per-stage function once per run, so a program is one whole
+// training step, unrolled. That makes the runtime a plain loop and lets the memory plan see
+// the real lifetimes: a stashed activation lives in the arena from its F to its I or W under
+// exactly this schedule, and the arena size is the schedule's true peak. plan.json splits
+// that arena into the most forward activations live at once (buffers created by F actions,
+// values received for them included) and the workspace the backward and optimizer need beyond
+// them, and counts a tied weight once per rank that holds it. Sends never block, so a schedule
+// whose compute order passes schedule.Validate cannot deadlock.
 //
 // # The mesh: one program per pipeline rank
 //
@@ -64,52 +84,31 @@
 // into elementwise chains. copy_to_axis (the identity forward; autodiff made its all_reduce
 // explicit) and a collective over an axis of one rank alias their result to their operand's
 // buffer instead of copying: no instruction writes a buffer in place but the gradient
-// accumulators and the optimizer's final copies, so the alias is safe and free. axis_index
-// (the offset of a rank's block, for the vocab-parallel embedding and cross-entropy and for
-// taking a block of a whole value) lowers to AXIS_INDEX, which names the axis: the loader
-// writes each replica's own coordinate, so the program stays shared. The optimizer
-// pass gives state the parameter's shard attribute, so state buffers carry the parameter's
-// sharding. Code generation splits parameters over tp only: a split over dp is ZeRO's, whose
-// gradients are reduce-scattered rather than all-reduced (ZeRO, --zero).
+// accumulators, the buckets' unpacking and the optimizer's final copies, so the alias is safe
+// and free. axis_index (the offset of a rank's block, for the vocab-parallel embedding and
+// cross-entropy and for ZeRO's block of a parameter) lowers to AXIS_INDEX, which names the
+// axis: the loader writes each replica's own coordinate, so the program stays shared. The
+// optimizer pass gives state the parameter's shard attribute, so state buffers carry the
+// parameter's sharding; ZeRO's state is a block over dp (its shape is the block's in any
+// module). Parameters are split over tp only.
 //
-// Data parallelism needs nothing in the IR: replica d runs the same functions on micro-batches
-// d·M … d·M+M−1, so each gradient accumulator holds a partial sum over dp. Its ALL_REDUCE (sum,
-// in place, over dp) is issued right after the rank's last action that contributes to it —
-// the last W (or B) of its stage in the schedule, found before emitting — rather than at the
-// end of the step, so that an asynchronous transport can overlap it with the backward work
-// that remains (DESIGN.md §6); a tied weight's partials are each reduced that way before the
-// exchange. The accumulators one action completes are bucketed as PyTorch DDP does: PACK
-// copies them into one flat activation buffer (up to BucketBytes), one ALL_REDUCE sums it, and
-// UNPACK copies the sums back — one collective's latency per bucket instead of one per
-// gradient, and the same additions in the same order (so bit-identical to reducing each
-// alone). The optimizer divides by M·dp. The sum over dp adds the replicas' partial sums,
-// which is not one device's left-to-right order over M·dp micro-batches: data parallelism
-// agrees with one device within rounding, not bit for bit.
+// Data parallelism needs nothing in the functions: replica d runs the same functions on
+// micro-batches d·M … d·M+M−1, so each gradient accumulator holds a partial sum over dp until
+// the rank program's reductions sum it, and the optimizer divides by M·dp. The sum over dp
+// adds the replicas' partial sums, which is not one device's left-to-right order over M·dp
+// micro-batches: data parallelism agrees with one device within rounding, not bit for bit.
 //
 // Mixed precision (passes.Precision, passes.LossScale) keeps parameters, gradient
 // accumulators and optimizer state fp32, so code generation lays them out as for fp32; only
-// activations are 16-bit. Loss scaling adds three things. State that belongs to no parameter
-// (@optimizer arguments marked {global}: the loss scaler's scale and growth tracker) is held
-// whole by every pipeline rank and updated by each rank's slice of @optimizer; its initial
-// value is the argument's data. The @optimizer argument {found_inf} is computed before the
-// slice runs, per rank, by passes.NonFiniteCheck over the gradient buffers the slice reads,
-// then all-reduced (max) over tp, dp and pp — the one collective over pp, which outside the
-// per-stage functions every pipeline rank reaches — so every rank of the mesh skips or applies
-// the same step. Gradient clipping's {grad_sumsq} argument is computed the same way, by
-// passes.GradSumSq: each gradient the rank holds is counted on the first pipeline rank that
-// holds its parameter (a tied one is held by two), and, over tp or dp where the gradient is
-// whole on every rank of the axis, only on that axis's rank 0 (sharded gradients — tp blocks,
-// ZeRO-2's dp blocks, ZeRO-1's partial sums once reduce-scattered — count everywhere); then
-// all-reduced (sum) over tp, dp and pp, so the
-// global norm counts every element of the model's gradient once. An @optimizer result
-// marked {metric = NAME} becomes a METRIC instruction,
-// emitted before the updates are written back, which the runtime reports with the loss.
+// activations are 16-bit. State that belongs to no parameter (@optimizer arguments marked
+// {global}: the loss scaler's scale and growth tracker) is held whole by every pipeline rank,
+// whose slice of @optimizer updates it; its initial value is the argument's data.
 //
 // plan.json's stage_info carries the cost model's per-stage times for `ppc simulate` and the
 // compile summary: F, I and W from the partition pass with their tensor-parallel collective
-// parts (f_comm, i_comm, w_comm), and the data-parallel collectives as code generation emits
-// them, priced by the same ring formulas on the inter-node link — each gradient's all-reduce
-// (charged to the stage whose W issues it), ZeRO-2's per-micro-batch reduce-scatters, and the
-// collectives in each rank's @optimizer (charged to the first stage on that rank using the
-// parameter whose update needs them).
+// parts (f_comm, i_comm, w_comm), and the rank programs' gradient and parameter collectives
+// as lowered, priced by the same ring formulas on the inter-node link — each dp bucket's
+// all-reduce and each hoisted tp all-reduce (charged to the stage of the run it follows),
+// ZeRO-2's per-micro-batch reduce-scatters, and ZeRO's collectives around the optimizer
+// (charged to the stage the rank-optimizer pass gives the bucket).
 package codegen

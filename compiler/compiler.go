@@ -120,89 +120,242 @@ func stageCountError(model string, opts Options) error {
 	return nil
 }
 
+// A compile is a sequence of named steps (compile), each a method of the compilation, which
+// carries what the steps before it resolved. The passes step runs the pass pipeline,
+// compilePasses: each pass by the name `ppc passes`, --print-ir-after and --dump-dir use. A
+// step returns a Result when the compile ends there: a probe that stops after a pass
+// (StopAfter), or a compile that restarts with what a probe found (zb-auto's stage costs,
+// --token-slices auto).
+type compilation struct {
+	model     string
+	opts      Options
+	optStep   string   // the optimizer pass's step ("": inference)
+	precision ir.DType // the compute dtype
+	fromModel bool     // no micro-batch count given: the model's, or 1
+	lo        LoadOptions
+	m         *ir.Module
+	src       []byte
+	hasLoss   bool        // the model computes its own loss
+	loss      passes.Step // add-loss's step, for a model without one
+	sched     *schedule.Schedule
+	slices    []int // token slice lengths (TeraPipe), if any
+	cs        codegen.Schedule
+	out       *codegen.Output
+}
+
+// compile runs the steps of a compile in order; a step that returns a Result ends it.
 func compile(model string, opts Options) (*Result, error) {
-	if opts.PP < 1 {
-		opts.PP = 1
+	c := &compilation{model: model, opts: opts}
+	for _, step := range []func() (*Result, error){
+		c.resolveOptions, // defaults; the optimizer and precision flags
+		c.load,           // the model, by its frontend
+		c.checkModel,     // refuse what would train nothing
+		c.probe,          // zb-auto's stage costs, --token-slices auto: compile again
+		c.buildSchedule,  // the pipeline schedule, the mesh, the token slices
+		c.runPasses,      // compilePasses, up to the rank programs (a probe: up to its pass)
+		c.checkCPU,       // a CPU kernel for every op, in its dtypes
+		c.generate,       // the rank programs lowered to programs and plan.json
+		c.estimateStep,   // the schedule simulated with the cost model
+	} {
+		if res, err := step(); err != nil || res != nil {
+			return res, err
+		}
 	}
-	opts.TP, opts.DP = max(opts.TP, 1), max(opts.DP, 1)
-	fromModel := false
-	if opts.Microbatches < 1 {
+	return &Result{Module: c.m, Output: c.out, Schedule: c.sched}, nil
+}
+
+// training reports whether the compile trains (else it is inference).
+func (c *compilation) training() bool { return !c.opts.ForwardOnly }
+
+// compilePasses is the pass pipeline of a compile, in order: each pass with the step it runs
+// as (its options), or "" where this compile does not run it.
+var compilePasses = []struct {
+	pass string
+	step func(*compilation) string
+}{
+	{"canonicalize", always("canonicalize")},
+	{"cse", always("cse")},
+	{"dce", always("dce")},
+	{"add-loss", func(c *compilation) string { return when(c.training() && !c.hasLoss, c.loss.String()) }},
+	// Before sharding and partitioning, so that they and the cost model see the real dtypes
+	// and byte sizes.
+	{"precision", func(c *compilation) string {
+		return when(c.precision != ir.F32, fmt.Sprintf("precision{dtype=%s}", c.precision))
+	}},
+	// Tensor (and sequence) parallelism: each stage becomes the program of one tp rank before
+	// pipeline partitioning, so stages, costs and autodiff see local shapes.
+	{"shard-annotate", func(c *compilation) string { return when(c.splitsTP(), "shard-annotate") }},
+	{"shard-propagate", func(c *compilation) string {
+		return when(c.splitsTP(), fmt.Sprintf("shard-propagate{sp=%t}", c.opts.SP))
+	}},
+	{"spmd-partition", func(c *compilation) string { return when(c.splitsTP(), "spmd-partition") }},
+	{"partition", (*compilation).partitionStep},
+	{"token-slice", func(c *compilation) string {
+		return when(c.slices != nil, fmt.Sprintf("token-slice{lengths=%q}", joinInts(c.slices)))
+	}},
+	{"autodiff", func(c *compilation) string { return when(c.training(), "autodiff") }},
+	{"optimizer", (*compilation).optimizerStep},
+	{"loss-scale", func(c *compilation) string { return when(c.training() && c.precision == ir.F16, "loss-scale") }},
+	{"cse", func(c *compilation) string { return when(c.training(), "cse") }},
+	{"dce", func(c *compilation) string { return when(c.training(), "dce") }},
+	{"split-stages", func(c *compilation) string {
+		if r := c.opts.Recompute; r != "" && r != "none" {
+			return fmt.Sprintf("split-stages{recompute=%s}", r)
+		}
+		return "split-stages"
+	}},
+	// Each pipeline rank's step as IR (send/recv explicit), which code generation lowers:
+	// its runs, its gradients' reductions, a tied weight's exchange, its optimizer step.
+	{"rank-programs", always("rank-programs")},
+	{"grad-reduce", func(c *compilation) string { return when(c.training(), "grad-reduce") }},
+	{"tied-grads", func(c *compilation) string { return when(c.training(), "tied-grads") }},
+	{"rank-optimizer", func(c *compilation) string { return when(c.training(), "rank-optimizer") }},
+}
+
+func always(step string) func(*compilation) string { return func(*compilation) string { return step } }
+
+// when is step when cond holds, else "" (the pass does not run).
+func when(cond bool, step string) string {
+	if cond {
+		return step
+	}
+	return ""
+}
+
+// splitsTP reports whether the compile partitions the model for tensor parallelism (an IR
+// file may come partitioned already).
+func (c *compilation) splitsTP() bool { return c.opts.TP > 1 && !c.m.Attrs.Has(ir.AttrPartitioned) }
+
+func (c *compilation) partitionStep() string {
+	part := fmt.Sprintf("partition{pp=%d,virtual=%d,mem=%d", c.sched.Ranks, c.sched.Stages/c.sched.Ranks, c.opts.Mem)
+	if c.opts.Partition != "" {
+		part += ",mode=" + c.opts.Partition
+	}
+	if c.opts.Layout != "" {
+		part += `,layout="` + c.opts.Layout + `"`
+	}
+	return part + "}"
+}
+
+func (c *compilation) optimizerStep() string {
+	step := c.optStep
+	if !c.training() || c.opts.Zero == 0 {
+		return step
+	}
+	step = strings.TrimSuffix(step, "}") + fmt.Sprintf(",zero=%d}", c.opts.Zero)
+	if !strings.Contains(step, "{") {
+		step = fmt.Sprintf("optimizer{zero=%d}", c.opts.Zero)
+	}
+	return step
+}
+
+// pipeline is the compile's pass pipeline, up to and including the pass stopAfter ("": all).
+func (c *compilation) pipeline(stopAfter string) []string {
+	var out []string
+	for _, p := range compilePasses {
+		if s := p.step(c); s != "" {
+			out = append(out, s)
+		}
+		if p.pass == stopAfter {
+			break
+		}
+	}
+	return out
+}
+
+// resolveOptions fills in the defaults and checks the optimizer and precision flags before
+// anything is compiled: a typo in a flag is not a failure of the pass it configures (which
+// would leave a reproducer behind).
+func (c *compilation) resolveOptions() (*Result, error) {
+	o := &c.opts
+	o.PP = max(o.PP, 1)
+	o.TP, o.DP = max(o.TP, 1), max(o.DP, 1)
+	if o.Microbatches < 1 {
 		// Not given: a CSV schedule says how many micro-batches it runs (a bad file is
-		// reported by loadSchedule below); else an IR file's `microbatches` attribute, read
-		// once the file is loaded; else 1.
-		opts.Microbatches = 1
-		fromModel = true
-		if schedule.IsCSVName(opts.Schedule) {
-			if s, err := schedule.ReadCSVFile(opts.Schedule); err == nil {
-				opts.Microbatches = s.Microbatches
-				fromModel = false
+		// reported when the schedule is loaded); else an IR file's `microbatches` attribute,
+		// read once the file is loaded; else 1.
+		o.Microbatches = 1
+		c.fromModel = true
+		if schedule.IsCSVName(o.Schedule) {
+			if s, err := schedule.ReadCSVFile(o.Schedule); err == nil {
+				o.Microbatches = s.Microbatches
+				c.fromModel = false
 			}
 		}
 	}
-	// Check the optimizer spec before anything is compiled: a typo in a flag is not a
-	// failure of the optimizer pass (which would leave a reproducer behind).
-	optStep := ""
-	if !opts.ForwardOnly {
+	if c.training() {
 		var err error
-		if optStep, err = optimizerStep(opts.Optimizer); err != nil {
+		if c.optStep, err = optimizerStep(o.Optimizer); err != nil {
 			return nil, err
 		}
 	}
-	precision := ir.F32
-	if opts.Precision != "" {
+	c.precision = ir.F32
+	if o.Precision != "" {
 		var err error
-		if precision, err = passes.ParsePrecision(opts.Precision); err != nil {
+		if c.precision, err = passes.ParsePrecision(o.Precision); err != nil {
 			return nil, err
 		}
 	}
-	lo := opts.Load
-	// The model's batch is the global batch: each of the dp replicas runs M micro-batches of
-	// it, so the frontend cuts it into M·dp micro-batches.
-	lo.Microbatches, lo.Replicas = opts.Microbatches*opts.DP, opts.DP
-	m, src, err := Load(model, lo)
+	return nil, nil
+}
+
+// load reads the model with its frontend. The model's batch is the global batch: each of the
+// dp replicas runs M micro-batches of it, so the frontend cuts it into M·dp micro-batches.
+func (c *compilation) load() (*Result, error) {
+	c.lo = c.opts.Load
+	c.lo.Microbatches, c.lo.Replicas = c.opts.Microbatches*c.opts.DP, c.opts.DP
+	m, src, err := Load(c.model, c.lo)
 	if err != nil {
 		return nil, err
 	}
-	if n := m.Attrs.Int("microbatches", 0); fromModel && n >= 1 && strings.HasSuffix(model, ".ir") {
+	if n := m.Attrs.Int("microbatches", 0); c.fromModel && n >= 1 && strings.HasSuffix(c.model, ".ir") {
 		// IR text describes one micro-batch and may say how many a step runs (the parser
 		// has checked the value); --microbatches, when given, overrides it.
-		opts.Microbatches = n
+		c.opts.Microbatches = n
 	}
 	if m.Name == "" {
 		// IR text may leave the module unnamed; the plan and summaries name the file.
-		m.Name = strings.TrimSuffix(filepath.Base(model), filepath.Ext(model))
+		m.Name = strings.TrimSuffix(filepath.Base(c.model), filepath.Ext(c.model))
 	}
+	c.m, c.src = m, src
+	return nil, nil
+}
+
+// checkModel checks the model has a forward pass, and, for training, a loss that can train
+// and parameters to train; it records the micro-batch count and the device profile.
+func (c *compilation) checkModel() (*Result, error) {
+	model, opts, m := c.model, c.opts, c.m
 	fwd := m.Func(ir.ForwardFunc)
 	if fwd == nil {
 		return nil, fmt.Errorf("%s: the model has no func @%s (its forward pass) to compile", model, ir.ForwardFunc)
 	}
-	hasLoss := false
 	for _, ra := range fwd.ResultAttrs {
-		hasLoss = hasLoss || ra.Has(ir.AttrLoss)
+		c.hasLoss = c.hasLoss || ra.Has(ir.AttrLoss)
 	}
 	if opts.ForwardOnly {
 		addPrediction(fwd)
 	}
-	lossOpts, err := lossStep(opts.Loss, opts.LossOutput)
-	if err != nil && !opts.ForwardOnly {
+	var err error
+	c.loss, err = lossStep(opts.Loss, opts.LossOutput)
+	if err != nil && c.training() {
 		return nil, err
 	}
 	switch {
-	case hasLoss && !opts.ForwardOnly && (opts.Loss != "" || opts.LossOutput != 0):
+	case c.hasLoss && c.training() && (opts.Loss != "" || opts.LossOutput != 0):
 		// Refused rather than ignored: the flag would not say which loss trains.
 		return nil, fmt.Errorf("%s: the model computes its own loss; --loss and --loss-output apply to models without one (an ONNX model's scalar output named loss is its loss)", model)
-	case !hasLoss && !opts.ForwardOnly && (opts.LossOutput < 0 || opts.LossOutput >= len(fwd.Results)):
+	case !c.hasLoss && c.training() && (opts.LossOutput < 0 || opts.LossOutput >= len(fwd.Results)):
 		return nil, fmt.Errorf("%s: --loss-output %d: the model has %d output(s), numbered from 0", model, opts.LossOutput, len(fwd.Results))
-	case !hasLoss && !opts.ForwardOnly && !fwd.Results[opts.LossOutput].Type.DType.IsFloat():
+	case !c.hasLoss && c.training() && !fwd.Results[opts.LossOutput].Type.DType.IsFloat():
 		return nil, fmt.Errorf("%s: output %d is %s; a loss needs a floating-point output (choose another with --loss-output, or compile inference with --forward-only)",
 			model, opts.LossOutput, fwd.Results[opts.LossOutput].Type)
 	}
-	if !opts.ForwardOnly && !hasLoss {
-		if err := checkLossOutput(model, fwd, opts.LossOutput, lossOpts); err != nil {
+	if c.training() && !c.hasLoss {
+		if err := checkLossOutput(model, fwd, opts.LossOutput, c.loss); err != nil {
 			return nil, err
 		}
 	}
-	if !opts.ForwardOnly && len(fwd.Params()) == 0 {
+	if c.training() && len(fwd.Params()) == 0 {
 		return nil, noParamsError(model, fwd)
 	}
 	m.Attrs = m.Attrs.Set("microbatches", ir.Int(opts.Microbatches))
@@ -213,10 +366,17 @@ func compile(model string, opts Options) (*Result, error) {
 		}
 		m.Attrs = m.Attrs.Set(passes.AttrDevice, ir.String(dev.Name))
 	}
+	return nil, nil
+}
+
+// probe compiles again with what a probe compile, stopped after partitioning, finds: zb-auto
+// and zb-h2 are built for the stages' costs, and --token-slices auto runs TeraPipe's dynamic
+// program on the cost model (choosing the micro-batch count with the slices when none was
+// given: the batch/token split of the paper).
+func (c *compilation) probe() (*Result, error) {
+	model, opts := c.model, c.opts
 	userSchedule := opts.Schedule
 	if schedule.CostAware(opts.Schedule) && opts.zbCost == nil && opts.StopAfter == "" && strings.TrimSpace(opts.TokenSlices) != "auto" {
-		// zb-auto and zb-h2 are built for the stages' costs: partition once to learn them
-		// (a probe compile), then compile with the schedule made for them.
 		probe := opts
 		probe.StopAfter, probe.TokenSlices = "partition", ""
 		pr, err := Compile(model, probe)
@@ -234,170 +394,143 @@ func compile(model string, opts Options) (*Result, error) {
 	if opts.TokenSlices != "" && opts.Schedule == "" && opts.Microbatches < opts.PP {
 		// The default 1F1B needs a micro-batch per rank; token slices fill the pipeline
 		// with fewer, in GPipe's order (TeraPipe's schedule).
+		c.opts.Schedule = "gpipe"
 		opts.Schedule = "gpipe"
 	}
-	if strings.TrimSpace(opts.TokenSlices) == "auto" && opts.StopAfter == "" {
-		// TeraPipe's dynamic program on the cost model, over the partitioned model: a probe
-		// compile stops after partitioning; without --microbatches the micro-batch count is
-		// chosen with the slices (the batch/token split of the paper), and the compile
-		// starts again with both fixed.
-		probe := opts
-		probe.StopAfter, probe.TokenSlices = "partition", ""
-		if fromModel {
-			probe.Microbatches = 1
-		}
-		pr, err := Compile(model, probe)
-		if err != nil {
-			return nil, err
-		}
-		dev, err := passes.ModuleDevice(pr.Module)
-		if err != nil {
-			return nil, err
-		}
-		tp, err := passes.PlanTokens(pr.Module, dev, "auto", fromModel)
-		if err != nil {
-			return nil, fmt.Errorf("%s: --token-slices auto: %v", model, err)
-		}
-		again := opts
-		again.TokenSlices, again.Microbatches, again.Schedule = joinInts(tp.Lengths), tp.Microbatches, userSchedule
-		if len(tp.Lengths) == 1 {
-			again.TokenSlices = "1" // one slice: the sequence whole (a lone length would read as a count)
-		}
-		res, err := Compile(model, again)
-		if err != nil {
-			return nil, err
-		}
-		if p := res.Output.Plan.TokenPlan; p != nil {
-			p.Auto = true
-		}
-		return res, nil
+	if strings.TrimSpace(opts.TokenSlices) != "auto" || opts.StopAfter != "" {
+		return nil, nil
 	}
-	pipeline := []string{"canonicalize", "cse", "dce"}
-	if !opts.ForwardOnly && !hasLoss {
-		pipeline = append(pipeline, lossOpts.String())
+	probe := opts
+	probe.StopAfter, probe.TokenSlices = "partition", ""
+	if c.fromModel {
+		probe.Microbatches = 1
 	}
-	if precision != ir.F32 {
-		// Before sharding and partitioning, so that they and the cost model see the real
-		// dtypes and byte sizes.
-		pipeline = append(pipeline, fmt.Sprintf("precision{dtype=%s}", precision))
-	}
-	// The schedule decides how many stages each rank holds (interleaved and V-shaped
-	// schedules default to two), so build it before partitioning.
-	sched, err := loadSchedule(&opts)
+	pr, err := Compile(model, probe)
 	if err != nil {
 		return nil, err
 	}
-	// The device mesh, in the axis names shardings and collectives use (ir.MeshOrder numbers
-	// the ranks: tp fastest, pp slowest).
-	if err := setMesh(m, model, sched.Ranks, opts); err != nil {
+	dev, err := passes.ModuleDevice(pr.Module)
+	if err != nil {
 		return nil, err
 	}
-	if opts.TP > 1 && !m.Attrs.Has(ir.AttrPartitioned) {
-		// Tensor (and sequence) parallelism: each stage becomes the program of one tp rank
-		// before pipeline partitioning, so stages, costs and autodiff see local shapes.
-		pipeline = append(pipeline, "shard-annotate", fmt.Sprintf("shard-propagate{sp=%t}", opts.SP), "spmd-partition")
+	tp, err := passes.PlanTokens(pr.Module, dev, "auto", c.fromModel)
+	if err != nil {
+		return nil, fmt.Errorf("%s: --token-slices auto: %v", model, err)
 	}
-	part := fmt.Sprintf("partition{pp=%d,virtual=%d,mem=%d", sched.Ranks, sched.Stages/sched.Ranks, opts.Mem)
-	if opts.Partition != "" {
-		part += ",mode=" + opts.Partition
+	again := opts
+	again.TokenSlices, again.Microbatches, again.Schedule = joinInts(tp.Lengths), tp.Microbatches, userSchedule
+	if len(tp.Lengths) == 1 {
+		again.TokenSlices = "1" // one slice: the sequence whole (a lone length would read as a count)
 	}
-	if opts.Layout != "" {
-		part += `,layout="` + opts.Layout + `"`
+	res, err := Compile(model, again)
+	if err != nil {
+		return nil, err
 	}
-	pipeline = append(pipeline, part+"}")
-	if opts.StopAfter == "partition" {
-		return runProbe(m, pipeline, sched)
+	if p := res.Output.Plan.TokenPlan; p != nil {
+		p.Auto = true
 	}
-	var slices []int
-	if opts.TokenSlices != "" {
-		if opts.SP {
-			return nil, fmt.Errorf("--token-slices with --sp: sequence parallelism already splits the sequence over the tp ranks; use one or the other")
+	return res, nil
+}
+
+// buildSchedule makes the pipeline schedule — before partitioning, since it decides how many
+// stages each rank holds (interleaved and V-shaped schedules default to two) — gives the
+// module its device mesh, and resolves the token slices.
+func (c *compilation) buildSchedule() (*Result, error) {
+	var err error
+	if c.sched, err = loadSchedule(&c.opts); err != nil {
+		return nil, err
+	}
+	// The mesh, in the axis names shardings and collectives use (ir.MeshOrder numbers the
+	// ranks: tp fastest, pp slowest).
+	if err := setMesh(c.m, c.model, c.sched.Ranks, c.opts); err != nil {
+		return nil, err
+	}
+	if c.opts.TokenSlices == "" || c.opts.StopAfter == "partition" {
+		return nil, nil // a probe stopped at partitioning prices the model unsliced
+	}
+	if c.opts.SP {
+		return nil, fmt.Errorf("--token-slices with --sp: sequence parallelism already splits the sequence over the tp ranks; use one or the other")
+	}
+	T, err := passes.SequenceLength(c.m.Func(ir.ForwardFunc))
+	if err != nil {
+		return nil, fmt.Errorf("%s: --token-slices: %v", c.model, err)
+	}
+	c.slices, err = ResolveTokenSlices(c.opts.TokenSlices, T)
+	return nil, err
+}
+
+// runPasses runs compilePasses — for a probe, up to the pass it stops after. A full compile
+// first records the schedule's compute actions in the module for rank-programs.
+func (c *compilation) runPasses() (*Result, error) {
+	switch c.opts.StopAfter {
+	case "partition":
+		return runProbe(c.m, c.pipeline("partition"), c.sched)
+	case "split-stages":
+		pl := c.pipeline("split-stages")
+		if len(c.opts.recomputeModes) == 0 {
+			return runProbe(c.m, pl, c.sched)
 		}
-		T, err := passes.SequenceLength(fwd)
-		if err != nil {
-			return nil, fmt.Errorf("%s: --token-slices: %v", model, err)
-		}
-		if slices, err = ResolveTokenSlices(opts.TokenSlices, T); err != nil {
-			return nil, err
-		}
-		pipeline = append(pipeline, fmt.Sprintf("token-slice{lengths=%q}", joinInts(slices)))
-	}
-	if !opts.ForwardOnly {
-		if opts.Zero > 0 {
-			optStep = strings.TrimSuffix(optStep, "}") + fmt.Sprintf(",zero=%d}", opts.Zero)
-			if !strings.Contains(optStep, "{") {
-				optStep = fmt.Sprintf("optimizer{zero=%d}", opts.Zero)
-			}
-		}
-		pipeline = append(pipeline, "autodiff", optStep)
-		if precision == ir.F16 {
-			pipeline = append(pipeline, "loss-scale")
-		}
-		pipeline = append(pipeline, "cse", "dce")
-	}
-	split := "split-stages"
-	if opts.Recompute != "" && opts.Recompute != "none" {
-		split = fmt.Sprintf("split-stages{recompute=%s}", opts.Recompute)
-	}
-	if opts.StopAfter == "split-stages" && len(opts.recomputeModes) > 0 {
 		// One probe up to split-stages, split once per recompute mode.
-		res, err := runProbe(m, pipeline, sched)
+		res, err := runProbe(c.m, pl[:len(pl)-1], c.sched)
 		if err != nil {
 			return nil, err
 		}
-		for _, mode := range opts.recomputeModes {
-			c := m.Clone()
-			if _, err := runProbe(c, []string{fmt.Sprintf("split-stages{recompute=%s}", mode)}, sched); err != nil {
+		for _, mode := range c.opts.recomputeModes {
+			m := c.m.Clone()
+			if _, err := runProbe(m, []string{fmt.Sprintf("split-stages{recompute=%s}", mode)}, c.sched); err != nil {
 				return nil, err
 			}
-			res.Probes = append(res.Probes, c)
+			res.Probes = append(res.Probes, m)
 		}
 		return res, nil
 	}
-	pipeline = append(pipeline, split)
-	if opts.StopAfter == "split-stages" {
-		return runProbe(m, pipeline, sched)
-	}
-	// Each pipeline rank's step as IR (send/recv explicit), which code generation lowers.
-	if len(slices) > 1 {
-		if sched, err = schedule.SliceTokens(sched, len(slices)); err != nil {
+	var err error
+	if len(c.slices) > 1 {
+		if c.sched, err = schedule.SliceTokens(c.sched, len(c.slices)); err != nil {
 			return nil, err
 		}
 	}
-	cs, err := codegenSchedule(sched, sched.Stages)
+	if c.cs, err = codegenSchedule(c.sched, c.sched.Stages); err != nil {
+		return nil, err
+	}
+	passes.SetSchedule(c.m, c.cs.Placement, c.cs.Actions)
+	pl, err := passes.ParsePipeline(strings.Join(c.pipeline(""), ","))
 	if err != nil {
 		return nil, err
 	}
-	passes.SetSchedule(m, cs.Placement, cs.Actions)
-	pipeline = append(pipeline, "rank-programs")
-	pl, err := passes.ParsePipeline(strings.Join(pipeline, ","))
-	if err != nil {
+	return nil, passes.Run(c.m, pl, c.opts.Passes)
+}
+
+// checkCPU checks that the CPU runtime has a kernel for every op in its dtypes, so that an op
+// it lacks is a compile error at its position in the model, not a load error of a program.
+func (c *compilation) checkCPU() (*Result, error) {
+	if err := checkKernels(c.m); err != nil {
 		return nil, err
 	}
-	if err := passes.Run(m, pl, opts.Passes); err != nil {
-		return nil, err
-	}
-	if err := checkKernels(m); err != nil {
-		return nil, err
-	}
-	if _, err := codegenSchedule(sched, m.Attrs.Int("stages", 1)); err != nil {
-		return nil, err
-	}
+	_, err := codegenSchedule(c.sched, c.m.Attrs.Int("stages", 1))
+	return nil, err
+}
+
+// generate lowers the rank programs to one program per pipeline rank and plan.json.
+func (c *compilation) generate() (*Result, error) {
 	optName := ""
-	if !opts.ForwardOnly {
-		optName = opts.Optimizer
+	if c.training() {
+		optName = c.opts.Optimizer
 		if optName == "" {
 			optName = "adamw"
 		}
 	}
-	out, err := codegen.Generate(m, codegen.Options{Schedule: cs, Optimizer: optName, Source: modelIdentity(src, lo), Recompute: opts.Recompute})
-	if err != nil {
-		return nil, err
+	var err error
+	c.out, err = codegen.Generate(c.m, codegen.Options{Schedule: c.cs, Optimizer: optName, Source: modelIdentity(c.src, c.lo), Recompute: c.opts.Recompute})
+	return nil, err
+}
+
+// estimateStep records the plan's estimate: its schedule simulated with the cost model.
+func (c *compilation) estimateStep() (*Result, error) {
+	if est, err := estimate(c.sched, c.out.Plan); err == nil {
+		c.out.Plan.Estimate = est
 	}
-	if est, err := estimate(sched, out.Plan); err == nil {
-		out.Plan.Estimate = est
-	}
-	return &Result{Module: m, Output: out, Schedule: sched}, nil
+	return nil, nil
 }
 
 // ProbeSplit compiles the model up to split-stages once and splits it once per recompute

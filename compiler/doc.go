@@ -1,11 +1,16 @@
 // Package compiler owns the whole compile, which DESIGN.md's package table leaves between the
-// CLI and the packages: it loads a model with the right frontend (.onnx, .ppm, or .ir), builds
-// the pipeline schedule (which fixes the number of stages per rank), runs the pass pipeline —
-// canonicalize, cse, dce, [add-loss], [precision], [tp passes], partition, autodiff, optimizer,
-// [loss-scale], cse, dce, split-stages, rank-programs — checks that the CPU runtime has a kernel
-// for every op in its dtypes (so that an op it lacks is a compile error at its position in the
-// model, not a load error of a rank program), and generates the per-rank programs and
-// plan.json. It also runs inference for `ppc infer`, and loads a model for `ppc export`
+// CLI and the packages. A compile is a short sequence of named steps (compile in compiler.go,
+// each a method of the compilation): resolve the options, load the model with the right
+// frontend (.onnx, .ppm, or .ir), check it can train, compile again with what a probe finds
+// (zb-auto's stage costs, --token-slices auto), build the pipeline schedule (which fixes the
+// number of stages per rank) and the mesh, run the pass pipeline — compilePasses, one row per
+// pass: canonicalize, cse, dce, [add-loss], [precision], [tp passes], partition, [token-slice],
+// autodiff, optimizer, [loss-scale], cse, dce, split-stages, rank-programs, grad-reduce,
+// tied-grads, rank-optimizer, each named as --print-ir-after names it — check that the CPU
+// runtime has a kernel for every op in its dtypes (so that an op it lacks is a compile error
+// at its position in the model, not a load error of a rank program), lower the rank programs
+// to the per-rank programs and plan.json (codegen, which decides nothing about communication:
+// the passes wrote it into the rank programs), and estimate the step. It also runs inference for `ppc infer`, and loads a model for `ppc export`
 // (Export: the exporter, frontend/onnx/export, gets the parameters' initial values from
 // runtime.InitialValue, the run's own initialiser).
 // The CLI only parses flags into Options and prints the Result. The plan's source hash covers

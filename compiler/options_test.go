@@ -3,6 +3,7 @@ package compiler
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -110,6 +111,32 @@ func TestWriteChecksumsAndCleansUp(t *testing.T) {
 	}
 	if _, err := os.Stat(keep); err != nil {
 		t.Fatalf("removed a file that is not a program: %v", err)
+	}
+}
+
+// TestCompileIsDeterministic: compiling the same job twice writes the same bytes (a map's
+// order once decided the order of each function's constant buffers).
+func TestCompileIsDeterministic(t *testing.T) {
+	opts := Options{Load: LoadOptions{Preset: "tiny"}, PP: 2, DP: 2, Microbatches: 2, Optimizer: "adamw{lr=3e-4}", Precision: "fp16"}
+	var first []string
+	for range 3 {
+		res, err := Compile("../testdata/models/gpt.ppm", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		if err := res.Write(dir); err != nil {
+			t.Fatal(err)
+		}
+		var sums []string
+		for _, p := range res.Output.Plan.Programs {
+			sums = append(sums, p.ProgramSHA256)
+		}
+		if first == nil {
+			first = sums
+		} else if !slices.Equal(sums, first) {
+			t.Fatalf("program checksums %v, then %v", first, sums)
+		}
 	}
 }
 

@@ -20,7 +20,7 @@ func checkKernels(m *ir.Module) error {
 	dev := cpu.New()
 	for _, f := range m.Funcs {
 		for _, op := range f.Ops {
-			if op.Def.Name == "constant" || op.Def.Has(ir.P2P) || op.Def.Has(ir.Collective) || op.Def.Has(ir.Calls) {
+			if op.Def.Name == "constant" || op.Def.Has(ir.P2P) || op.Def.Has(ir.Collective) || op.Def.Has(ir.Calls) || op.Def.Has(ir.State) {
 				continue
 			}
 			s := &device.Spec{Op: op.Def, Attrs: op.Attrs}

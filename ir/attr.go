@@ -157,6 +157,23 @@ func (as Attrs) Ints(name string) []int {
 	return out
 }
 
+// Strings returns a string-list attribute, or nil when absent or not a list of strings.
+func (as Attrs) Strings(name string) []string {
+	l, ok := as.Get(name).(List)
+	if !ok {
+		return nil
+	}
+	out := make([]string, len(l))
+	for i, e := range l {
+		v, ok := e.(String)
+		if !ok {
+			return nil
+		}
+		out[i] = string(v)
+	}
+	return out
+}
+
 // DTypeAttr returns a dtype given as an Ident, or Invalid.
 func (as Attrs) DType(name string) DType {
 	if v, ok := as.Get(name).(Ident); ok {
@@ -164,6 +181,15 @@ func (as Attrs) DType(name string) DType {
 		return d
 	}
 	return Invalid
+}
+
+// Strings builds a List of String.
+func Strings(v ...string) List {
+	l := make(List, len(v))
+	for i, x := range v {
+		l[i] = String(x)
+	}
+	return l
 }
 
 // Ints builds a List of Int.

@@ -35,6 +35,10 @@ const (
 	// and results are that function's arguments and results marked `port`, checked by the
 	// verifier against the callee rather than by type inference.
 	Calls
+	// State: acts on the rank's named state — its parameters and gradient accumulators,
+	// named by attributes rather than passed as values — so it may appear only in a rank's
+	// program (a function with the attribute rank), where op order is execution order.
+	State
 )
 
 var traitNames = []struct {
@@ -42,7 +46,7 @@ var traitNames = []struct {
 	n string
 }{{Pure, "pure"}, {Elementwise, "elementwise"}, {Broadcasting, "broadcasting"},
 	{Commutative, "commutative"}, {Reduction, "reduction"}, {Collective, "collective"},
-	{P2P, "p2p"}, {ConstantLike, "constant"}, {Loss, "loss"}, {Calls, "calls"}}
+	{P2P, "p2p"}, {ConstantLike, "constant"}, {Loss, "loss"}, {Calls, "calls"}, {State, "state"}}
 
 func (t Trait) String() string {
 	var s []string
@@ -59,24 +63,25 @@ type AttrKind uint8
 
 // The attribute kinds.
 const (
-	KindInt    AttrKind = iota + 1
-	KindFloat           // Float (an Int literal is accepted and converted)
-	KindBool            // Bool
-	KindString          // String
-	KindEnum            // Ident from AttrSpec.Enum
-	KindDType           // Ident naming a dtype
-	KindInts            // List of Int
-	KindFloats          // List of Float
-	KindType            // TypeAttr
-	KindDense           // *Dense
-	KindAxis            // Ident naming a mesh axis
-	KindAny             // anything (checked by the op's inference)
+	KindInt     AttrKind = iota + 1
+	KindFloat            // Float (an Int literal is accepted and converted)
+	KindBool             // Bool
+	KindString           // String
+	KindEnum             // Ident from AttrSpec.Enum
+	KindDType            // Ident naming a dtype
+	KindInts             // List of Int
+	KindFloats           // List of Float
+	KindType             // TypeAttr
+	KindDense            // *Dense
+	KindAxis             // Ident naming a mesh axis
+	KindAny              // anything (checked by the op's inference)
+	KindStrings          // List of String
 )
 
 var kindNames = [...]string{KindInt: "integer", KindFloat: "float", KindBool: "bool",
 	KindString: "string", KindEnum: "identifier", KindDType: "dtype", KindInts: "integer list",
 	KindFloats: "float list", KindType: "tensor type", KindDense: "dense tensor",
-	KindAxis: "mesh axis", KindAny: "attribute"}
+	KindAxis: "mesh axis", KindAny: "attribute", KindStrings: "string list"}
 
 func (k AttrKind) String() string { return kindNames[k] }
 
@@ -271,6 +276,16 @@ func (s *AttrSpec) check(v Attr) error {
 		}
 		for _, e := range l {
 			if _, ok := e.(Int); !ok {
+				return bad()
+			}
+		}
+	case KindStrings:
+		l, ok := v.(List)
+		if !ok {
+			return bad()
+		}
+		for _, e := range l {
+			if _, ok := e.(String); !ok {
 				return bad()
 			}
 		}

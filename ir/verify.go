@@ -161,6 +161,9 @@ func (v *verifier) fn(f *Func, commExplicit bool) {
 		if ok && allKnown {
 			v.checkTypes(f, op, in)
 		}
+		if def.Has(State) {
+			v.checkState(f, op)
+		}
 		v.checkAnnotations(f, op, commExplicit)
 		for _, r := range op.Results {
 			if r != nil {
@@ -236,6 +239,53 @@ func valueName(x *Value) string {
 		return fmt.Sprintf("result %d of %s", x.Index, x.Def.Def.Name)
 	}
 	return fmt.Sprintf("argument %d", x.Index)
+}
+
+// checkState checks an op on a rank's named state: it is in a rank program, and the names it
+// lists are given, once each.
+func (v *verifier) checkState(f *Func, op *Op) {
+	if !f.Attrs.Has("rank") {
+		v.opErrorf(f, op, "%s acts on a rank's gradients and parameters: it belongs in a rank program (a function with attribute rank), not in @%s", op.Def.Name, f.Name)
+	}
+	for _, a := range op.Attrs {
+		spec := op.Def.AttrSpec(a.Name)
+		if spec == nil {
+			continue
+		}
+		var names []string
+		switch spec.Kind {
+		case KindStrings:
+			l, _ := a.Value.(List)
+			if len(l) == 0 {
+				v.opErrorf(f, op, "%s: %s lists nothing", op.Def.Name, a.Name)
+			}
+			for _, e := range l {
+				s, _ := e.(String)
+				names = append(names, string(s))
+			}
+		case KindString:
+			s, _ := a.Value.(String)
+			names = []string{string(s)}
+		}
+		seen := map[string]bool{}
+		for _, n := range names {
+			switch {
+			case n == "":
+				v.opErrorf(f, op, "%s: %s names an empty gradient or parameter", op.Def.Name, a.Name)
+			case seen[n]:
+				v.opErrorf(f, op, "%s: %s names %q twice", op.Def.Name, a.Name, n)
+			}
+			seen[n] = true
+		}
+	}
+	if op.Def.Name == "grad_sum" {
+		grad := op.Attrs.Str("grad", "")
+		for _, p := range op.Attrs.Strings("parts") {
+			if p == grad {
+				v.opErrorf(f, op, "grad_sum: %q is one of its own parts", grad)
+			}
+		}
+	}
 }
 
 // checkCall checks a run of another function: the callee exists, and the operands and

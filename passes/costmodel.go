@@ -159,8 +159,8 @@ func (d DeviceProfile) CostOf(op *ir.Op, isParam func(*ir.Value) bool, axisSize 
 		switch {
 		case op.Def.Name == "copy_to_axis" && op.Operands[0].Def == nil && isParam(op.Operands[0]):
 			// A parameter copied to the axis: its gradient's all-reduce is summed once per
-			// step after accumulation (passes.hoistTPReductions); code generation prices it
-			// there, not per micro-batch.
+			// step after accumulation (passes.hoistTPReductions, grad-reduce); code
+			// generation prices it there, not per micro-batch.
 		case isParam(op.Operands[0]):
 			c.W = back
 		default:

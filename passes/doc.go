@@ -50,16 +50,37 @@
 //
 // Data parallelism needs no sharding inside a function: the per-micro-batch functions are
 // SPMD over dp by construction (rank d of dp runs micro-batches d·M … d·M+M−1 of the global
-// batch), so weight gradients leave the W passes as partial sums over dp. Code generation
-// all-reduces each over dp right after the rank's last W that contributes to it
-// (codegen/doc.go) and the optimizer divides by M·dp. Under ZeRO the optimizer pass updates
-// each replica's dp block of every parameter whose first dim dp divides: ZeRO-1 reduce-scatters
-// the replica's gradient sum in @optimizer (the argument is marked dp_partial, so code
-// generation does not all-reduce it), ZeRO-2 has code generation reduce-scatter each
-// micro-batch's gradient and accumulate only the block; the state is the block (a `shard`
-// over dp, whose shapes are the block's in any module) and the updated block is all-gathered.
-// Parameters keep their logical shapes in the `shard` attribute, so ranks initialise their own
-// blocks (the initialiser is shard-invariant) and checkpoints merge by name and offset.
+// batch), so weight gradients leave the W passes as partial sums over dp, and the optimizer
+// divides by M·dp. Under ZeRO the optimizer pass updates each replica's dp block of every
+// parameter whose first dim dp divides: its gradient argument is the block of the reduced
+// sum, the state is the block (a `shard` over dp, whose shapes are the block's in any
+// module), and the result is the new block. Parameters keep their logical shapes in the
+// `shard` attribute, so ranks initialise their own blocks (the initialiser is shard-invariant)
+// and checkpoints merge by name and offset.
+//
+// # The rank programs: everything a rank does, as IR
+//
+// After split-stages, four passes write each pipeline rank's step as a function @rank<r>,
+// which code generation only lowers (codegen/doc.go), so that `--print-ir-after` shows every
+// transfer, collective and optimizer step a rank makes:
+//
+//   - rank-programs (rankprograms.go): the rank's F, I and W runs in schedule order, a value
+//     another rank needs sent right after the run computing it and received right before the
+//     first run needing it; each {grad} result of a run is added into the rank's accumulator
+//     of that gradient.
+//   - grad-reduce (gradreduce.go): right after the run making the rank's last contribution to
+//     an accumulator, its tensor-parallel sum (a hoisted partial, grad_all_reduce over tp) and
+//     its data-parallel sum, bucketed as PyTorch DDP does (grad_all_reduce over dp, up to
+//     BucketBytes), so that the reduction overlaps the backward that remains; under ZeRO-2,
+//     each run's gradients reduce-scattered right after it (grad_reduce_scatter {microbatch}).
+//   - tied-grads (tiedgrads.go): a tied weight's partials sent between the ranks holding it
+//     and summed there in partial order (grad_send, grad_recv, grad_sum), bit-identical to one
+//     device.
+//   - rank-optimizer (rankoptimizer.go): the slice of @optimizer the rank runs
+//     (@optimizer.rank<r>); before it ZeRO-1's bucketed reduce-scatters, clipping's sum of
+//     squares (GradSumSq, from the reduced gradients) and the loss scaler's overflow flag
+//     (NonFiniteCheck), each `call`ed and all-reduced over tp, dp and pp; the `optimizer` op;
+//     after it ZeRO's bucketed all-gathers of the new blocks (param_all_gather).
 //
 // The cost model (costmodel.go) prices a collective by the ring formulas over its axis —
 // intra-node links for tp, inter-node for dp — and charges its conjugate's time to the
@@ -79,11 +100,11 @@
 // shard-annotate recognises Megatron's patterns through the casts. fp16 adds dynamic loss
 // scaling with GradScaler's semantics: an f32 scale argument seeds the backward, and
 // loss-scale (lossscale.go) unscales the gradients in @optimizer and skips the update of every
-// parameter and state on every rank when any rank's gradients overflow (code generation
-// computes that flag per rank, NonFiniteCheck, and reduces it over the mesh).
+// parameter and state on every rank when any rank's gradients overflow (each rank's program
+// computes that flag, NonFiniteCheck, and reduces it over the mesh: rank-optimizer).
 //
 // The optimizer pass also owns gradient clipping by the global norm (clip.go: the sum of
-// squares is an @optimizer argument code generation computes across the mesh, GradSumSq,
+// squares is an @optimizer argument each rank's program computes across the mesh, GradSumSq,
 // because @optimizer runs on each rank only as a slice) and the learning-rate schedule
 // (ScheduledLR: computed in @optimizer from %step, so resume continues it).
 //

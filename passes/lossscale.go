@@ -11,13 +11,13 @@ import (
 const (
 	// AttrGlobal (unit, on an @optimizer state argument) marks state that belongs to no
 	// parameter (the loss scaler's): every pipeline rank holds it whole and updates it
-	// identically, so code generation keeps its update in every rank's slice of @optimizer.
+	// identically, so rank-optimizer keeps its update in every rank's slice of @optimizer.
 	AttrGlobal = "global"
 	// AttrFoundInf (unit, on an f32 scalar argument of @optimizer) is 1 when some element of
 	// some gradient is not finite on any rank of the mesh, else 0. It is not computed in
-	// @optimizer, which every rank runs only a slice of: code generation computes it per
-	// rank from the gradients the rank's slice reads (NonFiniteCheck) and reduces it over
-	// every mesh axis before the optimizer runs.
+	// @optimizer, which every rank runs only a slice of: each rank's program computes it from
+	// the gradients the rank's slice reads (rank-optimizer: NonFiniteCheck) and reduces it
+	// over every mesh axis before the optimizer runs.
 	AttrFoundInf = "found_inf"
 	// AttrMetric (string, on an @optimizer result: a scalar) names a value the runtime
 	// reports to the host after each step (Instr METRIC), e.g. "overflow".
@@ -38,12 +38,12 @@ var LossScale = &Pass{
 		"in @optimizer are those of the loss times the scale), rewrite @optimizer: add the state arguments " +
 		"%grad_scaler.scale (its initial value that of the {loss_scale} argument) and %grad_scaler.growth_tracker " +
 		"(zeros), both {global}: held whole by every pipeline rank, which update them identically and which " +
-		"checkpoints carry; and %found_inf: f32[] {found_inf}, which code generation computes before the optimizer " +
-		"runs: 1 when any element of any gradient is not finite on any rank — each rank checks the gradients its " +
+		"checkpoints carry; and %found_inf: f32[] {found_inf}, which each rank's program computes before the optimizer " +
+		"runs (rank-optimizer): 1 when any element of any gradient is not finite on any rank — each rank checks the gradients its " +
 		"slice of @optimizer reads and the flag is all-reduced (max) over tp, dp and pp — else 0. Every gradient " +
 		"argument is first multiplied by 1/scale (computed in f64 and rounded to f32, as GradScaler's inv_scale), " +
 		"so whatever @optimizer does with gradients (clipping, the update) sees unscaled ones. Every result " +
-		"{update = X} becomes where(found_inf == 0, new X, old X): a step with an overflow anywhere changes no " +
+		"{update = X} becomes where(found_inf == 0, new X, old X) (old X's dp block where ZeRO updates a block): a step with an overflow anywhere changes no " +
 		"parameter and no state on any rank — AdamW's own step count included (%grad_scaler.optimizer_step, which " +
 		"the optimizer pass adds under loss scaling), so its bias correction counts the steps taken as torch.optim's " +
 		"does when GradScaler skips optimizer.step(), while a learning-rate schedule follows %step, every step run, " +
@@ -147,6 +147,7 @@ func runLossScale(m *ir.Module, opts Options) error {
 	ok := b.Op1("equal", nil, found, scalarConst(b, ir.F32, 0))
 	ok.Name = "step_ok"
 	old := map[string]*ir.Value{}
+	zeroed := map[string]bool{} // parameters updated by their dp block (ZeRO)
 	for i, a := range f.Args {
 		at := f.ArgAttrs[i]
 		switch {
@@ -154,6 +155,10 @@ func runLossScale(m *ir.Module, opts Options) error {
 			old[a.Name] = a
 		case at.Has(AttrState):
 			old[at.Str(AttrState, "")] = a
+		case at.Has(ir.AttrGrad):
+			if s, _ := ir.ArgSharding(f, i); s != nil && s.Uses("dp") {
+				zeroed[at.Str(ir.AttrGrad, "")] = true
+			}
 		}
 	}
 	for i, r := range f.Results {
@@ -162,6 +167,9 @@ func runLossScale(m *ir.Module, opts Options) error {
 		}
 		target := f.ResultAttrs[i].Str(AttrUpdate, "")
 		prev := old[target]
+		if prev != nil && zeroed[target] && r.Type.Rank() > 0 && !prev.Type.Equal(r.Type) {
+			prev = zeroBlock(b, prev, r.Type.Shape[0]) // the new value is a block: keep the old block
+		}
 		if prev == nil || !prev.Type.Equal(r.Type) {
 			return ir.ErrorAt(m.Source, f.Loc, "loss-scale: @%s result %d updates %q, which is not an argument of its type", OptimizerFunc, i, target)
 		}
@@ -190,24 +198,25 @@ func runLossScale(m *ir.Module, opts Options) error {
 	return nil
 }
 
-// NonFiniteCheck builds the function code generation runs before a rank's slice of a
-// loss-scaled @optimizer: @found_inf(grads…) → f32[], 1 when an element of some argument is
-// not finite (±inf or NaN) on any rank of the mesh, else 0. Each gradient g contributes
-// reduce_sum(g·0), which is 0 when every element is finite and NaN otherwise (0·±inf is
-// NaN, and NaN survives the sum — a plain sum of g could overflow to inf on finite values);
-// the rank's flag is then all-reduced with max over tp, dp and pp in that order (an axis of
-// one rank costs nothing), so every rank of the mesh skips or applies the same step. A rank
-// with no gradients contributes 0 and still takes part in the reductions.
-func NonFiniteCheck(grads []ir.Type) (*ir.Func, error) {
-	f := ir.NewFunc("found_inf")
+// NonFiniteCheck builds the function rank-optimizer calls before a rank's slice of a
+// loss-scaled @optimizer: @name(grads…) → f32[] {port = "found_inf"}, 1 when an element of
+// some argument is not finite (±inf or NaN), else 0, which the rank program then all-reduces
+// with max over tp, dp and pp, so every rank of the mesh skips or applies the same step. Each
+// gradient g contributes reduce_sum(g·0), which is 0 when every element is finite and NaN
+// otherwise (0·±inf is NaN, and NaN survives the sum — a plain sum of g could overflow to inf
+// on finite values). A rank with no gradients contributes 0 and still takes part in the
+// reductions.
+func NonFiniteCheck(name string, grads []GradArg) (*ir.Func, error) {
+	f := ir.NewFunc(name)
 	b := ir.NewBuilder(f)
 	b.Phase = ir.Opt
 	var acc *ir.Value
-	for i, t := range grads {
+	for i, ga := range grads {
+		t := ga.Type
 		if !t.DType.IsFloat() {
-			return nil, fmt.Errorf("gradient %d is %s, not floating point", i, t)
+			return nil, fmt.Errorf("gradient %d (%s) is %s, not floating point", i, ga.Name, t)
 		}
-		g := f.AddArg(fmt.Sprintf("g%d", i), t, ir.Attrs{{Name: ir.AttrGrad, Value: ir.String(fmt.Sprint(i))}})
+		g := f.AddArg("d."+ga.Name, t, ir.Attrs{{Name: ir.AttrGrad, Value: ir.String(ga.Name)}})
 		s := b.Reduce("sum", b.Mul(g, scalarConst(b, t.DType, 0)), nil, false)
 		if t.DType != ir.F32 {
 			s = b.Cast(s, ir.F32)
@@ -223,11 +232,7 @@ func NonFiniteCheck(grads []ir.Type) (*ir.Func, error) {
 	if acc != nil {
 		flag = b.Op1("where", nil, b.Op1("equal", nil, acc, zero), zero, scalarConst(b, ir.F32, 1))
 	}
-	for _, axis := range []string{"tp", "dp", "pp"} {
-		flag = b.Op1("all_reduce", ir.Attrs{{Name: "axis", Value: ir.Ident(axis)}, {Name: "op", Value: ir.Ident("max")}}, flag)
-	}
-	flag.Name = "found_inf"
-	f.AddResult(flag, ir.Attrs{{Name: AttrFoundInf, Value: ir.Unit{}}})
+	f.AddResult(flag, ir.Attrs{{Name: AttrPort, Value: ir.String(AttrFoundInf)}})
 	return f, b.Err()
 }
 

@@ -48,13 +48,14 @@ var Optimizer = &Pass{
 		"(no dampening, no Nesterov): g ← g + wd·p; buf ← buf·momentum + g; p ← p − lr·buf (with the zero-initialised " +
 		"buffer the first step gives buf = g exactly, PyTorch's clone). The op order is fixed, so the update is " +
 		"bitwise reproducible for every partitioning. Options not given take the kind's defaults (PyTorch's, but for " +
-		"sgd's lr); each must be finite in f32, the precision of the update. With zero=1 (ZeRO stage 1) on a mesh with " +
-		"dp > 1, each replica keeps and updates one dp block of every parameter whose first dim dp divides: the " +
-		"gradient argument {dp_partial} is this replica's sum only, reduce_scatter over dp gives the block of the " +
-		"global sum, the state arguments are that block (shard over dp on dim 0), and the updated block is " +
-		"all_gather-ed into the whole new parameter; other parameters are updated whole. With zero=2 the gradient " +
-		"argument is already that block (shard over dp on dim 0): code generation reduce-scatters each " +
-		"micro-batch's gradient and accumulates only the block.",
+		"sgd's lr); each must be finite in f32, the precision of the update. With zero=1 or 2 (ZeRO stage 1 or 2) on a " +
+		"mesh with dp > 1, each replica keeps and updates one dp block of every parameter whose first dim dp divides " +
+		"(@optimizer gets the attribute zero = 1 or 2): the gradient argument is the block of the global sum (shard over " +
+		"dp on dim 0), the state arguments are that block, the parameter's block is taken with axis_index, and the " +
+		"result {update = <name>} is the new block, which each rank's program all-gathers into the whole parameter; " +
+		"other parameters are updated whole. @optimizer holds no collective: the rank programs reduce-scatter the " +
+		"gradients (rank-optimizer, before the step, for ZeRO-1; grad-reduce, each micro-batch's, for ZeRO-2, which " +
+		"accumulates only the block) and all-gather the new blocks (rank-optimizer).",
 	Options: []Option{
 		{Name: "kind", Doc: "adamw (the default) or sgd"},
 		{Name: "lr", Doc: "learning rate, >= 0 (default 1e-3 for adamw, 0.01 for sgd)"},
@@ -307,10 +308,36 @@ type optParam struct {
 	zero  bool     // updated by blocks over dp (ZeRO)
 }
 
-// AttrDPPartial (unit, on an @optimizer gradient argument) says the gradient arrives as this
-// data-parallel replica's sum only: the optimizer reduces it over dp itself (ZeRO's
-// reduce-scatter), so code generation must not all-reduce it.
-const AttrDPPartial = "dp_partial"
+// AttrZero (int, on @optimizer) is the ZeRO stage its updates are split by: 1 (the gradient
+// accumulates whole and is reduce-scattered before the update) or 2 (each micro-batch's
+// gradient is reduce-scattered and only the block accumulates).
+const AttrZero = "zero"
+
+// zeroBlocks maps each parameter whose optimizer update ZeRO splits over dp — @optimizer's
+// gradient argument is a block over dp — to the ZeRO stage, and returns the mesh's dp size.
+func zeroBlocks(m *ir.Module) (map[string]int, int) {
+	out := map[string]int{}
+	dp := meshSize(m, "dp")
+	f := m.Func(OptimizerFunc)
+	if f == nil {
+		return out, dp
+	}
+	stage := f.Attrs.Int(AttrZero, 0)
+	for i := range f.Args {
+		name := f.ArgAttrs[i].Str(ir.AttrGrad, "")
+		if s, _ := ir.ArgSharding(f, i); name != "" && s != nil && s.Uses("dp") {
+			out[name] = stage
+		}
+	}
+	return out, dp
+}
+
+// zeroBlock is this dp replica's block of dim 0 of p, n rows: the rows axis_index(dp)·n …
+func zeroBlock(b *ir.Builder, p *ir.Value, n int) *ir.Value {
+	off := b.Mul(b.Op1("axis_index", ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}}), b.Scalar(ir.I64, float64(n)))
+	idx := b.Add(b.Op1("iota", ir.Attrs{{Name: "axis", Value: ir.Int(0)}, {Name: "type", Value: ir.TypeAttr(ir.T(ir.I64, n))}}), off)
+	return b.Op1("gather", ir.Attrs{{Name: "axis", Value: ir.Int(0)}}, p, idx)
+}
 
 // zeroSharding is the sharding of a ZeRO block of a tensor of the given rank laid out as
 // shard: dp splits dim 0, innermost (after tp, when tp splits dim 0 too).
@@ -388,12 +415,9 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 			st.Shape = slices.Clone(ct.Shape)
 			st.Shape[0] /= dp
 			stShard = zeroSharding(shard, ct.Rank()).Attr()
-			if c.zero >= 2 {
-				gt = st // the gradient arrives as the block, reduced
-				gAttrs = gAttrs.Set(ir.AttrShard, stShard)
-			} else {
-				gAttrs = gAttrs.Set(AttrDPPartial, ir.Unit{})
-			}
+			gt = st // the gradient arrives as the block of the global sum
+			gAttrs = gAttrs.Set(ir.AttrShard, stShard)
+			f.Attrs = f.Attrs.Set(AttrZero, ir.Int(c.zero))
 		}
 		op := optParam{
 			p:    f.AddArg(p.Name, p.Type, laidOut(ir.Attrs{{Name: ir.AttrParam, Value: ir.Unit{}}})),
@@ -442,14 +466,7 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 		}
 		g := op.g
 		if op.zero {
-			// This replica's block of the global sum, and of the parameter.
-			if c.zero < 2 {
-				g = b.Op1("reduce_scatter", ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}, {Name: "dim", Value: ir.Int(0)}, {Name: "parts", Value: ir.Int(dp)}}, g)
-			}
-			n := g.Type.Shape[0]
-			off := b.Mul(b.Op1("axis_index", ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}}), b.Scalar(ir.I64, float64(n)))
-			idx := b.Add(b.Op1("iota", ir.Attrs{{Name: "axis", Value: ir.Int(0)}, {Name: "type", Value: ir.TypeAttr(ir.T(ir.I64, n))}}), off)
-			p = b.Op1("gather", ir.Attrs{{Name: "axis", Value: ir.Int(0)}}, p, idx)
+			p = zeroBlock(b, p, g.Type.Shape[0]) // this replica's block, as its gradient is
 		}
 		if nmb != 1 {
 			g = b.Div(g, ob.k(ct, float64(nmb)))
@@ -466,9 +483,6 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 		}
 		if newP.Type.DType != op.p.Type.DType {
 			newP = b.Cast(newP, op.p.Type.DType)
-		}
-		if op.zero {
-			newP = b.Op1("all_gather", ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}, {Name: "dim", Value: ir.Int(0)}, {Name: "parts", Value: ir.Int(dp)}}, newP)
 		}
 		newP.Name = "new." + op.p.Name
 		f.AddResult(newP, ir.Attrs{{Name: AttrUpdate, Value: ir.String(op.p.Name)}})

@@ -64,23 +64,26 @@ func TestPrecisionPassErrors(t *testing.T) {
 	}
 }
 
-// NonFiniteCheck's function: a 0/1 flag from every gradient, all-reduced with max over tp,
-// dp and pp; with no gradient, 0.
+// NonFiniteCheck's function: this rank's 0/1 flag from every gradient it is given, read from
+// the accumulators they name (the rank program reduces it over the mesh); with no gradient, 0.
 func TestNonFiniteCheck(t *testing.T) {
-	f, err := NonFiniteCheck([]ir.Type{ir.T(ir.F32, 3, 2), ir.T(ir.F64, 5)})
+	f, err := NonFiniteCheck("found_inf.rank0", []GradArg{{Name: "w", Type: ir.T(ir.F32, 3, 2)}, {Name: "b", Type: ir.T(ir.F64, 5)}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := f.String()
-	for _, want := range []string{"reduce_sum", "all_reduce %", "{axis = tp, op = max}", "{axis = dp, op = max}", "{axis = pp, op = max}", "f64[5]"} {
+	for _, want := range []string{`func @found_inf.rank0(%d.w: f32[3,2] {grad = "w"}, %d.b: f64[5] {grad = "b"}) -> (f32[] {port = "found_inf"})`, "reduce_sum", "f64[5]"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("missing %q in\n%s", want, text)
 		}
 	}
-	if _, err := NonFiniteCheck([]ir.Type{ir.T(ir.I64, 2)}); err == nil {
+	if strings.Contains(text, "all_reduce") {
+		t.Errorf("the rank's flag is reduced by its program, not here:\n%s", text)
+	}
+	if _, err := NonFiniteCheck("f", []GradArg{{Name: "i", Type: ir.T(ir.I64, 2)}}); err == nil {
 		t.Error("an integer gradient was accepted")
 	}
-	f, err = NonFiniteCheck(nil)
+	f, err = NonFiniteCheck("f", nil)
 	if err != nil || len(f.Args) != 0 || len(f.Results) != 1 {
 		t.Errorf("no gradients: %v\n%s", err, f)
 	}

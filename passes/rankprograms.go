@@ -26,10 +26,11 @@ var RankPrograms = &Pass{
 		"whose operands and results are the function's ports), each value another rank produces received " +
 		"right before the first run that needs it (`recv {peer, tag, port, microbatch}`) and each value another " +
 		"rank needs sent right after the run that produces it (`send`). Sends never wait, so a schedule whose " +
-		"compute order is valid cannot deadlock. The tensor-parallel collectives are inside the per-stage " +
-		"functions; data-parallel gradient reductions, tied weights' partial sums and the optimizer are added " +
-		"by code generation, which lowers these functions (every dp × tp replica of pipeline rank r runs " +
-		"@rank<r>). Peers are pipeline ranks; tag = port index · M + micro-batch.",
+		"compute order is valid cannot deadlock. Each {grad} result of a run is added into the rank's accumulator of that " +
+		"gradient (fp32, zero at the start of the step; see the op grad_reduce_scatter for ZeRO-2's exception). The tensor-parallel collectives are inside the " +
+		"per-stage functions; what the rank does with its gradients and its optimizer the passes after this one add " +
+		"(grad-reduce, tied-grads, rank-optimizer). Code generation lowers these functions (every dp × tp replica of " +
+		"pipeline rank r runs @rank<r>). Peers are pipeline ranks; tag = port index · M + micro-batch.",
 	Run: func(m *ir.Module, _ Options) error {
 		placement, actions, err := ReadSchedule(m)
 		if err != nil {
@@ -40,7 +41,7 @@ var RankPrograms = &Pass{
 				return fmt.Errorf("the module already has rank programs (@%s)", f.Name)
 			}
 		}
-		progs, err := BuildRankPrograms(m, placement, actions)
+		progs, err := buildRankPrograms(m, placement, actions)
 		if err != nil {
 			return err
 		}
@@ -149,8 +150,8 @@ func PortsOf(m *ir.Module) (PortMap, error) {
 	return pm, nil
 }
 
-// BuildRankPrograms writes @rank<r> for every pipeline rank r of the schedule.
-func BuildRankPrograms(m *ir.Module, placement []int, actions [][]RankAction) ([]*ir.Func, error) {
+// buildRankPrograms writes @rank<r> for every pipeline rank r of the schedule.
+func buildRankPrograms(m *ir.Module, placement []int, actions [][]RankAction) ([]*ir.Func, error) {
 	nmb, err := Microbatches(m)
 	if err != nil {
 		return nil, err

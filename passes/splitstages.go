@@ -398,7 +398,7 @@ func rematerializable(f *ir.Func, mode string) map[*ir.Op]bool {
 }
 
 // AttrReduceOver (on a gradient result of a per-stage function) names the mesh axis over
-// which the accumulated gradient must still be summed: code generation all-reduces the
+// which the accumulated gradient must still be summed: grad-reduce all-reduces the
 // accumulator once, after the rank's last contribution, as it does over dp.
 const AttrReduceOver = "reduce_over"
 

@@ -19,4 +19,7 @@ var table = []*Pass{
 	LossScale,
 	SplitStages,
 	RankPrograms,
+	GradReduce,
+	TiedGrads,
+	RankOptimizer,
 }

@@ -20,7 +20,7 @@
 //     (TestAffineInMicrobatch checks the extrapolation against a probe at four).
 //   - A configuration groups the units into pp·v contiguous stages that minimise the slowest
 //     stage (the layout is printed, so ppc compile reproduces it exactly), prices data
-//     parallelism as code generation emits it (bucketed all-reduce; ZeRO's per-tensor
+//     parallelism as the rank programs do it (every collective in buckets: all-reduce;
 //     reduce-scatter and all-gather, per micro-batch under ZeRO-2), builds the schedule, and
 //     simulates it with the schedule package's engine: the step time, the bubble (as a
 //     fraction of the ideal time, as ppc compile and simulate give it), and the activations

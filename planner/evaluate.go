@@ -124,8 +124,8 @@ func (p *planner) prepare(c *candidate) *evaluation {
 	for s, hi := range ends {
 		var sc schedule.StageCost
 		var pbytes int64
-		var pcount int
 		var stageShared []param
+		var sizes []int64 // the stage's parameter tensors, each once
 		var act, rebuild int64
 		for k, u := range units[lo:hi] {
 			if rebuilt != nil {
@@ -140,7 +140,11 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			sc.ActBytes += float64(u.stash)
 			act = max(act, u.act+u.castBytes)
 			pbytes += u.paramBytes
-			pcount += u.paramCount
+			for _, pr := range u.params {
+				if !slices.Contains(u.shared, pr) || !slices.Contains(stageShared, pr) {
+					sizes = append(sizes, pr.bytes)
+				}
+			}
 			for _, pr := range u.shared {
 				if slices.Contains(stageShared, pr) {
 					pbytes -= pr.bytes
@@ -154,22 +158,29 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		if hi == len(units) {
 			sc.CommBytes = 0
 		}
-		// Data parallelism as code generation emits it: gradients all-reduced once per
-		// step in 25 MiB buckets (ZeRO 0); the optimizer's reduce-scatter and all-gather
-		// (ZeRO 1); a reduce-scatter per micro-batch and the all-gather (ZeRO 2).
-		// Under ZeRO each parameter tensor has its own collectives, each paying latency.
+		// Data parallelism as the rank programs do it (passes' grad-reduce and
+		// rank-optimizer): gradients all-reduced once per step in 25 MiB buckets (ZeRO 0);
+		// reduce-scattered before the optimizer and the new blocks all-gathered after it
+		// (ZeRO 1); reduce-scattered each micro-batch and the blocks all-gathered (ZeRO 2) —
+		// the stage's tensors in buckets of up to 25 MiB, a larger tensor alone.
 		if c.DP > 1 {
 			g := float64(pbytes)
 			coll := func(kind string, x float64) float64 { return dev.AxisCollectiveTime(kind, x, c.DP, "dp") }
-			each := func(kind string) float64 { return coll(kind, g) + float64(max(pcount-1, 0))*coll(kind, 0) }
+			zero := func(kind string) float64 {
+				var t float64
+				for _, b := range bucketBytes(sizes) {
+					t += coll(kind, b)
+				}
+				return t
+			}
 			switch c.Zero {
 			case 0:
 				sc.GradReduce = bucketed(g, func(x float64) float64 { return coll("all_reduce", x) })
 			case 1:
-				sc.StepEnd = each("reduce_scatter") + each("all_gather")
+				sc.StepEnd = zero("reduce_scatter") + zero("all_gather")
 			case 2:
-				sc.GradReduceMB = each("reduce_scatter")
-				sc.StepEnd = each("all_gather")
+				sc.GradReduceMB = zero("reduce_scatter")
+				sc.StepEnd = zero("all_gather")
 			}
 		}
 		e.cost.Stages = append(e.cost.Stages, sc)
@@ -253,9 +264,27 @@ func (p *planner) unitsAt(k probeKey, b int) []unitCost {
 	return u
 }
 
+// bucketBytes are the sizes of the buckets the rank programs group tensors of these sizes
+// into, in order: up to BucketBytes each, a larger tensor alone (passes' buckets).
+func bucketBytes(sizes []int64) []float64 {
+	var out []float64
+	var cur int64
+	for _, n := range sizes {
+		if cur > 0 && cur+n > passes.BucketBytes {
+			out = append(out, float64(cur))
+			cur = 0
+		}
+		cur += n
+	}
+	if cur > 0 {
+		out = append(out, float64(cur))
+	}
+	return out
+}
+
 // bucketed is a collective over g bytes sent in BucketBytes buckets, each paying latency.
 func bucketed(g float64, t func(float64) float64) float64 {
-	n := max(1, int((g+codegen.BucketBytes-1)/codegen.BucketBytes))
+	n := max(1, int((g+passes.BucketBytes-1)/passes.BucketBytes))
 	return float64(n) * t(g/float64(n))
 }
 

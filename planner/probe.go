@@ -20,7 +20,7 @@ type unitCost struct {
 	act         int64   // bytes of every forward result (the transient high-water mark's bound)
 	stash, send int64   // bytes stashed for the backward, sent to the next unit
 	paramBytes  int64   // the parameters the unit reads, as one tp rank holds them
-	paramCount  int     // how many tensors they are
+	params      []param // those parameters, in order (ZeRO's buckets group them)
 	shared      []param // of them, those another unit reads too (a tied embedding)
 	castBytes   int64   // 16-bit copies of the unit's weights the forward makes (mixed precision)
 }
@@ -123,7 +123,6 @@ func (p *planner) readProbe(m *ir.Module, tp int) ([]unitCost, error) {
 			if f.ArgAttrs[i].Has(ir.AttrParam) {
 				all[s] = append(all[s], param{a.Name, a.Type.Bytes()})
 				units[s].paramBytes += a.Type.Bytes()
-				units[s].paramCount++
 				uses[a.Name]++
 			}
 		}
@@ -134,6 +133,7 @@ func (p *planner) readProbe(m *ir.Module, tp int) ([]unitCost, error) {
 		}
 	}
 	for s := range units {
+		units[s].params = all[s]
 		for _, pr := range all[s] {
 			if uses[pr.name] > 1 {
 				units[s].shared = append(units[s].shared, pr)

@@ -271,12 +271,13 @@ func checkFD(tb testing.TB, what string, analytic, fd []float64) {
 func head(v []float64) []float64 { return v[:min(len(v), 8)] }
 
 // TestEveryOpHasAKernel is the completeness check: every op of the IR table except the
-// communication ops (which the runtime executes itself) and run (code generation lowers a
-// rank program's runs to the functions' launches) has a CPU kernel.
+// communication ops (which the runtime executes itself) and a rank program's runs, calls and
+// ops on its gradients (code generation lowers them to launches, copies and collectives)
+// has a CPU kernel.
 func TestEveryOpHasAKernel(t *testing.T) {
 	var missing []string
 	for _, op := range ir.Ops() {
-		if op.Traits&(ir.Collective|ir.P2P|ir.Calls) != 0 {
+		if op.Traits&(ir.Collective|ir.P2P|ir.Calls|ir.State) != 0 {
 			continue
 		}
 		if !Supports(op) {

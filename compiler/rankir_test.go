@@ -1,0 +1,143 @@
+package compiler
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	pb "ppc.dev/ppc/codegen/programpb"
+	"ppc.dev/ppc/ir"
+	"ppc.dev/ppc/passes"
+)
+
+// comm is one kind of communication or optimizer instruction, with its mesh axis.
+type comm struct{ kind, axis string }
+
+// irComm counts what pipeline rank r's program (@rank<r> and the functions it runs and
+// calls, once per run) says the rank communicates, and its optimizer steps and metrics, as
+// the instructions each op lowers to: a collective over an axis of one rank, copy_to_axis
+// and axis_index communicate nothing.
+func irComm(t *testing.T, m *ir.Module, r int) map[comm]int {
+	t.Helper()
+	size := map[string]int{}
+	for _, a := range m.Mesh() {
+		size[a.Name] = a.Size
+	}
+	kinds := map[string]string{"all_reduce": "ALL_REDUCE", "all_gather": "ALL_GATHER", "reduce_scatter": "REDUCE_SCATTER",
+		"collective_broadcast": "BROADCAST", "grad_all_reduce": "ALL_REDUCE", "grad_reduce_scatter": "REDUCE_SCATTER", "param_all_gather": "ALL_GATHER"}
+	out := map[comm]int{}
+	collectives := func(ops []*ir.Op) {
+		for _, op := range ops {
+			axis := op.Attrs.Str("axis", "")
+			if k := kinds[op.Name()]; k != "" && (size[axis] > 1 || op.Def.Has(ir.State)) {
+				out[comm{k, axis}]++
+			}
+		}
+	}
+	prog := m.Func(fmt.Sprintf("%s%d", passes.RankProgramPrefix, r))
+	if prog == nil {
+		t.Fatalf("no @rank%d", r)
+	}
+	for _, op := range prog.Ops {
+		switch op.Name() {
+		case "send", "grad_send":
+			out[comm{"SEND", ""}]++
+		case "recv", "grad_recv":
+			out[comm{"RECV", ""}]++
+		case "run", "call", "optimizer":
+			f := m.Func(op.Attrs.Str("func", ""))
+			collectives(f.Ops)
+			if op.Name() == "optimizer" {
+				out[comm{"OPT", ""}]++
+				for i := range f.Results {
+					if f.ResultAttrs[i].Has(passes.AttrMetric) {
+						out[comm{"METRIC", ""}]++
+					}
+				}
+			}
+		default:
+			collectives([]*ir.Op{op})
+		}
+	}
+	return out
+}
+
+// programComm counts a program's communication and optimizer instructions.
+func programComm(p *pb.Program) map[comm]int {
+	out := map[comm]int{}
+	for _, in := range p.Instrs {
+		switch in.Kind {
+		case pb.Instr_SEND, pb.Instr_RECV, pb.Instr_METRIC:
+			out[comm{in.Kind.String(), ""}]++
+		case pb.Instr_ALL_REDUCE, pb.Instr_ALL_GATHER, pb.Instr_REDUCE_SCATTER, pb.Instr_BROADCAST:
+			out[comm{in.Kind.String(), in.Axis}]++
+		case pb.Instr_BEGIN:
+			if in.Label == "OPT" {
+				out[comm{"OPT", ""}]++
+			}
+		}
+	}
+	return out
+}
+
+// TestProgramsCommunicateWhatTheIRSays: code generation only lowers. For every plan of a grid
+// over pipeline, tensor and data parallelism, ZeRO-1 and 2, a tied weight, fp16 loss scaling
+// and clipping, each program's sends, receives, collectives (by mesh axis), optimizer steps
+// and metrics are exactly those of its rank program's ops, one instruction each — nothing
+// communicated that the IR does not show.
+func TestProgramsCommunicateWhatTheIRSays(t *testing.T) {
+	tiny := LoadOptions{Preset: "tiny"}
+	grid := []struct {
+		model string
+		opts  Options
+		want  []string // kinds some program must have, so that the grid covers them
+	}{
+		{mlpPPM, Options{PP: 2, Microbatches: 4}, []string{"SEND", "RECV", "OPT"}},
+		{gptPPM, Options{Load: tiny, PP: 2, Microbatches: 2}, []string{"SEND", "RECV"}},
+		{gptPPM, Options{Load: tiny, PP: 2, TP: 2, SP: true, DP: 2, Microbatches: 4}, []string{"ALL_REDUCE dp", "ALL_REDUCE tp", "ALL_GATHER tp"}},
+		{gptPPM, Options{Load: tiny, PP: 4, Microbatches: 4, Schedule: "zb-h1", Precision: "fp16"}, []string{"ALL_REDUCE pp", "METRIC"}},
+		{gptPPM, Options{Load: tiny, PP: 2, DP: 2, Zero: 1, Microbatches: 2, Precision: "fp16", Optimizer: "adamw{clip=1}"}, []string{"REDUCE_SCATTER dp", "ALL_GATHER dp", "ALL_REDUCE dp"}},
+		{gptPPM, Options{Load: tiny, PP: 2, DP: 2, TP: 2, SP: true, Zero: 2, Microbatches: 2, Optimizer: "sgd{lr=0.1,clip=0.5}"}, []string{"REDUCE_SCATTER dp", "ALL_GATHER dp"}},
+		{gptPPM, Options{Load: tiny, PP: 2, DP: 2, Zero: 1, Microbatches: 4, Schedule: "interleaved-1f1b"}, []string{"REDUCE_SCATTER dp"}},
+		{gptPPM, Options{Load: tiny, DP: 2, Zero: 2, Microbatches: 2, Precision: "bf16"}, []string{"REDUCE_SCATTER dp"}},
+		{mlpPPM, Options{PP: 2, DP: 2, Microbatches: 2, ForwardOnly: true}, []string{"SEND"}},
+	}
+	for _, c := range grid {
+		o := c.opts
+		name := fmt.Sprintf("%s pp%d tp%d dp%d zero%d %s %s %s", strings.TrimSuffix(c.model[strings.LastIndex(c.model, "/")+1:], ".ppm"),
+			max(o.PP, 1), max(o.TP, 1), max(o.DP, 1), o.Zero, o.Schedule, o.Precision, o.Optimizer)
+		t.Run(name, func(t *testing.T) {
+			res, err := Compile(c.model, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := map[string]bool{}
+			for r, p := range res.Output.Programs {
+				want, got := irComm(t, res.Module, r), programComm(p)
+				for _, k := range slices.SortedFunc(maps.Keys(merge(want, got)), func(a, b comm) int { return strings.Compare(a.kind+a.axis, b.kind+b.axis) }) {
+					if want[k] != got[k] {
+						t.Errorf("pipeline rank %d: %d %s %s instructions, the rank program's ops say %d", r, got[k], k.kind, k.axis, want[k])
+					}
+					if got[k] > 0 {
+						seen[strings.TrimSpace(k.kind+" "+k.axis)] = true
+					}
+				}
+			}
+			for _, k := range c.want {
+				if !seen[k] {
+					t.Errorf("no program has a %s instruction", k)
+				}
+			}
+		})
+	}
+}
+
+func merge(a, b map[comm]int) map[comm]int {
+	out := maps.Clone(a)
+	for k, v := range b {
+		out[k] += v
+	}
+	return out
+}
