@@ -687,11 +687,11 @@ func (rg *rankGen) gradReduceScatter(prog *ir.Func, op *ir.Op) error {
 
 // reduceScatter emits one reduce-scatter over axis of the tensors bufs (one dtype), leaving
 // this rank its block of dim 0 of each, and returns the blocks and the bytes reduced. A lone
-// tensor is reduce-scattered as it is. Several share one collective, which gives each member
-// a contiguous run of its input: each tensor is cut into its blocks (UNPACK), the blocks are
-// laid out member by member — every tensor's block 0, then every tensor's block 1, … (PACK)
-// — and the member's run is cut back into its blocks (UNPACK). The sums are those of one
-// reduce-scatter per tensor, element for element.
+// tensor is reduce-scattered as it is. Several share one collective, which must give each
+// member a contiguous run of its input: PACK lays the tensors' blocks out member by member
+// (every tensor's block 0, then every tensor's block 1, …: Blocks = n), and the member's run
+// is cut back into its blocks (UNPACK). The sums are those of one reduce-scatter per tensor,
+// element for element.
 func (rg *rankGen) reduceScatter(axis string, names []string, bufs []int, mb int) ([]int, int64, error) {
 	n := rg.g.mesh.Size(axis)
 	if n == 0 {
@@ -719,24 +719,15 @@ func (rg *rankGen) reduceScatter(axis string, names []string, bufs []int, mb int
 		rg.instr(&pb.Instr{Kind: pb.Instr_REDUCE_SCATTER, In: []int32{int32(bufs[0])}, Out: []int32{int32(blocks[0])}, Axis: axis, ReduceOp: pb.Instr_SUM, Microbatch: int32(mb)})
 		return blocks, bytes, nil
 	}
-	order := make([]int32, 0, n*len(bufs)) // the blocks, member by member
-	parts := make([][]int32, len(bufs))
-	for i, buf := range bufs {
-		for range n {
-			parts[i] = append(parts[i], int32(rg.newBuffer("", blockTypes[i], pb.Role_ACTIVATION)))
-		}
-		rg.instr(&pb.Instr{Kind: pb.Instr_UNPACK, In: []int32{int32(buf)}, Out: parts[i], Microbatch: int32(mb)})
-	}
-	for d := range n {
-		for i := range bufs {
-			order = append(order, parts[i][d])
-		}
-	}
 	dt := blockTypes[0].DType
 	elems := int(bytes / int64(dt.Size()))
 	flat := rg.newBuffer(fmt.Sprintf("%s-bucket#%d", axis, mb), ir.Type{DType: dt, Shape: ir.Shape{elems}}, pb.Role_ACTIVATION)
 	mine := rg.newBuffer(fmt.Sprintf("%s-bucket.block#%d", axis, mb), ir.Type{DType: dt, Shape: ir.Shape{elems / n}}, pb.Role_ACTIVATION)
-	rg.instr(&pb.Instr{Kind: pb.Instr_PACK, In: order, Out: []int32{int32(flat)}, Microbatch: int32(mb)})
+	in := make([]int32, len(bufs))
+	for i, buf := range bufs {
+		in[i] = int32(buf)
+	}
+	rg.instr(&pb.Instr{Kind: pb.Instr_PACK, In: in, Out: []int32{int32(flat)}, Blocks: int32(n), Microbatch: int32(mb)})
 	rg.instr(&pb.Instr{Kind: pb.Instr_REDUCE_SCATTER, In: []int32{int32(flat)}, Out: []int32{int32(mine)}, Axis: axis, ReduceOp: pb.Instr_SUM, Microbatch: int32(mb)})
 	ids := make([]int32, len(blocks))
 	for i, b := range blocks {
@@ -747,10 +738,10 @@ func (rg *rankGen) reduceScatter(axis string, names []string, bufs []int, mb int
 }
 
 // paramAllGather lowers param_all_gather, one bucket: the new dp blocks the optimizer step
-// left are all-gathered into the whole parameters. A lone block is gathered and copied in;
-// several are packed, gathered as one (member by member: every parameter's block of member
-// 0, then of member 1, …), cut into the blocks (UNPACK), and each parameter's blocks packed
-// together and copied in.
+// left are all-gathered into the whole parameters. A lone block is gathered straight into its
+// parameter; several are packed, gathered as one (member by member: every parameter's block
+// of member 0, then of member 1, …), and UNPACK in n blocks puts each run in its place in its
+// parameter — no copy of the bucket beyond the gathered one.
 func (rg *rankGen) paramAllGather(prog *ir.Func, op *ir.Op) error {
 	axis := op.Attrs.Str("axis", "")
 	n := rg.g.mesh.Size(axis)
@@ -781,33 +772,20 @@ func (rg *rankGen) paramAllGather(prog *ir.Func, op *ir.Op) error {
 	}
 	rg.g.dpComm.opt[max(op.Stage, 0)] += rg.g.collectiveTime("all_gather", bytes, axis)
 	if len(names) == 1 {
-		whole := rg.newBuffer(names[0]+".gathered", rg.typeOf(params[0]), pb.Role_ACTIVATION)
-		rg.instr(&pb.Instr{Kind: pb.Instr_ALL_GATHER, In: blocks, Out: []int32{int32(whole)}, Axis: axis})
-		rg.instr(&pb.Instr{Kind: pb.Instr_COPY, In: []int32{int32(whole)}, Out: []int32{int32(params[0])}})
+		rg.instr(&pb.Instr{Kind: pb.Instr_ALL_GATHER, In: blocks, Out: []int32{int32(params[0])}, Axis: axis})
 		return nil
 	}
 	dt := rg.typeOf(params[0]).DType
 	elems := int(bytes / int64(dt.Size()))
 	flat := rg.newBuffer(axis+"-gather.block", ir.Type{DType: dt, Shape: ir.Shape{elems / n}}, pb.Role_ACTIVATION)
 	all := rg.newBuffer(axis+"-gather", ir.Type{DType: dt, Shape: ir.Shape{elems}}, pb.Role_ACTIVATION)
+	out := make([]int32, len(params))
+	for i, p := range params {
+		out[i] = int32(p)
+	}
 	rg.instr(&pb.Instr{Kind: pb.Instr_PACK, In: blocks, Out: []int32{int32(flat)}})
 	rg.instr(&pb.Instr{Kind: pb.Instr_ALL_GATHER, In: []int32{int32(flat)}, Out: []int32{int32(all)}, Axis: axis})
-	parts := make([][]int32, len(names)) // parameter → its blocks, member by member
-	var order []int32
-	for range n {
-		for i := range names {
-			b := int32(rg.newBuffer("", rg.typeOf(int(blocks[i])), pb.Role_ACTIVATION))
-			parts[i] = append(parts[i], b)
-			order = append(order, b)
-		}
-	}
-	rg.instr(&pb.Instr{Kind: pb.Instr_UNPACK, In: []int32{int32(all)}, Out: order})
-	for i, name := range names {
-		// Only COPY and collectives write parameters (the loader's rule).
-		whole := rg.newBuffer(name+".gathered", rg.typeOf(params[i]), pb.Role_ACTIVATION)
-		rg.instr(&pb.Instr{Kind: pb.Instr_PACK, In: parts[i], Out: []int32{int32(whole)}})
-		rg.instr(&pb.Instr{Kind: pb.Instr_COPY, In: []int32{int32(whole)}, Out: []int32{int32(params[i])}})
-	}
+	rg.instr(&pb.Instr{Kind: pb.Instr_UNPACK, In: []int32{int32(all)}, Out: out, Blocks: int32(n)})
 	return nil
 }
 

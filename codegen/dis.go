@@ -134,10 +134,12 @@ func instrText(p *pb.Program, in *pb.Instr) string {
 		return fmt.Sprintf("%s = copy %s", bufs(in.Out), bufs(in.In))
 	case pb.Instr_ALL_REDUCE, pb.Instr_ALL_GATHER, pb.Instr_REDUCE_SCATTER, pb.Instr_BROADCAST:
 		return collectiveText(in)
-	case pb.Instr_PACK:
-		return fmt.Sprintf("%s = pack %s", bufs(in.Out), bufs(in.In))
-	case pb.Instr_UNPACK:
-		return fmt.Sprintf("%s = unpack %s", bufs(in.Out), bufs(in.In))
+	case pb.Instr_PACK, pb.Instr_UNPACK:
+		s := fmt.Sprintf("%s = %s %s", bufs(in.Out), strings.ToLower(in.Kind.String()), bufs(in.In))
+		if in.Blocks > 1 {
+			s += fmt.Sprintf(" in %d blocks", in.Blocks)
+		}
+		return s
 	case pb.Instr_AXIS_INDEX:
 		return fmt.Sprintf("%s = axis_index %s", bufs(in.Out), in.Axis)
 	case pb.Instr_LOSS:

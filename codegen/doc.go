@@ -25,12 +25,12 @@
 //   - send, recv, grad_send, grad_recv: SEND and RECV with the op's peer and tag;
 //   - grad_all_reduce: ALL_REDUCE in place, or for several accumulators PACK into one flat
 //     buffer, ALL_REDUCE, UNPACK — the same additions in the same order as one each;
-//   - grad_reduce_scatter: REDUCE_SCATTER into a block; for several tensors UNPACK each into
-//     its blocks, PACK them member by member (every tensor's block 0, then block 1, …: the
-//     layout that gives each member a contiguous run), REDUCE_SCATTER, UNPACK into the blocks;
-//     ZeRO-2's are then ACCUMulated into block accumulators;
-//   - param_all_gather: ALL_GATHER and COPY into the parameter, or for several PACK, ALL_GATHER,
-//     UNPACK into the blocks, and per parameter PACK and COPY (only COPY and collectives write
+//   - grad_reduce_scatter: REDUCE_SCATTER into a block; for several tensors PACK in n blocks
+//     (every tensor's block 0, then block 1, …: the layout that gives each member a contiguous
+//     run), REDUCE_SCATTER, UNPACK into the blocks; ZeRO-2's are then ACCUMulated into block
+//     accumulators;
+//   - param_all_gather: ALL_GATHER into the parameter, or for several PACK, ALL_GATHER and
+//     UNPACK in n blocks into the parameters (only COPY, UNPACK and collectives write
 //     parameters);
 //   - grad_sum: COPY of the first part into a new accumulator and an ACCUM of each other;
 //   - call: the function's launches once; its port results are the op's results;

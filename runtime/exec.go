@@ -8,6 +8,7 @@ import (
 	"time"
 
 	pb "ppc.dev/ppc/codegen/programpb"
+	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime/data"
 	"ppc.dev/ppc/runtime/device"
 	"ppc.dev/ppc/runtime/dist"
@@ -282,21 +283,30 @@ func (j *Job) exec(r *Rank, it *instr, step int, src data.Source) error {
 		return j.writeHost(it.out[0], func(o device.Tensor) error { return j.comm.Collective(r.Index, it.coll, in, o) })
 	case pb.Instr_AXIS_INDEX:
 		return j.writeHost(it.out[0], func(t device.Tensor) error { t.I64()[0] = it.index; return nil })
-	case pb.Instr_PACK:
-		var off int64
-		for _, x := range it.in {
-			if err := dev.Copy(it.out[0].At(off, x.Type), x); err != nil {
-				return err
-			}
-			off += x.Type.Bytes()
+	case pb.Instr_PACK, pb.Instr_UNPACK:
+		// The flat buffer holds the tensors' blocks member by member (block 0 of each, then
+		// block 1 of each, …); with one block, the tensors end to end.
+		flat, parts := it.out[0], it.in
+		if it.Kind == pb.Instr_UNPACK {
+			flat, parts = it.in[0], it.out
 		}
-	case pb.Instr_UNPACK:
+		n := max(1, int(it.Blocks))
 		var off int64
-		for _, x := range it.out {
-			if err := dev.Copy(x, it.in[0].At(off, x.Type)); err != nil {
-				return err
+		for d := range n {
+			for _, x := range parts {
+				bt := ir.Type{DType: x.Type.DType, Shape: ir.Shape{x.Type.NumElements() / n}}
+				part := x.At(int64(d)*bt.Bytes(), bt)
+				var err error
+				if it.Kind == pb.Instr_PACK {
+					err = dev.Copy(flat.At(off, bt), part)
+				} else {
+					err = dev.Copy(part, flat.At(off, bt))
+				}
+				if err != nil {
+					return err
+				}
+				off += bt.Bytes()
 			}
-			off += x.Type.Bytes()
 		}
 	case pb.Instr_LOSS, pb.Instr_METRIC:
 		if it.Kind == pb.Instr_LOSS && r.Coords.TP != 0 {

@@ -568,8 +568,9 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, local
 			switch role(id) {
 			case pb.Role_CONST, pb.Role_PARAM, pb.Role_STEP:
 				// COPY writes tied weights; collectives write parameters under ZeRO (the
-				// all-gather of updated shards) and when replicas are broadcast.
-				paramOK := in.Kind == pb.Instr_COPY || dist.OpName(in.Kind) != ""
+				// all-gather of updated shards) and when replicas are broadcast; UNPACK cuts
+				// a gathered bucket of them into place.
+				paramOK := in.Kind == pb.Instr_COPY || in.Kind == pb.Instr_UNPACK || dist.OpName(in.Kind) != ""
 				if !paramOK || role(id) != pb.Role_PARAM {
 					return fmt.Errorf("writes to read-only buffer %d (%s)", id, role(id))
 				}
@@ -671,10 +672,16 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, local
 		if len(flat) != 1 || len(parts) == 0 {
 			return it, fmt.Errorf("%s takes one flat buffer and at least one tensor, has %d and %d", strings.ToLower(in.Kind.String()), len(flat), len(parts))
 		}
+		if in.Blocks < 0 {
+			return it, fmt.Errorf("%s in %d blocks", strings.ToLower(in.Kind.String()), in.Blocks)
+		}
 		n := 0
 		for _, p := range parts {
 			if p.Type.DType != flat[0].Type.DType {
 				return it, fmt.Errorf("%s of %s and %s: one dtype", strings.ToLower(in.Kind.String()), p.Type, flat[0].Type)
+			}
+			if in.Blocks > 1 && p.Type.NumElements()%int(in.Blocks) != 0 {
+				return it, fmt.Errorf("%s: %s does not split into %d blocks", strings.ToLower(in.Kind.String()), p.Type, in.Blocks)
 			}
 			n += p.Type.NumElements()
 		}

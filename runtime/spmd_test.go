@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"encoding/binary"
 	"math"
 	"slices"
 	"strings"
@@ -199,6 +200,12 @@ func TestLoaderRejectsSPMDFields(t *testing.T) {
 		{"pack size", func(p0, _ *pb.Program) {
 			p0.Instrs = append(p0.Instrs, &pb.Instr{Kind: pb.Instr_PACK, In: []int32{1, 2}, Out: []int32{3}})
 		}, "pack: the tensors hold 6 elements, the flat buffer f32[]"},
+		{"pack blocks", func(p0, _ *pb.Program) {
+			p0.Instrs = append(p0.Instrs, &pb.Instr{Kind: pb.Instr_PACK, In: []int32{1, 2}, Out: []int32{3}, Blocks: 4})
+		}, "pack: f32[2] does not split into 4 blocks"},
+		{"unpack negative blocks", func(p0, _ *pb.Program) {
+			p0.Instrs = append(p0.Instrs, &pb.Instr{Kind: pb.Instr_UNPACK, In: []int32{2}, Out: []int32{1, 1}, Blocks: -2})
+		}, "unpack in -2 blocks"},
 		{"unpack without flat", func(p0, _ *pb.Program) {
 			p0.Instrs = append(p0.Instrs, &pb.Instr{Kind: pb.Instr_UNPACK, Out: []int32{1}})
 		}, "unpack takes one flat buffer and at least one tensor, has 0 and 1"},
@@ -219,5 +226,50 @@ func TestLoaderRejectsSPMDFields(t *testing.T) {
 	}
 	if _, err := meshJob(mesh, spmdPrograms()); err != nil {
 		t.Fatalf("the unedited programs: %v", err)
+	}
+}
+
+// TestPackInBlocks: PACK in n blocks lays the tensors' blocks out member by member and UNPACK
+// in n blocks puts them back — the bucket layout of ZeRO's reduce-scatters and all-gathers.
+func TestPackInBlocks(t *testing.T) {
+	f32 := func(v ...float32) []byte {
+		b := make([]byte, 0, 4*len(v))
+		for _, x := range v {
+			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
+		}
+		return b
+	}
+	prog := &pb.Program{ArenaBytes: 4 * 64,
+		Buffers: []*pb.Buffer{
+			{Id: 0, Name: "a", Dtype: pb.DType_F32, Shape: []int64{2, 2}, Role: pb.Role_CONST, Data: f32(1, 2, 3, 4)},
+			{Id: 1, Name: "b", Dtype: pb.DType_F32, Shape: []int64{2}, Role: pb.Role_CONST, Data: f32(5, 6)},
+			buf(2, "flat", pb.Role_ACTIVATION, 6), buf(3, "a2", pb.Role_ACTIVATION, 2, 2), buf(4, "b2", pb.Role_ACTIVATION, 2),
+			buf(5, "x#0", pb.Role_INPUT, 1), buf(6, "x#1", pb.Role_INPUT, 1),
+		},
+		Instrs: []*pb.Instr{
+			{Kind: pb.Instr_INPUT, Out: []int32{5}, Label: "x"},
+			{Kind: pb.Instr_INPUT, Out: []int32{6}, Label: "x", Microbatch: 1},
+			{Kind: pb.Instr_PACK, In: []int32{0, 1}, Out: []int32{2}, Blocks: 2},
+			{Kind: pb.Instr_UNPACK, In: []int32{2}, Out: []int32{3, 4}, Blocks: 2},
+		}}
+	prog.ArenaBytes = 7 * 64
+	j, err := meshJob(codegen.Mesh{PP: 1, DP: 1, TP: 1}, []*pb.Program{prog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Init(1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Step(Options{Data: mbData{}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := j.Buffers(pb.Role_ACTIVATION)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string][]float32{"flat": {1, 2, 5, 3, 4, 6}, "a2": {1, 2, 3, 4}, "b2": {5, 6}} {
+		if g := got[name].F32(); !slices.Equal(g, want) {
+			t.Errorf("%s = %v, want %v", name, g, want)
+		}
 	}
 }

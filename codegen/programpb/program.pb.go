@@ -188,8 +188,8 @@ const (
 	Instr_REDUCE_SCATTER Instr_Kind = 13 // out[0] ← this member's slice (its group position) along `dim` of reduce_op over the group of in[0]
 	Instr_BROADCAST      Instr_Kind = 14 // out[0] (or in[0] in place when out is empty) ← in[0] of the member group[root]
 	Instr_AXIS_INDEX     Instr_Kind = 15 // out[0] (an i64 scalar) ← the executing rank's coordinate on `axis`
-	Instr_PACK           Instr_Kind = 16 // out[0] ← the elements of in[0], in[1], … one after another (one dtype): a collective's bucket
-	Instr_UNPACK         Instr_Kind = 17 // out[0], out[1], … ← consecutive runs of in[0]'s elements, the inverse of PACK
+	Instr_PACK           Instr_Kind = 16 // out[0] ← the elements of in[0], in[1], … one after another (one dtype): a collective's bucket; see `blocks`
+	Instr_UNPACK         Instr_Kind = 17 // out[0], out[1], … ← consecutive runs of in[0]'s elements, the inverse of PACK; may write parameters (ZeRO's gathered bucket)
 	// Record scalar in[0] as this step's value of the metric named `label` ("overflow",
 	// "loss_scale"), which the runtime reports to the host with the loss. Every rank that
 	// records a metric computes the same value (it is formed by collectives); the host
@@ -1128,7 +1128,13 @@ type Instr struct {
 	Axis string `protobuf:"bytes,14,opt,name=axis,proto3" json:"axis,omitempty"`
 	// Markers of a token-sliced program (TeraPipe): 1 + the token slice of `microbatch` the
 	// action computes; 0 in programs without token slices.
-	TokenSlice    int32 `protobuf:"varint,15,opt,name=token_slice,json=tokenSlice,proto3" json:"token_slice,omitempty"`
+	TokenSlice int32 `protobuf:"varint,15,opt,name=token_slice,json=tokenSlice,proto3" json:"token_slice,omitempty"`
+	// PACK, UNPACK: 0 or 1, the tensors lie end to end in the flat buffer; n > 1, each tensor is
+	// n equal blocks (its elements cut in n runs) and the flat buffer holds them member by
+	// member — block 0 of every tensor in order, then block 1 of each, … — the layout in which a
+	// reduce-scatter or all-gather over n members gives each member a contiguous run of the
+	// bucket. It spares the copies into n blocks per tensor that the plain layout would need.
+	Blocks        int32 `protobuf:"varint,16,opt,name=blocks,proto3" json:"blocks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1264,6 +1270,13 @@ func (x *Instr) GetAxis() string {
 func (x *Instr) GetTokenSlice() int32 {
 	if x != nil {
 		return x.TokenSlice
+	}
+	return 0
+}
+
+func (x *Instr) GetBlocks() int32 {
+	if x != nil {
+		return x.Blocks
 	}
 	return 0
 }
@@ -1490,7 +1503,7 @@ const file_program_proto_rawDesc = "" +
 	"\x06Kernel\x12\x0e\n" +
 	"\x02op\x18\x01 \x01(\tR\x02op\x12,\n" +
 	"\x05attrs\x18\x02 \x03(\v2\x16.ppc.program.NamedAttrR\x05attrs\x12,\n" +
-	"\x05fused\x18\x03 \x03(\v2\x16.ppc.program.FusedStepR\x05fused\"\xab\x05\n" +
+	"\x05fused\x18\x03 \x03(\v2\x16.ppc.program.FusedStepR\x05fused\"\xc3\x05\n" +
 	"\x05Instr\x12+\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.ppc.program.Instr.KindR\x04kind\x12\x16\n" +
 	"\x06kernel\x18\x02 \x01(\x05R\x06kernel\x12\x0e\n" +
@@ -1510,7 +1523,8 @@ const file_program_proto_rawDesc = "" +
 	"\x04root\x18\r \x01(\x05R\x04root\x12\x12\n" +
 	"\x04axis\x18\x0e \x01(\tR\x04axis\x12\x1f\n" +
 	"\vtoken_slice\x18\x0f \x01(\x05R\n" +
-	"tokenSlice\"\xec\x01\n" +
+	"tokenSlice\x12\x16\n" +
+	"\x06blocks\x18\x10 \x01(\x05R\x06blocks\"\xec\x01\n" +
 	"\x04Kind\x12\a\n" +
 	"\x03NOP\x10\x00\x12\n" +
 	"\n" +
