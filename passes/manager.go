@@ -93,15 +93,19 @@ func Run(m *ir.Module, pl Pipeline, cfg Config) error {
 			return err
 		}
 	}
+	// Keep the pipeline's input so that a failing pass's input can be rebuilt, by running the
+	// passes before it again (they are deterministic: compiling twice writes the same
+	// programs), and written as a reproducer. One copy, not one before every pass: the
+	// copies were a tenth of a GPT-3 compile's time once the rank programs held the
+	// optimizer and the reductions.
+	var input *ir.Module
+	if !cfg.NoReproducer {
+		input = m.Clone()
+	}
 	for i, step := range pl {
 		name := step.Pass.Name
 		if contains(cfg.PrintBefore, name) {
 			printIR(out, m, "before "+step.String(), cfg.PrintOptions)
-		}
-		// Keep the input of each pass so that a failure can be replayed from exactly it.
-		var snapshot *ir.Module
-		if !cfg.NoReproducer {
-			snapshot = m.Clone()
 		}
 		var before string
 		if cfg.PrintAfterChange {
@@ -115,8 +119,10 @@ func Run(m *ir.Module, pl Pipeline, cfg Config) error {
 		}
 		if err != nil {
 			pe := &PassError{Pass: name, Err: err, Internal: internal}
-			if internal && snapshot != nil {
-				pe.Reproducer = writeReproducer(snapshot, pl[i:], cfg, i+1, err)
+			if internal && input != nil {
+				if snapshot := replay(input, pl[:i]); snapshot != nil {
+					pe.Reproducer = writeReproducer(snapshot, pl[i:], cfg, i+1, err)
+				}
 			}
 			return pe
 		}
@@ -138,6 +144,17 @@ func Run(m *ir.Module, pl Pipeline, cfg Config) error {
 }
 
 // runStep runs one pass, turning a panic into an internal error with its stack.
+// replay runs the steps over input again and returns the IR they leave: the input of the
+// step after them. Nil when one of them fails this time (no reproducer then).
+func replay(input *ir.Module, steps []Step) *ir.Module {
+	for _, step := range steps {
+		if err, _ := runStep(input, step); err != nil {
+			return nil
+		}
+	}
+	return input
+}
+
 func runStep(m *ir.Module, step Step) (err error, internal bool) {
 	defer func() {
 		if r := recover(); r != nil {

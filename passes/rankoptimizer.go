@@ -211,7 +211,11 @@ func flagArgs(f *ir.Func) []int {
 // parameters it holds and of their state, of the global state, and the metrics, with the ops
 // and arguments only other results need removed.
 func sliceOptimizer(opt *ir.Func, held map[string]bool) *ir.Func {
-	f := opt.Clone()
+	// The slice is found on a shallow copy (RemoveDead only replaces its op list) and only
+	// what remains is cloned: a pipeline rank holds 1/pp of the updates, and cloning all of
+	// @optimizer for each rank cost a twentieth of a GPT-3 compile's allocations.
+	f := &ir.Func{}
+	*f = *opt
 	global := map[string]bool{}
 	for i := range f.Args {
 		if IsGlobalState(f, i) {
@@ -242,6 +246,7 @@ func sliceOptimizer(opt *ir.Func, held map[string]bool) *ir.Func {
 	}
 	f.Results, f.ResultAttrs = keepR, keepRA
 	RemoveDead(f)
+	f = f.Clone()
 	used := map[*ir.Value]bool{}
 	for _, op := range f.Ops {
 		for _, x := range op.Operands {
