@@ -1,21 +1,22 @@
-// Package compiler owns the whole compile, which DESIGN.md's package table leaves between the
-// CLI and the packages. A compile is a short sequence of named steps (compile in compiler.go,
-// each a method of the compilation): resolve the options, load the model with the right
-// frontend (.onnx, .ppm, or .ir), check it can train, compile again with what a probe finds
-// (zb-auto's stage costs, --token-slices auto), build the pipeline schedule (which fixes the
-// number of stages per rank) and the mesh, run the pass pipeline — compilePasses, one row per
-// pass: canonicalize, cse, dce, [add-loss], [precision], [tp passes], partition, [token-slice],
-// autodiff, optimizer, [loss-scale], cse, dce, split-stages, rank-programs, grad-reduce,
-// tied-grads, rank-optimizer, each named as --print-ir-after names it — check that the CPU
-// runtime has a kernel for every op in its dtypes (so that an op it lacks is a compile error
-// at its position in the model, not a load error of a rank program), lower the rank programs
-// to the per-rank programs and plan.json (codegen, which decides nothing about communication:
-// the passes wrote it into the rank programs), and estimate the step. It also runs inference for `ppc infer`, and loads a model for `ppc export`
-// (Export: the exporter, frontend/onnx/export, gets the parameters' initial values from
-// runtime.InitialValue, the run's own initialiser).
-// The CLI only parses flags into Options and prints the Result. The plan's source hash covers
-// the model source and the frontend options that resolve it (--preset, --set, --dim), not the
-// layout, so that a checkpoint names the model it belongs to whatever layout saved it.
+// Package compiler owns the whole compile, which the first blueprint's package table left between
+// the CLI and the packages (docs/DESIGN.md §2 lists it). A compile is a short sequence of named
+// steps (compile in compiler.go, each a method of the compilation): resolve the options, load the
+// model with the right frontend (.onnx, .ppm, or .ir), check it can train, compile again with
+// what a probe finds (zb-auto's stage costs, --token-slices auto), build the pipeline schedule
+// (which fixes the number of stages per rank) and the mesh, run the pass pipeline —
+// compilePasses, one row per pass: canonicalize, cse, dce, [add-loss], [precision], [tp passes],
+// partition, [token-slice], autodiff, optimizer, [loss-scale], cse, dce, split-stages,
+// rank-programs, grad-reduce, tied-grads, rank-optimizer, each named as --print-ir-after names it
+// — check that the CPU runtime has a kernel for every op in its dtypes (so that an op it lacks is
+// a compile error at its position in the model, not a load error of a rank program), lower the
+// rank programs to the per-rank programs and plan.json (codegen, which decides nothing about
+// communication: the passes wrote it into the rank programs), and estimate the step. It also runs
+// inference for `ppc infer`, and loads a model for `ppc export` (Export: the exporter,
+// frontend/onnx/export, gets the parameters' initial values from runtime.InitialValue, the run's
+// own initialiser). The CLI only parses flags into Options and prints the Result. The plan's
+// source hash covers the model source and the frontend options that resolve it (--preset, --set,
+// --dim), not the layout, so that a checkpoint names the model it belongs to whatever layout
+// saved it.
 //
 // Micro-batching happens in the frontends: the model's batch (the DSL's `batch` config, the
 // leading dim of ONNX inputs) is the global batch, and the frontend builds @forward for one

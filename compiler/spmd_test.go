@@ -17,7 +17,7 @@ import (
 	"ppc.dev/ppc/runtime/device"
 )
 
-// The equivalence invariant (DESIGN.md §4) for data and tensor parallelism: three training
+// The equivalence invariant (docs/DESIGN.md §4) for data and tensor parallelism: three training
 // steps from the same seed, then the checkpoints — every parameter and optimizer state,
 // merged from the ranks' shards by Save — against the one-device plan with the same global
 // batch (M·dp micro-batches). Where the reduction order changes they agree within ppc

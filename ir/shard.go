@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Sharding over the device mesh (DESIGN.md §6).
+// Sharding over the device mesh (docs/DESIGN.md §6).
 //
 // A module's `mesh` attribute gives its axes' sizes (`mesh = {dp = 2, pp = 2, tp = 2}`); ranks
 // are numbered in MeshOrder, tp fastest, as in Megatron-core.

@@ -10,7 +10,7 @@
 // panic) also writes a reproducer .ir holding the remaining pipeline as a `// RUN:` line and
 // the pass's exact input, which runs as a golden test under testdata/passes.
 //
-// # Tensor, sequence and data parallelism (DESIGN.md §6)
+// # Tensor, sequence and data parallelism (docs/DESIGN.md §6)
 //
 // Each pipeline stage is an SPMD program over the dp × tp sub-mesh. The shardings live in the
 // IR (ir/shard.go: the module's mesh, `shard` on parameter arguments and op results, partial

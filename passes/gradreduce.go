@@ -19,7 +19,7 @@ var GradReduce = &Pass{
 		"leaves its W as a partial sum over tp ({reduce_over = tp}, see split-stages). Right after the run that makes " +
 		"the rank's last contribution to an accumulator — the last W (or B) of its stage in the schedule, rather than " +
 		"at the end of the step, so that an asynchronous transport overlaps the reduction with the backward work that " +
-		"remains (DESIGN.md §6) — write its sum: over tp, `grad_all_reduce {axis = tp, grads = [G]}` for each such " +
+		"remains (docs/DESIGN.md §6) — write its sum: over tp, `grad_all_reduce {axis = tp, grads = [G]}` for each such " +
 		"accumulator, then over dp the accumulators that run completes, bucketed as PyTorch DDP does — one " +
 		"`grad_all_reduce {axis = dp, grads = […]}` per bucket of one dtype (fp32 first, then fp64) up to BucketBytes " +
 		"(25 MiB), in result order: one collective's latency per bucket, the same additions as one all-reduce each. " +

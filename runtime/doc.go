@@ -54,8 +54,8 @@
 //     scaling) that the step reports beside the loss (StepResult.Metrics). Every rank that
 //     records a metric computes the same value (collectives form it); the step takes the
 //     lowest such rank's, in a multi-process run through the end-of-step agreement.
-//   - The runtime imports ir for the op table (DESIGN.md §2 lists only the program format and
-//     kernels): a launch's result types must equal what the op infers from its operand types,
+//   - The runtime imports ir for the op table (docs/DESIGN.md §2; the first blueprint listed
+//     only the program format and kernels): a launch's result types must equal what the op infers from its operand types,
 //     so a corrupted program is rejected with a message instead of reaching a kernel that
 //     would index out of bounds.
 //   - The executor talks to other ranks only through a dist.Comm: in-process, the transport

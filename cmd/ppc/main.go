@@ -54,7 +54,7 @@ func (e *env) getenvFunc() func(string) string {
 
 var commands []*command // filled in by init functions of the command files, sorted in main
 
-// Exit statuses (DESIGN.md §9). Every command follows one policy, applied by report:
+// Exit statuses (docs/DESIGN.md §11). Every command follows one policy, applied by report:
 //
 //   - 0: success.
 //   - 1: the input was fine, and the answer is no or the work could not finish: a failed

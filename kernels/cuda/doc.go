@@ -8,8 +8,8 @@
 // (NVRTC), names each kernel by its source's hash, allocates the plans' scratch memory and
 // launches them; `ppc dis --cuda` prints the same source.
 //
-// Design, and where it departs from DESIGN.md §8 (which sketched hand-written .cu files here
-// and cuBLAS):
+// Design, and where it departs from the first blueprint (which sketched hand-written .cu files
+// here and cuBLAS; docs/DESIGN.md §13):
 //
 //   - Kernels are generated per launch site from the same op table and fused expressions as
 //     the CPU device, with shapes and strides compiled in, rather than written per op: the

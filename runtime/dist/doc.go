@@ -103,10 +103,10 @@
 //     slowest step so far, at least a minute). A save that fails on any rank removes what it
 //     wrote and leaves the previous checkpoint, as an in-process save does.
 //
-// DESIGN.md §8 sketched --rank/--world/--master flags beside the launchers' variables; there
-// is one way instead: the environment, with torchrun's names (RANK, WORLD_SIZE, MASTER_ADDR,
-// MASTER_PORT) also read from Slurm's and MPI's, which is what every launcher sets and what a
-// hand-started process can set as easily as flags.
+// The first blueprint (docs/DESIGN.md §13) sketched --rank/--world/--master flags beside the
+// launchers' variables; there is one way instead: the environment, with torchrun's names
+// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) also read from Slurm's and MPI's, which is what
+// every launcher sets and what a hand-started process can set as easily as flags.
 //
 // Layering (runtime/doc.go): dist imports runtime/device and runtime/fault and no other
 // runtime package; the executor (package runtime) imports it.
