@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"ppc.dev/ppc/codegen"
+	"ppc.dev/ppc/internal/jobtest"
 	"ppc.dev/ppc/runtime/checkpoint"
 )
 
@@ -126,7 +127,7 @@ func TestResumeAndSaveOneDirectory(t *testing.T) {
 	if code, stdout, _ := ppc(t, "", "compare", straight, ck, "--rtol", "0", "--atol", "0"); code != 0 {
 		t.Fatalf("1+1+1 steps through one directory differ from 3:\n%s", stdout)
 	}
-	if names := dirNames(t, ck); len(names) != 2 || names[0] != checkpoint.IndexFile || names[1] != "step-00000003" {
+	if names := jobtest.DirNames(t, ck); len(names) != 2 || names[0] != checkpoint.IndexFile || names[1] != "step-00000003" {
 		t.Fatalf("the checkpoint directory holds %v", names)
 	}
 	// A forward-only plan takes a training checkpoint's parameters, without its optimizer
@@ -163,22 +164,9 @@ func TestSaveDirectoryLocked(t *testing.T) {
 	if code, _, errOut := ppc(t, "", "run", plan, "--steps", "1", "--save", ck); code != 0 {
 		t.Fatalf("save once the lock is released: %s", errOut)
 	}
-	if names := dirNames(t, ck); len(names) != 2 || names[0] != checkpoint.IndexFile {
+	if names := jobtest.DirNames(t, ck); len(names) != 2 || names[0] != checkpoint.IndexFile {
 		t.Fatalf("the run left %v", names)
 	}
-}
-
-func dirNames(t *testing.T, dir string) []string {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range ents {
-		names = append(names, e.Name())
-	}
-	return names
 }
 
 // TestSaveEvery: --save-every N saves after steps N, 2N, … and at the end, keeping only the
@@ -191,7 +179,7 @@ func TestSaveEvery(t *testing.T) {
 	if code != 0 || strings.Count(stdout, "(saved)") != 2 || !regexp.MustCompile(`(?m)^step 4 .*\(saved\)$`).MatchString(stdout) {
 		t.Fatalf("exit %d\n%s%s", code, stdout, errOut)
 	}
-	if names := dirNames(t, ck); len(names) != 2 || names[0] != checkpoint.IndexFile || names[1] != "step-00000005" {
+	if names := jobtest.DirNames(t, ck); len(names) != 2 || names[0] != checkpoint.IndexFile || names[1] != "step-00000005" {
 		t.Fatalf("the save directory holds %v", names)
 	}
 	for _, c := range []struct {

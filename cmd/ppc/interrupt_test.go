@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"ppc.dev/ppc/internal/jobtest"
 	"ppc.dev/ppc/runtime/checkpoint"
 )
 
@@ -113,7 +114,7 @@ func TestRunInterrupted(t *testing.T) {
 	if n := traceSteps(t, tr); n != step {
 		t.Errorf("the trace records %d steps, the checkpoint %d", n, step)
 	}
-	if names := dirNames(t, ck); len(names) != 2 || names[0] != checkpoint.IndexFile {
+	if names := jobtest.DirNames(t, ck); len(names) != 2 || names[0] != checkpoint.IndexFile {
 		t.Errorf("the save directory holds %v", names)
 	}
 	// The checkpoint resumes.
@@ -131,7 +132,7 @@ func TestRunInterrupted(t *testing.T) {
 	if code != exitInterrupted || !strings.HasSuffix(errb.String(), "ppc run: interrupted by SIGTERM before the first step; nothing saved\n") {
 		t.Fatalf("interrupted before the first step: %d\n%s", code, errb.String())
 	}
-	if names := dirNames(t, before); len(names) != 0 {
+	if names := jobtest.DirNames(t, before); len(names) != 0 {
 		t.Fatalf("the save directory holds %v", names)
 	}
 }
@@ -176,7 +177,7 @@ func TestRunInterruptedAfterPeriodicSave(t *testing.T) {
 	if want := "ppc run: interrupted by SIGINT at step 2; checkpoint of step 2 saved to " + ck + "\n"; code != exitInterrupted || !strings.HasSuffix(errb.String(), want) {
 		t.Fatalf("exit %d; stderr:\n%s\nwant it to end with %q", code, errb.String(), want)
 	}
-	if names := dirNames(t, ck); len(names) != 2 || names[0] != checkpoint.IndexFile || names[1] != "step-00000002" {
+	if names := jobtest.DirNames(t, ck); len(names) != 2 || names[0] != checkpoint.IndexFile || names[1] != "step-00000002" {
 		t.Fatalf("the save directory holds %v", names)
 	}
 }

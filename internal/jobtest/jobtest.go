@@ -3,6 +3,7 @@ package jobtest
 import (
 	"io"
 	"net"
+	"os"
 	"sync"
 	"testing"
 
@@ -131,4 +132,18 @@ func StepAll(jobs []*runtime.Job, opts runtime.Options) ([]runtime.StepResult, [
 	}
 	wg.Wait()
 	return res, errs
+}
+
+// DirNames lists the names in dir (a checkpoint's files, a plan directory), sorted.
+func DirNames(t testing.TB, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
 }

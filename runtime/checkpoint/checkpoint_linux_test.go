@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"ppc.dev/ppc/internal/diskfull"
+	"ppc.dev/ppc/internal/jobtest"
 	"ppc.dev/ppc/runtime"
 	. "ppc.dev/ppc/runtime/checkpoint"
 )
@@ -37,7 +38,7 @@ func TestSaveIntoFullFilesystem(t *testing.T) {
 	if !maps.Equal(now, good) {
 		t.Fatal("the failed save changed the previous checkpoint")
 	}
-	if names := dirNames(t, dir); !slices.Equal(names, []string{IndexFile, "filler", "step-00000001"}) {
+	if names := jobtest.DirNames(t, dir); !slices.Equal(names, []string{IndexFile, "filler", "step-00000001"}) {
 		t.Fatalf("the failed save left %v", names)
 	}
 	os.Remove(filepath.Join(dir, "filler"))

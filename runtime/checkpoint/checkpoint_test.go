@@ -41,19 +41,6 @@ func trainedJob(t *testing.T, steps int) *runtime.Job {
 	return job
 }
 
-func dirNames(t *testing.T, dir string) []string {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range ents {
-		names = append(names, e.Name())
-	}
-	return names
-}
-
 // snapshot is every file under dir by relative path, with its content (the lock aside).
 func snapshot(t *testing.T, dir string) map[string]string {
 	t.Helper()
@@ -100,7 +87,7 @@ func TestFailedSaveKeepsCheckpoint(t *testing.T) {
 			if now := snapshot(t, dir); !maps.Equal(now, good) {
 				t.Fatalf("save failing after %d bytes changed the checkpoint directory: %v", at, slices.Sorted(maps.Keys(now)))
 			}
-			if names := dirNames(t, dir); !slices.Equal(names, []string{IndexFile, "step-00000001"}) {
+			if names := jobtest.DirNames(t, dir); !slices.Equal(names, []string{IndexFile, "step-00000001"}) {
 				t.Fatalf("save failing after %d bytes left %v", at, names)
 			}
 		}
@@ -109,7 +96,7 @@ func TestFailedSaveKeepsCheckpoint(t *testing.T) {
 	if err := job.Save(dir, 1); err != nil {
 		t.Fatal(err)
 	}
-	if names := dirNames(t, dir); !slices.Equal(names, []string{IndexFile, "step-00000002"}) {
+	if names := jobtest.DirNames(t, dir); !slices.Equal(names, []string{IndexFile, "step-00000002"}) {
 		t.Fatalf("the save left %v", names)
 	}
 	if r, err := trainedJob(t, 0).Resume(dir, false); err != nil || r.Step != 2 {
@@ -119,7 +106,7 @@ func TestFailedSaveKeepsCheckpoint(t *testing.T) {
 	if err := job.Save(dir, 1); err != nil {
 		t.Fatal(err)
 	}
-	if names := dirNames(t, dir); !slices.Equal(names, []string{IndexFile, "step-00000002-b"}) {
+	if names := jobtest.DirNames(t, dir); !slices.Equal(names, []string{IndexFile, "step-00000002-b"}) {
 		t.Fatalf("the second save of step 2 left %v", names)
 	}
 
@@ -129,7 +116,7 @@ func TestFailedSaveKeepsCheckpoint(t *testing.T) {
 	if err := job.Save(empty, 1); !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "nothing was written") {
 		t.Fatalf("first save failing: %v", err)
 	}
-	if names := dirNames(t, empty); len(names) != 0 {
+	if names := jobtest.DirNames(t, empty); len(names) != 0 {
 		t.Fatalf("a failed first save left %v", names)
 	}
 }
@@ -155,7 +142,7 @@ func TestLockDir(t *testing.T) {
 	if err := lock.Unlock(); err != nil {
 		t.Fatal(err)
 	}
-	if names := dirNames(t, dir); len(names) != 0 {
+	if names := jobtest.DirNames(t, dir); len(names) != 0 {
 		t.Fatalf("unlock left %v", names)
 	}
 	stale := filepath.Join(dir, "."+SingleFile+".tmp-12345")
@@ -295,7 +282,7 @@ func TestSaveAllFailure(t *testing.T) {
 			if after := snapshot(t, ck); !maps.Equal(before, after) {
 				t.Errorf("the failed save left %v; before it: %v", slices.Sorted(maps.Keys(after)), slices.Sorted(maps.Keys(before)))
 			}
-			if names := dirNames(t, ck); c.previous && !slices.Equal(names, []string{IndexFile, "step-00000001"}) || !c.previous && len(names) != 0 {
+			if names := jobtest.DirNames(t, ck); c.previous && !slices.Equal(names, []string{IndexFile, "step-00000001"}) || !c.previous && len(names) != 0 {
 				t.Errorf("the checkpoint directory holds %v", names)
 			}
 		})
