@@ -31,7 +31,8 @@ type recomputePlan struct {
 // by parameter namespace, or the points where one activation crosses) — and the units of
 // each stage into groups, chunks of n consecutive units (uniform) or the first n units one
 // by one (block, the others not recomputed). A value defined in one group and read by a
-// forward op of another is a checkpoint: F stashes it. Every other result of a recomputed
+// forward op of another is a checkpoint, which F stashes, unless it depends on no model
+// input. Every other result of a recomputed
 // group is rebuilt by the backward when it first needs one, from the group's checkpoints, so
 // at most one group's rebuilt values are live at once beside the stash.
 func fullRecompute(m *ir.Module, src *ir.Func, method string, n int) (recomputePlan, error) {
@@ -76,10 +77,26 @@ func fullRecompute(m *ir.Module, src *ir.Func, method string, n int) (recomputeP
 			p.remat[op] = true
 		}
 	}
+	// A value that depends on no model input (a causal mask, a transposed weight) is the
+	// same for every micro-batch: each group rebuilds it where it needs it rather than stash
+	// a copy per micro-batch in flight.
+	data := map[*ir.Value]bool{}
+	for i, a := range src.Args {
+		data[a] = src.ArgAttrs[i].Has(ir.AttrInput)
+	}
+	for _, op := range view.Ops {
+		d := false
+		for _, x := range op.Operands {
+			d = d || data[x]
+		}
+		for _, r := range op.Results {
+			data[r] = d
+		}
+	}
 	for _, op := range view.Ops {
 		for _, x := range op.Operands {
 			d := x.Def
-			if d == nil || opKind(d) != KindF || opStage(d) != opStage(op) || d.Slice != op.Slice {
+			if d == nil || opKind(d) != KindF || opStage(d) != opStage(op) || d.Slice != op.Slice || !data[x] {
 				continue
 			}
 			if group[d] != group[op] && !alwaysRematOp(d, src) {
