@@ -153,3 +153,31 @@ func compareArenas(t *testing.T, aName, bName string, a, b *codegen.Plan) bool {
 	}
 	return ok
 }
+
+// TestRecomputeMethodsTrainLikeOneDevice: every recomputation method and chunk size, under a
+// schedule that runs B and one that splits I from W, trains the tiny GPT and the MLP bit for
+// bit as the one-rank plan does: a rebuilt value is the same op on the same inputs.
+func TestRecomputeMethodsTrainLikeOneDevice(t *testing.T) {
+	const mb, steps = 4, 2
+	for _, model := range []string{"../testdata/models/gpt.ppm", "../testdata/models/mlp.ppm"} {
+		base := Options{Microbatches: mb}
+		if filepath.Base(model) == "gpt.ppm" {
+			base.Load = LoadOptions{Preset: "tiny"}
+		}
+		refL, refS := trainRun(t, model, base, steps)
+		for _, sched := range []string{"1f1b", "zb-h1", "interleaved-1f1b"} {
+			for _, m := range []struct {
+				method string
+				layers int
+			}{{"uniform", 1}, {"uniform", 2}, {"uniform", 3}, {"block", 1}, {"block", 2}} {
+				name := fmt.Sprintf("%s/%s/%s-%d", filepath.Base(model), sched, m.method, m.layers)
+				t.Run(name, func(t *testing.T) {
+					o := base
+					o.PP, o.Schedule, o.Recompute, o.RecomputeMethod, o.RecomputeLayers = 2, sched, "full", m.method, m.layers
+					gotL, gotS := trainRun(t, model, o, steps)
+					sameTraining(t, name, refL, gotL, refS, gotS)
+				})
+			}
+		}
+	}
+}
