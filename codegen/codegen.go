@@ -1270,7 +1270,8 @@ func (rg *rankGen) planMemory() {
 			fwd = append(fwd, iv[i])
 		}
 	}
-	offsets, arena, _ := lower.PlanMemory(iv)
+	offsets, arena, live := lower.PlanMemory(iv)
+	rg.info.LiveBytes = live
 	for i, id := range ids {
 		rg.prog.Buffers[id].Offset = offsets[i]
 	}

@@ -317,6 +317,10 @@ type ProgramInfo struct {
 	ConstBytes      int64 `json:"const_bytes"`      // compile-time constants
 	PeakBytes       int64 `json:"peak_bytes"`       // all of the above
 	FLOPs           int64 `json:"flops_per_step"`   // matmul and convolution FLOPs per step
+	// LiveBytes is the most bytes the arena's buffers hold at any one instruction: what the
+	// step needs. ArenaBytes exceeds it by the packing slack of the placement (greedy
+	// best-fit), which does not grow monotonically with the buffers it places.
+	LiveBytes int64 `json:"live_bytes,omitempty"`
 	// ProgramSHA256 is the SHA-256 of the program file, hex: the loader refuses a program
 	// that a bit flip, a truncated copy or another compile has changed, since many such
 	// changes still decode and validate (a different operand buffer, a renamed tensor).

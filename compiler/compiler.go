@@ -36,6 +36,11 @@ type Options struct {
 	Mem           int64  // bytes per device for auto partitioning (0: unlimited)
 	// Recompute: none, selective or full.
 	Recompute string
+	// RecomputeMethod and RecomputeLayers shape full recomputation as Megatron's
+	// --recompute-method and --recompute-num-layers: uniform (the default) rebuilds chunks of
+	// RecomputeLayers units (0: 1), block only the first RecomputeLayers units of each stage.
+	RecomputeMethod string
+	RecomputeLayers int
 	// TokenSlices cuts each micro-batch's sequence into slices (TeraPipe): "" (none), a
 	// count N (near-equal slices, longer first), explicit lengths "120,120,112", or "auto"
 	// (the slicing the cost model predicts fastest; see PlanTokenSlices).
@@ -200,7 +205,14 @@ var compilePasses = []struct {
 	{"dce", func(c *compilation) string { return when(c.training(), "dce") }},
 	{"split-stages", func(c *compilation) string {
 		if r := c.opts.Recompute; r != "" && r != "none" {
-			return fmt.Sprintf("split-stages{recompute=%s}", r)
+			step := "split-stages{recompute=" + r
+			if m := c.opts.RecomputeMethod; m != "" && m != passes.RecomputeUniform {
+				step += ",method=" + m
+			}
+			if n := c.opts.RecomputeLayers; n > 1 {
+				step += fmt.Sprintf(",layers=%d", n)
+			}
+			return step + "}"
 		}
 		return "split-stages"
 	}},

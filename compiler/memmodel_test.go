@@ -39,3 +39,31 @@ func TestActivationsMatchFormula(t *testing.T) {
 		}
 	}
 }
+
+// TestFullRecomputeMatchesFormula: under --recompute full the memory plan stashes each
+// layer's input and nothing else, Korthikanti et al.'s 2·s·b·h bytes per layer in 16-bit
+// (FullRecomputeActivationBytes); a stage of four layers stashes four inputs, not the
+// stage's activations.
+func TestFullRecomputeMatchesFormula(t *testing.T) {
+	const s, h, a, layers = 1024, 1024, 16, 4
+	set := map[string]string{"n_layers": fmt.Sprint(layers), "d_model": fmt.Sprint(h), "n_heads": fmt.Sprint(a),
+		"seq": fmt.Sprint(s), "batch": "4", "vocab": "1024"}
+	for _, pp := range []int{layers, 1} {
+		opts := Options{Load: LoadOptions{Set: set}, PP: pp, Microbatches: 4, Precision: "bf16", Recompute: "full", Partition: "auto"}
+		res, err := Compile(filepath.Join("..", "testdata", "models", "gpt.ppm"), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// pp = layers: stage 1 is one layer; pp = 1: every layer, the embedding's output
+		// (the first layer's input) and the final LayerNorm's input on one stage.
+		stage, n := 1, 1
+		if pp == 1 {
+			stage, n = 0, layers+1
+		}
+		got := float64(res.Output.Plan.StageInfo[stage].StashBytes)
+		want, _ := passes.FullRecomputeActivationBytes(s, 1, h, a, 1, n, 1, false, false)
+		if got != want {
+			t.Errorf("pp %d: the memory plan stashes %.4g bytes per micro-batch on stage %d under full recomputation, the formula %.4g for %d layer inputs", pp, got, stage, want, n)
+		}
+	}
+}

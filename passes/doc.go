@@ -108,6 +108,19 @@
 // because @optimizer runs on each rank only as a slice) and the learning-rate schedule
 // (ScheduledLR: computed in @optimizer from %step, so resume continues it).
 //
+// # Full recomputation, one layer at a time
+//
+// split-stages{recompute=full} (recompute.go) is Megatron's --recompute-granularity full:
+// @train's forward ops are cut into the partition's units (layerUnits: E, each layer, L), the
+// units of a stage into groups (method uniform: chunks of `layers` units; block: the first
+// `layers` units, the rest stashed as without recomputation), and a value crossing from one
+// group to another is stashed by F — a layer's input. Every other forward value the backward
+// needs is rebuilt by the function that needs it, lazily, from those inputs: the backward's ops
+// run last layer first, so each layer is rebuilt right before its own backward and is dead
+// after it. I and W each rebuild what they need (W does not take rebuilt values from I, which
+// would keep every layer's alive until W), so neither holds more than one group's values
+// beside the stash, under any schedule; the price is that W rebuilds part of the forward again.
+//
 // # Token slices (TeraPipe)
 //
 // token-slice (tokenslice.go) runs on the partitioned @forward, before autodiff, and

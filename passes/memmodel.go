@@ -90,3 +90,20 @@ func ActivationBytesPerLayer(seq, batch, hidden, heads, tp int, sp, selective, d
 	}
 	return s * b * h * (outside + inside/t + scores)
 }
+
+// FullRecomputeActivationBytes is Korthikanti et al.'s activation memory of a stage of
+// layers transformer layers under full recomputation, one layer at a time (Megatron's
+// --recompute-granularity full, uniform method, one layer per chunk; ppc's split-stages),
+// with inflight micro-batches stashed: each layer stashes only its input, 2·s·b·h bytes in
+// 16-bit (divided by t under sequence parallelism, whose layer input is split over the tp
+// ranks), and the backward rebuilds one layer's activations (ActivationBytesPerLayer) at a
+// time beside them. stash is what the micro-batches in flight hold; peak adds the one layer
+// being rebuilt. Without per-layer rebuilding the second term would be the whole stage's.
+func FullRecomputeActivationBytes(seq, batch, hidden, heads, tp, layers, inflight int, sp, dropout bool) (stash, peak float64) {
+	input := 2 * float64(seq) * float64(batch) * float64(hidden)
+	if sp {
+		input /= float64(max(tp, 1))
+	}
+	stash = input * float64(layers) * float64(inflight)
+	return stash, stash + ActivationBytesPerLayer(seq, batch, hidden, heads, tp, sp, false, dropout)
+}

@@ -47,3 +47,20 @@ func TestActivationFormula(t *testing.T) {
 		t.Errorf("tp 8, sp, selective: %g, want %g", got, want)
 	}
 }
+
+// TestFullRecomputeFormula: GPT-3 175B at Megatron's t = 8 with sequence parallelism, 6
+// layers per stage and 16 micro-batches in flight stashes 2sbh/t per layer and micro-batch,
+// and the backward adds one layer's 34sbh/t + 5as²b/t — not six layers'.
+func TestFullRecomputeFormula(t *testing.T) {
+	s, h, a := 2048.0, 12288.0, 96.0
+	stash, peak := FullRecomputeActivationBytes(2048, 1, 12288, 96, 8, 6, 16, true, true)
+	if want := 2 * s * h / 8 * 6 * 16; stash != want {
+		t.Errorf("stash %g, want %g", stash, want)
+	}
+	if want := stash + s*h*(34+5*a*s/h)/8; math.Abs(peak-want) > 1e-9*want {
+		t.Errorf("peak %g, want %g", peak, want)
+	}
+	if _, one := FullRecomputeActivationBytes(2048, 1, 12288, 96, 8, 1, 16, true, true); peak-one != 2*s*h/8*5*16 {
+		t.Errorf("five more layers add %g, want their inputs only (%g)", peak-one, 2*s*h/8*5*16)
+	}
+}

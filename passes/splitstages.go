@@ -48,17 +48,23 @@ var SplitStages = &Pass{
 		"in forward order; the runtime accumulates each partial and adds them in order after the last " +
 		"micro-batch, so the sum does not depend on the pipeline split. A cast of a parameter (mixed precision's " +
 		"16-bit weight copy) is recomputed by the backward in every recompute mode rather than stashed per " +
-		"micro-batch. Empty functions are omitted.",
-	Options: []Option{{Name: "recompute", Default: "none", Doc: "none: stash every forward value the backward uses; " +
-		"full: stash only each stage's inputs and recompute its forward ops inside I (W takes what it needs from I); " +
-		"selective: recompute attention internals (the chain from the scores matmul through the softmax), stash the rest"}},
+		"micro-batch. Under recompute=full, I and W each rebuild, one unit at a time, the values they need " +
+		"(W reads only gradients from I), so neither holds more than one unit's rebuilt values beside the stash " +
+		"however far apart the schedule runs them. Empty functions are omitted.",
+	Options: []Option{
+		{Name: "recompute", Default: "none", Doc: "none: stash every forward value the backward uses; " +
+			"full: stash only the inputs of each unit (the partition's units: E, each layer, L) and rebuild one unit at a " +
+			"time right before its backward, from its stashed inputs (Megatron's --recompute-granularity full); " +
+			"selective: recompute attention internals (the chain from the scores matmul through the softmax), stash the rest"},
+		{Name: "method", Default: RecomputeUniform, Doc: "for recompute=full, as Megatron's --recompute-method: uniform rebuilds " +
+			"chunks of `layers` consecutive units of each stage from the chunk's input; block rebuilds the first `layers` units " +
+			"of each stage one by one and stashes everything the backward of the others uses"},
+		{Name: "layers", Default: "1", Doc: "for recompute=full: units per chunk (uniform) or units rebuilt per stage (block)"},
+	},
 	Run: func(m *ir.Module, opts Options) error {
-		mode := opts["recompute"]
-		if mode == "" {
-			mode = "none"
-		}
-		if mode != "none" && mode != "full" && mode != "selective" {
-			return fmt.Errorf("recompute must be none, selective or full, got %q", mode)
+		mode, method, n, err := parseRecomputeOptions(opts)
+		if err != nil {
+			return err
 		}
 		src := m.Func("train")
 		if src == nil {
@@ -67,7 +73,7 @@ var SplitStages = &Pass{
 		if src == nil {
 			return fmt.Errorf("module has neither @train nor @forward")
 		}
-		funcs, err := splitStages(m, src, mode)
+		funcs, err := splitStages(m, src, mode, method, n)
 		if err != nil {
 			return err
 		}
@@ -107,7 +113,7 @@ type stageKey struct {
 	kind  string
 }
 
-func splitStages(m *ir.Module, src *ir.Func, recompute string) ([]*ir.Func, error) {
+func splitStages(m *ir.Module, src *ir.Func, recompute, method string, layers int) ([]*ir.Func, error) {
 	src.Results, src.ResultAttrs = splitTiedGrads(src)
 	hoistTPReductions(src)
 	RemoveDead(src) // the sums of tied-weight contributions that were replaced
@@ -115,6 +121,7 @@ func splitStages(m *ir.Module, src *ir.Func, recompute string) ([]*ir.Func, erro
 	nstages := 0
 	sliced := TokenSlices(m) != nil
 	home := map[*ir.Value]stageKey{} // defining function of each op result
+	keyOf := func(op *ir.Op) stageKey { return stageKey{opStage(op), op.Slice, opKind(op)} }
 	for _, op := range src.Ops {
 		if op.Phase == ir.Opt {
 			return nil, ir.ErrorAt(m.Source, op.Loc, "split-stages: optimizer op %s inside @%s", op.Def.Name, src.Name)
@@ -122,7 +129,7 @@ func splitStages(m *ir.Module, src *ir.Func, recompute string) ([]*ir.Func, erro
 		if sliced != (op.Slice != ir.NoSlice) {
 			return nil, ir.ErrorAt(m.Source, op.Loc, "split-stages: op %s has token slice %d in a module with token slices %v", op.Def.Name, op.Slice, TokenSlices(m))
 		}
-		k := stageKey{opStage(op), op.Slice, opKind(op)}
+		k := keyOf(op)
 		nstages = max(nstages, k.stage+1)
 		for _, r := range op.Results {
 			home[r] = k
@@ -167,7 +174,17 @@ func splitStages(m *ir.Module, src *ir.Func, recompute string) ([]*ir.Func, erro
 		return p
 	}
 	exported := map[*ir.Value]bool{}
-	remat := rematerializable(src, recompute)
+	plan := recomputePlan{remat: rematerializable(src, recompute)}
+	if recompute == "full" {
+		var err error
+		if plan, err = fullRecompute(m, src, method, layers); err != nil {
+			return nil, err
+		}
+	}
+	// rebuilt: a forward value a backward function of its stage recomputes rather than reads.
+	rebuilt := func(v *ir.Value, hk, k stageKey) bool {
+		return plan.remat[v.Def] && !plan.checkpoint[v] && hk.kind == KindF && hk.stage == k.stage && hk.slice == k.slice
+	}
 	// origin maps an argument created in a per-stage function back to the @train value it
 	// stands for: ops keep being rewritten to read their function's arguments, and a
 	// recomputed copy must start again from the original values.
@@ -185,12 +202,19 @@ func splitStages(m *ir.Module, src *ir.Func, recompute string) ([]*ir.Func, erro
 		var w *ir.Value
 		hk, defined := home[v]
 		switch {
-		case defined && remat[v.Def] && hk.kind == KindF && hk.stage == k.stage && hk.slice == k.slice && k.kind == KindW:
-			// W takes recomputed values from its stage's I, which recomputes them once.
+		case defined && rebuilt(v, hk, k) && k.kind == KindW && recompute != "full":
+			// W takes recomputed values from its stage's I, which recomputes them once
+			// (selective recomputation's attention internals, a weight's 16-bit cast).
 			c := localOf(stageKey{k.stage, k.slice, KindI}, v)
 			w = localOf(k, c)
-		case defined && remat[v.Def] && hk.kind == KindF && hk.stage == k.stage && hk.slice == k.slice && k.kind == KindI:
-			// Recompute the op here instead of stashing its result.
+		case defined && rebuilt(v, hk, k) && (k.kind == KindI || k.kind == KindW):
+			// Recompute the op here instead of stashing its result. The backward's ops run
+			// in @train's order, so the first one that needs a value of a unit rebuilds it,
+			// from the unit's stashed inputs (checkpoints) up. Under full recomputation W
+			// rebuilds what it needs itself rather than take it from I: I runs every unit's
+			// backward before W starts, so values I handed to W would be live for every unit
+			// at once — and, under zero-bubble schedules, for every micro-batch between its I
+			// and its W.
 			op := v.Def
 			operands := make([]*ir.Value, len(op.Operands))
 			for i, x := range op.Operands {
@@ -234,9 +258,11 @@ func splitStages(m *ir.Module, src *ir.Func, recompute string) ([]*ir.Func, erro
 		return w
 	}
 	for _, op := range src.Ops {
-		k := home[op.Results[0]]
+		var k stageKey
 		if len(op.Results) == 0 {
-			k = stageKey{opStage(op), op.Slice, opKind(op)}
+			k = keyOf(op)
+		} else {
+			k = home[op.Results[0]]
 		}
 		f := get(k)
 		for i, x := range op.Operands {
@@ -343,35 +369,12 @@ func leafPos(pos map[*ir.Op]int, v *ir.Value) int {
 }
 
 // rematerializable returns the forward ops a backward function recomputes rather than reads
-// from a stash: every forward op for full recompute; for selective, the attention internals
+// from a stash outside full recomputation (fullRecompute): for selective, the attention internals
 // — each softmax and the chain of elementwise ops feeding it back to and including the
 // scores matmul (whose operands, q and k, stay stashed) — and operand-free ops such as iota.
 func rematerializable(f *ir.Func, mode string) map[*ir.Op]bool {
-	out := map[*ir.Op]bool{}
-	// A cast of a parameter (mixed precision's 16-bit copy of a weight, see the precision
-	// pass) is recomputed by the backward in every mode: it is the same for every
-	// micro-batch, so stashing it would hold one copy of the weight per micro-batch in
-	// flight, while recomputing it costs one pass over the weight.
-	param := map[*ir.Value]bool{}
-	for i, a := range f.Args {
-		param[a] = f.ArgAttrs[i].Has(ir.AttrParam)
-	}
-	for _, op := range f.Ops {
-		if op.Def.Name == "cast" && opKind(op) == KindF && param[op.Operands[0]] {
-			out[op] = true
-		}
-		// Ops a pass asked to recompute: token slicing's concatenation of the K/V pieces.
-		if op.Remat && opKind(op) == KindF {
-			out[op] = true
-		}
-	}
+	out := alwaysRemat(f)
 	switch mode {
-	case "full":
-		for _, op := range f.Ops {
-			if opKind(op) == KindF {
-				out[op] = true
-			}
-		}
 	case "selective":
 		var walk func(op *ir.Op)
 		walk = func(op *ir.Op) {

@@ -31,7 +31,8 @@
 //   - Memory per pipeline rank is ppc's own recipe (fp32 master weights, gradients and AdamW
 //     state, 16 bytes per parameter, sharded by ZeRO), the simulated peak of stashed
 //     activations, a workspace (the largest unit's forward results and 16-bit weight copies,
-//     the receive buffers; under full recomputation also the stash the backward rebuilds),
+//     the receive buffers; under full recomputation also what the backward rebuilds of one
+//     unit, since split-stages rebuilds one layer at a time, as Megatron does),
 //     and codegen.MemoryMargin, printed as ppc compile prints its memory plan.
 //
 // # Search

@@ -113,7 +113,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 	rankParams := make([]int64, c.PP)
 	rankShared := make([][]param, c.PP)
 	work := make([]int64, c.PP)
-	var rebuilt []unitCost // full recomputation: what the backward rebuilds per unit
+	var rebuilt []unitCost // full recomputation: what the backward rebuilds of each unit
 	if c.Recompute == "full" {
 		rebuilt = p.unitsAt(probeKey{c.TP, c.SP, "none"}, c.MicrobatchSize)
 	}
@@ -129,7 +129,9 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		var act, rebuild int64
 		for k, u := range units[lo:hi] {
 			if rebuilt != nil {
-				rebuild += rebuilt[lo+k].stash
+				// One unit (layer) is rebuilt at a time (split-stages' full recomputation),
+				// so the backward holds the largest unit's activations, not the stage's.
+				rebuild = max(rebuild, rebuilt[lo+k].stash)
 			}
 			sc.F += u.f
 			sc.I += u.i + u.recompute
@@ -199,7 +201,8 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		// Workspace: the largest unit's forward results (a bound on what its forward and
 		// backward hold beyond the stash) and the 16-bit copies of its weights, plus the
 		// receive buffers of the transfers in flight. Under full recomputation the backward
-		// rebuilds the stage's stash and then holds the gradients' transients beside it.
+		// rebuilds one unit's stash at a time (what that unit stashes without recomputation)
+		// and holds the gradients' transients beside it.
 		if rebuild > 0 {
 			act = 2*act + rebuild
 		}

@@ -86,7 +86,9 @@ func init() {
 			fs.IntVar(&opts.MaxInflight, "max-inflight", 0, "micro-batches `K` in flight per rank for --schedule zb-auto (default: the pipeline depth, ZB-H1's memory; 2·pp−1 is ZB-H2's)")
 			fs.StringVar(&opts.GPU, "gpu", "", "device `PROFILE` the cost model's estimates assume: "+passes.DeviceNames()+", with figures overridden as h100-80gb{inter_node_bandwidth=25e9,gpus_per_node=4} (default a100-like)")
 			fs.StringVar(&opts.TokenSlices, "token-slices", "", "cut each micro-batch's sequence into token slices (TeraPipe) for a causal model: `N|L1,L2,…|auto` (a count, explicit lengths summing to the sequence, or the cost model's choice)")
-			fs.StringVar(&opts.Recompute, "recompute", "none", "activation recomputation `MODE`: none, selective (attention internals) or full (stash only stage inputs)")
+			fs.StringVar(&opts.Recompute, "recompute", "none", "activation recomputation `MODE`: none, selective (attention internals) or full (stash each layer's input, rebuild one layer at a time in the backward, as Megatron's --recompute-granularity full)")
+			fs.StringVar(&opts.RecomputeMethod, "recompute-method", "uniform", "with --recompute full, as Megatron's: `METHOD` uniform (rebuild chunks of --recompute-num-layers consecutive layers from each chunk's input) or block (rebuild only the first --recompute-num-layers layers of each stage, stash the rest)")
+			fs.IntVar(&opts.RecomputeLayers, "recompute-num-layers", 1, "with --recompute full: layers `N` per rebuilt chunk (uniform) or rebuilt per stage (block); the embedding and the loss head count as layers")
 			loss := fs.String("loss", "ce", "loss `KIND` for models without one (ONNX models without a scalar output named loss, which is their loss): ce (softmax cross-entropy against class labels) or mse; ce{axis=N} names the class axis, by default the last, or 1 for [N,C,1,…,1] logits of rank ≥ 4 (a pooled convolutional classifier)")
 			fs.IntVar(&opts.LossOutput, "loss-output", 0, "which model output `N` the loss applies to (models without a loss)")
 			fs.StringVar(&opts.Optimizer, "optimizer", "adamw", "optimizer `SPEC`: adamw or sgd, with options as adamw{lr=3e-4,weight_decay=0.1} (see 'ppc passes')")
@@ -143,6 +145,17 @@ func init() {
 				case "none", "selective", "full":
 				default:
 					return usagef("--recompute must be none, selective or full, got %q", opts.Recompute)
+				}
+				switch opts.RecomputeMethod {
+				case passes.RecomputeUniform, passes.RecomputeBlock:
+				default:
+					return usagef("--recompute-method must be uniform or block, got %q", opts.RecomputeMethod)
+				}
+				if opts.RecomputeLayers < 1 {
+					return usagef("--recompute-num-layers must be at least 1, got %d", opts.RecomputeLayers)
+				}
+				if (set["recompute-method"] || set["recompute-num-layers"]) && opts.Recompute != "full" {
+					return usagef("--recompute-method and --recompute-num-layers apply to --recompute full (got --recompute %s)", opts.Recompute)
 				}
 				if err := compiler.CheckLoss(*loss); err != nil {
 					return usageError{err.Error()}

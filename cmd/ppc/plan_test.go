@@ -205,3 +205,40 @@ func TestPlanText(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanFullRecomputeStashAgreesWithCompile: under --recompute full, what ppc plan predicts
+// each rank stashes — every layer's input, per micro-batch in flight — is what ppc compile's
+// memory plan stashes for the same configuration, byte for byte.
+func TestPlanFullRecomputeStashAgreesWithCompile(t *testing.T) {
+	gpt := filepath.Join("..", "..", "testdata", "models", "gpt.ppm")
+	res := planJSON(t, gpt, "--preset", "small", "--gpus", "4", "--gpu", "a100-80gb", "--pp", "4", "--dp", "1", "--tp", "1",
+		"--schedule", "1f1b", "--microbatches", "8", "--token-slices", "1", "--recompute", "full", "--top", "1")
+	pl := res.Plans[0]
+	args := shellSplit(t, pl.Command)
+	dir := t.TempDir()
+	args = append(args[1:len(args)-1], dir)
+	if code, _, errs := ppc(t, "", args...); code != 0 {
+		t.Fatalf("%s: exit %d: %s", pl.Command, code, errs)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "plan.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p codegen.Plan
+	if err := json.Unmarshal(raw, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Recompute != "full" || p.Estimate == nil {
+		t.Fatalf("plan.json: recompute %q, estimate %v", p.Recompute, p.Estimate)
+	}
+	for _, prog := range p.Programs {
+		var stash int64
+		for _, s := range prog.Stages {
+			stash += p.StageInfo[s].StashBytes
+		}
+		got := stash * int64(p.Estimate.PeakActivations[prog.PP])
+		if want := pl.Memory[prog.PP].Activations; got != want {
+			t.Errorf("rank %d: ppc compile stashes %d bytes (%d per micro-batch × %d in flight), ppc plan predicts %d", prog.PP, got, stash, p.Estimate.PeakActivations[prog.PP], want)
+		}
+	}
+}
