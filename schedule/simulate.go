@@ -56,6 +56,15 @@ type Result struct {
 	// finishes (the papers' "parallelogram" view, in which ZB-H2 has no
 	// bubble).
 	InternalBubble float64 `json:"internal_bubble_time"`
+	// SpanTime is the Zero Bubble paper's cost of a schedule: the longest time any rank
+	// spends from the start of its first computation to the end of its last, transfers and
+	// collectives included. SpanBubbleRate is the paper's bubble rate, (SpanTime −
+	// IdealTime) / SpanTime: (cost − m(F+B+W)) / cost with uniform stages. It is what the
+	// paper's tables give; unlike BubbleRatio it counts no rank's wait for its first input
+	// (the next step may start on each rank as soon as it is done) and divides by the span,
+	// not by the ideal time.
+	SpanTime       float64 `json:"span_time"`
+	SpanBubbleRate float64 `json:"span_bubble_rate"`
 
 	Busy []float64 `json:"busy_time"` // per rank: time in actions (their collectives included)
 	Idle []float64 `json:"idle_time"` // per rank: StepTime − Busy
@@ -179,6 +188,9 @@ func Simulate(s *Schedule, c Cost) (*Result, error) {
 	if res.IdealTime > 0 {
 		res.BubbleRatio = res.BubbleTime / res.IdealTime
 	}
+	if res.SpanTime > 0 {
+		res.SpanBubbleRate = max(0, res.SpanTime-res.IdealTime) / res.SpanTime
+	}
 	return res, nil
 }
 
@@ -278,6 +290,7 @@ func simulate(s *Schedule, c Cost) (*Result, error) {
 		res.IdealTime = max(res.IdealTime, res.Busy[r])
 		if first >= 0 {
 			res.InternalBubble = max(res.InternalBubble, last-first-res.Busy[r])
+			res.SpanTime = max(res.SpanTime, last-first)
 		}
 	}
 	for r := range R {

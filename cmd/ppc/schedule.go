@@ -223,6 +223,8 @@ func init() {
 				if res.CommTime > 0 {
 					fmt.Fprintf(e.stdout, "  transfers     %s not hidden by compute\n", f(res.CommTime))
 				}
+				fmt.Fprintf(e.stdout, "  span          %s (longest first start to last end of a rank; bubble rate %.4g of it, the Zero Bubble paper's)\n",
+					f(res.SpanTime), res.SpanBubbleRate)
 				for r, a := range res.PeakActivations {
 					if s.Slices > 1 {
 						fmt.Fprintf(e.stdout, "  rank %-3d      peak activations %d token slice(s)", r, a)
