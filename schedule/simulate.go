@@ -74,6 +74,10 @@ type Result struct {
 	// the start of its F to the end of its W, or of its B when the backward
 	// is not split.
 	PeakActivations []int `json:"peak_activations"`
+	// PeakActivationsHeld is, when Cost.WStash is below 1, the same peak weighted as zb-auto's
+	// memory limit counts it: a micro-batch holds a whole activation from its F to its I and
+	// WStash of one from there to its W.
+	PeakActivationsHeld []float64 `json:"peak_activations_held,omitempty"`
 	// PeakActivationBytes weighs the same count by the per-stage activation
 	// size; present only when the cost gives activation bytes.
 	PeakActivationBytes []float64 `json:"peak_activation_bytes,omitempty"`
@@ -187,6 +191,9 @@ func Simulate(s *Schedule, c Cost) (*Result, error) {
 	res.InternalBubble = bare.InternalBubble
 	if res.IdealTime > 0 {
 		res.BubbleRatio = res.BubbleTime / res.IdealTime
+	}
+	if st := c.stash(); st != 1 {
+		res.PeakActivationsHeld = heldPeaks(res, st)
 	}
 	if res.SpanTime > 0 {
 		res.SpanBubbleRate = max(0, res.SpanTime-res.IdealTime) / res.SpanTime

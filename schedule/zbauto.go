@@ -47,11 +47,10 @@ func ZBAuto(p, m int, cost Cost, maxInflight int) (*Schedule, error) {
 		s          *Schedule
 		span, step float64
 	}
+	// One simulation per candidate gives its span, step and memory (SimulateStep; Simulate's
+	// breakdown is not needed), and it fails on a schedule Validate would reject.
 	eval := func(s *Schedule) (cand, bool) {
-		if Validate(s) != nil {
-			return cand{}, false
-		}
-		res, err := Simulate(s, cost)
+		res, err := SimulateStep(s, cost)
 		if err != nil || heldPeak(res, stash) > limit+1e-9 {
 			return cand{}, false
 		}
@@ -99,15 +98,28 @@ func ZBAuto(p, m int, cost Cost, maxInflight int) (*Schedule, error) {
 	if best == nil {
 		return nil, fmt.Errorf("zb-auto: no schedule of %d micro-batches on %d ranks keeps within %d micro-batches in flight", m, p, maxInflight)
 	}
+	if err := Validate(best.s); err != nil {
+		return nil, fmt.Errorf("zb-auto: internal error: the schedule built does not validate: %w", err)
+	}
 	return best.s, nil
 }
 
-// heldPeak is the most activation memory any rank of res holds, in micro-batch activations:
-// a micro-batch holds 1 from the start of its F to the end of its I and stash from there to
-// the end of its W (1 to the end of a full backward B).
+// heldPeak is the most activation memory any rank of res holds, in micro-batch activations
+// (see heldPeaks).
 func heldPeak(res *Result, stash float64) float64 {
 	peak := 0.0
-	for _, evs := range res.Events {
+	for _, h := range heldPeaks(res, stash) {
+		peak = max(peak, h)
+	}
+	return peak
+}
+
+// heldPeaks is, per rank of res, the most activation memory held, in micro-batch
+// activations: a micro-batch holds 1 from the start of its F to the end of its I and stash
+// from there to the end of its W (1 to the end of a full backward B).
+func heldPeaks(res *Result, stash float64) []float64 {
+	out := make([]float64, len(res.Events))
+	for r, evs := range res.Events {
 		held := 0.0
 		for _, e := range evs {
 			for _, c := range e.Action.Computes() {
@@ -115,7 +127,7 @@ func heldPeak(res *Result, stash float64) float64 {
 					held++
 				}
 			}
-			peak = max(peak, held)
+			out[r] = max(out[r], held)
 			for _, c := range e.Action.Computes() {
 				switch c.Kind {
 				case BackwardInput:
@@ -128,7 +140,7 @@ func heldPeak(res *Result, stash float64) float64 {
 			}
 		}
 	}
-	return peak
+	return out
 }
 
 func maxPeak(v []int) int {

@@ -231,6 +231,9 @@ func init() {
 					} else {
 						fmt.Fprintf(e.stdout, "  rank %-3d      peak activations %d micro-batch(es)", r, a)
 					}
+					if r < len(res.PeakActivationsHeld) {
+						fmt.Fprintf(e.stdout, " (%.4g activations held, wstash %g)", res.PeakActivationsHeld[r], cost.WStash)
+					}
 					if r < len(res.PeakActivationBytes) {
 						fmt.Fprintf(e.stdout, ", %s", formatBytes(int64(res.PeakActivationBytes[r])))
 					}
