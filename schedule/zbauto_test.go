@@ -285,3 +285,92 @@ func TestZBH2IsTheLayout(t *testing.T) {
 	}
 	t.Logf("zb-auto at 2p−1 shorter in span than ZB-H2 on %d of 30 cost sets", better)
 }
+
+// TestZBAutoShapes: every schedule zb-auto emits validates and keeps within its memory, on
+// every small shape — one rank, fewer micro-batches than ranks, a limit of one activation,
+// and a pending W holding a whole activation or half of one — with uneven stage costs and
+// transfers; and every forward, input and weight gradient of every micro-batch runs once.
+func TestZBAutoShapes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for p := 1; p <= 5; p++ {
+		for m := 1; m <= 2*p+1; m++ {
+			c := Cost{Comm: 0.1 * rng.Float64()}
+			for range p {
+				f := 0.5 + rng.Float64()
+				c.Stages = append(c.Stages, StageCost{F: f, I: f * (0.8 + 0.5*rng.Float64()), W: f * (0.2 + 0.6*rng.Float64())})
+			}
+			for _, limit := range []int{1, p, 2 * p} {
+				for _, stash := range []float64{0, 0.5} {
+					c.WStash = stash
+					s, err := ZBAuto(p, m, c, limit)
+					if err != nil {
+						t.Fatalf("p %d m %d limit %d stash %v: %v", p, m, limit, stash, err)
+					}
+					if err := Validate(s); err != nil {
+						t.Fatalf("p %d m %d limit %d stash %v: %v", p, m, limit, stash, err)
+					}
+					res, err := Simulate(s, c)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got := heldPeak(res, c.stash()); got > float64(limit)+1e-9 {
+						t.Errorf("p %d m %d limit %d stash %v: holds %v activations", p, m, limit, stash, got)
+					}
+					seen := map[string]int{}
+					for _, acts := range s.Actions {
+						for _, a := range acts {
+							seen[a.String()]++
+						}
+					}
+					for st := range p {
+						for mb := range m {
+							for _, k := range []Kind{Forward, BackwardInput, BackwardWeight} {
+								if n := seen[Act(k, st, mb).String()]; n != 1 {
+									t.Errorf("p %d m %d limit %d: %v runs %d times", p, m, limit, Act(k, st, mb), n)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestZBBuildTimesAsSimulated: the builder's own timing, which zb-auto's search ranks its
+// candidates by, is the simulator's: on random uneven costs with transfers, every warm-up
+// shape and gap policy gives the span and step time Simulate gives the laid-out schedule.
+func TestZBBuildTimesAsSimulated(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 9))
+	for trial := 0; trial < 20; trial++ {
+		p, m := 2+rng.IntN(5), 4+rng.IntN(12)
+		c := Cost{Comm: 0.2 * rng.Float64(), WStash: 0.3 + 0.7*rng.Float64()}
+		for range p {
+			f := 0.5 + rng.Float64()
+			c.Stages = append(c.Stages, StageCost{F: f, I: f * (0.7 + 0.6*rng.Float64()), W: f * (0.2 + 0.7*rng.Float64())})
+		}
+		limit := float64(p + rng.IntN(p+1))
+		z := newZBBuild(p, m, limit, c.stash(), newZBCosts(p, &c))
+		for gap := range numGapPolicies {
+			warm := make([]int, p)
+			for j := range warm {
+				warm[j] = max(1, min(m, int(limit))-j)
+			}
+			if !z.run(warm, gap) {
+				t.Fatalf("trial %d: warm-up %v does not fit %v", trial, warm, limit)
+			}
+			span, step := z.spans()
+			s := &Schedule{Name: "build", Ranks: p, Stages: p, Microbatches: m, Placement: LoopPlacement(p, 1), Actions: z.actions()}
+			res, err := Simulate(s, c)
+			if err != nil {
+				t.Fatalf("trial %d gap %d: %v", trial, gap, err)
+			}
+			if math.Abs(res.SpanTime-span) > 1e-9*span || math.Abs(res.StepTime-step) > 1e-9*step {
+				t.Errorf("trial %d gap %d: builder span %v step %v, simulated %v %v", trial, gap, span, step, res.SpanTime, res.StepTime)
+			}
+			if got := heldPeak(res, c.stash()); got > limit+1e-9 {
+				t.Errorf("trial %d gap %d: holds %v activations, limit %v", trial, gap, got, limit)
+			}
+		}
+	}
+}
