@@ -136,7 +136,7 @@ func init() {
 		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
 			var sf scheduleFlags
 			sf.register(fs)
-			costFlag := fs.String("cost", "", "per-action costs and link latency `SPEC`, e.g. F=1,I=1,W=1,comm=0.1 (default: unit costs; for a plan, the cost model's per-stage estimates in seconds)")
+			costFlag := fs.String("cost", "", "per-action costs and link latency `SPEC`, e.g. F=1,I=1,W=1,comm=0.1; wstash=0.43: the part of an activation a pending W holds, as zb-auto counts memory (default: unit costs; for a plan, the cost model's per-stage estimates in seconds)")
 			asJSON := fs.Bool("json", false, "print the results as JSON")
 			trace := fs.String("trace", "", "write a Chrome trace to `FILE`")
 			svg := fs.String("svg", "", "write the timeline as SVG to `FILE`")
