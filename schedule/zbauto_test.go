@@ -98,8 +98,12 @@ func TestZBAutoUnitCosts(t *testing.T) {
 // paperModel is one model of the Zero Bubble paper's experiments (Qi et al., "Zero Bubble
 // Pipeline Parallelism", ICLR 2024, arXiv 2401.10241): its profiled F, B (ppc's I), W and
 // T_comm in ms (the paper's table of profiled times), and its transformer's hidden size h,
-// attention heads a and sequence length s, which give the part of an activation a pending W
-// holds in the paper's memory accounting: 32h of the 34h+5as per token that F stashes.
+// attention heads a and sequence length s (its table of model settings), which give the part
+// of an activation a pending W holds in the paper's memory accounting: 32h of the 34h+5as per
+// token that F stashes. Provenance: ../shared/BACKGROUND.md does not carry these tables and
+// the search corpora held no copy of them, so the figures here and in
+// TestZBAutoPaperFigures are quoted from the paper itself; that ppc's fixed layouts (1F1B,
+// ZB-H1, ZB-H2) reproduce its columns to four digits on these costs cross-checks them.
 type paperModel struct {
 	name          string
 	F, B, W, comm float64
