@@ -213,26 +213,36 @@ func TestZBAutoPaperFigures(t *testing.T) {
 			}
 		}
 	}
-	// The 14.6B and 28.3B models (p = 16, 32) have B > F: before its first input gradient
-	// rank 0 can run nothing but forwards, at most K of them (each holds a whole activation
-	// until its I), while that I waits for the round trip pF + (p−1)B + 2(p−1)·comm. So rank 0
-	// idles at least that minus K·F, and no schedule within K activations has a lower rate
-	// than warm/(m(F+B+W) + warm). zb-auto at 2p must reach that bound.
-	for _, pm := range paperModels[2:] {
+	// Lower bounds on rank 0's idle time, which every schedule within K activations obeys
+	// (uniform stages, m > K): before its first input gradient rank 0 can run nothing but
+	// forwards, at most K of them (each holds a whole activation until its I), while that I
+	// waits for the round trip pF + (p−1)(B + 2·comm); and from the start of its last forward
+	// to the start of the last I the same round trip must be filled with that forward and the
+	// work of what the rank may hold then — at most K−1 other activations, each worth B+W
+	// before its I or W/wstash as a pending W. zb-auto must reach the bound: at p (ZB-1p) on
+	// every model, where ZB-H1 reaches it too, and at 2p (ZB-2p) on the 14.6B and 28.3B models
+	// (p = 16, 32), whose B > F leaves rank 0 idle in the warm-up even with 2p forwards.
+	for i, pm := range paperModels {
 		c, p := pm.cost(), pm.p
-		for _, m := range []int{3 * p, 4 * p} {
-			limit := 2 * p
-			s, err := ZBAuto(p, m, c, limit)
-			if err != nil {
-				t.Fatal(err)
+		trip := float64(p)*c.F + float64(p-1)*(c.I+2*c.Comm)
+		for _, m := range []int{3 * p, 4 * p, 8 * p} {
+			for _, limit := range []int{p, 2 * p} {
+				if limit == 2*p && i < 2 || m == 8*p && p > 16 {
+					continue
+				}
+				K := float64(limit)
+				idle := max(0, trip-K*c.F) + max(0, trip-c.F-(K-1)*max(c.I+c.W, c.W/c.stash()))
+				bound := idle / (float64(m)*(c.F+c.I+c.W) + idle)
+				s, err := ZBAuto(p, m, c, limit)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := rate(s, c, m, K)
+				if got < bound-1e-9 || got > bound+0.001 {
+					t.Errorf("%s p %d m %d: zb-auto --max-inflight %d bubble rate %.5f, the bound %.5f", pm.name, p, m, limit, got, bound)
+				}
+				t.Logf("%s p %d m %d: zb-auto --max-inflight %d %.4f (bound %.4f)", pm.name, p, m, limit, got, bound)
 			}
-			got := rate(s, c, m, float64(limit))
-			warm := max(0, float64(p)*c.F+float64(p-1)*(c.I+2*c.Comm)-float64(limit)*c.F)
-			bound := warm / (float64(m)*(c.F+c.I+c.W) + warm)
-			if got < bound-1e-9 || got > bound+0.001 {
-				t.Errorf("%s p %d m %d: zb-auto --max-inflight 2p bubble rate %.5f, the warm-up bound %.5f", pm.name, p, m, got, bound)
-			}
-			t.Logf("%s p %d m %d: zb-auto --max-inflight 2p %.4f (warm-up bound %.4f)", pm.name, p, m, got, bound)
 		}
 	}
 }
