@@ -382,7 +382,7 @@ func (c *compilation) checkModel() (*Result, error) {
 }
 
 // probe compiles again with what a probe compile, stopped after partitioning, finds: zb-auto
-// and zb-h2 are built for the stages' costs, and --token-slices auto runs TeraPipe's dynamic
+// is built for the stages' costs, and --token-slices auto runs TeraPipe's dynamic
 // program on the cost model (choosing the micro-batch count with the slices when none was
 // given: the batch/token split of the paper).
 func (c *compilation) probe() (*Result, error) {

@@ -102,17 +102,35 @@ func TestEquivalence(t *testing.T) {
 	}
 }
 
-// TestEquivalenceCSV trains with schedules loaded from PyTorch CSVs, both formats.
+// TestEquivalenceCSV trains with schedules loaded from PyTorch CSVs, both formats: two
+// hand-written ones, and zb-auto built on 4 ranks for the Zero Bubble paper's 6.2B costs at
+// its ZB-2p memory (2p activations, a pending W holding 0.43 of one), whose weight gradients
+// the builder defers and moves into the gaps.
 func TestEquivalenceCSV(t *testing.T) {
 	const mb, steps = 8, 3
 	model := "../testdata/models/gpt.ppm"
 	base := Options{Load: LoadOptions{Preset: "tiny"}, Microbatches: mb}
 	refL, refS := trainRun(t, model, base, steps)
+	var scheds []*schedule.Schedule
 	for _, sched := range []string{"zb-h1", "interleaved-1f1b"} {
 		s, err := schedule.Generate(sched, 2, mb, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
+		scheds = append(scheds, s)
+	}
+	zb, err := schedule.ZBAuto(4, mb, schedule.Cost{F: 29.718, I: 29.444, W: 19.927, Comm: 0.527, WStash: 0.43}, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, hand := range []string{"zb-h1", "zb-h2"} {
+		if h, err := schedule.Generate(hand, 4, mb, 0); err != nil || h.Grid() == zb.Grid() {
+			t.Fatalf("zb-auto for the paper's costs is %s's layout (%v): the test would not exercise the builder", hand, err)
+		}
+	}
+	scheds = append(scheds, zb)
+	for _, s := range scheds {
+		sched := s.Name
 		for _, comms := range []bool{false, true} {
 			src := s
 			if comms {

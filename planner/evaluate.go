@@ -458,20 +458,17 @@ func (e *evaluation) simulate(full bool) (pl Plan, fits, built bool) {
 	return pl, fits, true
 }
 
-// schedule builds c's schedule: the hand-written ones once per shape, zb-auto and zb-h2 for
-// the costs. In the search (exact false) the hand-written layout a cost-aware schedule is
-// never slower than stands in for it — ZB-H1 for zb-auto at its default memory, ZB-H2's own
-// layout for zb-h2 — since building list schedules for thousands of candidates would
-// dominate the search; the plans printed are built for their costs and simulated again.
+// schedule builds c's schedule: the hand-written ones once per shape, zb-auto for the costs.
+// In the search (exact false) the hand-written layout zb-auto is never slower than stands in
+// for it — ZB-H1 at its default memory — since building zb-auto for thousands of candidates
+// would dominate the search; the plans printed are built for their costs and simulated again.
 func (p *planner) schedule(c Config, cost schedule.Cost, exact bool) (*schedule.Schedule, error) {
 	if !schedule.CostAware(c.Schedule) {
 		return p.handLayout(c)
 	}
 	if !exact && len(c.TokenSlices) < 2 {
 		proxy := c
-		if strings.EqualFold(c.Schedule, "zb-auto") {
-			proxy.Schedule = "zb-h1"
-		}
+		proxy.Schedule = "zb-h1"
 		if s, err := p.handLayout(proxy); err == nil {
 			return s, nil
 		}

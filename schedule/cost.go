@@ -31,6 +31,13 @@ import (
 // stashed activation (one micro-batch, one stage); when set the result
 // reports peak bytes too.
 //
+// WStash is the part of a micro-batch's stashed activation that stays held between its I
+// and its W (what the weight gradient still reads: the Zero Bubble paper's transformer
+// layer keeps 32h of its 34h+5as per token, its W needing the matmul inputs but not the
+// attention's); 0 means 1, the whole activation until W ends. zb-auto's memory limit
+// (--max-inflight) counts micro-batch activations so weighted, as the paper's ZB-1p and
+// ZB-2p count theirs.
+//
 // Source says where the costs came from, for reports (the SVG footer, JSON);
 // empty means they are the ones String prints.
 type Cost struct {
@@ -40,6 +47,7 @@ type Cost struct {
 	Bandwidth  float64
 	CommBytes  float64
 	ActBytes   float64
+	WStash     float64
 	Stages     []StageCost
 	Unit       TimeUnit
 	Source     string
@@ -172,13 +180,14 @@ func (sc StageCost) collectives() bool { return sc.collectiveParts() != [6]float
 // the setting of the papers' bubble formulas.
 func UnitCost() Cost { return Cost{F: 1, I: 1, W: 1} }
 
-var costKeys = []string{"F", "I", "W", "B", "FB", "comm", "bw", "bytes", "act"}
+var costKeys = []string{"F", "I", "W", "B", "FB", "comm", "bw", "bytes", "act", "wstash"}
 
 // ParseCost parses a cost specification such as "F=1,I=1,W=1,comm=0".
 // Keys: F, I, W, B (full backward, default I+W), FB (or F&B: overlapped
 // forward+backward, default F+B), comm (latency per transfer), bw (bytes per
 // time unit, 0 = unlimited), bytes (bytes per transfer), act (bytes per
-// stashed activation). Keys are case-insensitive except F, I, W, B, FB.
+// stashed activation), wstash (the part of it held between I and W, in (0, 1]; see
+// Cost.WStash). Keys are case-insensitive except F, I, W, B, FB.
 // Unset F, I, W default to 1; everything else to 0. Values must be finite
 // and non-negative; an empty string gives UnitCost.
 func ParseCost(spec string) (Cost, error) {
@@ -231,6 +240,11 @@ func ParseCost(spec string) (Cost, error) {
 			c.CommBytes = v
 		case "act":
 			c.ActBytes = v
+		case "wstash":
+			if v <= 0 || v > 1 {
+				return Cost{}, fmt.Errorf("cost %q: wstash is a part of an activation, in (0, 1]", field)
+			}
+			c.WStash = v
 		}
 	}
 	return c, nil
@@ -252,6 +266,8 @@ func canonicalCostKey(k string) string {
 		return "bytes"
 	case "act", "act_bytes", "activation_bytes":
 		return "act"
+	case "wstash":
+		return "wstash"
 	}
 	return ""
 }
@@ -298,6 +314,9 @@ func (c Cost) String() string {
 	}
 	if c.ActBytes > 0 {
 		kv = append(kv, "act="+fmtNum(c.ActBytes))
+	}
+	if c.WStash > 0 && c.WStash != 1 {
+		kv = append(kv, "wstash="+fmtNum(c.WStash))
 	}
 	if c.Unit != Units {
 		return strings.Join(kv, ",") + " (" + c.Unit.String() + ")"
@@ -359,6 +378,14 @@ func (c Cost) compute() Cost {
 	return c
 }
 
+// stash is the part of an activation a micro-batch holds between its I and its W.
+func (c *Cost) stash() float64 {
+	if c.WStash > 0 {
+		return c.WStash
+	}
+	return 1
+}
+
 func fmtNum(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 
 // check validates c for a schedule of the given number of stages.
@@ -370,7 +397,7 @@ func (c *Cost) check(stages int) error {
 		return nil
 	}
 	vals := map[string]float64{"F": c.F, "I": c.I, "W": c.W, "B": c.B, "FB": c.FB, "comm": c.Comm,
-		"bw": c.Bandwidth, "bytes": c.CommBytes, "act": c.ActBytes}
+		"bw": c.Bandwidth, "bytes": c.CommBytes, "act": c.ActBytes, "wstash": c.WStash}
 	names := make([]string, 0, len(vals))
 	for k := range vals {
 		names = append(names, k)
@@ -380,6 +407,9 @@ func (c *Cost) check(stages int) error {
 		if err := bad(k, vals[k]); err != nil {
 			return err
 		}
+	}
+	if c.WStash > 1 {
+		return fmt.Errorf("cost wstash = %v: a part of an activation, at most 1", c.WStash)
 	}
 	if len(c.Stages) > 0 && len(c.Stages) != stages {
 		return fmt.Errorf("cost has %d per-stage entries but the schedule has %d stages", len(c.Stages), stages)

@@ -80,6 +80,7 @@
 //	zb-h2             Zero Bubble ZB-H2 (I and W split)         m ≥ p
 //	zbv               Zero Bubble ZB-V, V placement, v = 2      m ≥ 1
 //	dualpipev         DeepSeek's DualPipeV, V placement, v = 2  m ≥ 2p
+//	zb-auto           built for the costs (ZBAuto, GenerateFor)  m ≥ 1
 //
 // gpipe, 1f1b and interleaved-1f1b use the full backward B (as PyTorch and
 // Megatron do); the simulator charges B = I+W unless told otherwise, so the
@@ -106,6 +107,10 @@
 //	              start and last end, with free transfers (the papers'
 //	              "parallelogram" view, in which the next step starts on each
 //	              rank as soon as it is done)
+//	span_time     the longest time a rank spends from its first computation's start to
+//	              its last's end (transfers included): the Zero Bubble paper's cost;
+//	              span_bubble_rate = (span_time − ideal_time) / span_time, the paper's
+//	              (cost − m(F+B+W)) / cost, which counts no rank's wait for its first input
 //	peak_activations  per rank, the most (stage, micro-batch) activations held at
 //	              once; an activation is held from the start of its F to the end
 //	              of its W, or of its B when the backward is not split

@@ -41,22 +41,11 @@ func genZBAuto(p, m, _ int) [][]Action {
 
 // GenerateFor is Generate with the stage costs and the memory limit (micro-batches in flight
 // per rank, 0: the schedule's own) that a cost-aware schedule (zb-auto) is built for; the
-// hand-written schedules take neither.
-//
-// zb-h2 adapts to costs too: its hand-written layout is ZB-H2's for F = I = W, and with
-// other costs (uneven stages, W shorter than F) it leaves bubbles the paper's layout does
-// not have in theory, so for non-uniform costs it is zb-auto's scheduler at ZB-H2's memory
-// (2p−1 micro-batches in flight), which is never slower than the hand-written layout (a
-// candidate it compares against).
+// hand-written schedules take neither. zb-h1 and zb-h2 stay the Zero Bubble paper's
+// hand-written layouts whatever the costs, so that they reproduce its ZB-H1 and ZB-H2
+// columns; the schedule built for the costs at ZB-H2's memory is zb-auto with maxInflight
+// 2p−1, never worse than the layout.
 func GenerateFor(name string, ranks, microbatches, virtual int, cost Cost, maxInflight int) (*Schedule, error) {
-	if strings.EqualFold(name, "zb-h2") && maxInflight == 0 && (virtual <= 1) && AdaptsTo(cost) {
-		s, err := ZBAuto(ranks, microbatches, cost, 2*ranks-1)
-		if err != nil {
-			return nil, err
-		}
-		s.Name = "zb-h2"
-		return s, nil
-	}
 	if !strings.EqualFold(name, "zb-auto") {
 		if maxInflight != 0 {
 			return nil, fmt.Errorf("--max-inflight applies to zb-auto, whose layout it bounds; %s has its own", name)
@@ -69,15 +58,9 @@ func GenerateFor(name string, ranks, microbatches, virtual int, cost Cost, maxIn
 	return ZBAuto(ranks, microbatches, cost, maxInflight)
 }
 
-// AdaptsTo reports whether a cost-aware schedule (zb-auto, zb-h2) built for cost differs
-// from its unit-cost layout: per-stage costs, or F, I and W not all equal.
-func AdaptsTo(cost Cost) bool {
-	return len(cost.Stages) > 0 || cost.F != cost.I || cost.F != cost.W || cost.B != 0 || cost.FB != 0
-}
-
-// CostAware reports whether the named schedule is built for the stage costs.
+// CostAware reports whether the named schedule is built for the stage costs (zb-auto).
 func CostAware(name string) bool {
-	return strings.EqualFold(name, "zb-auto") || strings.EqualFold(name, "zb-h2")
+	return strings.EqualFold(name, "zb-auto")
 }
 
 func vPlace(p, _ int) []int { return VPlacement(p) }

@@ -56,6 +56,15 @@ type Result struct {
 	// finishes (the papers' "parallelogram" view, in which ZB-H2 has no
 	// bubble).
 	InternalBubble float64 `json:"internal_bubble_time"`
+	// SpanTime is the Zero Bubble paper's cost of a schedule: the longest time any rank
+	// spends from the start of its first computation to the end of its last, transfers and
+	// collectives included. SpanBubbleRate is the paper's bubble rate, (SpanTime −
+	// IdealTime) / SpanTime: (cost − m(F+B+W)) / cost with uniform stages. It is what the
+	// paper's tables give; unlike BubbleRatio it counts no rank's wait for its first input
+	// (the next step may start on each rank as soon as it is done) and divides by the span,
+	// not by the ideal time.
+	SpanTime       float64 `json:"span_time"`
+	SpanBubbleRate float64 `json:"span_bubble_rate"`
 
 	Busy []float64 `json:"busy_time"` // per rank: time in actions (their collectives included)
 	Idle []float64 `json:"idle_time"` // per rank: StepTime − Busy
@@ -65,6 +74,10 @@ type Result struct {
 	// the start of its F to the end of its W, or of its B when the backward
 	// is not split.
 	PeakActivations []int `json:"peak_activations"`
+	// PeakActivationsHeld is, when Cost.WStash is below 1, the same peak weighted as zb-auto's
+	// memory limit counts it: a micro-batch holds a whole activation from its F to its I and
+	// WStash of one from there to its W.
+	PeakActivationsHeld []float64 `json:"peak_activations_held,omitempty"`
 	// PeakActivationBytes weighs the same count by the per-stage activation
 	// size; present only when the cost gives activation bytes.
 	PeakActivationBytes []float64 `json:"peak_activation_bytes,omitempty"`
@@ -179,6 +192,12 @@ func Simulate(s *Schedule, c Cost) (*Result, error) {
 	if res.IdealTime > 0 {
 		res.BubbleRatio = res.BubbleTime / res.IdealTime
 	}
+	if st := c.stash(); st != 1 {
+		res.PeakActivationsHeld = heldPeaks(res, st)
+	}
+	if res.SpanTime > 0 {
+		res.SpanBubbleRate = max(0, res.SpanTime-res.IdealTime) / res.SpanTime
+	}
 	return res, nil
 }
 
@@ -278,6 +297,7 @@ func simulate(s *Schedule, c Cost) (*Result, error) {
 		res.IdealTime = max(res.IdealTime, res.Busy[r])
 		if first >= 0 {
 			res.InternalBubble = max(res.InternalBubble, last-first-res.Busy[r])
+			res.SpanTime = max(res.SpanTime, last-first)
 		}
 	}
 	for r := range R {

@@ -16,12 +16,12 @@ func TestParseCost(t *testing.T) {
 	if err != nil || c.F != 1 || c.I != 1 || c.W != 1 || c.Comm != 0 || c.B != 0 {
 		t.Fatalf("ParseCost = %+v, %v", c, err)
 	}
-	c, err = ParseCost(" F=2 , B=3, F&B=4, comm=0.5, bw=10, bytes=20, act=7 ")
-	if err != nil || c.F != 2 || c.I != 1 || c.W != 1 || c.B != 3 || c.FB != 4 || c.Comm != 0.5 || c.Bandwidth != 10 || c.CommBytes != 20 || c.ActBytes != 7 {
+	c, err = ParseCost(" F=2 , B=3, F&B=4, comm=0.5, bw=10, bytes=20, act=7, wstash=0.4 ")
+	if err != nil || c.F != 2 || c.I != 1 || c.W != 1 || c.B != 3 || c.FB != 4 || c.Comm != 0.5 || c.Bandwidth != 10 || c.CommBytes != 20 || c.ActBytes != 7 || c.WStash != 0.4 {
 		t.Fatalf("ParseCost = %+v, %v", c, err)
 	}
-	if back, err := ParseCost(c.String()); err != nil || !slices.Equal([]float64{back.F, back.B, back.FB, back.Comm, back.Bandwidth, back.CommBytes, back.ActBytes},
-		[]float64{c.F, c.B, c.FB, c.Comm, c.Bandwidth, c.CommBytes, c.ActBytes}) {
+	if back, err := ParseCost(c.String()); err != nil || !slices.Equal([]float64{back.F, back.B, back.FB, back.Comm, back.Bandwidth, back.CommBytes, back.ActBytes, back.WStash},
+		[]float64{c.F, c.B, c.FB, c.Comm, c.Bandwidth, c.CommBytes, c.ActBytes, c.WStash}) {
 		t.Errorf("String round trip: %q -> %+v, %v", c.String(), back, err)
 	}
 	if c, err := ParseCost(""); err != nil || !reflect.DeepEqual(c, Cost{F: 1, I: 1, W: 1}) {
@@ -29,7 +29,9 @@ func TestParseCost(t *testing.T) {
 	}
 	for spec, want := range map[string]string{
 		"F":           "want key=value",
-		"X=1":         `unknown key "X" (valid: F, I, W, B, FB, comm, bw, bytes, act)`,
+		"X=1":         `unknown key "X" (valid: F, I, W, B, FB, comm, bw, bytes, act, wstash)`,
+		"wstash=0":    "wstash is a part of an activation, in (0, 1]",
+		"wstash=1.5":  "wstash is a part of an activation, in (0, 1]",
 		"F=abc":       `"abc" is not a number`,
 		"F=-1":        "must be finite and non-negative",
 		"W=NaN":       "must be finite and non-negative",

@@ -5,21 +5,27 @@ import (
 	"math"
 )
 
-// ZBAuto is the cost-aware zero-bubble scheduler (`zb-auto`), in the spirit of the Zero
-// Bubble paper's automatic scheduling: with real per-stage F, I and W times (uneven stages,
-// W shorter than F) the hand-written ZB-H1 and ZB-H2 layouts leave bubbles, so the schedule is
-// built for the costs. A list scheduler plays the pipeline forward in time on the given
-// costs: whenever a rank is free it runs, in order of preference, an input gradient whose
-// inputs have arrived (it unblocks the previous stage), a forward whose input has arrived
-// while fewer than maxInflight micro-batches hold activations on the rank (memory), and
-// otherwise a deferred weight gradient (filling what would be a bubble); when nothing is
-// ready it waits for the next arrival. It is run for several preferences (forwards before or
-// after ready input gradients, weight gradients deferred as long as possible or not), and
-// the result is compared, simulated on the same costs, with the hand-written schedules that
-// fit the same memory (1F1B and ZB-H1 hold p micro-batches on the first rank, ZB-H2 2p−1):
-// the fastest that validates and keeps within maxInflight is returned. So zb-auto is never
-// slower than ZB-H1 at p in flight, nor than ZB-H2 at 2p−1, on the costs it is given.
-// maxInflight 0 means p.
+// ZBAuto is the cost-aware zero-bubble scheduler (`zb-auto`), after the Zero Bubble paper's
+// automatic scheduling (Qi et al., ICLR 2024, section 3): with real per-stage F, I and W
+// times (uneven stages, W shorter than F) the hand-written ZB-H1 and ZB-H2 layouts leave
+// bubbles, so the schedule is built for the costs under a memory limit of maxInflight
+// micro-batch activations per rank (0: p). A micro-batch holds its activation from the start
+// of its F; between its I and its W it holds the part Cost.WStash says (1 unless given), as
+// the paper counts memory for its ZB-1p (p activations) and ZB-2p (2p).
+//
+// The main candidates are the paper's heuristic, searched (zbSearch): each rank runs its
+// forwards and input gradients in 1F1B order after a warm-up of as many forwards as is
+// chosen for it, and each deferred weight gradient goes where the rank would otherwise wait
+// for its next input (or where memory requires it), the layout timed exactly on the costs,
+// transfers included; the warm-ups and the gap policy are searched. A list scheduler that
+// plays the pipeline forward in time (listSchedule) adds three more, and the hand-written
+// schedules that fit the memory (1F1B and ZB-H1 at p, ZB-H2 at 2p−1) are candidates too.
+// Each is simulated; the one with the smallest span (the paper's cost: the longest first
+// start to last end of a rank) wins, ties going to the shorter step, among those that
+// validate, keep within the memory and whose step time is no longer than the hand-written
+// reference's at this memory (ZB-H2 from 2p−1 micro-batches, else ZB-H1 from p). So zb-auto
+// is never worse than ZB-H1 at p in flight nor than ZB-H2 at 2p−1, by either measure, on the
+// costs it is given.
 func ZBAuto(p, m int, cost Cost, maxInflight int) (*Schedule, error) {
 	if p < 1 || m < 1 {
 		return nil, fmt.Errorf("zb-auto: %d ranks, %d micro-batches", p, m)
@@ -33,40 +39,108 @@ func ZBAuto(p, m int, cost Cost, maxInflight int) (*Schedule, error) {
 	if err := cost.check(p); err != nil {
 		return nil, err
 	}
-	base := func(acts [][]Action, name string) *Schedule {
-		return &Schedule{Name: name, Ranks: p, Stages: p, Microbatches: m, Placement: LoopPlacement(p, 1), Actions: acts}
+	limit, stash := float64(maxInflight), cost.stash()
+	base := func(acts [][]Action) *Schedule {
+		return &Schedule{Name: "zb-auto", Ranks: p, Stages: p, Microbatches: m, Placement: LoopPlacement(p, 1), Actions: acts}
 	}
-	var cands []*Schedule
-	for _, pref := range []zbPref{{fFirst: false, eagerW: false}, {fFirst: true, eagerW: false}, {fFirst: false, eagerW: true}} {
-		cands = append(cands, base(listSchedule(p, m, cost, maxInflight, pref), "zb-auto"))
+	type cand struct {
+		s          *Schedule
+		span, step float64
 	}
+	// One simulation per candidate gives its span, step and memory (SimulateStep; Simulate's
+	// breakdown is not needed), and it fails on a schedule Validate would reject.
+	eval := func(s *Schedule) (cand, bool) {
+		res, err := SimulateStep(s, cost)
+		if err != nil || heldPeak(res, stash) > limit+1e-9 {
+			return cand{}, false
+		}
+		return cand{s, res.SpanTime, res.StepTime}, true
+	}
+	// The hand-written reference at this memory bounds the step time.
+	refStep := math.Inf(1)
+	var cands []cand
 	if m >= p && maxInflight >= p {
-		cands = append(cands, base(genZBH1(p, m, 1), "zb-auto"), base(gen1F1B(p, m, 1), "zb-auto"))
+		ref := base(genZBH1(p, m, 1))
+		if maxInflight >= 2*p-1 {
+			if c, ok := eval(base(genZBH1(p, m, 1))); ok {
+				cands = append(cands, c)
+			}
+			ref = base(genZBH2(p, m, 1))
+		}
+		if c, ok := eval(ref); ok {
+			cands, refStep = append(cands, c), c.step
+		}
+		if c, ok := eval(base(gen1F1B(p, m, 1))); ok {
+			cands = append(cands, c)
+		}
 	}
-	if m >= p && maxInflight >= 2*p-1 {
-		cands = append(cands, base(genZBH2(p, m, 1), "zb-auto"))
+	within := func(span, step float64) bool { return step <= refStep*(1+1e-12) }
+	if acts := zbSearch(p, m, limit, stash, newZBCosts(p, &cost), within); acts != nil {
+		if c, ok := eval(base(acts)); ok {
+			cands = append(cands, c)
+		}
 	}
-	var best *Schedule
-	bestTime := math.Inf(1)
-	for _, s := range cands {
-		if Validate(s) != nil {
+	for _, pref := range []zbPref{{fFirst: false, eagerW: false}, {fFirst: true, eagerW: false}, {fFirst: false, eagerW: true}} {
+		if c, ok := eval(base(listSchedule(p, m, cost, maxInflight, pref))); ok {
+			cands = append(cands, c)
+		}
+	}
+	var best *cand
+	for i := range cands {
+		c := &cands[i]
+		if !within(c.span, c.step) {
 			continue
 		}
-		res, err := Simulate(s, cost)
-		if err != nil {
-			continue
-		}
-		if maxPeak(res.PeakActivations) > maxInflight {
-			continue
-		}
-		if best == nil || res.StepTime < bestTime*(1-1e-12) {
-			best, bestTime = s, res.StepTime
+		if best == nil || c.span < best.span*(1-1e-12) || (c.span <= best.span*(1+1e-12) && c.step < best.step*(1-1e-12)) {
+			best = c
 		}
 	}
 	if best == nil {
 		return nil, fmt.Errorf("zb-auto: no schedule of %d micro-batches on %d ranks keeps within %d micro-batches in flight", m, p, maxInflight)
 	}
-	return best, nil
+	if err := Validate(best.s); err != nil {
+		return nil, fmt.Errorf("zb-auto: internal error: the schedule built does not validate: %w", err)
+	}
+	return best.s, nil
+}
+
+// heldPeak is the most activation memory any rank of res holds, in micro-batch activations
+// (see heldPeaks).
+func heldPeak(res *Result, stash float64) float64 {
+	peak := 0.0
+	for _, h := range heldPeaks(res, stash) {
+		peak = max(peak, h)
+	}
+	return peak
+}
+
+// heldPeaks is, per rank of res, the most activation memory held, in micro-batch
+// activations: a micro-batch holds 1 from the start of its F to the end of its I and stash
+// from there to the end of its W (1 to the end of a full backward B).
+func heldPeaks(res *Result, stash float64) []float64 {
+	out := make([]float64, len(res.Events))
+	for r, evs := range res.Events {
+		held := 0.0
+		for _, e := range evs {
+			for _, c := range e.Action.Computes() {
+				if c.Kind == Forward {
+					held++
+				}
+			}
+			out[r] = max(out[r], held)
+			for _, c := range e.Action.Computes() {
+				switch c.Kind {
+				case BackwardInput:
+					held -= 1 - stash
+				case BackwardWeight:
+					held -= stash
+				case FullBackward:
+					held--
+				}
+			}
+		}
+	}
+	return out
 }
 
 func maxPeak(v []int) int {

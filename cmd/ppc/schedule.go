@@ -136,7 +136,7 @@ func init() {
 		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
 			var sf scheduleFlags
 			sf.register(fs)
-			costFlag := fs.String("cost", "", "per-action costs and link latency `SPEC`, e.g. F=1,I=1,W=1,comm=0.1 (default: unit costs; for a plan, the cost model's per-stage estimates in seconds)")
+			costFlag := fs.String("cost", "", "per-action costs and link latency `SPEC`, e.g. F=1,I=1,W=1,comm=0.1; wstash=0.43: the part of an activation a pending W holds, as zb-auto counts memory (default: unit costs; for a plan, the cost model's per-stage estimates in seconds)")
 			asJSON := fs.Bool("json", false, "print the results as JSON")
 			trace := fs.String("trace", "", "write a Chrome trace to `FILE`")
 			svg := fs.String("svg", "", "write the timeline as SVG to `FILE`")
@@ -223,11 +223,16 @@ func init() {
 				if res.CommTime > 0 {
 					fmt.Fprintf(e.stdout, "  transfers     %s not hidden by compute\n", f(res.CommTime))
 				}
+				fmt.Fprintf(e.stdout, "  span          %s (longest first start to last end of a rank; bubble rate %.4g of it, the Zero Bubble paper's)\n",
+					f(res.SpanTime), res.SpanBubbleRate)
 				for r, a := range res.PeakActivations {
 					if s.Slices > 1 {
 						fmt.Fprintf(e.stdout, "  rank %-3d      peak activations %d token slice(s)", r, a)
 					} else {
 						fmt.Fprintf(e.stdout, "  rank %-3d      peak activations %d micro-batch(es)", r, a)
+					}
+					if r < len(res.PeakActivationsHeld) {
+						fmt.Fprintf(e.stdout, " (%.4g activations held, wstash %g)", res.PeakActivationsHeld[r], cost.WStash)
 					}
 					if r < len(res.PeakActivationBytes) {
 						fmt.Fprintf(e.stdout, ", %s", formatBytes(int64(res.PeakActivationBytes[r])))

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -243,4 +245,46 @@ func mustFloat(t *testing.T, s string) float64 {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// TestSimulateSpanRate: ppc simulate --json reports the Zero Bubble paper's span and bubble
+// rate beside ppc's bubble ratio: for 1F1B on unit costs the rate is (p−1)/(m+p−1), and
+// zb-auto built at the paper's ZB-2p memory for its 6.2B costs (a pending W holding 0.432 of
+// an activation) comes within 0.005 of the paper's 0.0029, holding at most 2p activations;
+// a wstash outside (0, 1] is bad input.
+func TestSimulateSpanRate(t *testing.T) {
+	type out struct {
+		SpanTime       float64   `json:"span_time"`
+		SpanBubbleRate float64   `json:"span_bubble_rate"`
+		BubbleRatio    float64   `json:"bubble_ratio"`
+		Held           []float64 `json:"peak_activations_held"`
+	}
+	run := func(args ...string) out {
+		t.Helper()
+		code, stdout, errOut := ppc(t, "", append([]string{"simulate", "--json"}, args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d\n%s", args, code, errOut)
+		}
+		var o out
+		if err := json.Unmarshal([]byte(stdout), &o); err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	if o := run("--schedule", "1f1b", "--pp", "4", "--microbatches", "8"); o.SpanTime != 33 || math.Abs(o.SpanBubbleRate-3.0/11) > 1e-12 || o.BubbleRatio != 3.0/8 {
+		t.Errorf("1f1b p 4 m 8: span %v rate %v ratio %v, want 33, 3/11, 3/8", o.SpanTime, o.SpanBubbleRate, o.BubbleRatio)
+	}
+	o := run("--schedule", "zb-auto", "--pp", "8", "--microbatches", "24", "--max-inflight", "16",
+		"--cost", "F=29.718,I=29.444,W=19.927,comm=0.527,wstash=0.432")
+	if o.SpanBubbleRate > 0.0029+0.005 || len(o.Held) != 8 {
+		t.Errorf("zb-auto on the paper's 6.2B costs: rate %v, held %v", o.SpanBubbleRate, o.Held)
+	}
+	for r, h := range o.Held {
+		if h > 16+1e-9 {
+			t.Errorf("rank %d holds %v activations, --max-inflight 16", r, h)
+		}
+	}
+	if code, _, errOut := ppc(t, "", "simulate", "--schedule", "zb-auto", "--pp", "4", "--microbatches", "8", "--cost", "wstash=0"); code != exitInput || !strings.Contains(errOut, "wstash is a part of an activation") {
+		t.Errorf("wstash=0: exit %d\n%s", code, errOut)
+	}
 }
