@@ -23,14 +23,14 @@ type Options struct {
 	// Model loading (see Load).
 	Load LoadOptions
 	// Parallelism and schedule.
-	PP            int
-	TP            int  // tensor-parallel ranks per stage
-	SP            bool // sequence parallelism over the tp ranks
+	PP int
+	TP int  // tensor-parallel ranks per stage
+	SP bool // sequence parallelism over the tp ranks
 	// VocabMultiple is Megatron's --make-vocab-size-divisible-by: a vocabulary tp does not
 	// divide is padded to the next multiple of VocabMultiple·tp (passes.PadVocab; 0: 128).
 	VocabMultiple int
-	DP            int  // data-parallel replicas
-	Zero          int  // ZeRO stage (0, 1 or 2) over the dp replicas
+	DP            int // data-parallel replicas
+	Zero          int // ZeRO stage (0, 1 or 2) over the dp replicas
 	Microbatches  int
 	Schedule      string // generator name, or a .csv file in PyTorch's format
 	VirtualStages int

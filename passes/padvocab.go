@@ -16,7 +16,8 @@ var PadVocab = &Pass{
 		"input's indices) and an output head (the parameter of the matmul, and a bias added to it, whose " +
 		"result reaches a cross_entropy's classes through casts, reshapes and scalar factors) get their " +
 		"vocabulary dim padded from V to the next multiple of multiple·tp, so that every tp rank holds " +
-		"multiple·k rows. Only sizes tp does not divide are padded (tp = 1 never is), and parameters the " +
+		"multiple·k rows. Only sizes tp does not divide are padded (tp = 1 never is; nor a vocabulary smaller " +
+		"than tp, which is an error of shard-annotate), and parameters the " +
 		"user sharded by hand are left alone. The padding is exact: the extra rows start at zero (the " +
 		"runtime initialises and checkpoints only the first V, the parameter's `unpadded` shape), the " +
 		"padded logits are replaced by the dtype's lowest finite value before the cross-entropy (a where on " +
@@ -63,7 +64,9 @@ func runPadVocab(m *ir.Module, opts Options) error {
 	seeds := map[*ir.Value]int{}
 	seed := func(v *ir.Value, dim int) {
 		i, ok := argIdx[v]
-		if !ok || dim >= v.Type.Rank() || v.Type.Shape[dim]%tp == 0 {
+		// A vocabulary smaller than tp is not padded: each rank would hold rows of padding
+		// only (--tp 1000000 is a mistake to report, not a padding of 128 million rows).
+		if !ok || dim >= v.Type.Rank() || v.Type.Shape[dim]%tp == 0 || v.Type.Shape[dim] < tp {
 			return
 		}
 		if at := f.ArgAttrs[i]; !at.Has(ir.AttrParam) || at.Has(ir.AttrShard) || at.Has(ir.AttrUnpadded) {
