@@ -1406,7 +1406,7 @@ func (g *gen) describe(p *Plan, progs []*pb.Program) {
 					sh := g.shards[a.Name]
 					pr := Param{Name: a.Name, DType: a.Type.DType.String(), Shape: g.logicalShape(a.Type.Shape, sh), Init: at.Str(ir.AttrInit, "")}
 					if u := g.unpadded[a.Name]; u != nil {
-						pr.Shape = u // checkpoints hold the tensor the user sees
+						pr.Shape, pr.Padded = u, pr.Shape // checkpoints hold the tensor the user sees
 					}
 					if sh != nil {
 						pr.Shard = sh.Dims

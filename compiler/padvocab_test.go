@@ -3,10 +3,12 @@ package compiler
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 
 	pb "ppc.dev/ppc/codegen/programpb"
+	"ppc.dev/ppc/runtime/data"
 )
 
 // Vocabulary padding (passes.PadVocab) is exact: a model whose vocabulary tp does not divide
@@ -144,5 +146,36 @@ func TestPadVocabExportUnpadded(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("no wte initializer")
+	}
+}
+
+// TestPadVocabInfer: ppc infer --tp 2 on the odd vocabulary gives the one-device outputs —
+// the logits of the unpadded 509 classes (the padded model's logits are sliced back) and
+// the loss — within rtol 1e-5.
+func TestPadVocabInfer(t *testing.T) {
+	lo := oddVocab("tiny")
+	one, _, err := Infer(gptPPM, lo, InferMesh{}, nil, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, _, err := Infer(gptPPM, lo, InferMesh{TP: 2}, nil, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(one) != len(two) || len(one) == 0 {
+		t.Fatalf("%d outputs at tp 2, %d on one device", len(two), len(one))
+	}
+	for i := range one {
+		a, b := one[i].Tensor, two[i].Tensor
+		if !a.Type.Equal(b.Type) {
+			t.Fatalf("output %s: %s at tp 2, %s on one device", one[i].Name, b.Type, a.Type)
+		}
+		x, y := data.Float64s(a), data.Float64s(b)
+		for j := range x {
+			if math.Abs(x[j]-y[j]) > 1e-6+1e-5*math.Abs(x[j]) {
+				t.Fatalf("output %s element %d: %g at tp 2, %g on one device", one[i].Name, j, y[j], x[j])
+			}
+		}
+		t.Logf("output %s: %s", one[i].Name, a.Type)
 	}
 }

@@ -298,6 +298,12 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 	}
 	fmt.Fprintf(w, "compiled %s (%s) into %s\n", p.Model, kind, dir)
 	fmt.Fprintf(w, "  parameters   %s (%d tensors)\n", groupDigits(params), len(p.Params))
+	for _, pr := range p.Params {
+		if pr.Padded != nil {
+			fmt.Fprintf(w, "  padded       %s %s → %s for --tp %d (checkpoints and exports hold %s; the padded logits are masked out)\n",
+				pr.Name, shapeText(pr.Shape), shapeText(pr.Padded), p.Mesh.Size("tp"), shapeText(pr.Shape))
+		}
+	}
 	mb := fmt.Sprintf("%d micro-batch(es)", p.Microbatches)
 	if p.Mesh.DP > 1 {
 		mb = fmt.Sprintf("%d micro-batch(es) per replica, %d in all", p.Microbatches, p.GlobalMicrobatches())
@@ -560,6 +566,15 @@ func sliceList(v []int) string {
 			parts = append(parts, fmt.Sprint(v[i]))
 		}
 		i = j
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// shapeText is a shape as [a, b].
+func shapeText(s []int) string {
+	parts := make([]string, len(s))
+	for i, d := range s {
+		parts[i] = strconv.Itoa(d)
 	}
 	return "[" + strings.Join(parts, ", ") + "]"
 }

@@ -17,9 +17,12 @@ import (
 // --make-vocab-size-divisible-by exits 2 from compile and plan.
 func TestPadVocabCLI(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "plan")
-	code, _, errs := ppc(t, "", "compile", gpt, "--preset", "tiny", "--set", "vocab=510", "--tp", "4", "-o", dir)
+	code, out, errs := ppc(t, "", "compile", gpt, "--preset", "tiny", "--set", "vocab=510", "--tp", "4", "-o", dir)
 	if code != 0 {
 		t.Fatalf("--tp 4 on a vocabulary of 510: exit %d: %s", code, errs)
+	}
+	if want := "padded       wte [510, 64] → [512, 64] for --tp 4"; !strings.Contains(out, want) {
+		t.Errorf("the summary lacks %q:\n%s", want, out)
 	}
 	raw, err := os.ReadFile(filepath.Join(dir, "plan.json"))
 	if err != nil {
@@ -30,10 +33,10 @@ func TestPadVocabCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	i := slices.IndexFunc(p.Params, func(pr codegen.Param) bool { return pr.Name == "wte" })
-	if i < 0 || !slices.Equal(p.Params[i].Shape, []int{510, 64}) {
-		t.Errorf("plan.json's wte: %+v, want the unpadded shape [510 64]", p.Params)
+	if i < 0 || !slices.Equal(p.Params[i].Shape, []int{510, 64}) || !slices.Equal(p.Params[i].Padded, []int{512, 64}) {
+		t.Errorf("plan.json's wte: %+v, want the unpadded shape [510 64], padded [512 64]", p.Params)
 	}
-	out := filepath.Join(t.TempDir(), "x")
+	out = filepath.Join(t.TempDir(), "x")
 	runCases(t, []cliCase{
 		{[]string{"compile", gpt, "--preset", "tiny", "--tp", "2", "--make-vocab-size-divisible-by", "0", "-o", out}, exitInput,
 			[]string{"--make-vocab-size-divisible-by must be a positive integer, got 0"}, []string{"reproducer"}},
