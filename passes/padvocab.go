@@ -155,7 +155,7 @@ func runPadVocab(m *ir.Module, opts Options) error {
 		}
 		for i, r := range res {
 			r.Name = op.Results[i].Name
-			res[i].Def.Remat = op.Remat
+			r.Def.Remat, r.Def.Shard = op.Remat, op.Shard
 			sub[op.Results[i]] = r
 			if i == 0 && out.to > 0 {
 				pads[r] = out
