@@ -150,6 +150,7 @@ type gen struct {
 	dev          passes.DeviceProfile // the profile the estimates assume
 	mesh         Mesh
 	shards       map[string]*ir.Sharding // parameter → its sharding (absent: whole)
+	unpadded     map[string][]int        // parameter → the shape the user sees, when padded (ir.AttrUnpadded)
 	rankProgs    []*ir.Func              // @rank<r>: each pipeline rank's step (passes.RankPrograms)
 	funcs        map[string]*ir.Func
 	blocks       map[string]*lower.Block
@@ -269,6 +270,14 @@ func moduleMesh(m *ir.Module, ranks int) (Mesh, error) {
 // parameters).
 func (g *gen) collectShardings() error {
 	g.shards = map[string]*ir.Sharding{}
+	g.unpadded = map[string][]int{}
+	for _, f := range g.m.Funcs {
+		for i, a := range f.Args {
+			if u := f.ArgAttrs[i].Ints(ir.AttrUnpadded); u != nil && f.ArgAttrs[i].Has(ir.AttrParam) {
+				g.unpadded[a.Name] = u
+			}
+		}
+	}
 	if !g.m.Attrs.Has(ir.AttrPartitioned) {
 		return nil
 	}
@@ -973,6 +982,7 @@ func (rg *rankGen) bindArg(f *ir.Func, i, mb int) (int, error) {
 			rg.prog.Buffers[buf].Init = at.Str(ir.AttrInit, "zeros")
 		}
 		rg.prog.Buffers[buf].Shard = shardProto(s)
+		rg.prog.Buffers[buf].Unpadded = int64s(at.Ints(ir.AttrUnpadded))
 		rg.named["state:"+name] = buf
 		return buf, nil
 	case at.Has("step"):
@@ -996,6 +1006,7 @@ func (rg *rankGen) param(name string, t ir.Type, at ir.Attrs) (int, error) {
 	buf := rg.newBuffer(name, t, pb.Role_PARAM)
 	b := rg.prog.Buffers[buf]
 	b.Shard = shardProto(rg.g.shards[name])
+	b.Unpadded = int64s(rg.g.unpadded[name])
 	if d, ok := at.Get(ir.AttrData).(*ir.Dense); ok {
 		if d.Elided {
 			return 0, fmt.Errorf("parameter %q: its data was elided; re-import the model", name)
@@ -1006,6 +1017,18 @@ func (rg *rankGen) param(name string, t ir.Type, at ir.Attrs) (int, error) {
 	}
 	rg.named["param:"+name] = buf
 	return buf, nil
+}
+
+// int64s is a shape as the program records it (nil for nil).
+func int64s(v []int) []int64 {
+	if v == nil {
+		return nil
+	}
+	out := make([]int64, len(v))
+	for i, x := range v {
+		out[i] = int64(x)
+	}
+	return out
 }
 
 func expand(d *ir.Dense) []byte {
@@ -1361,6 +1384,9 @@ func (g *gen) describe(p *Plan, progs []*pb.Program) {
 					order = append(order, a.Name)
 					sh := g.shards[a.Name]
 					pr := Param{Name: a.Name, DType: a.Type.DType.String(), Shape: g.logicalShape(a.Type.Shape, sh), Init: at.Str(ir.AttrInit, "")}
+					if u := g.unpadded[a.Name]; u != nil {
+						pr.Shape, pr.Padded = u, pr.Shape // checkpoints hold the tensor the user sees
+					}
 					if sh != nil {
 						pr.Shard = sh.Dims
 					}

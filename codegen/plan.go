@@ -267,6 +267,9 @@ type Param struct {
 	Name  string `json:"name"`
 	DType string `json:"dtype"`
 	Shape []int  `json:"shape"` // the logical (full) tensor's, as checkpoints hold it
+	// Padded is the shape the ranks hold when the compile padded the tensor (a vocabulary
+	// tp does not divide, passes.PadVocab): Shape is its leading block, the rest zero.
+	Padded []int `json:"padded,omitempty"`
 	// Shard lists, per dim, the mesh axes that split it (none: whole); empty when no dim is
 	// split. Its optimizer state is split the same way.
 	Shard [][]string `json:"shard,omitempty"`

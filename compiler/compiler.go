@@ -23,11 +23,14 @@ type Options struct {
 	// Model loading (see Load).
 	Load LoadOptions
 	// Parallelism and schedule.
-	PP            int
-	TP            int  // tensor-parallel ranks per stage
-	SP            bool // sequence parallelism over the tp ranks
-	DP            int  // data-parallel replicas
-	Zero          int  // ZeRO stage (0, 1 or 2) over the dp replicas
+	PP int
+	TP int  // tensor-parallel ranks per stage
+	SP bool // sequence parallelism over the tp ranks
+	// VocabMultiple is Megatron's --make-vocab-size-divisible-by: a vocabulary tp does not
+	// divide is padded to the next multiple of VocabMultiple·tp (passes.PadVocab; 0: 128).
+	VocabMultiple int
+	DP            int // data-parallel replicas
+	Zero          int // ZeRO stage (0, 1 or 2) over the dp replicas
 	Microbatches  int
 	Schedule      string // generator name, or a .csv file in PyTorch's format
 	VirtualStages int
@@ -71,6 +74,9 @@ type Options struct {
 	// Pass manager.
 	Passes passes.Config
 }
+
+// DefaultVocabMultiple is Megatron-LM's default --make-vocab-size-divisible-by.
+const DefaultVocabMultiple = 128
 
 // Result is a compiled job.
 type Result struct {
@@ -189,6 +195,11 @@ var compilePasses = []struct {
 	}},
 	// Tensor (and sequence) parallelism: each stage becomes the program of one tp rank before
 	// pipeline partitioning, so stages, costs and autodiff see local shapes.
+	// A vocabulary tp does not divide is padded (exactly: masked logits, unpadded
+	// checkpoints) before the tp passes split it.
+	{"pad-vocab", func(c *compilation) string {
+		return when(c.splitsTP(), fmt.Sprintf("pad-vocab{multiple=%d}", c.opts.VocabMultiple))
+	}},
 	{"shard-annotate", func(c *compilation) string { return when(c.splitsTP(), "shard-annotate") }},
 	{"shard-propagate", func(c *compilation) string {
 		return when(c.splitsTP(), fmt.Sprintf("shard-propagate{sp=%t}", c.opts.SP))
@@ -282,6 +293,12 @@ func (c *compilation) resolveOptions() (*Result, error) {
 	o := &c.opts
 	o.PP = max(o.PP, 1)
 	o.TP, o.DP = max(o.TP, 1), max(o.DP, 1)
+	switch {
+	case o.VocabMultiple == 0:
+		o.VocabMultiple = DefaultVocabMultiple
+	case o.VocabMultiple < 0:
+		return nil, fmt.Errorf("--make-vocab-size-divisible-by %d: want a positive integer (1 pads to the next multiple of tp)", o.VocabMultiple)
+	}
 	if o.Microbatches < 1 {
 		// Not given: a CSV schedule says how many micro-batches it runs (a bad file is
 		// reported when the schedule is loaded); else an IR file's `microbatches` attribute,

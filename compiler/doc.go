@@ -4,7 +4,7 @@
 // model with the right frontend (.onnx, .ppm, or .ir), check it can train, compile again with
 // what a probe finds (zb-auto's stage costs, --token-slices auto), build the pipeline schedule
 // (which fixes the number of stages per rank) and the mesh, run the pass pipeline —
-// compilePasses, one row per pass: canonicalize, cse, dce, [add-loss], [precision], [tp passes],
+// compilePasses, one row per pass: canonicalize, cse, dce, [add-loss], [precision], [tp passes: pad-vocab, shard-annotate, shard-propagate, spmd-partition],
 // partition, [token-slice], autodiff, optimizer, [loss-scale], cse, dce, split-stages,
 // rank-programs, grad-reduce, tied-grads, rank-optimizer, each named as --print-ir-after names it
 // — check that the CPU runtime has a kernel for every op in its dtypes (so that an op it lacks is

@@ -39,6 +39,11 @@ const (
 	AttrName = "name"
 	// AttrGrad (string, on a result) marks the gradient of the named parameter.
 	AttrGrad = "grad"
+	// AttrUnpadded (ints, on a parameter or optimizer state) is the shape the user sees
+	// when the compile padded the tensor (passes.PadVocab pads a vocabulary tp does not
+	// divide): checkpoints, exports and initialisation hold this leading block of it, and
+	// the elements beyond it are zero and stay zero.
+	AttrUnpadded = "unpadded"
 	// AttrMicrobatches (int, on the module) is the number of micro-batches per step.
 	AttrMicrobatches = "microbatches"
 )

@@ -2,6 +2,7 @@ package ir
 
 import (
 	"fmt"
+	"slices"
 )
 
 // maxVerifyErrors bounds how many problems one Verify call reports.
@@ -102,6 +103,14 @@ func (v *verifier) fn(f *Func, commExplicit bool) {
 		}
 		if _, err := CheckArgAttrs(f.ArgAttrs[i]); err != nil {
 			v.errorf(f.Loc, "@%s: argument %%%s: %v", f.Name, a.Name, err)
+		}
+		if u := f.ArgAttrs[i].Get(AttrUnpadded); u != nil {
+			// The user-visible shape of a padded tensor: one positive size per dim (the
+			// argument's own type may be a shard's, so it is not compared).
+			dims := f.ArgAttrs[i].Ints(AttrUnpadded)
+			if dims == nil || len(dims) != a.Type.Rank() || slices.ContainsFunc(dims, func(d int) bool { return d < 1 }) {
+				v.errorf(f.Loc, "@%s: argument %%%s: attribute %s must list one positive size per dim of %s, got %s", f.Name, a.Name, AttrUnpadded, a.Type, AttrString(u))
+			}
 		}
 		defined[a] = true
 		if s, err := ArgSharding(f, i); err != nil {

@@ -18,6 +18,20 @@
 // autodiff — Megatron's conjugate-operator formulation rather than GSPMD's partitioning of
 // the whole training graph:
 //
+//   - pad-vocab (padvocab.go) first pads a vocabulary tp does not divide (GPT-2's 50257) as
+//     Megatron-LM's --make-vocab-size-divisible-by does: the token table's rows and the output
+//     head's classes go to the next multiple of multiple·tp (default 128·tp; only when tp does
+//     not divide the vocabulary, so tp = 1 and divisible vocabularies keep their shapes). We
+//     chose padding over an uneven split, which every later pass, the cost model and the
+//     rank programs would have to know about; Megatron's choice, and one pass. It is exact,
+//     not approximately so: the padded logits become the dtype's lowest finite value (a where
+//     on an iota) before the cross-entropy, so their softmax weight and every gradient that
+//     reaches the padding are exactly 0, and the extra rows stay zero. The parameter keeps
+//     its user-visible shape as `unpadded` (ir.AttrUnpadded, pb.Buffer.unpadded): the runtime
+//     draws the initial values of that block exactly as for the unpadded tensor, and
+//     checkpoints, ppc export and ppc infer's outputs hold the unpadded tensors, so padded
+//     and unpadded layouts resume each other. compiler/padvocab_test.go trains tp 2 and 4
+//     against the unpadded model on one device.
 //   - shard-annotate (spmd_annotate.go) applies Megatron's rules to the parameters the user
 //     left unsharded, recognising the patterns by how a trial sharding propagates rather than
 //     by names: a weight goes column-parallel when its split reaches another matmul's

@@ -399,9 +399,15 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 		if m.Attrs.Has(ir.AttrPartitioned) { // elsewhere a shard is a request, shapes are whole
 			shard = train.ArgAttrs[p.Index].Get(ir.AttrShard)
 		}
+		// A padded parameter (pad-vocab) keeps its user-visible shape on its state too, which
+		// checkpoints hold unpadded likewise.
+		unpadded := train.ArgAttrs[p.Index].Get(ir.AttrUnpadded)
 		laidOut := func(as ir.Attrs) ir.Attrs {
 			if shard != nil {
 				as = as.Set(ir.AttrShard, shard)
+			}
+			if unpadded != nil {
+				as = as.Set(ir.AttrUnpadded, unpadded)
 			}
 			return as
 		}
@@ -430,6 +436,9 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 			as := ir.Attrs{{Name: ir.AttrInit, Value: ir.String("zeros")}, {Name: AttrState, Value: ir.String(name)}}
 			if stShard != nil {
 				as = as.Set(ir.AttrShard, stShard)
+			}
+			if unpadded != nil {
+				as = as.Set(ir.AttrUnpadded, unpadded)
 			}
 			op.state = append(op.state, f.AddArg(name, st, as))
 		}

@@ -20,7 +20,8 @@ var ShardAnnotate = &Pass{
 		"projection, the MLP's down projection), and biases and other parameters that meet a split value " +
 		"elementwise are split the same way. Recognising patterns by how shardings propagate " +
 		"(shard-propagate's rules) rather than by names makes it work on the IR of ONNX transformers as on " +
-		"DSL models. A pattern that tp does not divide (heads, kv heads, hidden or vocabulary sizes) is an " +
+		"DSL models. A pattern that tp does not divide (heads, kv heads, hidden sizes; a vocabulary pad-vocab " +
+		"did not pad) is an " +
 		"error naming the dim and the sizes that would work. The choice does not depend on sequence " +
 		"parallelism, which only changes how shard-propagate reduces partial sums. A module without a tp " +
 		"axis larger than 1 is left alone.",
@@ -192,15 +193,10 @@ func misfitError(op *ir.Op, w *ir.Value, dim, tp int, trial, base *layoutPlan) e
 		}
 		size = mf.size
 	}
-	hint := ""
-	// Padding the vocabulary, as Megatron does, is worth suggesting when it adds a few rows;
-	// padding 512 tokens to a million for --tp 1000000 is not a remedy but a sign that tp
-	// is wrong.
-	if pad := (size + tp - 1) / tp * tp; op.Name() == "gather" && pad-size <= size/8 {
-		hint = fmt.Sprintf("; or pad the vocabulary to %d, the next multiple of %d, as Megatron does (--make-vocab-size-divisible-by); for a .ppm model: --set vocab=%d", pad, tp, pad)
-	}
-	return &ir.Error{Loc: op.Loc, Msg: fmt.Sprintf("--tp %d cannot split %s: %d is not divisible by %d; tp sizes that divide it: %s%s",
-		tp, what, size, tp, divisors(size), hint)}
+	// A vocabulary tp does not divide reaches here only when pad-vocab left it alone (smaller
+	// than tp, or sharded by hand): padding is then no remedy.
+	return &ir.Error{Loc: op.Loc, Msg: fmt.Sprintf("--tp %d cannot split %s: %d is not divisible by %d; tp sizes that divide it: %s",
+		tp, what, size, tp, divisors(size))}
 }
 
 // divisors lists the divisors of n up to 64 (the tp sizes one would try).

@@ -9,6 +9,7 @@ var table = []*Pass{
 	DCE,
 	AddLoss,
 	Precision,
+	PadVocab,
 	ShardAnnotate,
 	ShardPropagate,
 	SpmdPartition,

@@ -45,6 +45,15 @@
 // branch and bound, which simulates a few hundred. The search for GPT-3 175B on 1024
 // GPUs takes about 4 s on two cores (BenchmarkSearchGPT3_1024).
 //
+// The tensor-parallel sizes are the divisors of the GPU count inside a node. A vocabulary
+// none of them divides is padded in the probes as ppc compile pads it (passes.PadVocab,
+// Request.VocabMultiple), so GPT-3's 50257 does not keep tp > 1 out of the search. A size the
+// model cannot take (heads tp does not divide) drops out when its probe fails; when every
+// configuration of the GPU count needs such a size, the planner does not report that
+// compile's error about a --tp the user never gave, but an input error: which tp the count
+// forces, why the model refuses it, the sizes it takes, and the nearest GPU counts that some
+// configuration uses (noSplitError).
+//
 // # Why probes rather than the playbook's formulas
 //
 // passes.ActivationBytesPerLayer and passes.ModelState are the formulas (and tests hold

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"ppc.dev/ppc/codegen"
+	"ppc.dev/ppc/compiler"
 	"ppc.dev/ppc/schedule"
 )
 
@@ -530,6 +531,9 @@ func (p *planner) command(c Config) string {
 		"--pp", fmt.Sprint(c.PP), "--dp", fmt.Sprint(c.DP), "--tp", fmt.Sprint(c.TP))
 	if c.SP {
 		args = append(args, "--sp")
+	}
+	if m := p.req.VocabMultiple; c.TP > 1 && m > 0 && m != compiler.DefaultVocabMultiple {
+		args = append(args, "--make-vocab-size-divisible-by", fmt.Sprint(m))
 	}
 	args = append(args, "--microbatches", fmt.Sprint(c.Microbatches), "--schedule", c.Schedule)
 	if c.V > 1 {

@@ -33,6 +33,9 @@ type Request struct {
 	Precision   string // compute dtype (default bf16)
 	Fix         Fixed
 	Top         int // plans to return (default 5)
+	// VocabMultiple is --make-vocab-size-divisible-by: under tp, a vocabulary tp does not
+	// divide is padded to a multiple of it times tp (0: compiler.DefaultVocabMultiple).
+	VocabMultiple int
 }
 
 // Fixed are the dimensions the user fixed, with ppc compile's flags; zero values leave a
@@ -593,7 +596,10 @@ func (p *planner) run(cands []candidate, res *Result) error {
 		}
 	}
 	if ok == 0 {
-		return inputErr("%v", firstErr)
+		if p.req.Fix.TP > 0 {
+			return inputErr("%v", firstErr) // the user's tp: the compile's message says why
+		}
+		return p.noSplitError(list[0].tp, firstErr)
 	}
 	// The token-slice cost model per tp (a probe partitioned one unit per stage).
 	for _, c := range cands {
@@ -604,7 +610,7 @@ func (p *planner) run(cands []candidate, res *Result) error {
 			continue
 		}
 		res, err := compiler.Compile(p.req.Model, compiler.Options{Load: p.load(1), PP: p.units, TP: c.TP, Microbatches: 1, Schedule: "gpipe",
-			Precision: p.precision, Partition: "auto", GPU: p.dev.Name, StopAfter: "partition"})
+			Precision: p.precision, Partition: "auto", GPU: p.dev.Name, StopAfter: "partition", VocabMultiple: p.req.VocabMultiple})
 		var sl *passes.SliceCostModel
 		if err == nil {
 			sl, err = passes.NewSliceCostModel(res.Module, p.dev)
@@ -697,6 +703,74 @@ func (p *planner) run(cands []candidate, res *Result) error {
 		res.Unfit = nil // it would not have won anyway
 	}
 	return nil
+}
+
+// noSplitError explains a search whose every configuration needs a tensor-parallel size the
+// model cannot be split by (tp, the first, failing with err): the GPU count admits no other,
+// given the model's units and the batch. That is the request's problem, not a configuration
+// the planner made up: it names the GPU counts near --gpus that some tp the model takes can
+// use.
+func (p *planner) noSplitError(tp int, err error) error {
+	var sizes []int
+	for t := 1; t <= p.dev.GPUsPerNode; t++ {
+		if p.tpSplits(t) {
+			sizes = append(sizes, t)
+		}
+	}
+	feasible := func(g int) bool {
+		if g > p.dev.GPUsPerNode && g%p.dev.GPUsPerNode != 0 {
+			return false // whole nodes
+		}
+		for _, t := range sizes {
+			for dp := 1; t <= g && dp <= g/t; dp++ {
+				if g%(t*dp) == 0 && p.batch%dp == 0 && g/(t*dp) <= p.units {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	var near []string
+	for g := p.req.GPUs - 1; g >= 1; g-- {
+		if feasible(g) {
+			near = append(near, strconv.Itoa(g))
+			break
+		}
+	}
+	for g := p.req.GPUs + 1; g <= 4*p.req.GPUs+8; g++ {
+		if feasible(g) {
+			near = append(near, strconv.Itoa(g))
+			break
+		}
+	}
+	msg := fmt.Sprintf("no configuration of %d GPUs fits the model: with at most %d pipeline stages (its units, %s) and a data-parallel size dividing the global batch of %d, every one needs tensor parallelism %d, and %v",
+		p.req.GPUs, p.units, p.unitNames, p.batch, tp, err)
+	if len(sizes) > 0 {
+		msg += fmt.Sprintf("; the model splits over tp %s", joinInts(sizes))
+	}
+	if len(near) > 0 {
+		msg += fmt.Sprintf("; try --gpus %s", strings.Join(near, " or "))
+	}
+	return inputErr("%s", msg)
+}
+
+// tpSplits reports whether the model's tp passes split it over tp ranks (a compile through
+// pipeline partitioning, one stage).
+func (p *planner) tpSplits(tp int) bool {
+	if tp == 1 {
+		return true
+	}
+	_, err := compiler.Compile(p.req.Model, compiler.Options{Load: p.load(1), TP: tp, Microbatches: 1, Precision: p.precision,
+		GPU: p.dev.Name, StopAfter: "partition", VocabMultiple: p.req.VocabMultiple})
+	return err == nil
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ", ")
 }
 
 // describe is a configuration in a few words.

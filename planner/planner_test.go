@@ -1,8 +1,10 @@
 package planner
 
 import (
+	"errors"
 	"math"
 	"math/rand"
+	"strings"
 	"testing"
 
 	"ppc.dev/ppc/compiler"
@@ -194,5 +196,24 @@ func TestTeraPipe(t *testing.T) {
 		best.Config.TokenSlices, best.StepTime, best.Config.describe(), off.Plans[0].StepTime, off.Plans[0].Config.describe(), speedup)
 	if speedup < 2 {
 		t.Errorf("token slices gain %.2f×, want at least 2×", speedup)
+	}
+}
+
+// TestPlanOwnTP: the planner never fails on a tensor-parallel size it chose itself. For
+// GPT-3 175B on 1000 GPUs with a global batch of 256, only tp 5 could use exactly 1000 GPUs
+// (98 units at most in the pipeline, dp a divisor of 256), and 96 heads do not split 5 ways:
+// that is an input error naming the GPU counts near 1000 that work, and the tp sizes the
+// model takes (3 and 6 among them now that the vocabulary of 50257 is padded), not a
+// compile error of a configuration the user never asked for. (With a batch of 1000 the
+// search succeeds with tp 4 and 8: cmd/ppc's TestPlan1000GPUsCompiles.)
+func TestPlanOwnTP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("probes GPT-3 175B at every tp")
+	}
+	_, err := Search(Request{Model: gptPPM, Load: compiler.LoadOptions{Preset: "gpt3-175b"}, Device: passes.H100, GPUs: 1000, GlobalBatch: 256, Fix: free(), Top: 3})
+	var ie *InputError
+	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "every one needs tensor parallelism 5") || !strings.Contains(err.Error(), "try --gpus 992 or 1008") ||
+		!strings.Contains(err.Error(), "the model splits over tp 1, 2, 3, 4, 6, 8") {
+		t.Errorf("batch 256: %v; want an input error naming tp 5 and --gpus 992 or 1008", err)
 	}
 }

@@ -46,7 +46,7 @@ func (p *planner) probe(tp int, sp bool, modes []string) (map[probeKey][2][]unit
 	out := map[probeKey][2][]unitCost{}
 	for b := 1; b <= 2; b++ {
 		opts := compiler.Options{Load: p.load(b), PP: p.units, TP: tp, SP: sp, Microbatches: 1, Schedule: "gpipe",
-			Precision: p.precision, Partition: "auto", GPU: p.dev.Name}
+			Precision: p.precision, Partition: "auto", GPU: p.dev.Name, VocabMultiple: p.req.VocabMultiple}
 		mods, err := compiler.ProbeSplit(p.req.Model, opts, modes)
 		if err != nil {
 			return nil, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -180,11 +181,13 @@ func (j *Job) SaveAll(dir string, seed uint64) error {
 	return &dist.RemoteError{Msg: fmt.Sprintf("the checkpoint was not saved: %s%s", v.Error, intact), Rank: v.Rank}
 }
 
-// ownedBlock is one block a rank writes.
+// ownedBlock is one block a rank writes: of a padded tensor, only the part inside the
+// unpadded one (shape; nil: the buffer's).
 type ownedBlock struct {
 	rank, buf int
 	name      string
 	offset    []int64
+	shape     ir.Shape
 }
 
 // owners lists every distinct block of every parameter and optimizer state with the lowest
@@ -200,8 +203,20 @@ func (j *Job) owners() []ownedBlock {
 				continue
 			}
 			var off []int64
+			var shape ir.Shape
 			if g := r.shards[i]; g != nil {
 				off = g.offset
+				if g.valid != nil {
+					// A padded tensor's block clipped to the unpadded one; a block of
+					// padding only is not written.
+					shape = slices.Clone(r.Bufs[i].Type.Shape)
+					for d := range shape {
+						shape[d] = int(max(0, min(int64(shape[d]), g.valid[d]-off[d])))
+					}
+					if shape.NumElements() == 0 {
+						continue
+					}
+				}
 			} else {
 				off = make([]int64, r.Bufs[i].Type.Rank())
 			}
@@ -210,7 +225,7 @@ func (j *Job) owners() []ownedBlock {
 				continue
 			}
 			seen[key] = true
-			out = append(out, ownedBlock{rank: r.Index, buf: i, name: b.Name, offset: off})
+			out = append(out, ownedBlock{rank: r.Index, buf: i, name: b.Name, offset: off, shape: shape})
 		}
 	}
 	return out
@@ -236,6 +251,9 @@ func (j *Job) writeShards(dir string) ([]checkpoint.ShardFile, error) {
 		if err != nil {
 			return nil, err
 		}
+		if o.shape != nil {
+			t = clipBlock(t, r.shards[o.buf], o.shape)
+		}
 		byRank[o.rank][o.name] = t
 	}
 	return checkpoint.WriteShards(dir, j.StepCount(), byRank)
@@ -247,10 +265,26 @@ func (j *Job) commit(dir string, seed uint64, files []checkpoint.ShardFile) erro
 	var blocks []checkpoint.Block
 	for _, o := range j.owners() {
 		r := j.all[o.rank]
-		blocks = append(blocks, checkpoint.Block{Rank: o.rank, Name: o.name, Full: r.globalType(o.buf), Offset: o.offset, Shape: r.Bufs[o.buf].Type.Shape})
+		shape := o.shape
+		if shape == nil {
+			shape = r.Bufs[o.buf].Type.Shape
+		}
+		blocks = append(blocks, checkpoint.Block{Rank: o.rank, Name: o.name, Full: r.globalType(o.buf), Offset: o.offset, Shape: shape})
 	}
 	meta := checkpoint.Meta{Step: j.StepCount(), Seed: seed, SourceHash: j.Plan.SourceHash, Model: j.Plan.Model, Optimizer: j.Plan.Optimizer}
 	return checkpoint.Commit(dir, meta, blocks, files)
+}
+
+// clipBlock is the part of a padded tensor's block t (placed by g) inside the unpadded
+// tensor, of shape clipped: the block's runs inside it, in order, are that part's rows.
+func clipBlock(t device.Tensor, g *shardGeom, clipped ir.Shape) device.Tensor {
+	out := device.Tensor{Type: ir.Type{DType: t.Type.DType, Shape: clipped}}
+	out.Data = make([]byte, 0, out.Type.Bytes())
+	es := int64(t.Type.DType.Size())
+	for _, rn := range contiguousRuns(g, t.Type) {
+		out.Data = append(out.Data, t.Data[rn.local*es:(rn.local+rn.n)*es]...)
+	}
+	return out
 }
 
 // StepCount is the number of the last step run (0 before the first).
@@ -409,10 +443,16 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 				// Each rank takes its block of the full tensor from whichever stored blocks
 				// it overlaps: any layout resumes any other.
 				var off []int64 // nil: the whole tensor
+				padded := false
 				if g := r.shards[i]; g != nil {
-					off = g.offset
+					off, padded = g.offset, g.valid != nil
 				}
-				err := j.writeHost(r.Bufs[i], func(t device.Tensor) error { return ck.ReadInto(b.Name, off, t) })
+				err := j.writeHost(r.Bufs[i], func(t device.Tensor) error {
+					if padded {
+						clear(t.Data) // the checkpoint holds the unpadded tensor: the padding is zero
+					}
+					return ck.ReadInto(b.Name, off, t)
+				})
 				var ie *fault.InputError
 				if errors.As(err, &ie) {
 					return Resumed{}, err // the checkpoint's fault, named

@@ -68,7 +68,11 @@
 //     stream keyed by (seed, name) at counter i of the full tensor (kernels/cpu.KeyFor), so
 //     any layout initialises the same model; InitialValue gives a whole parameter's start
 //     by the same code (ppc export writes it). Synthetic data is as shard-invariant
-//     (runtime/data).
+//     (runtime/data). A padded parameter (a vocabulary tp does not divide, pb.Buffer's
+//     unpadded shape) counts i in its unpadded tensor, so it starts as the unpadded model
+//     does, with zeros in the padding; checkpoints hold only the unpadded block (a block of
+//     padding alone is not written) and resuming zeroes the padding, so padded and unpadded
+//     layouts resume each other (shardGeom.valid, contiguousRuns).
 //   - Traces are streamed to their file step by step on one clock from the start of the run,
 //     so a long run's trace costs no memory and an interrupted one is valid once closed.
 //   - Checkpoints are runtime/checkpoint's; the job says which rank owns which block (the

@@ -16,7 +16,9 @@ import (
 func initBuffer(b *pb.Buffer, g *shardGeom, t device.Tensor, seed uint64) error {
 	if b.Data != nil {
 		if g != nil {
-			// Imported weights: the program holds the whole tensor, every replica its block.
+			// Imported weights: the program holds the whole tensor, every replica its block
+			// (a padded tensor's padding is zero).
+			clear(t.Data)
 			copyBlock(b.Data, t, g, false)
 			return nil
 		}
@@ -31,8 +33,11 @@ func initBuffer(b *pb.Buffer, g *shardGeom, t device.Tensor, seed uint64) error 
 	f64 := make([]float64, n)
 	switch spec.Kind {
 	case "ones":
-		for i := range f64 {
-			f64[i] = 1
+		// Only the tensor's own elements: a padded tensor's padding stays zero.
+		for _, r := range contiguousRuns(g, t.Type) {
+			for i := range f64[r.local : r.local+r.n] {
+				f64[r.local+int64(i)] = 1
+			}
 		}
 	case "normal", "uniform":
 		key := cpu.KeyFor(seed, b.Name)
@@ -83,7 +88,10 @@ type run struct{ local, global, n int64 }
 
 // contiguousRuns lists the stretches of a buffer of type t, placed in its full tensor by g
 // (nil: the whole tensor), that are contiguous in the full tensor, with their element offsets
-// in the buffer and in the full tensor. Initialisation and checkpoints use them.
+// in the buffer and in the full tensor. Initialisation and checkpoints use them. The full
+// tensor of a padded one is its unpadded block (g.full): elements of the padding are in no
+// run, and the offsets are the unpadded tensor's, so that a padded parameter draws exactly
+// the unpadded one's values and checkpoints hold the unpadded tensor.
 func contiguousRuns(g *shardGeom, t ir.Type) []run {
 	n := int64(t.NumElements())
 	if g == nil || t.Rank() == 0 {
@@ -91,22 +99,30 @@ func contiguousRuns(g *shardGeom, t ir.Type) []run {
 	}
 	rank := t.Rank()
 	last := int64(t.Shape[rank-1])
-	if last == 0 {
+	full := g.full()
+	// The part of each row of the last dim inside the full tensor.
+	row := min(last, full[rank-1]-g.offset[rank-1])
+	if last == 0 || row <= 0 {
 		return nil
 	}
 	var out []run
 	coord := make([]int64, rank)
 	for local := int64(0); local < n; local += last {
 		var lin int64
+		inside := true
 		for d := 0; d < rank; d++ {
-			lin = lin*g.global[d] + g.offset[d] + coord[d]
+			c := g.offset[d] + coord[d]
+			inside = inside && c < full[d]
+			lin = lin*full[d] + c
 		}
-		// Rows that follow each other in the full tensor too (a split of the first dim
-		// only) make one run.
-		if k := len(out) - 1; k >= 0 && out[k].global+out[k].n == lin {
-			out[k].n += last
-		} else {
-			out = append(out, run{local, lin, last})
+		// Rows that follow each other in the buffer and in the full tensor (a split of the
+		// first dim only) make one run.
+		switch k := len(out) - 1; {
+		case !inside:
+		case k >= 0 && out[k].global+out[k].n == lin && out[k].local+out[k].n == local:
+			out[k].n += row
+		default:
+			out = append(out, run{local, lin, row})
 		}
 		for d := rank - 2; d >= 0; d-- {
 			coord[d]++

@@ -317,7 +317,7 @@ func (j *Job) prepare(r int, prog *pb.Program, local bool) (*Rank, error) {
 			whole := size
 			if g != nil {
 				whole = int64(t.DType.Size())
-				for _, d := range g.global {
+				for _, d := range g.full() {
 					whole *= d
 				}
 			}
@@ -390,14 +390,51 @@ func (j *Job) prepare(r int, prog *pb.Program, local bool) (*Rank, error) {
 }
 
 // shardGeom places a buffer in its full tensor: the full shape and the buffer's offset in it.
+// valid, when the compile padded the tensor (pb.Buffer.Unpadded), is the leading block the
+// user sees: checkpoints hold it, initialisation draws it as the unpadded tensor's, and the
+// elements beyond it are zero.
 type shardGeom struct {
 	global, offset []int64
+	valid          []int64
+}
+
+// full is the shape of the tensor as checkpoints hold it: the unpadded one.
+func (g *shardGeom) full() []int64 {
+	if g.valid != nil {
+		return g.valid
+	}
+	return g.global
 }
 
 // shardOf computes where rank c's block of a sharded buffer lies in the full tensor (nil for
 // a buffer that is the whole tensor): along dim i, the axes that split it number the blocks
 // in mixed radix, the first axis outermost, and the rank's block is its coordinates on them.
 func shardOf(b *pb.Buffer, t ir.Type, mesh codegen.Mesh, c codegen.Coords) (*shardGeom, error) {
+	g, err := blockOf(b, t, mesh, c)
+	if err != nil || len(b.Unpadded) == 0 {
+		return g, err
+	}
+	// A padded tensor: its user-visible leading block.
+	if len(b.Unpadded) != t.Rank() {
+		return nil, fmt.Errorf("unpadded shape %v has %d dims, the buffer %s", b.Unpadded, len(b.Unpadded), t)
+	}
+	if g == nil {
+		g = &shardGeom{global: make([]int64, t.Rank()), offset: make([]int64, t.Rank())}
+		for i, d := range t.Shape {
+			g.global[i] = int64(d)
+		}
+	}
+	for i, u := range b.Unpadded {
+		if u < 1 || u > g.global[i] {
+			return nil, fmt.Errorf("unpadded shape %v does not fit in the padded tensor %v", b.Unpadded, g.global)
+		}
+	}
+	g.valid = slices.Clone(b.Unpadded)
+	return g, nil
+}
+
+// blockOf is shardOf without padding.
+func blockOf(b *pb.Buffer, t ir.Type, mesh codegen.Mesh, c codegen.Coords) (*shardGeom, error) {
 	if len(b.Shard) == 0 {
 		return nil, nil
 	}
@@ -436,7 +473,7 @@ func (r *Rank) globalType(i int) ir.Type {
 		return t
 	}
 	shape := make(ir.Shape, len(g.global))
-	for d, x := range g.global {
+	for d, x := range g.full() {
 		shape[d] = int(x)
 	}
 	return ir.Type{DType: t.DType, Shape: shape}

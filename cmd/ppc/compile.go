@@ -73,6 +73,7 @@ func init() {
 			var opts compiler.Options
 			fs.IntVar(&opts.PP, "pp", 1, "pipeline-parallel ranks `N` (with a FILE.csv schedule: the file's row count; a value given must agree with it)")
 			fs.IntVar(&opts.TP, "tp", 1, "tensor-parallel ranks `N` per stage (Megatron's column/row-parallel layers, vocab-parallel embedding and loss)")
+			fs.IntVar(&opts.VocabMultiple, "make-vocab-size-divisible-by", compiler.DefaultVocabMultiple, "with --tp, pad a vocabulary that tp does not divide to the next multiple of `N`·tp, as Megatron-LM does (exact: the padded logits are masked out, checkpoints and exports hold the unpadded tensors); 1 pads to the next multiple of tp")
 			fs.BoolVar(&opts.SP, "sp", false, "sequence parallelism with --tp: norms, dropout and residuals split along the sequence over the tp ranks")
 			fs.IntVar(&opts.DP, "dp", 1, "data-parallel replicas `N`: each runs --microbatches micro-batches of the global batch, and gradients are summed over them")
 			fs.IntVar(&opts.Zero, "zero", 0, "ZeRO `STAGE` with --dp: 1 shards optimizer state over the dp replicas, 2 also gradients")
@@ -112,6 +113,9 @@ func init() {
 				}
 				opts.Load = lo
 				set := setFlags(fs)
+				if opts.VocabMultiple < 1 {
+					return usagef("--make-vocab-size-divisible-by must be a positive integer, got %d (1 pads to the next multiple of --tp)", opts.VocabMultiple)
+				}
 				switch opts.Partition {
 				case "", "markers", "layout", "auto":
 				default:
@@ -307,6 +311,12 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 	}
 	fmt.Fprintf(w, "compiled %s (%s) into %s\n", p.Model, kind, dir)
 	fmt.Fprintf(w, "  parameters   %s (%d tensors)\n", groupDigits(params), len(p.Params))
+	for _, pr := range p.Params {
+		if pr.Padded != nil {
+			fmt.Fprintf(w, "  padded       %s %s → %s for --tp %d (checkpoints and exports hold %s; the padded logits are masked out)\n",
+				pr.Name, shapeText(pr.Shape), shapeText(pr.Padded), p.Mesh.Size("tp"), shapeText(pr.Shape))
+		}
+	}
 	mb := fmt.Sprintf("%d micro-batch(es)", p.Microbatches)
 	if p.Mesh.DP > 1 {
 		mb = fmt.Sprintf("%d micro-batch(es) per replica, %d in all", p.Microbatches, p.GlobalMicrobatches())
@@ -569,6 +579,15 @@ func sliceList(v []int) string {
 			parts = append(parts, fmt.Sprint(v[i]))
 		}
 		i = j
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// shapeText is a shape as [a, b].
+func shapeText(s []int) string {
+	parts := make([]string, len(s))
+	for i, d := range s {
+		parts[i] = strconv.Itoa(d)
 	}
 	return "[" + strings.Join(parts, ", ") + "]"
 }

@@ -327,7 +327,8 @@ func TestAbsurdSizes(t *testing.T) {
 		{tiny("--pp", "100000", "--microbatches", "100000"), exitInput, []string{"the model marks 8 stages"}, []string{"batch sizes"}},
 		{tiny("--pp", "16"), exitInput, []string{"the model marks 8 stages; pp=16 × virtual=1 needs 16"}, []string{"needs at least 16 micro-batches"}},
 		{tiny("--tp", "1000000"), exitInput, []string{"--tp 1000000 cannot split dim 0 of %wte (f32[512,64], size 512): 512 is not divisible by 1000000; tp sizes that divide it: 1, 2, 4, 8, 16, 32, 64"}, []string{"pad the vocabulary"}},
-		{tiny("--tp", "3"), exitInput, []string{"pad the vocabulary to 513, the next multiple of 3"}, nil},
+		// The vocabulary is padded for tp 3 (to 768); the heads are what 3 cannot split.
+		{tiny("--tp", "3"), exitInput, []string{"--tp 3 cannot split dim 1 of %layers.0.attn.wq (f32[64,64], size 64): 64 is not divisible by 3"}, []string{"%wte"}},
 		{tiny("--microbatches", "100000"), exitInput, []string{"global batch 16 does not divide into 100000 micro-batches: a micro-batch needs a sequence at least; micro-batch counts that divide it: 1, 2, 4, 8, 16"}, []string{"batch sizes that do"}},
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"ppc.dev/ppc/codegen"
+	"ppc.dev/ppc/compiler"
 	"ppc.dev/ppc/passes"
 	"ppc.dev/ppc/planner"
 	"ppc.dev/ppc/schedule"
@@ -33,6 +34,7 @@ func init() {
 			fs.IntVar(&fx.PP, "pp", 0, "fix the pipeline-parallel size `N`")
 			fs.IntVar(&fx.DP, "dp", 0, "fix the data-parallel size `N`")
 			fs.IntVar(&fx.TP, "tp", 0, "fix the tensor-parallel size `N`")
+			fs.IntVar(&req.VocabMultiple, "make-vocab-size-divisible-by", compiler.DefaultVocabMultiple, "under tp, pad a vocabulary tp does not divide to the next multiple of `N`·tp, as ppc compile does (the printed commands repeat a value other than the default)")
 			sp := fs.Bool("sp", false, "fix sequence parallelism on (--sp=false: off)")
 			fs.IntVar(&fx.V, "virtual-stages", 0, "fix the stages per rank `V` (interleaved-1f1b)")
 			fs.IntVar(&fx.Microbatches, "microbatches", 0, "fix the micro-batches `M` per replica")
@@ -64,6 +66,9 @@ func init() {
 				req.Device = dev
 				if req.GPUs < 1 || req.GlobalBatch < 0 || req.Seq < 0 || req.Top < 1 {
 					return usagef("--gpus and --top must be at least 1, --global-batch and --seq positive")
+				}
+				if req.VocabMultiple < 1 {
+					return usagef("--make-vocab-size-divisible-by must be a positive integer, got %d (1 pads to the next multiple of tp)", req.VocabMultiple)
 				}
 				for _, f := range []struct {
 					name string

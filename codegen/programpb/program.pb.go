@@ -342,7 +342,12 @@ type Buffer struct {
 	// different blocks — so the loader computes it from the rank's mesh coordinates: dim i of
 	// the full tensor is shape[i] × the product of its axes' sizes, and the rank's block along
 	// it starts at shape[i] × (its coordinates on those axes as one mixed-radix number).
-	Shard         []*ShardDim `protobuf:"bytes,13,rep,name=shard,proto3" json:"shard,omitempty"`
+	Shard []*ShardDim `protobuf:"bytes,13,rep,name=shard,proto3" json:"shard,omitempty"`
+	// PARAM and STATE: the shape the user sees when the compile padded the tensor (a
+	// vocabulary tp does not divide, passes.PadVocab), a leading block of the full tensor:
+	// initialisation draws it as it would the unpadded tensor, checkpoints hold it, and the
+	// elements beyond it are zero. Empty: not padded.
+	Unpadded      []int64 `protobuf:"varint,14,rep,packed,name=unpadded,proto3" json:"unpadded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -450,6 +455,13 @@ func (x *Buffer) GetSplat() bool {
 func (x *Buffer) GetShard() []*ShardDim {
 	if x != nil {
 		return x.Shard
+	}
+	return nil
+}
+
+func (x *Buffer) GetUnpadded() []int64 {
+	if x != nil {
+		return x.Unpadded
 	}
 	return nil
 }
@@ -1448,7 +1460,7 @@ var File_program_proto protoreflect.FileDescriptor
 
 const file_program_proto_rawDesc = "" +
 	"\n" +
-	"\rprogram.proto\x12\vppc.program\"\xdf\x02\n" +
+	"\rprogram.proto\x12\vppc.program\"\xfb\x02\n" +
 	"\x06Buffer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12(\n" +
@@ -1462,7 +1474,8 @@ const file_program_proto_rawDesc = "" +
 	"microbatch\x18\v \x01(\x05R\n" +
 	"microbatch\x12\x14\n" +
 	"\x05splat\x18\f \x01(\bR\x05splat\x12+\n" +
-	"\x05shard\x18\r \x03(\v2\x15.ppc.program.ShardDimR\x05shardJ\x04\b\t\x10\n" +
+	"\x05shard\x18\r \x03(\v2\x15.ppc.program.ShardDimR\x05shard\x12\x1a\n" +
+	"\bunpadded\x18\x0e \x03(\x03R\bunpaddedJ\x04\b\t\x10\n" +
 	"J\x04\b\n" +
 	"\x10\vR\fglobal_shapeR\rglobal_offset\"\x1e\n" +
 	"\bShardDim\x12\x12\n" +
