@@ -50,7 +50,8 @@ var SplitStages = &Pass{
 		"16-bit weight copy) is recomputed by the backward in every recompute mode rather than stashed per " +
 		"micro-batch. Empty functions are omitted.",
 	Options: []Option{{Name: "recompute", Default: "none", Doc: "none: stash every forward value the backward uses; " +
-		"full: stash only each stage's inputs and recompute its forward ops inside I (W takes what it needs from I); " +
+		"full: stash only each stage's inputs and recompute its forward ops inside I (W takes what it needs from I, " +
+		"but for a recomputed all_gather, which W redoes from the shard rather than hold the gathered copy from I); " +
 		"selective: recompute attention internals (the chain from the scores matmul through the softmax), stash the rest"}},
 	Run: func(m *ir.Module, opts Options) error {
 		mode := opts["recompute"]
@@ -185,11 +186,11 @@ func splitStages(m *ir.Module, src *ir.Func, recompute string) ([]*ir.Func, erro
 		var w *ir.Value
 		hk, defined := home[v]
 		switch {
-		case defined && remat[v.Def] && hk.kind == KindF && hk.stage == k.stage && hk.slice == k.slice && k.kind == KindW:
+		case defined && remat[v.Def] && hk.kind == KindF && hk.stage == k.stage && hk.slice == k.slice && k.kind == KindW && !regatheredInW(v.Def):
 			// W takes recomputed values from its stage's I, which recomputes them once.
 			c := localOf(stageKey{k.stage, k.slice, KindI}, v)
 			w = localOf(k, c)
-		case defined && remat[v.Def] && hk.kind == KindF && hk.stage == k.stage && hk.slice == k.slice && k.kind == KindI:
+		case defined && remat[v.Def] && hk.kind == KindF && hk.stage == k.stage && hk.slice == k.slice && (k.kind == KindI || k.kind == KindW):
 			// Recompute the op here instead of stashing its result.
 			op := v.Def
 			operands := make([]*ir.Value, len(op.Operands))
@@ -334,6 +335,15 @@ func splitTiedGrads(src *ir.Func) ([]*ir.Value, []ir.Attrs) {
 	}
 	return results, attrs
 }
+
+// regatheredInW says whether W recomputes op itself rather than taking its result from I:
+// a recomputed all_gather (sequence parallelism's gather of a column-parallel linear's input,
+// which the SPMD partitioner asks the backward to redo, as Megatron does). Only the weight
+// gradient reads the gathered input, so taking it from I would keep a full-sequence copy
+// alive per micro-batch from I to W — tp times the shard — and zero-bubble schedules defer W
+// by many micro-batches on their later ranks. W gathers the stashed shard again instead: the
+// same one collective per use, moved from I to the phase that needs it.
+func regatheredInW(op *ir.Op) bool { return op.Def.Name == "all_gather" }
 
 func leafPos(pos map[*ir.Op]int, v *ir.Value) int {
 	if v.Def == nil {
