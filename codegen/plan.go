@@ -311,12 +311,16 @@ type ProgramInfo struct {
 	ArenaBytes      int64 `json:"arena_bytes"`      // the arena, as planned
 	ActivationBytes int64 `json:"activation_bytes"` // the most forward activations (stashed or in flight) live at once
 	WorkspaceBytes  int64 `json:"workspace_bytes"`  // the rest of the arena
-	ParamBytes      int64 `json:"param_bytes"`      // parameters on this rank
-	GradBytes       int64 `json:"grad_bytes"`       // their gradient accumulators
-	StateBytes      int64 `json:"state_bytes"`      // optimizer state
-	ConstBytes      int64 `json:"const_bytes"`      // compile-time constants
-	PeakBytes       int64 `json:"peak_bytes"`       // all of the above
-	FLOPs           int64 `json:"flops_per_step"`   // matmul and convolution FLOPs per step
+	// LiveBytes is the most bytes the arena's buffers hold at any one instruction, the least
+	// any placement of them needs; ArenaBytes − LiveBytes is what the placement loses to
+	// fragmentation. ppc plan predicts LiveBytes.
+	LiveBytes  int64 `json:"arena_live_bytes"`
+	ParamBytes int64 `json:"param_bytes"`    // parameters on this rank
+	GradBytes  int64 `json:"grad_bytes"`     // their gradient accumulators
+	StateBytes int64 `json:"state_bytes"`    // optimizer state
+	ConstBytes int64 `json:"const_bytes"`    // compile-time constants
+	PeakBytes  int64 `json:"peak_bytes"`     // all of the above
+	FLOPs      int64 `json:"flops_per_step"` // matmul and convolution FLOPs per step
 	// ProgramSHA256 is the SHA-256 of the program file, hex: the loader refuses a program
 	// that a bit flip, a truncated copy or another compile has changed, since many such
 	// changes still decode and validate (a different operand buffer, a renamed tensor).
