@@ -201,8 +201,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 				tiedGrads[r] += pr.bytes
 			}
 		}
-		// The stage's runs as the arena sees them; before the schedule is known, the largest
-		// run's own buffers are the least the rank needs beyond its stash.
+		// The stage's runs as the arena sees them.
 		var rebuilt []unitCost
 		if full != nil {
 			rebuilt = full[lo:hi]
@@ -212,12 +211,8 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			// ZeRO-2 keeps the run's gradients for the reduce-scatter after it, whose first
 			// bucket is packed while they are all still there.
 			var g int64
-			var sizes []int64
 			for _, u := range units[lo:hi] {
 				g += u.mem.grads
-				for _, pr := range u.params {
-					sizes = append(sizes, pr.bytes)
-				}
 			}
 			var bucket float64
 			if bs := bucketBytes(sizes); len(bs) > 0 {
@@ -242,7 +237,10 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		}
 		stageBucket = append(stageBucket, bucket)
 		e.stageMem = append(e.stageMem, sm)
-		work[r] = max(work[r], sm.runF, sm.runI, sm.runW, sm.afterW)
+		// Before the schedule is known: what F needs beyond its own stash, or I beyond the
+		// stash it reads, is the least the rank needs beyond one micro-batch's stash (the
+		// static condition must not prune a configuration that fits).
+		work[r] = max(work[r], sm.runF-sm.stash, sm.runI-sm.argsI)
 		e.oneMB[r] += int64(sc.ActBytes)
 		busy[r] += float64(c.Microbatches) * (sc.F + sc.I + sc.W)
 		lo = hi
@@ -289,7 +287,6 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		default:
 			e.stepEnd[r] = 3 * largest
 		}
-		work[r] = max(work[r], e.stepEnd[r])
 	}
 	e.work = work
 	e.rankMem = make([]codegen.Memory, c.PP)
