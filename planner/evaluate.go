@@ -124,7 +124,12 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		full = p.unitsAt(probeKey{c.TP, c.SP, "none"}, c.MicrobatchSize)
 	}
 	tiedGrads := make([]int64, c.PP)
+	tiedUnsharded := make([]int64, c.PP) // of tiedGrads, those ZeRO cannot shard
 	rankSizes := make([][]int64, c.PP)
+	rankSet := make([]map[string]param, c.PP) // the parameters each rank holds, by name
+	for r := range rankSet {
+		rankSet[r] = map[string]param{}
+	}
 	var stageBucket []int64
 	e.oneMB = make([]int64, c.PP)
 	busy := make([]float64, c.PP)
@@ -190,15 +195,26 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		r := e.placement[s]
 		rankParams[r] += pbytes
 		rankSizes[r] = append(rankSizes[r], sizes...)
+		for _, u := range units[lo:hi] {
+			for _, pr := range u.params {
+				rankSet[r][pr.name] = pr
+			}
+		}
 		for _, pr := range stageShared {
 			if slices.Contains(rankShared[r], pr) {
 				rankParams[r] -= pr.bytes // held by an earlier stage of this rank
 				tiedGrads[r] += pr.bytes  // but each use accumulates its own partial
+				if c.DP > 1 && pr.dim0%c.DP != 0 {
+					tiedUnsharded[r] += pr.bytes
+				}
 			} else {
 				rankShared[r] = append(rankShared[r], pr)
 				// A tied parameter's gradient is accumulated per use and summed across
 				// the ranks holding it: one more accumulator.
 				tiedGrads[r] += pr.bytes
+				if c.DP > 1 && pr.dim0%c.DP != 0 {
+					tiedUnsharded[r] += pr.bytes
+				}
 			}
 		}
 		// The stage's runs as the arena sees them.
@@ -293,11 +309,21 @@ func (p *planner) prepare(c *candidate) *evaluation {
 	for r := range e.rankMem {
 		pb := rankParams[r]
 		m := codegen.Memory{Params: pb, Grads: pb + tiedGrads[r], Optimizer: 2 * pb, Workspace: work[r], Activations: e.oneMB[r]}
+		// ZeRO shards a parameter's state (and under ZeRO-2 its gradient) over dp when dp
+		// divides its first dim; the others stay whole (passes' optimizer).
+		var whole int64
+		for _, pr := range rankSet[r] {
+			if c.DP > 1 && pr.dim0%c.DP != 0 {
+				whole += pr.bytes
+			}
+		}
+		tiedWhole := tiedUnsharded[r]
+		dp := int64(c.DP)
 		if c.Zero >= 1 {
-			m.Optimizer /= int64(c.DP)
+			m.Optimizer = 2 * ((pb-whole)/dp + whole)
 		}
 		if c.Zero >= 2 {
-			m.Grads /= int64(c.DP)
+			m.Grads = (pb-whole)/dp + whole + (tiedGrads[r]-tiedWhole)/dp + tiedWhole
 		}
 		e.rankMem[r] = m
 	}

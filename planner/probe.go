@@ -49,6 +49,7 @@ type unitMem struct {
 type param struct {
 	name  string
 	bytes int64
+	dim0  int // its first dim as one tp rank holds it (ZeRO shards it over dp when dp divides it)
 }
 
 // probeKey names one probe compile: the tensor-parallel layout and the recompute mode.
@@ -149,7 +150,11 @@ func (p *planner) readProbe(m *ir.Module, tp int) ([]unitCost, error) {
 		}
 		for i, a := range f.Args {
 			if f.ArgAttrs[i].Has(ir.AttrParam) {
-				all[s] = append(all[s], param{a.Name, a.Type.Bytes()})
+				d0 := 0
+				if a.Type.Rank() >= 1 {
+					d0 = a.Type.Shape[0]
+				}
+				all[s] = append(all[s], param{a.Name, a.Type.Bytes(), d0})
 				units[s].paramBytes += a.Type.Bytes()
 				uses[a.Name]++
 			}
