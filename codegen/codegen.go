@@ -549,12 +549,34 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 	}
 	rg.bindConsts(b, slotBuf)
 	rg.instr(&pb.Instr{Kind: pb.Instr_BEGIN, Label: kind, Stage: int32(stage), Microbatch: int32(mb), TokenSlice: int32(rg.slice)})
-	if err := rg.launches(f, b, slotBuf, stage, mb); err != nil {
-		return err
+	// A gradient is accumulated right after the launch that computes it, so that a W run
+	// holds one of its weight gradients at a time, not all of them until it ends (the whole
+	// stage's gradients in the compute dtype). The ones a grad_reduce_scatter takes wait for
+	// it (pending, below).
+	early := map[int][]int{} // slot → the gradient results it is
+	for i := range f.Results {
+		if at := f.ResultAttrs[i]; at.Has(ir.AttrGrad) && !at.Has(passes.AttrPort) && !at.Has(ir.AttrLoss) && !rg.perMB[passes.GradKey(at)] {
+			early[b.Results[i]] = append(early[b.Results[i]], i)
+		}
+	}
+	done := map[int]bool{}
+	for k := range b.Launches {
+		if err := rg.launches(f, b, b.Launches[k:k+1], slotBuf, stage, mb); err != nil {
+			return err
+		}
+		for _, s := range b.Launches[k].Out {
+			for _, i := range early[s] {
+				rg.accumulate(passes.GradKey(f.ResultAttrs[i]), slotBuf[s], mb)
+				done[i] = true
+			}
+		}
 	}
 	rg.instr(&pb.Instr{Kind: pb.Instr_END, Label: kind, Stage: int32(stage), Microbatch: int32(mb), TokenSlice: int32(rg.slice)})
 	for i := range f.Results {
 		at := f.ResultAttrs[i]
+		if done[i] {
+			continue
+		}
 		buf := slotBuf[b.Results[i]]
 		switch {
 		case at.Has(passes.AttrPort):
@@ -801,8 +823,8 @@ func (rg *rankGen) paramAllGather(prog *ir.Func, op *ir.Op) error {
 // launches emits a block's kernel launches, giving each value it computes a fresh activation
 // buffer (named after the IR value and the micro-batch). Collective ops become collective
 // instructions (see collective).
-func (rg *rankGen) launches(f *ir.Func, b *lower.Block, slotBuf []int, stage, mb int) error {
-	for _, l := range b.Launches {
+func (rg *rankGen) launches(f *ir.Func, b *lower.Block, launches []lower.Launch, slotBuf []int, stage, mb int) error {
+	for _, l := range launches {
 		k := &b.Kernels[l.Kernel]
 		for _, s := range l.In {
 			if slotBuf[s] < 0 {
@@ -1198,13 +1220,10 @@ func (rg *rankGen) call(prog *ir.Func, op *ir.Op) error {
 		slotBuf[b.Args[i]] = buf
 	}
 	rg.bindConsts(b, slotBuf)
-	if step {
-		rg.instr(&pb.Instr{Kind: pb.Instr_BEGIN, Label: "OPT", Stage: -1})
-	}
-	if err := rg.launches(f, b, slotBuf, -1, 0); err != nil {
-		return err
-	}
 	if !step {
+		if err := rg.launches(f, b, b.Launches, slotBuf, -1, 0); err != nil {
+			return err
+		}
 		j := 0
 		for i := range f.Results {
 			if f.ResultAttrs[i].Has(passes.AttrPort) && j < len(op.Results) {
@@ -1214,11 +1233,31 @@ func (rg *rankGen) call(prog *ir.Func, op *ir.Op) error {
 		}
 		return nil
 	}
-	// Metrics are read before the updates are written back: the loss scale reported is the
-	// one this step used.
+	// Each update is copied into its parameter or state as soon as the launch computing it
+	// has run and no later launch reads the old value (so none reads an update as the old
+	// value), rather than all after the last launch: the new values of one tensor then
+	// occupy the arena only while its own launches run, not every tensor's at once (three
+	// times the rank's parameters for AdamW). Metrics are read before the updates are
+	// written back — the loss scale reported is the one this step used — so an update whose
+	// target a metric reads is copied at the end.
+	type copyOp struct{ from, to int }
+	after := make([][]copyOp, len(b.Launches)+1) // copies after launch k (the last entry: at the end)
+	metricBufs := map[int]bool{}
 	for i := range f.Results {
-		if name := f.ResultAttrs[i].Str(passes.AttrMetric, ""); name != "" {
-			rg.instr(&pb.Instr{Kind: pb.Instr_METRIC, In: []int32{int32(slotBuf[b.Results[i]])}, Label: name, Stage: -1})
+		if f.ResultAttrs[i].Has(passes.AttrMetric) {
+			metricBufs[slotBuf[b.Results[i]]] = true
+		}
+	}
+	producer := map[int]int{} // slot → the launch writing it
+	lastRead := map[int]int{} // buffer bound before the launches → the last launch reading it
+	for k, l := range b.Launches {
+		for _, s := range l.Out {
+			producer[s] = k
+		}
+		for _, s := range l.In {
+			if slotBuf[s] >= 0 {
+				lastRead[slotBuf[s]] = k
+			}
 		}
 	}
 	for i := range f.Results {
@@ -1227,8 +1266,7 @@ func (rg *rankGen) call(prog *ir.Func, op *ir.Op) error {
 		}
 		target := f.ResultAttrs[i].Str(passes.AttrUpdate, "")
 		if rg.gathered[target] {
-			rg.blocks[target] = slotBuf[b.Results[i]] // its dp block, for param_all_gather
-			continue
+			continue // its dp block, for param_all_gather (below)
 		}
 		dst, ok := rg.named["param:"+target]
 		if !ok {
@@ -1237,7 +1275,36 @@ func (rg *rankGen) call(prog *ir.Func, op *ir.Op) error {
 		if !ok {
 			return fmt.Errorf("@%s updates %q, which is neither a parameter nor a state here", f.Name, target)
 		}
-		rg.instr(&pb.Instr{Kind: pb.Instr_COPY, In: []int32{int32(slotBuf[b.Results[i]])}, Out: []int32{int32(dst)}})
+		at := len(b.Launches)
+		if p, made := producer[b.Results[i]]; made && !metricBufs[dst] {
+			at = p
+			if r, read := lastRead[dst]; read {
+				at = max(at, r)
+			}
+		}
+		after[at] = append(after[at], copyOp{b.Results[i], dst})
+	}
+	rg.instr(&pb.Instr{Kind: pb.Instr_BEGIN, Label: "OPT", Stage: -1})
+	for k := range b.Launches {
+		if err := rg.launches(f, b, b.Launches[k:k+1], slotBuf, -1, 0); err != nil {
+			return err
+		}
+		for _, c := range after[k] {
+			rg.instr(&pb.Instr{Kind: pb.Instr_COPY, In: []int32{int32(slotBuf[c.from])}, Out: []int32{int32(c.to)}})
+		}
+	}
+	for i := range f.Results {
+		if name := f.ResultAttrs[i].Str(passes.AttrMetric, ""); name != "" {
+			rg.instr(&pb.Instr{Kind: pb.Instr_METRIC, In: []int32{int32(slotBuf[b.Results[i]])}, Label: name, Stage: -1})
+		}
+	}
+	for _, c := range after[len(b.Launches)] {
+		rg.instr(&pb.Instr{Kind: pb.Instr_COPY, In: []int32{int32(slotBuf[c.from])}, Out: []int32{int32(c.to)}})
+	}
+	for i := range f.Results {
+		if target := f.ResultAttrs[i].Str(passes.AttrUpdate, ""); !f.ResultAttrs[i].Has(passes.AttrMetric) && rg.gathered[target] {
+			rg.blocks[target] = slotBuf[b.Results[i]]
+		}
 	}
 	rg.instr(&pb.Instr{Kind: pb.Instr_END, Label: "OPT", Stage: -1})
 	return nil

@@ -20,8 +20,9 @@
 //
 //   - run: the function's launches for the micro-batch (its collectives to collective
 //     instructions, below), framed by BEGIN and END markers; each {grad} result ACCUMulated into
-//     the rank's accumulator of it (GRAD buffers, fp32 or fp64, zeroed at the start of the step),
-//     unless a grad_reduce_scatter with the run's micro-batch takes it (ZeRO-2);
+//     the rank's accumulator of it (GRAD buffers, fp32 or fp64, zeroed at the start of the step)
+//     right after the launch that computes it, so a W run holds one weight gradient at a time,
+//     unless a grad_reduce_scatter with the run's micro-batch takes it (ZeRO-2: after the run);
 //   - send, recv, grad_send, grad_recv: SEND and RECV with the op's peer and tag;
 //   - grad_all_reduce: ALL_REDUCE in place, or for several accumulators PACK into one flat
 //     buffer, ALL_REDUCE, UNPACK — the same additions in the same order as one each;
@@ -35,9 +36,12 @@
 //   - grad_sum: COPY of the first part into a new accumulator and an ACCUM of each other;
 //   - call: the function's launches once; its port results are the op's results;
 //   - all_reduce of a value: ALL_REDUCE into a fresh buffer (an axis of one rank: the value);
-//   - optimizer: the slice's launches between BEGIN and END markers labelled OPT, a METRIC per
-//     {metric} result, then a COPY of each update into its parameter or state after every
-//     launch (so no update is read as an old value) — but for ZeRO's new blocks, which the
+//   - optimizer: the slice's launches between BEGIN and END markers labelled OPT, a COPY of
+//     each update into its parameter or state as soon as the launch computing it has run and
+//     no later launch reads the old value (so no update is read as an old value, and the arena
+//     holds one tensor's new values at a time, not three times the rank's parameters), a
+//     METRIC per {metric} result, and the COPYs into a target a metric reads (the loss scale
+//     reported is the one this step used) — but for ZeRO's new blocks, which the
 //     param_all_gather after it takes.
 //
 // The test TestProgramsCommunicateWhatTheIRSays (compiler) holds every program's sends,
@@ -49,8 +53,15 @@
 // exactly this schedule, and the arena size is the schedule's true peak. plan.json splits
 // that arena into the most forward activations live at once (buffers created by F actions,
 // values received for them included) and the workspace the backward and optimizer need beyond
-// them, and counts a tied weight once per rank that holds it. Sends never block, so a schedule
-// whose compute order passes schedule.Validate cannot deadlock.
+// them, and counts a tied weight once per rank that holds it; it also records the arena's live
+// bytes (the most its buffers hold at one instruction), the least any placement needs, which
+// the planner predicts. Sends never block, so a schedule whose compute order passes
+// schedule.Validate cannot deadlock.
+//
+// RunMemories measures one run of each per-stage function of a split module as instance
+// lowers it — its peak, with and without its inputs, and the bytes of the values it hands
+// other runs — so that `ppc plan` builds a rank's arena from code generation's own buffers
+// rather than from a model of them.
 //
 // # The mesh: one program per pipeline rank
 //

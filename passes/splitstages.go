@@ -50,7 +50,8 @@ var SplitStages = &Pass{
 		"16-bit weight copy) is recomputed by the backward in every recompute mode rather than stashed per " +
 		"micro-batch. Under recompute=full, I and W each rebuild, one unit at a time, the values they need " +
 		"(W reads only gradients from I), so neither holds more than one unit's rebuilt values beside the stash " +
-		"however far apart the schedule runs them. Empty functions are omitted.",
+		"however far apart the schedule runs them. In every mode W redoes a recomputed all_gather (sp's " +
+		"column-linear input) from the stashed shard rather than hold I's gathered copy until it runs. Empty functions are omitted.",
 	Options: []Option{
 		{Name: "recompute", Default: "none", Doc: "none: stash every forward value the backward uses; " +
 			"full: stash only the inputs of each unit (the partition's units: E, each layer, L) and rebuild one unit at a " +
@@ -202,9 +203,11 @@ func splitStages(m *ir.Module, src *ir.Func, recompute, method string, layers in
 		var w *ir.Value
 		hk, defined := home[v]
 		switch {
-		case defined && rebuilt(v, hk, k) && k.kind == KindW && recompute != "full":
+		case defined && rebuilt(v, hk, k) && k.kind == KindW && recompute != "full" && !regatheredInW(v.Def):
 			// W takes recomputed values from its stage's I, which recomputes them once
-			// (selective recomputation's attention internals, a weight's 16-bit cast).
+			// (selective recomputation's attention internals, a weight's 16-bit cast) — but
+			// for a recomputed all_gather, which W redoes from the shard: a deferred W would
+			// otherwise hold the full-sequence copy from I for every micro-batch in between.
 			c := localOf(stageKey{k.stage, k.slice, KindI}, v)
 			w = localOf(k, c)
 		case defined && rebuilt(v, hk, k) && (k.kind == KindI || k.kind == KindW):
@@ -360,6 +363,15 @@ func splitTiedGrads(src *ir.Func) ([]*ir.Value, []ir.Attrs) {
 	}
 	return results, attrs
 }
+
+// regatheredInW says whether W recomputes op itself rather than taking its result from I:
+// a recomputed all_gather (sequence parallelism's gather of a column-parallel linear's input,
+// which the SPMD partitioner asks the backward to redo, as Megatron does). Only the weight
+// gradient reads the gathered input, so taking it from I would keep a full-sequence copy
+// alive per micro-batch from I to W — tp times the shard — and zero-bubble schedules defer W
+// by many micro-batches on their later ranks. W gathers the stashed shard again instead: the
+// same one collective per use, moved from I to the phase that needs it.
+func regatheredInW(op *ir.Op) bool { return op.Def.Name == "all_gather" }
 
 func leafPos(pos map[*ir.Op]int, v *ir.Value) int {
 	if v.Def == nil {

@@ -22,18 +22,32 @@
 //     stage (the layout is printed, so ppc compile reproduces it exactly), prices data
 //     parallelism as the rank programs do it (every collective in buckets: all-reduce;
 //     reduce-scatter and all-gather, per micro-batch under ZeRO-2), builds the schedule, and
-//     simulates it with the schedule package's engine: the step time, the bubble (as a
-//     fraction of the ideal time, as ppc compile and simulate give it), and the activations
-//     each rank holds at its peak.
+//     simulates it with the schedule package's engine: the step time and the bubble (as a
+//     fraction of the ideal time, as ppc compile and simulate give it).
 //   - Fixed sizes are checked against the model and the cluster before the search, the
 //     model's limit first (a --pp deeper than its units), then the GPU count (whole nodes;
 //     pp × dp × tp), so that no answer suggests a batch size for a pipeline too deep.
 //   - Memory per pipeline rank is ppc's own recipe (fp32 master weights, gradients and AdamW
-//     state, 16 bytes per parameter, sharded by ZeRO), the simulated peak of stashed
-//     activations, a workspace (the largest unit's forward results and 16-bit weight copies,
-//     the receive buffers; under full recomputation also what the backward rebuilds of one
-//     unit, since split-stages rebuilds one layer at a time, as Megatron does),
-//     and codegen.MemoryMargin, printed as ppc compile prints its memory plan.
+//     state, 16 bytes per parameter, sharded by ZeRO; a tied weight's partial accumulator per
+//     use), the arena, and codegen.MemoryMargin, printed as ppc compile prints its memory
+//     plan. The arena is ppc compile's memory plan replayed, not a model of it: code
+//     generation measures one run of each probe function as it lowers it
+//     (codegen.RunMemories: the run's peak with its inputs until their last use, and the
+//     bytes of what it hands other runs), and the planner walks each rank's runs in the
+//     schedule's order — F stashes, I frees what only it reads and holds its output
+//     gradients for W, W frees the rest — with ZeRO-2's per-run reduce-scatter, the dp
+//     reduction after a stage's last W and the step's end (the optimizer's updates, ZeRO's
+//     blocks and gathers). The most bytes live at once is the arena, the most forward runs
+//     made its activations, the rest workspace. A stage of several units composes their runs
+//     as its function runs them (F in unit order, I and W in reverse; under full
+//     recomputation each unit is rebuilt right before its own backward, which its probe's
+//     runs hold). So the planner sees what deferring
+//     W costs: under zero-bubble schedules a rank's later I's hold their output gradients
+//     until W, and ZB-V's cool-down defers up to 2·pp−1 of them on its later ranks.
+//     TestPlanMemoryMatchesCompile (cmd/ppc) draws configurations over the schedules, tp and
+//     sp, recomputation and ZeRO and holds each rank's prediction to within 2% of ppc
+//     compile's live bytes (full recomputation: within 25%, pending recomputation unit by
+//     unit); the arena's placement adds its fragmentation, reported by ppc compile.
 //
 // # Search
 //

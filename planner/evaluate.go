@@ -24,6 +24,9 @@ type evaluation struct {
 	bound      float64
 	rankMem    []codegen.Memory // per pipeline rank, activations at their least (one micro-batch)
 	oneMB      []int64          // per rank: one micro-batch's stash over its stages
+	stageMem   []stageMem       // per stage: its runs' arena use, per micro-batch
+	work       []int64          // per rank: the static workspace estimate in rankMem (its largest run)
+	stepEnd    []int64          // per rank: the arena the step's end needs (optimizer, ZeRO's blocks)
 	flopsTotal float64
 }
 
@@ -114,11 +117,14 @@ func (p *planner) prepare(c *candidate) *evaluation {
 	rankParams := make([]int64, c.PP)
 	rankShared := make([][]param, c.PP)
 	work := make([]int64, c.PP)
-	var rebuilt []unitCost // full recomputation: what the backward rebuilds of each unit
-	if c.Recompute == "full" {
-		rebuilt = p.unitsAt(probeKey{c.TP, c.SP, "none"}, c.MicrobatchSize)
-	}
 	tiedGrads := make([]int64, c.PP)
+	tiedUnsharded := make([]int64, c.PP) // of tiedGrads, those ZeRO cannot shard
+	rankSizes := make([][]int64, c.PP)
+	rankSet := make([]map[string]param, c.PP) // the parameters each rank holds, by name
+	for r := range rankSet {
+		rankSet[r] = map[string]param{}
+	}
+	var stageBucket []int64
 	e.oneMB = make([]int64, c.PP)
 	busy := make([]float64, c.PP)
 	lo := 0
@@ -127,13 +133,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		var pbytes int64
 		var stageShared []param
 		var sizes []int64 // the stage's parameter tensors, each once
-		var act, rebuild int64
-		for k, u := range units[lo:hi] {
-			if rebuilt != nil {
-				// One unit (layer) is rebuilt at a time (split-stages' full recomputation),
-				// so the backward holds the largest unit's activations, not the stage's.
-				rebuild = max(rebuild, rebuilt[lo+k].stash)
-			}
+		for _, u := range units[lo:hi] {
 			sc.F += u.f
 			sc.I += u.i + u.recompute
 			sc.W += u.w
@@ -141,7 +141,6 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			sc.IColl += u.ic
 			sc.WColl += u.wc
 			sc.ActBytes += float64(u.stash)
-			act = max(act, u.act+u.castBytes)
 			pbytes += u.paramBytes
 			for _, pr := range u.params {
 				if !slices.Contains(u.shared, pr) || !slices.Contains(stageShared, pr) {
@@ -189,25 +188,65 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		e.cost.Stages = append(e.cost.Stages, sc)
 		r := e.placement[s]
 		rankParams[r] += pbytes
+		rankSizes[r] = append(rankSizes[r], sizes...)
+		for _, u := range units[lo:hi] {
+			for _, pr := range u.params {
+				rankSet[r][pr.name] = pr
+			}
+		}
 		for _, pr := range stageShared {
 			if slices.Contains(rankShared[r], pr) {
 				rankParams[r] -= pr.bytes // held by an earlier stage of this rank
+				tiedGrads[r] += pr.bytes  // but each use accumulates its own partial
+				if c.DP > 1 && pr.dim0%c.DP != 0 {
+					tiedUnsharded[r] += pr.bytes
+				}
 			} else {
 				rankShared[r] = append(rankShared[r], pr)
 				// A tied parameter's gradient is accumulated per use and summed across
 				// the ranks holding it: one more accumulator.
 				tiedGrads[r] += pr.bytes
+				if c.DP > 1 && pr.dim0%c.DP != 0 {
+					tiedUnsharded[r] += pr.bytes
+				}
 			}
 		}
-		// Workspace: the largest unit's forward results (a bound on what its forward and
-		// backward hold beyond the stash) and the 16-bit copies of its weights, plus the
-		// receive buffers of the transfers in flight. Under full recomputation the backward
-		// rebuilds one unit's stash at a time (what that unit stashes without recomputation)
-		// and holds the gradients' transients beside it.
-		if rebuild > 0 {
-			act = 2*act + rebuild
+		// The stage's runs as the arena sees them.
+		sm := stageMemOf(units[lo:hi])
+		if c.Zero >= 2 && c.DP > 1 {
+			// ZeRO-2 keeps the run's gradients for the reduce-scatter after it, whose first
+			// bucket is packed while they are all still there.
+			var g int64
+			for _, u := range units[lo:hi] {
+				g += u.mem.grads
+			}
+			var bucket float64
+			if bs := bucketBytes(sizes); len(bs) > 0 {
+				bucket = bs[0]
+			}
+			sm.afterW = g + int64(bucket)
 		}
-		work[r] = max(work[r], act+2*units[max(lo-1, 0)].send)
+		// After the stage's last W, its gradients are reduced over dp in buckets (grad-reduce):
+		// each bucket packed into one flat buffer and all-reduced in place (ZeRO-0), or
+		// reduce-scattered into a block (ZeRO-1).
+		var bucket int64
+		for _, b := range bucketBytes(sizes) {
+			bucket = max(bucket, int64(b))
+		}
+		if c.DP > 1 {
+			switch c.Zero {
+			case 0:
+				sm.lastW = bucket
+			case 1:
+				sm.lastW = bucket + bucket/int64(c.DP)
+			}
+		}
+		stageBucket = append(stageBucket, bucket)
+		e.stageMem = append(e.stageMem, sm)
+		// Before the schedule is known: what F needs beyond its own stash, or I beyond the
+		// stash it reads, is the least the rank needs beyond one micro-batch's stash (the
+		// static condition must not prune a configuration that fits).
+		work[r] = max(work[r], sm.runF-sm.stash, sm.runI-sm.argsI)
 		e.oneMB[r] += int64(sc.ActBytes)
 		busy[r] += float64(c.Microbatches) * (sc.F + sc.I + sc.W)
 		lo = hi
@@ -226,20 +265,170 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		e.bound = max(e.bound, warm+busy[r]+end)
 		warm += e.cost.Stages[r].F
 	}
+	// The step's end, once the pipeline has freed its activations: the optimizer updates one
+	// tensor at a time (its new value and AdamW's two moments, each copied back as soon as
+	// nothing reads the old one); ZeRO keeps dp blocks in the arena — ZeRO-1 the reduced
+	// gradients' blocks until the optimizer reads them, ZeRO-1 and 2 the new parameter blocks
+	// until they are all-gathered — and gathers each bucket's blocks into one flat buffer and
+	// the whole bucket.
+	e.stepEnd = make([]int64, c.PP)
+	for r := range c.PP {
+		var largest, bucket int64
+		for _, n := range rankSizes[r] {
+			largest = max(largest, n)
+		}
+		for s, rr := range e.placement {
+			if rr == r && s < len(stageBucket) {
+				bucket = max(bucket, stageBucket[s])
+			}
+		}
+		P, dp := rankParams[r], int64(c.DP)
+		switch {
+		case c.Zero >= 1 && c.DP > 1:
+			blocks := P / dp
+			if c.Zero == 1 {
+				blocks *= 2 // the gradients' blocks too
+			}
+			e.stepEnd[r] = max(blocks+3*largest/dp, bucket+bucket/dp)
+		default:
+			e.stepEnd[r] = 3 * largest
+		}
+	}
+	e.work = work
 	e.rankMem = make([]codegen.Memory, c.PP)
 	for r := range e.rankMem {
 		pb := rankParams[r]
 		m := codegen.Memory{Params: pb, Grads: pb + tiedGrads[r], Optimizer: 2 * pb, Workspace: work[r], Activations: e.oneMB[r]}
+		// ZeRO shards a parameter's state (and under ZeRO-2 its gradient) over dp when dp
+		// divides its first dim; the others stay whole (passes' optimizer).
+		var whole int64
+		for _, pr := range rankSet[r] {
+			if c.DP > 1 && pr.dim0%c.DP != 0 {
+				whole += pr.bytes
+			}
+		}
+		tiedWhole := tiedUnsharded[r]
+		dp := int64(c.DP)
 		if c.Zero >= 1 {
-			m.Optimizer /= int64(c.DP)
+			m.Optimizer = 2 * ((pb-whole)/dp + whole)
 		}
 		if c.Zero >= 2 {
-			m.Grads /= int64(c.DP)
-			m.Workspace += pb / int64(c.DP) // the per-micro-batch reduce-scatter's block
+			m.Grads = (pb-whole)/dp + whole + (tiedGrads[r]-tiedWhole)/dp + tiedWhole
 		}
 		e.rankMem[r] = m
 	}
 	return e
+}
+
+// stageMem is one stage's runs as the arena holds them, per micro-batch: what F leaves
+// stashed, what I frees of it and holds for W, and the most each run needs: F on top of
+// what is live when it starts, I and W on top of what is live less the inputs they read
+// (argsI, argsW: they free those as they go; codegen.RunMemory.PeakWithArgs). For a stage of
+// several units the units' values made or freed earlier in the same run are included.
+type stageMem struct {
+	stash, stashI, held int64
+	argsI, argsW        int64
+	runF, runI, runW    int64
+	afterW              int64 // what follows W once it has freed its inputs (ZeRO-2's reduce-scatter)
+	lastW               int64 // what follows the stage's last W (its gradients' dp reduction)
+}
+
+// stageMemOf composes a stage from its units, as one run of the stage's function runs theirs:
+// F in unit order (each unit's stash stays as the next one runs), I and W in reverse (I holds
+// each unit's values for W and frees what only it read as it goes; W frees both). Under full
+// recomputation each unit is rebuilt from its stashed inputs right before its own backward
+// (split-stages rebuilds one layer at a time, in I and again in W), which its probe's runs
+// already hold: the units before it hold only their inputs.
+func stageMemOf(units []unitCost) stageMem {
+	var sm stageMem
+	var made int64
+	for _, u := range units {
+		m := u.mem
+		sm.runF = max(sm.runF, made+m.runF)
+		made += m.stash
+		sm.stash += m.stash
+		sm.stashI += m.stashI
+		sm.held += m.held
+		sm.argsI += m.argsI
+		sm.argsW += m.stash - m.stashI + m.held
+	}
+	before := make([]int64, len(units)) // unprocessed units' inputs
+	beforeW := make([]int64, len(units))
+	for k := 1; k < len(units); k++ {
+		p := units[k-1].mem
+		before[k] = before[k-1] + p.argsI
+		beforeW[k] = beforeW[k-1] + p.stash - p.stashI + p.held
+	}
+	var done int64 // processed units: what their I left (held, and inputs W still reads)
+	for k := len(units) - 1; k >= 0; k-- {
+		m := units[k].mem
+		sm.runI = max(sm.runI, before[k]+done+m.runI)
+		done += m.held + m.argsI - m.stashI
+		sm.runW = max(sm.runW, beforeW[k]+m.runW)
+	}
+	return sm
+}
+
+// arena replays each rank's runs in schedule order over the stages' stageMem: the most
+// bytes the arena holds at once (peak) and the most of them forward runs made (fwd) — ppc
+// compile's arena, and its split into activations and workspace. A token-sliced schedule's
+// units are its slices, each holding its share of the micro-batch's bytes.
+func (e *evaluation) arena(s *schedule.Schedule) (peak, fwd []int64) {
+	peak, fwd = make([]int64, s.Ranks), make([]int64, s.Ranks)
+	runs := e.c.Microbatches * max(1, len(e.c.TokenSlices)) // W runs of a stage per step
+	frac := func(unit int) float64 { return 1 }
+	if n := len(e.c.TokenSlices); n > 1 {
+		T := 0
+		for _, l := range e.c.TokenSlices {
+			T += l
+		}
+		frac = func(unit int) float64 { return float64(e.c.TokenSlices[unit%n]) / float64(T) }
+	}
+	for r, acts := range s.Actions {
+		if r < len(e.stepEnd) {
+			peak[r] = e.stepEnd[r]
+		}
+		var live, liveF int64
+		ws := map[int]int{} // W runs so far, per stage
+		for _, a := range acts {
+			for _, c := range a.Computes() {
+				if c.Stage < 0 || c.Stage >= len(e.stageMem) {
+					continue
+				}
+				sm, f := e.stageMem[c.Stage], frac(c.Microbatch)
+				sc := func(x int64) int64 { return int64(float64(x) * f) }
+				backI := func() {
+					peak[r] = max(peak[r], live-sc(sm.argsI)+sc(sm.runI))
+					live += sc(sm.held - sm.stashI)
+					liveF -= sc(sm.stashI)
+				}
+				backW := func() {
+					peak[r] = max(peak[r], live-sc(sm.argsW)+sc(sm.runW))
+					live -= sc(sm.stash - sm.stashI + sm.held)
+					liveF -= sc(sm.stash - sm.stashI)
+					peak[r] = max(peak[r], live+sc(sm.afterW))
+					if ws[c.Stage]++; ws[c.Stage] == runs {
+						peak[r] = max(peak[r], live+sm.lastW)
+					}
+				}
+				switch c.Kind {
+				case schedule.Forward:
+					peak[r] = max(peak[r], live+sc(sm.runF))
+					fwd[r] = max(fwd[r], liveF+sc(sm.runF))
+					live += sc(sm.stash)
+					liveF += sc(sm.stash)
+				case schedule.BackwardInput:
+					backI()
+				case schedule.BackwardWeight:
+					backW()
+				case schedule.FullBackward:
+					backI()
+					backW()
+				}
+			}
+		}
+	}
+	return peak, fwd
 }
 
 type splitKey struct {
@@ -447,9 +636,13 @@ func (e *evaluation) simulate(full bool) (pl Plan, fits, built bool) {
 	pl.BubbleRatio = res.BubbleRatio
 	fits = true
 	pl.Memory, pl.PeakMemory = nil, nil
+	peak, fwd := e.arena(s)
 	for r, m := range e.rankMem {
-		if r < len(res.PeakActivationBytes) {
-			m.Activations = int64(res.PeakActivationBytes[r])
+		if r < len(peak) {
+			// The arena as ppc compile splits it: the forward runs' buffers at their most,
+			// and the rest (what the backward holds beyond them; ZeRO-2's block stays).
+			m.Workspace += peak[r] - fwd[r] - e.work[r]
+			m.Activations = fwd[r]
 		}
 		m = e.withMargin(m)
 		pl.Memory = append(pl.Memory, m)

@@ -2,8 +2,11 @@ package planner
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
+	"ppc.dev/ppc/codegen"
 	"ppc.dev/ppc/compiler"
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/passes"
@@ -23,11 +26,30 @@ type unitCost struct {
 	params      []param // those parameters, in order (ZeRO's buckets group them)
 	shared      []param // of them, those another unit reads too (a tied embedding)
 	castBytes   int64   // 16-bit copies of the unit's weights the forward makes (mixed precision)
+	mem         unitMem
+}
+
+// unitMem is what the unit's runs hold in the arena per micro-batch, as code generation lays
+// them out (codegen.RunMemories on the probe): the values one run hands another, and each
+// run's own peak. The planner replays a rank's runs in schedule order over these to get the
+// arena ppc compile plans.
+type unitMem struct {
+	stash     int64 // forward values the unit's backward reads (its own F's and received ones)
+	stashI    int64 // of stash, those only I reads: freed when I ends, the rest when W ends
+	recvStash int64 // of stash, the received input
+	held      int64 // values I makes for W (output gradients of its linears): held from I to W
+	inF, inI  int64 // received values that only F (the input) or I (the gradient) reads
+	argsI     int64 // of stash, what I reads (stashI and what W reads after it)
+	// The most each run holds at once of its own buffers (temporaries, results) and of its
+	// inputs until their last use in it (codegen.RunMemory.PeakWithArgs).
+	runF, runI, runW int64
+	grads            int64 // the weight gradients W returns (compute dtype)
 }
 
 type param struct {
 	name  string
 	bytes int64
+	dim0  int // its first dim as one tp rank holds it (ZeRO shards it over dp when dp divides it)
 }
 
 // probeKey names one probe compile: the tensor-parallel layout and the recompute mode.
@@ -80,6 +102,10 @@ func at(pair [2][]unitCost, b int) []unitCost {
 		w.fc, w.ic, w.wc = lin(u.fc, v.fc), lin(u.ic, v.ic), lin(u.wc, v.wc)
 		w.recompute, w.flops = lin(u.recompute, v.recompute), lin(u.flops, v.flops)
 		w.act, w.stash, w.send, w.castBytes = lini(u.act, v.act), lini(u.stash, v.stash), lini(u.send, v.send), lini(u.castBytes, v.castBytes)
+		a, c := u.mem, v.mem
+		w.mem = unitMem{stash: lini(a.stash, c.stash), stashI: lini(a.stashI, c.stashI), recvStash: lini(a.recvStash, c.recvStash),
+			held: lini(a.held, c.held), inF: lini(a.inF, c.inF), inI: lini(a.inI, c.inI), argsI: lini(a.argsI, c.argsI),
+			runF: lini(a.runF, c.runF), runI: lini(a.runI, c.runI), runW: lini(a.runW, c.runW), grads: a.grads}
 		out[i] = w
 	}
 	return out
@@ -109,6 +135,9 @@ func (p *planner) readProbe(m *ir.Module, tp int) ([]unitCost, error) {
 			u.recompute, u.stash, u.send = split[s].Recompute, split[s].Stash, split[s].Send
 		}
 	}
+	if err := readUnitMem(m, units); err != nil {
+		return nil, err
+	}
 	all := make([][]param, len(units))
 	uses := map[string]int{}
 	for _, f := range m.Funcs {
@@ -121,7 +150,11 @@ func (p *planner) readProbe(m *ir.Module, tp int) ([]unitCost, error) {
 		}
 		for i, a := range f.Args {
 			if f.ArgAttrs[i].Has(ir.AttrParam) {
-				all[s] = append(all[s], param{a.Name, a.Type.Bytes()})
+				d0 := 0
+				if a.Type.Rank() >= 1 {
+					d0 = a.Type.Shape[0]
+				}
+				all[s] = append(all[s], param{a.Name, a.Type.Bytes(), d0})
 				units[s].paramBytes += a.Type.Bytes()
 				uses[a.Name]++
 			}
@@ -170,4 +203,88 @@ func layoutString(units []unitCost, bounds []int) string {
 		lo = hi
 	}
 	return strings.Join(stages, "|")
+}
+
+// readUnitMem fills each unit's mem from the probe: the runs' own peaks as code generation
+// lowers them, and the ports between runs by who makes and who reads them.
+func readUnitMem(m *ir.Module, units []unitCost) error {
+	runs, err := codegen.RunMemories(m)
+	if err != nil {
+		return err
+	}
+	pm, err := passes.PortsOf(m)
+	if err != nil {
+		return err
+	}
+	funcs := map[string]*ir.Func{}
+	for _, f := range m.Funcs {
+		funcs[f.Name] = f
+		s := f.Attrs.Int("stage", 0)
+		if s >= len(units) {
+			continue
+		}
+		switch f.Attrs.Str("kind", "") {
+		case passes.KindF:
+			units[s].mem.runF = runs[f.Name].PeakWithArgs
+		case passes.KindI:
+			units[s].mem.runI = runs[f.Name].PeakWithArgs
+		case passes.KindW:
+			units[s].mem.runW = runs[f.Name].PeakWithArgs
+			units[s].mem.grads = runs[f.Name].Grads
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(pm.Consumers)) {
+		prod := funcs[pm.Producer[p]]
+		if prod == nil {
+			continue
+		}
+		size := runs[prod.Name].Results[p]
+		ps, pk := prod.Attrs.Int("stage", 0), prod.Attrs.Str("kind", "")
+		type use struct{ f, i, w bool }
+		uses := map[int]*use{}
+		for _, name := range pm.Consumers[p] {
+			cf := funcs[name]
+			if cf == nil {
+				continue
+			}
+			cs := cf.Attrs.Int("stage", 0)
+			if uses[cs] == nil {
+				uses[cs] = &use{}
+			}
+			switch cf.Attrs.Str("kind", "") {
+			case passes.KindF:
+				uses[cs].f = true
+			case passes.KindI:
+				uses[cs].i = true
+			case passes.KindW:
+				uses[cs].w = true
+			}
+		}
+		for cs, u := range uses {
+			if cs >= len(units) {
+				continue
+			}
+			um := &units[cs].mem
+			switch {
+			case pk == passes.KindF && (u.i || u.w):
+				um.stash += size
+				if !u.w {
+					um.stashI += size
+				}
+				if u.i {
+					um.argsI += size
+				}
+				if cs != ps {
+					um.recvStash += size
+				}
+			case pk == passes.KindF && cs != ps:
+				um.inF += size
+			case pk == passes.KindI && cs == ps && u.w:
+				um.held += size
+			case pk == passes.KindI && cs != ps:
+				um.inI += size
+			}
+		}
+	}
+	return nil
 }
