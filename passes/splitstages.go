@@ -51,7 +51,7 @@ var SplitStages = &Pass{
 		"micro-batch. Empty functions are omitted.",
 	Options: []Option{{Name: "recompute", Default: "none", Doc: "none: stash every forward value the backward uses; " +
 		"full: stash only each stage's inputs and recompute its forward ops inside I (W takes what it needs from I); " +
-		"selective: recompute attention internals (the chain from the scores matmul through the softmax), stash the rest"}},
+		"selective: recompute attention internals (the chain from the scores matmul through the softmax), stash the rest; a fused attention op has none (it keeps no scores)"}},
 	Run: func(m *ir.Module, opts Options) error {
 		mode := opts["recompute"]
 		if mode == "" {
