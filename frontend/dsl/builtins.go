@@ -374,7 +374,7 @@ func init() {
 			}
 			return c.tensorOp("gelu", at, x)
 		}},
-		"softmax":     axisFn("softmax"),
+		"softmax": axisFn("softmax"),
 		"attention": {params: []string{"q", "k", "v", "mask?", "causal?", "scale?"},
 			doc: "fused scaled dot-product attention of q [..., heads, seq, dim] over k and v [..., kv_heads, seq, dim] " +
 				"(kv_heads divides heads: grouped-query attention without repeating k and v); causal hides later keys, " +
