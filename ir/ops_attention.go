@@ -16,8 +16,9 @@ var attentionOps = []OpDef{
 			"j > i + Skv − Sq (aligned at the bottom right, so that a query block at the end of its keys — a token " +
 			"slice over a K/V prefix — is causal too; for Sq = Skv the usual lower triangle). With " +
 			"s[i, j] = scale·q[i]·k[j] + mask[i, j] over the visible keys, the results are o[i] = Σ_j softmax(s[i])_j·v[j] " +
-			"([..., Hq, Sq, Dv], q's dtype) and the row log-sum-exp lse[i] = log Σ_j exp(s[i, j]) ([..., Hq, Sq], f32 — f64 " +
-			"for f64 operands — kept for the gradient). A row with no visible key gives o = 0 and lse = −∞."},
+			"([..., Hq, Sq, Dv], q's dtype) and the row log-sum-exp lse[i] = log Σ_j exp(s[i, j]) ([..., Hq, Sq, 1], f32 — f64 " +
+			"for f64 operands — kept for the gradient; the trailing 1 gives both results one rank, so that the op's " +
+			"one layout annotation fits both). A row with no visible key gives o = 0 and lse = −∞."},
 	{Name: "attention_grad", MinOperands: 6, MaxOperands: 7, Traits: Pure, Attrs: attentionAttrs, Infer: inferAttentionGrad,
 		Doc: "Backward of attention (FlashAttention-2's algorithm). Operands q, k, v, o and lse (attention's operands and " +
 			"results), do (the gradient of o) and the mask when attention has one; causal and scale as on the forward " +
@@ -96,7 +97,7 @@ func inferAttention(in []Type, at Attrs) ([]Type, error) {
 	q, v := in[0], in[2]
 	r := q.Rank()
 	o := Type{DType: q.DType, Shape: append(slicesClone(q.Shape[:r-1]), v.Shape[r-1])}
-	lse := Type{DType: AttentionLSEType(q.DType), Shape: slicesClone(q.Shape[:r-1])}
+	lse := Type{DType: AttentionLSEType(q.DType), Shape: append(slicesClone(q.Shape[:r-1]), 1)}
 	return []Type{o, lse}, nil
 }
 

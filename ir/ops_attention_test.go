@@ -16,13 +16,13 @@ func TestAttentionInference(t *testing.T) {
 		attrs Attrs
 		want  string
 	}{
-		{"attention", []Type{f32(2, 4, 5, 8), f32(2, 4, 7, 8), f32(2, 4, 7, 3)}, causal, "f32[2,4,5,3], f32[2,4,5]"},
+		{"attention", []Type{f32(2, 4, 5, 8), f32(2, 4, 7, 8), f32(2, 4, 7, 3)}, causal, "f32[2,4,5,3], f32[2,4,5,1]"},
 		// GQA: 2 kv heads serve 6 query heads; MQA: one.
-		{"attention", []Type{f32(6, 5, 8), f32(2, 5, 8), f32(2, 5, 8)}, nil, "f32[6,5,8], f32[6,5]"},
-		{"attention", []Type{f32(1, 6, 5, 8), f32(1, 1, 5, 8), f32(1, 1, 5, 8)}, nil, "f32[1,6,5,8], f32[1,6,5]"},
-		{"attention", []Type{T(BF16, 1, 2, 5, 8), T(BF16, 1, 2, 5, 8), T(BF16, 1, 2, 5, 8)}, nil, "bf16[1,2,5,8], f32[1,2,5]"},
-		{"attention", []Type{T(F64, 2, 5, 8), T(F64, 2, 5, 8), T(F64, 2, 5, 8)}, nil, "f64[2,5,8], f64[2,5]"},
-		{"attention", []Type{f32(2, 4, 5, 8), f32(2, 4, 7, 8), f32(2, 4, 7, 8), T(Bool, 5, 7)}, nil, "f32[2,4,5,8], f32[2,4,5]"},
+		{"attention", []Type{f32(6, 5, 8), f32(2, 5, 8), f32(2, 5, 8)}, nil, "f32[6,5,8], f32[6,5,1]"},
+		{"attention", []Type{f32(1, 6, 5, 8), f32(1, 1, 5, 8), f32(1, 1, 5, 8)}, nil, "f32[1,6,5,8], f32[1,6,5,1]"},
+		{"attention", []Type{T(BF16, 1, 2, 5, 8), T(BF16, 1, 2, 5, 8), T(BF16, 1, 2, 5, 8)}, nil, "bf16[1,2,5,8], f32[1,2,5,1]"},
+		{"attention", []Type{T(F64, 2, 5, 8), T(F64, 2, 5, 8), T(F64, 2, 5, 8)}, nil, "f64[2,5,8], f64[2,5,1]"},
+		{"attention", []Type{f32(2, 4, 5, 8), f32(2, 4, 7, 8), f32(2, 4, 7, 8), T(Bool, 5, 7)}, nil, "f32[2,4,5,8], f32[2,4,5,1]"},
 		{"attention", []Type{f32(2, 4, 5, 8), f32(2, 4, 7, 8), f32(2, 4, 7, 8), f32(2, 1, 5, 7)}, nil, "f32[2,4,5,8]"},
 		{"attention", []Type{f32(2, 4, 5, 8), f32(2, 4, 7, 8), f32(2, 4, 7, 8), f32(5, 5)}, nil, "error: mask f32[5,5] does not broadcast to the scores' shape [2,4,5,7]"},
 		{"attention", []Type{f32(2, 4, 5, 8), f32(2, 4, 7, 8), f32(2, 4, 7, 8), T(I64, 5, 7)}, nil, "error: mask i64[5,7] must be bool or f32"},
@@ -33,11 +33,11 @@ func TestAttentionInference(t *testing.T) {
 		{"attention", []Type{f32(5, 8), f32(5, 8), f32(5, 8)}, nil, "error: q, k and v must have one rank of at least 3"},
 		{"attention", []Type{f32(2, 5, 8), T(BF16, 2, 5, 8), f32(2, 5, 8)}, nil, "error: q, k and v must have one dtype"},
 		{"attention", []Type{T(I64, 2, 5, 8), T(I64, 2, 5, 8), T(I64, 2, 5, 8)}, nil, "error: q must be floating point"},
-		{"attention_grad", []Type{f32(4, 5, 8), f32(2, 7, 8), f32(2, 7, 3), f32(4, 5, 3), f32(4, 5), f32(4, 5, 3)}, causal, "f32[4,5,8], f32[2,7,8], f32[2,7,3]"},
-		{"attention_grad", []Type{f32(4, 5, 8), f32(2, 7, 8), f32(2, 7, 3), f32(4, 5, 3), f32(4, 5), f32(4, 5, 3), T(Bool, 5, 7)}, nil, "f32[4,5,8], f32[2,7,8], f32[2,7,3]"},
-		{"attention_grad", []Type{f32(4, 5, 8), f32(2, 7, 8), f32(2, 7, 3), f32(4, 5, 3), f32(4, 5, 1), f32(4, 5, 3)}, nil, "error: lse f32[4,5,1] must be f32[4,5]"},
-		{"attention_grad", []Type{f32(4, 5, 8), f32(2, 7, 8), f32(2, 7, 3), f32(4, 5, 3), f32(4, 5), f32(4, 5, 8)}, nil, "error: do f32[4,5,8] must be f32[4,5,3]"},
-		{"attention_grad", []Type{f32(4, 5, 8), f32(2, 7, 8), f32(2, 7, 3), f32(4, 5, 8), f32(4, 5), f32(4, 5, 3)}, nil, "error: o f32[4,5,8] must be f32[4,5,3]"},
+		{"attention_grad", []Type{f32(4, 5, 8), f32(2, 7, 8), f32(2, 7, 3), f32(4, 5, 3), f32(4, 5, 1), f32(4, 5, 3)}, causal, "f32[4,5,8], f32[2,7,8], f32[2,7,3]"},
+		{"attention_grad", []Type{f32(4, 5, 8), f32(2, 7, 8), f32(2, 7, 3), f32(4, 5, 3), f32(4, 5, 1), f32(4, 5, 3), T(Bool, 5, 7)}, nil, "f32[4,5,8], f32[2,7,8], f32[2,7,3]"},
+		{"attention_grad", []Type{f32(4, 5, 8), f32(2, 7, 8), f32(2, 7, 3), f32(4, 5, 3), f32(4, 5), f32(4, 5, 3)}, nil, "error: lse f32[4,5] must be f32[4,5,1]"},
+		{"attention_grad", []Type{f32(4, 5, 8), f32(2, 7, 8), f32(2, 7, 3), f32(4, 5, 3), f32(4, 5, 1), f32(4, 5, 8)}, nil, "error: do f32[4,5,8] must be f32[4,5,3]"},
+		{"attention_grad", []Type{f32(4, 5, 8), f32(2, 7, 8), f32(2, 7, 3), f32(4, 5, 8), f32(4, 5, 1), f32(4, 5, 3)}, nil, "error: o f32[4,5,8] must be f32[4,5,3]"},
 	} {
 		def := MustLookup(c.op)
 		if _, err := def.CheckAttrs(c.attrs.Sorted()); err != nil {
@@ -62,8 +62,8 @@ func TestAttentionInference(t *testing.T) {
 // attributes and operands are reported at their line.
 func TestAttentionRoundTrip(t *testing.T) {
 	src := `func @f(%q: f32[2,4,5,8], %k: f32[2,2,5,8], %v: f32[2,2,5,8], %m: bool[5,5]) -> (f32[2,4,5,8]) {
-  %o, %lse = attention %q, %k, %v {causal = true, scale = 0.125} : f32[2,4,5,8], f32[2,4,5]
-  %o2, %lse2 = attention %q, %k, %v, %m : f32[2,4,5,8], f32[2,4,5]
+  %o, %lse = attention %q, %k, %v {causal = true, scale = 0.125} : f32[2,4,5,8], f32[2,4,5,1]
+  %o2, %lse2 = attention %q, %k, %v, %m : f32[2,4,5,8], f32[2,4,5,1]
   %dq, %dk, %dv = attention_grad %q, %k, %v, %o2, %lse2, %o, %m : f32[2,4,5,8], f32[2,2,5,8], f32[2,2,5,8]
   return %dq
 }

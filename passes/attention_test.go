@@ -147,8 +147,8 @@ func TestAttentionGradPhases(t *testing.T) {
 			if op.Phase != ir.BwdIn {
 				t.Errorf("attention_grad runs in %v, want bwd_in:\n%s", op.Phase, train)
 			}
-			if len(op.Operands) != 6 || op.Operands[4].Type.Rank() != 3 {
-				t.Errorf("attention_grad reads %v, want q, k, v, o, lse [2,2,4], do", op.Operands)
+			if len(op.Operands) != 6 || op.Operands[4].Type.Rank() != 4 {
+				t.Errorf("attention_grad reads %v, want q, k, v, o, lse [2,2,4,1], do", op.Operands)
 			}
 		}
 		for _, r := range op.Results {
@@ -165,7 +165,7 @@ func TestAttentionGradPhases(t *testing.T) {
 // TestAttentionLSEGradRefused: a loss through the log-sum-exp is an error naming it.
 func TestAttentionLSEGradRefused(t *testing.T) {
 	src := `func @forward(%q: f32[2,4,3] {param}) -> (f32[] {loss}) {
-  %y, %lse = attention %q, %q, %q : f32[2,4,3], f32[2,4]
+  %y, %lse = attention %q, %q, %q : f32[2,4,3], f32[2,4,1]
   %l = reduce_sum %lse : f32[]
   return %l
 }
