@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"runtime"
 )
 
 // Fused attention, FlashAttention-2's algorithm on the CPU.
@@ -225,12 +226,22 @@ func AttentionBackward[T Float](p *AttentionParams, q, k, v, o, lse, do, maskAdd
 	work := max(1, p.Sq*bK*(p.D+p.Dv))
 
 	// dK and dV: one unit per key block of a kv head, over every query block of its group.
+	// When there are at least as many kv heads (× batch) as cores, a unit is a whole kv head
+	// instead and adds each tile's dS·K into dQ as well (one pass: the scores and dP of every
+	// tile are computed once); the key blocks are then visited in increasing order, so dQ
+	// sums them in the order the dQ pass would, and the results are the same bits either way.
 	nkb := (p.Skv + bK - 1) / bK
-	Parallel(p.Batch*p.Hkv*nkb, max(1, (1<<16)/work), func(lo, hi int) {
+	onePass := p.Batch*p.Hkv >= runtime.GOMAXPROCS(0)
+	units, perUnit := p.Batch*p.Hkv*nkb, 1
+	if onePass {
+		units, perUnit = p.Batch*p.Hkv, nkb
+		clear(dq)
+	}
+	Parallel(units, max(1, (1<<16)/(work*perUnit)), func(lo, hi int) {
 		s, dp := make([]T, bQ*bK), make([]T, bQ*bK)
 		dkAcc, dvAcc := make([]T, bK*p.D), make([]T, bK*p.Dv)
-		for u := lo; u < hi; u++ {
-			bg, kb := u/nkb, u%nkb
+		for uu := lo * perUnit; uu < hi*perUnit; uu++ {
+			bg, kb := uu/nkb, uu%nkb
 			b, g := bg/p.Hkv, bg%p.Hkv
 			j0, j1 := kb*bK, min((kb+1)*bK, p.Skv)
 			bk := j1 - j0
@@ -258,12 +269,19 @@ func AttentionBackward[T Float](p *AttentionParams, q, k, v, o, lse, do, maskAdd
 					dsInPlace(s, dp, bq, bk, delta[bh*p.Sq+i0:])
 					// dK += scale·dSᵀ·Q.
 					gemmRun(true, false, bk, p.D, bq, T(p.Scale), dp, bk, qh[i0*p.D:], p.D, 1, dkAcc, p.D, 1)
+					if onePass {
+						// dQ += scale·dS·K.
+						gemmRun(false, false, bq, p.D, bk, T(p.Scale), dp, bk, kh[j0*p.D:], p.D, 1, dq[(bh*p.Sq+i0)*p.D:], p.D, 1)
+					}
 				}
 			}
 			copy(dk[(bg*p.Skv+j0)*p.D:(bg*p.Skv+j1)*p.D], dkAcc[:bk*p.D])
 			copy(dv[(bg*p.Skv+j0)*p.Dv:(bg*p.Skv+j1)*p.Dv], dvAcc[:bk*p.Dv])
 		}
 	})
+	if onePass {
+		return
+	}
 
 	// dQ: one unit per query block of a head, over the key blocks it sees.
 	nqb := (p.Sq + bQ - 1) / bQ
