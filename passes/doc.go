@@ -108,6 +108,19 @@
 // because @optimizer runs on each rank only as a slice) and the learning-rate schedule
 // (ScheduledLR: computed in @optimizer from %step, so resume continues it).
 //
+// # Fused attention
+//
+// Attention is one op, `attention` (ir/ops_attention.go), which keeps the output and the
+// row log-sum-exp; autodiff differentiates it with `attention_grad` (FlashAttention-2: the
+// probabilities recomputed per tile from the log-sum-exp), all bwd_in since attention has no
+// weights. The DSL writes it directly (its builtin `attention`); we chose that over an IR
+// pass recognising the matmul–scale–mask–softmax–matmul chain for the DSL: the DSL's models
+// say what they mean, and a chain written out keeps its own semantics. Recognising the chain
+// belongs to the ONNX importer, which sees torch.onnx.export's pattern (not done yet). Its
+// sharding rule splits heads (GQA's kv heads with their query heads, Megatron's rule); token
+// slicing needs no offset: the op's causal rule is aligned at the bottom right (query i sees
+// keys up to i + Skv − Sq), which is exactly a slice's queries over its K/V prefix.
+//
 // # Token slices (TeraPipe)
 //
 // token-slice (tokenslice.go) runs on the partitioned @forward, before autodiff, and
