@@ -661,6 +661,20 @@ func lowerAttention(c *opCtx) error {
 		return err
 	}
 	e, base, r := c.e, c.out[0], q.Rank()
+	causal := c.op.Attrs.Bool("causal", false)
+	scaleV := c.op.Attrs.Float("scale", 1/math.Sqrt(float64(d.D)))
+	// Opset 23's Attention is the op itself when the log-sum-exp is not used (ONNX's has no
+	// such output) and the causal rule means the same: ONNX aligns it at the top left, ppc at
+	// the bottom right, which agree for equal lengths.
+	if e.opset >= 23 && !e.used1(c.op) && (!causal || d.Sq == d.Skv) {
+		in := slices.Clone(c.in)
+		attrs := []*onnxpb.AttributeProto{floatAttr("scale", scaleV)}
+		if causal {
+			attrs = append(attrs, intAttr("is_causal", 1))
+		}
+		e.node("Attention", in, []string{c.out[0]}, attrs...)
+		return nil
+	}
 	kin, vin := c.in[1], c.in[2]
 	if g := d.Hq / d.Hkv; g > 1 {
 		// The leading (batch) dims are written 0 in Reshape (keep the input's) and 1 in Expand
@@ -687,7 +701,7 @@ func lowerAttention(c *opCtx) error {
 	perm[r-2], perm[r-1] = r-1, r-2
 	kt := e.tmp(base+"/k_t", "Transpose", []string{kin}, intsAttr("perm", perm))
 	scores := e.tmp(base+"/scores", "MatMul", []string{c.in[0], kt})
-	scale, err := e.scalar(base+"/scale", q.DType, c.op.Attrs.Float("scale", 1/math.Sqrt(float64(d.D))))
+	scale, err := e.scalar(base+"/scale", q.DType, scaleV)
 	if err != nil {
 		return err
 	}
@@ -700,7 +714,7 @@ func lowerAttention(c *opCtx) error {
 	if err != nil {
 		return err
 	}
-	if c.op.Attrs.Bool("causal", false) {
+	if causal {
 		rng := func(name string, start, n int) (string, error) {
 			var in []string
 			for _, x := range []struct {
@@ -735,7 +749,7 @@ func lowerAttention(c *opCtx) error {
 		}
 	}
 	probs := e.tmp(base+"/probs", "Softmax", []string{scores}, intAttr("axis", -1))
-	if len(c.out) > 1 {
+	if e.used1(c.op) {
 		lse := e.tmp(base+"/lse", "ReduceLogSumExp", []string{scores, e.ints(base+"/lse_axes", -1)}, intAttr("keepdims", 1))
 		to, err := onnxDType(ir.AttentionLSEType(q.DType))
 		if err != nil {
@@ -745,4 +759,21 @@ func lowerAttention(c *opCtx) error {
 	}
 	e.node("MatMul", []string{probs, vin}, []string{c.out[0]})
 	return nil
+}
+
+// used1 reports whether op's second result is an operand or a result of the function.
+func (e *exporter) used1(op *ir.Op) bool {
+	if len(op.Results) < 2 {
+		return false
+	}
+	r := op.Results[1]
+	if slices.Contains(e.f.Results, r) {
+		return true
+	}
+	for _, o := range e.f.Ops {
+		if slices.Contains(o.Operands, r) {
+			return true
+		}
+	}
+	return false
 }
