@@ -73,7 +73,7 @@ func TestDataParallelFlags(t *testing.T) {
 		// Megatron's patterns that tp does not divide: the vocabulary (with the padding that
 		// would work), the heads.
 		{[]string{"compile", gpt, "--preset", "tiny", "--set", "vocab=510", "--tp", "4", "-o", out}, exitInput,
-			[]string{"gpt.ppm:88:7: --tp 4 cannot split dim 0 of %wte (f32[510,64], size 510): 510 is not divisible by 4", "--set vocab=512"}, []string{"reproducer"}},
+			[]string{"gpt.ppm:96:7: --tp 4 cannot split dim 0 of %wte (f32[510,64], size 510): 510 is not divisible by 4", "--set vocab=512"}, []string{"reproducer"}},
 		{[]string{"compile", gpt, "--preset", "tiny", "--tp", "8", "-o", out}, exitInput,
 			[]string{"--tp 8 cannot split dim 2 (size 4) of reshape's result f32[16,32,4,16]", "tp sizes that divide it: 1, 2, 4"}, []string{"reproducer"}},
 		{[]string{"compile", gpt, "--preset", "tiny", "--dp", "3", "-o", out}, exitInput,
