@@ -116,7 +116,8 @@
 // weights. The DSL writes it directly (its builtin `attention`); we chose that over an IR
 // pass recognising the matmul–scale–mask–softmax–matmul chain for the DSL: the DSL's models
 // say what they mean, and a chain written out keeps its own semantics. Recognising the chain
-// belongs to the ONNX importer, which sees torch.onnx.export's pattern (not done yet). Its
+// belongs to the ONNX importer, which raises torch.onnx.export's pattern with a provably
+// causal constant mask to the op (frontend/onnx/raise.go). Its
 // sharding rule splits heads (GQA's kv heads with their query heads, Megatron's rule); token
 // slicing needs no offset: the op's causal rule is aligned at the bottom right (query i sees
 // keys up to i + Skv − Sq), which is exactly a slice's queries over its K/V prefix.
