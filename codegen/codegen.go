@@ -1414,6 +1414,20 @@ func launchFLOPs(k *lower.Kernel, b *lower.Block, l lower.Launch) int64 {
 		}
 		return 2 * int64(b.Slots[l.Out[0]].NumElements()) * per
 	}
+	if k.Op.Name == "attention" || k.Op.Name == "attention_grad" {
+		// Counted as the decomposed chain's matmuls: q·kᵀ and p·v forward (2·rows·Skv·(D+Dv)),
+		// twice that backward; the backward's recomputation of the scores is not model work.
+		q, kk, v := b.Slots[l.In[0]], b.Slots[l.In[1]], b.Slots[l.In[2]]
+		dims, err := ir.AttentionShape(q, kk, v, nil)
+		if err != nil {
+			return 0
+		}
+		f := 2 * int64(dims.Batch*dims.Hq*dims.Sq) * int64(dims.Skv) * int64(dims.D+dims.Dv)
+		if k.Op.Name == "attention_grad" {
+			f *= 2
+		}
+		return f
+	}
 	if k.Op.Name != "matmul" {
 		return 0
 	}

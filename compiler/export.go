@@ -20,8 +20,9 @@ import (
 // dims; an .ir file as written), every parameter an initializer holding the value `ppc run
 // --seed seed` starts it from (runtime.InitialValue: the same code as the run's), and the loss
 // as an output named loss (frontend/onnx/export documents the graph). producer is ppc's
-// version, written into the file.
-func Export(model string, lo LoadOptions, seed uint64, producer string) (*onnxpb.ModelProto, error) {
+// version, written into the file. opset is the ONNX opset written (0: export.Opset); from
+// opset 23 the fused attention is ONNX's Attention op, before it the decomposed chain.
+func Export(model string, lo LoadOptions, seed uint64, producer string, opset int) (*onnxpb.ModelProto, error) {
 	lo.Microbatches, lo.Replicas = 1, 1
 	m, _, err := Load(model, lo)
 	if err != nil {
@@ -49,7 +50,7 @@ func Export(model string, lo LoadOptions, seed uint64, producer string) (*onnxpb
 		meta["ppc.dim."+k] = strconv.Itoa(lo.Dims[k])
 	}
 	doc += fmt.Sprintf(", initial weights at --seed %d", seed)
-	mp, err := export.Model(m, export.Options{Weight: weight, ProducerVersion: producer, DocString: doc, Metadata: meta})
+	mp, err := export.Model(m, export.Options{Weight: weight, ProducerVersion: producer, DocString: doc, Metadata: meta, Opset: opset})
 	if err != nil {
 		// Errors at an op carry its position; the others name the file.
 		var e *ir.Error

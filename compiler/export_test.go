@@ -25,7 +25,13 @@ import (
 // exportFile exports model as ppc export does and writes it into a temporary directory.
 func exportFile(t *testing.T, model string, lo LoadOptions, seed uint64) (string, *onnxpb.ModelProto) {
 	t.Helper()
-	mp, err := Export(model, lo, seed, "test")
+	return exportOpset(t, model, lo, seed, 0)
+}
+
+// exportOpset is exportFile at an opset (0: the default).
+func exportOpset(t *testing.T, model string, lo LoadOptions, seed uint64, opset int) (string, *onnxpb.ModelProto) {
+	t.Helper()
+	mp, err := Export(model, lo, seed, "test", opset)
 	if err != nil {
 		t.Fatalf("export %s: %v", filepath.Base(model), err)
 	}
@@ -386,4 +392,47 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// TestExportAttentionOpsets: at opset 23 each of the tiny GPT's and Llama's (grouped-query)
+// fused attentions is one ONNX Attention node (is_causal, the scale; K and V with their kv
+// heads), at the default opset 20 the decomposed chain (no Attention node, a Softmax per
+// layer); ppc's importer reads both back onto the fused op or the chain, and `ppc infer` on
+// each gives the .ppm's loss (rtol 1e-5). An opset outside 20…23 is refused.
+func TestExportAttentionOpsets(t *testing.T) {
+	for _, model := range []string{gptPPM, llamaPPM} {
+		name := filepath.Base(model)
+		lo := smallLoad(model)
+		want, gen, err := Infer(model, lo, InferMesh{}, nil, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		given := writeInputs(t, gen)
+		for _, opset := range []int{20, 23} {
+			path, mp := exportOpset(t, model, lo, 3, opset)
+			count := map[string]int{}
+			for _, n := range mp.Graph.Node {
+				count[n.OpType]++
+			}
+			if v := mp.OpsetImport[0].Version; v != int64(opset) {
+				t.Errorf("%s: opset %d written as %d", name, opset, v)
+			}
+			layers := 2 // smallLoad's
+			if opset == 23 && (count["Attention"] != layers || count["Softmax"] != 0) || opset == 20 && (count["Attention"] != 0 || count["Softmax"] != layers) {
+				t.Errorf("%s opset %d: %d Attention and %d Softmax nodes for %d layers", name, opset, count["Attention"], count["Softmax"], layers)
+			}
+			checkGraph(t, name, mp.Graph)
+			got, _, err := Infer(path, LoadOptions{}, InferMesh{}, given, 99)
+			if err != nil {
+				t.Fatalf("%s opset %d: infer the exported file: %v", name, opset, err)
+			}
+			a, b := data.Float64s(want[1].Tensor)[0], data.Float64s(got[1].Tensor)[0]
+			if math.Abs(a-b) > 1e-5*math.Abs(a) {
+				t.Errorf("%s opset %d: loss %.7f from the .onnx, %.7f from the .ppm", name, opset, b, a)
+			}
+		}
+	}
+	if _, err := Export(gptPPM, smallLoad(gptPPM), 1, "test", 19); err == nil || !strings.Contains(err.Error(), "opset 19: ppc export writes opsets 20 to 23") {
+		t.Errorf("opset 19: %v", err)
+	}
 }

@@ -2,6 +2,7 @@ package compiler
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"path/filepath"
 	"testing"
@@ -13,7 +14,11 @@ import (
 // (a middle stage of a one-layer-per-stage bf16 GPT, h 1024, 16 heads, s 1024) are within 5%
 // of Korthikanti et al.'s formula for a model without dropout — alone, with selective
 // recomputation, with --tp 2 and with --tp 2 --sp (the backward gathers the sequence shard
-// again, as Megatron does, rather than stashing the gathered input of a column linear).
+// again, as Megatron does, rather than stashing the gathered input of a column linear). The
+// formula's attention materialises the scores, so the model is written as the decomposed
+// chain; with the fused op the scores' term is gone whatever the recomputation, and what the
+// fused op keeps instead is its output in the heads' layout (2·s·h bytes: the projection's
+// input is a copy in [b, s, h]) and the f32 log-sum-exp (4·a·s), each split over tp.
 func TestActivationsMatchFormula(t *testing.T) {
 	const s, h, a, layers = 1024, 1024, 16, 4
 	set := map[string]string{"n_layers": fmt.Sprint(layers), "d_model": fmt.Sprint(h), "n_heads": fmt.Sprint(a),
@@ -24,18 +29,27 @@ func TestActivationsMatchFormula(t *testing.T) {
 		sp        bool
 		selective bool
 	}{{"plain", 1, false, false}, {"selective", 1, false, true}, {"tp2", 2, false, false}, {"tp2-sp", 2, true, false}, {"tp2-sp-selective", 2, true, true}} {
-		opts := Options{Load: LoadOptions{Set: set}, PP: layers, TP: c.tp, SP: c.sp, Microbatches: 4, Precision: "bf16"}
-		if c.selective {
-			opts.Recompute = "selective"
-		}
-		res, err := Compile(filepath.Join("..", "testdata", "models", "gpt.ppm"), opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := float64(res.Output.Plan.StageInfo[1].StashBytes) // one layer, one sequence
-		want := passes.ActivationBytesPerLayer(s, 1, h, a, c.tp, c.sp, c.selective, false)
-		if math.Abs(got-want) > 0.05*want {
-			t.Errorf("%s: the memory plan stashes %.4g bytes per layer, the formula %.4g (%+.1f%%)", c.name, got, want, 100*(got-want)/want)
+		for _, fused := range []bool{false, true} {
+			set := maps.Clone(set)
+			if !fused {
+				set["fused_attention"] = "false"
+			}
+			opts := Options{Load: LoadOptions{Set: set}, PP: layers, TP: c.tp, SP: c.sp, Microbatches: 4, Precision: "bf16"}
+			if c.selective {
+				opts.Recompute = "selective"
+			}
+			res, err := Compile(filepath.Join("..", "testdata", "models", "gpt.ppm"), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := float64(res.Output.Plan.StageInfo[1].StashBytes) // one layer, one sequence
+			want := passes.ActivationBytesPerLayer(s, 1, h, a, c.tp, c.sp, c.selective, false)
+			if fused {
+				want = passes.ActivationBytesPerLayer(s, 1, h, a, c.tp, c.sp, true, false) + float64(2*s*h+4*a*s)/float64(c.tp)
+			}
+			if math.Abs(got-want) > 0.05*want {
+				t.Errorf("%s fused=%v: the memory plan stashes %.4g bytes per layer, the formula %.4g (%+.1f%%)", c.name, fused, got, want, 100*(got-want)/want)
+			}
 		}
 	}
 }

@@ -25,8 +25,11 @@ import (
 // fp32 alone ends anywhere from 1.93 to 2.35 when AdamW's eps moves from 5e-9 to 2e-8 — and
 // bf16's coarser rounding lands it lower here (1.45 against fp32's 2.05; fp16 1.97). At lr
 // 2e-3 the three stay within 0.5% of each other all the way; TestMixedPrecisionGradient
-// checks one step's gradients two-sided. fp16 must also have skipped and reported some
-// steps (overflows at the initial scale 2^16), and kept training. The three runs take 12, 18
+// checks one step's gradients two-sided. Only fp16 may skip steps for overflow. (With the
+// attention chain materialised, fp16's scaled score gradients overflowed at the initial
+// scale 2^16 for the first steps; the fused attention keeps scores, probabilities and their
+// gradients in f32 inside the kernel, and no step overflows. TestFP16OverflowSkipsEveryRank
+// checks the skips.) The three runs take 12, 18
 // and 25 s run in parallel on two cores: about 30 s in all.
 func TestTinyGPTLearns(t *testing.T) {
 	if testing.Short() {
@@ -56,7 +59,7 @@ func TestTinyGPTLearns(t *testing.T) {
 				if last > first/2 {
 					t.Errorf("%s: loss fell from %.4f to %.4f, less than half", prec, first, last)
 				}
-				if (prec == "fp16") != (skipped > 0) {
+				if prec != "fp16" && skipped > 0 {
 					t.Errorf("%s: %d steps skipped for overflow", prec, skipped)
 				}
 				mu.Lock()

@@ -202,6 +202,14 @@ func (d DeviceProfile) CostOf(op *ir.Op, isParam func(*ir.Value) bool, axisSize 
 				eff = GEMMEfficiency(op.Results[0].Type.NumElements()/max(n, 1), n, k)
 			}
 		}
+	case "attention":
+		// The two products of every query row with every key it may see, counted in full as
+		// for the decomposed chain (2·rows·Skv·(D + Dv)); the scores never reach memory.
+		if dims, err := ir.AttentionShape(op.Operands[0].Type, op.Operands[1].Type, op.Operands[2].Type, nil); err == nil {
+			rows := dims.Batch * dims.Hq * dims.Sq
+			c.FLOPs = 2 * float64(rows) * float64(dims.Skv) * float64(dims.D+dims.Dv)
+			matrix, eff = true, GEMMEfficiency(rows, dims.Skv, dims.D)
+		}
 	case "conv", "conv_transpose":
 		if len(op.Operands) >= 2 && len(op.Results) == 1 {
 			w := op.Operands[1].Type.Shape

@@ -135,6 +135,20 @@
 // would keep every layer's alive until W), so neither holds more than one group's values
 // beside the stash, under any schedule; the price is that W rebuilds part of the forward again.
 //
+// # Fused attention
+//
+// Attention is one op, `attention` (ir/ops_attention.go), which keeps the output and the
+// row log-sum-exp; autodiff differentiates it with `attention_grad` (FlashAttention-2: the
+// probabilities recomputed per tile from the log-sum-exp), all bwd_in since attention has no
+// weights. The DSL writes it directly (its builtin `attention`); we chose that over an IR
+// pass recognising the matmul–scale–mask–softmax–matmul chain for the DSL: the DSL's models
+// say what they mean, and a chain written out keeps its own semantics. Recognising the chain
+// belongs to the ONNX importer, which raises torch.onnx.export's pattern with a provably
+// causal constant mask to the op (frontend/onnx/raise.go). Its
+// sharding rule splits heads (GQA's kv heads with their query heads, Megatron's rule); token
+// slicing needs no offset: the op's causal rule is aligned at the bottom right (query i sees
+// keys up to i + Skv − Sq), which is exactly a slice's queries over its K/V prefix.
+//
 // # Token slices (TeraPipe)
 //
 // token-slice (tokenslice.go) runs on the partitioned @forward, before autodiff, and

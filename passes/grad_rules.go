@@ -204,6 +204,11 @@ var coreGradRules = map[string]gradRule{
 
 	"matmul": matmulRule,
 
+	// FlashAttention-2's backward: one fused op recomputes the probabilities from the saved
+	// log-sum-exp. All three gradients are activation gradients (bwd_in); attention has no
+	// weights, so nothing of it runs in W.
+	"attention": attentionRule,
+
 	// The conjugate collectives of tensor and sequence parallelism (see doc.go): a sum over
 	// the axis hands every member the same gradient; a replicated value entering a split
 	// region gets the sum of the members' partial gradients; gathering and scattering along a
@@ -481,5 +486,24 @@ func matmulRule(g *gradCtx, op *ir.Op, d []*ir.Value) ([]*ir.Value, error) {
 		}
 		res[1] = g.reshapeTo(g.sumTo(db, bShape), b.Type.Shape)
 	}
+	return res, nil
+}
+
+// attentionRule differentiates o, lse = attention(q, k, v [, mask]) with attention_grad,
+// which reads the forward's results instead of stashed scores. The log-sum-exp is a
+// by-product kept for this rule: a loss that depends on it is refused (its gradient would
+// add p·dlse to the scores' gradient, which attention_grad does not compute). The mask gets
+// no gradient.
+func attentionRule(g *gradCtx, op *ir.Op, d []*ir.Value) ([]*ir.Value, error) {
+	if d[1] != nil {
+		return nil, fmt.Errorf("no gradient through attention's log-sum-exp (its second result): only the output is differentiable")
+	}
+	in := []*ir.Value{op.Operands[0], op.Operands[1], op.Operands[2], op.Results[0], op.Results[1], d[0]}
+	if len(op.Operands) == 4 {
+		in = append(in, op.Operands[3])
+	}
+	grads := g.b.Op("attention_grad", keepAttrs(op, "causal", "scale"), in...)
+	res := make([]*ir.Value, len(op.Operands))
+	copy(res, grads)
 	return res, nil
 }

@@ -56,7 +56,8 @@ var SplitStages = &Pass{
 		{Name: "recompute", Default: "none", Doc: "none: stash every forward value the backward uses; " +
 			"full: stash only the inputs of each unit (the partition's units: E, each layer, L) and rebuild one unit at a " +
 			"time right before its backward, from its stashed inputs (Megatron's --recompute-granularity full); " +
-			"selective: recompute attention internals (the chain from the scores matmul through the softmax), stash the rest"},
+			"selective: recompute attention internals (the chain from the scores matmul through the softmax), stash the rest; " +
+			"a fused attention op has none (it keeps no scores)"},
 		{Name: "method", Default: RecomputeUniform, Doc: "for recompute=full, as Megatron's --recompute-method: uniform rebuilds " +
 			"chunks of `layers` consecutive units of each stage from the chunk's input; block rebuilds the first `layers` units " +
 			"of each stage one by one and stashes everything the backward of the others uses"},

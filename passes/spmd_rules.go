@@ -382,6 +382,41 @@ func shAxisWhole(def int, keepPartial bool) spmdRule {
 	}
 }
 
+// shAttention splits attention by heads, Megatron's rule: each rank computes the attention
+// of its block of query heads, and under grouped-query attention its block of kv heads,
+// which are exactly the kv heads its query heads read (query head h reads kv head
+// h/(Hq/Hkv), and both blocks are the rank's tp coordinate's). A split leading (batch) dim
+// carries through alike. The sequence and head dims stay whole; when tp does not divide both
+// head counts, or an operand is a partial sum, everything is replicated. A mask follows the
+// split where it has the dim, else it is replicated (it broadcasts).
+func shAttention(c *ruleCtx) (req, out []lay) {
+	q, k := c.op.Operands[0], c.op.Operands[1]
+	r := q.Type.Rank()
+	d := -1
+	for _, l := range c.in[:3] {
+		if l.partial {
+			return shReplicateAll(c)
+		}
+		if l.dim >= 0 && l.dim <= r-3 {
+			d = l.dim
+			break
+		}
+	}
+	if d < 0 || !c.fits(q.Type.Shape, d) || !c.fits(k.Type.Shape, d) {
+		return shReplicateAll(c)
+	}
+	req = []lay{splitAt(d), splitAt(d), splitAt(d)}
+	if len(c.op.Operands) == 4 {
+		m := c.op.Operands[3].Type.Shape
+		ml := replicated
+		if md := alignedDim(d, r, len(m)); md >= 0 && m[md] != 1 {
+			ml = splitAt(md)
+		}
+		req = append(req, ml)
+	}
+	return req, []lay{splitAt(d), splitAt(d)}
+}
+
 // shNorm (layer_norm, rms_norm): the normalised dims (axis…) are whole; the scale and bias
 // are whole; the rest of x keeps its split. A partial sum is reduced first, under sequence
 // parallelism into a split of the sequence dim.
@@ -492,6 +527,7 @@ var spmdRules = map[string]spmdRule{
 	"reduce_max":    shReduce,
 	"gather":        shGather,
 	"cross_entropy": shCrossEntropy,
+	"attention":     shAttention,
 }
 
 // ruleFor returns the rule of op.

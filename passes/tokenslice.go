@@ -544,6 +544,8 @@ func (t *tokenSlicer) analyse(op *ir.Op) error {
 		return nil
 	case name == "matmul":
 		return t.matmul(op, deps, r)
+	case name == "attention":
+		return t.attention(op, deps, r)
 	case name == "gather":
 		axis := op.Attrs.Int("axis", 0)
 		data, idx := t.get(op.Operands[0]), t.get(op.Operands[1])
@@ -788,6 +790,35 @@ func (t *tokenSlicer) matmul(op *ir.Op, deps []int, r int) error {
 		return bias(r-2, -1)
 	}
 	return mixes()
+}
+
+// attention: the fused op over the keys and values of slices 0..j. Its causal rule is aligned
+// at the bottom right (query i sees keys up to i + Skv − Sq), so a slice's queries [a, a+l)
+// over the prefix [0, a+l) are causal as they are, with no offset to carry. It must be causal;
+// an explicit mask, data-independent, is cut like the decomposed chain's (rows to the
+// slice, keys to the prefix).
+func (t *tokenSlicer) attention(op *ir.Op, deps []int, r int) error {
+	if !op.Attrs.Bool("causal", false) {
+		return t.errAt(op, "attends without causal = true: the model's attention is not causal (token t would see tokens after t), so it cannot be cut into token slices")
+	}
+	for i := range 3 {
+		in := t.get(op.Operands[i])
+		if !in.dep || in.k >= 0 || in.q != r-2 {
+			return t.errAt(op, "operand %d does not have the sequence in its second-to-last dim ([..., heads, seq, dim])", i)
+		}
+	}
+	if len(op.Operands) == 4 {
+		if t.get(op.Operands[3]).dep {
+			return t.errAt(op, "has a mask computed from the data; token slicing needs a data-independent mask")
+		}
+		if err := t.independentOperand(op, 3, alignedDim(r-2, r, op.Operands[3].Type.Rank()), alignedDim(r-1, r, op.Operands[3].Type.Rank())); err != nil {
+			return err
+		}
+	}
+	t.prefixOperand(op, 1, r-2)
+	t.prefixOperand(op, 2, r-2)
+	t.set(op, seqInfo{dep: true, q: r - 2, k: -1})
+	return nil
 }
 
 // keyState is the attention state of an elementwise op's result with a key axis: a causal

@@ -175,6 +175,13 @@ func NewSliceCostModel(m *ir.Module, dev DeviceProfile) (*SliceCostModel, error)
 			if in := t.get(a); in.dep && in.k == d {
 				so.contraction.key = true // probabilities × values: over the context
 			}
+		case "attention":
+			// Two products over the context per output row: 2·rows·context·(D + Dv).
+			q, k, v := op.Operands[0].Type.Shape, op.Operands[1].Type.Shape, op.Operands[2].Type.Shape
+			rows := term(op.Results[1], true) // lse: one element per query row and head
+			rows.base *= float64(q[len(q)-1] + v[len(v)-1])
+			so.matrix, so.results = true, []tensorTerm{rows}
+			so.contraction = tensorTerm{base: float64(k[len(k)-2]), key: true}
 		case "softmax", "log_softmax", "layer_norm", "rms_norm", "cross_entropy":
 			so.perElem = 5
 		case "gelu", "silu", "exp", "tanh", "sigmoid", "erf":

@@ -15,14 +15,15 @@ import (
 
 func init() {
 	commands = append(commands, &command{
-		name: "export", args: "MODEL -o FILE.onnx [--preset P] [--set k=v]… [--dim k=v]… [--seed N]",
-		summary: fmt.Sprintf("Write a model (.ppm, .ir or .onnx) as a standard ONNX file (opset %d): its forward pass and loss over the whole batch, "+
+		name: "export", args: "MODEL -o FILE.onnx [--preset P] [--set k=v]… [--dim k=v]… [--seed N] [--opset N]",
+		summary: fmt.Sprintf("Write a model (.ppm, .ir or .onnx) as a standard ONNX file (opset %d unless --opset says another): its forward pass and loss over the whole batch, "+
 			"the weights ppc run --seed N starts from as initializers, the labels as an input and the loss as an output named loss.", export.Opset),
 		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
 			var lf loadFlags
 			lf.register(fs)
 			out := fs.String("o", "", "output `FILE.onnx`")
 			seed := fs.Uint64("seed", 1, "write the parameters as ppc run --seed `N` initialises them (imported weights as they are)")
+			opset := fs.Int("opset", export.Opset, fmt.Sprintf("ONNX opset `N` to write, %d to %d: from 23 the fused attention is ONNX's Attention op, before it the decomposed chain", export.Opset, export.MaxOpset))
 			return func(args []string) error {
 				if len(args) != 1 {
 					return usagef("want one model file, got %d arguments", len(args))
@@ -39,6 +40,9 @@ func init() {
 				if err != nil {
 					return err
 				}
+				if *opset < export.Opset || *opset > export.MaxOpset {
+					return usagef("--opset %d: ppc export writes opsets %d to %d", *opset, export.Opset, export.MaxOpset)
+				}
 				if st, err := os.Stat(*out); err == nil && st.IsDir() {
 					return fmt.Errorf("-o: %s is a directory", *out)
 				}
@@ -47,7 +51,7 @@ func init() {
 				if err := checkOutputDir(dir); err != nil {
 					return fmt.Errorf("-o: %v", err)
 				}
-				mp, err := compiler.Export(args[0], lo, *seed, version)
+				mp, err := compiler.Export(args[0], lo, *seed, version, *opset)
 				if err != nil {
 					return err
 				}
@@ -63,7 +67,7 @@ func init() {
 				}
 				g := mp.Graph
 				fmt.Fprintf(e.stdout, "exported %s to %s (ONNX opset %d, IR version %d): %d node(s), %d initializer(s), inputs %s, outputs %s\n",
-					args[0], *out, export.Opset, export.IRVersion, len(g.Node), len(g.Initializer), valueNames(g.Input), valueNames(g.Output))
+					args[0], *out, mp.OpsetImport[0].Version, mp.IrVersion, len(g.Node), len(g.Initializer), valueNames(g.Input), valueNames(g.Output))
 				return nil
 			}
 		},

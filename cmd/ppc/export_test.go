@@ -63,6 +63,7 @@ func TestExportErrors(t *testing.T) {
 		{[]string{"export", grad, "-o", out}, exitInput, []string{"grad.ir:3:8: op softmax_grad has no ONNX mapping", "gradient kernel", "\n           ^"}, nil},
 		{[]string{"export", mlp}, exitInput, []string{"-o FILE.onnx is required", "usage: ppc export"}, nil},
 		{[]string{"export", mlp, "-o", filepath.Join(dir, "out.pb")}, exitInput, []string{"the file name must end in .onnx"}, nil},
+		{[]string{"export", mlp, "-o", filepath.Join(dir, "x.onnx"), "--opset", "24"}, exitInput, []string{"--opset 24: ppc export writes opsets 20 to 23", "usage: ppc export"}, nil},
 		{[]string{"export", mlp, "-o", filepath.Join(notDir, "x.onnx")}, exitInput, []string{"file.txt is a file, not a directory"}, nil},
 		{[]string{"export", mlp, "-o", isDir}, exitInput, []string{"d.onnx is a directory"}, nil},
 		{[]string{"export", mlp, grad, "-o", out}, exitInput, []string{"want one model file, got 2"}, nil},

@@ -374,7 +374,12 @@ func init() {
 			}
 			return c.tensorOp("gelu", at, x)
 		}},
-		"softmax":     axisFn("softmax"),
+		"softmax": axisFn("softmax"),
+		"attention": {params: []string{"q", "k", "v", "mask?", "causal?", "scale?"},
+			doc: "fused scaled dot-product attention of q [..., heads, seq, dim] over k and v [..., kv_heads, seq, dim] " +
+				"(kv_heads divides heads: grouped-query attention without repeating k and v); causal hides later keys, " +
+				"mask is bool (true = visible) or additive; scale defaults to 1/sqrt(dim). The scores are never stored.",
+			fn: attentionFn},
 		"log_softmax": axisFn("log_softmax"),
 		"layer_norm": {params: []string{"x", "scale?", "bias?", "axis?", "eps?"}, doc: "layer normalisation over dims axis.. (default the last)", fn: func(c *callCtx) (val, error) {
 			return normFn(c, "layer_norm", "scale", "bias")
@@ -676,6 +681,35 @@ func normFn(c *callCtx, op string, operands ...string) (val, error) {
 		return val{}, err
 	}
 	return c.tensorOp(op, at, ops...)
+}
+
+// attentionFn builds the fused attention op (ir's attention) and returns its output; the
+// row log-sum-exp it also produces is the gradient's business, not the model's.
+func attentionFn(c *callCtx) (val, error) {
+	var ops []*ir.Value
+	for _, name := range []string{"q", "k", "v"} {
+		t, err := c.tensor(name)
+		if err != nil {
+			return val{}, err
+		}
+		ops = append(ops, t)
+	}
+	mask, err := c.optTensor("mask")
+	if err != nil {
+		return val{}, err
+	}
+	if mask != nil {
+		ops = append(ops, mask)
+	}
+	at, err := c.attrs().bool("causal").float("scale").done()
+	if err != nil {
+		return val{}, err
+	}
+	rs, err := c.l.opN(c.pos, "attention", at, ops...)
+	if err != nil {
+		return val{}, err
+	}
+	return tensorVal(rs[0]), nil
 }
 
 func splitFn(c *callCtx) (val, error) {

@@ -124,11 +124,17 @@
 // Arguments may be positional or named; `?` marks optional ones. Numbers fold where the
 // function is elementwise math. Builtins() lists them with their docs.
 //
+// attention is the IR's fused attention op, written by the model rather than recognised in
+// the decomposed chain by a pass: the model says what it means (causal, GQA without
+// repeat_kv), and a chain written out by hand keeps its exact semantics (a −1e9 additive
+// mask, a softmax the user may change) instead of being rewritten behind the user's back.
+//
 //	exp log sqrt rsqrt tanh sigmoid sin cos erf abs relu silu (x)
 //	gelu(x, approximate? = "none" | "tanh")
 //	softmax(x, axis?)  log_softmax(x, axis?)              // default the last axis
 //	layer_norm(x, scale?, bias?, axis?, eps?)  rms_norm(x, scale?, axis?, eps?)
 //	matmul(a, b, bias?, transpose_a?, transpose_b?)
+//	attention(q, k, v, mask?, causal?, scale?)           // fused: [..., heads, seq, dim]; fewer kv heads = GQA
 //	reshape(x, shape)  transpose(x, perm?)  broadcast(x, shape)
 //	gather(data, indices, axis?)  concat(xs…, axis?)  slice(x, starts, ends, axes?, steps?)
 //	split(x, sizes, axis?)          // sizes: a list, or a count of equal pieces; axis default -1

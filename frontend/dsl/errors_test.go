@@ -38,6 +38,8 @@ func TestErrors(t *testing.T) {
 		{"unknown-builtin", "model m\ninput x: f32[4]\nforward {\n  loss mean(frobnicate(x))\n}\n", Options{}, "e.ppm:4:13", `^unknown function frobnicate \(not a block or a builtin\)$`},
 		{"arg-count", "model m\ninput x: f32[4]\nforward {\n  loss mean(softmax(x, 0, 1))\n}\n", Options{}, "e.ppm:4:27", `^too many arguments to softmax: it takes softmax\(x, axis\?\)$`},
 		{"arg-missing", "model m\ninput x: f32[4]\nforward {\n  loss mean(gather(x))\n}\n", Options{}, "e.ppm:4:13", `^gather is missing argument indices: it takes gather\(data, indices, axis\?\)$`},
+		{"attention-heads", "model m\ninput q: f32[2, 4, 8, 16]\ninput k: f32[2, 3, 8, 16]\nforward {\n  loss mean(attention(q, k, k, causal = true))\n}\n", Options{}, "e.ppm:5:13", `^attention: k's 3 heads must divide q's 4`},
+		{"attention-causal", "model m\ninput q: f32[2, 4, 8, 16]\nforward {\n  loss mean(attention(q, q, q, causal = 1))\n}\n", Options{}, "e.ppm:4:32", `^attention: causal must be true or false, got integer 1$`},
 		{"matmul-shapes", errModel, Options{}, "e.ppm:6:9", `^cannot matmul f32\[16,32,64\] @ f32\[48,64\]: contraction dims 64 and 48 differ$`},
 		{"broadcast", "model m\ninput x: f32[4, 8]\ninput y: f32[3]\nforward {\n  loss mean(x + y)\n}\n", Options{}, "e.ppm:5:15", `^cannot add f32\[4,8\] \+ f32\[3\]: shapes \[4,8\] and \[3\] do not broadcast$`},
 		{"config-division", "model m\nconfig { d = 64; heads = 5; hd = d / heads }\ninput x: f32[4]\nforward { loss mean(x) }\n", Options{}, "e.ppm:2:36", `^64 / 5 is not exact \(write 64.0 / 5 for a float\)$`},

@@ -116,7 +116,11 @@
 // transpose_a / transpose_b flag (a Linear exported without constant folding, a tied output
 // head MatMul(x, Transpose(wte)), attention's q·kᵀ), so that shard-annotate sees the weight
 // itself; MatMul followed by the only use Add of a 1-D bias over the last dim → matmul with a
-// bias operand. A pattern is raised only when it matches exactly: constants within 1e-6
+// bias operand; torch.onnx.export's attention — MatMul(q, kᵀ) → Div or Mul by a scalar →
+// Where(causal condition, ·, ≤ −1e4) or Add(causal bias) → Softmax(last axis) → MatMul(·, v)
+// — → the fused attention op with causal = true when the constant mask hides exactly the keys
+// after each query (with no mask, causal false; any other mask keeps the chain). ONNX's own
+// Attention (opset 23) maps onto the same op (ops.go). A pattern is raised only when it matches exactly: constants within 1e-6
 // relative, every intermediate value used only inside the pattern and not returned.
 //
 // # Robustness

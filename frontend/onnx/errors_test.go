@@ -30,6 +30,30 @@ func TestBadInput(t *testing.T) {
 		opts Options
 		want string // exact message
 	}{
+		{"attention_kv_cache", func() []byte {
+			return model(23).Input("q", dtFloat, 1, 2, 3, 4).Input("pk", dtFloat, 1, 2, 3, 4).
+				Node("Attention", "attn", in("q", "q", "q", "", "pk", "pk"), in("y")).Output("y").Bytes(t)
+		}, Options{}, `model.onnx: node "attn" (Attention): Attention with past_key/past_value (a KV cache for inference) is not supported`},
+		{"attention_present", func() []byte {
+			return model(23).Input("q", dtFloat, 1, 2, 3, 4).
+				Node("Attention", "attn", in("q", "q", "q"), in("y", "pk")).Output("y").Bytes(t)
+		}, Options{}, `model.onnx: node "attn" (Attention): Attention output 1 (the present key/value or the QK product) is not supported; ppc computes Y only`},
+		{"attention_3d", func() []byte {
+			return model(23).Input("q", dtFloat, 1, 3, 8).
+				Node("Attention", "attn", in("q", "q", "q"), in("y"), aInt("q_num_heads", 2), aInt("kv_num_heads", 2)).Output("y").Bytes(t)
+		}, Options{}, `model.onnx: node "attn" (Attention): Attention input 0 is f32[1,3,8]: ppc takes 4-D Q, K and V [batch, heads, seq, head_dim], not the 3-D form with q_num_heads/kv_num_heads`},
+		{"attention_causal_lengths", func() []byte {
+			return model(23).Input("q", dtFloat, 1, 2, 3, 4).Input("k", dtFloat, 1, 2, 5, 4).
+				Node("Attention", "attn", in("q", "k", "k"), in("y"), aInt("is_causal", 1)).Output("y").Bytes(t)
+		}, Options{}, `model.onnx: node "attn" (Attention): Attention is_causal with 3 queries over 5 keys: ONNX aligns the causal mask at the top left and ppc at the bottom right, so only equal lengths are supported`},
+		{"attention_heads", func() []byte {
+			return model(23).Input("q", dtFloat, 1, 4, 3, 4).Input("k", dtFloat, 1, 3, 3, 4).
+				Node("Attention", "attn", in("q", "k", "k"), in("y")).Output("y").Bytes(t)
+		}, Options{}, `model.onnx: node "attn" (Attention): Attention: k's 3 heads must divide q's 4`},
+		{"attention_softcap", func() []byte {
+			return model(23).Input("q", dtFloat, 1, 2, 3, 4).
+				Node("Attention", "attn", in("q", "q", "q"), in("y"), aFloat("softcap", 30)).Output("y").Bytes(t)
+		}, Options{}, `model.onnx: node "attn" (Attention): Attention with softcap 30 is not supported`},
 		{"truncated", func() []byte { return valid[:len(valid)/2] }, Options{},
 			"model.onnx: not a valid ONNX model: cannot parse invalid wire-format data"},
 		{"missing_input", func() []byte {

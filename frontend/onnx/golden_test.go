@@ -301,6 +301,51 @@ var goldenCases = []goldenCase{
 	}, checks: `
 // CHECK: %y = resize %x {coordinate_transformation_mode = asymmetric, nearest_mode = floor, scales = [1.0, 1.0, 2.0, 3.0], sizes = [1, 1, 4, 6]} : f32[1,1,4,6]
 `},
+	{name: "attention_opset23", model: func() *mb {
+		return model(23).Input("q", dtFloat, 2, 4, 5, 8).Input("k", dtFloat, 2, 2, 5, 8).Input("v", dtFloat, 2, 2, 5, 8).
+			Input("m", dtBool, 5, 5).Input("bias", dtFloat, 2, 1, 5, 5).
+			Node("Attention", "causal", in("q", "k", "v"), in("y"), aInt("is_causal", 1)).
+			Node("Attention", "masked", in("q", "k", "v", "m"), in("z"), aFloat("scale", 0.25)).
+			Node("Attention", "additive", in("q", "k", "v", "bias"), in("w")).
+			Output("y").Output("z").Output("w")
+	}, checks: `
+// ONNX's Attention is ppc's fused op: grouped-query (2 kv heads for 4), causal, a boolean or
+// additive mask, the scale.
+// CHECK: %y, {{%[0-9]+}} = attention %q, %k, %v {causal = true} : f32[2,4,5,8], f32[2,4,5,1]
+// CHECK: %z, {{%[0-9]+}} = attention %q, %k, %v, %m {scale = 0.25} : f32[2,4,5,8], f32[2,4,5,1]
+// CHECK: %w, {{%[0-9]+}} = attention %q, %k, %v, %bias : f32[2,4,5,8], f32[2,4,5,1]
+`},
+	{name: "attention_chain_not_causal", model: func() *mb {
+		// A bias that hides key 0 from query 3 rather than the future: not the causal rule,
+		// so the chain stays as it is.
+		bias := f32("", []int64{1, 1, 4, 4}, 0, -1e9, -1e9, -1e9, 0, 0, -1e9, -1e9, 0, 0, 0, -1e9, -1e9, 0, 0, 0)
+		return model(17).Input("q", dtFloat, 2, 2, 4, 8).Input("k", dtFloat, 2, 2, 4, 8).Input("v", dtFloat, 2, 2, 4, 8).
+			Constant("bias", bias).Constant("c", scalarF(2.828427)).
+			Node("Transpose", "kt", in("k"), in("kT"), aInts("perm", 0, 1, 3, 2)).
+			Node("MatMul", "qk", in("q", "kT"), in("s")).
+			Node("Div", "scale", in("s", "c"), in("ss")).
+			Node("Add", "mask", in("ss", "bias"), in("sm")).
+			Node("Softmax", "softmax", in("sm"), in("p"), aInt("axis", -1)).
+			Node("MatMul", "pv", in("p", "v"), in("y")).Output("y")
+	}, checks: `
+// CHECK: softmax
+// CHECK-NOT: attention
+`},
+	{name: "attention_chain_causal", model: func() *mb {
+		bias := f32("", []int64{1, 1, 4, 4}, 0, -1e9, -1e9, -1e9, 0, 0, -1e9, -1e9, 0, 0, 0, -1e9, 0, 0, 0, 0)
+		return model(17).Input("q", dtFloat, 2, 2, 4, 8).Input("k", dtFloat, 2, 2, 4, 8).Input("v", dtFloat, 2, 2, 4, 8).
+			Constant("bias", bias).Constant("c", scalarF(2.828427)).
+			Node("Transpose", "kt", in("k"), in("kT"), aInts("perm", 0, 1, 3, 2)).
+			Node("MatMul", "qk", in("q", "kT"), in("s")).
+			Node("Div", "scale", in("s", "c"), in("ss")).
+			Node("Add", "mask", in("ss", "bias"), in("sm")).
+			Node("Softmax", "softmax", in("sm"), in("p"), aInt("axis", -1)).
+			Node("MatMul", "pv", in("p", "v"), in("y")).Output("y")
+	}, checks: `
+// The exported causal chain is the fused op: k's transpose folded back, the scale 1/c.
+// CHECK: %y, {{%[0-9]+}} = attention %q, %k, %v {causal = true, scale = 0.3535533{{[0-9]*}}} : f32[2,2,4,8], f32[2,2,4,1]
+// CHECK-NOT: softmax
+`},
 	{name: "softmax_opset13", model: func() *mb {
 		return model(13).Input("x", dtFloat, 2, 3, 4).
 			Node("Softmax", "s", in("x"), in("y"), aInt("axis", 1)).Output("y")

@@ -2,6 +2,7 @@ package onnx
 
 import (
 	"bytes"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +19,8 @@ const gptTiny = "../../testdata/models/gpt-tiny.onnx"
 // TestGPTTinyRaised: every exporter pattern of gpt-tiny.onnx is raised. The 5 norms
 // (layer 1's two decomposed ones included), the 2 erf GELUs, the 12 Linears as matmuls
 // with a bias operand, layer 1's 6 transposed weights and the tied head's Transpose(wte)
-// folded into transpose_b (with layer 1's q·kᵀ), and nothing of the decompositions left.
+// folded into transpose_b, both attentions (layer 0's causal Where, layer 1's additive
+// causal mask) as the fused op with causal = true, and nothing of the decompositions left.
 func TestGPTTinyRaised(t *testing.T) {
 	m, err := Load(gptTiny, Options{Dims: map[string]int{"batch": 4}})
 	if err != nil {
@@ -39,20 +41,31 @@ func TestGPTTinyRaised(t *testing.T) {
 		}
 	}
 	want := map[string]int{
-		"layer_norm": 5, "gelu": 2, "matmul": 17, "softmax": 2, "gather": 2, "where": 1,
+		"layer_norm": 5, "gelu": 2, "matmul": 13, "softmax": 0, "gather": 2, "where": 0,
+		"attention": 2,
 		"transpose": 8, // q, k, v to heads and back, per layer; no weight transposes
 		"erf":       0, "reduce_mean": 0, "sqrt": 0, "pow": 0, "sub": 0,
-		"div": 2, // the scores' 1/√head_dim
+		"div": 0, // the scores' 1/√head_dim is the attention's scale
 		"mul": 0,
-		"add": 6, // the embeddings, 4 residuals and layer 1's additive causal mask
+		"add": 5, // the embeddings and 4 residuals
 	}
 	for k, n := range want {
 		if counts[k] != n {
 			t.Errorf("%d %s ops, want %d", counts[k], k, n)
 		}
 	}
-	if biased != 12 || transB != 8 {
-		t.Errorf("%d matmuls with a bias (want 12), %d with transpose_b (want 8)", biased, transB)
+	if biased != 12 || transB != 7 {
+		t.Errorf("%d matmuls with a bias (want 12), %d with transpose_b (want 7)", biased, transB)
+	}
+	for _, op := range f.Ops {
+		if op.Name() == "attention" {
+			if !op.Attrs.Bool("causal", false) || len(op.Operands) != 3 || math.Abs(op.Attrs.Float("scale", 0)-1/math.Sqrt(8)) > 1e-6 {
+				t.Errorf("attention %v, want causal, no mask, scale 1/√8", op.Attrs)
+			}
+			if k := op.Operands[1].Type; !k.Equal(ir.T(ir.F32, 4, 4, 8, 8)) {
+				t.Errorf("attention's k is %s, want [batch, heads, seq, head_dim]", k)
+			}
+		}
 	}
 	params := 0
 	for i := range f.Args {

@@ -54,7 +54,7 @@ func init() {
 		"MaxPool": pool("max_pool", false), "AveragePool": pool("avg_pool", false),
 		"GlobalMaxPool": pool("max_pool", true), "GlobalAveragePool": pool("avg_pool", true),
 		"BatchNormalization": lowerBatchNorm, "InstanceNormalization": lowerInstanceNorm,
-		"LayerNormalization": lowerLayerNorm, "LRN": lowerLRN,
+		"LayerNormalization": lowerLayerNorm, "LRN": lowerLRN, "Attention": lowerAttention,
 		"Softmax": softmax("softmax"), "LogSoftmax": softmax("log_softmax"),
 		"SoftmaxCrossEntropyLoss": lowerSoftmaxCrossEntropyLoss,
 
@@ -1138,4 +1138,84 @@ func argReduce(name string) handler {
 		c.set(0, c.b().Op1(name, at, x))
 		return nil
 	}
+}
+
+// lowerAttention maps ONNX's Attention (opset 23) onto ppc's fused attention: 4-D Q, K, V
+// ([batch, heads, seq, head_dim]; K and V may have fewer heads, grouped-query attention with
+// ONNX's grouping, query head h over kv head h/(Hq/Hkv)), the optional attn_mask (bool, true
+// attends, or added to the scores), is_causal and scale (default 1/√head_dim). What a
+// training graph does not have is refused by name: a KV cache (past_key, past_value and the
+// present outputs), the QK product output, softcap, and 3-D inputs. ONNX aligns its causal
+// mask at the top left, ppc's at the bottom right: they agree when queries and keys have one
+// length, the only causal case accepted.
+func lowerAttention(c *nodeCtx) error {
+	if c.has(4) || c.has(5) {
+		return c.errorf("Attention with past_key/past_value (a KV cache for inference) is not supported")
+	}
+	for i := 1; i < len(c.n.Output); i++ {
+		if c.n.Output[i] != "" {
+			return c.errorf("Attention output %d (the present key/value or the QK product) is not supported; ppc computes Y only", i)
+		}
+	}
+	var ops []*ir.Value
+	for i := range 3 {
+		x, err := c.in(i)
+		if err != nil {
+			return err
+		}
+		if x.Type.Rank() != 4 {
+			return c.errorf("Attention input %d is %s: ppc takes 4-D Q, K and V [batch, heads, seq, head_dim], not the 3-D form with q_num_heads/kv_num_heads", i, x.Type)
+		}
+		ops = append(ops, x)
+	}
+	softcap, err := c.attrFloat("softcap", 0)
+	if err != nil {
+		return err
+	}
+	if softcap != 0 {
+		return c.errorf("Attention with softcap %g is not supported", softcap)
+	}
+	causal, err := c.attrInt("is_causal", 0)
+	if err != nil {
+		return err
+	}
+	var at ir.Attrs
+	if causal != 0 {
+		if sq, skv := ops[0].Type.Shape[2], ops[1].Type.Shape[2]; sq != skv {
+			return c.errorf("Attention is_causal with %d queries over %d keys: ONNX aligns the causal mask at the top left and ppc at the bottom right, so only equal lengths are supported", sq, skv)
+		}
+		at = append(at, ir.NamedAttr{Name: "causal", Value: ir.BoolAttr(true)})
+	}
+	if c.hasAttr("scale") {
+		scale, err := c.attrFloat("scale", 0)
+		if err != nil {
+			return err
+		}
+		at = append(at, ir.NamedAttr{Name: "scale", Value: ir.Float(scale)})
+	}
+	if c.has(3) {
+		m, err := c.in(3)
+		if err != nil {
+			return err
+		}
+		if m.Type.DType != ir.Bool && m.Type.DType != ops[0].Type.DType {
+			m = c.b().Cast(m, ops[0].Type.DType)
+		}
+		ops = append(ops, m)
+	}
+	if _, err := ir.AttentionShape(ops[0].Type, ops[1].Type, ops[2].Type, maskType(ops)); err != nil {
+		return c.errorf("Attention: %v", err)
+	}
+	rs := c.b().Op("attention", at.Sorted(), ops...)
+	if len(rs) > 0 {
+		c.set(0, rs[0])
+	}
+	return nil
+}
+
+func maskType(ops []*ir.Value) *ir.Type {
+	if len(ops) < 4 {
+		return nil
+	}
+	return &ops[3].Type
 }

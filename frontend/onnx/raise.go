@@ -7,7 +7,7 @@ import (
 	"ppc.dev/ppc/ir"
 )
 
-// Pattern raising: exporters decompose LayerNorm, GELU and Linear into primitive ops; this
+// Pattern raising: exporters decompose LayerNorm, GELU, Linear and attention into primitive ops; this
 // rewrite over the imported @forward recognises the exact decompositions and replaces them by
 // the IR's high-level ops (layer_norm, gelu, matmul with a bias operand), which sharding and
 // recompute treat as units. A pattern is raised only when every constant matches within 1e-6
@@ -50,6 +50,12 @@ func raise(f *ir.Func) {
 		if !r.dead[op] && op.Def.Name == "matmul" {
 			r.matmulTranspose(op)
 			r.matmulBias(op)
+		}
+	}
+	// Attention last: its scores matmul has its transposes folded by then.
+	for _, op := range f.Ops {
+		if !r.dead[op] && op.Def.Name == "softmax" {
+			r.attention(op)
 		}
 	}
 	if len(r.at) == 0 {
@@ -434,6 +440,121 @@ func swapsLastTwo(perm []int) bool {
 	for k := range n - 2 {
 		if perm[k] != k {
 			return false
+		}
+	}
+	return true
+}
+
+// attention matches torch.onnx.export's causal attention and raises it to the fused op:
+//
+//	s = matmul(q, kᵀ) (transpose_b, or k's transpose to [..., D, S] whose perm is rewritten to
+//	give k); s = s / c or s · c (the scale, a scalar constant); s = where(causal, s, neg) or
+//	s + bias; p = softmax(s, last axis); o = matmul(p, v)
+//
+// The mask must be a constant that hides exactly the keys after each query — a bool
+// condition true for j ≤ i, or an additive bias 0 for j ≤ i and at most −1e4 beyond, with
+// neg at most −1e4 — so that the fused op's causal rule replaces it (no s² constant stays,
+// and token slicing sees a causal attention). A chain without a mask is raised with causal
+// false. Anything else keeps the chain.
+func (r *raiser) attention(sm *ir.Op) {
+	x := sm.Operands[0]
+	rank := x.Type.Rank()
+	if rank < 3 || sm.Attrs.Int("axis", -1) != -1 && sm.Attrs.Int("axis", -1) != rank-1 || !x.Type.DType.IsFloat() {
+		return
+	}
+	pv := r.single(sm.Results[0])
+	if pv == nil || pv.Def.Name != "matmul" || len(pv.Operands) != 2 || pv.Operands[0] != sm.Results[0] || len(pv.Attrs) != 0 {
+		return
+	}
+	dead := []*ir.Op{sm, pv}
+	s, causal := x, false
+	if d := s.Def; d != nil && !r.dead[d] && r.only(s, sm) {
+		switch d.Def.Name {
+		case "where":
+			neg, ok := scalarConst(d.Operands[2])
+			if ok && neg <= -1e4 && causalConst(d.Operands[0], rank, func(v float64, hidden bool) bool { return (v != 0) != hidden }) {
+				s, causal, dead = d.Operands[1], true, append(dead, d)
+			}
+		case "add":
+			for i := range 2 {
+				if causalConst(d.Operands[1-i], rank, func(v float64, hidden bool) bool { return hidden && v <= -1e4 || !hidden && v == 0 }) {
+					s, causal, dead = d.Operands[i], true, append(dead, d)
+					break
+				}
+			}
+		}
+	}
+	if s == x && x.Def != nil && (x.Def.Def.Name == "where" || x.Def.Def.Name == "add") {
+		return // a mask that is not the causal one
+	}
+	scale := 1.0
+	if d := s.Def; d != nil && !r.dead[d] && (s == x || r.only(s, dead[len(dead)-1])) && (d.Def.Name == "div" || d.Def.Name == "mul") {
+		if c, ok := scalarConst(d.Operands[1]); ok && c != 0 {
+			scale = c
+			if d.Def.Name == "div" {
+				scale = 1 / c
+			}
+			s, dead = d.Operands[0], append(dead, d)
+		}
+	}
+	mm := s.Def
+	if mm == nil || r.dead[mm] || mm.Def.Name != "matmul" || len(mm.Operands) != 2 || mm.Attrs.Bool("transpose_a", false) || !r.only(s, dead[len(dead)-1]) {
+		return
+	}
+	q, k, v := mm.Operands[0], mm.Operands[1], pv.Operands[1]
+	var kt *ir.Op // k's transpose, whose perm is rewritten to give k itself
+	if !mm.Attrs.Bool("transpose_b", false) {
+		kt = k.Def
+		if kt == nil || r.dead[kt] || kt.Def.Name != "transpose" || !r.only(k, mm) {
+			return
+		}
+	}
+	kShape := k.Type.Shape
+	if kt != nil {
+		kShape = slices.Clone(kShape)
+		kShape[rank-2], kShape[rank-1] = kShape[rank-1], kShape[rank-2]
+	}
+	kType := ir.Type{DType: k.Type.DType, Shape: kShape}
+	if _, err := ir.AttentionShape(q.Type, kType, v.Type, nil); err != nil {
+		return
+	}
+	if kt != nil {
+		perm := slices.Clone(kt.Attrs.Ints("perm"))
+		perm[rank-2], perm[rank-1] = perm[rank-1], perm[rank-2]
+		kt.Attrs = kt.Attrs.Set("perm", ir.Ints(perm...))
+		k.Type = kType
+	}
+	at := ir.Attrs{{Name: "scale", Value: ir.Float(scale)}}
+	if causal {
+		at = append(at, ir.NamedAttr{Name: "causal", Value: ir.BoolAttr(true)})
+	}
+	lse := ir.Type{DType: ir.AttentionLSEType(q.Type.DType), Shape: append(slices.Clone(q.Type.Shape[:rank-1]), 1)}
+	op := ir.NewOp(ir.MustLookup("attention"), []*ir.Value{q, k, v}, at.Sorted(), []ir.Type{pv.Results[0].Type, lse})
+	r.replace(pv, pv.Results[0], op, append(dead, mm)...)
+}
+
+// causalConst reports whether v is a constant over the last two dims of a rank-r result
+// (its other dims 1) of a square [S, S] whose element at (i, j) fits ok(value, j > i).
+func causalConst(v *ir.Value, r int, ok func(v float64, hidden bool) bool) bool {
+	d := constOf(v)
+	sh := v.Type.Shape
+	if d == nil || d.Elided || len(sh) < 2 || len(sh) > r || sh[len(sh)-1] != sh[len(sh)-2] || d.Len() != sh.NumElements() && !d.Splat {
+		return false
+	}
+	for _, n := range sh[:len(sh)-2] {
+		if n != 1 {
+			return false
+		}
+	}
+	n := sh[len(sh)-1]
+	if d.Splat || n > 4096 {
+		return false
+	}
+	for i := range n {
+		for j := range n {
+			if !ok(d.F64(i*n+j), j > i) {
+				return false
+			}
 		}
 	}
 	return true

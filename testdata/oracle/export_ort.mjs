@@ -12,7 +12,10 @@
 // current directory, so the repository needs no node_modules):
 //
 //   mkdir -p /tmp/ort && cd /tmp/ort && npm init -y && npm install --ignore-scripts onnxruntime-node
-//   node /path/to/ppc/testdata/oracle/export_ort.mjs [--ppc /path/to/ppc] [--work DIR]
+//   node /path/to/ppc/testdata/oracle/export_ort.mjs [--ppc /path/to/ppc] [--work DIR] [--opset N]
+//
+// --opset N exports at that opset (ppc export --opset): 23 writes the fused attention of gpt and
+// llama as ONNX's Attention node.
 //
 // Without --ppc it builds ppc from the repository (go build) into the work directory.
 import { createRequire } from 'node:module';
@@ -105,7 +108,7 @@ for (const m of models) {
   const onnx = path.join(work, `${m.name}.onnx`);
   const refOut = path.join(work, `${m.name}-source`);
   const onnxOut = path.join(work, `${m.name}-onnx`);
-  run('export', src, ...m.flags, '--seed', seed, '-o', onnx);
+  run('export', src, ...m.flags, '--seed', seed, ...(flag('--opset') ? ['--opset', flag('--opset')] : []), '-o', onnx);
   run('infer', src, ...m.flags, '--seed', seed, '--output-dir', refOut);
   const inputDir = path.join(refOut, 'inputs');
   const inputs = fs.readdirSync(inputDir).filter((f) => f.endsWith('.npy')).map((f) => f.slice(0, -4));

@@ -17,6 +17,14 @@ const (
 	IRVersion = 9
 )
 
+// MaxOpset is the newest opset ppc export writes (Options.Opset): opset 23 adds ONNX's own
+// Attention op, which the fused attention becomes there.
+const MaxOpset = 23
+
+// irVersions pairs each opset written with the IR version of the ONNX release that
+// introduced it (1.15 to 1.18).
+var irVersions = map[int]int64{20: 9, 21: 10, 22: 10, 23: 11}
+
 // MaxWeightBytes bounds the parameters of an exported model: protobuf's 2 GiB limit on a
 // message, less room for the graph.
 const MaxWeightBytes = 2<<30 - 64<<20
@@ -32,6 +40,9 @@ type Options struct {
 	DocString string
 	// Metadata is written as the model's metadata_props, sorted by key.
 	Metadata map[string]string
+	// Opset is the default domain's opset version written, Opset (20) to MaxOpset; 0 means
+	// Opset.
+	Opset int
 }
 
 // Model exports m's @forward as an ONNX model (see the package documentation).
@@ -52,13 +63,20 @@ func Model(m *ir.Module, opts Options) (*onnxpb.ModelProto, error) {
 	if weights >= MaxWeightBytes {
 		return nil, fmt.Errorf("the parameters take %.1f GiB; an ONNX file holds at most 2 GiB (protobuf's limit), and ppc export does not write external data", float64(weights)/(1<<30))
 	}
-	e := &exporter{m: m, f: f, g: &onnxpb.GraphProto{Name: graphName(m)}, names: map[*ir.Value]string{}, used: map[string]bool{}}
+	opset := opts.Opset
+	if opset == 0 {
+		opset = Opset
+	}
+	if opset < Opset || opset > MaxOpset {
+		return nil, fmt.Errorf("opset %d: ppc export writes opsets %d to %d", opset, Opset, MaxOpset)
+	}
+	e := &exporter{m: m, f: f, g: &onnxpb.GraphProto{Name: graphName(m)}, names: map[*ir.Value]string{}, used: map[string]bool{}, opset: opset}
 	if err := e.graph(opts); err != nil {
 		return nil, err
 	}
 	model := &onnxpb.ModelProto{
-		IrVersion:       IRVersion,
-		OpsetImport:     []*onnxpb.OperatorSetIdProto{{Domain: "", Version: Opset}},
+		IrVersion:       irVersions[opset],
+		OpsetImport:     []*onnxpb.OperatorSetIdProto{{Domain: "", Version: int64(opset)}},
 		ProducerName:    "ppc",
 		ProducerVersion: opts.ProducerVersion,
 		DocString:       opts.DocString,
@@ -83,6 +101,7 @@ func graphName(m *ir.Module) string {
 }
 
 type exporter struct {
+	opset int
 	m     *ir.Module
 	f     *ir.Func
 	g     *onnxpb.GraphProto

@@ -80,6 +80,7 @@ func init() {
 		"layer_norm":  lowerLayerNorm,
 		"rms_norm":    lowerRMSNorm,
 		"matmul":      lowerMatMul,
+		"attention":   lowerAttention,
 		"reshape":     lowerReshape,
 		"transpose": func(c *opCtx) error {
 			c.emit("Transpose", c.in, intsAttr("perm", c.op.Attrs.Ints("perm")))
@@ -639,4 +640,140 @@ func lowerPool(opType string) lowering {
 		c.emit(opType, c.in, as...)
 		return nil
 	}
+}
+
+// lowerAttention writes the fused attention as opset 20's chain (ONNX's own Attention op
+// arrives with opset 23): kv heads repeated for grouped-query attention (Reshape, Expand,
+// Reshape: query head h reads kv head h/(Hq/Hkv)), scores = q·kᵀ·scale, the causal rule
+// (key j hidden from query i when j > i + Skv − Sq, from two Ranges, so no s² constant is
+// written) and the mask as Where with a large negative score (or Add for an additive mask),
+// Softmax, ·v. The log-sum-exp result, when the graph has one, is ReduceLogSumExp of the
+// masked scores. A row that sees no key is the only place the chain differs from the op
+// (a uniform average of v where the op gives 0).
+func lowerAttention(c *opCtx) error {
+	q, k, v := c.op.Operands[0].Type, c.op.Operands[1].Type, c.op.Operands[2].Type
+	var mask *ir.Type
+	if len(c.op.Operands) == 4 {
+		mask = &c.op.Operands[3].Type
+	}
+	d, err := ir.AttentionShape(q, k, v, mask)
+	if err != nil {
+		return err
+	}
+	e, base, r := c.e, c.out[0], q.Rank()
+	causal := c.op.Attrs.Bool("causal", false)
+	scaleV := c.op.Attrs.Float("scale", 1/math.Sqrt(float64(d.D)))
+	// Opset 23's Attention is the op itself when the log-sum-exp is not used (ONNX's has no
+	// such output) and the causal rule means the same: ONNX aligns it at the top left, ppc at
+	// the bottom right, which agree for equal lengths.
+	if e.opset >= 23 && !e.used1(c.op) && (!causal || d.Sq == d.Skv) {
+		in := slices.Clone(c.in)
+		attrs := []*onnxpb.AttributeProto{floatAttr("scale", scaleV)}
+		if causal {
+			attrs = append(attrs, intAttr("is_causal", 1))
+		}
+		e.node("Attention", in, []string{c.out[0]}, attrs...)
+		return nil
+	}
+	kin, vin := c.in[1], c.in[2]
+	if g := d.Hq / d.Hkv; g > 1 {
+		// The leading (batch) dims are written 0 in Reshape (keep the input's) and 1 in Expand
+		// (broadcast keeps it), so that a file whose batch is re-dimensioned stays valid.
+		repeat := func(name, in string, t ir.Type) string {
+			tail := dims64(t.Shape[r-2:])
+			shape := func(lead int64, heads ...int64) []int64 {
+				out := make([]int64, r-3)
+				for i := range out {
+					out[i] = lead
+				}
+				return append(append(out, heads...), tail...)
+			}
+			x := e.tmp(base+"/"+name+"_groups", "Reshape", []string{in, e.ints(base+"/"+name+"_groups_shape", shape(0, int64(d.Hkv), 1)...)})
+			x = e.tmp(base+"/"+name+"_expand", "Expand", []string{x, e.ints(base+"/"+name+"_expand_shape", shape(1, int64(d.Hkv), int64(g))...)})
+			return e.tmp(base+"/"+name+"_heads", "Reshape", []string{x, e.ints(base+"/"+name+"_heads_shape", shape(0, int64(d.Hq))...)})
+		}
+		kin, vin = repeat("k", kin, k), repeat("v", vin, v)
+	}
+	perm := make([]int, r)
+	for i := range perm {
+		perm[i] = i
+	}
+	perm[r-2], perm[r-1] = r-1, r-2
+	kt := e.tmp(base+"/k_t", "Transpose", []string{kin}, intsAttr("perm", perm))
+	scores := e.tmp(base+"/scores", "MatMul", []string{c.in[0], kt})
+	scale, err := e.scalar(base+"/scale", q.DType, scaleV)
+	if err != nil {
+		return err
+	}
+	scores = e.tmp(base+"/scaled", "Mul", []string{scores, scale})
+	hidden := -1e9
+	if q.DType == ir.F16 {
+		hidden = -65504 // the f16 lowest: −1e9 would be −∞, and a row of −∞ a NaN
+	}
+	neg, err := e.scalar(base+"/hidden", q.DType, hidden)
+	if err != nil {
+		return err
+	}
+	if causal {
+		rng := func(name string, start, n int) (string, error) {
+			var in []string
+			for _, x := range []struct {
+				n string
+				v float64
+			}{{"start", float64(start)}, {"limit", float64(start + n)}, {"delta", 1}} {
+				s, err := e.scalar(base+"/"+name+"_"+x.n, ir.I64, x.v)
+				if err != nil {
+					return "", err
+				}
+				in = append(in, s)
+			}
+			return e.tmp(base+"/"+name, "Range", in), nil
+		}
+		rows, err := rng("query_pos", d.Skv-d.Sq, d.Sq) // i + Skv − Sq
+		if err != nil {
+			return err
+		}
+		rows = e.tmp(base+"/query_col", "Reshape", []string{rows, e.ints(base+"/query_col_shape", int64(d.Sq), 1)})
+		cols, err := rng("key_pos", 0, d.Skv)
+		if err != nil {
+			return err
+		}
+		future := e.tmp(base+"/future", "Greater", []string{cols, rows})
+		scores = e.tmp(base+"/causal", "Where", []string{future, neg, scores})
+	}
+	if mask != nil {
+		if mask.DType == ir.Bool {
+			scores = e.tmp(base+"/masked", "Where", []string{c.in[3], scores, neg})
+		} else {
+			scores = e.tmp(base+"/masked", "Add", []string{scores, c.in[3]})
+		}
+	}
+	probs := e.tmp(base+"/probs", "Softmax", []string{scores}, intAttr("axis", -1))
+	if e.used1(c.op) {
+		lse := e.tmp(base+"/lse", "ReduceLogSumExp", []string{scores, e.ints(base+"/lse_axes", -1)}, intAttr("keepdims", 1))
+		to, err := onnxDType(ir.AttentionLSEType(q.DType))
+		if err != nil {
+			return err
+		}
+		e.node("Cast", []string{lse}, []string{c.out[1]}, intAttr("to", int64(to)))
+	}
+	e.node("MatMul", []string{probs, vin}, []string{c.out[0]})
+	return nil
+}
+
+// used1 reports whether op's second result is an operand or a result of the function.
+func (e *exporter) used1(op *ir.Op) bool {
+	if len(op.Results) < 2 {
+		return false
+	}
+	r := op.Results[1]
+	if slices.Contains(e.f.Results, r) {
+		return true
+	}
+	for _, o := range e.f.Ops {
+		if slices.Contains(o.Operands, r) {
+			return true
+		}
+	}
+	return false
 }

@@ -316,7 +316,50 @@ func Cases() []Case {
 	}
 	cs = append(cs, bnormCases()...)
 	cs = append(cs, convCases()...)
-	return append(cs, PoolCases()...)
+	cs = append(cs, PoolCases()...)
+	return append(cs, attentionCases(len(cs))...)
+}
+
+// attentionCases: attention and its gradient with grouped-query heads (4 query heads over 2
+// kv heads) on odd sizes — causal with more keys than queries, a boolean mask, an additive
+// one — in f32, bf16 and f64. The gradient's o and lse are the CPU device's forward of its
+// q, k and v, as in training.
+func attentionCases(first int) []Case {
+	var cs []Case
+	for _, d := range []ir.DType{f32, bf, ir.F64} {
+		q, k, v := ty(d, 2, 4, 5, 6), ty(d, 2, 2, 7, 6), ty(d, 2, 2, 7, 3)
+		o, lse := ty(d, 2, 4, 5, 3), ty(ir.AttentionLSEType(d), 2, 4, 5, 1)
+		abs := map[ir.DType]float64{f32: 1e-5, bf: 1.0 / 32, ir.F64: 1e-12}[d]
+		for _, m := range []struct {
+			at   ir.Attrs
+			mask []ir.Type
+		}{
+			{ir.Attrs{{Name: "causal", Value: ir.BoolAttr(true)}}, nil},
+			{ir.Attrs{{Name: "scale", Value: ir.Float(0.3)}}, []ir.Type{ty(ir.Bool, 5, 7)}},
+			{ir.Attrs{{Name: "causal", Value: ir.BoolAttr(true)}}, []ir.Type{ty(d, 4, 5, 7)}},
+		} {
+			fwd := &device.Spec{Op: ir.MustLookup("attention"), Attrs: m.at, In: append([]ir.Type{q, k, v}, m.mask...), Out: []ir.Type{o, lse}}
+			cs = append(cs, Case{fmt.Sprintf("k%d_attention", first+len(cs)), fwd, 64, abs, 0, nil})
+			bwd := &device.Spec{Op: ir.MustLookup("attention_grad"), Attrs: m.at, In: append([]ir.Type{q, k, v, o, lse, o}, m.mask...), Out: []ir.Type{q, k, v}}
+			cs = append(cs, Case{fmt.Sprintf("k%d_attention_grad", first+len(cs)), bwd, 64, abs, 0, attentionFix(fwd)})
+		}
+	}
+	return cs
+}
+
+// attentionFix sets the gradient case's o and lse (operands 3 and 4) to the forward of its q,
+// k, v and mask on the CPU device.
+func attentionFix(fwd *device.Spec) func(in []device.Tensor) {
+	return func(in []device.Tensor) {
+		impl, err := cpu.New().Prepare(fwd)
+		if err != nil {
+			panic(err)
+		}
+		args := append([]device.Tensor{in[0], in[1], in[2]}, in[6:]...)
+		if err := impl(args, in[3:5]); err != nil {
+			panic(err)
+		}
+	}
 }
 
 // reduceFix makes operand 1 the reduction of operand 0 with some ties: the operands of a
