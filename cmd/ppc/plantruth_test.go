@@ -108,15 +108,15 @@ func TestPlanMemoryMatchesCompile(t *testing.T) {
 				t.Logf("pp %d: plan %s compile %s (fragmentation %s more): %+.2f%%; differences: params %d grads %d optimizer %d activations %d workspace %d", prog.PP,
 					codegen.FormatBytes(g), codegen.FormatBytes(w), codegen.FormatBytes(frag), 100*rel, pred.Params-got.Params, pred.Grads-got.Grads, pred.Optimizer-got.Optimizer,
 					pred.Activations-got.Activations, pred.Workspace-got.Workspace)
-				tol := 0.02
+				over := 0.02
 				if c.recomp == "full" {
-					// Full recomputation rebuilds a whole stage's forward inside I before its
-					// first backward op; the planner composes that from one-unit probes
-					// and stays within a few percent, but not 2% (the model holds when I
-					// recomputes unit by unit).
-					tol = 0.25
+					// Each unit is rebuilt right before its own backward; the planner composes
+					// the stage from one-unit probes, whose runs hold their rebuild beside
+					// their own inputs, and over-predicts by up to 5% (never under: what it
+					// prints still fits).
+					over = 0.06
 				}
-				if rel > tol || rel < -tol {
+				if rel > over || rel < -0.02 {
 					t.Errorf("pp %d: ppc plan predicts %d bytes, ppc compile plans %d (%+.2f%%): %s", prog.PP, g, w, 100*rel, pl.Command)
 				}
 			}
