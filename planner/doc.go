@@ -46,7 +46,8 @@
 //     until W, and ZB-V's cool-down defers up to 2·pp−1 of them on its later ranks.
 //     TestPlanMemoryMatchesCompile (cmd/ppc) draws configurations over the schedules, tp and
 //     sp, recomputation and ZeRO and holds each rank's prediction to within 2% of ppc
-//     compile's live bytes (full recomputation: at most 6% over, never under); the arena's placement adds its fragmentation, reported by ppc compile.
+//     compile's live bytes (full recomputation: at most 6% over, never under); the arena's
+//     placement adds its fragmentation, reported by ppc compile.
 //
 // # Search
 //
