@@ -1,6 +1,9 @@
 package compiler
 
 import (
+	"fmt"
+	"strings"
+
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime/cpu"
 	"ppc.dev/ppc/runtime/device"
@@ -18,6 +21,10 @@ import (
 // a fused chain with the same engine, step by step.
 func checkKernels(m *ir.Module) error {
 	dev := cpu.New()
+	// One check per distinct kernel: a model's layers repeat the same ops on the same
+	// shapes, and preparing some kernels builds their constants (an iota's table), which for
+	// every copy was a tenth of a GPT-3 compile.
+	checked := map[string]bool{}
 	for _, f := range m.Funcs {
 		for _, op := range f.Ops {
 			if op.Def.Name == "constant" || op.Def.Has(ir.P2P) || op.Def.Has(ir.Collective) || op.Def.Has(ir.Calls) || op.Def.Has(ir.State) {
@@ -30,6 +37,14 @@ func checkKernels(m *ir.Module) error {
 			for _, r := range op.Results {
 				s.Out = append(s.Out, r.Type)
 			}
+			var key strings.Builder
+			key.WriteString(op.Def.Name)
+			key.WriteString(ir.AttrString(ir.Dict(op.Attrs)))
+			fmt.Fprint(&key, s.In, s.Out)
+			if checked[key.String()] {
+				continue
+			}
+			checked[key.String()] = true
 			if _, err := dev.Prepare(s); err != nil {
 				what := "this " + op.Def.Name
 				switch op.Phase {
