@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -24,14 +22,7 @@ func TestPadVocabCLI(t *testing.T) {
 	if want := "padded       wte [510, 64] → [512, 64] for --tp 4"; !strings.Contains(out, want) {
 		t.Errorf("the summary lacks %q:\n%s", want, out)
 	}
-	raw, err := os.ReadFile(filepath.Join(dir, "plan.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var p codegen.Plan
-	if err := json.Unmarshal(raw, &p); err != nil {
-		t.Fatal(err)
-	}
+	p := readPlan(t, dir)
 	i := slices.IndexFunc(p.Params, func(pr codegen.Param) bool { return pr.Name == "wte" })
 	if i < 0 || !slices.Equal(p.Params[i].Shape, []int{510, 64}) || !slices.Equal(p.Params[i].Padded, []int{512, 64}) {
 		t.Errorf("plan.json's wte: %+v, want the unpadded shape [510 64], padded [512 64]", p.Params)

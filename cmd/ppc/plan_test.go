@@ -87,14 +87,7 @@ func TestPlanChoiceFitsCompile(t *testing.T) {
 		if strings.Contains(out, "does not fit") {
 			t.Errorf("plan %d: ppc compile says it does not fit:\n%s", i+1, out)
 		}
-		raw, err := os.ReadFile(filepath.Join(dir, "plan.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var p codegen.Plan
-		if err := json.Unmarshal(raw, &p); err != nil {
-			t.Fatal(err)
-		}
+		p := readPlan(t, dir)
 		for _, prog := range p.Programs {
 			m := prog.Memory(limit)
 			if m.Peak() > limit {
@@ -206,10 +199,11 @@ func TestPlanText(t *testing.T) {
 	}
 }
 
-// TestPlanFullRecomputeStashAgreesWithCompile: under --recompute full, what ppc plan predicts
-// each rank stashes — every layer's input, per micro-batch in flight — is what ppc compile's
-// memory plan stashes for the same configuration, byte for byte.
-func TestPlanFullRecomputeStashAgreesWithCompile(t *testing.T) {
+// TestPlanFullRecomputeActivationsAgreeWithCompile: under --recompute full, what ppc plan predicts
+// each rank holds of forward activations — every layer's input, per micro-batch in flight,
+// and the run in progress — is what ppc compile's memory plan holds for the same
+// configuration, within 2%, and the stash alone is below it.
+func TestPlanFullRecomputeActivationsAgreeWithCompile(t *testing.T) {
 	gpt := filepath.Join("..", "..", "testdata", "models", "gpt.ppm")
 	res := planJSON(t, gpt, "--preset", "small", "--gpus", "4", "--gpu", "a100-80gb", "--pp", "4", "--dp", "1", "--tp", "1",
 		"--schedule", "1f1b", "--microbatches", "8", "--token-slices", "1", "--recompute", "full", "--top", "1")
@@ -220,14 +214,7 @@ func TestPlanFullRecomputeStashAgreesWithCompile(t *testing.T) {
 	if code, _, errs := ppc(t, "", args...); code != 0 {
 		t.Fatalf("%s: exit %d: %s", pl.Command, code, errs)
 	}
-	raw, err := os.ReadFile(filepath.Join(dir, "plan.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var p codegen.Plan
-	if err := json.Unmarshal(raw, &p); err != nil {
-		t.Fatal(err)
-	}
+	p := readPlan(t, dir)
 	if p.Recompute != "full" || p.Estimate == nil {
 		t.Fatalf("plan.json: recompute %q, estimate %v", p.Recompute, p.Estimate)
 	}
@@ -236,9 +223,12 @@ func TestPlanFullRecomputeStashAgreesWithCompile(t *testing.T) {
 		for _, s := range prog.Stages {
 			stash += p.StageInfo[s].StashBytes
 		}
-		got := stash * int64(p.Estimate.PeakActivations[prog.PP])
-		if want := pl.Memory[prog.PP].Activations; got != want {
-			t.Errorf("rank %d: ppc compile stashes %d bytes (%d per micro-batch × %d in flight), ppc plan predicts %d", prog.PP, got, stash, p.Estimate.PeakActivations[prog.PP], want)
+		stashed := stash * int64(p.Estimate.PeakActivations[prog.PP])
+		got := prog.Memory(res.DeviceMem).Activations
+		want := pl.Memory[prog.PP].Activations
+		t.Logf("rank %d: stash %d (%d per micro-batch × %d in flight), compile's activations %d, plan's %d", prog.PP, stashed, stash, p.Estimate.PeakActivations[prog.PP], got, want)
+		if rel := float64(want-got) / float64(got); rel > 0.02 || rel < -0.02 || stashed > got {
+			t.Errorf("rank %d: ppc compile holds %d bytes of activations (%d of them stashed), ppc plan predicts %d (%+.2f%%)", prog.PP, got, stashed, want, 100*rel)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand"
 	"os"
@@ -88,14 +87,7 @@ func TestPlanMemoryMatchesCompile(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("%s: exit %d: %s", pl.Command, code, errs)
 			}
-			raw, err := os.ReadFile(filepath.Join(dir, "plan.json"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var p codegen.Plan
-			if err := json.Unmarshal(raw, &p); err != nil {
-				t.Fatal(err)
-			}
+			p := readPlan(t, dir)
 			for _, prog := range p.Programs {
 				got := prog.Memory(res.DeviceMem)
 				// The planner predicts the arena's live bytes; the placement's fragmentation
