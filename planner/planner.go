@@ -539,13 +539,11 @@ func (p *planner) run(cands []candidate, res *Result) error {
 	}
 	modes := map[layout][]string{}
 	for _, c := range cands {
+		// Each mode's probe holds everything its runs need (full recomputation's one-unit
+		// probe rebuilds its unit itself), so a candidate needs only its own mode's.
 		l := layout{c.key.tp, c.key.sp}
-		// Full recomputation's backward rebuilds what no recomputation stashes: its
-		// workspace needs the "none" probe too.
-		for _, m := range []string{c.key.recompute, "none"} {
-			if (m == c.key.recompute || c.key.recompute == "full") && !slices.Contains(modes[l], m) {
-				modes[l] = append(modes[l], m)
-			}
+		if !slices.Contains(modes[l], c.key.recompute) {
+			modes[l] = append(modes[l], c.key.recompute)
 		}
 	}
 	var list []layout
