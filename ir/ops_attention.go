@@ -36,6 +36,21 @@ type AttentionDims struct {
 	Batch, Hq, Hkv, Sq, Skv, D, Dv int
 }
 
+// AttentionOperands checks the operand types of attention (maskAt 3) or attention_grad
+// (maskAt 6) — q, k, v first, the mask at maskAt when present — and returns the sizes and the
+// mask's type (nil without one).
+func AttentionOperands(in []Type, maskAt int) (AttentionDims, *Type, error) {
+	if len(in) < 3 {
+		return AttentionDims{}, nil, fmt.Errorf("want q, k and v, have %d operands", len(in))
+	}
+	var mask *Type
+	if len(in) > maskAt {
+		mask = &in[maskAt]
+	}
+	d, err := AttentionShape(in[0], in[1], in[2], mask)
+	return d, mask, err
+}
+
 // AttentionShape checks attention's operand types (q, k, v and an optional mask) and returns
 // its sizes.
 func AttentionShape(q, k, v Type, mask *Type) (AttentionDims, error) {
@@ -87,11 +102,7 @@ func AttentionLSEType(d DType) DType {
 }
 
 func inferAttention(in []Type, at Attrs) ([]Type, error) {
-	var mask *Type
-	if len(in) == 4 {
-		mask = &in[3]
-	}
-	if _, err := AttentionShape(in[0], in[1], in[2], mask); err != nil {
+	if _, _, err := AttentionOperands(in, 3); err != nil {
 		return nil, err
 	}
 	q, v := in[0], in[2]
@@ -102,11 +113,7 @@ func inferAttention(in []Type, at Attrs) ([]Type, error) {
 }
 
 func inferAttentionGrad(in []Type, at Attrs) ([]Type, error) {
-	var mask *Type
-	if len(in) == 7 {
-		mask = &in[6]
-	}
-	if _, err := AttentionShape(in[0], in[1], in[2], mask); err != nil {
+	if _, _, err := AttentionOperands(in, 6); err != nil {
 		return nil, err
 	}
 	want, _ := inferAttention(in[:3], at)

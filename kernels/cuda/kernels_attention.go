@@ -44,18 +44,11 @@ type attnGen struct {
 }
 
 func newAttnGen(s *device.Spec, maskAt int) (*attnGen, error) {
-	if len(s.In) < 3 {
-		return nil, fmt.Errorf("want q, k and v")
-	}
-	q, kt, v := s.In[0], s.In[1], s.In[2]
-	var mask *ir.Type
-	if len(s.In) > maskAt {
-		mask = &s.In[maskAt]
-	}
-	d, err := ir.AttentionShape(q, kt, v, mask)
+	d, mask, err := ir.AttentionOperands(s.In, maskAt)
 	if err != nil {
 		return nil, err
 	}
+	q, kt, v := s.In[0], s.In[1], s.In[2]
 	ct := classOf(q.DType)
 	g := &attnGen{d: d, ty: ct.ctype(), causal: s.Attrs.Bool("causal", false), q: q, k: kt, v: v,
 		lseDType: ir.AttentionLSEType(q.DType)}

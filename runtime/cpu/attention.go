@@ -20,15 +20,11 @@ func init() {
 // attentionParams checks a launch's q, k, v and mask (operand maskAt, when present) and
 // returns the kernel's parameters.
 func attentionParams(s *device.Spec, maskAt int) (*k.AttentionParams, error) {
-	q, kt, v := s.In[0], s.In[1], s.In[2]
-	var mask *ir.Type
-	if len(s.In) > maskAt {
-		mask = &s.In[maskAt]
-	}
-	d, err := ir.AttentionShape(q, kt, v, mask)
+	d, mask, err := ir.AttentionOperands(s.In, maskAt)
 	if err != nil {
 		return nil, err
 	}
+	q := s.In[0]
 	if q.DType != ir.F32 && q.DType != ir.F64 {
 		return nil, unsupported(s, "f32 and f64", q.DType)
 	}
