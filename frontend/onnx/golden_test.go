@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"ppc.dev/ppc/frontend/onnx/onnxpb"
 	"ppc.dev/ppc/internal/filecheck"
 	"ppc.dev/ppc/ir"
 )
@@ -319,28 +320,14 @@ var goldenCases = []goldenCase{
 		// A bias that hides key 0 from query 3 rather than the future: not the causal rule,
 		// so the chain stays as it is.
 		bias := f32("", []int64{1, 1, 4, 4}, 0, -1e9, -1e9, -1e9, 0, 0, -1e9, -1e9, 0, 0, 0, -1e9, -1e9, 0, 0, 0)
-		return model(17).Input("q", dtFloat, 2, 2, 4, 8).Input("k", dtFloat, 2, 2, 4, 8).Input("v", dtFloat, 2, 2, 4, 8).
-			Constant("bias", bias).Constant("c", scalarF(2.828427)).
-			Node("Transpose", "kt", in("k"), in("kT"), aInts("perm", 0, 1, 3, 2)).
-			Node("MatMul", "qk", in("q", "kT"), in("s")).
-			Node("Div", "scale", in("s", "c"), in("ss")).
-			Node("Add", "mask", in("ss", "bias"), in("sm")).
-			Node("Softmax", "softmax", in("sm"), in("p"), aInt("axis", -1)).
-			Node("MatMul", "pv", in("p", "v"), in("y")).Output("y")
+		return attentionChain(bias)
 	}, checks: `
 // CHECK: softmax
 // CHECK-NOT: attention
 `},
 	{name: "attention_chain_causal", model: func() *mb {
 		bias := f32("", []int64{1, 1, 4, 4}, 0, -1e9, -1e9, -1e9, 0, 0, -1e9, -1e9, 0, 0, 0, -1e9, 0, 0, 0, 0)
-		return model(17).Input("q", dtFloat, 2, 2, 4, 8).Input("k", dtFloat, 2, 2, 4, 8).Input("v", dtFloat, 2, 2, 4, 8).
-			Constant("bias", bias).Constant("c", scalarF(2.828427)).
-			Node("Transpose", "kt", in("k"), in("kT"), aInts("perm", 0, 1, 3, 2)).
-			Node("MatMul", "qk", in("q", "kT"), in("s")).
-			Node("Div", "scale", in("s", "c"), in("ss")).
-			Node("Add", "mask", in("ss", "bias"), in("sm")).
-			Node("Softmax", "softmax", in("sm"), in("p"), aInt("axis", -1)).
-			Node("MatMul", "pv", in("p", "v"), in("y")).Output("y")
+		return attentionChain(bias)
 	}, checks: `
 // The exported causal chain is the fused op: k's transpose folded back, the scale 1/c.
 // CHECK: %y, {{%[0-9]+}} = attention %q, %k, %v {causal = true, scale = 0.3535533{{[0-9]*}}} : f32[2,2,4,8], f32[2,2,4,1]
@@ -473,4 +460,17 @@ func TestGolden(t *testing.T) {
 			}
 		})
 	}
+}
+
+// attentionChain is attention as torch.onnx.export writes it — q·kᵀ, divided by √d, plus an
+// additive mask, softmax, ·v — over q, k, v of f32[2,2,4,8] and the given [1,1,4,4] bias.
+func attentionChain(bias *onnxpb.TensorProto) *mb {
+	return model(17).Input("q", dtFloat, 2, 2, 4, 8).Input("k", dtFloat, 2, 2, 4, 8).Input("v", dtFloat, 2, 2, 4, 8).
+		Constant("bias", bias).Constant("c", scalarF(2.828427)).
+		Node("Transpose", "kt", in("k"), in("kT"), aInts("perm", 0, 1, 3, 2)).
+		Node("MatMul", "qk", in("q", "kT"), in("s")).
+		Node("Div", "scale", in("s", "c"), in("ss")).
+		Node("Add", "mask", in("ss", "bias"), in("sm")).
+		Node("Softmax", "softmax", in("sm"), in("p"), aInt("axis", -1)).
+		Node("MatMul", "pv", in("p", "v"), in("y")).Output("y")
 }
