@@ -1,16 +1,3 @@
-// Package cpu is the runtime's CPU device: it prepares a kernel for every IR op from the
-// numeric routines in kernels/cpu, checking dtypes and attributes once at load time so that a
-// launch only computes.
-//
-// Elementwise ops, alone or fused into chains by the lowering, run on one engine
-// (elementwise.go): values are computed in float64 chunks and rounded to each step's dtype
-// after every step, which for + − × ÷ and √ equals IEEE arithmetic in that dtype; so the
-// results do not depend on how ops were fused, and a pipeline that cuts a chain at a stage
-// boundary computes exactly what one device computes.
-//
-// bf16 and f16 (mixed-precision training) run every other op by rounding: the op's f32
-// kernel on widened copies, its float results rounded to nearest even (lowprec.go); kernels
-// that only move elements take them as they are.
 package cpu
 
 import (
