@@ -474,10 +474,10 @@ func (p *Process) readCtrl() {
 	}
 }
 
-// heartbeat reports what this rank is doing every second, and stops the run when the
-// store has been silent for the heartbeat timeout.
+// heartbeat reports what this rank is doing every second (or a quarter of the heartbeat
+// timeout, if shorter), and stops the run when the store has been silent for the timeout.
 func (p *Process) heartbeat() {
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTicker(pingEvery(p.opts.Heartbeat))
 	defer tick.Stop()
 	for {
 		select {
@@ -704,4 +704,12 @@ func (p *Process) Comm() Comm { return p.comm }
 func (p *Process) WaitLimit() time.Duration {
 	d, _ := p.comm.waitLimit()
 	return d
+}
+
+// pingEvery is how often each side of the rendezvous pings the other: every second, or a
+// quarter of the heartbeat timeout when that is shorter. A ping period equal to the timeout
+// (a 1 s heartbeat) let ordinary scheduling jitter make a live store look silent, and a
+// frozen rank's peers then blamed rank 0 instead of it.
+func pingEvery(heartbeat time.Duration) time.Duration {
+	return min(time.Second, max(heartbeat/4, time.Millisecond))
 }

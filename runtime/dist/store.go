@@ -502,13 +502,13 @@ func (s *store) abortWith(m *ctrlMsg) {
 	}
 }
 
-// watch pings every worker each second and declares dead one that has sent nothing for the
+// watch pings every worker each second (pingEvery) and declares dead one that has sent nothing for the
 // heartbeat timeout (a stopped or wedged process keeps its connections open). Until every
 // rank has joined, the ping tells the waiting workers which ranks they wait for, and the
 // workers are not expected to send anything; once the join limit has passed, the run stops
 // naming the ranks that did not join.
 func (s *store) watch() {
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTicker(pingEvery(s.heartbeat))
 	defer tick.Stop()
 	for {
 		select {
