@@ -278,9 +278,7 @@ func (g *gen) collectShardings() error {
 			}
 		}
 	}
-	if !g.m.Attrs.Has(ir.AttrPartitioned) {
-		return nil
-	}
+	partitioned := g.m.Attrs.Has(ir.AttrPartitioned)
 	seen := map[string]string{}
 	for _, f := range g.m.Funcs {
 		for i, a := range f.Args {
@@ -291,7 +289,9 @@ func (g *gen) collectShardings() error {
 			if err != nil {
 				return fmt.Errorf("@%s: parameter %%%s: %v", f.Name, a.Name, err)
 			}
-			if s.Replicated() {
+			// ZeRO-3's block over dp is a block in any module (passes.ParamGather).
+			zero := s != nil && s.Uses("dp")
+			if s.Replicated() || !(partitioned || zero) {
 				s = nil
 			}
 			if prev, ok := seen[a.Name]; ok {
@@ -304,7 +304,7 @@ func (g *gen) collectShardings() error {
 			if s == nil {
 				continue
 			}
-			if err := g.checkSharding(s, a.Type, false); err != nil {
+			if err := g.checkSharding(s, a.Type, zero); err != nil {
 				return fmt.Errorf("@%s: parameter %%%s: %v", f.Name, a.Name, err)
 			}
 			g.shards[a.Name] = s
@@ -328,7 +328,7 @@ func (g *gen) checkSharding(s *ir.Sharding, t ir.Type, zero bool) error {
 			case "tp":
 			case "dp":
 				if !zero {
-					return fmt.Errorf("shard %s splits it over dp: only optimizer state is split over the data-parallel replicas (ZeRO, --zero)", s)
+					return fmt.Errorf("shard %s splits it over dp: only optimizer state (ZeRO, --zero) and ZeRO-3's parameters are split over the data-parallel replicas", s)
 				}
 			default:
 				return fmt.Errorf("shard %s: %s is not a mesh axis a parameter can be split over (tp)", s, a)
