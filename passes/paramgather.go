@@ -51,18 +51,14 @@ func runParamGather(m *ir.Module, _ Options) error {
 		return nil
 	}
 	opt := m.Func(OptimizerFunc)
-	gather := ir.MustLookup("all_gather")
-	cast := ir.MustLookup("cast")
 	for _, f := range m.Funcs {
 		if f.Attrs.Str("kind", "") == "" {
 			continue
 		}
-		uses := f.Uses()
-		first := map[*ir.Value]int{} // a block parameter → the index of the first op reading it
-		var params []*ir.Value
+		block := map[*ir.Value]bool{}
 		for i, a := range f.Args {
 			j, ok := blocks[a.Name]
-			if !ok || !f.ArgAttrs[i].Has(ir.AttrParam) || len(uses[a]) == 0 {
+			if !ok || !f.ArgAttrs[i].Has(ir.AttrParam) {
 				continue
 			}
 			oa := opt.Args[j]
@@ -71,84 +67,125 @@ func runParamGather(m *ir.Module, _ Options) error {
 			}
 			a.Type = oa.Type
 			f.ArgAttrs[i] = f.ArgAttrs[i].Set(ir.AttrShard, opt.ArgAttrs[j].Get(ir.AttrShard))
-			params = append(params, a)
-			first[a] = slices.IndexFunc(f.Ops, func(op *ir.Op) bool { return slices.Contains(op.Operands, a) })
+			block[a] = true
 		}
-		if len(params) == 0 {
-			continue
+		if len(block) > 0 {
+			gatherParams(f, block, dp)
 		}
-		slices.SortStableFunc(params, func(x, y *ir.Value) int { return first[x] - first[y] })
-		// Groups of consecutive parameters (in first-use order) of one layer.
-		var groups [][]*ir.Value
-		for k, p := range params {
-			if k == 0 || layerOfParam(p.Name) != layerOfParam(params[k-1].Name) {
-				groups = append(groups, nil)
-			}
-			groups[len(groups)-1] = append(groups[len(groups)-1], p)
-		}
-		before := map[int][]*ir.Op{} // op index → the gathers placed before it
-		dead := map[*ir.Op]bool{}
-		repl := map[*ir.Value]*ir.Value{}
-		for g, grp := range groups {
-			at := first[grp[0]] // the first group: right before its own first reader
-			if g > 0 {
-				at = first[groups[g-1][0]] // prefetch: while the group before it computes
-			}
-			anchor := f.Ops[first[grp[0]]]
-			for _, p := range grp {
-				src := p
-				var casts []*ir.Op
-				if to, ok := onlyCastsTo(uses[p]); ok {
-					// Cast the block and gather the 16-bit copy the readers read.
-					c := ir.NewOp(cast, []*ir.Value{p}, ir.Attrs{{Name: "to", Value: ir.Ident(to.String())}}, []ir.Type{{DType: to, Shape: p.Type.Shape}})
-					annotate(c, anchor)
-					before[at] = append(before[at], c)
-					src, casts = c.Results[0], uses[p]
-				}
-				t := src.Type
-				t.Shape = slices.Clone(t.Shape)
-				t.Shape[0] *= dp
-				op := ir.NewOp(gather, []*ir.Value{src}, ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}, {Name: "dim", Value: ir.Int(0)}, {Name: "parts", Value: ir.Int(dp)}}, []ir.Type{t})
-				op.Results[0].Name = p.Name + ".gathered"
-				annotate(op, anchor)
-				before[at] = append(before[at], op)
-				if casts == nil {
-					repl[p] = op.Results[0]
-					continue
-				}
-				for _, c := range casts {
-					dead[c] = true
-					repl[c.Results[0]] = op.Results[0]
-				}
-			}
-		}
-		f.Replace(repl) // before the gathers join the op list: they read the blocks
-		ops := make([]*ir.Op, 0, len(f.Ops)+2*len(params))
-		for i, op := range f.Ops {
-			ops = append(ops, before[i]...)
-			if !dead[op] {
-				ops = append(ops, op)
-			}
-		}
-		f.Ops = ops
 	}
 	return nil
 }
 
-// onlyCastsTo reports whether every op in uses is a cast to one dtype, and that dtype.
-func onlyCastsTo(uses []*ir.Op) (ir.DType, bool) {
-	var to ir.DType
-	for k, op := range uses {
-		if op.Name() != "cast" {
-			return to, false
+// gatherParams rewrites f to read whole copies of the block parameters, gathered per
+// segment: a maximal run of the ops reading them whose parameters belong to one layer (the
+// same layerOfParam). A parameter read through a cast of it (one op whose only operand is
+// the parameter) is read as that dtype: the block is cast and the copy gathered. Each
+// segment gathers each (parameter, dtype) it reads once; its gathers are placed before the
+// first reader of the segment before it (prefetch), the first segment's before its own.
+func gatherParams(f *ir.Func, block map[*ir.Value]bool, dp int) {
+	// The casts of block parameters are transparent: their readers read the parameter.
+	castOf := map[*ir.Value]*ir.Op{}
+	for _, op := range f.Ops {
+		if op.Name() == "cast" && block[op.Operands[0]] {
+			castOf[op.Results[0]] = op
 		}
-		dt := op.Attrs.DType("to")
-		if k > 0 && dt != to {
-			return to, false
-		}
-		to = dt
 	}
-	return to, len(uses) > 0
+	returned := map[*ir.Value]bool{}
+	for _, r := range f.Results {
+		returned[r] = true
+	}
+	type key struct {
+		p  *ir.Value
+		dt ir.DType
+	}
+	type segment struct {
+		layer  int
+		first  int // index of its first reader
+		keys   []key
+		copies map[key]*ir.Value
+	}
+	var segs []*segment
+	type read struct {
+		op   int
+		slot int
+		k    key
+	}
+	var reads []read
+	segOf := map[int]*segment{} // reader op index → its segment
+	for i, op := range f.Ops {
+		if castOf[resultOrNil(op)] != nil && !returned[resultOrNil(op)] {
+			continue // a cast of a parameter: its readers read the parameter
+		}
+		for j, x := range op.Operands {
+			k := key{x, x.Type.DType}
+			if c := castOf[x]; c != nil {
+				k = key{c.Operands[0], x.Type.DType}
+			} else if !block[x] {
+				continue
+			}
+			layer := layerOfParam(k.p.Name)
+			cur := segOf[i]
+			if cur == nil {
+				if n := len(segs); n > 0 && segs[n-1].layer == layer {
+					cur = segs[n-1]
+				} else {
+					cur = &segment{layer: layer, first: i, copies: map[key]*ir.Value{}}
+					segs = append(segs, cur)
+				}
+				segOf[i] = cur
+			}
+			if _, ok := cur.copies[k]; !ok {
+				cur.copies[k] = nil
+				cur.keys = append(cur.keys, k)
+			}
+			reads = append(reads, read{i, j, k})
+		}
+	}
+	gather, cast := ir.MustLookup("all_gather"), ir.MustLookup("cast")
+	before := map[int][]*ir.Op{} // op index → the ops placed before it
+	for g, sg := range segs {
+		at := sg.first
+		if g > 0 {
+			at = segs[g-1].first // prefetch: while the segment before it computes
+		}
+		anchor := f.Ops[sg.first]
+		for _, k := range sg.keys {
+			src := k.p
+			if k.dt != k.p.Type.DType {
+				c := ir.NewOp(cast, []*ir.Value{src}, ir.Attrs{{Name: "to", Value: ir.Ident(k.dt.String())}}, []ir.Type{{DType: k.dt, Shape: src.Type.Shape}})
+				annotate(c, anchor)
+				before[at] = append(before[at], c)
+				src = c.Results[0]
+			}
+			t := src.Type
+			t.Shape = slices.Clone(t.Shape)
+			t.Shape[0] *= dp
+			op := ir.NewOp(gather, []*ir.Value{src}, ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}, {Name: "dim", Value: ir.Int(0)}, {Name: "parts", Value: ir.Int(dp)}}, []ir.Type{t})
+			op.Results[0].Name = k.p.Name + ".gathered"
+			annotate(op, anchor)
+			before[at] = append(before[at], op)
+			sg.copies[k] = op.Results[0]
+		}
+	}
+	for _, r := range reads {
+		f.Ops[r.op].Operands[r.slot] = segOf[r.op].copies[r.k]
+	}
+	// The casts of the parameters now have no reader (a returned one reads a copy).
+	used := map[*ir.Value]bool{}
+	for _, op := range f.Ops {
+		for _, x := range op.Operands {
+			used[x] = true
+		}
+	}
+	ops := make([]*ir.Op, 0, len(f.Ops)+2*len(reads))
+	for i, op := range f.Ops {
+		ops = append(ops, before[i]...)
+		if c := castOf[resultOrNil(op)]; c != nil && !used[resultOrNil(op)] && !returned[resultOrNil(op)] {
+			continue
+		}
+		ops = append(ops, op)
+	}
+	f.Ops = ops
 }
 
 // annotate gives an op the stage, token slice and phase of the op it serves.
