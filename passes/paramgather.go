@@ -192,3 +192,39 @@ func gatherParams(f *ir.Func, block map[*ir.Value]bool, dp int) {
 func annotate(op, like *ir.Op) {
 	op.Stage, op.Slice, op.Phase = like.Stage, like.Slice, like.Phase
 }
+
+// GatherAsZero3 rewrites the per-stage functions of m (a module after split-stages, for
+// instance a planner's probe) as param-gather would under ZeRO-3 over dp replicas: every
+// parameter argument whose first dim dp divides becomes its block and is gathered where it
+// is read. The mesh gets the dp axis. It lets `ppc plan` measure the runs' arena with the
+// gathered copies, as code generation will lay them out.
+func GatherAsZero3(m *ir.Module, dp int) {
+	mesh := m.Mesh()
+	mesh = slices.DeleteFunc(mesh, func(a ir.MeshAxis) bool { return a.Name == "dp" })
+	m.SetMesh(append(mesh, ir.MeshAxis{Name: "dp", Size: dp}))
+	for _, f := range m.Funcs {
+		// Every function takes the blocks (@optimizer as the optimizer pass would give it
+		// them); the per-stage functions gather them.
+		block := map[*ir.Value]bool{}
+		for i, a := range f.Args {
+			if !f.ArgAttrs[i].Has(ir.AttrParam) || a.Type.Rank() == 0 || a.Type.Shape[0]%dp != 0 {
+				continue
+			}
+			var shard ir.Attr
+			if m.Attrs.Has(ir.AttrPartitioned) {
+				shard = f.ArgAttrs[i].Get(ir.AttrShard)
+			}
+			a.Type.Shape = slices.Clone(a.Type.Shape)
+			a.Type.Shape[0] /= dp
+			f.ArgAttrs[i] = f.ArgAttrs[i].Set(ir.AttrShard, zeroSharding(shard, a.Type.Rank()).Attr())
+			block[a] = true
+		}
+		if len(block) > 0 && f.Attrs.Str("kind", "") != "" {
+			gatherParams(f, block, dp)
+		}
+	}
+}
+
+// LayerOfParam is the layer index of a namespaced parameter name (layers.3.…, h.3.…), or −1:
+// the partition's units and param-gather's segments follow it.
+func LayerOfParam(name string) int { return layerOfParam(name) }
