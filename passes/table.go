@@ -19,6 +19,7 @@ var table = []*Pass{
 	Optimizer,
 	LossScale,
 	SplitStages,
+	ParamGather,
 	RankPrograms,
 	GradReduce,
 	TiedGrads,
