@@ -1,6 +1,7 @@
 package passes
 
 import (
+	"fmt"
 	"slices"
 
 	"ppc.dev/ppc/ir"
@@ -37,6 +38,7 @@ func runGradReduce(m *ir.Module, _ Options) error {
 		return err
 	}
 	zero, dp := zeroBlocks(m)
+	cp := meshSize(m, CPAxis)
 	types := gradTypes(m)
 	allReduce, reduceScatter := ir.MustLookup("grad_all_reduce"), ir.MustLookup("grad_reduce_scatter")
 	for _, prog := range progs {
@@ -62,7 +64,7 @@ func runGradReduce(m *ir.Module, _ Options) error {
 				red.Stage = op.Stage
 				ops = append(ops, red)
 			}
-			var blocks, tp, sum []string
+			var blocks, tp, sum, cpSum []string
 			out := map[string]ir.Type{} // the run's gradients, as it computes them
 			for j := range f.Results {
 				at := f.ResultAttrs[j]
@@ -71,6 +73,9 @@ func runGradReduce(m *ir.Module, _ Options) error {
 					continue
 				}
 				name := at.Str(ir.AttrGrad, "")
+				if cp > 1 && zero[name] == 2 && dp > 1 {
+					return fmt.Errorf("%s: ZeRO-2 with context parallelism: reduce-scattering each run's gradient over dp before its sum over cp is not implemented; use --zero 1 with --cp", name)
+				}
 				if dp > 1 && zero[name] == 2 {
 					blocks = append(blocks, key)
 					out[key] = f.Results[j].Type
@@ -80,6 +85,9 @@ func runGradReduce(m *ir.Module, _ Options) error {
 				}
 				if ax := at.Str(AttrReduceOver, ""); ax != "" {
 					tp = append(tp, ax, key)
+				}
+				if cp > 1 {
+					cpSum = append(cpSum, key)
 				}
 				if dp > 1 && zero[name] == 0 {
 					sum = append(sum, key)
@@ -91,6 +99,11 @@ func runGradReduce(m *ir.Module, _ Options) error {
 			}
 			for k := 0; k < len(tp); k += 2 {
 				add(allReduce, ir.Attrs{{Name: "axis", Value: ir.Ident(tp[k])}, {Name: "grads", Value: ir.Strings(tp[k+1])}})
+			}
+			// The cp ranks are replicas of the parameters that saw other tokens: their sums
+			// come before dp's (and ZeRO's reduce-scatter), as if they were more dp replicas.
+			for _, b := range buckets(cpSum, types) {
+				add(allReduce, ir.Attrs{{Name: "axis", Value: ir.Ident(CPAxis)}, {Name: "grads", Value: ir.Strings(b...)}})
 			}
 			for _, b := range buckets(sum, types) {
 				add(allReduce, ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}, {Name: "grads", Value: ir.Strings(b...)}})

@@ -75,6 +75,8 @@ func init() {
 			fs.IntVar(&opts.TP, "tp", 1, "tensor-parallel ranks `N` per stage (Megatron's column/row-parallel layers, vocab-parallel embedding and loss)")
 			fs.IntVar(&opts.VocabMultiple, "make-vocab-size-divisible-by", compiler.DefaultVocabMultiple, "with --tp, pad a vocabulary that tp does not divide to the next multiple of `N`·tp, as Megatron-LM does (exact: the padded logits are masked out, checkpoints and exports hold the unpadded tensors); 1 pads to the next multiple of tp")
 			fs.BoolVar(&opts.SP, "sp", false, "sequence parallelism with --tp: norms, dropout and residuals split along the sequence over the tp ranks")
+			fs.IntVar(&opts.CP, "cp", 1, "context-parallel ranks `N`: each sequence split over N ranks, attention computed as ring attention (K/V blocks passed around the cp ring, merged by log-sum-exp); parameters replicated, their gradients summed over dp × cp")
+			fs.StringVar(&opts.CPSplit, "cp-split", "zigzag", "how --cp splits a sequence: zigzag (2·cp chunks, rank i holding chunks i and 2·cp−1−i: equal causal attention work) or contiguous (rank i holds block i)")
 			fs.IntVar(&opts.DP, "dp", 1, "data-parallel replicas `N`: each runs --microbatches micro-batches of the global batch, and gradients are summed over them")
 			fs.IntVar(&opts.Zero, "zero", 0, "ZeRO `STAGE` with --dp: 1 shards optimizer state over the dp replicas, 2 also gradients")
 			fs.IntVar(&opts.Microbatches, "microbatches", 0, "micro-batches `M` per step: the model's global batch is split M ways (an .ir file's shapes are already one micro-batch's) (0: a FILE.csv schedule's count, an .ir file's microbatches attribute, or 1; with a FILE.csv schedule a value given must agree with the file)")
@@ -193,9 +195,13 @@ func init() {
 						return usageError{err.Error()}
 					}
 				}
-				if (set["microbatches"] && opts.Microbatches < 1) || opts.PP < 1 || opts.TP < 1 || opts.DP < 1 {
-					return usagef("--pp, --tp, --dp and --microbatches must be at least 1")
+				if (set["microbatches"] && opts.Microbatches < 1) || opts.PP < 1 || opts.TP < 1 || opts.DP < 1 || opts.CP < 1 {
+					return usagef("--pp, --tp, --cp, --dp and --microbatches must be at least 1")
 				}
+				if opts.CPSplit != passes.CPZigzag && opts.CPSplit != passes.CPContiguous {
+					return usagef("--cp-split %q: want zigzag or contiguous", opts.CPSplit)
+				}
+
 				if set["pp"] && schedule.IsCSVName(opts.Schedule) {
 					// The compiler takes --pp 1, the default, for "not given"; an explicit
 					// one must agree with the file too (schedule.CheckFileShape). A file that
