@@ -137,7 +137,7 @@ func cpPositions(b *ir.Builder, idx *ir.Value, T, n int, split string) *ir.Value
 		return b.Add(j, b.Mul(idx, i64(L)))
 	}
 	c := L / 2
-	first := b.Add(j, b.Mul(idx, i64(c)))                                 // chunk idx
+	first := b.Add(j, b.Mul(idx, i64(c)))                                    // chunk idx
 	second := b.Add(b.Sub(j, i64(c)), b.Mul(b.Sub(i64(2*n-1), idx), i64(c))) // chunk 2n−1−idx
 	return b.Op1("where", nil, b.Op1("less", nil, j, i64(c)), first, second)
 }
@@ -371,7 +371,9 @@ func runRingAttention(m *ir.Module, _ Options) error {
 	return nil
 }
 
-func isRingOp(op *ir.Op) bool { return op.Name() == "ring_attention" || op.Name() == "ring_attention_grad" }
+func isRingOp(op *ir.Op) bool {
+	return op.Name() == "ring_attention" || op.Name() == "ring_attention_grad"
+}
 
 // ring builds the steps of one ring_attention or ring_attention_grad.
 type ring struct {
