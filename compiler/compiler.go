@@ -220,9 +220,6 @@ var compilePasses = []struct {
 		return when(c.slices != nil, fmt.Sprintf("token-slice{lengths=%q}", joinInts(c.slices)))
 	}},
 	{"autodiff", func(c *compilation) string { return when(c.training(), "autodiff") }},
-	// The rings' steps, forward and backward, after autodiff has differentiated each ring
-	// as one op.
-	{"ring-attention", func(c *compilation) string { return when(c.opts.CP > 1, "ring-attention") }},
 	{"optimizer", (*compilation).optimizerStep},
 	{"loss-scale", func(c *compilation) string { return when(c.training() && c.precision == ir.F16, "loss-scale") }},
 	{"cse", func(c *compilation) string { return when(c.training(), "cse") }},
@@ -240,6 +237,10 @@ var compilePasses = []struct {
 		}
 		return "split-stages"
 	}},
+	// The rings' steps, forward and backward, once autodiff has differentiated each ring as
+	// one op and split-stages has chosen what to stash and recompute (a recomputed ring
+	// sends its blocks round again).
+	{"ring-attention", func(c *compilation) string { return when(c.opts.CP > 1, "ring-attention") }},
 	// Each pipeline rank's step as IR (send/recv explicit), which code generation lowers:
 	// its runs, its gradients' reductions, a tied weight's exchange, its optimizer step.
 	{"rank-programs", always("rank-programs")},

@@ -322,7 +322,8 @@ var RingAttention = &Pass{
 		"positions, and merged into the output by log-sum-exp. ring_attention_grad is the same ring backward: " +
 		"attention_grad per block with the merged output and log-sum-exp (FlashAttention-2's backward is exact per " +
 		"block given them), dq summed locally, and each block's dk/dv summed as it travels the ring with the block " +
-		"and sent home after its last visit. Runs after autodiff, before split-stages.",
+		"and sent home after its last visit. Runs after split-stages (so that a recomputed ring_attention is " +
+		"rebuilt with its transfers), before rank-programs.",
 	Run: runRingAttention,
 }
 
