@@ -65,7 +65,7 @@ func runCPPartition(m *ir.Module, opts Options) error {
 		return fmt.Errorf("--cp %d: the model has no attention op; context parallelism splits attention's sequence over a ring, and splitting a model without attention is data parallelism (use --cp 1, and --dp)", n)
 	}
 	if err := CheckCPSplit(t.T, n, split); err != nil {
-		return err
+		return ir.ErrorAt(m.Source, f.Loc, "%v", err)
 	}
 	return t.emitCP(split)
 }
@@ -232,11 +232,15 @@ func (t *tokenSlicer) emitCP(split string) error {
 			// Each rank's loss is over its tokens: the model's is their sum (a sum of sums)
 			// or mean (a mean of equal-sized means). all_reduce passes the gradient through,
 			// so each rank differentiates its own share and grad-reduce sums the shares.
+			name := v.Name
+			if name != "" {
+				v.Name = name + ".rank" // this rank's share
+			}
 			s := b.Op1("all_reduce", ir.Attrs{{Name: "axis", Value: ir.Ident(CPAxis)}}, v)
 			if in.tok == tokMean {
 				s = b.Mul(s, b.Scalar(s.Type.DType, 1/float64(n)))
 			}
-			s.Name = v.Name
+			s.Name = name
 			v = s
 		case in.dep && in.q >= 0:
 			// A per-token output (inference's logits): gathered over cp in rank order, then
