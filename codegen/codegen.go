@@ -105,7 +105,7 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 	hash := hex.EncodeToString(sum[:8])
 	out := &Output{Plan: &Plan{FormatVersion: FormatVersion, Model: m.Name, SourceHash: hash,
 		Mesh: mesh, World: mesh.World(), Microbatches: g.microbatches, Stages: g.stages,
-		StageRanks: g.sched.Placement, Schedule: PlanSchedule{Name: g.sched.Name}, TokenSlices: passes.TokenSlices(m), TokenPlan: tokenPlan, Training: g.funcs["optimizer"] != nil,
+		StageRanks: g.sched.Placement, Schedule: PlanSchedule{Name: g.sched.Name}, TokenSlices: passes.TokenSlices(m), TokenPlan: tokenPlan, CP: passes.ReadCPSplit(m), Training: g.funcs["optimizer"] != nil,
 		Optimizer: opts.Optimizer}}
 	if len(g.rankProgs) == 0 {
 		return nil, fmt.Errorf("the module has no rank programs: run rank-programs (and, for training, grad-reduce, tied-grads and rank-optimizer) first")

@@ -37,8 +37,12 @@ type Plan struct {
 	TokenSlices []int `json:"token_slices,omitempty"`
 	// TokenPlan is the cost model's case for the token slices: the predicted pipeline
 	// latency of this slicing, of the best uniform one and of none.
-	TokenPlan  *passes.TokenPlan `json:"token_plan,omitempty"`
-	Stages     int               `json:"stages"`
+	TokenPlan *passes.TokenPlan `json:"token_plan,omitempty"`
+	// CP is how context parallelism split the sequence (nil without --cp): the split, the
+	// sequence length and whether attention is causal, from which the per-rank attention
+	// work follows (passes.CPAttentionWork).
+	CP         *passes.CPSplit `json:"cp,omitempty"`
+	Stages     int             `json:"stages"`
 	StageRanks []int             `json:"stage_ranks"` // stage → pipeline rank (pp coordinate)
 	StageInfo  []StageInfo       `json:"stage_info,omitempty"`
 	Recompute  string            `json:"recompute,omitempty"`

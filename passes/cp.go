@@ -1,6 +1,7 @@
 package passes
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -57,17 +58,57 @@ func runCPPartition(m *ir.Module, opts Options) error {
 	if n <= 1 {
 		return nil
 	}
+	// An op that mixes tokens is the error to report (a decomposed attention chain has no
+	// attention op either); a model without sequence inputs or attention is refused as such.
+	hasAttention := slices.ContainsFunc(f.Ops, func(op *ir.Op) bool { return op.Name() == "attention" })
 	t, err := analyseSequence(m, f, n)
+	var at *ir.Error
+	if (err == nil || !errors.As(err, &at)) && !hasAttention {
+		return fmt.Errorf("--cp %d: the model has no attention op; context parallelism splits attention's sequence over a ring (a model without attention has --dp for more ranks): use --cp 1", n)
+	}
 	if err != nil {
 		return err
-	}
-	if !slices.ContainsFunc(f.Ops, func(op *ir.Op) bool { return op.Name() == "attention" }) {
-		return fmt.Errorf("--cp %d: the model has no attention op; context parallelism splits attention's sequence over a ring, and splitting a model without attention is data parallelism (use --cp 1, and --dp)", n)
 	}
 	if err := CheckCPSplit(t.T, n, split); err != nil {
 		return ir.ErrorAt(m.Source, f.Loc, "%v", err)
 	}
-	return t.emitCP(split)
+	causal := true
+	for _, op := range f.Ops {
+		if op.Name() == "attention" {
+			causal = causal && op.Attrs.Bool("causal", false)
+		}
+	}
+	if err := t.emitCP(split); err != nil {
+		return err
+	}
+	m.Attrs = m.Attrs.Set(AttrCP, ir.Dict(ir.Attrs{{Name: "split", Value: ir.Ident(split)}, {Name: "seq", Value: ir.Int(t.T)},
+		{Name: "size", Value: ir.Int(n)}, {Name: "causal", Value: ir.BoolAttr(causal)}}.Sorted()))
+	return nil
+}
+
+// AttrCP (on a module) records how cp-partition split the sequence: {split, seq, size,
+// causal} (CPSplit).
+const AttrCP = "cp"
+
+// CPSplit is how context parallelism split a model's sequence.
+type CPSplit struct {
+	Split  string `json:"split"`
+	Seq    int    `json:"seq"`
+	Size   int    `json:"size"`
+	Causal bool   `json:"causal"` // every attention is causal: the split decides the balance
+}
+
+// Work is each cp rank's share of the attention work under this split.
+func (c CPSplit) Work() []float64 { return CPAttentionWork(c.Seq, c.Size, c.Split, c.Causal) }
+
+// ReadCPSplit reads a module's cp attribute (nil without one).
+func ReadCPSplit(m *ir.Module) *CPSplit {
+	d, ok := m.Attrs.Get(AttrCP).(ir.Dict)
+	if !ok {
+		return nil
+	}
+	a := ir.Attrs(d)
+	return &CPSplit{Split: a.Str("split", CPZigzag), Seq: a.Int("seq", 0), Size: a.Int("size", 1), Causal: a.Bool("causal", false)}
 }
 
 // CheckCPSplit checks that a sequence of T tokens splits over n cp ranks, naming the nearest
