@@ -43,9 +43,9 @@ type Plan struct {
 	// work follows (passes.CPAttentionWork).
 	CP         *passes.CPSplit `json:"cp,omitempty"`
 	Stages     int             `json:"stages"`
-	StageRanks []int             `json:"stage_ranks"` // stage → pipeline rank (pp coordinate)
-	StageInfo  []StageInfo       `json:"stage_info,omitempty"`
-	Recompute  string            `json:"recompute,omitempty"`
+	StageRanks []int           `json:"stage_ranks"` // stage → pipeline rank (pp coordinate)
+	StageInfo  []StageInfo     `json:"stage_info,omitempty"`
+	Recompute  string          `json:"recompute,omitempty"`
 	// Precision is the compute dtype of mixed-precision training ("bf16", "f16"; empty for
 	// fp32): parameters, gradient accumulators and optimizer state stay fp32.
 	Precision string `json:"precision,omitempty"`
