@@ -1,7 +1,6 @@
 package passes
 
 import (
-	"fmt"
 	"slices"
 
 	"ppc.dev/ppc/ir"
@@ -27,8 +26,10 @@ var GradReduce = &Pass{
 		"A tied weight's partials are reduced each so, before tied-grads exchanges them. Under ZeRO (@optimizer's " +
 		"gradient arguments split over dp) a gradient is not all-reduced: ZeRO-2 reduce-scatters the gradients each " +
 		"run computes right after it, bucketed likewise, `grad_reduce_scatter {axis = dp, grads = […], microbatch = m}`, " +
-		"and accumulates only this replica's blocks; ZeRO-1's reduce-scatter is rank-optimizer's. Every op carries the " +
-		"run's stage.",
+		"and accumulates only this replica's blocks; ZeRO-1's reduce-scatter is rank-optimizer's. Under context " +
+		"parallelism the cp ranks hold replicas of every parameter that saw other tokens: after the last contribution " +
+		"each accumulator (under ZeRO-2 its dp block) is summed over cp, `grad_all_reduce {axis = cp, …}` in the same " +
+		"buckets, before the dp sum — cp replicas reduce like more dp replicas. Every op carries the run's stage.",
 	Run: runGradReduce,
 }
 
@@ -73,9 +74,6 @@ func runGradReduce(m *ir.Module, _ Options) error {
 					continue
 				}
 				name := at.Str(ir.AttrGrad, "")
-				if cp > 1 && zero[name] == 2 && dp > 1 {
-					return fmt.Errorf("%s: ZeRO-2 with context parallelism: reduce-scattering each run's gradient over dp before its sum over cp is not implemented; use --zero 1 with --cp", name)
-				}
 				if dp > 1 && zero[name] == 2 {
 					blocks = append(blocks, key)
 					out[key] = f.Results[j].Type
@@ -101,7 +99,9 @@ func runGradReduce(m *ir.Module, _ Options) error {
 				add(allReduce, ir.Attrs{{Name: "axis", Value: ir.Ident(tp[k])}, {Name: "grads", Value: ir.Strings(tp[k+1])}})
 			}
 			// The cp ranks are replicas of the parameters that saw other tokens: their sums
-			// come before dp's (and ZeRO's reduce-scatter), as if they were more dp replicas.
+			// come before dp's (and ZeRO-1's reduce-scatter), as if they were more dp replicas;
+			// under ZeRO-2 the accumulator is already this replica's dp block, summed over cp
+			// after its last contribution.
 			for _, b := range buckets(cpSum, types) {
 				add(allReduce, ir.Attrs{{Name: "axis", Value: ir.Ident(CPAxis)}, {Name: "grads", Value: ir.Strings(b...)}})
 			}

@@ -25,7 +25,6 @@ func TestCPBadInput(t *testing.T) {
 		{[]string{"compile", gpt, "--preset", "tiny", "--cp", "0", "-o", out}, exitInput, []string{"--cp, --dp and --microbatches must be at least 1"}, nil},
 		{[]string{"compile", gpt, "--preset", "tiny", "--cp", "2", "--cp-split", "ring", "-o", out}, exitInput, []string{`--cp-split "ring": want zigzag or contiguous`}, nil},
 		{[]string{"compile", gpt, "--preset", "tiny", "--cp", "2", "--token-slices", "2", "-o", out}, exitInput, []string{"--token-slices with --cp"}, nil},
-		{[]string{"compile", gpt, "--preset", "tiny", "--cp", "2", "--dp", "2", "--zero", "2", "-o", out}, exitInput, []string{"ZeRO-2 with context parallelism", "--zero 1"}, nil},
 		{[]string{"infer", gpt, "--preset", "tiny", "--cp", "3", "--output-dir", out}, exitInput, []string{"--cp 3:", "--cp 2 or --cp 4"}, nil},
 		{[]string{"infer", gpt, "--preset", "tiny", "--cp", "0", "--output-dir", out}, exitInput, []string{"--pp, --tp and --cp must be at least 1"}, nil},
 	})
