@@ -9,7 +9,7 @@ import "slices"
 // (ops_grad.go: fused gradient kernels the autodiff emits) and rankOps (ops_rank.go: what a
 // rank's program does once per step with its gradients and its optimizer). Passes look rows
 // up by name and read their traits; the verifier checks ops against them.
-var opTable = slices.Concat(coreOps, nnOps, attentionOps, gradOps, rankOps)
+var opTable = slices.Concat(coreOps, nnOps, attentionOps, ringOps, gradOps, rankOps)
 
 var reductionKinds = []string{"sum", "mean", "max", "min"}
 

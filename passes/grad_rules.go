@@ -207,7 +207,8 @@ var coreGradRules = map[string]gradRule{
 	// FlashAttention-2's backward: one fused op recomputes the probabilities from the saved
 	// log-sum-exp. All three gradients are activation gradients (bwd_in); attention has no
 	// weights, so nothing of it runs in W.
-	"attention": attentionRule,
+	"attention":      attentionRule,
+	"ring_attention": ringAttentionRule,
 
 	// The conjugate collectives of tensor and sequence parallelism (see doc.go): a sum over
 	// the axis hands every member the same gradient; a replicated value entering a split
