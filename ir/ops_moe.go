@@ -65,7 +65,7 @@ func inferTopK(in []Type, at Attrs) ([]Type, error) {
 	}
 	k := at.Int("k", 0)
 	if k < 1 || k > x.Shape[axis] {
-		return nil, fmt.Errorf("top_k k = %d must be in [1, %d] (the extent of axis %d of %s)", k, x.Shape[axis], axis, x)
+		return nil, fmt.Errorf("k = %d must be in [1, %d] (the extent of axis %d of %s)", k, x.Shape[axis], axis, x)
 	}
 	s := slices.Clone(x.Shape)
 	s[axis] = k

@@ -1,6 +1,9 @@
 package passes
 
 import (
+	"cmp"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -208,5 +211,80 @@ func TestMoESlotsOrder(t *testing.T) {
 	}
 	if got, want := out[1].Floats(), []float64{2, 1, 3}; !slices.Equal(got, want) {
 		t.Errorf("load = %v, want %v", got, want)
+	}
+}
+
+// TestMoEBalanceLossBalances: gradient descent on the Switch load-balancing loss alone
+// spreads a router that sends almost every token to one expert: the busiest expert's share of
+// the top-2 choices falls from over 40% towards the fair 25%. f_e (from moe_slots' load)
+// carries no gradient; the loss moves the router through P_e, the mean probabilities.
+func TestMoEBalanceLossBalances(t *testing.T) {
+	const tokens, d, experts, k = 64, 4, 4, 2
+	m, err := ir.ParseAndVerify("balance.ir", `func @forward(%x: f64[64,4] {input}, %router: f64[4,4] {param}) -> (f64[] {loss}) {
+  %logits = matmul %x, %router : f64[64,4]
+  %p = softmax %logits : f64[64,4]
+  %topv, %topi = top_k %p {k = 2} : f64[64,2], i64[64,2]
+  %slots, %load = moe_slots %topi {experts = 4, capacity = 64} : i64[64,2], i64[4]
+  %loadf = cast %load {to = f64} : f64[4]
+  %c = constant {value = dense<f64[]: 0.0078125>} : f64[]
+  %f = mul %loadf, %c : f64[4]
+  %pm = reduce_mean %p {axes = [0]} : f64[4]
+  %fp = mul %f, %pm : f64[4]
+  %s = reduce_sum %fp : f64[]
+  %e = constant {value = dense<f64[]: 4>} : f64[]
+  %loss = mul %s, %e : f64[]
+  return %loss
+}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runGradPipeline(t, m, "autodiff")
+	train := m.Func(TrainFunc)
+	r := rand.New(rand.NewPCG(11, 12))
+	x := make([]float64, tokens*d)
+	for i := range x {
+		x[i] = r.NormFloat64()
+	}
+	router := make([]float64, d*experts)
+	for i := range router {
+		router[i] = 0.1 * r.NormFloat64()
+	}
+	// Skew: expert 0's logit grows with a feature most tokens have positive.
+	for tk := range tokens {
+		x[tk*d] = math.Abs(x[tk*d]) + 0.5
+	}
+	router[0] = 3
+	share := func() float64 {
+		load := make([]int, experts)
+		for tk := range tokens {
+			logits := make([]float64, experts)
+			for e := range experts {
+				for c := range d {
+					logits[e] += x[tk*d+c] * router[c*experts+e]
+				}
+			}
+			order := []int{0, 1, 2, 3}
+			slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(logits[b], logits[a]) })
+			for _, e := range order[:k] {
+				load[e]++
+			}
+		}
+		return float64(slices.Max(load)) / (tokens * k)
+	}
+	before := share()
+	for range 200 {
+		out, err := evalFunc(train, []*ir.Dense{ir.NewDenseF64(ir.T(ir.F64, tokens, d), x), ir.NewDenseF64(ir.T(ir.F64, d, experts), router)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range router {
+			router[i] -= 2 * out[1].F64(i)
+		}
+	}
+	after := share()
+	t.Logf("busiest expert's share of the choices: %.3f → %.3f (fair: %.3f)", before, after, 1.0/experts)
+	if before < 0.4 || after > before-0.1 || after > 0.35 {
+		t.Errorf("the balance loss did not balance the router: busiest expert's share %.3f → %.3f", before, after)
 	}
 }
