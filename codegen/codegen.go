@@ -142,6 +142,9 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 	out.Plan.LossNote = m.Attrs.Str(passes.AttrLossNote, "")
 	out.Plan.Recompute = opts.Recompute
 	out.Plan.Precision = m.Attrs.Str(passes.AttrPrecision, "")
+	if moe := passes.ReadMoE(m); moe.Layers > 0 {
+		out.Plan.MoE = &moe
+	}
 	return out, nil
 }
 
@@ -1499,7 +1502,7 @@ func (g *gen) describe(p *Plan, progs []*pb.Program) {
 				if _, ok := params[a.Name]; !ok {
 					order = append(order, a.Name)
 					sh := g.shards[a.Name]
-					pr := Param{Name: a.Name, DType: a.Type.DType.String(), Shape: g.logicalShape(a.Type.Shape, sh), Init: at.Str(ir.AttrInit, "")}
+					pr := Param{Name: a.Name, DType: a.Type.DType.String(), Shape: g.logicalShape(a.Type.Shape, sh), Init: at.Str(ir.AttrInit, ""), Expert: at.Has(passes.AttrExpert)}
 					if u := g.unpadded[a.Name]; u != nil {
 						pr.Shape, pr.Padded = u, pr.Shape // checkpoints hold the tensor the user sees
 					}
@@ -1584,6 +1587,9 @@ func (g *gen) stageInfo(params []Param) []StageInfo {
 				counted[info[st].Rank] = true
 				info[st].Params += n
 				info[st].RankParams += local
+				if p.Expert {
+					info[st].ExpertParams += n
+				}
 			}
 		}
 	}

@@ -192,6 +192,8 @@ var compilePasses = []struct {
 	{"canonicalize", always("canonicalize")},
 	{"cse", always("cse")},
 	{"dce", always("dce")},
+	// Mixture of experts: which parameters are experts' (reports count them apart).
+	{"mark-experts", func(c *compilation) string { return when(hasOp(c.m, "moe_dispatch"), "mark-experts") }},
 	{"add-loss", func(c *compilation) string { return when(c.training() && !c.hasLoss, c.loss.String()) }},
 	// Before sharding and partitioning, so that they and the cost model see the real dtypes
 	// and byte sizes.
@@ -1088,4 +1090,16 @@ func addPrediction(fwd *ir.Func) {
 	}
 	fwd.Results = append([]*ir.Value{pred}, fwd.Results...)
 	fwd.ResultAttrs = append([]ir.Attrs{{{Name: ir.AttrName, Value: ir.String(name)}}}, fwd.ResultAttrs...)
+}
+
+// hasOp reports whether @forward has an op of the given name.
+func hasOp(m *ir.Module, name string) bool {
+	if f := m.Func(ir.ForwardFunc); f != nil {
+		for _, op := range f.Ops {
+			if op.Name() == name {
+				return true
+			}
+		}
+	}
+	return false
 }

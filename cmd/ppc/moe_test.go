@@ -44,3 +44,24 @@ func TestMoEErrors(t *testing.T) {
 		t.Errorf("capacity 0: exit %d, stderr %q", code, errOut)
 	}
 }
+
+// TestMoESummary: the compile summary counts the experts' parameters apart from the dense
+// ones and the parameters a token reads, and the stage table gives each stage's experts.
+// The tiny model by hand: 4 layers × (w_gate, w_up, w_down) of 4 experts × 64 × 96 = 294,912
+// of 411,200; a token reads 2 of 4 experts, 116,288 + 147,456.
+func TestMoESummary(t *testing.T) {
+	moe := filepath.Join("..", "..", "testdata", "models", "moe.ppm")
+	code, out, errOut := ppc(t, "", "compile", moe, "--pp", "2", "--microbatches", "2", "-o", filepath.Join(t.TempDir(), "plan"))
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	for _, want := range []string{
+		"experts      294,912 of them in 4 MoE layer(s) of 4 experts, top 2 per token: 263,744 active per token (116,288 dense + 147,456 of the experts')",
+		"params   of experts",
+		"E,t0-t1             205,568      147,456",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+}
