@@ -1,8 +1,8 @@
 package codegen
 
 import (
-	"slices"
 	"fmt"
+	"slices"
 
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/ir"
