@@ -920,3 +920,24 @@ func rankSetOf(units []unitCost) []param {
 	}
 	return out
 }
+
+// zeroNote says, for a configuration with ZeRO, how little of the model dp can split: ZeRO
+// blocks a parameter over dp only where dp divides its first dim (dp 124 = 4·31 divides no
+// dim of GPT-3's), which is why such a configuration holds far more than 1/dp.
+func (e *evaluation) zeroNote() string {
+	c := e.c
+	if c.Zero == 0 || c.DP < 2 {
+		return ""
+	}
+	var split, all int64
+	for _, pr := range rankSetOf(e.units) {
+		all += pr.bytes
+		if pr.dim0%c.DP == 0 {
+			split += pr.bytes
+		}
+	}
+	if all == 0 || split*2 > all {
+		return ""
+	}
+	return fmt.Sprintf("; ZeRO splits a parameter over dp only where dp divides its first dim, and dp %d divides that of %.0f%% of the parameter bytes", c.DP, 100*float64(split)/float64(all))
+}
