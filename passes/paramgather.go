@@ -20,7 +20,7 @@ var ParamGather = &Pass{
 		"The gathers are grouped by layer (the partition's parameter namespaces: h3.*, layers.3.*; parameters " +
 		"outside the layers group with their neighbours in first-use order) and each group's gathers are placed just " +
 		"before the first op reading the group before it, so the next layer's gather is issued while this layer " +
-		"computes (FSDP's prefetch; collectives run on their own stream where the device has one) and at most two " +
+		"computes (FSDP's prefetch, by placement: it overlaps where the device runs collectives on a stream of their own) and at most two " +
 		"layers are whole at once. A parameter read only through casts to one dtype (mixed precision's 16-bit copy) " +
 		"is cast as a block and gathered in that dtype: half the bytes, the same values. The gradient leaves W whole " +
 		"and is reduce-scattered after the run as ZeRO-2's (grad-reduce); the optimizer updates the block in place and " +
