@@ -104,8 +104,8 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 	sum := sha256.Sum256(opts.Source)
 	hash := hex.EncodeToString(sum[:8])
 	out := &Output{Plan: &Plan{FormatVersion: FormatVersion, Model: m.Name, SourceHash: hash,
-		Mesh: mesh, World: mesh.PP * mesh.DP * mesh.TP, Microbatches: g.microbatches, Stages: g.stages,
-		StageRanks: g.sched.Placement, Schedule: PlanSchedule{Name: g.sched.Name}, TokenSlices: passes.TokenSlices(m), TokenPlan: tokenPlan, Training: g.funcs["optimizer"] != nil,
+		Mesh: mesh, World: mesh.World(), Microbatches: g.microbatches, Stages: g.stages,
+		StageRanks: g.sched.Placement, Schedule: PlanSchedule{Name: g.sched.Name}, TokenSlices: passes.TokenSlices(m), TokenPlan: tokenPlan, CP: passes.ReadCPSplit(m), Training: g.funcs["optimizer"] != nil,
 		Optimizer: opts.Optimizer}}
 	if len(g.rankProgs) == 0 {
 		return nil, fmt.Errorf("the module has no rank programs: run rank-programs (and, for training, grad-reduce, tied-grads and rank-optimizer) first")
@@ -223,14 +223,22 @@ type rankGen struct {
 	// leaves their new dp blocks in blocks instead of writing them back.
 	gathered map[string]bool
 	blocks   map[string]int
+	// ringSends and ringRecvs count the ring_send and ring_recv ops lowered so far: every
+	// replica runs the same program, so the k-th send of a rank meets the k-th receive of the
+	// next rank on the ring, and both take tag ringTag + k.
+	ringSends, ringRecvs int64
 }
+
+// ringTag is where ring transfers' tags start, far above the pipeline's (they pass between
+// other rank pairs anyway: ring peers differ in their cp coordinate, pipeline peers in pp).
+const ringTag = 1 << 40
 
 func (g *gen) newRank(r int, hash string) *rankGen {
 	rg := &rankGen{g: g, rank: r, kernels: map[string]int{}, named: map[string]int{}, inputs: map[portKey]int{},
 		ports: map[portKey]int{}, consts: map[*ir.Dense]int{}, values: map[*ir.Value]int{}, first: map[int]int{}, last: map[int]int{}, fwd: map[int]bool{},
 		perMB: map[string]bool{}, pending: map[string]int{}, gathered: map[string]bool{}, blocks: map[string]int{}}
 	rg.prog = &pb.Program{FormatVersion: FormatVersion, Pp: int32(r), Microbatches: int32(g.microbatches), SourceHash: hash,
-		Mesh: []*pb.NamedInt{{Name: "pp", Value: int64(g.mesh.PP)}, {Name: "dp", Value: int64(g.mesh.DP)}, {Name: "tp", Value: int64(g.mesh.TP)}}}
+		Mesh: g.mesh.Proto()}
 	for s, pr := range g.sched.Placement {
 		if pr == r {
 			rg.stages = append(rg.stages, s)
@@ -243,7 +251,7 @@ func (g *gen) newRank(r int, hash string) *rankGen {
 // moduleMesh is the mesh the module is compiled for: its mesh attribute's dp and tp sizes
 // (1 when absent) and the schedule's pipeline ranks.
 func moduleMesh(m *ir.Module, ranks int) (Mesh, error) {
-	mesh := Mesh{PP: ranks, DP: 1, TP: 1}
+	mesh := Mesh{PP: ranks, DP: 1, CP: 1, TP: 1}
 	for _, a := range m.Mesh() {
 		switch a.Name {
 		case "pp":
@@ -252,17 +260,19 @@ func moduleMesh(m *ir.Module, ranks int) (Mesh, error) {
 			}
 		case "dp":
 			mesh.DP = a.Size
+		case "cp":
+			mesh.CP = a.Size
 		case "tp":
 			mesh.TP = a.Size
 		default:
 			if a.Size > 1 {
-				return mesh, fmt.Errorf("mesh axis %s = %d: code generation supports the pp, dp and tp axes", a.Name, a.Size)
+				return mesh, fmt.Errorf("mesh axis %s = %d: code generation supports the pp, dp, cp and tp axes", a.Name, a.Size)
 			}
 		}
 	}
 	// Each size first: the product of absurd sizes could overflow.
-	if mesh.DP > 1<<16 || mesh.TP > 1<<16 || mesh.PP*mesh.DP*mesh.TP > 1<<16 {
-		return mesh, fmt.Errorf("mesh pp=%d dp=%d tp=%d has more ranks than the limit %d", mesh.PP, mesh.DP, mesh.TP, 1<<16)
+	if mesh.DP > 1<<16 || mesh.CP > 1<<16 || mesh.TP > 1<<16 || mesh.DP*mesh.CP > 1<<16 || mesh.PP*mesh.DP*mesh.CP*mesh.TP > 1<<16 {
+		return mesh, fmt.Errorf("mesh pp=%d dp=%d cp=%d tp=%d has more ranks than the limit %d", mesh.PP, mesh.DP, mesh.CP, mesh.TP, 1<<16)
 	}
 	return mesh, nil
 }
@@ -896,6 +906,19 @@ func (rg *rankGen) collective(f *ir.Func, b *lower.Block, k *lower.Kernel, l low
 		// resolves it for each rank.
 		rg.result(f, b, slotBuf, l.Out[0], mb)
 		rg.instr(&pb.Instr{Kind: pb.Instr_AXIS_INDEX, Out: []int32{int32(slotBuf[l.Out[0]])}, Axis: axis, Stage: int32(stage), Microbatch: int32(mb)})
+		return nil
+	}
+	if name == "ring_send" && len(l.In) == 1 && len(l.Out) == 0 {
+		rg.instr(&pb.Instr{Kind: pb.Instr_SEND, In: []int32{int32(slotBuf[l.In[0]])}, Axis: axis, Peer: 1, Tag: ringTag + rg.ringSends,
+			Stage: int32(stage), Microbatch: int32(mb)})
+		rg.ringSends++
+		return nil
+	}
+	if name == "ring_recv" && len(l.In) == 0 && len(l.Out) == 1 {
+		rg.result(f, b, slotBuf, l.Out[0], mb)
+		rg.instr(&pb.Instr{Kind: pb.Instr_RECV, Out: []int32{int32(slotBuf[l.Out[0]])}, Axis: axis, Peer: -1, Tag: ringTag + rg.ringRecvs,
+			Stage: int32(stage), Microbatch: int32(mb)})
+		rg.ringRecvs++
 		return nil
 	}
 	if len(l.In) != 1 || len(l.Out) != 1 {

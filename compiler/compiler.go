@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -26,6 +27,10 @@ type Options struct {
 	PP int
 	TP int  // tensor-parallel ranks per stage
 	SP bool // sequence parallelism over the tp ranks
+	// CP is context parallelism: each sequence split over CP ranks, attention as a ring
+	// (passes.CPPartition); CPSplit is zigzag (the default) or contiguous.
+	CP      int
+	CPSplit string
 	// VocabMultiple is Megatron's --make-vocab-size-divisible-by: a vocabulary tp does not
 	// divide is padded to the next multiple of VocabMultiple·tp (passes.PadVocab; 0: 128).
 	VocabMultiple int
@@ -193,6 +198,11 @@ var compilePasses = []struct {
 	{"precision", func(c *compilation) string {
 		return when(c.precision != ir.F32, fmt.Sprintf("precision{dtype=%s}", c.precision))
 	}},
+	// Context parallelism: @forward becomes one cp rank's, holding its share of every
+	// sequence, before the tp passes split that rank's work further.
+	{"cp-partition", func(c *compilation) string {
+		return when(c.opts.CP > 1, fmt.Sprintf("cp-partition{size=%d,split=%s}", c.opts.CP, c.opts.CPSplit))
+	}},
 	// Tensor (and sequence) parallelism: each stage becomes the program of one tp rank before
 	// pipeline partitioning, so stages, costs and autodiff see local shapes.
 	// A vocabulary tp does not divide is padded (exactly: masked logits, unpadded
@@ -229,6 +239,10 @@ var compilePasses = []struct {
 	}},
 	// ZeRO-3: parameters held as dp blocks, gathered where each per-stage function reads them.
 	{"param-gather", func(c *compilation) string { return when(c.training() && c.opts.Zero == 3, "param-gather") }},
+	// The rings' steps, forward and backward, once autodiff has differentiated each ring as
+	// one op and split-stages has chosen what to stash and recompute (a recomputed ring
+	// sends its blocks round again).
+	{"ring-attention", func(c *compilation) string { return when(c.opts.CP > 1, "ring-attention") }},
 	// Each pipeline rank's step as IR (send/recv explicit), which code generation lowers:
 	// its runs, its gradients' reductions, a tied weight's exchange, its optimizer step.
 	{"rank-programs", always("rank-programs")},
@@ -294,7 +308,14 @@ func (c *compilation) pipeline(stopAfter string) []string {
 func (c *compilation) resolveOptions() (*Result, error) {
 	o := &c.opts
 	o.PP = max(o.PP, 1)
-	o.TP, o.DP = max(o.TP, 1), max(o.DP, 1)
+	o.TP, o.DP, o.CP = max(o.TP, 1), max(o.DP, 1), max(o.CP, 1)
+	switch o.CPSplit {
+	case "":
+		o.CPSplit = passes.CPZigzag
+	case passes.CPZigzag, passes.CPContiguous:
+	default:
+		return nil, fmt.Errorf("--cp-split %q: want zigzag (the default: balanced causal attention) or contiguous", o.CPSplit)
+	}
 	switch {
 	case o.VocabMultiple == 0:
 		o.VocabMultiple = DefaultVocabMultiple
@@ -478,6 +499,9 @@ func (c *compilation) buildSchedule() (*Result, error) {
 	}
 	if c.opts.TokenSlices == "" || c.opts.StopAfter == "partition" {
 		return nil, nil // a probe stopped at partitioning prices the model unsliced
+	}
+	if c.opts.CP > 1 {
+		return nil, fmt.Errorf("--token-slices with --cp: context parallelism already splits every sequence over the cp ranks, and a slice's attention over the earlier slices' keys has no ring form; use one or the other")
 	}
 	if c.opts.SP {
 		return nil, fmt.Errorf("--token-slices with --sp: sequence parallelism already splits the sequence over the tp ranks; use one or the other")
@@ -984,7 +1008,12 @@ func setMesh(m *ir.Module, model string, pp int, opts Options) error {
 	// per-micro-batch functions on its own micro-batches, the optimizer divides the gradient
 	// by M·dp, and code generation all-reduces the gradients over dp. ZeRO would shard the
 	// optimizer state over dp, which nothing does yet: refuse it rather than ignore it.
-	m.SetMesh([]ir.MeshAxis{{Name: "pp", Size: pp}, {Name: "dp", Size: opts.DP}, {Name: "tp", Size: opts.TP}})
+	axes := []ir.MeshAxis{{Name: "pp", Size: pp}, {Name: "dp", Size: opts.DP}, {Name: "tp", Size: opts.TP}}
+	if opts.CP > 1 {
+		// Only when used, so that the IR of every other compile reads as before.
+		axes = slices.Insert(axes, 2, ir.MeshAxis{Name: "cp", Size: opts.CP})
+	}
+	m.SetMesh(axes)
 	return nil
 }
 

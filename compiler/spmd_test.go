@@ -581,7 +581,7 @@ func TestDistributedInference(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		meshes := []InferMesh{{TP: 2}, {PP: 2}, {PP: 2, TP: 2}}
+		meshes := []InferMesh{{TP: 2}, {PP: 2}, {PP: 2, TP: 2}, {CP: 2}, {CP: 4}, {CP: 4, CPSplit: "contiguous"}, {PP: 2, CP: 2, TP: 2}}
 		if model == gptPPM {
 			meshes = append(meshes, InferMesh{TP: 4}) // llama tiny has 2 kv heads
 		}

@@ -139,6 +139,6 @@ func TestInferDistributed(t *testing.T) {
 		}
 	}
 	runCases(t, []cliCase{
-		{[]string{"infer", gpt, "--preset", "tiny", "--tp", "0", "--output-dir", dir}, exitInput, []string{"--pp and --tp must be at least 1"}, nil},
+		{[]string{"infer", gpt, "--preset", "tiny", "--tp", "0", "--output-dir", dir}, exitInput, []string{"--pp, --tp and --cp must be at least 1"}, nil},
 	})
 }
