@@ -280,10 +280,9 @@ func moduleMesh(m *ir.Module, ranks int) (Mesh, error) {
 // collectShardings records each parameter's sharding from the `shard` attributes of the
 // per-stage functions' parameter arguments, which must agree. Only a partitioned module's
 // shapes are per rank (ir.AttrPartitioned): elsewhere a shard attribute is a request for the
-// partitioner, and every rank holds the whole tensor it declares. Code generation supports
-// splits over tp: a split over dp would be ZeRO's, whose gradients are reduce-scattered
-// rather than all-reduced, and a split over pp has no meaning (stages hold different
-// parameters).
+// partitioner, and every rank holds the whole tensor it declares — but for ZeRO-3's split
+// over dp, whose type is the block's in any module (passes.ParamGather). A split over pp has
+// no meaning (stages hold different parameters).
 func (g *gen) collectShardings() error {
 	g.shards = map[string]*ir.Sharding{}
 	g.unpadded = map[string][]int{}
