@@ -70,7 +70,25 @@
 // sum, the state is the block (a `shard` over dp, whose shapes are the block's in any
 // module), and the result is the new block. Parameters keep their logical shapes in the
 // `shard` attribute, so ranks initialise their own blocks (the initialiser is shard-invariant)
-// and checkpoints merge by name and offset.
+// and checkpoints merge by name and offset. A parameter whose first dim dp does not divide is
+// held, reduced and updated whole (no padding: dp 124 = 4·31, OPT-175B's, splits no dim of a
+// GPT).
+//
+// ZeRO-3 (FSDP; optimizer{zero=3}) holds the parameter itself as that block: @optimizer's
+// parameter argument is the block and its update replaces it in place, with no gather after
+// the step. param-gather (paramgather.go), after split-stages, makes every per-stage function
+// take the blocks and gather them where it reads them, per segment — the ops reading one
+// layer's parameters (layerOfParam, the partition's units) — so that a layer's whole copies
+// live in the arena from their gather to their last reader in that run and are gathered again
+// by the next function that reads them (F, I, W, and so every recomputation). Each segment's
+// gathers are placed before the previous segment's first reader: the next layer is gathered
+// while this one computes (FSDP's prefetch, by placement: it overlaps where the device runs
+// collectives on a stream of their own), at most two layers whole at once. The granularity is the layer, not the
+// stage function, because that is what bounds memory: with pp 1 a stage is the whole model.
+// A parameter read through a cast (mixed precision's 16-bit copy) is cast as a block and
+// gathered in 16 bits, as FSDP's mixed precision does. W reduce-scatters each such gradient
+// right after the op computing it and returns the block, which the rank accumulates: a run
+// holds one whole gradient at a time, and the sums are ZeRO-2's, bit for bit.
 //
 // # The rank programs: everything a rank does, as IR
 //
@@ -86,7 +104,8 @@
 //     an accumulator, its tensor-parallel sum (a hoisted partial, grad_all_reduce over tp) and
 //     its data-parallel sum, bucketed as PyTorch DDP does (grad_all_reduce over dp, up to
 //     BucketBytes), so that the reduction overlaps the backward that remains; under ZeRO-2,
-//     each run's gradients reduce-scattered right after it (grad_reduce_scatter {microbatch}).
+//     each run's gradients reduce-scattered right after it (grad_reduce_scatter {microbatch});
+//     under ZeRO-3 nothing for the block parameters, whose runs return reduced blocks.
 //   - tied-grads (tiedgrads.go): a tied weight's partials sent between the ranks holding it
 //     and summed there in partial order (grad_send, grad_recv, grad_sum), bit-identical to one
 //     device.
@@ -94,7 +113,7 @@
 //     (@optimizer.rank<r>); before it ZeRO-1's bucketed reduce-scatters, clipping's sum of
 //     squares (GradSumSq, from the reduced gradients) and the loss scaler's overflow flag
 //     (NonFiniteCheck), each `call`ed and all-reduced over tp, dp and pp; the `optimizer` op;
-//     after it ZeRO's bucketed all-gathers of the new blocks (param_all_gather).
+//     after it ZeRO-1 and 2's bucketed all-gathers of the new blocks (param_all_gather).
 //
 // The cost model (costmodel.go) prices a collective by the ring formulas over its axis —
 // intra-node links for tp, inter-node for dp — and charges its conjugate's time to the

@@ -44,9 +44,15 @@
 //     runs hold). So the planner sees what deferring
 //     W costs: under zero-bubble schedules a rank's later I's hold their output gradients
 //     until W, and ZB-V's cool-down defers up to 2·pp−1 of them on its later ranks.
+//     Under ZeRO-3 (parameters held as dp blocks, gathered per layer inside the runs:
+//     passes.ParamGather) each probe is also rewritten as a ZeRO-3 compile would be
+//     (passes.GatherAsZero3) and its runs measured before and after their first gather: a
+//     unit of a larger stage holds its own copies before it (they were prefetched during the
+//     layer before) and the next segment's after it; each run's gathers and gradient
+//     reduce-scatters are priced in F, I and W.
 //     TestPlanMemoryMatchesCompile (cmd/ppc) draws configurations over the schedules, tp and
-//     sp, recomputation and ZeRO and holds each rank's prediction to within 2% of ppc
-//     compile's live bytes (full recomputation: at most 6% over, never under); the arena's
+//     sp, recomputation and ZeRO 0–3 and holds each rank's prediction to within 2% of ppc
+//     compile's live bytes (full recomputation: at most 6% over, ZeRO-3 5%, never under); the arena's
 //     placement adds its fragmentation, reported by ppc compile.
 //
 // # Search
