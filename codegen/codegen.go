@@ -113,7 +113,7 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 	if len(g.rankProgs) != len(g.sched.Actions) {
 		return nil, fmt.Errorf("the module has %d rank programs, the schedule %d pipeline ranks", len(g.rankProgs), len(g.sched.Actions))
 	}
-	g.dpComm = dpComm{reduce: map[int]float64{}, reduceMB: map[int]float64{}, tpReduce: map[int]float64{}, opt: map[int]float64{}}
+	g.dpComm = dpComm{reduce: map[int]float64{}, reduceMB: map[int]float64{}, tpReduce: map[int]float64{}, opt: map[int]float64{}, gather: map[string]map[int]float64{}}
 	if err := g.collectShardings(); err != nil {
 		return nil, err
 	}
@@ -169,6 +169,9 @@ type dpComm struct {
 	reduceMB map[int]float64 // stage → ZeRO-2's per-micro-batch reduce-scatters, summed over the step
 	tpReduce map[int]float64 // stage → hoisted tensor-parallel gradient all-reduces, per step
 	opt      map[int]float64 // stage → ZeRO's collectives around the optimizer step
+	// gather is ZeRO-3's parameter gathers inside the runs (passes.ParamGather), by the kind
+	// of run (F, I, W) and stage, summed over the step.
+	gather map[string]map[int]float64
 }
 
 // collectiveTime is the cost model's time of one collective over a mesh axis of this mesh.
@@ -209,6 +212,8 @@ type rankGen struct {
 	fwd     map[int]bool
 	// mb is the micro-batch of the last run, which the reductions after it are attributed to.
 	mb int
+	// kind is the kind (F, I, W) of the run being generated.
+	kind string
 	// perMB are the gradients a grad_reduce_scatter reduces one micro-batch at a time (ZeRO-2):
 	// a run leaves its value of one in pending for it instead of accumulating it.
 	perMB   map[string]bool
@@ -288,9 +293,7 @@ func (g *gen) collectShardings() error {
 			}
 		}
 	}
-	if !g.m.Attrs.Has(ir.AttrPartitioned) {
-		return nil
-	}
+	partitioned := g.m.Attrs.Has(ir.AttrPartitioned)
 	seen := map[string]string{}
 	for _, f := range g.m.Funcs {
 		for i, a := range f.Args {
@@ -301,7 +304,9 @@ func (g *gen) collectShardings() error {
 			if err != nil {
 				return fmt.Errorf("@%s: parameter %%%s: %v", f.Name, a.Name, err)
 			}
-			if s.Replicated() {
+			// ZeRO-3's block over dp is a block in any module (passes.ParamGather).
+			zero := s != nil && s.Uses("dp")
+			if s.Replicated() || !(partitioned || zero) {
 				s = nil
 			}
 			if prev, ok := seen[a.Name]; ok {
@@ -314,7 +319,7 @@ func (g *gen) collectShardings() error {
 			if s == nil {
 				continue
 			}
-			if err := g.checkSharding(s, a.Type, false); err != nil {
+			if err := g.checkSharding(s, a.Type, zero); err != nil {
 				return fmt.Errorf("@%s: parameter %%%s: %v", f.Name, a.Name, err)
 			}
 			g.shards[a.Name] = s
@@ -338,7 +343,7 @@ func (g *gen) checkSharding(s *ir.Sharding, t ir.Type, zero bool) error {
 			case "tp":
 			case "dp":
 				if !zero {
-					return fmt.Errorf("shard %s splits it over dp: only optimizer state is split over the data-parallel replicas (ZeRO, --zero)", s)
+					return fmt.Errorf("shard %s splits it over dp: only optimizer state (ZeRO, --zero) and ZeRO-3's parameters are split over the data-parallel replicas", s)
 				}
 			default:
 				return fmt.Errorf("shard %s: %s is not a mesh axis a parameter can be split over (tp)", s, a)
@@ -544,7 +549,7 @@ func (rg *rankGen) emit() error {
 
 // instance emits one run of a per-stage function for micro-batch mb.
 func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind string) error {
-	rg.forward = kind == passes.KindF
+	rg.forward, rg.kind = kind == passes.KindF, kind
 	defer func() { rg.forward = false }()
 	slotBuf := make([]int, len(b.Slots))
 	for i := range slotBuf {
@@ -965,6 +970,13 @@ func (rg *rankGen) collective(f *ir.Func, b *lower.Block, k *lower.Kernel, l low
 		ins.Dim = int32(k.Attrs.Int("dim", 0))
 	case pb.Instr_ALL_GATHER:
 		ins.Dim = int32(k.Attrs.Int("dim", 0))
+		if g := rg.g.dpComm.gather; axis == "dp" && stage >= 0 && g != nil {
+			// ZeRO-3's gather of a parameter, which the run waits for.
+			if g[rg.kind] == nil {
+				g[rg.kind] = map[int]float64{}
+			}
+			g[rg.kind][stage] += rg.g.collectiveTime("all_gather", b.Slots[out].Bytes(), axis)
+		}
 	case pb.Instr_BROADCAST:
 		ins.Root = int32(root)
 	}
@@ -1625,6 +1637,21 @@ func (g *gen) stageInfo(params []Param) []StageInfo {
 			for _, t := range tp.SliceTimes[s] {
 				info[s].Slices = append(info[s].Slices, SliceInfo{F: t.F, I: t.I, W: t.W})
 				info[s].F, info[s].I, info[s].W = info[s].F+t.F, info[s].I+t.I, info[s].W+t.W
+			}
+		}
+	}
+	// ZeRO-3: the parameter gathers in the runs, per micro-batch (each token slice's run
+	// gathers its parameters whole), which F, I and W wait for, as for their tp collectives
+	// (the prefetch's overlap with compute is not credited: an upper bound).
+	for s := range info {
+		m := float64(max(g.microbatches, 1))
+		gf, gi, gw := g.dpComm.gather[passes.KindF][s]/m, g.dpComm.gather[passes.KindI][s]/m, g.dpComm.gather[passes.KindW][s]/m
+		info[s].F, info[s].I, info[s].W = info[s].F+gf, info[s].I+gi, info[s].W+gw
+		info[s].FComm, info[s].IComm, info[s].WComm = info[s].FComm+gf, info[s].IComm+gi, info[s].WComm+gw
+		if n := float64(len(info[s].Slices)); n > 0 {
+			for j := range info[s].Slices {
+				sl := &info[s].Slices[j]
+				sl.F, sl.I, sl.W = sl.F+gf/n, sl.I+gi/n, sl.W+gw/n
 			}
 		}
 	}

@@ -35,7 +35,7 @@ type Options struct {
 	// divide is padded to the next multiple of VocabMultiple·tp (passes.PadVocab; 0: 128).
 	VocabMultiple int
 	DP            int // data-parallel replicas
-	Zero          int // ZeRO stage (0, 1 or 2) over the dp replicas
+	Zero          int // ZeRO stage (0–3) over the dp replicas
 	Microbatches  int
 	Schedule      string // generator name, or a .csv file in PyTorch's format
 	VirtualStages int
@@ -237,6 +237,8 @@ var compilePasses = []struct {
 		}
 		return "split-stages"
 	}},
+	// ZeRO-3: parameters held as dp blocks, gathered where each per-stage function reads them.
+	{"param-gather", func(c *compilation) string { return when(c.training() && c.opts.Zero == 3, "param-gather") }},
 	// The rings' steps, forward and backward, once autodiff has differentiated each ring as
 	// one op and split-stages has chosen what to stash and recompute (a recomputed ring
 	// sends its blocks round again).

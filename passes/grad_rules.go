@@ -104,7 +104,7 @@ func keepAttrs(op *ir.Op, names ...string) ir.Attrs {
 // gradRules is the gradient table, keyed by op name: the core ops' rules (coreGradRules) and
 // the nn ops' (grad_rules_nn.go). Ops absent from it have no rule: one that lies between a
 // parameter and the loss is an error naming it.
-var gradRules = mergeRules(coreGradRules, nnGradRules)
+var gradRules = mergeRules(coreGradRules, nnGradRules, moeGradRules)
 
 var coreGradRules = map[string]gradRule{
 	// No gradient flows through these (their results are constants, integers or bools).

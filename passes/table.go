@@ -20,6 +20,7 @@ var table = []*Pass{
 	Optimizer,
 	LossScale,
 	SplitStages,
+	ParamGather,
 	RingAttention,
 	RankPrograms,
 	GradReduce,

@@ -130,6 +130,7 @@ type planner struct {
 	batch       int
 	seq         int
 	params      int64 // the model's parameter count
+	zero3       bool  // ZeRO-3 is searched: probes measure its runs too
 	mu          sync.Mutex
 	probes      map[probeKey][2][]unitCost // at one and two sequences per micro-batch
 	scaled      map[scaledKey][]unitCost   // at b sequences
@@ -169,7 +170,8 @@ func Search(req Request) (*Result, error) {
 	if ext := strings.ToLower(filepath.Ext(req.Model)); ext != ".ppm" {
 		return nil, inputErr("%s: ppc plan reads .ppm models, whose config sets the global batch and sequence (batch, seq); for an ONNX model, predict one configuration with ppc compile --gpu and ppc simulate", req.Model)
 	}
-	p := &planner{req: req, dev: req.Device, precision: req.Precision, probes: map[probeKey][2][]unitCost{}, scaled: map[scaledKey][]unitCost{}, splits: map[splitKey][]int{}, slicers: map[int]*passes.SliceCostModel{}, sliceCache: map[[5]int]passes.SliceTimes{}, scheds: map[schedKey]schedEntry{}}
+	p := &planner{req: req, dev: req.Device, precision: req.Precision, probes: map[probeKey][2][]unitCost{}, scaled: map[scaledKey][]unitCost{}, splits: map[splitKey][]int{}, slicers: map[int]*passes.SliceCostModel{}, sliceCache: map[[5]int]passes.SliceTimes{}, scheds: map[schedKey]schedEntry{},
+		zero3: req.Fix.Zero < 0 || req.Fix.Zero == 3}
 	if p.dev.MemBytes <= 0 {
 		return nil, inputErr("--gpu %s has no memory size; name a GPU (%s) or give mem_bytes, e.g. %s{mem_bytes=80e9}", p.dev.Name, passes.DeviceNames(), p.dev.Name)
 	}
@@ -378,7 +380,7 @@ func (p *planner) enumerate() ([]candidate, error) {
 	if fx.Recompute != "" {
 		recomputes = []string{fx.Recompute}
 	}
-	zeros := []int{0, 1, 2}
+	zeros := []int{0, 1, 2, 3}
 	if fx.Zero >= 0 {
 		zeros = []int{fx.Zero}
 	}

@@ -27,6 +27,14 @@ type unitCost struct {
 	shared      []param // of them, those another unit reads too (a tied embedding)
 	castBytes   int64   // 16-bit copies of the unit's weights the forward makes (mixed precision)
 	mem         unitMem
+	// ZeRO-3: the whole copies each of the unit's runs (F, I, W) gathers — a parameter per
+	// dtype it is read in (its 16-bit cast is gathered as such) — and the segment the unit's
+	// gathers belong to (param-gather's: its parameters' layer; −2: it has none).
+	gathers [3][]param
+	segment int
+	// wgrads are the weight gradients the unit's W returns, as it returns them (ZeRO-2 and 3
+	// keep those they reduce-scatter until the run ends).
+	wgrads []param
 }
 
 // unitMem is what the unit's runs hold in the arena per micro-batch, as code generation lays
@@ -44,6 +52,9 @@ type unitMem struct {
 	// inputs until their last use in it (codegen.RunMemory.PeakWithArgs).
 	runF, runI, runW int64
 	grads            int64 // the weight gradients W returns (compute dtype)
+	// The runs' peaks as ZeRO-3 lays them out (passes.GatherAsZero3: the gathered copies from
+	// the run's start to their last reader), measured as runF, runI and runW are.
+	runF3, runI3, runW3 int64
 }
 
 type param struct {
@@ -107,7 +118,8 @@ func at(pair [2][]unitCost, b int) []unitCost {
 		a, c := u.mem, v.mem
 		w.mem = unitMem{stash: lini(a.stash, c.stash), stashI: lini(a.stashI, c.stashI), recvStash: lini(a.recvStash, c.recvStash),
 			held: lini(a.held, c.held), inF: lini(a.inF, c.inF), inI: lini(a.inI, c.inI), argsI: lini(a.argsI, c.argsI),
-			runF: lini(a.runF, c.runF), runI: lini(a.runI, c.runI), runW: lini(a.runW, c.runW), grads: a.grads}
+			runF: lini(a.runF, c.runF), runI: lini(a.runI, c.runI), runW: lini(a.runW, c.runW), grads: a.grads,
+			runF3: lini(a.runF3, c.runF3), runI3: lini(a.runI3, c.runI3), runW3: lini(a.runW3, c.runW3)}
 		out[i] = w
 	}
 	return out
@@ -140,6 +152,11 @@ func (p *planner) readProbe(m *ir.Module, tp int) ([]unitCost, error) {
 	if err := readUnitMem(m, units); err != nil {
 		return nil, err
 	}
+	if p.zero3 {
+		if err := readZero3(m, units); err != nil {
+			return nil, err
+		}
+	}
 	all := make([][]param, len(units))
 	uses := map[string]int{}
 	for _, f := range m.Funcs {
@@ -164,6 +181,15 @@ func (p *planner) readProbe(m *ir.Module, tp int) ([]unitCost, error) {
 		for _, op := range f.Ops {
 			if op.Name() == "cast" && len(op.Operands) == 1 && op.Operands[0].Def == nil {
 				units[s].castBytes += op.Results[0].Type.Bytes()
+			}
+		}
+	}
+	for _, f := range m.Funcs {
+		if s := f.Attrs.Int("stage", 0); f.Attrs.Str("kind", "") == passes.KindW && s < len(units) {
+			for i, r := range f.Results {
+				if name := f.ResultAttrs[i].Str(ir.AttrGrad, ""); name != "" && r.Type.Rank() > 0 {
+					units[s].wgrads = append(units[s].wgrads, param{name, r.Type.Bytes(), r.Type.Shape[0]})
+				}
 			}
 		}
 	}
@@ -286,6 +312,67 @@ func readUnitMem(m *ir.Module, units []unitCost) error {
 			case pk == passes.KindI && cs != ps:
 				um.inI += size
 			}
+		}
+	}
+	return nil
+}
+
+// readZero3 fills in what ZeRO-3 changes about each unit's runs: the copies they gather and
+// their peaks with the copies in the arena, measured on a copy of the probe rewritten as
+// param-gather rewrites a compile (at dp = 2: the blocks themselves are not in the arena,
+// so the measure hardly depends on dp).
+func readZero3(m *ir.Module, units []unitCost) error {
+	kinds := map[string]int{passes.KindF: 0, passes.KindI: 1, passes.KindW: 2}
+	for _, f := range m.Funcs {
+		k, ok := kinds[f.Attrs.Str("kind", "")]
+		s := f.Attrs.Int("stage", 0)
+		if !ok || s >= len(units) {
+			continue
+		}
+		uses := f.Uses()
+		for i, a := range f.Args {
+			if !f.ArgAttrs[i].Has(ir.AttrParam) || a.Type.Rank() == 0 {
+				continue
+			}
+			var dts []ir.DType
+			for _, op := range uses[a] {
+				dt := a.Type.DType
+				if op.Name() == "cast" {
+					dt = op.Results[0].Type.DType
+				}
+				if !slices.Contains(dts, dt) {
+					dts = append(dts, dt)
+				}
+			}
+			for _, dt := range dts {
+				units[s].gathers[k] = append(units[s].gathers[k], param{a.Name, int64(a.Type.NumElements()) * int64(dt.Size()), a.Type.Shape[0]})
+			}
+		}
+	}
+	for s := range units {
+		units[s].segment = -2
+		if len(units[s].params) > 0 {
+			units[s].segment = passes.LayerOfParam(units[s].params[0].name)
+		}
+	}
+	z := m.Clone()
+	passes.GatherAsZero3(z, 2)
+	runs, err := codegen.RunMemories(z)
+	if err != nil {
+		return err
+	}
+	for _, f := range z.Funcs {
+		s := f.Attrs.Int("stage", 0)
+		if s >= len(units) {
+			continue
+		}
+		switch f.Attrs.Str("kind", "") {
+		case passes.KindF:
+			units[s].mem.runF3 = runs[f.Name].PeakWithArgs
+		case passes.KindI:
+			units[s].mem.runI3 = runs[f.Name].PeakWithArgs
+		case passes.KindW:
+			units[s].mem.runW3 = runs[f.Name].PeakWithArgs
 		}
 	}
 	return nil

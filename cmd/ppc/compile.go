@@ -78,7 +78,7 @@ func init() {
 			fs.IntVar(&opts.CP, "cp", 1, "context-parallel ranks `N`: each sequence split over N ranks, attention computed as ring attention (K/V blocks passed around the cp ring, merged by log-sum-exp); parameters replicated, their gradients summed over dp × cp")
 			fs.StringVar(&opts.CPSplit, "cp-split", "zigzag", "how --cp splits a sequence: zigzag (2·cp chunks, rank i holding chunks i and 2·cp−1−i: equal causal attention work) or contiguous (rank i holds block i)")
 			fs.IntVar(&opts.DP, "dp", 1, "data-parallel replicas `N`: each runs --microbatches micro-batches of the global batch, and gradients are summed over them")
-			fs.IntVar(&opts.Zero, "zero", 0, "ZeRO `STAGE` with --dp: 1 shards optimizer state over the dp replicas, 2 also gradients")
+			fs.IntVar(&opts.Zero, "zero", 0, "ZeRO `STAGE` with --dp: 1 shards optimizer state over the dp replicas, 2 also gradients, 3 also parameters (FSDP)")
 			fs.IntVar(&opts.Microbatches, "microbatches", 0, "micro-batches `M` per step: the model's global batch is split M ways (an .ir file's shapes are already one micro-batch's) (0: a FILE.csv schedule's count, an .ir file's microbatches attribute, or 1; with a FILE.csv schedule a value given must agree with the file)")
 			fs.StringVar(&opts.Schedule, "schedule", "", "pipeline schedule `S|FILE.csv`: "+strings.Join(schedule.Names(), ", ")+", or a schedule in PyTorch's CSV format (2.4's spelling B/W/BW or the later I/W/B, detected per file) (default 1f1b; gpipe with --token-slices and fewer micro-batches than ranks)")
 			fs.IntVar(&opts.VirtualStages, "virtual-stages", 0, "stages per rank `V` for interleaved and V-shaped schedules; with a FILE.csv schedule the file's, which a value given must agree with (0: the schedule's default)")
@@ -216,8 +216,8 @@ func init() {
 					return usagef("--sp splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more")
 				}
 				switch {
-				case opts.Zero < 0 || opts.Zero > 2:
-					return usagef("--zero must be 1 or 2 (0: off), got %d", opts.Zero)
+				case opts.Zero < 0 || opts.Zero > 3:
+					return usagef("--zero must be 1, 2 or 3 (0: off), got %d", opts.Zero)
 				case opts.Zero > 0 && opts.DP < 2:
 					return usagef("--zero %d shards over the data-parallel replicas: it needs --dp 2 or more", opts.Zero)
 				case opts.Zero > 0 && opts.ForwardOnly:

@@ -43,7 +43,7 @@ func init() {
 			fs.IntVar(&fx.MicrobatchSize, "microbatch-size", 0, "fix the sequences `B` per micro-batch")
 			fs.StringVar(&fx.Schedule, "schedule", "", "fix the schedule `S`: "+strings.Join(schedule.Names(), ", "))
 			fs.StringVar(&fx.Recompute, "recompute", "", "fix recomputation `MODE`: none, selective or full")
-			zero := fs.Int("zero", 0, "fix the ZeRO `STAGE`: 0, 1 or 2")
+			zero := fs.Int("zero", 0, "fix the ZeRO `STAGE`: 0, 1, 2 or 3")
 			fs.StringVar(&fx.TokenSlices, "token-slices", "", "fix token slices (TeraPipe): `1|N|L1,L2,…|auto` (1: none; auto: on, TeraPipe's slicing; default: tried where micro-batches alone cannot fill the pipeline)")
 			return func(args []string) error {
 				if len(args) != 1 {
@@ -88,8 +88,8 @@ func init() {
 					}
 				}
 				if set["zero"] {
-					if *zero < 0 || *zero > 2 {
-						return usagef("--zero must be 0, 1 or 2, got %d", *zero)
+					if *zero < 0 || *zero > 3 {
+						return usagef("--zero must be 0, 1, 2 or 3, got %d", *zero)
 					}
 					fx.Zero = *zero
 				}
