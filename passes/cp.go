@@ -461,11 +461,21 @@ func (r *ring) join(a, b *ir.Value) *ir.Value {
 	return r.b.Op1("concat", ir.Attrs{{Name: "axis", Value: ir.Int(a.Type.Rank() - 2)}}, a, b)
 }
 
-// zeros is a zero tensor of x's type with rows rows.
-func (r *ring) zeros(x *ir.Value, rows int) *ir.Value {
-	t := ir.Type{DType: x.Type.DType, Shape: append(ir.Shape(nil), x.Type.Shape...)}
-	t.Shape[t.Rank()-2] = rows
-	return r.b.Constant(ir.Splat(t, 0))
+// addRows adds x to rows [lo, hi) of acc (along the sequence dim), without a zero-padded copy
+// of x.
+func (r *ring) addRows(acc, x *ir.Value, lo, hi int) *ir.Value {
+	L := acc.Type.Shape[acc.Type.Rank()-2]
+	if lo == 0 && hi == L {
+		return r.b.Add(acc, x)
+	}
+	out := r.b.Add(r.seq(acc, lo, hi), x)
+	if lo > 0 {
+		out = r.join(r.seq(acc, 0, lo), out)
+	}
+	if hi < L {
+		out = r.join(out, r.seq(acc, hi, L))
+	}
+	return out
 }
 
 // piece is one attention of a ring step: queries [qlo, qhi) of the rank's tokens against keys
@@ -582,16 +592,6 @@ func (r *ring) backward() []*ir.Value {
 		return x
 	}
 	wt := func(x *ir.Value) ir.Type { return ir.Type{DType: wide, Shape: x.Type.Shape} }
-	// pad places a piece's gradient of rows [lo, hi) among L rows of zeros.
-	pad := func(x *ir.Value, lo, hi int) *ir.Value {
-		if lo > 0 {
-			x = r.join(r.zeros(x, lo), x)
-		}
-		if hi < L {
-			x = r.join(x, r.zeros(x, L-hi))
-		}
-		return x
-	}
 	r.send(k)
 	r.send(v)
 	g := b.Op("attention_grad", r.attrs(true), q, k, v, o, lse, do)
@@ -604,8 +604,12 @@ func (r *ring) backward() []*ir.Value {
 			r.send(kb)
 			r.send(vb)
 		}
+		// The step's dK/dV: every piece's rows, starting from a piece over the whole block
+		// (each split has one).
+		ps := r.pieces(t, L)
+		slices.SortStableFunc(ps, func(a, b piece) int { return (b.khi - b.klo) - (a.khi - a.klo) })
 		var gk, gv *ir.Value
-		for _, p := range r.pieces(t, L) {
+		for _, p := range ps {
 			in := []*ir.Value{q, kb, vb, o, lse, do}
 			if p.qhi-p.qlo < L {
 				in[0], in[3], in[4], in[5] = r.seq(q, p.qlo, p.qhi), r.seq(o, p.qlo, p.qhi), r.seq(lse, p.qlo, p.qhi), r.seq(do, p.qlo, p.qhi)
@@ -617,12 +621,11 @@ func (r *ring) backward() []*ir.Value {
 				in = append(in, p.mask)
 			}
 			g := b.Op("attention_grad", r.attrs(false), in...)
-			dq = b.Add(dq, pad(widen(g[0]), p.qlo, p.qhi))
-			pk, pv := pad(widen(g[1]), p.klo, p.khi), pad(widen(g[2]), p.klo, p.khi)
+			dq = r.addRows(dq, widen(g[0]), p.qlo, p.qhi)
 			if gk == nil {
-				gk, gv = pk, pv
+				gk, gv = widen(g[1]), widen(g[2])
 			} else {
-				gk, gv = b.Add(gk, pk), b.Add(gv, pv)
+				gk, gv = r.addRows(gk, widen(g[1]), p.klo, p.khi), r.addRows(gv, widen(g[2]), p.klo, p.khi)
 			}
 		}
 		dkb := b.Add(r.recv(wt(k)), gk)
