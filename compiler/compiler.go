@@ -523,8 +523,14 @@ func (c *compilation) runPasses() (*Result, error) {
 	case "partition":
 		return runProbe(c.m, c.pipeline("partition"), c.sched)
 	case "split-stages":
+		// With cp, the rings' steps too: the probe's memory (codegen.RunMemories) holds the
+		// K/V blocks in flight and the dK/dV partial sums.
+		ring := when(c.opts.CP > 1, "ring-attention")
 		pl := c.pipeline("split-stages")
 		if len(c.opts.recomputeModes) == 0 {
+			if ring != "" {
+				pl = append(pl, ring)
+			}
 			return runProbe(c.m, pl, c.sched)
 		}
 		// One probe up to split-stages, split once per recompute mode.
@@ -534,7 +540,11 @@ func (c *compilation) runPasses() (*Result, error) {
 		}
 		for _, mode := range c.opts.recomputeModes {
 			m := c.m.Clone()
-			if _, err := runProbe(m, []string{fmt.Sprintf("split-stages{recompute=%s}", mode)}, c.sched); err != nil {
+			steps := []string{fmt.Sprintf("split-stages{recompute=%s}", mode)}
+			if ring != "" {
+				steps = append(steps, ring)
+			}
+			if _, err := runProbe(m, steps, c.sched); err != nil {
 				return nil, err
 			}
 			res.Probes = append(res.Probes, m)
