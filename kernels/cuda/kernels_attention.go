@@ -14,7 +14,7 @@ import (
 // and results rounded once on store. The scores exist only per thread, a tile's row at a
 // time, so memory is O(s·d) as on the CPU device.
 //
-//	attention       one kernel: a block per (batch·head, tile of attnRows query rows), a
+//	attention       one kernel: a block per (batch·head, tile of 128 query rows), a
 //	                thread per query row; the key and value tiles of attnCols(…) rows are
 //	                staged in shared memory in turn; each thread keeps its row's running
 //	                maximum, sum and output accumulator in registers (the online softmax) and
@@ -23,10 +23,12 @@ import (
 //	                device), so the blocks of early queries skip the fully masked tiles.
 //	attention_grad  δ = rowsum(dO ∘ O) into scratch (a thread per row); dq (a block per query
 //	                tile as the forward, looping over key tiles, recomputing p from lse); dk
-//	                and dv (a block per (batch·kv head, tile of attnRows key rows), a thread
+//	                and dv (a block per (batch·kv head, tile of 128 key rows), a thread
 //	                per key row, looping over the group's query heads and their query tiles
 //	                staged in shared memory, causal blocks starting at the first query tile
 //	                that sees them).
+//
+// Blocks are 128 rows, fewer (down to a warp) for sequences shorter than that (attnRows).
 //
 // dq is a kernel of its own rather than FlashAttention-2's atomicAdd from the key-tile
 // blocks: every result has one writer and a fixed order of summation, so the results do not
@@ -41,8 +43,16 @@ import (
 // kernels are checked on the host against the CPU device like every other (an mma path
 // would be GPU-only code that CI never executes).
 
-// attnRows is the block of the tile kernels: query (or key) rows per block, a thread each.
-const attnRows = 128
+// attnRows is the block of a tile kernel over n query (or key) rows: rows per block, a thread
+// each — 128, or down to a warp for short sequences (a tiny model's 32 tokens would leave
+// three quarters of a block of 128 idle).
+func attnRows(n int) int {
+	r := 128
+	for r > 32 && r/2 >= n {
+		r /= 2
+	}
+	return r
+}
 
 // attnSharedBudget bounds a tile kernel's staged tiles, below the 48 KiB of static shared
 // memory a block may have without opting in.
@@ -77,6 +87,7 @@ type attnGen struct {
 	q, k, v   ir.Type
 	lseDType  ir.DType
 	cols      int
+	br        int // the current kernel's rows per block (side)
 	r         *strings.Replacer
 }
 
@@ -102,11 +113,19 @@ func newAttnGen(s *device.Spec, maskAt int) (*attnGen, error) {
 	for g.cols > 8 && g.cols/2 >= max(d.Sq, d.Skv) {
 		g.cols /= 2 // short sequences: tiles no longer than them
 	}
-	n := func(x int) string { return fmt.Sprintf("%dLL", x) }
-	g.r = strings.NewReplacer("$T", g.ty, "$DV", n(d.Dv), "$D", n(d.D), "$SQ", n(d.Sq), "$SKV", n(d.Skv),
-		"$HQ", n(d.Hq), "$HKV", n(d.Hkv), "$G", n(d.Hq/d.Hkv), "$OFF", n(d.Skv-d.Sq), "$BC", fmt.Sprint(g.cols),
-		"$BR", n(attnRows), "$NQT", n(ceilDiv(d.Sq, attnRows)), "$NKT", n(ceilDiv(d.Skv, attnRows)), "$SCALE", g.scale)
+	g.side(d.Sq)
 	return g, nil
+}
+
+// side sets the rows per block of the kernels written next: attnRows of n, the query rows
+// (the forward, dq) or the key rows (dk, dv).
+func (g *attnGen) side(n int) {
+	d := g.d
+	g.br = attnRows(n)
+	c := func(x int) string { return fmt.Sprintf("%dLL", x) }
+	g.r = strings.NewReplacer("$T", g.ty, "$DV", c(d.Dv), "$D", c(d.D), "$SQ", c(d.Sq), "$SKV", c(d.Skv),
+		"$HQ", c(d.Hq), "$HKV", c(d.Hkv), "$G", c(d.Hq/d.Hkv), "$OFF", c(d.Skv-d.Sq), "$BC", fmt.Sprint(g.cols),
+		"$BR", c(g.br), "$NQT", c(ceilDiv(d.Sq, g.br)), "$NKT", c(ceilDiv(d.Skv, g.br)), "$SCALE", g.scale)
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
@@ -235,9 +254,11 @@ func (g *attnGen) queryTiles() string {
 	return g.c(s+"(void)bb; (void)h;\n") + g.maskBase()
 }
 
+// kernelSpec is the writer of a tile kernel of the current side's block.
 func (g *attnGen) kernelSpec(tiles int64, shared []tileVar, private []tileVar, setup string, body ...tileItem) func(s *device.Spec, name string) (Kernel, error) {
+	block := g.br
 	return func(s *device.Spec, name string) (Kernel, error) {
-		tk := &tileKernel{tiles: tiles, block: attnRows, shared: shared, private: private, setup: setup, body: body}
+		tk := &tileKernel{tiles: tiles, block: block, shared: shared, private: private, setup: setup, body: body}
 		return tk.kernel(s, name)
 	}
 }
@@ -271,7 +292,7 @@ PPC_UNROLL for (int c = 0; c < $DV; c++) acc[c] *= alpha;
 `) + g.eachK("const $T p = ppc_expo(@s - mn);\nl_r += p;\nPPC_UNROLL for (int c = 0; c < $DV; c++) acc[c] += p * vs[k * $DV + c];\n") + "m_r = mn;\n"
 	final := g.c(row) + storeRow("out", "r", d.Dv, g.q.DType, g.c("l_r == 0 ? ($T)0 : acc[%d] / l_r")) +
 		g.c(fmt.Sprintf("out1[r] = %s;\n", store(g.lseDType, round(g.lseDType, "l_r == 0 ? ($T)-PPC_INF : m_r + ppc_loga(l_r)"))))
-	tiles := int64(d.Batch * d.Hq * ceilDiv(d.Sq, attnRows))
+	tiles := int64(d.Batch * d.Hq * ceilDiv(d.Sq, g.br))
 	fwd := g.kernelSpec(tiles, shared, private, g.queryTiles(),
 		phase(init), loop(g.c("for (long long j0 = 0; j0 < kend; j0 += $BC)"), phase(staging), phase(compute)), phase(final))
 	return nil, []planStep{{in: in, also: []Ref{res1}, out: res0, row: fwd}}, nil
@@ -316,13 +337,14 @@ func planAttentionGrad(s *device.Spec) ([]ir.Type, []planStep, error) {
 			"@s = vis ? ppc_expo(x - lse_r) * (@dp - dl_r) : ($T)0;\n") +
 		g.eachK("PPC_UNROLL for (int c = 0; c < $D; c++) acc[c] += @s * ks[k * $D + c];\n")
 	dqFinal := g.c(dqRow) + storeRow("out", "r", d.D, g.q.DType, g.c("$SCALE * acc[%d]"))
-	dq := g.kernelSpec(int64(d.Batch*d.Hq*ceilDiv(d.Sq, attnRows)),
+	dq := g.kernelSpec(int64(d.Batch*d.Hq*ceilDiv(d.Sq, g.br)),
 		[]tileVar{{g.ty, "ks", max(g.cols*d.D, 1)}, {g.ty, "vs", max(g.cols*d.Dv, 1)}},
 		[]tileVar{{g.ty, "lse_r", 0}, {g.ty, "dl_r", 0}, {g.ty, "acc", max(d.D, 1)}},
 		g.queryTiles(), phase(dqInit), loop(g.c("for (long long j0 = 0; j0 < kend; j0 += $BC)"), phase(dqLoad), phase(dqCompute)), phase(dqFinal))
 
 	// dk and dv: a block per key tile of a kv head, a thread per key row, over the group's
 	// query heads in order and their query tiles (causal: from the first that sees the tile).
+	g.side(d.Skv)
 	keySetup := "const long long kvh = tile / $NKT, k0 = (tile % $NKT) * $BR;\nconst long long bb = kvh / $HKV, gg = kvh % $HKV;\n"
 	if g.causal {
 		keySetup += "long long qstart = k0 - $OFF;\nif (qstart < 0) qstart = 0;\n"
@@ -360,7 +382,7 @@ func planAttentionGrad(s *device.Spec) ([]ir.Type, []planStep, error) {
 		compute += g.eachK(fmt.Sprintf("PPC_UNROLL for (int c = 0; c < %dLL; c++) acc[c] += @s * %s[k * %d + c];\n", width, tile, width))
 		final := g.c(row) + storeRow("out", "kr", width, outT.DType, g.c(scale+"acc[%d]"))
 		init := zeros("acc", width)
-		return g.kernelSpec(int64(d.Batch*d.Hkv*ceilDiv(d.Skv, attnRows)), shared, []tileVar{{g.ty, "acc", max(width, 1)}}, keySetup,
+		return g.kernelSpec(int64(d.Batch*d.Hkv*ceilDiv(d.Skv, g.br)), shared, []tileVar{{g.ty, "acc", max(width, 1)}}, keySetup,
 			phase(init),
 			loop("for (long long hh = 0; hh < "+g.c("$G")+"; hh++)",
 				loop(g.c("for (long long i0 = qstart; i0 < $SQ; i0 += $BC)"), phase(staging), phase(compute))),
