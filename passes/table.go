@@ -14,6 +14,7 @@ var table = []*Pass{
 	ShardAnnotate,
 	ShardPropagate,
 	SpmdPartition,
+	EPPartition,
 	Partition,
 	TokenSlice,
 	Autodiff,
