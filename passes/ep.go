@@ -64,8 +64,8 @@ func runEPPartition(m *ir.Module, opts Options) error {
 	for i, a := range f.Args {
 		argIndex[a] = i
 	}
-	region := map[*ir.Op]bool{} // the experts' ops: between a dispatch and its combine
-	experts := map[int]bool{}   // argument index → an expert parameter
+	region := map[*ir.Op]bool{}     // the experts' ops: between a dispatch and its combine
+	experts := map[int]bool{}       // argument index → an expert parameter
 	before := map[*ir.Op][]*ir.Op{} // ops to insert right before an op
 	after := map[*ir.Op][]*ir.Op{}
 	a2a := ir.MustLookup("all_to_all")
