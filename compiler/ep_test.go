@@ -42,3 +42,26 @@ func TestEPTrainsLikeOneDevice(t *testing.T) {
 		}
 	}
 }
+
+// TestEPCheckpointAcrossLayouts: an ep run saves each expert tensor whole (the ep shards
+// merged by offset), so one device resumes it bit for bit and trains on like the run that
+// never stopped; ep 4 loads one device's checkpoint split into its shards, bit for bit, and
+// an ep 2 × dp 4 run resumes an ep 4 one.
+func TestEPCheckpointAcrossLayouts(t *testing.T) {
+	load := LoadOptions{Set: map[string]string{"capacity_factor": "0"}}
+	one := Options{Load: load, Microbatches: 4, Optimizer: sgdM}
+	ep2 := Options{Load: load, Microbatches: 2, Optimizer: sgdM, DP: 2, EP: 2}
+	ep4 := Options{Load: load, Microbatches: 1, Optimizer: sgdM, DP: 4, EP: 4}
+	dp4ep2 := Options{Load: load, Microbatches: 1, Optimizer: sgdM, DP: 4, EP: 2}
+	_, epCk, epState := spmdRun(t, moePPM, ep2, 2, "")
+	_, _, s := spmdRun(t, moePPM, one, 0, epCk)
+	agree(t, "ep=2 checkpoint through one device", nil, nil, epState, s, 0, 0)
+	refL, oneCk, refS := spmdRun(t, moePPM, one, 3, "")
+	_, ep4Ck, s := spmdRun(t, moePPM, ep4, 0, oneCk)
+	agree(t, "one-device checkpoint through ep=4", nil, nil, refS, s, 0, 0)
+	l, _, s := spmdRun(t, moePPM, one, 1, epCk)
+	agree(t, "ep=2 saves, one device resumes", refL[2:], l, refS, s, spmdRtol, spmdAtol)
+	l, _, s = spmdRun(t, moePPM, dp4ep2, 1, ep4Ck)
+	wantL, _, want := spmdRun(t, moePPM, one, 1, oneCk)
+	agree(t, "ep=4 saves, dp=4 ep=2 resumes", wantL, l, want, s, spmdRtol, spmdAtol)
+}
