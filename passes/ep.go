@@ -69,14 +69,11 @@ func runEPPartition(m *ir.Module, opts Options) error {
 	before := map[*ir.Op][]*ir.Op{} // ops to insert right before an op
 	after := map[*ir.Op][]*ir.Op{}
 	a2a := ir.MustLookup("all_to_all")
-	exchange := func(v *ir.Value, split, concat int, at *ir.Op) *ir.Op {
+	// exchange is an all_to_all of v of result type t (the function is re-inferred after).
+	exchange := func(v *ir.Value, split, concat int, t ir.Type, at *ir.Op) *ir.Op {
 		attrs := ir.Attrs{{Name: "axis", Value: ir.Ident(EPAxis)}, {Name: "concat_dim", Value: ir.Int(concat)},
 			{Name: "parts", Value: ir.Int(n)}, {Name: "split_dim", Value: ir.Int(split)}}
-		t, err := a2a.Infer([]ir.Type{v.Type}, attrs)
-		if err != nil {
-			return nil
-		}
-		op := ir.NewOp(a2a, []*ir.Value{v}, attrs, t)
+		op := ir.NewOp(a2a, []*ir.Value{v}, attrs, []ir.Type{t})
 		op.Stage, op.Slice, op.Phase, op.Loc = at.Stage, at.Slice, at.Phase, at.Loc
 		return op
 	}
@@ -120,10 +117,14 @@ func runEPPartition(m *ir.Module, opts Options) error {
 		if len(combines) == 0 {
 			return ir.ErrorAt(m.Source, d.Loc, "--ep: the experts' buffer reaches no moe_combine")
 		}
-		in := exchange(buf, 0, 1, d)
-		if in == nil {
-			return ir.ErrorAt(m.Source, d.Loc, "--ep %d: cannot exchange %s", n, buf.Type)
+		// The buffer's type is [experts, capacity, …]; the rows each rank receives are
+		// [experts/ep, ep·capacity, …].
+		if buf.Type.Rank() < 2 {
+			return ir.ErrorAt(m.Source, d.Loc, "--ep: the experts' buffer %s has no capacity dim", buf.Type)
 		}
+		rows := slices.Clone(buf.Type.Shape)
+		rows[0], rows[1] = e/n, rows[1]*n
+		in := exchange(buf, 0, 1, ir.Type{DType: buf.Type.DType, Shape: rows}, d)
 		after[d] = append(after[d], in)
 		for _, u := range uses[buf] {
 			if u.Name() == "moe_combine" {
@@ -141,10 +142,7 @@ func runEPPartition(m *ir.Module, opts Options) error {
 		}
 		for _, c := range combines {
 			h := c.Operands[0]
-			out := exchange(h, 1, 0, c)
-			if out == nil {
-				return ir.ErrorAt(m.Source, c.Loc, "--ep %d: cannot exchange %s", n, h.Type)
-			}
+			out := exchange(h, 1, 0, h.Type, c) // back to [experts, capacity, …]
 			before[c] = append(before[c], out)
 			c.Operands[0] = out.Result()
 		}
@@ -172,7 +170,7 @@ func runEPPartition(m *ir.Module, opts Options) error {
 	for i := range experts {
 		a := f.Args[i]
 		for _, u := range uses[a] {
-			if !region[u] && !(len(u.Operands) == 1 && onlyFeedsRegion(u, uses, region)) {
+			if !region[u] && !onlyFeedsRegion(u, uses, region) {
 				return ir.ErrorAt(m.Source, u.Loc, "--ep: parameter %%%s is read by the experts and by this %s outside them", a.Name, u.Name())
 			}
 		}
@@ -208,17 +206,18 @@ func runEPPartition(m *ir.Module, opts Options) error {
 	return nil
 }
 
-// onlyFeedsRegion reports whether op's results are read only by the experts' ops (a cast of
-// an expert weight).
+// onlyFeedsRegion reports whether op is a cast of an expert weight (the precision pass's
+// per-use cast) read only by the experts' ops.
 func onlyFeedsRegion(op *ir.Op, uses map[*ir.Value][]*ir.Op, region map[*ir.Op]bool) bool {
-	for _, r := range op.Results {
-		for _, u := range uses[r] {
-			if !region[u] && !onlyFeedsRegion(u, uses, region) {
-				return false
-			}
+	if op.Name() != "cast" {
+		return false
+	}
+	for _, u := range uses[op.Result()] {
+		if !region[u] {
+			return false
 		}
 	}
-	return true
+	return len(uses[op.Result()]) > 0
 }
 
 // nearestDivisors names the divisors of e nearest n ("2 or 4").
