@@ -322,9 +322,6 @@ func (c *compilation) resolveOptions() (*Result, error) {
 	if o.DP%o.EP != 0 {
 		return nil, fmt.Errorf("--ep %d: expert parallelism carves its ranks from the %d data-parallel ranks, which it does not divide; %s", o.EP, o.DP, nearestEP(o.DP, o.EP))
 	}
-	if o.EP > 1 && o.Zero > 0 {
-		return nil, fmt.Errorf("--zero %d with --ep %d: ZeRO over the data-parallel ranks would split the expert shards, whose gradients are summed over the expert-data-parallel ranks only; not supported yet: use --zero 0", o.Zero, o.EP)
-	}
 	switch o.CPSplit {
 	case "":
 		o.CPSplit = passes.CPZigzag
