@@ -113,7 +113,7 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 	if len(g.rankProgs) != len(g.sched.Actions) {
 		return nil, fmt.Errorf("the module has %d rank programs, the schedule %d pipeline ranks", len(g.rankProgs), len(g.sched.Actions))
 	}
-	g.dpComm = dpComm{reduce: map[int]float64{}, reduceMB: map[int]float64{}, tpReduce: map[int]float64{}, opt: map[int]float64{}, gather: map[string]map[int]float64{}}
+	g.dpComm = dpComm{reduce: map[int]float64{}, reduceMB: map[int]float64{}, tpReduce: map[int]float64{}, opt: map[int]float64{}, zero3: map[string]map[int]float64{}}
 	if err := g.collectShardings(); err != nil {
 		return nil, err
 	}
@@ -142,6 +142,9 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 	out.Plan.LossNote = m.Attrs.Str(passes.AttrLossNote, "")
 	out.Plan.Recompute = opts.Recompute
 	out.Plan.Precision = m.Attrs.Str(passes.AttrPrecision, "")
+	if moe := passes.ReadMoE(m); moe.Layers > 0 {
+		out.Plan.MoE = &moe
+	}
 	return out, nil
 }
 
@@ -169,9 +172,10 @@ type dpComm struct {
 	reduceMB map[int]float64 // stage → ZeRO-2's per-micro-batch reduce-scatters, summed over the step
 	tpReduce map[int]float64 // stage → hoisted tensor-parallel gradient all-reduces, per step
 	opt      map[int]float64 // stage → ZeRO's collectives around the optimizer step
-	// gather is ZeRO-3's parameter gathers inside the runs (passes.ParamGather), by the kind
-	// of run (F, I, W) and stage, summed over the step.
-	gather map[string]map[int]float64
+	// zero3 is ZeRO-3's collectives inside the runs (passes.ParamGather: the parameters'
+	// gathers, the gradients' reduce-scatters), by the kind of run (F, I, W) and stage,
+	// summed over the step.
+	zero3 map[string]map[int]float64
 }
 
 // collectiveTime is the cost model's time of one collective over a mesh axis of this mesh.
@@ -281,10 +285,9 @@ func moduleMesh(m *ir.Module, ranks int) (Mesh, error) {
 // collectShardings records each parameter's sharding from the `shard` attributes of the
 // per-stage functions' parameter arguments, which must agree. Only a partitioned module's
 // shapes are per rank (ir.AttrPartitioned): elsewhere a shard attribute is a request for the
-// partitioner, and every rank holds the whole tensor it declares. Code generation supports
-// splits over tp: a split over dp would be ZeRO's, whose gradients are reduce-scattered
-// rather than all-reduced, and a split over pp has no meaning (stages hold different
-// parameters).
+// partitioner, and every rank holds the whole tensor it declares — but for ZeRO-3's split
+// over dp, whose type is the block's in any module (passes.ParamGather). A split over pp has
+// no meaning (stages hold different parameters).
 func (g *gen) collectShardings() error {
 	g.shards = map[string]*ir.Sharding{}
 	g.unpadded = map[string][]int{}
@@ -976,17 +979,19 @@ func (rg *rankGen) collective(f *ir.Func, b *lower.Block, k *lower.Kernel, l low
 		ins.Dim = int32(k.Attrs.Int("dim", 0))
 	case pb.Instr_ALL_GATHER:
 		ins.Dim = int32(k.Attrs.Int("dim", 0))
-		if g := rg.g.dpComm.gather; axis == "dp" && stage >= 0 && g != nil {
-			// ZeRO-3's gather of a parameter, which the run waits for.
-			if g[rg.kind] == nil {
-				g[rg.kind] = map[int]float64{}
-			}
-			g[rg.kind][stage] += rg.g.collectiveTime("all_gather", b.Slots[out].Bytes(), axis)
-		}
 	case pb.Instr_BROADCAST:
 		ins.Root = int32(root)
 	case pb.Instr_ALL_TO_ALL:
 		ins.Dim, ins.ConcatDim = int32(k.Attrs.Int("split_dim", 0)), int32(k.Attrs.Int("concat_dim", 0))
+	}
+	if g := rg.g.dpComm.zero3; axis == "dp" && stage >= 0 && g != nil && (kind == pb.Instr_ALL_GATHER || kind == pb.Instr_REDUCE_SCATTER) {
+		// ZeRO-3's gather of a parameter or reduce-scatter of a gradient (param-gather),
+		// which the run waits for; priced on the whole tensor.
+		if g[rg.kind] == nil {
+			g[rg.kind] = map[int]float64{}
+		}
+		whole := max(b.Slots[in].Bytes(), b.Slots[out].Bytes())
+		g[rg.kind][stage] += rg.g.collectiveTime(op, whole, axis)
 	}
 	rg.instr(ins)
 	return nil
@@ -1507,7 +1512,7 @@ func (g *gen) describe(p *Plan, progs []*pb.Program) {
 				if _, ok := params[a.Name]; !ok {
 					order = append(order, a.Name)
 					sh := g.shards[a.Name]
-					pr := Param{Name: a.Name, DType: a.Type.DType.String(), Shape: g.logicalShape(a.Type.Shape, sh), Init: at.Str(ir.AttrInit, "")}
+					pr := Param{Name: a.Name, DType: a.Type.DType.String(), Shape: g.logicalShape(a.Type.Shape, sh), Init: at.Str(ir.AttrInit, ""), Expert: at.Has(passes.AttrExpert)}
 					if u := g.unpadded[a.Name]; u != nil {
 						pr.Shape, pr.Padded = u, pr.Shape // checkpoints hold the tensor the user sees
 					}
@@ -1592,6 +1597,9 @@ func (g *gen) stageInfo(params []Param) []StageInfo {
 				counted[info[st].Rank] = true
 				info[st].Params += n
 				info[st].RankParams += local
+				if p.Expert {
+					info[st].ExpertParams += n
+				}
 			}
 		}
 	}
@@ -1648,12 +1656,12 @@ func (g *gen) stageInfo(params []Param) []StageInfo {
 			}
 		}
 	}
-	// ZeRO-3: the parameter gathers in the runs, per micro-batch (each token slice's run
-	// gathers its parameters whole), which F, I and W wait for, as for their tp collectives
-	// (the prefetch's overlap with compute is not credited: an upper bound).
+	// ZeRO-3: the collectives in the runs, per micro-batch (each token slice's run gathers
+	// its parameters whole), which F, I and W wait for, as for their tp collectives (the
+	// prefetch's overlap with compute is not credited: an upper bound).
 	for s := range info {
 		m := float64(max(g.microbatches, 1))
-		gf, gi, gw := g.dpComm.gather[passes.KindF][s]/m, g.dpComm.gather[passes.KindI][s]/m, g.dpComm.gather[passes.KindW][s]/m
+		gf, gi, gw := g.dpComm.zero3[passes.KindF][s]/m, g.dpComm.zero3[passes.KindI][s]/m, g.dpComm.zero3[passes.KindW][s]/m
 		info[s].F, info[s].I, info[s].W = info[s].F+gf, info[s].I+gi, info[s].W+gw
 		info[s].FComm, info[s].IComm, info[s].WComm = info[s].FComm+gf, info[s].IComm+gi, info[s].WComm+gw
 		if n := float64(len(info[s].Slices)); n > 0 {

@@ -41,7 +41,11 @@ type Plan struct {
 	// CP is how context parallelism split the sequence (nil without --cp): the split, the
 	// sequence length and whether attention is causal, from which the per-rank attention
 	// work follows (passes.CPAttentionWork).
-	CP         *passes.CPSplit `json:"cp,omitempty"`
+	CP *passes.CPSplit `json:"cp,omitempty"`
+	// MoE is the model's routing (nil without experts): its expert count and choices per
+	// token, which split the parameters into dense ones every token reads and the experts'
+	// (Param.Expert), of which a token reads top_k/experts.
+	MoE        *passes.MoEInfo `json:"moe,omitempty"`
 	Stages     int             `json:"stages"`
 	StageRanks []int           `json:"stage_ranks"` // stage → pipeline rank (pp coordinate)
 	StageInfo  []StageInfo     `json:"stage_info,omitempty"`
@@ -94,10 +98,13 @@ type StageInfo struct {
 	// Params counts the stage's parameter elements (logical tensors), a parameter once per
 	// pipeline rank holding it; RankParams what one tensor-parallel rank of it holds (its
 	// shards; replicated parameters whole).
-	Params     int64   `json:"params"`
-	RankParams int64   `json:"rank_params"`
-	FLOPs      float64 `json:"forward_flops"` // per micro-batch
-	StashBytes int64   `json:"stash_bytes"`   // activations kept from F to I/W, per micro-batch
+	Params     int64 `json:"params"`
+	RankParams int64 `json:"rank_params"`
+	// ExpertParams is, of Params, the experts' weights (Param.Expert): a token reads
+	// top_k/experts of them.
+	ExpertParams int64   `json:"expert_params,omitempty"`
+	FLOPs        float64 `json:"forward_flops"` // per micro-batch
+	StashBytes   int64   `json:"stash_bytes"`   // activations kept from F to I/W, per micro-batch
 	// KVBytes is, of StashBytes, the token slices' K/V cache: the keys and values each slice
 	// keeps for the later slices of its micro-batch (and their backward), per micro-batch.
 	KVBytes   int64   `json:"kv_cache_bytes,omitempty"`
@@ -338,7 +345,9 @@ type Param struct {
 	// split. Its optimizer state is split the same way.
 	Shard [][]string `json:"shard,omitempty"`
 	Init  string     `json:"init,omitempty"`
-	Ranks []int      `json:"ranks"` // pipeline ranks holding it (each on all its replicas)
+	// Expert marks an expert's weights (passes.AttrExpert): first dim the experts.
+	Expert bool  `json:"expert,omitempty"`
+	Ranks  []int `json:"ranks"` // pipeline ranks holding it (each on all its replicas)
 	// Stages lists the stages whose functions use it: more than one for a tied weight.
 	Stages []int `json:"stages,omitempty"`
 	// State names the optimizer state buffers kept for it.

@@ -196,6 +196,8 @@ var compilePasses = []struct {
 	{"canonicalize", always("canonicalize")},
 	{"cse", always("cse")},
 	{"dce", always("dce")},
+	// Mixture of experts: which parameters are experts' (reports count them apart).
+	{"mark-experts", func(c *compilation) string { return when(hasOp(c.m, "moe_dispatch"), "mark-experts") }},
 	{"add-loss", func(c *compilation) string { return when(c.training() && !c.hasLoss, c.loss.String()) }},
 	// Before sharding and partitioning, so that they and the cost model see the real dtypes
 	// and byte sizes.
@@ -534,8 +536,14 @@ func (c *compilation) runPasses() (*Result, error) {
 	case "partition":
 		return runProbe(c.m, c.pipeline("partition"), c.sched)
 	case "split-stages":
+		// With cp, the rings' steps too: the probe's memory (codegen.RunMemories) holds the
+		// K/V blocks in flight and the dK/dV partial sums.
+		ring := when(c.opts.CP > 1, "ring-attention")
 		pl := c.pipeline("split-stages")
 		if len(c.opts.recomputeModes) == 0 {
+			if ring != "" {
+				pl = append(pl, ring)
+			}
 			return runProbe(c.m, pl, c.sched)
 		}
 		// One probe up to split-stages, split once per recompute mode.
@@ -545,7 +553,11 @@ func (c *compilation) runPasses() (*Result, error) {
 		}
 		for _, mode := range c.opts.recomputeModes {
 			m := c.m.Clone()
-			if _, err := runProbe(m, []string{fmt.Sprintf("split-stages{recompute=%s}", mode)}, c.sched); err != nil {
+			steps := []string{fmt.Sprintf("split-stages{recompute=%s}", mode)}
+			if ring != "" {
+				steps = append(steps, ring)
+			}
+			if _, err := runProbe(m, steps, c.sched); err != nil {
 				return nil, err
 			}
 			res.Probes = append(res.Probes, m)
@@ -1118,4 +1130,16 @@ func addPrediction(fwd *ir.Func) {
 	}
 	fwd.Results = append([]*ir.Value{pred}, fwd.Results...)
 	fwd.ResultAttrs = append([]ir.Attrs{{{Name: ir.AttrName, Value: ir.String(name)}}}, fwd.ResultAttrs...)
+}
+
+// hasOp reports whether @forward has an op of the given name.
+func hasOp(m *ir.Module, name string) bool {
+	if f := m.Func(ir.ForwardFunc); f != nil {
+		for _, op := range f.Ops {
+			if op.Name() == name {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -24,7 +24,8 @@ var GradReduce = &Pass{
 		"`grad_all_reduce {axis = dp, grads = […]}` per bucket of one dtype (fp32 first, then fp64) up to BucketBytes " +
 		"(25 MiB), in result order: one collective's latency per bucket, the same additions as one all-reduce each. " +
 		"A tied weight's partials are reduced each so, before tied-grads exchanges them. Under ZeRO (@optimizer's " +
-		"gradient arguments split over dp) a gradient is not all-reduced: ZeRO-2 (and 3) reduce-scatters the gradients each " +
+		"gradient arguments split over dp) a gradient is not all-reduced: ZeRO-3's functions return blocks, already " +
+		"reduce-scattered (param-gather), which accumulate as they are; ZeRO-2 reduce-scatters the gradients each " +
 		"run computes right after it, bucketed likewise, `grad_reduce_scatter {axis = dp, grads = […], microbatch = m}`, " +
 		"and accumulates only this replica's blocks; ZeRO-1's reduce-scatter is rank-optimizer's. Under context " +
 		"parallelism the cp ranks hold replicas of every parameter that saw other tokens: after the last contribution " +
@@ -78,7 +79,7 @@ func runGradReduce(m *ir.Module, _ Options) error {
 					continue
 				}
 				name := at.Str(ir.AttrGrad, "")
-				if dp > 1 && zero[name] >= 2 { // ZeRO-2 and 3
+				if dp > 1 && zero[name] == 2 {
 					blocks = append(blocks, key)
 					out[key] = f.Results[j].Type
 				}

@@ -20,7 +20,7 @@ var ParamGather = &Pass{
 		"The gathers are grouped by layer (the partition's parameter namespaces: h3.*, layers.3.*; parameters " +
 		"outside the layers group with their neighbours in first-use order) and each group's gathers are placed just " +
 		"before the first op reading the group before it, so the next layer's gather is issued while this layer " +
-		"computes (FSDP's prefetch; collectives run on their own stream where the device has one) and at most two " +
+		"computes (FSDP's prefetch, by placement: it overlaps where the device runs collectives on a stream of their own) and at most two " +
 		"layers are whole at once. A parameter read only through casts to one dtype (mixed precision's 16-bit copy) " +
 		"is cast as a block and gathered in that dtype: half the bytes, the same values. The gradient leaves W whole " +
 		"and is reduce-scattered after the run as ZeRO-2's (grad-reduce); the optimizer updates the block in place and " +
@@ -72,8 +72,40 @@ func runParamGather(m *ir.Module, _ Options) error {
 		if len(block) > 0 {
 			gatherParams(f, block, dp)
 		}
+		scatterGrads(f, func(name string) bool { _, ok := blocks[name]; return ok }, dp)
 	}
 	return nil
+}
+
+// scatterGrads reduce-scatters over dp, right after the op computing it, each gradient f
+// returns of a parameter held as blocks, and returns the block instead: a run holds one whole
+// gradient at a time, and the rank accumulates only its block.
+func scatterGrads(f *ir.Func, isBlock func(string) bool, dp int) {
+	rs := ir.MustLookup("reduce_scatter")
+	after := map[*ir.Op][]*ir.Op{}
+	for i, r := range f.Results {
+		name := f.ResultAttrs[i].Str(ir.AttrGrad, "")
+		if name == "" || !isBlock(name) || r.Def == nil || r.Type.Rank() == 0 || r.Type.Shape[0]%dp != 0 {
+			continue
+		}
+		t := r.Type
+		t.Shape = slices.Clone(t.Shape)
+		t.Shape[0] /= dp
+		op := ir.NewOp(rs, []*ir.Value{r}, ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}, {Name: "dim", Value: ir.Int(0)}, {Name: "parts", Value: ir.Int(dp)}}, []ir.Type{t})
+		op.Results[0].Name = "d." + name + ".block"
+		annotate(op, r.Def)
+		after[r.Def] = append(after[r.Def], op)
+		f.Results[i] = op.Results[0]
+	}
+	if len(after) == 0 {
+		return
+	}
+	ops := make([]*ir.Op, 0, len(f.Ops)+len(after))
+	for _, op := range f.Ops {
+		ops = append(ops, op)
+		ops = append(ops, after[op]...)
+	}
+	f.Ops = ops
 }
 
 // gatherParams rewrites f to read whole copies of the block parameters, gathered per
@@ -219,8 +251,11 @@ func GatherAsZero3(m *ir.Module, dp int) {
 			f.ArgAttrs[i] = f.ArgAttrs[i].Set(ir.AttrShard, zeroSharding(shard, a.Type.Rank()).Attr())
 			block[a] = true
 		}
-		if len(block) > 0 && f.Attrs.Str("kind", "") != "" {
-			gatherParams(f, block, dp)
+		if f.Attrs.Str("kind", "") != "" {
+			if len(block) > 0 {
+				gatherParams(f, block, dp)
+			}
+			scatterGrads(f, func(string) bool { return true }, dp)
 		}
 	}
 }

@@ -7,6 +7,7 @@ var table = []*Pass{
 	Canonicalize,
 	CSE,
 	DCE,
+	MarkExperts,
 	AddLoss,
 	Precision,
 	CPPartition,

@@ -182,6 +182,14 @@ func (p *planner) prepare(c *candidate) *evaluation {
 				_, t := e.gathered(u.gathers[k])
 				gt[k] += t
 			}
+			if c.Zero == 3 && c.DP > 1 {
+				// W reduce-scatters each gradient of a block parameter as it computes it.
+				for _, gr := range u.wgrads {
+					if gr.dim0%c.DP == 0 {
+						gt[2] += dev.AxisCollectiveTime("reduce_scatter", float64(gr.bytes), c.DP, "dp")
+					}
+				}
+			}
 		}
 		e.gather = append(e.gather, gt)
 		sc.F, sc.I, sc.W = sc.F+gt[0], sc.I+gt[1], sc.W+gt[2]
@@ -195,6 +203,15 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		// reduce-scattered before the optimizer and the new blocks all-gathered after it
 		// (ZeRO 1); reduce-scattered each micro-batch and the blocks all-gathered (ZeRO 2) —
 		// the stage's tensors in buckets of up to 25 MiB, a larger tensor alone.
+		if c.CP > 1 {
+			// The cp replicas' gradients are summed first (grad-reduce), every bucket
+			// all-reduced over cp after the stage's last W — under ZeRO-2 the dp blocks.
+			g := float64(pbytes)
+			if c.Zero >= 2 && c.DP > 1 {
+				g /= float64(c.DP)
+			}
+			sc.GradReduce += bucketed(g, func(x float64) float64 { return dev.AxisCollectiveTime("all_reduce", x, c.CP, "cp") })
+		}
 		if c.DP > 1 {
 			g := float64(pbytes)
 			coll := func(kind string, x float64) float64 { return dev.AxisCollectiveTime(kind, x, c.DP, "dp") }
@@ -207,15 +224,24 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			}
 			switch c.Zero {
 			case 0:
-				sc.GradReduce = bucketed(g, func(x float64) float64 { return coll("all_reduce", x) })
+				sc.GradReduce += bucketed(g, func(x float64) float64 { return coll("all_reduce", x) })
 			case 1:
 				sc.StepEnd = zero("reduce_scatter") + zero("all_gather")
 			case 2:
 				sc.GradReduceMB = zero("reduce_scatter")
 				sc.StepEnd = zero("all_gather")
 			case 3:
-				// ZeRO-3: ZeRO-2's reduce-scatters; the parameters are gathered in the runs.
-				sc.GradReduceMB = zero("reduce_scatter")
+				// ZeRO-3: the gathers and reduce-scatters are in the runs (above); the
+				// gradients dp does not split are all-reduced.
+				var whole float64
+				for _, pr := range rankSetOf(units[lo:hi]) {
+					if pr.dim0%c.DP != 0 {
+						whole += float64(pr.bytes)
+					}
+				}
+				if whole > 0 {
+					sc.GradReduce = bucketed(whole, func(x float64) float64 { return coll("all_reduce", x) })
+				}
 			}
 		}
 		e.cost.Stages = append(e.cost.Stages, sc)
@@ -246,8 +272,8 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		}
 		// The stage's runs as the arena sees them.
 		sm := stageMemOf(units[lo:hi], e.gathered)
-		if c.Zero >= 2 && c.DP > 1 {
-			// ZeRO-2 (and 3) keeps the run's gradients it reduce-scatters (those of the
+		if c.Zero == 2 && c.DP > 1 {
+			// ZeRO-2 keeps the run's gradients it reduce-scatters (those of the
 			// parameters dp splits; the others are accumulated as they come) for the
 			// reduce-scatter after it, whose first bucket is packed while they are all still
 			// there.
@@ -278,6 +304,9 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		var bucket int64
 		for _, b := range bucketBytes(sizes) {
 			bucket = max(bucket, int64(b))
+		}
+		if c.CP > 1 {
+			sm.lastW = bucket // the cp sum's packed bucket (the dp sum reuses the layout)
 		}
 		if c.DP > 1 {
 			switch c.Zero {
@@ -442,13 +471,24 @@ func stageMemOf(units []unitCost, gathered func([]param) (int64, float64)) stage
 			}
 		}
 	}
-	runF, runI, runW := func(m unitMem) int64 { return m.runF }, func(m unitMem) int64 { return m.runI }, func(m unitMem) int64 { return m.runW }
-	if z3 {
-		runF, runI, runW = func(m unitMem) int64 { return m.runF3 }, func(m unitMem) int64 { return m.runI3 }, func(m unitMem) int64 { return m.runW3 }
+	// A unit's run under ZeRO-3: before its first gather it holds its own copies too (unless
+	// its segment is the run's first, gathered there as in the probe), from it on the copies
+	// gathered ahead.
+	first := [3]int{0, n - 1, n - 1} // the first unit each kind runs
+	run := func(k, j int, plain int64) int64 {
+		if !z3 {
+			return plain
+		}
+		m := units[j].mem
+		var own int64
+		if units[j].segment != units[first[k]].segment {
+			own, _ = gathered(units[j].gathers[k])
+		}
+		return max(m.before3[k]+own, m.after3[k]+ahead[k][j])
 	}
 	for j, u := range units {
 		m := u.mem
-		sm.runF = max(sm.runF, made+runF(m)+ahead[0][j])
+		sm.runF = max(sm.runF, made+run(0, j, m.runF))
 		made += m.stash
 		sm.stash += m.stash
 		sm.stashI += m.stashI
@@ -466,9 +506,9 @@ func stageMemOf(units []unitCost, gathered func([]param) (int64, float64)) stage
 	var done int64 // processed units: what their I left (held, and inputs W still reads)
 	for k := len(units) - 1; k >= 0; k-- {
 		m := units[k].mem
-		sm.runI = max(sm.runI, before[k]+done+runI(m)+ahead[1][k])
+		sm.runI = max(sm.runI, before[k]+done+run(1, k, m.runI))
 		done += m.held + m.argsI - m.stashI
-		sm.runW = max(sm.runW, beforeW[k]+runW(m)+ahead[2][k])
+		sm.runW = max(sm.runW, beforeW[k]+run(2, k, m.runW))
 	}
 	return sm
 }
@@ -737,7 +777,7 @@ func (e *evaluation) simulate(full bool) (pl Plan, fits, built bool) {
 	pl.TokensPerSec = float64(p.batch*p.seq) / res.StepTime
 	// The model FLOPs: three times the forward's matmuls (flopsTotal, per sequence and tp
 	// rank) over the global batch; recomputation does not count.
-	flops := 3 * e.flopsTotal * float64(c.TP) * float64(p.batch)
+	flops := 3 * e.flopsTotal * float64(c.TP) * float64(max(c.CP, 1)) * float64(p.batch)
 	pl.TFLOPsPerGPU = flops / res.StepTime / float64(p.req.GPUs) / 1e12
 	pl.MFU = flops / res.StepTime / float64(p.req.GPUs) / p.peakRate()
 	pl.BubbleRatio = res.BubbleRatio
@@ -829,6 +869,9 @@ func (p *planner) command(c Config) string {
 	}
 	args = append(args, "--gpu", shellQuote(p.dev.Name), "--precision", p.precision,
 		"--pp", fmt.Sprint(c.PP), "--dp", fmt.Sprint(c.DP), "--tp", fmt.Sprint(c.TP))
+	if c.CP > 1 {
+		args = append(args, "--cp", fmt.Sprint(c.CP))
+	}
 	if c.SP {
 		args = append(args, "--sp")
 	}
@@ -891,4 +934,25 @@ func rankSetOf(units []unitCost) []param {
 		}
 	}
 	return out
+}
+
+// zeroNote says, for a configuration with ZeRO, how little of the model dp can split: ZeRO
+// blocks a parameter over dp only where dp divides its first dim (dp 124 = 4·31 divides no
+// dim of GPT-3's), which is why such a configuration holds far more than 1/dp.
+func (e *evaluation) zeroNote() string {
+	c := e.c
+	if c.Zero == 0 || c.DP < 2 {
+		return ""
+	}
+	var split, all int64
+	for _, pr := range rankSetOf(e.units) {
+		all += pr.bytes
+		if pr.dim0%c.DP == 0 {
+			split += pr.bytes
+		}
+	}
+	if all == 0 || split*2 > all {
+		return ""
+	}
+	return fmt.Sprintf("; ZeRO splits a parameter over dp only where dp divides its first dim, and dp %d divides that of %.0f%% of the parameter bytes", c.DP, 100*float64(split)/float64(all))
 }

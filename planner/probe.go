@@ -55,6 +55,9 @@ type unitMem struct {
 	// The runs' peaks as ZeRO-3 lays them out (passes.GatherAsZero3: the gathered copies from
 	// the run's start to their last reader), measured as runF, runI and runW are.
 	runF3, runI3, runW3 int64
+	// Of each, the peak before the run's first gather and from it on (codegen.RunMemory's
+	// Before and After).
+	before3, after3 [3]int64
 }
 
 type param struct {
@@ -63,11 +66,13 @@ type param struct {
 	dim0  int // its first dim as one tp rank holds it (ZeRO shards it over dp when dp divides it)
 }
 
-// probeKey names one probe compile: the tensor-parallel layout and the recompute mode.
+// probeKey names one probe compile: the tensor-parallel layout, the recompute mode and the
+// context-parallel size (a cp rank's units hold its share of each sequence and the ring).
 type probeKey struct {
 	tp        int
 	sp        bool
 	recompute string
+	cp        int
 }
 
 // probe compiles the model through split-stages with one unit per stage, once per
@@ -75,10 +80,10 @@ type probeKey struct {
 // sequences, and reads each unit's costs at both. A micro-batch of b sequences costs the
 // affine extrapolation: some work is per micro-batch whatever its size (the 16-bit copies
 // of the weights, their gradients' casts, collectives' latencies), the rest grows with it.
-func (p *planner) probe(tp int, sp bool, modes []string) (map[probeKey][2][]unitCost, error) {
+func (p *planner) probe(tp, cp int, sp bool, modes []string) (map[probeKey][2][]unitCost, error) {
 	out := map[probeKey][2][]unitCost{}
 	for b := 1; b <= 2; b++ {
-		opts := compiler.Options{Load: p.load(b), PP: p.units, TP: tp, SP: sp, Microbatches: 1, Schedule: "gpipe",
+		opts := compiler.Options{Load: p.load(b), PP: p.units, TP: tp, CP: cp, SP: sp, Microbatches: 1, Schedule: "gpipe",
 			Precision: p.precision, Partition: "auto", GPU: p.dev.Name, VocabMultiple: p.req.VocabMultiple}
 		mods, err := compiler.ProbeSplit(p.req.Model, opts, modes)
 		if err != nil {
@@ -89,7 +94,7 @@ func (p *planner) probe(tp int, sp bool, modes []string) (map[probeKey][2][]unit
 			if err != nil {
 				return nil, err
 			}
-			k := probeKey{tp, sp, modes[i]}
+			k := probeKey{tp, sp, modes[i], cp}
 			pair := out[k]
 			pair[b-1] = u
 			out[k] = pair
@@ -118,6 +123,9 @@ func at(pair [2][]unitCost, b int) []unitCost {
 			held: lini(a.held, c.held), inF: lini(a.inF, c.inF), inI: lini(a.inI, c.inI), argsI: lini(a.argsI, c.argsI),
 			runF: lini(a.runF, c.runF), runI: lini(a.runI, c.runI), runW: lini(a.runW, c.runW), grads: a.grads,
 			runF3: lini(a.runF3, c.runF3), runI3: lini(a.runI3, c.runI3), runW3: lini(a.runW3, c.runW3)}
+		for k := range 3 {
+			w.mem.before3[k], w.mem.after3[k] = lini(a.before3[k], c.before3[k]), lini(a.after3[k], c.after3[k])
+		}
 		out[i] = w
 	}
 	return out
@@ -193,6 +201,10 @@ func (p *planner) readProbe(m *ir.Module, tp int) ([]unitCost, error) {
 	}
 	for s := range units {
 		units[s].params = all[s]
+		units[s].segment = -2
+		if len(all[s]) > 0 {
+			units[s].segment = passes.LayerOfParam(all[s][0].name)
+		}
 		for _, pr := range all[s] {
 			if uses[pr.name] > 1 {
 				units[s].shared = append(units[s].shared, pr)
@@ -347,12 +359,6 @@ func readZero3(m *ir.Module, units []unitCost) error {
 			}
 		}
 	}
-	for s := range units {
-		units[s].segment = -2
-		if len(units[s].params) > 0 {
-			units[s].segment = passes.LayerOfParam(units[s].params[0].name)
-		}
-	}
 	z := m.Clone()
 	passes.GatherAsZero3(z, 2)
 	runs, err := codegen.RunMemories(z)
@@ -364,14 +370,20 @@ func readZero3(m *ir.Module, units []unitCost) error {
 		if s >= len(units) {
 			continue
 		}
-		switch f.Attrs.Str("kind", "") {
-		case passes.KindF:
-			units[s].mem.runF3 = runs[f.Name].PeakWithArgs
-		case passes.KindI:
-			units[s].mem.runI3 = runs[f.Name].PeakWithArgs
-		case passes.KindW:
-			units[s].mem.runW3 = runs[f.Name].PeakWithArgs
+		k, ok := kinds[f.Attrs.Str("kind", "")]
+		if !ok {
+			continue
 		}
+		rm := runs[f.Name]
+		switch k {
+		case 0:
+			units[s].mem.runF3 = rm.PeakWithArgs
+		case 1:
+			units[s].mem.runI3 = rm.PeakWithArgs
+		case 2:
+			units[s].mem.runW3 = rm.PeakWithArgs
+		}
+		units[s].mem.before3[k], units[s].mem.after3[k] = rm.Before, rm.After
 	}
 	return nil
 }

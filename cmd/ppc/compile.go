@@ -318,6 +318,9 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 	}
 	fmt.Fprintf(w, "compiled %s (%s) into %s\n", p.Model, kind, dir)
 	fmt.Fprintf(w, "  parameters   %s (%d tensors)\n", groupDigits(params), len(p.Params))
+	if p.MoE != nil {
+		printExperts(w, p, params)
+	}
 	for _, pr := range p.Params {
 		if pr.Padded != nil {
 			fmt.Fprintf(w, "  padded       %s %s → %s for --tp %d (checkpoints and exports hold %s; the padded logits are masked out)\n",
@@ -339,7 +342,7 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 	fmt.Fprintf(w, "  mesh         pp=%d dp=%d%s%s tp=%d: %d rank(s) running %d program(s), %d stage(s), schedule %s, %s\n",
 		p.Mesh.PP, p.Mesh.DP, epText, cpText, p.Mesh.TP, p.World, len(p.Programs), p.Stages, p.Schedule.Name, mb)
 	if p.Mesh.EP > 1 {
-		fmt.Fprintf(w, "  experts      sharded over ep=%d ranks carved from dp (Megatron-Core's order: rank = tp + TP·(cp + CP·(ep + EP·(edp + EDP·pp)))), tokens exchanged by all-to-all; expert gradients summed over edp=%d, the others over dp=%d\n",
+		fmt.Fprintf(w, "  ep           experts sharded over ep=%d ranks carved from dp (Megatron-Core's order: rank = tp + TP·(cp + CP·(ep + EP·(edp + EDP·pp)))), tokens exchanged by all-to-all; expert gradients summed over edp=%d, the others over dp=%d\n",
 			p.Mesh.EP, p.Mesh.DP/p.Mesh.EP, p.Mesh.DP)
 	}
 	if c := p.CP; c != nil {
@@ -448,6 +451,27 @@ func printCPBalance(w io.Writer, c passes.CPSplit) {
 		c.Size, c.Seq/c.Size, c.Seq, c.Split, kind, shares(c.Split), other, shares(other))
 }
 
+// printExperts splits a mixture of experts' parameters into the dense ones, which every
+// token reads, and the experts', of which a token reads top_k/experts (each layer's experts
+// being equal in size): the active parameters per token, as MoE models are described
+// (Mixtral-8x7B: 46.7B parameters, 12.9B active).
+func printExperts(w io.Writer, p *codegen.Plan, total int64) {
+	var experts int64
+	for _, pr := range p.Params {
+		if pr.Expert {
+			n := int64(1)
+			for _, d := range pr.Shape {
+				n *= int64(d)
+			}
+			experts += n
+		}
+	}
+	m := p.MoE
+	active := total - experts + experts*int64(m.TopK)/int64(max(m.Experts, 1))
+	fmt.Fprintf(w, "  experts      %s of them in %d MoE layer(s) of %d experts, top %d per token: %s active per token (%s dense + %s of the experts')\n",
+		groupDigits(experts), m.Layers, m.Experts, m.TopK, groupDigits(active), groupDigits(total-experts), groupDigits(active-(total-experts)))
+}
+
 // printPrecision says how mixed precision lays out a parameter's bytes, against the usual
 // account (2 bytes of 16-bit weight + 2 of 16-bit gradient + 4 of fp32 master weight + 8 of
 // AdamW state, + 4 with fp32 gradient accumulation): ppc holds the fp32 ones between steps
@@ -497,6 +521,10 @@ func printStages(w io.Writer, p *codegen.Plan, total int64) {
 	// ZeRO's optimizer collectives, outside them).
 	tpComm, dpComm := p.Mesh.TP > 1, (p.Mesh.DP > 1 || p.Mesh.TP > 1) && p.Training
 	fmt.Fprintf(w, "\n  %-5s %-4s %-14s %12s", "stage", "rank", "layers", "params")
+	moe := p.MoE != nil
+	if moe {
+		fmt.Fprintf(w, " %12s", "of experts")
+	}
 	if perRank {
 		fmt.Fprintf(w, " %12s", "params/rank")
 	}
@@ -518,6 +546,9 @@ func printStages(w io.Writer, p *codegen.Plan, total int64) {
 			imb = ((s.F + s.I + s.W) - mean) / mean * 100
 		}
 		fmt.Fprintf(w, "  %-5d %-4d %-14s %12s", s.Stage, s.Rank, s.Layers, groupDigits(s.Params))
+		if moe {
+			fmt.Fprintf(w, " %12s", groupDigits(s.ExpertParams))
+		}
 		if perRank {
 			fmt.Fprintf(w, " %12s", groupDigits(s.RankParams))
 		}

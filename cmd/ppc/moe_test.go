@@ -47,7 +47,7 @@ func TestMoEErrors(t *testing.T) {
 
 // TestEPErrors: --ep settings that cannot be laid out exit 2 naming the nearest valid
 // setting — an ep that does not divide dp, one that does not divide a layer's experts (at
-// the layer's moe_dispatch), --ep on a model without experts, ZeRO with ep — and a valid
+// the layer's moe_dispatch), --ep on a model without experts — and a valid
 // one states the rank order in the summary.
 func TestEPErrors(t *testing.T) {
 	moe := filepath.Join("..", "..", "testdata", "models", "moe.ppm")
@@ -60,7 +60,6 @@ func TestEPErrors(t *testing.T) {
 		{[]string{"compile", moe, "-o", out, "--dp", "4", "--ep", "3"}, "--ep 3: expert parallelism carves its ranks from the 4 data-parallel ranks, which it does not divide; the nearest that divide it: --ep 2 or --ep 4 (or --dp 6)"},
 		{[]string{"compile", moe, "-o", out, "--dp", "3", "--ep", "3", "--set", "batch=12"}, "moe.ppm:124:9: --ep 3: the layer has 4 experts, which 3 ep ranks do not divide; the nearest that do: --ep 2 or --ep 4"},
 		{[]string{"compile", gpt, "--preset", "tiny", "-o", out, "--dp", "2", "--ep", "2"}, "--ep 2: the model has no mixture-of-experts layer (moe_dispatch); expert parallelism shards experts: use --ep 1"},
-		{[]string{"compile", moe, "-o", out, "--dp", "2", "--ep", "2", "--zero", "1"}, "--zero 1 with --ep 2"},
 		{[]string{"compile", moe, "-o", out, "--ep", "0"}, "--ep and --microbatches must be at least 1"},
 	} {
 		code, _, errOut := ppc(t, "", c.args...)
@@ -71,5 +70,26 @@ func TestEPErrors(t *testing.T) {
 	code, stdout, errOut := ppc(t, "", "compile", moe, "-o", out, "--dp", "4", "--ep", "2")
 	if code != 0 || !strings.Contains(stdout, "dp=4 (ep=2 inside it, edp=2)") || !strings.Contains(stdout, "rank = tp + TP·(cp + CP·(ep + EP·(edp + EDP·pp)))") {
 		t.Errorf("--dp 4 --ep 2: exit %d\n%s%s", code, stdout, errOut)
+	}
+}
+
+// TestMoESummary: the compile summary counts the experts' parameters apart from the dense
+// ones and the parameters a token reads, and the stage table gives each stage's experts.
+// The tiny model by hand: 4 layers × (w_gate, w_up, w_down) of 4 experts × 64 × 96 = 294,912
+// of 411,200; a token reads 2 of 4 experts, 116,288 + 147,456.
+func TestMoESummary(t *testing.T) {
+	moe := filepath.Join("..", "..", "testdata", "models", "moe.ppm")
+	code, out, errOut := ppc(t, "", "compile", moe, "--pp", "2", "--microbatches", "2", "-o", filepath.Join(t.TempDir(), "plan"))
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	for _, want := range []string{
+		"experts      294,912 of them in 4 MoE layer(s) of 4 experts, top 2 per token: 263,744 active per token (116,288 dense + 147,456 of the experts')",
+		"params   of experts",
+		"E,t0-t1             205,568      147,456",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
 	}
 }

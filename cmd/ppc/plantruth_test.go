@@ -118,6 +118,14 @@ func TestPlanMemoryMatchesCompile(t *testing.T) {
 					// prints still fits).
 					over = 0.06
 				}
+				if c.zero == 3 {
+					// The planner counts the next layer's prefetched copies from the unit's
+					// first gather on; where a unit's peak comes after that gather but before
+					// the gathers compile places (the head's backward when ZeRO cannot split the
+					// embedding), it over-predicts by up to one layer's copies (+4.4% on the
+					// tiny GPT's last stage), never under.
+					over = max(over, 0.05)
+				}
 				if rel > over || rel < -0.02 {
 					t.Errorf("pp %d: ppc plan predicts %d bytes, ppc compile plans %d (%+.2f%%): %s", prog.PP, g, w, 100*rel, pl.Command)
 				}
