@@ -265,6 +265,8 @@ func moduleMesh(m *ir.Module, ranks int) (Mesh, error) {
 			mesh.DP = a.Size
 		case "cp":
 			mesh.CP = a.Size
+		case "ep":
+			mesh.EP = a.Size
 		case "tp":
 			mesh.TP = a.Size
 		default:
@@ -344,12 +346,16 @@ func (g *gen) checkSharding(s *ir.Sharding, t ir.Type, zero bool) error {
 		for _, a := range axes {
 			switch a {
 			case "tp":
+			case "ep": // an expert parameter's shard (passes.EPPartition)
+				if g.mesh.EP < 2 {
+					return fmt.Errorf("shard %s splits it over ep, which the mesh does not have", s)
+				}
 			case "dp":
 				if !zero {
 					return fmt.Errorf("shard %s splits it over dp: only optimizer state (ZeRO, --zero) and ZeRO-3's parameters are split over the data-parallel replicas", s)
 				}
 			default:
-				return fmt.Errorf("shard %s: %s is not a mesh axis a parameter can be split over (tp)", s, a)
+				return fmt.Errorf("shard %s: %s is not a mesh axis a parameter can be split over (tp, ep)", s, a)
 			}
 		}
 	}
@@ -888,7 +894,7 @@ func (rg *rankGen) result(f *ir.Func, b *lower.Block, slotBuf []int, s, mb int) 
 
 // collectiveKinds maps the IR's collective ops to instructions.
 var collectiveKinds = map[string]pb.Instr_Kind{"all_reduce": pb.Instr_ALL_REDUCE, "all_gather": pb.Instr_ALL_GATHER,
-	"reduce_scatter": pb.Instr_REDUCE_SCATTER, "collective_broadcast": pb.Instr_BROADCAST}
+	"reduce_scatter": pb.Instr_REDUCE_SCATTER, "collective_broadcast": pb.Instr_BROADCAST, "all_to_all": pb.Instr_ALL_TO_ALL}
 
 var reduceOps = map[string]pb.Instr_ReduceOp{"sum": pb.Instr_SUM, "max": pb.Instr_MAX, "min": pb.Instr_MIN, "mean": pb.Instr_MEAN}
 
@@ -943,7 +949,7 @@ func (rg *rankGen) collective(f *ir.Func, b *lower.Block, k *lower.Kernel, l low
 	if op != "copy_to_axis" && !isColl {
 		return fmt.Errorf("%s has no runtime instruction", name)
 	}
-	if parts := k.Attrs.Int("parts", n); (op == "all_gather" || op == "reduce_scatter") && parts != n {
+	if parts := k.Attrs.Int("parts", n); (op == "all_gather" || op == "reduce_scatter" || op == "all_to_all") && parts != n {
 		return fmt.Errorf("%s {parts = %d} over %s, which has %d ranks", name, parts, axis, n)
 	}
 	root := k.Attrs.Int("root", 0)
@@ -975,6 +981,8 @@ func (rg *rankGen) collective(f *ir.Func, b *lower.Block, k *lower.Kernel, l low
 		ins.Dim = int32(k.Attrs.Int("dim", 0))
 	case pb.Instr_BROADCAST:
 		ins.Root = int32(root)
+	case pb.Instr_ALL_TO_ALL:
+		ins.Dim, ins.ConcatDim = int32(k.Attrs.Int("split_dim", 0)), int32(k.Attrs.Int("concat_dim", 0))
 	}
 	if g := rg.g.dpComm.zero3; axis == "dp" && stage >= 0 && g != nil && (kind == pb.Instr_ALL_GATHER || kind == pb.Instr_REDUCE_SCATTER) {
 		// ZeRO-3's gather of a parameter or reduce-scatter of a gradient (param-gather),

@@ -35,6 +35,10 @@ type Options struct {
 	// divide is padded to the next multiple of VocabMultiple·tp (passes.PadVocab; 0: 128).
 	VocabMultiple int
 	DP            int // data-parallel replicas
+	// EP is expert parallelism (passes.EPPartition): each mixture-of-experts layer's experts
+	// sharded over EP ranks carved from the DP ones (EP divides DP; DP/EP replicas of each
+	// expert shard).
+	EP            int
 	Zero          int // ZeRO stage (0–3) over the dp replicas
 	Microbatches  int
 	Schedule      string // generator name, or a .csv file in PyTorch's format
@@ -217,6 +221,12 @@ var compilePasses = []struct {
 		return when(c.splitsTP(), fmt.Sprintf("shard-propagate{sp=%t}", c.opts.SP))
 	}},
 	{"spmd-partition", func(c *compilation) string { return when(c.splitsTP(), "spmd-partition") }},
+	// Expert parallelism: the experts' buffer exchanged over ep by all_to_alls and the
+	// expert weights held as ep shards, on one tp rank's program, before partition and
+	// autodiff (which differentiates the exchanges as the reverse ones).
+	{"ep-partition", func(c *compilation) string {
+		return when(c.opts.EP > 1, fmt.Sprintf("ep-partition{size=%d}", c.opts.EP))
+	}},
 	{"partition", (*compilation).partitionStep},
 	{"token-slice", func(c *compilation) string {
 		return when(c.slices != nil, fmt.Sprintf("token-slice{lengths=%q}", joinInts(c.slices)))
@@ -310,7 +320,10 @@ func (c *compilation) pipeline(stopAfter string) []string {
 func (c *compilation) resolveOptions() (*Result, error) {
 	o := &c.opts
 	o.PP = max(o.PP, 1)
-	o.TP, o.DP, o.CP = max(o.TP, 1), max(o.DP, 1), max(o.CP, 1)
+	o.TP, o.DP, o.CP, o.EP = max(o.TP, 1), max(o.DP, 1), max(o.CP, 1), max(o.EP, 1)
+	if o.DP%o.EP != 0 {
+		return nil, fmt.Errorf("--ep %d: expert parallelism carves its ranks from the %d data-parallel ranks, which it does not divide; %s", o.EP, o.DP, nearestEP(o.DP, o.EP))
+	}
 	switch o.CPSplit {
 	case "":
 		o.CPSplit = passes.CPZigzag
@@ -1000,6 +1013,19 @@ func (r *Result) Write(dir string) error {
 	return codegen.WritePlan(dir, plan)
 }
 
+// nearestEP names the ep sizes nearest ep that divide dp (--ep), or the dp sizes ep divides.
+func nearestEP(dp, ep int) string {
+	var near []string
+	for d := 1; d <= max(dp, ep) && len(near) < 2; d++ {
+		for _, c := range []int{ep - d, ep + d} {
+			if c >= 1 && dp%c == 0 && len(near) < 2 {
+				near = append(near, fmt.Sprintf("--ep %d", c))
+			}
+		}
+	}
+	return fmt.Sprintf("the nearest that divide it: %s (or --dp %d)", strings.Join(near, " or "), (dp+ep-1)/ep*ep)
+}
+
 // setMesh gives the module its device mesh, in the axis names shardings and collectives use
 // (ir.MeshOrder numbers the ranks: tp fastest, pp slowest). A module that is already
 // partitioned for tensor parallelism (IR text written per rank) must be compiled for the tp
@@ -1024,6 +1050,10 @@ func setMesh(m *ir.Module, model string, pp int, opts Options) error {
 	if opts.CP > 1 {
 		// Only when used, so that the IR of every other compile reads as before.
 		axes = slices.Insert(axes, 2, ir.MeshAxis{Name: "cp", Size: opts.CP})
+	}
+	if opts.EP > 1 {
+		// A sub-axis of dp (dp stays the whole data-parallel size): passes.EPAxis.
+		axes = slices.Insert(axes, 2, ir.MeshAxis{Name: passes.EPAxis, Size: opts.EP})
 	}
 	m.SetMesh(axes)
 	return nil

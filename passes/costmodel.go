@@ -72,7 +72,9 @@ func (d DeviceProfile) CollectiveTime(kind string, bytes float64, n int, intraNo
 	switch kind {
 	case "all_reduce":
 		return 2*share + 2*steps*lat
-	case "all_gather", "reduce_scatter":
+	case "all_gather", "reduce_scatter", "all_to_all":
+		// An all-to-all keeps 1/n of its operand and exchanges the rest with the n−1 others
+		// (pairwise, one latency each): the bytes of a gather.
 		return share + steps*lat
 	}
 	return 0
@@ -261,6 +263,9 @@ func (d DeviceProfile) collectiveTimes(name, grad string, x, y float64, n int, a
 	case "reduce_scatter":
 		f = d.AxisCollectiveTime("reduce_scatter", x, n, axis)
 		back = d.AxisCollectiveTime("all_gather", x, n, axis)
+	case "all_to_all": // its gradient is the reverse exchange, as many bytes
+		f = d.AxisCollectiveTime("all_to_all", x, n, axis)
+		back = f
 	}
 	return f, back
 }

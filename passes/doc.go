@@ -90,6 +90,32 @@
 // right after the op computing it and returns the block, which the rank accumulates: a run
 // holds one whole gradient at a time, and the sums are ZeRO-2's, bit for bit.
 //
+// # Expert parallelism (ep.go)
+//
+// --ep N shards each mixture-of-experts layer's experts over N ranks carved from the dp
+// ranks, as Megatron-Core's --expert-model-parallel-size does: dp stays the whole data-
+// parallel size, dp coordinate d is ep coordinate d mod N (ep fastest) and expert-data-
+// parallel (edp) coordinate d / N, so the rank numbering does not change. Every rank still
+// routes its own micro-batches (moe_slots and moe_dispatch are a micro-batch's, as on one
+// device: routing, drops and the balance loss are the single device's); ep-partition puts an
+// `all_to_all {axis = ep, split_dim = 0, concat_dim = 1}` after each moe_dispatch — expert
+// block k of the [E, C, d] buffer to ep rank k, which gets [E/N, N·C, d]: its experts' rows
+// from every ep rank, in ep order — and the reverse exchange before moe_combine. The expert
+// weights (the parameters the experts' ops read with E as their first dim) are held as
+// [E/N, …] shards (`shard = [ep, …]`), initialised and checkpointed like any shard: element
+// i of the full tensor, merged by offset. Why one all_to_all on the buffer rather than a
+// token permutation: moe_dispatch already orders rows by expert with a static capacity, so
+// the exchange is one fixed-size collective per direction and deterministic — no counts to
+// exchange first, and the received rows sit in ep order whatever arrives first.
+//
+// Autodiff differentiates an all_to_all as the reverse exchange (split and concat dims
+// swapped); the expert weights' W then sums over the N·C rows of every ep rank's tokens, so
+// their gradients need only the edp sum (grad-reduce's `grad_all_reduce {axis = edp}`), the
+// dense parameters' the dp sum. ZeRO (--zero 1–3) applies to the dense parameters only (an
+// expert shard's replicas are the edp ranks, not dp); the global norm for clipping counts an
+// expert shard on every ep rank and on edp rank 0 only. The buffer stays replicated over tp
+// (the experts are not split inside a tp group); tp and sp shard the dense layers as before.
+//
 // # The rank programs: everything a rank does, as IR
 //
 // After split-stages, four passes write each pipeline rank's step as a function @rank<r>,

@@ -15,6 +15,7 @@ var table = []*Pass{
 	ShardAnnotate,
 	ShardPropagate,
 	SpmdPartition,
+	EPPartition,
 	Partition,
 	TokenSlice,
 	Autodiff,

@@ -272,7 +272,7 @@ func (j *Job) exec(r *Rank, it *instr, step int, src data.Source) error {
 		return dev.Accumulate(it.out[0], it.in[0])
 	case pb.Instr_COPY:
 		return dev.Copy(it.out[0], it.in[0])
-	case pb.Instr_ALL_REDUCE, pb.Instr_ALL_GATHER, pb.Instr_REDUCE_SCATTER, pb.Instr_BROADCAST:
+	case pb.Instr_ALL_REDUCE, pb.Instr_ALL_GATHER, pb.Instr_REDUCE_SCATTER, pb.Instr_BROADCAST, pb.Instr_ALL_TO_ALL:
 		in, err := j.readHost(it.in[0])
 		if err != nil {
 			return err

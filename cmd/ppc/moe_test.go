@@ -45,6 +45,34 @@ func TestMoEErrors(t *testing.T) {
 	}
 }
 
+// TestEPErrors: --ep settings that cannot be laid out exit 2 naming the nearest valid
+// setting — an ep that does not divide dp, one that does not divide a layer's experts (at
+// the layer's moe_dispatch), --ep on a model without experts — and a valid
+// one states the rank order in the summary.
+func TestEPErrors(t *testing.T) {
+	moe := filepath.Join("..", "..", "testdata", "models", "moe.ppm")
+	gpt := filepath.Join("..", "..", "testdata", "models", "gpt.ppm")
+	out := filepath.Join(t.TempDir(), "plan")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"compile", moe, "-o", out, "--dp", "4", "--ep", "3"}, "--ep 3: expert parallelism carves its ranks from the 4 data-parallel ranks, which it does not divide; the nearest that divide it: --ep 2 or --ep 4 (or --dp 6)"},
+		{[]string{"compile", moe, "-o", out, "--dp", "3", "--ep", "3", "--set", "batch=12"}, "moe.ppm:124:9: --ep 3: the layer has 4 experts, which 3 ep ranks do not divide; the nearest that do: --ep 2 or --ep 4"},
+		{[]string{"compile", gpt, "--preset", "tiny", "-o", out, "--dp", "2", "--ep", "2"}, "--ep 2: the model has no mixture-of-experts layer (moe_dispatch); expert parallelism shards experts: use --ep 1"},
+		{[]string{"compile", moe, "-o", out, "--ep", "0"}, "--ep and --microbatches must be at least 1"},
+	} {
+		code, _, errOut := ppc(t, "", c.args...)
+		if code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", c.args, code, errOut, c.want)
+		}
+	}
+	code, stdout, errOut := ppc(t, "", "compile", moe, "-o", out, "--dp", "4", "--ep", "2")
+	if code != 0 || !strings.Contains(stdout, "dp=4 (ep=2 inside it, edp=2)") || !strings.Contains(stdout, "rank = tp + TP·(cp + CP·(ep + EP·(edp + EDP·pp)))") {
+		t.Errorf("--dp 4 --ep 2: exit %d\n%s%s", code, stdout, errOut)
+	}
+}
+
 // TestMoESummary: the compile summary counts the experts' parameters apart from the dense
 // ones and the parameters a token reads, and the stage table gives each stage's experts.
 // The tiny model by hand: 4 layers × (w_gate, w_up, w_down) of 4 experts × 64 × 96 = 294,912
