@@ -191,6 +191,10 @@ type Coords struct {
 // ep is the expert-parallel size (1 without expert parallelism).
 func (m Mesh) ep() int { return max(m.EP, 1) }
 
+// cp is the context-parallel size; a mesh built in memory without one has cp 1 (a plan read
+// from disk must say so: check).
+func (m Mesh) cp() int { return max(m.CP, 1) }
+
 // Size is the number of ranks along the named axis (0 for a name that is not an axis).
 func (m Mesh) Size(axis string) int {
 	switch axis {
@@ -203,7 +207,7 @@ func (m Mesh) Size(axis string) int {
 	case "edp":
 		return m.DP / m.ep()
 	case "cp":
-		return m.CP
+		return m.cp()
 	case "tp":
 		return m.TP
 	}
@@ -211,15 +215,16 @@ func (m Mesh) Size(axis string) int {
 }
 
 // World is the number of ranks of the mesh.
-func (m Mesh) World() int { return m.PP * m.DP * m.CP * m.TP }
+func (m Mesh) World() int { return m.PP * m.DP * m.cp() * m.TP }
 
 // Rank numbers the rank at c as Megatron-core does: tp fastest, then cp, dp (ep inside it),
 // pp slowest.
-func (m Mesh) Rank(c Coords) int { return ((c.PP*m.DP+c.DP)*m.CP+c.CP)*m.TP + c.TP }
+func (m Mesh) Rank(c Coords) int { return ((c.PP*m.DP+c.DP)*m.cp()+c.CP)*m.TP + c.TP }
 
 // Coords are rank r's coordinates (the inverse of Rank).
 func (m Mesh) Coords(r int) Coords {
-	c := Coords{PP: r / (m.DP * m.CP * m.TP), DP: r / (m.CP * m.TP) % m.DP, CP: r / m.TP % m.CP, TP: r % m.TP}
+	cp := m.cp()
+	c := Coords{PP: r / (m.DP * cp * m.TP), DP: r / (cp * m.TP) % m.DP, CP: r / m.TP % cp, TP: r % m.TP}
 	if m.ep() > 1 {
 		c.EP, c.EDP = c.DP%m.ep(), c.DP/m.ep()
 	}
@@ -279,7 +284,7 @@ func (m Mesh) Group(c Coords, axis string) []int {
 
 // Proto is the mesh as a program records it, slowest axis first.
 func (m Mesh) Proto() []*pb.NamedInt {
-	p := []*pb.NamedInt{{Name: "pp", Value: int64(m.PP)}, {Name: "dp", Value: int64(m.DP)}, {Name: "cp", Value: int64(m.CP)}, {Name: "tp", Value: int64(m.TP)}}
+	p := []*pb.NamedInt{{Name: "pp", Value: int64(m.PP)}, {Name: "dp", Value: int64(m.DP)}, {Name: "cp", Value: int64(m.cp())}, {Name: "tp", Value: int64(m.TP)}}
 	if m.ep() > 1 {
 		p = slices.Insert(p, 2, &pb.NamedInt{Name: "ep", Value: int64(m.EP)})
 	}
