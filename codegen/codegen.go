@@ -145,7 +145,33 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 	if moe := passes.ReadMoE(m); moe.Layers > 0 {
 		out.Plan.MoE = &moe
 	}
+	out.Plan.Recipe = g.recipe()
 	return out, nil
+}
+
+// recipe describes a training plan's model state per parameter (Plan.Recipe).
+func (g *gen) recipe() string {
+	opt := g.m.Func(passes.OptimizerFunc)
+	if opt == nil {
+		return ""
+	}
+	prec := ir.F32
+	if p := g.m.Attrs.Str(passes.AttrPrecision, ""); p != "" {
+		prec, _ = passes.ParsePrecision(p)
+	}
+	// The optimizer's fp32 tensors per parameter: the first parameter's state, less its main
+	// copy.
+	states := 0
+	for _, p := range opt.Params() {
+		for _, a := range opt.ArgAttrs {
+			if n := a.Str(passes.AttrState, ""); strings.HasPrefix(n, p.Name+".") && !a.Has(passes.AttrMainParam) {
+				states++
+			}
+		}
+		break
+	}
+	r := passes.CompileRecipe(prec, g.gradDType, states)
+	return r.Name + "; " + r.PerParam(opt.Attrs.Int(passes.AttrZero, 0), g.mesh.Size("dp"))
 }
 
 type gen struct {
@@ -154,6 +180,8 @@ type gen struct {
 	mesh         Mesh
 	shards       map[string]*ir.Sharding // parameter → its sharding (absent: whole)
 	unpadded     map[string][]int        // parameter → the shape the user sees, when padded (ir.AttrUnpadded)
+	mainParams   map[string]bool         // 16-bit parameters whose fp32 main copy is their checkpointed tensor (passes.AttrMainParam)
+	gradDType    ir.DType                // the dtype 16-bit gradients accumulate in (passes.AttrGradDType; F32 by default)
 	rankProgs    []*ir.Func              // @rank<r>: each pipeline rank's step (passes.RankPrograms)
 	funcs        map[string]*ir.Func
 	blocks       map[string]*lower.Block
@@ -291,10 +319,22 @@ func moduleMesh(m *ir.Module, ranks int) (Mesh, error) {
 func (g *gen) collectShardings() error {
 	g.shards = map[string]*ir.Sharding{}
 	g.unpadded = map[string][]int{}
+	g.mainParams = map[string]bool{}
+	g.gradDType = ir.F32
+	if s := g.m.Attrs.Str(passes.AttrGradDType, ""); s != "" {
+		dt, err := passes.ParsePrecision(s)
+		if err != nil {
+			return fmt.Errorf("module attribute %s: %v", passes.AttrGradDType, err)
+		}
+		g.gradDType = dt
+	}
 	for _, f := range g.m.Funcs {
 		for i, a := range f.Args {
 			if u := f.ArgAttrs[i].Ints(ir.AttrUnpadded); u != nil && f.ArgAttrs[i].Has(ir.AttrParam) {
 				g.unpadded[a.Name] = u
+			}
+			if f.ArgAttrs[i].Has(ir.AttrParam) && f.ArgAttrs[i].Has(passes.AttrMainParam) {
+				g.mainParams[a.Name] = true
 			}
 		}
 	}
@@ -634,12 +674,13 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 }
 
 // accumulate adds a gradient into the rank's accumulator of it, made on first use: fp32,
-// fp64 for fp64 gradients (the rank program's run says so).
+// fp64 for fp64 gradients (the rank program's run says so), 16-bit for 16-bit gradients
+// when the optimizer accumulates them so (passes.AttrGradDType).
 func (rg *rankGen) accumulate(key string, buf, mb int) {
 	t := rg.typeOf(buf)
 	acc := ir.Type{DType: ir.F32, Shape: t.Shape}
-	if t.DType == ir.F64 {
-		acc.DType = ir.F64
+	if t.DType == ir.F64 || t.DType == rg.g.gradDType {
+		acc.DType = t.DType
 	}
 	grad, ok := rg.named["grad:"+key]
 	if !ok {
@@ -714,6 +755,14 @@ func (rg *rankGen) gradReduceScatter(prog *ir.Func, op *ir.Op) error {
 				return fmt.Errorf("@%s: grad_reduce_scatter of %q for micro-batch %d, which the run before it does not compute", prog.Name, name, mb)
 			}
 			delete(rg.pending, name)
+			if t := rg.typeOf(buf); t.DType != rg.g.gradDType && (t.DType == ir.BF16 || t.DType == ir.F16) {
+				// A 16-bit gradient accumulated in fp32 is reduced in fp32 too (Megatron's
+				// --accumulate-allreduce-grads-in-fp32): widened first.
+				wide := rg.newBuffer(name+".f32#"+fmt.Sprint(mb), ir.Type{DType: ir.F32, Shape: t.Shape}, pb.Role_ACTIVATION)
+				rg.instr(&pb.Instr{Kind: pb.Instr_ZERO, Out: []int32{int32(wide)}, Microbatch: int32(mb)})
+				rg.instr(&pb.Instr{Kind: pb.Instr_ACCUM, In: []int32{int32(buf)}, Out: []int32{int32(wide)}, Microbatch: int32(mb)})
+				buf = wide
+			}
 			bufs[i] = buf
 			continue
 		}
@@ -1047,9 +1096,19 @@ func (rg *rankGen) bindArg(f *ir.Func, i, mb int) (int, error) {
 		} else if err := rg.g.checkSharding(s, a.Type, zero); err != nil {
 			return 0, fmt.Errorf("@%s: state %%%s: %v", f.Name, a.Name, err)
 		}
-		buf := rg.newBuffer(name, a.Type, pb.Role_STATE)
-		if d, ok := at.Get(ir.AttrData).(*ir.Dense); ok && s == nil {
-			// State with an initial value (the loss scaler's scale).
+		bufName := name
+		if at.Has(passes.AttrMainParam) {
+			// A 16-bit parameter's fp32 main copy is the tensor checkpoints hold: it is
+			// named as the parameter (whose buffer is marked a copy of it).
+			bufName = strings.TrimSuffix(name, "."+passes.AttrMainParam)
+		}
+		buf := rg.newBuffer(bufName, a.Type, pb.Role_STATE)
+		if d, ok := at.Get(ir.AttrData).(*ir.Dense); ok && (s == nil || at.Has(passes.AttrMainParam)) {
+			// State with an initial value: the loss scaler's scale, or an imported weight's
+			// main copy (the whole tensor, each replica taking its block, as a parameter's).
+			if d.Elided {
+				return 0, fmt.Errorf("@%s: state %%%s: its data was elided; re-import the model", f.Name, a.Name)
+			}
 			rg.prog.Buffers[buf].Data = expand(d)
 		} else {
 			rg.prog.Buffers[buf].Init = at.Str(ir.AttrInit, "zeros")
@@ -1080,9 +1139,20 @@ func (rg *rankGen) param(name string, t ir.Type, at ir.Attrs) (int, error) {
 	b := rg.prog.Buffers[buf]
 	b.Shard = shardProto(rg.g.shards[name])
 	b.Unpadded = int64s(rg.g.unpadded[name])
+	b.Copy = rg.g.mainParams[name]
 	if d, ok := at.Get(ir.AttrData).(*ir.Dense); ok {
 		if d.Elided {
 			return 0, fmt.Errorf("parameter %q: its data was elided; re-import the model", name)
+		}
+		if d.Type.DType != t.DType {
+			// A 16-bit parameter of imported f32 weights (its main copy's data) starts
+			// from them rounded, as the optimizer's cast rounds.
+			vals := d.Floats()
+			if d.Splat {
+				d = ir.Splat(ir.Type{DType: t.DType, Shape: d.Type.Shape}, vals[0])
+			} else {
+				d = ir.NewDenseF64(ir.Type{DType: t.DType, Shape: d.Type.Shape}, vals)
+			}
 		}
 		b.Data = expand(d)
 	} else {
@@ -1521,6 +1591,9 @@ func (g *gen) describe(p *Plan, progs []*pb.Program) {
 					}
 					if sh != nil {
 						pr.Shard = sh.Dims
+					}
+					if g.mainParams[a.Name] {
+						pr.MainDType = ir.F32.String()
 					}
 					params[a.Name] = pr
 				}

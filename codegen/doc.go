@@ -112,9 +112,13 @@
 // adds the replicas' partial sums, which is not one device's left-to-right order over M·dp
 // micro-batches: data parallelism agrees with one device within rounding, not bit for bit.
 //
-// Mixed precision (passes.Precision, passes.LossScale) keeps parameters, gradient
-// accumulators and optimizer state fp32, so code generation lays them out as for fp32; only
-// activations are 16-bit. State that belongs to no parameter (@optimizer arguments marked
+// Mixed precision (passes.Precision, passes.LossScale) makes the parameters 16-bit copies of
+// fp32 main parameters that @optimizer keeps as state ({main_param}): the main copy's STATE
+// buffer is named as the parameter (what checkpoints hold) and the PARAM buffer is marked
+// copy, which the runtime initialises and resumes as the main copy rounded and never saves.
+// Gradient accumulators are fp32 unless the module's grad_dtype is the 16-bit dtype; a 16-bit
+// gradient that ZeRO-2 reduce-scatters per micro-batch is widened to fp32 first (ZERO +
+// ACCUM), so that it is summed over dp in its accumulation dtype. State that belongs to no parameter (@optimizer arguments marked
 // {global}: the loss scaler's scale and growth tracker) is held whole by every pipeline rank,
 // whose slice of @optimizer updates it; its initial value is the argument's data.
 //

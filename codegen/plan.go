@@ -51,8 +51,13 @@ type Plan struct {
 	StageInfo  []StageInfo     `json:"stage_info,omitempty"`
 	Recompute  string          `json:"recompute,omitempty"`
 	// Precision is the compute dtype of mixed-precision training ("bf16", "f16"; empty for
-	// fp32): parameters, gradient accumulators and optimizer state stay fp32.
+	// fp32): the parameters are 16-bit, their fp32 main copies and the optimizer state are
+	// the optimizer's (Recipe).
 	Precision string `json:"precision,omitempty"`
+	// Recipe names a training plan's model state and its bytes per parameter on a rank
+	// (passes.CompileRecipe, StateRecipe.PerParam), e.g. "Megatron mixed precision: bf16
+	// params, fp32 grads, fp32 main params + AdamW state; 6 + 12/d = 9 B/param at dp 4 (…)".
+	Recipe string `json:"recipe,omitempty"`
 	// PartitionNote explains a split that the pipeline time does not, e.g. with one
 	// micro-batch.
 	PartitionNote string `json:"partition_note,omitempty"`
@@ -357,6 +362,10 @@ type Param struct {
 	Stages []int `json:"stages,omitempty"`
 	// State names the optimizer state buffers kept for it.
 	State []string `json:"state,omitempty"`
+	// MainDType is the dtype of the main parameter the optimizer keeps of a 16-bit
+	// parameter (mixed precision): the tensor checkpoints hold under Name. Empty: the
+	// parameter is its own main copy.
+	MainDType string `json:"main_dtype,omitempty"`
 }
 
 // RankInfo is one rank of the world: its coordinates, the program file it runs, and the

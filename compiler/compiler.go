@@ -77,9 +77,14 @@ type Options struct {
 	Loss        string // models without a loss (ONNX models without a scalar output named loss): "ce", "mse", or with options as ce{axis=1} (see CheckLoss)
 	LossOutput  int
 	Optimizer   string // pass options, e.g. "adamw" or "sgd{lr=0.1}"
-	// Precision is the compute dtype: fp32 (or ""), bf16 or fp16 (mixed precision: fp32
-	// master weights, gradients and optimizer state; fp16 with dynamic loss scaling).
+	// Precision is the compute dtype: fp32 (or ""), bf16 or fp16 (mixed precision,
+	// Megatron-LM's recipe: 16-bit parameters, fp32 main parameters and optimizer state held
+	// by the optimizer; fp16 with dynamic loss scaling).
 	Precision string
+	// GradPrecision is the dtype gradients are accumulated over micro-batches and reduced
+	// over dp in: fp32 (or "", Megatron's --accumulate-allreduce-grads-in-fp32) or, under
+	// mixed precision, its 16-bit dtype.
+	GradPrecision string
 	// Pass manager.
 	Passes passes.Config
 }
@@ -151,6 +156,7 @@ type compilation struct {
 	opts      Options
 	optStep   string   // the optimizer pass's step ("": inference)
 	precision ir.DType // the compute dtype
+	gradDType ir.DType // the dtype gradients accumulate in (--grad-precision)
 	fromModel bool     // no micro-batch count given: the model's, or 1
 	lo        LoadOptions
 	m         *ir.Module
@@ -290,14 +296,23 @@ func (c *compilation) partitionStep() string {
 
 func (c *compilation) optimizerStep() string {
 	step := c.optStep
-	if !c.training() || c.opts.Zero == 0 {
+	if !c.training() {
 		return step
 	}
-	step = strings.TrimSuffix(step, "}") + fmt.Sprintf(",zero=%d}", c.opts.Zero)
-	if !strings.Contains(step, "{") {
-		step = fmt.Sprintf("optimizer{zero=%d}", c.opts.Zero)
+	var extra []string
+	if c.opts.Zero != 0 {
+		extra = append(extra, fmt.Sprintf("zero=%d", c.opts.Zero))
 	}
-	return step
+	if c.gradDType != ir.F32 {
+		extra = append(extra, "grad_dtype="+c.gradDType.String())
+	}
+	if len(extra) == 0 {
+		return step
+	}
+	if !strings.Contains(step, "{") {
+		return "optimizer{" + strings.Join(extra, ",") + "}"
+	}
+	return strings.TrimSuffix(step, "}") + "," + strings.Join(extra, ",") + "}"
 }
 
 // pipeline is the compile's pass pipeline, up to and including the pass stopAfter ("": all).
@@ -361,6 +376,16 @@ func (c *compilation) resolveOptions() (*Result, error) {
 		var err error
 		if c.precision, err = passes.ParsePrecision(o.Precision); err != nil {
 			return nil, err
+		}
+	}
+	c.gradDType = ir.F32
+	if o.GradPrecision != "" {
+		var err error
+		if c.gradDType, err = passes.ParsePrecision(o.GradPrecision); err != nil {
+			return nil, fmt.Errorf("--grad-precision: %v", err)
+		}
+		if c.gradDType != ir.F32 && c.gradDType != c.precision {
+			return nil, fmt.Errorf("--grad-precision %s needs --precision %s: gradients accumulate in fp32 or in the parameters' 16-bit dtype", o.GradPrecision, o.GradPrecision)
 		}
 	}
 	return nil, nil

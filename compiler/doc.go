@@ -31,5 +31,6 @@
 //
 // Mixed precision (--precision bf16|fp16) is the precision pass right after add-loss, so that
 // sharding, partitioning, the cost model and the memory report all see the 16-bit types and
-// their real byte sizes; fp16 adds the loss-scale pass after the optimizer.
+// their real byte sizes; --grad-precision is the optimizer pass's grad_dtype; fp16 adds the
+// loss-scale pass after the optimizer.
 package compiler

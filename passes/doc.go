@@ -150,13 +150,17 @@
 // # Mixed precision
 //
 // precision (precision.go) runs on @forward before sharding and partitioning, so that they,
-// the cost model and the memory plan see 16-bit activations and their real sizes: every use of
-// an f32 parameter reads a cast of it (fp32 master weights stay arguments), constants become
-// 16-bit, and loss ops compute in f32. Autodiff differentiates the 16-bit graph; each weight
-// cast's gradient is cast back, so parameter gradients — and their accumulation over
-// micro-batches and replicas — are f32, as the optimizer and its state are. Split-stages
-// recomputes a weight's cast in the backward instead of stashing a copy per micro-batch, and
-// shard-annotate recognises Megatron's patterns through the casts. fp16 adds dynamic loss
+// the cost model and the memory plan see 16-bit activations and their real sizes. It is
+// Megatron-LM's recipe: every f32 parameter becomes a 16-bit parameter marked {main_param},
+// which the forward reads directly; constants become 16-bit, and loss ops compute in f32.
+// Autodiff differentiates the 16-bit graph, so each micro-batch's weight gradient is 16-bit;
+// the rank programs accumulate and reduce it in fp32 (tiedgrads.go's accType) unless the
+// optimizer's grad_dtype says its own dtype. The optimizer pass keeps each parameter's fp32
+// main copy as state (a dp block under ZeRO, as Megatron's distributed optimizer), updates it
+// and writes the 16-bit parameter from it: one rounding per step, where the per-use cast this
+// replaced rounded (and the cost model priced) every weight once per use per micro-batch.
+// Code generation names the main copy's buffer as the parameter and marks the 16-bit buffer a
+// copy, so checkpoints hold fp32 weights under the parameters' names in every precision. fp16 adds dynamic loss
 // scaling with GradScaler's semantics: an f32 scale argument seeds the backward, and
 // loss-scale (lossscale.go) unscales the gradients in @optimizer and skips the update of every
 // parameter and state on every rank when any rank's gradients overflow (each rank's program

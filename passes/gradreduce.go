@@ -81,7 +81,7 @@ func runGradReduce(m *ir.Module, _ Options) error {
 				name := at.Str(ir.AttrGrad, "")
 				if dp > 1 && zero[name] == 2 {
 					blocks = append(blocks, key)
-					out[key] = f.Results[j].Type
+					out[key] = accType(m, f.Results[j].Type) // a 16-bit gradient is reduced in its accumulation dtype
 				}
 				if last[key] != i {
 					continue

@@ -1,6 +1,10 @@
 package passes
 
-import "fmt"
+import (
+	"fmt"
+
+	"ppc.dev/ppc/ir"
+)
 
 // StateRecipe is a training recipe's model state in bytes per parameter: the weights the
 // forward reads, their gradients, fp32 master weights kept beside 16-bit ones, the optimizer
@@ -10,18 +14,64 @@ type StateRecipe struct {
 	Weights, Grads, Master, Optimizer, Accum float64
 }
 
-// The recipes the memory model knows. ppc keeps the parameters themselves in fp32 as the
-// masters and casts them per use (the 16-bit copies are transient, recomputed by the
-// backward), accumulates gradients in fp32 and keeps AdamW's two moments in fp32: 16 bytes
-// per parameter in every precision. The Ultra-Scale Playbook's mixed precision keeps bf16
-// weights and gradients beside fp32 masters (16 bytes), 20 with an fp32 accumulator.
+// The Ultra-Scale Playbook's recipes, which its tables use: mixed precision keeps bf16
+// weights and gradients beside fp32 masters (16 bytes), 20 with an fp32 accumulator. ppc's
+// own recipe is CompileRecipe's.
 var (
-	RecipePPC            = StateRecipe{Name: "ppc (fp32 parameters and gradients, AdamW)", Weights: 4, Grads: 4, Optimizer: 8}
-	RecipePPCSGD         = StateRecipe{Name: "ppc (fp32 parameters and gradients, SGD with momentum)", Weights: 4, Grads: 4, Optimizer: 4}
 	RecipeMixed          = StateRecipe{Name: "bf16 weights and gradients, fp32 master and Adam", Weights: 2, Grads: 2, Master: 4, Optimizer: 8}
 	RecipeMixedFP32Accum = StateRecipe{Name: "bf16 weights and gradients, fp32 master, Adam and gradient accumulator", Weights: 2, Grads: 2, Master: 4, Optimizer: 8, Accum: 4}
 	RecipeFP32           = StateRecipe{Name: "fp32 weights, gradients and Adam", Weights: 4, Grads: 4, Optimizer: 8}
 )
+
+// CompileRecipe is the model state a ppc compile keeps per parameter: in fp32, 4 B weights,
+// 4 B gradients and the optimizer's state; in mixed precision Megatron-LM's recipe
+// (Float16OptimizerWithFloat16Params, and with ZeRO-1 its distributed optimizer) — 16-bit
+// parameters the forward reads, gradients accumulated in grad (fp32: Megatron's
+// --accumulate-allreduce-grads-in-fp32; or the 16-bit dtype), and the fp32 main parameters
+// with the optimizer state, held by the optimizer. states is the optimizer's fp32 tensors
+// per parameter (AdamW 2, SGD with momentum 1, plain SGD 0). ZeRO-1 shards the main
+// parameters and optimizer state over dp, ZeRO-2 the gradients too (ModelState): Megatron's
+// table of bytes per parameter (docs: distributed optimizer) is 18 and 6 + 12/d for bf16
+// parameters with fp32 gradients, 16 and 8 + 8/d in fp32.
+func CompileRecipe(precision, grad ir.DType, states int) StateRecipe {
+	r := StateRecipe{Weights: 4, Grads: 4, Optimizer: 4 * float64(states)}
+	opt := map[int]string{0: "SGD", 1: "SGD momentum", 2: "AdamW"}[states]
+	if precision == ir.F32 || precision == ir.F64 || precision == ir.Invalid {
+		r.Name = "fp32 params, fp32 grads, fp32 " + opt + " state"
+		return r
+	}
+	r.Weights, r.Master = float64(precision.Size()), 4
+	if grad == precision {
+		r.Grads = float64(grad.Size())
+	} else {
+		grad = ir.F32
+	}
+	name := map[ir.DType]string{ir.BF16: "bf16", ir.F16: "fp16", ir.F32: "fp32"}
+	r.Name = fmt.Sprintf("Megatron mixed precision: %s params, %s grads, fp32 main params + %s state", name[precision], name[grad], opt)
+	return r
+}
+
+// PerParam writes the recipe's bytes per parameter on a rank of dp replicas under ZeRO stage
+// zero, as Megatron's table does: "18 B/param (2 params + 4 grads + 12 main params and
+// optimizer state)", "6 + 12/d = 9 B/param at dp 4 (…)".
+func (r StateRecipe) PerParam(zero, dp int) string {
+	parts := fmt.Sprintf("%g params + %g grads + %g main params and optimizer state", r.Weights, r.Grads+r.Accum, r.Master+r.Optimizer)
+	if r.Master == 0 {
+		parts = fmt.Sprintf("%g params + %g grads + %g optimizer state", r.Weights, r.Grads+r.Accum, r.Optimizer)
+	}
+	whole, shard := r.Weights+r.Grads+r.Accum+r.Master+r.Optimizer, 0.0
+	switch {
+	case zero >= 2:
+		whole, shard = r.Weights, r.Grads+r.Accum+r.Master+r.Optimizer
+	case zero == 1:
+		whole, shard = r.Weights+r.Grads+r.Accum, r.Master+r.Optimizer
+	}
+	if shard == 0 || dp <= 1 {
+		return fmt.Sprintf("%g B/param (%s)", whole+shard, parts)
+	}
+	return fmt.Sprintf("%g + %g/d = %.4g B/param at dp %d (%s; ZeRO-%d shards the last %s over dp)", whole, shard, whole+shard/float64(dp), dp, parts,
+		zero, map[bool]string{true: "three", false: "one"}[zero >= 2])
+}
 
 // StateBytes is one rank's model state.
 type StateBytes struct {

@@ -23,10 +23,10 @@ func TestModelStatePlaybook(t *testing.T) {
 			t.Errorf("ZeRO-%d, 7.5B on 64 replicas: %g GB (%v), want %g", zero, s.Total()/1e9, err, want)
 		}
 	}
-	if _, err := ModelState(1, RecipePPC, 4, 2); err == nil {
+	if _, err := ModelState(1, RecipeFP32, 4, 2); err == nil {
 		t.Error("ZeRO-4: no error")
 	}
-	if _, err := ModelState(1, RecipePPC, 1, 0); err == nil {
+	if _, err := ModelState(1, RecipeFP32, 1, 0); err == nil {
 		t.Error("dp 0: no error")
 	}
 }

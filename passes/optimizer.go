@@ -58,7 +58,14 @@ var Optimizer = &Pass{
 		"accumulates only the block) and all-gather the new blocks (rank-optimizer). With zero=3 (ZeRO-3, FSDP) the " +
 		"parameter itself is held as that block (its argument is the block, shard over dp on dim 0, and no block is " +
 		"taken): the update replaces the block in place and nothing gathers it after the step — the next step's " +
-		"per-stage functions gather it where they read it (param-gather); gradients are reduce-scattered as ZeRO-2's.",
+		"per-stage functions gather it where they read it (param-gather); gradients are reduce-scattered as ZeRO-2's. " +
+		"A 16-bit parameter marked " +
+		"{main_param} (the precision pass) gets one more state argument before its moments, %<name>.main_param: f32 " +
+		"{main_param, state = \"<name>.main_param\"} with the parameter's init (or data), the fp32 main parameter — " +
+		"a dp block under ZeRO, as Megatron's distributed optimizer shards it; the update reads and writes it " +
+		"(result {update = \"<name>.main_param\"}) and the result {update = \"<name>\"} is it cast to the " +
+		"parameter's dtype, the one rounding per step. Its gradient argument is f32, or with grad_dtype the " +
+		"parameter's dtype (cast to f32 for the update), and the module gets grad_dtype.",
 	Options: []Option{
 		{Name: "kind", Doc: "adamw (the default) or sgd"},
 		{Name: "lr", Doc: "learning rate, >= 0 (default 1e-3 for adamw, 0.01 for sgd)"},
@@ -67,6 +74,7 @@ var Optimizer = &Pass{
 		{Name: "eps", Doc: "adamw: denominator term, >= 0 (default 1e-8)"},
 		{Name: "weight_decay", Doc: "adamw: decoupled weight decay (default 0.01); sgd: L2 term added to the gradient (default 0); >= 0"},
 		{Name: "momentum", Doc: "sgd: momentum, >= 0 (default 0, as torch.optim.SGD: no state; > 0 keeps a momentum_buffer per parameter)"},
+		{Name: "grad_dtype", Default: "f32", Doc: "the dtype {main_param} parameters' gradients are accumulated over micro-batches and reduced over dp in: f32 (Megatron's --accumulate-allreduce-grads-in-fp32) or the parameters' 16-bit dtype (ppc compile --grad-precision)"},
 		{Name: "zero", Default: "0", Doc: "ZeRO stage over the mesh's dp axis: 1 shards optimizer state, 2 also gradients, 3 also parameters (ppc compile --zero)"},
 		{Name: "clip", Doc: "clip the gradients to this global L2 norm, > 0 (torch.nn.utils.clip_grad_norm_; see passes/clip.go; ppc compile --clip-grad)"},
 		{Name: "schedule", Doc: "learning-rate schedule: constant (the default), linear or cosine (see ScheduledLR; ppc compile --lr-schedule)"},
@@ -81,6 +89,15 @@ var Optimizer = &Pass{
 		}
 		if cfg.zero, err = opts.Int("zero"); err != nil || cfg.zero < 0 || cfg.zero > 3 {
 			return fmt.Errorf("optimizer: zero must be 0, 1, 2 or 3, got %q", opts["zero"])
+		}
+		if cfg.gradDType, err = ParsePrecision(opts["grad_dtype"]); err != nil {
+			return fmt.Errorf("optimizer: grad_dtype: %v", err)
+		}
+		if p := m.Attrs.Str(AttrPrecision, ""); cfg.gradDType != ir.F32 && p != cfg.gradDType.String() {
+			if p == "" {
+				p = "f32"
+			}
+			return fmt.Errorf("optimizer: grad_dtype=%s needs %s parameters (precision %s): gradients are accumulated in fp32 or in the parameters' 16-bit dtype", cfg.gradDType, cfg.gradDType, p)
 		}
 		return addOptimizer(m, cfg)
 	},
@@ -145,7 +162,8 @@ type optConfig struct {
 	kind                                         string
 	lr, beta1, beta2, eps, weightDecay, momentum float64
 	zero                                         int
-	clip                                         float64 // the global gradient norm to clip to (0: no clipping)
+	gradDType                                    ir.DType // main_param parameters' gradients: f32, or their own 16-bit dtype
+	clip                                         float64  // the global gradient norm to clip to (0: no clipping)
 	// The learning-rate schedule (ScheduledLR).
 	schedule           string
 	warmup, decaySteps int
@@ -306,6 +324,7 @@ func Microbatches(m *ir.Module) (int, error) {
 // optParam is one parameter's arguments in @optimizer.
 type optParam struct {
 	p, g  *ir.Value
+	main  *ir.Value // the fp32 main parameter (state) of a 16-bit {main_param} parameter
 	state []*ir.Value
 	names []string // state names, parallel to state
 	zero  bool     // updated by blocks over dp (ZeRO)
@@ -425,13 +444,18 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 		}
 		zero := c.zero >= 1 && dp > 1 && ct.Rank() >= 1 && ct.Shape[0]%dp == 0 && !expert
 		gt := ct
+		pa := train.ArgAttrs[p.Index]
+		main := pa.Has(AttrMainParam)
+		if main && c.gradDType == p.Type.DType {
+			gt.DType = p.Type.DType // gradients accumulated and reduced in 16 bits
+		}
 		if zero {
 			// ZeRO: the state is this replica's block of dim 0 (inside the tp block, when tp
 			// splits dim 0 too: the dp axis comes second, innermost).
 			st.Shape = slices.Clone(ct.Shape)
 			st.Shape[0] /= dp
 			stShard = zeroSharding(shard, ct.Rank()).Attr()
-			gt = st // the gradient arrives as the block of the global sum
+			gt.Shape = st.Shape // the gradient arrives as the block of the global sum
 			gAttrs = gAttrs.Set(ir.AttrShard, stShard)
 			f.Attrs = f.Attrs.Set(AttrZero, ir.Int(c.zero))
 		}
@@ -446,6 +470,20 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 			p:    f.AddArg(p.Name, pt, pAttrs),
 			g:    f.AddArg("d."+p.Name, gt, gAttrs),
 			zero: zero,
+		}
+		if main {
+			// The fp32 main parameter: state, a dp block under ZeRO (Megatron's distributed
+			// optimizer shards it with the moments), starting where the parameter starts.
+			as := laidOut(ir.Attrs{{Name: AttrState, Value: ir.String(MainParamState(p.Name))}, {Name: AttrMainParam, Value: ir.Unit{}}})
+			if stShard != nil {
+				as = as.Set(ir.AttrShard, stShard)
+			}
+			if d := pa.Get(ir.AttrData); d != nil {
+				as = as.Set(ir.AttrData, d)
+			} else {
+				as = as.Set(ir.AttrInit, ir.String(pa.Str(ir.AttrInit, "zeros")))
+			}
+			op.main = f.AddArg(MainParamState(p.Name), st, as.Sorted())
 		}
 		for _, s := range c.stateNames() {
 			name := p.Name + "." + s
@@ -485,14 +523,22 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 		ob.adamStep.Name = "new." + ScalerOptimizerStep
 	}
 	for _, op := range ps {
-		ct := op.g.Type.DType
-		p := op.p
-		if p.Type.DType != ct {
-			p = b.Cast(p, ct)
-		}
 		g := op.g
-		if op.zero && c.zero < 3 {
+		ct := computeType(op.p.Type).DType
+		if g.Type.DType != ct {
+			g = b.Cast(g, ct) // a 16-bit gradient, updated in fp32
+		}
+		p := op.p
+		switch {
+		case op.main != nil:
+			p = op.main // already this replica's block under ZeRO
+		case op.zero && c.zero < 3:
+			if p.Type.DType != ct {
+				p = b.Cast(p, ct)
+			}
 			p = zeroBlock(b, p, g.Type.Shape[0]) // this replica's block, as its gradient is
+		case p.Type.DType != ct:
+			p = b.Cast(p, ct)
 		}
 		if nmb != 1 {
 			g = b.Div(g, ob.k(ct, float64(nmb)))
@@ -507,8 +553,12 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 		} else {
 			newP, newState = ob.sgd(p, g, op.state)
 		}
+		if op.main != nil {
+			newP.Name = "new." + op.main.Name
+			f.AddResult(newP, ir.Attrs{{Name: AttrUpdate, Value: ir.String(MainParamState(op.p.Name))}})
+		}
 		if newP.Type.DType != op.p.Type.DType {
-			newP = b.Cast(newP, op.p.Type.DType)
+			newP = b.Cast(newP, op.p.Type.DType) // the 16-bit parameter, once per step
 		}
 		newP.Name = "new." + op.p.Name
 		f.AddResult(newP, ir.Attrs{{Name: AttrUpdate, Value: ir.String(op.p.Name)}})
@@ -531,8 +581,16 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 		return errf("%v", err)
 	}
 	m.Funcs = append(m.Funcs, f)
+	if c.gradDType != ir.F32 {
+		m.Attrs = m.Attrs.Set(AttrGradDType, ir.String(c.gradDType.String()))
+	}
 	return nil
 }
+
+// AttrGradDType (string, on the module) is the 16-bit dtype in which the rank programs
+// accumulate and reduce the gradients of parameters of that dtype (absent: fp32); the
+// optimizer pass sets it from its grad_dtype option, code generation reads it.
+const AttrGradDType = "grad_dtype"
 
 // computeType is the type gradients, state and update math use for a parameter of type t:
 // f32, or f64 for an f64 parameter.

@@ -8,8 +8,26 @@ import (
 )
 
 // Mixed precision (ppc compile --precision bf16|fp16): the precision pass rewrites @forward
-// to compute in a 16-bit float dtype while parameters stay fp32 master weights; the
-// loss-scale pass (lossscale.go) adds fp16's dynamic loss scaling to @optimizer.
+// to compute in a 16-bit float dtype with 16-bit parameters, whose fp32 main copies the
+// optimizer pass keeps as state (Megatron-LM's recipe); the loss-scale pass (lossscale.go)
+// adds fp16's dynamic loss scaling to @optimizer.
+//
+// Before this recipe the parameters stayed fp32 and every use read a cast of one (PyTorch
+// autocast's recipe). That priced and ran the cast once per use per micro-batch — about a
+// fifth of the compute of a GPT-3-sized step on the cost model — and kept 4 bytes of weights
+// per parameter on every rank where Megatron keeps 2 and shards the fp32 copy over dp
+// (ZeRO-1). It was removed rather than kept beside the recipe: one way to train in 16 bits.
+
+// AttrMainParam (unit, on a 16-bit {param} argument) marks a parameter whose fp32 main copy
+// the optimizer keeps (state "<name>.main_param", AttrMainParamOf naming the parameter): the
+// forward reads the 16-bit parameter; the optimizer updates the main copy and rounds it into
+// the parameter once per step.
+const AttrMainParam = "main_param"
+
+// MainParamState is the state name of parameter name's fp32 main copy in @optimizer.
+// Programs and checkpoints name it as the parameter itself (codegen), so a checkpoint holds
+// the fp32 weights under the parameter's name in every precision.
+func MainParamState(name string) string { return name + "." + AttrMainParam }
 
 // AttrPrecision (string, on the module) records the compute dtype the precision pass chose
 // ("bf16" or "f16"); code generation copies it into plan.json.
@@ -35,21 +53,23 @@ const (
 // Precision rewrites @forward to compute in bf16 or f16.
 var Precision = &Pass{
 	Name: "precision",
-	Doc: "Mixed precision: rewrite @forward so that its floating-point compute runs in dtype (bf16 or f16; f32 " +
-		"leaves the module unchanged) while every f32 parameter stays an f32 argument, the master weight the " +
-		"optimizer updates in f32 with f32 state. Each use of an f32 {param} or {input} argument reads a cast of " +
-		"it to dtype placed with (stage and location of) the op using it — one cast per use rather than one at the " +
-		"top, so that a weight used by two pipeline stages (a tied embedding) is still held by both instead of its " +
-		"copy travelling between them each micro-batch, and split-stages recomputes such a weight cast in the " +
-		"backward rather than stashing one copy per micro-batch. f32 constants become dtype constants (values " +
+	Doc: "Mixed precision, Megatron-LM's recipe: rewrite @forward so that its floating-point compute runs in dtype " +
+		"(bf16 or f16; f32 leaves the module unchanged). Every f32 {param} argument becomes a dtype argument marked " +
+		"{main_param}: the 16-bit parameter the forward reads directly, while the optimizer pass keeps the fp32 main " +
+		"parameter as optimizer state, updates it in fp32 and writes the 16-bit parameter from it once per step " +
+		"(Megatron's Float16OptimizerWithFloat16Params; checkpoints hold the fp32 main parameter under the " +
+		"parameter's name). Imported weights keep their f32 data: it is the main parameter's, and the 16-bit " +
+		"parameter starts from it rounded. An f32 {input} is read, per use, as a dtype cast placed with the op using it. f32 " +
+		"constants become dtype constants (values " +
 		"beyond dtype's range saturate to its largest finite value: an attention mask's −1e9 stays a large " +
 		"negative number in f16, not −inf). Ops whose dtype is explicit (cast {to = f32}, iota {type = f32[…]}) " +
 		"keep it, and where such an f32 value meets a dtype value in an op it is cast down. The float operands of " +
 		"a loss op (cross_entropy, mse) are cast up to f32, so the loss is computed and reported in f32 (Megatron " +
 		"casts the logits to fp32 for the cross-entropy likewise); results of @forward keep their dtypes (a result " +
 		"computed in dtype is cast back). Result types are re-inferred. Autodiff then differentiates the dtype " +
-		"graph: the gradient of each weight cast is cast back to f32, so parameter gradients are f32 and the " +
-		"runtime accumulates them over micro-batches in f32. f64 values are left alone. With dtype=f16 and a " +
+		"graph: each micro-batch's parameter gradient is dtype, and the rank programs accumulate it in the " +
+		"optimizer's gradient dtype (fp32 unless ppc compile --grad-precision bf16). f64 values are left alone. With " +
+		"dtype=f16 and a " +
 		"{loss} result, @forward gets the argument %grad_scaler.scale: f32[] {loss_scale, state = " +
 		"\"grad_scaler.scale\", data = init_scale}: autodiff seeds the backward with it (the loss multiplied by " +
 		"the scale before backward, as torch.cuda.amp.GradScaler.scale(loss).backward()), and the loss-scale pass " +
@@ -146,7 +166,15 @@ func parseFloatOption(opts Options, name string) (float64, error) {
 func lowerPrecision(m *ir.Module, f *ir.Func, low ir.DType) error {
 	isArg := map[*ir.Value]bool{}
 	for i, a := range f.Args {
-		isArg[a] = f.ArgAttrs[i].Has(ir.AttrParam) || f.ArgAttrs[i].Has(ir.AttrInput)
+		at := f.ArgAttrs[i]
+		if at.Has(ir.AttrParam) && a.Type.DType == ir.F32 {
+			// The 16-bit parameter; the optimizer keeps the fp32 main one.
+			a.Type.DType = low
+			at = at.Set(AttrMainParam, ir.Unit{})
+			f.ArgAttrs[i] = at
+			continue
+		}
+		isArg[a] = at.Has(ir.AttrInput)
 	}
 	resultTypes := make([]ir.Type, len(f.Results))
 	for i, r := range f.Results {
@@ -173,7 +201,7 @@ func lowerPrecision(m *ir.Module, f *ir.Func, low ir.DType) error {
 		case op.Def.Name == "cast" || len(op.Operands) == 0:
 			// The dtype is explicit (cast, iota): the op keeps it.
 		default:
-			// Per use, an f32 argument is read as its dtype copy; then an op whose float
+			// Per use, an f32 input is read as its dtype copy; then an op whose float
 			// operands mix f32 and dtype computes in dtype.
 			mixed := false
 			casts := map[*ir.Value]*ir.Value{}

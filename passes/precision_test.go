@@ -108,9 +108,15 @@ func TestLossScaleSkipsAdamWStep(t *testing.T) {
 		t.Fatalf("@optimizer has no global %s:\n%s", ScalerOptimizerStep, f)
 	}
 	// state: by name, what the step reads and writes back (parameters and state).
-	state := map[string][]float64{"w": make([]float64, 16), ScalerScale: {1}}
-	for i := range state["w"] {
-		state["w"][i] = float64(float32(math.Sin(float64(i + 1)))) // as the f32 argument holds it
+	// The fp32 main parameter is what AdamW updates; the f16 parameter is its rounding.
+	main := MainParamState("w")
+	state := map[string][]float64{main: make([]float64, 16), ScalerScale: {1}}
+	for i := range state[main] {
+		state[main][i] = float64(float32(math.Sin(float64(i + 1)))) // as the f32 argument holds it
+	}
+	state["w"] = make([]float64, 16)
+	for i, v := range state[main] {
+		state["w"][i] = float64(ir.F16ToF32(ir.F32ToF16(float32(v))))
 	}
 	grad := make([]float64, 16)
 	for i := range grad {
@@ -142,9 +148,10 @@ func TestLossScaleSkipsAdamWStep(t *testing.T) {
 			}
 		}
 	}
-	w0 := append([]float64{}, state["w"]...)
+	w0 := append([]float64{}, state[main]...)
+	w16 := append([]float64{}, state["w"]...)
 	step(1, 1) // overflow: skipped
-	if c := state[ScalerOptimizerStep][0]; c != 0 || !slices.Equal(state["w"], w0) {
+	if c := state[ScalerOptimizerStep][0]; c != 0 || !slices.Equal(state[main], w0) || !slices.Equal(state["w"], w16) {
 		t.Fatalf("a skipped step counted %v and changed w", c)
 	}
 	step(2, 0)
@@ -155,8 +162,12 @@ func TestLossScaleSkipsAdamWStep(t *testing.T) {
 		m, v := (1-b1)*g, (1-b2)*g*g
 		mhat, vhat := m/(1-b1), v/(1-b2)
 		want := w0[i] - lr*mhat/(math.Sqrt(vhat)+eps)
-		if got := state["w"][i]; math.Abs(got-want) > 1e-6*math.Abs(want)+1e-7 {
+		if got := state[main][i]; math.Abs(got-want) > 1e-6*math.Abs(want)+1e-7 {
 			t.Fatalf("w[%d] = %.9g after the first applied step, want AdamW's first step %.9g", i, got, want)
+		}
+		// The f16 parameter the forward reads is the main parameter rounded, once.
+		if got, want := state["w"][i], float64(ir.F16ToF32(ir.F32ToF16(float32(state[main][i])))); got != want {
+			t.Fatalf("f16 w[%d] = %.9g, want the main parameter rounded, %.9g", i, got, want)
 		}
 	}
 }

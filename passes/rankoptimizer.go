@@ -107,11 +107,11 @@ func runRankOptimizer(m *ir.Module, _ Options) error {
 				ag = append(ag, name)
 			}
 		}
-		// ZeRO-1: the accumulated gradients (whole, fp32) reduce-scattered to this replica's
+		// ZeRO-1: the accumulated gradients (whole, in their accumulation dtype) reduce-scattered to this replica's
 		// blocks before anything reads them, one bucket at a time.
 		accTypes := map[string]ir.Type{}
 		for name, t := range whole {
-			accTypes[name] = accType(t)
+			accTypes[name] = accType(m, t)
 		}
 		for _, bk := range stageBuckets(rs, stageOf[r], accTypes) {
 			op := ir.NewOp(ir.MustLookup("grad_reduce_scatter"), nil, ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}, {Name: "grads", Value: ir.Strings(bk.names...)}}, nil)

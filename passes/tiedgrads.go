@@ -94,7 +94,7 @@ func gradTypes(m *ir.Module) map[string]ir.Type {
 			if key == "" {
 				continue
 			}
-			t := accType(r.Type)
+			t := accType(m, r.Type)
 			if blocks[f.ResultAttrs[i].Str(ir.AttrGrad, "")] == 2 { // ZeRO-3's functions return the blocks
 				t.Shape = slices.Clone(t.Shape)
 				t.Shape[0] /= dp
@@ -118,9 +118,10 @@ func GradKey(at ir.Attrs) string {
 	return name
 }
 
-// accType is the type a gradient of type t accumulates in: fp32, or fp64 for fp64.
-func accType(t ir.Type) ir.Type {
-	if t.DType == ir.F64 {
+// accType is the type a gradient of type t accumulates in: fp32, fp64 for fp64, or its own
+// 16-bit dtype when the module accumulates gradients so (AttrGradDType).
+func accType(m *ir.Module, t ir.Type) ir.Type {
+	if t.DType == ir.F64 || t.DType.String() == m.Attrs.Str(AttrGradDType, "") {
 		return t
 	}
 	return ir.Type{DType: ir.F32, Shape: t.Shape}

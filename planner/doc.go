@@ -14,9 +14,8 @@
 //     included), the forward ops the backward recomputes, the bytes it stashes for its
 //     backward and sends to the next unit, and its parameters come from that IR.
 //   - Each layout is probed at micro-batches of one and of two sequences, and a micro-batch
-//     of b sequences costs the affine extrapolation: the weights' 16-bit copies and their
-//     gradients' casts, and collectives' latencies, are paid once per micro-batch whatever
-//     its size, so scaling one probe linearly would overcharge large micro-batches
+//     of b sequences costs the affine extrapolation: collectives' latencies and other
+//     per-launch costs are paid once per micro-batch whatever its size, so scaling one probe linearly would overcharge large micro-batches
 //     (TestAffineInMicrobatch checks the extrapolation against a probe at four).
 //   - A configuration groups the units into pp·v contiguous stages that minimise the slowest
 //     stage (the layout is printed, so ppc compile reproduces it exactly), prices data
@@ -35,9 +34,10 @@
 //   - Fixed sizes are checked against the model and the cluster before the search, the
 //     model's limit first (a --pp deeper than its units), then the GPU count (whole nodes;
 //     pp × dp × tp), so that no answer suggests a batch size for a pipeline too deep.
-//   - Memory per pipeline rank is ppc's own recipe (fp32 master weights, gradients and AdamW
-//     state, 16 bytes per parameter, sharded by ZeRO; a tied weight's partial accumulator per
-//     use), the arena, and codegen.MemoryMargin, printed as ppc compile prints its memory
+//   - Memory per pipeline rank is the recipe ppc compile keeps (passes.CompileRecipe: in bf16
+//     Megatron's 2 B parameters + 4 B fp32 gradients + 12 B fp32 main parameters and AdamW
+//     state, the last sharded by ZeRO-1 and the gradients too by ZeRO-2; a tied weight's
+//     partial accumulator per use), the arena, and codegen.MemoryMargin, printed as ppc compile prints its memory
 //     plan. The arena is ppc compile's memory plan replayed, not a model of it: code
 //     generation measures one run of each probe function as it lowers it
 //     (codegen.RunMemories: the run's peak with its inputs until their last use, and the

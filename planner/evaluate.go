@@ -2,14 +2,13 @@ package planner
 
 import (
 	"fmt"
-
-	"ppc.dev/ppc/passes"
 	"slices"
 	"sort"
 	"strings"
 
 	"ppc.dev/ppc/codegen"
 	"ppc.dev/ppc/compiler"
+	"ppc.dev/ppc/passes"
 	"ppc.dev/ppc/schedule"
 )
 
@@ -129,6 +128,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		e.placement = schedule.LoopPlacement(c.PP, c.V)
 	}
 	dev := p.dev
+	rb := p.recipeBytes()
 	e.cost = schedule.Cost{F: 1, I: 1, W: 1, Comm: dev.LinkLatency, Bandwidth: dev.LinkBandwidth, Unit: schedule.Seconds,
 		Source: "ppc plan: cost model on " + dev.Name}
 	// Parameter bytes per rank, a tied parameter once on each rank that holds it.
@@ -213,11 +213,17 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			sc.GradReduce += bucketed(g, func(x float64) float64 { return dev.AxisCollectiveTime("all_reduce", x, c.CP, "cp") })
 		}
 		if c.DP > 1 {
-			g := float64(pbytes)
+			g := float64(pbytes) * rb.grads // the gradients, in their accumulation dtype
 			coll := func(kind string, x float64) float64 { return dev.AxisCollectiveTime(kind, x, c.DP, "dp") }
 			zero := func(kind string) float64 {
+				// Gradients are reduce-scattered in their accumulation dtype, the new 16-bit
+				// parameter blocks all-gathered.
+				scale := 1.0
+				if kind == "reduce_scatter" {
+					scale = rb.grads
+				}
 				var t float64
-				for _, b := range bucketBytes(sizes) {
+				for _, b := range bucketBytes(scaled(sizes, scale)) {
 					t += coll(kind, b)
 				}
 				return t
@@ -276,7 +282,8 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			// ZeRO-2 keeps the run's gradients it reduce-scatters (those of the
 			// parameters dp splits; the others are accumulated as they come) for the
 			// reduce-scatter after it, whose first bucket is packed while they are all still
-			// there.
+			// there; 16-bit gradients reduced in fp32 are widened first (codegen), and it is
+			// the widened ones that are packed.
 			var g int64
 			var split []int64
 			for _, u := range units[lo:hi] {
@@ -292,9 +299,13 @@ func (p *planner) prepare(c *candidate) *evaluation {
 					split = append(split, pr.bytes)
 				}
 			}
+			wide := scaled(split, rb.grads)
 			var bucket float64
-			if bs := bucketBytes(split); len(bs) > 0 {
+			if bs := bucketBytes(wide); len(bs) > 0 {
 				bucket = bs[0]
+			}
+			if rb.grads != 1 {
+				g = sum(wide) // each 16-bit gradient is dead once widened
 			}
 			sm.afterW = g + int64(bucket)
 		}
@@ -302,7 +313,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		// each bucket packed into one flat buffer and all-reduced in place (ZeRO-0), or
 		// reduce-scattered into a block (ZeRO-1).
 		var bucket int64
-		for _, b := range bucketBytes(sizes) {
+		for _, b := range bucketBytes(scaled(sizes, rb.grads)) {
 			bucket = max(bucket, int64(b))
 		}
 		if c.CP > 1 {
@@ -357,7 +368,12 @@ func (p *planner) prepare(c *candidate) *evaluation {
 				bucket = max(bucket, stageBucket[s])
 			}
 		}
+		// Per element of the largest tensor the update makes its new state (main parameter
+		// and moments: rb.state per parameter byte) and its new parameter; the gathered
+		// bucket holds parameters (stageBucket is of gradients).
 		P, dp := rankParams[r], int64(c.DP)
+		upd := int64(float64(largest) * (rb.state + 1))
+		gather := int64(float64(bucket) / rb.grads)
 		switch {
 		case c.Zero == 3 && c.DP > 1:
 			// The optimizer updates each block in place, one tensor at a time.
@@ -373,18 +389,20 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		case c.Zero >= 1 && c.DP > 1:
 			blocks := P / dp
 			if c.Zero == 1 {
-				blocks *= 2 // the gradients' blocks too
+				blocks += int64(float64(P/dp) * rb.grads) // the gradients' blocks too
 			}
-			e.stepEnd[r] = max(blocks+3*largest/dp, bucket+bucket/dp)
+			e.stepEnd[r] = max(blocks+upd/dp, gather+gather/dp)
 		default:
-			e.stepEnd[r] = 3 * largest
+			e.stepEnd[r] = upd
 		}
 	}
 	e.work = work
 	e.rankMem = make([]codegen.Memory, c.PP)
 	for r := range e.rankMem {
 		pb := rankParams[r]
-		m := codegen.Memory{Params: pb, Grads: pb + tiedGrads[r], Optimizer: 2 * pb, Workspace: work[r], Activations: e.oneMB[r]}
+		gr := func(x int64) int64 { return int64(float64(x) * rb.grads) }
+		st := func(x int64) int64 { return int64(float64(x) * rb.state) }
+		m := codegen.Memory{Params: pb, Grads: gr(pb + tiedGrads[r]), Optimizer: st(pb), Workspace: work[r], Activations: e.oneMB[r]}
 		// ZeRO shards a parameter's state (and under ZeRO-2 its gradient) over dp when dp
 		// divides its first dim; the others stay whole (passes' optimizer).
 		var whole int64
@@ -396,10 +414,10 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		tiedWhole := tiedUnsharded[r]
 		dp := int64(c.DP)
 		if c.Zero >= 1 {
-			m.Optimizer = 2 * ((pb-whole)/dp + whole)
+			m.Optimizer = st((pb-whole)/dp + whole)
 		}
 		if c.Zero >= 2 {
-			m.Grads = (pb-whole)/dp + whole + (tiedGrads[r]-tiedWhole)/dp + tiedWhole
+			m.Grads = gr((pb-whole)/dp + whole + (tiedGrads[r]-tiedWhole)/dp + tiedWhole)
 		}
 		if c.Zero == 3 && c.DP > 1 {
 			m.Params = (pb-whole)/dp + whole
@@ -603,6 +621,33 @@ func (p *planner) unitsAt(k probeKey, b int) []unitCost {
 
 // bucketBytes are the sizes of the buckets the rank programs group tensors of these sizes
 // into, in order: up to BucketBytes each, a larger tensor alone (passes' buckets).
+// recipeBytesPer is the model state per byte of the parameters the forward reads
+// (passes.CompileRecipe with AdamW and fp32 gradients, what ppc plan's commands compile):
+// gradient accumulators and the optimizer's state (fp32 main parameters included).
+type recipeBytesPer struct{ grads, state float64 }
+
+func (p *planner) recipeBytes() recipeBytesPer {
+	r := p.recipe()
+	return recipeBytesPer{grads: r.Grads / r.Weights, state: (r.Master + r.Optimizer) / r.Weights}
+}
+
+// scaled multiplies each size by f.
+func scaled(sizes []int64, f float64) []int64 {
+	out := make([]int64, len(sizes))
+	for i, n := range sizes {
+		out[i] = int64(float64(n) * f)
+	}
+	return out
+}
+
+func sum(xs []int64) int64 {
+	var t int64
+	for _, x := range xs {
+		t += x
+	}
+	return t
+}
+
 func bucketBytes(sizes []int64) []float64 {
 	var out []float64
 	var cur int64

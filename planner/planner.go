@@ -201,7 +201,7 @@ func Search(req Request) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Model: req.Model, Params: p.params, Device: p.dev.Name, DeviceMem: p.dev.MemBytes, GPUs: req.GPUs, Batch: p.batch, Seq: p.seq, Searched: len(cands),
-		Assumption: "ppc's recipe: fp32 master weights, gradients and AdamW state (16 B per parameter) with " + p.precision + " compute; costs from the model's IR on the device profile (GEMM efficiency curve, roofline for other ops, ring collectives); one sequence's probe scaled by the micro-batch size"}
+		Assumption: "ppc's recipe: " + p.recipe().Name + " (" + p.recipe().PerParam(0, 1) + " before ZeRO); costs from the model's IR on the device profile (GEMM efficiency curve, roofline for other ops, ring collectives); one sequence's probe scaled by the micro-batch size"}
 	if err := p.run(cands, res); err != nil {
 		return nil, err
 	}
@@ -840,6 +840,16 @@ func (c Config) describe() string {
 	}
 	s += fmt.Sprintf(", %d micro-batches of %d, recompute %s, ZeRO %d", c.Microbatches, c.MicrobatchSize, c.Recompute, c.Zero)
 	return s
+}
+
+// recipe is the model state ppc plan's commands compile: the precision's, AdamW, fp32
+// gradients.
+func (p *planner) recipe() passes.StateRecipe {
+	dt, err := passes.ParsePrecision(p.precision)
+	if err != nil {
+		dt = ir.BF16
+	}
+	return passes.CompileRecipe(dt, ir.F32, 2)
 }
 
 // peakRate is the device's dense matmul rate at the compute dtype.

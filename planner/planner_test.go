@@ -23,8 +23,11 @@ func gpt3(dev passes.DeviceProfile, n, batch int, fix Fixed) Request {
 func free() Fixed { return Fixed{SP: -1, Zero: -1} }
 
 // TestJaxPP checks the planner against JaxPP's measurement (BACKGROUND.md): GPT-3 175B on 128
-// H100 with a global batch of 256, where JaxPP's PP8 TP8 DP2 took 9.64 s a step. ppc's
-// search must rank that mesh among its top five, and predict its step time within 25%.
+// H100 with a global batch of 256, where JaxPP's PP8 TP8 DP2 took 9.64 s a step: ppc's
+// prediction for that mesh is within 25%. (It used to require that mesh among ppc's own top
+// five as well; with Megatron's memory recipe — bf16 weights, the fp32 copy sharded by
+// ZeRO-1 — ppc's own picks are now tp 4 meshes under ZBV that did not fit before, which no
+// measurement here confirms or refutes, so the ranking is logged, not asserted.)
 func TestJaxPP(t *testing.T) {
 	if testing.Short() {
 		t.Skip("searches GPT-3 175B's configurations for 128 GPUs")
@@ -33,15 +36,8 @@ func TestJaxPP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rank := 0
 	for i, p := range res.Plans {
-		t.Logf("#%d %+v: %.2f s", i+1, p.Config, p.StepTime)
-		if c := p.Config; rank == 0 && c.PP == 8 && c.TP == 8 && c.DP == 2 {
-			rank = i + 1
-		}
-	}
-	if rank == 0 {
-		t.Errorf("JaxPP's mesh (pp 8, tp 8, dp 2) is not among the top %d", len(res.Plans))
+		t.Logf("#%d %s: %.2f s", i+1, p.Config.describe(), p.StepTime)
 	}
 	fix := free()
 	fix.PP, fix.TP, fix.DP = 8, 8, 2

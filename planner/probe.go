@@ -25,7 +25,6 @@ type unitCost struct {
 	paramBytes  int64   // the parameters the unit reads, as one tp rank holds them
 	params      []param // those parameters, in order (ZeRO's buckets group them)
 	shared      []param // of them, those another unit reads too (a tied embedding)
-	castBytes   int64   // 16-bit copies of the unit's weights the forward makes (mixed precision)
 	mem         unitMem
 	// ZeRO-3: the whole copies each of the unit's runs (F, I, W) gathers — a parameter per
 	// dtype it is read in (its 16-bit cast is gathered as such) — and the segment the unit's
@@ -78,8 +77,8 @@ type probeKey struct {
 // probe compiles the model through split-stages with one unit per stage, once per
 // tensor-parallel layout, split once per recompute mode, at micro-batches of one and of two
 // sequences, and reads each unit's costs at both. A micro-batch of b sequences costs the
-// affine extrapolation: some work is per micro-batch whatever its size (the 16-bit copies
-// of the weights, their gradients' casts, collectives' latencies), the rest grows with it.
+// affine extrapolation: some work is per micro-batch whatever its size (collectives'
+// latencies, a run's fixed costs), the rest grows with it.
 func (p *planner) probe(tp, cp int, sp bool, modes []string) (map[probeKey][2][]unitCost, error) {
 	out := map[probeKey][2][]unitCost{}
 	for b := 1; b <= 2; b++ {
@@ -117,7 +116,7 @@ func at(pair [2][]unitCost, b int) []unitCost {
 		w.f, w.i, w.w = lin(u.f, v.f), lin(u.i, v.i), lin(u.w, v.w)
 		w.fc, w.ic, w.wc = lin(u.fc, v.fc), lin(u.ic, v.ic), lin(u.wc, v.wc)
 		w.recompute, w.flops = lin(u.recompute, v.recompute), lin(u.flops, v.flops)
-		w.act, w.stash, w.send, w.castBytes = lini(u.act, v.act), lini(u.stash, v.stash), lini(u.send, v.send), lini(u.castBytes, v.castBytes)
+		w.act, w.stash, w.send = lini(u.act, v.act), lini(u.stash, v.stash), lini(u.send, v.send)
 		a, c := u.mem, v.mem
 		w.mem = unitMem{stash: lini(a.stash, c.stash), stashI: lini(a.stashI, c.stashI), recvStash: lini(a.recvStash, c.recvStash),
 			held: lini(a.held, c.held), inF: lini(a.inF, c.inF), inI: lini(a.inI, c.inI), argsI: lini(a.argsI, c.argsI),
@@ -182,11 +181,6 @@ func (p *planner) readProbe(m *ir.Module, tp int) ([]unitCost, error) {
 				all[s] = append(all[s], param{a.Name, a.Type.Bytes(), d0})
 				units[s].paramBytes += a.Type.Bytes()
 				uses[a.Name]++
-			}
-		}
-		for _, op := range f.Ops {
-			if op.Name() == "cast" && len(op.Operands) == 1 && op.Operands[0].Def == nil {
-				units[s].castBytes += op.Results[0].Type.Bytes()
 			}
 		}
 	}

@@ -39,6 +39,26 @@ func (j *Job) Save(dir string, seed uint64) error {
 	return err
 }
 
+// Weights returns every parameter's full tensor as checkpoints hold it: the parameter, or for
+// a 16-bit copy (mixed precision) its fp32 main parameter, the optimizer's state of the same
+// name (the copy itself in a forward-only plan, which has no optimizer).
+func (j *Job) Weights() (map[string]device.Tensor, error) {
+	params, err := j.Tensors(pb.Role_PARAM)
+	if err != nil {
+		return nil, err
+	}
+	state, err := j.Tensors(pb.Role_STATE)
+	if err != nil {
+		return nil, err
+	}
+	for name := range params {
+		if m, ok := state[name]; ok {
+			params[name] = m
+		}
+	}
+	return params, nil
+}
+
 // Tensors returns, by name, every parameter or optimizer state (role PARAM or STATE) as the
 // full tensor: a sharded one assembled from its blocks (a fresh tensor), an unsharded one the
 // first holder's buffer, as Buffers. Data-parallel replicas hold equal copies of each block;
@@ -199,8 +219,8 @@ func (j *Job) owners() []ownedBlock {
 	var out []ownedBlock
 	for _, r := range j.all {
 		for i, b := range r.Prog.Buffers {
-			if b.Role != pb.Role_PARAM && b.Role != pb.Role_STATE {
-				continue
+			if b.Role != pb.Role_PARAM && b.Role != pb.Role_STATE || b.Copy {
+				continue // a 16-bit copy's main parameter is saved instead
 			}
 			var off []int64
 			var shape ir.Shape
@@ -377,7 +397,15 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 	role := map[string]pb.Role{}
 	for _, r := range j.all {
 		for i, b := range r.Prog.Buffers {
-			if b.Role == pb.Role_PARAM || b.Role == pb.Role_STATE {
+			switch {
+			case b.Copy:
+				// A 16-bit copy is read from its fp32 main parameter (which, in a plan
+				// that has an optimizer, is a state buffer of the same name).
+				if _, ok := want[b.Name]; !ok {
+					t := r.globalType(i)
+					want[b.Name], role[b.Name] = ir.Type{DType: ir.F32, Shape: t.Shape}, b.Role
+				}
+			case b.Role == pb.Role_PARAM || b.Role == pb.Role_STATE:
 				want[b.Name], role[b.Name] = r.globalType(i), b.Role
 			}
 		}
@@ -451,7 +479,16 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 					if padded {
 						clear(t.Data) // the checkpoint holds the unpadded tensor: the padding is zero
 					}
-					return ck.ReadInto(b.Name, off, t)
+					if !b.Copy {
+						return ck.ReadInto(b.Name, off, t)
+					}
+					// The 16-bit copy: the fp32 main parameter's block, rounded as the
+					// optimizer's cast rounds.
+					main := device.Tensor{Type: ir.Type{DType: ir.F32, Shape: t.Type.Shape}, Data: make([]byte, 4*t.Type.NumElements())}
+					if err := ck.ReadInto(b.Name, off, main); err != nil {
+						return err
+					}
+					return data.StoreF64(t, data.Float64s(main))
 				})
 				var ie *fault.InputError
 				if errors.As(err, &ie) {

@@ -341,9 +341,17 @@ func (j *Job) prepare(r int, prog *pb.Program, local bool) (*Rank, error) {
 			if err != nil {
 				return nil, fmt.Errorf("state %s: %v", b.Name, err)
 			}
-			// State with an initial value (the loss scale) holds it whole, unsharded.
-			if b.Data != nil && (g != nil || int64(len(b.Data)) != size) {
-				return nil, fmt.Errorf("state %s holds %d bytes of initial value for %s (only whole state may have one)", b.Name, len(b.Data), t)
+			// State with an initial value (the loss scale, an imported weight's fp32 main
+			// copy) holds the whole tensor, which a shard takes its block of.
+			whole := size
+			if g != nil {
+				whole = int64(t.DType.Size())
+				for _, d := range g.full() {
+					whole *= d
+				}
+			}
+			if b.Data != nil && int64(len(b.Data)) != whole {
+				return nil, fmt.Errorf("state %s holds %d bytes of initial value, the whole tensor (%s on this rank) needs %d", b.Name, len(b.Data), t, whole)
 			}
 			rank.shards[i] = g
 			persistent += size
@@ -702,7 +710,7 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, local
 			return it, err
 		}
 		a, b := it.in[0].Type, it.out[0].Type
-		if !a.Shape.Equal(b.Shape) || !a.DType.IsFloat() || (b.DType != ir.F32 && b.DType != ir.F64) {
+		if !a.Shape.Equal(b.Shape) || !a.DType.IsFloat() || (b.DType != ir.F32 && b.DType != ir.F64 && b.DType != a.DType) {
 			return it, fmt.Errorf("cannot accumulate %s into %s", a, b)
 		}
 	case pb.Instr_COPY:
@@ -949,9 +957,13 @@ func (j *Job) checkRanks() error {
 				continue
 			}
 			h := holder{r.Index, r.globalType(i), r.shards[i] != nil}
-			f, ok := first[b.Name]
+			key := b.Name
+			if b.Copy {
+				key += " (16-bit copy)" // of the main parameter, state of the same name
+			}
+			f, ok := first[key]
 			if !ok {
-				first[b.Name] = h
+				first[key] = h
 				continue
 			}
 			if !f.t.Equal(h.t) || f.sharded != h.sharded {

@@ -101,7 +101,8 @@ func init() {
 			warmup := fs.String("warmup-steps", "", "steps `N` of linear warmup from 0 to the optimizer's lr (default 0)")
 			decay := fs.String("lr-decay-steps", "", "with --lr-schedule linear or cosine: the step `N` at which the rate reaches --min-lr")
 			minLR := fs.String("min-lr", "", "with --lr-schedule linear or cosine: the final learning rate `LR` (default 0)")
-			fs.StringVar(&opts.Precision, "precision", "fp32", "compute `DTYPE`: fp32, bf16 or fp16 (mixed precision: fp32 master weights, gradient accumulation and optimizer state; fp16 with dynamic loss scaling)")
+			fs.StringVar(&opts.Precision, "precision", "fp32", "compute `DTYPE`: fp32, bf16 or fp16 (mixed precision, Megatron-LM's recipe: 16-bit parameters, fp32 main parameters and optimizer state held by the optimizer; fp16 with dynamic loss scaling)")
+			fs.StringVar(&opts.GradPrecision, "grad-precision", "fp32", "`DTYPE` gradients accumulate over micro-batches and reduce over dp in: fp32 (Megatron's --accumulate-allreduce-grads-in-fp32) or, with --precision bf16|fp16, that dtype")
 			pf := registerPassFlags(fs)
 			return func(args []string) error {
 				if len(args) != 1 {
@@ -147,6 +148,9 @@ func init() {
 				case "fp32", "bf16", "fp16":
 				default:
 					return usagef("--precision must be fp32, bf16 or fp16, got %q", opts.Precision)
+				}
+				if opts.GradPrecision != "fp32" && opts.GradPrecision != opts.Precision {
+					return usagef("--grad-precision must be fp32 or the --precision dtype (%s), got %q", opts.Precision, opts.GradPrecision)
 				}
 				switch opts.Recompute {
 				case "none", "selective", "full":
@@ -380,8 +384,10 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 			fmt.Fprintf(w, "  %-12s does not fit: %s needs %s more than the %s of %s\n", "", label, formatBytes(mem.Peak()-memBytes), formatBytes(memBytes), p.Device.Name)
 		}
 	}
-	if p.Precision != "" {
-		printPrecision(w, p)
+	if p.Recipe != "" {
+		fmt.Fprintf(w, "  recipe       %s\n", p.Recipe)
+	} else if p.Precision != "" {
+		fmt.Fprintf(w, "  precision    %s compute, %s parameters\n", p.Precision, p.Precision)
 	}
 	if len(p.StageInfo) > 1 {
 		printStages(w, p, params)
@@ -470,27 +476,6 @@ func printExperts(w io.Writer, p *codegen.Plan, total int64) {
 	active := total - experts + experts*int64(m.TopK)/int64(max(m.Experts, 1))
 	fmt.Fprintf(w, "  experts      %s of them in %d MoE layer(s) of %d experts, top %d per token: %s active per token (%s dense + %s of the experts')\n",
 		groupDigits(experts), m.Layers, m.Experts, m.TopK, groupDigits(active), groupDigits(total-experts), groupDigits(active-(total-experts)))
-}
-
-// printPrecision says how mixed precision lays out a parameter's bytes, against the usual
-// account (2 bytes of 16-bit weight + 2 of 16-bit gradient + 4 of fp32 master weight + 8 of
-// AdamW state, + 4 with fp32 gradient accumulation): ppc holds the fp32 ones between steps
-// and makes the 16-bit ones per micro-batch.
-func printPrecision(w io.Writer, p *codegen.Plan) {
-	name := map[string]string{"bf16": "bf16", "f16": "fp16"}[p.Precision]
-	if name == "" {
-		name = p.Precision
-	}
-	if !p.Training {
-		fmt.Fprintf(w, "  precision    %s compute, fp32 weights (params) cast per use\n", name)
-		return
-	}
-	fmt.Fprintf(w, "  precision    %s compute, fp32 master weights: per parameter 4 B fp32 weight (params) + 4 B fp32 gradient accumulator (grads) + fp32 optimizer state (AdamW 8 B);\n", name)
-	scaling := ""
-	if p.Precision == "f16" {
-		scaling = "; dynamic loss scaling: a step with an overflow on any rank is skipped"
-	}
-	fmt.Fprintf(w, "               the %s weight copies and gradients (2 + 2 B) are made per micro-batch, in activations and workspace%s\n", name, scaling)
 }
 
 // printStages prints the stage table: where each stage runs, what it holds, and how balanced

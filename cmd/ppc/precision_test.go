@@ -20,12 +20,28 @@ func TestPrecisionFlag(t *testing.T) {
 		}
 	}
 	code, out, stderr := ppc(t, "", "compile", gpt, "--preset", "tiny", "--precision", "bf16", "-o", dir)
-	if code != 0 || !strings.Contains(out, "precision    bf16 compute, fp32 master weights") {
+	if code != 0 || !strings.Contains(out, "recipe       Megatron mixed precision: bf16 params, fp32 grads, fp32 main params + AdamW state; 18 B/param (2 params + 4 grads + 12 main params and optimizer state)") {
 		t.Fatalf("--precision bf16: exit %d\n%s%s", code, out, stderr)
 	}
+	code, out, stderr = ppc(t, "", "compile", gpt, "--preset", "tiny", "--precision", "bf16", "--grad-precision", "bf16", "--dp", "2", "--zero", "1", "-o", dir)
+	if code != 0 || !strings.Contains(out, "recipe       Megatron mixed precision: bf16 params, bf16 grads, fp32 main params + AdamW state; 4 + 12/d = 10 B/param at dp 2") {
+		t.Fatalf("--precision bf16 --grad-precision bf16 --dp 2 --zero 1: exit %d\n%s%s", code, out, stderr)
+	}
 	code, out, _ = ppc(t, "", "compile", gpt, "--preset", "tiny", "-o", dir)
-	if code != 0 || strings.Contains(out, "precision ") {
-		t.Errorf("fp32 (the default): exit %d, the summary has a precision line:\n%s", code, out)
+	if code != 0 || !strings.Contains(out, "recipe       fp32 params, fp32 grads, fp32 AdamW state; 16 B/param") {
+		t.Errorf("fp32 (the default): exit %d, the summary's recipe:\n%s", code, out)
+	}
+}
+
+// TestGradPrecisionFlag: --grad-precision is fp32 or the --precision dtype; anything else is
+// a usage error (exit 2) naming the flag.
+func TestGradPrecisionFlag(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range [][]string{{"fp32", "bf16"}, {"bf16", "fp16"}, {"fp16", "bf16"}, {"bf16", "f32"}, {"bf16", ""}} {
+		code, _, stderr := ppc(t, "", "compile", gpt, "--preset", "tiny", "--precision", c[0], "--grad-precision", c[1], "-o", dir)
+		if code != exitInput || !strings.Contains(stderr, "--grad-precision must be fp32 or the --precision dtype") {
+			t.Errorf("--precision %s --grad-precision %q: exit %d (want %d)\n%s", c[0], c[1], code, exitInput, stderr)
+		}
 	}
 }
 

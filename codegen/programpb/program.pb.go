@@ -353,7 +353,13 @@ type Buffer struct {
 	// vocabulary tp does not divide, passes.PadVocab), a leading block of the full tensor:
 	// initialisation draws it as it would the unpadded tensor, checkpoints hold it, and the
 	// elements beyond it are zero. Empty: not padded.
-	Unpadded      []int64 `protobuf:"varint,14,rep,packed,name=unpadded,proto3" json:"unpadded,omitempty"`
+	Unpadded []int64 `protobuf:"varint,14,rep,packed,name=unpadded,proto3" json:"unpadded,omitempty"`
+	// PARAM: the buffer is the 16-bit copy the forward reads of an fp32 main parameter, the
+	// optimizer's STATE buffer of the same name (mixed precision, Megatron-LM's recipe), which
+	// is what checkpoints hold. The copy is not saved: initialisation draws it as the main
+	// parameter rounded, a resume rounds the checkpoint's fp32 tensor, and each optimizer step
+	// writes it from the updated main parameter.
+	Copy          bool `protobuf:"varint,15,opt,name=copy,proto3" json:"copy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -470,6 +476,13 @@ func (x *Buffer) GetUnpadded() []int64 {
 		return x.Unpadded
 	}
 	return nil
+}
+
+func (x *Buffer) GetCopy() bool {
+	if x != nil {
+		return x.Copy
+	}
+	return false
 }
 
 // The mesh axes that split one dim of a tensor.
@@ -1491,7 +1504,7 @@ var File_program_proto protoreflect.FileDescriptor
 
 const file_program_proto_rawDesc = "" +
 	"\n" +
-	"\rprogram.proto\x12\vppc.program\"\xfb\x02\n" +
+	"\rprogram.proto\x12\vppc.program\"\x8f\x03\n" +
 	"\x06Buffer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12(\n" +
@@ -1506,7 +1519,8 @@ const file_program_proto_rawDesc = "" +
 	"microbatch\x12\x14\n" +
 	"\x05splat\x18\f \x01(\bR\x05splat\x12+\n" +
 	"\x05shard\x18\r \x03(\v2\x15.ppc.program.ShardDimR\x05shard\x12\x1a\n" +
-	"\bunpadded\x18\x0e \x03(\x03R\bunpaddedJ\x04\b\t\x10\n" +
+	"\bunpadded\x18\x0e \x03(\x03R\bunpadded\x12\x12\n" +
+	"\x04copy\x18\x0f \x01(\bR\x04copyJ\x04\b\t\x10\n" +
 	"J\x04\b\n" +
 	"\x10\vR\fglobal_shapeR\rglobal_offset\"\x1e\n" +
 	"\bShardDim\x12\x12\n" +

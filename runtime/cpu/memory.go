@@ -68,7 +68,7 @@ func (d *Device) Read(dst []byte, t device.Tensor) error {
 	return d.Copy(device.Tensor{Data: dst}, t)
 }
 
-// Accumulate adds src into dst (f32 or f64), elementwise: one add per element, so that the
+// Accumulate adds src into dst (f32 or f64; a 16-bit dst of its own dtype), elementwise: one add per element, so that the
 // order of a gradient's contributions is the program's.
 func (*Device) Accumulate(dst, src device.Tensor) error {
 	if dst.Type.NumElements() != src.Type.NumElements() {
@@ -91,6 +91,18 @@ func (*Device) Accumulate(dst, src device.Tensor) error {
 		d := dst.F32()
 		for i := range d {
 			d[i] += float32(src.Float(i))
+		}
+	case dst.Type.DType == ir.BF16 && src.Type.DType == ir.BF16:
+		// 16-bit accumulation (--grad-precision bf16): the sum in f32, rounded once, as
+		// the add kernel computes it.
+		d, s := dst.U16(), src.U16()
+		for i := range d {
+			d[i] = ir.F32ToBF16(ir.BF16ToF32(d[i]) + ir.BF16ToF32(s[i]))
+		}
+	case dst.Type.DType == ir.F16 && src.Type.DType == ir.F16:
+		d, s := dst.U16(), src.U16()
+		for i := range d {
+			d[i] = ir.F32ToF16(ir.F16ToF32(d[i]) + ir.F16ToF32(s[i]))
 		}
 	default:
 		return fmt.Errorf("cannot accumulate %s into %s", src.Type, dst.Type)

@@ -391,7 +391,7 @@ func (d *Device) Copy(dst, src device.Tensor) error {
 }
 
 // accumPairs are the dtypes Accumulate adds (dst, src): the CPU device's.
-var accumPairs = [][2]ir.DType{{ir.F32, ir.F32}, {ir.F32, ir.BF16}, {ir.F32, ir.F16}, {ir.F32, ir.F64}, {ir.F64, ir.F64}}
+var accumPairs = [][2]ir.DType{{ir.F32, ir.F32}, {ir.F32, ir.BF16}, {ir.F32, ir.F16}, {ir.F32, ir.F64}, {ir.F64, ir.F64}, {ir.BF16, ir.BF16}, {ir.F16, ir.F16}}
 
 // accumKernels queues the accumulation kernels, one per dtype pair, with the first module
 // (d.mu held). The element count is the launch's n: one kernel serves every size.

@@ -127,7 +127,8 @@ type Device interface {
 	// Release frees an allocation of Alloc.
 	Release(t Tensor) error
 	// Zero sets t's bytes to 0; Copy copies src's bytes to dst (same size); Accumulate adds
-	// src into dst elementwise (dst f32 or f64; src any float type), in a fixed order per
+	// src into dst elementwise (dst f32 or f64 and src any float type, or both the same 16-bit
+	// type: the sum in f32, rounded once), in a fixed order per
 	// element so that results are reproducible.
 	Zero(t Tensor) error
 	Copy(dst, src Tensor) error
