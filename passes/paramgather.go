@@ -72,26 +72,36 @@ func runParamGather(m *ir.Module, _ Options) error {
 		if len(block) > 0 {
 			gatherParams(f, block, dp)
 		}
-		scatterGrads(f, func(name string) bool { _, ok := blocks[name]; return ok }, dp)
+		scatterGrads(m, f, func(name string) bool { _, ok := blocks[name]; return ok }, dp)
 	}
 	return nil
 }
 
 // scatterGrads reduce-scatters over dp, right after the op computing it, each gradient f
 // returns of a parameter held as blocks, and returns the block instead: a run holds one whole
-// gradient at a time, and the rank accumulates only its block.
-func scatterGrads(f *ir.Func, isBlock func(string) bool, dp int) {
+// gradient at a time, and the rank accumulates only its block. A 16-bit gradient accumulated
+// in fp32 (the recipe's default, accType) is widened first, so that the sum over dp is taken
+// in fp32 as ZeRO-2's reduce-scatter takes it.
+func scatterGrads(m *ir.Module, f *ir.Func, isBlock func(string) bool, dp int) {
 	rs := ir.MustLookup("reduce_scatter")
+	cast := ir.MustLookup("cast")
 	after := map[*ir.Op][]*ir.Op{}
 	for i, r := range f.Results {
 		name := f.ResultAttrs[i].Str(ir.AttrGrad, "")
 		if name == "" || !isBlock(name) || r.Def == nil || r.Type.Rank() == 0 || r.Type.Shape[0]%dp != 0 {
 			continue
 		}
-		t := r.Type
+		src := r
+		if acc := accType(m, r.Type); acc.DType != r.Type.DType {
+			c := ir.NewOp(cast, []*ir.Value{r}, ir.Attrs{{Name: "to", Value: ir.Ident(acc.DType.String())}}, []ir.Type{acc})
+			annotate(c, r.Def)
+			after[r.Def] = append(after[r.Def], c)
+			src = c.Results[0]
+		}
+		t := src.Type
 		t.Shape = slices.Clone(t.Shape)
 		t.Shape[0] /= dp
-		op := ir.NewOp(rs, []*ir.Value{r}, ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}, {Name: "dim", Value: ir.Int(0)}, {Name: "parts", Value: ir.Int(dp)}}, []ir.Type{t})
+		op := ir.NewOp(rs, []*ir.Value{src}, ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}, {Name: "dim", Value: ir.Int(0)}, {Name: "parts", Value: ir.Int(dp)}}, []ir.Type{t})
 		op.Results[0].Name = "d." + name + ".block"
 		annotate(op, r.Def)
 		after[r.Def] = append(after[r.Def], op)
@@ -255,7 +265,7 @@ func GatherAsZero3(m *ir.Module, dp int) {
 			if len(block) > 0 {
 				gatherParams(f, block, dp)
 			}
-			scatterGrads(f, func(string) bool { return true }, dp)
+			scatterGrads(m, f, func(string) bool { return true }, dp)
 		}
 	}
 }
