@@ -5,11 +5,13 @@ import "slices"
 // The op table: every IR op as data. It is one table kept in several files by topic —
 // coreOps (here: the ops of MLPs and GPT/Llama-style transformers, collectives and
 // point-to-point), nnOps (ops_nn.go: convolutions, pooling, normalisations and the rest of what
-// ONNX models need), attentionOps (ops_attention.go: fused attention and its gradient), gradOps
+// ONNX models need), attentionOps (ops_attention.go: fused attention and its gradient), ringOps
+// (ops_ring.go: context parallelism's ring attention steps), moeOps
+// (ops_moe.go: top-k routing and the mixture-of-experts dispatch and combine), gradOps
 // (ops_grad.go: fused gradient kernels the autodiff emits) and rankOps (ops_rank.go: what a
 // rank's program does once per step with its gradients and its optimizer). Passes look rows
 // up by name and read their traits; the verifier checks ops against them.
-var opTable = slices.Concat(coreOps, nnOps, attentionOps, gradOps, rankOps)
+var opTable = slices.Concat(coreOps, nnOps, attentionOps, ringOps, moeOps, gradOps, rankOps)
 
 var reductionKinds = []string{"sum", "mean", "max", "min"}
 
@@ -136,6 +138,9 @@ var coreOps = []OpDef{
 		Attrs: append(slices.Clone(gatherDimAttrs), AttrSpec{Name: "grad", Kind: KindEnum, Optional: true, Enum: []string{"reduce_scatter", "slice"}})},
 	{Name: "reduce_scatter", Doc: "sum over a mesh axis, each rank keeping its slice of dim", MinOperands: 1, MaxOperands: 1,
 		Traits: Collective, Attrs: gatherDimAttrs, Infer: inferGatherScatterDim(false)},
+	{Name: "all_to_all", Doc: "exchange blocks over a mesh axis of parts ranks: cut the operand into parts equal blocks along split_dim, send block k to member k, and concatenate the blocks received along concat_dim in member order (expert parallelism's dispatch and return); its gradient is the all_to_all with the dims swapped",
+		MinOperands: 1, MaxOperands: 1, Traits: Collective, Infer: inferAllToAll,
+		Attrs: []AttrSpec{collectiveAxis, {Name: "split_dim", Kind: KindInt}, {Name: "concat_dim", Kind: KindInt}, {Name: "parts", Kind: KindInt}}},
 	{Name: "copy_to_axis", Doc: "identity on a value replicated over a mesh axis, entering a region split over that axis; its gradient is an all_reduce (Megatron's f operator)",
 		MinOperands: 1, MaxOperands: 1, Traits: Collective, Infer: inferUnary, Attrs: []AttrSpec{collectiveAxis}},
 	{Name: "axis_index", Doc: "this rank's coordinate on a mesh axis, an i64 scalar (as jax.lax.axis_index): the offset of the rank's block of a split tensor",

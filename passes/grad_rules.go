@@ -104,7 +104,7 @@ func keepAttrs(op *ir.Op, names ...string) ir.Attrs {
 // gradRules is the gradient table, keyed by op name: the core ops' rules (coreGradRules) and
 // the nn ops' (grad_rules_nn.go). Ops absent from it have no rule: one that lies between a
 // parameter and the loss is an error naming it.
-var gradRules = mergeRules(coreGradRules, nnGradRules)
+var gradRules = mergeRules(coreGradRules, nnGradRules, moeGradRules)
 
 var coreGradRules = map[string]gradRule{
 	// No gradient flows through these (their results are constants, integers or bools).
@@ -207,7 +207,8 @@ var coreGradRules = map[string]gradRule{
 	// FlashAttention-2's backward: one fused op recomputes the probabilities from the saved
 	// log-sum-exp. All three gradients are activation gradients (bwd_in); attention has no
 	// weights, so nothing of it runs in W.
-	"attention": attentionRule,
+	"attention":      attentionRule,
+	"ring_attention": ringAttentionRule,
 
 	// The conjugate collectives of tensor and sequence parallelism (see doc.go): a sum over
 	// the axis hands every member the same gradient; a replicated value entering a split
@@ -234,6 +235,12 @@ var coreGradRules = map[string]gradRule{
 			return []*ir.Value{g.b.Op1("gather", ir.Attrs{{Name: "axis", Value: ir.Int(dim)}}, d[0], idx)}, nil
 		}
 		return []*ir.Value{g.b.Op1("reduce_scatter", op.Attrs.Delete("grad"), d[0])}, nil
+	},
+	// An all_to_all is a permutation of the blocks over the members: its adjoint sends every
+	// block back where it came from, the all_to_all with split and concat dims swapped.
+	"all_to_all": func(g *gradCtx, op *ir.Op, d []*ir.Value) ([]*ir.Value, error) {
+		at := op.Attrs.Set("split_dim", op.Attrs.Get("concat_dim")).Set("concat_dim", op.Attrs.Get("split_dim"))
+		return []*ir.Value{g.b.Op1("all_to_all", at, d[0])}, nil
 	},
 	"reduce_scatter": func(g *gradCtx, op *ir.Op, d []*ir.Value) ([]*ir.Value, error) {
 		return []*ir.Value{g.b.Op1("all_gather", op.Attrs, d[0])}, nil

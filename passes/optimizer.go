@@ -55,7 +55,11 @@ var Optimizer = &Pass{
 		"result {update = <name>} is the new block, which each rank's program all-gathers into the whole parameter; " +
 		"other parameters are updated whole. @optimizer holds no collective: the rank programs reduce-scatter the " +
 		"gradients (rank-optimizer, before the step, for ZeRO-1; grad-reduce, each micro-batch's, for ZeRO-2, which " +
-		"accumulates only the block) and all-gather the new blocks (rank-optimizer). A 16-bit parameter marked " +
+		"accumulates only the block) and all-gather the new blocks (rank-optimizer). With zero=3 (ZeRO-3, FSDP) the " +
+		"parameter itself is held as that block (its argument is the block, shard over dp on dim 0, and no block is " +
+		"taken): the update replaces the block in place and nothing gathers it after the step — the next step's " +
+		"per-stage functions gather it where they read it (param-gather); gradients are reduce-scattered as ZeRO-2's. " +
+		"A 16-bit parameter marked " +
 		"{main_param} (the precision pass) gets one more state argument before its moments, %<name>.main_param: f32 " +
 		"{main_param, state = \"<name>.main_param\"} with the parameter's init (or data), the fp32 main parameter — " +
 		"a dp block under ZeRO, as Megatron's distributed optimizer shards it; the update reads and writes it " +
@@ -71,7 +75,7 @@ var Optimizer = &Pass{
 		{Name: "weight_decay", Doc: "adamw: decoupled weight decay (default 0.01); sgd: L2 term added to the gradient (default 0); >= 0"},
 		{Name: "momentum", Doc: "sgd: momentum, >= 0 (default 0, as torch.optim.SGD: no state; > 0 keeps a momentum_buffer per parameter)"},
 		{Name: "grad_dtype", Default: "f32", Doc: "the dtype {main_param} parameters' gradients are accumulated over micro-batches and reduced over dp in: f32 (Megatron's --accumulate-allreduce-grads-in-fp32) or the parameters' 16-bit dtype (ppc compile --grad-precision)"},
-		{Name: "zero", Default: "0", Doc: "ZeRO stage over the mesh's dp axis: 1 shards optimizer state, 2 also gradients (ppc compile --zero)"},
+		{Name: "zero", Default: "0", Doc: "ZeRO stage over the mesh's dp axis: 1 shards optimizer state, 2 also gradients, 3 also parameters (ppc compile --zero)"},
 		{Name: "clip", Doc: "clip the gradients to this global L2 norm, > 0 (torch.nn.utils.clip_grad_norm_; see passes/clip.go; ppc compile --clip-grad)"},
 		{Name: "schedule", Doc: "learning-rate schedule: constant (the default), linear or cosine (see ScheduledLR; ppc compile --lr-schedule)"},
 		{Name: "warmup", Doc: "steps of linear warmup from 0 to lr, >= 0 (default 0; ppc compile --warmup-steps)"},
@@ -83,8 +87,8 @@ var Optimizer = &Pass{
 		if err != nil {
 			return err
 		}
-		if cfg.zero, err = opts.Int("zero"); err != nil || cfg.zero < 0 || cfg.zero > 2 {
-			return fmt.Errorf("optimizer: zero must be 0, 1 or 2, got %q", opts["zero"])
+		if cfg.zero, err = opts.Int("zero"); err != nil || cfg.zero < 0 || cfg.zero > 3 {
+			return fmt.Errorf("optimizer: zero must be 0, 1, 2 or 3, got %q", opts["zero"])
 		}
 		if cfg.gradDType, err = ParsePrecision(opts["grad_dtype"]); err != nil {
 			return fmt.Errorf("optimizer: grad_dtype: %v", err)
@@ -327,8 +331,9 @@ type optParam struct {
 }
 
 // AttrZero (int, on @optimizer) is the ZeRO stage its updates are split by: 1 (the gradient
-// accumulates whole and is reduce-scattered before the update) or 2 (each micro-batch's
-// gradient is reduce-scattered and only the block accumulates).
+// accumulates whole and is reduce-scattered before the update), 2 (each micro-batch's
+// gradient is reduce-scattered and only the block accumulates) or 3 (as 2, and the parameter
+// itself is held as its block, gathered where a per-stage function reads it: param-gather).
 const AttrZero = "zero"
 
 // zeroBlocks maps each parameter whose optimizer update ZeRO splits over dp — @optimizer's
@@ -431,7 +436,13 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 		}
 		gAttrs := laidOut(ir.Attrs{{Name: ir.AttrGrad, Value: ir.String(p.Name)}})
 		st, stShard := ct, shard
-		zero := c.zero >= 1 && dp > 1 && ct.Rank() >= 1 && ct.Shape[0]%dp == 0
+		// An expert shard (ep-partition) is not ZeRO's: its replicas are the edp ranks, not dp.
+		expert := false
+		if shard != nil {
+			s, _ := ir.ShardingFromAttr(shard)
+			expert = s.Uses(EPAxis)
+		}
+		zero := c.zero >= 1 && dp > 1 && ct.Rank() >= 1 && ct.Shape[0]%dp == 0 && !expert
 		gt := ct
 		pa := train.ArgAttrs[p.Index]
 		main := pa.Has(AttrMainParam)
@@ -448,8 +459,15 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 			gAttrs = gAttrs.Set(ir.AttrShard, stShard)
 			f.Attrs = f.Attrs.Set(AttrZero, ir.Int(c.zero))
 		}
+		pt, pAttrs := p.Type, laidOut(ir.Attrs{{Name: ir.AttrParam, Value: ir.Unit{}}})
+		if zero && c.zero == 3 {
+			// ZeRO-3: the parameter is held as its block, laid out as its state.
+			pt.Shape = slices.Clone(pt.Shape)
+			pt.Shape[0] /= dp
+			pAttrs = pAttrs.Set(ir.AttrShard, stShard)
+		}
 		op := optParam{
-			p:    f.AddArg(p.Name, p.Type, laidOut(ir.Attrs{{Name: ir.AttrParam, Value: ir.Unit{}}})),
+			p:    f.AddArg(p.Name, pt, pAttrs),
 			g:    f.AddArg("d."+p.Name, gt, gAttrs),
 			zero: zero,
 		}
@@ -514,7 +532,7 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 		switch {
 		case op.main != nil:
 			p = op.main // already this replica's block under ZeRO
-		case op.zero:
+		case op.zero && c.zero < 3:
 			if p.Type.DType != ct {
 				p = b.Cast(p, ct)
 			}

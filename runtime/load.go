@@ -58,8 +58,10 @@ type Rank struct {
 	losses []float64
 	// metrics holds this step's METRIC values by name.
 	metrics map[string]float64
-	inputs  map[string]codegen.Input
-	step    int
+	// sums holds this step's summed METRIC values (Instr.sum) by name, over its micro-batches.
+	sums   map[string]float64
+	inputs map[string]codegen.Input
+	step   int
 	// shards[i] places PARAM or STATE buffer i in its full tensor (nil: it is the whole).
 	shards []*shardGeom
 	// curStep and at say what the rank is doing (the step, and the instruction or −1
@@ -227,14 +229,14 @@ func LoadProgram(data []byte, plan *codegen.Plan, dev device.Device) (*Rank, err
 // checkProgram checks what a program says of itself against the plan, whose entry says it
 // is pipeline rank pp's: the checks that do not depend on which replica runs it.
 func checkProgram(plan *codegen.Plan, pp int, prog *pb.Program) error {
-	mesh := []*pb.NamedInt{{Name: "pp", Value: int64(plan.Mesh.PP)}, {Name: "dp", Value: int64(plan.Mesh.DP)}, {Name: "tp", Value: int64(plan.Mesh.TP)}}
+	mesh := plan.Mesh.Proto()
 	switch {
 	case prog.FormatVersion != codegen.FormatVersion:
 		return fmt.Errorf("format version %d, this ppc reads %d", prog.FormatVersion, codegen.FormatVersion)
 	case int(prog.Pp) != pp:
 		return fmt.Errorf("program is for pipeline rank %d, the plan runs it as pipeline rank %d", prog.Pp, pp)
 	case !slices.EqualFunc(prog.Mesh, mesh, func(a, b *pb.NamedInt) bool { return a != nil && a.Name == b.Name && a.Value == b.Value }):
-		return fmt.Errorf("program is for mesh %s, the plan's is pp=%d dp=%d tp=%d", meshText(prog.Mesh), plan.Mesh.PP, plan.Mesh.DP, plan.Mesh.TP)
+		return fmt.Errorf("program is for mesh %s, the plan's is pp=%d dp=%d cp=%d tp=%d", meshText(prog.Mesh), plan.Mesh.PP, plan.Mesh.DP, plan.Mesh.CP, plan.Mesh.TP)
 	case int(prog.Microbatches) != plan.Microbatches:
 		return fmt.Errorf("program has %d micro-batches, the plan %d", prog.Microbatches, plan.Microbatches)
 	case prog.SourceHash != plan.SourceHash:
@@ -458,8 +460,8 @@ func blockOf(b *pb.Buffer, t ir.Type, mesh codegen.Mesh, c codegen.Coords) (*sha
 		factor, block := int64(1), int64(0)
 		for _, a := range d.GetAxes() {
 			switch {
-			case a != "dp" && a != "tp":
-				return nil, fmt.Errorf("sharding %s: %q is not a mesh axis a tensor can be split over (dp, tp)", codegen.ShardText(b.Shard), a)
+			case a != "dp" && a != "tp" && a != "ep":
+				return nil, fmt.Errorf("sharding %s: %q is not a mesh axis a tensor can be split over (dp, ep, tp)", codegen.ShardText(b.Shard), a)
 			case used[a]:
 				return nil, fmt.Errorf("sharding %s uses mesh axis %s twice", codegen.ShardText(b.Shard), a)
 			}
@@ -630,6 +632,18 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, local
 	// coordinates.
 	peerOK := func() error {
 		mesh := j.Plan.Mesh
+		if in.Axis != "" {
+			// A ring over a mesh axis (context parallelism): the peer is the next (+1) or
+			// previous (−1) coordinate on the axis, wrapping, with every other coordinate this
+			// rank's.
+			n := mesh.Size(in.Axis)
+			if in.Axis == "pp" || n < 2 || (in.Peer != 1 && in.Peer != -1) {
+				return fmt.Errorf("ring peer %+d on axis %q: want +1 or −1 on the cp axis of a mesh with cp > 1", in.Peer, in.Axis)
+			}
+			c := rank.Coords
+			it.peer = mesh.Rank(c.With(in.Axis, (c.Of(in.Axis)+int(in.Peer)+n)%n))
+			return nil
+		}
 		if in.Peer < 0 || int(in.Peer) >= mesh.PP || int(in.Peer) == rank.Coords.PP {
 			return fmt.Errorf("peer %d is not another pipeline rank of %d", in.Peer, mesh.PP)
 		}
@@ -706,7 +720,7 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, local
 		if !it.in[0].Type.Equal(it.out[0].Type) {
 			return it, fmt.Errorf("copies %s into %s", it.in[0].Type, it.out[0].Type)
 		}
-	case pb.Instr_ALL_REDUCE, pb.Instr_ALL_GATHER, pb.Instr_REDUCE_SCATTER, pb.Instr_BROADCAST:
+	case pb.Instr_ALL_REDUCE, pb.Instr_ALL_GATHER, pb.Instr_REDUCE_SCATTER, pb.Instr_BROADCAST, pb.Instr_ALL_TO_ALL:
 		return it, j.prepareCollective(rank, in, &it)
 	case pb.Instr_PACK, pb.Instr_UNPACK:
 		// One flat buffer and the tensors laid end to end in it, all of one dtype.
@@ -740,8 +754,8 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, local
 		if t := it.out[0].Type; t.DType != ir.I64 || t.Rank() != 0 {
 			return it, fmt.Errorf("axis index into %s, want an i64 scalar", t)
 		}
-		if in.Axis != "dp" && in.Axis != "tp" {
-			return it, fmt.Errorf("axis index of %q: want dp or tp", in.Axis)
+		if in.Axis != "dp" && in.Axis != "cp" && in.Axis != "tp" && in.Axis != "ep" && in.Axis != "edp" {
+			return it, fmt.Errorf("axis index of %q: want dp, ep, edp, cp or tp", in.Axis)
 		}
 		it.index = int64(rank.Coords.Of(in.Axis))
 	case pb.Instr_LOSS:
@@ -788,11 +802,13 @@ func (j *Job) prepareCollective(rank *Rank, in *pb.Instr, it *instr) error {
 	case len(in.Group) > 0 && in.Axis != "":
 		return fmt.Errorf("%s names both mesh axis %s and group %v", name, in.Axis, in.Group)
 	case in.Axis != "" && j.Plan.Mesh.Size(in.Axis) == 0:
-		return fmt.Errorf("%s over %q, which is not a mesh axis (pp, dp, tp)", name, in.Axis)
+		return fmt.Errorf("%s over %q, which is not a mesh axis (pp, dp, ep, edp, cp, tp)", name, in.Axis)
 	case in.Peer != 0:
 		return fmt.Errorf("%s has peer %d: collectives name their ranks in group", name, in.Peer)
-	case in.Dim != 0 && kind != pb.Instr_ALL_GATHER && kind != pb.Instr_REDUCE_SCATTER:
-		return fmt.Errorf("%s has dim %d: only all-gather and reduce-scatter take a dim", name, in.Dim)
+	case in.Dim != 0 && kind != pb.Instr_ALL_GATHER && kind != pb.Instr_REDUCE_SCATTER && kind != pb.Instr_ALL_TO_ALL:
+		return fmt.Errorf("%s has dim %d: only all-gather, reduce-scatter and all-to-all take a dim", name, in.Dim)
+	case in.ConcatDim != 0 && kind != pb.Instr_ALL_TO_ALL:
+		return fmt.Errorf("%s has concat dim %d: only all-to-all takes one", name, in.ConcatDim)
 	case in.ReduceOp != pb.Instr_SUM && kind != pb.Instr_ALL_REDUCE && kind != pb.Instr_REDUCE_SCATTER:
 		return fmt.Errorf("%s has reduce op %s: only all-reduce and reduce-scatter reduce", name, in.ReduceOp)
 	case in.Root != 0 && kind != pb.Instr_BROADCAST:
@@ -874,6 +890,21 @@ func (j *Job) prepareCollective(rank *Rank, in *pb.Instr, it *instr) error {
 			return fmt.Errorf("%s of %s over %d ranks along dim %d: the output must be dim %d %s %d, the buffer is %s",
 				name, x, n, d, d, rel, n, y)
 		}
+	case pb.Instr_ALL_TO_ALL:
+		s, c := int(in.Dim), int(in.ConcatDim)
+		if s < 0 || s >= x.Rank() || c < 0 || c >= x.Rank() {
+			return fmt.Errorf("%s split dim %d or concat dim %d is not a dim of %s", name, s, c, x)
+		}
+		if x.Shape[s]%n != 0 {
+			return fmt.Errorf("%s: dim %d of %s (size %d) does not split into %d equal parts", name, s, x, x.Shape[s], n)
+		}
+		want := slices.Clone(x.Shape)
+		want[s] /= n
+		want[c] *= n
+		if y.DType != x.DType || !y.Shape.Equal(want) {
+			return fmt.Errorf("%s of %s over %d ranks (split dim %d, concat dim %d): the output must be %s, the buffer is %s",
+				name, x, n, s, c, ir.Type{DType: x.DType, Shape: want}, y)
+		}
 	}
 	// The members read each other's inputs while they write their outputs: an output that
 	// shares bytes with the input (other than the in-place form) would corrupt what others read.
@@ -881,7 +912,7 @@ func (j *Job) prepareCollective(rank *Rank, in *pb.Instr, it *instr) error {
 		return fmt.Errorf("%s output buffer %d overlaps its input buffer %d", name, outID, inID)
 	}
 	it.coll = &dist.Op{Kind: kind, Group: group, Members: dist.MembersKey(group), DType: x.DType, Shape: x.Shape,
-		Dim: int(in.Dim), Reduce: in.ReduceOp, Root: int(in.Root), Tag: in.Tag}
+		Dim: int(in.Dim), ConcatDim: int(in.ConcatDim), Reduce: in.ReduceOp, Root: int(in.Root), Tag: in.Tag}
 	return nil
 }
 

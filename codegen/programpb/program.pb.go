@@ -195,6 +195,10 @@ const (
 	// records a metric computes the same value (it is formed by collectives); the host
 	// takes the lowest such rank's.
 	Instr_METRIC Instr_Kind = 18
+	// out[0] ← the blocks every member sent this one, concatenated along `concat_dim` in
+	// group order: member k cuts its in[0] into group-size equal blocks along `dim` and sends
+	// block j to member j (expert parallelism's dispatch and return).
+	Instr_ALL_TO_ALL Instr_Kind = 19
 )
 
 // Enum value maps for Instr_Kind.
@@ -219,6 +223,7 @@ var (
 		16: "PACK",
 		17: "UNPACK",
 		18: "METRIC",
+		19: "ALL_TO_ALL",
 	}
 	Instr_Kind_value = map[string]int32{
 		"NOP":            0,
@@ -240,6 +245,7 @@ var (
 		"PACK":           16,
 		"UNPACK":         17,
 		"METRIC":         18,
+		"ALL_TO_ALL":     19,
 	}
 )
 
@@ -1126,8 +1132,11 @@ type Instr struct {
 	In     []int32                `protobuf:"varint,3,rep,packed,name=in,proto3" json:"in,omitempty"`
 	Out    []int32                `protobuf:"varint,4,rep,packed,name=out,proto3" json:"out,omitempty"`
 	// SEND/RECV: the peer's pipeline rank (pp coordinate). The peer is the rank of that
-	// pipeline rank with this rank's dp and tp coordinates: a program does not know which
-	// data- or tensor-parallel replica runs it, and replicas talk only to their own kind.
+	// pipeline rank with this rank's dp, cp and tp coordinates: a program does not know which
+	// data-, context- or tensor-parallel replica runs it, and replicas talk only to their own
+	// kind. With `axis` set (cp: a ring of context parallelism), peer is +1 (SEND: the next
+	// coordinate on that axis, wrapping) or −1 (RECV: the previous one), every other
+	// coordinate this rank's.
 	Peer int32 `protobuf:"varint,5,opt,name=peer,proto3" json:"peer,omitempty"`
 	// SEND/RECV: matches a send with its receive. Collectives: not a matching key (they match
 	// by group and per-group sequence number) but checked equal across the members, so a
@@ -1146,7 +1155,7 @@ type Instr struct {
 	Dim      int32          `protobuf:"varint,11,opt,name=dim,proto3" json:"dim,omitempty"`
 	ReduceOp Instr_ReduceOp `protobuf:"varint,12,opt,name=reduce_op,json=reduceOp,proto3,enum=ppc.program.Instr_ReduceOp" json:"reduce_op,omitempty"` // ALL_REDUCE, REDUCE_SCATTER
 	Root     int32          `protobuf:"varint,13,opt,name=root,proto3" json:"root,omitempty"`                                                         // BROADCAST: position in the group of the member whose value is copied
-	// Collectives: the mesh axis (dp, tp, pp) whose ranks form the group — those that share
+	// Collectives: the mesh axis (dp, cp, tp, pp) whose ranks form the group — those that share
 	// every other mesh coordinate with the executing rank, ordered by their coordinate on the
 	// axis (so a BROADCAST root is that coordinate). Exactly one of axis and group is set;
 	// compiled programs always name the axis, so that every replica can run the same file.
@@ -1159,7 +1168,15 @@ type Instr struct {
 	// member — block 0 of every tensor in order, then block 1 of each, … — the layout in which a
 	// reduce-scatter or all-gather over n members gives each member a contiguous run of the
 	// bucket. It spares the copies into n blocks per tensor that the plain layout would need.
-	Blocks        int32 `protobuf:"varint,16,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	Blocks int32 `protobuf:"varint,16,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	// ALL_TO_ALL: the dimension along which the received blocks are concatenated (`dim` is the
+	// one along which in[0] is cut).
+	ConcatDim int32 `protobuf:"varint,17,opt,name=concat_dim,json=concatDim,proto3" json:"concat_dim,omitempty"`
+	// METRIC: a count the step reports summed — over this rank's micro-batches and over the
+	// ranks that hold different data (dp, cp and pipeline ranks; tensor-parallel replicas record
+	// it once, from tp coordinate 0) — such as the tokens a mixture of experts dropped. Without
+	// it a METRIC is a value every recording rank agrees on (the loss scale), reported once.
+	Sum           bool `protobuf:"varint,18,opt,name=sum,proto3" json:"sum,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1306,6 +1323,20 @@ func (x *Instr) GetBlocks() int32 {
 	return 0
 }
 
+func (x *Instr) GetConcatDim() int32 {
+	if x != nil {
+		return x.ConcatDim
+	}
+	return 0
+}
+
+func (x *Instr) GetSum() bool {
+	if x != nil {
+		return x.Sum
+	}
+	return false
+}
+
 // One program runs on every rank of a pipeline rank: its dp × tp replicas differ only in
 // their mesh coordinates, which the loader supplies (collective groups by axis, peers by
 // pipeline rank, parameter blocks by sharding), so a plan has one file per pipeline rank.
@@ -1313,7 +1344,7 @@ type Program struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	FormatVersion uint32                 `protobuf:"varint,1,opt,name=format_version,json=formatVersion,proto3" json:"format_version,omitempty"`
 	Pp            int32                  `protobuf:"varint,11,opt,name=pp,proto3" json:"pp,omitempty"`                                  // the pipeline rank (pp coordinate) whose ranks run it
-	Mesh          []*NamedInt            `protobuf:"bytes,12,rep,name=mesh,proto3" json:"mesh,omitempty"`                               // the mesh's axis sizes, slowest first: pp, dp, tp
+	Mesh          []*NamedInt            `protobuf:"bytes,12,rep,name=mesh,proto3" json:"mesh,omitempty"`                               // the mesh's axis sizes, slowest first: pp, dp, cp, tp
 	Microbatches  int32                  `protobuf:"varint,5,opt,name=microbatches,proto3" json:"microbatches,omitempty"`               // M: micro-batches per step of each data-parallel replica
 	ArenaBytes    int64                  `protobuf:"varint,6,opt,name=arena_bytes,json=arenaBytes,proto3" json:"arena_bytes,omitempty"` // size of the activation arena
 	Buffers       []*Buffer              `protobuf:"bytes,7,rep,name=buffers,proto3" json:"buffers,omitempty"`
@@ -1530,7 +1561,7 @@ const file_program_proto_rawDesc = "" +
 	"\x06Kernel\x12\x0e\n" +
 	"\x02op\x18\x01 \x01(\tR\x02op\x12,\n" +
 	"\x05attrs\x18\x02 \x03(\v2\x16.ppc.program.NamedAttrR\x05attrs\x12,\n" +
-	"\x05fused\x18\x03 \x03(\v2\x16.ppc.program.FusedStepR\x05fused\"\xc3\x05\n" +
+	"\x05fused\x18\x03 \x03(\v2\x16.ppc.program.FusedStepR\x05fused\"\x84\x06\n" +
 	"\x05Instr\x12+\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.ppc.program.Instr.KindR\x04kind\x12\x16\n" +
 	"\x06kernel\x18\x02 \x01(\x05R\x06kernel\x12\x0e\n" +
@@ -1551,7 +1582,10 @@ const file_program_proto_rawDesc = "" +
 	"\x04axis\x18\x0e \x01(\tR\x04axis\x12\x1f\n" +
 	"\vtoken_slice\x18\x0f \x01(\x05R\n" +
 	"tokenSlice\x12\x16\n" +
-	"\x06blocks\x18\x10 \x01(\x05R\x06blocks\"\xec\x01\n" +
+	"\x06blocks\x18\x10 \x01(\x05R\x06blocks\x12\x1d\n" +
+	"\n" +
+	"concat_dim\x18\x11 \x01(\x05R\tconcatDim\x12\x10\n" +
+	"\x03sum\x18\x12 \x01(\bR\x03sum\"\xfc\x01\n" +
 	"\x04Kind\x12\a\n" +
 	"\x03NOP\x10\x00\x12\n" +
 	"\n" +
@@ -1578,7 +1612,9 @@ const file_program_proto_rawDesc = "" +
 	"\n" +
 	"\x06UNPACK\x10\x11\x12\n" +
 	"\n" +
-	"\x06METRIC\x10\x12\"/\n" +
+	"\x06METRIC\x10\x12\x12\x0e\n" +
+	"\n" +
+	"ALL_TO_ALL\x10\x13\"/\n" +
 	"\bReduceOp\x12\a\n" +
 	"\x03SUM\x10\x00\x12\a\n" +
 	"\x03MAX\x10\x01\x12\a\n" +
