@@ -163,9 +163,12 @@ type Estimate struct {
 type Mesh struct {
 	PP int `json:"pp"`
 	DP int `json:"dp"`
-	CP int `json:"cp"` // context parallelism: the sequence split over cp ranks
+	CP int `json:"cp"` // context parallelism: each sequence split over cp ranks (0 reads as 1)
 	TP int `json:"tp"`
 }
+
+// cp is the cp size, 1 for a mesh written without one.
+func (m Mesh) cp() int { return max(m.CP, 1) }
 
 // Coords are one rank's coordinates on the mesh.
 type Coords struct {
@@ -183,7 +186,7 @@ func (m Mesh) Size(axis string) int {
 	case "dp":
 		return m.DP
 	case "cp":
-		return m.CP
+		return m.cp()
 	case "tp":
 		return m.TP
 	}
@@ -191,14 +194,14 @@ func (m Mesh) Size(axis string) int {
 }
 
 // World is the number of ranks of the mesh.
-func (m Mesh) World() int { return m.PP * m.DP * m.CP * m.TP }
+func (m Mesh) World() int { return m.PP * m.DP * m.cp() * m.TP }
 
 // Rank numbers the rank at c as Megatron-core does: tp fastest, then cp, dp, pp slowest.
-func (m Mesh) Rank(c Coords) int { return ((c.PP*m.DP+c.DP)*m.CP+c.CP)*m.TP + c.TP }
+func (m Mesh) Rank(c Coords) int { return ((c.PP*m.DP+c.DP)*m.cp()+c.CP)*m.TP + c.TP }
 
 // Coords are rank r's coordinates (the inverse of Rank).
 func (m Mesh) Coords(r int) Coords {
-	return Coords{PP: r / (m.DP * m.CP * m.TP), DP: r / (m.CP * m.TP) % m.DP, CP: r / m.TP % m.CP, TP: r % m.TP}
+	return Coords{PP: r / (m.DP * m.cp() * m.TP), DP: r / (m.cp() * m.TP) % m.DP, CP: r / m.TP % m.cp(), TP: r % m.TP}
 }
 
 // Of is c's coordinate on the named axis.
@@ -242,7 +245,7 @@ func (m Mesh) Group(c Coords, axis string) []int {
 
 // Proto is the mesh as a program records it, slowest axis first.
 func (m Mesh) Proto() []*pb.NamedInt {
-	return []*pb.NamedInt{{Name: "pp", Value: int64(m.PP)}, {Name: "dp", Value: int64(m.DP)}, {Name: "cp", Value: int64(m.CP)}, {Name: "tp", Value: int64(m.TP)}}
+	return []*pb.NamedInt{{Name: "pp", Value: int64(m.PP)}, {Name: "dp", Value: int64(m.DP)}, {Name: "cp", Value: int64(m.cp())}, {Name: "tp", Value: int64(m.TP)}}
 }
 
 // Groups are the rank's groups on every axis.
@@ -438,7 +441,7 @@ func FormatBytes(n int64) string {
 func ProgramFile(r int) string { return fmt.Sprintf("rank-%05d.ppx", r) }
 
 // Replicas is the number of ranks that run each program: dp × tp.
-func (p *Plan) Replicas() int { return max(p.Mesh.DP, 1) * max(p.Mesh.CP, 1) * max(p.Mesh.TP, 1) }
+func (p *Plan) Replicas() int { return max(p.Mesh.DP, 1) * p.Mesh.cp() * max(p.Mesh.TP, 1) }
 
 // GlobalMicrobatches is the micro-batches of one step over all data-parallel replicas (M·dp).
 func (p *Plan) GlobalMicrobatches() int { return p.Microbatches * max(p.Mesh.DP, 1) }
@@ -497,8 +500,8 @@ func (p *Plan) check() error {
 		return fmt.Errorf("format version %d, this ppc reads %d", p.FormatVersion, FormatVersion)
 	case p.World < 1 || p.World > 1<<16:
 		return fmt.Errorf("world size %d out of range", p.World)
-	case m.PP < 1 || m.DP < 1 || m.CP < 1 || m.TP < 1 || m.PP > p.World || m.DP > p.World || m.CP > p.World || m.TP > p.World || m.World() != p.World:
-		return fmt.Errorf("mesh pp=%d dp=%d cp=%d tp=%d does not multiply to world size %d", m.PP, m.DP, m.CP, m.TP, p.World)
+	case m.PP < 1 || m.DP < 1 || m.CP < 0 || m.TP < 1 || m.PP > p.World || m.DP > p.World || m.CP > p.World || m.TP > p.World || m.World() != p.World:
+		return fmt.Errorf("mesh pp=%d dp=%d cp=%d tp=%d does not multiply to world size %d", m.PP, m.DP, m.cp(), m.TP, p.World)
 	case len(p.Ranks) != p.World:
 		return fmt.Errorf("%d ranks listed for world size %d", len(p.Ranks), p.World)
 	case p.Microbatches < 1:
