@@ -243,9 +243,21 @@ func (m Mesh) Group(c Coords, axis string) []int {
 	return g
 }
 
-// Proto is the mesh as a program records it, slowest axis first.
+// Proto is the mesh as a program records it, slowest axis first; cp only when it splits
+// (as the IR's mesh attribute), so that a program without it reads as before.
 func (m Mesh) Proto() []*pb.NamedInt {
-	return []*pb.NamedInt{{Name: "pp", Value: int64(m.PP)}, {Name: "dp", Value: int64(m.DP)}, {Name: "cp", Value: int64(m.cp())}, {Name: "tp", Value: int64(m.TP)}}
+	if m.cp() > 1 {
+		return []*pb.NamedInt{{Name: "pp", Value: int64(m.PP)}, {Name: "dp", Value: int64(m.DP)}, {Name: "cp", Value: int64(m.CP)}, {Name: "tp", Value: int64(m.TP)}}
+	}
+	return []*pb.NamedInt{{Name: "pp", Value: int64(m.PP)}, {Name: "dp", Value: int64(m.DP)}, {Name: "tp", Value: int64(m.TP)}}
+}
+
+// String is the mesh as messages write it: "pp=2 dp=4 tp=8", cp only when it splits.
+func (m Mesh) String() string {
+	if m.cp() > 1 {
+		return fmt.Sprintf("pp=%d dp=%d cp=%d tp=%d", m.PP, m.DP, m.CP, m.TP)
+	}
+	return fmt.Sprintf("pp=%d dp=%d tp=%d", m.PP, m.DP, m.TP)
 }
 
 // Groups are the rank's groups on every axis.

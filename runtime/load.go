@@ -234,7 +234,7 @@ func checkProgram(plan *codegen.Plan, pp int, prog *pb.Program) error {
 	case int(prog.Pp) != pp:
 		return fmt.Errorf("program is for pipeline rank %d, the plan runs it as pipeline rank %d", prog.Pp, pp)
 	case !slices.EqualFunc(prog.Mesh, mesh, func(a, b *pb.NamedInt) bool { return a != nil && a.Name == b.Name && a.Value == b.Value }):
-		return fmt.Errorf("program is for mesh %s, the plan's is pp=%d dp=%d cp=%d tp=%d", meshText(prog.Mesh), plan.Mesh.PP, plan.Mesh.DP, plan.Mesh.CP, plan.Mesh.TP)
+		return fmt.Errorf("program is for mesh %s, the plan's is %s", meshText(prog.Mesh), plan.Mesh)
 	case int(prog.Microbatches) != plan.Microbatches:
 		return fmt.Errorf("program has %d micro-batches, the plan %d", prog.Microbatches, plan.Microbatches)
 	case prog.SourceHash != plan.SourceHash:
@@ -792,7 +792,7 @@ func (j *Job) prepareCollective(rank *Rank, in *pb.Instr, it *instr) error {
 	case len(in.Group) > 0 && in.Axis != "":
 		return fmt.Errorf("%s names both mesh axis %s and group %v", name, in.Axis, in.Group)
 	case in.Axis != "" && j.Plan.Mesh.Size(in.Axis) == 0:
-		return fmt.Errorf("%s over %q, which is not a mesh axis (pp, dp, tp)", name, in.Axis)
+		return fmt.Errorf("%s over %q, which is not a mesh axis (pp, dp, cp, tp)", name, in.Axis)
 	case in.Peer != 0:
 		return fmt.Errorf("%s has peer %d: collectives name their ranks in group", name, in.Peer)
 	case in.Dim != 0 && kind != pb.Instr_ALL_GATHER && kind != pb.Instr_REDUCE_SCATTER:

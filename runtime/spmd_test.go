@@ -181,7 +181,7 @@ func TestLoaderRejectsSPMDFields(t *testing.T) {
 			p0.Buffers = append(p0.Buffers, &pb.Buffer{Id: 6, Name: "w.m", Dtype: pb.DType_F32, Shape: []int64{2}, Role: pb.Role_STATE, Init: "zeros",
 				Shard: shard([]string{"xx"})})
 		}, `state w.m: sharding [xx]: "xx" is not a mesh axis`},
-		{"collective axis", func(p0, _ *pb.Program) { p0.Instrs[2].Axis = "cp" }, `all-reduce over "cp", which is not a mesh axis (pp, dp, tp)`},
+		{"collective axis", func(p0, _ *pb.Program) { p0.Instrs[2].Axis = "ep" }, `all-reduce over "ep", which is not a mesh axis (pp, dp, cp, tp)`},
 		{"axis and group", func(p0, _ *pb.Program) { p0.Instrs[2].Group = []int32{0, 2} }, "all-reduce names both mesh axis dp and group [0 2]"},
 		{"neither", func(p0, _ *pb.Program) { p0.Instrs[3].Axis = "" }, "all-gather names neither a mesh axis nor a group"},
 		{"gather size", func(p0, _ *pb.Program) { p0.Buffers[2].Shape = []int64{6} }, "the output must be dim 0 × 2"},
@@ -196,7 +196,7 @@ func TestLoaderRejectsSPMDFields(t *testing.T) {
 		{"axis index pp", func(p0, _ *pb.Program) {
 			p0.Buffers = append(p0.Buffers, &pb.Buffer{Id: 6, Name: "i", Dtype: pb.DType_I64, Role: pb.Role_ACTIVATION, Offset: 5 * 64})
 			p0.Instrs = append(p0.Instrs, &pb.Instr{Kind: pb.Instr_AXIS_INDEX, Out: []int32{6}, Axis: "pp"})
-		}, `axis index of "pp": want dp or tp`},
+		}, `axis index of "pp": want dp, cp or tp`},
 		{"pack size", func(p0, _ *pb.Program) {
 			p0.Instrs = append(p0.Instrs, &pb.Instr{Kind: pb.Instr_PACK, In: []int32{1, 2}, Out: []int32{3}})
 		}, "pack: the tensors hold 6 elements, the flat buffer f32[]"},
