@@ -252,6 +252,14 @@ func (m Mesh) Proto() []*pb.NamedInt {
 	return []*pb.NamedInt{{Name: "pp", Value: int64(m.PP)}, {Name: "dp", Value: int64(m.DP)}, {Name: "tp", Value: int64(m.TP)}}
 }
 
+// Product is the mesh as a product of its axes, "pp 2 × dp 1 × tp 1", cp only when it splits.
+func (m Mesh) Product() string {
+	if m.cp() > 1 {
+		return fmt.Sprintf("pp %d × dp %d × cp %d × tp %d", m.PP, m.DP, m.CP, m.TP)
+	}
+	return fmt.Sprintf("pp %d × dp %d × tp %d", m.PP, m.DP, m.TP)
+}
+
 // String is the mesh as messages write it: "pp=2 dp=4 tp=8", cp only when it splits.
 func (m Mesh) String() string {
 	if m.cp() > 1 {
