@@ -305,7 +305,7 @@ func moduleMesh(m *ir.Module, ranks int) (Mesh, error) {
 	}
 	// Each size first: the product of absurd sizes could overflow.
 	if mesh.DP > 1<<16 || mesh.CP > 1<<16 || mesh.TP > 1<<16 || mesh.DP*mesh.CP > 1<<16 || mesh.PP*mesh.DP*mesh.CP*mesh.TP > 1<<16 {
-		return mesh, fmt.Errorf("mesh pp=%d dp=%d cp=%d tp=%d has more ranks than the limit %d", mesh.PP, mesh.DP, mesh.CP, mesh.TP, 1<<16)
+		return mesh, fmt.Errorf("mesh %s has more ranks than the limit %d", mesh, 1<<16)
 	}
 	return mesh, nil
 }

@@ -58,6 +58,7 @@ func TestReadPlanErrors(t *testing.T) {
 		{strings.Replace(good, `"programs": [{"file": "rank-00000.ppx", "pp": 0}],`, ``, 1), "no programs listed"},
 		{strings.Replace(good, `"coords": {"pp": 0, "dp": 0, "cp": 0, "tp": 0}`, `"coords": {"pp": 0, "dp": 0, "cp": 0, "tp": 1}`, 1), "rank 0: coordinates pp=0 dp=0 cp=0 tp=1, but the mesh numbers it pp=0 dp=0 cp=0 tp=0"},
 		{strings.Replace(good, `"tp": [0]`, `"tp": [0, 1]`, 1), "rank 0: groups pp [0], dp [0], cp [0], tp [0 1]; its coordinates on the mesh give pp [0], dp [0], cp [0], tp [0]"},
+		{strings.Replace(good, `"cp": [0]`, `"cp": [0, 1]`, 1), "rank 0: groups pp [0], dp [0], cp [0 1], tp [0]"},
 		{strings.Replace(good, `[2, 3]`, `[]`, 1), ""}, // a scalar input: one sample per micro-batch
 		{strings.Replace(good, `"name": "x"`, `"name": ""`, 1), `an input has no name`},
 		{`{"world": `, "unexpected end"},
@@ -77,10 +78,10 @@ func TestReadPlanErrors(t *testing.T) {
 	}
 }
 
-// TestMeshNumbering: ranks are numbered as Megatron-core numbers them (tp fastest, then dp,
-// then pp), and a group over an axis is the ranks that differ only there, in its order.
+// TestMeshNumbering: ranks are numbered as Megatron-core numbers them (tp fastest, then cp,
+// dp, pp), and a group over an axis is the ranks that differ only there, in its order.
 func TestMeshNumbering(t *testing.T) {
-	m := Mesh{PP: 2, DP: 3, CP: 1, TP: 2}
+	m := Mesh{PP: 2, DP: 3, TP: 2}
 	for r := range 12 {
 		if got := m.Rank(m.Coords(r)); got != r {
 			t.Fatalf("rank %d → %+v → %d", r, m.Coords(r), got)
@@ -99,6 +100,22 @@ func TestMeshNumbering(t *testing.T) {
 	p.SetRanks()
 	if r := p.Ranks[9]; r.Program != "rank-00006.ppx" || !slices.Equal(r.Groups.DP, []int{7, 9, 11}) {
 		t.Fatalf("rank 9: %+v", r)
+	}
+	// With cp: rank = ((pp·dp_size + dp)·cp_size + cp)·tp_size + tp (Megatron's tp-cp-dp-pp).
+	m = Mesh{PP: 2, DP: 2, CP: 3, TP: 2}
+	for r := range m.World() {
+		if got := m.Rank(m.Coords(r)); got != r {
+			t.Fatalf("rank %d → %+v → %d", r, m.Coords(r), got)
+		}
+	}
+	c = m.Coords(17) // ((1·2 + 0)·3 + 2)·2 + 1 = 17: pp 1, dp 0, cp 2, tp 1
+	if c != (Coords{PP: 1, DP: 0, CP: 2, TP: 1}) {
+		t.Fatalf("rank 17 is %+v", c)
+	}
+	for axis, want := range map[string][]int{"tp": {16, 17}, "cp": {13, 15, 17}, "dp": {17, 23}, "pp": {5, 17}} {
+		if got := m.Group(c, axis); !slices.Equal(got, want) {
+			t.Errorf("%s group of rank 17: %v, want %v", axis, got, want)
+		}
 	}
 }
 
@@ -172,7 +189,7 @@ func TestDisassemble(t *testing.T) {
 // program, and plan.json's groups must be the mesh's.
 func TestPlanCheckReplicas(t *testing.T) {
 	good := func() *Plan {
-		p := &Plan{FormatVersion: FormatVersion, Mesh: Mesh{PP: 2, DP: 2, CP: 1, TP: 2}, World: 8, Microbatches: 1,
+		p := &Plan{FormatVersion: FormatVersion, Mesh: Mesh{PP: 2, DP: 2, TP: 2}, World: 8, Microbatches: 1,
 			Programs: []ProgramInfo{{File: ProgramFile(0)}, {File: ProgramFile(4), PP: 1}}}
 		p.SetRanks()
 		return p
@@ -188,6 +205,7 @@ func TestPlanCheckReplicas(t *testing.T) {
 		{func(p *Plan) { p.Ranks[3].Groups.DP = []int{3, 1} }, "rank 3: groups pp [3 7], dp [3 1], cp [3], tp [2 3]; its coordinates on the mesh give pp [3 7], dp [1 3], cp [3], tp [2 3]"},
 		{func(p *Plan) { p.Ranks[3].Coords.DP = 0 }, "rank 3: coordinates pp=0 dp=0 cp=0 tp=1, but the mesh numbers it pp=0 dp=1 cp=0 tp=1 (tp fastest, then cp, dp, pp)"},
 		{func(p *Plan) { p.Mesh.TP = 4 }, "mesh pp=2 dp=2 cp=1 tp=4 does not multiply to world size 8"},
+		{func(p *Plan) { p.Mesh.CP = 2 }, "mesh pp=2 dp=2 cp=2 tp=2 does not multiply to world size 8"},
 	} {
 		p := good()
 		c.edit(p)

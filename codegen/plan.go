@@ -179,7 +179,7 @@ type Mesh struct {
 	PP int `json:"pp"`
 	DP int `json:"dp"`
 	EP int `json:"ep,omitempty"` // expert parallelism inside dp (0 or 1: none)
-	CP int `json:"cp"`           // context parallelism: the sequence split over cp ranks
+	CP int `json:"cp"`           // context parallelism: each sequence split over cp ranks (0 reads as 1)
 	TP int `json:"tp"`
 }
 
@@ -287,13 +287,42 @@ func (m Mesh) Group(c Coords, axis string) []int {
 	return g
 }
 
-// Proto is the mesh as a program records it, slowest axis first.
+// Proto is the mesh as a program records it, slowest axis first; cp only when it splits
+// (as the IR's mesh attribute), so that a program without it reads as before.
 func (m Mesh) Proto() []*pb.NamedInt {
-	p := []*pb.NamedInt{{Name: "pp", Value: int64(m.PP)}, {Name: "dp", Value: int64(m.DP)}, {Name: "cp", Value: int64(m.cp())}, {Name: "tp", Value: int64(m.TP)}}
+	p := []*pb.NamedInt{{Name: "pp", Value: int64(m.PP)}, {Name: "dp", Value: int64(m.DP)}}
 	if m.ep() > 1 {
-		p = slices.Insert(p, 2, &pb.NamedInt{Name: "ep", Value: int64(m.EP)})
+		p = append(p, &pb.NamedInt{Name: "ep", Value: int64(m.EP)})
 	}
-	return p
+	if m.cp() > 1 {
+		p = append(p, &pb.NamedInt{Name: "cp", Value: int64(m.CP)})
+	}
+	return append(p, &pb.NamedInt{Name: "tp", Value: int64(m.TP)})
+}
+
+// Product is the mesh as a product of its axes, "pp 2 × dp 1 × tp 1", ep and cp only when
+// they split.
+func (m Mesh) Product() string {
+	s := fmt.Sprintf("pp %d × dp %d", m.PP, m.DP)
+	if m.ep() > 1 {
+		s += fmt.Sprintf(" (ep %d)", m.EP)
+	}
+	if m.cp() > 1 {
+		s += fmt.Sprintf(" × cp %d", m.CP)
+	}
+	return s + fmt.Sprintf(" × tp %d", m.TP)
+}
+
+// String is the mesh as messages write it: "pp=2 dp=4 tp=8", ep and cp only when they split.
+func (m Mesh) String() string {
+	s := fmt.Sprintf("pp=%d dp=%d", m.PP, m.DP)
+	if m.ep() > 1 {
+		s += fmt.Sprintf(" ep=%d", m.EP)
+	}
+	if m.cp() > 1 {
+		s += fmt.Sprintf(" cp=%d", m.CP)
+	}
+	return s + fmt.Sprintf(" tp=%d", m.TP)
 }
 
 // Groups are the rank's groups on every axis.
@@ -501,7 +530,7 @@ func FormatBytes(n int64) string {
 func ProgramFile(r int) string { return fmt.Sprintf("rank-%05d.ppx", r) }
 
 // Replicas is the number of ranks that run each program: dp × tp.
-func (p *Plan) Replicas() int { return max(p.Mesh.DP, 1) * max(p.Mesh.CP, 1) * max(p.Mesh.TP, 1) }
+func (p *Plan) Replicas() int { return max(p.Mesh.DP, 1) * p.Mesh.cp() * max(p.Mesh.TP, 1) }
 
 // GlobalMicrobatches is the micro-batches of one step over all data-parallel replicas (M·dp).
 func (p *Plan) GlobalMicrobatches() int { return p.Microbatches * max(p.Mesh.DP, 1) }
@@ -560,8 +589,8 @@ func (p *Plan) check() error {
 		return fmt.Errorf("format version %d, this ppc reads %d", p.FormatVersion, FormatVersion)
 	case p.World < 1 || p.World > 1<<16:
 		return fmt.Errorf("world size %d out of range", p.World)
-	case m.PP < 1 || m.DP < 1 || m.CP < 1 || m.TP < 1 || m.PP > p.World || m.DP > p.World || m.CP > p.World || m.TP > p.World || m.World() != p.World:
-		return fmt.Errorf("mesh pp=%d dp=%d cp=%d tp=%d does not multiply to world size %d", m.PP, m.DP, m.CP, m.TP, p.World)
+	case m.PP < 1 || m.DP < 1 || m.CP < 0 || m.TP < 1 || m.PP > p.World || m.DP > p.World || m.CP > p.World || m.TP > p.World || m.World() != p.World:
+		return fmt.Errorf("mesh pp=%d dp=%d cp=%d tp=%d does not multiply to world size %d", m.PP, m.DP, m.cp(), m.TP, p.World)
 	case m.EP < 0 || m.EP > 1 && m.DP%m.EP != 0:
 		return fmt.Errorf("mesh ep=%d does not divide dp=%d", m.EP, m.DP)
 	case len(p.Ranks) != p.World:

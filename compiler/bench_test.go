@@ -128,3 +128,35 @@ func BenchmarkTrainStepTiny(b *testing.B) {
 func BenchmarkTrainStepSmall(b *testing.B) {
 	benchmarkTrainStep(b, Options{Load: LoadOptions{Preset: "small", Set: map[string]string{"batch": "1"}}, Microbatches: 1})
 }
+
+// BenchmarkCPStep: one training step of llama.ppm at a 4,096-token sequence (batch 2) with
+// context parallelism 1, 2 and 4, every cp rank in this process; it reports tokens/s and the
+// peak bytes of one rank from the memory plan (peak-MiB/rank), which falls as 1/cp: each rank
+// holds its share of the sequence and the ring's blocks in flight.
+func BenchmarkCPStep(b *testing.B) {
+	for _, cp := range []int{1, 2, 4} {
+		b.Run(fmt.Sprintf("cp%d", cp), func(b *testing.B) {
+			res, err := Compile("../testdata/models/llama.ppm", Options{Load: LoadOptions{Set: map[string]string{"seq": "4096", "batch": "2"}}, Microbatches: 1, CP: cp})
+			if err != nil {
+				b.Fatal(err)
+			}
+			job, err := rt.New(res.Output, cpu.New())
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := job.Init(1); err != nil {
+				b.Fatal(err)
+			}
+			var tokens int
+			for b.Loop() {
+				r, err := job.Step(rt.Options{Seed: 1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				tokens = r.Tokens
+			}
+			b.ReportMetric(float64(tokens)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+			b.ReportMetric(float64(res.Output.Plan.Programs[0].PeakBytes)/(1<<20), "peak-MiB/rank")
+		})
+	}
+}

@@ -39,6 +39,9 @@ func TestCPEquivalence(t *testing.T) {
 			{"dp2-cp2-zero1", Options{DP: 2, CP: 2, Zero: 1}},
 			{"pp2-dp2-cp2-zero2", Options{PP: 2, DP: 2, CP: 2, Zero: 2}},
 			{"dp2-cp2-zero3", Options{DP: 2, CP: 2, Zero: 3}},
+			// Clipping to a norm below the gradients': every cp rank holds the summed
+			// gradients, so each computes the global norm itself (none is counted twice).
+			{"pp2-dp2-cp2-clip-cosine", Options{PP: 2, DP: 2, CP: 2, Optimizer: sgdClipCosine}},
 			// ZeRO-3 gathers each layer's parameters inside the functions the ring runs in.
 			{"dp2-cp2-zero3", Options{DP: 2, CP: 2, Zero: 3}},
 			{"pp2-dp2-cp2-tp2-sp-zero3-recompute", Options{PP: 2, DP: 2, CP: 2, TP: 2, SP: true, Zero: 3, Recompute: "full"}},
@@ -52,7 +55,7 @@ func TestCPEquivalence(t *testing.T) {
 		}},
 	}
 	for _, c := range cases {
-		refs := map[int]struct {
+		refs := map[string]struct {
 			l []float64
 			s map[string][]float64
 		}{}
@@ -61,13 +64,17 @@ func TestCPEquivalence(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				load := LoadOptions{Preset: "tiny"}
 				dp := max(lay.opts.DP, 1)
-				ref, ok := refs[dp]
-				if !ok {
-					ref.l, _, ref.s = spmdRun(t, c.model, Options{Load: load, Microbatches: m * dp, Optimizer: sgdM}, spmdSteps, "")
-					refs[dp] = ref
-				}
 				o := lay.opts
-				o.Load, o.Microbatches, o.Optimizer = load, m, sgdM
+				if o.Optimizer == "" {
+					o.Optimizer = sgdM
+				}
+				key := fmt.Sprint(dp, o.Optimizer)
+				ref, ok := refs[key]
+				if !ok {
+					ref.l, _, ref.s = spmdRun(t, c.model, Options{Load: load, Microbatches: m * dp, Optimizer: o.Optimizer}, spmdSteps, "")
+					refs[key] = ref
+				}
+				o.Load, o.Microbatches = load, m
 				l, _, s := spmdRun(t, c.model, o, spmdSteps, "")
 				agree(t, name+" against one device", ref.l, l, ref.s, s, spmdRtol, spmdAtol)
 			})
@@ -75,13 +82,17 @@ func TestCPEquivalence(t *testing.T) {
 	}
 }
 
-// TestCPMixedPrecision: bf16 with cp 2 against bf16 on one device. The 16-bit activations
-// round differently where the ring merges blocks, so the tolerance is bf16's.
+// TestCPMixedPrecision: bf16 and fp16 (with dynamic loss scaling: every cp rank sees the same
+// summed gradients, so all skip a step together or none does) with cp 2 against the same
+// precision on one device. The 16-bit activations round differently where the ring merges
+// blocks, so the tolerance is the 16-bit formats'.
 func TestCPMixedPrecision(t *testing.T) {
 	load := LoadOptions{Preset: "tiny"}
-	refL, _, refS := spmdRun(t, llamaPPM, Options{Load: load, Microbatches: 2, Optimizer: sgdM, Precision: "bf16"}, spmdSteps, "")
-	l, _, s := spmdRun(t, llamaPPM, Options{Load: load, Microbatches: 2, Optimizer: sgdM, Precision: "bf16", CP: 2}, spmdSteps, "")
-	agree(t, "bf16 cp2 against bf16 one device", refL, l, refS, s, 2e-2, 1e-3)
+	for _, prec := range []string{"bf16", "fp16"} {
+		refL, _, refS := spmdRun(t, llamaPPM, Options{Load: load, Microbatches: 2, Optimizer: sgdM, Precision: prec}, spmdSteps, "")
+		l, _, s := spmdRun(t, llamaPPM, Options{Load: load, Microbatches: 2, Optimizer: sgdM, Precision: prec, CP: 2}, spmdSteps, "")
+		agree(t, prec+" cp2 against "+prec+" one device", refL, l, refS, s, 2e-2, 1e-3)
+	}
 }
 
 // TestCPCheckpointAcrossLayouts: cp replicates the parameters, so a cp run's checkpoint is the

@@ -236,7 +236,7 @@ func checkProgram(plan *codegen.Plan, pp int, prog *pb.Program) error {
 	case int(prog.Pp) != pp:
 		return fmt.Errorf("program is for pipeline rank %d, the plan runs it as pipeline rank %d", prog.Pp, pp)
 	case !slices.EqualFunc(prog.Mesh, mesh, func(a, b *pb.NamedInt) bool { return a != nil && a.Name == b.Name && a.Value == b.Value }):
-		return fmt.Errorf("program is for mesh %s, the plan's is pp=%d dp=%d cp=%d tp=%d", meshText(prog.Mesh), plan.Mesh.PP, plan.Mesh.DP, plan.Mesh.CP, plan.Mesh.TP)
+		return fmt.Errorf("program is for mesh %s, the plan's is %s", meshText(prog.Mesh), plan.Mesh)
 	case int(prog.Microbatches) != plan.Microbatches:
 		return fmt.Errorf("program has %d micro-batches, the plan %d", prog.Microbatches, plan.Microbatches)
 	case prog.SourceHash != plan.SourceHash:

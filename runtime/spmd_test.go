@@ -26,7 +26,7 @@ func meshJob(m codegen.Mesh, progs []*pb.Program) (*Job, error) {
 	plan.SetRanks()
 	for pp, p := range progs {
 		p.FormatVersion, p.Pp, p.Microbatches = codegen.FormatVersion, int32(pp), 2
-		p.Mesh = []*pb.NamedInt{{Name: "pp", Value: int64(m.PP)}, {Name: "dp", Value: int64(m.DP)}, {Name: "cp", Value: 1}, {Name: "tp", Value: int64(m.TP)}}
+		p.Mesh = []*pb.NamedInt{{Name: "pp", Value: int64(m.PP)}, {Name: "dp", Value: int64(m.DP)}, {Name: "tp", Value: int64(m.TP)}}
 	}
 	return New(&codegen.Output{Plan: plan, Programs: progs}, cpu.New())
 }

@@ -200,8 +200,11 @@ func init() {
 						return usageError{err.Error()}
 					}
 				}
-				if (set["microbatches"] && opts.Microbatches < 1) || opts.PP < 1 || opts.TP < 1 || opts.DP < 1 || opts.CP < 1 || opts.EP < 1 {
-					return usagef("--pp, --tp, --cp, --dp, --ep and --microbatches must be at least 1")
+				if (set["microbatches"] && opts.Microbatches < 1) || opts.PP < 1 || opts.TP < 1 || opts.DP < 1 || opts.EP < 1 {
+					return usagef("--pp, --tp, --dp, --ep and --microbatches must be at least 1")
+				}
+				if opts.CP < 1 {
+					return usagef("--cp must be at least 1 (1: no context parallelism), got %d", opts.CP)
 				}
 				if opts.CPSplit != passes.CPZigzag && opts.CPSplit != passes.CPContiguous {
 					return usagef("--cp-split %q: want zigzag or contiguous", opts.CPSplit)

@@ -22,7 +22,7 @@ func TestCPBadInput(t *testing.T) {
 		{[]string{"compile", mlp, "--cp", "2", "-o", out}, exitInput, []string{"--cp 2: the model has no attention op", "use --cp 1"}, nil},
 		{[]string{"compile", gpt, "--preset", "tiny", "--set", "fused_attention=false", "--cp", "2", "-o", out}, exitInput,
 			[]string{"gpt.ppm:66:", "matmul contracts over the sequence axis", "--cp 1"}, nil},
-		{[]string{"compile", gpt, "--preset", "tiny", "--cp", "0", "-o", out}, exitInput, []string{"--cp, --dp and --microbatches must be at least 1"}, nil},
+		{[]string{"compile", gpt, "--preset", "tiny", "--cp", "0", "-o", out}, exitInput, []string{"--cp must be at least 1"}, nil},
 		{[]string{"compile", gpt, "--preset", "tiny", "--cp", "2", "--cp-split", "ring", "-o", out}, exitInput, []string{`--cp-split "ring": want zigzag or contiguous`}, nil},
 		{[]string{"compile", gpt, "--preset", "tiny", "--cp", "2", "--token-slices", "2", "-o", out}, exitInput, []string{"--token-slices with --cp"}, nil},
 		{[]string{"infer", gpt, "--preset", "tiny", "--cp", "3", "--output-dir", out}, exitInput, []string{"--cp 3:", "--cp 2 or --cp 4"}, nil},

@@ -1344,7 +1344,7 @@ type Program struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	FormatVersion uint32                 `protobuf:"varint,1,opt,name=format_version,json=formatVersion,proto3" json:"format_version,omitempty"`
 	Pp            int32                  `protobuf:"varint,11,opt,name=pp,proto3" json:"pp,omitempty"`                                  // the pipeline rank (pp coordinate) whose ranks run it
-	Mesh          []*NamedInt            `protobuf:"bytes,12,rep,name=mesh,proto3" json:"mesh,omitempty"`                               // the mesh's axis sizes, slowest first: pp, dp, cp, tp
+	Mesh          []*NamedInt            `protobuf:"bytes,12,rep,name=mesh,proto3" json:"mesh,omitempty"`                               // the mesh's axis sizes, slowest first: pp, dp, cp (when > 1), tp
 	Microbatches  int32                  `protobuf:"varint,5,opt,name=microbatches,proto3" json:"microbatches,omitempty"`               // M: micro-batches per step of each data-parallel replica
 	ArenaBytes    int64                  `protobuf:"varint,6,opt,name=arena_bytes,json=arenaBytes,proto3" json:"arena_bytes,omitempty"` // size of the activation arena
 	Buffers       []*Buffer              `protobuf:"bytes,7,rep,name=buffers,proto3" json:"buffers,omitempty"`
