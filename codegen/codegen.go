@@ -696,7 +696,7 @@ func (rg *rankGen) accumulate(key string, buf, mb int) {
 func (rg *rankGen) gradAllReduce(prog *ir.Func, op *ir.Op) error {
 	axis := op.Attrs.Str("axis", "")
 	if rg.g.mesh.Size(axis) == 0 {
-		return fmt.Errorf("@%s: grad_all_reduce over %q: not an axis of the mesh (pp, dp, tp)", prog.Name, axis)
+		return fmt.Errorf("@%s: grad_all_reduce over %q: not an axis of the mesh (pp, dp, ep, edp, cp, tp)", prog.Name, axis)
 	}
 	names := op.Attrs.Strings("grads")
 	ids := make([]int32, len(names))
@@ -802,7 +802,7 @@ func (rg *rankGen) gradReduceScatter(prog *ir.Func, op *ir.Op) error {
 func (rg *rankGen) reduceScatter(axis string, names []string, bufs []int, mb int) ([]int, int64, error) {
 	n := rg.g.mesh.Size(axis)
 	if n == 0 {
-		return nil, 0, fmt.Errorf("%q is not an axis of the mesh (pp, dp, tp)", axis)
+		return nil, 0, fmt.Errorf("%q is not an axis of the mesh (pp, dp, ep, edp, cp, tp)", axis)
 	}
 	var bytes int64
 	blockTypes := make([]ir.Type, len(bufs))
@@ -853,7 +853,7 @@ func (rg *rankGen) paramAllGather(prog *ir.Func, op *ir.Op) error {
 	axis := op.Attrs.Str("axis", "")
 	n := rg.g.mesh.Size(axis)
 	if n == 0 {
-		return fmt.Errorf("@%s: param_all_gather over %q: not an axis of the mesh (pp, dp, tp)", prog.Name, axis)
+		return fmt.Errorf("@%s: param_all_gather over %q: not an axis of the mesh (pp, dp, ep, edp, cp, tp)", prog.Name, axis)
 	}
 	names := op.Attrs.Strings("params")
 	blocks, params := make([]int32, len(names)), make([]int, len(names))
@@ -994,7 +994,7 @@ func (rg *rankGen) collective(f *ir.Func, b *lower.Block, k *lower.Kernel, l low
 		// pipeline rank runs) a reduction over pp is how all of them agree on one value.
 		return fmt.Errorf("%s over pp: a stage's function runs on one pipeline rank; stages exchange values by send/recv, which code generation derives", name)
 	case n == 0:
-		return fmt.Errorf("%s over %q: not an axis of the mesh (pp, dp, tp)", name, axis)
+		return fmt.Errorf("%s over %q: not an axis of the mesh (pp, dp, ep, edp, cp, tp)", name, axis)
 	}
 	op := k.Op.Name
 	kind, isColl := collectiveKinds[op]
@@ -1443,7 +1443,7 @@ func (rg *rankGen) allReduce(prog *ir.Func, op *ir.Op) error {
 	red, ok := reduceOps[op.Attrs.Str("op", "sum")]
 	switch {
 	case n == 0:
-		return fmt.Errorf("@%s: all_reduce over %q: not an axis of the mesh (pp, dp, tp)", prog.Name, axis)
+		return fmt.Errorf("@%s: all_reduce over %q: not an axis of the mesh (pp, dp, ep, edp, cp, tp)", prog.Name, axis)
 	case !ok:
 		return fmt.Errorf("@%s: all_reduce: unknown reduction %q", prog.Name, op.Attrs.Str("op", ""))
 	case n == 1:

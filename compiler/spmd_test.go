@@ -439,8 +439,8 @@ func @forward(%x: f32[4,8] {input}, %w: f32[8,8] {init = "normal(0.2)", param, s
 			"@F_s0: %y = all_gather {parts = 4} over tp, which has 2 ranks"},
 		{module("tp = 2", "[_, tp]", "%y = all_reduce %h {axis = pp} : f32[4,8]"), Options{TP: 2},
 			"@F_s0: %y = all_reduce over pp: a stage's function runs on one pipeline rank"},
-		{module("tp = 2", "[_, tp]", "%y = all_reduce %h {axis = ep} : f32[4,8]"), Options{TP: 2},
-			`@F_s0: %y = all_reduce over "ep": not an axis of the mesh (pp, dp, tp)`},
+		{module("tp = 2", "[_, tp]", "%y = all_reduce %h {axis = sp} : f32[4,8]"), Options{TP: 2},
+			`@F_s0: %y = all_reduce over "sp": not an axis of the mesh (pp, dp, ep, edp, cp, tp)`},
 		{module("dp = 2, tp = 2", "[dp, _]", "%y = all_reduce %h {axis = tp} : f32[4,8]"), Options{TP: 2, DP: 2},
 			"parameter %w: shard [dp, _] splits it over dp: only optimizer state is split over the data-parallel replicas (ZeRO, --zero)"},
 	} {
