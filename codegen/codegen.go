@@ -142,6 +142,9 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 	out.Plan.LossNote = m.Attrs.Str(passes.AttrLossNote, "")
 	out.Plan.Recompute = opts.Recompute
 	out.Plan.Precision = m.Attrs.Str(passes.AttrPrecision, "")
+	if moe := passes.ReadMoE(m); moe.Layers > 0 {
+		out.Plan.MoE = &moe
+	}
 	return out, nil
 }
 
@@ -262,6 +265,8 @@ func moduleMesh(m *ir.Module, ranks int) (Mesh, error) {
 			mesh.DP = a.Size
 		case "cp":
 			mesh.CP = a.Size
+		case "ep":
+			mesh.EP = a.Size
 		case "tp":
 			mesh.TP = a.Size
 		default:
@@ -358,12 +363,16 @@ func (g *gen) checkSharding(s *ir.Sharding, t ir.Type, zero bool) error {
 		for _, a := range axes {
 			switch a {
 			case "tp":
+			case "ep": // an expert parameter's shard (passes.EPPartition)
+				if g.mesh.EP < 2 {
+					return fmt.Errorf("shard %s splits it over ep, which the mesh does not have", s)
+				}
 			case "dp":
 				if !zero {
 					return fmt.Errorf("shard %s splits it over dp: only optimizer state (ZeRO, --zero) and ZeRO-3's parameters are split over the data-parallel replicas", s)
 				}
 			default:
-				return fmt.Errorf("shard %s: %s is not a mesh axis a parameter can be split over (tp)", s, a)
+				return fmt.Errorf("shard %s: %s is not a mesh axis a parameter can be split over (tp, ep)", s, a)
 			}
 		}
 	}
@@ -614,6 +623,9 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 		case at.Has(passes.AttrPort):
 			// Sends are the rank program's (emit).
 			rg.ports[portKey{at.Str(passes.AttrPort, ""), mb}] = buf
+		case at.Has(ir.AttrMetric):
+			// A model's metric: this micro-batch's count, summed by the runtime over the step.
+			rg.instr(&pb.Instr{Kind: pb.Instr_METRIC, In: []int32{int32(buf)}, Label: at.Str(ir.AttrMetric, ""), Sum: true, Microbatch: int32(mb), Stage: int32(stage)})
 		case at.Has(ir.AttrLoss):
 			rg.instr(&pb.Instr{Kind: pb.Instr_LOSS, In: []int32{int32(buf)}, Microbatch: int32(mb)})
 			if rg.g.funcs["optimizer"] == nil {
@@ -902,7 +914,7 @@ func (rg *rankGen) result(f *ir.Func, b *lower.Block, slotBuf []int, s, mb int) 
 
 // collectiveKinds maps the IR's collective ops to instructions.
 var collectiveKinds = map[string]pb.Instr_Kind{"all_reduce": pb.Instr_ALL_REDUCE, "all_gather": pb.Instr_ALL_GATHER,
-	"reduce_scatter": pb.Instr_REDUCE_SCATTER, "collective_broadcast": pb.Instr_BROADCAST}
+	"reduce_scatter": pb.Instr_REDUCE_SCATTER, "collective_broadcast": pb.Instr_BROADCAST, "all_to_all": pb.Instr_ALL_TO_ALL}
 
 var reduceOps = map[string]pb.Instr_ReduceOp{"sum": pb.Instr_SUM, "max": pb.Instr_MAX, "min": pb.Instr_MIN, "mean": pb.Instr_MEAN}
 
@@ -957,7 +969,7 @@ func (rg *rankGen) collective(f *ir.Func, b *lower.Block, k *lower.Kernel, l low
 	if op != "copy_to_axis" && !isColl {
 		return fmt.Errorf("%s has no runtime instruction", name)
 	}
-	if parts := k.Attrs.Int("parts", n); (op == "all_gather" || op == "reduce_scatter") && parts != n {
+	if parts := k.Attrs.Int("parts", n); (op == "all_gather" || op == "reduce_scatter" || op == "all_to_all") && parts != n {
 		return fmt.Errorf("%s {parts = %d} over %s, which has %d ranks", name, parts, axis, n)
 	}
 	root := k.Attrs.Int("root", 0)
@@ -989,6 +1001,8 @@ func (rg *rankGen) collective(f *ir.Func, b *lower.Block, k *lower.Kernel, l low
 		ins.Dim = int32(k.Attrs.Int("dim", 0))
 	case pb.Instr_BROADCAST:
 		ins.Root = int32(root)
+	case pb.Instr_ALL_TO_ALL:
+		ins.Dim, ins.ConcatDim = int32(k.Attrs.Int("split_dim", 0)), int32(k.Attrs.Int("concat_dim", 0))
 	}
 	if g := rg.g.dpComm.zero3; axis == "dp" && stage >= 0 && g != nil && (kind == pb.Instr_ALL_GATHER || kind == pb.Instr_REDUCE_SCATTER) {
 		// ZeRO-3's gather of a parameter or reduce-scatter of a gradient (param-gather),
@@ -1518,7 +1532,7 @@ func (g *gen) describe(p *Plan, progs []*pb.Program) {
 				if _, ok := params[a.Name]; !ok {
 					order = append(order, a.Name)
 					sh := g.shards[a.Name]
-					pr := Param{Name: a.Name, DType: a.Type.DType.String(), Shape: g.logicalShape(a.Type.Shape, sh), Init: at.Str(ir.AttrInit, "")}
+					pr := Param{Name: a.Name, DType: a.Type.DType.String(), Shape: g.logicalShape(a.Type.Shape, sh), Init: at.Str(ir.AttrInit, ""), Expert: at.Has(passes.AttrExpert)}
 					if u := g.unpadded[a.Name]; u != nil {
 						pr.Shape, pr.Padded = u, pr.Shape // checkpoints hold the tensor the user sees
 					}
@@ -1603,6 +1617,9 @@ func (g *gen) stageInfo(params []Param) []StageInfo {
 				counted[info[st].Rank] = true
 				info[st].Params += n
 				info[st].RankParams += local
+				if p.Expert {
+					info[st].ExpertParams += n
+				}
 			}
 		}
 	}

@@ -138,7 +138,7 @@ func instrText(p *pb.Program, in *pb.Instr) string {
 		return fmt.Sprintf("%s += %s", bufs(in.Out), bufs(in.In))
 	case pb.Instr_COPY:
 		return fmt.Sprintf("%s = copy %s", bufs(in.Out), bufs(in.In))
-	case pb.Instr_ALL_REDUCE, pb.Instr_ALL_GATHER, pb.Instr_REDUCE_SCATTER, pb.Instr_BROADCAST:
+	case pb.Instr_ALL_REDUCE, pb.Instr_ALL_GATHER, pb.Instr_REDUCE_SCATTER, pb.Instr_BROADCAST, pb.Instr_ALL_TO_ALL:
 		return collectiveText(in)
 	case pb.Instr_PACK, pb.Instr_UNPACK:
 		s := fmt.Sprintf("%s = %s %s", bufs(in.Out), strings.ToLower(in.Kind.String()), bufs(in.In))
@@ -151,6 +151,9 @@ func instrText(p *pb.Program, in *pb.Instr) string {
 	case pb.Instr_LOSS:
 		return fmt.Sprintf("loss %s mb %d", bufs(in.In), in.Microbatch)
 	case pb.Instr_METRIC:
+		if in.Sum {
+			return fmt.Sprintf("metric %q += %s mb %d", in.Label, bufs(in.In), in.Microbatch)
+		}
 		return fmt.Sprintf("metric %q %s", in.Label, bufs(in.In))
 	case pb.Instr_BEGIN:
 		if in.Label == "OPT" {
@@ -193,7 +196,9 @@ func collectiveText(in *pb.Instr) string {
 		b.WriteString(" " + strings.ToLower(in.ReduceOp.String()))
 	}
 	b.WriteString(" " + bufs(in.In))
-	if in.Kind == pb.Instr_ALL_GATHER || in.Kind == pb.Instr_REDUCE_SCATTER || in.Dim != 0 {
+	if in.Kind == pb.Instr_ALL_TO_ALL {
+		fmt.Fprintf(&b, " split dim %d concat dim %d", in.Dim, in.ConcatDim)
+	} else if in.Kind == pb.Instr_ALL_GATHER || in.Kind == pb.Instr_REDUCE_SCATTER || in.Dim != 0 {
 		fmt.Fprintf(&b, " dim %d", in.Dim)
 	}
 	if in.Kind == pb.Instr_BROADCAST || in.Root != 0 {

@@ -41,7 +41,11 @@ type Plan struct {
 	// CP is how context parallelism split the sequence (nil without --cp): the split, the
 	// sequence length and whether attention is causal, from which the per-rank attention
 	// work follows (passes.CPAttentionWork).
-	CP         *passes.CPSplit `json:"cp,omitempty"`
+	CP *passes.CPSplit `json:"cp,omitempty"`
+	// MoE is the model's routing (nil without experts): its expert count and choices per
+	// token, which split the parameters into dense ones every token reads and the experts'
+	// (Param.Expert), of which a token reads top_k/experts.
+	MoE        *passes.MoEInfo `json:"moe,omitempty"`
 	Stages     int             `json:"stages"`
 	StageRanks []int           `json:"stage_ranks"` // stage → pipeline rank (pp coordinate)
 	StageInfo  []StageInfo     `json:"stage_info,omitempty"`
@@ -94,10 +98,13 @@ type StageInfo struct {
 	// Params counts the stage's parameter elements (logical tensors), a parameter once per
 	// pipeline rank holding it; RankParams what one tensor-parallel rank of it holds (its
 	// shards; replicated parameters whole).
-	Params     int64   `json:"params"`
-	RankParams int64   `json:"rank_params"`
-	FLOPs      float64 `json:"forward_flops"` // per micro-batch
-	StashBytes int64   `json:"stash_bytes"`   // activations kept from F to I/W, per micro-batch
+	Params     int64 `json:"params"`
+	RankParams int64 `json:"rank_params"`
+	// ExpertParams is, of Params, the experts' weights (Param.Expert): a token reads
+	// top_k/experts of them.
+	ExpertParams int64   `json:"expert_params,omitempty"`
+	FLOPs        float64 `json:"forward_flops"` // per micro-batch
+	StashBytes   int64   `json:"stash_bytes"`   // activations kept from F to I/W, per micro-batch
 	// KVBytes is, of StashBytes, the token slices' K/V cache: the keys and values each slice
 	// keeps for the later slices of its micro-batch (and their backward), per micro-batch.
 	KVBytes   int64   `json:"kv_cache_bytes,omitempty"`
@@ -159,21 +166,34 @@ type Estimate struct {
 	PeakActivations   []int   `json:"peak_activations"`   // micro-batches stashed per rank
 }
 
-// Mesh is the device mesh: the size of each axis.
+// Mesh is the device mesh: the size of each axis. EP (expert parallelism) is not an axis of
+// its own but a factor of DP: dp coordinate d is ep coordinate d mod EP and expert-data-
+// parallel (edp) coordinate d / EP, so the ranks are numbered as Megatron-Core numbers them,
+// rank = tp + TP·(cp + CP·(ep + EP·(edp + EDP·pp))), which is the numbering without ep.
 type Mesh struct {
 	PP int `json:"pp"`
 	DP int `json:"dp"`
-	CP int `json:"cp"` // context parallelism: the sequence split over cp ranks
+	EP int `json:"ep,omitempty"` // expert parallelism inside dp (0 or 1: none)
+	CP int `json:"cp"`           // context parallelism: the sequence split over cp ranks
 	TP int `json:"tp"`
 }
 
-// Coords are one rank's coordinates on the mesh.
+// Coords are one rank's coordinates on the mesh. EP and EDP are DP's factors (Mesh).
 type Coords struct {
-	PP int `json:"pp"`
-	DP int `json:"dp"`
-	CP int `json:"cp"`
-	TP int `json:"tp"`
+	PP  int `json:"pp"`
+	DP  int `json:"dp"`
+	EP  int `json:"ep,omitempty"`
+	EDP int `json:"edp,omitempty"`
+	CP  int `json:"cp"`
+	TP  int `json:"tp"`
 }
+
+// ep is the expert-parallel size (1 without expert parallelism).
+func (m Mesh) ep() int { return max(m.EP, 1) }
+
+// cp is the context-parallel size; a mesh built in memory without one has cp 1 (a plan read
+// from disk must say so: check).
+func (m Mesh) cp() int { return max(m.CP, 1) }
 
 // Size is the number of ranks along the named axis (0 for a name that is not an axis).
 func (m Mesh) Size(axis string) int {
@@ -182,8 +202,12 @@ func (m Mesh) Size(axis string) int {
 		return m.PP
 	case "dp":
 		return m.DP
+	case "ep":
+		return m.ep()
+	case "edp":
+		return m.DP / m.ep()
 	case "cp":
-		return m.CP
+		return m.cp()
 	case "tp":
 		return m.TP
 	}
@@ -191,14 +215,20 @@ func (m Mesh) Size(axis string) int {
 }
 
 // World is the number of ranks of the mesh.
-func (m Mesh) World() int { return m.PP * m.DP * m.CP * m.TP }
+func (m Mesh) World() int { return m.PP * m.DP * m.cp() * m.TP }
 
-// Rank numbers the rank at c as Megatron-core does: tp fastest, then cp, dp, pp slowest.
-func (m Mesh) Rank(c Coords) int { return ((c.PP*m.DP+c.DP)*m.CP+c.CP)*m.TP + c.TP }
+// Rank numbers the rank at c as Megatron-core does: tp fastest, then cp, dp (ep inside it),
+// pp slowest.
+func (m Mesh) Rank(c Coords) int { return ((c.PP*m.DP+c.DP)*m.cp()+c.CP)*m.TP + c.TP }
 
 // Coords are rank r's coordinates (the inverse of Rank).
 func (m Mesh) Coords(r int) Coords {
-	return Coords{PP: r / (m.DP * m.CP * m.TP), DP: r / (m.CP * m.TP) % m.DP, CP: r / m.TP % m.CP, TP: r % m.TP}
+	cp := m.cp()
+	c := Coords{PP: r / (m.DP * cp * m.TP), DP: r / (cp * m.TP) % m.DP, CP: r / m.TP % cp, TP: r % m.TP}
+	if m.ep() > 1 {
+		c.EP, c.EDP = c.DP%m.ep(), c.DP/m.ep()
+	}
+	return c
 }
 
 // Of is c's coordinate on the named axis.
@@ -208,13 +238,17 @@ func (c Coords) Of(axis string) int {
 		return c.PP
 	case "dp":
 		return c.DP
+	case "ep":
+		return c.EP
+	case "edp":
+		return c.EDP
 	case "cp":
 		return c.CP
 	}
 	return c.TP
 }
 
-// With returns c with its coordinate on axis set to v.
+// With returns c with its coordinate on axis set to v (not ep or edp: Mesh.Group).
 func (c Coords) With(axis string, v int) Coords {
 	switch axis {
 	case "pp":
@@ -231,23 +265,39 @@ func (c Coords) With(axis string, v int) Coords {
 
 // Group is the ranks that share every coordinate of c but the one on axis, ordered by that
 // coordinate: the members of a collective over axis, in reduction and concatenation order.
+// An ep group is EP consecutive dp coordinates; an edp group the dp coordinates ≡ c's mod EP.
 func (m Mesh) Group(c Coords, axis string) []int {
 	n := m.Size(axis)
 	g := make([]int, n)
 	for i := range n {
-		g[i] = m.Rank(c.With(axis, i))
+		switch axis {
+		case "ep":
+			g[i] = m.Rank(c.With("dp", c.DP/m.ep()*m.ep()+i))
+		case "edp":
+			g[i] = m.Rank(c.With("dp", i*m.ep()+c.DP%m.ep()))
+		default:
+			g[i] = m.Rank(c.With(axis, i))
+		}
 	}
 	return g
 }
 
 // Proto is the mesh as a program records it, slowest axis first.
 func (m Mesh) Proto() []*pb.NamedInt {
-	return []*pb.NamedInt{{Name: "pp", Value: int64(m.PP)}, {Name: "dp", Value: int64(m.DP)}, {Name: "cp", Value: int64(m.CP)}, {Name: "tp", Value: int64(m.TP)}}
+	p := []*pb.NamedInt{{Name: "pp", Value: int64(m.PP)}, {Name: "dp", Value: int64(m.DP)}, {Name: "cp", Value: int64(m.cp())}, {Name: "tp", Value: int64(m.TP)}}
+	if m.ep() > 1 {
+		p = slices.Insert(p, 2, &pb.NamedInt{Name: "ep", Value: int64(m.EP)})
+	}
+	return p
 }
 
 // Groups are the rank's groups on every axis.
 func (m Mesh) Groups(c Coords) RankGroups {
-	return RankGroups{PP: m.Group(c, "pp"), DP: m.Group(c, "dp"), CP: m.Group(c, "cp"), TP: m.Group(c, "tp")}
+	g := RankGroups{PP: m.Group(c, "pp"), DP: m.Group(c, "dp"), CP: m.Group(c, "cp"), TP: m.Group(c, "tp")}
+	if m.ep() > 1 {
+		g.EP, g.EDP = m.Group(c, "ep"), m.Group(c, "edp")
+	}
+	return g
 }
 
 // Axes are the mesh axes in rank order, slowest first (ir.MeshOrder).
@@ -300,7 +350,9 @@ type Param struct {
 	// split. Its optimizer state is split the same way.
 	Shard [][]string `json:"shard,omitempty"`
 	Init  string     `json:"init,omitempty"`
-	Ranks []int      `json:"ranks"` // pipeline ranks holding it (each on all its replicas)
+	// Expert marks an expert's weights (passes.AttrExpert): first dim the experts.
+	Expert bool  `json:"expert,omitempty"`
+	Ranks  []int `json:"ranks"` // pipeline ranks holding it (each on all its replicas)
 	// Stages lists the stages whose functions use it: more than one for a tied weight.
 	Stages []int `json:"stages,omitempty"`
 	// State names the optimizer state buffers kept for it.
@@ -320,10 +372,12 @@ type RankInfo struct {
 
 // RankGroups are a rank's collective groups, one per mesh axis.
 type RankGroups struct {
-	PP []int `json:"pp"`
-	DP []int `json:"dp"`
-	CP []int `json:"cp"`
-	TP []int `json:"tp"`
+	PP  []int `json:"pp"`
+	DP  []int `json:"dp"`
+	EP  []int `json:"ep,omitempty"`  // expert parallelism: the rank's ep group (a part of its dp group)
+	EDP []int `json:"edp,omitempty"` // the ranks holding the same experts
+	CP  []int `json:"cp"`
+	TP  []int `json:"tp"`
 }
 
 // ProgramInfo summarises one program file, which every dp × tp replica of pipeline rank PP
@@ -499,6 +553,8 @@ func (p *Plan) check() error {
 		return fmt.Errorf("world size %d out of range", p.World)
 	case m.PP < 1 || m.DP < 1 || m.CP < 1 || m.TP < 1 || m.PP > p.World || m.DP > p.World || m.CP > p.World || m.TP > p.World || m.World() != p.World:
 		return fmt.Errorf("mesh pp=%d dp=%d cp=%d tp=%d does not multiply to world size %d", m.PP, m.DP, m.CP, m.TP, p.World)
+	case m.EP < 0 || m.EP > 1 && m.DP%m.EP != 0:
+		return fmt.Errorf("mesh ep=%d does not divide dp=%d", m.EP, m.DP)
 	case len(p.Ranks) != p.World:
 		return fmt.Errorf("%d ranks listed for world size %d", len(p.Ranks), p.World)
 	case p.Microbatches < 1:
@@ -531,7 +587,7 @@ func (p *Plan) check() error {
 		case r.Coords != c:
 			return fmt.Errorf("rank %d: coordinates pp=%d dp=%d cp=%d tp=%d, but the mesh numbers it pp=%d dp=%d cp=%d tp=%d (tp fastest, then cp, dp, pp)",
 				i, r.Coords.PP, r.Coords.DP, r.Coords.CP, r.Coords.TP, c.PP, c.DP, c.CP, c.TP)
-		case !slices.Equal(r.Groups.PP, want.PP) || !slices.Equal(r.Groups.DP, want.DP) || !slices.Equal(r.Groups.CP, want.CP) || !slices.Equal(r.Groups.TP, want.TP):
+		case !slices.Equal(r.Groups.PP, want.PP) || !slices.Equal(r.Groups.DP, want.DP) || !slices.Equal(r.Groups.CP, want.CP) || !slices.Equal(r.Groups.TP, want.TP) || !slices.Equal(r.Groups.EP, want.EP) || !slices.Equal(r.Groups.EDP, want.EDP):
 			return fmt.Errorf("rank %d: groups pp %v, dp %v, cp %v, tp %v; its coordinates on the mesh give pp %v, dp %v, cp %v, tp %v",
 				i, r.Groups.PP, r.Groups.DP, r.Groups.CP, r.Groups.TP, want.PP, want.DP, want.CP, want.TP)
 		}

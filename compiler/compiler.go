@@ -35,6 +35,10 @@ type Options struct {
 	// divide is padded to the next multiple of VocabMultiple·tp (passes.PadVocab; 0: 128).
 	VocabMultiple int
 	DP            int // data-parallel replicas
+	// EP is expert parallelism (passes.EPPartition): each mixture-of-experts layer's experts
+	// sharded over EP ranks carved from the DP ones (EP divides DP; DP/EP replicas of each
+	// expert shard).
+	EP            int
 	Zero          int // ZeRO stage (0–3) over the dp replicas
 	Microbatches  int
 	Schedule      string // generator name, or a .csv file in PyTorch's format
@@ -192,6 +196,8 @@ var compilePasses = []struct {
 	{"canonicalize", always("canonicalize")},
 	{"cse", always("cse")},
 	{"dce", always("dce")},
+	// Mixture of experts: which parameters are experts' (reports count them apart).
+	{"mark-experts", func(c *compilation) string { return when(hasOp(c.m, "moe_dispatch"), "mark-experts") }},
 	{"add-loss", func(c *compilation) string { return when(c.training() && !c.hasLoss, c.loss.String()) }},
 	// Before sharding and partitioning, so that they and the cost model see the real dtypes
 	// and byte sizes.
@@ -215,6 +221,12 @@ var compilePasses = []struct {
 		return when(c.splitsTP(), fmt.Sprintf("shard-propagate{sp=%t}", c.opts.SP))
 	}},
 	{"spmd-partition", func(c *compilation) string { return when(c.splitsTP(), "spmd-partition") }},
+	// Expert parallelism: the experts' buffer exchanged over ep by all_to_alls and the
+	// expert weights held as ep shards, on one tp rank's program, before partition and
+	// autodiff (which differentiates the exchanges as the reverse ones).
+	{"ep-partition", func(c *compilation) string {
+		return when(c.opts.EP > 1, fmt.Sprintf("ep-partition{size=%d}", c.opts.EP))
+	}},
 	{"partition", (*compilation).partitionStep},
 	{"token-slice", func(c *compilation) string {
 		return when(c.slices != nil, fmt.Sprintf("token-slice{lengths=%q}", joinInts(c.slices)))
@@ -308,7 +320,10 @@ func (c *compilation) pipeline(stopAfter string) []string {
 func (c *compilation) resolveOptions() (*Result, error) {
 	o := &c.opts
 	o.PP = max(o.PP, 1)
-	o.TP, o.DP, o.CP = max(o.TP, 1), max(o.DP, 1), max(o.CP, 1)
+	o.TP, o.DP, o.CP, o.EP = max(o.TP, 1), max(o.DP, 1), max(o.CP, 1), max(o.EP, 1)
+	if o.DP%o.EP != 0 {
+		return nil, fmt.Errorf("--ep %d: expert parallelism carves its ranks from the %d data-parallel ranks, which it does not divide; %s", o.EP, o.DP, nearestEP(o.DP, o.EP))
+	}
 	switch o.CPSplit {
 	case "":
 		o.CPSplit = passes.CPZigzag
@@ -521,8 +536,14 @@ func (c *compilation) runPasses() (*Result, error) {
 	case "partition":
 		return runProbe(c.m, c.pipeline("partition"), c.sched)
 	case "split-stages":
+		// With cp, the rings' steps too: the probe's memory (codegen.RunMemories) holds the
+		// K/V blocks in flight and the dK/dV partial sums.
+		ring := when(c.opts.CP > 1, "ring-attention")
 		pl := c.pipeline("split-stages")
 		if len(c.opts.recomputeModes) == 0 {
+			if ring != "" {
+				pl = append(pl, ring)
+			}
 			return runProbe(c.m, pl, c.sched)
 		}
 		// One probe up to split-stages, split once per recompute mode.
@@ -532,7 +553,11 @@ func (c *compilation) runPasses() (*Result, error) {
 		}
 		for _, mode := range c.opts.recomputeModes {
 			m := c.m.Clone()
-			if _, err := runProbe(m, []string{fmt.Sprintf("split-stages{recompute=%s}", mode)}, c.sched); err != nil {
+			steps := []string{fmt.Sprintf("split-stages{recompute=%s}", mode)}
+			if ring != "" {
+				steps = append(steps, ring)
+			}
+			if _, err := runProbe(m, steps, c.sched); err != nil {
 				return nil, err
 			}
 			res.Probes = append(res.Probes, m)
@@ -988,6 +1013,19 @@ func (r *Result) Write(dir string) error {
 	return codegen.WritePlan(dir, plan)
 }
 
+// nearestEP names the ep sizes nearest ep that divide dp (--ep), or the dp sizes ep divides.
+func nearestEP(dp, ep int) string {
+	var near []string
+	for d := 1; d <= max(dp, ep) && len(near) < 2; d++ {
+		for _, c := range []int{ep - d, ep + d} {
+			if c >= 1 && dp%c == 0 && len(near) < 2 {
+				near = append(near, fmt.Sprintf("--ep %d", c))
+			}
+		}
+	}
+	return fmt.Sprintf("the nearest that divide it: %s (or --dp %d)", strings.Join(near, " or "), (dp+ep-1)/ep*ep)
+}
+
 // setMesh gives the module its device mesh, in the axis names shardings and collectives use
 // (ir.MeshOrder numbers the ranks: tp fastest, pp slowest). A module that is already
 // partitioned for tensor parallelism (IR text written per rank) must be compiled for the tp
@@ -1012,6 +1050,10 @@ func setMesh(m *ir.Module, model string, pp int, opts Options) error {
 	if opts.CP > 1 {
 		// Only when used, so that the IR of every other compile reads as before.
 		axes = slices.Insert(axes, 2, ir.MeshAxis{Name: "cp", Size: opts.CP})
+	}
+	if opts.EP > 1 {
+		// A sub-axis of dp (dp stays the whole data-parallel size): passes.EPAxis.
+		axes = slices.Insert(axes, 2, ir.MeshAxis{Name: passes.EPAxis, Size: opts.EP})
 	}
 	m.SetMesh(axes)
 	return nil
@@ -1088,4 +1130,16 @@ func addPrediction(fwd *ir.Func) {
 	}
 	fwd.Results = append([]*ir.Value{pred}, fwd.Results...)
 	fwd.ResultAttrs = append([]ir.Attrs{{{Name: ir.AttrName, Value: ir.String(name)}}}, fwd.ResultAttrs...)
+}
+
+// hasOp reports whether @forward has an op of the given name.
+func hasOp(m *ir.Module, name string) bool {
+	if f := m.Func(ir.ForwardFunc); f != nil {
+		for _, op := range f.Ops {
+			if op.Name() == name {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -38,6 +38,7 @@ func TestCPEquivalence(t *testing.T) {
 			{"pp2-cp2-interleaved", Options{PP: 2, CP: 2, Schedule: "interleaved-1f1b"}},
 			{"dp2-cp2-zero1", Options{DP: 2, CP: 2, Zero: 1}},
 			{"pp2-dp2-cp2-zero2", Options{PP: 2, DP: 2, CP: 2, Zero: 2}},
+			{"dp2-cp2-zero3", Options{DP: 2, CP: 2, Zero: 3}},
 			// ZeRO-3 gathers each layer's parameters inside the functions the ring runs in.
 			{"dp2-cp2-zero3", Options{DP: 2, CP: 2, Zero: 3}},
 			{"pp2-dp2-cp2-tp2-sp-zero3-recompute", Options{PP: 2, DP: 2, CP: 2, TP: 2, SP: true, Zero: 3, Recompute: "full"}},

@@ -555,6 +555,29 @@ func inferGatherScatterDim(grow bool) InferFunc {
 	}
 }
 
+// inferAllToAll: split_dim shrinks by parts and concat_dim grows by it (the same dim: unchanged).
+func inferAllToAll(in []Type, at Attrs) ([]Type, error) {
+	split, err := NormAxis(at.Int("split_dim", 0), in[0].Rank())
+	if err != nil {
+		return nil, err
+	}
+	concat, err := NormAxis(at.Int("concat_dim", 0), in[0].Rank())
+	if err != nil {
+		return nil, err
+	}
+	parts := at.Int("parts", 0)
+	if parts < 1 {
+		return nil, fmt.Errorf("parts must be >= 1")
+	}
+	s := slices.Clone(in[0].Shape)
+	if s[split]%parts != 0 {
+		return nil, fmt.Errorf("dim %d of %s does not split into %d parts", split, in[0], parts)
+	}
+	s[split] /= parts
+	s[concat] *= parts
+	return one(Type{in[0].DType, s})
+}
+
 func inferNone(_ []Type, _ Attrs) ([]Type, error) { return nil, nil }
 
 func inferAxisIndex(_ []Type, _ Attrs) ([]Type, error) { return one(T(I64)) }

@@ -83,6 +83,11 @@ func meshSizes(m *Module) map[string]int {
 	for _, a := range m.Mesh() {
 		sizes[a.Name] = a.Size
 	}
+	if ep, ok := sizes["ep"]; ok && ep > 0 {
+		// Expert parallelism carves ep from dp: edp, the ranks that hold the same experts, is
+		// a sub-axis of dp too (passes.EDPAxis).
+		sizes["edp"] = sizes["dp"] / ep
+	}
 	return sizes
 }
 

@@ -429,11 +429,10 @@ type ring struct {
 	split  string
 	causal bool
 	idx    *ir.Value // this rank's cp coordinate
-	posQ   *ir.Value // its tokens' positions, [L, 1]
 }
 
 // attrs are a step's attention attributes: the ring op's scale, and causal at step 0 (later
-// steps carry their causal mask as an operand).
+// steps carry their mask as an operand).
 func (r *ring) attrs(step0 bool) ir.Attrs {
 	var a ir.Attrs
 	for _, x := range r.op.Attrs {
@@ -452,23 +451,88 @@ func (r *ring) recv(t ir.Type) *ir.Value {
 	return r.b.Op1("ring_recv", ir.Attrs{{Name: "axis", Value: ir.Ident(CPAxis)}, {Name: "type", Value: ir.TypeAttr(t)}})
 }
 
-// mask is the causal mask of step t ≥ 1, when the rank holds the K/V block of rank i−t:
-// bool [L, L], true where the key's position is at most the query's. nil without causality.
-func (r *ring) mask(t int, L int) *ir.Value {
+// seq takes rows [lo, hi) of x along its sequence dim (second to last).
+func (r *ring) seq(x *ir.Value, lo, hi int) *ir.Value {
+	return r.b.Op1("slice", ir.Attrs{{Name: "starts", Value: ir.Ints(lo)}, {Name: "ends", Value: ir.Ints(hi)}, {Name: "axes", Value: ir.Ints(x.Type.Rank() - 2)}}, x)
+}
+
+// join concatenates a and b along the sequence dim.
+func (r *ring) join(a, b *ir.Value) *ir.Value {
+	return r.b.Op1("concat", ir.Attrs{{Name: "axis", Value: ir.Int(a.Type.Rank() - 2)}}, a, b)
+}
+
+// addRows adds x to rows [lo, hi) of acc (along the sequence dim), without a zero-padded copy
+// of x.
+func (r *ring) addRows(acc, x *ir.Value, lo, hi int) *ir.Value {
+	L := acc.Type.Shape[acc.Type.Rank()-2]
+	if lo == 0 && hi == L {
+		return r.b.Add(acc, x)
+	}
+	out := r.b.Add(r.seq(acc, lo, hi), x)
+	if lo > 0 {
+		out = r.join(r.seq(acc, 0, lo), out)
+	}
+	if hi < L {
+		out = r.join(out, r.seq(acc, hi, L))
+	}
+	return out
+}
+
+// piece is one attention of a ring step: queries [qlo, qhi) of the rank's tokens against keys
+// [klo, khi) of the block it holds, visible as a whole when the scalar mask says so.
+type piece struct {
+	qlo, qhi, klo, khi int
+	mask               *ir.Value // bool [1, 1]; nil: visible
+}
+
+// pieces are the attentions of step t ≥ 1, when the rank holds the K/V block of rank
+// owner = i − t (mod n). Causal masking by the tokens' real positions is whole pieces: no
+// mask tensor of L × L. Contiguous: the block is wholly before the rank's tokens (owner < i)
+// or wholly after. Zig-zag (chunks i and 2n−1−i of c tokens): owner < i, every query sees
+// the owner's first chunk and not its second; owner > i, the second query chunk sees both
+// key chunks and the first sees neither. Both pieces are computed, the one that does not
+// apply fully masked: L·c + c·L = L² query-key pairs, a block's.
+func (r *ring) pieces(t, L int) []piece {
 	if !r.causal {
-		return nil
+		return []piece{{0, L, 0, L, nil}}
 	}
 	b := r.b
-	T := L * r.n
 	if r.idx == nil {
 		r.idx = b.Op1("axis_index", ir.Attrs{{Name: "axis", Value: ir.Ident(CPAxis)}})
-		r.posQ = b.Reshape(cpPositions(b, r.idx, T, r.n, r.split), L, 1)
 	}
-	// The block's owner, (i − t) mod n, without a negative remainder.
 	i64 := func(v int) *ir.Value { return b.Scalar(ir.I64, float64(v)) }
 	owner := b.Op1("where", nil, b.Op1("less", nil, r.idx, i64(t)), b.Add(r.idx, i64(r.n-t)), b.Sub(r.idx, i64(t)))
-	posK := b.Reshape(cpPositions(b, owner, T, r.n, r.split), 1, L)
-	return b.Op1("not", nil, b.Op1("greater", nil, posK, r.posQ))
+	before := b.Reshape(b.Op1("less", nil, owner, r.idx), 1, 1)
+	if r.split == CPContiguous {
+		return []piece{{0, L, 0, L, before}}
+	}
+	after := b.Reshape(b.Op1("greater", nil, owner, r.idx), 1, 1)
+	c := L / 2
+	return []piece{{0, L, 0, c, before}, {c, L, 0, L, after}}
+}
+
+// merge folds a piece's output ot and log-sum-exp lt (rows [lo, hi)) into the running ones.
+// A row the piece hides has lt = −∞ and ot = 0; lse stays finite (step 0 sees every query's
+// own token), so the weights are exact zeros there.
+func (r *ring) merge(acc, lse, ot, lt *ir.Value, lo, hi int) (*ir.Value, *ir.Value) {
+	b := r.b
+	L := acc.Type.Shape[acc.Type.Rank()-2]
+	a, l := acc, lse
+	if lo > 0 || hi < L {
+		a, l = r.seq(acc, lo, hi), r.seq(lse, lo, hi)
+	}
+	if ot.Type.DType != lt.Type.DType {
+		ot = b.Cast(ot, lt.Type.DType) // merged in the log-sum-exp's precision
+	}
+	mx := b.Op1("max", nil, l, lt)
+	wa, wt := b.Unary("exp", b.Sub(l, mx)), b.Unary("exp", b.Sub(lt, mx))
+	sum := b.Add(wa, wt)
+	l = b.Add(mx, b.Unary("log", sum))
+	a = b.Add(b.Mul(a, b.Div(wa, sum)), b.Mul(ot, b.Div(wt, sum)))
+	if lo > 0 {
+		a, l = r.join(r.seq(acc, 0, lo), a), r.join(r.seq(lse, 0, lo), l)
+	}
+	return a, l
 }
 
 // forward: o and lse over every rank's keys, merged step by step by log-sum-exp.
@@ -479,11 +543,10 @@ func (r *ring) forward() []*ir.Value {
 	r.send(k)
 	r.send(v)
 	res := b.Op("attention", r.attrs(true), q, k, v)
-	o, lse := res[0], res[1]
-	odt := o.Type.DType
-	acc := o
+	acc, lse := res[0], res[1]
+	odt := acc.Type.DType
 	if odt != lse.Type.DType {
-		acc = b.Cast(o, lse.Type.DType) // merged in the log-sum-exp's precision
+		acc = b.Cast(acc, lse.Type.DType)
 	}
 	kb, vb := r.recv(k.Type), r.recv(v.Type)
 	for t := 1; t < r.n; t++ {
@@ -491,22 +554,20 @@ func (r *ring) forward() []*ir.Value {
 			r.send(kb) // the next rank's block of step t+1, sent before this step's work
 			r.send(vb)
 		}
-		in := []*ir.Value{q, kb, vb}
-		if m := r.mask(t, L); m != nil {
-			in = append(in, m)
+		for _, p := range r.pieces(t, L) {
+			in := []*ir.Value{q, kb, vb}
+			if p.qhi-p.qlo < L {
+				in[0] = r.seq(q, p.qlo, p.qhi)
+			}
+			if p.khi-p.klo < L {
+				in[1], in[2] = r.seq(kb, p.klo, p.khi), r.seq(vb, p.klo, p.khi)
+			}
+			if p.mask != nil {
+				in = append(in, p.mask)
+			}
+			a := b.Op("attention", r.attrs(false), in...)
+			acc, lse = r.merge(acc, lse, a[0], a[1], p.qlo, p.qhi)
 		}
-		a := r.b.Op("attention", r.attrs(false), in...)
-		ot, lt := a[0], a[1]
-		if odt != lt.Type.DType {
-			ot = b.Cast(ot, lt.Type.DType)
-		}
-		// A row the block hides entirely has lt = −∞ and ot = 0; lse stays finite (step 0
-		// sees every query's own token), so the weights are exact zeros there.
-		mx := b.Op1("max", nil, lse, lt)
-		wa, wt := b.Unary("exp", b.Sub(lse, mx)), b.Unary("exp", b.Sub(lt, mx))
-		sum := b.Add(wa, wt)
-		lse = b.Add(mx, b.Unary("log", sum))
-		acc = b.Add(b.Mul(acc, b.Div(wa, sum)), b.Mul(ot, b.Div(wt, sum)))
 		if t < r.n-1 {
 			kb, vb = r.recv(k.Type), r.recv(v.Type)
 		}
@@ -517,7 +578,7 @@ func (r *ring) forward() []*ir.Value {
 	return []*ir.Value{acc, lse}
 }
 
-// backward: attention_grad per block with the merged o and lse; dq summed here, each
+// backward: attention_grad per piece with the merged o and lse; dq summed here, each
 // block's dk/dv summed along the ring (in f32 for 16-bit operands) and sent home.
 func (r *ring) backward() []*ir.Value {
 	b, op := r.b, r.op
@@ -543,14 +604,32 @@ func (r *ring) backward() []*ir.Value {
 			r.send(kb)
 			r.send(vb)
 		}
-		in := []*ir.Value{q, kb, vb, o, lse, do}
-		if m := r.mask(t, L); m != nil {
-			in = append(in, m)
+		// The step's dK/dV: every piece's rows, starting from a piece over the whole block
+		// (each split has one).
+		ps := r.pieces(t, L)
+		slices.SortStableFunc(ps, func(a, b piece) int { return (b.khi - b.klo) - (a.khi - a.klo) })
+		var gk, gv *ir.Value
+		for _, p := range ps {
+			in := []*ir.Value{q, kb, vb, o, lse, do}
+			if p.qhi-p.qlo < L {
+				in[0], in[3], in[4], in[5] = r.seq(q, p.qlo, p.qhi), r.seq(o, p.qlo, p.qhi), r.seq(lse, p.qlo, p.qhi), r.seq(do, p.qlo, p.qhi)
+			}
+			if p.khi-p.klo < L {
+				in[1], in[2] = r.seq(kb, p.klo, p.khi), r.seq(vb, p.klo, p.khi)
+			}
+			if p.mask != nil {
+				in = append(in, p.mask)
+			}
+			g := b.Op("attention_grad", r.attrs(false), in...)
+			dq = r.addRows(dq, widen(g[0]), p.qlo, p.qhi)
+			if gk == nil {
+				gk, gv = widen(g[1]), widen(g[2])
+			} else {
+				gk, gv = r.addRows(gk, widen(g[1]), p.klo, p.khi), r.addRows(gv, widen(g[2]), p.klo, p.khi)
+			}
 		}
-		g := b.Op("attention_grad", r.attrs(false), in...)
-		dq = b.Add(dq, widen(g[0]))
-		dkb := b.Add(r.recv(wt(k)), widen(g[1]))
-		dvb := b.Add(r.recv(wt(v)), widen(g[2]))
+		dkb := b.Add(r.recv(wt(k)), gk)
+		dvb := b.Add(r.recv(wt(v)), gv)
 		r.send(dkb)
 		r.send(dvb)
 		if t < r.n-1 {

@@ -204,3 +204,42 @@ func TestCPAttentionWork(t *testing.T) {
 		t.Errorf("contiguous shares %v: want them to sum to 1 and the last rank's to be far above the first's", c)
 	}
 }
+
+// TestRingAttentionCost: a ring of n ranks costs n blocks of attention when its transfers hide
+// behind the blocks' compute, and the transfers' excess when they do not (a slow link, or the
+// backward's larger messages).
+func TestRingAttentionCost(t *testing.T) {
+	m, err := ir.ParseAndVerify("r.ir", `module @r attributes {mesh = {cp = 4}}
+
+func @forward(%q: bf16[1,16,2048,128] {input}, %k: bf16[1,2,2048,128] {input}, %v: bf16[1,2,2048,128] {input}) -> (bf16[1,16,2048,128], bf16[1,16,2048,128]) {
+  %o, %l = ring_attention %q, %k, %v {axis = cp, causal = true, size = 4, split = zigzag} : bf16[1,16,2048,128], f32[1,16,2048,1]
+  %a, %b = attention %q, %k, %v {causal = true} : bf16[1,16,2048,128], f32[1,16,2048,1]
+  return %o, %a
+}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := m.Funcs[0].Ops
+	none := func(*ir.Value) bool { return false }
+	one := func(string) int { return 1 }
+	dev, _ := ParseDevice("h100-80gb")
+	ring, block := dev.CostOf(ops[0], none, one), dev.CostOf(ops[1], none, one)
+	if math.Abs(ring.F-4*block.F) > 1e-12 || ring.FComm != 0 || math.Abs(ring.FLOPs-4*block.FLOPs) > 1 {
+		t.Errorf("fast link: ring F %g (comm %g, %g FLOPs), want 4 blocks of %g (%g FLOPs), no comm", ring.F, ring.FComm, ring.FLOPs, block.F, block.FLOPs)
+	}
+	// Backward, each step sends K/V and the f32 dK/dV partial sums (3× the bf16 K/V bytes),
+	// and the last dK/dV go home.
+	kv := float64(2 * 2 * 2048 * 128 * 2) // k and v, bf16
+	home := dev.InterNodeLatency + 2*kv/dev.InterNodeBandwidth
+	back := dev.InterNodeLatency + 3*kv/dev.InterNodeBandwidth
+	if want := block.I + 3*max(block.I, back) + home; math.Abs(ring.I-want) > 1e-12 || math.Abs(ring.IComm-(3*max(0, back-block.I)+home)) > 1e-12 {
+		t.Errorf("ring I %g (comm %g), want %g", ring.I, ring.IComm, want)
+	}
+	dev.InterNodeBandwidth = 1e9 // a slow link: each step waits for its K/V block
+	slow := dev.CostOf(ops[0], none, one)
+	step := dev.InterNodeLatency + kv/dev.InterNodeBandwidth
+	if want := block.F + 3*step; math.Abs(slow.F-want) > 1e-9 || math.Abs(slow.FComm-3*(step-block.F)) > 1e-9 {
+		t.Errorf("slow link: ring F %g (comm %g), want %g (comm %g)", slow.F, slow.FComm, want, 3*(step-block.F))
+	}
+}

@@ -12,7 +12,7 @@
 //
 // # Tensor, sequence and data parallelism (docs/DESIGN.md §6)
 //
-// Each pipeline stage is an SPMD program over the dp × tp sub-mesh. The shardings live in the
+// Each pipeline stage is an SPMD program over the dp × cp × tp sub-mesh. The shardings live in the
 // IR (ir/shard.go: the module's mesh, `shard` on parameter arguments and op results, partial
 // sums), and the passes that act on them run on @forward, before pipeline partitioning and
 // autodiff — Megatron's conjugate-operator formulation rather than GSPMD's partitioning of
@@ -89,6 +89,32 @@
 // gathered in 16 bits, as FSDP's mixed precision does. W reduce-scatters each such gradient
 // right after the op computing it and returns the block, which the rank accumulates: a run
 // holds one whole gradient at a time, and the sums are ZeRO-2's, bit for bit.
+//
+// # Expert parallelism (ep.go)
+//
+// --ep N shards each mixture-of-experts layer's experts over N ranks carved from the dp
+// ranks, as Megatron-Core's --expert-model-parallel-size does: dp stays the whole data-
+// parallel size, dp coordinate d is ep coordinate d mod N (ep fastest) and expert-data-
+// parallel (edp) coordinate d / N, so the rank numbering does not change. Every rank still
+// routes its own micro-batches (moe_slots and moe_dispatch are a micro-batch's, as on one
+// device: routing, drops and the balance loss are the single device's); ep-partition puts an
+// `all_to_all {axis = ep, split_dim = 0, concat_dim = 1}` after each moe_dispatch — expert
+// block k of the [E, C, d] buffer to ep rank k, which gets [E/N, N·C, d]: its experts' rows
+// from every ep rank, in ep order — and the reverse exchange before moe_combine. The expert
+// weights (the parameters the experts' ops read with E as their first dim) are held as
+// [E/N, …] shards (`shard = [ep, …]`), initialised and checkpointed like any shard: element
+// i of the full tensor, merged by offset. Why one all_to_all on the buffer rather than a
+// token permutation: moe_dispatch already orders rows by expert with a static capacity, so
+// the exchange is one fixed-size collective per direction and deterministic — no counts to
+// exchange first, and the received rows sit in ep order whatever arrives first.
+//
+// Autodiff differentiates an all_to_all as the reverse exchange (split and concat dims
+// swapped); the expert weights' W then sums over the N·C rows of every ep rank's tokens, so
+// their gradients need only the edp sum (grad-reduce's `grad_all_reduce {axis = edp}`), the
+// dense parameters' the dp sum. ZeRO (--zero 1–3) applies to the dense parameters only (an
+// expert shard's replicas are the edp ranks, not dp); the global norm for clipping counts an
+// expert shard on every ep rank and on edp rank 0 only. The buffer stays replicated over tp
+// (the experts are not split inside a tp group); tp and sp shard the dense layers as before.
 //
 // # The rank programs: everything a rank does, as IR
 //
@@ -187,6 +213,40 @@
 // joins are marked remat, so a slice's backward recomputes them from the pieces the stage
 // keeps instead of stashing a copy per slice; that keeps the K/V cache at one copy of the
 // sequence's keys and values per layer, as TeraPipe's.
+//
+// # Context parallelism (--cp, ring attention)
+//
+// cp-partition (cp.go) runs on the logical @forward before the tp passes and rewrites it into
+// one cp rank's program: the rank holds size/cp tokens of every sequence (contiguous: block i;
+// zig-zag, the default: chunks i and 2·cp−1−i of 2·cp, so that under a causal mask every rank
+// has the same attention work). It reuses token-slice's analysis (the axis of each value that
+// indexes tokens, the ops that would mix them) with one rank's share instead of one slice:
+// data inputs are read whole — like tp replicas, cp replicas read the same micro-batch — and
+// gathered at the rank's positions, computed from axis_index; values computed without the
+// data (positions, rotary tables, a learned position embedding) are computed whole and
+// gathered where they meet the sequence, so positions follow the rank's real tokens. The loss
+// (a mean over the rank's tokens) is summed over cp and divided by cp: every rank holds the
+// model's loss, and since all_reduce passes its gradient through, each rank differentiates
+// its own share; grad-reduce then sums the shares over cp (before dp, as if the cp ranks were
+// more dp replicas, Megatron's dp × cp reduction). Parameters stay replicated over cp.
+//
+// Attention becomes `ring_attention`, one op until after split-stages so that the tp passes
+// (heads split as attention's), partitioning (the cost model prices the ring: n blocks, each
+// step's transfer overlapped with its block), autodiff (one rule: ring_attention_grad) and
+// recomputation (a recomputed ring sends its blocks again) treat it as one. ring-attention then
+// writes each as its steps with ring_send/ring_recv over the cp axis (lowered to SEND/RECV to
+// the next/previous cp coordinate, paired in order, so every replica runs the same program):
+// the next block's send is issued before the current block's attention; blocks are merged by
+// log-sum-exp. Its backward is the ring again, with attention_grad per block given the merged
+// output and log-sum-exp (FlashAttention-2's backward is exact per block given them, so the
+// forward's partial results are not stashed) and each block's dK/dV summed as it travels with
+// the block and sent home after its last visit. Causal masking by real positions is done in
+// whole pieces masked by a [1, 1] flag (is the block's owner before this rank?), never an
+// L × L mask: contiguous, one piece; zig-zag, all queries against the owner's first chunk and
+// the second query chunk against both key chunks, one of which is fully masked at run time.
+// Refused with the op and the setting to use: decomposed attention (a matmul contracting over
+// the sequence), an explicit mask, ops that mix tokens, a sequence cp (2·cp) does not divide,
+// token slices, and a model without attention.
 //
 // Golden tests: every testdata/passes/*.ir file starts with `// RUN: passes=PIPELINE`, holds
 // cases split by `// -----`, and checks the printed result with FileCheck directives

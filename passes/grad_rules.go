@@ -236,6 +236,12 @@ var coreGradRules = map[string]gradRule{
 		}
 		return []*ir.Value{g.b.Op1("reduce_scatter", op.Attrs.Delete("grad"), d[0])}, nil
 	},
+	// An all_to_all is a permutation of the blocks over the members: its adjoint sends every
+	// block back where it came from, the all_to_all with split and concat dims swapped.
+	"all_to_all": func(g *gradCtx, op *ir.Op, d []*ir.Value) ([]*ir.Value, error) {
+		at := op.Attrs.Set("split_dim", op.Attrs.Get("concat_dim")).Set("concat_dim", op.Attrs.Get("split_dim"))
+		return []*ir.Value{g.b.Op1("all_to_all", at, d[0])}, nil
+	},
 	"reduce_scatter": func(g *gradCtx, op *ir.Op, d []*ir.Value) ([]*ir.Value, error) {
 		return []*ir.Value{g.b.Op1("all_gather", op.Attrs, d[0])}, nil
 	},

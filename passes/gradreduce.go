@@ -30,7 +30,10 @@ var GradReduce = &Pass{
 		"and accumulates only this replica's blocks; ZeRO-1's reduce-scatter is rank-optimizer's. Under context " +
 		"parallelism the cp ranks hold replicas of every parameter that saw other tokens: after the last contribution " +
 		"each accumulator (under ZeRO-2 its dp block) is summed over cp, `grad_all_reduce {axis = cp, …}` in the same " +
-		"buckets, before the dp sum — cp replicas reduce like more dp replicas. Every op carries the run's stage.",
+		"buckets, before the dp sum — cp replicas reduce like more dp replicas. Under expert parallelism an expert " +
+		"parameter's gradient (ep-partition's shards) is summed over edp only, the ranks holding the same experts " +
+		"(`grad_all_reduce {axis = edp, …}`, its own buckets after dp's): the all_to_alls already brought every ep " +
+		"rank's tokens to it. Every op carries the run's stage.",
 	Run: runGradReduce,
 }
 
@@ -41,6 +44,7 @@ func runGradReduce(m *ir.Module, _ Options) error {
 	}
 	zero, dp := zeroBlocks(m)
 	cp := meshSize(m, CPAxis)
+	expert := ExpertParams(m)
 	types := gradTypes(m)
 	allReduce, reduceScatter := ir.MustLookup("grad_all_reduce"), ir.MustLookup("grad_reduce_scatter")
 	for _, prog := range progs {
@@ -66,7 +70,7 @@ func runGradReduce(m *ir.Module, _ Options) error {
 				red.Stage = op.Stage
 				ops = append(ops, red)
 			}
-			var blocks, tp, sum, cpSum []string
+			var blocks, tp, sum, cpSum, edpSum []string
 			out := map[string]ir.Type{} // the run's gradients, as it computes them
 			for j := range f.Results {
 				at := f.ResultAttrs[j]
@@ -88,7 +92,10 @@ func runGradReduce(m *ir.Module, _ Options) error {
 				if cp > 1 {
 					cpSum = append(cpSum, key)
 				}
-				if dp > 1 && zero[name] == 0 {
+				switch {
+				case expert[name] && dp > 1:
+					edpSum = append(edpSum, key)
+				case dp > 1 && zero[name] == 0:
 					sum = append(sum, key)
 				}
 			}
@@ -108,6 +115,11 @@ func runGradReduce(m *ir.Module, _ Options) error {
 			}
 			for _, b := range buckets(sum, types) {
 				add(allReduce, ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}, {Name: "grads", Value: ir.Strings(b...)}})
+			}
+			if meshSize(m, EDPAxis) > 1 {
+				for _, b := range buckets(edpSum, types) {
+					add(allReduce, ir.Attrs{{Name: "axis", Value: ir.Ident(EDPAxis)}, {Name: "grads", Value: ir.Strings(b...)}})
+				}
 			}
 		}
 		prog.Ops = ops

@@ -417,7 +417,13 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 		}
 		gAttrs := laidOut(ir.Attrs{{Name: ir.AttrGrad, Value: ir.String(p.Name)}})
 		st, stShard := ct, shard
-		zero := c.zero >= 1 && dp > 1 && ct.Rank() >= 1 && ct.Shape[0]%dp == 0
+		// An expert shard (ep-partition) is not ZeRO's: its replicas are the edp ranks, not dp.
+		expert := false
+		if shard != nil {
+			s, _ := ir.ShardingFromAttr(shard)
+			expert = s.Uses(EPAxis)
+		}
+		zero := c.zero >= 1 && dp > 1 && ct.Rank() >= 1 && ct.Shape[0]%dp == 0 && !expert
 		gt := ct
 		if zero {
 			// ZeRO: the state is this replica's block of dim 0 (inside the tp block, when tp

@@ -309,7 +309,11 @@ func sumSqGrads(f *ir.Func, r int, holders map[string][]int) []GradArg {
 		}
 		g := GradArg{Name: name, Type: a.Type}
 		for _, ax := range []string{"tp", "dp"} {
-			if !split[ax] {
+			switch {
+			case ax == "dp" && split[EPAxis]:
+				// An expert shard differs between the ep ranks and is whole on the edp ones.
+				g.Replicated = append(g.Replicated, EDPAxis)
+			case !split[ax]:
 				g.Replicated = append(g.Replicated, ax)
 			}
 		}

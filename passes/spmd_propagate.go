@@ -64,6 +64,9 @@ func spmdForward(m *ir.Module) (*ir.Func, int) {
 }
 
 func meshSize(m *ir.Module, axis string) int {
+	if axis == EDPAxis { // a sub-axis of dp: the ranks holding the same experts
+		return meshSize(m, "dp") / meshSize(m, EPAxis)
+	}
 	for _, a := range m.Mesh() {
 		if a.Name == axis {
 			return a.Size

@@ -1,4 +1,4 @@
-// Package planner owns `ppc plan`: the choice of pp × dp × tp, sequence parallelism, the
+// Package planner owns `ppc plan`: the choice of pp × dp × cp × tp, sequence parallelism, the
 // schedule and its virtual stages, the micro-batch size and count, recomputation and the
 // ZeRO stage for a cluster of GPUs, from the model's own IR.
 //
@@ -24,6 +24,14 @@
 //     reduce-scatter and all-gather, per micro-batch under ZeRO-2), builds the schedule, and
 //     simulates it with the schedule package's engine: the step time and the bubble (as a
 //     fraction of the ideal time, as ppc compile and simulate give it).
+//   - Context parallelism is probed like a tp layout: one probe per (tp, sp, cp), compiled with
+//     --cp, so a unit's costs are one cp rank's (its share of each sequence, the ring priced
+//     by the cost model: n attention blocks, each step's transfer overlapped with its block)
+//     and its memory the ring's own (the K/V blocks in flight, the dK/dV partial sums). The
+//     cp ranks' gradients are summed over cp before dp's reduction, in the same buckets. cp
+//     is searched over powers of two whose zig-zag chunks divide the sequence and whose ranks
+//     keep at least MinCPTokens tokens: below that a block's compute no longer hides its
+//     transfer, and each cp size costs its own probes.
 //   - Fixed sizes are checked against the model and the cluster before the search, the
 //     model's limit first (a --pp deeper than its units), then the GPU count (whole nodes;
 //     pp × dp × tp), so that no answer suggests a batch size for a pipeline too deep.

@@ -203,6 +203,15 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		// reduce-scattered before the optimizer and the new blocks all-gathered after it
 		// (ZeRO 1); reduce-scattered each micro-batch and the blocks all-gathered (ZeRO 2) —
 		// the stage's tensors in buckets of up to 25 MiB, a larger tensor alone.
+		if c.CP > 1 {
+			// The cp replicas' gradients are summed first (grad-reduce), every bucket
+			// all-reduced over cp after the stage's last W — under ZeRO-2 the dp blocks.
+			g := float64(pbytes)
+			if c.Zero >= 2 && c.DP > 1 {
+				g /= float64(c.DP)
+			}
+			sc.GradReduce += bucketed(g, func(x float64) float64 { return dev.AxisCollectiveTime("all_reduce", x, c.CP, "cp") })
+		}
 		if c.DP > 1 {
 			g := float64(pbytes)
 			coll := func(kind string, x float64) float64 { return dev.AxisCollectiveTime(kind, x, c.DP, "dp") }
@@ -215,7 +224,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			}
 			switch c.Zero {
 			case 0:
-				sc.GradReduce = bucketed(g, func(x float64) float64 { return coll("all_reduce", x) })
+				sc.GradReduce += bucketed(g, func(x float64) float64 { return coll("all_reduce", x) })
 			case 1:
 				sc.StepEnd = zero("reduce_scatter") + zero("all_gather")
 			case 2:
@@ -295,6 +304,9 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		var bucket int64
 		for _, b := range bucketBytes(sizes) {
 			bucket = max(bucket, int64(b))
+		}
+		if c.CP > 1 {
+			sm.lastW = bucket // the cp sum's packed bucket (the dp sum reuses the layout)
 		}
 		if c.DP > 1 {
 			switch c.Zero {
@@ -765,7 +777,7 @@ func (e *evaluation) simulate(full bool) (pl Plan, fits, built bool) {
 	pl.TokensPerSec = float64(p.batch*p.seq) / res.StepTime
 	// The model FLOPs: three times the forward's matmuls (flopsTotal, per sequence and tp
 	// rank) over the global batch; recomputation does not count.
-	flops := 3 * e.flopsTotal * float64(c.TP) * float64(p.batch)
+	flops := 3 * e.flopsTotal * float64(c.TP) * float64(max(c.CP, 1)) * float64(p.batch)
 	pl.TFLOPsPerGPU = flops / res.StepTime / float64(p.req.GPUs) / 1e12
 	pl.MFU = flops / res.StepTime / float64(p.req.GPUs) / p.peakRate()
 	pl.BubbleRatio = res.BubbleRatio
@@ -857,6 +869,9 @@ func (p *planner) command(c Config) string {
 	}
 	args = append(args, "--gpu", shellQuote(p.dev.Name), "--precision", p.precision,
 		"--pp", fmt.Sprint(c.PP), "--dp", fmt.Sprint(c.DP), "--tp", fmt.Sprint(c.TP))
+	if c.CP > 1 {
+		args = append(args, "--cp", fmt.Sprint(c.CP))
+	}
 	if c.SP {
 		args = append(args, "--sp")
 	}

@@ -66,11 +66,13 @@ type param struct {
 	dim0  int // its first dim as one tp rank holds it (ZeRO shards it over dp when dp divides it)
 }
 
-// probeKey names one probe compile: the tensor-parallel layout and the recompute mode.
+// probeKey names one probe compile: the tensor-parallel layout, the recompute mode and the
+// context-parallel size (a cp rank's units hold its share of each sequence and the ring).
 type probeKey struct {
 	tp        int
 	sp        bool
 	recompute string
+	cp        int
 }
 
 // probe compiles the model through split-stages with one unit per stage, once per
@@ -78,10 +80,10 @@ type probeKey struct {
 // sequences, and reads each unit's costs at both. A micro-batch of b sequences costs the
 // affine extrapolation: some work is per micro-batch whatever its size (the 16-bit copies
 // of the weights, their gradients' casts, collectives' latencies), the rest grows with it.
-func (p *planner) probe(tp int, sp bool, modes []string) (map[probeKey][2][]unitCost, error) {
+func (p *planner) probe(tp, cp int, sp bool, modes []string) (map[probeKey][2][]unitCost, error) {
 	out := map[probeKey][2][]unitCost{}
 	for b := 1; b <= 2; b++ {
-		opts := compiler.Options{Load: p.load(b), PP: p.units, TP: tp, SP: sp, Microbatches: 1, Schedule: "gpipe",
+		opts := compiler.Options{Load: p.load(b), PP: p.units, TP: tp, CP: cp, SP: sp, Microbatches: 1, Schedule: "gpipe",
 			Precision: p.precision, Partition: "auto", GPU: p.dev.Name, VocabMultiple: p.req.VocabMultiple}
 		mods, err := compiler.ProbeSplit(p.req.Model, opts, modes)
 		if err != nil {
@@ -92,7 +94,7 @@ func (p *planner) probe(tp int, sp bool, modes []string) (map[probeKey][2][]unit
 			if err != nil {
 				return nil, err
 			}
-			k := probeKey{tp, sp, modes[i]}
+			k := probeKey{tp, sp, modes[i], cp}
 			pair := out[k]
 			pair[b-1] = u
 			out[k] = pair

@@ -32,7 +32,7 @@ var protoDType = map[ir.DType]pb.DType{ir.F64: pb.DType_F64, ir.F32: pb.DType_F3
 // and its collectives name explicit groups.
 func program(r, world int, rp rankProg) *pb.Program {
 	p := &pb.Program{FormatVersion: codegen.FormatVersion, Pp: int32(r), Microbatches: 1, Instrs: rp.instrs,
-		Mesh: []*pb.NamedInt{{Name: "pp", Value: int64(world)}, {Name: "dp", Value: 1}, {Name: "tp", Value: 1}}}
+		Mesh: []*pb.NamedInt{{Name: "pp", Value: int64(world)}, {Name: "dp", Value: 1}, {Name: "cp", Value: 1}, {Name: "tp", Value: 1}}}
 	var off int64
 	for i, t := range rp.types {
 		shape := make([]int64, len(t.Shape))
@@ -549,7 +549,7 @@ func TestLoaderRejectsBadCollectives(t *testing.T) {
 		{&pb.Instr{Kind: pb.Instr_ALL_GATHER, In: []int32{0}, Group: g}, "all-gather takes 1 input and 1 output, has 1 and 0"},
 		{&pb.Instr{Kind: pb.Instr_REDUCE_SCATTER, In: []int32{0, 1}, Out: []int32{2}, Group: g}, "reduce-scatter takes 1 input and 1 output"},
 		{&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{12}, Group: g}, "buffer 12 out of range"},
-		{&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{0}, Group: g, Dim: 1}, "all-reduce has dim 1: only all-gather and reduce-scatter take a dim"},
+		{&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{0}, Group: g, Dim: 1}, "all-reduce has dim 1: only all-gather, reduce-scatter and all-to-all take a dim"},
 		{&pb.Instr{Kind: pb.Instr_ALL_GATHER, In: []int32{0}, Out: []int32{1}, Group: g, Dim: 1, ReduceOp: pb.Instr_MAX}, "all-gather has reduce op MAX"},
 		{&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{0}, Group: g, Root: 1}, "all-reduce has root 1: only broadcast has a root"},
 		{&pb.Instr{Kind: pb.Instr_ALL_REDUCE, In: []int32{0}, Group: g, Peer: 1}, "collectives name their ranks in group"},

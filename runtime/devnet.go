@@ -88,6 +88,10 @@ func (j *Job) joinNet(p *dist.Process, dn device.Net) error {
 			sends[it.peer] = append(sends[it.peer], netMsg{it.Tag, it.in[0].Bytes()})
 		case it.Kind == pb.Instr_RECV:
 			groups[p2pName(it.peer, r.Index)] = netGroup{p2pName(it.peer, r.Index), []int{it.peer, r.Index}, 1}
+		case it.Kind == pb.Instr_ALL_TO_ALL:
+			// NCCL's grouped send/recv for it is not written yet (expert parallelism's
+			// exchange): refused rather than run as another collective.
+			return fmt.Errorf("rank %d: %s: the device's own communication (NCCL) has no all-to-all yet; expert-parallel plans run on the CPU device or one GPU per process without NCCL", r.Index, it.coll)
 		case it.coll != nil:
 			n := collName(it.coll.Group)
 			groups[n] = netGroup{n, it.coll.Group, it.coll.Position(r.Index)}

@@ -58,8 +58,10 @@ type Rank struct {
 	losses []float64
 	// metrics holds this step's METRIC values by name.
 	metrics map[string]float64
-	inputs  map[string]codegen.Input
-	step    int
+	// sums holds this step's summed METRIC values (Instr.sum) by name, over its micro-batches.
+	sums   map[string]float64
+	inputs map[string]codegen.Input
+	step   int
 	// shards[i] places PARAM or STATE buffer i in its full tensor (nil: it is the whole).
 	shards []*shardGeom
 	// curStep and at say what the rank is doing (the step, and the instruction or −1
@@ -450,8 +452,8 @@ func blockOf(b *pb.Buffer, t ir.Type, mesh codegen.Mesh, c codegen.Coords) (*sha
 		factor, block := int64(1), int64(0)
 		for _, a := range d.GetAxes() {
 			switch {
-			case a != "dp" && a != "tp":
-				return nil, fmt.Errorf("sharding %s: %q is not a mesh axis a tensor can be split over (dp, tp)", codegen.ShardText(b.Shard), a)
+			case a != "dp" && a != "tp" && a != "ep":
+				return nil, fmt.Errorf("sharding %s: %q is not a mesh axis a tensor can be split over (dp, ep, tp)", codegen.ShardText(b.Shard), a)
 			case used[a]:
 				return nil, fmt.Errorf("sharding %s uses mesh axis %s twice", codegen.ShardText(b.Shard), a)
 			}
@@ -710,7 +712,7 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, local
 		if !it.in[0].Type.Equal(it.out[0].Type) {
 			return it, fmt.Errorf("copies %s into %s", it.in[0].Type, it.out[0].Type)
 		}
-	case pb.Instr_ALL_REDUCE, pb.Instr_ALL_GATHER, pb.Instr_REDUCE_SCATTER, pb.Instr_BROADCAST:
+	case pb.Instr_ALL_REDUCE, pb.Instr_ALL_GATHER, pb.Instr_REDUCE_SCATTER, pb.Instr_BROADCAST, pb.Instr_ALL_TO_ALL:
 		return it, j.prepareCollective(rank, in, &it)
 	case pb.Instr_PACK, pb.Instr_UNPACK:
 		// One flat buffer and the tensors laid end to end in it, all of one dtype.
@@ -744,8 +746,8 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, local
 		if t := it.out[0].Type; t.DType != ir.I64 || t.Rank() != 0 {
 			return it, fmt.Errorf("axis index into %s, want an i64 scalar", t)
 		}
-		if in.Axis != "dp" && in.Axis != "cp" && in.Axis != "tp" {
-			return it, fmt.Errorf("axis index of %q: want dp, cp or tp", in.Axis)
+		if in.Axis != "dp" && in.Axis != "cp" && in.Axis != "tp" && in.Axis != "ep" && in.Axis != "edp" {
+			return it, fmt.Errorf("axis index of %q: want dp, ep, edp, cp or tp", in.Axis)
 		}
 		it.index = int64(rank.Coords.Of(in.Axis))
 	case pb.Instr_LOSS:
@@ -792,11 +794,13 @@ func (j *Job) prepareCollective(rank *Rank, in *pb.Instr, it *instr) error {
 	case len(in.Group) > 0 && in.Axis != "":
 		return fmt.Errorf("%s names both mesh axis %s and group %v", name, in.Axis, in.Group)
 	case in.Axis != "" && j.Plan.Mesh.Size(in.Axis) == 0:
-		return fmt.Errorf("%s over %q, which is not a mesh axis (pp, dp, tp)", name, in.Axis)
+		return fmt.Errorf("%s over %q, which is not a mesh axis (pp, dp, ep, edp, cp, tp)", name, in.Axis)
 	case in.Peer != 0:
 		return fmt.Errorf("%s has peer %d: collectives name their ranks in group", name, in.Peer)
-	case in.Dim != 0 && kind != pb.Instr_ALL_GATHER && kind != pb.Instr_REDUCE_SCATTER:
-		return fmt.Errorf("%s has dim %d: only all-gather and reduce-scatter take a dim", name, in.Dim)
+	case in.Dim != 0 && kind != pb.Instr_ALL_GATHER && kind != pb.Instr_REDUCE_SCATTER && kind != pb.Instr_ALL_TO_ALL:
+		return fmt.Errorf("%s has dim %d: only all-gather, reduce-scatter and all-to-all take a dim", name, in.Dim)
+	case in.ConcatDim != 0 && kind != pb.Instr_ALL_TO_ALL:
+		return fmt.Errorf("%s has concat dim %d: only all-to-all takes one", name, in.ConcatDim)
 	case in.ReduceOp != pb.Instr_SUM && kind != pb.Instr_ALL_REDUCE && kind != pb.Instr_REDUCE_SCATTER:
 		return fmt.Errorf("%s has reduce op %s: only all-reduce and reduce-scatter reduce", name, in.ReduceOp)
 	case in.Root != 0 && kind != pb.Instr_BROADCAST:
@@ -878,6 +882,21 @@ func (j *Job) prepareCollective(rank *Rank, in *pb.Instr, it *instr) error {
 			return fmt.Errorf("%s of %s over %d ranks along dim %d: the output must be dim %d %s %d, the buffer is %s",
 				name, x, n, d, d, rel, n, y)
 		}
+	case pb.Instr_ALL_TO_ALL:
+		s, c := int(in.Dim), int(in.ConcatDim)
+		if s < 0 || s >= x.Rank() || c < 0 || c >= x.Rank() {
+			return fmt.Errorf("%s split dim %d or concat dim %d is not a dim of %s", name, s, c, x)
+		}
+		if x.Shape[s]%n != 0 {
+			return fmt.Errorf("%s: dim %d of %s (size %d) does not split into %d equal parts", name, s, x, x.Shape[s], n)
+		}
+		want := slices.Clone(x.Shape)
+		want[s] /= n
+		want[c] *= n
+		if y.DType != x.DType || !y.Shape.Equal(want) {
+			return fmt.Errorf("%s of %s over %d ranks (split dim %d, concat dim %d): the output must be %s, the buffer is %s",
+				name, x, n, s, c, ir.Type{DType: x.DType, Shape: want}, y)
+		}
 	}
 	// The members read each other's inputs while they write their outputs: an output that
 	// shares bytes with the input (other than the in-place form) would corrupt what others read.
@@ -885,7 +904,7 @@ func (j *Job) prepareCollective(rank *Rank, in *pb.Instr, it *instr) error {
 		return fmt.Errorf("%s output buffer %d overlaps its input buffer %d", name, outID, inID)
 	}
 	it.coll = &dist.Op{Kind: kind, Group: group, Members: dist.MembersKey(group), DType: x.DType, Shape: x.Shape,
-		Dim: int(in.Dim), Reduce: in.ReduceOp, Root: int(in.Root), Tag: in.Tag}
+		Dim: int(in.Dim), ConcatDim: int(in.ConcatDim), Reduce: in.ReduceOp, Root: int(in.Root), Tag: in.Tag}
 	return nil
 }
 

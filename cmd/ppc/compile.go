@@ -78,6 +78,7 @@ func init() {
 			fs.IntVar(&opts.CP, "cp", 1, "context-parallel ranks `N`: each sequence split over N ranks, attention computed as ring attention (K/V blocks passed around the cp ring, merged by log-sum-exp); parameters replicated, their gradients summed over dp × cp")
 			fs.StringVar(&opts.CPSplit, "cp-split", "zigzag", "how --cp splits a sequence: zigzag (2·cp chunks, rank i holding chunks i and 2·cp−1−i: equal causal attention work) or contiguous (rank i holds block i)")
 			fs.IntVar(&opts.DP, "dp", 1, "data-parallel replicas `N`: each runs --microbatches micro-batches of the global batch, and gradients are summed over them")
+			fs.IntVar(&opts.EP, "ep", 1, "expert-parallel ranks `N` (Megatron-Core's --expert-model-parallel-size): each mixture-of-experts layer's experts sharded over N ranks carved from the --dp ranks (N divides dp; ep varies fastest inside dp), tokens sent to their experts and back by all-to-all; expert gradients summed over the dp/N ranks holding the same experts")
 			fs.IntVar(&opts.Zero, "zero", 0, "ZeRO `STAGE` with --dp: 1 shards optimizer state over the dp replicas, 2 also gradients, 3 also parameters (FSDP)")
 			fs.IntVar(&opts.Microbatches, "microbatches", 0, "micro-batches `M` per step: the model's global batch is split M ways (an .ir file's shapes are already one micro-batch's) (0: a FILE.csv schedule's count, an .ir file's microbatches attribute, or 1; with a FILE.csv schedule a value given must agree with the file)")
 			fs.StringVar(&opts.Schedule, "schedule", "", "pipeline schedule `S|FILE.csv`: "+strings.Join(schedule.Names(), ", ")+", or a schedule in PyTorch's CSV format (2.4's spelling B/W/BW or the later I/W/B, detected per file) (default 1f1b; gpipe with --token-slices and fewer micro-batches than ranks)")
@@ -195,8 +196,8 @@ func init() {
 						return usageError{err.Error()}
 					}
 				}
-				if (set["microbatches"] && opts.Microbatches < 1) || opts.PP < 1 || opts.TP < 1 || opts.DP < 1 || opts.CP < 1 {
-					return usagef("--pp, --tp, --cp, --dp and --microbatches must be at least 1")
+				if (set["microbatches"] && opts.Microbatches < 1) || opts.PP < 1 || opts.TP < 1 || opts.DP < 1 || opts.CP < 1 || opts.EP < 1 {
+					return usagef("--pp, --tp, --cp, --dp, --ep and --microbatches must be at least 1")
 				}
 				if opts.CPSplit != passes.CPZigzag && opts.CPSplit != passes.CPContiguous {
 					return usagef("--cp-split %q: want zigzag or contiguous", opts.CPSplit)
@@ -317,6 +318,9 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 	}
 	fmt.Fprintf(w, "compiled %s (%s) into %s\n", p.Model, kind, dir)
 	fmt.Fprintf(w, "  parameters   %s (%d tensors)\n", groupDigits(params), len(p.Params))
+	if p.MoE != nil {
+		printExperts(w, p, params)
+	}
 	for _, pr := range p.Params {
 		if pr.Padded != nil {
 			fmt.Fprintf(w, "  padded       %s %s → %s for --tp %d (checkpoints and exports hold %s; the padded logits are masked out)\n",
@@ -331,8 +335,16 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 	if p.Mesh.CP > 1 {
 		cpText = fmt.Sprintf(" cp=%d", p.Mesh.CP)
 	}
-	fmt.Fprintf(w, "  mesh         pp=%d dp=%d%s tp=%d: %d rank(s) running %d program(s), %d stage(s), schedule %s, %s\n",
-		p.Mesh.PP, p.Mesh.DP, cpText, p.Mesh.TP, p.World, len(p.Programs), p.Stages, p.Schedule.Name, mb)
+	epText := ""
+	if p.Mesh.EP > 1 {
+		epText = fmt.Sprintf(" (ep=%d inside it, edp=%d)", p.Mesh.EP, p.Mesh.DP/p.Mesh.EP)
+	}
+	fmt.Fprintf(w, "  mesh         pp=%d dp=%d%s%s tp=%d: %d rank(s) running %d program(s), %d stage(s), schedule %s, %s\n",
+		p.Mesh.PP, p.Mesh.DP, epText, cpText, p.Mesh.TP, p.World, len(p.Programs), p.Stages, p.Schedule.Name, mb)
+	if p.Mesh.EP > 1 {
+		fmt.Fprintf(w, "  ep           experts sharded over ep=%d ranks carved from dp (Megatron-Core's order: rank = tp + TP·(cp + CP·(ep + EP·(edp + EDP·pp)))), tokens exchanged by all-to-all; expert gradients summed over edp=%d, the others over dp=%d\n",
+			p.Mesh.EP, p.Mesh.DP/p.Mesh.EP, p.Mesh.DP)
+	}
 	if c := p.CP; c != nil {
 		printCPBalance(w, *c)
 	}
@@ -439,6 +451,27 @@ func printCPBalance(w io.Writer, c passes.CPSplit) {
 		c.Size, c.Seq/c.Size, c.Seq, c.Split, kind, shares(c.Split), other, shares(other))
 }
 
+// printExperts splits a mixture of experts' parameters into the dense ones, which every
+// token reads, and the experts', of which a token reads top_k/experts (each layer's experts
+// being equal in size): the active parameters per token, as MoE models are described
+// (Mixtral-8x7B: 46.7B parameters, 12.9B active).
+func printExperts(w io.Writer, p *codegen.Plan, total int64) {
+	var experts int64
+	for _, pr := range p.Params {
+		if pr.Expert {
+			n := int64(1)
+			for _, d := range pr.Shape {
+				n *= int64(d)
+			}
+			experts += n
+		}
+	}
+	m := p.MoE
+	active := total - experts + experts*int64(m.TopK)/int64(max(m.Experts, 1))
+	fmt.Fprintf(w, "  experts      %s of them in %d MoE layer(s) of %d experts, top %d per token: %s active per token (%s dense + %s of the experts')\n",
+		groupDigits(experts), m.Layers, m.Experts, m.TopK, groupDigits(active), groupDigits(total-experts), groupDigits(active-(total-experts)))
+}
+
 // printPrecision says how mixed precision lays out a parameter's bytes, against the usual
 // account (2 bytes of 16-bit weight + 2 of 16-bit gradient + 4 of fp32 master weight + 8 of
 // AdamW state, + 4 with fp32 gradient accumulation): ppc holds the fp32 ones between steps
@@ -488,6 +521,10 @@ func printStages(w io.Writer, p *codegen.Plan, total int64) {
 	// ZeRO's optimizer collectives, outside them).
 	tpComm, dpComm := p.Mesh.TP > 1, (p.Mesh.DP > 1 || p.Mesh.TP > 1) && p.Training
 	fmt.Fprintf(w, "\n  %-5s %-4s %-14s %12s", "stage", "rank", "layers", "params")
+	moe := p.MoE != nil
+	if moe {
+		fmt.Fprintf(w, " %12s", "of experts")
+	}
 	if perRank {
 		fmt.Fprintf(w, " %12s", "params/rank")
 	}
@@ -509,6 +546,9 @@ func printStages(w io.Writer, p *codegen.Plan, total int64) {
 			imb = ((s.F + s.I + s.W) - mean) / mean * 100
 		}
 		fmt.Fprintf(w, "  %-5d %-4d %-14s %12s", s.Stage, s.Rank, s.Layers, groupDigits(s.Params))
+		if moe {
+			fmt.Fprintf(w, " %12s", groupDigits(s.ExpertParams))
+		}
 		if perRank {
 			fmt.Fprintf(w, " %12s", groupDigits(s.RankParams))
 		}

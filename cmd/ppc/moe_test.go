@@ -1,7 +1,11 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -42,5 +46,124 @@ func TestMoEErrors(t *testing.T) {
 `)
 	if code, _, errOut := ppc(t, "", "opt", ir); code != 2 || !strings.Contains(errOut, "cap.ir:2:12") || !strings.Contains(errOut, "capacity = 0 must be ≥ 1") {
 		t.Errorf("capacity 0: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestEPErrors: --ep settings that cannot be laid out exit 2 naming the nearest valid
+// setting — an ep that does not divide dp, one that does not divide a layer's experts (at
+// the layer's moe_dispatch), --ep on a model without experts — and a valid
+// one states the rank order in the summary.
+func TestEPErrors(t *testing.T) {
+	moe := filepath.Join("..", "..", "testdata", "models", "moe.ppm")
+	gpt := filepath.Join("..", "..", "testdata", "models", "gpt.ppm")
+	out := filepath.Join(t.TempDir(), "plan")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"compile", moe, "-o", out, "--dp", "4", "--ep", "3"}, "--ep 3: expert parallelism carves its ranks from the 4 data-parallel ranks, which it does not divide; the nearest that divide it: --ep 2 or --ep 4 (or --dp 6)"},
+		{[]string{"compile", moe, "-o", out, "--dp", "3", "--ep", "3", "--set", "batch=12"}, "moe.ppm:124:9: --ep 3: the layer has 4 experts, which 3 ep ranks do not divide; the nearest that do: --ep 2 or --ep 4"},
+		{[]string{"compile", gpt, "--preset", "tiny", "-o", out, "--dp", "2", "--ep", "2"}, "--ep 2: the model has no mixture-of-experts layer (moe_dispatch); expert parallelism shards experts: use --ep 1"},
+		{[]string{"compile", moe, "-o", out, "--ep", "0"}, "--ep and --microbatches must be at least 1"},
+	} {
+		code, _, errOut := ppc(t, "", c.args...)
+		if code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", c.args, code, errOut, c.want)
+		}
+	}
+	code, stdout, errOut := ppc(t, "", "compile", moe, "-o", out, "--dp", "4", "--ep", "2")
+	if code != 0 || !strings.Contains(stdout, "dp=4 (ep=2 inside it, edp=2)") || !strings.Contains(stdout, "rank = tp + TP·(cp + CP·(ep + EP·(edp + EDP·pp)))") {
+		t.Errorf("--dp 4 --ep 2: exit %d\n%s%s", code, stdout, errOut)
+	}
+}
+
+// TestMoESummary: the compile summary counts the experts' parameters apart from the dense
+// ones and the parameters a token reads, and the stage table gives each stage's experts.
+// The tiny model by hand: 4 layers × (w_gate, w_up, w_down) of 4 experts × 64 × 96 = 294,912
+// of 411,200; a token reads 2 of 4 experts, 116,288 + 147,456.
+func TestMoESummary(t *testing.T) {
+	moe := filepath.Join("..", "..", "testdata", "models", "moe.ppm")
+	code, out, errOut := ppc(t, "", "compile", moe, "--pp", "2", "--microbatches", "2", "-o", filepath.Join(t.TempDir(), "plan"))
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	for _, want := range []string{
+		"experts      294,912 of them in 4 MoE layer(s) of 4 experts, top 2 per token: 263,744 active per token (116,288 dense + 147,456 of the experts')",
+		"params   of experts",
+		"E,t0-t1             205,568      147,456",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestMoEDroppedMetric: the model's `metric moe_dropped` is reported each step (text and
+// --log-json), summed over layers, micro-batches and replicas: every layout drops the same
+// choices as one device — pipeline stages, data-parallel replicas, tensor-parallel replicas
+// counted once, one process per rank. With capacity_factor 0.5 each micro-batch's experts
+// have rows for half its choices, so at least 512 of the step's 1,024 choices (8 sequences ×
+// 16 tokens × top 2 × 4 layers) drop; dropless drops none.
+func TestMoEDroppedMetric(t *testing.T) {
+	moe := filepath.Join("..", "..", "testdata", "models", "moe.ppm")
+	dropped := func(t *testing.T, set string, compile []string, run ...string) []float64 {
+		t.Helper()
+		dir := t.TempDir()
+		plan := filepath.Join(dir, "plan")
+		args := append([]string{"compile", moe, "-o", plan, "--set", set}, compile...)
+		if code, _, errOut := ppc(t, "", args...); code != 0 {
+			t.Fatal(errOut)
+		}
+		log := filepath.Join(dir, "log.jsonl")
+		code, out, errOut := ppc(t, "", append([]string{"run", plan, "--steps", "3", "--log-json", log}, run...)...)
+		if code != 0 {
+			t.Fatal(errOut)
+		}
+		data, err := os.ReadFile(log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []float64
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			var rec struct {
+				Metrics map[string]float64 `json:"metrics"`
+			}
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Fatal(err)
+			}
+			v, ok := rec.Metrics["moe_dropped"]
+			if !ok {
+				t.Fatalf("no moe_dropped in %s", line)
+			}
+			got = append(got, v)
+		}
+		if !strings.Contains(out, fmt.Sprintf("moe_dropped=%g", got[0])) {
+			t.Errorf("the step line lacks moe_dropped=%g:\n%s", got[0], out)
+		}
+		return got
+	}
+	ref := dropped(t, "capacity_factor=0.5", []string{"--microbatches", "2"})
+	for _, v := range ref {
+		if v < 512 || v > 1024 {
+			t.Errorf("one device drops %v of 1,024 choices a step, want at least 512", ref)
+		}
+	}
+	for _, c := range []struct {
+		name         string
+		compile, run []string
+	}{
+		{"pp2", []string{"--pp", "2", "--microbatches", "2"}, nil},
+		{"dp2", []string{"--dp", "2", "--microbatches", "1"}, nil},
+		{"tp2-sp", []string{"--tp", "2", "--sp", "--microbatches", "2"}, nil},
+		{"pp2-nproc", []string{"--pp", "2", "--microbatches", "2"}, []string{"--nproc", "2"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := dropped(t, "capacity_factor=0.5", c.compile, c.run...); !slices.Equal(got, ref) {
+				t.Errorf("dropped %v a step, one device %v", got, ref)
+			}
+		})
+	}
+	if got := dropped(t, "capacity_factor=0", []string{"--microbatches", "2"}); !slices.Equal(got, []float64{0, 0, 0}) {
+		t.Errorf("dropless drops %v", got)
 	}
 }

@@ -22,8 +22,15 @@ import (
 // compileGPT compiles gpt tiny for the given layout into a temporary plan directory.
 func compileGPT(t *testing.T, layout ...string) string {
 	t.Helper()
+	return compileModel(t, "../../testdata/models/gpt.ppm", layout...)
+}
+
+// compileModel compiles a model's tiny preset with 4 micro-batches (a layout's --microbatches
+// wins) in the layout given.
+func compileModel(t *testing.T, model string, layout ...string) string {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), "plan")
-	args := append([]string{"compile", "../../testdata/models/gpt.ppm", "--preset", "tiny", "--microbatches", "4", "-o", dir}, layout...)
+	args := append([]string{"compile", model, "--preset", "tiny", "--microbatches", "4", "-o", dir}, layout...)
 	if code, _, errOut := ppc(t, "", args...); code != 0 {
 		t.Fatalf("compile %v: exit %d\n%s", layout, code, errOut)
 	}
@@ -42,20 +49,34 @@ func losses(out string) []string {
 }
 
 // nprocLayouts are the plans the multi-process tests run: pipeline, tensor-, data- (with
-// ZeRO-1 and ZeRO-3) and context-parallel (the ring's transfers between cp ranks over TCP), on 2 and 4
-// processes.
+// ZeRO-1 and ZeRO-3), context-parallel (the ring's transfers between cp ranks over TCP) and
+// expert-parallel (the mixture-of-experts model's all-to-alls over TCP), on 2 and 4
+// processes; model is gpt.ppm unless named.
 var nprocLayouts = []struct {
 	world  int
 	layout []string
-}{{2, []string{"--pp", "2"}}, {4, []string{"--pp", "4"}}, {4, []string{"--pp", "2", "--tp", "2"}}, {4, []string{"--pp", "2", "--dp", "2", "--zero", "1"}},
-	{4, []string{"--pp", "2", "--dp", "2", "--zero", "3"}}, {4, []string{"--pp", "2", "--cp", "2"}}}
+	model  string
+}{{2, []string{"--pp", "2"}, ""}, {4, []string{"--pp", "4"}, ""}, {4, []string{"--pp", "2", "--tp", "2"}, ""}, {4, []string{"--pp", "2", "--dp", "2", "--zero", "1"}, ""},
+	{4, []string{"--pp", "2", "--dp", "2", "--zero", "3"}, ""}, {4, []string{"--pp", "2", "--cp", "2"}, ""},
+	{4, []string{"--dp", "4", "--ep", "2", "--microbatches", "1"}, moePPM}}
+
+const moePPM = "../../testdata/models/moe.ppm"
+
+// compile compiles the layout's model in it (with no layout: on one device).
+func compileLayout(t *testing.T, model string, layout ...string) string {
+	t.Helper()
+	if model == "" {
+		return compileGPT(t, layout...)
+	}
+	return compileModel(t, model, layout...)
+}
 
 // TestNprocMatchesInProcess: ppc run --nproc N (one process per rank, TCP between them)
 // prints the in-process run's losses for pipeline, tensor- and data-parallel plans.
 func TestNprocMatchesInProcess(t *testing.T) {
 	for _, c := range nprocLayouts {
 		t.Run(strings.Join(c.layout, ""), func(t *testing.T) {
-			plan := compileGPT(t, c.layout...)
+			plan := compileLayout(t, c.model, c.layout...)
 			code, want, errOut := ppc(t, "", "run", plan, "--steps", "3")
 			if code != 0 {
 				t.Fatalf("in-process: exit %d\n%s", code, errOut)
@@ -291,7 +312,7 @@ func sameCheckpoint(t *testing.T, what, a, b string) {
 func TestNprocCheckpoints(t *testing.T) {
 	for _, c := range nprocLayouts {
 		t.Run(strings.Join(c.layout, ""), func(t *testing.T) {
-			plan := compileGPT(t, c.layout...)
+			plan := compileLayout(t, c.model, c.layout...)
 			dir := t.TempDir()
 			at := func(name string) string { return filepath.Join(dir, name) }
 			nproc := strconv.Itoa(c.world)
@@ -304,7 +325,7 @@ func TestNprocCheckpoints(t *testing.T) {
 			sameCheckpoint(t, "3 steps", at("in"), at("multi"))
 			sameCheckpoint(t, "3 + 2 steps", at("multi-in"), at("in-multi"))
 			// Another layout resumes it.
-			one := compileGPT(t)
+			one := compileLayout(t, c.model, "--microbatches", "4")
 			if code, _, errOut := ppc(t, "", "run", one, "--steps", "1", "--resume", at("multi")); code != 0 {
 				t.Fatalf("resume into one device: %s", errOut)
 			}

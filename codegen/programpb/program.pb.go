@@ -195,6 +195,10 @@ const (
 	// records a metric computes the same value (it is formed by collectives); the host
 	// takes the lowest such rank's.
 	Instr_METRIC Instr_Kind = 18
+	// out[0] ← the blocks every member sent this one, concatenated along `concat_dim` in
+	// group order: member k cuts its in[0] into group-size equal blocks along `dim` and sends
+	// block j to member j (expert parallelism's dispatch and return).
+	Instr_ALL_TO_ALL Instr_Kind = 19
 )
 
 // Enum value maps for Instr_Kind.
@@ -219,6 +223,7 @@ var (
 		16: "PACK",
 		17: "UNPACK",
 		18: "METRIC",
+		19: "ALL_TO_ALL",
 	}
 	Instr_Kind_value = map[string]int32{
 		"NOP":            0,
@@ -240,6 +245,7 @@ var (
 		"PACK":           16,
 		"UNPACK":         17,
 		"METRIC":         18,
+		"ALL_TO_ALL":     19,
 	}
 )
 
@@ -1149,7 +1155,15 @@ type Instr struct {
 	// member — block 0 of every tensor in order, then block 1 of each, … — the layout in which a
 	// reduce-scatter or all-gather over n members gives each member a contiguous run of the
 	// bucket. It spares the copies into n blocks per tensor that the plain layout would need.
-	Blocks        int32 `protobuf:"varint,16,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	Blocks int32 `protobuf:"varint,16,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	// ALL_TO_ALL: the dimension along which the received blocks are concatenated (`dim` is the
+	// one along which in[0] is cut).
+	ConcatDim int32 `protobuf:"varint,17,opt,name=concat_dim,json=concatDim,proto3" json:"concat_dim,omitempty"`
+	// METRIC: a count the step reports summed — over this rank's micro-batches and over the
+	// ranks that hold different data (dp, cp and pipeline ranks; tensor-parallel replicas record
+	// it once, from tp coordinate 0) — such as the tokens a mixture of experts dropped. Without
+	// it a METRIC is a value every recording rank agrees on (the loss scale), reported once.
+	Sum           bool `protobuf:"varint,18,opt,name=sum,proto3" json:"sum,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1294,6 +1308,20 @@ func (x *Instr) GetBlocks() int32 {
 		return x.Blocks
 	}
 	return 0
+}
+
+func (x *Instr) GetConcatDim() int32 {
+	if x != nil {
+		return x.ConcatDim
+	}
+	return 0
+}
+
+func (x *Instr) GetSum() bool {
+	if x != nil {
+		return x.Sum
+	}
+	return false
 }
 
 // One program runs on every rank of a pipeline rank: its dp × tp replicas differ only in
@@ -1519,7 +1547,7 @@ const file_program_proto_rawDesc = "" +
 	"\x06Kernel\x12\x0e\n" +
 	"\x02op\x18\x01 \x01(\tR\x02op\x12,\n" +
 	"\x05attrs\x18\x02 \x03(\v2\x16.ppc.program.NamedAttrR\x05attrs\x12,\n" +
-	"\x05fused\x18\x03 \x03(\v2\x16.ppc.program.FusedStepR\x05fused\"\xc3\x05\n" +
+	"\x05fused\x18\x03 \x03(\v2\x16.ppc.program.FusedStepR\x05fused\"\x84\x06\n" +
 	"\x05Instr\x12+\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.ppc.program.Instr.KindR\x04kind\x12\x16\n" +
 	"\x06kernel\x18\x02 \x01(\x05R\x06kernel\x12\x0e\n" +
@@ -1540,7 +1568,10 @@ const file_program_proto_rawDesc = "" +
 	"\x04axis\x18\x0e \x01(\tR\x04axis\x12\x1f\n" +
 	"\vtoken_slice\x18\x0f \x01(\x05R\n" +
 	"tokenSlice\x12\x16\n" +
-	"\x06blocks\x18\x10 \x01(\x05R\x06blocks\"\xec\x01\n" +
+	"\x06blocks\x18\x10 \x01(\x05R\x06blocks\x12\x1d\n" +
+	"\n" +
+	"concat_dim\x18\x11 \x01(\x05R\tconcatDim\x12\x10\n" +
+	"\x03sum\x18\x12 \x01(\bR\x03sum\"\xfc\x01\n" +
 	"\x04Kind\x12\a\n" +
 	"\x03NOP\x10\x00\x12\n" +
 	"\n" +
@@ -1567,7 +1598,9 @@ const file_program_proto_rawDesc = "" +
 	"\n" +
 	"\x06UNPACK\x10\x11\x12\n" +
 	"\n" +
-	"\x06METRIC\x10\x12\"/\n" +
+	"\x06METRIC\x10\x12\x12\x0e\n" +
+	"\n" +
+	"ALL_TO_ALL\x10\x13\"/\n" +
 	"\bReduceOp\x12\a\n" +
 	"\x03SUM\x10\x00\x12\a\n" +
 	"\x03MAX\x10\x01\x12\a\n" +

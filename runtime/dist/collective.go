@@ -20,10 +20,12 @@ type Op struct {
 	Members string // MembersKey(Group)
 	DType   ir.DType
 	Shape   ir.Shape // in[0]'s shape, the same on every member
-	Dim     int
-	Reduce  pb.Instr_ReduceOp
-	Root    int // position in Group
-	Tag     int64
+	Dim     int      // ALL_GATHER, REDUCE_SCATTER: the dim; ALL_TO_ALL: the dim the input is cut along
+	// ALL_TO_ALL: the dim along which the blocks received are concatenated.
+	ConcatDim int
+	Reduce    pb.Instr_ReduceOp
+	Root      int // position in Group
+	Tag       int64
 }
 
 // Key matches the calls of one collective: the group's member set and how many
@@ -67,7 +69,7 @@ func MembersKey(group []int) string {
 }
 
 var collNames = map[pb.Instr_Kind]string{pb.Instr_ALL_REDUCE: "all-reduce", pb.Instr_ALL_GATHER: "all-gather",
-	pb.Instr_REDUCE_SCATTER: "reduce-scatter", pb.Instr_BROADCAST: "broadcast"}
+	pb.Instr_REDUCE_SCATTER: "reduce-scatter", pb.Instr_BROADCAST: "broadcast", pb.Instr_ALL_TO_ALL: "all-to-all"}
 
 // OpName names a collective kind for messages ("all-gather"); "" for a kind that is not a
 // collective.
@@ -88,6 +90,9 @@ func (c *Op) String() string {
 	if c.Kind == pb.Instr_ALL_GATHER || c.Kind == pb.Instr_REDUCE_SCATTER {
 		fmt.Fprintf(&b, "dim %d, ", c.Dim)
 	}
+	if c.Kind == pb.Instr_ALL_TO_ALL {
+		fmt.Fprintf(&b, "split dim %d, concat dim %d, ", c.Dim, c.ConcatDim)
+	}
 	b.WriteString(ir.Type{DType: c.DType, Shape: c.Shape}.String())
 	if c.Tag != 0 {
 		fmt.Fprintf(&b, ", tag %d", c.Tag)
@@ -99,7 +104,7 @@ func (c *Op) String() string {
 // Same reports whether two members describe the collective alike.
 func (c *Op) Same(d *Op) bool {
 	return c.Kind == d.Kind && slices.Equal(c.Group, d.Group) && c.DType == d.DType && c.Shape.Equal(d.Shape) &&
-		c.Dim == d.Dim && c.Reduce == d.Reduce && c.Root == d.Root && c.Tag == d.Tag
+		c.Dim == d.Dim && c.ConcatDim == d.ConcatDim && c.Reduce == d.Reduce && c.Root == d.Root && c.Tag == d.Tag
 }
 
 // Position is rank r's position in the group (-1: not a member).
@@ -222,11 +227,43 @@ func collWork(rec *collRecord, pos int) {
 				copy(out[(o*n+g)*run:(o*n+g+1)*run], b[o*run:(o+1)*run])
 			}
 		}
+	case pb.Instr_ALL_TO_ALL:
+		// Member g's block pos (along Dim) lands at position g along ConcatDim.
+		for g, b := range rec.ins {
+			placeBlock(op, rec.outs[pos], g, blockOf(op, b, pos))
+		}
 	case pb.Instr_BROADCAST:
 		src, dst := rec.ins[op.Root], rec.outs[pos]
 		if len(dst) > 0 && &dst[0] != &src[0] {
 			copy(dst, src)
 		}
+	}
+}
+
+// blockOf is block k of an all-to-all's input in (op.Shape), cut into group-size blocks
+// along op.Dim, packed row-major.
+func blockOf(op *Op, in []byte, k int) []byte {
+	n, es := len(op.Group), op.DType.Size()
+	outer, d, inner := splitAt(op.Shape, op.Dim)
+	run := d / n * inner * es
+	b := make([]byte, 0, outer*run)
+	for o := range outer {
+		off := o*d*inner*es + k*run
+		b = append(b, in[off:off+run]...)
+	}
+	return b
+}
+
+// placeBlock writes the block member g sent (packed, op.Shape with op.Dim divided by the
+// group size) at position g along op.ConcatDim of the all-to-all's output out.
+func placeBlock(op *Op, out []byte, g int, block []byte) {
+	n, es := len(op.Group), op.DType.Size()
+	shape := slices.Clone(op.Shape)
+	shape[op.Dim] /= n
+	outer, d, inner := splitAt(shape, op.ConcatDim)
+	run := d * inner * es
+	for o := range outer {
+		copy(out[(o*n+g)*run:(o*n+g+1)*run], block[o*run:(o+1)*run])
 	}
 }
 

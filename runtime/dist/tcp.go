@@ -419,6 +419,18 @@ func (t *tcpComm) Collective(r int, op *Op, in, out device.Tensor) error {
 				copy(out.Data[(o*n+g)*run:(o*n+g+1)*run], b[o*run:(o+1)*run])
 			}
 		}
+	case pb.Instr_ALL_TO_ALL:
+		srcs, err := exchange(0, func(c int) []byte { return blockOf(op, in.Data, c) }, blockOf(op, in.Data, pos))
+		if err != nil {
+			return err
+		}
+		defer releaseOthers(srcs)
+		if err := checkLen(srcs, len(in.Data)/n); err != nil {
+			return err
+		}
+		for g, b := range srcs {
+			placeBlock(op, out.Data, g, b)
+		}
 	case pb.Instr_BROADCAST:
 		if pos == op.Root {
 			for c, m := range op.Group {
