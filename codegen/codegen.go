@@ -349,8 +349,9 @@ func (g *gen) collectShardings() error {
 			if err != nil {
 				return fmt.Errorf("@%s: parameter %%%s: %v", f.Name, a.Name, err)
 			}
-			// ZeRO-3's block over dp is a block in any module (passes.ParamGather).
-			zero := s != nil && s.Uses("dp")
+			// ZeRO-3's block over dp is a block in any module (passes.ParamGather); a split
+			// over dp of any other parameter is refused (partitioned) or a request (not).
+			zero := s != nil && s.Uses("dp") && g.zero3Param(a.Name)
 			if s.Replicated() || !(partitioned || zero) {
 				s = nil
 			}
@@ -371,6 +372,22 @@ func (g *gen) collectShardings() error {
 		}
 	}
 	return nil
+}
+
+// zero3Param reports whether ZeRO-3 holds parameter name as its dp block: @optimizer says
+// zero = 3 and takes the block.
+func (g *gen) zero3Param(name string) bool {
+	opt := g.m.Func(passes.OptimizerFunc)
+	if opt == nil || opt.Attrs.Int(passes.AttrZero, 0) != 3 {
+		return false
+	}
+	for i, a := range opt.Args {
+		if a.Name == name && opt.ArgAttrs[i].Has(ir.AttrParam) {
+			s, _ := ir.ArgSharding(opt, i)
+			return s != nil && s.Uses("dp")
+		}
+	}
+	return false
 }
 
 // checkSharding checks a parameter or state sharding against the mesh: tp axes only, one

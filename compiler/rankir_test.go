@@ -83,7 +83,7 @@ func programComm(p *pb.Program) map[comm]int {
 }
 
 // TestProgramsCommunicateWhatTheIRSays: code generation only lowers. For every plan of a grid
-// over pipeline, tensor and data parallelism, ZeRO-1 and 2, a tied weight, fp16 loss scaling
+// over pipeline, tensor and data parallelism, ZeRO-1, 2 and 3, a tied weight, fp16 loss scaling
 // and clipping, each program's sends, receives, collectives (by mesh axis), optimizer steps
 // and metrics are exactly those of its rank program's ops, one instruction each — nothing
 // communicated that the IR does not show.
@@ -102,6 +102,8 @@ func TestProgramsCommunicateWhatTheIRSays(t *testing.T) {
 		{gptPPM, Options{Load: tiny, PP: 2, DP: 2, TP: 2, SP: true, Zero: 2, Microbatches: 2, Optimizer: "sgd{lr=0.1,clip=0.5}"}, []string{"REDUCE_SCATTER dp", "ALL_GATHER dp"}},
 		{gptPPM, Options{Load: tiny, PP: 2, DP: 2, Zero: 1, Microbatches: 4, Schedule: "interleaved-1f1b"}, []string{"REDUCE_SCATTER dp"}},
 		{gptPPM, Options{Load: tiny, DP: 2, Zero: 2, Microbatches: 2, Precision: "bf16"}, []string{"REDUCE_SCATTER dp"}},
+		// ZeRO-3: the gathers and reduce-scatters are in the functions the runs instantiate.
+		{gptPPM, Options{Load: tiny, PP: 2, DP: 2, TP: 2, SP: true, Zero: 3, Microbatches: 2, Precision: "bf16", Recompute: "full"}, []string{"ALL_GATHER dp", "REDUCE_SCATTER dp", "ALL_GATHER tp"}},
 		{mlpPPM, Options{PP: 2, DP: 2, Microbatches: 2, ForwardOnly: true}, []string{"SEND"}},
 	}
 	for _, c := range grid {

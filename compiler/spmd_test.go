@@ -442,7 +442,7 @@ func @forward(%x: f32[4,8] {input}, %w: f32[8,8] {init = "normal(0.2)", param, s
 		{module("tp = 2", "[_, tp]", "%y = all_reduce %h {axis = sp} : f32[4,8]"), Options{TP: 2},
 			`@F_s0: %y = all_reduce over "sp": not an axis of the mesh (pp, dp, ep, edp, cp, tp)`},
 		{module("dp = 2, tp = 2", "[dp, _]", "%y = all_reduce %h {axis = tp} : f32[4,8]"), Options{TP: 2, DP: 2},
-			"parameter %w: shard [dp, _] splits it over dp: only optimizer state is split over the data-parallel replicas (ZeRO, --zero)"},
+			"parameter %w: shard [dp, _] splits it over dp: only optimizer state (ZeRO, --zero) and ZeRO-3's parameters are split over the data-parallel replicas"},
 	} {
 		_, err := Compile(c.src, c.opts)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -39,7 +39,7 @@ var rankOps = []OpDef{
 		MinOperands: 0, MaxOperands: -1, Traits: Calls | State, Infer: inferNone,
 		Attrs: []AttrSpec{{Name: "func", Kind: KindString}}},
 	{Name: "optimizer", Doc: "the optimizer step: run the function named func (the rank's slice of @optimizer) once, as call does; " +
-		"then each result {update = X} replaces parameter or state X — a parameter's dp block (ZeRO) is left to the param_all_gather " +
+		"then each result {update = X} replaces parameter or state X — a parameter's new dp block under ZeRO-1/2 is left to the param_all_gather " +
 		"after it — and each result {metric = NAME} is reported to the host with the loss",
 		MinOperands: 0, MaxOperands: -1, Traits: Calls | State, Infer: inferNone,
 		Attrs: []AttrSpec{{Name: "func", Kind: KindString}}},

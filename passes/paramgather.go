@@ -244,6 +244,9 @@ func GatherAsZero3(m *ir.Module, dp int) {
 	mesh := m.Mesh()
 	mesh = slices.DeleteFunc(mesh, func(a ir.MeshAxis) bool { return a.Name == "dp" })
 	m.SetMesh(append(mesh, ir.MeshAxis{Name: "dp", Size: dp}))
+	if opt := m.Func(OptimizerFunc); opt != nil {
+		opt.Attrs = opt.Attrs.Set(AttrZero, ir.Int(3))
+	}
 	for _, f := range m.Funcs {
 		// Every function takes the blocks (@optimizer as the optimizer pass would give it
 		// them); the per-stage functions gather them.
