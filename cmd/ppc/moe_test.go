@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -91,5 +92,37 @@ func TestMoESummary(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("summary lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestEPTrace: ppc simulate's trace names expert parallelism's all-to-alls: each F and I/B of
+// an ep plan nests an "ep all-to-all" span, of the stage's all-to-all seconds in plan.json,
+// at the end of its collective span.
+func TestEPTrace(t *testing.T) {
+	moe := filepath.Join("..", "..", "testdata", "models", "moe.ppm")
+	dir := filepath.Join(t.TempDir(), "plan")
+	if code, _, errOut := ppc(t, "", "compile", moe, "--dp", "2", "--ep", "2", "--pp", "2", "--microbatches", "2", "--gpu", "h100-80gb", "-o", dir); code != 0 {
+		t.Fatal(errOut)
+	}
+	p := readPlan(t, dir)
+	trace := filepath.Join(t.TempDir(), "t.json")
+	if code, _, errOut := ppc(t, "", "simulate", dir, "--trace", trace); code != 0 {
+		t.Fatal(errOut)
+	}
+	n := 0
+	for _, e := range readTrace(t, trace).TraceEvents {
+		if !strings.HasPrefix(e.Name, "ep all-to-all ") {
+			continue
+		}
+		n++
+		a := e.Args["action"].(string) // e.g. 1B0
+		st := p.StageInfo[a[0]-'0']
+		want := map[byte]float64{'F': st.FAllToAll, 'B': st.IAllToAll}[a[1]] * 1e6
+		if want <= 0 || math.Abs(e.Dur-want) > 1e-9*want {
+			t.Errorf("%s: %q lasts %v µs, the stage's all-to-alls %v µs", a, e.Name, e.Dur, want)
+		}
+	}
+	if n != 8 { // 2 stages × 2 micro-batches × (F, B)
+		t.Errorf("%d ep all-to-all spans, want 8", n)
 	}
 }
