@@ -159,8 +159,8 @@ type StageCost struct {
 	// parallelism's all-to-alls (the rest is tensor parallelism's): the trace names them.
 	FAllToAll, IAllToAll float64
 	GradReduce           float64
-	GradReduceMB        float64
-	StepEnd             float64
+	GradReduceMB         float64
+	StepEnd              float64
 
 	// Slices are the per-token-slice costs of a sliced schedule (F, I, W, B, CommBytes,
 	// ActBytes and the collective parts of F, I, W per slice); without them each slice of
