@@ -1,6 +1,7 @@
 package codegen
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -37,13 +38,13 @@ func TestAttrsRoundTrip(t *testing.T) {
 }
 
 func TestReadPlanErrors(t *testing.T) {
-	good := `{"format_version": 2, "world": 1, "mesh": {"pp": 1, "dp": 1, "tp": 1}, "microbatches": 1,
+	good := `{"format_version": ` + fmt.Sprint(FormatVersion) + `, "world": 1, "mesh": {"pp": 1, "dp": 1, "tp": 1}, "microbatches": 1,
  "programs": [{"file": "rank-00000.ppx", "pp": 0}],
- "ranks": [{"rank": 0, "coords": {"pp": 0, "dp": 0, "tp": 0}, "program": "rank-00000.ppx", "groups": {"pp": [0], "dp": [0], "tp": [0]}}],
+ "ranks": [{"rank": 0, "coords": {"pp": 0, "dp": 0, "tp": 0}, "program": "rank-00000.ppx", "groups": {"pp": [0], "dp": [0], "cp": [0], "tp": [0]}}],
  "inputs": [{"name": "x", "dtype": "f32", "microbatch_shape": [2, 3]}]}`
 	for _, c := range []struct{ text, want string }{
 		{good, ""},
-		{strings.Replace(good, `"format_version": 2`, `"format_version": 7`, 1), "format version 7"},
+		{strings.Replace(good, fmt.Sprintf(`"format_version": %d`, FormatVersion), `"format_version": 7`, 1), "format version 7"},
 		{strings.Replace(good, `"microbatches": 1`, `"microbatches": 0`, 1), "micro-batches 0"},
 		{strings.Replace(good, `"pp": 1`, `"pp": 2`, 1), "does not multiply"},
 		{strings.Replace(good, `"dp": 1`, `"dp": 0`, 1), "does not multiply"},
@@ -56,8 +57,8 @@ func TestReadPlanErrors(t *testing.T) {
 		{strings.Replace(good, `"programs": [{"file": "rank-00000.ppx", "pp": 0}]`, `"programs": [{"file": "rank-00000.ppx", "pp": 0}, {"file": "rank-00000.ppx", "pp": 0}]`, 1),
 			"program rank-00000.ppx is listed twice"},
 		{strings.Replace(good, `"programs": [{"file": "rank-00000.ppx", "pp": 0}],`, ``, 1), "no programs listed"},
-		{strings.Replace(good, `"coords": {"pp": 0, "dp": 0, "tp": 0}`, `"coords": {"pp": 0, "dp": 0, "tp": 1}`, 1), "rank 0: coordinates pp=0 dp=0 tp=1, but the mesh numbers it pp=0 dp=0 tp=0"},
-		{strings.Replace(good, `"tp": [0]`, `"tp": [0, 1]`, 1), "rank 0: groups pp [0], dp [0], tp [0 1]; its coordinates on the mesh give pp [0], dp [0], tp [0]"},
+		{strings.Replace(good, `"coords": {"pp": 0, "dp": 0, "tp": 0}`, `"coords": {"pp": 0, "dp": 0, "tp": 1}`, 1), "rank 0: coordinates pp=0 dp=0 cp=0 tp=1, but the mesh numbers it pp=0 dp=0 cp=0 tp=0"},
+		{strings.Replace(good, `"tp": [0]`, `"tp": [0, 1]`, 1), "rank 0: groups pp [0], dp [0], cp [0], tp [0 1]; its coordinates on the mesh give pp [0], dp [0], cp [0], tp [0]"},
 		{strings.Replace(good, `[2, 3]`, `[]`, 1), ""}, // a scalar input: one sample per micro-batch
 		{strings.Replace(good, `"name": "x"`, `"name": ""`, 1), `an input has no name`},
 		{`{"world": `, "unexpected end"},
@@ -80,7 +81,7 @@ func TestReadPlanErrors(t *testing.T) {
 // TestMeshNumbering: ranks are numbered as Megatron-core numbers them (tp fastest, then dp,
 // then pp), and a group over an axis is the ranks that differ only there, in its order.
 func TestMeshNumbering(t *testing.T) {
-	m := Mesh{PP: 2, DP: 3, TP: 2}
+	m := Mesh{PP: 2, DP: 3, CP: 1, TP: 2}
 	for r := range 12 {
 		if got := m.Rank(m.Coords(r)); got != r {
 			t.Fatalf("rank %d → %+v → %d", r, m.Coords(r), got)
@@ -99,6 +100,28 @@ func TestMeshNumbering(t *testing.T) {
 	p.SetRanks()
 	if r := p.Ranks[9]; r.Program != "rank-00006.ppx" || !slices.Equal(r.Groups.DP, []int{7, 9, 11}) {
 		t.Fatalf("rank 9: %+v", r)
+	}
+	// Expert parallelism inside dp (Megatron-Core's order): rank = tp + TP·(cp + CP·(ep +
+	// EP·(edp + EDP·pp))) — dp coordinate ep + EP·edp, the numbering unchanged. Rank 13 of pp 2
+	// × dp 4 (ep 2 × edp 2) × tp 2 is pp 1, dp 2 (ep 0, edp 1), tp 1; its ep group the dp
+	// coordinates 2, 3 (ranks 13, 15), its edp group dp 0, 2 (ranks 9, 13).
+	e := Mesh{PP: 2, DP: 4, EP: 2, CP: 1, TP: 2}
+	for r := range 16 {
+		if got := e.Rank(e.Coords(r)); got != r {
+			t.Fatalf("ep mesh: rank %d → %+v → %d", r, e.Coords(r), got)
+		}
+	}
+	c = e.Coords(13)
+	if c != (Coords{PP: 1, DP: 2, EP: 0, EDP: 1, TP: 1}) || c.Of("ep") != 0 || c.Of("edp") != 1 {
+		t.Fatalf("ep mesh: rank 13 is %+v", c)
+	}
+	for axis, want := range map[string][]int{"ep": {13, 15}, "edp": {9, 13}, "dp": {9, 11, 13, 15}, "tp": {12, 13}} {
+		if got := e.Group(c, axis); !slices.Equal(got, want) {
+			t.Errorf("ep mesh: %s group of rank 13: %v, want %v", axis, got, want)
+		}
+	}
+	if e.Size("ep") != 2 || e.Size("edp") != 2 {
+		t.Errorf("ep mesh: sizes ep %d edp %d", e.Size("ep"), e.Size("edp"))
 	}
 }
 
@@ -185,9 +208,9 @@ func TestPlanCheckReplicas(t *testing.T) {
 		want string
 	}{
 		{func(p *Plan) { p.Ranks[5].Program = ProgramFile(0) }, "rank 5 (pipeline rank 1) runs rank-00000.ppx, the program of pipeline rank 0"},
-		{func(p *Plan) { p.Ranks[3].Groups.DP = []int{3, 1} }, "rank 3: groups pp [3 7], dp [3 1], tp [2 3]; its coordinates on the mesh give pp [3 7], dp [1 3], tp [2 3]"},
-		{func(p *Plan) { p.Ranks[3].Coords.DP = 0 }, "rank 3: coordinates pp=0 dp=0 tp=1, but the mesh numbers it pp=0 dp=1 tp=1 (tp fastest, then dp, then pp)"},
-		{func(p *Plan) { p.Mesh.TP = 4 }, "mesh pp=2 dp=2 tp=4 does not multiply to world size 8"},
+		{func(p *Plan) { p.Ranks[3].Groups.DP = []int{3, 1} }, "rank 3: groups pp [3 7], dp [3 1], cp [3], tp [2 3]; its coordinates on the mesh give pp [3 7], dp [1 3], cp [3], tp [2 3]"},
+		{func(p *Plan) { p.Ranks[3].Coords.DP = 0 }, "rank 3: coordinates pp=0 dp=0 cp=0 tp=1, but the mesh numbers it pp=0 dp=1 cp=0 tp=1 (tp fastest, then cp, dp, pp)"},
+		{func(p *Plan) { p.Mesh.TP = 4 }, "mesh pp=2 dp=2 cp=0 tp=4 does not multiply to world size 8"},
 	} {
 		p := good()
 		c.edit(p)

@@ -195,6 +195,9 @@ type Coords struct {
 // ep is the expert-parallel size (1 without expert parallelism).
 func (m Mesh) ep() int { return max(m.EP, 1) }
 
+// cp is the context-parallel size (1 when unset: a Mesh written without cp).
+func (m Mesh) cp() int { return max(m.CP, 1) }
+
 // Size is the number of ranks along the named axis (0 for a name that is not an axis).
 func (m Mesh) Size(axis string) int {
 	switch axis {
@@ -207,7 +210,7 @@ func (m Mesh) Size(axis string) int {
 	case "edp":
 		return m.DP / m.ep()
 	case "cp":
-		return m.CP
+		return m.cp()
 	case "tp":
 		return m.TP
 	}
@@ -215,15 +218,16 @@ func (m Mesh) Size(axis string) int {
 }
 
 // World is the number of ranks of the mesh.
-func (m Mesh) World() int { return m.PP * m.DP * m.CP * m.TP }
+func (m Mesh) World() int { return m.PP * m.DP * m.cp() * m.TP }
 
 // Rank numbers the rank at c as Megatron-core does: tp fastest, then cp, dp (ep inside it),
 // pp slowest.
-func (m Mesh) Rank(c Coords) int { return ((c.PP*m.DP+c.DP)*m.CP+c.CP)*m.TP + c.TP }
+func (m Mesh) Rank(c Coords) int { return ((c.PP*m.DP+c.DP)*m.cp()+c.CP)*m.TP + c.TP }
 
 // Coords are rank r's coordinates (the inverse of Rank).
 func (m Mesh) Coords(r int) Coords {
-	c := Coords{PP: r / (m.DP * m.CP * m.TP), DP: r / (m.CP * m.TP) % m.DP, CP: r / m.TP % m.CP, TP: r % m.TP}
+	cp := m.cp()
+	c := Coords{PP: r / (m.DP * cp * m.TP), DP: r / (cp * m.TP) % m.DP, CP: r / m.TP % cp, TP: r % m.TP}
 	if m.ep() > 1 {
 		c.EP, c.EDP = c.DP%m.ep(), c.DP/m.ep()
 	}
@@ -550,7 +554,7 @@ func (p *Plan) check() error {
 		return fmt.Errorf("format version %d, this ppc reads %d", p.FormatVersion, FormatVersion)
 	case p.World < 1 || p.World > 1<<16:
 		return fmt.Errorf("world size %d out of range", p.World)
-	case m.PP < 1 || m.DP < 1 || m.CP < 1 || m.TP < 1 || m.PP > p.World || m.DP > p.World || m.CP > p.World || m.TP > p.World || m.World() != p.World:
+	case m.PP < 1 || m.DP < 1 || m.CP < 0 || m.TP < 1 || m.PP > p.World || m.DP > p.World || m.CP > p.World || m.TP > p.World || m.World() != p.World:
 		return fmt.Errorf("mesh pp=%d dp=%d cp=%d tp=%d does not multiply to world size %d", m.PP, m.DP, m.CP, m.TP, p.World)
 	case m.EP < 0 || m.EP > 1 && m.DP%m.EP != 0:
 		return fmt.Errorf("mesh ep=%d does not divide dp=%d", m.EP, m.DP)
