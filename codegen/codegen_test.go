@@ -176,6 +176,7 @@ func TestDisassemble(t *testing.T) {
 			{Kind: pb.Instr_ALL_REDUCE, In: []int32{0}, Axis: "dp"},
 			{Kind: pb.Instr_ALL_GATHER, In: []int32{0}, Out: []int32{2}, Axis: "tp", Dim: 1},
 			{Kind: pb.Instr_BROADCAST, In: []int32{0}, Axis: "tp", Root: 1},
+			{Kind: pb.Instr_ALL_TO_ALL, In: []int32{0}, Out: []int32{2}, Axis: "ep", Dim: 0, ConcatDim: 1},
 		}}
 	s := Disassemble(p)
 	for _, want := range []string{"program of pipeline rank 1", "mesh pp=2 dp=2 tp=2: run by 4 rank(s)", "b1     param      f32[4]", "init=normal(0.02)",
@@ -184,7 +185,7 @@ func TestDisassemble(t *testing.T) {
 		"  all_reduce sum b0 over ranks [0 1]\n", "b2 = all_reduce max b0 over ranks [1 0] tag 7",
 		"b2 = all_gather b0 dim 1 over ranks [0 1]", "b2 = reduce_scatter sum b0 dim 0 over ranks [0 1]",
 		"  broadcast b0 from rank 1 over ranks [0 1]", "broadcast b0 from <root 5 outside the group> over ranks [0 1]",
-		"  all_reduce sum b0 over dp\n", "b2 = all_gather b0 dim 1 over tp\n", "  broadcast b0 from tp 1 over tp\n"} {
+		"  all_reduce sum b0 over dp\n", "b2 = all_to_all b0 split dim 0 concat dim 1 over ep\n", "b2 = all_gather b0 dim 1 over tp\n", "  broadcast b0 from tp 1 over tp\n"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("disassembly lacks %q:\n%s", want, s)
 		}
