@@ -14,6 +14,13 @@ with FLOPs counted as ppc's benchmark counts them (6·N + 12·L·d·T per token,
 turn, so that the L2 cache does not hold them), timed with CUDA events, the median of 20
 runs after 5 warm-ups. Prints: torch.matmul <N>: <TFLOP/s> TFLOP/s
 
+--attention S[,S...]: F.scaled_dot_product_attention forward and backward, causal, bf16, at
+GPT-2 small's head sizes (12 heads of 64) over 8192 tokens per call (8192/S sequences of S),
+timed as --matmul times (median of 20 after 5 warm-ups). Prints:
+  torch sdpa attention <S>: <ms> ms <TFLOP/s> TFLOP/s
+counting 4·S²·d FLOPs per head forward and 2.5 times that backward, halved for causal masking
+(FlashAttention-2's count; ppc's BenchmarkAttention counts the same).
+
 --wait FILE: after warming up (torch.compile's compile included), wait until FILE exists
 before timing, so that the compile can overlap other work and the timing cannot."""
 import argparse, math, os, statistics, sys, time
@@ -119,6 +126,33 @@ def matmul(sizes):
         print(f"torch.matmul {n}: {2 * m * k * cols / statistics.median(times) / 1e12:.1f} TFLOP/s")
 
 
+def attention(seqs):
+    import torch.nn.functional as F
+    for n in seqs:
+        s = int(n)
+        b, h, d = max(8192 // s, 1), 12, 64
+        g = torch.Generator(device="cuda").manual_seed(s)
+        rand = lambda: (torch.rand(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=g) * 2 - 1).requires_grad_()
+        q, k, v = rand(), rand(), rand()
+        do = torch.rand(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=g) * 2 - 1
+        def step():
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            torch.autograd.grad(o, (q, k, v), do)
+        for _ in range(5):
+            step()
+        times = []
+        for _ in range(20):
+            st, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            st.record()
+            step()
+            e.record()
+            e.synchronize()
+            times.append(st.elapsed_time(e) / 1e3)
+        t = statistics.median(times)
+        flops = 3.5 * 4 * b * h * s * s * d / 2
+        print(f"torch sdpa attention {s}: {t * 1e3:.3f} ms {flops / t / 1e12:.1f} TFLOP/s")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--attn", choices=["sdpa", "math"], default="sdpa")
@@ -126,8 +160,11 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--wait", default="")
     p.add_argument("--matmul", default="")
+    p.add_argument("--attention", default="")
     args = p.parse_args()
-    if args.matmul:
+    if args.attention:
+        attention(args.attention.split(","))
+    elif args.matmul:
         matmul(args.matmul.split(","))
     else:
         train(args)

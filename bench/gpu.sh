@@ -14,7 +14,8 @@
 #   - two processes on this machine's GPU(s) over the host transport (pp 2), against the CPU;
 #   - compute-sanitizer's memcheck and racecheck on two steps of the tiny GPT;
 # then, one at a time: a trace of three GPT-2-small steps (each instruction timed to its end:
-# where the time goes), ppc's GPT-2-small training step and bf16 GEMMs, PyTorch's step (eager
+# where the time goes), ppc's GPT-2-small training step, bf16 GEMMs and fused attention
+# (forward + backward at seq 1024/4096/8192 against SDPA's), PyTorch's step (eager
 # with SDPA, eager with materialised attention, torch.compile) and torch.matmul. Logs go to
 # $OUT (default: a new temporary folder), as logs.tgz; a table of results comes last. Each
 # check has a time limit, and the whole run ends within GPU_BUDGET seconds (default 480).
@@ -149,6 +150,7 @@ wait "${pids[@]}"
 # Speed, one at a time.
 check ppc-trace 120 "$ppc" run "$bin/plans/small" --device cuda --steps 3 --trace "$logs/trace.json"
 gotest ppc-bench 300 -test.run '^$' -test.bench '^BenchmarkGPT2SmallStep$|^BenchmarkGEMM$|^BenchmarkSoftmax$' -test.benchtime 20x -test.count=1 -test.v
+gotest ppc-attention 120 -test.run '^$' -test.bench '^BenchmarkAttention$' -test.benchtime 10x -test.count=1 -test.v
 # Nsight Compute on the slowest sites: the tied head's GEMM (which cuBLASLt kernel, how far
 # from the chip's limits) and the attention softmax (a row kernel).
 ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
@@ -158,6 +160,7 @@ if [ -n "$ncu" ]; then
 fi
 if [ -n "${compile_pid:-}" ]; then
   check torch-matmul 120 $py bench/gpt2_pytorch.py --matmul 4096,8192,head
+  check torch-attention 120 $py bench/gpt2_pytorch.py --attention 1024,4096,8192
   check torch-sdpa 180 $py bench/gpt2_pytorch.py --attn sdpa
   check torch-math 180 $py bench/gpt2_pytorch.py --attn math
   touch "$go_file"
@@ -190,6 +193,13 @@ ppc_ms=$(field 'BenchmarkGPT2SmallStep' ms/step)
     printf '  %-26s %10s  ppc/peer %s\n' "pytorch $m" "${tps:-?}" "$ratio"
   done
   echo "attention softmax [8,12,1024,1024] bf16: $(field 'BenchmarkSoftmax' GB/s) GB/s"
+  echo "fused attention forward + backward, causal bf16, 12 heads of 64, 8192 tokens (ms; ratio torch / ppc: above 1, ppc is faster):"
+  for n in 1024 4096 8192; do
+    a=$(grep -h "BenchmarkAttention/$n.* ms" "$logs"/ppc-attention.log 2>/dev/null | awk '{ for (i = 2; i <= NF; i++) if ($i == "ms") print $(i-1) }')
+    b=$(grep -h "torch sdpa attention $n:" "$logs"/torch-attention.log 2>/dev/null | awk '{ print $5 }')
+    ratio=$(awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f×", b / a; else print "?" }')
+    printf '  seq %-5s ppc %8s ms  torch sdpa %8s ms  torch/ppc %s\n' "$n" "${a:-?}" "${b:-?}" "$ratio"
+  done
   echo "bf16 GEMM n³, and GPT-2's head 8192×768×50257 (TFLOP/s):"
   for n in 4096 8192 head; do
     a=$(grep -h "BenchmarkGEMM/$n.*TFLOP/s" "$logs"/ppc-bench.log 2>/dev/null | awk '{ for (i = 2; i <= NF; i++) if ($i == "TFLOP/s") print $(i-1) }')

@@ -606,6 +606,9 @@ func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind stri
 		case at.Has(passes.AttrPort):
 			// Sends are the rank program's (emit).
 			rg.ports[portKey{at.Str(passes.AttrPort, ""), mb}] = buf
+		case at.Has(ir.AttrMetric):
+			// A model's metric: this micro-batch's count, summed by the runtime over the step.
+			rg.instr(&pb.Instr{Kind: pb.Instr_METRIC, In: []int32{int32(buf)}, Label: at.Str(ir.AttrMetric, ""), Sum: true, Microbatch: int32(mb), Stage: int32(stage)})
 		case at.Has(ir.AttrLoss):
 			rg.instr(&pb.Instr{Kind: pb.Instr_LOSS, In: []int32{int32(buf)}, Microbatch: int32(mb)})
 			if rg.g.funcs["optimizer"] == nil {

@@ -1,7 +1,6 @@
 package codegen
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,13 +37,13 @@ func TestAttrsRoundTrip(t *testing.T) {
 }
 
 func TestReadPlanErrors(t *testing.T) {
-	good := `{"format_version": ` + fmt.Sprint(FormatVersion) + `, "world": 1, "mesh": {"pp": 1, "dp": 1, "tp": 1}, "microbatches": 1,
+	good := `{"format_version": 3, "world": 1, "mesh": {"pp": 1, "dp": 1, "cp": 1, "tp": 1}, "microbatches": 1,
  "programs": [{"file": "rank-00000.ppx", "pp": 0}],
- "ranks": [{"rank": 0, "coords": {"pp": 0, "dp": 0, "tp": 0}, "program": "rank-00000.ppx", "groups": {"pp": [0], "dp": [0], "cp": [0], "tp": [0]}}],
+ "ranks": [{"rank": 0, "coords": {"pp": 0, "dp": 0, "cp": 0, "tp": 0}, "program": "rank-00000.ppx", "groups": {"pp": [0], "dp": [0], "cp": [0], "tp": [0]}}],
  "inputs": [{"name": "x", "dtype": "f32", "microbatch_shape": [2, 3]}]}`
 	for _, c := range []struct{ text, want string }{
 		{good, ""},
-		{strings.Replace(good, fmt.Sprintf(`"format_version": %d`, FormatVersion), `"format_version": 7`, 1), "format version 7"},
+		{strings.Replace(good, `"format_version": 3`, `"format_version": 7`, 1), "format version 7"},
 		{strings.Replace(good, `"microbatches": 1`, `"microbatches": 0`, 1), "micro-batches 0"},
 		{strings.Replace(good, `"pp": 1`, `"pp": 2`, 1), "does not multiply"},
 		{strings.Replace(good, `"dp": 1`, `"dp": 0`, 1), "does not multiply"},
@@ -57,7 +56,7 @@ func TestReadPlanErrors(t *testing.T) {
 		{strings.Replace(good, `"programs": [{"file": "rank-00000.ppx", "pp": 0}]`, `"programs": [{"file": "rank-00000.ppx", "pp": 0}, {"file": "rank-00000.ppx", "pp": 0}]`, 1),
 			"program rank-00000.ppx is listed twice"},
 		{strings.Replace(good, `"programs": [{"file": "rank-00000.ppx", "pp": 0}],`, ``, 1), "no programs listed"},
-		{strings.Replace(good, `"coords": {"pp": 0, "dp": 0, "tp": 0}`, `"coords": {"pp": 0, "dp": 0, "tp": 1}`, 1), "rank 0: coordinates pp=0 dp=0 cp=0 tp=1, but the mesh numbers it pp=0 dp=0 cp=0 tp=0"},
+		{strings.Replace(good, `"coords": {"pp": 0, "dp": 0, "cp": 0, "tp": 0}`, `"coords": {"pp": 0, "dp": 0, "cp": 0, "tp": 1}`, 1), "rank 0: coordinates pp=0 dp=0 cp=0 tp=1, but the mesh numbers it pp=0 dp=0 cp=0 tp=0"},
 		{strings.Replace(good, `"tp": [0]`, `"tp": [0, 1]`, 1), "rank 0: groups pp [0], dp [0], cp [0], tp [0 1]; its coordinates on the mesh give pp [0], dp [0], cp [0], tp [0]"},
 		{strings.Replace(good, `[2, 3]`, `[]`, 1), ""}, // a scalar input: one sample per micro-batch
 		{strings.Replace(good, `"name": "x"`, `"name": ""`, 1), `an input has no name`},
@@ -196,7 +195,7 @@ func TestDisassemble(t *testing.T) {
 // program, and plan.json's groups must be the mesh's.
 func TestPlanCheckReplicas(t *testing.T) {
 	good := func() *Plan {
-		p := &Plan{FormatVersion: FormatVersion, Mesh: Mesh{PP: 2, DP: 2, TP: 2}, World: 8, Microbatches: 1,
+		p := &Plan{FormatVersion: FormatVersion, Mesh: Mesh{PP: 2, DP: 2, CP: 1, TP: 2}, World: 8, Microbatches: 1,
 			Programs: []ProgramInfo{{File: ProgramFile(0)}, {File: ProgramFile(4), PP: 1}}}
 		p.SetRanks()
 		return p
@@ -211,7 +210,7 @@ func TestPlanCheckReplicas(t *testing.T) {
 		{func(p *Plan) { p.Ranks[5].Program = ProgramFile(0) }, "rank 5 (pipeline rank 1) runs rank-00000.ppx, the program of pipeline rank 0"},
 		{func(p *Plan) { p.Ranks[3].Groups.DP = []int{3, 1} }, "rank 3: groups pp [3 7], dp [3 1], cp [3], tp [2 3]; its coordinates on the mesh give pp [3 7], dp [1 3], cp [3], tp [2 3]"},
 		{func(p *Plan) { p.Ranks[3].Coords.DP = 0 }, "rank 3: coordinates pp=0 dp=0 cp=0 tp=1, but the mesh numbers it pp=0 dp=1 cp=0 tp=1 (tp fastest, then cp, dp, pp)"},
-		{func(p *Plan) { p.Mesh.TP = 4 }, "mesh pp=2 dp=2 cp=0 tp=4 does not multiply to world size 8"},
+		{func(p *Plan) { p.Mesh.TP = 4 }, "mesh pp=2 dp=2 cp=1 tp=4 does not multiply to world size 8"},
 	} {
 		p := good()
 		c.edit(p)

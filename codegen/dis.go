@@ -151,6 +151,9 @@ func instrText(p *pb.Program, in *pb.Instr) string {
 	case pb.Instr_LOSS:
 		return fmt.Sprintf("loss %s mb %d", bufs(in.In), in.Microbatch)
 	case pb.Instr_METRIC:
+		if in.Sum {
+			return fmt.Sprintf("metric %q += %s mb %d", in.Label, bufs(in.In), in.Microbatch)
+		}
 		return fmt.Sprintf("metric %q %s", in.Label, bufs(in.In))
 	case pb.Instr_BEGIN:
 		if in.Label == "OPT" {

@@ -195,7 +195,8 @@ type Coords struct {
 // ep is the expert-parallel size (1 without expert parallelism).
 func (m Mesh) ep() int { return max(m.EP, 1) }
 
-// cp is the context-parallel size (1 when unset: a Mesh written without cp).
+// cp is the context-parallel size; a mesh built in memory without one has cp 1 (a plan read
+// from disk must say so: check).
 func (m Mesh) cp() int { return max(m.CP, 1) }
 
 // Size is the number of ranks along the named axis (0 for a name that is not an axis).
@@ -287,7 +288,7 @@ func (m Mesh) Group(c Coords, axis string) []int {
 
 // Proto is the mesh as a program records it, slowest axis first.
 func (m Mesh) Proto() []*pb.NamedInt {
-	p := []*pb.NamedInt{{Name: "pp", Value: int64(m.PP)}, {Name: "dp", Value: int64(m.DP)}, {Name: "cp", Value: int64(m.CP)}, {Name: "tp", Value: int64(m.TP)}}
+	p := []*pb.NamedInt{{Name: "pp", Value: int64(m.PP)}, {Name: "dp", Value: int64(m.DP)}, {Name: "cp", Value: int64(m.cp())}, {Name: "tp", Value: int64(m.TP)}}
 	if m.ep() > 1 {
 		p = slices.Insert(p, 2, &pb.NamedInt{Name: "ep", Value: int64(m.EP)})
 	}

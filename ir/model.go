@@ -44,6 +44,11 @@ const (
 	// divide): checkpoints, exports and initialisation hold this leading block of it, and
 	// the elements beyond it are zero and stay zero.
 	AttrUnpadded = "unpadded"
+	// AttrMetric (string, on a scalar result) names a value the step reports beside the loss:
+	// on a result of @forward (a model's `metric NAME EXPR`), a per-micro-batch count summed
+	// over the step's micro-batches and replicas, such as the tokens a mixture of experts
+	// dropped; on an @optimizer result, a value every rank agrees on (the loss scale).
+	AttrMetric = "metric"
 	// AttrMicrobatches (int, on the module) is the number of micro-batches per step.
 	AttrMicrobatches = "microbatches"
 )

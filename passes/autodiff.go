@@ -166,6 +166,13 @@ func autodiff(m *ir.Module) error {
 		results = append(results, g)
 		resultAttrs = append(resultAttrs, ir.Attrs{{Name: ir.AttrGrad, Value: ir.String(p.Name)}})
 	}
+	// The model's metrics (`metric NAME EXPR`) stay results: forward values the step reports.
+	for i, ra := range f.ResultAttrs {
+		if ra.Has(ir.AttrMetric) && i != lossIdx {
+			results = append(results, f.Results[i])
+			resultAttrs = append(resultAttrs, ra)
+		}
+	}
 	// Success: only now is the function changed.
 	for _, op := range fwd {
 		op.Phase = ir.Fwd

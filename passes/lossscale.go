@@ -19,9 +19,9 @@ const (
 	// the gradients the rank's slice reads (rank-optimizer: NonFiniteCheck) and reduces it
 	// over every mesh axis before the optimizer runs.
 	AttrFoundInf = "found_inf"
-	// AttrMetric (string, on an @optimizer result: a scalar) names a value the runtime
-	// reports to the host after each step (Instr METRIC), e.g. "overflow".
-	AttrMetric = "metric"
+	// AttrMetric is ir.AttrMetric: on an @optimizer result, a value every rank agrees on
+	// (the loss scale), reported once.
+	AttrMetric = ir.AttrMetric
 )
 
 // The metrics the loss-scale pass reports.

@@ -32,7 +32,7 @@ var protoDType = map[ir.DType]pb.DType{ir.F64: pb.DType_F64, ir.F32: pb.DType_F3
 // and its collectives name explicit groups.
 func program(r, world int, rp rankProg) *pb.Program {
 	p := &pb.Program{FormatVersion: codegen.FormatVersion, Pp: int32(r), Microbatches: 1, Instrs: rp.instrs,
-		Mesh: []*pb.NamedInt{{Name: "pp", Value: int64(world)}, {Name: "dp", Value: 1}, {Name: "tp", Value: 1}}}
+		Mesh: []*pb.NamedInt{{Name: "pp", Value: int64(world)}, {Name: "dp", Value: 1}, {Name: "cp", Value: 1}, {Name: "tp", Value: 1}}}
 	var off int64
 	for i, t := range rp.types {
 		shape := make([]int64, len(t.Shape))

@@ -22,7 +22,7 @@ func twoRanks(t *testing.T, instrs [2][]*pb.Instr) *Job {
 	j := &Job{Plan: plan, dev: cpu.New(), comm: dist.NewLocal(2)}
 	for r := 0; r < 2; r++ {
 		p := &pb.Program{FormatVersion: codegen.FormatVersion, Pp: int32(r), Microbatches: 1, ArenaBytes: 64,
-			Mesh:    []*pb.NamedInt{{Name: "pp", Value: 2}, {Name: "dp", Value: 1}, {Name: "tp", Value: 1}},
+			Mesh:    []*pb.NamedInt{{Name: "pp", Value: 2}, {Name: "dp", Value: 1}, {Name: "cp", Value: 1}, {Name: "tp", Value: 1}},
 			Buffers: []*pb.Buffer{{Id: 0, Name: "x", Dtype: pb.DType_F32, Shape: []int64{4}, Role: pb.Role_ACTIVATION}},
 			Instrs:  instrs[r]}
 		rank, err := j.prepare(r, p, true)

@@ -35,7 +35,10 @@ type StepResult struct {
 	Duration time.Duration
 	Samples  int // samples processed (global batch)
 	Tokens   int // tokens processed, when the inputs are token sequences
-	// Metrics are the step's METRIC values by name, each the lowest recording rank's (every
+	// Counts are the model's metrics (`metric NAME EXPR`, Instr.sum) by name, each summed over
+	// the step's micro-batches and the ranks holding different data (tp 0 of each).
+	Counts map[string]float64
+	// Metrics are the step's other METRIC values by name, each the lowest recording rank's (every
 	// rank recording one computes the same value): "overflow" is 1 when fp16 loss scaling
 	// skipped the step, "loss_scale" the scale its backward used. Nil when the plan has none.
 	Metrics map[string]float64
@@ -114,7 +117,15 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 	err := j.comm.Err()
 	var sum float64
 	n := 0
+	var sums map[string]float64
 	for _, r := range j.Ranks { // in rank order: the lowest rank's metric is kept
+		for k, v := range r.sums {
+			if sums == nil {
+				sums = map[string]float64{}
+			}
+			sums[k] += v
+		}
+		clear(r.sums)
 		for _, l := range r.losses {
 			sum += l
 			n++
@@ -136,10 +147,11 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 			err = j.proc.Fail(err)
 		} else {
 			stop := opts.StopRequested != nil && opts.StopRequested()
-			sum, n, res.RankTimes, res.Stop, res.Metrics, err = j.proc.EndStep(sum, n, res.Duration, stop, res.Metrics)
+			sum, n, res.RankTimes, res.Stop, res.Metrics, sums, err = j.proc.EndStep(sum, n, res.Duration, stop, res.Metrics, sums)
 			res.Duration = time.Since(start)
 		}
 	}
+	res.Counts = sums
 	if tr != nil {
 		if terr := tr.endStep(); terr != nil && err == nil {
 			err = fmt.Errorf("trace: %v", terr)
@@ -312,6 +324,9 @@ func (j *Job) exec(r *Rank, it *instr, step int, src data.Source) error {
 		if it.Kind == pb.Instr_LOSS && (r.Coords.TP != 0 || r.Coords.CP != 0) {
 			return nil
 		}
+		if it.Sum && r.Coords.TP != 0 {
+			return nil // the tensor-parallel replicas count the same tokens: tp 0 reports them
+		}
 		if a, ok := dev.(device.Async); ok && !it.in[0].OnHost() {
 			// The value is read when the step ends: a synchronous read here would drain the
 			// device's queue and leave it idle while the host queues the backward.
@@ -355,6 +370,13 @@ type pendingRead struct {
 func (r *Rank) record(it *instr, t device.Tensor) error {
 	if it.Kind == pb.Instr_LOSS {
 		r.losses = append(r.losses, scalar(t))
+		return nil
+	}
+	if it.Sum {
+		if r.sums == nil {
+			r.sums = map[string]float64{}
+		}
+		r.sums[it.Label] += scalar(t)
 		return nil
 	}
 	if r.metrics == nil {

@@ -58,8 +58,10 @@ type Rank struct {
 	losses []float64
 	// metrics holds this step's METRIC values by name.
 	metrics map[string]float64
-	inputs  map[string]codegen.Input
-	step    int
+	// sums holds this step's summed METRIC values (Instr.sum) by name, over its micro-batches.
+	sums   map[string]float64
+	inputs map[string]codegen.Input
+	step   int
 	// shards[i] places PARAM or STATE buffer i in its full tensor (nil: it is the whole).
 	shards []*shardGeom
 	// curStep and at say what the rank is doing (the step, and the instruction or −1
@@ -792,7 +794,7 @@ func (j *Job) prepareCollective(rank *Rank, in *pb.Instr, it *instr) error {
 	case len(in.Group) > 0 && in.Axis != "":
 		return fmt.Errorf("%s names both mesh axis %s and group %v", name, in.Axis, in.Group)
 	case in.Axis != "" && j.Plan.Mesh.Size(in.Axis) == 0:
-		return fmt.Errorf("%s over %q, which is not a mesh axis (pp, dp, tp)", name, in.Axis)
+		return fmt.Errorf("%s over %q, which is not a mesh axis (pp, dp, ep, edp, cp, tp)", name, in.Axis)
 	case in.Peer != 0:
 		return fmt.Errorf("%s has peer %d: collectives name their ranks in group", name, in.Peer)
 	case in.Dim != 0 && kind != pb.Instr_ALL_GATHER && kind != pb.Instr_REDUCE_SCATTER && kind != pb.Instr_ALL_TO_ALL:

@@ -97,7 +97,7 @@ func TestLoaderRejectsCorruptPrograms(t *testing.T) {
 	}{
 		{"format", func(p *pb.Program) { p.FormatVersion = 99 }, "format version 99"},
 		{"pp", func(p *pb.Program) { p.Pp = 3 }, "program is for pipeline rank 3, the plan runs it as pipeline rank 0"},
-		{"mesh", func(p *pb.Program) { p.Mesh[2].Value = 2 }, "program is for mesh pp=1 dp=1 tp=2, the plan's is pp=1 dp=1 tp=1"},
+		{"mesh", func(p *pb.Program) { p.Mesh[3].Value = 2 }, "program is for mesh pp=1 dp=1 cp=1 tp=2, the plan's is pp=1 dp=1 cp=1 tp=1"},
 		{"no mesh", func(p *pb.Program) { p.Mesh = nil }, "program is for mesh (none)"},
 		{"hash", func(p *pb.Program) { p.SourceHash = "x" }, "another model"},
 		{"offset", func(p *pb.Program) {

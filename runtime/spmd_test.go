@@ -26,7 +26,7 @@ func meshJob(m codegen.Mesh, progs []*pb.Program) (*Job, error) {
 	plan.SetRanks()
 	for pp, p := range progs {
 		p.FormatVersion, p.Pp, p.Microbatches = codegen.FormatVersion, int32(pp), 2
-		p.Mesh = []*pb.NamedInt{{Name: "pp", Value: int64(m.PP)}, {Name: "dp", Value: int64(m.DP)}, {Name: "tp", Value: int64(m.TP)}}
+		p.Mesh = []*pb.NamedInt{{Name: "pp", Value: int64(m.PP)}, {Name: "dp", Value: int64(m.DP)}, {Name: "cp", Value: 1}, {Name: "tp", Value: int64(m.TP)}}
 	}
 	return New(&codegen.Output{Plan: plan, Programs: progs}, cpu.New())
 }
@@ -169,8 +169,8 @@ func TestLoaderRejectsSPMDFields(t *testing.T) {
 		want string
 	}{
 		{"shard axis pp", func(p0, _ *pb.Program) { p0.Buffers[0].Shard = shard([]string{"pp"}) },
-			`parameter w: sharding [pp]: "pp" is not a mesh axis a tensor can be split over (dp, tp)`},
-		{"shard unknown axis", func(p0, _ *pb.Program) { p0.Buffers[0].Shard = shard([]string{"ep"}) }, `"ep" is not a mesh axis`},
+			`parameter w: sharding [pp]: "pp" is not a mesh axis a tensor can be split over (dp, ep, tp)`},
+		{"shard unknown axis", func(p0, _ *pb.Program) { p0.Buffers[0].Shard = shard([]string{"sp"}) }, `"sp" is not a mesh axis`},
 		{"shard axis twice", func(p0, _ *pb.Program) { p0.Buffers[0].Shard = shard([]string{"tp", "tp"}) }, "sharding [[tp, tp]] uses mesh axis tp twice"},
 		{"shard rank", func(p0, _ *pb.Program) { p0.Buffers[0].Shard = shard(nil, []string{"tp"}) }, "sharding lists 2 dims for f32[2]"},
 		{"shard on activation", func(p0, _ *pb.Program) { p0.Buffers[1].Shard = shard([]string{"tp"}) },
@@ -181,7 +181,7 @@ func TestLoaderRejectsSPMDFields(t *testing.T) {
 			p0.Buffers = append(p0.Buffers, &pb.Buffer{Id: 6, Name: "w.m", Dtype: pb.DType_F32, Shape: []int64{2}, Role: pb.Role_STATE, Init: "zeros",
 				Shard: shard([]string{"xx"})})
 		}, `state w.m: sharding [xx]: "xx" is not a mesh axis`},
-		{"collective axis", func(p0, _ *pb.Program) { p0.Instrs[2].Axis = "cp" }, `all-reduce over "cp", which is not a mesh axis (pp, dp, tp)`},
+		{"collective axis", func(p0, _ *pb.Program) { p0.Instrs[2].Axis = "sp" }, `all-reduce over "sp", which is not a mesh axis (pp, dp, ep, edp, cp, tp)`},
 		{"axis and group", func(p0, _ *pb.Program) { p0.Instrs[2].Group = []int32{0, 2} }, "all-reduce names both mesh axis dp and group [0 2]"},
 		{"neither", func(p0, _ *pb.Program) { p0.Instrs[3].Axis = "" }, "all-gather names neither a mesh axis nor a group"},
 		{"gather size", func(p0, _ *pb.Program) { p0.Buffers[2].Shape = []int64{6} }, "the output must be dim 0 × 2"},
@@ -196,7 +196,7 @@ func TestLoaderRejectsSPMDFields(t *testing.T) {
 		{"axis index pp", func(p0, _ *pb.Program) {
 			p0.Buffers = append(p0.Buffers, &pb.Buffer{Id: 6, Name: "i", Dtype: pb.DType_I64, Role: pb.Role_ACTIVATION, Offset: 5 * 64})
 			p0.Instrs = append(p0.Instrs, &pb.Instr{Kind: pb.Instr_AXIS_INDEX, Out: []int32{6}, Axis: "pp"})
-		}, `axis index of "pp": want dp or tp`},
+		}, `axis index of "pp": want dp, ep, edp, cp or tp`},
 		{"pack size", func(p0, _ *pb.Program) {
 			p0.Instrs = append(p0.Instrs, &pb.Instr{Kind: pb.Instr_PACK, In: []int32{1, 2}, Out: []int32{3}})
 		}, "pack: the tensors hold 6 elements, the flat buffer f32[]"},

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
 	"math"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -124,5 +128,75 @@ func TestEPTrace(t *testing.T) {
 	}
 	if n != 8 { // 2 stages × 2 micro-batches × (F, B)
 		t.Errorf("%d ep all-to-all spans, want 8", n)
+	}
+}
+
+// TestMoEDroppedMetric: the model's `metric moe_dropped` is reported each step (text and
+// --log-json), summed over layers, micro-batches and replicas: every layout drops the same
+// choices as one device — pipeline stages, data-parallel replicas, tensor-parallel replicas
+// counted once, one process per rank. With capacity_factor 0.5 each micro-batch's experts
+// have rows for half its choices, so at least 512 of the step's 1,024 choices (8 sequences ×
+// 16 tokens × top 2 × 4 layers) drop; dropless drops none.
+func TestMoEDroppedMetric(t *testing.T) {
+	moe := filepath.Join("..", "..", "testdata", "models", "moe.ppm")
+	dropped := func(t *testing.T, set string, compile []string, run ...string) []float64 {
+		t.Helper()
+		dir := t.TempDir()
+		plan := filepath.Join(dir, "plan")
+		args := append([]string{"compile", moe, "-o", plan, "--set", set}, compile...)
+		if code, _, errOut := ppc(t, "", args...); code != 0 {
+			t.Fatal(errOut)
+		}
+		log := filepath.Join(dir, "log.jsonl")
+		code, out, errOut := ppc(t, "", append([]string{"run", plan, "--steps", "3", "--log-json", log}, run...)...)
+		if code != 0 {
+			t.Fatal(errOut)
+		}
+		data, err := os.ReadFile(log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []float64
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			var rec struct {
+				Metrics map[string]float64 `json:"metrics"`
+			}
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Fatal(err)
+			}
+			v, ok := rec.Metrics["moe_dropped"]
+			if !ok {
+				t.Fatalf("no moe_dropped in %s", line)
+			}
+			got = append(got, v)
+		}
+		if !strings.Contains(out, fmt.Sprintf("moe_dropped=%g", got[0])) {
+			t.Errorf("the step line lacks moe_dropped=%g:\n%s", got[0], out)
+		}
+		return got
+	}
+	ref := dropped(t, "capacity_factor=0.5", []string{"--microbatches", "2"})
+	for _, v := range ref {
+		if v < 512 || v > 1024 {
+			t.Errorf("one device drops %v of 1,024 choices a step, want at least 512", ref)
+		}
+	}
+	for _, c := range []struct {
+		name         string
+		compile, run []string
+	}{
+		{"pp2", []string{"--pp", "2", "--microbatches", "2"}, nil},
+		{"dp2", []string{"--dp", "2", "--microbatches", "1"}, nil},
+		{"tp2-sp", []string{"--tp", "2", "--sp", "--microbatches", "2"}, nil},
+		{"pp2-nproc", []string{"--pp", "2", "--microbatches", "2"}, []string{"--nproc", "2"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := dropped(t, "capacity_factor=0.5", c.compile, c.run...); !slices.Equal(got, ref) {
+				t.Errorf("dropped %v a step, one device %v", got, ref)
+			}
+		})
+	}
+	if got := dropped(t, "capacity_factor=0", []string{"--microbatches", "2"}); !slices.Equal(got, []float64{0, 0, 0}) {
+		t.Errorf("dropless drops %v", got)
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -519,6 +521,7 @@ func train(e *env, job *runtime.Job, opts runtime.Options, steps int, log *stepL
 			rec.GradNorm = &n
 			rec.Clipped = res.Metrics[passes.MetricClipped] != 0
 		}
+		rec.Metrics = res.Counts
 		secs := res.Duration.Seconds()
 		if secs > 0 {
 			rec.SamplesPerS = float64(res.Samples) / secs
@@ -535,6 +538,9 @@ func train(e *env, job *runtime.Job, opts runtime.Options, steps int, log *stepL
 		if rec.Skipped {
 			// fp16 loss scaling: an overflow on some rank, so no rank updated anything.
 			line += " skipped (overflow)"
+		}
+		for _, k := range slices.Sorted(maps.Keys(res.Counts)) {
+			line += fmt.Sprintf(" %s=%g", k, res.Counts[k])
 		}
 		line += fmt.Sprintf(" time=%s", roundDuration(res.Duration))
 		if rec.TokensPerS > 0 {

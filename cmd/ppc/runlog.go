@@ -42,6 +42,9 @@ type stepRecord struct {
 	// whether the step clipped it.
 	GradNorm *float64 `json:"grad_norm,omitempty"`
 	Clipped  bool     `json:"clipped,omitempty"`
+	// Metrics are the model's own (`metric NAME EXPR`), summed over the step: a mixture of
+	// experts' dropped choices (moe_dropped).
+	Metrics map[string]float64 `json:"metrics,omitempty"`
 }
 
 // stepLog writes --log-json records.

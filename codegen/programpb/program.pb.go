@@ -1158,7 +1158,12 @@ type Instr struct {
 	Blocks int32 `protobuf:"varint,16,opt,name=blocks,proto3" json:"blocks,omitempty"`
 	// ALL_TO_ALL: the dimension along which the received blocks are concatenated (`dim` is the
 	// one along which in[0] is cut).
-	ConcatDim     int32 `protobuf:"varint,17,opt,name=concat_dim,json=concatDim,proto3" json:"concat_dim,omitempty"`
+	ConcatDim int32 `protobuf:"varint,17,opt,name=concat_dim,json=concatDim,proto3" json:"concat_dim,omitempty"`
+	// METRIC: a count the step reports summed — over this rank's micro-batches and over the
+	// ranks that hold different data (dp, cp and pipeline ranks; tensor-parallel replicas record
+	// it once, from tp coordinate 0) — such as the tokens a mixture of experts dropped. Without
+	// it a METRIC is a value every recording rank agrees on (the loss scale), reported once.
+	Sum           bool `protobuf:"varint,18,opt,name=sum,proto3" json:"sum,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1310,6 +1315,13 @@ func (x *Instr) GetConcatDim() int32 {
 		return x.ConcatDim
 	}
 	return 0
+}
+
+func (x *Instr) GetSum() bool {
+	if x != nil {
+		return x.Sum
+	}
+	return false
 }
 
 // One program runs on every rank of a pipeline rank: its dp × tp replicas differ only in
@@ -1535,7 +1547,7 @@ const file_program_proto_rawDesc = "" +
 	"\x06Kernel\x12\x0e\n" +
 	"\x02op\x18\x01 \x01(\tR\x02op\x12,\n" +
 	"\x05attrs\x18\x02 \x03(\v2\x16.ppc.program.NamedAttrR\x05attrs\x12,\n" +
-	"\x05fused\x18\x03 \x03(\v2\x16.ppc.program.FusedStepR\x05fused\"\xf2\x05\n" +
+	"\x05fused\x18\x03 \x03(\v2\x16.ppc.program.FusedStepR\x05fused\"\x84\x06\n" +
 	"\x05Instr\x12+\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.ppc.program.Instr.KindR\x04kind\x12\x16\n" +
 	"\x06kernel\x18\x02 \x01(\x05R\x06kernel\x12\x0e\n" +
@@ -1558,7 +1570,8 @@ const file_program_proto_rawDesc = "" +
 	"tokenSlice\x12\x16\n" +
 	"\x06blocks\x18\x10 \x01(\x05R\x06blocks\x12\x1d\n" +
 	"\n" +
-	"concat_dim\x18\x11 \x01(\x05R\tconcatDim\"\xfc\x01\n" +
+	"concat_dim\x18\x11 \x01(\x05R\tconcatDim\x12\x10\n" +
+	"\x03sum\x18\x12 \x01(\bR\x03sum\"\xfc\x01\n" +
 	"\x04Kind\x12\a\n" +
 	"\x03NOP\x10\x00\x12\n" +
 	"\n" +

@@ -106,6 +106,7 @@ type stmtAST struct {
 	If     *ifAST     `parser:"| @@"`
 	Loss   *lossAST   `parser:"| @@"`
 	Output *outputAST `parser:"| @@"`
+	Metric *metricAST `parser:"| @@"`
 	Assign *assignAST `parser:"| @@"`
 }
 
@@ -172,6 +173,13 @@ type ifAST struct {
 type lossAST struct {
 	Pos   pos
 	Value *exprAST `parser:"'loss' @@"`
+}
+
+// metricAST reports a scalar each step: `metric moe_dropped sum(…)`.
+type metricAST struct {
+	Pos   pos
+	Name  *nameAST `parser:"'metric' @@"`
+	Value *exprAST `parser:"@@"`
 }
 
 type outputAST struct {

@@ -36,6 +36,8 @@ func TestErrors(t *testing.T) {
 		{"syntax-colon", "model m\ninput x f32[4]\n", Options{}, "e.ppm:2:9", `^syntax error: unexpected "f32" \(expected ":"\)$`},
 		{"unknown-name", "model m\ninput x: f32[4]\nforward {\n  loss mean(x * scale)\n}\n", Options{}, "e.ppm:4:17", `^undefined: scale$`},
 		{"unknown-builtin", "model m\ninput x: f32[4]\nforward {\n  loss mean(frobnicate(x))\n}\n", Options{}, "e.ppm:4:13", `^unknown function frobnicate \(not a block or a builtin\)$`},
+		{"metric-name", "model m\ninput x: f32[4]\nforward {\n  metric Dropped sum(x)\n  loss mean(x)\n}\n", Options{}, "e.ppm:4:10", `^metric name "Dropped": want lower-case letters, digits and _, starting with a letter, and not loss$`},
+		{"metric-not-scalar", "model m\ninput x: f32[4]\nforward {\n  metric seen x\n  loss mean(x)\n}\n", Options{}, "e.ppm:4:15", `^a metric must be a numeric scalar, got f32\[4\]$`},
 		{"arg-count", "model m\ninput x: f32[4]\nforward {\n  loss mean(softmax(x, 0, 1))\n}\n", Options{}, "e.ppm:4:27", `^too many arguments to softmax: it takes softmax\(x, axis\?\)$`},
 		{"arg-missing", "model m\ninput x: f32[4]\nforward {\n  loss mean(gather(x))\n}\n", Options{}, "e.ppm:4:13", `^gather is missing argument indices: it takes gather\(data, indices, axis\?\)$`},
 		{"attention-heads", "model m\ninput q: f32[2, 4, 8, 16]\ninput k: f32[2, 3, 8, 16]\nforward {\n  loss mean(attention(q, k, k, causal = true))\n}\n", Options{}, "e.ppm:5:13", `^attention: k's 3 heads must divide q's 4`},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -104,6 +105,7 @@ type lowerer struct {
 	loss     *ir.Value
 	lossAt   pos
 	outputs  []output
+	metrics  []output // `metric NAME EXPR`: f32 scalars, summed per step
 	outNames map[string]pos
 }
 
@@ -478,6 +480,9 @@ func (l *lowerer) finish() error {
 	default:
 		return l.errorf(l.forward.Pos, "forward declares neither a loss (`loss EXPR`) nor an output (`output NAME = EXPR`)")
 	}
+	for _, mt := range l.metrics {
+		f.AddResult(mt.v, ir.Attrs{{Name: ir.AttrMetric, Value: ir.String(mt.name)}})
+	}
 	if l.markers == 0 {
 		for _, op := range f.Ops {
 			op.Stage = ir.NoStage
@@ -596,6 +601,8 @@ func (l *lowerer) exec(sc *scope, st *stmtAST) error {
 		return l.execLoss(sc, st.Loss)
 	case st.Output != nil:
 		return l.execOutput(sc, st.Output)
+	case st.Metric != nil:
+		return l.execMetric(sc, st.Metric)
 	case st.Assign != nil:
 		return l.execAssign(sc, st.Assign)
 	}
@@ -873,6 +880,33 @@ func (l *lowerer) execLoss(sc *scope, s *lossAST) error {
 	return nil
 }
 
+// execMetric records a metric: a scalar of each micro-batch that the step reports summed over
+// its micro-batches and replicas (`ppc run` prints it beside the loss, --log-json as a key).
+// It may be declared in a block (a layer's count): every declaration of a name adds to it.
+func (l *lowerer) execMetric(sc *scope, s *metricAST) error {
+	name := s.Name.Name
+	if !metricName.MatchString(name) || name == "loss" {
+		return l.errorf(s.Name.Pos, "metric name %q: want lower-case letters, digits and _, starting with a letter, and not loss", name)
+	}
+	v, err := l.eval(sc, s.Value)
+	if err != nil {
+		return err
+	}
+	if v.k != kTensor || v.t.Type.Rank() != 0 || v.t.Type.DType == ir.Bool {
+		return l.errorf(s.Value.Pos, "a metric must be a numeric scalar, got %s", v.describe())
+	}
+	t := v.t
+	if t.Type.DType != ir.F32 {
+		if t, err = l.op(s.Value.Pos, "cast", ir.Attrs{{Name: "to", Value: ir.Ident("f32")}}, t); err != nil {
+			return err
+		}
+	}
+	l.metrics = append(l.metrics, output{name, t})
+	return nil
+}
+
+var metricName = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+
 func (l *lowerer) execOutput(sc *scope, s *outputAST) error {
 	if sc.block != nil {
 		return l.errorf(s.Pos, "outputs are declared in forward, not in block %s", sc.block.Name.Name)
@@ -1012,6 +1046,8 @@ func (st *stmtAST) pos() pos {
 		return st.Loss.Pos
 	case st.Output != nil:
 		return st.Output.Pos
+	case st.Metric != nil:
+		return st.Metric.Pos
 	case st.Assign != nil:
 		return st.Assign.Pos
 	}

@@ -105,8 +105,14 @@ func checkConvention(t *testing.T, m *ir.Module) {
 			t.Errorf("argument %s is neither input nor param", a.Name)
 		}
 	}
-	if len(f.Results) != 1 || !f.ResultAttrs[0].Has(ir.AttrLoss) || f.Results[0].Type.Rank() != 0 {
-		t.Errorf("want one scalar {loss} result, got %d results", len(f.Results))
+	// The loss first, then the model's metrics (f32 scalars).
+	if len(f.Results) < 1 || !f.ResultAttrs[0].Has(ir.AttrLoss) || f.Results[0].Type.Rank() != 0 {
+		t.Errorf("want a scalar {loss} result first, got %d results", len(f.Results))
+	}
+	for i := 1; i < len(f.Results); i++ {
+		if !f.ResultAttrs[i].Has(ir.AttrMetric) || !f.Results[i].Type.Equal(ir.T(ir.F32)) {
+			t.Errorf("result %d is %s %v, want an f32 scalar {metric}", i, f.Results[i].Type, f.ResultAttrs[i])
+		}
 	}
 	if m.Attrs.Get("config") == nil {
 		t.Error("no config attribute")

@@ -1,6 +1,6 @@
 // Package cuda generates ppc's CUDA kernels: the CUDA C of every launch site a program has
 // (Kernels, Generate; the fused elementwise chains in elementwise.go, the row kernels in
-// rows.go), the plans of the sites that run as several kernels through scratch memory
+// rows.go, the tile kernels of FlashAttention-2 in tiles.go and kernels_attention.go), the plans of the sites that run as several kernels through scratch memory
 // (PlanSite), the cuBLASLt calls of the matmuls (PlanMatmul), the kernels of the collectives
 // NCCL carries (PlanCollective: ordered folds and layout permutes), and ppc_cuda.h, the
 // portability header every kernel includes (Header, Source). It is pure generation: it
@@ -35,11 +35,35 @@
 //     block per row (rows.go): the row's threads read consecutive elements, and fold their
 //     partial statistics pairwise in a fixed tree (deterministic for a block size; a fold by
 //     thread 0 alone made the block wait 256 dependent steps, four times the softmax's memory
-//     time on an H100). The only barriers and shared memory
-//     in ppc's kernels are there, between phases that keep every value crossing a barrier
-//     in shared memory, so that the host build runs each phase for all of a block's
-//     threads before the next: barriers need no threads on the host. Cross-entropy's rows
-//     are a block each when they are a vocabulary (over 1,024 classes), else a thread.
+//     time on an H100). Barriers and shared memory are in these and in the tile kernels
+//     only, between phases that keep every value crossing a barrier in shared memory, so
+//     that the host build runs each phase for all of a block's threads before the next:
+//     barriers need no threads on the host. Cross-entropy's rows are a block each when they
+//     are a vocabulary (over 1,024 classes), else a thread.
+//
+//   - Attention and its gradient are FlashAttention-2's tiled kernels (kernels_attention.go
+//     on tiles.go): a block of 128 threads per query tile (forward, dq) or key tile (dk,
+//     dv), a thread per row; the other side's tiles (up to 64 rows, within 40 KiB of static
+//     shared memory) staged in shared memory in turn; the online softmax's running maximum
+//     and sum and the row's accumulator in registers, carried across phases (on the host an
+//     element per thread); causal blocks stop at (or start from) the last (first) tile they
+//     see. The backward is four kernels — δ = rowsum(dO∘O), dq over key tiles, dk and dv
+//     over the group's query heads and tiles — so that every result has one writer and one
+//     order of summation (no atomicAdd into dq): deterministic, as the CPU device's two
+//     passes. The products are fp32 FMAs from shared memory, not tensor-core mma.sync: the
+//     host build runs a block's threads one at a time and cannot run a warp-wide mma, and a
+//     path CI never executes is a path that is not checked. The generator unrolls the loops
+//     over a tile's rows itself (scores are named registers): under #pragma unroll clang
+//     left such arrays in local memory, which TestKernelsCompileToPTX now refuses.
+//
+//     Verified on the host: results against the CPU device on odd sizes (head dims 6, 37,
+//     64, 80, 128; ragged tiles; Sq ≠ Skv both ways; GQA and MQA; causal, boolean and
+//     additive masks; f32, bf16, f16, f64), and f32 accuracy against the f64 CPU device no
+//     worse than the CPU device's own f32 (runtime/cuda's TestAttentionF32Accuracy); the
+//     PTX for sm_80 (and sm_90 where clang knows it) has no local memory in these kernels;
+//     static shared memory is the kernel's comment and Kernel.Shared (32 KiB at head dim
+//     64 or 128 in 16-bit or f32). Only a GPU can tell registers per thread (ptxas),
+//     occupancy and speed: bench/gpu.sh times forward + backward against PyTorch's SDPA.
 //
 //   - Multi-result ops (layer_norm_grad_params, split, …) are one kernel per result.
 //

@@ -25,8 +25,11 @@ type Kernel struct {
 	N    int64
 	// Width > 0 marks a row kernel (rows.go): N rows of Width elements, a block per row.
 	Width int64
-	In    []ir.Type
-	Out   ir.Type
+	// Block > 0 marks a tile kernel (tiles.go): N tiles, a block of exactly Block threads
+	// each, using Shared bytes of static shared memory.
+	Block, Shared int64
+	In            []ir.Type
+	Out           ir.Type
 }
 
 // Source is the kernels' full translation unit: the header, then each body.
@@ -370,6 +373,14 @@ func signature(s *device.Spec) (params, hostArgs []string, ost string, err error
 		}
 		params = append(params, fmt.Sprintf("const %s* __restrict__ in%d", st, j))
 		hostArgs = append(hostArgs, fmt.Sprintf("(const %s*)in[%d]", st, j))
+	}
+	// A kernel's results besides the first (a tile kernel's) come after its operands.
+	for j, t := range s.Out[1:] {
+		st, err := storage(t.DType)
+		if err != nil {
+			return nil, nil, "", fmt.Errorf("result %d: %v", j+1, err)
+		}
+		params = append(params, fmt.Sprintf("%s* __restrict__ out%d", st, j+1))
 	}
 	if ost, err = storage(s.Out[0].DType); err != nil {
 		return nil, nil, "", fmt.Errorf("result: %v", err)

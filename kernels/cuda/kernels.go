@@ -101,10 +101,13 @@ type Plan struct {
 	Copy bool
 }
 
-// A Step is one kernel of a plan: its operands (In) and its result (Out).
+// A Step is one kernel of a plan: its operands (In) and its result (Out). A tile kernel may
+// write more results (Also: FlashAttention's forward writes O and the log-sum-exp in one
+// pass), passed after the operands.
 type Step struct {
 	Kernel Kernel
 	In     []Ref
+	Also   []Ref
 	Out    Ref
 }
 
@@ -126,10 +129,12 @@ const (
 // planStep is a planner's description of one kernel: its types (the spec it is generated
 // from, with the site's op and attributes), generator and buffers.
 type planStep struct {
-	in  []Ref
-	out Ref
-	gen generator
-	// row, when set, writes the step as a row kernel (rows.go) instead of gen's loop.
+	in   []Ref
+	also []Ref // results written besides out (tile kernels only)
+	out  Ref
+	gen  generator
+	// row, when set, writes the step's kernel itself (a row kernel, rows.go, or a tile
+	// kernel, tiles.go) instead of gen's loop.
 	row func(s *device.Spec, name string) (Kernel, error)
 }
 
@@ -209,6 +214,13 @@ func PlanSite(s *device.Spec, name string) (*Plan, error) {
 			return nil, err
 		}
 		one.Out = []ir.Type{t}
+		for _, r := range st.also {
+			t, err := typeOf(r)
+			if err != nil {
+				return nil, err
+			}
+			one.Out = append(one.Out, t)
+		}
 		var k Kernel
 		if st.row != nil {
 			k, err = st.row(one, fmt.Sprintf("%s_s%d", name, i))
@@ -218,7 +230,7 @@ func PlanSite(s *device.Spec, name string) (*Plan, error) {
 		if err != nil {
 			return nil, err
 		}
-		p.Steps = append(p.Steps, Step{Kernel: k, In: st.in, Out: st.out})
+		p.Steps = append(p.Steps, Step{Kernel: k, In: st.in, Also: st.also, Out: st.out})
 	}
 	return p, nil
 }

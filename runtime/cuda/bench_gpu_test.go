@@ -159,3 +159,74 @@ func BenchmarkSoftmax(b *testing.B) {
 	t := ir.Type{DType: ir.BF16, Shape: ir.Shape{8, 12, 1024, 1024}}
 	benchSite(b, &device.Spec{Op: ir.MustLookup("softmax"), In: []ir.Type{t}, Out: []ir.Type{t}}, 0)
 }
+
+// BenchmarkAttention: the fused attention's forward and backward (kernels/cuda's tile
+// kernels) at GPT-2 small's head sizes, 12 heads of 64, causal, bf16, over 8192 tokens per
+// call (8192/S sequences of S) for S = 1024, 4096 and 8192, in ms and TFLOP/s with
+// FlashAttention-2's count (4·S²·d per head forward, 2.5 times that backward, halved for
+// causal masking), to set beside PyTorch's SDPA on the same GPU (bench/gpu.sh prints the
+// ratio).
+func BenchmarkAttention(b *testing.B) {
+	for _, s := range []int{1024, 4096, 8192} {
+		b.Run(fmt.Sprint(s), func(b *testing.B) {
+			dev, _ := gpuDevice(b)
+			batch, heads, d := max(8192/s, 1), 12, 64
+			bf := ir.Type{DType: ir.BF16, Shape: ir.Shape{batch, heads, s, d}}
+			lse := ir.Type{DType: ir.F32, Shape: ir.Shape{batch, heads, s, 1}}
+			at := ir.Attrs{{Name: "causal", Value: ir.BoolAttr(true)}}
+			fwd, err := dev.Prepare(&device.Spec{Op: ir.MustLookup("attention"), Attrs: at, In: []ir.Type{bf, bf, bf}, Out: []ir.Type{bf, lse}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			bwd, err := dev.Prepare(&device.Spec{Op: ir.MustLookup("attention_grad"), Attrs: at, In: []ir.Type{bf, bf, bf, bf, lse, bf}, Out: []ir.Type{bf, bf, bf}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			alloc := func(t ir.Type, random bool) device.Tensor {
+				mem, err := dev.Alloc(t.Bytes())
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { dev.Release(mem) })
+				x := mem.At(0, t)
+				if random {
+					host := make([]byte, t.Bytes())
+					for j := 0; j+1 < len(host); j += 2 {
+						binary.LittleEndian.PutUint16(host[j:], uint16(math.Float32bits(2*rng.Float32()-1)>>16))
+					}
+					if err := dev.Write(x, host); err != nil {
+						b.Fatal(err)
+					}
+				}
+				return x
+			}
+			q, k, v, do := alloc(bf, true), alloc(bf, true), alloc(bf, true), alloc(bf, true)
+			o, l, dq, dk, dv := alloc(bf, false), alloc(lse, false), alloc(bf, false), alloc(bf, false), alloc(bf, false)
+			step := func() {
+				if err := fwd([]device.Tensor{q, k, v}, []device.Tensor{o, l}); err != nil {
+					b.Fatal(err)
+				}
+				if err := bwd([]device.Tensor{q, k, v, o, l, do}, []device.Tensor{dq, dk, dv}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for range 3 {
+				step()
+			}
+			if err := dev.Sync(); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				step()
+			}
+			if err := dev.Sync(); err != nil {
+				b.Fatal(err)
+			}
+			sec := b.Elapsed().Seconds() / float64(b.N)
+			b.ReportMetric(sec*1e3, "ms")
+			b.ReportMetric(3.5*4*float64(batch*heads*s*s*d)/2/sec/1e12, "TFLOP/s")
+		})
+	}
+}

@@ -194,10 +194,20 @@ func (d *Device) Prepare(s *device.Spec) (impl device.Impl, err error) {
 				args = append(args, buf(r).Addr)
 				reads = append(reads, buf(r))
 			}
+			writes := []device.Tensor{buf(st.Out)}
+			for _, r := range st.Also {
+				args = append(args, buf(r).Addr)
+				writes = append(writes, buf(r))
+			}
 			args = append(args, buf(st.Out).Addr, uint64(k.N))
-			d.note(reads, buf(st.Out))
+			d.note(reads, writes...)
 			grid, block := d.Geometry(k.N)
-			if k.Width > 0 {
+			switch {
+			case k.Block > 0:
+				// A tile kernel is written for its block; tests vary only the grid.
+				grid, _ = d.RowGeometry(k.N, k.Block)
+				block = uint32(k.Block)
+			case k.Width > 0:
 				grid, block = d.RowGeometry(k.N, k.Width)
 			}
 			if err := d.drv.Launch(d.funcs[k.Name], grid, block, d.stream, args...); err != nil {

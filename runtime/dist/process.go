@@ -558,6 +558,8 @@ type stepEnd struct {
 	Stop    bool      `json:"stop,omitempty"`
 	// Metrics are the rank's METRIC values (see StepResult.Metrics).
 	Metrics map[string]wireFloat `json:"metrics,omitempty"`
+	// Sums are the rank's summed METRIC values, over its micro-batches.
+	Sums map[string]wireFloat `json:"sums,omitempty"`
 }
 
 // wireFloat is a float64 that crosses the control connection whatever its value: JSON has
@@ -592,8 +594,9 @@ func (f *wireFloat) UnmarshalJSON(b []byte) error {
 // EndStep agrees with every process on the outcome of a step in which this rank's losses
 // summed to lossSum over lossN micro-batches, took took, recorded metrics and asked to stop
 // or not: the losses summed over every rank, each rank's step time, whether any rank asked
-// to stop, and the metrics (each the lowest recording rank's).
-func (p *Process) EndStep(lossSum float64, lossN int, took time.Duration, stop bool, metrics map[string]float64) (sum float64, n int, times []time.Duration, anyStop bool, all map[string]float64, err error) {
+// to stop, and the metrics (each the lowest recording rank's) and sums (each summed over the
+// processes, in rank order).
+func (p *Process) EndStep(lossSum float64, lossN int, took time.Duration, stop bool, metrics, sums map[string]float64) (sum float64, n int, times []time.Duration, anyStop bool, all, allSums map[string]float64, err error) {
 	mine := stepEnd{LossSum: wireFloat(lossSum), LossN: lossN, Nanos: int64(took), Stop: stop}
 	for k, v := range metrics {
 		if mine.Metrics == nil {
@@ -601,15 +604,27 @@ func (p *Process) EndStep(lossSum float64, lossN int, took time.Duration, stop b
 		}
 		mine.Metrics[k] = wireFloat(v)
 	}
+	for k, v := range sums {
+		if mine.Sums == nil {
+			mine.Sums = map[string]wireFloat{}
+		}
+		mine.Sums[k] = wireFloat(v)
+	}
 	parts, err := p.Gather("step", mine, false)
 	if err != nil {
-		return 0, 0, nil, false, nil, err
+		return 0, 0, nil, false, nil, nil, err
 	}
 	var slowest time.Duration
 	for r, raw := range parts {
 		var e stepEnd
 		if err := json.Unmarshal(raw, &e); err != nil {
-			return 0, 0, nil, false, nil, fmt.Errorf("rank %d's step report: %v", r, err)
+			return 0, 0, nil, false, nil, nil, fmt.Errorf("rank %d's step report: %v", r, err)
+		}
+		for k, v := range e.Sums {
+			if allSums == nil {
+				allSums = map[string]float64{}
+			}
+			allSums[k] += float64(v)
 		}
 		sum += float64(e.LossSum)
 		n += e.LossN
@@ -626,7 +641,7 @@ func (p *Process) EndStep(lossSum float64, lossN int, took time.Duration, stop b
 		}
 	}
 	p.comm.stepTook(slowest) // every rank sees the same times, so all agree on the limit
-	return sum, n, times, anyStop, all, nil
+	return sum, n, times, anyStop, all, allSums, nil
 }
 
 // Close ends the run for this process: a last gather (so that rank 0's store stays up

@@ -321,29 +321,53 @@ func Cases() []Case {
 	return append(cs, moeCases(len(cs))...)
 }
 
-// attentionCases: attention and its gradient with grouped-query heads (4 query heads over 2
-// kv heads) on odd sizes — causal with more keys than queries, a boolean mask, an additive
-// one — in f32, bf16 and f64. The gradient's o and lse are the CPU device's forward of its
-// q, k and v, as in training.
+// attentionCases: attention and its gradient. Small ones with grouped-query heads (4 query
+// heads over 2 kv heads) on odd sizes — causal with more keys than queries, a boolean mask,
+// an additive one — in f32, bf16 and f64; then sizes where the tile kernels' tiles (128 query
+// or key rows per block, key or query tiles of up to 64 rows) end ragged, in f32 with bf16 and
+// f16 on two of them: head dims 64, 80, 128 and 37 (with a value dim of 19), more queries
+// than a block, Sq ≠ Skv both ways (causal with Sq > Skv leaves the first queries no key),
+// grouped-query and multi-query heads, masks broadcast over the batch or the heads. The
+// gradient's o and lse are the CPU device's forward of its q, k and v, as in training.
+//
+// Tolerances against the CPU device (whose tiles sum in another order): f32 within 64 ulps
+// or 1e-5 absolute (gradients are sums of products of values of order 1, cancelling), f64
+// 1e-12, the 16-bit dtypes within 2 of their ulps or 1/32 absolute (a result near a rounding
+// boundary of its dtype may round the other way).
 func attentionCases(first int) []Case {
 	var cs []Case
+	causal := ir.Attrs{{Name: "causal", Value: ir.BoolAttr(true)}}
+	add := func(d ir.DType, at ir.Attrs, q, k, v ir.Type, mask ...ir.Type) {
+		o := ty(d, append(append([]int{}, q.Shape[:q.Rank()-1]...), v.Shape[v.Rank()-1])...)
+		lse := ty(ir.AttentionLSEType(d), append(append([]int{}, q.Shape[:q.Rank()-1]...), 1)...)
+		ulps, abs := map[ir.DType]float64{f32: 64, bf: 2, f16: 2, ir.F64: 64}[d], map[ir.DType]float64{f32: 3e-5, bf: 1.0 / 32, f16: 1.0 / 32, ir.F64: 1e-12}[d]
+		fwd := &device.Spec{Op: ir.MustLookup("attention"), Attrs: at, In: append([]ir.Type{q, k, v}, mask...), Out: []ir.Type{o, lse}}
+		fabs := abs
+		if d == f32 {
+			fabs = 1e-5
+		}
+		cs = append(cs, Case{fmt.Sprintf("k%d_attention", first+len(cs)), fwd, ulps, fabs, 0, nil})
+		bwd := &device.Spec{Op: ir.MustLookup("attention_grad"), Attrs: at, In: append([]ir.Type{q, k, v, o, lse, o}, mask...), Out: []ir.Type{q, k, v}}
+		cs = append(cs, Case{fmt.Sprintf("k%d_attention_grad", first+len(cs)), bwd, ulps, abs, 0, attentionFix(fwd)})
+	}
 	for _, d := range []ir.DType{f32, bf, ir.F64} {
 		q, k, v := ty(d, 2, 4, 5, 6), ty(d, 2, 2, 7, 6), ty(d, 2, 2, 7, 3)
-		o, lse := ty(d, 2, 4, 5, 3), ty(ir.AttentionLSEType(d), 2, 4, 5, 1)
-		abs := map[ir.DType]float64{f32: 1e-5, bf: 1.0 / 32, ir.F64: 1e-12}[d]
-		for _, m := range []struct {
-			at   ir.Attrs
-			mask []ir.Type
-		}{
-			{ir.Attrs{{Name: "causal", Value: ir.BoolAttr(true)}}, nil},
-			{ir.Attrs{{Name: "scale", Value: ir.Float(0.3)}}, []ir.Type{ty(ir.Bool, 5, 7)}},
-			{ir.Attrs{{Name: "causal", Value: ir.BoolAttr(true)}}, []ir.Type{ty(d, 4, 5, 7)}},
-		} {
-			fwd := &device.Spec{Op: ir.MustLookup("attention"), Attrs: m.at, In: append([]ir.Type{q, k, v}, m.mask...), Out: []ir.Type{o, lse}}
-			cs = append(cs, Case{fmt.Sprintf("k%d_attention", first+len(cs)), fwd, 64, abs, 0, nil})
-			bwd := &device.Spec{Op: ir.MustLookup("attention_grad"), Attrs: m.at, In: append([]ir.Type{q, k, v, o, lse, o}, m.mask...), Out: []ir.Type{q, k, v}}
-			cs = append(cs, Case{fmt.Sprintf("k%d_attention_grad", first+len(cs)), bwd, 64, abs, 0, attentionFix(fwd)})
-		}
+		add(d, causal, q, k, v)
+		add(d, ir.Attrs{{Name: "scale", Value: ir.Float(0.3)}}, q, k, v, ty(ir.Bool, 5, 7))
+		add(d, causal, q, k, v, ty(d, 4, 5, 7))
+	}
+	for _, d := range []ir.DType{f32, bf, f16} {
+		// Head dim 64, two query blocks (130 rows), keys in three tiles of 64, the last ragged.
+		add(d, causal, ty(d, 1, 4, 130, 64), ty(d, 1, 2, 130, 64), ty(d, 1, 2, 130, 64))
+		// Head dim 128 (key tiles of 32), more queries than keys under causal masking.
+		add(d, causal, ty(d, 1, 2, 150, 128), ty(d, 1, 1, 90, 128), ty(d, 1, 1, 90, 128), ty(ir.Bool, 1, 1, 150, 90))
+	}
+	for _, d := range []ir.DType{f32, ir.F64} {
+		// Head dim 80, more keys than queries (blocks of 64 query rows, 128 key rows), an
+		// additive mask per head and query.
+		add(d, nil, ty(d, 2, 2, 45, 80), ty(d, 2, 2, 200, 80), ty(d, 2, 2, 200, 80), ty(d, 2, 45, 200))
+		// An odd head dim, a narrower value dim, multi-query heads, a key block and a bit.
+		add(d, ir.Attrs{causal[0], {Name: "scale", Value: ir.Float(0.2)}}, ty(d, 3, 129, 37), ty(d, 1, 131, 37), ty(d, 1, 131, 19))
 	}
 	return cs
 }
