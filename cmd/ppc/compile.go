@@ -197,7 +197,7 @@ func init() {
 					}
 				}
 				if (set["microbatches"] && opts.Microbatches < 1) || opts.PP < 1 || opts.TP < 1 || opts.DP < 1 || opts.CP < 1 || opts.EP < 1 {
-					return usagef("--pp, --tp, --cp, --dp, --ep and --microbatches must be at least 1")
+					return usagef("--pp, --tp, --ep, --cp, --dp and --microbatches must be at least 1")
 				}
 				if opts.CPSplit != passes.CPZigzag && opts.CPSplit != passes.CPContiguous {
 					return usagef("--cp-split %q: want zigzag or contiguous", opts.CPSplit)

@@ -65,7 +65,7 @@ func TestEPErrors(t *testing.T) {
 		{[]string{"compile", moe, "-o", out, "--dp", "4", "--ep", "3"}, "--ep 3: expert parallelism carves its ranks from the 4 data-parallel ranks, which it does not divide; the nearest that divide it: --ep 2 or --ep 4 (or --dp 6)"},
 		{[]string{"compile", moe, "-o", out, "--dp", "3", "--ep", "3", "--set", "batch=12"}, "moe.ppm:124:9: --ep 3: the layer has 4 experts, which 3 ep ranks do not divide; the nearest that do: --ep 2 or --ep 4"},
 		{[]string{"compile", gpt, "--preset", "tiny", "-o", out, "--dp", "2", "--ep", "2"}, "--ep 2: the model has no mixture-of-experts layer (moe_dispatch); expert parallelism shards experts: use --ep 1"},
-		{[]string{"compile", moe, "-o", out, "--ep", "0"}, "--ep and --microbatches must be at least 1"},
+		{[]string{"compile", moe, "-o", out, "--ep", "0"}, "--pp, --tp, --ep, --cp, --dp and --microbatches must be at least 1"},
 	} {
 		code, _, errOut := ppc(t, "", c.args...)
 		if code != 2 || !strings.Contains(errOut, c.want) {

@@ -75,7 +75,7 @@ func TestDataParallelFlags(t *testing.T) {
 		{[]string{"compile", mlp, "--zero", "1", "-o", out}, exitInput,
 			[]string{"--zero 1 shards over the data-parallel replicas: it needs --dp 2 or more"}, nil},
 		{[]string{"compile", gpt, "--preset", "tiny", "--tp", "0", "-o", out}, exitInput,
-			[]string{"--pp, --tp, --dp and --microbatches must be at least 1"}, nil},
+			[]string{"--cp, --dp and --microbatches must be at least 1"}, nil},
 		// Megatron's patterns that tp does not divide: the heads (a vocabulary is padded,
 		// TestPadVocabCLI).
 		{[]string{"compile", gpt, "--preset", "tiny", "--tp", "8", "-o", out}, exitInput,
