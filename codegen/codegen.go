@@ -1708,6 +1708,7 @@ func (g *gen) stageInfo(params []Param) []StageInfo {
 				info[s].FLOPs = at.Float("flops", 0)
 				info[s].F, info[s].I, info[s].W = at.Float("f", 0), at.Float("i", 0), at.Float("w", 0)
 				info[s].FComm, info[s].IComm, info[s].WComm = at.Float("f_comm", 0), at.Float("i_comm", 0), at.Float("w_comm", 0)
+				info[s].FAllToAll, info[s].IAllToAll = at.Float("f_all_to_all", 0), at.Float("i_all_to_all", 0)
 			}
 		}
 	}

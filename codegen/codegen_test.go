@@ -117,6 +117,28 @@ func TestMeshNumbering(t *testing.T) {
 			t.Errorf("%s group of rank 17: %v, want %v", axis, got, want)
 		}
 	}
+	// Expert parallelism inside dp (Megatron-Core's order): rank = tp + TP·(cp + CP·(ep +
+	// EP·(edp + EDP·pp))) — dp coordinate ep + EP·edp, the numbering unchanged. Rank 13 of pp 2
+	// × dp 4 (ep 2 × edp 2) × tp 2 is pp 1, dp 2 (ep 0, edp 1), tp 1; its ep group the dp
+	// coordinates 2, 3 (ranks 13, 15), its edp group dp 0, 2 (ranks 9, 13).
+	e := Mesh{PP: 2, DP: 4, EP: 2, CP: 1, TP: 2}
+	for r := range 16 {
+		if got := e.Rank(e.Coords(r)); got != r {
+			t.Fatalf("ep mesh: rank %d → %+v → %d", r, e.Coords(r), got)
+		}
+	}
+	c = e.Coords(13)
+	if c != (Coords{PP: 1, DP: 2, EP: 0, EDP: 1, TP: 1}) || c.Of("ep") != 0 || c.Of("edp") != 1 {
+		t.Fatalf("ep mesh: rank 13 is %+v", c)
+	}
+	for axis, want := range map[string][]int{"ep": {13, 15}, "edp": {9, 13}, "dp": {9, 11, 13, 15}, "tp": {12, 13}} {
+		if got := e.Group(c, axis); !slices.Equal(got, want) {
+			t.Errorf("ep mesh: %s group of rank 13: %v, want %v", axis, got, want)
+		}
+	}
+	if e.Size("ep") != 2 || e.Size("edp") != 2 {
+		t.Errorf("ep mesh: sizes ep %d edp %d", e.Size("ep"), e.Size("edp"))
+	}
 }
 
 // TestReadPlanNotADirectory: a plan is a directory; a file, a missing path or a directory
@@ -170,6 +192,7 @@ func TestDisassemble(t *testing.T) {
 			{Kind: pb.Instr_ALL_REDUCE, In: []int32{0}, Axis: "dp"},
 			{Kind: pb.Instr_ALL_GATHER, In: []int32{0}, Out: []int32{2}, Axis: "tp", Dim: 1},
 			{Kind: pb.Instr_BROADCAST, In: []int32{0}, Axis: "tp", Root: 1},
+			{Kind: pb.Instr_ALL_TO_ALL, In: []int32{0}, Out: []int32{2}, Axis: "ep", Dim: 0, ConcatDim: 1},
 		}}
 	s := Disassemble(p)
 	for _, want := range []string{"program of pipeline rank 1", "mesh pp=2 dp=2 tp=2: run by 4 rank(s)", "b1     param      f32[4]", "init=normal(0.02)",
@@ -178,7 +201,7 @@ func TestDisassemble(t *testing.T) {
 		"  all_reduce sum b0 over ranks [0 1]\n", "b2 = all_reduce max b0 over ranks [1 0] tag 7",
 		"b2 = all_gather b0 dim 1 over ranks [0 1]", "b2 = reduce_scatter sum b0 dim 0 over ranks [0 1]",
 		"  broadcast b0 from rank 1 over ranks [0 1]", "broadcast b0 from <root 5 outside the group> over ranks [0 1]",
-		"  all_reduce sum b0 over dp\n", "b2 = all_gather b0 dim 1 over tp\n", "  broadcast b0 from tp 1 over tp\n"} {
+		"  all_reduce sum b0 over dp\n", "b2 = all_to_all b0 split dim 0 concat dim 1 over ep\n", "b2 = all_gather b0 dim 1 over tp\n", "  broadcast b0 from tp 1 over tp\n"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("disassembly lacks %q:\n%s", want, s)
 		}

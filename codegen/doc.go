@@ -90,7 +90,8 @@
 //
 // Tensor parallelism arrives as a partitioned module (ir.AttrPartitioned: local shapes,
 // shardings on parameter arguments, collective ops in the functions). The collective ops
-// lower to ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER and BROADCAST over their axis, writing fresh
+// lower to ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST and ALL_TO_ALL (expert
+// parallelism's exchange: `dim` the split dim, `concat_dim`) over their axis, writing fresh
 // activation buffers that the memory plan places like any other; lower.Func never fuses them
 // into elementwise chains. copy_to_axis (the identity forward; autodiff made its all_reduce
 // explicit) and a collective over an axis of one rank alias their result to their operand's

@@ -125,6 +125,10 @@ type StageInfo struct {
 	FComm float64 `json:"f_comm_seconds,omitempty"`
 	IComm float64 `json:"i_comm_seconds,omitempty"`
 	WComm float64 `json:"w_comm_seconds,omitempty"`
+	// Of FComm and IComm, expert parallelism's all-to-alls (priced on NVLink when the ep
+	// group's tp·cp·ep ranks fit a node, else on the inter-node link).
+	FAllToAll float64 `json:"f_all_to_all_seconds,omitempty"`
+	IAllToAll float64 `json:"i_all_to_all_seconds,omitempty"`
 	// Data-parallel collectives (inter-node), which F, I and W do not include: DPReduce is
 	// the all-reduces of the stage's gradients, issued after its last W of the step, which
 	// the rest of the backward hides as far as it lasts; DPReduceMB (ZeRO-2) the

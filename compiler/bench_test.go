@@ -81,7 +81,11 @@ func benchmarkCompileGPT3(b *testing.B, opts Options, world int) {
 }
 
 func benchmarkTrainStep(b *testing.B, opts Options) {
-	res, err := Compile("../testdata/models/gpt.ppm", opts)
+	benchmarkTrainStepOf(b, "../testdata/models/gpt.ppm", opts)
+}
+
+func benchmarkTrainStepOf(b *testing.B, model string, opts Options) {
+	res, err := Compile(model, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -113,6 +117,18 @@ func BenchmarkTrainStepTinyZero(b *testing.B) {
 	for z := range 4 {
 		b.Run(fmt.Sprintf("zero%d", z), func(b *testing.B) {
 			benchmarkTrainStep(b, Options{Load: LoadOptions{Preset: "tiny"}, DP: 2, Zero: z, Microbatches: 2})
+		})
+	}
+}
+
+// BenchmarkTrainStepTinyMoEEP: the tiny mixture-of-experts model's training step at dp 4
+// (one micro-batch per replica, dropless, in-process) with the experts replicated (ep 1) and
+// sharded over 2 and 4 ranks: throughput, and each rank's parameter bytes and live memory —
+// the expert shards' parameters, gradients and state /ep.
+func BenchmarkTrainStepTinyMoEEP(b *testing.B) {
+	for _, ep := range []int{1, 2, 4} {
+		b.Run(fmt.Sprintf("ep%d", ep), func(b *testing.B) {
+			benchmarkTrainStepOf(b, moePPM, Options{Load: LoadOptions{Set: map[string]string{"capacity_factor": "0"}}, DP: 4, EP: ep, Microbatches: 1})
 		})
 	}
 }

@@ -882,7 +882,7 @@ func StageCosts(plan *codegen.Plan) (schedule.Cost, bool) {
 	for _, st := range plan.StageInfo {
 		sc := schedule.StageCost{F: st.F, I: st.I, W: st.W,
 			CommBytes: float64(st.SendBytes), ActBytes: float64(st.StashBytes),
-			FColl: st.FComm, IColl: st.IComm, WColl: st.WComm,
+			FColl: st.FComm, IColl: st.IComm, WColl: st.WComm, FAllToAll: st.FAllToAll, IAllToAll: st.IAllToAll,
 			GradReduce: st.DPReduce + st.TPReduce, GradReduceMB: st.DPReduceMB, StepEnd: st.OptimizerComm}
 		for _, sl := range st.Slices {
 			sc.Slices = append(sc.Slices, schedule.StageCost{F: sl.F, I: sl.I, W: sl.W, CommBytes: float64(sl.SendBytes), ActBytes: float64(sl.StashBytes)})

@@ -158,6 +158,13 @@ func (d DeviceProfile) CostOf(op *ir.Op, isParam func(*ir.Value) bool, axisSize 
 		x, y := float64(op.Operands[0].Type.Bytes()), float64(op.Results[0].Type.Bytes())
 		var back float64
 		c.F, back = d.collectiveTimes(op.Def.Name, op.Attrs.Str("grad", "reduce_scatter"), x, y, n, axis)
+		if op.Def.Name == "all_to_all" {
+			// An ep group is tp·cp·ep consecutive ranks: inside a node when they fit in one
+			// (NVLink), across nodes otherwise.
+			intra := axis == "tp" || axis == EPAxis && max(axisSize("tp"), 1)*max(axisSize(CPAxis), 1)*n <= max(d.GPUsPerNode, 1)
+			c.F = d.CollectiveTime("all_to_all", x, n, intra)
+			back = c.F
+		}
 		switch {
 		case op.Def.Name == "copy_to_axis" && op.Operands[0].Def == nil && isParam(op.Operands[0]):
 			// A parameter copied to the axis: its gradient's all-reduce is summed once per

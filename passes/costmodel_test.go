@@ -1,6 +1,7 @@
 package passes
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -94,5 +95,39 @@ func TestCostsFollowPrecision(t *testing.T) {
 	g32, g16 := f32["gelu"], bf16["gelu"]
 	if g16.Bytes != g32.Bytes/2 || g16.ActBytes != g32.ActBytes/2 || math.Abs(g16.F-g32.F/2) > 1e-18 {
 		t.Errorf("gelu (memory-bound): bf16 %+v, f32 %+v: want half the bytes and half the time", g16, g32)
+	}
+}
+
+// TestAllToAllCost: an all_to_all over ep keeps 1/ep of its operand and exchanges the rest,
+// (ep−1)/ep of the bytes and ep−1 latencies, forward and (its adjoint) backward — on NVLink
+// while the ep group's tp·ep consecutive ranks fit in a node, on the inter-node link beyond.
+func TestAllToAllCost(t *testing.T) {
+	dev := DefaultDevice // 8 GPUs a node
+	for _, c := range []struct {
+		tp, ep int
+		intra  bool
+	}{{1, 2, true}, {2, 4, true}, {1, 8, true}, {2, 8, false}, {1, 16, false}} {
+		m, err := ir.ParseAndVerify("a.ir", fmt.Sprintf(`module @a attributes {mesh = {dp = %d, ep = %d, tp = %d}, partitioned}
+
+func @forward(%%x: f32[%d,64,1024] {input}) -> (f32[1,%d,1024]) {
+  %%y = all_to_all %%x {axis = ep, concat_dim = 1, parts = %d, split_dim = 0} : f32[1,%d,1024]
+  return %%y
+}
+`, c.ep, c.ep, c.tp, c.ep, 64*c.ep, c.ep, 64*c.ep))
+		if err != nil {
+			t.Fatal(err)
+		}
+		op := m.Funcs[0].Ops[0]
+		got := CostOf(op, func(*ir.Value) bool { return false }, func(a string) int { return meshSize(m, a) })
+		bw, lat := dev.InterNodeBandwidth, dev.InterNodeLatency
+		if c.intra {
+			bw, lat = dev.IntraNodeBandwidth, dev.IntraNodeLatency
+		}
+		n := float64(c.ep)
+		bytes := float64(c.ep) * 64 * 1024 * 4
+		want := (n-1)/n*bytes/bw + (n-1)*lat
+		if math.Abs(got.F-want) > 1e-12 || math.Abs(got.I-want) > 1e-12 || got.FComm != got.F || got.IComm != got.I {
+			t.Errorf("tp %d ep %d: F %g I %g (comm %g %g), want %g each (intra-node %v)", c.tp, c.ep, got.F, got.I, got.FComm, got.IComm, want, c.intra)
+		}
 	}
 }

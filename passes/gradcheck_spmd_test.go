@@ -52,6 +52,19 @@ func @forward(%x: f64[2,5] {input, shard = [tp, _]}, %w0: f64[5,5] {param}, %w1:
   return %loss
 }
 `},
+	{name: "expert parallelism (all_to_all there and back)", parts: 2, src: `module @ep attributes {mesh = {tp = 2}, partitioned}
+
+func @forward(%x: f64[4,3,2] {input, shard = [_, tp, _]}, %w: f64[2,2,2] {param, shard = [tp, _, _]}) -> (f64[] {loss}) {
+  %a = all_to_all %x {axis = tp, concat_dim = 1, parts = 2, split_dim = 0} : f64[2,6,2]
+  %h = matmul %a, %w : f64[2,6,2]
+  %t = tanh %h : f64[2,6,2]
+  %b = all_to_all %t {axis = tp, concat_dim = 0, parts = 2, split_dim = 1} : f64[4,3,2]
+  %q = mul %b, %x : f64[4,3,2]
+  %s = reduce_sum %q : f64[]
+  %loss = all_reduce %s {axis = tp} : f64[]
+  return %loss
+}
+`},
 	{name: "gather and scatter on an inner dim", parts: 2, src: `module @inner attributes {mesh = {tp = 2}, partitioned}
 
 func @forward(%w: f64[3,2] {param, shard = [_, tp]}) -> (f64[] {loss}) {
@@ -289,6 +302,22 @@ func spmdCollective(op *ir.Op, in [][]*ir.Dense) ([][]*ir.Dense, error) {
 			mine := make([]float64, t.NumElements())
 			for i := range mine {
 				mine[i] = s[block(in[r][0].Type.Shape, t.Shape, dim, r, i)]
+			}
+			out[r] = []*ir.Dense{ir.NewDenseF64(t, mine)}
+		}
+	case "all_to_all":
+		// Member g's block r (along split_dim) lands at position g along concat_dim of r's.
+		split, concat := op.Attrs.Int("split_dim", 0), op.Attrs.Int("concat_dim", 0)
+		b := slices.Clone(in[0][0].Type.Shape)
+		b[split] /= parts
+		n := ir.Shape(b).NumElements()
+		for r := range parts {
+			mine := make([]float64, t.NumElements())
+			for g := range parts {
+				src := in[g][0].Floats()
+				for j := range n {
+					mine[block(t.Shape, b, concat, g, j)] = src[block(in[g][0].Type.Shape, b, split, r, j)]
+				}
 			}
 			out[r] = []*ir.Dense{ir.NewDenseF64(t, mine)}
 		}

@@ -47,6 +47,7 @@ type unit struct {
 	// Of f, i and w, the seconds of collectives (tensor parallelism), which reports show
 	// apart from compute.
 	fc, ic, wc float64
+	fa, ia     float64 // of fc and ic, expert parallelism's all-to-alls
 	params     int64   // parameter bytes
 	act        int64   // activation bytes per micro-batch
 	cut        float64 // bytes crossing from this unit to later ones
@@ -469,6 +470,10 @@ func (a *analysis) fillCosts(units []unit, unitOf map[*ir.Op]int) {
 		units[u].fc += c.FComm
 		units[u].ic += c.IComm
 		units[u].wc += c.WComm
+		if op.Name() == "all_to_all" {
+			units[u].fa += c.FComm
+			units[u].ia += c.IComm
+		}
 		units[u].act += c.ActBytes
 		units[u].flops += c.FLOPs
 		for _, x := range op.Operands {
@@ -791,7 +796,7 @@ func describePartition(dev, mode, note string, units []unit, assign []int, stage
 	var times []float64
 	for s := 0; s < stages; s++ {
 		var labels []string
-		var f, i, w, flops, fc, ic, wc float64
+		var f, i, w, flops, fc, ic, wc, fa, ia float64
 		var act int64
 		lo, hi := -1, -1
 		for k, u := range units {
@@ -805,6 +810,7 @@ func describePartition(dev, mode, note string, units []unit, assign []int, stage
 			labels = append(labels, strings.Split(u.label, ",")...)
 			f, i, w, flops = f+u.f, i+u.i, w+u.w, flops+u.flops
 			fc, ic, wc = fc+u.fc, ic+u.ic, wc+u.wc
+			fa, ia = fa+u.fa, ia+u.ia
 			act += u.act
 		}
 		t := 0.0
@@ -823,6 +829,9 @@ func describePartition(dev, mode, note string, units []unit, assign []int, stage
 		}
 		if comm {
 			d = d.Set("f_comm", ir.Float(fc)).Set("i_comm", ir.Float(ic)).Set("w_comm", ir.Float(wc))
+		}
+		if fa+ia > 0 {
+			d = d.Set("f_all_to_all", ir.Float(fa)).Set("i_all_to_all", ir.Float(ia))
 		}
 		list = append(list, ir.Dict(d))
 	}

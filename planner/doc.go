@@ -31,6 +31,14 @@
 //     is searched over powers of two whose zig-zag chunks divide the sequence and whose ranks
 //     keep at least MinCPTokens tokens: below that a block's compute no longer hides its
 //     transfer, and each cp size costs its own probes.
+//   - Expert parallelism (a model with moe_dispatch) is probed the same way: one probe per
+//     (tp, sp, cp, ep), compiled as a dp = ep replica with --ep, so a unit's costs include its
+//     all-to-alls (on NVLink while tp·cp·ep fits a node) and its parameters are the expert
+//     shards'. Expert parameters are never ZeRO's and their gradients are reduced over
+//     edp = dp/ep in their own buckets. ep is searched over 1 and the powers of two dividing
+//     the experts and dp whose ep group stays in a node (Megatron-Core's recipes keep it
+//     there; an inter-node ep is for --ep to fix). The compute needs no load-imbalance term:
+//     the dispatch buffer is static, every ep rank runs experts/ep experts on ep·capacity rows.
 //   - Fixed sizes are checked against the model and the cluster before the search, the
 //     model's limit first (a --pp deeper than its units), then the GPU count (whole nodes;
 //     pp × dp × tp), so that no answer suggests a batch size for a pipeline too deep.

@@ -212,8 +212,29 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			}
 			sc.GradReduce += bucketed(g, func(x float64) float64 { return dev.AxisCollectiveTime("all_reduce", x, c.CP, "cp") })
 		}
+		// Expert shards (ep) are summed over edp = dp/ep only, in their own buckets, and
+		// never ZeRO's; the rest over dp.
+		var experts int64
+		dense, expertSizes := sizes, []int64(nil)
+		if c.EP > 1 {
+			dense = nil
+			for _, u := range units[lo:hi] {
+				for _, pr := range u.params {
+					if pr.expert {
+						experts += pr.bytes
+						expertSizes = append(expertSizes, pr.bytes)
+					} else {
+						dense = append(dense, pr.bytes)
+					}
+				}
+			}
+		}
+		edp := c.DP / max(c.EP, 1)
 		if c.DP > 1 {
-			g := float64(pbytes) * rb.grads // the gradients, in their accumulation dtype
+			if edp > 1 && experts > 0 {
+				sc.GradReduce += bucketed(float64(experts)*rb.grads, func(x float64) float64 { return dev.AxisCollectiveTime("all_reduce", x, edp, "dp") })
+			}
+			g := float64(pbytes-experts) * rb.grads // the dense gradients, in their accumulation dtype
 			coll := func(kind string, x float64) float64 { return dev.AxisCollectiveTime(kind, x, c.DP, "dp") }
 			zero := func(kind string) float64 {
 				// Gradients are reduce-scattered in their accumulation dtype, the new 16-bit
@@ -223,7 +244,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 					scale = rb.grads
 				}
 				var t float64
-				for _, b := range bucketBytes(scaled(sizes, scale)) {
+				for _, b := range bucketBytes(scaled(dense, scale)) {
 					t += coll(kind, b)
 				}
 				return t
@@ -241,7 +262,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 				// gradients dp does not split are all-reduced.
 				var whole float64
 				for _, pr := range rankSetOf(units[lo:hi]) {
-					if pr.dim0%c.DP != 0 {
+					if pr.dim0%c.DP != 0 && !pr.expert {
 						whole += float64(pr.bytes)
 					}
 				}
@@ -313,8 +334,13 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		// each bucket packed into one flat buffer and all-reduced in place (ZeRO-0), or
 		// reduce-scattered into a block (ZeRO-1).
 		var bucket int64
-		for _, b := range bucketBytes(scaled(sizes, rb.grads)) {
+		for _, b := range bucketBytes(scaled(dense, rb.grads)) {
 			bucket = max(bucket, int64(b))
+		}
+		if edp > 1 || c.CP > 1 {
+			for _, b := range bucketBytes(expertSizes) {
+				bucket = max(bucket, int64(b))
+			}
 		}
 		if c.CP > 1 {
 			sm.lastW = bucket // the cp sum's packed bucket (the dp sum reuses the layout)
@@ -359,9 +385,15 @@ func (p *planner) prepare(c *candidate) *evaluation {
 	// the whole bucket.
 	e.stepEnd = make([]int64, c.PP)
 	for r := range c.PP {
-		var largest, bucket int64
+		var largest, bucket, experts, largestExpert int64
 		for _, n := range rankSizes[r] {
 			largest = max(largest, n)
+		}
+		for _, pr := range rankSet[r] {
+			if pr.expert { // not ZeRO's: updated whole
+				experts += pr.bytes
+				largestExpert = max(largestExpert, pr.bytes)
+			}
 		}
 		for s, rr := range e.placement {
 			if rr == r && s < len(stageBucket) {
@@ -387,11 +419,11 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			}
 			e.stepEnd[r] = 3 * most
 		case c.Zero >= 1 && c.DP > 1:
-			blocks := P / dp
+			blocks := (P - experts) / dp
 			if c.Zero == 1 {
-				blocks += int64(float64(P/dp) * rb.grads) // the gradients' blocks too
+				blocks += int64(float64((P-experts)/dp) * rb.grads) // the gradients' blocks too
 			}
-			e.stepEnd[r] = max(blocks+upd/dp, gather+gather/dp)
+			e.stepEnd[r] = max(blocks+max(upd/dp, int64(float64(largestExpert)*(rb.state+1))), gather+gather/dp)
 		default:
 			e.stepEnd[r] = upd
 		}
@@ -916,6 +948,9 @@ func (p *planner) command(c Config) string {
 		"--pp", fmt.Sprint(c.PP), "--dp", fmt.Sprint(c.DP), "--tp", fmt.Sprint(c.TP))
 	if c.CP > 1 {
 		args = append(args, "--cp", fmt.Sprint(c.CP))
+	}
+	if c.EP > 1 {
+		args = append(args, "--ep", fmt.Sprint(c.EP))
 	}
 	if c.SP {
 		args = append(args, "--sp")

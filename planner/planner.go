@@ -44,7 +44,11 @@ type Fixed struct {
 	PP, DP, TP, V, Microbatches, MicrobatchSize int
 	// CP is the context-parallel size (0: searched where each rank keeps at least
 	// MinCPTokens tokens of a sequence; 1: none).
-	CP                  int
+	CP int
+	// EP is the expert-parallel size, carved from dp (0: searched for a mixture-of-experts
+	// model among the sizes dividing its experts and dp that keep tp·cp·ep inside a node;
+	// 1: none).
+	EP                  int
 	SP, Zero            int // −1: search
 	Schedule, Recompute string
 	// TokenSlices: "" searches (token slices are tried where they can help: fewer
@@ -58,6 +62,7 @@ type Config struct {
 	PP             int    `json:"pp"`
 	DP             int    `json:"dp"`
 	CP             int    `json:"cp"`
+	EP             int    `json:"ep,omitempty"` // expert parallelism inside dp (0 or 1: none)
 	TP             int    `json:"tp"`
 	SP             bool   `json:"sp"`
 	V              int    `json:"virtual_stages"`
@@ -126,6 +131,7 @@ type planner struct {
 	unitNames   string // the first and last units, for messages: "E, t0 … L"
 	causal      bool   // the model can be cut into token slices
 	attention   bool   // the model has attention (context parallelism can split it)
+	experts     int    // the most experts of a mixture-of-experts layer (0: none)
 	fixedSlices []int  // --token-slices lengths, when given
 	batch       int
 	seq         int
@@ -248,6 +254,17 @@ func (p *planner) inspect() error {
 	}
 	for _, op := range res.Module.Func(ir.ForwardFunc).Ops {
 		p.attention = p.attention || op.Name() == "attention"
+		if op.Name() == "moe_dispatch" {
+			p.experts = max(p.experts, op.Attrs.Int("experts", 0))
+		}
+	}
+	if ep := p.req.Fix.EP; ep > 1 {
+		switch {
+		case p.experts == 0:
+			return inputErr("--ep %d: the model has no mixture-of-experts layer (moe_dispatch); use --ep 1", ep)
+		case p.experts%ep != 0:
+			return inputErr("--ep %d: the model's layers have %d experts, which %d ep ranks do not divide; %s", ep, p.experts, ep, nearestDivisorsOf(p.experts, ep))
+		}
 	}
 	if fx := p.req.Fix; fx.CP > 1 {
 		if !p.attention {
@@ -327,6 +344,39 @@ func (p *planner) cpSizes(tp int) []int {
 		}
 	}
 	return out
+}
+
+// epSizes are the expert-parallel sizes worth trying with tp, cp and dp: the fixed one (when
+// it divides dp), or 1 and every power of two dividing the experts and dp whose ep group
+// (tp·cp·ep consecutive ranks) stays inside a node — where the all-to-alls run on NVLink, as
+// Megatron-Core's recipes keep them — for a mixture-of-experts model.
+func (p *planner) epSizes(tp, cp, dp int) []int {
+	if f := p.req.Fix.EP; f > 0 {
+		if dp%f != 0 {
+			return nil
+		}
+		return []int{f}
+	}
+	out := []int{1}
+	for e := 2; p.experts > 0 && e <= p.experts && tp*cp*e <= p.dev.GPUsPerNode; e *= 2 {
+		if p.experts%e == 0 && dp%e == 0 {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// nearestDivisorsOf names the divisors of n nearest k as --ep flags.
+func nearestDivisorsOf(n, k int) string {
+	var near []string
+	for d := 1; d <= n && len(near) < 2; d++ {
+		for _, c := range []int{k - d, k + d} {
+			if c >= 1 && c <= n && n%c == 0 && len(near) < 2 {
+				near = append(near, fmt.Sprintf("--ep %d", c))
+			}
+		}
+	}
+	return "the nearest that do: " + strings.Join(near, " or ")
 }
 
 // scheduleChoice is a schedule with its stages per rank.
@@ -433,8 +483,10 @@ func (p *planner) enumerate() ([]candidate, error) {
 										if z > 0 && dp == 1 {
 											continue
 										}
-										cands = append(cands, candidate{Config: Config{PP: pp, DP: dp, TP: tp, SP: sp, V: sc.v, MicrobatchSize: b, Microbatches: m,
-											Schedule: sc.name, Recompute: rc, Zero: z, sliced: sliced, CP: cp}, key: probeKey{tp, sp, rc, cp}})
+										for _, ep := range p.epSizes(tp, cp, dp) {
+											cands = append(cands, candidate{Config: Config{PP: pp, DP: dp, TP: tp, SP: sp, V: sc.v, MicrobatchSize: b, Microbatches: m,
+												Schedule: sc.name, Recompute: rc, Zero: z, sliced: sliced && ep == 1, CP: cp, EP: ep}, key: probeKey{tp, sp, rc, cp, ep}})
+										}
 									}
 								}
 							}
@@ -585,14 +637,14 @@ func gcd(a, b int) int {
 func (p *planner) run(cands []candidate, res *Result) error {
 	// One probe per tensor-parallel layout, split per recompute mode.
 	type layout struct {
-		tp, cp int
-		sp     bool
+		tp, cp, ep int
+		sp         bool
 	}
 	modes := map[layout][]string{}
 	for _, c := range cands {
 		// Each mode's probe holds everything its runs need (full recomputation's one-unit
 		// probe rebuilds its unit itself), so a candidate needs only its own mode's.
-		l := layout{c.key.tp, c.key.cp, c.key.sp}
+		l := layout{c.key.tp, c.key.cp, c.key.ep, c.key.sp}
 		if !slices.Contains(modes[l], c.key.recompute) {
 			modes[l] = append(modes[l], c.key.recompute)
 		}
@@ -608,6 +660,9 @@ func (p *planner) run(cands []candidate, res *Result) error {
 		if list[i].cp != list[j].cp {
 			return list[i].cp < list[j].cp
 		}
+		if list[i].ep != list[j].ep {
+			return list[i].ep < list[j].ep
+		}
 		return !list[i].sp && list[j].sp
 	})
 	// The probes are independent compiles: run them on every core.
@@ -620,7 +675,7 @@ func (p *planner) run(cands []candidate, res *Result) error {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			got, err := p.probe(l.tp, l.cp, l.sp, modes[l])
+			got, err := p.probe(l.tp, l.cp, l.ep, l.sp, modes[l])
 			errs[i] = err
 			p.mu.Lock()
 			for k, u := range got {
@@ -830,6 +885,9 @@ func (c Config) describe() string {
 	s := fmt.Sprintf("pp %d, dp %d, tp %d", c.PP, c.DP, c.TP)
 	if c.CP > 1 {
 		s = fmt.Sprintf("pp %d, dp %d, cp %d, tp %d", c.PP, c.DP, c.CP, c.TP)
+	}
+	if c.EP > 1 {
+		s = strings.Replace(s, fmt.Sprintf("dp %d", c.DP), fmt.Sprintf("dp %d (ep %d)", c.DP, c.EP), 1)
 	}
 	if c.SP {
 		s += " with sp"

@@ -62,7 +62,9 @@ type unitMem struct {
 type param struct {
 	name  string
 	bytes int64
-	dim0  int // its first dim as one tp rank holds it (ZeRO shards it over dp when dp divides it)
+	dim0  int // its first dim as one tp rank holds it (ZeRO shards it over dp when dp divides it; −1: never)
+	// expert: an expert parameter's ep shard, whose gradient is summed over edp = dp/ep only.
+	expert bool
 }
 
 // probeKey names one probe compile: the tensor-parallel layout, the recompute mode and the
@@ -72,6 +74,7 @@ type probeKey struct {
 	sp        bool
 	recompute string
 	cp        int
+	ep        int // expert parallelism: the probe runs dp = ep, its experts sharded and exchanged
 }
 
 // probe compiles the model through split-stages with one unit per stage, once per
@@ -79,10 +82,16 @@ type probeKey struct {
 // sequences, and reads each unit's costs at both. A micro-batch of b sequences costs the
 // affine extrapolation: some work is per micro-batch whatever its size (collectives'
 // latencies, a run's fixed costs), the rest grows with it.
-func (p *planner) probe(tp, cp int, sp bool, modes []string) (map[probeKey][2][]unitCost, error) {
+//
+// Under expert parallelism the probe is a replica of dp = ep ranks with the experts sharded:
+// its units read the all_to_alls' costs (priced on NVLink when the ep group stays inside a
+// node) and hold the expert parameters /ep; the compute is ep = 1's (each rank runs E/ep
+// experts on ep·capacity rows: static shapes, so no rank waits on a busier one).
+func (p *planner) probe(tp, cp, ep int, sp bool, modes []string) (map[probeKey][2][]unitCost, error) {
 	out := map[probeKey][2][]unitCost{}
+	ep = max(ep, 1)
 	for b := 1; b <= 2; b++ {
-		opts := compiler.Options{Load: p.load(b), PP: p.units, TP: tp, CP: cp, SP: sp, Microbatches: 1, Schedule: "gpipe",
+		opts := compiler.Options{Load: p.load(b * ep), PP: p.units, TP: tp, CP: cp, DP: ep, EP: ep, SP: sp, Microbatches: 1, Schedule: "gpipe",
 			Precision: p.precision, Partition: "auto", GPU: p.dev.Name, VocabMultiple: p.req.VocabMultiple}
 		mods, err := compiler.ProbeSplit(p.req.Model, opts, modes)
 		if err != nil {
@@ -93,7 +102,7 @@ func (p *planner) probe(tp, cp int, sp bool, modes []string) (map[probeKey][2][]
 			if err != nil {
 				return nil, err
 			}
-			k := probeKey{tp, sp, modes[i], cp}
+			k := probeKey{tp, sp, modes[i], cp, ep}
 			pair := out[k]
 			pair[b-1] = u
 			out[k] = pair
@@ -164,6 +173,7 @@ func (p *planner) readProbe(m *ir.Module, tp int) ([]unitCost, error) {
 	}
 	all := make([][]param, len(units))
 	uses := map[string]int{}
+	expert := map[string]bool{}
 	for _, f := range m.Funcs {
 		if f.Attrs.Str("kind", "") != passes.KindF {
 			continue
@@ -178,7 +188,14 @@ func (p *planner) readProbe(m *ir.Module, tp int) ([]unitCost, error) {
 				if a.Type.Rank() >= 1 {
 					d0 = a.Type.Shape[0]
 				}
-				all[s] = append(all[s], param{a.Name, a.Type.Bytes(), d0})
+				pr := param{name: a.Name, bytes: a.Type.Bytes(), dim0: d0}
+				if sh, _ := ir.ArgSharding(f, i); sh.Uses(passes.EPAxis) {
+					// An expert shard: ZeRO leaves it whole (its replicas are edp's), its
+					// gradient summed over edp.
+					pr.dim0, pr.expert = -1, true
+					expert[a.Name] = true
+				}
+				all[s] = append(all[s], pr)
 				units[s].paramBytes += a.Type.Bytes()
 				uses[a.Name]++
 			}
@@ -188,7 +205,11 @@ func (p *planner) readProbe(m *ir.Module, tp int) ([]unitCost, error) {
 		if s := f.Attrs.Int("stage", 0); f.Attrs.Str("kind", "") == passes.KindW && s < len(units) {
 			for i, r := range f.Results {
 				if name := f.ResultAttrs[i].Str(ir.AttrGrad, ""); name != "" && r.Type.Rank() > 0 {
-					units[s].wgrads = append(units[s].wgrads, param{name, r.Type.Bytes(), r.Type.Shape[0]})
+					gr := param{name: name, bytes: r.Type.Bytes(), dim0: r.Type.Shape[0]}
+					if expert[name] {
+						gr.dim0, gr.expert = -1, true
+					}
+					units[s].wgrads = append(units[s].wgrads, gr)
 				}
 			}
 		}
@@ -349,7 +370,7 @@ func readZero3(m *ir.Module, units []unitCost) error {
 				}
 			}
 			for _, dt := range dts {
-				units[s].gathers[k] = append(units[s].gathers[k], param{a.Name, int64(a.Type.NumElements()) * int64(dt.Size()), a.Type.Shape[0]})
+				units[s].gathers[k] = append(units[s].gathers[k], param{name: a.Name, bytes: int64(a.Type.NumElements()) * int64(dt.Size()), dim0: a.Type.Shape[0]})
 			}
 		}
 	}

@@ -74,7 +74,7 @@ func collName(group []int) string {
 }
 
 var collKinds = map[pb.Instr_Kind]device.CollKind{pb.Instr_ALL_REDUCE: device.AllReduce, pb.Instr_ALL_GATHER: device.AllGather,
-	pb.Instr_REDUCE_SCATTER: device.ReduceScatter, pb.Instr_BROADCAST: device.Broadcast}
+	pb.Instr_REDUCE_SCATTER: device.ReduceScatter, pb.Instr_BROADCAST: device.Broadcast, pb.Instr_ALL_TO_ALL: device.AllToAll}
 
 // joinNet sets up the device's communication for the job's one rank (see above).
 func (j *Job) joinNet(p *dist.Process, dn device.Net) error {
@@ -88,10 +88,6 @@ func (j *Job) joinNet(p *dist.Process, dn device.Net) error {
 			sends[it.peer] = append(sends[it.peer], netMsg{it.Tag, it.in[0].Bytes()})
 		case it.Kind == pb.Instr_RECV:
 			groups[p2pName(it.peer, r.Index)] = netGroup{p2pName(it.peer, r.Index), []int{it.peer, r.Index}, 1}
-		case it.Kind == pb.Instr_ALL_TO_ALL:
-			// NCCL's grouped send/recv for it is not written yet (expert parallelism's
-			// exchange): refused rather than run as another collective.
-			return fmt.Errorf("rank %d: %s: the device's own communication (NCCL) has no all-to-all yet; expert-parallel plans run on the CPU device or one GPU per process without NCCL", r.Index, it.coll)
 		case it.coll != nil:
 			n := collName(it.coll.Group)
 			groups[n] = netGroup{n, it.coll.Group, it.coll.Position(r.Index)}
@@ -353,7 +349,7 @@ func (j *Job) watchNet(r *Rank) (stop func() error) {
 
 // netColl is collective instruction in (operand type t) as a device's group prepares it.
 func netColl(in *pb.Instr, t ir.Type) device.Coll {
-	return device.Coll{Kind: collKinds[in.GetKind()], In: t, Dim: int(in.Dim), Op: strings.ToLower(in.ReduceOp.String()), Root: int(in.Root)}
+	return device.Coll{Kind: collKinds[in.GetKind()], In: t, Dim: int(in.Dim), ConcatDim: int(in.ConcatDim), Op: strings.ToLower(in.ReduceOp.String()), Root: int(in.Root)}
 }
 
 // CollectiveSpec is one collective instruction as a device that communicates itself

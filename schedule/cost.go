@@ -155,9 +155,12 @@ type StageCost struct {
 	ActBytes   float64
 
 	FColl, IColl, WColl float64
-	GradReduce          float64
-	GradReduceMB        float64
-	StepEnd             float64
+	// FAllToAll and IAllToAll are the parts of FColl and IColl spent in expert
+	// parallelism's all-to-alls (the rest is tensor parallelism's): the trace names them.
+	FAllToAll, IAllToAll float64
+	GradReduce           float64
+	GradReduceMB         float64
+	StepEnd              float64
 
 	// Slices are the per-token-slice costs of a sliced schedule (F, I, W, B, CommBytes,
 	// ActBytes and the collective parts of F, I, W per slice); without them each slice of
@@ -372,6 +375,7 @@ func (c Cost) compute() Cost {
 			sc.B = max(0, sc.B-sc.IColl-sc.WColl)
 		}
 		sc.FColl, sc.IColl, sc.WColl, sc.GradReduce, sc.GradReduceMB, sc.StepEnd = 0, 0, 0, 0, 0, 0
+		sc.FAllToAll, sc.IAllToAll = 0, 0
 		st[s] = sc
 	}
 	c.Stages = st
@@ -466,7 +470,22 @@ func (m *costModel) unit(s, mb int) StageCost {
 	}
 	f := 1 / float64(m.slices)
 	return StageCost{F: sc.F * f, I: sc.I * f, W: sc.W * f, B: sc.B * f, CommBytes: sc.CommBytes * f, ActBytes: sc.ActBytes * f,
-		FColl: sc.FColl * f, IColl: sc.IColl * f, WColl: sc.WColl * f}
+		FColl: sc.FColl * f, IColl: sc.IColl * f, WColl: sc.WColl * f, FAllToAll: sc.FAllToAll * f, IAllToAll: sc.IAllToAll * f}
+}
+
+// allToAll is the part of collective(a) spent in expert parallelism's all-to-alls.
+func (m *costModel) allToAll(a Action) float64 {
+	if m.c == nil {
+		return 0
+	}
+	sc := m.unit(a.Stage, a.Microbatch)
+	switch a.Kind {
+	case Forward:
+		return min(sc.FAllToAll, m.collective(a))
+	case BackwardInput, FullBackward:
+		return min(sc.IAllToAll, m.collective(a))
+	}
+	return 0
 }
 
 func (m *costModel) compute(a Action) float64 {

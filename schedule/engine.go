@@ -44,6 +44,7 @@ type op struct {
 	act    Action
 	dur    float64
 	coll   float64 // of dur, the time spent in collectives inside the computations
+	a2a    float64 // of coll, expert parallelism's all-to-alls
 	nNeed  uint8
 	nOut   uint8
 	need   [6]need
@@ -276,6 +277,7 @@ func (p *program) compileAction(r, i int, a Action) (op, error) {
 		if k == OverlapFB {
 			o.dur = p.cost.overlap(a.Sub[0], a.Sub[1])
 			o.coll = min(o.coll, o.dur) // an FB given as one number
+			o.a2a = min(o.a2a, o.coll)
 			for _, n := range o.needs() {
 				for _, out := range o.outs() {
 					if n.slot == out.slot {
@@ -372,6 +374,7 @@ func (p *program) addCompute(o *op, r int, c Action) {
 	st, mb := c.Stage, c.Microbatch
 	o.dur += p.cost.compute(c)
 	o.coll += p.cost.collective(c)
+	o.a2a += p.cost.allToAll(c)
 	// input from the neighbour stage: same rank, explicit RECV, or implicit transfer
 	input := func(from int, out slotKind, recv slotKind) {
 		switch {

@@ -102,6 +102,8 @@ type Event struct {
 	// matmuls; the trace and SVG draw them as one span at the action's end,
 	// which keeps the total exact without a per-op timeline.
 	Collective float64 `json:"collective,omitempty"`
+	// AllToAll is the part of Collective spent in expert parallelism's all-to-alls.
+	AllToAll float64 `json:"all_to_all,omitempty"`
 }
 
 // CollectiveKind says what a CollectiveEvent is (see StageCost).
@@ -257,7 +259,7 @@ func simulate(s *Schedule, c Cost) (*Result, error) {
 			if o.act.Kind == RecvF || o.act.Kind == RecvB {
 				start = tl.reach[r][i]
 			}
-			evs = append(evs, Event{Start: start, End: end, Action: o.act, Collective: o.coll})
+			evs = append(evs, Event{Start: start, End: end, Action: o.act, Collective: o.coll, AllToAll: o.a2a})
 			if !o.act.Kind.IsCompute() {
 				continue
 			}

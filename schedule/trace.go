@@ -93,9 +93,20 @@ func (r *Result) WriteTrace(w io.Writer) error {
 				end := te.Ts + dur
 				ts := max(te.Ts, end-e.Collective*scale)
 				cdur := end - ts
-				events = append(events, traceEvent{Name: "tp collectives " + r.Unit.Format(e.Collective), Cat: "collective", Ph: "X",
-					Ts: ts, Dur: &cdur, Pid: 0, Tid: rank,
-					Args: map[string]any{"action": e.Action.String(), "collective_time": e.Collective}})
+				name := "tp collectives " + r.Unit.Format(e.Collective)
+				args := map[string]any{"action": e.Action.String(), "collective_time": e.Collective}
+				if e.AllToAll > 0 {
+					// Expert parallelism's exchanges named apart: the all-to-alls nested at
+					// the end of the collective span, the tp ones before them.
+					name = "collectives " + r.Unit.Format(e.Collective)
+					args["all_to_all_time"] = e.AllToAll
+					ats := max(ts, end-e.AllToAll*scale)
+					adur := end - ats
+					events = append(events, traceEvent{Name: "ep all-to-all " + r.Unit.Format(e.AllToAll), Cat: "collective", Ph: "X",
+						Ts: ats, Dur: &adur, Pid: 0, Tid: rank, Args: map[string]any{"action": e.Action.String(), "all_to_all_time": e.AllToAll}})
+				}
+				events = append(events, traceEvent{Name: name, Cat: "collective", Ph: "X",
+					Ts: ts, Dur: &cdur, Pid: 0, Tid: rank, Args: args})
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -64,7 +65,7 @@ func TestEPErrors(t *testing.T) {
 		{[]string{"compile", moe, "-o", out, "--dp", "4", "--ep", "3"}, "--ep 3: expert parallelism carves its ranks from the 4 data-parallel ranks, which it does not divide; the nearest that divide it: --ep 2 or --ep 4 (or --dp 6)"},
 		{[]string{"compile", moe, "-o", out, "--dp", "3", "--ep", "3", "--set", "batch=12"}, "moe.ppm:124:9: --ep 3: the layer has 4 experts, which 3 ep ranks do not divide; the nearest that do: --ep 2 or --ep 4"},
 		{[]string{"compile", gpt, "--preset", "tiny", "-o", out, "--dp", "2", "--ep", "2"}, "--ep 2: the model has no mixture-of-experts layer (moe_dispatch); expert parallelism shards experts: use --ep 1"},
-		{[]string{"compile", moe, "-o", out, "--ep", "0"}, "--ep and --microbatches must be at least 1"},
+		{[]string{"compile", moe, "-o", out, "--ep", "0"}, "--pp, --tp, --dp, --ep and --microbatches must be at least 1"},
 	} {
 		code, _, errOut := ppc(t, "", c.args...)
 		if code != 2 || !strings.Contains(errOut, c.want) {
@@ -95,6 +96,38 @@ func TestMoESummary(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("summary lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestEPTrace: ppc simulate's trace names expert parallelism's all-to-alls: each F and I/B of
+// an ep plan nests an "ep all-to-all" span, of the stage's all-to-all seconds in plan.json,
+// at the end of its collective span.
+func TestEPTrace(t *testing.T) {
+	moe := filepath.Join("..", "..", "testdata", "models", "moe.ppm")
+	dir := filepath.Join(t.TempDir(), "plan")
+	if code, _, errOut := ppc(t, "", "compile", moe, "--dp", "2", "--ep", "2", "--pp", "2", "--microbatches", "2", "--gpu", "h100-80gb", "-o", dir); code != 0 {
+		t.Fatal(errOut)
+	}
+	p := readPlan(t, dir)
+	trace := filepath.Join(t.TempDir(), "t.json")
+	if code, _, errOut := ppc(t, "", "simulate", dir, "--trace", trace); code != 0 {
+		t.Fatal(errOut)
+	}
+	n := 0
+	for _, e := range readTrace(t, trace).TraceEvents {
+		if !strings.HasPrefix(e.Name, "ep all-to-all ") {
+			continue
+		}
+		n++
+		a := e.Args["action"].(string) // e.g. 1B0
+		st := p.StageInfo[a[0]-'0']
+		want := map[byte]float64{'F': st.FAllToAll, 'B': st.IAllToAll}[a[1]] * 1e6
+		if want <= 0 || math.Abs(e.Dur-want) > 1e-9*want {
+			t.Errorf("%s: %q lasts %v µs, the stage's all-to-alls %v µs", a, e.Name, e.Dur, want)
+		}
+	}
+	if n != 8 { // 2 stages × 2 micro-batches × (F, B)
+		t.Errorf("%d ep all-to-all spans, want 8", n)
 	}
 }
 

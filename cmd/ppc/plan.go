@@ -35,6 +35,7 @@ func init() {
 			fs.IntVar(&fx.PP, "pp", 0, "fix the pipeline-parallel size `N`")
 			fs.IntVar(&fx.DP, "dp", 0, "fix the data-parallel size `N`")
 			fs.IntVar(&fx.TP, "tp", 0, "fix the tensor-parallel size `N`")
+			fs.IntVar(&fx.EP, "ep", 0, "fix the expert-parallel size `N`, carved from dp (default: searched for a mixture-of-experts model among the sizes dividing its experts and dp whose ep group stays inside a node; 1: none)")
 			fs.IntVar(&fx.CP, "cp", 0, fmt.Sprintf("fix the context-parallel size `N` (default: searched where each cp rank keeps at least %d tokens of a sequence; 1: none)", planner.MinCPTokens))
 			fs.IntVar(&req.VocabMultiple, "make-vocab-size-divisible-by", compiler.DefaultVocabMultiple, "under tp, pad a vocabulary tp does not divide to the next multiple of `N`·tp, as ppc compile does (the printed commands repeat a value other than the default)")
 			sp := fs.Bool("sp", false, "fix sequence parallelism on (--sp=false: off)")
@@ -75,7 +76,7 @@ func init() {
 				for _, f := range []struct {
 					name string
 					v    int
-				}{{"pp", fx.PP}, {"dp", fx.DP}, {"tp", fx.TP}, {"cp", fx.CP}, {"virtual-stages", fx.V}, {"microbatches", fx.Microbatches}, {"microbatch-size", fx.MicrobatchSize}} {
+				}{{"pp", fx.PP}, {"dp", fx.DP}, {"tp", fx.TP}, {"cp", fx.CP}, {"ep", fx.EP}, {"virtual-stages", fx.V}, {"microbatches", fx.Microbatches}, {"microbatch-size", fx.MicrobatchSize}} {
 					if set[f.name] && f.v < 1 {
 						return usagef("--%s must be at least 1, got %d", f.name, f.v)
 					}
@@ -146,14 +147,21 @@ func printPlans(w io.Writer, r *planner.Result) {
 	fmt.Fprintf(w, "  searched %d configurations (%d fit in memory, %d simulated) in %.2f s\n\n", r.Searched, r.Fit, r.Simulated, r.Seconds)
 	// A cp column when a plan splits sequences (the tables of other searches read as before).
 	cpCol := slices.ContainsFunc(r.Plans, func(p planner.Plan) bool { return p.Config.CP > 1 })
+	epCol := slices.ContainsFunc(r.Plans, func(p planner.Plan) bool { return p.Config.EP > 1 })
+	epCell := func(v string) string {
+		if !epCol {
+			return ""
+		}
+		return fmt.Sprintf("%-4s ", v)
+	}
 	cpCell := func(v string) string {
 		if !cpCol {
 			return ""
 		}
 		return fmt.Sprintf("%-4s ", v)
 	}
-	fmt.Fprintf(w, "  #  %-4s %-4s %s%-4s %-3s %-22s %-5s %-6s %-10s %-5s %9s %10s %11s %6s %12s %11s\n",
-		"pp", "dp", cpCell("cp"), "tp", "sp", "schedule", "mbs", "m", "recompute", "zero", "step", "tokens/s", "TFLOP/s/GPU", "MFU", "bubble/ideal", "peak mem")
+	fmt.Fprintf(w, "  #  %-4s %-4s %s%s%-4s %-3s %-22s %-5s %-6s %-10s %-5s %9s %10s %11s %6s %12s %11s\n",
+		"pp", "dp", epCell("ep"), cpCell("cp"), "tp", "sp", "schedule", "mbs", "m", "recompute", "zero", "step", "tokens/s", "TFLOP/s/GPU", "MFU", "bubble/ideal", "peak mem")
 	for i, p := range r.Plans {
 		c := p.Config
 		sp := "-"
@@ -171,7 +179,7 @@ func printPlans(w io.Writer, r *planner.Result) {
 		for _, m := range p.PeakMemory {
 			peak = max(peak, m)
 		}
-		fmt.Fprintf(w, "  %-2d %-4d %-4d %s%-4d %-3s %-22s %-5d %-6d %-10s %-5d %9s %10s %11.0f %5.1f%% %11.1f%% %11s\n", i+1, c.PP, c.DP, cpCell(fmt.Sprint(max(c.CP, 1))), c.TP, sp, sched,
+		fmt.Fprintf(w, "  %-2d %-4d %-4d %s%s%-4d %-3s %-22s %-5d %-6d %-10s %-5d %9s %10s %11.0f %5.1f%% %11.1f%% %11s\n", i+1, c.PP, c.DP, epCell(fmt.Sprint(max(c.EP, 1))), cpCell(fmt.Sprint(max(c.CP, 1))), c.TP, sp, sched,
 			c.MicrobatchSize, c.Microbatches, c.Recompute, c.Zero, schedule.Seconds.Format(p.StepTime), formatCount(int64(p.TokensPerSec)),
 			p.TFLOPsPerGPU, 100*p.MFU, 100*p.BubbleRatio, codegen.FormatBytes(peak))
 	}
@@ -245,6 +253,9 @@ func describe(c planner.Config) string {
 	s := fmt.Sprintf("pp %d dp %d tp %d", c.PP, c.DP, c.TP)
 	if c.CP > 1 {
 		s = fmt.Sprintf("pp %d dp %d cp %d tp %d", c.PP, c.DP, c.CP, c.TP)
+	}
+	if c.EP > 1 {
+		s = strings.Replace(s, fmt.Sprintf("dp %d", c.DP), fmt.Sprintf("dp %d ep %d", c.DP, c.EP), 1)
 	}
 	if c.SP {
 		s += " sp"

@@ -40,7 +40,7 @@ func TestCompileRunReplicas(t *testing.T) {
 		t.Errorf("plan.json rank 6: %+v", r)
 	}
 	code, stdout, _ := ppc(t, "", "dis", dir)
-	for _, want := range []string{"program of pipeline rank 1", "mesh pp=2 dp=2 tp=2: run by 4 rank(s)", "w1 init=normal(0.2) shard=[_, tp]",
+	for _, want := range []string{"program of pipeline rank 1", "mesh pp=2 dp=2 cp=1 tp=2: run by 4 rank(s)", "w1 init=normal(0.2) shard=[_, tp]",
 		"w1.exp_avg init=zeros shard=[_, tp]", "all_reduce sum b", " over tp\n", " over dp\n", "= reduce_scatter sum b", "= all_gather b", "recv from pp 0"} {
 		if code != 0 || !strings.Contains(stdout, want) {
 			t.Errorf("dis lacks %q", want)
@@ -75,7 +75,7 @@ func TestDataParallelFlags(t *testing.T) {
 		{[]string{"compile", mlp, "--zero", "1", "-o", out}, exitInput,
 			[]string{"--zero 1 shards over the data-parallel replicas: it needs --dp 2 or more"}, nil},
 		{[]string{"compile", gpt, "--preset", "tiny", "--tp", "0", "-o", out}, exitInput,
-			[]string{"--pp, --tp, --dp and --microbatches must be at least 1"}, nil},
+			[]string{"--pp, --tp, --dp, --ep and --microbatches must be at least 1"}, nil},
 		// Megatron's patterns that tp does not divide: the heads (a vocabulary is padded,
 		// TestPadVocabCLI).
 		{[]string{"compile", gpt, "--preset", "tiny", "--tp", "8", "-o", out}, exitInput,

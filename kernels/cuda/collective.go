@@ -13,8 +13,12 @@ import (
 // run (runtime/cuda's net.go and ordered.go queue them and the calls), and the types and
 // chunks they work on.
 type CollPlan struct {
-	Full, Shard  ir.Type // all-gather's result or reduce-scatter's operand, and a member's part
-	Permute      *Kernel // between the tensor and NCCL's member-major layout (nil: they agree)
+	Full, Shard ir.Type // all-gather's result or reduce-scatter's operand, and a member's part
+	Permute     *Kernel // between the tensor and NCCL's member-major layout (nil: they agree)
+	// PermuteOut is all-to-all's second permute: the blocks received member-major into the
+	// result's layout along ConcatDim (nil: they agree). Permute is its first, the operand
+	// into member-major blocks along Dim. Full is the operand's type, Shard the result's.
+	PermuteOut   *Kernel
 	Fold         *Kernel // a float reduction's fold of this member's chunk (nil: NCCL reduces)
 	Counts, Offs []int64 // a float reduction's chunks, in elements
 }
@@ -67,6 +71,35 @@ func PlanCollective(c device.Coll, size, pos int) (*CollPlan, error) {
 			}
 			p.Permute = &k
 		}
+	case device.AllToAll:
+		r := c.In.Rank()
+		if c.Dim < 0 || c.Dim >= r || c.ConcatDim < 0 || c.ConcatDim >= r || c.In.Shape[c.Dim]%size != 0 {
+			return nil, fmt.Errorf("all-to-all of %s split along dim %d, concatenated along %d, over %d ranks", c.In, c.Dim, c.ConcatDim, size)
+		}
+		block := ir.Type{DType: dt, Shape: slices.Clone(c.In.Shape)}
+		block.Shape[c.Dim] /= size
+		p.Shard.Shape = slices.Clone(block.Shape)
+		p.Shard.Shape[c.ConcatDim] *= size
+		prod := func(s ir.Shape) int {
+			n := 1
+			for _, x := range s {
+				n *= x
+			}
+			return n
+		}
+		var err error
+		// The operand [pre, n·part] along Dim → NCCL's blocks [n, pre, part].
+		if pre := prod(c.In.Shape[:c.Dim]); pre > 1 {
+			if p.Permute, err = permuteKernel(dt, pre, size, c.In.NumElements()/pre/size); err != nil {
+				return nil, err
+			}
+		}
+		// The blocks received [n, pre, part] → the result [pre, n·part] along ConcatDim.
+		if pre := prod(block.Shape[:c.ConcatDim]); pre > 1 {
+			if p.PermuteOut, err = permuteKernel(dt, size, pre, block.NumElements()/pre); err != nil {
+				return nil, err
+			}
+		}
 	default:
 		return nil, fmt.Errorf("unknown collective %d", c.Kind)
 	}
@@ -91,12 +124,24 @@ func CollectiveKernels(c device.Coll, size, pos int) ([]Kernel, error) {
 		return nil, err
 	}
 	var ks []Kernel
-	for _, k := range []*Kernel{p.Permute, p.Fold} {
+	for _, k := range []*Kernel{p.Permute, p.PermuteOut, p.Fold} {
 		if k != nil {
 			ks = append(ks, *k)
 		}
 	}
 	return ks, nil
+}
+
+// permuteKernel swaps the first two dims of [a, b, part] (a transpose kernel).
+func permuteKernel(dt ir.DType, a, b, part int) (*Kernel, error) {
+	from := ir.Type{DType: dt, Shape: ir.Shape{a, b, part}}
+	to := ir.Type{DType: dt, Shape: ir.Shape{b, a, part}}
+	k, err := Generate(&device.Spec{Op: ir.MustLookup("transpose"), Attrs: ir.Attrs{{Name: "perm", Value: ir.Ints(1, 0, 2)}},
+		In: []ir.Type{from}, Out: []ir.Type{to}}, fmt.Sprintf("permute_%s_%d_%d_%d", dt, a, b, part))
+	if err != nil {
+		return nil, err
+	}
+	return &k, nil
 }
 
 // chunks splits count elements into n chunks in order, the first count%n one longer.

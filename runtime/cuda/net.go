@@ -220,8 +220,8 @@ func (g *group) Collective(c device.Coll) (func(in, out device.Tensor) error, er
 	if err != nil {
 		return nil, err
 	}
-	var scratch []device.Tensor // written by the collective besides its result
-	var tmp device.Tensor       // the permute's side
+	var scratch []device.Tensor   // written by the collective besides its result
+	var tmp, tmpOut device.Tensor // the permutes' sides
 	if p.Permute != nil {
 		d.register(*p.Permute)
 		mem, err := d.Alloc(p.Full.Bytes())
@@ -231,6 +231,15 @@ func (g *group) Collective(c device.Coll) (func(in, out device.Tensor) error, er
 		tmp = mem.At(0, p.Full)
 		scratch = append(scratch, tmp)
 	}
+	if p.PermuteOut != nil {
+		d.register(*p.PermuteOut)
+		mem, err := d.Alloc(p.Shard.Bytes())
+		if err != nil {
+			return nil, fmt.Errorf("%v scratch: %v", c.Kind, err)
+		}
+		tmpOut = mem.At(0, p.Shard)
+		scratch = append(scratch, tmpOut)
+	}
 	var o *ordered
 	if p.Fold != nil {
 		if o, err = g.prepareOrdered(dt, p); err != nil {
@@ -238,12 +247,13 @@ func (g *group) Collective(c device.Coll) (func(in, out device.Tensor) error, er
 		}
 		scratch = append(scratch, o.parts)
 	}
-	permute := func(dst, src device.Tensor) error {
+	permuteWith := func(k *kernels.Kernel, dst, src device.Tensor) error {
 		n := int64(p.Full.NumElements())
 		grid, block := d.Geometry(n)
 		d.note([]device.Tensor{src}, dst)
-		return d.drv.Launch(d.funcs[p.Permute.Name], grid, block, g.stream, src.Addr, dst.Addr, uint64(n))
+		return d.drv.Launch(d.funcs[k.Name], grid, block, g.stream, src.Addr, dst.Addr, uint64(n))
 	}
+	permute := func(dst, src device.Tensor) error { return permuteWith(p.Permute, dst, src) }
 	// queue queues call on an operand and a result of type want, which call and the scratch
 	// write.
 	queue := func(want ir.Type, call func(in, out device.Tensor) error) func(in, out device.Tensor) error {
@@ -270,6 +280,36 @@ func (g *group) Collective(c device.Coll) (func(in, out device.Tensor) error, er
 	case device.Broadcast:
 		return queue(c.In, func(in, out device.Tensor) error {
 			return g.comm.Broadcast(DevicePtr(in.Addr), DevicePtr(out.Addr), count, dt, c.Root, g.stream)
+		}), nil
+	case device.AllToAll:
+		// Block k of the (permuted) operand to member k and member k's block into slot k,
+		// as one NCCL group of sends and receives (ncclSend/ncclRecv, the member's own
+		// block included), then the received blocks permuted into the result.
+		chunk := uint64(c.In.Bytes()) / uint64(g.size)
+		return queue(p.Shard, func(in, out device.Tensor) error {
+			src, dst := in, out
+			if p.Permute != nil {
+				if err := permute(tmp, in); err != nil {
+					return err
+				}
+				src = tmp
+			}
+			if p.PermuteOut != nil {
+				dst = tmpOut
+			}
+			ops := make([]P2P, 0, 2*g.size)
+			for k := range g.size {
+				ops = append(ops, P2P{Buf: DevicePtr(src.Addr + uint64(k)*chunk), Bytes: int64(chunk), Peer: k},
+					P2P{Recv: true, Buf: DevicePtr(dst.Addr + uint64(k)*chunk), Bytes: int64(chunk), Peer: k})
+			}
+			d.note([]device.Tensor{src}, dst)
+			if err := g.comm.Exchange(ops, g.stream); err != nil {
+				return err
+			}
+			if p.PermuteOut != nil {
+				return permuteWith(p.PermuteOut, out, tmpOut)
+			}
+			return nil
 		}), nil
 	case device.AllGather:
 		return queue(p.Full, func(in, out device.Tensor) error {

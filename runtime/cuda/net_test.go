@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -395,4 +396,103 @@ func TestNetReductionsInGroupOrder(t *testing.T) {
 		}
 	}
 	checkOrder(t, emus)
+}
+
+// TestNetAllToAll: the device's all-to-all (NCCL's grouped sends and receives, each member's
+// own block included) gives the host transports' result on emulated GPUs — expert
+// parallelism's dispatch (split dim 0, concat dim 1: the received blocks permuted into the
+// result) and return (split dim 1, concat dim 0: the operand permuted into member-major
+// blocks), over 2 and 3 members — with every stream ordered.
+func TestNetAllToAll(t *testing.T) {
+	for _, c := range []struct {
+		n              int
+		shape          ir.Shape
+		split, concat  int
+		permIn, permOu bool
+	}{
+		{2, ir.Shape{4, 3, 5}, 0, 1, false, true},
+		{2, ir.Shape{2, 6, 5}, 1, 0, true, false},
+		{3, ir.Shape{6, 2, 4}, 0, 1, false, true},
+		{3, ir.Shape{2, 6, 4}, 1, 0, true, false},
+	} {
+		t.Run(fmt.Sprintf("%d-%v-%d-%d", c.n, c.shape, c.split, c.concat), func(t *testing.T) {
+			devs, emus := netDevices(t, c.n)
+			gs := joinGroup(t, devs)
+			in := ir.Type{DType: ir.F32, Shape: c.shape}
+			block := slices.Clone(c.shape)
+			block[c.split] /= c.n
+			outShape := slices.Clone(block)
+			outShape[c.concat] *= c.n
+			out := ir.Type{DType: ir.F32, Shape: outShape}
+			val := func(member, i int) float32 { return float32(member*1000 + i) }
+			ins, outs := make([]device.Tensor, c.n), make([]device.Tensor, c.n)
+			for r, d := range devs {
+				mem, err := d.Alloc(4096)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ins[r], outs[r] = mem.At(0, in), mem.At(1024, out)
+				h := device.Tensor{Type: in, Data: make([]byte, in.Bytes())}
+				for i := range h.F32() {
+					h.F32()[i] = val(r, i)
+				}
+				if err := d.Write(ins[r], h.Data); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var wg sync.WaitGroup
+			errs := make([]error, c.n)
+			for r := range devs {
+				f, err := gs[r].Collective(device.Coll{Kind: device.AllToAll, In: in, Dim: c.split, ConcatDim: c.concat})
+				if err != nil {
+					t.Fatal(err)
+				}
+				wg.Add(1)
+				go func() { defer wg.Done(); errs[r] = f(ins[r], outs[r]) }()
+			}
+			wg.Wait()
+			for _, err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Output element o of member pos: member g = o[concat] / block[concat]'s element at
+			// o with that dim taken mod the block, shifted by pos blocks along split.
+			flat := func(idx []int, shape ir.Shape) int {
+				f := 0
+				for i, x := range idx {
+					f = f*shape[i] + x
+				}
+				return f
+			}
+			for pos, d := range devs {
+				got := f32s(t, d, outs[pos])
+				idx := make([]int, len(outShape))
+				for k := range got {
+					rem := k
+					for i := len(outShape) - 1; i >= 0; i-- {
+						idx[i] = rem % outShape[i]
+						rem /= outShape[i]
+					}
+					g := idx[c.concat] / block[c.concat]
+					src := slices.Clone(idx)
+					src[c.concat] %= block[c.concat]
+					src[c.split] += pos * block[c.split]
+					if want := val(g, flat(src, c.shape)); got[k] != want {
+						t.Fatalf("member %d: out%v = %g, want %g (member %d's element %v)", pos, idx, got[k], want, g, src)
+					}
+				}
+			}
+			checkOrder(t, emus)
+			var permutes int
+			for _, l := range emus[0].Log {
+				if strings.HasPrefix(l, "function ") && strings.Contains(l, " permute_") {
+					permutes++
+				}
+			}
+			if want := map[bool]int{false: 0, true: 1}[c.permIn] + map[bool]int{false: 0, true: 1}[c.permOu]; permutes != want {
+				t.Errorf("%d permute kernels, want %d", permutes, want)
+			}
+		})
+	}
 }

@@ -204,6 +204,7 @@ const (
 	AllGather
 	ReduceScatter
 	Broadcast
+	AllToAll
 )
 
 func (k CollKind) String() string {
@@ -216,6 +217,8 @@ func (k CollKind) String() string {
 		return "reduce-scatter"
 	case Broadcast:
 		return "broadcast"
+	case AllToAll:
+		return "all-to-all"
 	}
 	return fmt.Sprintf("collective %d", int(k))
 }
@@ -223,7 +226,9 @@ func (k CollKind) String() string {
 // Coll describes a collective instruction: In is the type of its operand. All-gather
 // concatenates the members' operands along Dim in member order; reduce-scatter reduces the
 // operands and leaves member k the k-th slice along Dim; Op is "sum", "mean", "max" or "min";
-// Root is broadcast's source member. An all-reduce or broadcast with in and out the same
+// Root is broadcast's source member; all-to-all cuts its operand into member-many blocks along
+// Dim, sends block k to member k and concatenates the blocks it receives along ConcatDim in
+// member order. An all-reduce or broadcast with in and out the same
 // tensor runs in place.
 type Coll struct {
 	Kind CollKind
@@ -231,6 +236,8 @@ type Coll struct {
 	Dim  int
 	Op   string
 	Root int
+	// ConcatDim is all-to-all's concatenation dim.
+	ConcatDim int
 }
 
 // HostBytes allocates n bytes of host memory aligned to 64, so that a Tensor over them has

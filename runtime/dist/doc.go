@@ -12,7 +12,7 @@
 //
 // # Collectives: the contract every transport reproduces
 //
-// ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER and BROADCAST run over an ordered group of ranks:
+// ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST and ALL_TO_ALL run over an ordered group of ranks:
 // the ranks of a mesh axis through the executing rank, in the axis's order (Instr.axis, what
 // compiled programs use), or an explicit list (Instr.group). The in-process transport (NewLocal)
 // defines their results bit for bit; the multi-process TCP transport (tcp.go), a device's
@@ -32,7 +32,9 @@
 //     rather than accumulate partial sums in ring order.
 //   - Gather and slice order. ALL_GATHER places member k's block at offset k·d of dim `dim`;
 //     REDUCE_SCATTER gives member k the k-th of group-size equal slices of `dim`; BROADCAST
-//     copies member group[root]. Tensors are row-major, so along a dim other than the first
+//     copies member group[root]; ALL_TO_ALL cuts member k's input into group-size blocks along
+//     `dim` and gives member j, at position k along `concat_dim`, block j of member k's.
+//     Tensors are row-major, so along a dim other than the first
 //     a member's block is a strided set of runs (one per index of the leading dims).
 //   - Matching. A collective is identified by its group's member set and a per-set sequence
 //     number: the n-th collective a rank issues over members {0,1} meets the n-th that every

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	pb "ppc.dev/ppc/codegen/programpb"
+	"ppc.dev/ppc/compiler"
 	"ppc.dev/ppc/internal/jobtest"
 	"ppc.dev/ppc/runtime"
 	"ppc.dev/ppc/runtime/cpu"
@@ -23,11 +24,24 @@ const gptPPM = "../../testdata/models/gpt.ppm"
 // TestTCPMatchesInProcess: the same plans run as one job per rank over TCP give the in-process
 // run's losses and every rank's parameters, optimizer state and gradients bit for bit —
 // pipeline sends, tp all-reduces and all-gathers, dp gradient buckets and ZeRO's
-// reduce-scatters all cross sockets.
+// reduce-scatters all cross sockets, and so do expert parallelism's all-to-alls (the
+// mixture-of-experts model at dp 4 × ep 2 and pp 2 × dp 2 × ep 2).
 func TestTCPMatchesInProcess(t *testing.T) {
+	type layout struct {
+		name, model string
+		opts        compiler.Options
+	}
+	var layouts []layout
 	for _, c := range []struct{ pp, dp, tp, zero int }{{2, 1, 1, 0}, {4, 1, 1, 0}, {2, 1, 2, 0}, {1, 2, 2, 0}, {2, 2, 1, 1}, {1, 4, 1, 2}} {
-		t.Run(fmt.Sprintf("pp%d-dp%d-tp%d-zero%d", c.pp, c.dp, c.tp, c.zero), func(t *testing.T) {
-			dir := jobtest.Compile(t, gptPPM, jobtest.GPT(c.pp, c.dp, c.tp, c.zero))
+		layouts = append(layouts, layout{fmt.Sprintf("pp%d-dp%d-tp%d-zero%d", c.pp, c.dp, c.tp, c.zero), gptPPM, jobtest.GPT(c.pp, c.dp, c.tp, c.zero)})
+	}
+	moe := compiler.Options{Load: compiler.LoadOptions{Set: map[string]string{"capacity_factor": "0.5"}}, DP: 4, EP: 2, Microbatches: 1, Optimizer: "adamw{lr=1e-2}"}
+	layouts = append(layouts, layout{"moe-dp4-ep2", "../../testdata/models/moe.ppm", moe})
+	moe.PP, moe.DP, moe.Microbatches = 2, 2, 2
+	layouts = append(layouts, layout{"moe-pp2-dp2-ep2", "../../testdata/models/moe.ppm", moe})
+	for _, c := range layouts {
+		t.Run(c.name, func(t *testing.T) {
+			dir := jobtest.Compile(t, c.model, c.opts)
 			ref, err := runtime.Load(dir, cpu.New())
 			if err != nil {
 				t.Fatal(err)
