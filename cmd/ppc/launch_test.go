@@ -498,7 +498,7 @@ func TestNprocUsage(t *testing.T) {
 	plan := fakePlan(t, 2)
 	runCases(t, []cliCase{
 		{args: []string{"run", plan, "--nproc", "3"}, code: exitInput,
-			want: []string{"--nproc 3: the plan " + plan + " has 2 ranks (pp 2 × dp 1 × cp 1 × tp 1); use --nproc 2, or recompile for 3 ranks", "usage: ppc run"}},
+			want: []string{"--nproc 3: the plan " + plan + " has 2 ranks (pp 2 × dp 1 × tp 1); use --nproc 2, or recompile for 3 ranks", "usage: ppc run"}},
 		{args: []string{"run", plan, "--nproc", "-1"}, code: exitInput, want: []string{"--nproc must be positive, got -1"}},
 		{args: []string{"run", plan, "--nproc", "two"}, code: exitInput, want: []string{`--nproc "two": want an integer`}},
 		{args: []string{"run", filepath.Join(plan, "missing"), "--nproc", "2"}, code: exitInput, want: []string{"no such plan directory"}},

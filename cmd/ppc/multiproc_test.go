@@ -374,7 +374,7 @@ func TestWorkerUsageErrors(t *testing.T) {
 	}
 	var out, errb syncBuffer
 	code := run([]string{"run", plan, "--steps", "1"}, &env{stdout: &out, stderr: &errb, getenv: launched})
-	if code != exitInput || !strings.Contains(errb.String(), "[rank 0] ppc run: the launcher started 3 processes, the plan has 2 ranks (pp 2 × dp 1 × cp 1 × tp 1): start one process per rank") {
+	if code != exitInput || !strings.Contains(errb.String(), "[rank 0] ppc run: the launcher started 3 processes, the plan has 2 ranks (pp 2 × dp 1 × tp 1): start one process per rank") {
 		t.Fatalf("world mismatch: exit %d\n%s", code, errb.String())
 	}
 	for _, v := range []string{"0s", "-5m"} {

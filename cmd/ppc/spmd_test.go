@@ -40,7 +40,7 @@ func TestCompileRunReplicas(t *testing.T) {
 		t.Errorf("plan.json rank 6: %+v", r)
 	}
 	code, stdout, _ := ppc(t, "", "dis", dir)
-	for _, want := range []string{"program of pipeline rank 1", "mesh pp=2 dp=2 cp=1 tp=2: run by 4 rank(s)", "w1 init=normal(0.2) shard=[_, tp]",
+	for _, want := range []string{"program of pipeline rank 1", "mesh pp=2 dp=2 tp=2: run by 4 rank(s)", "w1 init=normal(0.2) shard=[_, tp]",
 		"w1.exp_avg init=zeros shard=[_, tp]", "all_reduce sum b", " over tp\n", " over dp\n", "= reduce_scatter sum b", "= all_gather b", "recv from pp 0"} {
 		if code != 0 || !strings.Contains(stdout, want) {
 			t.Errorf("dis lacks %q", want)
