@@ -104,8 +104,8 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 	sum := sha256.Sum256(opts.Source)
 	hash := hex.EncodeToString(sum[:8])
 	out := &Output{Plan: &Plan{FormatVersion: FormatVersion, Model: m.Name, SourceHash: hash,
-		Mesh: mesh, World: mesh.PP * mesh.DP * mesh.TP, Microbatches: g.microbatches, Stages: g.stages,
-		StageRanks: g.sched.Placement, Schedule: PlanSchedule{Name: g.sched.Name}, TokenSlices: passes.TokenSlices(m), TokenPlan: tokenPlan, Training: g.funcs["optimizer"] != nil,
+		Mesh: mesh, World: mesh.World(), Microbatches: g.microbatches, Stages: g.stages,
+		StageRanks: g.sched.Placement, Schedule: PlanSchedule{Name: g.sched.Name}, TokenSlices: passes.TokenSlices(m), TokenPlan: tokenPlan, CP: passes.ReadCPSplit(m), Training: g.funcs["optimizer"] != nil,
 		Optimizer: opts.Optimizer}}
 	if len(g.rankProgs) == 0 {
 		return nil, fmt.Errorf("the module has no rank programs: run rank-programs (and, for training, grad-reduce, tied-grads and rank-optimizer) first")
@@ -113,7 +113,7 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 	if len(g.rankProgs) != len(g.sched.Actions) {
 		return nil, fmt.Errorf("the module has %d rank programs, the schedule %d pipeline ranks", len(g.rankProgs), len(g.sched.Actions))
 	}
-	g.dpComm = dpComm{reduce: map[int]float64{}, reduceMB: map[int]float64{}, tpReduce: map[int]float64{}, opt: map[int]float64{}}
+	g.dpComm = dpComm{reduce: map[int]float64{}, reduceMB: map[int]float64{}, tpReduce: map[int]float64{}, opt: map[int]float64{}, zero3: map[string]map[int]float64{}}
 	if err := g.collectShardings(); err != nil {
 		return nil, err
 	}
@@ -142,6 +142,9 @@ func Generate(m *ir.Module, opts Options) (*Output, error) {
 	out.Plan.LossNote = m.Attrs.Str(passes.AttrLossNote, "")
 	out.Plan.Recompute = opts.Recompute
 	out.Plan.Precision = m.Attrs.Str(passes.AttrPrecision, "")
+	if moe := passes.ReadMoE(m); moe.Layers > 0 {
+		out.Plan.MoE = &moe
+	}
 	return out, nil
 }
 
@@ -169,6 +172,10 @@ type dpComm struct {
 	reduceMB map[int]float64 // stage → ZeRO-2's per-micro-batch reduce-scatters, summed over the step
 	tpReduce map[int]float64 // stage → hoisted tensor-parallel gradient all-reduces, per step
 	opt      map[int]float64 // stage → ZeRO's collectives around the optimizer step
+	// zero3 is ZeRO-3's collectives inside the runs (passes.ParamGather: the parameters'
+	// gathers, the gradients' reduce-scatters), by the kind of run (F, I, W) and stage,
+	// summed over the step.
+	zero3 map[string]map[int]float64
 }
 
 // collectiveTime is the cost model's time of one collective over a mesh axis of this mesh.
@@ -209,6 +216,8 @@ type rankGen struct {
 	fwd     map[int]bool
 	// mb is the micro-batch of the last run, which the reductions after it are attributed to.
 	mb int
+	// kind is the kind (F, I, W) of the run being generated.
+	kind string
 	// perMB are the gradients a grad_reduce_scatter reduces one micro-batch at a time (ZeRO-2):
 	// a run leaves its value of one in pending for it instead of accumulating it.
 	perMB   map[string]bool
@@ -217,14 +226,22 @@ type rankGen struct {
 	// leaves their new dp blocks in blocks instead of writing them back.
 	gathered map[string]bool
 	blocks   map[string]int
+	// ringSends and ringRecvs count the ring_send and ring_recv ops lowered so far: every
+	// replica runs the same program, so the k-th send of a rank meets the k-th receive of the
+	// next rank on the ring, and both take tag ringTag + k.
+	ringSends, ringRecvs int64
 }
+
+// ringTag is where ring transfers' tags start, far above the pipeline's (they pass between
+// other rank pairs anyway: ring peers differ in their cp coordinate, pipeline peers in pp).
+const ringTag = 1 << 40
 
 func (g *gen) newRank(r int, hash string) *rankGen {
 	rg := &rankGen{g: g, rank: r, kernels: map[string]int{}, named: map[string]int{}, inputs: map[portKey]int{},
 		ports: map[portKey]int{}, consts: map[*ir.Dense]int{}, values: map[*ir.Value]int{}, first: map[int]int{}, last: map[int]int{}, fwd: map[int]bool{},
 		perMB: map[string]bool{}, pending: map[string]int{}, gathered: map[string]bool{}, blocks: map[string]int{}}
 	rg.prog = &pb.Program{FormatVersion: FormatVersion, Pp: int32(r), Microbatches: int32(g.microbatches), SourceHash: hash,
-		Mesh: []*pb.NamedInt{{Name: "pp", Value: int64(g.mesh.PP)}, {Name: "dp", Value: int64(g.mesh.DP)}, {Name: "tp", Value: int64(g.mesh.TP)}}}
+		Mesh: g.mesh.Proto()}
 	for s, pr := range g.sched.Placement {
 		if pr == r {
 			rg.stages = append(rg.stages, s)
@@ -237,7 +254,7 @@ func (g *gen) newRank(r int, hash string) *rankGen {
 // moduleMesh is the mesh the module is compiled for: its mesh attribute's dp and tp sizes
 // (1 when absent) and the schedule's pipeline ranks.
 func moduleMesh(m *ir.Module, ranks int) (Mesh, error) {
-	mesh := Mesh{PP: ranks, DP: 1, TP: 1}
+	mesh := Mesh{PP: ranks, DP: 1, CP: 1, TP: 1}
 	for _, a := range m.Mesh() {
 		switch a.Name {
 		case "pp":
@@ -246,17 +263,19 @@ func moduleMesh(m *ir.Module, ranks int) (Mesh, error) {
 			}
 		case "dp":
 			mesh.DP = a.Size
+		case "cp":
+			mesh.CP = a.Size
 		case "tp":
 			mesh.TP = a.Size
 		default:
 			if a.Size > 1 {
-				return mesh, fmt.Errorf("mesh axis %s = %d: code generation supports the pp, dp and tp axes", a.Name, a.Size)
+				return mesh, fmt.Errorf("mesh axis %s = %d: code generation supports the pp, dp, cp and tp axes", a.Name, a.Size)
 			}
 		}
 	}
 	// Each size first: the product of absurd sizes could overflow.
-	if mesh.DP > 1<<16 || mesh.TP > 1<<16 || mesh.PP*mesh.DP*mesh.TP > 1<<16 {
-		return mesh, fmt.Errorf("mesh pp=%d dp=%d tp=%d has more ranks than the limit %d", mesh.PP, mesh.DP, mesh.TP, 1<<16)
+	if mesh.DP > 1<<16 || mesh.CP > 1<<16 || mesh.TP > 1<<16 || mesh.DP*mesh.CP > 1<<16 || mesh.PP*mesh.DP*mesh.CP*mesh.TP > 1<<16 {
+		return mesh, fmt.Errorf("mesh pp=%d dp=%d cp=%d tp=%d has more ranks than the limit %d", mesh.PP, mesh.DP, mesh.CP, mesh.TP, 1<<16)
 	}
 	return mesh, nil
 }
@@ -264,10 +283,9 @@ func moduleMesh(m *ir.Module, ranks int) (Mesh, error) {
 // collectShardings records each parameter's sharding from the `shard` attributes of the
 // per-stage functions' parameter arguments, which must agree. Only a partitioned module's
 // shapes are per rank (ir.AttrPartitioned): elsewhere a shard attribute is a request for the
-// partitioner, and every rank holds the whole tensor it declares. Code generation supports
-// splits over tp: a split over dp would be ZeRO's, whose gradients are reduce-scattered
-// rather than all-reduced, and a split over pp has no meaning (stages hold different
-// parameters).
+// partitioner, and every rank holds the whole tensor it declares — but for ZeRO-3's split
+// over dp, whose type is the block's in any module (passes.ParamGather). A split over pp has
+// no meaning (stages hold different parameters).
 func (g *gen) collectShardings() error {
 	g.shards = map[string]*ir.Sharding{}
 	g.unpadded = map[string][]int{}
@@ -278,9 +296,7 @@ func (g *gen) collectShardings() error {
 			}
 		}
 	}
-	if !g.m.Attrs.Has(ir.AttrPartitioned) {
-		return nil
-	}
+	partitioned := g.m.Attrs.Has(ir.AttrPartitioned)
 	seen := map[string]string{}
 	for _, f := range g.m.Funcs {
 		for i, a := range f.Args {
@@ -291,7 +307,9 @@ func (g *gen) collectShardings() error {
 			if err != nil {
 				return fmt.Errorf("@%s: parameter %%%s: %v", f.Name, a.Name, err)
 			}
-			if s.Replicated() {
+			// ZeRO-3's block over dp is a block in any module (passes.ParamGather).
+			zero := s != nil && s.Uses("dp")
+			if s.Replicated() || !(partitioned || zero) {
 				s = nil
 			}
 			if prev, ok := seen[a.Name]; ok {
@@ -304,7 +322,7 @@ func (g *gen) collectShardings() error {
 			if s == nil {
 				continue
 			}
-			if err := g.checkSharding(s, a.Type, false); err != nil {
+			if err := g.checkSharding(s, a.Type, zero); err != nil {
 				return fmt.Errorf("@%s: parameter %%%s: %v", f.Name, a.Name, err)
 			}
 			g.shards[a.Name] = s
@@ -328,7 +346,7 @@ func (g *gen) checkSharding(s *ir.Sharding, t ir.Type, zero bool) error {
 			case "tp":
 			case "dp":
 				if !zero {
-					return fmt.Errorf("shard %s splits it over dp: only optimizer state is split over the data-parallel replicas (ZeRO, --zero)", s)
+					return fmt.Errorf("shard %s splits it over dp: only optimizer state (ZeRO, --zero) and ZeRO-3's parameters are split over the data-parallel replicas", s)
 				}
 			default:
 				return fmt.Errorf("shard %s: %s is not a mesh axis a parameter can be split over (tp)", s, a)
@@ -534,7 +552,7 @@ func (rg *rankGen) emit() error {
 
 // instance emits one run of a per-stage function for micro-batch mb.
 func (rg *rankGen) instance(f *ir.Func, b *lower.Block, stage, mb int, kind string) error {
-	rg.forward = kind == passes.KindF
+	rg.forward, rg.kind = kind == passes.KindF, kind
 	defer func() { rg.forward = false }()
 	slotBuf := make([]int, len(b.Slots))
 	for i := range slotBuf {
@@ -892,6 +910,19 @@ func (rg *rankGen) collective(f *ir.Func, b *lower.Block, k *lower.Kernel, l low
 		rg.instr(&pb.Instr{Kind: pb.Instr_AXIS_INDEX, Out: []int32{int32(slotBuf[l.Out[0]])}, Axis: axis, Stage: int32(stage), Microbatch: int32(mb)})
 		return nil
 	}
+	if name == "ring_send" && len(l.In) == 1 && len(l.Out) == 0 {
+		rg.instr(&pb.Instr{Kind: pb.Instr_SEND, In: []int32{int32(slotBuf[l.In[0]])}, Axis: axis, Peer: 1, Tag: ringTag + rg.ringSends,
+			Stage: int32(stage), Microbatch: int32(mb)})
+		rg.ringSends++
+		return nil
+	}
+	if name == "ring_recv" && len(l.In) == 0 && len(l.Out) == 1 {
+		rg.result(f, b, slotBuf, l.Out[0], mb)
+		rg.instr(&pb.Instr{Kind: pb.Instr_RECV, Out: []int32{int32(slotBuf[l.Out[0]])}, Axis: axis, Peer: -1, Tag: ringTag + rg.ringRecvs,
+			Stage: int32(stage), Microbatch: int32(mb)})
+		rg.ringRecvs++
+		return nil
+	}
 	if len(l.In) != 1 || len(l.Out) != 1 {
 		return fmt.Errorf("%s with %d operands and %d results", name, len(l.In), len(l.Out))
 	}
@@ -944,6 +975,15 @@ func (rg *rankGen) collective(f *ir.Func, b *lower.Block, k *lower.Kernel, l low
 		ins.Dim = int32(k.Attrs.Int("dim", 0))
 	case pb.Instr_BROADCAST:
 		ins.Root = int32(root)
+	}
+	if g := rg.g.dpComm.zero3; axis == "dp" && stage >= 0 && g != nil && (kind == pb.Instr_ALL_GATHER || kind == pb.Instr_REDUCE_SCATTER) {
+		// ZeRO-3's gather of a parameter or reduce-scatter of a gradient (param-gather),
+		// which the run waits for; priced on the whole tensor.
+		if g[rg.kind] == nil {
+			g[rg.kind] = map[int]float64{}
+		}
+		whole := max(b.Slots[in].Bytes(), b.Slots[out].Bytes())
+		g[rg.kind][stage] += rg.g.collectiveTime(op, whole, axis)
 	}
 	rg.instr(ins)
 	return nil
@@ -1464,7 +1504,7 @@ func (g *gen) describe(p *Plan, progs []*pb.Program) {
 				if _, ok := params[a.Name]; !ok {
 					order = append(order, a.Name)
 					sh := g.shards[a.Name]
-					pr := Param{Name: a.Name, DType: a.Type.DType.String(), Shape: g.logicalShape(a.Type.Shape, sh), Init: at.Str(ir.AttrInit, "")}
+					pr := Param{Name: a.Name, DType: a.Type.DType.String(), Shape: g.logicalShape(a.Type.Shape, sh), Init: at.Str(ir.AttrInit, ""), Expert: at.Has(passes.AttrExpert)}
 					if u := g.unpadded[a.Name]; u != nil {
 						pr.Shape, pr.Padded = u, pr.Shape // checkpoints hold the tensor the user sees
 					}
@@ -1549,6 +1589,9 @@ func (g *gen) stageInfo(params []Param) []StageInfo {
 				counted[info[st].Rank] = true
 				info[st].Params += n
 				info[st].RankParams += local
+				if p.Expert {
+					info[st].ExpertParams += n
+				}
 			}
 		}
 	}
@@ -1602,6 +1645,21 @@ func (g *gen) stageInfo(params []Param) []StageInfo {
 			for _, t := range tp.SliceTimes[s] {
 				info[s].Slices = append(info[s].Slices, SliceInfo{F: t.F, I: t.I, W: t.W})
 				info[s].F, info[s].I, info[s].W = info[s].F+t.F, info[s].I+t.I, info[s].W+t.W
+			}
+		}
+	}
+	// ZeRO-3: the collectives in the runs, per micro-batch (each token slice's run gathers
+	// its parameters whole), which F, I and W wait for, as for their tp collectives (the
+	// prefetch's overlap with compute is not credited: an upper bound).
+	for s := range info {
+		m := float64(max(g.microbatches, 1))
+		gf, gi, gw := g.dpComm.zero3[passes.KindF][s]/m, g.dpComm.zero3[passes.KindI][s]/m, g.dpComm.zero3[passes.KindW][s]/m
+		info[s].F, info[s].I, info[s].W = info[s].F+gf, info[s].I+gi, info[s].W+gw
+		info[s].FComm, info[s].IComm, info[s].WComm = info[s].FComm+gf, info[s].IComm+gi, info[s].WComm+gw
+		if n := float64(len(info[s].Slices)); n > 0 {
+			for j := range info[s].Slices {
+				sl := &info[s].Slices[j]
+				sl.F, sl.I, sl.W = sl.F+gf/n, sl.I+gi/n, sl.W+gw/n
 			}
 		}
 	}

@@ -123,8 +123,14 @@ func instrText(p *pb.Program, in *pb.Instr) string {
 	case pb.Instr_INPUT:
 		return fmt.Sprintf("%s = input %q mb %d", bufs(in.Out), in.Label, in.Microbatch)
 	case pb.Instr_SEND:
+		if in.Axis != "" { // a ring's step: the next rank on the axis
+			return fmt.Sprintf("send %s to %s%+d (ring) tag %d", bufs(in.In), in.Axis, in.Peer, in.Tag)
+		}
 		return fmt.Sprintf("send %s to pp %d tag %d", bufs(in.In), in.Peer, in.Tag)
 	case pb.Instr_RECV:
+		if in.Axis != "" {
+			return fmt.Sprintf("%s = recv from %s%+d (ring) tag %d", bufs(in.Out), in.Axis, in.Peer, in.Tag)
+		}
 		return fmt.Sprintf("%s = recv from pp %d tag %d", bufs(in.Out), in.Peer, in.Tag)
 	case pb.Instr_ZERO:
 		return fmt.Sprintf("zero %s", bufs(in.Out))

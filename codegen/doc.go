@@ -101,7 +101,10 @@
 // axis: the loader writes each replica's own coordinate, so the program stays shared. The
 // optimizer pass gives state the parameter's shard attribute, so state buffers carry the
 // parameter's sharding; ZeRO's state is a block over dp (its shape is the block's in any
-// module). Parameters are split over tp only.
+// module). Parameters are split over tp, and under ZeRO-3 over dp too: a parameter buffer is
+// then its dp block (passes.ParamGather gives the per-stage functions the block and the
+// all_gather and reduce_scatter over dp that make and consume whole copies, which lower as
+// every collective does: into fresh arena buffers, freed after their last reader).
 //
 // Data parallelism needs nothing in the functions: replica d runs the same functions on
 // micro-batches d·M … d·M+M−1, so each gradient accumulator holds a partial sum over dp until
@@ -121,5 +124,7 @@
 // as lowered, priced by the same ring formulas on the inter-node link — each dp bucket's
 // all-reduce and each hoisted tp all-reduce (charged to the stage of the run it follows),
 // ZeRO-2's per-micro-batch reduce-scatters, and ZeRO's collectives around the optimizer
-// (charged to the stage the rank-optimizer pass gives the bucket).
+// (charged to the stage the rank-optimizer pass gives the bucket). ZeRO-3's gathers and
+// reduce-scatters inside the runs are added to F, I and W and to their collective parts, per
+// micro-batch, as the runs wait for them (the prefetch's overlap is not credited).
 package codegen

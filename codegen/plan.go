@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/passes"
 )
 
@@ -16,7 +17,7 @@ import (
 // Version 2: one program per pipeline rank shared by its dp × tp replicas (collectives name
 // their mesh axis, send/recv the peer's pipeline rank, parameters their sharding), and
 // plan.json's programs and per-rank coordinates and groups.
-const FormatVersion = 2
+const FormatVersion = 3 // 3: the cp axis
 
 // Plan is plan.json: what the whole compiled job looks like, for the runtime and for people.
 type Plan struct {
@@ -36,11 +37,19 @@ type Plan struct {
 	TokenSlices []int `json:"token_slices,omitempty"`
 	// TokenPlan is the cost model's case for the token slices: the predicted pipeline
 	// latency of this slicing, of the best uniform one and of none.
-	TokenPlan  *passes.TokenPlan `json:"token_plan,omitempty"`
-	Stages     int               `json:"stages"`
-	StageRanks []int             `json:"stage_ranks"` // stage → pipeline rank (pp coordinate)
-	StageInfo  []StageInfo       `json:"stage_info,omitempty"`
-	Recompute  string            `json:"recompute,omitempty"`
+	TokenPlan *passes.TokenPlan `json:"token_plan,omitempty"`
+	// CP is how context parallelism split the sequence (nil without --cp): the split, the
+	// sequence length and whether attention is causal, from which the per-rank attention
+	// work follows (passes.CPAttentionWork).
+	CP *passes.CPSplit `json:"cp,omitempty"`
+	// MoE is the model's routing (nil without experts): its expert count and choices per
+	// token, which split the parameters into dense ones every token reads and the experts'
+	// (Param.Expert), of which a token reads top_k/experts.
+	MoE        *passes.MoEInfo `json:"moe,omitempty"`
+	Stages     int             `json:"stages"`
+	StageRanks []int           `json:"stage_ranks"` // stage → pipeline rank (pp coordinate)
+	StageInfo  []StageInfo     `json:"stage_info,omitempty"`
+	Recompute  string          `json:"recompute,omitempty"`
 	// Precision is the compute dtype of mixed-precision training ("bf16", "f16"; empty for
 	// fp32): parameters, gradient accumulators and optimizer state stay fp32.
 	Precision string `json:"precision,omitempty"`
@@ -89,10 +98,13 @@ type StageInfo struct {
 	// Params counts the stage's parameter elements (logical tensors), a parameter once per
 	// pipeline rank holding it; RankParams what one tensor-parallel rank of it holds (its
 	// shards; replicated parameters whole).
-	Params     int64   `json:"params"`
-	RankParams int64   `json:"rank_params"`
-	FLOPs      float64 `json:"forward_flops"` // per micro-batch
-	StashBytes int64   `json:"stash_bytes"`   // activations kept from F to I/W, per micro-batch
+	Params     int64 `json:"params"`
+	RankParams int64 `json:"rank_params"`
+	// ExpertParams is, of Params, the experts' weights (Param.Expert): a token reads
+	// top_k/experts of them.
+	ExpertParams int64   `json:"expert_params,omitempty"`
+	FLOPs        float64 `json:"forward_flops"` // per micro-batch
+	StashBytes   int64   `json:"stash_bytes"`   // activations kept from F to I/W, per micro-batch
 	// KVBytes is, of StashBytes, the token slices' K/V cache: the keys and values each slice
 	// keeps for the later slices of its micro-batch (and their backward), per micro-batch.
 	KVBytes   int64   `json:"kv_cache_bytes,omitempty"`
@@ -158,6 +170,7 @@ type Estimate struct {
 type Mesh struct {
 	PP int `json:"pp"`
 	DP int `json:"dp"`
+	CP int `json:"cp"` // context parallelism: the sequence split over cp ranks
 	TP int `json:"tp"`
 }
 
@@ -165,6 +178,7 @@ type Mesh struct {
 type Coords struct {
 	PP int `json:"pp"`
 	DP int `json:"dp"`
+	CP int `json:"cp"`
 	TP int `json:"tp"`
 }
 
@@ -175,18 +189,23 @@ func (m Mesh) Size(axis string) int {
 		return m.PP
 	case "dp":
 		return m.DP
+	case "cp":
+		return m.CP
 	case "tp":
 		return m.TP
 	}
 	return 0
 }
 
-// Rank numbers the rank at c as Megatron-core does: tp fastest, then dp, pp slowest.
-func (m Mesh) Rank(c Coords) int { return (c.PP*m.DP+c.DP)*m.TP + c.TP }
+// World is the number of ranks of the mesh.
+func (m Mesh) World() int { return m.PP * m.DP * m.CP * m.TP }
+
+// Rank numbers the rank at c as Megatron-core does: tp fastest, then cp, dp, pp slowest.
+func (m Mesh) Rank(c Coords) int { return ((c.PP*m.DP+c.DP)*m.CP+c.CP)*m.TP + c.TP }
 
 // Coords are rank r's coordinates (the inverse of Rank).
 func (m Mesh) Coords(r int) Coords {
-	return Coords{PP: r / (m.DP * m.TP), DP: r / m.TP % m.DP, TP: r % m.TP}
+	return Coords{PP: r / (m.DP * m.CP * m.TP), DP: r / (m.CP * m.TP) % m.DP, CP: r / m.TP % m.CP, TP: r % m.TP}
 }
 
 // Of is c's coordinate on the named axis.
@@ -196,17 +215,21 @@ func (c Coords) Of(axis string) int {
 		return c.PP
 	case "dp":
 		return c.DP
+	case "cp":
+		return c.CP
 	}
 	return c.TP
 }
 
-// with returns c with its coordinate on axis set to v.
-func (c Coords) with(axis string, v int) Coords {
+// With returns c with its coordinate on axis set to v.
+func (c Coords) With(axis string, v int) Coords {
 	switch axis {
 	case "pp":
 		c.PP = v
 	case "dp":
 		c.DP = v
+	case "cp":
+		c.CP = v
 	default:
 		c.TP = v
 	}
@@ -219,13 +242,23 @@ func (m Mesh) Group(c Coords, axis string) []int {
 	n := m.Size(axis)
 	g := make([]int, n)
 	for i := range n {
-		g[i] = m.Rank(c.with(axis, i))
+		g[i] = m.Rank(c.With(axis, i))
 	}
 	return g
 }
 
+// Proto is the mesh as a program records it, slowest axis first.
+func (m Mesh) Proto() []*pb.NamedInt {
+	return []*pb.NamedInt{{Name: "pp", Value: int64(m.PP)}, {Name: "dp", Value: int64(m.DP)}, {Name: "cp", Value: int64(m.CP)}, {Name: "tp", Value: int64(m.TP)}}
+}
+
+// Groups are the rank's groups on every axis.
+func (m Mesh) Groups(c Coords) RankGroups {
+	return RankGroups{PP: m.Group(c, "pp"), DP: m.Group(c, "dp"), CP: m.Group(c, "cp"), TP: m.Group(c, "tp")}
+}
+
 // Axes are the mesh axes in rank order, slowest first (ir.MeshOrder).
-var Axes = []string{"pp", "dp", "tp"}
+var Axes = []string{"pp", "dp", "cp", "tp"}
 
 // PlanSchedule records the pipeline schedule as per-rank action lists in PyTorch's grammar.
 type PlanSchedule struct {
@@ -274,7 +307,9 @@ type Param struct {
 	// split. Its optimizer state is split the same way.
 	Shard [][]string `json:"shard,omitempty"`
 	Init  string     `json:"init,omitempty"`
-	Ranks []int      `json:"ranks"` // pipeline ranks holding it (each on all its replicas)
+	// Expert marks an expert's weights (passes.AttrExpert): first dim the experts.
+	Expert bool  `json:"expert,omitempty"`
+	Ranks  []int `json:"ranks"` // pipeline ranks holding it (each on all its replicas)
 	// Stages lists the stages whose functions use it: more than one for a tied weight.
 	Stages []int `json:"stages,omitempty"`
 	// State names the optimizer state buffers kept for it.
@@ -296,6 +331,7 @@ type RankInfo struct {
 type RankGroups struct {
 	PP []int `json:"pp"`
 	DP []int `json:"dp"`
+	CP []int `json:"cp"`
 	TP []int `json:"tp"`
 }
 
@@ -411,7 +447,7 @@ func FormatBytes(n int64) string {
 func ProgramFile(r int) string { return fmt.Sprintf("rank-%05d.ppx", r) }
 
 // Replicas is the number of ranks that run each program: dp × tp.
-func (p *Plan) Replicas() int { return max(p.Mesh.DP, 1) * max(p.Mesh.TP, 1) }
+func (p *Plan) Replicas() int { return max(p.Mesh.DP, 1) * max(p.Mesh.CP, 1) * max(p.Mesh.TP, 1) }
 
 // GlobalMicrobatches is the micro-batches of one step over all data-parallel replicas (M·dp).
 func (p *Plan) GlobalMicrobatches() int { return p.Microbatches * max(p.Mesh.DP, 1) }
@@ -433,7 +469,7 @@ func (p *Plan) SetRanks() {
 	for r := range p.Ranks {
 		c := p.Mesh.Coords(r)
 		p.Ranks[r] = RankInfo{Rank: r, Coords: c, Program: ProgramFile(p.Mesh.Rank(Coords{PP: c.PP})),
-			Groups: RankGroups{PP: p.Mesh.Group(c, "pp"), DP: p.Mesh.Group(c, "dp"), TP: p.Mesh.Group(c, "tp")}}
+			Groups: p.Mesh.Groups(c)}
 	}
 }
 
@@ -470,8 +506,8 @@ func (p *Plan) check() error {
 		return fmt.Errorf("format version %d, this ppc reads %d", p.FormatVersion, FormatVersion)
 	case p.World < 1 || p.World > 1<<16:
 		return fmt.Errorf("world size %d out of range", p.World)
-	case m.PP < 1 || m.DP < 1 || m.TP < 1 || m.PP > p.World || m.DP > p.World || m.TP > p.World || m.PP*m.DP*m.TP != p.World:
-		return fmt.Errorf("mesh pp=%d dp=%d tp=%d does not multiply to world size %d", m.PP, m.DP, m.TP, p.World)
+	case m.PP < 1 || m.DP < 1 || m.CP < 1 || m.TP < 1 || m.PP > p.World || m.DP > p.World || m.CP > p.World || m.TP > p.World || m.World() != p.World:
+		return fmt.Errorf("mesh pp=%d dp=%d cp=%d tp=%d does not multiply to world size %d", m.PP, m.DP, m.CP, m.TP, p.World)
 	case len(p.Ranks) != p.World:
 		return fmt.Errorf("%d ranks listed for world size %d", len(p.Ranks), p.World)
 	case p.Microbatches < 1:
@@ -497,16 +533,16 @@ func (p *Plan) check() error {
 	}
 	for i, r := range p.Ranks {
 		c := m.Coords(i)
-		want := RankGroups{PP: m.Group(c, "pp"), DP: m.Group(c, "dp"), TP: m.Group(c, "tp")}
+		want := m.Groups(c)
 		switch {
 		case r.Rank != i:
 			return fmt.Errorf("rank entry %d is for rank %d", i, r.Rank)
 		case r.Coords != c:
-			return fmt.Errorf("rank %d: coordinates pp=%d dp=%d tp=%d, but the mesh numbers it pp=%d dp=%d tp=%d (tp fastest, then dp, then pp)",
-				i, r.Coords.PP, r.Coords.DP, r.Coords.TP, c.PP, c.DP, c.TP)
-		case !slices.Equal(r.Groups.PP, want.PP) || !slices.Equal(r.Groups.DP, want.DP) || !slices.Equal(r.Groups.TP, want.TP):
-			return fmt.Errorf("rank %d: groups pp %v, dp %v, tp %v; its coordinates on the mesh give pp %v, dp %v, tp %v",
-				i, r.Groups.PP, r.Groups.DP, r.Groups.TP, want.PP, want.DP, want.TP)
+			return fmt.Errorf("rank %d: coordinates pp=%d dp=%d cp=%d tp=%d, but the mesh numbers it pp=%d dp=%d cp=%d tp=%d (tp fastest, then cp, dp, pp)",
+				i, r.Coords.PP, r.Coords.DP, r.Coords.CP, r.Coords.TP, c.PP, c.DP, c.CP, c.TP)
+		case !slices.Equal(r.Groups.PP, want.PP) || !slices.Equal(r.Groups.DP, want.DP) || !slices.Equal(r.Groups.CP, want.CP) || !slices.Equal(r.Groups.TP, want.TP):
+			return fmt.Errorf("rank %d: groups pp %v, dp %v, cp %v, tp %v; its coordinates on the mesh give pp %v, dp %v, cp %v, tp %v",
+				i, r.Groups.PP, r.Groups.DP, r.Groups.CP, r.Groups.TP, want.PP, want.DP, want.CP, want.TP)
 		}
 		pp, ok := ppOf[r.Program]
 		if !ok {

@@ -2,6 +2,7 @@ package codegen
 
 import (
 	"fmt"
+	"slices"
 
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/ir"
@@ -30,6 +31,12 @@ type RunMemory struct {
 	// holds each only until it is accumulated, right after its launch, but ZeRO-2 keeps them
 	// all for the reduce-scatter after the run.
 	Grads int64
+	// Before and After split PeakWithArgs at the run's first all-gather over dp (ZeRO-3's
+	// gather of the first parameters it reads, passes.ParamGather): the peak before it and
+	// from it on. A run without one has both equal to PeakWithArgs. In a stage of several
+	// layers the copies of the next layer are gathered there, and this layer's were gathered
+	// before the run, so the planner adds each to its side.
+	Before, After int64
 }
 
 // RunMemories measures one run of every per-stage function of m, a module after
@@ -129,6 +136,20 @@ func RunMemories(m *ir.Module) (map[string]RunMemory, error) {
 		}
 		rm.Peak = lower.PeakLive(own)
 		rm.PeakWithArgs = lower.PeakLive(append(all, own...))
+		rm.Before, rm.After = rm.PeakWithArgs, rm.PeakWithArgs
+		if g0 := slices.IndexFunc(rg.prog.Instrs, func(in *pb.Instr) bool { return in.Kind == pb.Instr_ALL_GATHER && in.Axis == "dp" }); g0 >= 0 {
+			clip := func(lo, hi int) []lower.Interval {
+				var out []lower.Interval
+				for _, x := range append(all, own...) {
+					if x.End >= lo && x.Start <= hi {
+						x.Start, x.End = max(x.Start, lo), min(x.End, hi)
+						out = append(out, x)
+					}
+				}
+				return out
+			}
+			rm.Before, rm.After = lower.PeakLive(clip(0, g0-1)), lower.PeakLive(clip(g0, end))
+		}
 		out[f.Name] = rm
 	}
 	return out, nil

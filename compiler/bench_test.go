@@ -1,6 +1,7 @@
 package compiler
 
 import (
+	"fmt"
 	"os"
 	"runtime"
 	"testing"
@@ -100,6 +101,20 @@ func benchmarkTrainStep(b *testing.B, opts Options) {
 		tokens = r.Tokens
 	}
 	b.ReportMetric(float64(tokens)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+	pr := res.Output.Plan.Programs[0]
+	b.ReportMetric(float64(pr.ParamBytes)/1024, "param-KiB/rank")
+	b.ReportMetric(float64(pr.ParamBytes+pr.GradBytes+pr.StateBytes+pr.LiveBytes)/1024, "live-KiB/rank")
+}
+
+// BenchmarkTrainStepTinyZero: the tiny GPT's training step at dp 2 (two micro-batches per
+// replica, in-process) under each ZeRO stage: throughput, and each rank's parameter bytes and
+// live memory (parameters, gradients, optimizer state and the arena's live bytes).
+func BenchmarkTrainStepTinyZero(b *testing.B) {
+	for z := range 4 {
+		b.Run(fmt.Sprintf("zero%d", z), func(b *testing.B) {
+			benchmarkTrainStep(b, Options{Load: LoadOptions{Preset: "tiny"}, DP: 2, Zero: z, Microbatches: 2})
+		})
+	}
 }
 
 // BenchmarkTrainStepTiny: one training step of gpt.ppm --preset tiny (global batch 16 of 32

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -26,11 +27,15 @@ type Options struct {
 	PP int
 	TP int  // tensor-parallel ranks per stage
 	SP bool // sequence parallelism over the tp ranks
+	// CP is context parallelism: each sequence split over CP ranks, attention as a ring
+	// (passes.CPPartition); CPSplit is zigzag (the default) or contiguous.
+	CP      int
+	CPSplit string
 	// VocabMultiple is Megatron's --make-vocab-size-divisible-by: a vocabulary tp does not
 	// divide is padded to the next multiple of VocabMultiple·tp (passes.PadVocab; 0: 128).
 	VocabMultiple int
 	DP            int // data-parallel replicas
-	Zero          int // ZeRO stage (0, 1 or 2) over the dp replicas
+	Zero          int // ZeRO stage (0–3) over the dp replicas
 	Microbatches  int
 	Schedule      string // generator name, or a .csv file in PyTorch's format
 	VirtualStages int
@@ -187,11 +192,18 @@ var compilePasses = []struct {
 	{"canonicalize", always("canonicalize")},
 	{"cse", always("cse")},
 	{"dce", always("dce")},
+	// Mixture of experts: which parameters are experts' (reports count them apart).
+	{"mark-experts", func(c *compilation) string { return when(hasOp(c.m, "moe_dispatch"), "mark-experts") }},
 	{"add-loss", func(c *compilation) string { return when(c.training() && !c.hasLoss, c.loss.String()) }},
 	// Before sharding and partitioning, so that they and the cost model see the real dtypes
 	// and byte sizes.
 	{"precision", func(c *compilation) string {
 		return when(c.precision != ir.F32, fmt.Sprintf("precision{dtype=%s}", c.precision))
+	}},
+	// Context parallelism: @forward becomes one cp rank's, holding its share of every
+	// sequence, before the tp passes split that rank's work further.
+	{"cp-partition", func(c *compilation) string {
+		return when(c.opts.CP > 1, fmt.Sprintf("cp-partition{size=%d,split=%s}", c.opts.CP, c.opts.CPSplit))
 	}},
 	// Tensor (and sequence) parallelism: each stage becomes the program of one tp rank before
 	// pipeline partitioning, so stages, costs and autodiff see local shapes.
@@ -227,6 +239,12 @@ var compilePasses = []struct {
 		}
 		return "split-stages"
 	}},
+	// ZeRO-3: parameters held as dp blocks, gathered where each per-stage function reads them.
+	{"param-gather", func(c *compilation) string { return when(c.training() && c.opts.Zero == 3, "param-gather") }},
+	// The rings' steps, forward and backward, once autodiff has differentiated each ring as
+	// one op and split-stages has chosen what to stash and recompute (a recomputed ring
+	// sends its blocks round again).
+	{"ring-attention", func(c *compilation) string { return when(c.opts.CP > 1, "ring-attention") }},
 	// Each pipeline rank's step as IR (send/recv explicit), which code generation lowers:
 	// its runs, its gradients' reductions, a tied weight's exchange, its optimizer step.
 	{"rank-programs", always("rank-programs")},
@@ -292,7 +310,14 @@ func (c *compilation) pipeline(stopAfter string) []string {
 func (c *compilation) resolveOptions() (*Result, error) {
 	o := &c.opts
 	o.PP = max(o.PP, 1)
-	o.TP, o.DP = max(o.TP, 1), max(o.DP, 1)
+	o.TP, o.DP, o.CP = max(o.TP, 1), max(o.DP, 1), max(o.CP, 1)
+	switch o.CPSplit {
+	case "":
+		o.CPSplit = passes.CPZigzag
+	case passes.CPZigzag, passes.CPContiguous:
+	default:
+		return nil, fmt.Errorf("--cp-split %q: want zigzag (the default: balanced causal attention) or contiguous", o.CPSplit)
+	}
 	switch {
 	case o.VocabMultiple == 0:
 		o.VocabMultiple = DefaultVocabMultiple
@@ -477,6 +502,9 @@ func (c *compilation) buildSchedule() (*Result, error) {
 	if c.opts.TokenSlices == "" || c.opts.StopAfter == "partition" {
 		return nil, nil // a probe stopped at partitioning prices the model unsliced
 	}
+	if c.opts.CP > 1 {
+		return nil, fmt.Errorf("--token-slices with --cp: context parallelism already splits every sequence over the cp ranks, and a slice's attention over the earlier slices' keys has no ring form; use one or the other")
+	}
 	if c.opts.SP {
 		return nil, fmt.Errorf("--token-slices with --sp: sequence parallelism already splits the sequence over the tp ranks; use one or the other")
 	}
@@ -495,8 +523,14 @@ func (c *compilation) runPasses() (*Result, error) {
 	case "partition":
 		return runProbe(c.m, c.pipeline("partition"), c.sched)
 	case "split-stages":
+		// With cp, the rings' steps too: the probe's memory (codegen.RunMemories) holds the
+		// K/V blocks in flight and the dK/dV partial sums.
+		ring := when(c.opts.CP > 1, "ring-attention")
 		pl := c.pipeline("split-stages")
 		if len(c.opts.recomputeModes) == 0 {
+			if ring != "" {
+				pl = append(pl, ring)
+			}
 			return runProbe(c.m, pl, c.sched)
 		}
 		// One probe up to split-stages, split once per recompute mode.
@@ -506,7 +540,11 @@ func (c *compilation) runPasses() (*Result, error) {
 		}
 		for _, mode := range c.opts.recomputeModes {
 			m := c.m.Clone()
-			if _, err := runProbe(m, []string{fmt.Sprintf("split-stages{recompute=%s}", mode)}, c.sched); err != nil {
+			steps := []string{fmt.Sprintf("split-stages{recompute=%s}", mode)}
+			if ring != "" {
+				steps = append(steps, ring)
+			}
+			if _, err := runProbe(m, steps, c.sched); err != nil {
 				return nil, err
 			}
 			res.Probes = append(res.Probes, m)
@@ -982,7 +1020,12 @@ func setMesh(m *ir.Module, model string, pp int, opts Options) error {
 	// per-micro-batch functions on its own micro-batches, the optimizer divides the gradient
 	// by M·dp, and code generation all-reduces the gradients over dp. ZeRO would shard the
 	// optimizer state over dp, which nothing does yet: refuse it rather than ignore it.
-	m.SetMesh([]ir.MeshAxis{{Name: "pp", Size: pp}, {Name: "dp", Size: opts.DP}, {Name: "tp", Size: opts.TP}})
+	axes := []ir.MeshAxis{{Name: "pp", Size: pp}, {Name: "dp", Size: opts.DP}, {Name: "tp", Size: opts.TP}}
+	if opts.CP > 1 {
+		// Only when used, so that the IR of every other compile reads as before.
+		axes = slices.Insert(axes, 2, ir.MeshAxis{Name: "cp", Size: opts.CP})
+	}
+	m.SetMesh(axes)
 	return nil
 }
 
@@ -1057,4 +1100,16 @@ func addPrediction(fwd *ir.Func) {
 	}
 	fwd.Results = append([]*ir.Value{pred}, fwd.Results...)
 	fwd.ResultAttrs = append([]ir.Attrs{{{Name: ir.AttrName, Value: ir.String(name)}}}, fwd.ResultAttrs...)
+}
+
+// hasOp reports whether @forward has an op of the given name.
+func hasOp(m *ir.Module, name string) bool {
+	if f := m.Func(ir.ForwardFunc); f != nil {
+		for _, op := range f.Ops {
+			if op.Name() == name {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -21,9 +21,13 @@ type Output struct {
 	Tensor device.Tensor
 }
 
-// InferMesh is the layout ppc infer runs the forward pass on: pipeline stages and
-// tensor-parallel ranks, every rank in this process (0 or 1: one).
-type InferMesh struct{ PP, TP int }
+// InferMesh is the layout ppc infer runs the forward pass on: pipeline stages,
+// tensor-parallel and context-parallel ranks (CPSplit: zigzag, the default, or contiguous),
+// every rank in this process (0 or 1: one).
+type InferMesh struct {
+	PP, TP, CP int
+	CPSplit    string
+}
 
 // Infer compiles the model for inference and runs its forward pass once on the CPU, on one
 // device or distributed over mesh (the same plan a training compile would run, with
@@ -32,7 +36,7 @@ type InferMesh struct{ PP, TP int }
 // names) to .pb (ONNX TensorProto) or .npy files; inputs not given are drawn at random from
 // seed and returned so the caller can save them. Outputs come back in the model's order.
 func Infer(model string, lo LoadOptions, mesh InferMesh, given map[string]string, seed uint64) ([]Output, map[string]device.Tensor, error) {
-	opts := Options{Load: lo, ForwardOnly: true, Microbatches: 1, PP: mesh.PP, TP: mesh.TP}
+	opts := Options{Load: lo, ForwardOnly: true, Microbatches: 1, PP: mesh.PP, TP: mesh.TP, CP: mesh.CP, CPSplit: mesh.CPSplit}
 	if mesh.PP > 1 {
 		// A pipeline of one micro-batch: GPipe accepts fewer micro-batches than stages.
 		opts.Schedule = "gpipe"

@@ -169,6 +169,16 @@ func TestSPMDEquivalence(t *testing.T) {
 			{"pp2-dp2-tp2-sp", Options{PP: 2, DP: 2, TP: 2, SP: true, Optimizer: sgdM}, ""},
 			{"pp2-dp2-tp2-sp-zero1", Options{PP: 2, DP: 2, TP: 2, SP: true, Zero: 1, Optimizer: sgdM}, ""},
 			{"pp2-dp2-tp2-sp-zero2", Options{PP: 2, DP: 2, TP: 2, SP: true, Zero: 2, Optimizer: sgdM}, ""},
+			// ZeRO-3: parameters held as dp blocks and gathered where each function reads
+			// them; the gradients are ZeRO-2's, and so is the update of each block — the same
+			// bits as ZeRO-2's layout (the gather moves bits, it adds nothing).
+			{"dp2-zero2-sgd", Options{DP: 2, Zero: 2, Optimizer: sgdM}, ""},
+			{"dp2-zero3", Options{DP: 2, Zero: 3, Optimizer: sgdM}, "dp2-zero2-sgd"},
+			{"dp4-zero3", Options{DP: 4, Zero: 3, Optimizer: sgdM}, ""},
+			{"pp2-dp2-tp2-sp-zero3", Options{PP: 2, DP: 2, TP: 2, SP: true, Zero: 3, Optimizer: sgdM}, "pp2-dp2-tp2-sp-zero2"},
+			// Every recomputation gathers again (I and W rebuild a unit from the blocks).
+			{"pp2-dp2-zero3-full-interleaved", Options{PP: 2, DP: 2, Zero: 3, Recompute: "full", Schedule: "interleaved-1f1b", Optimizer: sgdM}, ""},
+			{"pp2-dp2-tp2-zero3-zbv", Options{PP: 2, DP: 2, TP: 2, Zero: 3, Schedule: "zbv", Optimizer: sgdM}, ""},
 			// A warmup-cosine learning rate: every rank computes the same scalar from %step.
 			{"pp2-dp2-tp2-cosine", Options{PP: 2, DP: 2, TP: 2, Optimizer: sgdCosine}, ""},
 			// Clipping to a norm below the gradients' (≈ 4.3), so that every step clips: the
@@ -499,14 +509,64 @@ func TestZeroShardsMemory(t *testing.T) {
 	p0, g0, s0 := mem(0)
 	p1, g1, s1 := mem(1)
 	p2, g2, s2 := mem(2)
-	if p1 != p0 || p2 != p0 {
-		t.Errorf("parameter bytes %d, %d, %d: ZeRO-1 and -2 keep parameters whole", p0, p1, p2)
+	p3, g3, s3 := mem(3)
+	if p1 != p0 || p2 != p0 || p3 != p0/2 {
+		t.Errorf("parameter bytes %d, %d, %d, %d: ZeRO-1 and -2 keep parameters whole, ZeRO-3 holds half", p0, p1, p2, p3)
 	}
-	if s1 != s0/2 || s2 != s0/2 {
-		t.Errorf("optimizer state bytes %d (no ZeRO), %d (ZeRO-1), %d (ZeRO-2): want half with ZeRO", s0, s1, s2)
+	if s1 != s0/2 || s2 != s0/2 || s3 != s0/2 {
+		t.Errorf("optimizer state bytes %d (no ZeRO), %d (ZeRO-1), %d (ZeRO-2), %d (ZeRO-3): want half with ZeRO", s0, s1, s2, s3)
 	}
-	if g1 != g0 || g2 != g0/2 {
-		t.Errorf("gradient bytes %d (no ZeRO), %d (ZeRO-1), %d (ZeRO-2): want whole with ZeRO-1, half with ZeRO-2", g0, g1, g2)
+	if g1 != g0 || g2 != g0/2 || g3 != g0/2 {
+		t.Errorf("gradient bytes %d (no ZeRO), %d (ZeRO-1), %d (ZeRO-2), %d (ZeRO-3): want whole with ZeRO-1, half with ZeRO-2 and 3", g0, g1, g2, g3)
+	}
+}
+
+// TestZero3Checkpoint: a ZeRO-3 checkpoint holds whole tensors (each replica writes its
+// blocks, merged by offset), so ZeRO-3 resumes ZeRO-0 and one device, and they resume it: a
+// resume followed by a save with no step in between gives the same bits, and training on from
+// the other layout's checkpoint follows the uninterrupted run within the tolerance.
+func TestZero3Checkpoint(t *testing.T) {
+	const m = 2
+	tiny := LoadOptions{Preset: "tiny"}
+	z3 := Options{Load: tiny, DP: 2, Zero: 3, Microbatches: m, Optimizer: sgdM}
+	z0 := Options{Load: tiny, DP: 2, Microbatches: m, Optimizer: sgdM}
+	one := Options{Load: tiny, Microbatches: 2 * m, Optimizer: sgdM}
+	z3pp := Options{Load: tiny, PP: 2, DP: 2, TP: 2, Zero: 3, Microbatches: m, Optimizer: sgdM}
+	_, z3Ck, z3State := spmdRun(t, gptPPM, z3, 2, "")
+	_, z0Ck, z0State := spmdRun(t, gptPPM, z0, 2, "")
+	for _, c := range []struct {
+		what  string
+		opts  Options
+		ck    string
+		state map[string][]float64
+	}{
+		{"zero 3 checkpoint through zero 0", z0, z3Ck, z3State},
+		{"zero 3 checkpoint through one device", one, z3Ck, z3State},
+		{"zero 0 checkpoint through zero 3", z3, z0Ck, z0State},
+		{"zero 0 checkpoint through pp 2 tp 2 zero 3", z3pp, z0Ck, z0State},
+	} {
+		_, _, s := spmdRun(t, gptPPM, c.opts, 0, c.ck)
+		agree(t, c.what, nil, nil, c.state, s, 0, 0)
+	}
+	refL, _, refS := spmdRun(t, gptPPM, z0, 3, "")
+	l, _, s := spmdRun(t, gptPPM, z0, 1, z3Ck)
+	agree(t, "zero 3 saves, zero 0 resumes", refL[2:], l, refS, s, spmdRtol, spmdAtol)
+	l, _, s = spmdRun(t, gptPPM, z3, 1, z0Ck)
+	agree(t, "zero 0 saves, zero 3 resumes", refL[2:], l, refS, s, spmdRtol, spmdAtol)
+}
+
+// TestZero3MixedPrecision: under bf16 a parameter read only through its 16-bit cast is cast
+// as a block and gathered in bf16 (param-gather); casting then gathering moves the same bits
+// as gathering then casting, so ZeRO-3 trains bit for bit as ZeRO-2, which keeps parameters
+// whole — with and without full recomputation, whose rebuilt casts gather again.
+func TestZero3MixedPrecision(t *testing.T) {
+	for _, rc := range []string{"none", "full"} {
+		o := Options{Load: LoadOptions{Preset: "tiny"}, PP: 2, DP: 2, Microbatches: 2, Precision: "bf16", Recompute: rc, Optimizer: sgdM}
+		o.Zero = 2
+		l2, _, s2 := spmdRun(t, gptPPM, o, spmdSteps, "")
+		o.Zero = 3
+		l3, _, s3 := spmdRun(t, gptPPM, o, spmdSteps, "")
+		agree(t, "bf16 zero 3 against zero 2, recompute "+rc, l2, l3, s2, s3, 0, 0)
 	}
 }
 
@@ -521,7 +581,7 @@ func TestDistributedInference(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		meshes := []InferMesh{{TP: 2}, {PP: 2}, {PP: 2, TP: 2}}
+		meshes := []InferMesh{{TP: 2}, {PP: 2}, {PP: 2, TP: 2}, {CP: 2}, {CP: 4}, {CP: 4, CPSplit: "contiguous"}, {PP: 2, CP: 2, TP: 2}}
 		if model == gptPPM {
 			meshes = append(meshes, InferMesh{TP: 4}) // llama tiny has 2 kv heads
 		}

@@ -17,7 +17,8 @@
 //
 // An op line is `results = name operands {attributes} : result-types {annotations}`. The
 // attributes are the op's own (checked against its table row); the annotations after the
-// types are the first-class fields stage, shard, phase and remat, printed in that fixed order.
+// types are the first-class fields stage, tslice (a TeraPipe token slice), shard, phase and
+// remat, printed in that fixed order.
 // An op without results writes `: ()`. A result type may be written `?` for the shape-infer
 // pass to fill in. Values with names keep them; unnamed values print as numbers, renumbered
 // in order, so print → parse → print is byte-identical. Dense data prints as a list up to 64

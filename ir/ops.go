@@ -5,11 +5,13 @@ import "slices"
 // The op table: every IR op as data. It is one table kept in several files by topic —
 // coreOps (here: the ops of MLPs and GPT/Llama-style transformers, collectives and
 // point-to-point), nnOps (ops_nn.go: convolutions, pooling, normalisations and the rest of what
-// ONNX models need), attentionOps (ops_attention.go: fused attention and its gradient), gradOps
+// ONNX models need), attentionOps (ops_attention.go: fused attention and its gradient), ringOps
+// (ops_ring.go: context parallelism's ring attention steps), moeOps
+// (ops_moe.go: top-k routing and the mixture-of-experts dispatch and combine), gradOps
 // (ops_grad.go: fused gradient kernels the autodiff emits) and rankOps (ops_rank.go: what a
 // rank's program does once per step with its gradients and its optimizer). Passes look rows
 // up by name and read their traits; the verifier checks ops against them.
-var opTable = slices.Concat(coreOps, nnOps, attentionOps, gradOps, rankOps)
+var opTable = slices.Concat(coreOps, nnOps, attentionOps, ringOps, moeOps, gradOps, rankOps)
 
 var reductionKinds = []string{"sum", "mean", "max", "min"}
 

@@ -10,7 +10,10 @@ import (
 
 // The reference evaluator's attention (gradeval_test.go): the decomposed chain, scores
 // materialised, written from the op table's docs and independent of the runtime's tiled
-// kernels; attention_grad is its textbook backward through the materialised probabilities.
+// kernels; attention_grad is its textbook backward through the materialised probabilities —
+// recomputed, as the op's doc says, from the o and lse operands it is given (the ring of
+// context parallelism gives each block's attention_grad the output and log-sum-exp merged
+// over every block, not the block's own).
 func init() {
 	evalOps["attention"] = func(op *ir.Op, in []evalTensor) [][]float64 {
 		o, lse, _, _, _ := evalAttention(op, in, nil)
@@ -21,12 +24,15 @@ func init() {
 		if len(in) == 7 {
 			args = append(args, in[6])
 		}
-		_, _, dq, dk, dv := evalAttention(op, args, in[5].v)
+		_, _, dq, dk, dv := evalAttention(op, args, &evalGrad{o: in[3].v, lse: in[4].v, do: in[5].v})
 		return [][]float64{dq, dk, dv}
 	}
 }
 
-func evalAttention(op *ir.Op, in []evalTensor, do []float64) (o, lse, dq, dk, dv []float64) {
+// evalGrad are attention_grad's o, lse and do operands.
+type evalGrad struct{ o, lse, do []float64 }
+
+func evalAttention(op *ir.Op, in []evalTensor, g *evalGrad) (o, lse, dq, dk, dv []float64) {
 	q, k, v := in[0], in[1], in[2]
 	r := len(q.s)
 	hq, sq, d := q.s[r-3], q.s[r-2], q.s[r-1]
@@ -90,16 +96,26 @@ func evalAttention(op *ir.Op, in []evalTensor, do []float64) (o, lse, dq, dk, dv
 						o[row*dvn+c] += p[j] * v.v[(kv*skv+j)*dvn+c]
 					}
 				}
-				if do == nil {
+				if g == nil {
 					continue
+				}
+				// p from the given lse, δ from the given o (attention_grad's doc).
+				do := g.do
+				for j := range skv {
+					p[j] = 0
+					if vis[j] {
+						p[j] = math.Exp(s[j] - g.lse[row])
+					}
 				}
 				dp := make([]float64, skv)
 				var delta float64
+				for c := range dvn {
+					delta += do[row*dvn+c] * g.o[row*dvn+c]
+				}
 				for j := range skv {
 					for c := range dvn {
 						dp[j] += do[row*dvn+c] * v.v[(kv*skv+j)*dvn+c]
 					}
-					delta += p[j] * dp[j]
 				}
 				for j := range skv {
 					ds := p[j] * (dp[j] - delta) * scale

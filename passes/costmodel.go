@@ -170,6 +170,9 @@ func (d DeviceProfile) CostOf(op *ir.Op, isParam func(*ir.Value) bool, axisSize 
 		c.ActBytes = int64(y)
 		return c
 	}
+	if op.Def.Name == "ring_attention" {
+		return d.ringAttentionCost(op)
+	}
 	for _, x := range op.Operands {
 		c.Bytes += float64(x.Type.Bytes())
 	}
@@ -300,4 +303,43 @@ func (d DeviceProfile) computeTimes(flops, bytes float64, matrix, hasWeights boo
 		w = f * (CostConstants.BackwardFactor - 1)
 	}
 	return f, i, w
+}
+
+// ringAttentionCost prices ring attention over the cp ranks (passes.RingAttention writes its
+// steps): n blocks, each the fused attention of the rank's L queries over L keys (counted in
+// full, as attention is), and the ring's transfers over the cp axis, which spans nodes (tp
+// fills a node first). Each step's transfer is issued before its block's compute, so a step
+// costs the larger of the two: forward, the K/V block (n−1 times); backward, the K/V block
+// and the dK/dV partial sums (f32 for 16-bit operands) travelling with it, plus the last
+// dK/dV's way home. FComm and IComm are the transfer time the compute does not hide.
+func (d DeviceProfile) ringAttentionCost(op *ir.Op) OpCost {
+	var c OpCost
+	n := max(op.Attrs.Int("size", 1), 1)
+	q, k, v := op.Operands[0].Type, op.Operands[1].Type, op.Operands[2].Type
+	dims, err := ir.AttentionShape(q, k, v, nil)
+	if err != nil {
+		return c
+	}
+	rows := dims.Batch * dims.Hq * dims.Sq
+	blockFLOPs := 2 * float64(rows) * float64(dims.Skv) * float64(dims.D+dims.Dv)
+	var io float64
+	for _, x := range op.Operands {
+		io += float64(x.Type.Bytes())
+	}
+	for _, r := range op.Results {
+		io += float64(r.Type.Bytes())
+		c.ActBytes += r.Type.Bytes()
+	}
+	c.FLOPs, c.Bytes = float64(n)*blockFLOPs, float64(n)*io
+	f, i, _ := d.computeTimes(blockFLOPs/GEMMEfficiency(rows, dims.Skv, dims.D), io, true, false, q.DType)
+	kv := float64(k.Bytes() + v.Bytes())
+	wide := float64(ir.AttentionLSEType(q.DType).Size()) / float64(q.DType.Size())
+	send := func(bytes float64) float64 { return d.InterNodeLatency + bytes/d.InterNodeBandwidth }
+	steps := float64(n - 1)
+	fwd, back, home := send(kv), send(kv+wide*kv), send(wide*kv)
+	c.F = f + steps*max(f, fwd)
+	c.I = i + steps*max(i, back) + home
+	c.FComm = steps * max(0, fwd-f)
+	c.IComm = steps*max(0, back-i) + home
+	return c
 }

@@ -12,7 +12,7 @@
 //
 // # Tensor, sequence and data parallelism (docs/DESIGN.md §6)
 //
-// Each pipeline stage is an SPMD program over the dp × tp sub-mesh. The shardings live in the
+// Each pipeline stage is an SPMD program over the dp × cp × tp sub-mesh. The shardings live in the
 // IR (ir/shard.go: the module's mesh, `shard` on parameter arguments and op results, partial
 // sums), and the passes that act on them run on @forward, before pipeline partitioning and
 // autodiff — Megatron's conjugate-operator formulation rather than GSPMD's partitioning of
@@ -70,7 +70,25 @@
 // sum, the state is the block (a `shard` over dp, whose shapes are the block's in any
 // module), and the result is the new block. Parameters keep their logical shapes in the
 // `shard` attribute, so ranks initialise their own blocks (the initialiser is shard-invariant)
-// and checkpoints merge by name and offset.
+// and checkpoints merge by name and offset. A parameter whose first dim dp does not divide is
+// held, reduced and updated whole (no padding: dp 124 = 4·31, OPT-175B's, splits no dim of a
+// GPT).
+//
+// ZeRO-3 (FSDP; optimizer{zero=3}) holds the parameter itself as that block: @optimizer's
+// parameter argument is the block and its update replaces it in place, with no gather after
+// the step. param-gather (paramgather.go), after split-stages, makes every per-stage function
+// take the blocks and gather them where it reads them, per segment — the ops reading one
+// layer's parameters (layerOfParam, the partition's units) — so that a layer's whole copies
+// live in the arena from their gather to their last reader in that run and are gathered again
+// by the next function that reads them (F, I, W, and so every recomputation). Each segment's
+// gathers are placed before the previous segment's first reader: the next layer is gathered
+// while this one computes (FSDP's prefetch, by placement: it overlaps where the device runs
+// collectives on a stream of their own), at most two layers whole at once. The granularity is the layer, not the
+// stage function, because that is what bounds memory: with pp 1 a stage is the whole model.
+// A parameter read through a cast (mixed precision's 16-bit copy) is cast as a block and
+// gathered in 16 bits, as FSDP's mixed precision does. W reduce-scatters each such gradient
+// right after the op computing it and returns the block, which the rank accumulates: a run
+// holds one whole gradient at a time, and the sums are ZeRO-2's, bit for bit.
 //
 // # The rank programs: everything a rank does, as IR
 //
@@ -86,7 +104,8 @@
 //     an accumulator, its tensor-parallel sum (a hoisted partial, grad_all_reduce over tp) and
 //     its data-parallel sum, bucketed as PyTorch DDP does (grad_all_reduce over dp, up to
 //     BucketBytes), so that the reduction overlaps the backward that remains; under ZeRO-2,
-//     each run's gradients reduce-scattered right after it (grad_reduce_scatter {microbatch}).
+//     each run's gradients reduce-scattered right after it (grad_reduce_scatter {microbatch});
+//     under ZeRO-3 nothing for the block parameters, whose runs return reduced blocks.
 //   - tied-grads (tiedgrads.go): a tied weight's partials sent between the ranks holding it
 //     and summed there in partial order (grad_send, grad_recv, grad_sum), bit-identical to one
 //     device.
@@ -94,7 +113,7 @@
 //     (@optimizer.rank<r>); before it ZeRO-1's bucketed reduce-scatters, clipping's sum of
 //     squares (GradSumSq, from the reduced gradients) and the loss scaler's overflow flag
 //     (NonFiniteCheck), each `call`ed and all-reduced over tp, dp and pp; the `optimizer` op;
-//     after it ZeRO's bucketed all-gathers of the new blocks (param_all_gather).
+//     after it ZeRO-1 and 2's bucketed all-gathers of the new blocks (param_all_gather).
 //
 // The cost model (costmodel.go) prices a collective by the ring formulas over its axis —
 // intra-node links for tp, inter-node for dp — and charges its conjugate's time to the
@@ -168,6 +187,40 @@
 // joins are marked remat, so a slice's backward recomputes them from the pieces the stage
 // keeps instead of stashing a copy per slice; that keeps the K/V cache at one copy of the
 // sequence's keys and values per layer, as TeraPipe's.
+//
+// # Context parallelism (--cp, ring attention)
+//
+// cp-partition (cp.go) runs on the logical @forward before the tp passes and rewrites it into
+// one cp rank's program: the rank holds size/cp tokens of every sequence (contiguous: block i;
+// zig-zag, the default: chunks i and 2·cp−1−i of 2·cp, so that under a causal mask every rank
+// has the same attention work). It reuses token-slice's analysis (the axis of each value that
+// indexes tokens, the ops that would mix them) with one rank's share instead of one slice:
+// data inputs are read whole — like tp replicas, cp replicas read the same micro-batch — and
+// gathered at the rank's positions, computed from axis_index; values computed without the
+// data (positions, rotary tables, a learned position embedding) are computed whole and
+// gathered where they meet the sequence, so positions follow the rank's real tokens. The loss
+// (a mean over the rank's tokens) is summed over cp and divided by cp: every rank holds the
+// model's loss, and since all_reduce passes its gradient through, each rank differentiates
+// its own share; grad-reduce then sums the shares over cp (before dp, as if the cp ranks were
+// more dp replicas, Megatron's dp × cp reduction). Parameters stay replicated over cp.
+//
+// Attention becomes `ring_attention`, one op until after split-stages so that the tp passes
+// (heads split as attention's), partitioning (the cost model prices the ring: n blocks, each
+// step's transfer overlapped with its block), autodiff (one rule: ring_attention_grad) and
+// recomputation (a recomputed ring sends its blocks again) treat it as one. ring-attention then
+// writes each as its steps with ring_send/ring_recv over the cp axis (lowered to SEND/RECV to
+// the next/previous cp coordinate, paired in order, so every replica runs the same program):
+// the next block's send is issued before the current block's attention; blocks are merged by
+// log-sum-exp. Its backward is the ring again, with attention_grad per block given the merged
+// output and log-sum-exp (FlashAttention-2's backward is exact per block given them, so the
+// forward's partial results are not stashed) and each block's dK/dV summed as it travels with
+// the block and sent home after its last visit. Causal masking by real positions is done in
+// whole pieces masked by a [1, 1] flag (is the block's owner before this rank?), never an
+// L × L mask: contiguous, one piece; zig-zag, all queries against the owner's first chunk and
+// the second query chunk against both key chunks, one of which is fully masked at run time.
+// Refused with the op and the setting to use: decomposed attention (a matmul contracting over
+// the sequence), an explicit mask, ops that mix tokens, a sequence cp (2·cp) does not divide,
+// token slices, and a model without attention.
 //
 // Golden tests: every testdata/passes/*.ir file starts with `// RUN: passes=PIPELINE`, holds
 // cases split by `// -----`, and checks the printed result with FileCheck directives

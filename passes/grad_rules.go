@@ -104,7 +104,7 @@ func keepAttrs(op *ir.Op, names ...string) ir.Attrs {
 // gradRules is the gradient table, keyed by op name: the core ops' rules (coreGradRules) and
 // the nn ops' (grad_rules_nn.go). Ops absent from it have no rule: one that lies between a
 // parameter and the loss is an error naming it.
-var gradRules = mergeRules(coreGradRules, nnGradRules)
+var gradRules = mergeRules(coreGradRules, nnGradRules, moeGradRules)
 
 var coreGradRules = map[string]gradRule{
 	// No gradient flows through these (their results are constants, integers or bools).
@@ -207,7 +207,8 @@ var coreGradRules = map[string]gradRule{
 	// FlashAttention-2's backward: one fused op recomputes the probabilities from the saved
 	// log-sum-exp. All three gradients are activation gradients (bwd_in); attention has no
 	// weights, so nothing of it runs in W.
-	"attention": attentionRule,
+	"attention":      attentionRule,
+	"ring_attention": ringAttentionRule,
 
 	// The conjugate collectives of tensor and sequence parallelism (see doc.go): a sum over
 	// the axis hands every member the same gradient; a replicated value entering a split

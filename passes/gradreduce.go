@@ -24,10 +24,13 @@ var GradReduce = &Pass{
 		"`grad_all_reduce {axis = dp, grads = […]}` per bucket of one dtype (fp32 first, then fp64) up to BucketBytes " +
 		"(25 MiB), in result order: one collective's latency per bucket, the same additions as one all-reduce each. " +
 		"A tied weight's partials are reduced each so, before tied-grads exchanges them. Under ZeRO (@optimizer's " +
-		"gradient arguments split over dp) a gradient is not all-reduced: ZeRO-2 reduce-scatters the gradients each " +
+		"gradient arguments split over dp) a gradient is not all-reduced: ZeRO-3's functions return blocks, already " +
+		"reduce-scattered (param-gather), which accumulate as they are; ZeRO-2 reduce-scatters the gradients each " +
 		"run computes right after it, bucketed likewise, `grad_reduce_scatter {axis = dp, grads = […], microbatch = m}`, " +
-		"and accumulates only this replica's blocks; ZeRO-1's reduce-scatter is rank-optimizer's. Every op carries the " +
-		"run's stage.",
+		"and accumulates only this replica's blocks; ZeRO-1's reduce-scatter is rank-optimizer's. Under context " +
+		"parallelism the cp ranks hold replicas of every parameter that saw other tokens: after the last contribution " +
+		"each accumulator (under ZeRO-2 its dp block) is summed over cp, `grad_all_reduce {axis = cp, …}` in the same " +
+		"buckets, before the dp sum — cp replicas reduce like more dp replicas. Every op carries the run's stage.",
 	Run: runGradReduce,
 }
 
@@ -37,6 +40,7 @@ func runGradReduce(m *ir.Module, _ Options) error {
 		return err
 	}
 	zero, dp := zeroBlocks(m)
+	cp := meshSize(m, CPAxis)
 	types := gradTypes(m)
 	allReduce, reduceScatter := ir.MustLookup("grad_all_reduce"), ir.MustLookup("grad_reduce_scatter")
 	for _, prog := range progs {
@@ -62,7 +66,7 @@ func runGradReduce(m *ir.Module, _ Options) error {
 				red.Stage = op.Stage
 				ops = append(ops, red)
 			}
-			var blocks, tp, sum []string
+			var blocks, tp, sum, cpSum []string
 			out := map[string]ir.Type{} // the run's gradients, as it computes them
 			for j := range f.Results {
 				at := f.ResultAttrs[j]
@@ -81,6 +85,9 @@ func runGradReduce(m *ir.Module, _ Options) error {
 				if ax := at.Str(AttrReduceOver, ""); ax != "" {
 					tp = append(tp, ax, key)
 				}
+				if cp > 1 {
+					cpSum = append(cpSum, key)
+				}
 				if dp > 1 && zero[name] == 0 {
 					sum = append(sum, key)
 				}
@@ -91,6 +98,13 @@ func runGradReduce(m *ir.Module, _ Options) error {
 			}
 			for k := 0; k < len(tp); k += 2 {
 				add(allReduce, ir.Attrs{{Name: "axis", Value: ir.Ident(tp[k])}, {Name: "grads", Value: ir.Strings(tp[k+1])}})
+			}
+			// The cp ranks are replicas of the parameters that saw other tokens: their sums
+			// come before dp's (and ZeRO-1's reduce-scatter), as if they were more dp replicas;
+			// under ZeRO-2 the accumulator is already this replica's dp block, summed over cp
+			// after its last contribution.
+			for _, b := range buckets(cpSum, types) {
+				add(allReduce, ir.Attrs{{Name: "axis", Value: ir.Ident(CPAxis)}, {Name: "grads", Value: ir.Strings(b...)}})
 			}
 			for _, b := range buckets(sum, types) {
 				add(allReduce, ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}, {Name: "grads", Value: ir.Strings(b...)}})

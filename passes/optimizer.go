@@ -55,7 +55,10 @@ var Optimizer = &Pass{
 		"result {update = <name>} is the new block, which each rank's program all-gathers into the whole parameter; " +
 		"other parameters are updated whole. @optimizer holds no collective: the rank programs reduce-scatter the " +
 		"gradients (rank-optimizer, before the step, for ZeRO-1; grad-reduce, each micro-batch's, for ZeRO-2, which " +
-		"accumulates only the block) and all-gather the new blocks (rank-optimizer).",
+		"accumulates only the block) and all-gather the new blocks (rank-optimizer). With zero=3 (ZeRO-3, FSDP) the " +
+		"parameter itself is held as that block (its argument is the block, shard over dp on dim 0, and no block is " +
+		"taken): the update replaces the block in place and nothing gathers it after the step — the next step's " +
+		"per-stage functions gather it where they read it (param-gather); gradients are reduce-scattered as ZeRO-2's.",
 	Options: []Option{
 		{Name: "kind", Doc: "adamw (the default) or sgd"},
 		{Name: "lr", Doc: "learning rate, >= 0 (default 1e-3 for adamw, 0.01 for sgd)"},
@@ -64,7 +67,7 @@ var Optimizer = &Pass{
 		{Name: "eps", Doc: "adamw: denominator term, >= 0 (default 1e-8)"},
 		{Name: "weight_decay", Doc: "adamw: decoupled weight decay (default 0.01); sgd: L2 term added to the gradient (default 0); >= 0"},
 		{Name: "momentum", Doc: "sgd: momentum, >= 0 (default 0, as torch.optim.SGD: no state; > 0 keeps a momentum_buffer per parameter)"},
-		{Name: "zero", Default: "0", Doc: "ZeRO stage over the mesh's dp axis: 1 shards optimizer state, 2 also gradients (ppc compile --zero)"},
+		{Name: "zero", Default: "0", Doc: "ZeRO stage over the mesh's dp axis: 1 shards optimizer state, 2 also gradients, 3 also parameters (ppc compile --zero)"},
 		{Name: "clip", Doc: "clip the gradients to this global L2 norm, > 0 (torch.nn.utils.clip_grad_norm_; see passes/clip.go; ppc compile --clip-grad)"},
 		{Name: "schedule", Doc: "learning-rate schedule: constant (the default), linear or cosine (see ScheduledLR; ppc compile --lr-schedule)"},
 		{Name: "warmup", Doc: "steps of linear warmup from 0 to lr, >= 0 (default 0; ppc compile --warmup-steps)"},
@@ -76,8 +79,8 @@ var Optimizer = &Pass{
 		if err != nil {
 			return err
 		}
-		if cfg.zero, err = opts.Int("zero"); err != nil || cfg.zero < 0 || cfg.zero > 2 {
-			return fmt.Errorf("optimizer: zero must be 0, 1 or 2, got %q", opts["zero"])
+		if cfg.zero, err = opts.Int("zero"); err != nil || cfg.zero < 0 || cfg.zero > 3 {
+			return fmt.Errorf("optimizer: zero must be 0, 1, 2 or 3, got %q", opts["zero"])
 		}
 		return addOptimizer(m, cfg)
 	},
@@ -309,8 +312,9 @@ type optParam struct {
 }
 
 // AttrZero (int, on @optimizer) is the ZeRO stage its updates are split by: 1 (the gradient
-// accumulates whole and is reduce-scattered before the update) or 2 (each micro-batch's
-// gradient is reduce-scattered and only the block accumulates).
+// accumulates whole and is reduce-scattered before the update), 2 (each micro-batch's
+// gradient is reduce-scattered and only the block accumulates) or 3 (as 2, and the parameter
+// itself is held as its block, gathered where a per-stage function reads it: param-gather).
 const AttrZero = "zero"
 
 // zeroBlocks maps each parameter whose optimizer update ZeRO splits over dp — @optimizer's
@@ -425,8 +429,15 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 			gAttrs = gAttrs.Set(ir.AttrShard, stShard)
 			f.Attrs = f.Attrs.Set(AttrZero, ir.Int(c.zero))
 		}
+		pt, pAttrs := p.Type, laidOut(ir.Attrs{{Name: ir.AttrParam, Value: ir.Unit{}}})
+		if zero && c.zero == 3 {
+			// ZeRO-3: the parameter is held as its block, laid out as its state.
+			pt.Shape = slices.Clone(pt.Shape)
+			pt.Shape[0] /= dp
+			pAttrs = pAttrs.Set(ir.AttrShard, stShard)
+		}
 		op := optParam{
-			p:    f.AddArg(p.Name, p.Type, laidOut(ir.Attrs{{Name: ir.AttrParam, Value: ir.Unit{}}})),
+			p:    f.AddArg(p.Name, pt, pAttrs),
 			g:    f.AddArg("d."+p.Name, gt, gAttrs),
 			zero: zero,
 		}
@@ -474,7 +485,7 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 			p = b.Cast(p, ct)
 		}
 		g := op.g
-		if op.zero {
+		if op.zero && c.zero < 3 {
 			p = zeroBlock(b, p, g.Type.Shape[0]) // this replica's block, as its gradient is
 		}
 		if nmb != 1 {

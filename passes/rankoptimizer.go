@@ -26,7 +26,8 @@ var RankOptimizer = &Pass{
 		"ZeRO (@optimizer {zero}: its gradients of some parameters are dp blocks and its updates of them the new blocks) " +
 		"the rank's ZeRO-1 gradients are first reduce-scattered over dp, `grad_reduce_scatter {axis = dp, grads = […]}` " +
 		"(the norm and the overflow check then read the reduced blocks, which count on every replica), and after the " +
-		"step the new blocks are all-gathered into the parameters, `param_all_gather {axis = dp, params = […]}`; both " +
+		"step the new blocks are all-gathered into the parameters, `param_all_gather {axis = dp, params = […]}` (not " +
+		"under ZeRO-3, whose parameters are the blocks: param-gather gathers them where the next step reads them); both " +
 		"bucketed as grad-reduce's all-reduces are (one dtype, up to BucketBytes), per stage (the first of the rank's " +
 		"stages using the parameter, which the collective is charged to). A rank with nothing to update (no parameter, " +
 		"no global state, no metric) has no optimizer step.",
@@ -101,7 +102,8 @@ func runRankOptimizer(m *ir.Module, _ Options) error {
 			}
 		}
 		for i := range slice.Results {
-			if name := slice.ResultAttrs[i].Str(AttrUpdate, ""); zero[name] > 0 && dp > 1 && held[r][name] {
+			// ZeRO-3 holds the block itself: the next step's functions gather it (param-gather).
+			if name := slice.ResultAttrs[i].Str(AttrUpdate, ""); (zero[name] == 1 || zero[name] == 2) && dp > 1 && held[r][name] {
 				ag = append(ag, name)
 			}
 		}

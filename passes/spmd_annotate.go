@@ -81,8 +81,9 @@ func runShardAnnotate(m *ir.Module, _ Options) error {
 		switch op.Name() {
 		case "gather":
 			// Token embeddings: a table looked up at a model input's indices (not positions
-			// made by iota, whose table Megatron keeps whole).
-			if axis := op.Attrs.Int("axis", 0); open(uncast(op.Operands[0])) && (axis == 0 || axis == -2) && op.Operands[1].Def == nil {
+			// made by iota, whose table Megatron keeps whole) — under context parallelism the
+			// input's tokens at the rank's positions (cp-partition's gather).
+			if axis := op.Attrs.Int("axis", 0); open(uncast(op.Operands[0])) && (axis == 0 || axis == -2) && fromInput(op.Operands[1]) {
 				w, try = uncast(op.Operands[0]), splitAt(0)
 			}
 		case "matmul":
@@ -208,4 +209,13 @@ func divisors(n int) string {
 		}
 	}
 	return strings.Join(ds, ", ")
+}
+
+// fromInput reports whether v is a model input, or a model input's elements gathered (the
+// tokens a cp rank holds).
+func fromInput(v *ir.Value) bool {
+	for v.Def != nil && v.Def.Name() == "gather" {
+		v = v.Def.Operands[0]
+	}
+	return v.Def == nil
 }

@@ -95,7 +95,7 @@ func gradTypes(m *ir.Module) map[string]ir.Type {
 				continue
 			}
 			t := accType(r.Type)
-			if blocks[f.ResultAttrs[i].Str(ir.AttrGrad, "")] == 2 {
+			if blocks[f.ResultAttrs[i].Str(ir.AttrGrad, "")] == 2 { // ZeRO-3's functions return the blocks
 				t.Shape = slices.Clone(t.Shape)
 				t.Shape[0] /= dp
 			}

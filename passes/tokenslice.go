@@ -276,6 +276,9 @@ const (
 )
 
 type tokenSlicer struct {
+	// cp is the context-parallel size when the analysis serves cp-partition (0: token
+	// slicing): attention need not be causal, but it must be the fused op without a mask.
+	cp      int
 	m       *ir.Module
 	f       *ir.Func
 	T       int
@@ -332,6 +335,9 @@ func (t *tokenSlicer) shape(v *ir.Value) string {
 
 func (t *tokenSlicer) errAt(op *ir.Op, format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
+	if t.cp > 0 {
+		return ir.ErrorAt(t.m.Source, op.Loc, "--cp %d: %s %s", t.cp, op.Name(), msg)
+	}
 	return ir.ErrorAt(t.m.Source, op.Loc, "token slicing: %s %s", op.Name(), msg)
 }
 
@@ -453,6 +459,9 @@ func (t *tokenSlicer) analyse(op *ir.Op) error {
 	x := t.get(op.Operands[deps[0]])
 	xr := op.Operands[deps[0]].Type.Rank()
 	mixes := func(what string) error {
+		if t.cp > 0 {
+			return t.errAt(op, "%s: its result at one token depends on other tokens of the sequence, which context parallelism splits over the cp ranks (only the fused attention op may mix tokens); use --cp 1", what)
+		}
 		return t.errAt(op, "%s: its result at one token depends on other tokens of the sequence, so the sequence cannot be cut into slices (token slicing needs a causal model)", what)
 	}
 	if x.tok != tokNone {
@@ -701,6 +710,9 @@ func (t *tokenSlicer) analyse(op *ir.Op) error {
 		case "none":
 			t.set(op, seqInfo{dep: true, q: x.q, k: -1})
 		default:
+			if op.Attrs.Has("ignore_index") && t.cp > 0 {
+				return t.errAt(op, "with ignore_index averages over the tokens it keeps, which differ from cp rank to cp rank: the ranks' means could not be combined into the model's (use reduction = sum, or --cp 1)")
+			}
 			if op.Attrs.Has("ignore_index") {
 				return t.errAt(op, "with ignore_index averages over the tokens it keeps, which differ from slice to slice: token slices would weight them by length instead (use reduction = sum, or no ignore_index)")
 			}
@@ -736,6 +748,9 @@ func (t *tokenSlicer) matmul(op *ir.Op, deps []int, r int) error {
 		aRow, aIn = -1, 0
 	}
 	mixes := func() error {
+		if t.cp > 0 {
+			return t.errAt(op, "contracts over the sequence axis, which context parallelism splits over the cp ranks: write attention as the fused op (the DSL's attention(…); ONNX's Attention or the pattern the importer fuses), which the ring computes; or use --cp 1")
+		}
 		return t.errAt(op, "contracts over the sequence axis: its result at one token depends on other tokens of the sequence, so the sequence cannot be cut into slices (token slicing needs a causal model)")
 	}
 	bias := func(q, k int) error {
@@ -776,6 +791,8 @@ func (t *tokenSlicer) matmul(op *ir.Op, deps []int, r int) error {
 		}
 		t.set(op, seqInfo{dep: true, q: q, k: -1})
 		return bias(q, -1)
+	case t.cp > 0 && ai.dep && bi.dep:
+		return mixes()
 	case ai.dep && bi.dep && ai.k < 0 && bi.k < 0 && ai.q == aRow && bi.q == bCol && ar >= 2 && br >= 2:
 		// Attention scores: the keys of this slice and every earlier one.
 		t.prefixOperand(op, 1, bi.q)
@@ -798,6 +815,9 @@ func (t *tokenSlicer) matmul(op *ir.Op, deps []int, r int) error {
 // an explicit mask, data-independent, is cut like the decomposed chain's (rows to the
 // slice, keys to the prefix).
 func (t *tokenSlicer) attention(op *ir.Op, deps []int, r int) error {
+	if t.cp > 0 {
+		return t.cpAttention(op, r)
+	}
 	if !op.Attrs.Bool("causal", false) {
 		return t.errAt(op, "attends without causal = true: the model's attention is not causal (token t would see tokens after t), so it cannot be cut into token slices")
 	}

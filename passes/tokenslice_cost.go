@@ -2,6 +2,7 @@ package passes
 
 import (
 	"fmt"
+	"strings"
 
 	"ppc.dev/ppc/ir"
 )
@@ -278,11 +279,21 @@ func (sc *SliceCostModel) parts(g, b, l, c int) SliceTimes {
 
 // analyseTokens runs the token-slice pass's analysis of f without rewriting it.
 func analyseTokens(m *ir.Module, f *ir.Func) (*tokenSlicer, error) {
-	t := &tokenSlicer{m: m, f: f, info: map[*ir.Value]*seqInfo{}, actions: map[*ir.Op]map[int]operandAction{},
+	return analyseSequence(m, f, 0)
+}
+
+// analyseSequence is analyseTokens for token slicing (cp 0) or context parallelism over cp
+// ranks (cp-partition).
+func analyseSequence(m *ir.Module, f *ir.Func, cp int) (*tokenSlicer, error) {
+	what := "token slicing"
+	if cp > 0 {
+		what = fmt.Sprintf("--cp %d", cp)
+	}
+	t := &tokenSlicer{cp: cp, m: m, f: f, info: map[*ir.Value]*seqInfo{}, actions: map[*ir.Op]map[int]operandAction{},
 		shapeQ: map[*ir.Op]int{}, shapeK: map[*ir.Op]int{}, consts: map[*ir.Value]elemFn{}}
 	T, err := SequenceLength(f)
 	if err != nil {
-		return nil, fmt.Errorf("token slicing: %v", err)
+		return nil, fmt.Errorf("%s: %v", what, strings.Replace(err.Error(), "token slicing needs", "it needs", 1))
 	}
 	t.T = T
 	for i, a := range f.Args {
@@ -300,12 +311,12 @@ func analyseTokens(m *ir.Module, f *ir.Func) (*tokenSlicer, error) {
 		switch {
 		case f.ResultAttrs[i].Has(ir.AttrLoss):
 			if in.tok == tokNone {
-				return nil, fmt.Errorf("token slicing: the loss must be a mean or a sum over the tokens (a cross_entropy or mse, or a reduce_mean or reduce_sum over the sequence)")
+				return nil, fmt.Errorf("%s: the loss must be a mean or a sum over the tokens (a cross_entropy or mse, or a reduce_mean or reduce_sum over the sequence)", what)
 			}
 		case in.dep && in.q >= 0 && in.k < 0 && in.tok == tokNone:
 		case !in.dep:
 		default:
-			return nil, fmt.Errorf("token slicing: result %d of @%s is not laid out by token", i, f.Name)
+			return nil, fmt.Errorf("%s: result %d of @%s is not laid out by token", what, i, f.Name)
 		}
 	}
 	return t, nil

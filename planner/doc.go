@@ -1,4 +1,4 @@
-// Package planner owns `ppc plan`: the choice of pp × dp × tp, sequence parallelism, the
+// Package planner owns `ppc plan`: the choice of pp × dp × cp × tp, sequence parallelism, the
 // schedule and its virtual stages, the micro-batch size and count, recomputation and the
 // ZeRO stage for a cluster of GPUs, from the model's own IR.
 //
@@ -24,6 +24,14 @@
 //     reduce-scatter and all-gather, per micro-batch under ZeRO-2), builds the schedule, and
 //     simulates it with the schedule package's engine: the step time and the bubble (as a
 //     fraction of the ideal time, as ppc compile and simulate give it).
+//   - Context parallelism is probed like a tp layout: one probe per (tp, sp, cp), compiled with
+//     --cp, so a unit's costs are one cp rank's (its share of each sequence, the ring priced
+//     by the cost model: n attention blocks, each step's transfer overlapped with its block)
+//     and its memory the ring's own (the K/V blocks in flight, the dK/dV partial sums). The
+//     cp ranks' gradients are summed over cp before dp's reduction, in the same buckets. cp
+//     is searched over powers of two whose zig-zag chunks divide the sequence and whose ranks
+//     keep at least MinCPTokens tokens: below that a block's compute no longer hides its
+//     transfer, and each cp size costs its own probes.
 //   - Fixed sizes are checked against the model and the cluster before the search, the
 //     model's limit first (a --pp deeper than its units), then the GPU count (whole nodes;
 //     pp × dp × tp), so that no answer suggests a batch size for a pipeline too deep.
@@ -44,9 +52,15 @@
 //     runs hold). So the planner sees what deferring
 //     W costs: under zero-bubble schedules a rank's later I's hold their output gradients
 //     until W, and ZB-V's cool-down defers up to 2·pp−1 of them on its later ranks.
+//     Under ZeRO-3 (parameters held as dp blocks, gathered per layer inside the runs:
+//     passes.ParamGather) each probe is also rewritten as a ZeRO-3 compile would be
+//     (passes.GatherAsZero3) and its runs measured before and after their first gather: a
+//     unit of a larger stage holds its own copies before it (they were prefetched during the
+//     layer before) and the next segment's after it; each run's gathers and gradient
+//     reduce-scatters are priced in F, I and W.
 //     TestPlanMemoryMatchesCompile (cmd/ppc) draws configurations over the schedules, tp and
-//     sp, recomputation and ZeRO and holds each rank's prediction to within 2% of ppc
-//     compile's live bytes (full recomputation: at most 6% over, never under); the arena's
+//     sp, recomputation and ZeRO 0–3 and holds each rank's prediction to within 2% of ppc
+//     compile's live bytes (full recomputation: at most 6% over, ZeRO-3 5%, never under); the arena's
 //     placement adds its fragmentation, reported by ppc compile.
 //
 // # Search

@@ -27,7 +27,25 @@ type evaluation struct {
 	stageMem   []stageMem       // per stage: its runs' arena use, per micro-batch
 	work       []int64          // per rank: the static workspace estimate in rankMem (its largest run)
 	stepEnd    []int64          // per rank: the arena the step's end needs (optimizer, ZeRO's blocks)
+	gather     [][3]float64     // per stage: ZeRO-3's gathers in one run of F, I and W (seconds)
 	flopsTotal float64
+}
+
+// gathered is the bytes of the copies of ps that ZeRO-3 over dp gathers (those whose first
+// dim dp divides; the others are held whole) and the cost model's time to gather them, one
+// collective each.
+func (e *evaluation) gathered(ps []param) (bytes int64, t float64) {
+	c := e.c
+	if c.Zero != 3 || c.DP < 2 {
+		return 0, 0
+	}
+	for _, pr := range ps {
+		if pr.dim0%c.DP == 0 {
+			bytes += pr.bytes
+			t += e.p.dev.AxisCollectiveTime("all_gather", float64(pr.bytes), c.DP, "dp")
+		}
+	}
+	return bytes, t
 }
 
 // split cuts units into s contiguous stages, minimising the largest stage time
@@ -156,6 +174,26 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			}
 			e.flopsTotal += u.flops / float64(c.MicrobatchSize) // per sequence
 		}
+		// ZeRO-3: each run gathers its units' parameters, and waits for them (the
+		// prefetch's overlap with compute is not credited, as ppc compile's estimate).
+		var gt [3]float64
+		for _, u := range units[lo:hi] {
+			for k := range gt {
+				_, t := e.gathered(u.gathers[k])
+				gt[k] += t
+			}
+			if c.Zero == 3 && c.DP > 1 {
+				// W reduce-scatters each gradient of a block parameter as it computes it.
+				for _, gr := range u.wgrads {
+					if gr.dim0%c.DP == 0 {
+						gt[2] += dev.AxisCollectiveTime("reduce_scatter", float64(gr.bytes), c.DP, "dp")
+					}
+				}
+			}
+		}
+		e.gather = append(e.gather, gt)
+		sc.F, sc.I, sc.W = sc.F+gt[0], sc.I+gt[1], sc.W+gt[2]
+		sc.FColl, sc.IColl, sc.WColl = sc.FColl+gt[0], sc.IColl+gt[1], sc.WColl+gt[2]
 		sc.CommBytes = float64(units[hi-1].send)
 		if hi == len(units) {
 			sc.CommBytes = 0
@@ -165,6 +203,15 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		// reduce-scattered before the optimizer and the new blocks all-gathered after it
 		// (ZeRO 1); reduce-scattered each micro-batch and the blocks all-gathered (ZeRO 2) —
 		// the stage's tensors in buckets of up to 25 MiB, a larger tensor alone.
+		if c.CP > 1 {
+			// The cp replicas' gradients are summed first (grad-reduce), every bucket
+			// all-reduced over cp after the stage's last W — under ZeRO-2 the dp blocks.
+			g := float64(pbytes)
+			if c.Zero >= 2 && c.DP > 1 {
+				g /= float64(c.DP)
+			}
+			sc.GradReduce += bucketed(g, func(x float64) float64 { return dev.AxisCollectiveTime("all_reduce", x, c.CP, "cp") })
+		}
 		if c.DP > 1 {
 			g := float64(pbytes)
 			coll := func(kind string, x float64) float64 { return dev.AxisCollectiveTime(kind, x, c.DP, "dp") }
@@ -177,12 +224,24 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			}
 			switch c.Zero {
 			case 0:
-				sc.GradReduce = bucketed(g, func(x float64) float64 { return coll("all_reduce", x) })
+				sc.GradReduce += bucketed(g, func(x float64) float64 { return coll("all_reduce", x) })
 			case 1:
 				sc.StepEnd = zero("reduce_scatter") + zero("all_gather")
 			case 2:
 				sc.GradReduceMB = zero("reduce_scatter")
 				sc.StepEnd = zero("all_gather")
+			case 3:
+				// ZeRO-3: the gathers and reduce-scatters are in the runs (above); the
+				// gradients dp does not split are all-reduced.
+				var whole float64
+				for _, pr := range rankSetOf(units[lo:hi]) {
+					if pr.dim0%c.DP != 0 {
+						whole += float64(pr.bytes)
+					}
+				}
+				if whole > 0 {
+					sc.GradReduce = bucketed(whole, func(x float64) float64 { return coll("all_reduce", x) })
+				}
 			}
 		}
 		e.cost.Stages = append(e.cost.Stages, sc)
@@ -212,16 +271,29 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			}
 		}
 		// The stage's runs as the arena sees them.
-		sm := stageMemOf(units[lo:hi])
-		if c.Zero >= 2 && c.DP > 1 {
-			// ZeRO-2 keeps the run's gradients for the reduce-scatter after it, whose first
-			// bucket is packed while they are all still there.
+		sm := stageMemOf(units[lo:hi], e.gathered)
+		if c.Zero == 2 && c.DP > 1 {
+			// ZeRO-2 keeps the run's gradients it reduce-scatters (those of the
+			// parameters dp splits; the others are accumulated as they come) for the
+			// reduce-scatter after it, whose first bucket is packed while they are all still
+			// there.
 			var g int64
+			var split []int64
 			for _, u := range units[lo:hi] {
 				g += u.mem.grads
+				for _, gr := range u.wgrads {
+					if gr.dim0%c.DP != 0 {
+						g -= gr.bytes
+					}
+				}
+			}
+			for _, pr := range rankSetOf(units[lo:hi]) {
+				if pr.dim0%c.DP == 0 {
+					split = append(split, pr.bytes)
+				}
 			}
 			var bucket float64
-			if bs := bucketBytes(sizes); len(bs) > 0 {
+			if bs := bucketBytes(split); len(bs) > 0 {
 				bucket = bs[0]
 			}
 			sm.afterW = g + int64(bucket)
@@ -232,6 +304,9 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		var bucket int64
 		for _, b := range bucketBytes(sizes) {
 			bucket = max(bucket, int64(b))
+		}
+		if c.CP > 1 {
+			sm.lastW = bucket // the cp sum's packed bucket (the dp sum reuses the layout)
 		}
 		if c.DP > 1 {
 			switch c.Zero {
@@ -284,6 +359,17 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		}
 		P, dp := rankParams[r], int64(c.DP)
 		switch {
+		case c.Zero == 3 && c.DP > 1:
+			// The optimizer updates each block in place, one tensor at a time.
+			var most int64
+			for _, pr := range rankSet[r] {
+				n := pr.bytes
+				if pr.dim0%c.DP == 0 {
+					n /= dp
+				}
+				most = max(most, n)
+			}
+			e.stepEnd[r] = 3 * most
 		case c.Zero >= 1 && c.DP > 1:
 			blocks := P / dp
 			if c.Zero == 1 {
@@ -315,6 +401,9 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		if c.Zero >= 2 {
 			m.Grads = (pb-whole)/dp + whole + (tiedGrads[r]-tiedWhole)/dp + tiedWhole
 		}
+		if c.Zero == 3 && c.DP > 1 {
+			m.Params = (pb-whole)/dp + whole
+		}
 		e.rankMem[r] = m
 	}
 	return e
@@ -339,12 +428,67 @@ type stageMem struct {
 // recomputation each unit is rebuilt from its stashed inputs right before its own backward
 // (split-stages rebuilds one layer at a time, in I and again in W), which its probe's runs
 // already hold: the units before it hold only their inputs.
-func stageMemOf(units []unitCost) stageMem {
+//
+// Under ZeRO-3 (gathered gives the bytes a unit's run gathers; 0 otherwise) each run is its
+// ZeRO-3 measure, and the copies gathered ahead of it are added: param-gather gathers a
+// segment's parameters before the previous segment's first reader, so while a unit runs,
+// the next segment's copies (the previous one's, in I and W, which run the units in
+// reverse) and the later units of its own segment are already there.
+func stageMemOf(units []unitCost, gathered func([]param) (int64, float64)) stageMem {
 	var sm stageMem
 	var made int64
-	for _, u := range units {
+	n := len(units)
+	// ahead[k] is what is gathered while unit k runs beyond its own copies, per kind.
+	var ahead [3][]int64
+	z3 := false
+	for k := range 3 {
+		ahead[k] = make([]int64, n)
+		g := make([]int64, n)
+		for j := range units {
+			g[j], _ = gathered(units[j].gathers[k])
+			z3 = z3 || g[j] > 0
+		}
+		dir := 1 // F runs the units in order, I and W in reverse
+		if k > 0 {
+			dir = -1
+		}
+		for j := range units {
+			// The later units of j's segment, then the next segment's (units without
+			// parameters belong to no segment).
+			seg, next := units[j].segment, 0
+			for i := j + dir; i >= 0 && i < n; i += dir {
+				s := units[i].segment
+				if s == -2 {
+					continue
+				}
+				if s != seg {
+					if next > 0 {
+						break
+					}
+					seg, next = s, 1
+				}
+				ahead[k][j] += g[i]
+			}
+		}
+	}
+	// A unit's run under ZeRO-3: before its first gather it holds its own copies too (unless
+	// its segment is the run's first, gathered there as in the probe), from it on the copies
+	// gathered ahead.
+	first := [3]int{0, n - 1, n - 1} // the first unit each kind runs
+	run := func(k, j int, plain int64) int64 {
+		if !z3 {
+			return plain
+		}
+		m := units[j].mem
+		var own int64
+		if units[j].segment != units[first[k]].segment {
+			own, _ = gathered(units[j].gathers[k])
+		}
+		return max(m.before3[k]+own, m.after3[k]+ahead[k][j])
+	}
+	for j, u := range units {
 		m := u.mem
-		sm.runF = max(sm.runF, made+m.runF)
+		sm.runF = max(sm.runF, made+run(0, j, m.runF))
 		made += m.stash
 		sm.stash += m.stash
 		sm.stashI += m.stashI
@@ -362,9 +506,9 @@ func stageMemOf(units []unitCost) stageMem {
 	var done int64 // processed units: what their I left (held, and inputs W still reads)
 	for k := len(units) - 1; k >= 0; k-- {
 		m := units[k].mem
-		sm.runI = max(sm.runI, before[k]+done+m.runI)
+		sm.runI = max(sm.runI, before[k]+done+run(1, k, m.runI))
 		done += m.held + m.argsI - m.stashI
-		sm.runW = max(sm.runW, beforeW[k]+m.runW)
+		sm.runW = max(sm.runW, beforeW[k]+run(2, k, m.runW))
 	}
 	return sm
 }
@@ -540,6 +684,9 @@ func (e *evaluation) sliceStages() bool {
 		ctx := 0
 		for _, l := range lengths {
 			t := parts(s, c.MicrobatchSize, l, ctx)
+			if s < len(e.gather) { // each slice's run gathers its parameters (ZeRO-3)
+				t.F, t.I, t.W = t.F+e.gather[s][0], t.I+e.gather[s][1], t.W+e.gather[s][2]
+			}
 			frac := float64(l) / T
 			sc.Slices = append(sc.Slices, schedule.StageCost{F: t.F, I: t.I, W: t.W,
 				FColl: whole.FColl * frac, IColl: whole.IColl * frac, WColl: whole.WColl * frac,
@@ -630,7 +777,7 @@ func (e *evaluation) simulate(full bool) (pl Plan, fits, built bool) {
 	pl.TokensPerSec = float64(p.batch*p.seq) / res.StepTime
 	// The model FLOPs: three times the forward's matmuls (flopsTotal, per sequence and tp
 	// rank) over the global batch; recomputation does not count.
-	flops := 3 * e.flopsTotal * float64(c.TP) * float64(p.batch)
+	flops := 3 * e.flopsTotal * float64(c.TP) * float64(max(c.CP, 1)) * float64(p.batch)
 	pl.TFLOPsPerGPU = flops / res.StepTime / float64(p.req.GPUs) / 1e12
 	pl.MFU = flops / res.StepTime / float64(p.req.GPUs) / p.peakRate()
 	pl.BubbleRatio = res.BubbleRatio
@@ -722,6 +869,9 @@ func (p *planner) command(c Config) string {
 	}
 	args = append(args, "--gpu", shellQuote(p.dev.Name), "--precision", p.precision,
 		"--pp", fmt.Sprint(c.PP), "--dp", fmt.Sprint(c.DP), "--tp", fmt.Sprint(c.TP))
+	if c.CP > 1 {
+		args = append(args, "--cp", fmt.Sprint(c.CP))
+	}
 	if c.SP {
 		args = append(args, "--sp")
 	}
@@ -769,4 +919,40 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// rankSetOf is the parameters units read, each once, in order.
+func rankSetOf(units []unitCost) []param {
+	var out []param
+	seen := map[string]bool{}
+	for _, u := range units {
+		for _, pr := range u.params {
+			if !seen[pr.name] {
+				seen[pr.name] = true
+				out = append(out, pr)
+			}
+		}
+	}
+	return out
+}
+
+// zeroNote says, for a configuration with ZeRO, how little of the model dp can split: ZeRO
+// blocks a parameter over dp only where dp divides its first dim (dp 124 = 4·31 divides no
+// dim of GPT-3's), which is why such a configuration holds far more than 1/dp.
+func (e *evaluation) zeroNote() string {
+	c := e.c
+	if c.Zero == 0 || c.DP < 2 {
+		return ""
+	}
+	var split, all int64
+	for _, pr := range rankSetOf(e.units) {
+		all += pr.bytes
+		if pr.dim0%c.DP == 0 {
+			split += pr.bytes
+		}
+	}
+	if all == 0 || split*2 > all {
+		return ""
+	}
+	return fmt.Sprintf("; ZeRO splits a parameter over dp only where dp divides its first dim, and dp %d divides that of %.0f%% of the parameter bytes", c.DP, 100*float64(split)/float64(all))
 }

@@ -42,8 +42,11 @@ type Request struct {
 // dimension to the search (SP and Zero use −1 for that, since 0 is a setting).
 type Fixed struct {
 	PP, DP, TP, V, Microbatches, MicrobatchSize int
-	SP, Zero                                    int // −1: search
-	Schedule, Recompute                         string
+	// CP is the context-parallel size (0: searched where each rank keeps at least
+	// MinCPTokens tokens of a sequence; 1: none).
+	CP                  int
+	SP, Zero            int // −1: search
+	Schedule, Recompute string
 	// TokenSlices: "" searches (token slices are tried where they can help: fewer
 	// micro-batches than pipeline ranks), "1" turns them off, "auto" turns them on with
 	// TeraPipe's slicing, explicit lengths fix them.
@@ -54,6 +57,7 @@ type Fixed struct {
 type Config struct {
 	PP             int    `json:"pp"`
 	DP             int    `json:"dp"`
+	CP             int    `json:"cp"`
 	TP             int    `json:"tp"`
 	SP             bool   `json:"sp"`
 	V              int    `json:"virtual_stages"`
@@ -121,10 +125,12 @@ type planner struct {
 	units       int    // units of the model (E, layers, L)
 	unitNames   string // the first and last units, for messages: "E, t0 … L"
 	causal      bool   // the model can be cut into token slices
+	attention   bool   // the model has attention (context parallelism can split it)
 	fixedSlices []int  // --token-slices lengths, when given
 	batch       int
 	seq         int
 	params      int64 // the model's parameter count
+	zero3       bool  // ZeRO-3 is searched: probes measure its runs too
 	mu          sync.Mutex
 	probes      map[probeKey][2][]unitCost // at one and two sequences per micro-batch
 	scaled      map[scaledKey][]unitCost   // at b sequences
@@ -164,7 +170,8 @@ func Search(req Request) (*Result, error) {
 	if ext := strings.ToLower(filepath.Ext(req.Model)); ext != ".ppm" {
 		return nil, inputErr("%s: ppc plan reads .ppm models, whose config sets the global batch and sequence (batch, seq); for an ONNX model, predict one configuration with ppc compile --gpu and ppc simulate", req.Model)
 	}
-	p := &planner{req: req, dev: req.Device, precision: req.Precision, probes: map[probeKey][2][]unitCost{}, scaled: map[scaledKey][]unitCost{}, splits: map[splitKey][]int{}, slicers: map[int]*passes.SliceCostModel{}, sliceCache: map[[5]int]passes.SliceTimes{}, scheds: map[schedKey]schedEntry{}}
+	p := &planner{req: req, dev: req.Device, precision: req.Precision, probes: map[probeKey][2][]unitCost{}, scaled: map[scaledKey][]unitCost{}, splits: map[splitKey][]int{}, slicers: map[int]*passes.SliceCostModel{}, sliceCache: map[[5]int]passes.SliceTimes{}, scheds: map[schedKey]schedEntry{},
+		zero3: req.Fix.Zero < 0 || req.Fix.Zero == 3}
 	if p.dev.MemBytes <= 0 {
 		return nil, inputErr("--gpu %s has no memory size; name a GPU (%s) or give mem_bytes, e.g. %s{mem_bytes=80e9}", p.dev.Name, passes.DeviceNames(), p.dev.Name)
 	}
@@ -239,6 +246,20 @@ func (p *planner) inspect() error {
 	if err != nil {
 		return err
 	}
+	for _, op := range res.Module.Func(ir.ForwardFunc).Ops {
+		p.attention = p.attention || op.Name() == "attention"
+	}
+	if fx := p.req.Fix; fx.CP > 1 {
+		if !p.attention {
+			return inputErr("--cp %d: the model has no attention op to split over a ring; use --cp 1", fx.CP)
+		}
+		if err := passes.CheckCPSplit(p.seq, fx.CP, passes.CPZigzag); err != nil {
+			return inputErr("%v", err)
+		}
+		if fx.TokenSlices != "" && fx.TokenSlices != "1" {
+			return inputErr("--token-slices with --cp: use one or the other")
+		}
+	}
 	labels, err := passes.LayerUnits(res.Module)
 	if err != nil {
 		return err
@@ -279,6 +300,30 @@ func (p *planner) tpSizes() []int {
 	for t := 1; t <= p.dev.GPUsPerNode && t <= p.req.GPUs; t++ {
 		if p.req.GPUs%t == 0 && (p.req.Fix.TP == 0 || p.req.Fix.TP == t) {
 			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// MinCPTokens is the fewest tokens of a sequence a cp rank keeps when the search chooses cp:
+// below it a ring step's block is too small to hide its transfer, and Megatron uses context
+// parallelism for long sequences only.
+const MinCPTokens = 4096
+
+// cpSizes are the context-parallel sizes worth trying with tp: the fixed one, or 1 and every
+// power of two that divides the GPUs left by tp, whose zig-zag chunks (2·cp) divide the
+// sequence and whose ranks keep at least MinCPTokens tokens — for a model with attention.
+func (p *planner) cpSizes(tp int) []int {
+	if f := p.req.Fix.CP; f > 0 {
+		return []int{f}
+	}
+	out := []int{1}
+	if !p.attention {
+		return out
+	}
+	for c := 2; c*tp <= p.req.GPUs && p.seq/c >= MinCPTokens; c *= 2 {
+		if p.req.GPUs%(c*tp) == 0 && p.seq%(2*c) == 0 {
+			out = append(out, c)
 		}
 	}
 	return out
@@ -335,7 +380,7 @@ func (p *planner) enumerate() ([]candidate, error) {
 	if fx.Recompute != "" {
 		recomputes = []string{fx.Recompute}
 	}
-	zeros := []int{0, 1, 2}
+	zeros := []int{0, 1, 2, 3}
 	if fx.Zero >= 0 {
 		zeros = []int{fx.Zero}
 	}
@@ -349,42 +394,48 @@ func (p *planner) enumerate() ([]candidate, error) {
 			sps = []bool{fx.SP == 1}
 		}
 		for _, sp := range sps {
-			for pp := 1; pp <= p.req.GPUs/tp; pp++ {
-				if (p.req.GPUs/tp)%pp != 0 || (fx.PP > 0 && fx.PP != pp) || pp > p.units {
-					continue
-				}
-				dp := p.req.GPUs / (tp * pp)
-				if fx.DP > 0 && fx.DP != dp {
-					continue
-				}
-				for b := 1; b <= p.batch; b *= 2 {
-					if p.batch%(dp*b) != 0 || (fx.MicrobatchSize > 0 && fx.MicrobatchSize != b) {
+			for _, cp := range p.cpSizes(tp) {
+				for pp := 1; pp <= p.req.GPUs/(tp*cp); pp++ {
+					if (p.req.GPUs/(tp*cp))%pp != 0 || (fx.PP > 0 && fx.PP != pp) || pp > p.units {
 						continue
 					}
-					m := p.batch / (dp * b)
-					if fx.Microbatches > 0 && fx.Microbatches != m {
+					dp := p.req.GPUs / (tp * cp * pp)
+					if fx.DP > 0 && fx.DP != dp {
 						continue
 					}
-					usable = true
-					for _, sc := range p.schedules(pp) {
-						if pp*sc.v > p.units {
+					for b := 1; b <= p.batch; b *= 2 {
+						if p.batch%(dp*b) != 0 || (fx.MicrobatchSize > 0 && fx.MicrobatchSize != b) {
 							continue
 						}
-						if _, err := schedule.Generate(sc.name, min(pp, 2), max(m*min(pp, 2)/pp, 1), sc.v); err != nil && m < pp {
-							// The schedule needs more micro-batches than this setting has
-							// (checked for real when it is built).
-							if _, err := schedule.Generate(sc.name, pp, m, sc.v); err != nil {
+						m := p.batch / (dp * b)
+						if fx.Microbatches > 0 && fx.Microbatches != m {
+							continue
+						}
+						usable = true
+						for _, sc := range p.schedules(pp) {
+							if pp*sc.v > p.units {
 								continue
 							}
-						}
-						for _, sliced := range p.slicings(pp, m, sp, sc) {
-							for _, rc := range recomputes {
-								for _, z := range zeros {
-									if z > 0 && dp == 1 {
-										continue
+							if _, err := schedule.Generate(sc.name, min(pp, 2), max(m*min(pp, 2)/pp, 1), sc.v); err != nil && m < pp {
+								// The schedule needs more micro-batches than this setting has
+								// (checked for real when it is built).
+								if _, err := schedule.Generate(sc.name, pp, m, sc.v); err != nil {
+									continue
+								}
+							}
+							slicings := p.slicings(pp, m, sp, sc)
+							if cp > 1 {
+								slicings = []bool{false} // a ring has no token-slice form (ppc compile refuses both)
+							}
+							for _, sliced := range slicings {
+								for _, rc := range recomputes {
+									for _, z := range zeros {
+										if z > 0 && dp == 1 {
+											continue
+										}
+										cands = append(cands, candidate{Config: Config{PP: pp, DP: dp, TP: tp, SP: sp, V: sc.v, MicrobatchSize: b, Microbatches: m,
+											Schedule: sc.name, Recompute: rc, Zero: z, sliced: sliced, CP: cp}, key: probeKey{tp, sp, rc, cp}})
 									}
-									cands = append(cands, candidate{Config: Config{PP: pp, DP: dp, TP: tp, SP: sp, V: sc.v, MicrobatchSize: b, Microbatches: m,
-										Schedule: sc.name, Recompute: rc, Zero: z, sliced: sliced}, key: probeKey{tp, sp, rc}})
 								}
 							}
 						}
@@ -534,14 +585,14 @@ func gcd(a, b int) int {
 func (p *planner) run(cands []candidate, res *Result) error {
 	// One probe per tensor-parallel layout, split per recompute mode.
 	type layout struct {
-		tp int
-		sp bool
+		tp, cp int
+		sp     bool
 	}
 	modes := map[layout][]string{}
 	for _, c := range cands {
 		// Each mode's probe holds everything its runs need (full recomputation's one-unit
 		// probe rebuilds its unit itself), so a candidate needs only its own mode's.
-		l := layout{c.key.tp, c.key.sp}
+		l := layout{c.key.tp, c.key.cp, c.key.sp}
 		if !slices.Contains(modes[l], c.key.recompute) {
 			modes[l] = append(modes[l], c.key.recompute)
 		}
@@ -553,6 +604,9 @@ func (p *planner) run(cands []candidate, res *Result) error {
 	sort.Slice(list, func(i, j int) bool {
 		if list[i].tp != list[j].tp {
 			return list[i].tp < list[j].tp
+		}
+		if list[i].cp != list[j].cp {
+			return list[i].cp < list[j].cp
 		}
 		return !list[i].sp && list[j].sp
 	})
@@ -566,7 +620,7 @@ func (p *planner) run(cands []candidate, res *Result) error {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			got, err := p.probe(l.tp, l.sp, modes[l])
+			got, err := p.probe(l.tp, l.cp, l.sp, modes[l])
 			errs[i] = err
 			p.mu.Lock()
 			for k, u := range got {
@@ -587,7 +641,7 @@ func (p *planner) run(cands []candidate, res *Result) error {
 		}
 		var ie *ir.Error
 		if !errors.As(err, &ie) || list[i].tp == 1 {
-			return fmt.Errorf("probe compile (tp %d, sp %t): %v", list[i].tp, list[i].sp, err)
+			return fmt.Errorf("probe compile (tp %d, cp %d, sp %t): %v", list[i].tp, list[i].cp, list[i].sp, err)
 		}
 		if firstErr == nil {
 			firstErr = err
@@ -645,8 +699,8 @@ func (p *planner) run(cands []candidate, res *Result) error {
 		if leastMem == nil {
 			return inputErr("no configuration could be built for %d GPUs", p.req.GPUs)
 		}
-		return inputErr("nothing fits in the %s of a %s: the least memory any configuration needs is %s per GPU (%s); use more GPUs, a GPU with more memory, or a smaller --global-batch",
-			codegen.FormatBytes(p.dev.MemBytes), p.dev.Name, codegen.FormatBytes(leastMem.staticPeak()), leastMem.c.describe())
+		return inputErr("nothing fits in the %s of a %s: the least memory any configuration needs is %s per GPU (%s)%s; use more GPUs, a GPU with more memory, or a smaller --global-batch",
+			codegen.FormatBytes(p.dev.MemBytes), p.dev.Name, codegen.FormatBytes(leastMem.staticPeak()), leastMem.c.describe(), leastMem.zeroNote())
 	}
 	sort.Slice(fit, func(i, j int) bool { return fit[i].bound < fit[j].bound })
 	k := max(p.req.Top, 2)
@@ -774,6 +828,9 @@ func joinInts(v []int) string {
 // describe is a configuration in a few words.
 func (c Config) describe() string {
 	s := fmt.Sprintf("pp %d, dp %d, tp %d", c.PP, c.DP, c.TP)
+	if c.CP > 1 {
+		s = fmt.Sprintf("pp %d, dp %d, cp %d, tp %d", c.PP, c.DP, c.CP, c.TP)
+	}
 	if c.SP {
 		s += " with sp"
 	}

@@ -126,11 +126,11 @@ func TestAffineInMicrobatch(t *testing.T) {
 	if err := p.inspect(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := p.probe(2, false, []string{"none"})
+	got, err := p.probe(2, 1, false, []string{"none"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	four := at(got[probeKey{2, false, "none"}], 4)
+	four := at(got[probeKey{2, false, "none", 1}], 4)
 	opts := compiler.Options{Load: p.load(4), PP: p.units, TP: 2, Microbatches: 1, Schedule: "gpipe", Precision: "bf16", Partition: "auto", GPU: dev.Name}
 	mods, err := compiler.ProbeSplit(gptPPM, opts, []string{"none"})
 	if err != nil {

@@ -27,6 +27,14 @@ type unitCost struct {
 	shared      []param // of them, those another unit reads too (a tied embedding)
 	castBytes   int64   // 16-bit copies of the unit's weights the forward makes (mixed precision)
 	mem         unitMem
+	// ZeRO-3: the whole copies each of the unit's runs (F, I, W) gathers — a parameter per
+	// dtype it is read in (its 16-bit cast is gathered as such) — and the segment the unit's
+	// gathers belong to (param-gather's: its parameters' layer; −2: it has none).
+	gathers [3][]param
+	segment int
+	// wgrads are the weight gradients the unit's W returns, as it returns them (ZeRO-2 and 3
+	// keep those they reduce-scatter until the run ends).
+	wgrads []param
 }
 
 // unitMem is what the unit's runs hold in the arena per micro-batch, as code generation lays
@@ -44,6 +52,12 @@ type unitMem struct {
 	// inputs until their last use in it (codegen.RunMemory.PeakWithArgs).
 	runF, runI, runW int64
 	grads            int64 // the weight gradients W returns (compute dtype)
+	// The runs' peaks as ZeRO-3 lays them out (passes.GatherAsZero3: the gathered copies from
+	// the run's start to their last reader), measured as runF, runI and runW are.
+	runF3, runI3, runW3 int64
+	// Of each, the peak before the run's first gather and from it on (codegen.RunMemory's
+	// Before and After).
+	before3, after3 [3]int64
 }
 
 type param struct {
@@ -52,11 +66,13 @@ type param struct {
 	dim0  int // its first dim as one tp rank holds it (ZeRO shards it over dp when dp divides it)
 }
 
-// probeKey names one probe compile: the tensor-parallel layout and the recompute mode.
+// probeKey names one probe compile: the tensor-parallel layout, the recompute mode and the
+// context-parallel size (a cp rank's units hold its share of each sequence and the ring).
 type probeKey struct {
 	tp        int
 	sp        bool
 	recompute string
+	cp        int
 }
 
 // probe compiles the model through split-stages with one unit per stage, once per
@@ -64,10 +80,10 @@ type probeKey struct {
 // sequences, and reads each unit's costs at both. A micro-batch of b sequences costs the
 // affine extrapolation: some work is per micro-batch whatever its size (the 16-bit copies
 // of the weights, their gradients' casts, collectives' latencies), the rest grows with it.
-func (p *planner) probe(tp int, sp bool, modes []string) (map[probeKey][2][]unitCost, error) {
+func (p *planner) probe(tp, cp int, sp bool, modes []string) (map[probeKey][2][]unitCost, error) {
 	out := map[probeKey][2][]unitCost{}
 	for b := 1; b <= 2; b++ {
-		opts := compiler.Options{Load: p.load(b), PP: p.units, TP: tp, SP: sp, Microbatches: 1, Schedule: "gpipe",
+		opts := compiler.Options{Load: p.load(b), PP: p.units, TP: tp, CP: cp, SP: sp, Microbatches: 1, Schedule: "gpipe",
 			Precision: p.precision, Partition: "auto", GPU: p.dev.Name, VocabMultiple: p.req.VocabMultiple}
 		mods, err := compiler.ProbeSplit(p.req.Model, opts, modes)
 		if err != nil {
@@ -78,7 +94,7 @@ func (p *planner) probe(tp int, sp bool, modes []string) (map[probeKey][2][]unit
 			if err != nil {
 				return nil, err
 			}
-			k := probeKey{tp, sp, modes[i]}
+			k := probeKey{tp, sp, modes[i], cp}
 			pair := out[k]
 			pair[b-1] = u
 			out[k] = pair
@@ -105,7 +121,11 @@ func at(pair [2][]unitCost, b int) []unitCost {
 		a, c := u.mem, v.mem
 		w.mem = unitMem{stash: lini(a.stash, c.stash), stashI: lini(a.stashI, c.stashI), recvStash: lini(a.recvStash, c.recvStash),
 			held: lini(a.held, c.held), inF: lini(a.inF, c.inF), inI: lini(a.inI, c.inI), argsI: lini(a.argsI, c.argsI),
-			runF: lini(a.runF, c.runF), runI: lini(a.runI, c.runI), runW: lini(a.runW, c.runW), grads: a.grads}
+			runF: lini(a.runF, c.runF), runI: lini(a.runI, c.runI), runW: lini(a.runW, c.runW), grads: a.grads,
+			runF3: lini(a.runF3, c.runF3), runI3: lini(a.runI3, c.runI3), runW3: lini(a.runW3, c.runW3)}
+		for k := range 3 {
+			w.mem.before3[k], w.mem.after3[k] = lini(a.before3[k], c.before3[k]), lini(a.after3[k], c.after3[k])
+		}
 		out[i] = w
 	}
 	return out
@@ -138,6 +158,11 @@ func (p *planner) readProbe(m *ir.Module, tp int) ([]unitCost, error) {
 	if err := readUnitMem(m, units); err != nil {
 		return nil, err
 	}
+	if p.zero3 {
+		if err := readZero3(m, units); err != nil {
+			return nil, err
+		}
+	}
 	all := make([][]param, len(units))
 	uses := map[string]int{}
 	for _, f := range m.Funcs {
@@ -165,8 +190,21 @@ func (p *planner) readProbe(m *ir.Module, tp int) ([]unitCost, error) {
 			}
 		}
 	}
+	for _, f := range m.Funcs {
+		if s := f.Attrs.Int("stage", 0); f.Attrs.Str("kind", "") == passes.KindW && s < len(units) {
+			for i, r := range f.Results {
+				if name := f.ResultAttrs[i].Str(ir.AttrGrad, ""); name != "" && r.Type.Rank() > 0 {
+					units[s].wgrads = append(units[s].wgrads, param{name, r.Type.Bytes(), r.Type.Shape[0]})
+				}
+			}
+		}
+	}
 	for s := range units {
 		units[s].params = all[s]
+		units[s].segment = -2
+		if len(all[s]) > 0 {
+			units[s].segment = passes.LayerOfParam(all[s][0].name)
+		}
 		for _, pr := range all[s] {
 			if uses[pr.name] > 1 {
 				units[s].shared = append(units[s].shared, pr)
@@ -285,6 +323,67 @@ func readUnitMem(m *ir.Module, units []unitCost) error {
 				um.inI += size
 			}
 		}
+	}
+	return nil
+}
+
+// readZero3 fills in what ZeRO-3 changes about each unit's runs: the copies they gather and
+// their peaks with the copies in the arena, measured on a copy of the probe rewritten as
+// param-gather rewrites a compile (at dp = 2: the blocks themselves are not in the arena,
+// so the measure hardly depends on dp).
+func readZero3(m *ir.Module, units []unitCost) error {
+	kinds := map[string]int{passes.KindF: 0, passes.KindI: 1, passes.KindW: 2}
+	for _, f := range m.Funcs {
+		k, ok := kinds[f.Attrs.Str("kind", "")]
+		s := f.Attrs.Int("stage", 0)
+		if !ok || s >= len(units) {
+			continue
+		}
+		uses := f.Uses()
+		for i, a := range f.Args {
+			if !f.ArgAttrs[i].Has(ir.AttrParam) || a.Type.Rank() == 0 {
+				continue
+			}
+			var dts []ir.DType
+			for _, op := range uses[a] {
+				dt := a.Type.DType
+				if op.Name() == "cast" {
+					dt = op.Results[0].Type.DType
+				}
+				if !slices.Contains(dts, dt) {
+					dts = append(dts, dt)
+				}
+			}
+			for _, dt := range dts {
+				units[s].gathers[k] = append(units[s].gathers[k], param{a.Name, int64(a.Type.NumElements()) * int64(dt.Size()), a.Type.Shape[0]})
+			}
+		}
+	}
+	z := m.Clone()
+	passes.GatherAsZero3(z, 2)
+	runs, err := codegen.RunMemories(z)
+	if err != nil {
+		return err
+	}
+	for _, f := range z.Funcs {
+		s := f.Attrs.Int("stage", 0)
+		if s >= len(units) {
+			continue
+		}
+		k, ok := kinds[f.Attrs.Str("kind", "")]
+		if !ok {
+			continue
+		}
+		rm := runs[f.Name]
+		switch k {
+		case 0:
+			units[s].mem.runF3 = rm.PeakWithArgs
+		case 1:
+			units[s].mem.runI3 = rm.PeakWithArgs
+		case 2:
+			units[s].mem.runW3 = rm.PeakWithArgs
+		}
+		units[s].mem.before3[k], units[s].mem.after3[k] = rm.Before, rm.After
 	}
 	return nil
 }

@@ -57,7 +57,10 @@
 //   - The runtime imports ir for the op table (docs/DESIGN.md §2; the first blueprint listed
 //     only the program format and kernels): a launch's result types must equal what the op infers from its operand types,
 //     so a corrupted program is rejected with a message instead of reaching a kernel that
-//     would index out of bounds.
+//     would index out of bounds. It imports passes for one name only: resuming a
+//     checkpoint needs ScalerOptimizerStep, the name the loss-scale pass gives AdamW's own
+//     step count under fp16 loss scaling (an old checkpoint without it starts it at the
+//     step), and a copy of the name could drift from the pass's.
 //   - The executor talks to other ranks only through a dist.Comm: in-process, the transport
 //     that defines the collectives' results and reports a deadlock as a HangError instead of
 //     hanging; in a multi-process run, the TCP transport, which keeps them bit for bit

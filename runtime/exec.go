@@ -309,7 +309,7 @@ func (j *Job) exec(r *Rank, it *instr, step int, src data.Source) error {
 			}
 		}
 	case pb.Instr_LOSS, pb.Instr_METRIC:
-		if it.Kind == pb.Instr_LOSS && r.Coords.TP != 0 {
+		if it.Kind == pb.Instr_LOSS && (r.Coords.TP != 0 || r.Coords.CP != 0) {
 			return nil
 		}
 		if a, ok := dev.(device.Async); ok && !it.in[0].OnHost() {
@@ -498,7 +498,7 @@ func (j *Job) Outputs(mb int) (map[string]device.Tensor, error) {
 	out := map[string]device.Tensor{}
 	m := j.Plan.Microbatches
 	for _, r := range j.Ranks {
-		if r.Coords.TP != 0 || r.Coords.DP != mb/m {
+		if r.Coords.TP != 0 || r.Coords.CP != 0 || r.Coords.DP != mb/m {
 			continue
 		}
 		for i, b := range r.Prog.Buffers {

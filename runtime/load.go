@@ -227,14 +227,14 @@ func LoadProgram(data []byte, plan *codegen.Plan, dev device.Device) (*Rank, err
 // checkProgram checks what a program says of itself against the plan, whose entry says it
 // is pipeline rank pp's: the checks that do not depend on which replica runs it.
 func checkProgram(plan *codegen.Plan, pp int, prog *pb.Program) error {
-	mesh := []*pb.NamedInt{{Name: "pp", Value: int64(plan.Mesh.PP)}, {Name: "dp", Value: int64(plan.Mesh.DP)}, {Name: "tp", Value: int64(plan.Mesh.TP)}}
+	mesh := plan.Mesh.Proto()
 	switch {
 	case prog.FormatVersion != codegen.FormatVersion:
 		return fmt.Errorf("format version %d, this ppc reads %d", prog.FormatVersion, codegen.FormatVersion)
 	case int(prog.Pp) != pp:
 		return fmt.Errorf("program is for pipeline rank %d, the plan runs it as pipeline rank %d", prog.Pp, pp)
 	case !slices.EqualFunc(prog.Mesh, mesh, func(a, b *pb.NamedInt) bool { return a != nil && a.Name == b.Name && a.Value == b.Value }):
-		return fmt.Errorf("program is for mesh %s, the plan's is pp=%d dp=%d tp=%d", meshText(prog.Mesh), plan.Mesh.PP, plan.Mesh.DP, plan.Mesh.TP)
+		return fmt.Errorf("program is for mesh %s, the plan's is pp=%d dp=%d cp=%d tp=%d", meshText(prog.Mesh), plan.Mesh.PP, plan.Mesh.DP, plan.Mesh.CP, plan.Mesh.TP)
 	case int(prog.Microbatches) != plan.Microbatches:
 		return fmt.Errorf("program has %d micro-batches, the plan %d", prog.Microbatches, plan.Microbatches)
 	case prog.SourceHash != plan.SourceHash:
@@ -622,6 +622,18 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, local
 	// coordinates.
 	peerOK := func() error {
 		mesh := j.Plan.Mesh
+		if in.Axis != "" {
+			// A ring over a mesh axis (context parallelism): the peer is the next (+1) or
+			// previous (−1) coordinate on the axis, wrapping, with every other coordinate this
+			// rank's.
+			n := mesh.Size(in.Axis)
+			if in.Axis == "pp" || n < 2 || (in.Peer != 1 && in.Peer != -1) {
+				return fmt.Errorf("ring peer %+d on axis %q: want +1 or −1 on the cp axis of a mesh with cp > 1", in.Peer, in.Axis)
+			}
+			c := rank.Coords
+			it.peer = mesh.Rank(c.With(in.Axis, (c.Of(in.Axis)+int(in.Peer)+n)%n))
+			return nil
+		}
 		if in.Peer < 0 || int(in.Peer) >= mesh.PP || int(in.Peer) == rank.Coords.PP {
 			return fmt.Errorf("peer %d is not another pipeline rank of %d", in.Peer, mesh.PP)
 		}
@@ -732,8 +744,8 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, local
 		if t := it.out[0].Type; t.DType != ir.I64 || t.Rank() != 0 {
 			return it, fmt.Errorf("axis index into %s, want an i64 scalar", t)
 		}
-		if in.Axis != "dp" && in.Axis != "tp" {
-			return it, fmt.Errorf("axis index of %q: want dp or tp", in.Axis)
+		if in.Axis != "dp" && in.Axis != "cp" && in.Axis != "tp" {
+			return it, fmt.Errorf("axis index of %q: want dp, cp or tp", in.Axis)
 		}
 		it.index = int64(rank.Coords.Of(in.Axis))
 	case pb.Instr_LOSS:

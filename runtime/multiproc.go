@@ -37,7 +37,7 @@ func (j *Job) Join(o dist.JoinOptions) (*dist.Process, error) {
 		return nil, fmt.Errorf("join as rank %d: the job was not loaded for that rank alone (LoadRank)", o.Rank)
 	}
 	if o.World != j.Plan.World {
-		return nil, fault.Inputf("the launcher started %d processes, the plan has %d ranks (pp %d × dp %d × tp %d): start one process per rank", o.World, j.Plan.World, j.Plan.Mesh.PP, j.Plan.Mesh.DP, j.Plan.Mesh.TP)
+		return nil, fault.Inputf("the launcher started %d processes, the plan has %d ranks (pp %d × dp %d × cp %d × tp %d): start one process per rank", o.World, j.Plan.World, j.Plan.Mesh.PP, j.Plan.Mesh.DP, j.Plan.Mesh.CP, j.Plan.Mesh.TP)
 	}
 	r := j.Ranks[0]
 	p, err := dist.Join(o, dist.Member{PlanHash: j.PlanHash(), Peers: r.peers(), MaxMessage: maxMessage(r.Prog), Status: r.status, LastStep: r.curStep.Load})

@@ -3,7 +3,10 @@
 // published schedules, import and export of PyTorch's CSV files, the
 // lowering that inserts SEND/RECV, a validator that dry-runs the lists, and
 // an event-driven simulator with Chrome-trace and SVG output. It depends on
-// nothing else in ppc; the IR passes and the runtime call it.
+// nothing else in ppc; the passes (the cost model, token slicing), the
+// compiler (rank-programs' order), the planner and `ppc simulate` call it.
+// The runtime does not: it runs the programs that rank-programs ordered from
+// a schedule and never sees the action lists.
 //
 // # Grammar
 //

@@ -75,8 +75,10 @@ func init() {
 			fs.IntVar(&opts.TP, "tp", 1, "tensor-parallel ranks `N` per stage (Megatron's column/row-parallel layers, vocab-parallel embedding and loss)")
 			fs.IntVar(&opts.VocabMultiple, "make-vocab-size-divisible-by", compiler.DefaultVocabMultiple, "with --tp, pad a vocabulary that tp does not divide to the next multiple of `N`·tp, as Megatron-LM does (exact: the padded logits are masked out, checkpoints and exports hold the unpadded tensors); 1 pads to the next multiple of tp")
 			fs.BoolVar(&opts.SP, "sp", false, "sequence parallelism with --tp: norms, dropout and residuals split along the sequence over the tp ranks")
+			fs.IntVar(&opts.CP, "cp", 1, "context-parallel ranks `N`: each sequence split over N ranks, attention computed as ring attention (K/V blocks passed around the cp ring, merged by log-sum-exp); parameters replicated, their gradients summed over dp × cp")
+			fs.StringVar(&opts.CPSplit, "cp-split", "zigzag", "how --cp splits a sequence: zigzag (2·cp chunks, rank i holding chunks i and 2·cp−1−i: equal causal attention work) or contiguous (rank i holds block i)")
 			fs.IntVar(&opts.DP, "dp", 1, "data-parallel replicas `N`: each runs --microbatches micro-batches of the global batch, and gradients are summed over them")
-			fs.IntVar(&opts.Zero, "zero", 0, "ZeRO `STAGE` with --dp: 1 shards optimizer state over the dp replicas, 2 also gradients")
+			fs.IntVar(&opts.Zero, "zero", 0, "ZeRO `STAGE` with --dp: 1 shards optimizer state over the dp replicas, 2 also gradients, 3 also parameters (FSDP)")
 			fs.IntVar(&opts.Microbatches, "microbatches", 0, "micro-batches `M` per step: the model's global batch is split M ways (an .ir file's shapes are already one micro-batch's) (0: a FILE.csv schedule's count, an .ir file's microbatches attribute, or 1; with a FILE.csv schedule a value given must agree with the file)")
 			fs.StringVar(&opts.Schedule, "schedule", "", "pipeline schedule `S|FILE.csv`: "+strings.Join(schedule.Names(), ", ")+", or a schedule in PyTorch's CSV format (2.4's spelling B/W/BW or the later I/W/B, detected per file) (default 1f1b; gpipe with --token-slices and fewer micro-batches than ranks)")
 			fs.IntVar(&opts.VirtualStages, "virtual-stages", 0, "stages per rank `V` for interleaved and V-shaped schedules; with a FILE.csv schedule the file's, which a value given must agree with (0: the schedule's default)")
@@ -193,9 +195,13 @@ func init() {
 						return usageError{err.Error()}
 					}
 				}
-				if (set["microbatches"] && opts.Microbatches < 1) || opts.PP < 1 || opts.TP < 1 || opts.DP < 1 {
-					return usagef("--pp, --tp, --dp and --microbatches must be at least 1")
+				if (set["microbatches"] && opts.Microbatches < 1) || opts.PP < 1 || opts.TP < 1 || opts.DP < 1 || opts.CP < 1 {
+					return usagef("--pp, --tp, --cp, --dp and --microbatches must be at least 1")
 				}
+				if opts.CPSplit != passes.CPZigzag && opts.CPSplit != passes.CPContiguous {
+					return usagef("--cp-split %q: want zigzag or contiguous", opts.CPSplit)
+				}
+
 				if set["pp"] && schedule.IsCSVName(opts.Schedule) {
 					// The compiler takes --pp 1, the default, for "not given"; an explicit
 					// one must agree with the file too (schedule.CheckFileShape). A file that
@@ -210,8 +216,8 @@ func init() {
 					return usagef("--sp splits the sequence over the tensor-parallel ranks: it needs --tp 2 or more")
 				}
 				switch {
-				case opts.Zero < 0 || opts.Zero > 2:
-					return usagef("--zero must be 1 or 2 (0: off), got %d", opts.Zero)
+				case opts.Zero < 0 || opts.Zero > 3:
+					return usagef("--zero must be 1, 2 or 3 (0: off), got %d", opts.Zero)
 				case opts.Zero > 0 && opts.DP < 2:
 					return usagef("--zero %d shards over the data-parallel replicas: it needs --dp 2 or more", opts.Zero)
 				case opts.Zero > 0 && opts.ForwardOnly:
@@ -311,6 +317,9 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 	}
 	fmt.Fprintf(w, "compiled %s (%s) into %s\n", p.Model, kind, dir)
 	fmt.Fprintf(w, "  parameters   %s (%d tensors)\n", groupDigits(params), len(p.Params))
+	if p.MoE != nil {
+		printExperts(w, p, params)
+	}
 	for _, pr := range p.Params {
 		if pr.Padded != nil {
 			fmt.Fprintf(w, "  padded       %s %s → %s for --tp %d (checkpoints and exports hold %s; the padded logits are masked out)\n",
@@ -321,8 +330,15 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 	if p.Mesh.DP > 1 {
 		mb = fmt.Sprintf("%d micro-batch(es) per replica, %d in all", p.Microbatches, p.GlobalMicrobatches())
 	}
-	fmt.Fprintf(w, "  mesh         pp=%d dp=%d tp=%d: %d rank(s) running %d program(s), %d stage(s), schedule %s, %s\n",
-		p.Mesh.PP, p.Mesh.DP, p.Mesh.TP, p.World, len(p.Programs), p.Stages, p.Schedule.Name, mb)
+	cpText := ""
+	if p.Mesh.CP > 1 {
+		cpText = fmt.Sprintf(" cp=%d", p.Mesh.CP)
+	}
+	fmt.Fprintf(w, "  mesh         pp=%d dp=%d%s tp=%d: %d rank(s) running %d program(s), %d stage(s), schedule %s, %s\n",
+		p.Mesh.PP, p.Mesh.DP, cpText, p.Mesh.TP, p.World, len(p.Programs), p.Stages, p.Schedule.Name, mb)
+	if c := p.CP; c != nil {
+		printCPBalance(w, *c)
+	}
 	if s := res.Schedule; s != nil && s.Dialect != schedule.DialectNone {
 		fmt.Fprintf(w, "  schedule     %s, read in the %v\n", p.Schedule.Name, s.Dialect)
 	}
@@ -347,7 +363,7 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 		if reps > 1 {
 			first := r.PP * reps
 			label = fmt.Sprintf("pp %d", r.PP)
-			each = fmt.Sprintf(" (each of ranks %d–%d: × %d dp·tp replicas)", first, first+reps-1, reps)
+			each = fmt.Sprintf(" (each of ranks %d–%d: × %d %s replicas)", first, first+reps-1, reps, replicaAxes(p.Mesh))
 		}
 		mem := r.Memory(memBytes)
 		fmt.Fprintf(w, "  %-12s %s; %d instructions%s\n", label, mem, r.Instructions, each)
@@ -376,7 +392,7 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 		fmt.Fprintf(w, "  estimate     for %s, by the cost model:\n", dev)
 		// Collectives exist only on a dp or tp mesh; a pipeline alone keeps its short line.
 		coll := ""
-		if p.Mesh.DP > 1 || p.Mesh.TP > 1 {
+		if p.Mesh.DP > 1 || p.Mesh.TP > 1 || p.Mesh.CP > 1 {
 			coll = " + collectives " + sec(e.CollectiveSeconds)
 		}
 		fmt.Fprintf(w, "               step %s = ideal %s (the busiest rank's compute) + bubble %s (%.3g%% of ideal)%s + transfers not hidden %s\n",
@@ -391,6 +407,60 @@ func printSummary(w io.Writer, res *compiler.Result, dir string) {
 			fmt.Fprintf(w, "               peak stashed micro-batches per rank %v\n", e.PeakActivations)
 		}
 	}
+}
+
+// replicaAxes names the axes whose replicas share a program: "dp·tp", or "dp·cp·tp" with cp.
+func replicaAxes(m codegen.Mesh) string {
+	if m.CP > 1 {
+		return "dp·cp·tp"
+	}
+	return "dp·tp"
+}
+
+// printCPBalance prints how context parallelism split the sequence and each cp rank's share
+// of the attention work (query–key pairs a causal mask leaves), beside the other split's: the
+// zig-zag split's point is that a causal model's ranks get equal shares.
+func printCPBalance(w io.Writer, c passes.CPSplit) {
+	shares := func(split string) string {
+		s := c
+		s.Split = split
+		var out []string
+		for _, x := range s.Work() {
+			out = append(out, fmt.Sprintf("%.1f%%", 100*x))
+		}
+		return strings.Join(out, " ")
+	}
+	other := passes.CPContiguous
+	if c.Split == passes.CPContiguous {
+		other = passes.CPZigzag
+	}
+	kind := "causal attention"
+	if !c.Causal {
+		kind = "attention (not causal: every split is even)"
+	}
+	fmt.Fprintf(w, "  cp           %d ranks × %d tokens of %d, %s split; %s work per cp rank: %s (%s split: %s)\n",
+		c.Size, c.Seq/c.Size, c.Seq, c.Split, kind, shares(c.Split), other, shares(other))
+}
+
+// printExperts splits a mixture of experts' parameters into the dense ones, which every
+// token reads, and the experts', of which a token reads top_k/experts (each layer's experts
+// being equal in size): the active parameters per token, as MoE models are described
+// (Mixtral-8x7B: 46.7B parameters, 12.9B active).
+func printExperts(w io.Writer, p *codegen.Plan, total int64) {
+	var experts int64
+	for _, pr := range p.Params {
+		if pr.Expert {
+			n := int64(1)
+			for _, d := range pr.Shape {
+				n *= int64(d)
+			}
+			experts += n
+		}
+	}
+	m := p.MoE
+	active := total - experts + experts*int64(m.TopK)/int64(max(m.Experts, 1))
+	fmt.Fprintf(w, "  experts      %s of them in %d MoE layer(s) of %d experts, top %d per token: %s active per token (%s dense + %s of the experts')\n",
+		groupDigits(experts), m.Layers, m.Experts, m.TopK, groupDigits(active), groupDigits(total-experts), groupDigits(active-(total-experts)))
 }
 
 // printPrecision says how mixed precision lays out a parameter's bytes, against the usual
@@ -442,6 +512,10 @@ func printStages(w io.Writer, p *codegen.Plan, total int64) {
 	// ZeRO's optimizer collectives, outside them).
 	tpComm, dpComm := p.Mesh.TP > 1, (p.Mesh.DP > 1 || p.Mesh.TP > 1) && p.Training
 	fmt.Fprintf(w, "\n  %-5s %-4s %-14s %12s", "stage", "rank", "layers", "params")
+	moe := p.MoE != nil
+	if moe {
+		fmt.Fprintf(w, " %12s", "of experts")
+	}
 	if perRank {
 		fmt.Fprintf(w, " %12s", "params/rank")
 	}
@@ -463,6 +537,9 @@ func printStages(w io.Writer, p *codegen.Plan, total int64) {
 			imb = ((s.F + s.I + s.W) - mean) / mean * 100
 		}
 		fmt.Fprintf(w, "  %-5d %-4d %-14s %12s", s.Stage, s.Rank, s.Layers, groupDigits(s.Params))
+		if moe {
+			fmt.Fprintf(w, " %12s", groupDigits(s.ExpertParams))
+		}
 		if perRank {
 			fmt.Fprintf(w, " %12s", groupDigits(s.RankParams))
 		}

@@ -13,7 +13,7 @@ import (
 
 func init() {
 	commands = append(commands, &command{
-		name: "infer", args: "MODEL [--dim k=v]… [--input NAME=FILE]… [--pp N] [--tp N] --output-dir DIR",
+		name: "infer", args: "MODEL [--dim k=v]… [--input NAME=FILE]… [--pp N] [--tp N] [--cp N] --output-dir DIR",
 		summary: "Run a model's forward pass on CPU: inputs from ONNX TensorProto .pb or .npy files (missing ones drawn at random and saved), each output written as DIR/NAME.npy; a .ppm or IR model whose only output is its loss writes the prediction its loss is computed from (the logits) too, as ppc export outputs it.",
 		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
 			var lf loadFlags
@@ -25,6 +25,8 @@ func init() {
 			var mesh compiler.InferMesh
 			fs.IntVar(&mesh.PP, "pp", 1, "run the forward pass as a pipeline of `N` stages (every rank in this process)")
 			fs.IntVar(&mesh.TP, "tp", 1, "split the forward pass over `N` tensor-parallel ranks (Megatron's layout, as ppc compile --tp)")
+			fs.IntVar(&mesh.CP, "cp", 1, "split each sequence over `N` context-parallel ranks, attention as ring attention (as ppc compile --cp)")
+			fs.StringVar(&mesh.CPSplit, "cp-split", "zigzag", "how --cp splits a sequence: zigzag or contiguous (as ppc compile --cp-split)")
 			return func(args []string) error {
 				if len(args) != 1 {
 					return usagef("want one model file, got %d arguments", len(args))
@@ -32,8 +34,8 @@ func init() {
 				if *outDir == "" {
 					return usagef("--output-dir DIR is required")
 				}
-				if mesh.PP < 1 || mesh.TP < 1 {
-					return usagef("--pp and --tp must be at least 1")
+				if mesh.PP < 1 || mesh.TP < 1 || mesh.CP < 1 {
+					return usagef("--pp, --tp and --cp must be at least 1")
 				}
 				lo, err := lf.options()
 				if err != nil {

@@ -628,8 +628,8 @@ func superviseWorkers(e *env, n int, workerArgs []string) error {
 		return err
 	}
 	if n != p.World {
-		return usagef("--nproc %d: the plan %s has %d ranks (pp %d × dp %d × tp %d); use --nproc %d, or recompile for %d ranks",
-			n, workerArgs[0], p.World, p.Mesh.PP, p.Mesh.DP, p.Mesh.TP, p.World, n)
+		return usagef("--nproc %d: the plan %s has %d ranks (pp %d × dp %d × cp %d × tp %d); use --nproc %d, or recompile for %d ranks",
+			n, workerArgs[0], p.World, p.Mesh.PP, p.Mesh.DP, p.Mesh.CP, p.Mesh.TP, p.World, n)
 	}
 	// A launcher started this process as one of several: each would start its own n
 	// workers, several runs of the whole plan side by side.

@@ -41,12 +41,14 @@ func losses(out string) []string {
 	return l
 }
 
-// nprocLayouts are the plans the multi-process tests run: pipeline, tensor- and
-// data-parallel (with ZeRO), on 2 and 4 processes.
+// nprocLayouts are the plans the multi-process tests run: pipeline, tensor-, data- (with
+// ZeRO-1 and ZeRO-3) and context-parallel (the ring's transfers between cp ranks over TCP), on 2 and 4
+// processes.
 var nprocLayouts = []struct {
 	world  int
 	layout []string
-}{{2, []string{"--pp", "2"}}, {4, []string{"--pp", "4"}}, {4, []string{"--pp", "2", "--tp", "2"}}, {4, []string{"--pp", "2", "--dp", "2", "--zero", "1"}}}
+}{{2, []string{"--pp", "2"}}, {4, []string{"--pp", "4"}}, {4, []string{"--pp", "2", "--tp", "2"}}, {4, []string{"--pp", "2", "--dp", "2", "--zero", "1"}},
+	{4, []string{"--pp", "2", "--dp", "2", "--zero", "3"}}, {4, []string{"--pp", "2", "--cp", "2"}}}
 
 // TestNprocMatchesInProcess: ppc run --nproc N (one process per rank, TCP between them)
 // prints the in-process run's losses for pipeline, tensor- and data-parallel plans.

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"ppc.dev/ppc/codegen"
@@ -34,6 +35,7 @@ func init() {
 			fs.IntVar(&fx.PP, "pp", 0, "fix the pipeline-parallel size `N`")
 			fs.IntVar(&fx.DP, "dp", 0, "fix the data-parallel size `N`")
 			fs.IntVar(&fx.TP, "tp", 0, "fix the tensor-parallel size `N`")
+			fs.IntVar(&fx.CP, "cp", 0, fmt.Sprintf("fix the context-parallel size `N` (default: searched where each cp rank keeps at least %d tokens of a sequence; 1: none)", planner.MinCPTokens))
 			fs.IntVar(&req.VocabMultiple, "make-vocab-size-divisible-by", compiler.DefaultVocabMultiple, "under tp, pad a vocabulary tp does not divide to the next multiple of `N`·tp, as ppc compile does (the printed commands repeat a value other than the default)")
 			sp := fs.Bool("sp", false, "fix sequence parallelism on (--sp=false: off)")
 			fs.IntVar(&fx.V, "virtual-stages", 0, "fix the stages per rank `V` (interleaved-1f1b)")
@@ -41,7 +43,7 @@ func init() {
 			fs.IntVar(&fx.MicrobatchSize, "microbatch-size", 0, "fix the sequences `B` per micro-batch")
 			fs.StringVar(&fx.Schedule, "schedule", "", "fix the schedule `S`: "+strings.Join(schedule.Names(), ", "))
 			fs.StringVar(&fx.Recompute, "recompute", "", "fix recomputation `MODE`: none, selective or full")
-			zero := fs.Int("zero", 0, "fix the ZeRO `STAGE`: 0, 1 or 2")
+			zero := fs.Int("zero", 0, "fix the ZeRO `STAGE`: 0, 1, 2 or 3")
 			fs.StringVar(&fx.TokenSlices, "token-slices", "", "fix token slices (TeraPipe): `1|N|L1,L2,…|auto` (1: none; auto: on, TeraPipe's slicing; default: tried where micro-batches alone cannot fill the pipeline)")
 			return func(args []string) error {
 				if len(args) != 1 {
@@ -73,7 +75,7 @@ func init() {
 				for _, f := range []struct {
 					name string
 					v    int
-				}{{"pp", fx.PP}, {"dp", fx.DP}, {"tp", fx.TP}, {"virtual-stages", fx.V}, {"microbatches", fx.Microbatches}, {"microbatch-size", fx.MicrobatchSize}} {
+				}{{"pp", fx.PP}, {"dp", fx.DP}, {"tp", fx.TP}, {"cp", fx.CP}, {"virtual-stages", fx.V}, {"microbatches", fx.Microbatches}, {"microbatch-size", fx.MicrobatchSize}} {
 					if set[f.name] && f.v < 1 {
 						return usagef("--%s must be at least 1, got %d", f.name, f.v)
 					}
@@ -86,8 +88,8 @@ func init() {
 					}
 				}
 				if set["zero"] {
-					if *zero < 0 || *zero > 2 {
-						return usagef("--zero must be 0, 1 or 2, got %d", *zero)
+					if *zero < 0 || *zero > 3 {
+						return usagef("--zero must be 0, 1, 2 or 3, got %d", *zero)
 					}
 					fx.Zero = *zero
 				}
@@ -142,8 +144,16 @@ func printPlans(w io.Writer, r *planner.Result) {
 	fmt.Fprintf(w, "ppc plan: %s (%s parameters) on %d × %s, global batch %d × %d tokens\n",
 		r.Model, formatCount(r.Params), r.GPUs, r.Device, r.Batch, r.Seq)
 	fmt.Fprintf(w, "  searched %d configurations (%d fit in memory, %d simulated) in %.2f s\n\n", r.Searched, r.Fit, r.Simulated, r.Seconds)
-	fmt.Fprintf(w, "  #  %-4s %-4s %-4s %-3s %-22s %-5s %-6s %-10s %-5s %9s %10s %11s %6s %12s %11s\n",
-		"pp", "dp", "tp", "sp", "schedule", "mbs", "m", "recompute", "zero", "step", "tokens/s", "TFLOP/s/GPU", "MFU", "bubble/ideal", "peak mem")
+	// A cp column when a plan splits sequences (the tables of other searches read as before).
+	cpCol := slices.ContainsFunc(r.Plans, func(p planner.Plan) bool { return p.Config.CP > 1 })
+	cpCell := func(v string) string {
+		if !cpCol {
+			return ""
+		}
+		return fmt.Sprintf("%-4s ", v)
+	}
+	fmt.Fprintf(w, "  #  %-4s %-4s %s%-4s %-3s %-22s %-5s %-6s %-10s %-5s %9s %10s %11s %6s %12s %11s\n",
+		"pp", "dp", cpCell("cp"), "tp", "sp", "schedule", "mbs", "m", "recompute", "zero", "step", "tokens/s", "TFLOP/s/GPU", "MFU", "bubble/ideal", "peak mem")
 	for i, p := range r.Plans {
 		c := p.Config
 		sp := "-"
@@ -161,14 +171,18 @@ func printPlans(w io.Writer, r *planner.Result) {
 		for _, m := range p.PeakMemory {
 			peak = max(peak, m)
 		}
-		fmt.Fprintf(w, "  %-2d %-4d %-4d %-4d %-3s %-22s %-5d %-6d %-10s %-5d %9s %10s %11.0f %5.1f%% %11.1f%% %11s\n", i+1, c.PP, c.DP, c.TP, sp, sched,
+		fmt.Fprintf(w, "  %-2d %-4d %-4d %s%-4d %-3s %-22s %-5d %-6d %-10s %-5d %9s %10s %11.0f %5.1f%% %11.1f%% %11s\n", i+1, c.PP, c.DP, cpCell(fmt.Sprint(max(c.CP, 1))), c.TP, sp, sched,
 			c.MicrobatchSize, c.Microbatches, c.Recompute, c.Zero, schedule.Seconds.Format(p.StepTime), formatCount(int64(p.TokensPerSec)),
 			p.TFLOPsPerGPU, 100*p.MFU, 100*p.BubbleRatio, codegen.FormatBytes(peak))
 	}
 	best := r.Plans[0]
 	f := schedule.Seconds.Format
 	fmt.Fprintf(w, "\n  plan 1: step %s = ideal %s + bubble %s (%.1f%% of ideal) + collectives %s + transfers not hidden %s\n", f(best.StepTime), f(best.Ideal), f(best.BubbleTime), 100*best.BubbleRatio, f(best.Collectives), f(best.Transfers))
-	fmt.Fprintf(w, "  memory per pipeline rank (each of its dp × tp GPUs):\n")
+	if best.Config.CP > 1 {
+		fmt.Fprintf(w, "  memory per pipeline rank (each of its dp × cp × tp GPUs):\n")
+	} else {
+		fmt.Fprintf(w, "  memory per pipeline rank (each of its dp × tp GPUs):\n")
+	}
 	// Consecutive ranks with the same memory share a line.
 	for i := 0; i < len(best.Memory); {
 		j := i + 1
@@ -229,6 +243,9 @@ func explain(a, b planner.Plan) string {
 
 func describe(c planner.Config) string {
 	s := fmt.Sprintf("pp %d dp %d tp %d", c.PP, c.DP, c.TP)
+	if c.CP > 1 {
+		s = fmt.Sprintf("pp %d dp %d cp %d tp %d", c.PP, c.DP, c.CP, c.TP)
+	}
 	if c.SP {
 		s += " sp"
 	}

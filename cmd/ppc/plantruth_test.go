@@ -34,7 +34,7 @@ func memNoMargin(m codegen.Memory) int64 { return m.Peak() - m.Margin }
 
 // TestPlanMemoryMatchesCompile: for configurations drawn over the schedules ppc plan searches
 // (gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zbv, zb-auto), tensor and sequence
-// parallelism, recomputation modes, data parallelism with ZeRO 0, 1 and 2, and the uneven
+// parallelism, recomputation modes, data parallelism with ZeRO 0, 1, 2 and 3, and the uneven
 // layouts the planner's balanced split gives the tiny GPT's 10 units, ppc plan's memory per
 // pipeline rank (every dimension fixed) is within 2% of the memory plan ppc compile makes
 // for the command it prints, rank by rank: parameters, gradients, optimizer state and the
@@ -49,12 +49,22 @@ func TestPlanMemoryMatchesCompile(t *testing.T) {
 	if s := os.Getenv("PLANTRUTH_TRIALS"); s != "" {
 		fmt.Sscan(s, &trials)
 	}
-	for trial := 0; trial < trials; trial++ {
+	// Then ZeRO-3's draws (dp 2, parameters gathered in the runs), and ZeRO-2's with a
+	// vocabulary dp does not divide (its gradient accumulated whole, not kept for the
+	// reduce-scatter after each W).
+	zero3, zero2odd := trials/2, 4
+	for trial := 0; trial < trials+zero3+zero2odd; trial++ {
 		c := planConfig{pp: []int{2, 4}[rng.Intn(2)], dp: 1 + rng.Intn(2), tp: 1 + rng.Intn(2),
 			schedule: schedules[rng.Intn(len(schedules))], recomp: []string{"none", "selective", "full"}[rng.Intn(3)]}
 		c.sp = c.tp > 1 && rng.Intn(2) == 0
 		if c.dp > 1 {
 			c.zero = rng.Intn(3)
+		}
+		if trial >= trials {
+			c.dp, c.zero = 2, 3
+		}
+		if trial >= trials+zero3 {
+			c.zero = 2
 		}
 		switch c.schedule {
 		case "interleaved-1f1b", "zbv", "dualpipev":
@@ -65,7 +75,7 @@ func TestPlanMemoryMatchesCompile(t *testing.T) {
 			c.m = max(c.m, 4*c.pp)
 		}
 		batch := c.m * c.dp * 2
-		oddVocab := rng.Intn(2) == 0
+		oddVocab := rng.Intn(2) == 0 || trial >= trials+zero3
 		name := fmt.Sprintf("%d-%+v-oddvocab:%v", trial, c, oddVocab)
 		t.Run(name, func(t *testing.T) {
 			args := append([]string{gpt, "--preset", "tiny", "--gpus", fmt.Sprint(c.pp * c.dp * c.tp), "--gpu", "a100-80gb",
@@ -107,6 +117,14 @@ func TestPlanMemoryMatchesCompile(t *testing.T) {
 					// their own inputs, and over-predicts by up to 5% (never under: what it
 					// prints still fits).
 					over = 0.06
+				}
+				if c.zero == 3 {
+					// The planner counts the next layer's prefetched copies from the unit's
+					// first gather on; where a unit's peak comes after that gather but before
+					// the gathers compile places (the head's backward when ZeRO cannot split the
+					// embedding), it over-predicts by up to one layer's copies (+4.4% on the
+					// tiny GPT's last stage), never under.
+					over = max(over, 0.05)
 				}
 				if rel > over || rel < -0.02 {
 					t.Errorf("pp %d: ppc plan predicts %d bytes, ppc compile plans %d (%+.2f%%): %s", prog.PP, g, w, 100*rel, pl.Command)

@@ -58,8 +58,14 @@ func TestCompileRunReplicas(t *testing.T) {
 func TestDataParallelFlags(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
 	runCases(t, []cliCase{
-		{[]string{"compile", mlp, "--dp", "2", "--zero", "3", "-o", out}, exitInput,
-			[]string{"--zero must be 1 or 2 (0: off), got 3"}, []string{"reproducer"}},
+		{[]string{"compile", mlp, "--dp", "2", "--zero", "4", "-o", out}, exitInput,
+			[]string{"--zero must be 1, 2 or 3 (0: off), got 4"}, []string{"reproducer"}},
+		{[]string{"compile", mlp, "--dp", "2", "--zero", "-1", "-o", out}, exitInput,
+			[]string{"--zero must be 1, 2 or 3 (0: off), got -1"}, []string{"reproducer"}},
+		{[]string{"compile", mlp, "--zero", "3", "-o", out}, exitInput,
+			[]string{"--zero 3 shards over the data-parallel replicas: it needs --dp 2 or more"}, nil},
+		{[]string{"compile", mlp, "--dp", "2", "--zero", "3", "--forward-only", "-o", out}, exitInput,
+			[]string{"--zero does not apply to --forward-only (no optimizer)"}, nil},
 		{[]string{"compile", mlp, "--dp", "2", "--optimizer", "adamw{zero=1}", "-o", out}, exitInput,
 			[]string{"option zero: ZeRO is chosen with --zero, not in --optimizer"}, nil},
 		{[]string{"compile", tpMLP, "--tp", "4", "-o", out}, exitInput,
@@ -133,6 +139,6 @@ func TestInferDistributed(t *testing.T) {
 		}
 	}
 	runCases(t, []cliCase{
-		{[]string{"infer", gpt, "--preset", "tiny", "--tp", "0", "--output-dir", dir}, exitInput, []string{"--pp and --tp must be at least 1"}, nil},
+		{[]string{"infer", gpt, "--preset", "tiny", "--tp", "0", "--output-dir", dir}, exitInput, []string{"--pp, --tp and --cp must be at least 1"}, nil},
 	})
 }

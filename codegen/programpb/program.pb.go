@@ -1113,8 +1113,11 @@ type Instr struct {
 	In     []int32                `protobuf:"varint,3,rep,packed,name=in,proto3" json:"in,omitempty"`
 	Out    []int32                `protobuf:"varint,4,rep,packed,name=out,proto3" json:"out,omitempty"`
 	// SEND/RECV: the peer's pipeline rank (pp coordinate). The peer is the rank of that
-	// pipeline rank with this rank's dp and tp coordinates: a program does not know which
-	// data- or tensor-parallel replica runs it, and replicas talk only to their own kind.
+	// pipeline rank with this rank's dp, cp and tp coordinates: a program does not know which
+	// data-, context- or tensor-parallel replica runs it, and replicas talk only to their own
+	// kind. With `axis` set (cp: a ring of context parallelism), peer is +1 (SEND: the next
+	// coordinate on that axis, wrapping) or −1 (RECV: the previous one), every other
+	// coordinate this rank's.
 	Peer int32 `protobuf:"varint,5,opt,name=peer,proto3" json:"peer,omitempty"`
 	// SEND/RECV: matches a send with its receive. Collectives: not a matching key (they match
 	// by group and per-group sequence number) but checked equal across the members, so a
@@ -1133,7 +1136,7 @@ type Instr struct {
 	Dim      int32          `protobuf:"varint,11,opt,name=dim,proto3" json:"dim,omitempty"`
 	ReduceOp Instr_ReduceOp `protobuf:"varint,12,opt,name=reduce_op,json=reduceOp,proto3,enum=ppc.program.Instr_ReduceOp" json:"reduce_op,omitempty"` // ALL_REDUCE, REDUCE_SCATTER
 	Root     int32          `protobuf:"varint,13,opt,name=root,proto3" json:"root,omitempty"`                                                         // BROADCAST: position in the group of the member whose value is copied
-	// Collectives: the mesh axis (dp, tp, pp) whose ranks form the group — those that share
+	// Collectives: the mesh axis (dp, cp, tp, pp) whose ranks form the group — those that share
 	// every other mesh coordinate with the executing rank, ordered by their coordinate on the
 	// axis (so a BROADCAST root is that coordinate). Exactly one of axis and group is set;
 	// compiled programs always name the axis, so that every replica can run the same file.
@@ -1300,7 +1303,7 @@ type Program struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	FormatVersion uint32                 `protobuf:"varint,1,opt,name=format_version,json=formatVersion,proto3" json:"format_version,omitempty"`
 	Pp            int32                  `protobuf:"varint,11,opt,name=pp,proto3" json:"pp,omitempty"`                                  // the pipeline rank (pp coordinate) whose ranks run it
-	Mesh          []*NamedInt            `protobuf:"bytes,12,rep,name=mesh,proto3" json:"mesh,omitempty"`                               // the mesh's axis sizes, slowest first: pp, dp, tp
+	Mesh          []*NamedInt            `protobuf:"bytes,12,rep,name=mesh,proto3" json:"mesh,omitempty"`                               // the mesh's axis sizes, slowest first: pp, dp, cp, tp
 	Microbatches  int32                  `protobuf:"varint,5,opt,name=microbatches,proto3" json:"microbatches,omitempty"`               // M: micro-batches per step of each data-parallel replica
 	ArenaBytes    int64                  `protobuf:"varint,6,opt,name=arena_bytes,json=arenaBytes,proto3" json:"arena_bytes,omitempty"` // size of the activation arena
 	Buffers       []*Buffer              `protobuf:"bytes,7,rep,name=buffers,proto3" json:"buffers,omitempty"`

@@ -359,6 +359,8 @@ func init() {
 		"sin":     unaryMath("sin", math.Sin, nil),
 		"cos":     unaryMath("cos", math.Cos, nil),
 		"erf":     unaryMath("erf", math.Erf, nil),
+		"ceil":    unaryMath("ceil", math.Ceil, nil),
+		"floor":   unaryMath("floor", math.Floor, nil),
 		"abs":     unaryMath("abs", math.Abs, absInt),
 		"relu": unaryMath("relu", func(x float64) float64 { return math.Max(x, 0) },
 			func(i int64) (int64, bool) { return max(i, 0), true }),
@@ -381,6 +383,19 @@ func init() {
 				"mask is bool (true = visible) or additive; scale defaults to 1/sqrt(dim). The scores are never stored.",
 			fn: attentionFn},
 		"log_softmax": axisFn("log_softmax"),
+		"top_k": {params: []string{"x", "k", "axis?", "largest?"},
+			doc: "the k largest (largest = false: smallest) elements along axis (default the last), sorted, and their i64 indices; ties go to the lower index",
+			fn:  topKFn},
+		"moe_slots": {params: []string{"indices", "experts", "capacity"},
+			doc: "capacity rows of routed tokens: for indices [..., k] (each token's distinct experts) the slot e·capacity + row of every choice, " +
+				"placed first choices first, tokens in order (−1: dropped, the expert full), and the i64 load [experts] (choices routed to each, dropped included)",
+			fn: moeSlotsFn},
+		"moe_dispatch": {params: []string{"x", "slots", "experts", "capacity", "weights?"},
+			doc: "tokens x [..., d] into the experts' buffer [experts, capacity, d] at their slots (times weights [..., k] when given); unfilled rows are 0",
+			fn:  func(c *callCtx) (val, error) { return moeRowsFn(c, "moe_dispatch", "x") }},
+		"moe_combine": {params: []string{"y", "slots", "weights?"},
+			doc: "the experts' rows y [experts, capacity, d] back to their tokens [..., d]: the weighted sum over each token's choices not dropped",
+			fn:  func(c *callCtx) (val, error) { return moeRowsFn(c, "moe_combine", "y") }},
 		"layer_norm": {params: []string{"x", "scale?", "bias?", "axis?", "eps?"}, doc: "layer normalisation over dims axis.. (default the last)", fn: func(c *callCtx) (val, error) {
 			return normFn(c, "layer_norm", "scale", "bias")
 		}},
@@ -712,6 +727,81 @@ func attentionFn(c *callCtx) (val, error) {
 	return tensorVal(rs[0]), nil
 }
 
+// tupleOf makes a tuple value of an op's results.
+func tupleOf(rs []*ir.Value) val {
+	out := val{k: kTuple}
+	for _, t := range rs {
+		out.list = append(out.list, tensorVal(t))
+	}
+	return out
+}
+
+func topKFn(c *callCtx) (val, error) {
+	x, err := c.tensor("x")
+	if err != nil {
+		return val{}, err
+	}
+	at, err := c.attrs().int("k").int("axis").done()
+	if err != nil {
+		return val{}, err
+	}
+	if c.has("largest") {
+		largest, err := c.boolArg("largest")
+		if err != nil {
+			return val{}, err
+		}
+		at = append(at, ir.NamedAttr{Name: "largest", Value: ir.BoolAttr(largest)})
+	}
+	rs, err := c.l.opN(c.pos, "top_k", at, x)
+	if err != nil {
+		return val{}, err
+	}
+	return tupleOf(rs), nil
+}
+
+func moeSlotsFn(c *callCtx) (val, error) {
+	idx, err := c.tensor("indices")
+	if err != nil {
+		return val{}, err
+	}
+	at, err := c.attrs().int("experts").int("capacity").done()
+	if err != nil {
+		return val{}, err
+	}
+	rs, err := c.l.opN(c.pos, "moe_slots", at, idx)
+	if err != nil {
+		return val{}, err
+	}
+	return tupleOf(rs), nil
+}
+
+// moeRowsFn builds moe_dispatch or moe_combine: the rows operand (named first), the slots and
+// the optional weights.
+func moeRowsFn(c *callCtx, op, first string) (val, error) {
+	var ops []*ir.Value
+	for _, name := range []string{first, "slots"} {
+		t, err := c.tensor(name)
+		if err != nil {
+			return val{}, err
+		}
+		ops = append(ops, t)
+	}
+	w, err := c.optTensor("weights")
+	if err != nil {
+		return val{}, err
+	}
+	if w != nil {
+		ops = append(ops, w)
+	}
+	var at ir.Attrs
+	if op == "moe_dispatch" {
+		if at, err = c.attrs().int("experts").int("capacity").done(); err != nil {
+			return val{}, err
+		}
+	}
+	return c.tensorOp(op, at, ops...)
+}
+
 func splitFn(c *callCtx) (val, error) {
 	x, err := c.tensor("x")
 	if err != nil {
@@ -749,11 +839,7 @@ func splitFn(c *callCtx) (val, error) {
 	if err != nil {
 		return val{}, err
 	}
-	out := val{k: kTuple}
-	for _, t := range rs {
-		out.list = append(out.list, tensorVal(t))
-	}
-	return out, nil
+	return tupleOf(rs), nil
 }
 
 func whereFn(c *callCtx) (val, error) {

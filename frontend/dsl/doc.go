@@ -129,12 +129,16 @@
 // repeat_kv), and a chain written out by hand keeps its exact semantics (a −1e9 additive
 // mask, a softmax the user may change) instead of being rewritten behind the user's back.
 //
-//	exp log sqrt rsqrt tanh sigmoid sin cos erf abs relu silu (x)
+//	exp log sqrt rsqrt tanh sigmoid sin cos erf abs relu silu ceil floor (x)
 //	gelu(x, approximate? = "none" | "tanh")
 //	softmax(x, axis?)  log_softmax(x, axis?)              // default the last axis
 //	layer_norm(x, scale?, bias?, axis?, eps?)  rms_norm(x, scale?, axis?, eps?)
 //	matmul(a, b, bias?, transpose_a?, transpose_b?)
 //	attention(q, k, v, mask?, causal?, scale?)           // fused: [..., heads, seq, dim]; fewer kv heads = GQA
+//	top_k(x, k, axis?, largest?)                          // values, i64 indices; ties to the lower index
+//	moe_slots(indices, experts, capacity)                 // slots (−1: dropped), load [experts]
+//	moe_dispatch(x, slots, experts, capacity, weights?)   // tokens → [experts, capacity, d]
+//	moe_combine(y, slots, weights?)                       // [experts, capacity, d] → tokens
 //	reshape(x, shape)  transpose(x, perm?)  broadcast(x, shape)
 //	gather(data, indices, axis?)  concat(xs…, axis?)  slice(x, starts, ends, axes?, steps?)
 //	split(x, sizes, axis?)          // sizes: a list, or a count of equal pieces; axis default -1

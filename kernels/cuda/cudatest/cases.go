@@ -317,7 +317,8 @@ func Cases() []Case {
 	cs = append(cs, bnormCases()...)
 	cs = append(cs, convCases()...)
 	cs = append(cs, PoolCases()...)
-	return append(cs, attentionCases(len(cs))...)
+	cs = append(cs, attentionCases(len(cs))...)
+	return append(cs, moeCases(len(cs))...)
 }
 
 // attentionCases: attention and its gradient. Small ones with grouped-query heads (4 query
