@@ -59,10 +59,12 @@ func attnRows(n int) int {
 const attnSharedBudget = 40 << 10
 
 // attnCols is the staged tile's rows (keys for the forward and dq, queries for dk and dv):
-// 64, halved until the tiles of width d + dv fit the budget. It is also the length of the
-// per-thread score arrays kept in registers.
+// 32, halved until the tiles of width d + dv fit the budget. It is also the number of
+// per-thread score registers, and the generator unrolls every loop over them: 64 doubled
+// the source (and the host build's compile time, a minute more for the test cases) for
+// fewer, longer tiles.
 func attnCols(d, dv, elem int) int {
-	c := 64
+	c := 32
 	for c > 1 && c*(d+dv+2)*elem > attnSharedBudget {
 		c /= 2
 	}
