@@ -43,7 +43,7 @@
 //
 //   - Attention and its gradient are FlashAttention-2's tiled kernels (kernels_attention.go
 //     on tiles.go): a block of 128 threads per query tile (forward, dq) or key tile (dk,
-//     dv), a thread per row; the other side's tiles (up to 64 rows, within 40 KiB of static
+//     dv), a thread per row; the other side's tiles (up to 32 rows, within 40 KiB of static
 //     shared memory) staged in shared memory in turn; the online softmax's running maximum
 //     and sum and the row's accumulator in registers, carried across phases (on the host an
 //     element per thread); causal blocks stop at (or start from) the last (first) tile they
@@ -61,8 +61,8 @@
 //     additive masks; f32, bf16, f16, f64), and f32 accuracy against the f64 CPU device no
 //     worse than the CPU device's own f32 (runtime/cuda's TestAttentionF32Accuracy); the
 //     PTX for sm_80 (and sm_90 where clang knows it) has no local memory in these kernels;
-//     static shared memory is the kernel's comment and Kernel.Shared (32 KiB at head dim
-//     64 or 128 in 16-bit or f32). Only a GPU can tell registers per thread (ptxas),
+//     static shared memory is the kernel's comment and Kernel.Shared (16 KiB at head dim
+//     64, 32 KiB at 128, in 16-bit or f32). Only a GPU can tell registers per thread (ptxas),
 //     occupancy and speed: bench/gpu.sh times forward + backward against PyTorch's SDPA.
 //
 //   - Multi-result ops (layer_norm_grad_params, split, …) are one kernel per result.

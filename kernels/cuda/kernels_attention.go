@@ -59,10 +59,12 @@ func attnRows(n int) int {
 const attnSharedBudget = 40 << 10
 
 // attnCols is the staged tile's rows (keys for the forward and dq, queries for dk and dv):
-// 64, halved until the tiles of width d + dv fit the budget. It is also the length of the
-// per-thread score arrays kept in registers.
+// 32, halved until the tiles of width d + dv fit the budget. It is also the number of
+// per-thread score registers, and the generator unrolls every loop over them: 64 doubled
+// the source (and the host build's compile time, a minute more for the test cases) for
+// fewer, longer tiles.
 func attnCols(d, dv, elem int) int {
-	c := 64
+	c := 32
 	for c > 1 && c*(d+dv+2)*elem > attnSharedBudget {
 		c /= 2
 	}
@@ -234,10 +236,13 @@ func storeRow(out, r string, n int, dt ir.DType, v string) string {
 }
 
 // stage writes the loop of a block's threads loading rows [r0, r0 + $BC) of a [rows, width]
-// operand (rows from base) into tile, widened, zeros past end.
+// operand (rows from base) into tile, widened, zeros past end. The tile's element index is an
+// int (a tile holds at most $BC·width elements): NVRTC 11.8 rejects the kernel for sm_90
+// ("unsupported operation") when the loop divides a 64-bit index by a width that is not a
+// power of two (head dims 80, 37, 19), and 32-bit division is cheaper anyway.
 func (g *attnGen) stage(tile string, width int, dt ir.DType, op, base, r0, end string) string {
-	return g.c(fmt.Sprintf("for (long long e = tid; e < $BC * %dLL; e += $BR) {\n  const long long i = %s + e / %dLL;\n  %s[e] = i < %s ? %s : ($T)0;\n}\n",
-		width, r0, width, tile, end, load(dt, op, fmt.Sprintf("(%s + i) * %dLL + e %% %dLL", base, width, width))))
+	return g.c(fmt.Sprintf("for (int e = (int)tid; e < $BC * %d; e += $BR) {\n  const long long i = %s + e / %d;\n  %s[e] = i < %s ? %s : ($T)0;\n}\n",
+		width, r0, width, tile, end, load(dt, op, fmt.Sprintf("(%s + i) * %dLL + e %% %d", base, width, width))))
 }
 
 // queryTiles is the setup of a kernel over query tiles (the forward, dq): bh, the tile's

@@ -25,7 +25,9 @@ func attentionCases() []cudatest.Case {
 }
 
 // TestAttentionKernelsOnHost: the attention cases alone, a quick check of the tile kernels
-// against the CPU device.
+// against the CPU device; and a tile kernel is launched with the block it is written for
+// (the host build runs its own count of threads whatever the launch says, so only the
+// launch shows it): the forward over 2 heads of 130 query rows is one launch of 4 blocks of 128.
 func TestAttentionKernelsOnHost(t *testing.T) {
 	e := newEmulator(t)
 	dev, err := NewDevice(e, e, e.compile, false)
@@ -33,6 +35,32 @@ func TestAttentionKernelsOnHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkKernels(t, attentionCases(), dev)
+
+	e = newEmulator(t)
+	if dev, err = NewDevice(e, e, e.compile, false); err != nil {
+		t.Fatal(err)
+	}
+	q, lse := ir.Type{DType: ir.F32, Shape: ir.Shape{1, 2, 130, 8}}, ir.Type{DType: ir.F32, Shape: ir.Shape{1, 2, 130, 1}}
+	impl, err := dev.Prepare(&device.Spec{Op: ir.MustLookup("attention"), In: []ir.Type{q, q, q}, Out: []ir.Type{q, lse}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []device.Tensor
+	for _, ty := range []ir.Type{q, q, q, q, lse} {
+		args = append(args, upload(t, dev, device.Tensor{Type: ty, Data: make([]byte, ty.Bytes())}))
+	}
+	if err := impl(args[:3], args[3:]); err != nil {
+		t.Fatal(err)
+	}
+	var launches []string
+	for _, l := range e.Log {
+		if strings.HasPrefix(l, "launch ") {
+			launches = append(launches, l)
+		}
+	}
+	if len(launches) != 1 || !strings.Contains(launches[0], " grid 4 block 128 ") {
+		t.Errorf("the forward's launches: %q; want one of 4 blocks of 128 threads (2 heads × 2 query tiles)", launches)
+	}
 }
 
 // TestAttentionF32Accuracy: on the f32 attention cases of a tile or more, the tile kernels'

@@ -130,8 +130,9 @@ func everySchedule() []gridCase {
 
 // gridCases is the equivalence grid: the tiny GPT on one rank and at pp 2 × tp 2 × dp 2
 // with sp and ZeRO-1, in bf16, the tiny Llama at pp 2 × tp 2 under zb-h1, and zbv with full
-// recompute. The fused attention's CUDA kernels sum each row in order where the CPU device's
-// tiles go through its GEMM micro-kernel, so gradients differ in the last bits; AdamW turns
+// recompute. The fused attention's CUDA kernels (FlashAttention-2's tiles, a thread's dot
+// products in order, an online softmax) sum in another order than the CPU device's tiles on
+// its GEMM micro-kernel, so gradients differ in the last bits; AdamW turns
 // such a difference in a near-zero gradient into a full step (one weight of 100k off by
 // 1.3e-5 after three steps while the losses agree to 1e-9), so the one-rank and zbv cases
 // train with SGD and momentum, and AdamW is covered by the other two fp32 cases.

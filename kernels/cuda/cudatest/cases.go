@@ -324,14 +324,14 @@ func Cases() []Case {
 // attentionCases: attention and its gradient. Small ones with grouped-query heads (4 query
 // heads over 2 kv heads) on odd sizes — causal with more keys than queries, a boolean mask,
 // an additive one — in f32, bf16 and f64; then sizes where the tile kernels' tiles (128 query
-// or key rows per block, key or query tiles of up to 64 rows) end ragged, in f32 with bf16 and
-// f16 on two of them: head dims 64, 80, 128 and 37 (with a value dim of 19), more queries
+// or key rows per block, key or query tiles of up to 32 rows) end ragged, in f32, with bf16,
+// f16 and f64 on one each: head dims 64, 80, 128 and 37 (with a value dim of 19), more queries
 // than a block, Sq ≠ Skv both ways (causal with Sq > Skv leaves the first queries no key),
 // grouped-query and multi-query heads, masks broadcast over the batch or the heads. The
 // gradient's o and lse are the CPU device's forward of its q, k and v, as in training.
 //
 // Tolerances against the CPU device (whose tiles sum in another order): f32 within 64 ulps
-// or 1e-5 absolute (gradients are sums of products of values of order 1, cancelling), f64
+// or 1e-5 absolute (forward), 256 ulps or 1e-4 (backward) (gradients are sums of products of values of order 1, cancelling), f64
 // 1e-12, the 16-bit dtypes within 2 of their ulps or 1/32 absolute (a result near a rounding
 // boundary of its dtype may round the other way).
 func attentionCases(first int) []Case {
@@ -348,6 +348,9 @@ func attentionCases(first int) []Case {
 		}
 		cs = append(cs, Case{fmt.Sprintf("k%d_attention", first+len(cs)), fwd, ulps, fabs, 0, nil})
 		bwd := &device.Spec{Op: ir.MustLookup("attention_grad"), Attrs: at, In: append([]ir.Type{q, k, v, o, lse, o}, mask...), Out: []ir.Type{q, k, v}}
+		if d == f32 {
+			ulps, abs = 256, 1e-4
+		}
 		cs = append(cs, Case{fmt.Sprintf("k%d_attention_grad", first+len(cs)), bwd, ulps, abs, 0, attentionFix(fwd)})
 	}
 	for _, d := range []ir.DType{f32, bf, ir.F64} {
@@ -356,17 +359,19 @@ func attentionCases(first int) []Case {
 		add(d, ir.Attrs{{Name: "scale", Value: ir.Float(0.3)}}, q, k, v, ty(ir.Bool, 5, 7))
 		add(d, causal, q, k, v, ty(d, 4, 5, 7))
 	}
-	for _, d := range []ir.DType{f32, bf, f16} {
-		// Head dim 64, two query blocks (130 rows), keys in three tiles of 64, the last ragged.
+	// Head dim 64, two query blocks (130 rows), keys in five tiles of 32, the last ragged.
+	for _, d := range []ir.DType{f32, bf} {
 		add(d, causal, ty(d, 1, 4, 130, 64), ty(d, 1, 2, 130, 64), ty(d, 1, 2, 130, 64))
-		// Head dim 128 (key tiles of 32), more queries than keys under causal masking.
+	}
+	// Head dim 128, more queries than keys under causal masking, a boolean mask.
+	for _, d := range []ir.DType{f32, f16} {
 		add(d, causal, ty(d, 1, 2, 150, 128), ty(d, 1, 1, 90, 128), ty(d, 1, 1, 90, 128), ty(ir.Bool, 1, 1, 150, 90))
 	}
+	// Head dim 80, more keys than queries (blocks of 64 query rows, 128 key rows), an additive
+	// mask per head and query.
+	add(f32, nil, ty(f32, 2, 2, 45, 80), ty(f32, 2, 2, 200, 80), ty(f32, 2, 2, 200, 80), ty(f32, 2, 45, 200))
+	// An odd head dim, a narrower value dim, multi-query heads, a key block and a bit.
 	for _, d := range []ir.DType{f32, ir.F64} {
-		// Head dim 80, more keys than queries (blocks of 64 query rows, 128 key rows), an
-		// additive mask per head and query.
-		add(d, nil, ty(d, 2, 2, 45, 80), ty(d, 2, 2, 200, 80), ty(d, 2, 2, 200, 80), ty(d, 2, 45, 200))
-		// An odd head dim, a narrower value dim, multi-query heads, a key block and a bit.
 		add(d, ir.Attrs{causal[0], {Name: "scale", Value: ir.Float(0.2)}}, ty(d, 3, 129, 37), ty(d, 1, 131, 37), ty(d, 1, 131, 19))
 	}
 	return cs
