@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	pb "ppc.dev/ppc/codegen/programpb"
 	"ppc.dev/ppc/passes"
@@ -305,28 +306,29 @@ func (m Mesh) Proto() []*pb.NamedInt {
 }
 
 // Product is the mesh as a product of its axes, "pp 2 × dp 1 × tp 1", ep and cp only when
-// they split.
+// they split (ep inside dp, not a factor of the world: "dp 4 (ep 2)").
 func (m Mesh) Product() string {
-	s := fmt.Sprintf("pp %d × dp %d", m.PP, m.DP)
-	if m.ep() > 1 {
-		s += fmt.Sprintf(" (ep %d)", m.EP)
+	var s string
+	for _, a := range m.Proto() {
+		switch {
+		case a.Name == "ep":
+			s += fmt.Sprintf(" (ep %d)", a.Value)
+		case s == "":
+			s = fmt.Sprintf("%s %d", a.Name, a.Value)
+		default:
+			s += fmt.Sprintf(" × %s %d", a.Name, a.Value)
+		}
 	}
-	if m.cp() > 1 {
-		s += fmt.Sprintf(" × cp %d", m.CP)
-	}
-	return s + fmt.Sprintf(" × tp %d", m.TP)
+	return s
 }
 
 // String is the mesh as messages write it: "pp=2 dp=4 tp=8", ep and cp only when they split.
 func (m Mesh) String() string {
-	s := fmt.Sprintf("pp=%d dp=%d", m.PP, m.DP)
-	if m.ep() > 1 {
-		s += fmt.Sprintf(" ep=%d", m.EP)
+	var parts []string
+	for _, a := range m.Proto() {
+		parts = append(parts, fmt.Sprintf("%s=%d", a.Name, a.Value))
 	}
-	if m.cp() > 1 {
-		s += fmt.Sprintf(" cp=%d", m.CP)
-	}
-	return s + fmt.Sprintf(" tp=%d", m.TP)
+	return strings.Join(parts, " ")
 }
 
 // Groups are the rank's groups on every axis.
