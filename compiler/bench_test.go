@@ -85,6 +85,14 @@ func benchmarkTrainStep(b *testing.B, opts Options) {
 }
 
 func benchmarkTrainStepOf(b *testing.B, model string, opts Options) {
+	res := benchmarkSteps(b, model, opts)
+	pr := res.Output.Plan.Programs[0]
+	b.ReportMetric(float64(pr.ParamBytes)/1024, "param-KiB/rank")
+	b.ReportMetric(float64(pr.ParamBytes+pr.GradBytes+pr.StateBytes+pr.LiveBytes)/1024, "live-KiB/rank")
+}
+
+// benchmarkSteps compiles model, times its training steps (tokens/s) and returns the compile.
+func benchmarkSteps(b *testing.B, model string, opts Options) *Result {
 	res, err := Compile(model, opts)
 	if err != nil {
 		b.Fatal(err)
@@ -105,9 +113,7 @@ func benchmarkTrainStepOf(b *testing.B, model string, opts Options) {
 		tokens = r.Tokens
 	}
 	b.ReportMetric(float64(tokens)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
-	pr := res.Output.Plan.Programs[0]
-	b.ReportMetric(float64(pr.ParamBytes)/1024, "param-KiB/rank")
-	b.ReportMetric(float64(pr.ParamBytes+pr.GradBytes+pr.StateBytes+pr.LiveBytes)/1024, "live-KiB/rank")
+	return res
 }
 
 // BenchmarkTrainStepTinyZero: the tiny GPT's training step at dp 2 (two micro-batches per
@@ -152,26 +158,7 @@ func BenchmarkTrainStepSmall(b *testing.B) {
 func BenchmarkCPStep(b *testing.B) {
 	for _, cp := range []int{1, 2, 4} {
 		b.Run(fmt.Sprintf("cp%d", cp), func(b *testing.B) {
-			res, err := Compile("../testdata/models/llama.ppm", Options{Load: LoadOptions{Set: map[string]string{"seq": "4096", "batch": "2"}}, Microbatches: 1, CP: cp})
-			if err != nil {
-				b.Fatal(err)
-			}
-			job, err := rt.New(res.Output, cpu.New())
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := job.Init(1); err != nil {
-				b.Fatal(err)
-			}
-			var tokens int
-			for b.Loop() {
-				r, err := job.Step(rt.Options{Seed: 1})
-				if err != nil {
-					b.Fatal(err)
-				}
-				tokens = r.Tokens
-			}
-			b.ReportMetric(float64(tokens)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+			res := benchmarkSteps(b, "../testdata/models/llama.ppm", Options{Load: LoadOptions{Set: map[string]string{"seq": "4096", "batch": "2"}}, Microbatches: 1, CP: cp})
 			b.ReportMetric(float64(res.Output.Plan.Programs[0].PeakBytes)/(1<<20), "peak-MiB/rank")
 		})
 	}
