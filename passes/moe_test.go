@@ -23,23 +23,42 @@ func init() {
 		for o := range outer {
 			for e := range inner {
 				at := func(j int) float64 { return in[0].v[(o*n+j)*inner+e] }
-				order := make([]int, n)
-				for j := range order {
-					order[j] = j
+				// sorted orders indices larger first (smaller with largest = false), ties in
+				// index order.
+				sorted := func(idx []int, key func(int) float64) []int {
+					slices.SortStableFunc(idx, func(a, b int) int {
+						x, y := key(a), key(b)
+						if !largest {
+							x, y = -x, -y
+						}
+						return -cmp.Compare(x, y)
+					})
+					return idx
 				}
-				slices.SortStableFunc(order, func(a, b int) int {
-					x, y := at(a), at(b)
-					if !largest {
-						x, y = -x, -y
+				// Node-limited routing: the M groups whose ⌈k/M⌉ best sum highest, and the
+				// k best among their elements.
+				groups, m := op.Attrs.Int("groups", 1), op.Attrs.Int("topk_groups", 1)
+				size := n / groups
+				score := make([]float64, groups)
+				gs := make([]int, groups)
+				for g := range groups {
+					gs[g] = g
+					members := make([]int, size)
+					for j := range members {
+						members[j] = g*size + j
 					}
-					switch {
-					case x > y:
-						return -1
-					case x < y:
-						return 1
+					for _, j := range sorted(members, at)[:(k+m-1)/m] {
+						score[g] += at(j)
 					}
-					return 0
-				})
+				}
+				var order []int
+				for _, g := range sorted(gs, func(g int) float64 { return score[g] })[:m] {
+					for j := range size {
+						order = append(order, g*size+j)
+					}
+				}
+				slices.Sort(order)
+				order = sorted(order, at)
 				for j := range k {
 					vals[(o*k+j)*inner+e], idx[(o*k+j)*inner+e] = at(order[j]), float64(order[j])
 				}
@@ -127,6 +146,9 @@ func init() {
 	gradCases = append(gradCases,
 		gradCase{name: "top_k", args: "%x: f64[2,5,3] {param}", body: "%y, %i = top_k %x {k = 2, axis = 1} : ?, ?", want: []string{"gather_elements_grad"}},
 		gradCase{name: "top_k smallest", args: "%x: f64[3,4] {param}", body: "%y, %i = top_k %x {k = 3, largest = false} : ?, ?"},
+		gradCase{name: "top_k groups", args: "%x: f64[3,8] {param}", body: "%y, %i = top_k %x {k = 3, groups = 4, topk_groups = 2} : ?, ?",
+			want: []string{"gather_elements_grad"}},
+		gradCase{name: "top_k groups along axis 0", args: "%x: f64[6,2] {param}", body: "%y, %i = top_k %x {k = 2, axis = 0, groups = 3, topk_groups = 1} : ?, ?"},
 		gradCase{name: "moe_dispatch", args: "%x: f64[3,4] {param}, %i: i64[3,2] {input}",
 			body: "%s, %l = moe_slots %i {experts = 3, capacity = 2} : ?, ?\n  %y = moe_dispatch %x, %s {experts = 3, capacity = 2} : ?",
 			vals: map[string][]float64{"i": {2, 1, 0, 2, 2, 0}}, want: []string{"moe_combine"}},
