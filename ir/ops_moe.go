@@ -94,7 +94,7 @@ func TopKGroups(at Attrs, n int) (groups, topkGroups int, err error) {
 	case topkGroups < 1 || topkGroups > groups:
 		return 0, 0, fmt.Errorf("topk_groups = %d must be in [1, %d] (groups)", topkGroups, groups)
 	case k > topkGroups*(n/groups):
-		return 0, 0, fmt.Errorf("k = %d is more than topk_groups = %d groups of %d elements hold", k, topkGroups, n/groups)
+		return 0, 0, fmt.Errorf("k = %d cannot be reached within topk_groups = %d group(s) of %d element(s): at most %d", k, topkGroups, n/groups, topkGroups*(n/groups))
 	}
 	return groups, topkGroups, nil
 }

@@ -12,7 +12,8 @@ import (
 )
 
 // TestMoEErrors: mixture-of-experts settings the model cannot have exit 2 at the position
-// that uses them — a top_k above the experts, no experts, a capacity below 1 — and a model
+// that uses them — a top_k above the experts, no experts, a capacity below 1, node-limited
+// routing's groups that cannot be — and a model
 // that routes tokens across the sequence refuses token slicing and ONNX export by name.
 func TestMoEErrors(t *testing.T) {
 	moe := filepath.Join("..", "..", "testdata", "models", "moe.ppm")
@@ -21,7 +22,12 @@ func TestMoEErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"compile", moe, "-o", out, "--set", "top_k=5"}, "moe.ppm:121:18: top_k: k = 5 must be in [1, 4]"},
+		{[]string{"compile", moe, "-o", out, "--set", "top_k=5"}, "moe.ppm:126:18: top_k: k = 5 must be in [1, 4]"},
+		// Node-limited routing (n_groups, topk_groups): groups that do not divide the
+		// experts, more groups kept than there are, top_k out of the kept groups' reach.
+		{[]string{"compile", moe, "-o", out, "--set", "n_groups=3"}, "moe.ppm:126:18: top_k: groups = 3 must be ≥ 1 and divide the axis's 4 elements"},
+		{[]string{"compile", moe, "-o", out, "--set", "n_groups=2", "--set", "topk_groups=3"}, "moe.ppm:126:18: top_k: topk_groups = 3 must be in [1, 2] (groups)"},
+		{[]string{"compile", moe, "-o", out, "--set", "n_groups=4"}, "moe.ppm:126:18: top_k: k = 2 cannot be reached within topk_groups = 1 group(s) of 1 element(s): at most 1"},
 		{[]string{"compile", moe, "-o", out, "--set", "n_experts=0"}, "dimension must be a positive integer"},
 		{[]string{"compile", moe, "-o", out, "--set", "capacity_factor=0.001"}, ""},
 		{[]string{"compile", moe, "-o", out, "--token-slices", "8,8"}, "reshape merges the sequence axis with another"},
@@ -63,7 +69,7 @@ func TestEPErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"compile", moe, "-o", out, "--dp", "4", "--ep", "3"}, "--ep 3: expert parallelism carves its ranks from the 4 data-parallel ranks, which it does not divide; the nearest that divide it: --ep 2 or --ep 4 (or --dp 6)"},
-		{[]string{"compile", moe, "-o", out, "--dp", "3", "--ep", "3", "--set", "batch=12"}, "moe.ppm:124:9: --ep 3: the layer has 4 experts, which 3 ep ranks do not divide; the nearest that do: --ep 2 or --ep 4"},
+		{[]string{"compile", moe, "-o", out, "--dp", "3", "--ep", "3", "--set", "batch=12"}, "moe.ppm:129:9: --ep 3: the layer has 4 experts, which 3 ep ranks do not divide; the nearest that do: --ep 2 or --ep 4"},
 		{[]string{"compile", gpt, "--preset", "tiny", "-o", out, "--dp", "2", "--ep", "2"}, "--ep 2: the model has no mixture-of-experts layer (moe_dispatch); expert parallelism shards experts: use --ep 1"},
 		{[]string{"compile", moe, "-o", out, "--ep", "0"}, "--pp, --tp, --dp, --ep and --microbatches must be at least 1"},
 	} {
@@ -96,6 +102,23 @@ func TestMoESummary(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("summary lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestMoESummaryNodeLimited: with node-limited routing the summary's experts line says
+// within how many of how many groups a token's experts lie, and plan.json records them.
+func TestMoESummaryNodeLimited(t *testing.T) {
+	moe := filepath.Join("..", "..", "testdata", "models", "moe.ppm")
+	dir := filepath.Join(t.TempDir(), "plan")
+	code, out, errOut := ppc(t, "", "compile", moe, "--set", "n_experts=8", "--set", "n_groups=4", "--set", "topk_groups=2", "-o", dir)
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	if want := "of 8 experts, top 2 per token within 2 of 4 groups (node-limited): "; !strings.Contains(out, want) {
+		t.Errorf("summary lacks %q:\n%s", want, out)
+	}
+	if m := readPlan(t, dir).MoE; m == nil || m.Groups != 4 || m.TopKGroups != 2 {
+		t.Errorf("plan.json's moe is %+v, want groups 4 and topk_groups 2", m)
 	}
 }
 
