@@ -150,3 +150,55 @@ func markExpertParams(f *ir.Func, operands []*ir.Value, experts int, param map[*
 		}
 	}
 }
+
+// DispatchTraffic is what one mixture-of-experts layer's dispatch all-to-all sends from one
+// ep rank per micro-batch, in bytes, and what a dispatch deduplicated per node would send:
+// the cost model prices the first, ppc's runtime moves it.
+type DispatchTraffic struct {
+	// Nodes is how many nodes the ep group spans (1: the all-to-alls stay on NVLink).
+	Nodes int
+	// Buffer is the rank's [experts, capacity, d] dispatch buffer; the all-to-all sends
+	// (ep−1)/ep of it and keeps its own block.
+	Buffer float64
+	// OffNode is the part of Buffer sent to ranks on other nodes, (ep − ep/nodes)/ep of it:
+	// the buffer is static, so this is what crosses the inter-node link whatever the router
+	// chooses, node-limited or not.
+	OffNode float64
+	// Dedup is the most a dispatch sending one copy of a token per destination node (the
+	// copy forwarded to the node's experts over NVLink, as DeepSeek-V3's) would send off the
+	// node: tokens·d·min(fan-out, nodes − 1), FanOut the nodes a token's experts can lie on.
+	// ppc's dispatch does not
+	// deduplicate; this is the bound the routing would allow, for the reports.
+	Dedup float64
+	// FanOut bounds the nodes a token's experts lie on: topk_groups (times the nodes a
+	// group spans) with node-limited routing whose groups lie whole on nodes, else top_k.
+	FanOut int
+}
+
+// MoEDispatchTraffic returns one layer's dispatch traffic from one ep rank: tokens of width d
+// routed to info.TopK of info.Experts experts with capacity rows each, elements of elem
+// bytes, over ep ranks each tpcp (tp·cp) consecutive GPUs wide, nodes of gpusPerNode GPUs.
+// The expert blocks are in ep order (expert block k on ep rank k), so group g is ep ranks
+// [g·ep/G, (g+1)·ep/G): the groups lie whole on nodes when every node holds a whole number of
+// them, and each on nodes/G whole nodes when G divides the nodes; otherwise a group may
+// straddle nodes and only top_k bounds the fan-out.
+func MoEDispatchTraffic(info MoEInfo, tokens, d, capacity, elem, ep, tpcp, gpusPerNode int) DispatchTraffic {
+	gpus := max(tpcp, 1) * max(ep, 1)
+	nodes := 1
+	if gpusPerNode > 0 && gpus > gpusPerNode {
+		nodes = (gpus + gpusPerNode - 1) / gpusPerNode
+	}
+	t := DispatchTraffic{Nodes: nodes, Buffer: float64(info.Experts) * float64(capacity) * float64(d) * float64(elem), FanOut: info.TopK}
+	switch g := info.Groups; {
+	case g <= 1:
+	case g%nodes == 0: // whole groups on each node
+		t.FanOut = min(info.TopK, info.TopKGroups)
+	case nodes%g == 0: // each group on nodes/g whole nodes
+		t.FanOut = min(info.TopK, info.TopKGroups*nodes/g)
+	}
+	if nodes > 1 {
+		t.OffNode = t.Buffer * float64(ep-ep/nodes) / float64(ep)
+		t.Dedup = float64(tokens) * float64(d) * float64(elem) * float64(min(t.FanOut, nodes-1))
+	}
+	return t
+}

@@ -310,3 +310,38 @@ func TestMoEBalanceLossBalances(t *testing.T) {
 		t.Errorf("the balance loss did not balance the router: busiest expert's share %.3f → %.3f", before, after)
 	}
 }
+
+// TestMoEDispatchTraffic: DeepSeek-V3's layer (256 experts, top 8, d 7168, bf16, 4,096
+// tokens, capacity 160 = ⌈1.25·4096·8/256⌉) at ep 64 over 8 nodes: the static buffer
+// 256·160·7168·2 bytes, 7/8 of it to other nodes whatever the routing; deduplicated per node a
+// token would go to at most 4 other nodes with node-limited routing (8 groups, 4 kept), 7
+// without it. Inside one node nothing crosses; 16 nodes put each group on 2 (fan-out 8);
+// 3 nodes split groups, so only top_k bounds it.
+func TestMoEDispatchTraffic(t *testing.T) {
+	limited := MoEInfo{Experts: 256, TopK: 8, Layers: 58, Groups: 8, TopKGroups: 4}
+	free := limited
+	free.Groups, free.TopKGroups = 0, 0
+	const tok, d, cp, el = 4096, 7168, 160, 2
+	buf := 256.0 * cp * d * el
+	row := float64(tok) * d * el
+	for _, c := range []struct {
+		name          string
+		info          MoEInfo
+		ep, tpcp      int
+		nodes, fanOut int
+		offNode       float64
+		dedup         float64
+	}{
+		{"ep64 limited", limited, 64, 1, 8, 4, buf * 7 / 8, 4 * row},
+		{"ep64 unlimited", free, 64, 1, 8, 8, buf * 7 / 8, 7 * row},
+		{"ep8 one node", limited, 8, 1, 1, 4, 0, 0},
+		{"ep64 tp2: 16 nodes", limited, 64, 2, 16, 8, buf * 60 / 64, 8 * row},
+		{"ep24: 3 nodes", limited, 24, 1, 3, 8, buf * 16 / 24, 2 * row},
+	} {
+		got := MoEDispatchTraffic(c.info, tok, d, cp, el, c.ep, c.tpcp, 8)
+		want := DispatchTraffic{Nodes: c.nodes, Buffer: buf, OffNode: c.offNode, Dedup: c.dedup, FanOut: c.fanOut}
+		if got != want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, want)
+		}
+	}
+}

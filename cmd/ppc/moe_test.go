@@ -122,6 +122,43 @@ func TestMoESummaryNodeLimited(t *testing.T) {
 	}
 }
 
+// TestPlanRouting: ppc plan reports plan 1's dispatch traffic. The tiny model with 8
+// experts in 4 groups (2 kept), ep 8 over 2 nodes of 4 GPUs: each rank's bf16 buffer is
+// 8 experts × 5 rows (⌈1.25·16·2/8⌉) × 64 × 2 B = 5 KiB, half of it to the other node
+// whatever the router chooses, where one copy per (token, node) would be at most
+// 16 tokens × 64 × 2 B = 2 KiB (a token's other node); --json carries the figures. Inside
+// one node (4 GPUs per node, ep 4) it says the all-to-alls stay on NVLink; without groups and
+// inside a node there is no line.
+func TestPlanRouting(t *testing.T) {
+	moe := filepath.Join("..", "..", "testdata", "models", "moe.ppm")
+	limited := []string{"plan", moe, "--set", "n_experts=8", "--set", "n_groups=4", "--set", "topk_groups=2", "--gpu", "h100-80gb", "--gpus-per-node", "4", "--top", "1"}
+	code, out, errs := ppc(t, "", append(limited, "--gpus", "16", "--ep", "8")...)
+	if want := "routing: node-limited (each token's 2 experts within 2 of 4 groups); a token's experts on up to 2 of the ep group's 2 nodes; each all-to-all sends 2.5 KiB of a rank's 5.0 KiB dispatch buffer off its node per layer and micro-batch whatever the router chooses (priced), where one copy per (token, node) would send at most 2.0 KiB"; code != 0 || !strings.Contains(out, want) {
+		t.Errorf("exit %d, output lacks %q:\n%s%s", code, want, out, errs)
+	}
+	code, out, errs = ppc(t, "", append(limited, "--gpus", "16", "--ep", "8", "--json")...)
+	var r struct {
+		Routing struct {
+			Groups, Nodes, FanOut int
+			Buffer, OffNode, Dedup float64
+		} `json:"routing"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil {
+		t.Fatalf("--json: exit %d, %v: %s%s", code, err, out, errs)
+	}
+	if g := r.Routing; g.Groups != 4 || g.Nodes != 2 || g.FanOut != 2 || g.Buffer != 5*1024 || g.OffNode != 2.5*1024 || g.Dedup != 2*1024 {
+		t.Errorf("--json routing %+v", g)
+	}
+	code, out, errs = ppc(t, "", append(limited, "--gpus", "4", "--ep", "4")...)
+	if want := "routing: node-limited (each token's 2 experts within 2 of 4 groups); plan 1's ep group (ep 4) is inside one node, so its all-to-alls stay on NVLink"; code != 0 || !strings.Contains(out, want) {
+		t.Errorf("exit %d, output lacks %q:\n%s%s", code, want, out, errs)
+	}
+	code, out, errs = ppc(t, "", "plan", moe, "--set", "n_experts=8", "--gpu", "h100-80gb", "--gpus", "4", "--ep", "4", "--top", "1")
+	if code != 0 || strings.Contains(out, "routing:") {
+		t.Errorf("exit %d, unlimited routing inside a node has a routing line:\n%s%s", code, out, errs)
+	}
+}
+
 // TestEPTrace: ppc simulate's trace names expert parallelism's all-to-alls: each F and I/B of
 // an ep plan nests an "ep all-to-all" span, of the stage's all-to-all seconds in plan.json,
 // at the end of its collective span.
