@@ -134,19 +134,19 @@ func inputErr(format string, args ...any) error { return &InputError{fmt.Sprintf
 
 // planner holds one search's state.
 type planner struct {
-	req         Request
-	dev         passes.DeviceProfile
-	precision   string
-	units       int    // units of the model (E, layers, L)
-	unitNames   string // the first and last units, for messages: "E, t0 … L"
-	causal      bool   // the model can be cut into token slices
-	attention   bool   // the model has attention (context parallelism can split it)
-	experts     int    // the most experts of a mixture-of-experts layer (0: none)
-	moe         passes.MoEInfo
+	req       Request
+	dev       passes.DeviceProfile
+	precision string
+	units     int    // units of the model (E, layers, L)
+	unitNames string // the first and last units, for messages: "E, t0 … L"
+	causal    bool   // the model can be cut into token slices
+	attention bool   // the model has attention (context parallelism can split it)
+	experts   int    // the most experts of a mixture-of-experts layer (0: none)
+	moe       passes.MoEInfo
 	// dispatch is the largest moe_dispatch of the one-sequence probe: its capacity, row
 	// width, tokens and element bytes (the routing report scales them by the micro-batch).
-	dispatch struct{ capacity, d, tokens, elem int }
-	fixedSlices []int  // --token-slices lengths, when given
+	dispatch    struct{ capacity, d, tokens, elem int }
+	fixedSlices []int // --token-slices lengths, when given
 	batch       int
 	seq         int
 	params      int64 // the model's parameter count

@@ -139,7 +139,7 @@ func TestPlanRouting(t *testing.T) {
 	code, out, errs = ppc(t, "", append(limited, "--gpus", "16", "--ep", "8", "--json")...)
 	var r struct {
 		Routing struct {
-			Groups, Nodes, FanOut int
+			Groups, Nodes, FanOut  int
 			Buffer, OffNode, Dedup float64
 		} `json:"routing"`
 	}
