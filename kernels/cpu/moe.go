@@ -76,10 +76,13 @@ func TopKGrouped[T Number](x []T, outer, n, inner, k, groups, topkGroups int, la
 					kept[g] = true
 				}
 			}
+			// The kept groups' elements in index order (every element without groups).
 			best = best[:0]
-			for i := range n {
-				if groups <= 1 || kept[i/size] {
-					best = insertBest(best, k, i, at, largest)
+			for g := range max(groups, 1) {
+				if groups <= 1 || kept[g] {
+					for i := g * size; i < (g+1)*size; i++ {
+						best = insertBest(best, k, i, at, largest)
+					}
 				}
 			}
 			for j, i := range best {

@@ -13,7 +13,10 @@ import (
 //
 //	top_k             a thread per fibre keeps its best k in a local array (insertion, the
 //	                  CPU's order: larger first, NaN largest, ties by index); one kernel per
-//	                  result, values and indices
+//	                  result, values and indices. With groups (node-limited routing) the
+//	                  thread first scores each group by the double sum of its ⌈k/M⌉ best
+//	                  (the CPU's float64 sum, in the same order), keeps the M best groups in
+//	                  a local array and skips the others' elements
 //	moe_slots         slots set to −1 (a thread per choice), then a thread per expert walks
 //	                  the choices in choice-major order and numbers its own; load the same walk,
 //	                  counting. An expert id outside [0, experts) stays −1 (dropped) where the
