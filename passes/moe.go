@@ -156,23 +156,23 @@ func markExpertParams(f *ir.Func, operands []*ir.Value, experts int, param map[*
 // the cost model prices the first, ppc's runtime moves it.
 type DispatchTraffic struct {
 	// Nodes is how many nodes the ep group spans (1: the all-to-alls stay on NVLink).
-	Nodes int
+	Nodes int `json:"nodes"`
 	// Buffer is the rank's [experts, capacity, d] dispatch buffer; the all-to-all sends
 	// (ep−1)/ep of it and keeps its own block.
-	Buffer float64
+	Buffer float64 `json:"buffer_bytes"`
 	// OffNode is the part of Buffer sent to ranks on other nodes, (ep − ep/nodes)/ep of it:
 	// the buffer is static, so this is what crosses the inter-node link whatever the router
 	// chooses, node-limited or not.
-	OffNode float64
+	OffNode float64 `json:"off_node_bytes"`
 	// Dedup is the most a dispatch sending one copy of a token per destination node (the
 	// copy forwarded to the node's experts over NVLink, as DeepSeek-V3's) would send off the
 	// node: tokens·d·min(fan-out, nodes − 1), FanOut the nodes a token's experts can lie on.
 	// ppc's dispatch does not
 	// deduplicate; this is the bound the routing would allow, for the reports.
-	Dedup float64
+	Dedup float64 `json:"dedup_bytes"`
 	// FanOut bounds the nodes a token's experts lie on: topk_groups (times the nodes a
 	// group spans) with node-limited routing whose groups lie whole on nodes, else top_k.
-	FanOut int
+	FanOut int `json:"fan_out"`
 }
 
 // MoEDispatchTraffic returns one layer's dispatch traffic from one ep rank: tokens of width d

@@ -139,8 +139,12 @@ func TestPlanRouting(t *testing.T) {
 	code, out, errs = ppc(t, "", append(limited, "--gpus", "16", "--ep", "8", "--json")...)
 	var r struct {
 		Routing struct {
-			Groups, Nodes, FanOut  int
-			Buffer, OffNode, Dedup float64
+			Groups  int     `json:"groups"`
+			Nodes   int     `json:"nodes"`
+			FanOut  int     `json:"fan_out"`
+			Buffer  float64 `json:"buffer_bytes"`
+			OffNode float64 `json:"off_node_bytes"`
+			Dedup   float64 `json:"dedup_bytes"`
 		} `json:"routing"`
 	}
 	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil {
