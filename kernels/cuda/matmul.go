@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"strings"
 
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime/device"
@@ -182,4 +183,81 @@ func PlanMatmul(s *device.Spec, tf32 bool) ([]GemmCall, error) {
 		calls = append(calls, cl)
 	}
 	return calls, nil
+}
+
+// AlignGemmMin is the smallest GEMM (multiply-adds) AlignGemm stages: 2^30, where the slow
+// kernel's loss (~10 µs on an H100) is a few times the copies' launches. Tests lower it.
+var AlignGemmMin int64 = 1 << 30
+
+// Pitched is a copy of Cols lines of Rows contiguous elements (a column-major matrix, in
+// cuBLASLt's terms) from a leading dimension From (starting Off elements in) to To (from 0).
+type Pitched struct {
+	Rows, Cols, From, To, Off int64
+}
+
+// Bytes is the padded matrix's size (the copy's destination, or the source of a copy back)
+// for elements of n bytes.
+func (p *Pitched) Bytes(n int64) int64 { return max(p.From, p.To) * p.Cols * n }
+
+// AlignGemm stages a large 16-bit GEMM whose matrices break cuBLASLt's 16-byte alignment
+// through padded copies. A leading dimension that is not a multiple of 8 elements (GPT-2's
+// vocabulary of 50,257: the logits' rows, the head's gradient operands) makes cuBLASLt
+// choose its align1 kernels, which load 2 bytes at a time: measured on an H100, 97 TFLOP/s
+// for 8192 × 768 × 50,257 where aligned shapes reach 700–800 (bench/NOTES.md; PyTorch
+// gets the same kernel, 92 TFLOP/s). So each misaligned operand is first copied to a
+// leading dimension rounded up to 8, and a misaligned result computed there and copied
+// back — a pass over the matrix each, about a tenth of what the slow kernel loses. Only
+// single calls (no batch) of at least AlignGemmMin multiply-adds with every dim ≥ 128 are
+// staged;
+// a, b and c (nil: as they are) are the copies in cuBLASLt's A, B and result order, and call
+// reads and writes the copies at offset 0.
+func AlignGemm(c GemmCall) (call GemmCall, a, b, out *Pitched) {
+	if c.Batch != 1 || c.DType != ir.BF16 && c.DType != ir.F16 || c.M < 128 || c.N < 128 || c.K < 128 || c.M*c.N*c.K < AlignGemmMin {
+		return c, nil, nil, nil
+	}
+	bad := func(ld, off int64) bool { return ld%8 != 0 || off%8 != 0 }
+	pad := func(rows, cols, ld, off int64) *Pitched {
+		return &Pitched{Rows: rows, Cols: cols, From: ld, To: (rows + 7) / 8 * 8, Off: off}
+	}
+	call = c
+	if bad(c.LDA, c.OffA) {
+		rows, cols := c.M, c.K
+		if c.TransA {
+			rows, cols = c.K, c.M
+		}
+		a = pad(rows, cols, c.LDA, c.OffA)
+		call.LDA, call.OffA = a.To, 0
+	}
+	if bad(c.LDB, c.OffB) {
+		rows, cols := c.K, c.N
+		if c.TransB {
+			rows, cols = c.N, c.K
+		}
+		b = pad(rows, cols, c.LDB, c.OffB)
+		call.LDB, call.OffB = b.To, 0
+	}
+	if bad(c.LDC, c.OffC) {
+		out = pad(c.M, c.N, c.LDC, c.OffC)
+		// The copy back runs the other way: from the padded result to the IR's.
+		out.From, out.To = out.To, c.LDC
+		call.LDC, call.OffC = out.From, 0
+	}
+	return call, a, b, out
+}
+
+// PitchKernel is the copy p of dtype dt's elements as a kernel (in0 → out, N elements): the
+// destination at offset Off when it is the IR's result (toIR), else the source.
+func PitchKernel(name string, dt ir.DType, p Pitched, toIR bool) Kernel {
+	st, _ := storage(dt)
+	from, to := fmt.Sprintf("c * %dLL + r + %dLL", p.From, p.Off), fmt.Sprintf("c * %dLL + r", p.To)
+	if toIR {
+		from, to = fmt.Sprintf("c * %dLL + r", p.From), fmt.Sprintf("c * %dLL + r + %dLL", p.To, p.Off)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "// %s: %d lines of %d %s elements, leading dimension %d to %d\n", name, p.Cols, p.Rows, dt, p.From, p.To)
+	fmt.Fprintf(&b, "PPC_GLOBAL void %s(const %s* __restrict__ in0, %s* __restrict__ out, long long n) {\n  PPC_FOR_EACH(i, n) {\n", name, st, st)
+	fmt.Fprintf(&b, "    const long long c = i / %dLL, r = i %% %dLL;\n    out[%s] = in0[%s];\n  }\n}\n", p.Rows, p.Rows, to, from)
+	writeHostLauncher(&b, name, []string{fmt.Sprintf("(const %s*)in[0]", st)}, st)
+	t := ir.Type{DType: dt, Shape: ir.Shape{int(p.Rows * p.Cols)}}
+	return Kernel{Name: name, Body: b.String(), N: p.Rows * p.Cols, In: []ir.Type{t}, Out: t}
 }

@@ -146,6 +146,9 @@ func checkKernels(t *testing.T, cases []cudatest.Case, dev *Device) {
 	}
 	onDevice := func(x device.Tensor) device.Tensor { return upload(t, dev, x) }
 	for ci, c := range cases {
+		if ci%100 == 99 {
+			t.Logf("%d of %d cases checked", ci, len(cases)) // progress, under -v as it happens
+		}
 		impl, err := ref.Prepare(c.Spec)
 		if err != nil {
 			t.Fatalf("%s: CPU device: %v", c.Name, err)
