@@ -134,19 +134,15 @@ func inputErr(format string, args ...any) error { return &InputError{fmt.Sprintf
 
 // planner holds one search's state.
 type planner struct {
-	req       Request
-	dev       passes.DeviceProfile
-	precision string
-	units     int    // units of the model (E, layers, L)
-	unitNames string // the first and last units, for messages: "E, t0 … L"
-	causal    bool   // the model can be cut into token slices
-	attention bool   // the model has attention (context parallelism can split it)
-	experts   int    // the most experts of a mixture-of-experts layer (0: none)
-	moe       passes.MoEInfo
-	// dispatch is the largest moe_dispatch of the one-sequence probe: its capacity, row
-	// width, tokens and element bytes (the routing report scales them by the micro-batch).
-	dispatch    struct{ capacity, d, tokens, elem int }
-	fixedSlices []int // --token-slices lengths, when given
+	req         Request
+	dev         passes.DeviceProfile
+	precision   string
+	units       int    // units of the model (E, layers, L)
+	unitNames   string // the first and last units, for messages: "E, t0 … L"
+	causal      bool   // the model can be cut into token slices
+	attention   bool   // the model has attention (context parallelism can split it)
+	experts     int    // the most experts of a mixture-of-experts layer (0: none)
+	fixedSlices []int  // --token-slices lengths, when given
 	batch       int
 	seq         int
 	params      int64 // the model's parameter count
@@ -158,6 +154,12 @@ type planner struct {
 	slicers     map[int]*passes.SliceCostModel // per tp: the probe's token-slice cost model
 	sliceCache  map[[5]int]passes.SliceTimes   // (tp, group, b, l, c) → one unit's slice times
 	scheds      map[schedKey]schedEntry
+
+	// The mixture of experts' routing (mark-experts' record) and the largest moe_dispatch of
+	// the one-sequence probe — capacity, row width, tokens, element bytes — which the routing
+	// report scales by the micro-batch.
+	moe      passes.MoEInfo
+	dispatch struct{ capacity, d, tokens, elem int }
 }
 
 // load is the request's load options with the global batch set to batch sequences.
