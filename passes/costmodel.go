@@ -268,20 +268,35 @@ func (d DeviceProfile) CostOf(op *ir.Op, isParam func(*ir.Value) bool, axisSize 
 	if len(op.Results) > 0 {
 		dt = op.Results[0].Type.DType
 	}
-	c.F, c.I, c.W = d.computeTimes(c.FLOPs/eff, c.Bytes, matrix, hasWeights, dt)
-	c.I *= backward
+	c.F, c.I, c.W = d.opTimes(c.FLOPs/eff, c.Bytes, backward, matrix, hasWeights, dt, launches(op))
+	return c
+}
+
+// launches says whether op runs as a kernel on the device: constants are made at load time
+// and a reshape moves no data.
+func launches(op *ir.Op) bool { return !op.Def.Has(ir.ConstantLike) && !isView(op.Def.Name) }
+
+// opTimes are the forward, input-gradient and weight-gradient seconds of a compute op of the
+// given FLOPs (already divided by the GEMM efficiency) and bytes: computeTimes, the input
+// gradient scaled by backward (FlashAttention-2's for attention), and a kernel launch per
+// phase with work when the op launches one. CostOf and the token-slice cost model
+// (SliceCostModel) both price ops here, so that a sliced plan's estimate is the same model
+// as an unsliced one's.
+func (d DeviceProfile) opTimes(flops, bytes, backward float64, matrix, hasWeights bool, dt ir.DType, launched bool) (f, i, w float64) {
+	f, i, w = d.computeTimes(flops, bytes, matrix, hasWeights, dt)
+	i *= backward
 	// Each phase with work is at least one kernel; elementwise chains that lowering fuses
 	// pay it once per chain on the device, so this overcounts them somewhat.
-	if l := d.LaunchSeconds; l > 0 && !op.Def.Has(ir.ConstantLike) && !isView(op.Def.Name) {
-		c.F += l
-		if c.I > 0 {
-			c.I += l
+	if l := d.LaunchSeconds; l > 0 && launched {
+		f += l
+		if i > 0 {
+			i += l
 		}
-		if c.W > 0 {
-			c.W += l
+		if w > 0 {
+			w += l
 		}
 	}
-	return c
+	return f, i, w
 }
 
 // isView reports ops that move no data on the device (a reshape of a contiguous tensor).
