@@ -153,6 +153,7 @@ type planner struct {
 	splits      map[splitKey][]int
 	slicers     map[int]*passes.SliceCostModel // per tp: the probe's token-slice cost model
 	sliceCache  map[[5]int]passes.SliceTimes   // (tp, group, b, l, c) → one unit's slice times
+	compiledMem map[string]compiledEntry       // command → ppc compile's memory (token slices)
 	scheds      map[schedKey]schedEntry
 
 	// The mixture of experts' routing (mark-experts' record) and the largest moe_dispatch of
@@ -192,7 +193,7 @@ func Search(req Request) (*Result, error) {
 	if ext := strings.ToLower(filepath.Ext(req.Model)); ext != ".ppm" {
 		return nil, inputErr("%s: ppc plan reads .ppm models, whose config sets the global batch and sequence (batch, seq); for an ONNX model, predict one configuration with ppc compile --gpu and ppc simulate", req.Model)
 	}
-	p := &planner{req: req, dev: req.Device, precision: req.Precision, probes: map[probeKey][2][]unitCost{}, scaled: map[scaledKey][]unitCost{}, splits: map[splitKey][]int{}, slicers: map[int]*passes.SliceCostModel{}, sliceCache: map[[5]int]passes.SliceTimes{}, scheds: map[schedKey]schedEntry{},
+	p := &planner{req: req, dev: req.Device, precision: req.Precision, probes: map[probeKey][2][]unitCost{}, scaled: map[scaledKey][]unitCost{}, splits: map[splitKey][]int{}, slicers: map[int]*passes.SliceCostModel{}, sliceCache: map[[5]int]passes.SliceTimes{}, compiledMem: map[string]compiledEntry{}, scheds: map[schedKey]schedEntry{},
 		zero3: req.Fix.Zero < 0 || req.Fix.Zero == 3}
 	if p.dev.MemBytes <= 0 {
 		return nil, inputErr("--gpu %s has no memory size; name a GPU (%s) or give mem_bytes, e.g. %s{mem_bytes=80e9}", p.dev.Name, passes.DeviceNames(), p.dev.Name)
@@ -822,6 +823,15 @@ func (p *planner) run(cands []candidate, res *Result) error {
 	// The printed plans with their step times broken down (the runner-up too: the
 	// explanation compares it).
 	for _, b := range best {
+		if len(b.e.c.TokenSlices) > 1 {
+			// Token slices: the memory printed is ppc compile's (compiledMemory); a plan
+			// that does not fit once compiled is not printed.
+			mem, err := p.compiledMemory(b.pl.Config)
+			if err != nil {
+				continue
+			}
+			b.e.compiled = mem
+		}
 		if pl, fits, built := b.e.simulate(true); built && fits {
 			res.Plans = append(res.Plans, pl)
 		}

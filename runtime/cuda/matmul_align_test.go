@@ -10,12 +10,12 @@ import (
 	"ppc.dev/ppc/runtime/device"
 )
 
-// TestMisalignedGemmStaged: 16-bit GEMMs whose rows are of odd length (GPT-2's head at a
-// small scale: a vocabulary of 131) run on padded copies (kernels.AlignGemm, with its size
-// threshold lowered) and give the CPU device's results: the logits (the result copied back),
-// their gradients with respect to the activations and the head (the gradient read through a
-// padded copy), and a product whose right operand is misaligned (both copies). Each site
-// launches exactly the copies its misaligned matrices need.
+// TestMisalignedGemmStaged: 16-bit GEMMs with an odd dim (GPT-2's head at a small scale: a
+// vocabulary of 131) run on copies padded to multiples of 8 (kernels.AlignGemm, with its
+// size threshold lowered) and give the CPU device's results: the logits (the head padded
+// with rows, the result copied back), their gradient with respect to the activations (K
+// padded in both operands), with respect to the head (the result's columns), and a product
+// whose right operand is misaligned. Each site launches exactly the copies it needs.
 func TestMisalignedGemmStaged(t *testing.T) {
 	defer func(v int64) { kernels.AlignGemmMin = v }(kernels.AlignGemmMin)
 	kernels.AlignGemmMin = 1
@@ -27,9 +27,9 @@ func TestMisalignedGemmStaged(t *testing.T) {
 		c      cudatest.Case
 		copies string
 	}{
-		{cudatest.Case{Name: "logits", Spec: &device.Spec{Op: mm, Attrs: tb, In: []ir.Type{bf(136, 128), bf(131, 128)}, Out: []ir.Type{bf(136, 131)}}, ULPs: 1}, "_c"},
-		{cudatest.Case{Name: "dx", Spec: &device.Spec{Op: mm, In: []ir.Type{bf(136, 131), bf(131, 128)}, Out: []ir.Type{bf(136, 128)}}, ULPs: 1}, "_b"},
-		{cudatest.Case{Name: "dw", Spec: &device.Spec{Op: mm, Attrs: ta, In: []ir.Type{bf(136, 131), bf(136, 128)}, Out: []ir.Type{bf(131, 128)}}, ULPs: 1}, "_b"},
+		{cudatest.Case{Name: "logits", Spec: &device.Spec{Op: mm, Attrs: tb, In: []ir.Type{bf(136, 128), bf(131, 128)}, Out: []ir.Type{bf(136, 131)}}, ULPs: 1}, "_a_c"},
+		{cudatest.Case{Name: "dx", Spec: &device.Spec{Op: mm, In: []ir.Type{bf(136, 131), bf(131, 128)}, Out: []ir.Type{bf(136, 128)}}, ULPs: 1}, "_a_b"},
+		{cudatest.Case{Name: "dw", Spec: &device.Spec{Op: mm, Attrs: ta, In: []ir.Type{bf(136, 131), bf(136, 128)}, Out: []ir.Type{bf(131, 128)}}, ULPs: 1}, "_b_c"},
 		{cudatest.Case{Name: "right", Spec: &device.Spec{Op: mm, In: []ir.Type{bf(136, 128), bf(128, 131)}, Out: []ir.Type{bf(136, 131)}}, ULPs: 1}, "_a_c"},
 	}
 	for _, c := range cases {
