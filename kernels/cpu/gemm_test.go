@@ -358,6 +358,14 @@ func BenchmarkGemmTransformer(b *testing.B) {
 	})
 }
 
+// BenchmarkGemmSquare is float32 N³ at the sizes bench/cpu.sh compares with OpenBLAS, on
+// GOMAXPROCS threads with the fastest kernel: GFLOP/s.
+func BenchmarkGemmSquare(b *testing.B) {
+	for _, s := range []int{512, 1024, 2048, 4096} {
+		b.Run(fmt.Sprint(s), func(b *testing.B) { benchGemm[float32](b, false, false, s, s, s) })
+	}
+}
+
 func BenchmarkGemmSmall(b *testing.B) {
 	for _, s := range []int{8, 32, 64, 128} {
 		b.Run(fmt.Sprint(s), func(b *testing.B) { benchGemm[float32](b, false, false, s, s, s) })
