@@ -1,0 +1,126 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// float32 row kernels of arith_vec.go with AVX: n elements (a multiple of 8), eight per
+// instruction. Each is the IEEE operation the Go loops perform, so results are the same bits.
+
+// VV(name, op): o[i] = a[i] op b[i].
+#define VV(name, op) \
+TEXT name(SB), NOSPLIT, $0-32 \
+	MOVQ o+0(FP), DI \
+	MOVQ a+8(FP), SI \
+	MOVQ b+16(FP), DX \
+	MOVQ n+24(FP), CX \
+	SHRQ $3, CX \
+	JZ 2(PC) \
+	JMP 2(PC) \
+	RET \
+	VMOVUPS (SI), Y0 \
+	op (DX), Y0, Y0 \
+	VMOVUPS Y0, (DI) \
+	ADDQ $32, SI \
+	ADDQ $32, DX \
+	ADDQ $32, DI \
+	DECQ CX \
+	JNZ -7(PC) \
+	VZEROUPPER \
+	RET
+
+// VS(name, op): o[i] = a[i] op s.
+#define VS(name, op) \
+TEXT name(SB), NOSPLIT, $0-32 \
+	MOVQ o+0(FP), DI \
+	MOVQ a+8(FP), SI \
+	VBROADCASTSS s+16(FP), Y1 \
+	MOVQ n+24(FP), CX \
+	SHRQ $3, CX \
+	JZ 2(PC) \
+	JMP 2(PC) \
+	RET \
+	VMOVUPS (SI), Y0 \
+	op Y1, Y0, Y0 \
+	VMOVUPS Y0, (DI) \
+	ADDQ $32, SI \
+	ADDQ $32, DI \
+	DECQ CX \
+	JNZ -6(PC) \
+	VZEROUPPER \
+	RET
+
+// SV(name, op): o[i] = s op b[i].
+#define SV(name, op) \
+TEXT name(SB), NOSPLIT, $0-32 \
+	MOVQ o+0(FP), DI \
+	MOVQ b+8(FP), SI \
+	VBROADCASTSS s+16(FP), Y1 \
+	MOVQ n+24(FP), CX \
+	SHRQ $3, CX \
+	JZ 2(PC) \
+	JMP 2(PC) \
+	RET \
+	op (SI), Y1, Y0 \
+	VMOVUPS Y0, (DI) \
+	ADDQ $32, SI \
+	ADDQ $32, DI \
+	DECQ CX \
+	JNZ -5(PC) \
+	VZEROUPPER \
+	RET
+
+// func addVV32(o, a, b *float32, n int)
+VV(·addVV32, VADDPS)
+VV(·subVV32, VSUBPS)
+VV(·mulVV32, VMULPS)
+VV(·divVV32, VDIVPS)
+
+// func addVS32(o, a *float32, s float32, n int)
+VS(·addVS32, VADDPS)
+VS(·subVS32, VSUBPS)
+VS(·mulVS32, VMULPS)
+VS(·divVS32, VDIVPS)
+
+// func addSV32(o, b *float32, s float32, n int)
+SV(·addSV32, VADDPS)
+SV(·subSV32, VSUBPS)
+SV(·mulSV32, VMULPS)
+SV(·divSV32, VDIVPS)
+
+// func sqrt32(o, a *float32, n int)
+TEXT ·sqrt32(SB), NOSPLIT, $0-24
+	MOVQ o+0(FP), DI
+	MOVQ a+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	JZ sqrt_done
+sqrt_loop:
+	VSQRTPS (SI), Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ sqrt_loop
+sqrt_done:
+	VZEROUPPER
+	RET
+
+// func relu32(o, a *float32, n int): MAXPS returns its second source (0) when the first is
+// not greater, NaN and −0 included — relu's "x if x > 0 else 0".
+TEXT ·relu32(SB), NOSPLIT, $0-24
+	MOVQ o+0(FP), DI
+	MOVQ a+8(FP), SI
+	MOVQ n+16(FP), CX
+	VXORPS Y1, Y1, Y1
+	SHRQ $3, CX
+	JZ relu_done
+relu_loop:
+	VMOVUPS (SI), Y0
+	VMAXPS Y1, Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ relu_loop
+relu_done:
+	VZEROUPPER
+	RET
