@@ -124,3 +124,43 @@ relu_loop:
 relu_done:
 	VZEROUPPER
 	RET
+
+// func dot32(a, b *float32, n int) float32: Σ a[i]·b[i] over n elements (a multiple of 32)
+// in four 8-lane FMA accumulators, folded ((0 + 1) + (2 + 3)) and then across lanes in a
+// fixed tree: a fixed order, whatever the caller's thread count.
+TEXT ·dot32(SB), NOSPLIT, $0-28
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), DX
+	MOVQ n+16(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	SHRQ $5, CX
+	JZ dot_reduce
+dot_loop:
+	VMOVUPS (SI), Y4
+	VFMADD231PS (DX), Y4, Y0
+	VMOVUPS 32(SI), Y5
+	VFMADD231PS 32(DX), Y5, Y1
+	VMOVUPS 64(SI), Y6
+	VFMADD231PS 64(DX), Y6, Y2
+	VMOVUPS 96(SI), Y7
+	VFMADD231PS 96(DX), Y7, Y3
+	ADDQ $128, SI
+	ADDQ $128, DX
+	DECQ CX
+	JNZ dot_loop
+dot_reduce:
+	VADDPS Y1, Y0, Y0
+	VADDPS Y3, Y2, Y2
+	VADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X0
+	VMOVSHDUP X0, X1
+	VADDSS X1, X0, X0
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET

@@ -102,3 +102,16 @@ func reluVec32(a, o []float32) int {
 	relu32(&o[0], &a[0], n)
 	return n
 }
+
+//go:noescape
+func dot32(a, b *float32, n int) float32
+
+// dotVec32 returns Σ a[i]·b[i] over the longest prefix that is a multiple of 32 elements and
+// its length (0, 0 without AVX2 and FMA).
+func dotVec32(a, b []float32) (float32, int) {
+	n := len(a) &^ 31
+	if n == 0 || !gemmHasAVX2FMA || arithForceGo {
+		return 0, 0
+	}
+	return dot32(&a[0], &b[0], n), n
+}

@@ -235,6 +235,10 @@ func gemmWork(m, n, k int) int {
 
 // gemmRun computes one GEMM on up to workers cores. Arguments are already validated.
 func gemmRun[T Float](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int, workers int) {
+	if m == 1 && n > 0 && k >= gemvMinK && alpha != 0 && transB && (!transA || lda == 1) && isFloat32Type[T]() {
+		gemvT(n, k, float32(alpha), f32s(a), f32s(b), ldb, float32(beta), f32s(c), workers)
+		return
+	}
 	gemmRunSrc(transA, m, n, k, alpha, a, lda, &gemmMatrixB[T]{trans: transB, b: b, ldb: ldb}, beta, c, ldc, workers)
 }
 
