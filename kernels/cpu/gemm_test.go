@@ -358,6 +358,16 @@ func BenchmarkGemmTransformer(b *testing.B) {
 	})
 }
 
+// BenchmarkGemmHead is GPT-2's tied head on 512 tokens (bench/cpu.sh's GPT-2-width step):
+// the logits X·Wᵀ (NT), the input gradient dL·W (NN) and the weight gradient dLᵀ·X (TN),
+// on GOMAXPROCS threads.
+func BenchmarkGemmHead(b *testing.B) {
+	const t, d, v = 512, 768, 50257
+	b.Run("NT", func(b *testing.B) { benchGemm[float32](b, false, true, t, v, d) })
+	b.Run("NN", func(b *testing.B) { benchGemm[float32](b, false, false, t, d, v) })
+	b.Run("TN", func(b *testing.B) { benchGemm[float32](b, true, false, v, d, t) })
+}
+
 // BenchmarkGemmSquare is float32 N³ at the sizes bench/cpu.sh compares with OpenBLAS, on
 // GOMAXPROCS threads with the fastest kernel: GFLOP/s.
 func BenchmarkGemmSquare(b *testing.B) {
