@@ -116,13 +116,16 @@ fi
 # --- CNN inference -----------------------------------------------------------------------
 models="resnet50 googlenet densenet121 alexnet"
 [ -n "$quick" ] && models="resnet50 alexnet"
+# A fixed input for ppc (as onnxruntime gets one): synthetic data would add its generation
+# (Philox and Box–Muller, a few ms an image) to every step.
+[ -f "$peers/input.npy" ] || "$py" -c 'import numpy as np, sys; np.save(sys.argv[1], np.random.default_rng(0).standard_normal((4, 3, 224, 224), dtype=np.float32))' "$peers/input.npy"
 for m in $models; do
   onnx=$peers/$m.onnx
   [ -f "$onnx" ] || "$py" bench/cpu_peers.py export --model "$m" --out "$onnx" 2>/dev/null
   "$ppc" compile "$onnx" --forward-only -o "$tmp/$m" >/dev/null
   p=() o=()
   for ((r = 0; r < reps; r++)); do
-    p+=("$(pin "$threads" "$ppc" run "$tmp/$m" --steps 12 | ppcsteps)")
+    p+=("$(pin "$threads" "$ppc" run "$tmp/$m" --steps 12 --data input="$peers/input.npy" | ppcsteps)")
     o+=("$(pin "$threads" node "$peers/ort.js" "$onnx" "$threads" 11 | sed -n 's/^median //p')")
   done
   pm=$(printf '%s\n' "${p[@]}" | median)
