@@ -164,3 +164,31 @@ dot_reduce:
 	VMOVSS X0, ret+24(FP)
 	VZEROUPPER
 	RET
+
+// func maxNaN32(o, x *float32, n int): o[i] = max(o[i], x[i]) as Go's builtin max computes it
+// for floats (NaN if either is NaN; max(−0, +0) = +0), n a multiple of 8. MAXPS returns its
+// second source when the values are equal or either is NaN, so: equal values (±0 being the
+// only unequal bits) take x AND o, and a NaN x is forced through by OR-ing its all-ones mask.
+TEXT ·maxNaN32(SB), NOSPLIT, $0-24
+	MOVQ o+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	JZ max_done
+max_loop:
+	VMOVUPS (SI), Y0
+	VMOVUPS (DI), Y1
+	VMAXPS Y1, Y0, Y2
+	VCMPPS $0, Y1, Y0, Y3
+	VANDPS Y1, Y0, Y4
+	VBLENDVPS Y3, Y4, Y2, Y2
+	VCMPPS $3, Y0, Y0, Y5
+	VORPS Y5, Y2, Y2
+	VMOVUPS Y2, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ max_loop
+max_done:
+	VZEROUPPER
+	RET

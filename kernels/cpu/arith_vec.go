@@ -29,3 +29,15 @@ func ReluRow[T Float](a, o []T) {
 		}
 	}
 }
+
+// maxIntoRow sets o[i] = max(o[i], x[i]) with Go's builtin max (NaN propagates, +0 beats −0).
+func maxIntoRow[T Float](o, x []T) {
+	x = x[:len(o)]
+	if isFloat32Type[T]() {
+		i := maxNaNVec32(f32s(o), f32s(x))
+		o, x = o[i:], x[i:]
+	}
+	for i, v := range x {
+		o[i] = max(o[i], v)
+	}
+}

@@ -115,3 +115,17 @@ func dotVec32(a, b []float32) (float32, int) {
 	}
 	return dot32(&a[0], &b[0], n), n
 }
+
+//go:noescape
+func maxNaN32(o, x *float32, n int)
+
+// maxNaNVec32 runs maxNaN32 over the longest prefix of o that is a multiple of 8 and returns
+// its length.
+func maxNaNVec32(o, x []float32) int {
+	n := len(o) &^ 7
+	if n == 0 || !gemmHasAVX2FMA || arithForceGo {
+		return 0
+	}
+	maxNaN32(&o[0], &x[0], n)
+	return n
+}

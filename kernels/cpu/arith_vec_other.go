@@ -11,3 +11,5 @@ func sqrtVec32(a, o []float32) int                                     { return 
 func reluVec32(a, o []float32) int                                     { return 0 }
 
 func dotVec32(a, b []float32) (float32, int) { return 0, 0 }
+
+func maxNaNVec32(o, x []float32) int { return 0 }

@@ -55,6 +55,9 @@ func TestArithRowsMatchGo(t *testing.T) {
 		if vec, ref := run(func(o []float32) { ReluRow(a[:m], o[:m]) }); !same(vec, ref) {
 			t.Fatalf("relu m=%d: assembly and Go differ", m)
 		}
+		if vec, ref := run(func(o []float32) { copy(o, b); maxIntoRow(o[:m], a[:m]) }); !same(vec, ref) {
+			t.Fatalf("max m=%d: assembly and Go differ", m)
+		}
 	}
 	// And the values themselves, against float64 arithmetic rounded once.
 	o := make([]float32, n)
@@ -62,6 +65,18 @@ func TestArithRowsMatchGo(t *testing.T) {
 	for i := range o {
 		if w := float32(float64(a[i]) / float64(b[i])); math.Float32bits(w) != math.Float32bits(o[i]) && !(w != w && o[i] != o[i]) {
 			t.Fatalf("%v / %v = %v, want %v", a[i], b[i], o[i], w)
+		}
+	}
+	// max's zeros and NaNs as the builtin's: +0 beats −0 either way round, NaN from either side.
+	z, nz, nan := float32(0), float32(math.Copysign(0, -1)), float32(math.NaN())
+	for _, c := range [][3]float32{{z, nz, z}, {nz, z, z}, {nz, nz, nz}, {nan, 1, nan}, {1, nan, nan}, {-1, 2, 2}} {
+		o := []float32{c[0], c[0], c[0], c[0], c[0], c[0], c[0], c[0], c[0]}
+		x := []float32{c[1], c[1], c[1], c[1], c[1], c[1], c[1], c[1], c[1]}
+		maxIntoRow(o, x)
+		for i := range o {
+			if math.Float32bits(o[i]) != math.Float32bits(c[2]) && !(c[2] != c[2] && o[i] != o[i]) {
+				t.Fatalf("max(%v, %v) = %v (element %d), want %v", c[0], c[1], o[i], i, c[2])
+			}
 		}
 	}
 	ReluRow(a, o)

@@ -266,8 +266,12 @@ func MaxPool[T Float](p *PoolParams, x, y []T, argmax []int32) {
 			for _, r := range rows {
 				xr := xp[r : r+in2]
 				for t := 0; t < p.k2; t++ {
-					off := p.off2[t]
-					for o := p.lo2[t]; o < p.hi2[t]; o++ {
+					off, lo, hi := p.off2[t], p.lo2[t], p.hi2[t]
+					if p.s2 == 1 && lo < hi { // contiguous taps: the vectorised row max
+						maxIntoRow(yr[lo:hi], xr[lo+off:hi+off])
+						continue
+					}
+					for o := lo; o < hi; o++ {
 						yr[o] = max(yr[o], xr[o*p.s2+off]) // builtin max: NaN propagates
 					}
 				}

@@ -225,3 +225,18 @@ func BenchmarkMaxPool(b *testing.B) {
 	}
 	b.ReportMetric(float64(p.XLen()*4)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 }
+
+// BenchmarkMaxPoolStride1 is an Inception block's 3×3 stride-1 pool (GoogLeNet's 4a input:
+// 480 channels of 28 × 28, batch 1), without argmax as inference runs it.
+func BenchmarkMaxPoolStride1(b *testing.B) {
+	p := PoolParams{Batch: 1, Channels: 480, Spatial: []int{28, 28}, Kernel: []int{3, 3}, Stride: []int{1, 1}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}
+	if err := p.Init(); err != nil {
+		b.Fatal(err)
+	}
+	x := randSlice[float32](rand.New(rand.NewPCG(1, 1)), p.XLen())
+	y := make([]float32, p.YLen())
+	for b.Loop() {
+		MaxPool(&p, x, y, nil)
+	}
+	b.ReportMetric(float64(p.XLen()*4)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+}
