@@ -151,12 +151,11 @@ wait "${pids[@]}"
 check ppc-trace 120 "$ppc" run "$bin/plans/small" --device cuda --steps 3 --trace "$logs/trace.json"
 gotest ppc-bench 300 -test.run '^$' -test.bench '^BenchmarkGPT2SmallStep$|^BenchmarkGEMM$|^BenchmarkSoftmax$' -test.benchtime 20x -test.count=1 -test.v
 gotest ppc-attention 120 -test.run '^$' -test.bench '^BenchmarkAttention$' -test.benchtime 10x -test.count=1 -test.v
-# Nsight Compute on the slowest sites: the tied head's GEMM (which cuBLASLt kernel, how far
-# from the chip's limits) and the attention softmax (a row kernel).
+# Nsight Compute on the slowest sites: the fused attention's kernels at seq 1024 (forward and
+# backward tiles: how far from the chip's limits, what limits occupancy).
 ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ -n "$ncu" ]; then
-  incuda ncu-head 90 "$ncu" --clock-control none --section SpeedOfLight --section LaunchStats --section Occupancy --launch-skip 3 --launch-count 1 "$bin/cuda.test" -test.run '^$' -test.bench '^BenchmarkGEMM$/^head$' -test.benchtime 1x
-  incuda ncu-softmax 90 "$ncu" --clock-control none --section SpeedOfLight --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis --launch-skip 3 --launch-count 1 "$bin/cuda.test" -test.run '^$' -test.bench '^BenchmarkSoftmax$' -test.benchtime 1x
+  incuda ncu-attention 120 "$ncu" --clock-control none --section SpeedOfLight --section LaunchStats --section Occupancy --launch-count 4 "$bin/cuda.test" -test.run '^$' -test.bench '^BenchmarkAttention$/^1024$' -test.benchtime 1x
 fi
 if [ -n "${compile_pid:-}" ]; then
   check torch-matmul 120 $py bench/gpt2_pytorch.py --matmul 4096,8192,head
