@@ -245,7 +245,7 @@ func gemmRun[T Float](transA, transB bool, m, n, k int, alpha T, a []T, lda int,
 // gemmBSource supplies op(B) to the blocked GEMM by packing it: pack writes
 // op(B)[pc:pc+kb, jc:jc+nb] into nr-column slivers (sliver s holds, for each p, the nr
 // values op(B)[pc+p, jc+s·nr+j] contiguously, zero-padded past nb). tmp is per-worker
-// scratch of at least max(8·kb, nb) elements. Convolution implements it to pack im2col
+// scratch of at least max(8·kb, convPackRows·nb) elements. Convolution implements it to pack im2col
 // columns straight from the image, without materialising the column matrix.
 type gemmBSource[T Float] interface {
 	pack(pc, jc, kb, nb, nr int, dst, tmp []T)
@@ -379,7 +379,7 @@ func gemmGetScratch[T Float](impl *gemmImpl, m, n, k int) *gemmScratch {
 	nc := min(impl.nc, (n+impl.nr-1)/impl.nr*impl.nr)
 	round := func(b int) int { return (b + 63) &^ 63 }
 	aBytes, bBytes, tBytes := round(mc*kc*size), round(kc*nc*size), round(impl.mr*impl.nr*size)
-	rowLen := max(8*kc, nc)
+	rowLen := max(8*kc, convPackRows*nc)
 	need := (aBytes + bBytes + tBytes + round(rowLen*size) + 64 + 7) / 8
 	sc, _ := gemmPool.Get().(*gemmScratch)
 	if sc == nil {
