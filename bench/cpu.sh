@@ -136,16 +136,26 @@ done
 # --- GEMM --------------------------------------------------------------------------------
 sizes="512 1024 2048 4096"
 [ -n "$quick" ] && sizes="512 1024"
+# Each side reports GFLOP/s of wall time and of CPU time (all threads): on one thread the
+# second is what a core achieves while it runs, robust to other work on the machine; on two,
+# wall time is the figure (it includes the scaling) and CPU time shows the efficiency.
 for t in 1 2; do
   for n in $sizes; do
-    p=() o=()
+    p=() o=() pc=() oc=()
     for ((r = 0; r < reps; r++)); do
-      p+=("$(pin "$t" "$peers/kernels.test" -test.run '^$' -test.bench "GemmSquare/$n\$" -test.benchtime 3x | awk '/GFLOP/ {for (i = 1; i < NF; i++) if ($(i+1) == "GFLOP/s") print $i}')")
-      o+=("$(pin "$t" "$py" bench/cpu_peers.py gemm --n "$n" --reps 3 2>/dev/null | awk '{print $3}')")
+      line=$(pin "$t" "$peers/kernels.test" -test.run '^$' -test.bench "GemmSquare/$n\$" -test.benchtime 3x | grep GFLOP)
+      p+=("$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "GFLOP/s") print $i}' <<<"$line")")
+      pc+=("$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "GFLOP/cpu-s") print $i}' <<<"$line")")
+      line=$(pin "$t" "$py" bench/cpu_peers.py gemm --n "$n" --reps 3 2>/dev/null)
+      o+=("$(awk '{print $3}' <<<"$line")")
+      oc+=("$(awk '{print $4}' <<<"$line")")
     done
     pm=$(printf '%s\n' "${p[@]}" | median)
     om=$(printf '%s\n' "${o[@]}" | median)
     row "GEMM f32 ${n}³, $t thread(s), GFLOP/s (OpenBLAS)" "$pm" "$om" "$(ratio "$pm" "$om")"
+    pm=$(printf '%s\n' "${pc[@]}" | median)
+    om=$(printf '%s\n' "${oc[@]}" | median)
+    row "  per CPU-second" "$pm" "$om" "$(ratio "$pm" "$om")"
   done
 done
 echo

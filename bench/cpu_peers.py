@@ -6,7 +6,8 @@
       materialised — torch 1.13 has no fused attention — tanh-GELU MLP, biases, tied head,
       cross-entropy), fp32, AdamW. Prints: median <ms>
   gemm --n N --reps R
-      numpy float32 N×N×N matmul (OpenBLAS). Prints: median <ms> <GFLOP/s>
+      numpy float32 N×N×N matmul (OpenBLAS). Prints: median <ms> <GFLOP/s> <GFLOP/cpu-s>
+      (the last per second of the process's CPU time, all threads)
   export --model NAME --out FILE
       torchvision's NAME (random weights, nothing downloaded) to ONNX, batch 1, inference mode.
 
@@ -83,12 +84,14 @@ def gemm(a):
     if not err < 1e-5:
         sys.exit("gemm: OpenBLAS's result is off by %g relative" % err)
     times = []
+    c0 = time.process_time()
     for _ in range(a.reps):
         t0 = time.perf_counter()
         np.matmul(x, y, out=z)
         times.append(time.perf_counter() - t0)
+    cpu = (time.process_time() - c0) / a.reps
     t = statistics.median(times)
-    print("median %.3f %.1f" % (1e3 * t, 2 * n**3 / t / 1e9))
+    print("median %.3f %.1f %.1f" % (1e3 * t, 2 * n**3 / t / 1e9, 2 * n**3 / cpu / 1e9))
 
 
 def export(a):
