@@ -83,7 +83,8 @@ func wrapS(f func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, m
 }
 
 // The assembly kernels in preference order. Blocking: a kc×nr B sliver must sit in L1
-// next to the streamed A sliver; the mc×kc A block in (half of) L2; the kc×nc B panel in L3.
+// next to the streamed A sliver; the mc×kc A block in (half of) L2; the kc×nc B panel in L3
+// (or L2: gemmAVX512NC).
 var (
 	gemmAVX2S   = gemmImpl{name: "avx2-6x16", mr: 6, nr: 16, kc: 384, mc: 144, nc: 3072, kern: wrapS(gemmKernS6x16AVX2)}
 	gemmAVX2D   = gemmImpl{name: "avx2-6x8", mr: 6, nr: 8, kc: 256, mc: 144, nc: 3072, kern: gemmKernD6x8AVX2}
