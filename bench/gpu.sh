@@ -12,14 +12,16 @@
 #   - the README's main job (tiny GPT, pp 2 × tp 2 × dp 2 with sp, 8 ranks in one process)
 #     for 20 steps on the GPU and on the CPU: the losses' largest relative difference;
 #   - two processes on this machine's GPU(s) over the host transport (pp 2), against the CPU;
-#   - compute-sanitizer's memcheck and racecheck on two steps of the tiny GPT;
+#   - compute-sanitizer's memcheck and racecheck on two steps of the tiny GPT in bf16;
 # then, one at a time: a trace of three GPT-2-small steps (each instruction timed to its end:
 # where the time goes), ppc's GPT-2-small training step, bf16 GEMMs and fused attention
 # (forward + backward at seq 1024/4096/8192 against SDPA's), PyTorch's step (eager
 # with SDPA, eager with materialised attention, torch.compile) and torch.matmul. Logs go to
 # $OUT (default: a new temporary folder), as logs.tgz; a table of results comes last. Each
 # check has a time limit, and the whole run ends within GPU_BUDGET seconds (default 480).
-# --no-torch leaves PyTorch's figures out (a rerun after a fix: they do not change).
+# --no-torch leaves PyTorch's figures out (a rerun after a fix: they do not change). A rerun
+# after a kernel's fix can narrow the correctness checks: PPC_GPU_CASES, a regular expression
+# of kernel case names (e.g. attention), and GPU_GRID, one of the grid's subtests (e.g. bf16).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 budget=${GPU_BUDGET:-480}
@@ -131,7 +133,7 @@ fi
 pids=()
 gotest kernels 240 -test.run '^TestGPUKernels$' -test.v -test.count=1 &
 pids+=($!)
-gotest grid 300 -test.run '^TestGPUTrainsLikeCPU$' -test.v -test.count=1 &
+gotest grid 300 -test.run "^TestGPUTrainsLikeCPU\$${GPU_GRID:+/$GPU_GRID}" -test.v -test.count=1 &
 pids+=($!)
 check readme-job 240 bash -c 'versus "$0" 20 main' "$bin/plans/main" &
 pids+=($!)

@@ -1766,11 +1766,22 @@ func (g *gen) stageInfo(params []Param) []StageInfo {
 		}
 	}
 	if sc, err := passes.SplitCosts(g.m, g.dev); err == nil {
-		// The recomputation --recompute adds to each stage's backward.
+		// The recomputation --recompute adds to each stage's backward; a token slice's
+		// backward rebuilds its own tokens' share of it (as the planner prices it).
+		tp, _ := passes.ReadTokenPlan(g.m)
+		T := 0
+		for _, l := range tp.Lengths {
+			T += l
+		}
 		for s := range info {
 			if s < len(sc) {
 				info[s].Recompute = sc[s].Recompute
 				info[s].I += sc[s].Recompute
+				for j := range info[s].Slices {
+					if j < len(tp.Lengths) && T > 0 {
+						info[s].Slices[j].I += sc[s].Recompute * float64(tp.Lengths[j]) / float64(T)
+					}
+				}
 			}
 		}
 	}

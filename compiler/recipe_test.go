@@ -234,3 +234,27 @@ func equalFloats(a, b []float64) bool {
 	}
 	return true
 }
+
+// TestZBVWorkspaceUnderSP: under ZB-V with tensor and sequence parallelism, the middle
+// pipeline ranks' workspace does not grow with the rank. ZB-V's cool-down defers 2r+1 W's on
+// rank r, and each deferred W holds what its I handed it; a row-parallel linear's output
+// gradient, all-gathered over the sequence in I, used to be one of those (tp times the shard
+// W now gathers again itself): on this 16-layer GPT at pp 8, tp 2, ranks 5 and 6 held 2.6×
+// and 5.4× rank 1's live workspace.
+func TestZBVWorkspaceUnderSP(t *testing.T) {
+	layout := "E,t" + strings.Repeat("|t", 15) + ",L"
+	res, err := Compile(gptPPM, Options{Load: LoadOptions{Preset: "tiny", Set: map[string]string{"n_layers": "16", "batch": "16"}}, PP: 8, TP: 2, SP: true,
+		Microbatches: 16, Schedule: "zbv", VirtualStages: 2, Partition: "layout", Layout: layout, Precision: "bf16"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	progs := res.Output.Plan.Programs
+	base := progs[1].LiveBytes - progs[1].ActivationBytes
+	for _, p := range progs[2:7] {
+		ws := p.LiveBytes - p.ActivationBytes
+		t.Logf("pp %d: live workspace %d bytes (pp 1: %d)", p.PP, ws, base)
+		if float64(ws) > 1.1*float64(base) {
+			t.Errorf("pp %d: live workspace %d bytes, %.2f× pp 1's %d: it grows with the pipeline rank", p.PP, ws, float64(ws)/float64(base), base)
+		}
+	}
+}

@@ -53,3 +53,27 @@ func TestTokenSliceEquivalence(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenSliceGradAccumulators: a token-sliced compile keeps one gradient accumulator per
+// parameter and use, as the unsliced one does — every slice's contribution is added to it
+// as a micro-batch's is — not one per slice and use plus their sum (17 fp32 copies of each
+// gradient for 16 slices, which kept TeraPipe's own GPT-3 175B plan out of a V100's
+// memory). A tied weight (the tiny GPT's embedding, read by the first and last stages)
+// keeps its one partial per use.
+func TestTokenSliceGradAccumulators(t *testing.T) {
+	grads := func(slices string) []int64 {
+		res, err := Compile(gptPPM, Options{Load: LoadOptions{Preset: "tiny"}, PP: 2, Microbatches: 2, Schedule: "gpipe", TokenSlices: slices})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []int64
+		for _, p := range res.Output.Plan.Programs {
+			out = append(out, p.GradBytes)
+		}
+		return out
+	}
+	whole, sliced := grads(""), grads("8")
+	if fmt.Sprint(whole) != fmt.Sprint(sliced) {
+		t.Errorf("gradient accumulators per pipeline rank: %v bytes unsliced, %v with 8 token slices", whole, sliced)
+	}
+}

@@ -33,9 +33,16 @@ type DeviceProfile struct {
 	PeakBF16 float64 `json:"peak_bf16,omitempty"`
 	PeakFP16 float64 `json:"peak_fp16,omitempty"`
 	// MemBytes is the device memory; GPUsPerNode the GPUs sharing a node's NVLink domain.
-	MemBytes    int64  `json:"mem_bytes,omitempty"`
-	GPUsPerNode int    `json:"gpus_per_node,omitempty"`
-	Source      string `json:"source,omitempty"` // where the figures come from
+	MemBytes    int64 `json:"mem_bytes,omitempty"`
+	GPUsPerNode int   `json:"gpus_per_node,omitempty"`
+	// What the generation achieves of those peaks (0: the package defaults): the fraction of
+	// the dense matmul peak large GEMMs reach (GEMMPeakEfficiency by default), the fraction
+	// of a link's bandwidth ring collectives move (NCCL's bus bandwidth over the link's; 1 by
+	// default), and the seconds each kernel launch adds (its launch and tail; 0 by default).
+	GEMMEff       float64 `json:"gemm_efficiency,omitempty"`
+	CollectiveEff float64 `json:"collective_efficiency,omitempty"`
+	LaunchSeconds float64 `json:"launch_seconds,omitempty"`
+	Source        string  `json:"source,omitempty"` // where the figures come from
 }
 
 // MatmulRate is the dense matmul rate for results of dtype dt.
@@ -66,6 +73,9 @@ func (d DeviceProfile) CollectiveTime(kind string, bytes float64, n int, intraNo
 	bw, lat := d.InterNodeBandwidth, d.InterNodeLatency
 	if intraNode {
 		bw, lat = d.IntraNodeBandwidth, d.IntraNodeLatency
+	}
+	if d.CollectiveEff > 0 {
+		bw *= d.CollectiveEff
 	}
 	steps := float64(n - 1)
 	share := steps / float64(n) * bytes / bw
@@ -195,7 +205,7 @@ func (d DeviceProfile) CostOf(op *ir.Op, isParam func(*ir.Value) bool, axisSize 
 			hasWeights = true
 		}
 	}
-	matrix, eff := false, 1.0
+	matrix, eff, backward := false, 1.0, 1.0
 	switch op.Def.Name {
 	case "matmul":
 		if len(op.Operands) >= 2 && len(op.Results) == 1 {
@@ -211,16 +221,24 @@ func (d DeviceProfile) CostOf(op *ir.Op, isParam func(*ir.Value) bool, axisSize 
 			matrix = true
 			if r := op.Results[0].Type.Shape; len(r) > 0 {
 				n := r[len(r)-1]
-				eff = GEMMEfficiency(op.Results[0].Type.NumElements()/max(n, 1), n, k)
+				eff = d.GEMMEfficiency(op.Results[0].Type.NumElements()/max(n, 1), n, k)
 			}
 		}
 	case "attention":
 		// The two products of every query row with every key it may see, counted in full as
-		// for the decomposed chain (2·rows·Skv·(D + Dv)); the scores never reach memory.
+		// for the decomposed chain (2·rows·Skv·(D + Dv)); the scores never reach memory. A
+		// causal FlashAttention kernel skips the key tiles wholly in a row's future, so it
+		// runs about half of them: the time is priced on what runs, FLOPs reports count all.
+		// Its backward (FlashAttention-2) recomputes the scores and runs five products where
+		// the forward runs two: 2.5 forwards, all input gradient (attention has no weights).
 		if dims, err := ir.AttentionShape(op.Operands[0].Type, op.Operands[1].Type, op.Operands[2].Type, nil); err == nil {
 			rows := dims.Batch * dims.Hq * dims.Sq
 			c.FLOPs = 2 * float64(rows) * float64(dims.Skv) * float64(dims.D+dims.Dv)
-			matrix, eff = true, GEMMEfficiency(rows, dims.Skv, dims.D)
+			matrix, eff = true, d.GEMMEfficiency(rows, dims.Skv, dims.D)
+			if op.Attrs.Bool("causal", false) && dims.Sq > 1 {
+				eff *= 2
+			}
+			backward = AttentionBackwardFactor
 		}
 	case "conv", "conv_transpose":
 		if len(op.Operands) >= 2 && len(op.Results) == 1 {
@@ -230,7 +248,7 @@ func (d DeviceProfile) CostOf(op *ir.Op, isParam func(*ir.Value) bool, axisSize 
 				per *= d
 			}
 			c.FLOPs = 2 * float64(op.Results[0].Type.NumElements()) * float64(per)
-			matrix, eff = true, GEMMEfficiency(1<<20, 1<<20, per)
+			matrix, eff = true, d.GEMMEfficiency(1<<20, 1<<20, per)
 		}
 	default:
 		n := 0
@@ -250,9 +268,45 @@ func (d DeviceProfile) CostOf(op *ir.Op, isParam func(*ir.Value) bool, axisSize 
 	if len(op.Results) > 0 {
 		dt = op.Results[0].Type.DType
 	}
-	c.F, c.I, c.W = d.computeTimes(c.FLOPs/eff, c.Bytes, matrix, hasWeights, dt)
+	c.F, c.I, c.W = d.opTimes(c.FLOPs/eff, c.Bytes, backward, matrix, hasWeights, dt, launches(op))
 	return c
 }
+
+// launches says whether op runs as a kernel on the device: constants are made at load time
+// and a reshape moves no data.
+func launches(op *ir.Op) bool { return !op.Def.Has(ir.ConstantLike) && !isView(op.Def.Name) }
+
+// opTimes are the forward, input-gradient and weight-gradient seconds of a compute op of the
+// given FLOPs (already divided by the GEMM efficiency) and bytes: computeTimes, the input
+// gradient scaled by backward (FlashAttention-2's for attention), and a kernel launch per
+// phase with work when the op launches one. CostOf and the token-slice cost model
+// (SliceCostModel) both price ops here, so that a sliced plan's estimate is the same model
+// as an unsliced one's.
+func (d DeviceProfile) opTimes(flops, bytes, backward float64, matrix, hasWeights bool, dt ir.DType, launched bool) (f, i, w float64) {
+	f, i, w = d.computeTimes(flops, bytes, matrix, hasWeights, dt)
+	i *= backward
+	// Each phase with work is at least one kernel; elementwise chains that lowering fuses
+	// pay it once per chain on the device, so this overcounts them somewhat.
+	if l := d.LaunchSeconds; l > 0 && launched {
+		f += l
+		if i > 0 {
+			i += l
+		}
+		if w > 0 {
+			w += l
+		}
+	}
+	return f, i, w
+}
+
+// isView reports ops that move no data on the device (a reshape of a contiguous tensor).
+func isView(name string) bool { return name == "reshape" }
+
+// AttentionBackwardFactor is FlashAttention-2's backward time in forwards: it recomputes
+// the scores (one product) and computes the gradients of the probabilities, the queries,
+// the keys and the values (four), where the forward computes two (Dao 2023, §3.2: the
+// backward does 2.5× the forward's matmul FLOPs).
+const AttentionBackwardFactor = 2.5
 
 // collectiveTimes are the forward and backward seconds of a collective op on an operand of x
 // bytes with a result of y bytes over n ranks of axis; grad is all_gather's gradient kind.
@@ -293,10 +347,18 @@ const (
 	GEMMHalfDim        = 80
 )
 
-// GEMMEfficiency is the curve above for an M×K by K×N GEMM.
-func GEMMEfficiency(m, n, k int) float64 {
+// GEMMEfficiency is the curve above for an M×K by K×N GEMM, on the default profile.
+func GEMMEfficiency(m, n, k int) float64 { return DefaultDevice.GEMMEfficiency(m, n, k) }
+
+// GEMMEfficiency is the curve on d: its generation's best fraction (GEMMEff) in place of
+// GEMMPeakEfficiency.
+func (d DeviceProfile) GEMMEfficiency(m, n, k int) float64 {
+	peak := GEMMPeakEfficiency
+	if d.GEMMEff > 0 {
+		peak = d.GEMMEff
+	}
 	f := func(x int) float64 { return float64(x) / float64(x+GEMMHalfDim) }
-	return GEMMPeakEfficiency * f(max(m, 1)) * f(max(n, 1)) * f(max(k, 1))
+	return peak * f(max(m, 1)) * f(max(n, 1)) * f(max(k, 1))
 }
 
 // computeTimes are the forward, input-gradient and weight-gradient seconds of a compute op
@@ -343,7 +405,8 @@ func (d DeviceProfile) ringAttentionCost(op *ir.Op) OpCost {
 		c.ActBytes += r.Type.Bytes()
 	}
 	c.FLOPs, c.Bytes = float64(n)*blockFLOPs, float64(n)*io
-	// Each block is priced as the fused attention op is, so that the two stay consistent.
+	// Each block is priced as the fused attention op is (the generation's GEMM efficiency,
+	// a causal kernel's half, FlashAttention-2's backward, a launch).
 	var attrs ir.Attrs
 	if op.Attrs.Bool("causal", false) {
 		attrs = ir.Attrs{{Name: "causal", Value: ir.BoolAttr(true)}}

@@ -39,19 +39,44 @@ var (
 		VectorFLOPs: 78e12, MemBandwidth: 1555e9, MemBytes: 40 << 30, GPUsPerNode: 8,
 		LinkBandwidth: 25e9, LinkLatency: 10e-6,
 		IntraNodeBandwidth: 300e9, IntraNodeLatency: 5e-6, InterNodeBandwidth: 25e9, InterNodeLatency: 10e-6,
-		Source: "NVIDIA A100 datasheet (SXM4 40GB: 19.5 TFLOP/s fp32, 312 bf16/fp16 tensor, 1,555 GB/s HBM2, NVLink 3 600 GB/s); DGX A100: 8× HDR 200 Gbit/s",
+		GEMMEff: ampereGEMM, CollectiveEff: ampereCollective, LaunchSeconds: launchSeconds,
+		Source: "NVIDIA A100 datasheet (SXM4 40GB: 19.5 TFLOP/s fp32, 312 bf16/fp16 tensor, 1,555 GB/s HBM2, NVLink 3 600 GB/s); DGX A100: 8× HDR 200 Gbit/s" + ampereAchieved,
 	}
 	A10080 = withMemory(A10040, "a100-80gb", 80<<30, 2039e9,
-		"NVIDIA A100 datasheet (SXM4 80GB: 19.5 TFLOP/s fp32, 312 bf16/fp16 tensor, 2,039 GB/s HBM2e, NVLink 3 600 GB/s); DGX A100: 8× HDR 200 Gbit/s")
+		"NVIDIA A100 datasheet (SXM4 80GB: 19.5 TFLOP/s fp32, 312 bf16/fp16 tensor, 2,039 GB/s HBM2e, NVLink 3 600 GB/s); DGX A100: 8× HDR 200 Gbit/s"+ampereAchieved)
 	H100 = DeviceProfile{
 		Name: "h100-80gb", PeakFLOPs: 989e12, PeakFP32: 67e12, PeakBF16: 989e12, PeakFP16: 989e12,
 		VectorFLOPs: 134e12, MemBandwidth: 3350e9, MemBytes: 80 << 30, GPUsPerNode: 8,
 		LinkBandwidth: 50e9, LinkLatency: 8e-6,
 		IntraNodeBandwidth: 450e9, IntraNodeLatency: 4e-6, InterNodeBandwidth: 50e9, InterNodeLatency: 8e-6,
-		Source: "NVIDIA H100 datasheet (SXM5: 67 TFLOP/s fp32, 989 bf16/fp16 tensor dense, 3.35 TB/s HBM3, NVLink 4 900 GB/s); DGX H100: 8× NDR 400 Gbit/s",
+		GEMMEff: hopperGEMM, CollectiveEff: hopperCollective, LaunchSeconds: launchSeconds,
+		Source: "NVIDIA H100 datasheet (SXM5: 67 TFLOP/s fp32, 989 bf16/fp16 tensor dense, 3.35 TB/s HBM3, NVLink 4 900 GB/s); DGX H100: 8× NDR 400 Gbit/s" + hopperAchieved,
 	}
 	H200 = withMemory(H100, "h200", 141e9, 4800e9,
-		"NVIDIA H200 datasheet (SXM: 67 TFLOP/s fp32, 989 bf16/fp16 tensor dense, 141 GB HBM3e at 4.8 TB/s, NVLink 900 GB/s); HGX H200: 8× NDR 400 Gbit/s")
+		"NVIDIA H200 datasheet (SXM: 67 TFLOP/s fp32, 989 bf16/fp16 tensor dense, 141 GB HBM3e at 4.8 TB/s, NVLink 900 GB/s); HGX H200: 8× NDR 400 Gbit/s"+hopperAchieved)
+)
+
+// What each GPU generation achieves of its datasheet peaks: one set of figures per
+// generation (Ampere: A100 40/80 GB; Hopper: H100, H200), measured by others or by ppc, never
+// fitted to the runs the README compares against.
+//
+//   - GEMM: the largest fraction of the dense bf16 peak a cuBLAS GEMM reaches at its best
+//     shape — Stas Bekman's Maximum Achievable Matmul FLOPS finder (ml-engineering,
+//     compute/accelerator): A100 SXM 271.2 of 312 TFLOP/s (0.87), H100 SXM 794.5 of 989
+//     (0.80); ppc's own cuBLASLt plans reach 792 / 793 TFLOP/s at 4096³ / 8192³ on an H100
+//     (bench/NOTES.md). Smaller dims fall off by GEMMEfficiency's curve.
+//   - Collectives: NCCL's ring all-reduce moves about 0.77 of NVLink 3's 300 GB/s per
+//     direction as bus bandwidth on a DGX A100 (~230 GB/s in nccl-tests) and about 0.8 of
+//     NVLink 4's 450 GB/s on a DGX H100 (~360 GB/s without NVLink SHARP); the same fraction
+//     is applied to the inter-node links.
+//   - Launches: each kernel costs 3–5 µs on the GPU even when tiny (bench/NOTES.md, an
+//     H100 under ppc's runtime); 4 µs on both generations.
+const (
+	ampereGEMM, hopperGEMM             = 0.87, 0.80
+	ampereCollective, hopperCollective = 0.77, 0.80
+	launchSeconds                      = 4e-6
+	ampereAchieved                     = "; achieved: GEMMs 0.87 of peak (MAMF finder: 271.2 TFLOP/s), collectives 0.77 of link bandwidth (NCCL bus bandwidth), 4 µs a kernel"
+	hopperAchieved                     = "; achieved: GEMMs 0.80 of peak (MAMF finder: 794.5 TFLOP/s; ppc's cuBLASLt 793), collectives 0.80 of link bandwidth (NCCL bus bandwidth), 4 µs a kernel"
 )
 
 // withMemory is d with another memory: the same GPU with more or faster HBM.
@@ -105,7 +130,8 @@ func deviceFields(d *DeviceProfile) map[string]any {
 		"link_bandwidth": &d.LinkBandwidth, "link_latency": &d.LinkLatency,
 		"intra_node_bandwidth": &d.IntraNodeBandwidth, "intra_node_latency": &d.IntraNodeLatency,
 		"inter_node_bandwidth": &d.InterNodeBandwidth, "inter_node_latency": &d.InterNodeLatency,
-		"gpus_per_node": &d.GPUsPerNode,
+		"gpus_per_node":   &d.GPUsPerNode,
+		"gemm_efficiency": &d.GEMMEff, "collective_efficiency": &d.CollectiveEff, "launch_seconds": &d.LaunchSeconds,
 	}
 }
 

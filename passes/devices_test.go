@@ -35,8 +35,8 @@ func TestDeviceMatmulRates(t *testing.T) {
 			rate float64
 		}{{ir.BF16, d.PeakBF16}, {ir.F16, d.PeakFP16}, {ir.F32, d.PeakFP32}} {
 			got := d.CostOf(mm(c.dt), no, one).F
-			if want := flops / (c.rate * GEMMEfficiency(8192, 8192, 8192)); math.Abs(got-want) > 1e-9*want {
-				t.Errorf("%s %s matmul: %g s, want %g (compute-bound at %g FLOP/s times the GEMM efficiency)", d.Name, c.dt, got, want, c.rate)
+			if want := flops/(c.rate*d.GEMMEfficiency(8192, 8192, 8192)) + d.LaunchSeconds; math.Abs(got-want) > 1e-9*want {
+				t.Errorf("%s %s matmul: %g s, want %g (compute-bound at %g FLOP/s times the GEMM efficiency, plus a launch)", d.Name, c.dt, got, want, c.rate)
 			}
 		}
 	}
@@ -111,4 +111,64 @@ func FuzzParseDevice(f *testing.F) {
 			t.Fatalf("%q: %+v, but its name %q parses to %+v", spec, d, d.Name, again)
 		}
 	})
+}
+
+// TestGenerationEfficiencies: the real profiles carry their generation's achieved fractions
+// (devices.go: Ampere GEMMs 0.87 and collectives 0.77, Hopper 0.80 and 0.80, 4 µs a launch),
+// the cost model applies them — a large GEMM at that fraction of peak, a collective at that
+// fraction of the link, every kernel at least a launch — and the default a100-like profile
+// keeps the figures plans were made with.
+func TestGenerationEfficiencies(t *testing.T) {
+	for _, c := range []struct {
+		d          DeviceProfile
+		gemm, coll float64
+	}{{A10040, 0.87, 0.77}, {A10080, 0.87, 0.77}, {H100, 0.80, 0.80}, {H200, 0.80, 0.80}} {
+		if c.d.GEMMEff != c.gemm || c.d.CollectiveEff != c.coll || c.d.LaunchSeconds != 4e-6 || !strings.Contains(c.d.Source, "achieved") {
+			t.Errorf("%s: GEMM %g, collectives %g, launch %g, source %q", c.d.Name, c.d.GEMMEff, c.d.CollectiveEff, c.d.LaunchSeconds, c.d.Source)
+		}
+		if got := c.d.GEMMEfficiency(1<<20, 1<<20, 1<<20); math.Abs(got-c.gemm) > 1e-3 {
+			t.Errorf("%s: a huge GEMM at %.3f of peak, want %.2f", c.d.Name, got, c.gemm)
+		}
+		// A ring all-gather of 1 GB over 8 ranks in a node: 7/8 of it through the link.
+		if got, want := c.d.CollectiveTime("all_gather", 1e9, 8, true), 7.0/8*1e9/(c.d.IntraNodeBandwidth*c.coll)+7*c.d.IntraNodeLatency; math.Abs(got-want) > 1e-12 {
+			t.Errorf("%s: all-gather %g s, want %g", c.d.Name, got, want)
+		}
+		tiny := ir.NewOp(ir.MustLookup("neg"), []*ir.Value{{Type: ir.T(ir.BF16, 4)}}, nil, []ir.Type{ir.T(ir.BF16, 4)})
+		if f := c.d.CostOf(tiny, func(*ir.Value) bool { return false }, func(string) int { return 1 }).F; f < 4e-6 {
+			t.Errorf("%s: a 4-element op costs %g s, less than a launch", c.d.Name, f)
+		}
+	}
+	if d := A100Like; d.GEMMEff != 0 || d.CollectiveEff != 0 || d.LaunchSeconds != 0 || d.GEMMEfficiency(4096, 4096, 4096) != GEMMEfficiency(4096, 4096, 4096) {
+		t.Errorf("a100-like changed: %+v", d)
+	}
+	d, err := ParseDevice("h100-80gb{gemm_efficiency=0.7,collective_efficiency=0.5,launch_seconds=1e-5}")
+	if err != nil || d.GEMMEff != 0.7 || d.CollectiveEff != 0.5 || d.LaunchSeconds != 1e-5 {
+		t.Errorf("overridden efficiencies: %+v, %v", d, err)
+	}
+}
+
+// TestAttentionBackwardPriced: fused attention's input gradient costs FlashAttention-2's
+// 2.5 forwards (five products against the forward's two) and no weight gradient; a causal
+// kernel runs half the tiles of a non-causal one.
+func TestAttentionBackwardPriced(t *testing.T) {
+	q := &ir.Value{Type: ir.T(ir.BF16, 8, 32, 4096, 128)}
+	att := func(causal bool) OpCost {
+		var attrs ir.Attrs
+		if causal {
+			attrs = ir.Attrs{{Name: "causal", Value: ir.BoolAttr(true)}}
+		}
+		op := ir.NewOp(ir.MustLookup("attention"), []*ir.Value{q, q, q}, attrs, []ir.Type{q.Type, ir.T(ir.F32, 8, 32, 4096, 1)})
+		return H100.CostOf(op, func(*ir.Value) bool { return false }, func(string) int { return 1 })
+	}
+	full, causal := att(false), att(true)
+	l := H100.LaunchSeconds
+	if r := (full.I - l) / (full.F - l); math.Abs(r-AttentionBackwardFactor) > 1e-9 || full.W != 0 {
+		t.Errorf("attention: I/F = %g (want %g), W = %g", r, AttentionBackwardFactor, full.W)
+	}
+	if r := (causal.F - l) / (full.F - l); math.Abs(r-0.5) > 1e-9 {
+		t.Errorf("causal attention takes %g of the full one's time, want 0.5", r)
+	}
+	if causal.FLOPs != full.FLOPs {
+		t.Errorf("causal attention reports %g FLOPs, the full one %g: reports count every product", causal.FLOPs, full.FLOPs)
+	}
 }

@@ -139,13 +139,51 @@ func runLossScale(m *ir.Module, opts Options) error {
 		}
 	}
 	f.Replace(repl)
-	f.Ops = append(pre, f.Ops...)
+	// Each gradient is unscaled right before the first op reading it, not all of them at the
+	// top: there every unscaled gradient would be live until the update that reads it, a
+	// second copy of all the gradients at the step's end (what the planner does not count).
+	unscaled := map[*ir.Value]*ir.Op{}
+	isArg := map[*ir.Value]bool{}
+	for _, a := range f.Args {
+		isArg[a] = true
+	}
+	var head []*ir.Op
+	for _, op := range pre {
+		if u := op.Results[0]; op.Def.Name == "mul" && u.Name != "" && len(op.Operands) == 2 && isArg[op.Operands[0]] {
+			unscaled[u] = op
+			continue
+		}
+		head = append(head, op)
+	}
+	ops := head
+	for _, op := range f.Ops {
+		for _, x := range op.Operands {
+			if u, ok := unscaled[x]; ok {
+				ops = append(ops, u)
+				delete(unscaled, x)
+			}
+		}
+		ops = append(ops, op)
+	}
+	for _, u := range pre { // unread ones (a gradient no update reads), in order
+		if _, ok := unscaled[u.Results[0]]; ok {
+			ops = append(ops, u)
+		}
+	}
+	f.Ops = ops
 
-	// Skip on overflow: every update keeps the old value.
+	// Skip on overflow: every update keeps the old value. Each where goes right after the
+	// op computing the new value, so that the old value's buffer and the new one are not
+	// all live at once until the end of @optimizer (a whole second copy of the parameters
+	// and optimizer state at the step's end).
+	var selects []*ir.Op
 	b = ir.NewBuilder(f)
 	b.Phase = ir.Opt
+	b.Emit = func(op *ir.Op) { selects = append(selects, op) }
 	ok := b.Op1("equal", nil, found, scalarConst(b, ir.F32, 0))
 	ok.Name = "step_ok"
+	head = append(head[:0], selects...)
+	selects = nil
 	old := map[string]*ir.Value{}
 	zeroed := map[string]bool{} // parameters updated by their dp block (ZeRO)
 	for i, a := range f.Args {
@@ -177,6 +215,35 @@ func runLossScale(m *ir.Module, opts Options) error {
 		f.Results[i] = b.Op1("where", nil, ok, r, prev)
 		f.Results[i].Name, r.Name = name, ""
 	}
+	// head (step_ok), then what reads only arguments and constants (ZeRO's old blocks, the
+	// constants, wheres of an argument), then @optimizer's ops each followed by the wheres
+	// of the values it computes; any where left over (its value computed by none of those
+	// ops) goes last, as before.
+	after := map[*ir.Op][]*ir.Op{}
+	var rest []*ir.Op
+	for _, op := range selects {
+		if op.Def.Name == "where" && len(op.Operands) == 3 && op.Operands[1].Def != nil {
+			after[op.Operands[1].Def] = append(after[op.Operands[1].Def], op)
+		} else {
+			rest = append(rest, op)
+		}
+	}
+	ops = append(append([]*ir.Op(nil), head...), rest...)
+	for _, op := range f.Ops {
+		ops = append(ops, op)
+		ops = append(ops, after[op]...)
+		delete(after, op)
+	}
+	for _, op := range selects {
+		if op.Def.Name == "where" && len(op.Operands) == 3 && op.Operands[1].Def != nil {
+			if _, left := after[op.Operands[1].Def]; left {
+				ops = append(ops, op)
+			}
+		}
+	}
+	f.Ops = ops
+	b = ir.NewBuilder(f)
+	b.Phase = ir.Opt
 
 	// GradScaler's update of the scale and its growth tracker.
 	zero, one := scalarConst(b, ir.F32, 0), scalarConst(b, ir.F32, 1)

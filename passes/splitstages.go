@@ -2,6 +2,8 @@ package passes
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -211,7 +213,7 @@ func splitStages(m *ir.Module, src *ir.Func, recompute, method string, layers in
 			// otherwise hold the full-sequence copy from I for every micro-batch in between.
 			c := localOf(stageKey{k.stage, k.slice, KindI}, v)
 			w = localOf(k, c)
-		case defined && rebuilt(v, hk, k) && (k.kind == KindI || k.kind == KindW):
+		case defined && (rebuilt(v, hk, k) && (k.kind == KindI || k.kind == KindW) || gatheredGradInW(v, hk, k)):
 			// Recompute the op here instead of stashing its result. The backward's ops run
 			// in @train's order, so the first one that needs a value of a unit rebuilds it,
 			// from the unit's stashed inputs (checkpoints) up. Under full recomputation W
@@ -325,6 +327,14 @@ const AttrPartial = "partial"
 // keeps one accumulator per partial and adds them in partial order, the same order whatever
 // the pipeline split, so a tied weight gets bit-identical gradients on one device and on
 // many — and no op adds values from two stages.
+//
+// In a token-sliced module every slice's copy of the forward uses each parameter again, but
+// those are not different uses: each slice's contribution is one more run's, as a
+// micro-batch's is, and is accumulated like one. Partials are numbered per slice (use k of
+// every slice is partial k, summed into one accumulator in run order), and a parameter each
+// slice uses once gets no partial at all. Numbering them across slices, as this once did,
+// kept one fp32 accumulator per slice and use plus their sum: 17 gradient copies for 16
+// slices (28.7 GiB of TeraPipe's 16 GB V100 for GPT-3 175B at pp 48, tp 8).
 func splitTiedGrads(src *ir.Func) ([]*ir.Value, []ir.Attrs) {
 	pos := map[*ir.Op]int{}
 	for i, op := range src.Ops {
@@ -357,9 +367,21 @@ func splitTiedGrads(src *ir.Func) ([]*ir.Value, []ir.Attrs) {
 		// Forward order of the uses: a use's gradient is computed in reverse, so order the
 		// leaves by the position of their defining op, latest first.
 		sort.SliceStable(leaves, func(a, b int) bool { return leafPos(pos, leaves[a]) > leafPos(pos, leaves[b]) })
-		for k, l := range leaves {
+		uses := map[int]int{} // token slice → its uses
+		for _, l := range leaves {
+			uses[leafSlice(l)]++
+		}
+		tied := slices.Max(slices.Collect(maps.Values(uses))) > 1
+		clear(uses)
+		for _, l := range leaves {
 			results = append(results, l)
-			attrs = append(attrs, src.ResultAttrs[i].Set(AttrPartial, ir.Int(k)))
+			j := leafSlice(l)
+			if tied {
+				attrs = append(attrs, src.ResultAttrs[i].Set(AttrPartial, ir.Int(uses[j])))
+			} else {
+				attrs = append(attrs, src.ResultAttrs[i]) // once per slice: one accumulator
+			}
+			uses[j]++
 		}
 	}
 	return results, attrs
@@ -373,6 +395,30 @@ func splitTiedGrads(src *ir.Func) ([]*ir.Value, []ir.Attrs) {
 // by many micro-batches on their later ranks. W gathers the stashed shard again instead: the
 // same one collective per use, moved from I to the phase that needs it.
 func regatheredInW(op *ir.Op) bool { return op.Def.Name == "all_gather" }
+
+// gatheredGradInW says whether W, reading v from its stage's I, all-gathers v's operand
+// itself instead: v is an output gradient I all-gathered over the sequence (a row-parallel
+// linear's under sequence parallelism, the conjugate of its forward reduce-scatter), which
+// both I's input gradient and W's weight gradient read. Taken from I, it would be held
+// whole from I to W for every micro-batch whose W a zero-bubble schedule defers — and ZB-V's
+// cool-down defers 2r+1 of them on pipeline rank r, so that with tp/sp the workspace grew
+// with the rank (GPT-3 175B at pp 16, tp 4: 0.6 GiB on rank 7, 11.6 GiB on rank 15, the
+// two row-parallel gradients being half of what each deferred W held beyond its stash).
+// W holds the shard instead (which the bias gradient already reads) and gathers it again:
+// one more collective per row-parallel linear, priced as recomputation.
+func gatheredGradInW(v *ir.Value, hk, k stageKey) bool {
+	op := v.Def
+	return op != nil && op.Def.Name == "all_gather" && op.Phase == ir.BwdIn && len(op.Operands) == 1 &&
+		k.kind == KindW && hk == (stageKey{k.stage, k.slice, KindI})
+}
+
+// leafSlice is the token slice whose forward a gradient contribution belongs to.
+func leafSlice(v *ir.Value) int {
+	if v.Def == nil {
+		return ir.NoSlice
+	}
+	return v.Def.Slice
+}
 
 func leafPos(pos map[*ir.Op]int, v *ir.Value) int {
 	if v.Def == nil {

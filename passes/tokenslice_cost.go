@@ -60,6 +60,13 @@ type sliceOp struct {
 	paramOp     bool     // collective on a weight: backward is weight-gradient time
 	dtype       ir.DType // of the result: the matmul rate
 	once        bool     // a position or mask op: computed by the first slice only
+	// As CostOf prices the op: a matmul's result columns (n: M = results/n) for the GEMM
+	// efficiency curve with the contraction as K; attention's head dim (its rows are
+	// results, its keys the contraction), whether it is causal; whether it launches a kernel.
+	cols     tensorTerm
+	headDim  int
+	causal   bool
+	launched bool
 }
 
 const (
@@ -144,7 +151,7 @@ func NewSliceCostModel(m *ir.Module, dev DeviceProfile) (*SliceCostModel, error)
 				byStage[st] = append(byStage[st], sliceOp{kind: opCopy, bytes: []tensorTerm{b, b}})
 			}
 		}
-		so := sliceOp{kind: opCompute, once: static[op]}
+		so := sliceOp{kind: opCompute, once: static[op], launched: launches(op)}
 		if op.Def.Has(ir.Collective) && len(op.Operands) == 1 && len(op.Results) == 1 {
 			so = sliceOp{kind: opCollective, coll: op.Def.Name, grad: op.Attrs.Str("grad", "reduce_scatter"), axis: op.Attrs.Str("axis", ""),
 				n: axisSize(op.Attrs.Str("axis", "")), paramOp: param[op.Operands[0]],
@@ -176,13 +183,21 @@ func NewSliceCostModel(m *ir.Module, dev DeviceProfile) (*SliceCostModel, error)
 			if in := t.get(a); in.dep && in.k == d {
 				so.contraction.key = true // probabilities × values: over the context
 			}
+			r := op.Results[0]
+			so.cols = tensorTerm{base: 1}
+			if n := r.Type.Rank(); n > 0 {
+				so.cols.base = float64(r.Type.Shape[n-1])
+				in := t.get(r)
+				so.cols.key = in.dep && in.tok == tokNone && in.k == n-1 // the scores: one column per key
+			}
 		case "attention":
 			// Two products over the context per output row: 2·rows·context·(D + Dv).
 			q, k, v := op.Operands[0].Type.Shape, op.Operands[1].Type.Shape, op.Operands[2].Type.Shape
 			rows := term(op.Results[1], true) // lse: one element per query row and head
-			rows.base *= float64(q[len(q)-1] + v[len(v)-1])
 			so.matrix, so.results = true, []tensorTerm{rows}
 			so.contraction = tensorTerm{base: float64(k[len(k)-2]), key: true}
+			so.headDim, so.cols = q[len(q)-1], tensorTerm{base: float64(q[len(q)-1] + v[len(v)-1])}
+			so.causal = op.Attrs.Bool("causal", false)
 		case "softmax", "log_softmax", "layer_norm", "rms_norm", "cross_entropy":
 			so.perElem = 5
 		case "gelu", "silu", "exp", "tanh", "sigmoid", "erf":
@@ -242,10 +257,11 @@ func (sc *SliceCostModel) parts(g, b, l, c int) SliceTimes {
 		}
 		switch o.kind {
 		case opCopy:
-			// Joined in the forward; recomputed, and its gradient split, in the backward.
+			// Joined in the forward; recomputed, and its gradient split, in the backward:
+			// a kernel each.
 			bytes := (o.bytes[0].at(sb, sl, sk) + o.bytes[1].at(sb, sl, sk)) / sc.dev.MemBandwidth
-			p.F += bytes
-			p.I += 2 * bytes
+			p.F += bytes + sc.dev.LaunchSeconds
+			p.I += 2 * (bytes + sc.dev.LaunchSeconds)
 		case opCollective:
 			f, back := sc.dev.collectiveTimes(o.coll, o.grad, o.bytes[0].at(sb, sl, sk), o.bytes[1].at(sb, sl, sk), o.n, o.axis)
 			p.F += f
@@ -259,15 +275,26 @@ func (sc *SliceCostModel) parts(g, b, l, c int) SliceTimes {
 			for _, r := range o.results {
 				flops += r.at(sb, sl, sk)
 			}
-			if o.matrix {
-				flops = 2 * flops * o.contraction.at(sb, sl, sk)
-			} else {
+			eff, backward := 1.0, 1.0
+			switch {
+			case o.matrix && o.headDim > 0: // attention, priced as CostOf prices it
+				rows, kv := flops, o.contraction.at(sb, sl, sk)
+				flops = 2 * rows * kv * o.cols.base
+				eff, backward = sc.dev.GEMMEfficiency(int(rows), int(kv), o.headDim), AttentionBackwardFactor
+				if o.causal && l > 1 {
+					eff *= 2
+				}
+			case o.matrix:
+				k, n := o.contraction.at(sb, sl, sk), max(o.cols.at(sb, sl, sk), 1)
+				eff = sc.dev.GEMMEfficiency(int(flops/n), int(n), int(k))
+				flops = 2 * flops * k
+			default:
 				flops *= o.perElem
 			}
 			for _, x := range o.bytes {
 				bytes += x.at(sb, sl, sk)
 			}
-			f, i, w := sc.dev.computeTimes(flops, bytes, o.matrix, o.hasWeights, o.dtype)
+			f, i, w := sc.dev.opTimes(flops/eff, bytes, backward, o.matrix, o.hasWeights, o.dtype, o.launched)
 			p.F, p.I, p.W = p.F+f, p.I+i, p.W+w
 		}
 	}

@@ -39,6 +39,10 @@
 //     the experts and dp whose ep group stays in a node (Megatron-Core's recipes keep it
 //     there; an inter-node ep is for --ep to fix). The compute needs no load-imbalance term:
 //     the dispatch buffer is static, every ep rank runs experts/ep experts on ep·capacity rows.
+//     For the same reason node-limited routing (top_k's groups) does not change the price of
+//     the all-to-alls; Result.Routing reports plan 1's dispatch traffic per layer (what
+//     crosses nodes, and the bound a per-node deduplicated dispatch would have), so the
+//     report says what the routing option would buy and what ppc moves.
 //   - Fixed sizes are checked against the model and the cluster before the search, the
 //     model's limit first (a --pp deeper than its units), then the GPU count (whole nodes;
 //     pp × dp × tp), so that no answer suggests a batch size for a pipeline too deep.
@@ -65,11 +69,21 @@
 //     (passes.GatherAsZero3) and its runs measured before and after their first gather: a
 //     unit of a larger stage holds its own copies before it (they were prefetched during the
 //     layer before) and the next segment's after it; each run's gathers and gradient
-//     reduce-scatters are priced in F, I and W.
+//     reduce-scatters are priced in F, I and W. A gather is issued right before a reader of
+//     the copies, so a unit whose run reads none (a head whose tied embedding dp cannot split)
+//     prefetches nothing: the next segment's copies arrive in the next unit's run.
 //     TestPlanMemoryMatchesCompile (cmd/ppc) draws configurations over the schedules, tp and
 //     sp, recomputation and ZeRO 0–3 and holds each rank's prediction to within 2% of ppc
-//     compile's live bytes (full recomputation: at most 6% over, ZeRO-3 5%, never under); the arena's
+//     compile's live bytes (full recomputation: at most 6% over, never under); the arena's
 //     placement adds its fragmentation, reported by ppc compile.
+//   - Token slices change what the arena holds beyond the unsliced runs' shares (the K/V
+//     prefixes each slice's attention joins and rebuilds, per-slice runs), so each sliced
+//     configuration about to be printed is compiled as its printed command compiles it
+//     (compiledMemory) and its memory is ppc compile's: a printed sliced plan fits by
+//     construction, and one that does not is left out (TestPlanChoiceFitsCompile's
+//     token-slice case). The search ranks sliced candidates by the replay. Its time is the token-slice
+//     cost model's (passes.SliceCostModel), which prices each op as the partition's CostOf
+//     does, as ppc compile's estimate of the same plan does.
 //
 // # Search
 //

@@ -28,6 +28,9 @@ type evaluation struct {
 	stepEnd    []int64          // per rank: the arena the step's end needs (optimizer, ZeRO's blocks)
 	gather     [][3]float64     // per stage: ZeRO-3's gathers in one run of F, I and W (seconds)
 	flopsTotal float64
+	// compiled is ppc compile's memory per pipeline rank for a token-sliced configuration
+	// (compiledMemory), which replaces the replay's.
+	compiled []codegen.Memory
 }
 
 // gathered is the bytes of the copies of ps that ZeRO-3 over dp gathers (those whose first
@@ -491,6 +494,7 @@ func stageMemOf(units []unitCost, gathered func([]param) (int64, float64)) stage
 	// ahead[k] is what is gathered while unit k runs beyond its own copies, per kind.
 	var ahead [3][]int64
 	z3 := false
+	first := [3]int{-1, -1, -1} // the first unit each kind's run gathers for
 	for k := range 3 {
 		ahead[k] = make([]int64, n)
 		g := make([]int64, n)
@@ -498,11 +502,23 @@ func stageMemOf(units []unitCost, gathered func([]param) (int64, float64)) stage
 			g[j], _ = gathered(units[j].gathers[k])
 			z3 = z3 || g[j] > 0
 		}
-		dir := 1 // F runs the units in order, I and W in reverse
+		dir, j0 := 1, 0 // F runs the units in order, I and W in reverse
 		if k > 0 {
-			dir = -1
+			dir, j0 = -1, n-1
+		}
+		for j := j0; j >= 0 && j < n; j += dir {
+			if g[j] > 0 {
+				first[k] = j
+				break
+			}
 		}
 		for j := range units {
+			if g[j] == 0 {
+				// A gather is placed right before a reader of the copies: a unit that
+				// reads none (a head whose tied embedding dp cannot split) issues none,
+				// and the next segment's copies are gathered in the next unit's run.
+				continue
+			}
 			// The later units of j's segment, then the next segment's (units without
 			// parameters belong to no segment).
 			seg, next := units[j].segment, 0
@@ -522,16 +538,15 @@ func stageMemOf(units []unitCost, gathered func([]param) (int64, float64)) stage
 		}
 	}
 	// A unit's run under ZeRO-3: before its first gather it holds its own copies too (unless
-	// its segment is the run's first, gathered there as in the probe), from it on the copies
-	// gathered ahead.
-	first := [3]int{0, n - 1, n - 1} // the first unit each kind runs
+	// its segment is the first the run gathers, gathered there as in the probe), from it on
+	// the copies gathered ahead.
 	run := func(k, j int, plain int64) int64 {
 		if !z3 {
 			return plain
 		}
 		m := units[j].mem
 		var own int64
-		if units[j].segment != units[first[k]].segment {
+		if first[k] >= 0 && units[j].segment != units[first[k]].segment {
 			own, _ = gathered(units[j].gathers[k])
 		}
 		return max(m.before3[k]+own, m.after3[k]+ahead[k][j])
@@ -860,6 +875,14 @@ func (e *evaluation) simulate(full bool) (pl Plan, fits, built bool) {
 	pl.BubbleRatio = res.BubbleRatio
 	fits = true
 	pl.Memory, pl.PeakMemory = nil, nil
+	if e.compiled != nil {
+		for _, m := range e.compiled {
+			pl.Memory = append(pl.Memory, m)
+			pl.PeakMemory = append(pl.PeakMemory, m.Peak())
+			fits = fits && m.Peak() <= p.dev.MemBytes
+		}
+		return pl, fits, true
+	}
 	peak, fwd := e.arena(s)
 	for r, m := range e.rankMem {
 		if r < len(peak) {
@@ -1035,4 +1058,52 @@ func (e *evaluation) zeroNote() string {
 		return ""
 	}
 	return fmt.Sprintf("; ZeRO splits a parameter over dp only where dp divides its first dim, and dp %d divides that of %.0f%% of the parameter bytes", c.DP, 100*float64(split)/float64(all))
+}
+
+// compiledMemory compiles c as the command the planner prints for it does and returns ppc
+// compile's memory per pipeline rank (with its margin). The planner's own memory for token
+// slices is the unsliced stages' scaled by each slice's share of the tokens, which misses
+// what slicing adds: the K/V prefixes each slice's attention joins and rebuilds, the
+// per-slice runs' activations (2.4× the replay's on the tiny GPT at 8 slices). So each
+// sliced configuration the search ranks among those it prints is compiled, and its memory is
+// compile's: what `ppc plan` prints for it is what `ppc compile` plans, by construction, and
+// one that does not fit is not printed. (Inside the search the replay stands in: a compile
+// of GPT-3 175B at pp 48 with 32 slices takes over a minute on a loaded 2-core machine.)
+func (p *planner) compiledMemory(c Config) ([]codegen.Memory, error) {
+	key := p.command(c)
+	p.mu.Lock()
+	m, ok := p.compiledMem[key]
+	p.mu.Unlock()
+	if ok {
+		return m.mem, m.err
+	}
+	lengths := make([]string, len(c.TokenSlices))
+	for i, l := range c.TokenSlices {
+		lengths[i] = fmt.Sprint(l)
+	}
+	opts := compiler.Options{Load: p.load(p.batch), PP: c.PP, DP: c.DP, TP: c.TP, CP: c.CP, EP: c.EP, SP: c.SP,
+		VocabMultiple: p.req.VocabMultiple, Microbatches: c.Microbatches, Schedule: c.Schedule, VirtualStages: c.V,
+		Recompute: c.Recompute, Zero: c.Zero, TokenSlices: strings.Join(lengths, ","), Precision: p.precision, GPU: p.dev.Name}
+	if c.PP > 1 {
+		opts.Partition, opts.Layout = "layout", c.Layout
+	}
+	var mem []codegen.Memory
+	res, err := compiler.Compile(p.req.Model, opts)
+	if err == nil {
+		mem = make([]codegen.Memory, c.PP)
+		for _, prog := range res.Output.Plan.Programs {
+			if prog.PP >= 0 && prog.PP < c.PP {
+				mem[prog.PP] = prog.Memory(p.dev.MemBytes)
+			}
+		}
+	}
+	p.mu.Lock()
+	p.compiledMem[key] = compiledEntry{mem, err}
+	p.mu.Unlock()
+	return mem, err
+}
+
+type compiledEntry struct {
+	mem []codegen.Memory
+	err error
 }

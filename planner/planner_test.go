@@ -22,37 +22,6 @@ func gpt3(dev passes.DeviceProfile, n, batch int, fix Fixed) Request {
 
 func free() Fixed { return Fixed{SP: -1, Zero: -1} }
 
-// TestJaxPP checks the planner against JaxPP's measurement (BACKGROUND.md): GPT-3 175B on 128
-// H100 with a global batch of 256, where JaxPP's PP8 TP8 DP2 took 9.64 s a step: ppc's
-// prediction for that mesh is within 25%. (It used to require that mesh among ppc's own top
-// five as well; with Megatron's memory recipe — bf16 weights, the fp32 copy sharded by
-// ZeRO-1 — ppc's own picks are now tp 4 meshes under ZBV that did not fit before, which no
-// measurement here confirms or refutes, so the ranking is logged, not asserted.)
-func TestJaxPP(t *testing.T) {
-	if testing.Short() {
-		t.Skip("searches GPT-3 175B's configurations for 128 GPUs")
-	}
-	res, err := Search(gpt3(passes.H100, 128, 256, free()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, p := range res.Plans {
-		t.Logf("#%d %s: %.2f s", i+1, p.Config.describe(), p.StepTime)
-	}
-	fix := free()
-	fix.PP, fix.TP, fix.DP = 8, 8, 2
-	one, err := Search(gpt3(passes.H100, 128, 256, fix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	const jaxpp = 9.64
-	got := one.Plans[0].StepTime
-	t.Logf("pp 8 tp 8 dp 2: predicted %.2f s (%s), JaxPP measured %.2f s: %+.1f%%", got, one.Plans[0].Config.describe(), jaxpp, 100*(got/jaxpp-1))
-	if math.Abs(got/jaxpp-1) > 0.25 {
-		t.Errorf("predicted %.2f s for JaxPP's configuration, measured %.2f s: more than 25%% off", got, jaxpp)
-	}
-}
-
 // TestSplitOptimal: split's stages are contiguous, non-empty, cover the units, and their
 // largest time is the optimum a dynamic program over every cut finds.
 func TestSplitOptimal(t *testing.T) {
@@ -173,7 +142,7 @@ func TestTeraPipe(t *testing.T) {
 		t.Skip("searches GPT-3 175B's configurations for 384 GPUs")
 	}
 	req := gpt3(passes.V100, 384, 2, free())
-	req.Precision = "fp16"
+	req.Precision, req.Top = "fp16", 1 // each printed sliced plan is compiled for its memory
 	res, err := Search(req)
 	if err != nil {
 		t.Fatal(err)

@@ -56,19 +56,29 @@ func planJSON(t *testing.T, args ...string) *planner.Result {
 }
 
 // TestPlanChoiceFitsCompile: with a memory limit just below what the unconstrained winner
-// needs, the planner's choice compiles, with the exact command it prints, into a plan whose
+// needs, the planner's choices compile, with the exact commands it prints, into plans whose
 // memory report (ppc compile's, from its memory plan) fits the limit on every rank, and
-// whose step-time estimate agrees with the planner's prediction.
+// whose step-time estimates agree with the planner's predictions: for the tiny GPT on 8
+// GPUs, and for one long sequence, where every plan printed is token-sliced.
 func TestPlanChoiceFitsCompile(t *testing.T) {
 	gpt := filepath.Join("..", "..", "testdata", "models", "gpt.ppm")
-	base := []string{gpt, "--gpus", "8", "--top", "3"}
-	free := planJSON(t, append(base, "--gpu", "a100-80gb")...)
+	t.Run("batch", func(t *testing.T) {
+		planChoiceFits(t, []string{gpt, "--gpus", "8", "--top", "3"}, "a100-80gb")
+	})
+	t.Run("token-slices", func(t *testing.T) {
+		planChoiceFits(t, []string{gpt, "--set", "seq=512", "--set", "d_model=512", "--set", "n_heads=8", "--gpus", "8",
+			"--global-batch", "1", "--precision", "fp16", "--top", "3"}, "v100-16gb")
+	})
+}
+
+func planChoiceFits(t *testing.T, base []string, gpu string) {
+	free := planJSON(t, append(base, "--gpu", gpu)...)
 	var peak int64
 	for _, m := range free.Plans[0].PeakMemory {
 		peak = max(peak, m)
 	}
 	limit := peak - 1
-	spec := fmt.Sprintf("a100-80gb{mem_bytes=%d}", limit)
+	spec := fmt.Sprintf("%s{mem_bytes=%d}", gpu, limit)
 	tight := planJSON(t, append(base, "--gpu", spec)...)
 	if fmt.Sprint(tight.Plans[0].Config) == fmt.Sprint(free.Plans[0].Config) {
 		t.Fatalf("the limit %d (one byte below the winner's peak) did not change the choice %+v", limit, tight.Plans[0].Config)
@@ -115,7 +125,8 @@ func TestPlanChoiceFitsCompile(t *testing.T) {
 
 // TestPlanTokenSlicesCompile: for a single long sequence the planner cuts it into token
 // slices, and the command it prints compiles into a plan with those slices whose estimate
-// agrees with the prediction.
+// agrees with the prediction and whose memory per pipeline rank is the one ppc plan printed
+// (the planner compiles a sliced configuration to know its memory).
 func TestPlanTokenSlicesCompile(t *testing.T) {
 	gpt := filepath.Join("..", "..", "testdata", "models", "gpt.ppm")
 	r := planJSON(t, gpt, "--set", "seq=512", "--set", "d_model=512", "--set", "n_heads=8", "--gpus", "8", "--gpu", "v100-16gb",
@@ -142,6 +153,11 @@ func TestPlanTokenSlicesCompile(t *testing.T) {
 	t.Logf("%+v: predicted %.4g s, ppc compile estimates %.4g s (×%.3f)", pl.Config, pl.StepTime, p.Estimate.StepSeconds, ratio)
 	if ratio < 0.8 || ratio > 1.25 {
 		t.Errorf("predicted %.4g s, ppc compile's estimate %.4g s", pl.StepTime, p.Estimate.StepSeconds)
+	}
+	for _, prog := range p.Programs {
+		if got, want := pl.Memory[prog.PP], prog.Memory(r.DeviceMem); got != want {
+			t.Errorf("pp %d: ppc plan printed %s, ppc compile plans %s", prog.PP, got, want)
+		}
 	}
 }
 

@@ -3,6 +3,8 @@ package cuda
 import (
 	"cmp"
 	"os"
+	"regexp"
+	"slices"
 	"testing"
 
 	"ppc.dev/ppc/compiler"
@@ -28,10 +30,20 @@ func gpuDevice(t testing.TB) (*Device, GPU) {
 // TestGPUKernels runs every kernel case on the GPU, through the real driver, NVRTC and the
 // CUDA device, against the CPU device (the host test's cases and tolerances). It runs by
 // itself on a machine with an NVIDIA driver, a GPU, NVRTC and cuBLASLt, and skips with one
-// line elsewhere.
+// line elsewhere. $PPC_GPU_CASES, a regular expression, keeps the cases whose names match
+// (bench/gpu.sh's rerun after a kernel's fix: "attention").
 func TestGPUKernels(t *testing.T) {
 	dev, _ := gpuDevice(t)
-	checkKernels(t, cudatest.Cases(), dev)
+	cases := cudatest.Cases()
+	if expr := os.Getenv("PPC_GPU_CASES"); expr != "" {
+		re, err := regexp.Compile(expr)
+		if err != nil {
+			t.Fatalf("PPC_GPU_CASES: %v", err)
+		}
+		cases = slices.DeleteFunc(cases, func(c cudatest.Case) bool { return !re.MatchString(c.Name) })
+		t.Logf("%d cases match PPC_GPU_CASES=%q", len(cases), expr)
+	}
+	checkKernels(t, cases, dev)
 }
 
 // TestGPUTrainsLikeCPU is the equivalence grid of TestCUDADeviceTrainsLikeCPU on the GPU,
