@@ -141,10 +141,9 @@ func AttentionForward[T Float](p *AttentionParams, q, k, v, maskAdd, o, lse []T)
 						clear(row) // nothing visible yet: the row adds nothing
 						continue
 					}
+					ExpShift(row, row, mx)
 					var sum T
-					for c, x := range row {
-						e := Exp(x - mx)
-						row[c] = e
+					for _, e := range row {
 						sum += e
 					}
 					if mx != m[r] {
@@ -191,9 +190,7 @@ func attnProbs[T Float](s, dp []T, bq, bk int, lse, delta []T) {
 			}
 			continue
 		}
-		for c, x := range row {
-			row[c] = Exp(x - lr)
-		}
+		ExpShift(row, row, lr)
 		if dp != nil {
 			dr := dp[r*bk : (r+1)*bk]
 			d := delta[r]

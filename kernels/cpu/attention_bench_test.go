@@ -7,7 +7,7 @@ import (
 )
 
 // BenchmarkAttention times one causal attention forward and backward (4 heads of 64, batch
-// 1, f32) fused — the tiled kernels — against the decomposed chain on this package's kernels:
+// 1, f32; and the tiny GPT's 8 × 4 heads of 16 at seq 256) fused — the tiled kernels — against the decomposed chain on this package's kernels:
 // S = scale·Q·Kᵀ (batched GEMM), the causal mask, P = softmax(S), O = P·V, and backward
 // dP = dO·Vᵀ, dV = Pᵀ·dO, dS = softmax_grad(P, dP), dQ = scale·dS·K, dK = scale·dSᵀ·Q. The
 // buffers beyond q, k, v, o, do and the gradients are allocated in the loop, so B/op is what
@@ -16,14 +16,18 @@ import (
 //
 //	go test ./kernels/cpu -run '^$' -bench BenchmarkAttention -benchtime 2x
 func BenchmarkAttention(b *testing.B) {
-	const d, h = 64, 4
-	for _, s := range []int{512, 2048, 8192} {
-		p := &AttentionParams{Batch: 1, Hq: h, Hkv: h, Sq: s, Skv: s, D: d, Dv: d, Scale: 1 / math.Sqrt(d), Causal: true, MaskOff: []int{0}}
+	for _, c := range []struct{ d, bh, s int }{{64, 4, 512}, {64, 4, 2048}, {64, 4, 8192}, {16, 32, 256}} {
+		d, h, s := c.d, c.bh, c.s // batch × heads as heads: the same work
+		p := &AttentionParams{Batch: 1, Hq: h, Hkv: h, Sq: s, Skv: s, D: d, Dv: d, Scale: 1 / math.Sqrt(float64(d)), Causal: true, MaskOff: []int{0}}
 		r := tkRand(uint64(s))
 		n := h * s * d
+		name := fmt.Sprintf("s=%d", s)
+		if d != 64 {
+			name = fmt.Sprintf("s=%d,d=%d,heads=%d", s, d, h)
+		}
 		q, k, v, do := tkTo32(tkNormals(r, n)), tkTo32(tkNormals(r, n)), tkTo32(tkNormals(r, n)), tkTo32(tkNormals(r, n))
 		o, dq, dk, dv := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
-		b.Run(fmt.Sprintf("fused/s=%d", s), func(b *testing.B) {
+		b.Run("fused/"+name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				lse := make([]float32, h*s)
@@ -31,7 +35,7 @@ func BenchmarkAttention(b *testing.B) {
 				AttentionBackward(p, q, k, v, o, lse, do, nil, dq, dk, dv)
 			}
 		})
-		b.Run(fmt.Sprintf("decomposed/s=%d", s), func(b *testing.B) {
+		b.Run("decomposed/"+name, func(b *testing.B) {
 			b.ReportAllocs()
 			scale := float32(p.Scale)
 			inf := float32(math.Inf(-1))

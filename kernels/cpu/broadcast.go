@@ -371,8 +371,19 @@ func Arith[T Float](op ArithOp, a []T, aShape []int, b []T, bShape []int, out []
 		})
 }
 
+// ArithVV sets o[i] = a[i] op b[i] (a and b at least as long as o; o may alias either).
+func ArithVV[T Float](op ArithOp, a, b, o []T) { arithVV(op, a, b, o) }
+
+// The row loops. float32 add, sub, mul and div run the AVX assembly (arith_amd64.s) up to the
+// last multiple of 8 elements and these loops on the rest: the same IEEE operations, so the
+// same bits.
+
 func arithVV[T Float](op ArithOp, a, b, o []T) {
 	a, b = a[:len(o)], b[:len(o)]
+	if isFloat32Type[T]() {
+		i := arithVVVec32(op, f32s(a), f32s(b), f32s(o))
+		a, b, o = a[i:], b[i:], o[i:]
+	}
 	switch op {
 	case OpAdd:
 		for i := range o {
@@ -407,6 +418,10 @@ func arithVV[T Float](op ArithOp, a, b, o []T) {
 
 func arithVS[T Float](op ArithOp, a []T, b T, o []T) {
 	a = a[:len(o)]
+	if isFloat32Type[T]() {
+		i := arithVSVec32(op, f32s(a), float32(b), f32s(o))
+		a, o = a[i:], o[i:]
+	}
 	switch op {
 	case OpAdd:
 		for i := range o {
@@ -441,6 +456,10 @@ func arithVS[T Float](op ArithOp, a []T, b T, o []T) {
 
 func arithSV[T Float](op ArithOp, a T, b, o []T) {
 	b = b[:len(o)]
+	if isFloat32Type[T]() {
+		i := arithSVVec32(op, float32(a), f32s(b), f32s(o))
+		b, o = b[i:], o[i:]
+	}
 	switch op {
 	case OpAdd:
 		for i := range o {

@@ -309,11 +309,17 @@ func benchGemm[T Float](b *testing.B, transA, transB bool, m, n, k int) {
 	bb := randSlice[T](r, k*n)
 	c := make([]T, m*n)
 	b.ResetTimer()
+	cpu0 := cpuTime()
 	for b.Loop() {
 		Gemm(transA, transB, m, n, k, 1, a, lda, bb, ldb, 0, c, n)
 	}
-	gflops := 2 * float64(m) * float64(n) * float64(k) * float64(b.N) / b.Elapsed().Seconds() / 1e9
-	b.ReportMetric(gflops, "GFLOP/s")
+	flop := 2 * float64(m) * float64(n) * float64(k) * float64(b.N)
+	b.ReportMetric(flop/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	// Per second of CPU time (all threads): on a loaded machine, what one core achieves
+	// while it runs, which wall time hides.
+	if cpu := cpuTime() - cpu0; cpu > 0 {
+		b.ReportMetric(flop/cpu.Seconds()/1e9, "GFLOP/cpu-s")
+	}
 }
 
 // benchImpls runs f once per available float32 kernel and thread count.
@@ -356,6 +362,24 @@ func BenchmarkGemmTransformer(b *testing.B) {
 	b.Run("TN", func(b *testing.B) { // dW = Xᵀ·dY
 		benchVariants(b, 4, func(b *testing.B) { benchGemm[float32](b, true, false, 768, 3072, 2048) })
 	})
+}
+
+// BenchmarkGemmHead is GPT-2's tied head on 512 tokens (bench/cpu.sh's GPT-2-width step):
+// the logits X·Wᵀ (NT), the input gradient dL·W (NN) and the weight gradient dLᵀ·X (TN),
+// on GOMAXPROCS threads.
+func BenchmarkGemmHead(b *testing.B) {
+	const t, d, v = 512, 768, 50257
+	b.Run("NT", func(b *testing.B) { benchGemm[float32](b, false, true, t, v, d) })
+	b.Run("NN", func(b *testing.B) { benchGemm[float32](b, false, false, t, d, v) })
+	b.Run("TN", func(b *testing.B) { benchGemm[float32](b, true, false, v, d, t) })
+}
+
+// BenchmarkGemmSquare is float32 N³ at the sizes bench/cpu.sh compares with OpenBLAS, on
+// GOMAXPROCS threads with the fastest kernel: GFLOP/s.
+func BenchmarkGemmSquare(b *testing.B) {
+	for _, s := range []int{512, 1024, 2048, 4096} {
+		b.Run(fmt.Sprint(s), func(b *testing.B) { benchGemm[float32](b, false, false, s, s, s) })
+	}
 }
 
 func BenchmarkGemmSmall(b *testing.B) {

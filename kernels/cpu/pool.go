@@ -249,6 +249,9 @@ func MaxPool[T Float](p *PoolParams, x, y []T, argmax []int32) {
 			panic("cpu.MaxPool: input too large for int32 argmax")
 		}
 	}
+	if argmax == nil && maxPoolFlat(p, x, y) {
+		return
+	}
 	p.planes(func(pl int) {
 		xp := x[pl*p.inSize : (pl+1)*p.inSize]
 		yp := y[pl*p.outSize : (pl+1)*p.outSize]
@@ -266,8 +269,12 @@ func MaxPool[T Float](p *PoolParams, x, y []T, argmax []int32) {
 			for _, r := range rows {
 				xr := xp[r : r+in2]
 				for t := 0; t < p.k2; t++ {
-					off := p.off2[t]
-					for o := p.lo2[t]; o < p.hi2[t]; o++ {
+					off, lo, hi := p.off2[t], p.lo2[t], p.hi2[t]
+					if p.s2 == 1 && lo < hi { // contiguous taps: the vectorised row max
+						maxIntoRow(yr[lo:hi], xr[lo+off:hi+off])
+						continue
+					}
+					for o := lo; o < hi; o++ {
 						yr[o] = max(yr[o], xr[o*p.s2+off]) // builtin max: NaN propagates
 					}
 				}
@@ -295,6 +302,52 @@ func MaxPool[T Float](p *PoolParams, x, y []T, argmax []int32) {
 			}
 		})
 	})
+}
+
+// maxPoolFlat is MaxPool without argmax for 2-d windows of stride and dilation 1 (an
+// Inception block's 3×3 pool): each plane is copied into a scratch plane with its padding as
+// −∞ and rows widened to the padded width Wp, so that every tap (ky, kx) becomes one shift
+// of the whole flat plane by ky·Wp + kx, and the output (also Wp wide) is k0·k1 vectorised
+// row maxima over the plane instead of a call per tap and output row. The maximum is the
+// builtin's (NaN propagates, +0 beats −0), which is commutative and associative, so the order
+// of taps changes no value; padding (−∞) never wins. It reports false, computing nothing,
+// for other pools.
+func maxPoolFlat[T Float](p *PoolParams, x, y []T) bool {
+	if len(p.Spatial) != 2 || p.Stride[0] != 1 || p.Stride[1] != 1 || p.Dilation[0] != 1 || p.Dilation[1] != 1 {
+		return false
+	}
+	h, w := p.Spatial[0], p.Spatial[1]
+	k0, k1 := p.Kernel[0], p.Kernel[1]
+	oh, ow := p.OutSpatial[0], p.OutSpatial[1]
+	hp, wp := h+p.PadBegin[0]+p.PadEnd[0], w+p.PadBegin[1]+p.PadEnd[1]
+	if oh != hp-k0+1 || ow != wp-k1+1 {
+		return false
+	}
+	inf := T(math.Inf(-1))
+	Parallel(p.Batch*p.Channels, max(1, 2048/max(1, p.outSize)), func(lo, hi int) {
+		// The padded input plane, plus k1 − 1 elements read past its end by the last taps.
+		xs := make([]T, hp*wp+k1)
+		ys := make([]T, oh*wp)
+		for i := range xs {
+			xs[i] = inf
+		}
+		for pl := lo; pl < hi; pl++ {
+			xp := x[pl*p.inSize : (pl+1)*p.inSize]
+			for r := range h {
+				copy(xs[(r+p.PadBegin[0])*wp+p.PadBegin[1]:], xp[r*w:(r+1)*w])
+			}
+			copy(ys, xs)
+			for t := 1; t < k0*k1; t++ {
+				off := (t/k1)*wp + t%k1
+				maxIntoRow(ys, xs[off:off+len(ys)])
+			}
+			yp := y[pl*p.outSize : (pl+1)*p.outSize]
+			for r := range oh {
+				copy(yp[r*ow:(r+1)*ow], ys[r*wp:])
+			}
+		}
+	})
+	return true
 }
 
 // MaxPoolBackward scatters dy onto the positions MaxPool selected: dx = 0, then

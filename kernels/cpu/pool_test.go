@@ -225,3 +225,52 @@ func BenchmarkMaxPool(b *testing.B) {
 	}
 	b.ReportMetric(float64(p.XLen()*4)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 }
+
+// BenchmarkMaxPoolStride1 is an Inception block's 3×3 stride-1 pool (GoogLeNet's 4a input:
+// 480 channels of 28 × 28, batch 1), without argmax as inference runs it.
+func BenchmarkMaxPoolStride1(b *testing.B) {
+	p := PoolParams{Batch: 1, Channels: 480, Spatial: []int{28, 28}, Kernel: []int{3, 3}, Stride: []int{1, 1}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}
+	if err := p.Init(); err != nil {
+		b.Fatal(err)
+	}
+	x := randSlice[float32](rand.New(rand.NewPCG(1, 1)), p.XLen())
+	y := make([]float32, p.YLen())
+	for b.Loop() {
+		MaxPool(&p, x, y, nil)
+	}
+	b.ReportMetric(float64(p.XLen()*4)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+}
+
+// Stride-1 2-d max pooling (maxPoolFlat) gives the bits of the general path (which MaxPool
+// takes when it also computes argmax), NaNs, zeros of both signs and uneven pads included.
+func TestMaxPoolFlatMatchesGeneral(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, c := range []struct{ h, w, k0, k1, pb0, pb1, pe0, pe1 int }{
+		{28, 28, 3, 3, 1, 1, 1, 1}, {7, 9, 2, 3, 0, 2, 1, 0}, {5, 5, 5, 5, 2, 2, 2, 2}, {1, 17, 1, 3, 0, 1, 0, 1}, {6, 4, 3, 2, 0, 0, 0, 0},
+	} {
+		p := PoolParams{Batch: 2, Channels: 3, Spatial: []int{c.h, c.w}, Kernel: []int{c.k0, c.k1},
+			PadBegin: []int{c.pb0, c.pb1}, PadEnd: []int{c.pe0, c.pe1}, CeilMode: c.h%2 == 0}
+		if err := p.Init(); err != nil {
+			t.Fatal(err)
+		}
+		x := randSlice[float32](r, p.XLen())
+		for i := range x {
+			switch i % 37 {
+			case 3:
+				x[i] = float32(math.NaN())
+			case 5:
+				x[i] = float32(math.Copysign(0, -1))
+			case 6:
+				x[i] = 0
+			}
+		}
+		got, want := make([]float32, p.YLen()), make([]float32, p.YLen())
+		MaxPool(&p, x, got, nil)
+		MaxPool(&p, x, want, make([]int32, p.YLen()))
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) && !(got[i] != got[i] && want[i] != want[i]) {
+				t.Fatalf("%+v: y[%d] = %v, general path %v", c, i, got[i], want[i])
+			}
+		}
+	}
+}

@@ -533,33 +533,42 @@ func lseFinish[T Float](m, s T) T {
 	return m + Log(s)
 }
 
-// expSumRow returns Σ_k e^(x[k]−m) in the blocked order.
+// expSumRow returns Σ_k e^(x[k]−m) in the blocked order (the exponentials by ExpShift, a
+// block at a time through a stack buffer).
 func expSumRow[T Float](x []T, m T) T {
 	var acc T
+	var buf [reduceRowBlock]T
 	for lo := 0; lo < len(x); lo += reduceRowBlock {
-		blk := x[lo:min(lo+reduceRowBlock, len(x))]
-		var s0, s1, s2, s3 T
-		i := 0
-		for ; i+4 <= len(blk); i += 4 {
-			v := blk[i : i+4 : i+4]
-			s0 += Exp(v[0] - m)
-			s1 += Exp(v[1] - m)
-			s2 += Exp(v[2] - m)
-			s3 += Exp(v[3] - m)
-		}
-		for k, v := range blk[i:] {
-			switch k {
-			case 0:
-				s0 += Exp(v - m)
-			case 1:
-				s1 += Exp(v - m)
-			case 2:
-				s2 += Exp(v - m)
-			}
-		}
-		acc += (s0 + s1) + (s2 + s3)
+		blk := buf[:min(reduceRowBlock, len(x)-lo)]
+		ExpShift(blk, x[lo:], m)
+		acc += sum4(blk)
 	}
 	return acc
+}
+
+// sum4 returns Σ v in four interleaved partial sums, ((s0 + s1) + (s2 + s3)): the order
+// softmax and the log-sum-exp rows have always summed in (s_j adds elements j, j+4, …).
+func sum4[T Float](v []T) T {
+	var s0, s1, s2, s3 T
+	i := 0
+	for ; i+4 <= len(v); i += 4 {
+		w := v[i : i+4 : i+4]
+		s0 += w[0]
+		s1 += w[1]
+		s2 += w[2]
+		s3 += w[3]
+	}
+	for k, e := range v[i:] {
+		switch k {
+		case 0:
+			s0 += e
+		case 1:
+			s1 += e
+		case 2:
+			s2 += e
+		}
+	}
+	return (s0 + s1) + (s2 + s3)
 }
 
 func maxRow[T Float](x []T) T {

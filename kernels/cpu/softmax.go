@@ -105,31 +105,8 @@ func softmaxRow[T Float](x, y []T, logMode bool) {
 	for lo := 0; lo < len(x); lo += reduceRowBlock {
 		xb := x[lo:min(lo+reduceRowBlock, len(x))]
 		yb := y[lo : lo+len(xb)]
-		var s0, s1, s2, s3 T
-		i := 0
-		for ; i+4 <= len(xb); i += 4 {
-			v := xb[i : i+4 : i+4]
-			w := yb[i : i+4 : i+4]
-			e0, e1, e2, e3 := Exp(v[0]-m), Exp(v[1]-m), Exp(v[2]-m), Exp(v[3]-m)
-			w[0], w[1], w[2], w[3] = e0, e1, e2, e3
-			s0 += e0
-			s1 += e1
-			s2 += e2
-			s3 += e3
-		}
-		for k := i; k < len(xb); k++ {
-			e := Exp(xb[k] - m)
-			yb[k] = e
-			switch k - i {
-			case 0:
-				s0 += e
-			case 1:
-				s1 += e
-			case 2:
-				s2 += e
-			}
-		}
-		acc += (s0 + s1) + (s2 + s3)
+		ExpShift(yb, xb, m)
+		acc += sum4(yb)
 	}
 	inv := 1 / acc
 	for i := range y {

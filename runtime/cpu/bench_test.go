@@ -73,7 +73,8 @@ type ewBench struct {
 }
 
 // elementwiseBenchCases are the fused-engine workloads on f32 tensors of 1M and 16M elements
-// (inputs uniform in [−1, 1]): same-shape and bias-row adds, gelu, gelu_grad, and the chains
+// (inputs uniform in [−1, 1]): same-shape and bias-row adds, gelu and gelu_grad (exact and
+// tanh), and the chains
 // x·y + bias and x·y + bias → gelu.
 func elementwiseBenchCases() []ewBench {
 	var cases []ewBench
@@ -90,6 +91,8 @@ func elementwiseBenchCases() []ewBench {
 			ewBench{"add_bias_row/" + size, opSpec("add", nil, x, row), 8 * int64(n)},
 			ewBench{"gelu/" + size, opSpec("gelu", nil, x), 8 * int64(n)},
 			ewBench{"gelu_grad/" + size, opSpec("gelu_grad", nil, x, x), 12 * int64(n)},
+			ewBench{"gelu_tanh/" + size, opSpec("gelu", tanhGelu, x), 8 * int64(n)},
+			ewBench{"gelu_tanh_grad/" + size, opSpec("gelu_grad", tanhGelu, x, x), 12 * int64(n)},
 			ewBench{"chain_mul_add/" + size, &device.Spec{
 				Fused: []device.FusedStep{
 					{Op: mul, Args: []int{0, 1}, Type: x},
@@ -108,6 +111,8 @@ func elementwiseBenchCases() []ewBench {
 	}
 	return cases
 }
+
+var tanhGelu = attrs("approximate", "tanh")
 
 func BenchmarkElementwise(b *testing.B) {
 	for _, c := range elementwiseBenchCases() {

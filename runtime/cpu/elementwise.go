@@ -128,7 +128,7 @@ func init() {
 		f32 := out == ir.F32 || out == ir.BF16 || out == ir.F16
 		if at.Str("approximate", "none") == "tanh" {
 			if f32 {
-				return geluTanhF32, nil // float32 arithmetic (gelu_tanh.go)
+				return geluTanhF32, nil // vectorised float64 (gelu_tanh.go)
 			}
 			return unary(k.GeluTanh[float64])(nil, 0)
 		}

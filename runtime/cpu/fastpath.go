@@ -211,10 +211,22 @@ func typedChain[T k.Float](inTypes []ir.Type, out ir.Shape, steps []chainStep) d
 				bufs[i] = backing[i*chainChunk : (i+1)*chainChunk]
 			}
 			vals := make([][]T, nIn+len(steps))
+			// A broadcast scalar (an optimizer's learning rate, a bias correction) fills its
+			// buffer once per worker rather than once per chunk.
+			scalar := make([]bool, nIn)
+			for i, t := range inTypes {
+				if scalar[i] = t.NumElements() == 1 && !t.Shape.Equal(out); scalar[i] {
+					loads[i](bufs[i], 0, chainChunk)
+				}
+			}
 			for c := c0; c < c1; c++ {
 				lo := c * chainChunk
 				n := min(chainChunk, total-lo)
 				for i, l := range loads {
+					if scalar[i] {
+						vals[i] = bufs[i][:n]
+						continue
+					}
 					vals[i] = l(bufs[i], lo, n)
 				}
 				for j, st := range steps {
@@ -231,26 +243,19 @@ func typedChain[T k.Float](inTypes []ir.Type, out ir.Shape, steps []chainStep) d
 	}
 }
 
-// chainOp computes one step in T; b is a's slice for unary ops.
+// chainOp computes one step in T; b is a's slice for unary ops. The arithmetic, √ and relu
+// are kernels/cpu's row kernels (vectorised for f32).
 func chainOp[T k.Float](op string, d, a, b []T) {
 	a, b = a[:len(d)], b[:len(d)]
 	switch op {
 	case "add":
-		for i := range d {
-			d[i] = a[i] + b[i]
-		}
+		k.ArithVV(k.OpAdd, a, b, d)
 	case "sub":
-		for i := range d {
-			d[i] = a[i] - b[i]
-		}
+		k.ArithVV(k.OpSub, a, b, d)
 	case "mul":
-		for i := range d {
-			d[i] = a[i] * b[i]
-		}
+		k.ArithVV(k.OpMul, a, b, d)
 	case "div":
-		for i := range d {
-			d[i] = a[i] / b[i]
-		}
+		k.ArithVV(k.OpDiv, a, b, d)
 	case "neg":
 		for i := range d {
 			d[i] = -a[i]
@@ -260,16 +265,8 @@ func chainOp[T k.Float](op string, d, a, b []T) {
 			d[i] = T(math.Abs(float64(a[i])))
 		}
 	case "sqrt":
-		for i := range d {
-			d[i] = T(math.Sqrt(float64(a[i])))
-		}
+		k.SqrtRow(a, d)
 	case "relu":
-		for i, v := range a {
-			if v > 0 {
-				d[i] = v
-			} else {
-				d[i] = 0
-			}
-		}
+		k.ReluRow(a, d)
 	}
 }

@@ -30,7 +30,7 @@ func init() {
 		case !out.IsFloat():
 			return nil, fmt.Errorf("supports floating-point operands, not %s", out)
 		case at.Str("approximate", "none") == "tanh" && f32:
-			return geluTanhGradF32, nil // float32 arithmetic (gelu_tanh.go)
+			return geluTanhGradF32, nil // vectorised float64 (gelu_tanh.go)
 		case at.Str("approximate", "none") == "tanh":
 			return binary(func(x, dy float64) float64 { return dy * k.GeluTanhGrad(x) })(at, out)
 		case f32:

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# The CPU device against its peers, side by side (README, "The CPU device against its peers"):
+#
+#   bash bench/cpu.sh            # every figure, a few minutes on 2 cores
+#   bash bench/cpu.sh --quick    # one repetition, the smaller sizes only
+#
+# It installs the peers itself when they are missing — Debian's python3-torch (PyTorch 1.13,
+# OpenBLAS underneath), python3-torchvision, python3-numpy and OpenBLAS with apt-get, npm's
+# onnxruntime-node into bench/.peers (ignored by git; --ignore-scripts: its install script only
+# fetches CUDA libraries) — and builds ppc into bench/.peers. Then, with ppc and each peer
+# pinned to the same cores (taskset) and thread counts (GOMAXPROCS, OMP_NUM_THREADS,
+# OPENBLAS_NUM_THREADS, onnxruntime's intra-op threads), runs each comparison REPS times,
+# alternating ppc and the peer, and prints the median of each side and their ratio:
+#   - GPT training steps, fp32 AdamW, testdata/models/gpt.ppm at tiny and GPT-2 widths, 2
+#     layers, seq 256 (bench/cpu_peers.py builds the same model in PyTorch eager);
+#   - CNN inference, batch 1, steady state: torchvision's resnet50, googlenet (the Inception
+#     family with batch norm), densenet121 and alexnet with random weights, exported to ONNX
+#     here by torch.onnx.export (nothing downloaded), run by ppc (compile --forward-only, run)
+#     and by onnxruntime-node;
+#   - float32 GEMM N³, N = 512…4096, against numpy's matmul (OpenBLAS), 1 and 2 threads;
+#   - peak RSS of the GPT-2-width training run against PyTorch's, and compile's memory report
+#     (plan.json's peak_bytes) against that measured peak.
+# The peers' worker threads sleep instead of spinning when idle (OMP_WAIT_POLICY=PASSIVE,
+# onnxruntime's allow_spinning 0): on a machine shared with other work, spinning made
+# PyTorch's 2-thread step 10× slower than its 1-thread step.
+# "speed" is peer time / ppc time (> 1: ppc faster); "rss" is ppc / peer (< 1: ppc smaller).
+# Timings on a shared machine are noisy: the figures are medians of interleaved runs, and
+# `uptime`'s load average is printed first and last.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+quick=
+case "${1:-}" in
+--quick) quick=1 ;;
+"") ;;
+*)
+  echo "usage: bash bench/cpu.sh [--quick]" >&2
+  exit 2
+  ;;
+esac
+reps=${REPS:-$([ -n "$quick" ] && echo 1 || echo 3)}
+threads=${THREADS:-2}
+peers=bench/.peers
+mkdir -p "$peers"
+py=/usr/bin/python3 # Debian's, where python3-torch installs (not a pyenv shim)
+
+# --- the peers --------------------------------------------------------------------------
+if ! "$py" -c 'import torch, torchvision, numpy' 2>/dev/null; then
+  echo "installing Debian's python3-torch, python3-torchvision, python3-numpy, OpenBLAS…" >&2
+  apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-torch python3-torchvision python3-numpy libopenblas0-pthread >/dev/null
+fi
+if [ ! -f "$peers/node_modules/onnxruntime-node/package.json" ]; then
+  echo "installing onnxruntime-node into $peers…" >&2
+  (cd "$peers" && npm install --ignore-scripts --no-audit --no-fund --silent onnxruntime-node@1.30.0 >/dev/null)
+fi
+cp bench/cpu_ort.js "$peers/ort.js" # node resolves onnxruntime-node beside the script
+go build -o "$peers/ppc" ./cmd/ppc
+go test -c -o "$peers/kernels.test" ./kernels/cpu
+ppc=$peers/ppc
+# OpenBLAS 0.3.21 (Debian 12) does not know CPUs newer than Cooper Lake and falls back to its
+# generic SSE3 kernels ("Prescott"), 3–5× slower: name the newest kernels it has that the
+# CPU runs, for numpy and PyTorch alike (cpu_peers.py checks each GEMM's result in float64).
+corename() { "$py" -c 'import ctypes; l = ctypes.CDLL("libblas.so.3"); l.openblas_get_corename.restype = ctypes.c_char_p; print(l.openblas_get_corename().decode())'; }
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ "$(corename)" = Prescott ]; then
+  flags=$(grep -m1 '^flags' /proc/cpuinfo)
+  case "$flags" in
+  *avx512_bf16*) export OPENBLAS_CORETYPE=Cooperlake ;;
+  *avx512f*) export OPENBLAS_CORETYPE=SkylakeX ;;
+  *avx2*) export OPENBLAS_CORETYPE=Haswell ;;
+  esac
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# pin T CMD…: run CMD on the first T cores with T threads for every runtime.
+pin() {
+  local t=$1
+  shift
+  taskset -c "0-$((t - 1))" env GOMAXPROCS="$t" OMP_NUM_THREADS="$t" OPENBLAS_NUM_THREADS="$t" OMP_WAIT_POLICY=PASSIVE "$@"
+}
+median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print (NR % 2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+# ppcsteps: median of the step times (ms) that `ppc run` printed on stdin, the first left out.
+ppcsteps() { sed -n 's/^step \([0-9]*\) .*time=\([0-9.]*\)\(m\?s\).*/\1 \2 \3/p' | awk '$1 > 1 {print ($3 == "s" ? $2 * 1000 : $2)}' | median; }
+row() { printf '%-44s %12s %12s %9s\n' "$@"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f×", a / b}'; }
+
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/^Mem/ {print $2}') GiB; load $(uptime | sed 's/.*average: //')"
+echo "peers: PyTorch $("$py" -c 'import torch; print(torch.__version__)'), numpy $("$py" -c 'import numpy; print(numpy.__version__)') on OpenBLAS ($(corename) kernels), onnxruntime-node $(node -p "require('./$peers/node_modules/onnxruntime-node/package.json').version"); $threads threads unless said; $reps repetitions"
+echo
+row "what" "ppc" "peer" "ratio"
+
+# --- GPT training ------------------------------------------------------------------------
+gpt() { # NAME PRESET BATCH STEPS VOCAB D HEADS
+  local name=$1 preset=$2 batch=$3 steps=$4 vocab=$5 d=$6 heads=$7 dir=$tmp/gpt-$1
+  "$ppc" compile testdata/models/gpt.ppm --preset "$preset" --set n_layers=2 --set seq=256 --set batch="$batch" -o "$dir" >/dev/null
+  local p=() t=() r
+  for ((r = 0; r < reps; r++)); do
+    p+=("$(pin "$threads" /usr/bin/time -f 'rss %M' -o "$tmp/$name.ppc.rss" "$ppc" run "$dir" --steps $((steps + 1)) | ppcsteps)")
+    t+=("$(pin "$threads" "$py" bench/cpu_peers.py gpt --vocab "$vocab" --d "$d" --heads "$heads" --layers 2 --seq 256 --batch "$batch" --steps "$steps" 2>"$tmp/$name.torch.rss" | sed -n 's/^median //p')")
+  done
+  local pm tm
+  pm=$(printf '%s\n' "${p[@]}" | median)
+  tm=$(printf '%s\n' "${t[@]}" | median)
+  row "GPT $name training step, ms (PyTorch eager)" "$pm" "$tm" "$(ratio "$tm" "$pm")"
+}
+gpt tiny tiny 8 5 512 64 4
+if [ -z "$quick" ]; then
+  gpt gpt2 small 2 3 50257 768 12
+  prss=$(sed -n 's/^rss //p' "$tmp/gpt2.ppc.rss")
+  trss=$(sed -n 's/^rss //p' "$tmp/gpt2.torch.rss")
+  row "GPT gpt2 peak RSS, MiB (PyTorch)" "$((prss / 1024))" "$((trss / 1024))" "$(ratio "$prss" "$trss")"
+  report=$("$py" -c 'import json, sys; print(sum(p["peak_bytes"] for p in json.load(open(sys.argv[1]))["programs"]) // 1024)' "$tmp/gpt-gpt2/plan.json")
+  row "GPT gpt2 compile's peak report, MiB (RSS)" "$((report / 1024))" "$((prss / 1024))" "$(ratio "$report" "$prss")"
+fi
+
+# --- CNN inference -----------------------------------------------------------------------
+models="resnet50 googlenet densenet121 alexnet"
+[ -n "$quick" ] && models="resnet50 alexnet"
+# A fixed input for ppc (as onnxruntime gets one): synthetic data would add its generation
+# (Philox and Box–Muller, a few ms an image) to every step.
+[ -f "$peers/input.npy" ] || "$py" -c 'import numpy as np, sys; np.save(sys.argv[1], np.random.default_rng(0).standard_normal((4, 3, 224, 224), dtype=np.float32))' "$peers/input.npy"
+for m in $models; do
+  onnx=$peers/$m.onnx
+  [ -f "$onnx" ] || "$py" bench/cpu_peers.py export --model "$m" --out "$onnx" 2>/dev/null
+  "$ppc" compile "$onnx" --forward-only -o "$tmp/$m" >/dev/null
+  p=() o=()
+  for ((r = 0; r < reps; r++)); do
+    p+=("$(pin "$threads" "$ppc" run "$tmp/$m" --steps 12 --data input="$peers/input.npy" | ppcsteps)")
+    o+=("$(pin "$threads" node "$peers/ort.js" "$onnx" "$threads" 11 | sed -n 's/^median //p')")
+  done
+  pm=$(printf '%s\n' "${p[@]}" | median)
+  om=$(printf '%s\n' "${o[@]}" | median)
+  row "$m inference, batch 1, ms (onnxruntime)" "$pm" "$om" "$(ratio "$om" "$pm")"
+done
+
+# --- GEMM --------------------------------------------------------------------------------
+sizes="512 1024 2048 4096"
+[ -n "$quick" ] && sizes="512 1024"
+# Each side reports GFLOP/s of wall time and of CPU time (all threads): on one thread the
+# second is what a core achieves while it runs, robust to other work on the machine; on two,
+# wall time is the figure (it includes the scaling) and CPU time shows the efficiency.
+for t in 1 2; do
+  for n in $sizes; do
+    p=() o=() pc=() oc=()
+    for ((r = 0; r < reps; r++)); do
+      line=$(pin "$t" "$peers/kernels.test" -test.run '^$' -test.bench "GemmSquare/$n\$" -test.benchtime 3x | grep GFLOP)
+      p+=("$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "GFLOP/s") print $i}' <<<"$line")")
+      pc+=("$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "GFLOP/cpu-s") print $i}' <<<"$line")")
+      line=$(pin "$t" "$py" bench/cpu_peers.py gemm --n "$n" --reps 3 2>/dev/null)
+      o+=("$(awk '{print $3}' <<<"$line")")
+      oc+=("$(awk '{print $4}' <<<"$line")")
+    done
+    pm=$(printf '%s\n' "${p[@]}" | median)
+    om=$(printf '%s\n' "${o[@]}" | median)
+    row "GEMM f32 ${n}³, $t thread(s), GFLOP/s (OpenBLAS)" "$pm" "$om" "$(ratio "$pm" "$om")"
+    pm=$(printf '%s\n' "${pc[@]}" | median)
+    om=$(printf '%s\n' "${oc[@]}" | median)
+    row "  per CPU-second" "$pm" "$om" "$(ratio "$pm" "$om")"
+  done
+done
+echo
+echo "load at the end: $(uptime | sed 's/.*average: //')"

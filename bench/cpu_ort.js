@@ -1,0 +1,22 @@
+// onnxruntime-node's side of bench/cpu.sh: node ort.js MODEL.onnx THREADS REPS
+// Runs MODEL (one input named "input", [1, 3, 224, 224] float32) twice to warm up, then REPS
+// times, and prints the median latency: median <ms>
+const ort = require('onnxruntime-node');
+
+(async () => {
+  const [model, threads, reps] = [process.argv[2], +process.argv[3], +process.argv[4]];
+  const session = await ort.InferenceSession.create(model, {
+    intraOpNumThreads: threads, interOpNumThreads: 1, executionMode: 'sequential',
+    graphOptimizationLevel: 'all', extra: {session: {intra_op: {allow_spinning: '0'}}},
+  });
+  const x = new ort.Tensor('float32', Float32Array.from({length: 3 * 224 * 224}, () => Math.random()), [1, 3, 224, 224]);
+  for (let i = 0; i < 2; i++) await session.run({input: x});
+  const t = [];
+  for (let i = 0; i < reps; i++) {
+    const t0 = process.hrtime.bigint();
+    await session.run({input: x});
+    t.push(Number(process.hrtime.bigint() - t0) / 1e6);
+  }
+  t.sort((a, b) => a - b);
+  console.log('median ' + t[t.length >> 1].toFixed(3));
+})();

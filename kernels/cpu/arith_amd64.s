@@ -1,0 +1,194 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// float32 row kernels of arith_vec.go with AVX: n elements (a multiple of 8), eight per
+// instruction. Each is the IEEE operation the Go loops perform, so results are the same bits.
+
+// VV(name, op): o[i] = a[i] op b[i].
+#define VV(name, op) \
+TEXT name(SB), NOSPLIT, $0-32 \
+	MOVQ o+0(FP), DI \
+	MOVQ a+8(FP), SI \
+	MOVQ b+16(FP), DX \
+	MOVQ n+24(FP), CX \
+	SHRQ $3, CX \
+	JZ 2(PC) \
+	JMP 2(PC) \
+	RET \
+	VMOVUPS (SI), Y0 \
+	op (DX), Y0, Y0 \
+	VMOVUPS Y0, (DI) \
+	ADDQ $32, SI \
+	ADDQ $32, DX \
+	ADDQ $32, DI \
+	DECQ CX \
+	JNZ -7(PC) \
+	VZEROUPPER \
+	RET
+
+// VS(name, op): o[i] = a[i] op s.
+#define VS(name, op) \
+TEXT name(SB), NOSPLIT, $0-32 \
+	MOVQ o+0(FP), DI \
+	MOVQ a+8(FP), SI \
+	VBROADCASTSS s+16(FP), Y1 \
+	MOVQ n+24(FP), CX \
+	SHRQ $3, CX \
+	JZ 2(PC) \
+	JMP 2(PC) \
+	RET \
+	VMOVUPS (SI), Y0 \
+	op Y1, Y0, Y0 \
+	VMOVUPS Y0, (DI) \
+	ADDQ $32, SI \
+	ADDQ $32, DI \
+	DECQ CX \
+	JNZ -6(PC) \
+	VZEROUPPER \
+	RET
+
+// SV(name, op): o[i] = s op b[i].
+#define SV(name, op) \
+TEXT name(SB), NOSPLIT, $0-32 \
+	MOVQ o+0(FP), DI \
+	MOVQ b+8(FP), SI \
+	VBROADCASTSS s+16(FP), Y1 \
+	MOVQ n+24(FP), CX \
+	SHRQ $3, CX \
+	JZ 2(PC) \
+	JMP 2(PC) \
+	RET \
+	op (SI), Y1, Y0 \
+	VMOVUPS Y0, (DI) \
+	ADDQ $32, SI \
+	ADDQ $32, DI \
+	DECQ CX \
+	JNZ -5(PC) \
+	VZEROUPPER \
+	RET
+
+// func addVV32(o, a, b *float32, n int)
+VV(·addVV32, VADDPS)
+VV(·subVV32, VSUBPS)
+VV(·mulVV32, VMULPS)
+VV(·divVV32, VDIVPS)
+
+// func addVS32(o, a *float32, s float32, n int)
+VS(·addVS32, VADDPS)
+VS(·subVS32, VSUBPS)
+VS(·mulVS32, VMULPS)
+VS(·divVS32, VDIVPS)
+
+// func addSV32(o, b *float32, s float32, n int)
+SV(·addSV32, VADDPS)
+SV(·subSV32, VSUBPS)
+SV(·mulSV32, VMULPS)
+SV(·divSV32, VDIVPS)
+
+// func sqrt32(o, a *float32, n int)
+TEXT ·sqrt32(SB), NOSPLIT, $0-24
+	MOVQ o+0(FP), DI
+	MOVQ a+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	JZ sqrt_done
+sqrt_loop:
+	VSQRTPS (SI), Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ sqrt_loop
+sqrt_done:
+	VZEROUPPER
+	RET
+
+// func relu32(o, a *float32, n int): MAXPS returns its second source (0) when the first is
+// not greater, NaN and −0 included — relu's "x if x > 0 else 0".
+TEXT ·relu32(SB), NOSPLIT, $0-24
+	MOVQ o+0(FP), DI
+	MOVQ a+8(FP), SI
+	MOVQ n+16(FP), CX
+	VXORPS Y1, Y1, Y1
+	SHRQ $3, CX
+	JZ relu_done
+relu_loop:
+	VMOVUPS (SI), Y0
+	VMAXPS Y1, Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ relu_loop
+relu_done:
+	VZEROUPPER
+	RET
+
+// func dot32(a, b *float32, n int) float32: Σ a[i]·b[i] over n elements (a multiple of 32)
+// in four 8-lane FMA accumulators, folded ((0 + 1) + (2 + 3)) and then across lanes in a
+// fixed tree: a fixed order, whatever the caller's thread count.
+TEXT ·dot32(SB), NOSPLIT, $0-28
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), DX
+	MOVQ n+16(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	SHRQ $5, CX
+	JZ dot_reduce
+dot_loop:
+	VMOVUPS (SI), Y4
+	VFMADD231PS (DX), Y4, Y0
+	VMOVUPS 32(SI), Y5
+	VFMADD231PS 32(DX), Y5, Y1
+	VMOVUPS 64(SI), Y6
+	VFMADD231PS 64(DX), Y6, Y2
+	VMOVUPS 96(SI), Y7
+	VFMADD231PS 96(DX), Y7, Y3
+	ADDQ $128, SI
+	ADDQ $128, DX
+	DECQ CX
+	JNZ dot_loop
+dot_reduce:
+	VADDPS Y1, Y0, Y0
+	VADDPS Y3, Y2, Y2
+	VADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X0
+	VMOVSHDUP X0, X1
+	VADDSS X1, X0, X0
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func maxNaN32(o, x *float32, n int): o[i] = max(o[i], x[i]) as Go's builtin max computes it
+// for floats (NaN if either is NaN; max(−0, +0) = +0), n a multiple of 8. MAXPS returns its
+// second source when the values are equal or either is NaN, so: equal values (±0 being the
+// only unequal bits) take x AND o, and a NaN x is forced through by OR-ing its all-ones mask.
+TEXT ·maxNaN32(SB), NOSPLIT, $0-24
+	MOVQ o+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	JZ max_done
+max_loop:
+	VMOVUPS (SI), Y0
+	VMOVUPS (DI), Y1
+	VMAXPS Y1, Y0, Y2
+	VCMPPS $0, Y1, Y0, Y3
+	VANDPS Y1, Y0, Y4
+	VBLENDVPS Y3, Y4, Y2, Y2
+	VCMPPS $3, Y0, Y0, Y5
+	VORPS Y5, Y2, Y2
+	VMOVUPS Y2, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ max_loop
+max_done:
+	VZEROUPPER
+	RET

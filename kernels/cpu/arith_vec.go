@@ -1,0 +1,43 @@
+package cpu
+
+import "math"
+
+// SqrtRow sets o[i] = √a[i] (correctly rounded in T; a at least as long as o, o may be a).
+func SqrtRow[T Float](a, o []T) {
+	a = a[:len(o)]
+	if isFloat32Type[T]() {
+		i := sqrtVec32(f32s(a), f32s(o))
+		a, o = a[i:], o[i:]
+	}
+	for i, v := range a {
+		o[i] = T(math.Sqrt(float64(v)))
+	}
+}
+
+// ReluRow sets o[i] = a[i] if a[i] > 0, else 0 (NaN and −0 give +0), branch-free for float32.
+func ReluRow[T Float](a, o []T) {
+	a = a[:len(o)]
+	if isFloat32Type[T]() {
+		i := reluVec32(f32s(a), f32s(o))
+		a, o = a[i:], o[i:]
+	}
+	for i, v := range a {
+		if v > 0 {
+			o[i] = v
+		} else {
+			o[i] = 0
+		}
+	}
+}
+
+// maxIntoRow sets o[i] = max(o[i], x[i]) with Go's builtin max (NaN propagates, +0 beats −0).
+func maxIntoRow[T Float](o, x []T) {
+	x = x[:len(o)]
+	if isFloat32Type[T]() {
+		i := maxNaNVec32(f32s(o), f32s(x))
+		o, x = o[i:], x[i:]
+	}
+	for i, v := range x {
+		o[i] = max(o[i], v)
+	}
+}

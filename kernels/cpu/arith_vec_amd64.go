@@ -1,0 +1,131 @@
+//go:build amd64 && !purego
+
+package cpu
+
+// Implemented in arith_amd64.s (AVX; n a multiple of 8).
+
+//go:noescape
+func addVV32(o, a, b *float32, n int)
+
+//go:noescape
+func subVV32(o, a, b *float32, n int)
+
+//go:noescape
+func mulVV32(o, a, b *float32, n int)
+
+//go:noescape
+func divVV32(o, a, b *float32, n int)
+
+//go:noescape
+func addVS32(o, a *float32, s float32, n int)
+
+//go:noescape
+func subVS32(o, a *float32, s float32, n int)
+
+//go:noescape
+func mulVS32(o, a *float32, s float32, n int)
+
+//go:noescape
+func divVS32(o, a *float32, s float32, n int)
+
+//go:noescape
+func addSV32(o, b *float32, s float32, n int)
+
+//go:noescape
+func subSV32(o, b *float32, s float32, n int)
+
+//go:noescape
+func mulSV32(o, b *float32, s float32, n int)
+
+//go:noescape
+func divSV32(o, b *float32, s float32, n int)
+
+//go:noescape
+func sqrt32(o, a *float32, n int)
+
+//go:noescape
+func relu32(o, a *float32, n int)
+
+// arithForceGo makes the row kernels compute every element in Go (tests compare the two).
+var arithForceGo bool
+
+var (
+	vv32 = [...]func(o, a, b *float32, n int){OpAdd: addVV32, OpSub: subVV32, OpMul: mulVV32, OpDiv: divVV32}
+	vs32 = [...]func(o, a *float32, s float32, n int){OpAdd: addVS32, OpSub: subVS32, OpMul: mulVS32, OpDiv: divVS32}
+	sv32 = [...]func(o, b *float32, s float32, n int){OpAdd: addSV32, OpSub: subSV32, OpMul: mulSV32, OpDiv: divSV32}
+)
+
+// The *Vec32 functions run the assembly over the longest prefix of o that is a multiple of 8
+// elements and return its length: 0 when the operation has no assembly (or without AVX2).
+
+func arithVVVec32(op ArithOp, a, b, o []float32) int {
+	n := len(o) &^ 7
+	if n == 0 || op > OpDiv || !gemmHasAVX2FMA || arithForceGo {
+		return 0
+	}
+	vv32[op](&o[0], &a[0], &b[0], n)
+	return n
+}
+
+func arithVSVec32(op ArithOp, a []float32, s float32, o []float32) int {
+	n := len(o) &^ 7
+	if n == 0 || op > OpDiv || !gemmHasAVX2FMA || arithForceGo {
+		return 0
+	}
+	vs32[op](&o[0], &a[0], s, n)
+	return n
+}
+
+func arithSVVec32(op ArithOp, s float32, b, o []float32) int {
+	n := len(o) &^ 7
+	if n == 0 || op > OpDiv || !gemmHasAVX2FMA || arithForceGo {
+		return 0
+	}
+	sv32[op](&o[0], &b[0], s, n)
+	return n
+}
+
+func sqrtVec32(a, o []float32) int {
+	n := len(o) &^ 7
+	if n == 0 || !gemmHasAVX2FMA || arithForceGo {
+		return 0
+	}
+	sqrt32(&o[0], &a[0], n)
+	return n
+}
+
+func reluVec32(a, o []float32) int {
+	n := len(o) &^ 7
+	if n == 0 || !gemmHasAVX2FMA || arithForceGo {
+		return 0
+	}
+	relu32(&o[0], &a[0], n)
+	return n
+}
+
+//go:noescape
+func dot32(a, b *float32, n int) float32
+
+// dotVec32 returns Σ a[i]·b[i] over the longest prefix that is a multiple of 32 elements and
+// its length (0, 0 without AVX2 and FMA).
+func dotVec32(a, b []float32) (float32, int) {
+	n := len(a) &^ 31
+	if n == 0 || !gemmHasAVX2FMA || arithForceGo {
+		return 0, 0
+	}
+	return dot32(&a[0], &b[0], n), n
+}
+
+//go:noescape
+func maxNaN32(o, x *float32, n int)
+
+// maxNaNVec32 runs maxNaN32 over the longest prefix of o that is a multiple of 8 and returns
+// its length.
+func maxNaNVec32(o, x []float32) int {
+	n := len(o) &^ 7
+	if n == 0 || !gemmHasAVX2FMA || arithForceGo {
+		return 0
+	}
+	maxNaN32(&o[0], &x[0], n)
+	return n
+}

@@ -1,0 +1,15 @@
+//go:build !amd64 || purego
+
+package cpu
+
+var arithForceGo bool
+
+func arithVVVec32(op ArithOp, a, b, o []float32) int                   { return 0 }
+func arithVSVec32(op ArithOp, a []float32, s float32, o []float32) int { return 0 }
+func arithSVVec32(op ArithOp, s float32, b, o []float32) int           { return 0 }
+func sqrtVec32(a, o []float32) int                                     { return 0 }
+func reluVec32(a, o []float32) int                                     { return 0 }
+
+func dotVec32(a, b []float32) (float32, int) { return 0, 0 }
+
+func maxNaNVec32(o, x []float32) int { return 0 }

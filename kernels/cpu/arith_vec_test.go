@@ -1,0 +1,108 @@
+package cpu
+
+import (
+	"math"
+	"testing"
+)
+
+// The float32 row kernels (assembly body, Go tail) give the bits of the plain Go loops, on
+// every length, with NaNs, infinities, zeros of both signs and subnormals among the operands.
+func TestArithRowsMatchGo(t *testing.T) {
+	r := tkRand(41)
+	specials := []float32{0, float32(math.Copysign(0, -1)), 1e-40, -1e-40, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 3e38, -2}
+	const n = 1003
+	a, b := make([]float32, n), make([]float32, n)
+	for i := range a {
+		a[i], b[i] = float32(r.NormFloat64()), float32(r.NormFloat64()*3)
+		if i%7 == 0 {
+			a[i] = specials[i%len(specials)]
+		}
+		if i%5 == 0 {
+			b[i] = specials[(i/5)%len(specials)]
+		}
+	}
+	same := func(x, y []float32) bool {
+		for i := range x {
+			if math.Float32bits(x[i]) != math.Float32bits(y[i]) && !(x[i] != x[i] && y[i] != y[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	run := func(f func(o []float32)) (vec, ref []float32) {
+		vec, ref = make([]float32, n), make([]float32, n)
+		f(vec)
+		arithForceGo = true
+		f(ref)
+		arithForceGo = false
+		return
+	}
+	for _, m := range []int{n, 17, 8, 7, 0} {
+		for op := OpAdd; op <= OpDiv; op++ {
+			for name, f := range map[string]func(o []float32){
+				"vv": func(o []float32) { arithVV(op, a[:m], b[:m], o[:m]) },
+				"vs": func(o []float32) { arithVS(op, a[:m], 1.7, o[:m]) },
+				"sv": func(o []float32) { arithSV(op, -0.3, b[:m], o[:m]) },
+			} {
+				if vec, ref := run(f); !same(vec, ref) {
+					t.Fatalf("%s %s m=%d: assembly and Go differ", op, name, m)
+				}
+			}
+		}
+		if vec, ref := run(func(o []float32) { SqrtRow(a[:m], o[:m]) }); !same(vec, ref) {
+			t.Fatalf("sqrt m=%d: assembly and Go differ", m)
+		}
+		if vec, ref := run(func(o []float32) { ReluRow(a[:m], o[:m]) }); !same(vec, ref) {
+			t.Fatalf("relu m=%d: assembly and Go differ", m)
+		}
+		if vec, ref := run(func(o []float32) { copy(o, b); maxIntoRow(o[:m], a[:m]) }); !same(vec, ref) {
+			t.Fatalf("max m=%d: assembly and Go differ", m)
+		}
+	}
+	// And the values themselves, against float64 arithmetic rounded once.
+	o := make([]float32, n)
+	arithVV(OpDiv, a, b, o)
+	for i := range o {
+		if w := float32(float64(a[i]) / float64(b[i])); math.Float32bits(w) != math.Float32bits(o[i]) && !(w != w && o[i] != o[i]) {
+			t.Fatalf("%v / %v = %v, want %v", a[i], b[i], o[i], w)
+		}
+	}
+	// max's zeros and NaNs as the builtin's: +0 beats −0 either way round, NaN from either side.
+	z, nz, nan := float32(0), float32(math.Copysign(0, -1)), float32(math.NaN())
+	for _, c := range [][3]float32{{z, nz, z}, {nz, z, z}, {nz, nz, nz}, {nan, 1, nan}, {1, nan, nan}, {-1, 2, 2}} {
+		o := []float32{c[0], c[0], c[0], c[0], c[0], c[0], c[0], c[0], c[0]}
+		x := []float32{c[1], c[1], c[1], c[1], c[1], c[1], c[1], c[1], c[1]}
+		maxIntoRow(o, x)
+		for i := range o {
+			if math.Float32bits(o[i]) != math.Float32bits(c[2]) && !(c[2] != c[2] && o[i] != o[i]) {
+				t.Fatalf("max(%v, %v) = %v (element %d), want %v", c[0], c[1], o[i], i, c[2])
+			}
+		}
+	}
+	ReluRow(a, o)
+	for i, v := range a {
+		if (v > 0 && o[i] != v) || (!(v > 0) && math.Float32bits(o[i]) != 0) {
+			t.Fatalf("relu(%v) = %v", v, o[i])
+		}
+	}
+}
+
+func BenchmarkArithRows(b *testing.B) {
+	const n = 1024
+	x, y, o := make([]float32, n), make([]float32, n), make([]float32, n)
+	for i := range x {
+		x[i], y[i] = float32(i%13)-6, float32(i%7)+1
+	}
+	b.Run("mul", func(b *testing.B) {
+		b.SetBytes(12 * n)
+		for b.Loop() {
+			arithVV(OpMul, x, y, o)
+		}
+	})
+	b.Run("relu", func(b *testing.B) {
+		b.SetBytes(8 * n)
+		for b.Loop() {
+			ReluRow(x, o)
+		}
+	})
+}

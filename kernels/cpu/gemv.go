@@ -1,0 +1,41 @@
+package cpu
+
+// GEMV: a GEMM of one row times a transposed B (c = alpha·a·Bᵀ + beta·c, B n × k row-major) —
+// a fully connected layer at batch 1 as ONNX exports it (Gemm with transB), AlexNet's and
+// VGG's classifiers. The blocked GEMM would pack all of B (hundreds of MB for those layers)
+// to use one row of each 8-row register tile; here each output is a dot product streaming a
+// row of B once: memory-bound, as it must be. Rows of B are split over the cores; every
+// output's summation order is fixed (dot32's lanes, then the tail in order), so results do
+// not depend on the thread count. They may differ in the last bits from the same row computed
+// inside a larger GEMM, whose kernels sum in another order.
+
+// gemvMinK is the shortest k taking this path (below it a dot product is mostly its fold).
+const gemvMinK = 64
+
+// gemvT computes c[j] = alpha·Σ_p a[p]·b[j·ldb + p] + beta·c[j] for j < n (beta 0: c is not
+// read), over workers goroutines.
+func gemvT(n, k int, alpha float32, a, b []float32, ldb int, beta float32, c []float32, workers int) {
+	a = a[:k]
+	grain := max(1, (1<<16)/k)
+	if workers <= 1 {
+		grain = n
+	}
+	Parallel(n, grain, func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			row := b[j*ldb : j*ldb+k]
+			s, i := dotVec32(a, row)
+			for ; i < k; i++ {
+				s += a[i] * row[i]
+			}
+			v := alpha * s
+			switch beta {
+			case 0:
+			case 1:
+				v += c[j]
+			default:
+				v += beta * c[j]
+			}
+			c[j] = v
+		}
+	})
+}
