@@ -18,13 +18,14 @@
 # (forward + backward at seq 1024/4096/8192 against SDPA's), PyTorch's step (eager
 # with SDPA, eager with materialised attention, torch.compile) and torch.matmul. Logs go to
 # $OUT (default: a new temporary folder), as logs.tgz; a table of results comes last. Each
-# check has a time limit, and the whole run ends within GPU_BUDGET seconds (default 480).
+# check has a time limit, and the whole run ends within GPU_BUDGET seconds (default 540: 9 of a
+# session's 15 device minutes, leaving a narrowed rerun room).
 # --no-torch leaves PyTorch's figures out (a rerun after a fix: they do not change). A rerun
 # after a kernel's fix can narrow the correctness checks: PPC_GPU_CASES, a regular expression
 # of kernel case names (e.g. attention), and GPU_GRID, one of the grid's subtests (e.g. bf16).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-budget=${GPU_BUDGET:-480}
+budget=${GPU_BUDGET:-540}
 deadline=$((SECONDS + budget - 20))
 torch=1
 [ "${1:-}" = "--no-torch" ] && torch=  # a rerun after a fix: PyTorch's figures do not change
@@ -131,7 +132,7 @@ fi
 
 # Correctness, in parallel.
 pids=()
-gotest kernels 240 -test.run '^TestGPUKernels$' -test.v -test.count=1 &
+gotest kernels 360 -test.run '^TestGPUKernels$' -test.v -test.count=1 &
 pids+=($!)
 gotest grid 300 -test.run "^TestGPUTrainsLikeCPU\$${GPU_GRID:+/$GPU_GRID}" -test.v -test.count=1 &
 pids+=($!)
