@@ -12,14 +12,16 @@
 #   - the README's main job (tiny GPT, pp 2 × tp 2 × dp 2 with sp, 8 ranks in one process)
 #     for 20 steps on the GPU and on the CPU: the losses' largest relative difference;
 #   - two processes on this machine's GPU(s) over the host transport (pp 2), against the CPU;
-#   - compute-sanitizer's memcheck and racecheck on two steps of the tiny GPT;
+#   - compute-sanitizer's memcheck and racecheck on two steps of the tiny GPT in bf16;
 # then, one at a time: a trace of three GPT-2-small steps (each instruction timed to its end:
 # where the time goes), ppc's GPT-2-small training step, bf16 GEMMs and fused attention
 # (forward + backward at seq 1024/4096/8192 against SDPA's), PyTorch's step (eager
 # with SDPA, eager with materialised attention, torch.compile) and torch.matmul. Logs go to
 # $OUT (default: a new temporary folder), as logs.tgz; a table of results comes last. Each
 # check has a time limit, and the whole run ends within GPU_BUDGET seconds (default 480).
-# --no-torch leaves PyTorch's figures out (a rerun after a fix: they do not change).
+# --no-torch leaves PyTorch's figures out (a rerun after a fix: they do not change). A rerun
+# after a kernel's fix can narrow the correctness checks: PPC_GPU_CASES, a regular expression
+# of kernel case names (e.g. attention), and GPU_GRID, one of the grid's subtests (e.g. bf16).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 budget=${GPU_BUDGET:-480}
@@ -131,7 +133,7 @@ fi
 pids=()
 gotest kernels 240 -test.run '^TestGPUKernels$' -test.v -test.count=1 &
 pids+=($!)
-gotest grid 300 -test.run '^TestGPUTrainsLikeCPU$' -test.v -test.count=1 &
+gotest grid 300 -test.run "^TestGPUTrainsLikeCPU\$${GPU_GRID:+/$GPU_GRID}" -test.v -test.count=1 &
 pids+=($!)
 check readme-job 240 bash -c 'versus "$0" 20 main' "$bin/plans/main" &
 pids+=($!)
@@ -151,12 +153,11 @@ wait "${pids[@]}"
 check ppc-trace 120 "$ppc" run "$bin/plans/small" --device cuda --steps 3 --trace "$logs/trace.json"
 gotest ppc-bench 300 -test.run '^$' -test.bench '^BenchmarkGPT2SmallStep$|^BenchmarkGEMM$|^BenchmarkSoftmax$' -test.benchtime 20x -test.count=1 -test.v
 gotest ppc-attention 120 -test.run '^$' -test.bench '^BenchmarkAttention$' -test.benchtime 10x -test.count=1 -test.v
-# Nsight Compute on the slowest sites: the tied head's GEMM (which cuBLASLt kernel, how far
-# from the chip's limits) and the attention softmax (a row kernel).
+# Nsight Compute on the slowest sites: the fused attention's kernels at seq 1024 (forward and
+# backward tiles: how far from the chip's limits, what limits occupancy).
 ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ -n "$ncu" ]; then
-  incuda ncu-head 90 "$ncu" --clock-control none --section SpeedOfLight --section LaunchStats --section Occupancy --launch-skip 3 --launch-count 1 "$bin/cuda.test" -test.run '^$' -test.bench '^BenchmarkGEMM$/^head$' -test.benchtime 1x
-  incuda ncu-softmax 90 "$ncu" --clock-control none --section SpeedOfLight --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis --launch-skip 3 --launch-count 1 "$bin/cuda.test" -test.run '^$' -test.bench '^BenchmarkSoftmax$' -test.benchtime 1x
+  incuda ncu-attention 120 "$ncu" --clock-control none --section SpeedOfLight --section LaunchStats --section Occupancy --launch-count 4 "$bin/cuda.test" -test.run '^$' -test.bench '^BenchmarkAttention$/^1024$' -test.benchtime 1x
 fi
 if [ -n "${compile_pid:-}" ]; then
   check torch-matmul 120 $py bench/gpt2_pytorch.py --matmul 4096,8192,head

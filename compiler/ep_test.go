@@ -3,6 +3,7 @@ package compiler
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -81,6 +82,48 @@ func TestEPComposes(t *testing.T) {
 			gotL, _, gotS := spmdRun(t, moePPM, o, steps, "")
 			agree(t, c.name, refL, gotL, refS, gotS, spmdRtol, spmdAtol)
 		})
+	}
+}
+
+// TestEPNodeLimitedRouting: DeepSeek-V3's node-limited routing (top_k with groups) trains
+// like one device at ep 2 and ep 4 — 8 experts in 4 groups, each token's 3 chosen within its
+// 2 best groups — dropless and with capacity dropping: each rank routes its micro-batches as
+// one device does, so the limit changes which experts a token reaches, never the exchange.
+// The one-device losses differ from unlimited routing's, so the limit reaches the model.
+func TestEPNodeLimitedRouting(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains several layouts; run without -short")
+	}
+	const mb, steps = 4, 3
+	limited := func(cf string, groups string) Options {
+		set := map[string]string{"capacity_factor": cf, "n_experts": "8", "top_k": "3", "n_groups": groups, "topk_groups": "2"}
+		if groups == "1" {
+			set["topk_groups"] = "1"
+		}
+		return Options{Load: LoadOptions{Set: set}, Microbatches: mb, Optimizer: sgdM}
+	}
+	unlimited, _, _ := spmdRun(t, moePPM, limited("0", "1"), steps, "")
+	for _, cf := range []string{"0", "0.5"} {
+		base := limited(cf, "4")
+		refL, _, refS := spmdRun(t, moePPM, base, steps, "")
+		if cf == "0" && slices.Equal(refL, unlimited) {
+			t.Fatalf("losses with 4 groups (2 kept) equal unlimited routing's: %v", refL)
+		}
+		for _, c := range []struct {
+			name string
+			edit func(o *Options)
+		}{
+			{"dp2-ep2", func(o *Options) { o.DP, o.EP, o.Microbatches = 2, 2, mb/2 }},
+			{"dp4-ep4", func(o *Options) { o.DP, o.EP, o.Microbatches = 4, 4, mb/4 }},
+		} {
+			name := fmt.Sprintf("cf%s/%s", cf, c.name)
+			t.Run(name, func(t *testing.T) {
+				o := base
+				c.edit(&o)
+				gotL, _, gotS := spmdRun(t, moePPM, o, steps, "")
+				agree(t, name, refL, gotL, refS, gotS, spmdRtol, spmdAtol)
+			})
+		}
 	}
 }
 

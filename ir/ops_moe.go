@@ -19,11 +19,17 @@ import (
 // are the boundary, not a pattern of gathers and scatters a pass would have to recognise.
 var moeOps = []OpDef{
 	{Name: "top_k", MinOperands: 1, MaxOperands: 1, Traits: Pure, Infer: inferTopK,
-		Attrs: []AttrSpec{{Name: "k", Kind: KindInt}, axisAttr(true), {Name: "largest", Kind: KindBool, Optional: true}},
+		Attrs: []AttrSpec{{Name: "k", Kind: KindInt}, axisAttr(true), {Name: "largest", Kind: KindBool, Optional: true},
+			{Name: "groups", Kind: KindInt, Optional: true}, {Name: "topk_groups", Kind: KindInt, Optional: true}},
 		Doc: "The k largest (smallest with largest = false) elements of x along axis (default −1), sorted, and their " +
 			"indices (i64): values has x's shape with axis's extent k. Ties go to the lower index, so the choice is " +
 			"deterministic (ONNX TopK's rule); NaN counts as larger than every number. 1 ≤ k ≤ the axis's extent. " +
-			"The gradient scatters the values' gradient back to the chosen positions (gather_elements_grad)."},
+			"With groups = G and topk_groups = M (DeepSeek-V3's node-limited routing; both default 1, no limit) the " +
+			"axis is G equal contiguous groups, each scored by the sum (in f64, in top_k's order) of its first " +
+			"⌈k/M⌉ elements in top_k's order; the M first groups in that order of their scores (ties to the lower " +
+			"group) are kept and the k elements are chosen among theirs only. G divides the axis's extent, " +
+			"1 ≤ M ≤ G and k ≤ M·extent/G. The gradient scatters the values' gradient back to the chosen positions " +
+			"(gather_elements_grad): the group choice, like the element choice, is piecewise constant."},
 	{Name: "moe_slots", MinOperands: 1, MaxOperands: 1, Traits: Pure, Infer: inferMoESlots, Attrs: moeAttrs,
 		Doc: "Capacity slots of routed tokens. Operand indices [..., k] (integers: each token's k chosen experts, " +
 			"distinct, in [0, experts)); the leading dims are the tokens in order. Choices are placed choice-major — " +
@@ -67,9 +73,30 @@ func inferTopK(in []Type, at Attrs) ([]Type, error) {
 	if k < 1 || k > x.Shape[axis] {
 		return nil, fmt.Errorf("k = %d must be in [1, %d] (the extent of axis %d of %s)", k, x.Shape[axis], axis, x)
 	}
+	if _, _, err := TopKGroups(at, x.Shape[axis]); err != nil {
+		return nil, err
+	}
 	s := slices.Clone(x.Shape)
 	s[axis] = k
 	return []Type{{x.DType, s}, {I64, slices.Clone(s)}}, nil
+}
+
+// TopKGroups reads top_k's groups and topk_groups attributes for an axis of extent n and
+// checks them: groups divides n, 1 ≤ topk_groups ≤ groups, and k elements fit in
+// topk_groups groups. Without the attributes it returns 1, 1 (one group: no limit). The
+// kernels and the reports read the attributes through it, so they agree on the defaults.
+func TopKGroups(at Attrs, n int) (groups, topkGroups int, err error) {
+	groups, topkGroups = at.Int("groups", 1), at.Int("topk_groups", 1)
+	k := at.Int("k", 0)
+	switch {
+	case groups < 1 || n%groups != 0:
+		return 0, 0, fmt.Errorf("groups = %d must be ≥ 1 and divide the axis's %d elements", groups, n)
+	case topkGroups < 1 || topkGroups > groups:
+		return 0, 0, fmt.Errorf("topk_groups = %d must be in [1, %d] (groups)", topkGroups, groups)
+	case k > topkGroups*(n/groups):
+		return 0, 0, fmt.Errorf("k = %d cannot be reached within topk_groups = %d group(s) of %d element(s): at most %d", k, topkGroups, n/groups, topkGroups*(n/groups))
+	}
+	return groups, topkGroups, nil
 }
 
 // moeSize reads the experts and capacity attributes.

@@ -116,6 +116,19 @@
 // expert shard on every ep rank and on edp rank 0 only. The buffer stays replicated over tp
 // (the experts are not split inside a tp group); tp and sp shard the dense layers as before.
 //
+// Node-limited routing (DeepSeek-V3: top_k with groups and topk_groups) changes which
+// experts a token reaches, not the exchange: the buffer is static, so each all_to_all moves
+// the same bytes whatever the router chooses, and the cost model prices them.
+// MoEDispatchTraffic sets that beside what a dispatch sending one copy per (token, node)
+// would send — at most topk_groups nodes per token when the groups lie whole on nodes (group
+// g is ep ranks [g·ep/G, (g+1)·ep/G), expert blocks being in ep order) — which ppc plan
+// reports. ppc does not deduplicate: DeepSeek's scheme is a two-level exchange (a token
+// once to each target node's GPU of the same local index, then forwarded over NVLink to its
+// experts there), which would need the ep axis split into node and local sub-axes and the
+// routing carried with the rows; a one-level exchange deduplicated per rank gains nothing
+// where, as in DeepSeek-V3 at ep 64, a token's experts lie on as many ranks as it has
+// choices.
+//
 // # The rank programs: everything a rank does, as IR
 //
 // After split-stages, four passes write each pipeline rank's step as a function @rank<r>,

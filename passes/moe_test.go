@@ -23,23 +23,42 @@ func init() {
 		for o := range outer {
 			for e := range inner {
 				at := func(j int) float64 { return in[0].v[(o*n+j)*inner+e] }
-				order := make([]int, n)
-				for j := range order {
-					order[j] = j
+				// sorted orders indices larger first (smaller with largest = false), ties in
+				// index order.
+				sorted := func(idx []int, key func(int) float64) []int {
+					slices.SortStableFunc(idx, func(a, b int) int {
+						x, y := key(a), key(b)
+						if !largest {
+							x, y = -x, -y
+						}
+						return -cmp.Compare(x, y)
+					})
+					return idx
 				}
-				slices.SortStableFunc(order, func(a, b int) int {
-					x, y := at(a), at(b)
-					if !largest {
-						x, y = -x, -y
+				// Node-limited routing: the M groups whose ⌈k/M⌉ best sum highest, and the
+				// k best among their elements.
+				groups, m := op.Attrs.Int("groups", 1), op.Attrs.Int("topk_groups", 1)
+				size := n / groups
+				score := make([]float64, groups)
+				gs := make([]int, groups)
+				for g := range groups {
+					gs[g] = g
+					members := make([]int, size)
+					for j := range members {
+						members[j] = g*size + j
 					}
-					switch {
-					case x > y:
-						return -1
-					case x < y:
-						return 1
+					for _, j := range sorted(members, at)[:(k+m-1)/m] {
+						score[g] += at(j)
 					}
-					return 0
-				})
+				}
+				var order []int
+				for _, g := range sorted(gs, func(g int) float64 { return score[g] })[:m] {
+					for j := range size {
+						order = append(order, g*size+j)
+					}
+				}
+				slices.Sort(order)
+				order = sorted(order, at)
 				for j := range k {
 					vals[(o*k+j)*inner+e], idx[(o*k+j)*inner+e] = at(order[j]), float64(order[j])
 				}
@@ -127,6 +146,9 @@ func init() {
 	gradCases = append(gradCases,
 		gradCase{name: "top_k", args: "%x: f64[2,5,3] {param}", body: "%y, %i = top_k %x {k = 2, axis = 1} : ?, ?", want: []string{"gather_elements_grad"}},
 		gradCase{name: "top_k smallest", args: "%x: f64[3,4] {param}", body: "%y, %i = top_k %x {k = 3, largest = false} : ?, ?"},
+		gradCase{name: "top_k groups", args: "%x: f64[3,8] {param}", body: "%y, %i = top_k %x {k = 3, groups = 4, topk_groups = 2} : ?, ?",
+			want: []string{"gather_elements_grad"}},
+		gradCase{name: "top_k groups along axis 0", args: "%x: f64[6,2] {param}", body: "%y, %i = top_k %x {k = 2, axis = 0, groups = 3, topk_groups = 1} : ?, ?"},
 		gradCase{name: "moe_dispatch", args: "%x: f64[3,4] {param}, %i: i64[3,2] {input}",
 			body: "%s, %l = moe_slots %i {experts = 3, capacity = 2} : ?, ?\n  %y = moe_dispatch %x, %s {experts = 3, capacity = 2} : ?",
 			vals: map[string][]float64{"i": {2, 1, 0, 2, 2, 0}}, want: []string{"moe_combine"}},
@@ -286,5 +308,40 @@ func TestMoEBalanceLossBalances(t *testing.T) {
 	t.Logf("busiest expert's share of the choices: %.3f → %.3f (fair: %.3f)", before, after, 1.0/experts)
 	if before < 0.4 || after > before-0.1 || after > 0.35 {
 		t.Errorf("the balance loss did not balance the router: busiest expert's share %.3f → %.3f", before, after)
+	}
+}
+
+// TestMoEDispatchTraffic: DeepSeek-V3's layer (256 experts, top 8, d 7168, bf16, 4,096
+// tokens, capacity 160 = ⌈1.25·4096·8/256⌉) at ep 64 over 8 nodes: the static buffer
+// 256·160·7168·2 bytes, 7/8 of it to other nodes whatever the routing; deduplicated per node a
+// token would go to at most 4 other nodes with node-limited routing (8 groups, 4 kept), 7
+// without it. Inside one node nothing crosses; 16 nodes put each group on 2 (fan-out 8);
+// 3 nodes split groups, so only top_k bounds it.
+func TestMoEDispatchTraffic(t *testing.T) {
+	limited := MoEInfo{Experts: 256, TopK: 8, Layers: 58, Groups: 8, TopKGroups: 4}
+	free := limited
+	free.Groups, free.TopKGroups = 0, 0
+	const tok, d, cp, el = 4096, 7168, 160, 2
+	buf := 256.0 * cp * d * el
+	row := float64(tok) * d * el
+	for _, c := range []struct {
+		name          string
+		info          MoEInfo
+		ep, tpcp      int
+		nodes, fanOut int
+		offNode       float64
+		dedup         float64
+	}{
+		{"ep64 limited", limited, 64, 1, 8, 4, buf * 7 / 8, 4 * row},
+		{"ep64 unlimited", free, 64, 1, 8, 8, buf * 7 / 8, 7 * row},
+		{"ep8 one node", limited, 8, 1, 1, 4, 0, 0},
+		{"ep64 tp2: 16 nodes", limited, 64, 2, 16, 8, buf * 60 / 64, 8 * row},
+		{"ep24: 3 nodes", limited, 24, 1, 3, 8, buf * 16 / 24, 2 * row},
+	} {
+		got := MoEDispatchTraffic(c.info, tok, d, cp, el, c.ep, c.tpcp, 8)
+		want := DispatchTraffic{Nodes: c.nodes, Buffer: buf, OffNode: c.offNode, Dedup: c.dedup, FanOut: c.fanOut}
+		if got != want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, want)
+		}
 	}
 }

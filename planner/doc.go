@@ -39,6 +39,10 @@
 //     the experts and dp whose ep group stays in a node (Megatron-Core's recipes keep it
 //     there; an inter-node ep is for --ep to fix). The compute needs no load-imbalance term:
 //     the dispatch buffer is static, every ep rank runs experts/ep experts on ep·capacity rows.
+//     For the same reason node-limited routing (top_k's groups) does not change the price of
+//     the all-to-alls; Result.Routing reports plan 1's dispatch traffic per layer (what
+//     crosses nodes, and the bound a per-node deduplicated dispatch would have), so the
+//     report says what the routing option would buy and what ppc moves.
 //   - Fixed sizes are checked against the model and the cluster before the search, the
 //     model's limit first (a --pp deeper than its units), then the GPU count (whole nodes;
 //     pp × dp × tp), so that no answer suggests a batch size for a pipeline too deep.

@@ -112,6 +112,16 @@ type Result struct {
 	Seconds    float64 `json:"search_seconds"`
 	Unfit      *Plan   `json:"fastest_unfit,omitempty"` // the configuration with the best bound that does not fit
 	Assumption string  `json:"assumptions"`
+	// Routing is plan 1's dispatch traffic for a mixture-of-experts model with node-limited
+	// routing or an ep group across nodes (nil otherwise): what each all-to-all moves (and
+	// the cost model prices) beside what a dispatch deduplicated per node would.
+	Routing *Routing `json:"routing,omitempty"`
+}
+
+// Routing is one MoE layer's dispatch traffic from one ep rank per micro-batch of plan 1.
+type Routing struct {
+	passes.MoEInfo
+	passes.DispatchTraffic
 }
 
 // InputError is a request the planner cannot satisfy: bad input (exit status 2). Its
@@ -145,6 +155,12 @@ type planner struct {
 	sliceCache  map[[5]int]passes.SliceTimes   // (tp, group, b, l, c) → one unit's slice times
 	compiledMem map[string]compiledEntry       // command → ppc compile's memory (token slices)
 	scheds      map[schedKey]schedEntry
+
+	// The mixture of experts' routing (mark-experts' record) and the largest moe_dispatch of
+	// the one-sequence probe — capacity, row width, tokens, element bytes — which the routing
+	// report scales by the micro-batch.
+	moe      passes.MoEInfo
+	dispatch struct{ capacity, d, tokens, elem int }
 }
 
 // load is the request's load options with the global batch set to batch sequences.
@@ -212,6 +228,7 @@ func Search(req Request) (*Result, error) {
 	if err := p.run(cands, res); err != nil {
 		return nil, err
 	}
+	res.Routing = p.routing(res)
 	res.Seconds = time.Since(start).Seconds()
 	return res, nil
 }
@@ -257,8 +274,13 @@ func (p *planner) inspect() error {
 		p.attention = p.attention || op.Name() == "attention"
 		if op.Name() == "moe_dispatch" {
 			p.experts = max(p.experts, op.Attrs.Int("experts", 0))
+			if t := op.Results[0].Type; t.Bytes() > int64(p.dispatch.capacity*p.dispatch.d*p.dispatch.elem) {
+				p.dispatch.capacity, p.dispatch.d, p.dispatch.elem = t.Shape[1], t.Shape[2], t.DType.Size()
+				p.dispatch.tokens = op.Operands[0].Type.NumElements() / t.Shape[2]
+			}
 		}
 	}
+	p.moe = passes.ReadMoE(res.Module)
 	if ep := p.req.Fix.EP; ep > 1 {
 		switch {
 		case p.experts == 0:
@@ -927,4 +949,21 @@ func (p *planner) peakRate() float64 {
 		dt = ir.BF16
 	}
 	return p.dev.MatmulRate(dt)
+}
+
+// routing reports plan 1's dispatch traffic (passes.MoEDispatchTraffic) when the model routes
+// node-limited or plan 1's ep group spans nodes. The probe's one-sequence buffer is scaled
+// by the micro-batch size, as every probe figure is.
+func (p *planner) routing(res *Result) *Routing {
+	if p.moe.Layers == 0 || len(res.Plans) == 0 {
+		return nil
+	}
+	c := res.Plans[0].Config
+	b := max(c.MicrobatchSize, 1)
+	t := passes.MoEDispatchTraffic(p.moe, b*p.dispatch.tokens, p.dispatch.d, b*p.dispatch.capacity, p.dispatch.elem,
+		max(c.EP, 1), max(c.TP, 1)*max(c.CP, 1), p.dev.GPUsPerNode)
+	if p.moe.Groups <= 1 && t.Nodes == 1 {
+		return nil
+	}
+	return &Routing{MoEInfo: p.moe, DispatchTraffic: t}
 }

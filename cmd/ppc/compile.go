@@ -477,8 +477,12 @@ func printExperts(w io.Writer, p *codegen.Plan, total int64) {
 	}
 	m := p.MoE
 	active := total - experts + experts*int64(m.TopK)/int64(max(m.Experts, 1))
-	fmt.Fprintf(w, "  experts      %s of them in %d MoE layer(s) of %d experts, top %d per token: %s active per token (%s dense + %s of the experts')\n",
-		groupDigits(experts), m.Layers, m.Experts, m.TopK, groupDigits(active), groupDigits(total-experts), groupDigits(active-(total-experts)))
+	limit := ""
+	if m.Groups > 1 {
+		limit = fmt.Sprintf(" within %d of %d groups (node-limited)", m.TopKGroups, m.Groups)
+	}
+	fmt.Fprintf(w, "  experts      %s of them in %d MoE layer(s) of %d experts, top %d per token%s: %s active per token (%s dense + %s of the experts')\n",
+		groupDigits(experts), m.Layers, m.Experts, m.TopK, limit, groupDigits(active), groupDigits(total-experts), groupDigits(active-(total-experts)))
 }
 
 // printStages prints the stage table: where each stage runs, what it holds, and how balanced

@@ -12,7 +12,8 @@ import (
 )
 
 // TestMoEErrors: mixture-of-experts settings the model cannot have exit 2 at the position
-// that uses them — a top_k above the experts, no experts, a capacity below 1 — and a model
+// that uses them — a top_k above the experts, no experts, a capacity below 1, node-limited
+// routing's groups that cannot be — and a model
 // that routes tokens across the sequence refuses token slicing and ONNX export by name.
 func TestMoEErrors(t *testing.T) {
 	moe := filepath.Join("..", "..", "testdata", "models", "moe.ppm")
@@ -21,7 +22,12 @@ func TestMoEErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"compile", moe, "-o", out, "--set", "top_k=5"}, "moe.ppm:121:18: top_k: k = 5 must be in [1, 4]"},
+		{[]string{"compile", moe, "-o", out, "--set", "top_k=5"}, "moe.ppm:126:18: top_k: k = 5 must be in [1, 4]"},
+		// Node-limited routing (n_groups, topk_groups): groups that do not divide the
+		// experts, more groups kept than there are, top_k out of the kept groups' reach.
+		{[]string{"compile", moe, "-o", out, "--set", "n_groups=3"}, "moe.ppm:126:18: top_k: groups = 3 must be ≥ 1 and divide the axis's 4 elements"},
+		{[]string{"compile", moe, "-o", out, "--set", "n_groups=2", "--set", "topk_groups=3"}, "moe.ppm:126:18: top_k: topk_groups = 3 must be in [1, 2] (groups)"},
+		{[]string{"compile", moe, "-o", out, "--set", "n_groups=4"}, "moe.ppm:126:18: top_k: k = 2 cannot be reached within topk_groups = 1 group(s) of 1 element(s): at most 1"},
 		{[]string{"compile", moe, "-o", out, "--set", "n_experts=0"}, "dimension must be a positive integer"},
 		{[]string{"compile", moe, "-o", out, "--set", "capacity_factor=0.001"}, ""},
 		{[]string{"compile", moe, "-o", out, "--token-slices", "8,8"}, "reshape merges the sequence axis with another"},
@@ -63,7 +69,7 @@ func TestEPErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"compile", moe, "-o", out, "--dp", "4", "--ep", "3"}, "--ep 3: expert parallelism carves its ranks from the 4 data-parallel ranks, which it does not divide; the nearest that divide it: --ep 2 or --ep 4 (or --dp 6)"},
-		{[]string{"compile", moe, "-o", out, "--dp", "3", "--ep", "3", "--set", "batch=12"}, "moe.ppm:124:9: --ep 3: the layer has 4 experts, which 3 ep ranks do not divide; the nearest that do: --ep 2 or --ep 4"},
+		{[]string{"compile", moe, "-o", out, "--dp", "3", "--ep", "3", "--set", "batch=12"}, "moe.ppm:129:9: --ep 3: the layer has 4 experts, which 3 ep ranks do not divide; the nearest that do: --ep 2 or --ep 4"},
 		{[]string{"compile", gpt, "--preset", "tiny", "-o", out, "--dp", "2", "--ep", "2"}, "--ep 2: the model has no mixture-of-experts layer (moe_dispatch); expert parallelism shards experts: use --ep 1"},
 		{[]string{"compile", moe, "-o", out, "--ep", "0"}, "--pp, --tp, --dp, --ep and --microbatches must be at least 1"},
 	} {
@@ -96,6 +102,64 @@ func TestMoESummary(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("summary lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestMoESummaryNodeLimited: with node-limited routing the summary's experts line says
+// within how many of how many groups a token's experts lie, and plan.json records them.
+func TestMoESummaryNodeLimited(t *testing.T) {
+	moe := filepath.Join("..", "..", "testdata", "models", "moe.ppm")
+	dir := filepath.Join(t.TempDir(), "plan")
+	code, out, errOut := ppc(t, "", "compile", moe, "--set", "n_experts=8", "--set", "n_groups=4", "--set", "topk_groups=2", "-o", dir)
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	if want := "of 8 experts, top 2 per token within 2 of 4 groups (node-limited): "; !strings.Contains(out, want) {
+		t.Errorf("summary lacks %q:\n%s", want, out)
+	}
+	if m := readPlan(t, dir).MoE; m == nil || m.Groups != 4 || m.TopKGroups != 2 {
+		t.Errorf("plan.json's moe is %+v, want groups 4 and topk_groups 2", m)
+	}
+}
+
+// TestPlanRouting: ppc plan reports plan 1's dispatch traffic. The tiny model with 8
+// experts in 4 groups (2 kept), ep 8 over 2 nodes of 4 GPUs: each rank's bf16 buffer is
+// 8 experts × 5 rows (⌈1.25·16·2/8⌉) × 64 × 2 B = 5 KiB, half of it to the other node
+// whatever the router chooses, where one copy per (token, node) would be at most
+// 16 tokens × 64 × 2 B = 2 KiB (a token's other node); --json carries the figures. Inside
+// one node (4 GPUs per node, ep 4) it says the all-to-alls stay on NVLink; without groups and
+// inside a node there is no line.
+func TestPlanRouting(t *testing.T) {
+	moe := filepath.Join("..", "..", "testdata", "models", "moe.ppm")
+	limited := []string{"plan", moe, "--set", "n_experts=8", "--set", "n_groups=4", "--set", "topk_groups=2", "--gpu", "h100-80gb", "--gpus-per-node", "4", "--top", "1"}
+	code, out, errs := ppc(t, "", append(limited, "--gpus", "16", "--ep", "8")...)
+	if want := "routing: node-limited (each token's 2 experts within 2 of 4 groups); a token's experts on up to 2 of the ep group's 2 nodes; each all-to-all sends 2.5 KiB of a rank's 5.0 KiB dispatch buffer off its node per layer and micro-batch whatever the router chooses (priced), where one copy per (token, node) would send at most 2.0 KiB"; code != 0 || !strings.Contains(out, want) {
+		t.Errorf("exit %d, output lacks %q:\n%s%s", code, want, out, errs)
+	}
+	code, out, errs = ppc(t, "", append(limited, "--gpus", "16", "--ep", "8", "--json")...)
+	var r struct {
+		Routing struct {
+			Groups  int     `json:"groups"`
+			Nodes   int     `json:"nodes"`
+			FanOut  int     `json:"fan_out"`
+			Buffer  float64 `json:"buffer_bytes"`
+			OffNode float64 `json:"off_node_bytes"`
+			Dedup   float64 `json:"dedup_bytes"`
+		} `json:"routing"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil {
+		t.Fatalf("--json: exit %d, %v: %s%s", code, err, out, errs)
+	}
+	if g := r.Routing; g.Groups != 4 || g.Nodes != 2 || g.FanOut != 2 || g.Buffer != 5*1024 || g.OffNode != 2.5*1024 || g.Dedup != 2*1024 {
+		t.Errorf("--json routing %+v", g)
+	}
+	code, out, errs = ppc(t, "", append(limited, "--gpus", "4", "--ep", "4")...)
+	if want := "routing: node-limited (each token's 2 experts within 2 of 4 groups); plan 1's ep group (ep 4) is inside one node, so its all-to-alls stay on NVLink"; code != 0 || !strings.Contains(out, want) {
+		t.Errorf("exit %d, output lacks %q:\n%s%s", code, want, out, errs)
+	}
+	code, out, errs = ppc(t, "", "plan", moe, "--set", "n_experts=8", "--gpu", "h100-80gb", "--gpus", "4", "--ep", "4", "--top", "1")
+	if code != 0 || strings.Contains(out, "routing:") {
+		t.Errorf("exit %d, unlimited routing inside a node has a routing line:\n%s%s", code, out, errs)
 	}
 }
 

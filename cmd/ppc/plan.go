@@ -204,6 +204,9 @@ func printPlans(w io.Writer, r *planner.Result) {
 		fmt.Fprintf(w, "    pp %-6s %s\n", label, best.Memory[i])
 		i = j
 	}
+	if rt := r.Routing; rt != nil {
+		printRouting(w, rt, max(best.Config.EP, 1))
+	}
 	if len(r.Plans) > 1 {
 		fmt.Fprintf(w, "  why not plan 2: %s\n", explain(best, r.Plans[1]))
 	}
@@ -223,6 +226,24 @@ func printPlans(w io.Writer, r *planner.Result) {
 		fmt.Fprintf(w, "  %d: %s\n", i+1, p.Command)
 	}
 	fmt.Fprintf(w, "\n  assumptions: %s\n", r.Assumption)
+}
+
+// printRouting says what plan 1's all-to-alls move for a mixture of experts: with
+// node-limited routing, on how many nodes a token's experts lie; across nodes, the bytes each
+// dispatch sends off its node — the static buffer, which the cost model prices — beside
+// what a dispatch sending one copy per (token, node) would, which ppc's does not.
+func printRouting(w io.Writer, rt *planner.Routing, ep int) {
+	limit := ""
+	if rt.Groups > 1 {
+		limit = fmt.Sprintf("node-limited (each token's %d experts within %d of %d groups); ", rt.TopK, rt.TopKGroups, rt.Groups)
+	}
+	if rt.Nodes == 1 {
+		fmt.Fprintf(w, "  routing: %splan 1's ep group (ep %d) is inside one node, so its all-to-alls stay on NVLink\n", limit, ep)
+		return
+	}
+	b := codegen.FormatBytes
+	fmt.Fprintf(w, "  routing: %sa token's experts on up to %d of the ep group's %d nodes; each all-to-all sends %s of a rank's %s dispatch buffer off its node per layer and micro-batch whatever the router chooses (priced), where one copy per (token, node) would send at most %s (ppc's dispatch does not deduplicate)\n",
+		limit, min(rt.FanOut, rt.Nodes), rt.Nodes, b(int64(rt.OffNode)), b(int64(rt.Buffer)), b(int64(rt.Dedup)))
 }
 
 // explain says why b lost to a: how much slower, and which parts of the step differ most.

@@ -383,9 +383,11 @@ func init() {
 				"mask is bool (true = visible) or additive; scale defaults to 1/sqrt(dim). The scores are never stored.",
 			fn: attentionFn},
 		"log_softmax": axisFn("log_softmax"),
-		"top_k": {params: []string{"x", "k", "axis?", "largest?"},
-			doc: "the k largest (largest = false: smallest) elements along axis (default the last), sorted, and their i64 indices; ties go to the lower index",
-			fn:  topKFn},
+		"top_k": {params: []string{"x", "k", "axis?", "largest?", "groups?", "topk_groups?"},
+			doc: "the k largest (largest = false: smallest) elements along axis (default the last), sorted, and their i64 indices; ties go to the lower index. " +
+				"With groups = G and topk_groups = M (DeepSeek-V3's node-limited routing) the axis is G equal groups, each scored by the sum of its " +
+				"⌈k/M⌉ best, and the k are chosen among the M best groups' elements only (G divides the axis, M ≤ G, k ≤ M·axis/G)",
+			fn: topKFn},
 		"moe_slots": {params: []string{"indices", "experts", "capacity"},
 			doc: "capacity rows of routed tokens: for indices [..., k] (each token's distinct experts) the slot e·capacity + row of every choice, " +
 				"placed first choices first, tokens in order (−1: dropped, the expert full), and the i64 load [experts] (choices routed to each, dropped included)",
@@ -751,6 +753,15 @@ func topKFn(c *callCtx) (val, error) {
 			return val{}, err
 		}
 		at = append(at, ir.NamedAttr{Name: "largest", Value: ir.BoolAttr(largest)})
+	}
+	// One group keeping one group is no limit: the op is then written without the
+	// attributes, so a model with groups = 1 compiles to the same IR as one without.
+	groups, err := c.attrs().int("groups").int("topk_groups").done()
+	if err != nil {
+		return val{}, err
+	}
+	if groups.Int("groups", 1) != 1 || groups.Int("topk_groups", 1) != 1 {
+		at = append(at, groups...)
 	}
 	rs, err := c.l.opN(c.pos, "top_k", at, x)
 	if err != nil {

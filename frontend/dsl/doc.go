@@ -135,7 +135,8 @@
 //	layer_norm(x, scale?, bias?, axis?, eps?)  rms_norm(x, scale?, axis?, eps?)
 //	matmul(a, b, bias?, transpose_a?, transpose_b?)
 //	attention(q, k, v, mask?, causal?, scale?)           // fused: [..., heads, seq, dim]; fewer kv heads = GQA
-//	top_k(x, k, axis?, largest?)                          // values, i64 indices; ties to the lower index
+//	top_k(x, k, axis?, largest?, groups?, topk_groups?)   // values, i64 indices; ties to the lower index;
+//	                                                      // k of the topk_groups best of groups (DeepSeek-V3)
 //	moe_slots(indices, experts, capacity)                 // slots (−1: dropped), load [experts]
 //	moe_dispatch(x, slots, experts, capacity, weights?)   // tokens → [experts, capacity, d]
 //	moe_combine(y, slots, weights?)                       // [experts, capacity, d] → tokens

@@ -34,28 +34,56 @@ func before[T Number](a, b T, ia, ib int, largest bool) bool {
 // TopK writes the k first elements of x in TopK's order along the middle dim of
 // [outer, n, inner] into values and their indices into indices ([outer, k, inner]).
 func TopK[T Number](x []T, outer, n, inner, k int, largest bool, values []T, indices []int64) {
+	TopKGrouped(x, outer, n, inner, k, 1, 1, largest, values, indices)
+}
+
+// TopKGrouped is TopK limited to groups (DeepSeek-V3's node-limited routing, ir's top_k with
+// groups and topk_groups): the n elements of a fibre are `groups` contiguous groups, each
+// scored by the float64 sum of its first ⌈k/topkGroups⌉ elements in TopK's order (summed in
+// that order); the topkGroups first groups in TopK's order of their scores (ties to the lower
+// group) are kept, and the k elements are chosen among theirs. groups = 1 is TopK.
+func TopKGrouped[T Number](x []T, outer, n, inner, k, groups, topkGroups int, largest bool, values []T, indices []int64) {
 	best := make([]int, 0, k)
+	size := n / max(groups, 1)
+	scored := (k + topkGroups - 1) / max(topkGroups, 1)
+	var inGroup, bestGroups []int
+	var score []float64
+	kept := make([]bool, groups)
+	if groups > 1 {
+		inGroup, bestGroups, score = make([]int, 0, scored), make([]int, 0, topkGroups), make([]float64, groups)
+	}
 	for o := range outer {
 		for in := range inner {
 			at := func(i int) T { return x[(o*n+i)*inner+in] }
+			if groups > 1 {
+				for g := range groups {
+					inGroup = inGroup[:0]
+					for i := g * size; i < (g+1)*size; i++ {
+						inGroup = insertBest(inGroup, scored, i, at, largest)
+					}
+					s := 0.0
+					for _, i := range inGroup {
+						s += float64(at(i))
+					}
+					score[g] = s
+				}
+				bestGroups = bestGroups[:0]
+				for g := range groups {
+					bestGroups = insertBest(bestGroups, topkGroups, g, func(g int) float64 { return score[g] }, largest)
+				}
+				clear(kept)
+				for _, g := range bestGroups {
+					kept[g] = true
+				}
+			}
+			// The kept groups' elements in index order (every element without groups).
 			best = best[:0]
-			for i := range n {
-				// Insertion into the sorted list of the best k so far: O(n·k), and k is small
-				// (a router's top-2 or top-8) where it matters.
-				if len(best) == k && !before(at(i), at(best[k-1]), i, best[k-1], largest) {
-					continue
+			for g := range max(groups, 1) {
+				if groups <= 1 || kept[g] {
+					for i := g * size; i < (g+1)*size; i++ {
+						best = insertBest(best, k, i, at, largest)
+					}
 				}
-				p := len(best)
-				if p == k {
-					p--
-				} else {
-					best = append(best, 0)
-				}
-				for p > 0 && before(at(i), at(best[p-1]), i, best[p-1], largest) {
-					best[p] = best[p-1]
-					p--
-				}
-				best[p] = i
 			}
 			for j, i := range best {
 				values[(o*k+j)*inner+in] = at(i)
@@ -63,6 +91,27 @@ func TopK[T Number](x []T, outer, n, inner, k int, largest bool, values []T, ind
 			}
 		}
 	}
+}
+
+// insertBest inserts i into best, the sorted list (TopK's order of at) of at most k indices
+// seen so far, all below i: O(k) per element, and k is small (a router's top-2 or top-8)
+// where it matters.
+func insertBest[T Number](best []int, k, i int, at func(int) T, largest bool) []int {
+	if len(best) == k && !before(at(i), at(best[k-1]), i, best[k-1], largest) {
+		return best
+	}
+	p := len(best)
+	if p == k {
+		p--
+	} else {
+		best = append(best, 0)
+	}
+	for p > 0 && before(at(i), at(best[p-1]), i, best[p-1], largest) {
+		best[p] = best[p-1]
+		p--
+	}
+	best[p] = i
+	return best
 }
 
 // MoESlots places each token's k choices of experts (idx, [tokens, k]) in capacity rows,

@@ -1,6 +1,7 @@
 package cuda_test
 
 import (
+	"strings"
 	"testing"
 
 	"ppc.dev/ppc/ir"
@@ -9,12 +10,16 @@ import (
 )
 
 // TestAttentionTiles: the attention sites are FlashAttention-2's tile kernels — the forward
-// one kernel writing o and the log-sum-exp, the backward δ then dq, dk and dv — each block of
-// 128 threads within 40 KiB of static shared memory (a block has 48 without opting in), for
-// head dims up to 256 in every float dtype, with the tiles over 8,192 rows of 16-bit
-// operands at GPT-2's head dim 64 taking 16 KiB (32-row key tiles).
+// one kernel writing o and the log-sum-exp, the backward δ then dq and the key-side
+// gradients — for head dims up to 256 in every float dtype, each within the static shared
+// memory a block has without opting in (48 KiB). f32 and f64 run on the CUDA cores: blocks of
+// 128 threads, within 40 KiB, dk and dv in two kernels. bf16 and f16 run on tensor cores
+// (mma.sync in every kernel but δ): blocks of two threads per row, within 46 KiB, dk and dv
+// in one kernel; GPT-2's head dim 64 takes 64 query rows a block (128 threads) and 32-row
+// key tiles in 32 KiB.
 func TestAttentionTiles(t *testing.T) {
 	for _, dt := range []ir.DType{ir.F32, ir.BF16, ir.F16, ir.F64} {
+		mma := dt == ir.BF16 || dt == ir.F16
 		for _, d := range []int{1, 37, 64, 80, 128, 256} {
 			q := ir.Type{DType: dt, Shape: ir.Shape{1, 4, 8192, d}}
 			kv := ir.Type{DType: dt, Shape: ir.Shape{1, 2, 8192, d}}
@@ -28,16 +33,23 @@ func TestAttentionTiles(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(fwd.Steps) != 1 || len(fwd.Steps[0].Also) != 1 || len(bwd.Steps) != 4 {
-				t.Fatalf("%s d %d: %d forward kernels (%d extra results), %d backward; want 1 (1) and 4", dt, d, len(fwd.Steps), len(fwd.Steps[0].Also), len(bwd.Steps))
+			wantBwd, maxShared := 4, 40<<10
+			if mma {
+				wantBwd, maxShared = 3, 46<<10
+			}
+			if len(fwd.Steps) != 1 || len(fwd.Steps[0].Also) != 1 || len(bwd.Steps) != wantBwd {
+				t.Fatalf("%s d %d: %d forward kernels (%d extra results), %d backward; want 1 (1) and %d", dt, d, len(fwd.Steps), len(fwd.Steps[0].Also), len(bwd.Steps), wantBwd)
 			}
 			for _, st := range append(fwd.Steps, bwd.Steps[1:]...) {
 				k := st.Kernel
-				if k.Block != 128 || k.Shared <= 0 || k.Shared > 40<<10 {
+				if !mma && k.Block != 128 || mma && (k.Block < 32 || k.Block > 128) || k.Shared <= 0 || k.Shared > int64(maxShared) {
 					t.Errorf("%s d %d: %s has blocks of %d threads and %d bytes of shared memory", dt, d, k.Name, k.Block, k.Shared)
 				}
-				if dt == ir.BF16 && d == 64 && k.Name == "f_s0" && k.Shared != 16<<10 {
-					t.Errorf("bf16 d 64: the forward stages %d bytes, want 16 KiB", k.Shared)
+				if got := strings.Contains(k.Body, "ppc_mma_"); got != mma {
+					t.Errorf("%s d %d: %s uses tensor cores: %v", dt, d, k.Name, got)
+				}
+				if dt == ir.BF16 && d == 64 && k.Name == "f_s0" && (k.Shared != 32<<10 || k.Block != 128) {
+					t.Errorf("bf16 d 64: the forward has blocks of %d threads staging %d bytes, want 128 and 32 KiB", k.Block, k.Shared)
 				}
 			}
 		}

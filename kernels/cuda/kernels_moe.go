@@ -13,7 +13,10 @@ import (
 //
 //	top_k             a thread per fibre keeps its best k in a local array (insertion, the
 //	                  CPU's order: larger first, NaN largest, ties by index); one kernel per
-//	                  result, values and indices
+//	                  result, values and indices. With groups (node-limited routing) the
+//	                  thread first scores each group by the double sum of its ⌈k/M⌉ best
+//	                  (the CPU's float64 sum, in the same order), keeps the M best groups in
+//	                  a local array and skips the others' elements
 //	moe_slots         slots set to −1 (a thread per choice), then a thread per expert walks
 //	                  the choices in choice-major order and numbers its own; load the same walk,
 //	                  counting. An expert id outside [0, experts) stays −1 (dropped) where the
@@ -54,28 +57,34 @@ func genTopK(r int) generator {
 		if k < 1 || int64(k) > n {
 			return "", 0, fmt.Errorf("k = %d of %d", k, n)
 		}
+		groups, topkGroups, err := ir.TopKGroups(s.Attrs, int(n))
+		if err != nil {
+			return "", 0, err
+		}
 		ty := classOf(x.DType).ctype()
 		at := func(j string) string { return load(x.DType, "in0", fmt.Sprintf("base + (%s) * %dLL", j, inner)) }
-		// before(a at ia, b at ib): a comes first.
-		first := ">"
-		if !largest {
-			first = "<"
-		}
-		nanFirst := "an"
-		if !largest {
-			nanFirst = "!an"
-		}
 		var b strings.Builder
 		fmt.Fprintf(&b, "    long long base = (i / %dLL) * %dLL + i %% %dLL;\n", inner, n*inner, inner)
+		skip := ""
+		if groups > 1 {
+			// Node-limited routing: each group's ⌈k/M⌉ first summed in double in that order
+			// (the CPU's float64 sum), the M first groups by those sums kept.
+			size, scored := n/int64(groups), (k+topkGroups-1)/topkGroups
+			fmt.Fprintf(&b, "    double gs[%d];\n    for (int g = 0; g < %d; g++) {\n", groups, groups)
+			fmt.Fprintf(&b, "      long long gb[%d]; int gc = 0;\n", scored)
+			fmt.Fprintf(&b, "      for (long long j = g * %dLL; j < (g + 1) * %dLL; j++) {\n", size, size)
+			topKInsert(&b, "        ", "gb", "gc", scored, ty, at, largest)
+			fmt.Fprintf(&b, "      }\n      double sum = 0.0;\n      for (int q = 0; q < gc; q++) sum += (double)%s;\n      gs[g] = sum;\n    }\n", at("gb[q]"))
+			fmt.Fprintf(&b, "    long long bg[%d]; int bc = 0;\n    for (long long j = 0; j < %dLL; j++) {\n", topkGroups, groups)
+			topKInsert(&b, "      ", "bg", "bc", topkGroups, "double", func(j string) string { return fmt.Sprintf("gs[%s]", j) }, largest)
+			fmt.Fprintf(&b, "    }\n    bool kept[%d];\n    for (int g = 0; g < %d; g++) kept[g] = false;\n", groups, groups)
+			b.WriteString("    for (int q = 0; q < bc; q++) kept[bg[q]] = true;\n")
+			skip = fmt.Sprintf("      if (!kept[j / %dLL]) continue;\n", size)
+		}
 		fmt.Fprintf(&b, "    long long best[%d]; int cnt = 0;\n", k)
-		fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) {\n      %s a = %s;\n", n, ty, at("j"))
-		b.WriteString("      bool an = a != a;\n")
-		// Whether a (at j, after every index in best) precedes bv, the element at a best[q].
-		before := fmt.Sprintf("(an || bn ? (!(an && bn) && %s) : (a != bv && a %s bv))", nanFirst, first)
-		ld := fmt.Sprintf("%s bv = %s; bool bn = bv != bv;", ty, at("best[q]"))
-		fmt.Fprintf(&b, "      if (cnt == %d) { int q = %d; %s if (!%s) continue; }\n", k, k-1, ld, before)
-		fmt.Fprintf(&b, "      int p = cnt == %d ? %d : cnt++;\n", k, k-1)
-		fmt.Fprintf(&b, "      while (p > 0) { int q = p - 1; %s if (!%s) break; best[p] = best[q]; p--; }\n      best[p] = j;\n    }\n", ld, before)
+		fmt.Fprintf(&b, "    for (long long j = 0; j < %dLL; j++) {\n%s", n, skip)
+		topKInsert(&b, "      ", "best", "cnt", k, ty, at, largest)
+		b.WriteString("    }\n")
 		fmt.Fprintf(&b, "    long long ob = (i / %dLL) * %dLL + i %% %dLL;\n", inner, int64(k)*inner, inner)
 		if r == 0 {
 			fmt.Fprintf(&b, "    for (int q = 0; q < %d; q++) out[ob + q * %dLL] = in0[base + best[q] * %dLL];\n", k, inner, inner)
@@ -84,6 +93,24 @@ func genTopK(r int) generator {
 		}
 		return b.String(), outer * inner, nil
 	}
+}
+
+// topKInsert writes the insertion of element j (at(j), in a loop over j in increasing order)
+// into best[0:cnt], the sorted list of the k first elements so far in top_k's order: larger
+// first (smaller when !largest), NaN first (last when !largest), ties by index — the CPU's
+// before (kernels/cpu/moe.go).
+func topKInsert(b *strings.Builder, ind, best, cnt string, k int, ty string, at func(string) string, largest bool) {
+	first, nanFirst := ">", "an"
+	if !largest {
+		first, nanFirst = "<", "!an"
+	}
+	fmt.Fprintf(b, "%s%s a = %s;\n%sbool an = a != a;\n", ind, ty, at("j"), ind)
+	// Whether a (at j, after every index in best) precedes bv, the element at best[q].
+	before := fmt.Sprintf("(an || bn ? (!(an && bn) && %s) : (a != bv && a %s bv))", nanFirst, first)
+	ld := fmt.Sprintf("%s bv = %s; bool bn = bv != bv;", ty, at(best+"[q]"))
+	fmt.Fprintf(b, "%sif (%s == %d) { int q = %d; %s if (!%s) continue; }\n", ind, cnt, k, k-1, ld, before)
+	fmt.Fprintf(b, "%sint p = %s == %d ? %d : %s++;\n", ind, cnt, k, k-1, cnt)
+	fmt.Fprintf(b, "%swhile (p > 0) { int q = p - 1; %s if (!%s) break; %s[p] = %s[q]; p--; }\n%s%s[p] = j;\n", ind, ld, before, best, best, ind, best)
 }
 
 // moeChoices checks a slots (or indices) operand and returns its tokens and choices.

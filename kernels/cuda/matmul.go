@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"strings"
 
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime/device"
@@ -182,4 +183,102 @@ func PlanMatmul(s *device.Spec, tf32 bool) ([]GemmCall, error) {
 		calls = append(calls, cl)
 	}
 	return calls, nil
+}
+
+// AlignGemmMin is the smallest GEMM (multiply-adds) AlignGemm stages: 2^30, where the slow
+// kernel's loss (~10 µs on an H100) is a few times the copies' launches. Tests lower it.
+var AlignGemmMin int64 = 1 << 30
+
+// Pitched is a copy between a matrix as the IR holds it — Rows × Cols elements, column-major
+// in cuBLASLt's terms (Cols lines of Rows contiguous elements), leading dimension LD, Off
+// elements in — and its padded copy: PadRows × PadCols, contiguous (leading dimension
+// PadRows), the padding zeros.
+type Pitched struct {
+	Rows, Cols, PadRows, PadCols, LD, Off int64
+}
+
+// Bytes is the padded copy's size for elements of n bytes.
+func (p *Pitched) Bytes(n int64) int64 { return p.PadRows * p.PadCols * n }
+
+// AlignGemm stages a large 16-bit GEMM whose matrices break cuBLASLt's 16-byte alignment
+// through padded copies. A dim or leading dimension that is not a multiple of 8 elements
+// (GPT-2's vocabulary of 50,257: the logits' rows, the head's gradients) makes cuBLASLt
+// choose its align1 kernels, which load 2 bytes at a time: measured on an H100, 96 TFLOP/s
+// for 8192 × 768 × 50,257 where aligned shapes reach 700–800 (bench/NOTES.md; PyTorch gets
+// the same kernel, 92–96 TFLOP/s). Padding the leading dimensions alone left it there (87
+// TFLOP/s with the copies, run 5): a tile's vector loads and stores need the contiguous
+// extent aligned too. So M, N and K are each rounded up to 8: each operand with a padded dim
+// or a misaligned leading dimension is copied first, zeros in the padding (zero rows of K
+// add nothing; extra rows of M and columns of N are computed and dropped), and a padded
+// result is computed contiguous and copied back. Only single calls (no batch) of at least
+// AlignGemmMin multiply-adds with every dim ≥ 128 are staged, and none whose bias epilogue
+// would read past its M elements. a, b and out (nil: as they are) are the copies of
+// cuBLASLt's A, B and result; call reads and writes the copies at offset 0.
+func AlignGemm(c GemmCall) (call GemmCall, a, b, out *Pitched) {
+	if c.Batch != 1 || c.DType != ir.BF16 && c.DType != ir.F16 || c.M < 128 || c.N < 128 || c.K < 128 || c.M*c.N*c.K < AlignGemmMin {
+		return c, nil, nil, nil
+	}
+	up := func(x int64) int64 { return (x + 7) / 8 * 8 }
+	M, N, K := up(c.M), up(c.N), up(c.K)
+	if c.Bias && M != c.M {
+		return c, nil, nil, nil
+	}
+	bad := func(ld, off int64) bool { return ld%8 != 0 || off%8 != 0 }
+	// stage is the copy of a stored rows × cols matrix to padRows × padCols, or nil.
+	stage := func(rows, cols, padRows, padCols, ld, off int64) *Pitched {
+		if rows == padRows && cols == padCols && !bad(ld, off) {
+			return nil
+		}
+		return &Pitched{Rows: rows, Cols: cols, PadRows: padRows, PadCols: padCols, LD: ld, Off: off}
+	}
+	call = c
+	call.M, call.N, call.K = M, N, K
+	if c.TransA {
+		a = stage(c.K, c.M, K, M, c.LDA, c.OffA)
+	} else {
+		a = stage(c.M, c.K, M, K, c.LDA, c.OffA)
+	}
+	if c.TransB {
+		b = stage(c.N, c.K, N, K, c.LDB, c.OffB)
+	} else {
+		b = stage(c.K, c.N, K, N, c.LDB, c.OffB)
+	}
+	out = stage(c.M, c.N, M, N, c.LDC, c.OffC)
+	if a == nil && b == nil && out == nil {
+		return c, nil, nil, nil
+	}
+	if a != nil {
+		call.LDA, call.OffA = a.PadRows, 0
+	}
+	if b != nil {
+		call.LDB, call.OffB = b.PadRows, 0
+	}
+	if out != nil {
+		call.LDC, call.OffC = out.PadRows, 0
+	}
+	return call, a, b, out
+}
+
+// PitchKernel is the copy p of dtype dt's elements as a kernel (in0 → out): to the padded
+// copy (zeros in the padding), or back to the IR's matrix (toIR).
+func PitchKernel(name string, dt ir.DType, p Pitched, toIR bool) Kernel {
+	st, _ := storage(dt)
+	var b strings.Builder
+	n := p.PadRows * p.PadCols
+	if toIR {
+		n = p.Rows * p.Cols
+		fmt.Fprintf(&b, "// %s: a %d × %d %s matrix back from its padded copy (%d × %d) to leading dimension %d\n", name, p.Rows, p.Cols, dt, p.PadRows, p.PadCols, p.LD)
+	} else {
+		fmt.Fprintf(&b, "// %s: a %d × %d %s matrix, leading dimension %d, to a padded copy (%d × %d)\n", name, p.Rows, p.Cols, dt, p.LD, p.PadRows, p.PadCols)
+	}
+	fmt.Fprintf(&b, "PPC_GLOBAL void %s(const %s* __restrict__ in0, %s* __restrict__ out, long long n) {\n  PPC_FOR_EACH(i, n) {\n", name, st, st)
+	if toIR {
+		fmt.Fprintf(&b, "    const long long c = i / %dLL, r = i %% %dLL;\n    out[c * %dLL + r + %dLL] = in0[c * %dLL + r];\n", p.Rows, p.Rows, p.LD, p.Off, p.PadRows)
+	} else {
+		fmt.Fprintf(&b, "    const long long c = i / %dLL, r = i %% %dLL;\n    out[i] = r < %dLL && c < %dLL ? in0[c * %dLL + r + %dLL] : (%s)0;\n", p.PadRows, p.PadRows, p.Rows, p.Cols, p.LD, p.Off, st)
+	}
+	b.WriteString("  }\n}\n")
+	writeHostLauncher(&b, name, []string{fmt.Sprintf("(const %s*)in[0]", st)}, st)
+	t := ir.Type{DType: dt, Shape: ir.Shape{int(n)}}
+	return Kernel{Name: name, Body: b.String(), N: n, In: []ir.Type{t}, Out: t}
 }

@@ -235,4 +235,82 @@ PPC_DEV uint16_t ppc_f32_f16(float f) {
 }
 PPC_DEV float ppc_round_bf16(float f) { return ppc_bf16_f32(ppc_f32_bf16(f)); }
 PPC_DEV float ppc_round_f16(float f) { return ppc_f16_f32(ppc_f32_f16(f)); }
+// Tensor-core products for the tile kernels (kernels_attention_mma.go): a warp adds to a
+// 16×8 fp32 tile D the product of a 16×16 tile A and a 16×8 tile B of bf16 or f16, both in
+// shared memory, as PTX's mma.sync.m16n8k16 (row-major A, column-major B). Each lane holds
+// four elements of D: rows lane/4 and lane/4 + 8, columns 2·(lane%4) and the next. A
+// fragment is what a lane needs of an operand: on sm_80 and later, the registers PTX's
+// fragment layout gives it; on the host (and older GPUs) the tile's address, and the lane
+// computes its four elements of D itself from the tiles — the same values by the same
+// layout, so the host build checks every index the kernels compute, and only the register
+// packing below is the GPU's alone.
+//   ppc_frag_a(p, ld, lane):  A(r, k) at p[r·ld + k]
+//   ppc_frag_bt(p, ld, lane): B(k, n) at p[n·ld + k] (B's columns are rows of p)
+//   ppc_frag_b(p, ld, lane):  B(k, n) at p[k·ld + n]
+// ld is even and p 4-byte aligned (tiles padded to 16 columns, shared arrays 16-aligned).
+#define PPC_ALIGN16 __attribute__((aligned(16)))
+#if defined(PPC_HOST) || !defined(__CUDA_ARCH__) || __CUDA_ARCH__ < 800
+struct ppc_fa { const uint16_t* p; int ld; };
+struct ppc_fb { const uint16_t* p; int ld; int kn; };
+PPC_DEV ppc_fa ppc_frag_a(const uint16_t* p, int ld, int lane) { (void)lane; ppc_fa f = {p, ld}; return f; }
+PPC_DEV ppc_fb ppc_frag_bt(const uint16_t* p, int ld, int lane) { (void)lane; ppc_fb f = {p, ld, 0}; return f; }
+PPC_DEV ppc_fb ppc_frag_b(const uint16_t* p, int ld, int lane) { (void)lane; ppc_fb f = {p, ld, 1}; return f; }
+PPC_DEV float ppc_mma_widen(uint16_t h, int f16) { return f16 ? ppc_f16_f32(h) : ppc_bf16_f32(h); }
+PPC_DEV void ppc_mma_lane(float& c0, float& c1, float& c2, float& c3, ppc_fa a, ppc_fb b, int lane, int f16) {
+  const int g = lane >> 2, t = lane & 3;
+  float s[4] = {0, 0, 0, 0};
+  for (int i = 0; i < 4; i++) {
+    const int r = g + (i >= 2 ? 8 : 0), n = 2 * t + (i & 1);
+    for (int k = 0; k < 16; k++)
+      s[i] += ppc_mma_widen(a.p[r * a.ld + k], f16) * ppc_mma_widen(b.kn ? b.p[k * b.ld + n] : b.p[n * b.ld + k], f16);
+  }
+  c0 += s[0]; c1 += s[1]; c2 += s[2]; c3 += s[3];
+}
+PPC_DEV void ppc_mma_bf16(float& c0, float& c1, float& c2, float& c3, ppc_fa a, ppc_fb b, int lane) { ppc_mma_lane(c0, c1, c2, c3, a, b, lane, 0); }
+PPC_DEV void ppc_mma_f16(float& c0, float& c1, float& c2, float& c3, ppc_fa a, ppc_fb b, int lane) { ppc_mma_lane(c0, c1, c2, c3, a, b, lane, 1); }
+#else
+struct ppc_fa { uint32_t r0, r1, r2, r3; };
+struct ppc_fb { uint32_t r0, r1; };
+PPC_DEV uint32_t ppc_ld32(const uint16_t* p) { return *(const uint32_t*)p; }
+PPC_DEV uint32_t ppc_pack2(uint16_t lo, uint16_t hi) { return (uint32_t)lo | ((uint32_t)hi << 16); }
+// A: a lane's registers hold (row g, columns 2t, 2t+1), (g+8, 2t, 2t+1), (g, 2t+8, 2t+9),
+// (g+8, 2t+8, 2t+9), the lower column in the lower half; B: (rows 2t, 2t+1, column g) and
+// (rows 2t+8, 2t+9, column g) — PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating
+// point type".
+PPC_DEV ppc_fa ppc_frag_a(const uint16_t* p, int ld, int lane) {
+  const uint16_t* q = p + (lane >> 2) * ld + 2 * (lane & 3);
+  ppc_fa f;
+  f.r0 = ppc_ld32(q);
+  f.r1 = ppc_ld32(q + 8 * ld);
+  f.r2 = ppc_ld32(q + 8);
+  f.r3 = ppc_ld32(q + 8 * ld + 8);
+  return f;
+}
+PPC_DEV ppc_fb ppc_frag_bt(const uint16_t* p, int ld, int lane) {
+  const uint16_t* q = p + (lane >> 2) * ld + 2 * (lane & 3);
+  ppc_fb f;
+  f.r0 = ppc_ld32(q);
+  f.r1 = ppc_ld32(q + 8);
+  return f;
+}
+PPC_DEV ppc_fb ppc_frag_b(const uint16_t* p, int ld, int lane) {
+  const uint16_t* q = p + 2 * (lane & 3) * ld + (lane >> 2);
+  ppc_fb f;
+  f.r0 = ppc_pack2(q[0], q[ld]);
+  f.r1 = ppc_pack2(q[8 * ld], q[9 * ld]);
+  return f;
+}
+PPC_DEV void ppc_mma_bf16(float& c0, float& c1, float& c2, float& c3, ppc_fa a, ppc_fb b, int lane) {
+  (void)lane;
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
+               : "r"(a.r0), "r"(a.r1), "r"(a.r2), "r"(a.r3), "r"(b.r0), "r"(b.r1));
+}
+PPC_DEV void ppc_mma_f16(float& c0, float& c1, float& c2, float& c3, ppc_fa a, ppc_fb b, int lane) {
+  (void)lane;
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
+               : "r"(a.r0), "r"(a.r1), "r"(a.r2), "r"(a.r3), "r"(b.r0), "r"(b.r1));
+}
+#endif
 #endif // PPC_CUDA_H

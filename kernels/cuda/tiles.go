@@ -55,11 +55,12 @@ func phase(s string) tileItem { return tileItem{phase: s} }
 
 func loop(header string, items ...tileItem) tileItem { return tileItem{loop: header, items: items} }
 
-// sharedBytes is the kernel's static shared memory (its arrays are float or double).
+// sharedBytes is the kernel's static shared memory (its arrays are float, double, or
+// uint16_t: the bf16/f16 tiles of tensor-core products).
 func (tk *tileKernel) sharedBytes() int64 {
 	var n int64
 	for _, v := range tk.shared {
-		n += int64(v.n) * map[string]int64{"float": 4, "double": 8}[v.ty]
+		n += int64(v.n) * map[string]int64{"float": 4, "double": 8, "uint16_t": 2}[v.ty]
 	}
 	return n
 }
@@ -72,7 +73,8 @@ func (tk *tileKernel) kernel(s *device.Spec, name string) (Kernel, error) {
 	}
 	var shared strings.Builder
 	for _, v := range tk.shared {
-		fmt.Fprintf(&shared, "  PPC_SHARED %s %s[%d];\n", v.ty, v.name, v.n)
+		// 16-byte aligned: tensor-core fragments load 32-bit words of 16-bit tiles.
+		fmt.Fprintf(&shared, "  PPC_SHARED %s %s[%d] PPC_ALIGN16;\n", v.ty, v.name, v.n)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "// %s: %s → %s, %d tiles of a block of %d threads, %d bytes of shared memory\n", name, s.Op.Name, s.Out[0], tk.tiles, tk.block, tk.sharedBytes())

@@ -46,26 +46,30 @@ func prepareTopK(s *device.Spec) (device.Impl, error) {
 	axis, _ := ir.NormAxis(s.Attrs.Int("axis", -1), x.Rank())
 	outer, n, inner := shapeProd(x.Shape[:axis]), x.Shape[axis], shapeProd(x.Shape[axis+1:])
 	kk, largest := s.Attrs.Int("k", 0), s.Attrs.Bool("largest", true)
+	groups, topkGroups, err := ir.TopKGroups(s.Attrs, n)
+	if err != nil {
+		return nil, err
+	}
 	run := func(in, out []device.Tensor) error { return nil }
 	switch x.DType {
 	case ir.F32:
 		run = func(in, out []device.Tensor) error {
-			k.TopK(in[0].F32(), outer, n, inner, kk, largest, out[0].F32(), out[1].I64())
+			k.TopKGrouped(in[0].F32(), outer, n, inner, kk, groups, topkGroups, largest, out[0].F32(), out[1].I64())
 			return nil
 		}
 	case ir.F64:
 		run = func(in, out []device.Tensor) error {
-			k.TopK(in[0].F64(), outer, n, inner, kk, largest, out[0].F64(), out[1].I64())
+			k.TopKGrouped(in[0].F64(), outer, n, inner, kk, groups, topkGroups, largest, out[0].F64(), out[1].I64())
 			return nil
 		}
 	case ir.I64:
 		run = func(in, out []device.Tensor) error {
-			k.TopK(in[0].I64(), outer, n, inner, kk, largest, out[0].I64(), out[1].I64())
+			k.TopKGrouped(in[0].I64(), outer, n, inner, kk, groups, topkGroups, largest, out[0].I64(), out[1].I64())
 			return nil
 		}
 	case ir.I32:
 		run = func(in, out []device.Tensor) error {
-			k.TopK(in[0].I32(), outer, n, inner, kk, largest, out[0].I32(), out[1].I64())
+			k.TopKGrouped(in[0].I32(), outer, n, inner, kk, groups, topkGroups, largest, out[0].I32(), out[1].I64())
 			return nil
 		}
 	default:

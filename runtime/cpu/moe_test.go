@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -165,4 +166,103 @@ func TestMoEErrors(t *testing.T) {
 			t.Errorf("%s: error %v, want one containing %q", c.op, err, c.want)
 		}
 	}
+}
+
+// TestTopKGroups checks top_k limited to groups (DeepSeek-V3's node-limited routing) against
+// a reference built from stable sorts — each group's ⌈k/M⌉ best summed, the groups sorted by
+// those sums, the k best of the M first groups' elements — in every dtype, with ties, and on
+// a hand-worked case where the limit changes the choice: 8 scores in 4 groups of 2, k = 3,
+// M = 2: the group sums of their 2 best are 1.0, 1.3, 0.8, 0.6, so groups 1 and 0 are kept
+// and the choice is 0, 2, 3, where plain top_k picks 0, 4, 2.
+func TestTopKGroups(t *testing.T) {
+	hand := []float64{0.9, 0.1, 0.7, 0.6, 0.8, 0, 0.3, 0.3}
+	out := runOp(t, "top_k", attrs("k", 3, "groups", 4, "topk_groups", 2), tensorOf(ir.F64, []int{1, 8}, hand))
+	if got := values(out[1]); !slices.Equal(got, []float64{0, 2, 3}) {
+		t.Fatalf("hand case: indices %v, want [0 2 3]", got)
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	for i := range 24 {
+		groups := 1 + r.IntN(4)
+		size := 1 + r.IntN(4)
+		m := 1 + r.IntN(groups)
+		kk := 1 + r.IntN(m*size)
+		largest := i%3 != 0
+		n := groups * size
+		shape := []int{1 + r.IntN(3), n, 1 + r.IntN(2)}
+		vals := make([]float64, prod(shape))
+		for j := range vals {
+			vals[j] = float64(r.IntN(6)) / 4 // ties, exact in every dtype
+		}
+		for _, d := range []ir.DType{ir.F64, ir.F32, ir.BF16, ir.I64, ir.I32} {
+			in := vals
+			if d.IsInt() {
+				in = slices.Clone(vals)
+				for j := range in {
+					in[j] *= 4
+				}
+			}
+			out := runOp(t, "top_k", attrs("k", kk, "axis", 1, "largest", largest, "groups", groups, "topk_groups", m), tensorOf(d, shape, in))
+			gotV, gotI := values(out[0]), values(out[1])
+			for o := range shape[0] {
+				for e := range shape[2] {
+					at := func(j int) float64 { return in[(o*n+j)*shape[2]+e] }
+					wantI := refTopKGroups(at, n, kk, groups, m, largest)
+					for j, w := range wantI {
+						p := (o*kk+j)*shape[2] + e
+						if gotI[p] != float64(w) || gotV[p] != at(w) {
+							t.Fatalf("%s %v k %d groups %d/%d largest %v: choice %d is %v at %v, want %v at %d", d, shape, kk, m, groups, largest, j, gotV[p], gotI[p], at(w), w)
+						}
+					}
+				}
+			}
+		}
+	}
+	// Attributes the op's inference refuses never reach the kernel.
+	for _, bad := range []ir.Attrs{
+		attrs("k", 2, "groups", 3, "topk_groups", 1),
+		attrs("k", 2, "groups", 4, "topk_groups", 5),
+		attrs("k", 5, "groups", 4, "topk_groups", 2),
+	} {
+		if _, err := runOpErr("top_k", bad, tensorOf(ir.F32, []int{2, 8}, make([]float64, 16))); err == nil {
+			t.Errorf("top_k %v of f32[2,8] ran", bad)
+		}
+	}
+}
+
+// refTopKGroups is top_k limited to groups by stable sorts of indices (larger first, ties to
+// the lower index).
+func refTopKGroups(at func(int) float64, n, k, groups, m int, largest bool) []int {
+	sorted := func(idx []int, key func(int) float64) []int {
+		slices.SortStableFunc(idx, func(a, b int) int {
+			ka, kb := key(a), key(b)
+			if !largest {
+				ka, kb = -ka, -kb
+			}
+			return -cmp.Compare(ka, kb)
+		})
+		return idx
+	}
+	size := n / groups
+	score := make([]float64, groups)
+	for g := range score {
+		members := make([]int, size)
+		for j := range members {
+			members[j] = g*size + j
+		}
+		for _, i := range sorted(members, at)[:(k+m-1)/m] {
+			score[g] += at(i)
+		}
+	}
+	gs := make([]int, groups)
+	for g := range gs {
+		gs[g] = g
+	}
+	var kept []int
+	for _, g := range sorted(gs, func(g int) float64 { return score[g] })[:m] {
+		for j := range size {
+			kept = append(kept, g*size+j)
+		}
+	}
+	slices.Sort(kept)
+	return sorted(kept, at)[:k]
 }

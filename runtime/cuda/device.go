@@ -51,8 +51,13 @@ type Device struct {
 	pending []kernels.Kernel
 	funcs   map[string]Function // by kernel name; 0 until its module is loaded
 	ws      DevicePtr
-	accum   map[[2]ir.DType]string // Accumulate's kernel by (dst, src) dtype
-	events  []Event                // free events
+	// pad holds the padded copies of misaligned GEMM operands (kernels.AlignGemm), shared by
+	// every matmul site (they run one after another on the stream), padCap bytes: the
+	// largest need of a prepared site.
+	pad    DevicePtr
+	padCap int64
+	accum  map[[2]ir.DType]string // Accumulate's kernel by (dst, src) dtype
+	events []Event                // free events
 	// Collectives, when set before a multi-process run joins, carries its messages and
 	// collectives (net.go): the groups' streams, and their transfers in flight.
 	Collectives Collectives
@@ -280,6 +285,80 @@ func (d *Device) prepareMatmul(s *device.Spec) (device.Impl, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A large 16-bit GEMM with a misaligned matrix runs on padded copies (kernels.AlignGemm):
+	// copy kernels before the call and after it, through the device's pad buffer.
+	type copyStep struct {
+		k        kernels.Kernel
+		from, to func(in, out []device.Tensor) uint64
+		toIR     bool
+	}
+	var copies []copyStep
+	var ptrA, ptrB, ptrC func(in, out []device.Tensor) uint64
+	if len(calls) == 1 {
+		call, pa, pb, pc := kernels.AlignGemm(calls[0])
+		if pa != nil || pb != nil || pc != nil {
+			calls[0] = call
+			h := sha256.Sum256(fmt.Appendf(nil, "%v %v %v %v", s.In, s.Out, s.Attrs, call))
+			name := "pad_" + hex.EncodeToString(h[:8])
+			elem := s.Out[0].DType.Size()
+			var off int64
+			stage := func(p *kernels.Pitched, suffix string, operand func(in, out []device.Tensor) uint64, toIR bool) func(in, out []device.Tensor) uint64 {
+				at := off
+				off += (p.Bytes(int64(elem)) + 255) &^ 255
+				scratch := func(in, out []device.Tensor) uint64 { return uint64(d.pad) + uint64(at) }
+				st := copyStep{k: kernels.PitchKernel(name+suffix, s.Out[0].DType, *p, toIR), from: operand, to: scratch, toIR: toIR}
+				if toIR {
+					st.from, st.to = scratch, operand
+				}
+				copies = append(copies, st)
+				return scratch
+			}
+			if pa != nil {
+				ptrA = stage(pa, "_a", func(in, _ []device.Tensor) uint64 { return in[1].Addr }, false)
+			}
+			if pb != nil {
+				ptrB = stage(pb, "_b", func(in, _ []device.Tensor) uint64 { return in[0].Addr }, false)
+			}
+			if pc != nil {
+				ptrC = stage(pc, "_c", func(_, out []device.Tensor) uint64 { return out[0].Addr }, true)
+			}
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			if d.padCap < off {
+				// Allocated now, at load, not per launch; a larger pad replaces the old one
+				// once the work queued on it is done.
+				if d.pad != 0 {
+					if err := d.sync(); err != nil {
+						return nil, err
+					}
+					if err := d.drv.MemFree(d.pad); err != nil {
+						return nil, err
+					}
+				}
+				p, err := d.drv.MemAlloc(uint64(off))
+				if err != nil {
+					return nil, fmt.Errorf("matmul: %d bytes for padded copies: %v", off, err)
+				}
+				d.pad, d.padCap = p, off
+			}
+			for _, c := range copies {
+				if _, ok := d.funcs[c.k.Name]; !ok {
+					d.funcs[c.k.Name] = 0
+					d.pending = append(d.pending, c.k)
+				}
+			}
+		}
+	}
+	pick := func(f func(in, out []device.Tensor) uint64, in, out []device.Tensor, def uint64) uintptr {
+		if f != nil {
+			return uintptr(f(in, out))
+		}
+		return uintptr(def)
+	}
+	launch := func(c copyStep, in, out []device.Tensor) error {
+		grid, block := d.Geometry(c.k.N)
+		return d.drv.Launch(d.funcs[c.k.Name], grid, block, d.stream, c.from(in, out), c.to(in, out), uint64(c.k.N))
+	}
 	return func(in, out []device.Tensor) error {
 		d.mu.Lock()
 		defer d.mu.Unlock()
@@ -297,12 +376,31 @@ func (d *Device) prepareMatmul(s *device.Spec) (device.Impl, error) {
 		if len(in) > 2 {
 			bias = in[2].Addr
 		}
+		if len(copies) > 0 {
+			if err := d.build(); err != nil {
+				return err
+			}
+		}
+		d.note(in, out[0])
+		for _, c := range copies {
+			if !c.toIR {
+				if err := launch(c, in, out); err != nil {
+					return fmt.Errorf("matmul: %v", err)
+				}
+			}
+		}
 		for _, g := range calls {
-			d.note(in, out[0])
 			if err := d.drv.Bound(func() error {
-				return d.blas.Matmul(g, uintptr(in[1].Addr), uintptr(in[0].Addr), uintptr(out[0].Addr), uintptr(bias), uintptr(d.ws), uintptr(d.stream))
+				return d.blas.Matmul(g, pick(ptrA, in, out, in[1].Addr), pick(ptrB, in, out, in[0].Addr), pick(ptrC, in, out, out[0].Addr), uintptr(bias), uintptr(d.ws), uintptr(d.stream))
 			}); err != nil {
 				return fmt.Errorf("matmul: %v", err)
+			}
+		}
+		for _, c := range copies {
+			if c.toIR {
+				if err := launch(c, in, out); err != nil {
+					return fmt.Errorf("matmul: %v", err)
+				}
 			}
 		}
 		return nil

@@ -111,7 +111,11 @@ type gridCase struct {
 	opts  compiler.Options
 }
 
-const gptModel, llamaModel = "../../testdata/models/gpt.ppm", "../../testdata/models/llama.ppm"
+const (
+	gptModel   = "../../testdata/models/gpt.ppm"
+	llamaModel = "../../testdata/models/llama.ppm"
+	moeModel   = "../../testdata/models/moe.ppm"
+)
 
 // everySchedule is the tiny Llama on one rank, and the tiny GPT and Llama at pp 2 × tp 2 ×
 // dp 2 with sequence parallelism under every schedule generator, and with TeraPipe's token
@@ -158,7 +162,7 @@ func trainGrid(t *testing.T, dev device.Device, cases []gridCase) {
 	// parameters' updates θ₃ − θ₀ to 1% in norm, under SGD with momentum (AdamW turns
 	// gradients that are rounding noise into full-size steps of either sign).
 	for _, c := range cases {
-		name := fmt.Sprintf("%s pp%d tp%d dp%d sp %v %s %s %s %s", c.model[len("../../testdata/models/"):], c.opts.PP, c.opts.TP, c.opts.DP, c.opts.SP, c.opts.Precision, c.opts.Schedule, c.opts.Recompute, c.opts.TokenSlices)
+		name := fmt.Sprintf("%s %s pp%d tp%d dp%d cp%d ep%d zero%d sp %v %s %s %s %s %s", c.model[len("../../testdata/models/"):], c.opts.Load.Preset, c.opts.PP, c.opts.TP, c.opts.DP, c.opts.CP, c.opts.EP, c.opts.Zero, c.opts.SP, c.opts.Precision, c.opts.Schedule, c.opts.Recompute, c.opts.TokenSlices, c.opts.CPSplit)
 		t.Run(name, func(t *testing.T) {
 			refL, refS := trainOn(t, cpu.New(), c.model, c.opts, 3)
 			gotL, gotS := trainOn(t, dev, c.model, c.opts, 3)

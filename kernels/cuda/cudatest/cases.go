@@ -325,7 +325,8 @@ func Cases() []Case {
 // heads over 2 kv heads) on odd sizes — causal with more keys than queries, a boolean mask,
 // an additive one — in f32, bf16 and f64; then sizes where the tile kernels' tiles (128 query
 // or key rows per block, key or query tiles of up to 32 rows) end ragged, in f32, with bf16,
-// f16 and f64 on one each: head dims 64, 80, 128 and 37 (with a value dim of 19), more queries
+// f16 and f64 on one each: head dims 64, 80, 128 and 37 (with a value dim of 19; also in bf16,
+// which the tensor-core kernels pad to 48 and 32 columns), more queries
 // than a block, Sq ≠ Skv both ways (causal with Sq > Skv leaves the first queries no key),
 // grouped-query and multi-query heads, masks broadcast over the batch or the heads. The
 // gradient's o and lse are the CPU device's forward of its q, k and v, as in training.
@@ -371,7 +372,7 @@ func attentionCases(first int) []Case {
 	// mask per head and query.
 	add(f32, nil, ty(f32, 2, 2, 45, 80), ty(f32, 2, 2, 200, 80), ty(f32, 2, 2, 200, 80), ty(f32, 2, 45, 200))
 	// An odd head dim, a narrower value dim, multi-query heads, a key block and a bit.
-	for _, d := range []ir.DType{f32, ir.F64} {
+	for _, d := range []ir.DType{f32, ir.F64, bf} {
 		add(d, ir.Attrs{causal[0], {Name: "scale", Value: ir.Float(0.2)}}, ty(d, 3, 129, 37), ty(d, 1, 131, 37), ty(d, 1, 131, 19))
 	}
 	return cs

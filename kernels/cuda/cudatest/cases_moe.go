@@ -10,8 +10,9 @@ import (
 )
 
 // moeCases: top_k along inner and outer axes (ties among the drawn integers, in f32, bf16,
-// f64 and i64), and a router's routing on 9 tokens choosing 3 of 5 experts: moe_slots with
-// capacity 2 (dropping) and 9 (dropless), dispatch with and without weights, combine, and the
+// f64 and i64), also limited to groups (DeepSeek-V3's node-limited routing), and a router's
+// routing on 9 tokens choosing 3 of 5 experts: moe_slots with capacity 2 (dropping) and 9
+// (dropless), dispatch with and without weights, combine, and the
 // weights' gradient, in f32, bf16 and f64. The slots operands are moe_slots' own result on
 // the CPU device, so every case routes as training does.
 func moeCases(first int) []Case {
@@ -39,6 +40,13 @@ func moeCases(first int) []Case {
 			add("moe_combine", nil, []ir.Type{buf, idx}, []ir.Type{x}, abs, slots)
 			add("moe_weights_grad", nil, []ir.Type{x, buf, idx}, []ir.Type{w}, abs, slotsFix(at, 2))
 		}
+	}
+	// Node-limited routing (groups): inner and outer axes, ties, smallest first.
+	for _, d := range []ir.DType{f32, bf, ir.F64, ir.I64} {
+		add("top_k", ir.Attrs{{Name: "groups", Value: ir.Int(4)}, {Name: "k", Value: ir.Int(3)}, {Name: "topk_groups", Value: ir.Int(2)}},
+			[]ir.Type{ty(d, 5, 8)}, []ir.Type{ty(d, 5, 3), ty(ir.I64, 5, 3)}, 0, nil)
+		add("top_k", ir.Attrs{{Name: "axis", Value: ir.Int(1)}, {Name: "groups", Value: ir.Int(3)}, {Name: "k", Value: ir.Int(4)},
+			{Name: "largest", Value: ir.BoolAttr(false)}, {Name: "topk_groups", Value: ir.Int(2)}}, []ir.Type{ty(d, 2, 12, 3)}, []ir.Type{ty(d, 2, 4, 3), ty(ir.I64, 2, 4, 3)}, 0, nil)
 	}
 	return cs
 }
