@@ -170,7 +170,7 @@ func TestPlanErrors(t *testing.T) {
 	}{
 		{[]string{gpt, "--gpu", "h100-80gb"}, "--gpu and --gpus are required"},
 		{[]string{gpt, "--gpus", "8", "--gpu", "h100"}, `unknown device profile "h100" (known: a100-like, v100-16gb`},
-		{[]string{gpt, "--gpus", "8", "--gpu", "h100-80gb{nvlink=1}"}, `unknown figure "nvlink" (known: gpus_per_node, inter_node_bandwidth`},
+		{[]string{gpt, "--gpus", "8", "--gpu", "h100-80gb{nvlink=1}"}, `unknown figure "nvlink" (known: collective_efficiency, gemm_efficiency, gpus_per_node, inter_node_bandwidth`},
 		{[]string{gpt, "--gpus", "8", "--gpu", "h100-80gb{mem_bytes=-1}"}, "mem_bytes=-1: want a positive number"},
 		{[]string{gpt, "--gpus", "8", "--gpu", "a100-like"}, "has no memory size; name a GPU"},
 		{[]string{gpt, "--gpus", "8", "--gpu", "h100-80gb{mem_bytes=1e6}"}, "nothing fits in the 976.6 KiB of a h100-80gb{mem_bytes=1000000}: the least memory any configuration needs is"},
