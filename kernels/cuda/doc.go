@@ -50,9 +50,13 @@
 //     see. The backward is four kernels — δ = rowsum(dO∘O), dq over key tiles, dk and dv
 //     over the group's query heads and tiles — so that every result has one writer and one
 //     order of summation (no atomicAdd into dq): deterministic, as the CPU device's two
-//     passes. The products are fp32 FMAs from shared memory, not tensor-core mma.sync: the
-//     host build runs a block's threads one at a time and cannot run a warp-wide mma, and a
-//     path CI never executes is a path that is not checked. The generator unrolls the loops
+//     passes. For f32 and f64 the products are FMAs from shared memory; bf16 and f16 run on
+//     tensor cores (kernels_attention_mma.go: mma.sync.m16n8k16, 4 warps of 16 rows a
+//     block, dk and dv in one kernel), where ppc_cuda.h's fragments are registers on sm_80+
+//     and tile addresses on the host, each lane computing its own elements of a product by
+//     the PTX layout, so the host checks every index (an earlier version of this package
+//     kept to FMAs because the host "cannot run a warp-wide mma": 6× slower on an H100).
+//     The FMA generator unrolls the loops
 //     over a tile's rows itself (scores are named registers): under #pragma unroll clang
 //     left such arrays in local memory, which TestKernelsCompileToPTX now refuses.
 //

@@ -12,8 +12,8 @@ import (
 	"ppc.dev/ppc/runtime/device"
 )
 
-// attentionCases are cudatest's attention cases (TestKernelsOnHost runs them among every
-// case).
+// attentionCases are cudatest's attention cases (TestKernelsOnHost leaves them to
+// TestAttentionKernelsOnHost).
 func attentionCases() []cudatest.Case {
 	var cases []cudatest.Case
 	for _, c := range cudatest.Cases() {
@@ -24,8 +24,8 @@ func attentionCases() []cudatest.Case {
 	return cases
 }
 
-// TestAttentionKernelsOnHost: the attention cases alone, a quick check of the tile kernels
-// against the CPU device; and a tile kernel is launched with the block it is written for
+// TestAttentionKernelsOnHost: the attention cases against the CPU device (the tile kernels,
+// on FMAs and on tensor cores, in their host build); and a tile kernel is launched with the block it is written for
 // (the host build runs its own count of threads whatever the launch says, so only the
 // launch shows it): the forward over 2 heads of 130 query rows is one launch of 4 blocks of 128.
 func TestAttentionKernelsOnHost(t *testing.T) {
