@@ -20,7 +20,11 @@ import (
 
 // TestTinyGPTLearns trains gpt.ppm --preset tiny for 200 steps on the synthetic repeating
 // motifs, in fp32 and in mixed precision, and requires the loss to fall by at least half in
-// each, and bf16's and fp16's (with dynamic loss scaling) to end no more than 10% above fp32's.
+// each, and bf16's and fp16's (with dynamic loss scaling) to end no more than 10% above fp32's,
+// where the end is the mean loss of the last 20 steps: one step's loss moves by its batch
+// (fp32's step 200 at 2.00 against its last 20 steps' 2.39, measured 2026-11-27 after the
+// CPU kernels' vectorised exp and GELU moved rounding by an ulp; bf16's step 200 at 2.25 then
+// failed a comparison of single steps, while its last 20 steps' mean was 2.29).
 // The bound is one-sided: at lr 1e-2 the loss at step 200 depends chaotically on rounding —
 // fp32 alone ends anywhere from 1.93 to 2.35 when AdamW's eps moves from 5e-9 to 2e-8 — and
 // bf16's coarser rounding lands it lower here (1.45 against fp32's 2.05; fp16 1.97). At lr
@@ -42,7 +46,7 @@ func TestTinyGPTLearns(t *testing.T) {
 			t.Run(prec, func(t *testing.T) {
 				t.Parallel()
 				_, job := initJob(t, "../testdata/models/gpt.ppm", Options{Load: LoadOptions{Preset: "tiny"}, Microbatches: 2, Optimizer: "adamw{lr=1e-2}", Precision: prec}, 1)
-				var first, last float64
+				var first, last, tail float64
 				skipped := 0
 				for i := 0; i < 200; i++ {
 					r, err := job.Step(runtime.Options{Seed: 1})
@@ -52,10 +56,13 @@ func TestTinyGPTLearns(t *testing.T) {
 					if i == 0 {
 						first = r.Loss
 					}
+					if i >= 180 {
+						tail += r.Loss / 20
+					}
 					last = r.Loss
 					skipped += int(r.Metrics[passes.MetricOverflow])
 				}
-				t.Logf("%s: loss %.4f → %.4f, %d step(s) skipped", prec, first, last, skipped)
+				t.Logf("%s: loss %.4f → %.4f (mean of the last 20 steps %.4f), %d step(s) skipped", prec, first, last, tail, skipped)
 				if last > first/2 {
 					t.Errorf("%s: loss fell from %.4f to %.4f, less than half", prec, first, last)
 				}
@@ -63,14 +70,14 @@ func TestTinyGPTLearns(t *testing.T) {
 					t.Errorf("%s: %d steps skipped for overflow", prec, skipped)
 				}
 				mu.Lock()
-				final[prec] = last
+				final[prec] = tail
 				mu.Unlock()
 			})
 		}
 	})
 	for _, prec := range []string{"bf16", "fp16"} {
 		if low, f32 := final[prec], final["fp32"]; low > 1.1*f32 {
-			t.Errorf("%s ends at loss %.4f, more than 10%% above fp32's %.4f", prec, low, f32)
+			t.Errorf("%s ends at loss %.4f (the last 20 steps' mean), more than 10%% above fp32's %.4f", prec, low, f32)
 		}
 	}
 }
