@@ -318,23 +318,8 @@ func planAttentionGrad(s *device.Spec) ([]ir.Type, []planStep, error) {
 		return nil, nil, fmt.Errorf("want q, k, v, o, lse and do")
 	}
 	d := g.d
-	rows := int64(d.Batch * d.Hq * d.Sq)
-	op3, op4, op5 := Ref{Operand, 3}, Ref{Operand, 4}, Ref{Operand, 5}
-	maskRef := []Ref{}
-	if len(s.In) > 6 {
-		maskRef = []Ref{{Operand, 6}}
-	}
-	deltaType := accType(s.In[0].DType, int(rows))
+	deltaType, deltaStep, grads := attnGradInputs(s, g)
 	doT := s.In[5]
-	// δ: in0 o, in1 do.
-	delta := func(*device.Spec) (string, int64, error) {
-		var b strings.Builder
-		fmt.Fprintf(&b, "    %s acc = 0;\n    for (long long c = 0; c < %dLL; c++) acc += %s * %s;\n    out[i] = acc;\n", g.ty, d.Dv,
-			load(s.In[3].DType, "in0", fmt.Sprintf("i * %dLL + c", d.Dv)), load(doT.DType, "in1", fmt.Sprintf("i * %dLL + c", d.Dv)))
-		return b.String(), rows, nil
-	}
-	// The gradient kernels' operands: in0 q, in1 k, in2 v, in3 do, in4 lse, in5 δ [, in6 mask].
-	grads := append([]Ref{op0, op1, op2, op5, op4, sc0}, maskRef...)
 	lseAt := func(r string) string { return load(g.lseDType, "in4", r) }
 
 	// dq: a block per query tile, a thread per query row, over the key tiles.
@@ -400,11 +385,28 @@ func planAttentionGrad(s *device.Spec) ([]ir.Type, []planStep, error) {
 			phase(final))
 	}
 	return []ir.Type{deltaType}, []planStep{
-		{in: []Ref{op3, op5}, out: sc0, gen: delta},
+		deltaStep,
 		{in: grads, out: res0, row: dq},
 		{in: grads, out: Ref{Result, 1}, row: keyGrad(false)},
 		{in: grads, out: Ref{Result, 2}, row: keyGrad(true)},
 	}, nil
+}
+
+// attnGradInputs is what both attention_grad planners share: δ's scratch type, the step
+// computing δ = rowsum(dO ∘ O) into it (in0 o, in1 do), and the gradient kernels' operands:
+// in0 q, in1 k, in2 v, in3 do, in4 lse, in5 δ [, in6 mask].
+func attnGradInputs(s *device.Spec, g *attnGen) (ir.Type, planStep, []Ref) {
+	d := g.d
+	rows := int64(d.Batch * d.Hq * d.Sq)
+	delta := func(*device.Spec) (string, int64, error) {
+		return fmt.Sprintf("    %s acc = 0;\n    for (long long c = 0; c < %dLL; c++) acc += %s * %s;\n    out[i] = acc;\n", g.ty, d.Dv,
+			load(s.In[3].DType, "in0", fmt.Sprintf("i * %dLL + c", d.Dv)), load(s.In[5].DType, "in1", fmt.Sprintf("i * %dLL + c", d.Dv))), rows, nil
+	}
+	grads := []Ref{op0, op1, op2, {Operand, 5}, {Operand, 4}, sc0}
+	if len(s.In) > 6 {
+		grads = append(grads, Ref{Operand, 6})
+	}
+	return accType(s.In[0].DType, int(rows)), planStep{in: []Ref{{Operand, 3}, {Operand, 5}}, out: sc0, gen: delta}, grads
 }
 
 // broadcastStrides are the element strides of a row-major tensor of shape when broadcast to

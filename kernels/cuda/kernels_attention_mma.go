@@ -266,23 +266,10 @@ func planAttentionGradMMA(s *device.Spec) ([]ir.Type, []planStep, error) {
 		return nil, nil, fmt.Errorf("want q, k, v, o, lse and do")
 	}
 	d := m.d
-	rows := int64(d.Batch * d.Hq * d.Sq)
-	op3, op4, op5 := Ref{Operand, 3}, Ref{Operand, 4}, Ref{Operand, 5}
-	maskRef := []Ref{}
-	if len(s.In) > 6 {
-		maskRef = []Ref{{Operand, 6}}
+	if s.In[5].DType != m.dt {
+		return nil, nil, fmt.Errorf("do is %s, q %s", s.In[5].DType, m.dt)
 	}
-	deltaType := accType(s.In[0].DType, int(rows))
-	doT := s.In[5]
-	if doT.DType != m.dt {
-		return nil, nil, fmt.Errorf("do is %s, q %s", doT.DType, m.dt)
-	}
-	delta := func(*device.Spec) (string, int64, error) {
-		return fmt.Sprintf("    float acc = 0;\n    for (long long c = 0; c < %dLL; c++) acc += %s * %s;\n    out[i] = acc;\n", d.Dv,
-			load(s.In[3].DType, "in0", fmt.Sprintf("i * %dLL + c", d.Dv)), load(doT.DType, "in1", fmt.Sprintf("i * %dLL + c", d.Dv))), rows, nil
-	}
-	// in0 q, in1 k, in2 v, in3 do, in4 lse, in5 δ [, in6 mask].
-	grads := append([]Ref{op0, op1, op2, op5, op4, sc0}, maskRef...)
+	deltaType, deltaStep, grads := attnGradInputs(s, m.attnGen)
 	lseAt := func(r string) string { return load(m.lseDType, "in4", r) }
 	br, bc := m.br, m.bc
 
@@ -349,7 +336,7 @@ func planAttentionGradMMA(s *device.Spec) ([]ir.Type, []planStep, error) {
 			loop(m.c("for (long long i0 = qstart; i0 < $SQ; i0 += $BC)"), phase(kvStage), phase(kvc.String()), phase(kvUpd))),
 		phase(kvFinal))
 	return []ir.Type{deltaType}, []planStep{
-		{in: []Ref{op3, op5}, out: sc0, gen: delta},
+		deltaStep,
 		{in: grads, out: res0, row: dq},
 		{in: grads, out: Ref{Result, 1}, also: []Ref{{Result, 2}}, row: dkv},
 	}, nil
