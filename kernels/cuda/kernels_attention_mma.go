@@ -106,14 +106,14 @@ func newMMAGen(s *device.Spec, maskAt int) (*mmaGen, error) {
 	m.br, m.bc, _ = mmaTiles(m.d16, m.dv16)
 	m.nt = 2 * m.br
 	m.cols = m.bc
-	m.setSide()
+	m.names()
 	return m, nil
 }
 
-// setSide sets the $ names of the kernels: attnGen's, with $BR the block's rows (query rows,
+// names sets the $ names of the kernels: attnGen's, with $BR the block's rows (query rows,
 // or key rows for dk/dv), $BC the staged rows, $NT the block's threads and $D16/$DV16 the
 // padded head dims.
-func (m *mmaGen) setSide() {
+func (m *mmaGen) names() {
 	d := m.d
 	c := func(x int) string { return fmt.Sprintf("%dLL", x) }
 	m.attnGen.br = m.br
@@ -170,18 +170,6 @@ func (m *mmaGen) accumulate(acc, at string, k int, bt string, width int) string 
 	return b.String()
 }
 
-// eachElem writes body once per element e < 4 of a lane's tile of D at column block nt, with
-// the constants e, the element's row (within the block) and column (within the tile) as
-// `row` and `col`, and @v the element's register (name_e).
-func eachElem(nt int, v, body string) string {
-	var b strings.Builder
-	for e := 0; e < 4; e++ {
-		fmt.Fprintf(&b, "{\n  const int row = w * 16 + g + %d, col = %d + 2 * t + %d;\n%s}\n", 8*(e/2), nt*8, e%2,
-			indent(strings.ReplaceAll(body, "@v", fmt.Sprintf("%s%d", v, e)), "  "))
-	}
-	return b.String()
-}
-
 // storeFrags writes a warp's accumulator rows to out: for each of the lane's elements of row
 // (w·16 + g [+ 8]) and column c < width, out[rowOf(row) · width + c] = value(acc element).
 func (m *mmaGen) storeFrags(acc string, width, padded int, valid, rowAt, value string, dt ir.DType) string {
@@ -229,8 +217,8 @@ func planAttentionMMA(s *device.Spec) ([]ir.Type, []planStep, error) {
 	var sp strings.Builder
 	sp.WriteString(lanes + fragsA("qa", "qs", m.d16))
 	for nt := 0; nt < bc/8; nt++ {
-		fmt.Fprintf(&sp, "{\n  float c0 = 0, c1 = 0, c2 = 0, c3 = 0;\n%s", indent(m.productBt([4]string{"c0", "c1", "c2", "c3"}, "qa", m.d16/16, "ks", m.d16, fmt.Sprint(nt*8)), "  "))
-		sp.WriteString(indent(eachElem(nt, "c", m.c("ss[row * $LS + col] = @v;\n")), "  "))
+		fmt.Fprintf(&sp, "{\n  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;\n%s", indent(m.productBt([4]string{"s0", "s1", "s2", "s3"}, "qa", m.d16/16, "ks", m.d16, fmt.Sprint(nt*8)), "  "))
+		sp.WriteString(indent(eachElem(nt, m.c("ss[row * $LS + col] = @v;\n")), "  "))
 		sp.WriteString("}\n")
 	}
 	// The online softmax, a thread per query row.
@@ -287,7 +275,7 @@ func planAttentionGradMMA(s *device.Spec) ([]ir.Type, []planStep, error) {
 			m.visible("qi < $SQ && j < kend && lse != -PPC_INF", "qi", "j", "x", "in6") +
 			m.c("const $T ds = vis ? ppc_expo(x - lse) * (@p - dl_s[row]) : ($T)0, dh = "+round(m.dt, "ds")+";\n"+
 				"dss[row * $LP + col] = "+store(m.dt, "dh")+";\ndsl[row * $LP + col] = "+store(m.dt, "ds - dh")+";\n")
-		dqc.WriteString(indent(eachElemPair(nt, body), "  "))
+		dqc.WriteString(indent(eachElem(nt, body), "  "))
 		dqc.WriteString("}\n")
 	}
 	dqUpd := lanes + m.accumulate("acc", "dss", bc, "ks", m.d16) + m.accumulate("acc", "dsl", bc, "ks", m.d16)
@@ -321,7 +309,7 @@ func planAttentionGradMMA(s *device.Spec) ([]ir.Type, []planStep, error) {
 			m.visible("qi < $SQ && j < $SKV && lse != -PPC_INF", "qi", "j", "x", "in6") +
 			m.c("const $T p = vis ? ppc_expo(x - lse) : ($T)0;\npts[row * $LP + col] = "+store(m.dt, "p")+";\n"+
 				"const $T ds = p * (@p - dls[col]), dh = "+round(m.dt, "ds")+";\ndsts[row * $LP + col] = "+store(m.dt, "dh")+";\ndstl[row * $LP + col] = "+store(m.dt, "ds - dh")+";\n")
-		kvc.WriteString(indent(eachElemPair(nt, body), "  "))
+		kvc.WriteString(indent(eachElem(nt, body), "  "))
 		kvc.WriteString("}\n")
 	}
 	kvUpd := lanes + m.accumulate("dv", "pts", bc, "dos", m.dv16) + m.accumulate("dk", "dsts", bc, "qs", m.d16) + m.accumulate("dk", "dstl", bc, "qs", m.d16)
@@ -342,8 +330,10 @@ func planAttentionGradMMA(s *device.Spec) ([]ir.Type, []planStep, error) {
 	}, nil
 }
 
-// eachElemPair is eachElem over the registers s (@v) and p (@p) of the same element.
-func eachElemPair(nt int, body string) string {
+// eachElem writes body once per element e < 4 of a lane's tile of D at column block nt,
+// with the element's row (within the block) and column (within the tile) as the constants
+// `row` and `col`, and @v and @p naming its registers s_e and p_e (S and dP).
+func eachElem(nt int, body string) string {
 	var b strings.Builder
 	for e := 0; e < 4; e++ {
 		r := strings.NewReplacer("@v", fmt.Sprintf("s%d", e), "@p", fmt.Sprintf("p%d", e))
