@@ -316,13 +316,7 @@ func (j *Job) prepare(r int, prog *pb.Program, local bool) (*Rank, error) {
 			}
 			// Imported data is the whole tensor (the program is every replica's; each takes
 			// its block at initialisation).
-			whole := size
-			if g != nil {
-				whole = int64(t.DType.Size())
-				for _, d := range g.full() {
-					whole *= d
-				}
-			}
+			whole := wholeBytes(g, t, size)
 			if b.Data != nil && int64(len(b.Data)) != whole {
 				return nil, fmt.Errorf("parameter %s holds %d bytes, the whole tensor (%s on this rank) needs %d", b.Name, len(b.Data), t, whole)
 			}
@@ -343,13 +337,7 @@ func (j *Job) prepare(r int, prog *pb.Program, local bool) (*Rank, error) {
 			}
 			// State with an initial value (the loss scale, an imported weight's fp32 main
 			// copy) holds the whole tensor, which a shard takes its block of.
-			whole := size
-			if g != nil {
-				whole = int64(t.DType.Size())
-				for _, d := range g.full() {
-					whole *= d
-				}
-			}
+			whole := wholeBytes(g, t, size)
 			if b.Data != nil && int64(len(b.Data)) != whole {
 				return nil, fmt.Errorf("state %s holds %d bytes of initial value, the whole tensor (%s on this rank) needs %d", b.Name, len(b.Data), t, whole)
 			}
@@ -414,6 +402,19 @@ func (g *shardGeom) full() []int64 {
 		return g.valid
 	}
 	return g.global
+}
+
+// wholeBytes is the bytes of the whole tensor a buffer of size bytes (type t, on this rank)
+// is a block of: size when the buffer is not sharded (g nil).
+func wholeBytes(g *shardGeom, t ir.Type, size int64) int64 {
+	if g == nil {
+		return size
+	}
+	whole := int64(t.DType.Size())
+	for _, d := range g.full() {
+		whole *= d
+	}
+	return whole
 }
 
 // shardOf computes where rank c's block of a sharded buffer lies in the full tensor (nil for
