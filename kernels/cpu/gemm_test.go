@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"testing"
 	"unsafe"
+
+	"ppc.dev/ppc/internal/cputime"
 )
 
 // gemmNaive is the reference: a float64 triple loop over the same storage conventions.
@@ -309,7 +311,7 @@ func benchGemm[T Float](b *testing.B, transA, transB bool, m, n, k int) {
 	bb := randSlice[T](r, k*n)
 	c := make([]T, m*n)
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := cputime.Process()
 	for b.Loop() {
 		Gemm(transA, transB, m, n, k, 1, a, lda, bb, ldb, 0, c, n)
 	}
@@ -317,7 +319,7 @@ func benchGemm[T Float](b *testing.B, transA, transB bool, m, n, k int) {
 	b.ReportMetric(flop/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 	// Per second of CPU time (all threads): on a loaded machine, what one core achieves
 	// while it runs, which wall time hides.
-	if cpu := cpuTime() - cpu0; cpu > 0 {
+	if cpu := cputime.Process() - cpu0; cpu > 0 {
 		b.ReportMetric(flop/cpu.Seconds()/1e9, "GFLOP/cpu-s")
 	}
 }

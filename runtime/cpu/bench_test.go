@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"ppc.dev/ppc/internal/cputime"
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime/device"
 )
@@ -42,7 +43,7 @@ func benchKernel(b *testing.B, s *device.Spec, bytesPerOp int64, flops float64) 
 		b.Fatal(err)
 	}
 	b.SetBytes(bytesPerOp)
-	cpu0 := cpuTime()
+	cpu0 := cputime.Process()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		if err := impl(in, out); err != nil {
@@ -51,7 +52,7 @@ func benchKernel(b *testing.B, s *device.Spec, bytesPerOp int64, flops float64) 
 	}
 	b.StopTimer()
 	// CPU time per launch (all threads): on a shared machine it varies less than wall time.
-	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64((cputime.Process()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 	if flops > 0 {
 		b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 	}
