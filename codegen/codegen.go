@@ -1413,14 +1413,25 @@ func (rg *rankGen) call(prog *ir.Func, op *ir.Op) error {
 		if !ok {
 			return fmt.Errorf("@%s updates %q, which is neither a parameter nor a state here", f.Name, target)
 		}
+		s := b.Results[i]
 		at := len(b.Launches)
-		if p, made := producer[b.Results[i]]; made && !metricBufs[dst] {
+		if p, made := producer[s]; made && !metricBufs[dst] {
 			at = p
-			if r, read := lastRead[dst]; read {
+			r, read := lastRead[dst]
+			if read {
 				at = max(at, r)
 			}
+			// In place: an elementwise launch whose only result is the update, run after
+			// every other reader of the old value, writes the parameter or state itself —
+			// each element is read (at its own index: the result has its shape) before it is
+			// written, on every device — so the update needs neither a copy nor a buffer.
+			// AdamW's step is then four launches a parameter, not eight.
+			if (!read || r <= p) && slotBuf[s] < 0 && rg.inPlace(b, b.Launches[p], s, dst) {
+				slotBuf[s] = dst
+				continue
+			}
 		}
-		after[at] = append(after[at], copyOp{b.Results[i], dst})
+		after[at] = append(after[at], copyOp{s, dst})
 	}
 	rg.instr(&pb.Instr{Kind: pb.Instr_BEGIN, Label: "OPT", Stage: -1})
 	for k := range b.Launches {
@@ -1446,6 +1457,14 @@ func (rg *rankGen) call(prog *ir.Func, op *ir.Op) error {
 	}
 	rg.instr(&pb.Instr{Kind: pb.Instr_END, Label: "OPT", Stage: -1})
 	return nil
+}
+
+// inPlace says whether launch l may write its result slot s straight into buffer dst: an
+// elementwise kernel (an op with the trait, or a fused chain), one result, of dst's type.
+func (rg *rankGen) inPlace(b *lower.Block, l lower.Launch, s, dst int) bool {
+	k := &b.Kernels[l.Kernel]
+	elementwise := k.Op == nil && len(k.Fused) > 0 || k.Op != nil && k.Op.Has(ir.Elementwise)
+	return elementwise && len(l.Out) == 1 && l.Out[0] == s && b.Slots[s].Equal(rg.typeOf(dst))
 }
 
 // allReduce lowers a rank program's all_reduce of a value (the optimizer's found_inf and

@@ -143,3 +143,54 @@ func merge(a, b map[comm]int) map[comm]int {
 	}
 	return out
 }
+
+// TestOptimizerUpdatesInPlace: the optimizer's elementwise updates write each parameter and
+// state tensor in place — no copy back, no buffer for the new value — and a launch that
+// writes one reads it only where the value is its own (each element at its own index).
+// fp16's loss scale, which a metric reports before the update, is still copied at the end.
+func TestOptimizerUpdatesInPlace(t *testing.T) {
+	tiny := LoadOptions{Preset: "tiny"}
+	for _, c := range []struct {
+		opts       Options
+		wantCopies int // COPY instructions inside OPT
+	}{
+		{Options{Load: tiny, Microbatches: 2, Precision: "bf16"}, 0},
+		{Options{Load: tiny, PP: 2, TP: 2, Microbatches: 2, Optimizer: "sgd{lr=0.1,momentum=0.9}"}, 0},
+		{Options{Load: tiny, Microbatches: 2, Precision: "fp16"}, 1},
+	} {
+		t.Run(fmt.Sprintf("%s %s tp%d", c.opts.Precision, c.opts.Optimizer, c.opts.TP), func(t *testing.T) {
+			res, err := Compile(gptPPM, c.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for r, p := range res.Output.Programs {
+				inOpt, copies, writes := false, 0, 0
+				for _, in := range p.Instrs {
+					if in.Label == "OPT" && (in.Kind == pb.Instr_BEGIN || in.Kind == pb.Instr_END) {
+						inOpt = in.Kind == pb.Instr_BEGIN
+					}
+					if !inOpt {
+						continue
+					}
+					switch in.Kind {
+					case pb.Instr_COPY:
+						copies++
+					case pb.Instr_LAUNCH:
+						for _, o := range in.Out {
+							role := p.Buffers[o].Role
+							if role == pb.Role_PARAM || role == pb.Role_STATE {
+								writes++
+							}
+						}
+					}
+				}
+				if copies != c.wantCopies {
+					t.Errorf("rank %d: %d copies in the optimizer's step, want %d", r, copies, c.wantCopies)
+				}
+				if writes == 0 {
+					t.Errorf("rank %d: no launch writes a parameter or state in place", r)
+				}
+			}
+		})
+	}
+}

@@ -377,14 +377,28 @@ func (j *Job) prepare(r int, prog *pb.Program, local bool) (*Rank, error) {
 		specs[k] = s
 	}
 	rank.instrs = make([]instr, len(prog.Instrs))
+	inOpt := false // between BEGIN OPT and its END: the optimizer's step
 	for n, in := range prog.Instrs {
-		it, err := j.prepareInstr(rank, in, specs, local)
+		if in.Label == "OPT" && (in.Kind == pb.Instr_BEGIN || in.Kind == pb.Instr_END) {
+			inOpt = in.Kind == pb.Instr_BEGIN
+		}
+		it, err := j.prepareInstr(rank, in, specs, local, inOpt)
 		if err != nil {
 			return nil, fmt.Errorf("instruction %d (%s): %v", n, in.Kind, err)
 		}
 		rank.instrs[n] = it
 	}
 	return rank, nil
+}
+
+// elementwiseSpec reports whether kernel k is elementwise (a fused chain or an op with the
+// trait): the only launches that may write a parameter, each element at its own index.
+func elementwiseSpec(specs []*device.Spec, k int32) bool {
+	if k < 0 || int(k) >= len(specs) {
+		return false
+	}
+	s := specs[k]
+	return s.Op == nil && len(s.Fused) > 0 || s.Op != nil && s.Op.Has(ir.Elementwise)
 }
 
 // shardGeom places a buffer in its full tensor: the full shape and the buffer's offset in it.
@@ -585,7 +599,7 @@ func kernelSpec(pk *pb.Kernel) (*device.Spec, error) {
 	return &device.Spec{Op: def, Attrs: attrs}, nil
 }
 
-func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, local bool) (instr, error) {
+func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, local, inOpt bool) (instr, error) {
 	it := instr{Instr: in}
 	buf := func(ids []int32) ([]device.Tensor, error) {
 		out := make([]device.Tensor, len(ids))
@@ -617,8 +631,10 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, local
 			case pb.Role_CONST, pb.Role_PARAM, pb.Role_STEP:
 				// COPY writes tied weights; collectives write parameters under ZeRO (the
 				// all-gather of updated shards) and when replicas are broadcast; UNPACK cuts
-				// a gathered bucket of them into place.
-				paramOK := in.Kind == pb.Instr_COPY || in.Kind == pb.Instr_UNPACK || dist.OpName(in.Kind) != ""
+				// a gathered bucket of them into place; the optimizer's elementwise updates
+				// write them in place (LAUNCH inside OPT).
+				paramOK := in.Kind == pb.Instr_COPY || in.Kind == pb.Instr_UNPACK || dist.OpName(in.Kind) != "" ||
+					in.Kind == pb.Instr_LAUNCH && inOpt && elementwiseSpec(specs, in.Kernel)
 				if !paramOK || role(id) != pb.Role_PARAM {
 					return fmt.Errorf("writes to read-only buffer %d (%s)", id, role(id))
 				}

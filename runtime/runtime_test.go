@@ -153,6 +153,25 @@ func TestLoaderRejectsCorruptPrograms(t *testing.T) {
 				}
 			}
 		}, "writes to read-only buffer"},
+		// The optimizer's elementwise launches update parameters in place; an elementwise
+		// launch outside the OPT block writing one is refused.
+		{"launch writes param", func(p *pb.Program) {
+			param := -1
+			for _, b := range p.Buffers {
+				if b.Role == pb.Role_PARAM {
+					param = int(b.Id)
+				}
+			}
+			for _, in := range p.Instrs {
+				if in.Kind == pb.Instr_LAUNCH && (len(p.Kernels[in.Kernel].Fused) > 0 || p.Kernels[in.Kernel].Op == "relu") {
+					w := proto.Clone(in).(*pb.Instr)
+					w.Out = []int32{int32(param)}
+					p.Instrs = append(p.Instrs, w)
+					return
+				}
+			}
+			panic("no elementwise launch")
+		}, "writes to read-only buffer"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -306,6 +306,12 @@ func Elementwise(s *device.Spec, name string) (Kernel, error) {
 	if err != nil {
 		return Kernel{}, err
 	}
+	// An elementwise launch may write over one of its inputs (the optimizer's in-place
+	// updates: each element is read at its own index before it is written), which
+	// __restrict__ would promise cannot happen.
+	for i := range params {
+		params[i] = strings.Replace(params[i], " __restrict__", "", 1)
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "// %s: %s → %s\n", name, Describe(s), out)
 	fmt.Fprintf(&b, "PPC_GLOBAL void %s(%s) {\n  PPC_FOR_EACH(i, n) {\n", name, strings.Join(params, ", "))
