@@ -123,7 +123,8 @@ func TestPublishedRuns(t *testing.T) {
 			p := res.Plans[0]
 			got := r.flops / p.StepTime / float64(r.gpus) / 1e12
 			pub := r.flops / (r.tflops * 1e12 * float64(r.gpus))
-			t.Logf("%s: reported %.0f TFLOP/s (%.2f s a step), ppc predicts %.2f s → %.0f TFLOP/s (%+.1f%%): %s", r.name, r.tflops, pub, p.StepTime, got, 100*(got/r.tflops-1), p.Config.describe())
+			t.Logf("%s: reported %.0f TFLOP/s (%.2f s a step), ppc predicts %.2f s (ideal %.2f + bubble %.2f + collectives %.2f + transfers %.2f) → %.0f TFLOP/s (%+.1f%%): %s",
+				r.name, r.tflops, pub, p.StepTime, p.Ideal, p.BubbleTime, p.Collectives, p.Transfers, got, 100*(got/r.tflops-1), p.Config.describe())
 			if os.Getenv("PUBLISHED_PICK") != "" {
 				// ppc's own pick for the same GPUs and batch, for the README's last column.
 				req.Fix = Fixed{SP: -1, Zero: -1}
