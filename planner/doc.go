@@ -74,10 +74,12 @@
 //     prefetches nothing: the next segment's copies arrive in the next unit's run.
 //     TestPlanMemoryMatchesCompile (cmd/ppc) draws configurations over the schedules, tp and
 //     sp, recomputation and ZeRO 0–3 and holds each rank's prediction to within 2% of ppc
-//     compile's live bytes (full recomputation: at most 6% over; PLANTRUTH_TRIALS=60 also
-//     draws one full-recomputation configuration — zb-h2, pp 4, tp 2 — whose last stage it
-//     predicts 48 KiB, 2.3%, under, whatever the ZeRO stage: not yet explained); the arena's
-//     placement adds its fragmentation, reported by ppc compile.
+//     compile's live bytes (full recomputation: at most 6% over); the arena's placement adds
+//     its fragmentation, reported by ppc compile. TestStageMemComposesUnits holds a stage
+//     composed from one-unit probes to what ppc compile's function for the stage holds. A
+//     value one unit's I makes and another unit's W reads (the output gradient the final
+//     LayerNorm's backward hands the last layer, which that layer's last linear's W reads)
+//     is held by the reader from its I to its W, as the stage's own function holds it.
 //   - Token slices change what the arena holds beyond the unsliced runs' shares (the K/V
 //     prefixes each slice's attention joins and rebuilds, per-slice runs), so each sliced
 //     configuration about to be printed is compiled as its printed command compiles it
