@@ -56,8 +56,10 @@
 //     bytes of what it hands other runs), and the planner walks each rank's runs in the
 //     schedule's order — F stashes, I frees what only it reads and holds its output
 //     gradients for W, W frees the rest — with ZeRO-2's per-run reduce-scatter, the dp
-//     reduction after a stage's last W and the step's end (the optimizer's updates, ZeRO's
-//     blocks and gathers). The most bytes live at once is the arena, the most forward runs
+//     all-reduce after a stage's last W (under ZeRO-1 only of what dp does not split) and
+//     the step's end: ZeRO-1's reduce-scatter bucket by bucket in stage order, the
+//     gradient blocks until the optimizer reads them, the new parameter blocks until they
+//     are all-gathered (the updates themselves are in place: no copies). The most bytes live at once is the arena, the most forward runs
 //     made its activations, the rest workspace. A stage of several units composes their runs
 //     as its function runs them (F in unit order, I and W in reverse; under full
 //     recomputation each unit is rebuilt right before its own backward, which its probe's
@@ -74,8 +76,8 @@
 //     prefetches nothing: the next segment's copies arrive in the next unit's run.
 //     TestPlanMemoryMatchesCompile (cmd/ppc) draws configurations over the schedules, tp and
 //     sp, recomputation and ZeRO 0–3 and holds each rank's prediction to within 2% of ppc
-//     compile's live bytes (full recomputation: at most 6% over); the arena's placement adds
-//     its fragmentation, reported by ppc compile. TestStageMemComposesUnits holds a stage
+//     compile's live bytes; the arena's placement adds its fragmentation, reported by ppc
+//     compile. TestStageMemComposesUnits holds a stage
 //     composed from one-unit probes to what ppc compile's function for the stage holds. A
 //     value one unit's I makes and another unit's W reads (the output gradient the final
 //     LayerNorm's backward hands the last layer, which that layer's last linear's W reads)

@@ -145,7 +145,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 	for r := range rankSet {
 		rankSet[r] = map[string]param{}
 	}
-	var stageBucket []int64
+	var stageSplit [][]param // per stage, the parameters ZeRO splits over dp, in order
 	e.oneMB = make([]int64, c.PP)
 	busy := make([]float64, c.PP)
 	lo := 0
@@ -154,6 +154,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		var pbytes int64
 		var stageShared []param
 		var sizes []int64 // the stage's parameter tensors, each once
+		var stageParams []param
 		for _, u := range units[lo:hi] {
 			sc.F += u.f
 			sc.I += u.i + u.recompute
@@ -166,6 +167,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			for _, pr := range u.params {
 				if !slices.Contains(u.shared, pr) || !slices.Contains(stageShared, pr) {
 					sizes = append(sizes, pr.bytes)
+					stageParams = append(stageParams, pr)
 				}
 			}
 			for _, pr := range u.shared {
@@ -333,30 +335,46 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			}
 			sm.afterW = g + int64(bucket)
 		}
-		// After the stage's last W, its gradients are reduced over dp in buckets (grad-reduce):
-		// each bucket packed into one flat buffer and all-reduced in place (ZeRO-0), or
-		// reduce-scattered into a block (ZeRO-1).
-		var bucket int64
-		for _, b := range bucketBytes(scaled(dense, rb.grads)) {
-			bucket = max(bucket, int64(b))
-		}
-		if edp > 1 || c.CP > 1 {
-			for _, b := range bucketBytes(expertSizes) {
-				bucket = max(bucket, int64(b))
+		// After the stage's last W, grad-reduce sums its gradients over dp in buckets, each
+		// packed into one flat buffer for its collective (a lone tensor is reduced in place,
+		// from its accumulator): all of them under ZeRO-0, under ZeRO-1 only those dp does
+		// not split — the others are reduce-scattered at the step's end (rank-optimizer),
+		// when the pipeline has freed its activations. Counting ZeRO-1's reduce-scatter here,
+		// and the whole ones in it, over-predicted a rank whose other stage still holds its
+		// activations then (interleaved: 7%) and one whose tied embedding dp does not split.
+		var all, whole []int64
+		for i, n := range sizes {
+			pr := stageParams[i]
+			if pr.expert {
+				continue
+			}
+			g := int64(float64(n) * rb.grads)
+			all = append(all, g)
+			if pr.dim0%max(c.DP, 1) != 0 {
+				whole = append(whole, g)
 			}
 		}
 		if c.CP > 1 {
-			sm.lastW = bucket // the cp sum's packed bucket (the dp sum reuses the layout)
+			sm.lastW = packedMax(all) // the cp sum of every accumulator (the dp sum reuses the layout)
+		}
+		if edp > 1 || c.CP > 1 {
+			sm.lastW = max(sm.lastW, packedMax(expertSizes))
 		}
 		if c.DP > 1 {
 			switch c.Zero {
 			case 0:
-				sm.lastW = bucket
+				sm.lastW = max(sm.lastW, packedMax(all))
 			case 1:
-				sm.lastW = bucket + bucket/int64(c.DP)
+				sm.lastW = max(sm.lastW, packedMax(whole))
 			}
 		}
-		stageBucket = append(stageBucket, bucket)
+		var split []param
+		for _, pr := range stageParams {
+			if !pr.expert && pr.dim0%max(c.DP, 1) == 0 {
+				split = append(split, pr)
+			}
+		}
+		stageSplit = append(stageSplit, split)
 		e.stageMem = append(e.stageMem, sm)
 		// Before the schedule is known: what F needs beyond its own stash, or I beyond the
 		// stash it reads, is the least the rank needs beyond one micro-batch's stash (the
@@ -380,55 +398,61 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		e.bound = max(e.bound, warm+busy[r]+end)
 		warm += e.cost.Stages[r].F
 	}
-	// The step's end, once the pipeline has freed its activations: the optimizer updates one
-	// tensor at a time (its new value and AdamW's two moments, each copied back as soon as
-	// nothing reads the old one); ZeRO keeps dp blocks in the arena — ZeRO-1 the reduced
-	// gradients' blocks until the optimizer reads them, ZeRO-1 and 2 the new parameter blocks
-	// until they are all-gathered — and gathers each bucket's blocks into one flat buffer and
-	// the whole bucket.
+	// The step's end, once the pipeline has freed its activations. The optimizer updates
+	// every parameter and state in place (codegen), so an update holds nothing new in the
+	// arena but a new 16-bit parameter block under ZeRO 1 and 2, kept until it is
+	// all-gathered. ZeRO-1 first reduce-scatters the gradients dp splits, bucket by bucket
+	// (packed, and the rank's block of it), and keeps the blocks until the optimizer reads
+	// them; the all-gather packs a bucket's new blocks and gathers the whole bucket. A
+	// parameter dp does not split is updated whole, in place.
 	e.stepEnd = make([]int64, c.PP)
-	for r := range c.PP {
-		var largest, bucket, experts, largestExpert int64
-		for _, n := range rankSizes[r] {
-			largest = max(largest, n)
-		}
-		for _, pr := range rankSet[r] {
-			if pr.expert { // not ZeRO's: updated whole
-				experts += pr.bytes
-				largestExpert = max(largestExpert, pr.bytes)
-			}
-		}
-		for s, rr := range e.placement {
-			if rr == r && s < len(stageBucket) {
-				bucket = max(bucket, stageBucket[s])
-			}
-		}
-		// Per element of the largest tensor the update makes its new state (main parameter
-		// and moments: rb.state per parameter byte) and its new parameter; the gathered
-		// bucket holds parameters (stageBucket is of gradients).
-		P, dp := rankParams[r], int64(c.DP)
-		upd := int64(float64(largest) * (rb.state + 1))
-		gather := int64(float64(bucket) / rb.grads)
-		switch {
-		case c.Zero == 3 && c.DP > 1:
-			// The optimizer updates each block in place, one tensor at a time.
-			var most int64
-			for _, pr := range rankSet[r] {
-				n := pr.bytes
-				if pr.dim0%c.DP == 0 {
-					n /= dp
+	if c.DP > 1 && (c.Zero == 1 || c.Zero == 2) {
+		dp := int64(c.DP)
+		for r := range c.PP {
+			// The rank's split parameters in stage order (a tied one once, where it
+			// first appears), each stage bucketed apart.
+			var stages [][]int64
+			var P, largest int64
+			seen := map[string]bool{}
+			for s, rr := range e.placement {
+				if rr != r || s >= len(stageSplit) {
+					continue
 				}
-				most = max(most, n)
+				var sizes []int64
+				for _, pr := range stageSplit[s] {
+					if !seen[pr.name] {
+						seen[pr.name] = true
+						sizes = append(sizes, pr.bytes)
+						P += pr.bytes
+						largest = max(largest, pr.bytes)
+					}
+				}
+				stages = append(stages, sizes)
 			}
-			e.stepEnd[r] = 3 * most
-		case c.Zero >= 1 && c.DP > 1:
-			blocks := (P - experts) / dp
+			var peak, blocks int64
 			if c.Zero == 1 {
-				blocks += int64(float64((P-experts)/dp) * rb.grads) // the gradients' blocks too
+				// Reduce-scatter, bucket by bucket: the blocks so far, the bucket packed
+				// (a lone tensor is scattered from its accumulator) and its blocks.
+				for _, sizes := range stages {
+					for _, b := range bucketsOf(scaled(sizes, rb.grads)) {
+						peak = max(peak, blocks+b.packed()+b.bytes/dp)
+						blocks += b.bytes / dp
+					}
+				}
+				// The optimizer reads each gradient block once and makes the parameter's
+				// new block: at most all the gradient blocks and the first new block.
+				peak = max(peak, blocks+largest/dp)
 			}
-			e.stepEnd[r] = max(blocks+max(upd/dp, int64(float64(largestExpert)*(rb.state+1))), gather+gather/dp)
-		default:
-			e.stepEnd[r] = upd
+			// The all-gather, bucket by bucket: the new blocks not yet gathered, and the
+			// whole bucket gathered (a lone tensor straight into its parameter).
+			pending := P / dp
+			for _, sizes := range stages {
+				for _, b := range bucketsOf(sizes) {
+					peak = max(peak, pending+b.packed())
+					pending -= b.bytes / dp
+				}
+			}
+			e.stepEnd[r] = max(peak, P/dp)
 		}
 	}
 	e.work = work
@@ -709,6 +733,50 @@ func bucketBytes(sizes []int64) []float64 {
 		out = append(out, float64(cur))
 	}
 	return out
+}
+
+// bucket is one gradient bucket: its bytes and how many tensors it holds.
+type bucket struct {
+	bytes int64
+	n     int
+}
+
+// packed is the flat buffer the bucket is packed into for its collective: none for a lone
+// tensor, reduced or gathered in place.
+func (b bucket) packed() int64 {
+	if b.n > 1 {
+		return b.bytes
+	}
+	return 0
+}
+
+// bucketsOf groups sizes (in order) as bucketBytes does.
+func bucketsOf(sizes []int64) []bucket {
+	var out []bucket
+	var cur bucket
+	for _, x := range sizes {
+		if cur.bytes > 0 && cur.bytes+x > passes.BucketBytes {
+			out = append(out, cur)
+			cur = bucket{}
+		}
+		cur.bytes += x
+		cur.n++
+	}
+	if cur.n > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// packedMax is the largest flat buffer the buckets of sizes (in order, as bucketBytes forms
+// them) are packed into: a bucket of one tensor is reduced or gathered in place, packing
+// nothing.
+func packedMax(sizes []int64) int64 {
+	var most int64
+	for _, b := range bucketsOf(sizes) {
+		most = max(most, b.packed())
+	}
+	return most
 }
 
 // bucketed is a collective over g bytes sent in BucketBytes buckets, each paying latency.
