@@ -19,10 +19,14 @@
 //     (TestAffineInMicrobatch checks the extrapolation against a probe at four).
 //   - A configuration groups the units into pp·v contiguous stages that minimise the slowest
 //     stage (the layout is printed, so ppc compile reproduces it exactly), prices data
-//     parallelism as the rank programs do it (every collective in buckets: all-reduce;
-//     reduce-scatter and all-gather, per micro-batch under ZeRO-2), builds the schedule, and
-//     simulates it with the schedule package's engine: the step time and the bubble (as a
-//     fraction of the ideal time, as ppc compile and simulate give it).
+//     parallelism as the rank programs do it (every collective in buckets, gradients in
+//     their accumulation dtype: all-reduce; reduce-scatter and all-gather, per micro-batch
+//     under ZeRO-2; a tied weight's partials each, and a parameter dp does not split
+//     all-reduced whatever the ZeRO stage), builds the schedule, and simulates it with the
+//     schedule package's engine: the step time and the bubble (as a fraction of the ideal
+//     time, as ppc compile and simulate give it). TestPlanTimeMatchesCompileDP (cmd/ppc)
+//     holds the step to ppc compile's estimate for ZeRO 0–3 with a tied embedding dp does
+//     not split.
 //   - Context parallelism is probed like a tp layout: one probe per (tp, sp, cp), compiled with
 //     --cp, so a unit's costs are one cp rank's (its share of each sequence, the ring priced
 //     by the cost model: n attention blocks, each step's transfer overlapped with its block)
