@@ -63,7 +63,9 @@
 //     all-reduce after a stage's last W (under ZeRO-1 only of what dp does not split) and
 //     the step's end: ZeRO-1's reduce-scatter bucket by bucket in stage order, the
 //     gradient blocks until the optimizer reads them, the new parameter blocks until they
-//     are all-gathered (the updates themselves are in place: no copies). The most bytes live at once is the arena, the most forward runs
+//     are all-gathered (the updates themselves are in place: no copies). A value two
+//     stages on one rank pass each other (ZB-V's turn: F's activation, I's output gradient)
+//     stays in the arena from the run making it to the run reading it. The most bytes live at once is the arena, the most forward runs
 //     made its activations, the rest workspace. A stage of several units composes their runs
 //     as its function runs them (F in unit order, I and W in reverse; under full
 //     recomputation each unit is rebuilt right before its own backward, which its probe's

@@ -388,6 +388,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			}
 		}
 		stageSplit = append(stageSplit, split)
+		sm.send, sm.recvI = units[hi-1].send, units[hi-1].mem.recvI
 		e.stageMem = append(e.stageMem, sm)
 		// Before the schedule is known: what F needs beyond its own stash, or I beyond the
 		// stash it reads, is the least the rank needs beyond one micro-batch's stash (the
@@ -510,6 +511,9 @@ type stageMem struct {
 	runF, runI, runW    int64
 	afterW              int64 // what follows W once it has freed its inputs (ZeRO-2's reduce-scatter)
 	lastW               int64 // what follows the stage's last W (its gradients' dp reduction)
+	// send is what F hands the next stage, recvI what the next stage's I hands this one's
+	// backward: held in the arena in between when both stages are on one rank (ZB-V's turn).
+	send, recvI int64
 }
 
 // stageMemOf composes a stage from its units, as one run of the stage's function runs theirs:
@@ -643,10 +647,20 @@ func (e *evaluation) arena(s *schedule.Schedule) (peak, fwd []int64) {
 				}
 				sm, f := e.stageMem[c.Stage], frac(c.Microbatch)
 				sc := func(x int64) int64 { return int64(float64(x) * f) }
+				// A value passed between two stages of this rank stays in the arena from
+				// the run making it to the run reading it (whose peak counts it).
+				prevHere := c.Stage > 0 && e.placement[c.Stage-1] == r
+				nextHere := c.Stage+1 < len(e.stageMem) && e.placement[c.Stage+1] == r
 				backI := func() {
+					if nextHere {
+						live -= sc(sm.recvI)
+					}
 					peak[r] = max(peak[r], live-sc(sm.argsI)+sc(sm.runI))
 					live += sc(sm.held - sm.stashI)
 					liveF -= sc(sm.stashI)
+					if prevHere {
+						live += sc(e.stageMem[c.Stage-1].recvI)
+					}
 				}
 				backW := func() {
 					peak[r] = max(peak[r], live-sc(sm.argsW)+sc(sm.runW))
@@ -659,10 +673,17 @@ func (e *evaluation) arena(s *schedule.Schedule) (peak, fwd []int64) {
 				}
 				switch c.Kind {
 				case schedule.Forward:
+					if prevHere {
+						in := sc(e.stageMem[c.Stage-1].send)
+						live, liveF = live-in, liveF-in
+					}
 					peak[r] = max(peak[r], live+sc(sm.runF))
 					fwd[r] = max(fwd[r], liveF+sc(sm.runF))
 					live += sc(sm.stash)
 					liveF += sc(sm.stash)
+					if nextHere {
+						live, liveF = live+sc(sm.send), liveF+sc(sm.send)
+					}
 				case schedule.BackwardInput:
 					backI()
 				case schedule.BackwardWeight:

@@ -69,7 +69,7 @@ func memNoMargin(m codegen.Memory) int64 { return m.Peak() - m.Margin }
 // split) issues none. Full recomputation too: its draws used to be allowed 6% over, which
 // was the step's end (ZeRO-1's reduce-scatter counted after each stage's last W, the
 // optimizer's copies the in-place updates no longer make), not the rebuilt units.
-// PLANTRUTH_TRIALS=N draws more (60: all 94 within −1.3% … +0.2%).
+// PLANTRUTH_TRIALS=N draws more (60: all 94 within −0.4% … +0.2%).
 func TestPlanMemoryMatchesCompile(t *testing.T) {
 	gpt := filepath.Join("..", "..", "testdata", "models", "gpt.ppm")
 	rng := rand.New(rand.NewSource(24))
@@ -120,8 +120,8 @@ func TestPlanMemoryMatchesCompile(t *testing.T) {
 }
 
 // comparePlanMemory compiles the best plan's command and checks that the planner's memory
-// per pipeline rank is within −2% … +over of what ppc compile plans.
-func comparePlanMemory(t *testing.T, res *planner.Result, over float64) {
+// per pipeline rank is within ±band of what ppc compile plans.
+func comparePlanMemory(t *testing.T, res *planner.Result, band float64) {
 	t.Helper()
 	if len(res.Plans) == 0 {
 		t.Fatalf("no plan")
@@ -147,7 +147,7 @@ func comparePlanMemory(t *testing.T, res *planner.Result, over float64) {
 		t.Logf("pp %d: plan %s compile %s (fragmentation %s more): %+.2f%%; differences: params %d grads %d optimizer %d activations %d workspace %d", prog.PP,
 			codegen.FormatBytes(g), codegen.FormatBytes(w), codegen.FormatBytes(frag), 100*rel, pred.Params-got.Params, pred.Grads-got.Grads, pred.Optimizer-got.Optimizer,
 			pred.Activations-got.Activations, pred.Workspace-got.Workspace)
-		if rel > over || rel < -0.02 {
+		if rel > band || rel < -band {
 			t.Errorf("pp %d: ppc plan predicts %d bytes, ppc compile plans %d (%+.2f%%): %s", prog.PP, g, w, 100*rel, pl.Command)
 		}
 	}
@@ -176,6 +176,19 @@ func TestPlanMemoryZeROStepEnd(t *testing.T) {
 			comparePlanMemory(t, planJSON(t, args...), 0.02)
 		})
 	}
+}
+
+// TestPlanMemoryZBVTurn: ZB-V puts stages p−1 and p on the last rank, and what one hands
+// the other — the activation F sends, the output gradient I sends back — stays in the
+// arena between the two runs, as ppc compile keeps it (a gradient the maker's own W reads
+// is its held value already). Uncounted, the last rank was predicted 1.25% under here;
+// held to 0.5%.
+func TestPlanMemoryZBVTurn(t *testing.T) {
+	gpt := filepath.Join("..", "..", "testdata", "models", "gpt.ppm")
+	c := planConfig{pp: 4, dp: 2, tp: 2, v: 2, m: 4, schedule: "zbv", recomp: "full", zero: 3}
+	args := append([]string{gpt, "--preset", "tiny", "--gpus", "16", "--gpu", "a100-80gb", "--global-batch", "16", "--top", "1",
+		"--set", "vocab=510"}, c.flags()...)
+	comparePlanMemory(t, planJSON(t, args...), 0.005)
 }
 
 // TestPlanTimeMatchesCompileDP: ppc plan prices data parallelism's collectives as the rank
