@@ -236,7 +236,9 @@ type rankGen struct {
 	values  map[*ir.Value]int // the rank program's values (call and all_reduce results) → buffers
 	first   map[int]int       // arena buffer → first instruction touching it
 	last    map[int]int       // arena buffer → last instruction touching it
-	stages  []int
+	// alias maps a reshape's result buffer to the buffer whose bytes it views (aliasReshapes).
+	alias  map[int32]int32
+	stages []int
 	// forward is set while a forward (F) action is emitted; the arena buffers created then
 	// (its inputs, received activations and results) are in fwd, the rest of the arena is
 	// workspace: gradients in flight, recomputation, optimizer temporaries.
@@ -266,7 +268,7 @@ const ringTag = 1 << 40
 
 func (g *gen) newRank(r int, hash string) *rankGen {
 	rg := &rankGen{g: g, rank: r, kernels: map[string]int{}, named: map[string]int{}, inputs: map[portKey]int{},
-		ports: map[portKey]int{}, consts: map[*ir.Dense]int{}, values: map[*ir.Value]int{}, first: map[int]int{}, last: map[int]int{}, fwd: map[int]bool{},
+		ports: map[portKey]int{}, consts: map[*ir.Dense]int{}, values: map[*ir.Value]int{}, first: map[int]int{}, last: map[int]int{}, alias: map[int32]int32{}, fwd: map[int]bool{},
 		perMB: map[string]bool{}, pending: map[string]int{}, gathered: map[string]bool{}, blocks: map[string]int{}}
 	rg.prog = &pb.Program{FormatVersion: FormatVersion, Pp: int32(r), Microbatches: int32(g.microbatches), SourceHash: hash,
 		Mesh: g.mesh.Proto()}
@@ -609,7 +611,9 @@ func (rg *rankGen) emit() error {
 			rg.last[id] += len(zeros)
 		}
 	}
+	rg.aliasReshapes()
 	rg.planMemory()
+	rg.placeAliases()
 	return nil
 }
 
