@@ -65,22 +65,26 @@ var (
 //     compute/accelerator): A100 SXM 271.2 of 312 TFLOP/s (0.87), H100 SXM 794.5 of 989
 //     (0.80); ppc's own cuBLASLt plans reach 792 / 793 TFLOP/s at 4096³ / 8192³ on an H100
 //     (bench/NOTES.md). Smaller dims fall off by GEMMEfficiency's curve.
-//   - Collectives: nccl-tests' all_reduce_perf bus bandwidth at large sizes is 230–250 GB/s
-//     on 8 A100 SXM4 over NVLink 3 (Alaya's NCCL-tests reference table,
-//     https://docs.alayanew.com/en/docs/tech-blog/2026-05-06-nccl-tests), 0.77–0.83 of the
-//     300 GB/s each way a ring can move: Ampere takes the low end, 0.77. The same table gives
-//     460–480 GB/s on 8 H100 SXM5 — above NVLink 4's 450 GB/s each way, so NVLink SHARP's
-//     in-switch reduction, which ppc's ring collectives do not model; Hopper keeps 0.80 of the
-//     ring's 450 GB/s, a figure no measurement found here confirms (calibrate it with
-//     `ppc devices` on a GPU). The same fraction is applied to the inter-node links.
+//   - Collectives: the bus bandwidth of NCCL's ring algorithm at large sizes, which is what
+//     ppc's ring formulas price (NVLink SHARP's in-switch all-reduce, NCCL's default on 8
+//     H100 since 2.17, is not modelled; its 460–480 GB/s "bus bandwidth" is above the wire's
+//     450 GB/s and counts no wire). Ampere: NCCL's maintainer gives ~230 GB/s effective on 8
+//     A100 SXM4 over NVLink 3 — 12 links at 25 GB/s line rate, ~20 GB/s each with 128-byte
+//     payloads, a little lost elsewhere (NVIDIA/nccl-tests#149) — and nccl-tests reference
+//     tables give 230–250 GB/s (https://docs.alayanew.com/en/docs/tech-blog/2026-05-06-nccl-tests):
+//     0.77 of the 300 GB/s each way. Hopper: ~370 GB/s effective on H100 SXM over NVLink 4
+//     after NCCL's ~20% protocol overhead, the busbw of non-all-reduce collectives or of
+//     NCCL_ALGO=RING (NCCL's maintainer, NVIDIA/nccl-tests#212), and 365–370 GB/s measured
+//     with NCCL_ALGO=RING on 8 H100 SXM for 2 to 8 GPUs (NVIDIA/nccl#1455): 0.82 of the 450
+//     GB/s each way. The same fraction is applied to the inter-node links.
 //   - Launches: each kernel costs 3–5 µs on the GPU even when tiny (bench/NOTES.md, an
 //     H100 under ppc's runtime); 4 µs on both generations.
 const (
 	ampereGEMM, hopperGEMM             = 0.87, 0.80
-	ampereCollective, hopperCollective = 0.77, 0.80
+	ampereCollective, hopperCollective = 0.77, 0.82
 	launchSeconds                      = 4e-6
-	ampereAchieved                     = "; achieved: GEMMs 0.87 of peak (MAMF finder: 271.2 TFLOP/s), collectives 0.77 of link bandwidth (nccl-tests bus bandwidth 230–250 GB/s on 8 A100), 4 µs a kernel"
-	hopperAchieved                     = "; achieved: GEMMs 0.80 of peak (MAMF finder: 794.5 TFLOP/s; ppc's cuBLASLt 793), collectives 0.80 of link bandwidth (NCCL bus bandwidth), 4 µs a kernel"
+	ampereAchieved                     = "; achieved: GEMMs 0.87 of peak (MAMF finder: 271.2 TFLOP/s), collectives 0.77 of link bandwidth (NCCL ring bus bandwidth ~230 GB/s on 8 A100), 4 µs a kernel"
+	hopperAchieved                     = "; achieved: GEMMs 0.80 of peak (MAMF finder: 794.5 TFLOP/s; ppc's cuBLASLt 793), collectives 0.82 of link bandwidth (NCCL ring bus bandwidth ~370 GB/s on 8 H100), 4 µs a kernel"
 )
 
 // withMemory is d with another memory: the same GPU with more or faster HBM.

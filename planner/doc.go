@@ -19,10 +19,14 @@
 //     (TestAffineInMicrobatch checks the extrapolation against a probe at four).
 //   - A configuration groups the units into pp·v contiguous stages that minimise the slowest
 //     stage (the layout is printed, so ppc compile reproduces it exactly), prices data
-//     parallelism as the rank programs do it (every collective in buckets: all-reduce;
-//     reduce-scatter and all-gather, per micro-batch under ZeRO-2), builds the schedule, and
-//     simulates it with the schedule package's engine: the step time and the bubble (as a
-//     fraction of the ideal time, as ppc compile and simulate give it).
+//     parallelism as the rank programs do it (every collective in buckets, gradients in
+//     their accumulation dtype: all-reduce; reduce-scatter and all-gather, per micro-batch
+//     under ZeRO-2; a tied weight's partials each, and a parameter dp does not split
+//     all-reduced whatever the ZeRO stage), builds the schedule, and simulates it with the
+//     schedule package's engine: the step time and the bubble (as a fraction of the ideal
+//     time, as ppc compile and simulate give it). TestPlanTimeMatchesCompileDP (cmd/ppc)
+//     holds the step to ppc compile's estimate for ZeRO 0–3 with a tied embedding dp does
+//     not split.
 //   - Context parallelism is probed like a tp layout: one probe per (tp, sp, cp), compiled with
 //     --cp, so a unit's costs are one cp rank's (its share of each sequence, the ring priced
 //     by the cost model: n attention blocks, each step's transfer overlapped with its block)
@@ -56,8 +60,12 @@
 //     bytes of what it hands other runs), and the planner walks each rank's runs in the
 //     schedule's order — F stashes, I frees what only it reads and holds its output
 //     gradients for W, W frees the rest — with ZeRO-2's per-run reduce-scatter, the dp
-//     reduction after a stage's last W and the step's end (the optimizer's updates, ZeRO's
-//     blocks and gathers). The most bytes live at once is the arena, the most forward runs
+//     all-reduce after a stage's last W (under ZeRO-1 only of what dp does not split) and
+//     the step's end: ZeRO-1's reduce-scatter bucket by bucket in stage order, the
+//     gradient blocks until the optimizer reads them, the new parameter blocks until they
+//     are all-gathered (the updates themselves are in place: no copies). A value two
+//     stages on one rank pass each other (ZB-V's turn: F's activation, I's output gradient)
+//     stays in the arena from the run making it to the run reading it. The most bytes live at once is the arena, the most forward runs
 //     made its activations, the rest workspace. A stage of several units composes their runs
 //     as its function runs them (F in unit order, I and W in reverse; under full
 //     recomputation each unit is rebuilt right before its own backward, which its probe's
@@ -74,10 +82,12 @@
 //     prefetches nothing: the next segment's copies arrive in the next unit's run.
 //     TestPlanMemoryMatchesCompile (cmd/ppc) draws configurations over the schedules, tp and
 //     sp, recomputation and ZeRO 0–3 and holds each rank's prediction to within 2% of ppc
-//     compile's live bytes (full recomputation: at most 6% over; PLANTRUTH_TRIALS=60 also
-//     draws one full-recomputation configuration — zb-h2, pp 4, tp 2 — whose last stage it
-//     predicts 48 KiB, 2.3%, under, whatever the ZeRO stage: not yet explained); the arena's
-//     placement adds its fragmentation, reported by ppc compile.
+//     compile's live bytes; the arena's placement adds its fragmentation, reported by ppc
+//     compile. TestStageMemComposesUnits holds a stage
+//     composed from one-unit probes to what ppc compile's function for the stage holds. A
+//     value one unit's I makes and another unit's W reads (the output gradient the final
+//     LayerNorm's backward hands the last layer, which that layer's last linear's W reads)
+//     is held by the reader from its I to its W, as the stage's own function holds it.
 //   - Token slices change what the arena holds beyond the unsliced runs' shares (the K/V
 //     prefixes each slice's attention joins and rebuilds, per-slice runs), so each sliced
 //     configuration about to be printed is compiled as its printed command compiles it

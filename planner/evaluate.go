@@ -145,7 +145,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 	for r := range rankSet {
 		rankSet[r] = map[string]param{}
 	}
-	var stageBucket []int64
+	var stageSplit [][]param // per stage, the parameters ZeRO splits over dp, in order
 	e.oneMB = make([]int64, c.PP)
 	busy := make([]float64, c.PP)
 	lo := 0
@@ -154,6 +154,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		var pbytes int64
 		var stageShared []param
 		var sizes []int64 // the stage's parameter tensors, each once
+		var stageParams []param
 		for _, u := range units[lo:hi] {
 			sc.F += u.f
 			sc.I += u.i + u.recompute
@@ -166,6 +167,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			for _, pr := range u.params {
 				if !slices.Contains(u.shared, pr) || !slices.Contains(stageShared, pr) {
 					sizes = append(sizes, pr.bytes)
+					stageParams = append(stageParams, pr)
 				}
 			}
 			for _, pr := range u.shared {
@@ -186,10 +188,12 @@ func (p *planner) prepare(c *candidate) *evaluation {
 				gt[k] += t
 			}
 			if c.Zero == 3 && c.DP > 1 {
-				// W reduce-scatters each gradient of a block parameter as it computes it.
+				// W reduce-scatters each gradient of a block parameter as it computes it, in
+				// the accumulation dtype (param-gather widens a 16-bit one first). Priced in
+				// bf16, a GPT-3 step at dp 128 was 2.3 s a micro-batch short of ppc compile's.
 				for _, gr := range u.wgrads {
 					if gr.dim0%c.DP == 0 {
-						gt[2] += dev.AxisCollectiveTime("reduce_scatter", float64(gr.bytes), c.DP, "dp")
+						gt[2] += dev.AxisCollectiveTime("reduce_scatter", float64(gr.bytes)*rb.grads, c.DP, "dp")
 					}
 				}
 			}
@@ -237,41 +241,52 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			if edp > 1 && experts > 0 {
 				sc.GradReduce += bucketed(float64(experts)*rb.grads, func(x float64) float64 { return dev.AxisCollectiveTime("all_reduce", x, edp, "dp") })
 			}
-			g := float64(pbytes-experts) * rb.grads // the dense gradients, in their accumulation dtype
-			coll := func(kind string, x float64) float64 { return dev.AxisCollectiveTime(kind, x, c.DP, "dp") }
-			zero := func(kind string) float64 {
-				// Gradients are reduce-scattered in their accumulation dtype, the new 16-bit
-				// parameter blocks all-gathered.
-				scale := 1.0
-				if kind == "reduce_scatter" {
-					scale = rb.grads
+			// The dense gradients as grad-reduce and rank-optimizer reduce them: a tied
+			// weight's partials each (one per use in the stage: at pp 1 the embedding's and
+			// the head's), a parameter dp does not split all-reduced after its stage's last
+			// W whatever the ZeRO stage; under ZeRO-1 the split ones reduce-scattered once,
+			// their partials summed first, under ZeRO-2 each run's as it computes them.
+			var splitOnce, splitUses, wholeUses []int64
+			seen := map[string]bool{}
+			for _, u := range units[lo:hi] {
+				for _, pr := range u.params {
+					if pr.expert {
+						continue
+					}
+					if pr.dim0%c.DP != 0 {
+						wholeUses = append(wholeUses, pr.bytes)
+						continue
+					}
+					splitUses = append(splitUses, pr.bytes)
+					if !seen[pr.name] {
+						seen[pr.name] = true
+						splitOnce = append(splitOnce, pr.bytes)
+					}
 				}
+			}
+			coll := func(kind string, x float64) float64 { return dev.AxisCollectiveTime(kind, x, c.DP, "dp") }
+			// Gradients are reduced in their accumulation dtype, the new 16-bit parameter
+			// blocks all-gathered, each bucket one collective.
+			inBuckets := func(kind string, sizes []int64, scale float64) float64 {
 				var t float64
-				for _, b := range bucketBytes(scaled(dense, scale)) {
+				for _, b := range bucketBytes(scaled(sizes, scale)) {
 					t += coll(kind, b)
 				}
 				return t
 			}
 			switch c.Zero {
 			case 0:
-				sc.GradReduce += bucketed(g, func(x float64) float64 { return coll("all_reduce", x) })
+				sc.GradReduce += inBuckets("all_reduce", append(slices.Clone(splitUses), wholeUses...), rb.grads)
 			case 1:
-				sc.StepEnd = zero("reduce_scatter") + zero("all_gather")
+				sc.GradReduce += inBuckets("all_reduce", wholeUses, rb.grads)
+				sc.StepEnd = inBuckets("reduce_scatter", splitOnce, rb.grads) + inBuckets("all_gather", splitOnce, 1)
 			case 2:
-				sc.GradReduceMB = zero("reduce_scatter")
-				sc.StepEnd = zero("all_gather")
+				sc.GradReduce += inBuckets("all_reduce", wholeUses, rb.grads)
+				sc.GradReduceMB = inBuckets("reduce_scatter", splitUses, rb.grads)
+				sc.StepEnd = inBuckets("all_gather", splitOnce, 1)
 			case 3:
-				// ZeRO-3: the gathers and reduce-scatters are in the runs (above); the
-				// gradients dp does not split are all-reduced.
-				var whole float64
-				for _, pr := range rankSetOf(units[lo:hi]) {
-					if pr.dim0%c.DP != 0 && !pr.expert {
-						whole += float64(pr.bytes)
-					}
-				}
-				if whole > 0 {
-					sc.GradReduce = bucketed(whole, func(x float64) float64 { return coll("all_reduce", x) })
-				}
+				// The gathers and reduce-scatters are in the runs (above).
+				sc.GradReduce += inBuckets("all_reduce", wholeUses, rb.grads)
 			}
 		}
 		e.cost.Stages = append(e.cost.Stages, sc)
@@ -333,30 +348,47 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			}
 			sm.afterW = g + int64(bucket)
 		}
-		// After the stage's last W, its gradients are reduced over dp in buckets (grad-reduce):
-		// each bucket packed into one flat buffer and all-reduced in place (ZeRO-0), or
-		// reduce-scattered into a block (ZeRO-1).
-		var bucket int64
-		for _, b := range bucketBytes(scaled(dense, rb.grads)) {
-			bucket = max(bucket, int64(b))
-		}
-		if edp > 1 || c.CP > 1 {
-			for _, b := range bucketBytes(expertSizes) {
-				bucket = max(bucket, int64(b))
+		// After the stage's last W, grad-reduce sums its gradients over dp in buckets, each
+		// packed into one flat buffer for its collective (a lone tensor is reduced in place,
+		// from its accumulator): all of them under ZeRO-0, under ZeRO-1 only those dp does
+		// not split — the others are reduce-scattered at the step's end (rank-optimizer),
+		// when the pipeline has freed its activations. Counting ZeRO-1's reduce-scatter here,
+		// and the whole ones in it, over-predicted a rank whose other stage still holds its
+		// activations then (interleaved: 7%) and one whose tied embedding dp does not split.
+		var all, whole []int64
+		for i, n := range sizes {
+			pr := stageParams[i]
+			if pr.expert {
+				continue
+			}
+			g := int64(float64(n) * rb.grads)
+			all = append(all, g)
+			if pr.dim0%max(c.DP, 1) != 0 {
+				whole = append(whole, g)
 			}
 		}
 		if c.CP > 1 {
-			sm.lastW = bucket // the cp sum's packed bucket (the dp sum reuses the layout)
+			sm.lastW = packedMax(all) // the cp sum of every accumulator (the dp sum reuses the layout)
+		}
+		if edp > 1 || c.CP > 1 {
+			sm.lastW = max(sm.lastW, packedMax(expertSizes))
 		}
 		if c.DP > 1 {
 			switch c.Zero {
 			case 0:
-				sm.lastW = bucket
+				sm.lastW = max(sm.lastW, packedMax(all))
 			case 1:
-				sm.lastW = bucket + bucket/int64(c.DP)
+				sm.lastW = max(sm.lastW, packedMax(whole))
 			}
 		}
-		stageBucket = append(stageBucket, bucket)
+		var split []param
+		for _, pr := range stageParams {
+			if !pr.expert && pr.dim0%max(c.DP, 1) == 0 {
+				split = append(split, pr)
+			}
+		}
+		stageSplit = append(stageSplit, split)
+		sm.send, sm.recvI = units[hi-1].send, units[hi-1].mem.recvI
 		e.stageMem = append(e.stageMem, sm)
 		// Before the schedule is known: what F needs beyond its own stash, or I beyond the
 		// stash it reads, is the least the rank needs beyond one micro-batch's stash (the
@@ -380,55 +412,61 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		e.bound = max(e.bound, warm+busy[r]+end)
 		warm += e.cost.Stages[r].F
 	}
-	// The step's end, once the pipeline has freed its activations: the optimizer updates one
-	// tensor at a time (its new value and AdamW's two moments, each copied back as soon as
-	// nothing reads the old one); ZeRO keeps dp blocks in the arena — ZeRO-1 the reduced
-	// gradients' blocks until the optimizer reads them, ZeRO-1 and 2 the new parameter blocks
-	// until they are all-gathered — and gathers each bucket's blocks into one flat buffer and
-	// the whole bucket.
+	// The step's end, once the pipeline has freed its activations. The optimizer updates
+	// every parameter and state in place (codegen), so an update holds nothing new in the
+	// arena but a new 16-bit parameter block under ZeRO 1 and 2, kept until it is
+	// all-gathered. ZeRO-1 first reduce-scatters the gradients dp splits, bucket by bucket
+	// (packed, and the rank's block of it), and keeps the blocks until the optimizer reads
+	// them; the all-gather packs a bucket's new blocks and gathers the whole bucket. A
+	// parameter dp does not split is updated whole, in place.
 	e.stepEnd = make([]int64, c.PP)
-	for r := range c.PP {
-		var largest, bucket, experts, largestExpert int64
-		for _, n := range rankSizes[r] {
-			largest = max(largest, n)
-		}
-		for _, pr := range rankSet[r] {
-			if pr.expert { // not ZeRO's: updated whole
-				experts += pr.bytes
-				largestExpert = max(largestExpert, pr.bytes)
-			}
-		}
-		for s, rr := range e.placement {
-			if rr == r && s < len(stageBucket) {
-				bucket = max(bucket, stageBucket[s])
-			}
-		}
-		// Per element of the largest tensor the update makes its new state (main parameter
-		// and moments: rb.state per parameter byte) and its new parameter; the gathered
-		// bucket holds parameters (stageBucket is of gradients).
-		P, dp := rankParams[r], int64(c.DP)
-		upd := int64(float64(largest) * (rb.state + 1))
-		gather := int64(float64(bucket) / rb.grads)
-		switch {
-		case c.Zero == 3 && c.DP > 1:
-			// The optimizer updates each block in place, one tensor at a time.
-			var most int64
-			for _, pr := range rankSet[r] {
-				n := pr.bytes
-				if pr.dim0%c.DP == 0 {
-					n /= dp
+	if c.DP > 1 && (c.Zero == 1 || c.Zero == 2) {
+		dp := int64(c.DP)
+		for r := range c.PP {
+			// The rank's split parameters in stage order (a tied one once, where it
+			// first appears), each stage bucketed apart.
+			var stages [][]int64
+			var P, largest int64
+			seen := map[string]bool{}
+			for s, rr := range e.placement {
+				if rr != r || s >= len(stageSplit) {
+					continue
 				}
-				most = max(most, n)
+				var sizes []int64
+				for _, pr := range stageSplit[s] {
+					if !seen[pr.name] {
+						seen[pr.name] = true
+						sizes = append(sizes, pr.bytes)
+						P += pr.bytes
+						largest = max(largest, pr.bytes)
+					}
+				}
+				stages = append(stages, sizes)
 			}
-			e.stepEnd[r] = 3 * most
-		case c.Zero >= 1 && c.DP > 1:
-			blocks := (P - experts) / dp
+			var peak, blocks int64
 			if c.Zero == 1 {
-				blocks += int64(float64((P-experts)/dp) * rb.grads) // the gradients' blocks too
+				// Reduce-scatter, bucket by bucket: the blocks so far, the bucket packed
+				// (a lone tensor is scattered from its accumulator) and its blocks.
+				for _, sizes := range stages {
+					for _, b := range bucketsOf(scaled(sizes, rb.grads)) {
+						peak = max(peak, blocks+b.packed()+b.bytes/dp)
+						blocks += b.bytes / dp
+					}
+				}
+				// The optimizer reads each gradient block once and makes the parameter's
+				// new block: at most all the gradient blocks and the first new block.
+				peak = max(peak, blocks+largest/dp)
 			}
-			e.stepEnd[r] = max(blocks+max(upd/dp, int64(float64(largestExpert)*(rb.state+1))), gather+gather/dp)
-		default:
-			e.stepEnd[r] = upd
+			// The all-gather, bucket by bucket: the new blocks not yet gathered, and the
+			// whole bucket gathered (a lone tensor straight into its parameter).
+			pending := P / dp
+			for _, sizes := range stages {
+				for _, b := range bucketsOf(sizes) {
+					peak = max(peak, pending+b.packed())
+					pending -= b.bytes / dp
+				}
+			}
+			e.stepEnd[r] = max(peak, P/dp)
 		}
 	}
 	e.work = work
@@ -473,6 +511,9 @@ type stageMem struct {
 	runF, runI, runW    int64
 	afterW              int64 // what follows W once it has freed its inputs (ZeRO-2's reduce-scatter)
 	lastW               int64 // what follows the stage's last W (its gradients' dp reduction)
+	// send is what F hands the next stage, recvI what the next stage's I hands this one's
+	// backward: held in the arena in between when both stages are on one rank (ZB-V's turn).
+	send, recvI int64
 }
 
 // stageMemOf composes a stage from its units, as one run of the stage's function runs theirs:
@@ -606,10 +647,20 @@ func (e *evaluation) arena(s *schedule.Schedule) (peak, fwd []int64) {
 				}
 				sm, f := e.stageMem[c.Stage], frac(c.Microbatch)
 				sc := func(x int64) int64 { return int64(float64(x) * f) }
+				// A value passed between two stages of this rank stays in the arena from
+				// the run making it to the run reading it (whose peak counts it).
+				prevHere := c.Stage > 0 && e.placement[c.Stage-1] == r
+				nextHere := c.Stage+1 < len(e.stageMem) && e.placement[c.Stage+1] == r
 				backI := func() {
+					if nextHere {
+						live -= sc(sm.recvI)
+					}
 					peak[r] = max(peak[r], live-sc(sm.argsI)+sc(sm.runI))
 					live += sc(sm.held - sm.stashI)
 					liveF -= sc(sm.stashI)
+					if prevHere {
+						live += sc(e.stageMem[c.Stage-1].recvI)
+					}
 				}
 				backW := func() {
 					peak[r] = max(peak[r], live-sc(sm.argsW)+sc(sm.runW))
@@ -622,10 +673,17 @@ func (e *evaluation) arena(s *schedule.Schedule) (peak, fwd []int64) {
 				}
 				switch c.Kind {
 				case schedule.Forward:
+					if prevHere {
+						in := sc(e.stageMem[c.Stage-1].send)
+						live, liveF = live-in, liveF-in
+					}
 					peak[r] = max(peak[r], live+sc(sm.runF))
 					fwd[r] = max(fwd[r], liveF+sc(sm.runF))
 					live += sc(sm.stash)
 					liveF += sc(sm.stash)
+					if nextHere {
+						live, liveF = live+sc(sm.send), liveF+sc(sm.send)
+					}
 				case schedule.BackwardInput:
 					backI()
 				case schedule.BackwardWeight:
@@ -709,6 +767,50 @@ func bucketBytes(sizes []int64) []float64 {
 		out = append(out, float64(cur))
 	}
 	return out
+}
+
+// bucket is one gradient bucket: its bytes and how many tensors it holds.
+type bucket struct {
+	bytes int64
+	n     int
+}
+
+// packed is the flat buffer the bucket is packed into for its collective: none for a lone
+// tensor, reduced or gathered in place.
+func (b bucket) packed() int64 {
+	if b.n > 1 {
+		return b.bytes
+	}
+	return 0
+}
+
+// bucketsOf groups sizes (in order) as bucketBytes does.
+func bucketsOf(sizes []int64) []bucket {
+	var out []bucket
+	var cur bucket
+	for _, x := range sizes {
+		if cur.bytes > 0 && cur.bytes+x > passes.BucketBytes {
+			out = append(out, cur)
+			cur = bucket{}
+		}
+		cur.bytes += x
+		cur.n++
+	}
+	if cur.n > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// packedMax is the largest flat buffer the buckets of sizes (in order, as bucketBytes forms
+// them) are packed into: a bucket of one tensor is reduced or gathered in place, packing
+// nothing.
+func packedMax(sizes []int64) int64 {
+	var most int64
+	for _, b := range bucketsOf(sizes) {
+		most = max(most, b.packed())
+	}
+	return most
 }
 
 // bucketed is a collective over g bytes sent in BucketBytes buckets, each paying latency.

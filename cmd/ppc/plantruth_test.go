@@ -66,7 +66,10 @@ func memNoMargin(m codegen.Memory) int64 { return m.Peak() - m.Margin }
 // lowering of each; the arena's placement adds its fragmentation on top, which is logged).
 // ZeRO-3 is held to the same 2%: the next layer's copies are counted from where param-gather
 // issues them, and a unit that reads no gathered copy (a head whose tied embedding dp cannot
-// split) issues none. PLANTRUTH_TRIALS=N draws more.
+// split) issues none. Full recomputation too: its draws used to be allowed 6% over, which
+// was the step's end (ZeRO-1's reduce-scatter counted after each stage's last W, the
+// optimizer's copies the in-place updates no longer make), not the rebuilt units.
+// PLANTRUTH_TRIALS=N draws more (60: all 94 within −0.4% … +0.2%).
 func TestPlanMemoryMatchesCompile(t *testing.T) {
 	gpt := filepath.Join("..", "..", "testdata", "models", "gpt.ppm")
 	rng := rand.New(rand.NewSource(24))
@@ -111,23 +114,14 @@ func TestPlanMemoryMatchesCompile(t *testing.T) {
 				// dp, whose state (and ZeRO-2 gradient) stays whole.
 				args = append(args, "--set", fmt.Sprintf("vocab=%d", 255*c.tp))
 			}
-			res := planJSON(t, args...)
-			over := 0.02
-			if c.recomp == "full" {
-				// Each unit is rebuilt right before its own backward; the planner composes
-				// the stage from one-unit probes, whose runs hold their rebuild beside
-				// their own inputs, and over-predicts by up to 5% (never under: what it
-				// prints still fits).
-				over = 0.06
-			}
-			comparePlanMemory(t, res, over)
+			comparePlanMemory(t, planJSON(t, args...), 0.02)
 		})
 	}
 }
 
 // comparePlanMemory compiles the best plan's command and checks that the planner's memory
-// per pipeline rank is within −2% … +over of what ppc compile plans.
-func comparePlanMemory(t *testing.T, res *planner.Result, over float64) {
+// per pipeline rank is within ±band of what ppc compile plans.
+func comparePlanMemory(t *testing.T, res *planner.Result, band float64) {
 	t.Helper()
 	if len(res.Plans) == 0 {
 		t.Fatalf("no plan")
@@ -153,8 +147,79 @@ func comparePlanMemory(t *testing.T, res *planner.Result, over float64) {
 		t.Logf("pp %d: plan %s compile %s (fragmentation %s more): %+.2f%%; differences: params %d grads %d optimizer %d activations %d workspace %d", prog.PP,
 			codegen.FormatBytes(g), codegen.FormatBytes(w), codegen.FormatBytes(frag), 100*rel, pred.Params-got.Params, pred.Grads-got.Grads, pred.Optimizer-got.Optimizer,
 			pred.Activations-got.Activations, pred.Workspace-got.Workspace)
-		if rel > over || rel < -0.02 {
+		if rel > band || rel < -band {
 			t.Errorf("pp %d: ppc plan predicts %d bytes, ppc compile plans %d (%+.2f%%): %s", prog.PP, g, w, 100*rel, pl.Command)
+		}
+	}
+}
+
+// TestPlanMemoryZeROStepEnd: ZeRO-1's step's end as ppc compile lays it out — the
+// reduce-scatter after the pipeline has drained, bucket by bucket in stage order, a
+// parameter dp does not split all-reduced after its stage's last W instead, the optimizer's
+// updates in place. Priced after each stage's last W (with the whole tied embedding in the
+// bucket, and copies of the new values), the first two were 2.5% and 7.2% over; the third,
+// under full recomputation, was 1.7% over on one rank and 1.8% under on the other, and is
+// now exact on both.
+func TestPlanMemoryZeROStepEnd(t *testing.T) {
+	gpt := filepath.Join("..", "..", "testdata", "models", "gpt.ppm")
+	for _, c := range []struct {
+		cfg   planConfig
+		vocab int
+	}{
+		{planConfig{pp: 2, dp: 2, tp: 1, m: 8, schedule: "1f1b", recomp: "none", zero: 1}, 255},
+		{planConfig{pp: 2, dp: 2, tp: 1, v: 2, m: 8, schedule: "interleaved-1f1b", recomp: "none", zero: 1}, 256},
+		{planConfig{pp: 2, dp: 2, tp: 1, v: 2, m: 16, schedule: "interleaved-1f1b", recomp: "full", zero: 1}, 512},
+	} {
+		t.Run(fmt.Sprintf("%+v-vocab%d", c.cfg, c.vocab), func(t *testing.T) {
+			args := append([]string{gpt, "--preset", "tiny", "--gpus", "4", "--gpu", "a100-80gb", "--global-batch", fmt.Sprint(c.cfg.m * 4),
+				"--top", "1", "--set", fmt.Sprintf("vocab=%d", c.vocab)}, c.cfg.flags()...)
+			comparePlanMemory(t, planJSON(t, args...), 0.02)
+		})
+	}
+}
+
+// TestPlanMemoryZBVTurn: ZB-V puts stages p−1 and p on the last rank, and what one hands
+// the other — the activation F sends, the output gradient I sends back — stays in the
+// arena between the two runs, as ppc compile keeps it (a gradient the maker's own W reads
+// is its held value already). Uncounted, the last rank was predicted 1.25% under here;
+// held to 0.5%.
+func TestPlanMemoryZBVTurn(t *testing.T) {
+	gpt := filepath.Join("..", "..", "testdata", "models", "gpt.ppm")
+	c := planConfig{pp: 4, dp: 2, tp: 2, v: 2, m: 4, schedule: "zbv", recomp: "full", zero: 3}
+	args := append([]string{gpt, "--preset", "tiny", "--gpus", "16", "--gpu", "a100-80gb", "--global-batch", "16", "--top", "1",
+		"--set", "vocab=510"}, c.flags()...)
+	comparePlanMemory(t, planJSON(t, args...), 0.005)
+}
+
+// TestPlanTimeMatchesCompileDP: ppc plan prices data parallelism's collectives as the rank
+// programs issue them, so its step is ppc compile's estimate within 1% — GPT-2 small at dp 8,
+// ZeRO 0 to 3, pp 1 and 2, whose 50,257-row tied embedding dp does not split: each partial
+// of it (at pp 1 the embedding's and the head's) all-reduced after its stage's last W, in
+// fp32; ZeRO-3's per-run reduce-scatters in fp32 (param-gather widens the bf16 gradients
+// first). Priced once and in bf16, the plan was up to 25% short (ZeRO-1 at pp 1).
+func TestPlanTimeMatchesCompileDP(t *testing.T) {
+	gpt := filepath.Join("..", "..", "testdata", "models", "gpt.ppm")
+	for _, pp := range []int{1, 2} {
+		for zero := range 4 {
+			t.Run(fmt.Sprintf("pp%d-zero%d", pp, zero), func(t *testing.T) {
+				res := planJSON(t, gpt, "--preset", "small", "--gpus", fmt.Sprint(8*pp), "--gpu", "a100-80gb", "--global-batch", "16", "--top", "1",
+					"--pp", fmt.Sprint(pp), "--dp", "8", "--tp", "1", "--sp=false", "--schedule", "1f1b", "--microbatches", "2", "--recompute", "none",
+					"--zero", fmt.Sprint(zero), "--token-slices", "1")
+				pl := res.Plans[0]
+				cmd := shellSplit(t, pl.Command)
+				dir := t.TempDir()
+				if code, _, errs := ppc(t, "", append(cmd[1:len(cmd)-1], dir)...); code != 0 {
+					t.Fatalf("%s: exit %d: %s", pl.Command, code, errs)
+				}
+				est := readPlan(t, dir).Estimate
+				if est == nil {
+					t.Fatalf("%s: no estimate", pl.Command)
+				}
+				t.Logf("ppc plan %.4g s (collectives %.4g), ppc compile %.4g s (collectives %.4g)", pl.StepTime, pl.Collectives, est.StepSeconds, est.CollectiveSeconds)
+				if r := pl.StepTime / est.StepSeconds; r < 0.99 || r > 1.01 {
+					t.Errorf("ppc plan predicts %.4g s, ppc compile estimates %.4g s (×%.3f): %s", pl.StepTime, est.StepSeconds, r, pl.Command)
+				}
+			})
 		}
 	}
 }
