@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"ppc.dev/ppc/internal/cputime"
 )
 
 // convNaive visits every (image, out channel, output position, in channel, tap) of a
@@ -409,5 +411,45 @@ func TestConvGenericKernel(t *testing.T) {
 		dw := make([]float64, p.WLen())
 		ConvBackwardFilter(p, x, dy, dw, nil)
 		assertClose(t, fmt.Sprintf("case %d generic dw", ci), dw, wantDw, 1e-12)
+	}
+}
+
+// BenchmarkConvBatch1 is batch-1 inference's convolutions, ResNet-50's shapes (bench/cpu.sh's
+// resnet50): GFLOP/s of wall time and per CPU-second on GOMAXPROCS threads.
+func BenchmarkConvBatch1(b *testing.B) {
+	for _, c := range []struct {
+		name             string
+		inC, outC, hw, k int
+		stride, pad      int
+	}{
+		{"stem7x7s2", 3, 64, 224, 7, 2, 3},
+		{"1x1-64-256-56", 64, 256, 56, 1, 1, 0},
+		{"1x1-256-64-56", 256, 64, 56, 1, 1, 0},
+		{"3x3-64-56", 64, 64, 56, 3, 1, 1},
+		{"3x3-256-14", 256, 256, 14, 3, 1, 1},
+		{"1x1-1024-256-14", 1024, 256, 14, 1, 1, 0},
+		{"3x3-512-7", 512, 512, 7, 3, 1, 1},
+		{"1x1-512-2048-7", 512, 2048, 7, 1, 1, 0},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			p := &ConvParams{Batch: 1, InC: c.inC, OutC: c.outC, Spatial: []int{c.hw, c.hw}, Kernel: []int{c.k, c.k},
+				Stride: []int{c.stride, c.stride}, PadBegin: []int{c.pad, c.pad}, PadEnd: []int{c.pad, c.pad}}
+			if err := p.Init(); err != nil {
+				b.Fatal(err)
+			}
+			r := rand.New(rand.NewPCG(1, 1))
+			x, w, bias := randSlice[float32](r, p.XLen()), randSlice[float32](r, p.WLen()), randSlice[float32](r, p.OutC)
+			y := make([]float32, p.YLen())
+			Conv(p, x, w, bias, y)
+			cpu0 := cputime.Process()
+			for b.Loop() {
+				Conv(p, x, w, bias, y)
+			}
+			flop := 2 * float64(p.YLen()) * float64(p.WLen()/p.OutC) * float64(b.N)
+			b.ReportMetric(flop/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			if cpu := cputime.Process() - cpu0; cpu > 0 {
+				b.ReportMetric(flop/cpu.Seconds()/1e9, "GFLOP/cpu-s")
+			}
+		})
 	}
 }
