@@ -426,6 +426,10 @@ func convForward[T Float](g *convGeom, x, w, bias, y []T) {
 		xg := x[(n*g.inC+gr*g.cg)*g.inSize:][:g.cg*g.inSize]
 		yg := y[(n*g.outC+gr*g.ocg)*g.outSize:][:g.ocg*g.outSize]
 		wg := w[gr*g.ocg*g.kdim:][:g.ocg*g.kdim]
+		var bg []T // the group's bias, added by the GEMM's micro-kernel as it stores C
+		if bias != nil {
+			bg = bias[gr*g.ocg : (gr+1)*g.ocg]
+		}
 		switch {
 		case g.direct():
 			clear(yg)
@@ -448,20 +452,17 @@ func convForward[T Float](g *convGeom, x, w, bias, y []T) {
 						dst[i] += wv * src[i*s]
 					}
 				}
-			}
-		case g.pointwise:
-			gemmRun(false, false, g.ocg, g.outSize, g.cg, 1, wg, g.kdim, xg, g.inSize, 0, yg, g.outSize, inner)
-		default:
-			gemmRunSrc(false, g.ocg, g.outSize, g.kdim, 1, wg, g.kdim, &convCols[T]{g, xg, false}, 0, yg, g.outSize, inner)
-		}
-		if bias != nil {
-			for j := 0; j < g.ocg; j++ {
-				bv := bias[gr*g.ocg+j]
-				yj := yg[j*g.outSize : (j+1)*g.outSize]
-				for i := range yj {
-					yj[i] += bv
+				if bg != nil {
+					bv := bg[j]
+					for i := range yj {
+						yj[i] += bv
+					}
 				}
 			}
+		case g.pointwise:
+			gemmRunSrc(false, g.ocg, g.outSize, g.cg, 1, wg, g.kdim, &gemmMatrixB[T]{b: xg, ldb: g.inSize}, 0, yg, g.outSize, bg, inner)
+		default:
+			gemmRunSrc(false, g.ocg, g.outSize, g.kdim, 1, wg, g.kdim, &convCols[T]{g, xg, false}, 0, yg, g.outSize, bg, inner)
 		}
 	})
 }
@@ -580,7 +581,7 @@ func convFilterImage[T Float](g *convGeom, xg, dyg, dwg []T, beta T, inner int) 
 	case g.pointwise:
 		gemmRun(false, true, g.ocg, g.cg, g.outSize, 1, dyg, g.outSize, xg, g.inSize, beta, dwg, g.kdim, inner)
 	default:
-		gemmRunSrc(false, g.ocg, g.kdim, g.outSize, 1, dyg, g.outSize, &convCols[T]{g, xg, true}, beta, dwg, g.kdim, inner)
+		gemmRunSrc(false, g.ocg, g.kdim, g.outSize, 1, dyg, g.outSize, &convCols[T]{g, xg, true}, beta, dwg, g.kdim, nil, inner)
 	}
 }
 

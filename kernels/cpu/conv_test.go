@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"ppc.dev/ppc/internal/cputime"
@@ -451,5 +452,50 @@ func BenchmarkConvBatch1(b *testing.B) {
 				b.ReportMetric(flop/cpu.Seconds()/1e9, "GFLOP/cpu-s")
 			}
 		})
+	}
+}
+
+// The bias the GEMM's micro-kernel adds as it stores C (modes 3 and 4) gives the bits of a
+// separate pass over the biasless result: every kernel, f32 and f64, one and two threads
+// (the row split hands each range its share of the bias), edge tiles on both axes, more
+// than one k slab (k > kc: the last slab's mode 4), groups and 1×1 convolutions.
+func TestConvBiasFusedMatchesSeparate(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	for _, p := range []ConvParams{
+		{Batch: 2, InC: 40, OutC: 21, Spatial: []int{9, 11}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}, // k = 360
+		{Batch: 1, InC: 300, OutC: 70, Spatial: []int{7, 7}, Kernel: []int{1, 1}},                                             // pointwise, k = 300
+		{Batch: 1, InC: 6, OutC: 10, Groups: 2, Spatial: []int{13}, Kernel: []int{3}, Stride: []int{2}},
+		{Batch: 1, InC: 64, OutC: 64, Spatial: []int{20, 20}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}, // big enough to split over threads
+	} {
+		if err := p.Init(); err != nil {
+			t.Fatal(err)
+		}
+		x, w, bias := randSlice[float64](r, p.XLen()), randSlice[float64](r, p.WLen()), randSlice[float64](r, p.OutC)
+		for _, threads := range []int{1, 2} {
+			old := runtime.GOMAXPROCS(threads)
+			for _, impl := range gemmAvailable(4) {
+				withImpl[float32](impl, func() { checkConvBias(t, &p, toF32(x), toF32(w), toF32(bias), impl.name, threads) })
+			}
+			for _, impl := range gemmAvailable(8) {
+				withImpl[float64](impl, func() { checkConvBias(t, &p, x, w, bias, impl.name, threads) })
+			}
+			runtime.GOMAXPROCS(old)
+		}
+	}
+}
+
+func checkConvBias[T Float](t *testing.T, p *ConvParams, x, w, bias []T, impl string, threads int) {
+	t.Helper()
+	got, want := make([]T, p.YLen()), make([]T, p.YLen())
+	Conv(p, x, w, bias, got)
+	Conv(p, x, w, nil, want)
+	sp := p.YLen() / p.Batch / p.OutC
+	for i := range want {
+		want[i] += bias[i/sp%p.OutC]
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("%v %s %T threads %d: y[%d] = %v, separate bias pass %v", p.Kernel, impl, got[0], threads, i, got[i], want[i])
+		}
 	}
 }

@@ -42,12 +42,14 @@ import (
 
 // gemmImpl is one micro-kernel and the blocking parameters tuned for it. The kernel computes
 // C[0:mr,0:nr] = alpha·Ap·Bp + beta·C where Ap is a packed k×mr sliver and Bp a packed k×nr
-// sliver; mode 0 means beta == 0 (C is not read), 1 means beta == 1, 2 any other beta.
+// sliver; mode 0 means beta == 0 (C is not read), 1 means beta == 1, 2 any other beta; modes
+// 3 and 4 are 0 and 1 and then add bias[i] (mr elements) to row i — a convolution's bias,
+// added after the whole sum as a separate pass would, while the tile is in registers.
 type gemmImpl struct {
 	name       string
 	mr, nr     int
 	kc, mc, nc int
-	kern       func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int)
+	kern       func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int, bias unsafe.Pointer)
 }
 
 // gemmForceGeneric makes every GEMM use the pure-Go micro-kernel. Tests flip it to cover the
@@ -85,7 +87,7 @@ var (
 	gemmGenericD = gemmImpl{name: "go4x4", mr: 4, nr: 4, kc: 256, mc: 128, nc: 2048, kern: gemmKernGo[float64]}
 )
 
-func gemmKernGo[T Float](k int, ap, bp, cp unsafe.Pointer, ldc int, alpha, beta float64, mode int) {
+func gemmKernGo[T Float](k int, ap, bp, cp unsafe.Pointer, ldc int, alpha, beta float64, mode int, biasp unsafe.Pointer) {
 	a := unsafe.Slice((*T)(ap), 4*k)
 	b := unsafe.Slice((*T)(bp), 4*k)
 	var c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33 T
@@ -114,15 +116,22 @@ func gemmKernGo[T Float](k int, ap, bp, cp unsafe.Pointer, ldc int, alpha, beta 
 	c := unsafe.Slice((*T)(cp), 3*ldc+4)
 	acc := [16]T{c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33}
 	al, be := T(alpha), T(beta)
+	var bias []T
+	if mode >= 3 {
+		bias = unsafe.Slice((*T)(biasp), 4)
+	}
 	for i := 0; i < 4; i++ {
 		row := c[i*ldc : i*ldc+4 : i*ldc+4]
 		for j := 0; j < 4; j++ {
 			v := al * acc[4*i+j]
 			switch mode {
-			case 1:
+			case 1, 4:
 				v += row[j]
 			case 2:
 				v += be * row[j]
+			}
+			if mode >= 3 {
+				v += bias[i]
 			}
 			row[j] = v
 		}
@@ -240,7 +249,7 @@ func gemmRun[T Float](transA, transB bool, m, n, k int, alpha T, a []T, lda int,
 		gemvT(n, k, float32(alpha), f32s(a), f32s(b), ldb, float32(beta), f32s(c), workers)
 		return
 	}
-	gemmRunSrc(transA, m, n, k, alpha, a, lda, &gemmMatrixB[T]{trans: transB, b: b, ldb: ldb}, beta, c, ldc, workers)
+	gemmRunSrc(transA, m, n, k, alpha, a, lda, &gemmMatrixB[T]{trans: transB, b: b, ldb: ldb}, beta, c, ldc, nil, workers)
 }
 
 // gemmBSource supplies op(B) to the blocked GEMM by packing it: pack writes
@@ -263,13 +272,22 @@ func (s *gemmMatrixB[T]) pack(pc, jc, kb, nb, nr int, dst, _ []T) {
 	gemmPackB(s.trans, s.b, s.ldb, pc, jc, kb, nb, nr, dst)
 }
 
-// gemmRunSrc is gemmRun with op(B) supplied by a packer.
-func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, b gemmBSource[T], beta T, c []T, ldc int, workers int) {
+// gemmRunSrc is gemmRun with op(B) supplied by a packer and, when bias is not nil, bias[i]
+// (m elements) added to row i of the result: C = alpha·op(A)·op(B) + beta·C, then + bias,
+// in the rounding of a separate pass over C.
+func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, b gemmBSource[T], beta T, c []T, ldc int, bias []T, workers int) {
 	if m == 0 || n == 0 {
 		return
 	}
 	if k == 0 || alpha == 0 {
 		gemmScaleC(m, n, beta, c, ldc)
+		if bias != nil {
+			for i := 0; i < m; i++ {
+				for j := range c[i*ldc : i*ldc+n] {
+					c[i*ldc+j] += bias[i]
+				}
+			}
+		}
 		return
 	}
 	impl := gemmImplFor(unsafe.Sizeof(T(0)))
@@ -279,7 +297,7 @@ func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, b ge
 	pm, pn := gemmGrid(impl, m, n, workers)
 	if pm*pn == 1 {
 		sc := gemmGetScratch[T](impl, m, n, k)
-		gemmSerial(impl, sc, transA, m, n, k, alpha, a, lda, b, 0, beta, c, ldc)
+		gemmSerial(impl, sc, transA, m, n, k, alpha, a, lda, b, 0, beta, c, ldc, bias)
 		gemmPutScratch(sc)
 		return
 	}
@@ -297,8 +315,12 @@ func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, b ge
 			if transA {
 				aOff = i0
 			}
+			var bi []T
+			if bias != nil {
+				bi = bias[i0:]
+			}
 			sc := gemmGetScratch[T](impl, mm, nn, k)
-			gemmSerial(impl, sc, transA, mm, nn, k, alpha, a[aOff:], lda, b, j0, beta, c[i0*ldc+j0:], ldc)
+			gemmSerial(impl, sc, transA, mm, nn, k, alpha, a[aOff:], lda, b, j0, beta, c[i0*ldc+j0:], ldc, bi)
 			gemmPutScratch(sc)
 		}
 	})
@@ -406,8 +428,9 @@ func gemmPutScratch(sc *gemmScratch) {
 }
 
 // gemmSerial is the blocked GEMM on one core (BLIS loop order: nc panel, kc slab, mc block,
-// nr sliver, mr sliver). It computes columns j0..j0+n of op(B), which land in c[:, 0:n].
-func gemmSerial[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, n, k int, alpha T, a []T, lda int, b gemmBSource[T], j0 int, beta T, c []T, ldc int) {
+// nr sliver, mr sliver). It computes columns j0..j0+n of op(B), which land in c[:, 0:n]; a
+// non-nil bias (m elements) is added to the rows by the last slab's micro-kernel calls.
+func gemmSerial[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, n, k int, alpha T, a []T, lda int, b gemmBSource[T], j0 int, beta T, c []T, ldc int, bias []T) {
 	mr, nr := impl.mr, impl.nr
 	kcMax := min(impl.kc, k)
 	mcMax := min(impl.mc, (m+mr-1)/mr*mr)
@@ -433,6 +456,14 @@ func gemmSerial[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, n, k i
 			case 1:
 				mode = 1
 			}
+			last := bias != nil && pc+impl.kc >= k
+			if last && mode == 2 { // no kernel mode adds both: scale C first
+				gemmScaleC(m, nb, bet, c[jc:], ldc)
+				mode = 1
+			}
+			if last {
+				mode += 3
+			}
 			for ic := 0; ic < m; ic += impl.mc {
 				mb := min(impl.mc, m-ic)
 				gemmPackA(transA, a, lda, ic, pc, mb, kb, mr, ap)
@@ -443,11 +474,15 @@ func gemmSerial[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, n, k i
 						mm := min(mr, mb-ir)
 						as := unsafe.Pointer(&ap[ir*kb])
 						ci := (ic+ir)*ldc + jc + jr
+						var bp unsafe.Pointer
+						if mode >= 3 {
+							bp = unsafe.Pointer(&bias[ic+ir])
+						}
 						if mm == mr && nn == nr {
-							impl.kern(kb, as, bs, unsafe.Pointer(&c[ci]), ldc, float64(alpha), float64(bet), mode)
+							impl.kern(kb, as, bs, unsafe.Pointer(&c[ci]), ldc, float64(alpha), float64(bet), mode, bp)
 							continue
 						}
-						impl.kern(kb, as, bs, unsafe.Pointer(&tmp[0]), nr, 1, 0, 0)
+						impl.kern(kb, as, bs, unsafe.Pointer(&tmp[0]), nr, 1, 0, 0, nil)
 						for i := 0; i < mm; i++ {
 							row := c[ci+i*ldc : ci+i*ldc+nn]
 							t := tmp[i*nr : i*nr+nn]
@@ -460,9 +495,19 @@ func gemmSerial[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, n, k i
 								for j := range row {
 									row[j] += alpha * t[j]
 								}
-							default:
+							case 2:
 								for j := range row {
 									row[j] = alpha*t[j] + bet*row[j]
+								}
+							case 3: // the conversions round each step, as the kernel does (no fusion)
+								bv := bias[ic+ir+i]
+								for j := range row {
+									row[j] = T(alpha*t[j]) + bv
+								}
+							case 4:
+								bv := bias[ic+ir+i]
+								for j := range row {
+									row[j] = T(T(alpha*t[j])+row[j]) + bv
 								}
 							}
 						}

@@ -12,16 +12,16 @@ func gemmCPUID(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
 func gemmXGETBV() (eax, edx uint32)
 
 //go:noescape
-func gemmKernS6x16AVX2(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int)
+func gemmKernS6x16AVX2(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int, bias unsafe.Pointer)
 
 //go:noescape
-func gemmKernD6x8AVX2(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int)
+func gemmKernD6x8AVX2(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int, bias unsafe.Pointer)
 
 //go:noescape
-func gemmKernS8x32AVX512(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int)
+func gemmKernS8x32AVX512(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int, bias unsafe.Pointer)
 
 //go:noescape
-func gemmKernD8x16AVX512(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int)
+func gemmKernD8x16AVX512(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int, bias unsafe.Pointer)
 
 //go:noescape
 func gemmCopyRowsAVX(dst, src unsafe.Pointer, dstStride, srcStride, rows, width int)
@@ -76,9 +76,9 @@ func gemmDetect() (avx2fma, avx512 bool) {
 // wrapS adapts a float32 assembly kernel to gemmImpl's signature, whose alpha and beta
 // are float64 so one function type serves both element sizes (float32 → float64 → float32
 // is exact).
-func wrapS(f func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int)) func(int, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, int, float64, float64, int) {
-	return func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int) {
-		f(k, a, b, c, ldc, float32(alpha), float32(beta), mode)
+func wrapS(f func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int, bias unsafe.Pointer)) func(int, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, int, float64, float64, int, unsafe.Pointer) {
+	return func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int, bias unsafe.Pointer) {
+		f(k, a, b, c, ldc, float32(alpha), float32(beta), mode, bias)
 	}
 }
 

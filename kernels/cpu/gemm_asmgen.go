@@ -70,16 +70,16 @@ func (k kernel) gen() {
 	es, nr := k.es(), k.nv*k.lanes
 	vb := k.lanes * es
 	shift := 2
-	betaOff, modeOff, argSize := 44, 48, 56
+	betaOff, modeOff, biasOff, argSize := 44, 48, 56, 64
 	if k.double {
-		shift, betaOff, modeOff, argSize = 3, 48, 56, 64
+		shift, betaOff, modeOff, biasOff, argSize = 3, 48, 56, 64, 72
 	}
 	typ := "float32"
 	if k.double {
 		typ = "float64"
 	}
-	p("// func %s(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta %s, mode int)", k.name, typ)
-	p("// C[0:%d, 0:%d] = alpha·A·B (+ beta·C): A packed k×%d, B packed k×%d, C row-major with ldc elements.", k.mr, nr, k.mr, nr)
+	p("// func %s(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta %s, mode int, bias unsafe.Pointer)", k.name, typ)
+	p("// C[0:%d, 0:%d] = alpha·A·B (+ beta·C) (+ bias[i] on row i): A packed k×%d, B packed k×%d, C row-major with ldc elements.", k.mr, nr, k.mr, nr)
 	p("TEXT ·%s(SB), NOSPLIT, $0-%d", k.name, argSize)
 	p("\tMOVQ k+0(FP), CX")
 	p("\tMOVQ a+8(FP), SI")
@@ -125,31 +125,39 @@ func (k kernel) gen() {
 	p("\tDECQ CX")
 	p("\tJNZ %s_loop1", k.name)
 	p("%s_store:", k.name)
-	alpha, beta := k.areg(0), k.areg(1)
+	alpha, beta, bias := k.areg(0), k.areg(1), k.breg(0)
 	p("\t%s alpha+40(FP), %s", k.bcast(), alpha)
 	p("\tMOVQ mode+%d(FP), AX", modeOff)
+	p("\tMOVQ bias+%d(FP), BX", biasOff)
+	// Modes 3 and 4 are 0 and 1 followed by adding bias[i] to row i: the bias comes after
+	// the whole sum, in the same rounding as a separate pass over C.
+	p("\tCMPQ AX, $3")
+	p("\tJEQ %s_bias0", k.name)
+	p("\tJGT %s_bias1", k.name)
 	p("\tCMPQ AX, $1")
 	p("\tJEQ %s_add", k.name)
 	p("\tJGT %s_general", k.name)
+	// The epilogues: each row's accumulators scaled by alpha, plus what the mode adds.
+	epi := func(label string, body func(i, v int)) {
+		p("%s_%s:", k.name, label)
+		for i := 0; i < k.mr; i++ {
+			if label == "bias0" || label == "bias1" {
+				p("\t%s %d(BX), %s", k.bcast(), i*es, bias)
+			}
+			for v := 0; v < k.nv; v++ {
+				p("\tVMUL%s %s, %s, %s", k.sfx(), alpha, k.acc(i, v), k.acc(i, v))
+				body(i, v)
+				p("\tVMOVUPS %s, %d(DX)", k.acc(i, v), v*vb)
+			}
+			p("\tADDQ R8, DX")
+		}
+		p("\tJMP %s_done", k.name)
+	}
+	addC := func(i, v int) { p("\tVADD%s %d(DX), %s, %s", k.sfx(), v*vb, k.acc(i, v), k.acc(i, v)) }
+	addBias := func(i, v int) { p("\tVADD%s %s, %s, %s", k.sfx(), bias, k.acc(i, v), k.acc(i, v)) }
 	// mode 0: overwrite C (beta == 0: never read C, so NaNs in it do not leak through).
-	for i := 0; i < k.mr; i++ {
-		for v := 0; v < k.nv; v++ {
-			p("\tVMUL%s %s, %s, %s", k.sfx(), alpha, k.acc(i, v), k.acc(i, v))
-			p("\tVMOVUPS %s, %d(DX)", k.acc(i, v), v*vb)
-		}
-		p("\tADDQ R8, DX")
-	}
-	p("\tJMP %s_done", k.name)
-	p("%s_add:", k.name) // mode 1: beta == 1
-	for i := 0; i < k.mr; i++ {
-		for v := 0; v < k.nv; v++ {
-			p("\tVMUL%s %s, %s, %s", k.sfx(), alpha, k.acc(i, v), k.acc(i, v))
-			p("\tVADD%s %d(DX), %s, %s", k.sfx(), v*vb, k.acc(i, v), k.acc(i, v))
-			p("\tVMOVUPS %s, %d(DX)", k.acc(i, v), v*vb)
-		}
-		p("\tADDQ R8, DX")
-	}
-	p("\tJMP %s_done", k.name)
+	epi("zero", func(i, v int) {})
+	epi("add", addC) // mode 1: beta == 1
 	p("%s_general:", k.name) // mode 2: any other beta
 	p("\t%s beta+%d(FP), %s", k.bcast(), betaOff, beta)
 	for i := 0; i < k.mr; i++ {
@@ -160,6 +168,9 @@ func (k kernel) gen() {
 		}
 		p("\tADDQ R8, DX")
 	}
+	p("\tJMP %s_done", k.name)
+	epi("bias0", addBias) // mode 3
+	epi("bias1", func(i, v int) { addC(i, v); addBias(i, v) }) // mode 4
 	p("%s_done:", k.name)
 	p("\tVZEROUPPER")
 	p("\tRET")
