@@ -157,7 +157,7 @@ func (k kernel) gen() {
 	addBias := func(i, v int) { p("\tVADD%s %s, %s, %s", k.sfx(), bias, k.acc(i, v), k.acc(i, v)) }
 	// mode 0: overwrite C (beta == 0: never read C, so NaNs in it do not leak through).
 	epi("zero", func(i, v int) {})
-	epi("add", addC) // mode 1: beta == 1
+	epi("add", addC)         // mode 1: beta == 1
 	p("%s_general:", k.name) // mode 2: any other beta
 	p("\t%s beta+%d(FP), %s", k.bcast(), betaOff, beta)
 	for i := 0; i < k.mr; i++ {
@@ -169,7 +169,7 @@ func (k kernel) gen() {
 		p("\tADDQ R8, DX")
 	}
 	p("\tJMP %s_done", k.name)
-	epi("bias0", addBias) // mode 3
+	epi("bias0", addBias)                                      // mode 3
 	epi("bias1", func(i, v int) { addC(i, v); addBias(i, v) }) // mode 4
 	p("%s_done:", k.name)
 	p("\tVZEROUPPER")
