@@ -537,7 +537,11 @@ func gemmPackA[T Float](trans bool, a []T, lda, ic, pc, mb, kb, mr int, dst []T)
 			}
 			continue
 		}
-		gemmInterleave(d, mr, rows, kb, func(i int) []T { return a[(ic+s+i)*lda+pc : (ic+s+i)*lda+pc+kb] })
+		done := 0 // columns already packed (by the AVX transpose: 8 full rows of float32)
+		if rows == 8 && mr == 8 {
+			done = gemmFastPackA8(d, a[(ic+s)*lda+pc:], lda, kb)
+		}
+		gemmInterleave(d[done*mr:], mr, rows, kb-done, func(i int) []T { return a[(ic+s+i)*lda+pc+done : (ic+s+i)*lda+pc+kb] })
 		for i := rows; i < mr; i++ {
 			for p := 0; p < kb; p++ {
 				d[p*mr+i] = 0

@@ -26,6 +26,23 @@ func gemmKernD8x16AVX512(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta flo
 //go:noescape
 func gemmCopyRowsAVX(dst, src unsafe.Pointer, dstStride, srcStride, rows, width int)
 
+//go:noescape
+func gemmPackA8AVX(dst, src unsafe.Pointer, lda, blocks int)
+
+// gemmFastPackA8 packs the first kb&^7 columns of 8 float32 rows of src (lda elements
+// apart) into an 8-row A sliver d with the AVX transpose and returns how many columns it
+// packed (0 for float64, other widths or machines without AVX2).
+func gemmFastPackA8[T Float](d, src []T, lda, kb int) int {
+	if !gemmHasAVX2FMA || !isFloat32Type[T]() || kb < 8 {
+		return 0
+	}
+	blocks := kb / 8
+	_ = src[7*lda+blocks*8-1] // bounds: the assembly trusts these
+	_ = d[blocks*64-1]
+	gemmPackA8AVX(unsafe.Pointer(&d[0]), unsafe.Pointer(&src[0]), lda*4, blocks)
+	return blocks * 8
+}
+
 // gemmFastCopy copies rows runs of w elements from src (runs srcLd elements apart) to dst
 // (runs dstLd apart) with vector moves, for the run widths the packed slivers use (64 or
 // 128 bytes); it reports false, copying nothing, otherwise.

@@ -57,6 +57,69 @@ copy_done:
 	VZEROUPPER
 	RET
 
+// func gemmPackA8AVX(dst, src unsafe.Pointer, lda, blocks int)
+// Packs 8 float32 rows (lda bytes apart) into an 8-row A sliver, 8 columns at a time:
+// dst[p·8 + i] = row i's element p for p < 8·blocks. Each block is an 8×8 transpose
+// (unpack, shuffle, 128-bit permute), one contiguous 256-byte store per block where the
+// scalar interleave writes element by element.
+TEXT ·gemmPackA8AVX(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ lda+16(FP), R8
+	MOVQ blocks+24(FP), CX
+	LEAQ (R8)(R8*2), R10
+	TESTQ CX, CX
+	JZ packa_done
+packa_loop:
+	LEAQ (SI)(R8*4), R11
+	VMOVUPS (SI), Y0
+	VMOVUPS (SI)(R8*1), Y1
+	VMOVUPS (SI)(R8*2), Y2
+	VMOVUPS (SI)(R10*1), Y3
+	VMOVUPS (R11), Y4
+	VMOVUPS (R11)(R8*1), Y5
+	VMOVUPS (R11)(R8*2), Y6
+	VMOVUPS (R11)(R10*1), Y7
+	VUNPCKLPS Y1, Y0, Y8
+	VUNPCKHPS Y1, Y0, Y9
+	VUNPCKLPS Y3, Y2, Y10
+	VUNPCKHPS Y3, Y2, Y11
+	VUNPCKLPS Y5, Y4, Y12
+	VUNPCKHPS Y5, Y4, Y13
+	VUNPCKLPS Y7, Y6, Y14
+	VUNPCKHPS Y7, Y6, Y15
+	VSHUFPS $0x44, Y10, Y8, Y0
+	VSHUFPS $0xEE, Y10, Y8, Y1
+	VSHUFPS $0x44, Y11, Y9, Y2
+	VSHUFPS $0xEE, Y11, Y9, Y3
+	VSHUFPS $0x44, Y14, Y12, Y4
+	VSHUFPS $0xEE, Y14, Y12, Y5
+	VSHUFPS $0x44, Y15, Y13, Y6
+	VSHUFPS $0xEE, Y15, Y13, Y7
+	VPERM2F128 $0x20, Y4, Y0, Y8
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y10
+	VPERM2F128 $0x20, Y7, Y3, Y11
+	VPERM2F128 $0x31, Y4, Y0, Y12
+	VPERM2F128 $0x31, Y5, Y1, Y13
+	VPERM2F128 $0x31, Y6, Y2, Y14
+	VPERM2F128 $0x31, Y7, Y3, Y15
+	VMOVUPS Y8, (DI)
+	VMOVUPS Y9, 32(DI)
+	VMOVUPS Y10, 64(DI)
+	VMOVUPS Y11, 96(DI)
+	VMOVUPS Y12, 128(DI)
+	VMOVUPS Y13, 160(DI)
+	VMOVUPS Y14, 192(DI)
+	VMOVUPS Y15, 224(DI)
+	ADDQ $32, SI
+	ADDQ $256, DI
+	DECQ CX
+	JNZ packa_loop
+packa_done:
+	VZEROUPPER
+	RET
+
 // func gemmXGETBV() (eax, edx uint32)
 TEXT ·gemmXGETBV(SB), NOSPLIT, $0-8
 	MOVL $0, CX
