@@ -104,6 +104,28 @@ sqrt_done:
 	VZEROUPPER
 	RET
 
+// func scaleShift32(o, a *float32, mul, add float32, n int): o[i] = a[i]·mul + add, the
+// product rounded before the sum (no FMA), as the Go twin computes it.
+TEXT ·scaleShift32(SB), NOSPLIT, $0-32
+	MOVQ o+0(FP), DI
+	MOVQ a+8(FP), SI
+	VBROADCASTSS mul+16(FP), Y1
+	VBROADCASTSS add+20(FP), Y2
+	MOVQ n+24(FP), CX
+	SHRQ $3, CX
+	JZ ss_done
+ss_loop:
+	VMULPS (SI), Y1, Y0
+	VADDPS Y2, Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ ss_loop
+ss_done:
+	VZEROUPPER
+	RET
+
 // func relu32(o, a *float32, n int): MAXPS returns its second source (0) when the first is
 // not greater, NaN and −0 included — relu's "x if x > 0 else 0".
 TEXT ·relu32(SB), NOSPLIT, $0-24

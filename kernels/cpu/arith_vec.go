@@ -30,6 +30,20 @@ func ReluRow[T Float](a, o []T) {
 	}
 }
 
+// scaleShiftRow sets o[i] = a[i]·mul + add, rounding the product before the sum (the
+// conversion forbids a fused multiply-add, which the AVX body does not use either): batch
+// normalisation at inference, per channel.
+func scaleShiftRow[T Float](a, o []T, mul, add T) {
+	a = a[:len(o)]
+	if isFloat32Type[T]() {
+		i := scaleShiftVec32(f32s(a), f32s(o), float32(mul), float32(add))
+		a, o = a[i:], o[i:]
+	}
+	for i, v := range a {
+		o[i] = T(v*mul) + add
+	}
+}
+
 // maxIntoRow sets o[i] = max(o[i], x[i]) with Go's builtin max (NaN propagates, +0 beats −0).
 func maxIntoRow[T Float](o, x []T) {
 	x = x[:len(o)]

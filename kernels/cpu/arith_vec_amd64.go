@@ -46,6 +46,9 @@ func sqrt32(o, a *float32, n int)
 //go:noescape
 func relu32(o, a *float32, n int)
 
+//go:noescape
+func scaleShift32(o, a *float32, mul, add float32, n int)
+
 // arithForceGo makes the row kernels compute every element in Go (tests compare the two).
 var arithForceGo bool
 
@@ -100,6 +103,15 @@ func reluVec32(a, o []float32) int {
 		return 0
 	}
 	relu32(&o[0], &a[0], n)
+	return n
+}
+
+func scaleShiftVec32(a, o []float32, mul, add float32) int {
+	n := len(o) &^ 7
+	if n == 0 || !gemmHasAVX2FMA || arithForceGo {
+		return 0
+	}
+	scaleShift32(&o[0], &a[0], mul, add, n)
 	return n
 }
 

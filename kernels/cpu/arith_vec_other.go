@@ -9,6 +9,7 @@ func arithVSVec32(op ArithOp, a []float32, s float32, o []float32) int { return 
 func arithSVVec32(op ArithOp, s float32, b, o []float32) int           { return 0 }
 func sqrtVec32(a, o []float32) int                                     { return 0 }
 func reluVec32(a, o []float32) int                                     { return 0 }
+func scaleShiftVec32(a, o []float32, mul, add float32) int             { return 0 }
 
 func dotVec32(a, b []float32) (float32, int) { return 0, 0 }
 
