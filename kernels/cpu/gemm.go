@@ -301,30 +301,42 @@ func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, b ge
 		gemmPutScratch(sc)
 		return
 	}
+	// Column ranges are cut finer than one per worker and taken from a shared counter, so
+	// that a worker whose core another process holds (the machines these run on are shared)
+	// leaves its remaining ranges to the others instead of making them wait. Each extra
+	// column range packs A once more, so ranges stay at least gemmMinCols wide.
+	if pn > 1 {
+		pn = max(pn, min(gemmTasksPerWorker*workers/pm, n/gemmMinCols))
+	}
 	// Row and column ranges are multiples of mr / nr so only the last range has edge tiles.
 	rowsPer := gemmSplit(m, pm, impl.mr)
 	colsPer := gemmSplit(n, pn, impl.nr)
-	Parallel(pm*pn, 1, func(lo, hi int) {
-		for t := lo; t < hi; t++ {
-			i0, j0 := (t/pn)*rowsPer, (t%pn)*colsPer
-			if i0 >= m || j0 >= n {
-				continue
-			}
-			mm, nn := min(rowsPer, m-i0), min(colsPer, n-j0)
-			aOff := i0 * lda
-			if transA {
-				aOff = i0
-			}
-			var bi []T
-			if bias != nil {
-				bi = bias[i0:]
-			}
-			sc := gemmGetScratch[T](impl, mm, nn, k)
-			gemmSerial(impl, sc, transA, mm, nn, k, alpha, a[aOff:], lda, b, j0, beta, c[i0*ldc+j0:], ldc, bi)
-			gemmPutScratch(sc)
+	parallelTasks(pm*pn, workers, func(t int) {
+		i0, j0 := (t/pn)*rowsPer, (t%pn)*colsPer
+		if i0 >= m || j0 >= n {
+			return
 		}
+		mm, nn := min(rowsPer, m-i0), min(colsPer, n-j0)
+		aOff := i0 * lda
+		if transA {
+			aOff = i0
+		}
+		var bi []T
+		if bias != nil {
+			bi = bias[i0:]
+		}
+		sc := gemmGetScratch[T](impl, mm, nn, k)
+		gemmSerial(impl, sc, transA, mm, nn, k, alpha, a[aOff:], lda, b, j0, beta, c[i0*ldc+j0:], ldc, bi)
+		gemmPutScratch(sc)
 	})
 }
+
+// gemmTasksPerWorker and gemmMinCols bound how finely gemmRunSrc cuts C's columns for its
+// workers: up to 4 ranges a worker, none narrower than 512 columns.
+const (
+	gemmTasksPerWorker = 4
+	gemmMinCols        = 512
+)
 
 // gemmSplit returns the size of each of parts ranges covering n, rounded up to align.
 func gemmSplit(n, parts, align int) int {
