@@ -301,6 +301,10 @@ func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, b ge
 		gemmPutScratch(sc)
 		return
 	}
+	if pn == 1 && k*gemmSplit(n, 1, impl.nr) <= gemmSharedBMax {
+		gemmSharedB(impl, transA, m, n, k, alpha, a, lda, b, beta, c, ldc, bias, workers)
+		return
+	}
 	// Column ranges are cut finer than one per worker and taken from a shared counter, so
 	// that a worker whose core another process holds (the machines these run on are shared)
 	// leaves its remaining ranges to the others instead of making them wait. Each extra
@@ -337,6 +341,67 @@ const (
 	gemmTasksPerWorker = 4
 	gemmMinCols        = 512
 )
+
+// gemmSharedBMax bounds the elements of op(B) that gemmSharedB packs whole (16 MiB of
+// float32); a larger B is split by rows with each range packing its own panels.
+const gemmSharedBMax = 1 << 22
+
+// gemmSharedB is the parallel GEMM when C is split by rows (m large next to n: batch-1
+// convolutions on small planes, whose op(B) is the im2col matrix): op(B) is packed once, all
+// of it, by all workers (its panels' slivers shared out), and then ranges of C's rows, each
+// packing only its own rows of A, run against it. Splitting C into one row range per worker
+// made each worker pack all of op(B) itself — ResNet's 3×3 256 → 256 layer on 14 × 14
+// spent about a third of each worker's time packing the same im2col matrix. Results are the
+// bits of the serial GEMM: the same slabs, packing and micro-kernel calls for every tile.
+func gemmSharedB[T Float](impl *gemmImpl, transA bool, m, n, k int, alpha T, a []T, lda int, b gemmBSource[T], beta T, c []T, ldc int, bias []T, workers int) {
+	mr, nr, kc, nc := impl.mr, impl.nr, impl.kc, impl.nc
+	nPad := gemmSplit(n, 1, nr)
+	// Panel jc (nc columns) starts at jc·k: its slabs one after another, each kb × nbPad.
+	off := func(jc, pc int) int { return jc*k + pc*min(nc, nPad-jc) }
+	buf, packed := convGetBuf[T](k * nPad)
+	defer convPutBuf(buf)
+	const chunk = 8 // slivers packed per task
+	type job struct{ jc, pc, s0 int }
+	var jobs []job
+	for jc := 0; jc < n; jc += nc {
+		nb := min(nc, n-jc)
+		for pc := 0; pc < k; pc += kc {
+			for s0 := 0; s0 < nb; s0 += chunk * nr {
+				jobs = append(jobs, job{jc, pc, s0})
+			}
+		}
+	}
+	parallelTasks(len(jobs), workers, func(t int) {
+		j := jobs[t]
+		nb, kb := min(nc, n-j.jc), min(kc, k-j.pc)
+		cols := min(chunk*nr, nb-j.s0)
+		sc := gemmGetScratch[T](impl, mr, nb, kb)
+		b.pack(j.pc, j.jc+j.s0, kb, cols, nr, packed[off(j.jc, j.pc)+j.s0*kb:], unsafe.Slice((*T)(sc.row), sc.rowLen))
+		gemmPutScratch(sc)
+	})
+	rowsPer := gemmSplit(m, min(gemmTasksPerWorker*workers, (m+mr-1)/mr), mr)
+	parallelTasks((m+rowsPer-1)/rowsPer, workers, func(t int) {
+		i0 := t * rowsPer
+		mm := min(rowsPer, m-i0)
+		aOff := i0 * lda
+		if transA {
+			aOff = i0
+		}
+		var bi []T
+		if bias != nil {
+			bi = bias[i0:]
+		}
+		sc := gemmGetScratch[T](impl, mm, n, k)
+		for jc := 0; jc < n; jc += nc {
+			nb := min(nc, n-jc)
+			for pc := 0; pc < k; pc += kc {
+				kb := min(kc, k-pc)
+				gemmSlab(impl, sc, transA, mm, nb, k, pc, kb, alpha, a[aOff:], lda, packed[off(jc, pc):], beta, c[i0*ldc+jc:], ldc, bi)
+			}
+		}
+		gemmPutScratch(sc)
+	})
+}
 
 // gemmSplit returns the size of each of parts ranges covering n, rounded up to align.
 func gemmSplit(n, parts, align int) int {
@@ -443,85 +508,93 @@ func gemmPutScratch(sc *gemmScratch) {
 // nr sliver, mr sliver). It computes columns j0..j0+n of op(B), which land in c[:, 0:n]; a
 // non-nil bias (m elements) is added to the rows by the last slab's micro-kernel calls.
 func gemmSerial[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, n, k int, alpha T, a []T, lda int, b gemmBSource[T], j0 int, beta T, c []T, ldc int, bias []T) {
-	mr, nr := impl.mr, impl.nr
+	nr := impl.nr
 	kcMax := min(impl.kc, k)
-	mcMax := min(impl.mc, (m+mr-1)/mr*mr)
 	ncMax := min(impl.nc, (n+nr-1)/nr*nr)
-	ap := unsafe.Slice((*T)(sc.ap), mcMax*kcMax)
 	bp := unsafe.Slice((*T)(sc.bp), kcMax*ncMax)
-	tmp := unsafe.Slice((*T)(sc.tmp), mr*nr)
 	row := unsafe.Slice((*T)(sc.row), sc.rowLen)
 	for jc := 0; jc < n; jc += impl.nc {
 		nb := min(impl.nc, n-jc)
 		for pc := 0; pc < k; pc += impl.kc {
 			kb := min(impl.kc, k-pc)
 			b.pack(pc, j0+jc, kb, nb, nr, bp, row)
-			// Only the first slab applies the caller's beta; later slabs accumulate.
-			bet := beta
-			if pc > 0 {
-				bet = 1
-			}
-			mode := 2
-			switch bet {
-			case 0:
-				mode = 0
-			case 1:
-				mode = 1
-			}
-			last := bias != nil && pc+impl.kc >= k
-			if last && mode == 2 { // no kernel mode adds both: scale C first
-				gemmScaleC(m, nb, bet, c[jc:], ldc)
-				mode = 1
-			}
-			if last {
-				mode += 3
-			}
-			for ic := 0; ic < m; ic += impl.mc {
-				mb := min(impl.mc, m-ic)
-				gemmPackA(transA, a, lda, ic, pc, mb, kb, mr, ap)
-				for jr := 0; jr < nb; jr += nr {
-					nn := min(nr, nb-jr)
-					bs := unsafe.Pointer(&bp[jr*kb])
-					for ir := 0; ir < mb; ir += mr {
-						mm := min(mr, mb-ir)
-						as := unsafe.Pointer(&ap[ir*kb])
-						ci := (ic+ir)*ldc + jc + jr
-						var bp unsafe.Pointer
-						if mode >= 3 {
-							bp = unsafe.Pointer(&bias[ic+ir])
+			gemmSlab(impl, sc, transA, m, nb, k, pc, kb, alpha, a, lda, bp, beta, c[jc:], ldc, bias)
+		}
+	}
+}
+
+// gemmSlab multiplies rows 0..m of op(A)'s slab pc..pc+kb by a packed B panel bp (kb × nb,
+// in nr-column slivers) into c[:m, :nb]: A packed an mc block at a time into sc, then the
+// micro-kernel over every tile. The first slab (pc = 0) applies beta, later ones accumulate,
+// and the last (pc + kb = k) adds bias.
+func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, pc, kb int, alpha T, a []T, lda int, bp []T, beta T, c []T, ldc int, bias []T) {
+	mr, nr := impl.mr, impl.nr
+	ap := unsafe.Slice((*T)(sc.ap), min(impl.mc, (m+mr-1)/mr*mr)*min(impl.kc, k))
+	tmp := unsafe.Slice((*T)(sc.tmp), mr*nr)
+	// Only the first slab applies the caller's beta; later slabs accumulate.
+	bet := beta
+	if pc > 0 {
+		bet = 1
+	}
+	mode := 2
+	switch bet {
+	case 0:
+		mode = 0
+	case 1:
+		mode = 1
+	}
+	last := bias != nil && pc+kb >= k
+	if last && mode == 2 { // no kernel mode adds both: scale C first
+		gemmScaleC(m, nb, bet, c, ldc)
+		mode = 1
+	}
+	if last {
+		mode += 3
+	}
+	for ic := 0; ic < m; ic += impl.mc {
+		mb := min(impl.mc, m-ic)
+		gemmPackA(transA, a, lda, ic, pc, mb, kb, mr, ap)
+		for jr := 0; jr < nb; jr += nr {
+			nn := min(nr, nb-jr)
+			bs := unsafe.Pointer(&bp[jr*kb])
+			for ir := 0; ir < mb; ir += mr {
+				mm := min(mr, mb-ir)
+				as := unsafe.Pointer(&ap[ir*kb])
+				ci := (ic+ir)*ldc + jr
+				var bip unsafe.Pointer
+				if mode >= 3 {
+					bip = unsafe.Pointer(&bias[ic+ir])
+				}
+				if mm == mr && nn == nr {
+					impl.kern(kb, as, bs, unsafe.Pointer(&c[ci]), ldc, float64(alpha), float64(bet), mode, bip)
+					continue
+				}
+				impl.kern(kb, as, bs, unsafe.Pointer(&tmp[0]), nr, 1, 0, 0, nil)
+				for i := 0; i < mm; i++ {
+					row := c[ci+i*ldc : ci+i*ldc+nn]
+					t := tmp[i*nr : i*nr+nn]
+					switch mode {
+					case 0:
+						for j := range row {
+							row[j] = alpha * t[j]
 						}
-						if mm == mr && nn == nr {
-							impl.kern(kb, as, bs, unsafe.Pointer(&c[ci]), ldc, float64(alpha), float64(bet), mode, bp)
-							continue
+					case 1:
+						for j := range row {
+							row[j] += alpha * t[j]
 						}
-						impl.kern(kb, as, bs, unsafe.Pointer(&tmp[0]), nr, 1, 0, 0, nil)
-						for i := 0; i < mm; i++ {
-							row := c[ci+i*ldc : ci+i*ldc+nn]
-							t := tmp[i*nr : i*nr+nn]
-							switch mode {
-							case 0:
-								for j := range row {
-									row[j] = alpha * t[j]
-								}
-							case 1:
-								for j := range row {
-									row[j] += alpha * t[j]
-								}
-							case 2:
-								for j := range row {
-									row[j] = alpha*t[j] + bet*row[j]
-								}
-							case 3: // the conversions round each step, as the kernel does (no fusion)
-								bv := bias[ic+ir+i]
-								for j := range row {
-									row[j] = T(alpha*t[j]) + bv
-								}
-							case 4:
-								bv := bias[ic+ir+i]
-								for j := range row {
-									row[j] = T(T(alpha*t[j])+row[j]) + bv
-								}
-							}
+					case 2:
+						for j := range row {
+							row[j] = alpha*t[j] + bet*row[j]
+						}
+					case 3: // the conversions round each step, as the kernel does (no fusion)
+						bv := bias[ic+ir+i]
+						for j := range row {
+							row[j] = T(alpha*t[j]) + bv
+						}
+					case 4:
+						bv := bias[ic+ir+i]
+						for j := range row {
+							row[j] = T(T(alpha*t[j])+row[j]) + bv
 						}
 					}
 				}
