@@ -214,3 +214,41 @@ max_loop:
 max_done:
 	VZEROUPPER
 	RET
+
+// func maxNaN3_32(o, a, b, c *float32, n int): o[i] = max(max(a[i], b[i]), c[i]) as Go's
+// builtin max computes it (maxNaN32's sequence twice), n a multiple of 8: a 3-tap pooling
+// window in one pass.
+TEXT ·maxNaN3_32(SB), NOSPLIT, $0-40
+	MOVQ o+0(FP), DI
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DX
+	MOVQ c+24(FP), R8
+	MOVQ n+32(FP), CX
+	SHRQ $3, CX
+	JZ max3_done
+max3_loop:
+	VMOVUPS (SI), Y1
+	VMOVUPS (DX), Y0
+	VMAXPS Y1, Y0, Y2
+	VCMPPS $0, Y1, Y0, Y3
+	VANDPS Y1, Y0, Y4
+	VBLENDVPS Y3, Y4, Y2, Y2
+	VCMPPS $3, Y0, Y0, Y5
+	VORPS Y5, Y2, Y1
+	VMOVUPS (R8), Y0
+	VMAXPS Y1, Y0, Y2
+	VCMPPS $0, Y1, Y0, Y3
+	VANDPS Y1, Y0, Y4
+	VBLENDVPS Y3, Y4, Y2, Y2
+	VCMPPS $3, Y0, Y0, Y5
+	VORPS Y5, Y2, Y2
+	VMOVUPS Y2, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DX
+	ADDQ $32, R8
+	ADDQ $32, DI
+	DECQ CX
+	JNZ max3_loop
+max3_done:
+	VZEROUPPER
+	RET

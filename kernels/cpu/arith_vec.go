@@ -55,3 +55,36 @@ func maxIntoRow[T Float](o, x []T) {
 		o[i] = max(o[i], v)
 	}
 }
+
+// max3Row sets o[i] = max(max(a[i], b[i]), c[i]) with Go's builtin max; o may alias a, b or
+// c only at the same offsets.
+func max3Row[T Float](o, a, b, c []T) {
+	a, b, c = a[:len(o)], b[:len(o)], c[:len(o)]
+	if isFloat32Type[T]() {
+		i := maxNaN3Vec32(f32s(o), f32s(a), f32s(b), f32s(c))
+		o, a, b, c = o[i:], a[i:], b[i:], c[i:]
+	}
+	for i := range o {
+		o[i] = max(max(a[i], b[i]), c[i])
+	}
+}
+
+// maxTapsRow sets o[i] = the max over t < k of src[i + t·step] (builtin max; the order of
+// taps changes no value): the row or column pass of a separable max pool, three taps a pass.
+// o must not overlap src.
+func maxTapsRow[T Float](o, src []T, k, step int) {
+	n := len(o)
+	switch {
+	case k == 1:
+		copy(o, src[:n])
+		return
+	case k == 2:
+		copy(o, src[:n])
+		maxIntoRow(o, src[step:step+n])
+		return
+	}
+	max3Row(o, src[:n], src[step:step+n], src[2*step:2*step+n])
+	for t := 3; t < k; t++ {
+		maxIntoRow(o, src[t*step:t*step+n])
+	}
+}

@@ -141,3 +141,17 @@ func maxNaNVec32(o, x []float32) int {
 	maxNaN32(&o[0], &x[0], n)
 	return n
 }
+
+//go:noescape
+func maxNaN3_32(o, a, b, c *float32, n int)
+
+// maxNaN3Vec32 runs maxNaN3_32 over the longest prefix of o that is a multiple of 8 and
+// returns its length.
+func maxNaN3Vec32(o, a, b, c []float32) int {
+	n := len(o) &^ 7
+	if n == 0 || !gemmHasAVX2FMA || arithForceGo {
+		return 0
+	}
+	maxNaN3_32(&o[0], &a[0], &b[0], &c[0], n)
+	return n
+}

@@ -14,3 +14,5 @@ func scaleShiftVec32(a, o []float32, mul, add float32) int             { return 
 func dotVec32(a, b []float32) (float32, int) { return 0, 0 }
 
 func maxNaNVec32(o, x []float32) int { return 0 }
+
+func maxNaN3Vec32(o, a, b, c []float32) int { return 0 }

@@ -61,6 +61,14 @@ func TestArithRowsMatchGo(t *testing.T) {
 		if vec, ref := run(func(o []float32) { copy(o, b); maxIntoRow(o[:m], a[:m]) }); !same(vec, ref) {
 			t.Fatalf("max m=%d: assembly and Go differ", m)
 		}
+		// Three taps: NaNs and signed zeros in every position (a, b and a shifted b).
+		m3 := min(m, n-1)
+		if vec, ref := run(func(o []float32) { max3Row(o[:m3], a[:m3], b[:m3], b[1:m3+1]) }); !same(vec, ref) {
+			t.Fatalf("max3 m=%d: assembly and Go differ", m)
+		}
+		if vec, ref := run(func(o []float32) { max3Row(o[:m3], b[1:m3+1], a[:m3], b[:m3]) }); !same(vec, ref) {
+			t.Fatalf("max3 m=%d (taps reordered): assembly and Go differ", m)
+		}
 	}
 	// And the values themselves, against float64 arithmetic rounded once.
 	o := make([]float32, n)

@@ -308,11 +308,11 @@ func MaxPool[T Float](p *PoolParams, x, y []T, argmax []int32) {
 // the CNNs run at inference: Inception's 3×3 stride-1 pools, the 3×3 and 2×2 stride-2 ones
 // after stems and stages). The window max is separable — the max over the window is the max
 // over its k1 columns of each column's max over the window's k0 rows — so each output row
-// takes two vectorised passes instead of a scalar max per tap and output:
-//   - v = the max of the window's input rows (those inside x), one row maxIntoRow each, into
-//     a row padded to wp = the columns the windows cover, the padding (and ceil mode's
-//     overhang) −∞;
-//   - h[j] = max(v[j], …, v[j+k1−1]), k1 − 1 shifted row maxima, straight into y for stride 1,
+// takes two vectorised passes (maxTapsRow: three taps a pass) instead of a scalar max per tap
+// and output:
+//   - v = the max of the window's input rows (those inside x), into a row padded to wp = the
+//     columns the windows cover, the padding (and ceil mode's overhang) −∞;
+//   - h[j] = max(v[j], …, v[j+k1−1]), the shifted row maxima, straight into y for stride 1,
 //     else into scratch of which y takes every s1-th element.
 //
 // The maximum is the builtin's (NaN propagates, +0 beats −0), which is commutative and
@@ -358,20 +358,14 @@ func maxPoolFlat[T Float](p *PoolParams, x, y []T) bool {
 						vx[i] = inf
 					}
 				} else {
-					copy(vx, xp[r0*w:r0*w+cols])
-					for r := r0 + 1; r < r1; r++ {
-						maxIntoRow(vx, xp[r*w:r*w+cols])
-					}
+					maxTapsRow(vx, xp[r0*w:], r1-r0, w)
 				}
 				yr := yp[o*ow : (o+1)*ow]
 				hr := hs
 				if s1 == 1 {
 					hr = yr
 				}
-				copy(hr, v[:hn])
-				for t := 1; t < k1; t++ {
-					maxIntoRow(hr, v[t:t+hn])
-				}
+				maxTapsRow(hr, v, k1, 1)
 				if s1 != 1 {
 					for j := range yr {
 						yr[j] = hs[j*s1]
@@ -386,9 +380,9 @@ func maxPoolFlat[T Float](p *PoolParams, x, y []T) bool {
 // maxPoolFlatPlane is maxPoolFlat's stride-1 form: an Inception block's rows are short (28
 // or 14 outputs), so a pass per output row would be mostly call overhead. Each plane is
 // copied into a scratch plane with its padding as −∞ and rows widened to the padded width
-// wp; then both separable passes run over the whole flat plane: the row maxima are k1 − 1
+// wp; then both separable passes run over the whole flat plane: the row maxima over k1
 // shifts by one (values straddling a row end fall in columns no window starts at), the
-// column maxima k0 − 1 shifts by wp, and y takes the first ow columns of each row.
+// column maxima over k0 shifts by wp, and y takes the first ow columns of each row.
 func maxPoolFlatPlane[T Float](p *PoolParams, x, y []T) bool {
 	h, w := p.Spatial[0], p.Spatial[1]
 	k0, k1 := p.Kernel[0], p.Kernel[1]
@@ -413,14 +407,8 @@ func maxPoolFlatPlane[T Float](p *PoolParams, x, y []T) bool {
 			for r := range rows {
 				copy(xs[(r+pb0)*wp+pb1:], xp[r*w:r*w+cols])
 			}
-			copy(hs, xs)
-			for t := 1; t < k1; t++ {
-				maxIntoRow(hs, xs[t:t+n])
-			}
-			copy(vs, hs)
-			for t := 1; t < k0; t++ {
-				maxIntoRow(vs, hs[t*wp:t*wp+len(vs)])
-			}
+			maxTapsRow(hs, xs, k1, 1)
+			maxTapsRow(vs, hs, k0, wp)
 			yp := y[pl*p.outSize : (pl+1)*p.outSize]
 			for r := range oh {
 				copy(yp[r*ow:(r+1)*ow], vs[r*wp:])
