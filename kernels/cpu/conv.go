@@ -42,7 +42,19 @@ type convGeom struct {
 	// the run of output positions along the last axis whose input lies inside x.
 	segs     []convSeg
 	segStart []int32 // segs[segStart[k]:segStart[k+1]] are tap k's, in output order
+	ind      *convInd // convIndirect's geometry; nil where it does not apply
 	init     bool
+}
+
+// convInd is the geometry of convIndirect: a 2-d stride-1 convolution computed on the
+// zero-padded image (hp × wp a channel), whose output grid is ho rows of wp columns (the
+// last wp − wo of each row are discarded), so that column j of the im2col matrix's row
+// (c, ky, kx) is the padded image at c·hp·wp + ky·dh·wp + kx·dw + j: every row a shifted
+// view of the padded image, read in place by the micro-kernel.
+type convInd struct {
+	h, w, pb0, pb1 int
+	hp, wp, ho, wo int
+	offs           []int64 // byte offsets (float32) of im2col row p = c·kSize + tap
 }
 
 // convSeg says: for kernel tap k, outputs yOff..yOff+n-1 (plane offsets) read inputs
@@ -201,6 +213,22 @@ func (g *convGeom) setup(batch, inC, outC, groups int, in, out, kernel, stride, 
 		}
 	}
 	g.segStart[g.kSize] = int32(len(g.segs))
+	if r == 2 && stride[0] == 1 && stride[1] == 1 {
+		d := &convInd{h: in[0], w: in[1], pb0: pb[0], pb1: pb[1], ho: out[0], wo: out[1]}
+		d.wp = out[1] + dil[1]*(kernel[1]-1)
+		d.hp = out[0] + dil[0]*(kernel[0]-1)
+		if d.hp >= d.pb0+d.h && d.wp >= d.pb1+d.w && sizeOK(g.cg, d.hp, d.wp) {
+			d.offs = make([]int64, g.kdim)
+			for c := 0; c < g.cg; c++ {
+				for ky := 0; ky < kernel[0]; ky++ {
+					for kx := 0; kx < kernel[1]; kx++ {
+						d.offs[(c*kernel[0]+ky)*kernel[1]+kx] = 4 * int64(c*d.hp*d.wp+ky*dil[0]*d.wp+kx*dil[1])
+					}
+				}
+			}
+			g.ind = d
+		}
+	}
 	g.init = true
 	return nil
 }
@@ -462,9 +490,105 @@ func convForward[T Float](g *convGeom, x, w, bias, y []T) {
 		case g.pointwise:
 			gemmRunSrc(false, g.ocg, g.outSize, g.cg, 1, wg, g.kdim, &gemmMatrixB[T]{b: xg, ldb: g.inSize}, 0, yg, g.outSize, bg, inner)
 		default:
-			gemmRunSrc(false, g.ocg, g.outSize, g.kdim, 1, wg, g.kdim, &convCols[T]{g, xg, false}, 0, yg, g.outSize, bg, inner)
+			if !convIndirect(g, xg, wg, bg, yg, inner) {
+				gemmRunSrc(false, g.ocg, g.outSize, g.kdim, 1, wg, g.kdim, &convCols[T]{g, xg, false}, 0, yg, g.outSize, bg, inner)
+			}
 		}
 	})
+}
+
+// convIndirectOff turns convIndirect off (tests compare it with the im2col GEMM).
+var convIndirectOff bool
+
+// convIndirect computes one image and group of a 2-d stride-1 float32 convolution without
+// an im2col matrix: the image is copied once into a zero-padded buffer, and the micro-kernel
+// (kernInd) reads each im2col row as a shifted view of it (convInd), so the only packing is
+// the weights' (A). Packing the im2col matrix fed only 2·ocg flops per element packed: at
+// batch 1 with few output channels (DenseNet's 3×3 128 → 32 layers, 55% of its convolution
+// time) it cost more than the arithmetic. The result is computed on a grid of wp-wide rows,
+// every tile full (rows padded to mr, columns to nr, the extra rows' weights zero), then
+// copied into y. The k loop, its kc slabs, the modes and the bias are the GEMM's, so the
+// bits are the im2col GEMM's (TestConvIndirectMatchesIm2col). Work is shared out by rows of C
+// (each task packs only its rows of A; B is not packed), and by columns too when there are
+// fewer than two row tiles a worker. Scratch: the padded image and the padded result. It
+// reports false, computing nothing, where it does not apply (other convolutions, float64,
+// CPUs without the kernel).
+func convIndirect[T Float](g *convGeom, x, w, bias, y []T, workers int) bool {
+	impl := gemmImplFor(unsafe.Sizeof(T(0)))
+	d := g.ind
+	if d == nil || !isFloat32Type[T]() || impl.kernInd == nil || convIndirectOff {
+		return false
+	}
+	mr, nr, kc, mc := impl.mr, impl.nr, impl.kc, impl.mc
+	m, k := g.ocg, g.kdim
+	plane := d.hp * d.wp
+	n := d.ho * d.wp
+	mPad, nPad := gemmSplit(m, 1, mr), gemmSplit(n, 1, nr)
+	xLen := g.cg*plane + nr // the last tiles read up to nr − 1 past the last plane
+	buf, s := convGetBuf[float32](xLen + mPad*nPad + mPad)
+	defer convPutBuf(buf)
+	xp, cp, bp := s[:xLen], s[xLen:xLen+mPad*nPad], s[xLen+mPad*nPad:]
+	x32 := f32s(x)
+	clear(xp)
+	for c := 0; c < g.cg; c++ {
+		for r := 0; r < d.h; r++ {
+			copy(xp[c*plane+(r+d.pb0)*d.wp+d.pb1:][:d.w], x32[c*g.inSize+r*d.w:][:d.w])
+		}
+	}
+	var bip []float32
+	if bias != nil {
+		copy(bp, f32s(bias))
+		clear(bp[m:])
+		bip = bp
+	}
+	w32 := f32s(w)
+	mTiles, nTiles := mPad/mr, nPad/nr
+	rowTasks := min(mTiles, gemmTasksPerWorker*workers)
+	colTasks := 1
+	if workers > 1 && rowTasks < 2*workers {
+		colTasks = min(nTiles, (2*workers+rowTasks-1)/rowTasks)
+	}
+	rowsPer, colsPer := gemmSplit(mPad, rowTasks, mr), gemmSplit(nPad, colTasks, nr)
+	rowTasks, colTasks = (mPad+rowsPer-1)/rowsPer, (nPad+colsPer-1)/colsPer
+	parallelTasks(rowTasks*colTasks, workers, func(t int) {
+		i0, j0 := (t/colTasks)*rowsPer, (t%colTasks)*colsPer
+		i1, j1 := min(mPad, i0+rowsPer), min(nPad, j0+colsPer)
+		sc := gemmGetScratch[float32](impl, i1-i0, j1-j0, k)
+		ap := unsafe.Slice((*float32)(sc.ap), min(mc, i1-i0)*min(kc, k))
+		for pc := 0; pc < k; pc += kc {
+			kb := min(kc, k-pc)
+			mode := 0
+			if pc > 0 {
+				mode = 1
+			}
+			if bip != nil && pc+kb >= k {
+				mode += 3
+			}
+			offs := unsafe.Pointer(&d.offs[pc])
+			for ic := i0; ic < i1; ic += mc {
+				mb := min(mc, i1-ic)
+				gemmPackA(false, w32, k, ic, pc, min(mb, max(0, m-ic)), kb, mr, ap)
+				for ir := 0; ir < mb; ir += mr {
+					as := unsafe.Pointer(&ap[ir*kb])
+					var bs unsafe.Pointer
+					if bip != nil {
+						bs = unsafe.Pointer(&bip[ic+ir])
+					}
+					for jr := j0; jr < j1; jr += nr {
+						impl.kernInd(kb, as, unsafe.Pointer(&xp[jr]), unsafe.Pointer(&cp[(ic+ir)*nPad+jr]), nPad, 1, float32(mode%3), mode, bs, offs)
+					}
+				}
+			}
+		}
+		gemmPutScratch(sc)
+	})
+	y32 := f32s(y)
+	for j := 0; j < m; j++ {
+		for r := 0; r < d.ho; r++ {
+			copy(y32[j*g.outSize+r*d.wo:][:d.wo], cp[j*nPad+r*d.wp:])
+		}
+	}
+	return true
 }
 
 // ConvBackwardData computes dx, the gradient of the loss with respect to Conv's input x,

@@ -415,8 +415,9 @@ func TestConvGenericKernel(t *testing.T) {
 	}
 }
 
-// BenchmarkConvBatch1 is batch-1 inference's convolutions, ResNet-50's shapes (bench/cpu.sh's
-// resnet50): GFLOP/s of wall time and per CPU-second on GOMAXPROCS threads.
+// BenchmarkConvBatch1 is batch-1 inference's convolutions, ResNet-50's shapes and DenseNet's
+// growth layers (bench/cpu.sh's resnet50 and densenet121): GFLOP/s of wall time and per
+// CPU-second on GOMAXPROCS threads.
 func BenchmarkConvBatch1(b *testing.B) {
 	for _, c := range []struct {
 		name             string
@@ -431,6 +432,8 @@ func BenchmarkConvBatch1(b *testing.B) {
 		{"1x1-1024-256-14", 1024, 256, 14, 1, 1, 0},
 		{"3x3-512-7", 512, 512, 7, 3, 1, 1},
 		{"1x1-512-2048-7", 512, 2048, 7, 1, 1, 0},
+		{"densenet-3x3-128-32-56", 128, 32, 56, 3, 1, 1},
+		{"densenet-3x3-128-32-14", 128, 32, 14, 3, 1, 1},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			p := &ConvParams{Batch: 1, InC: c.inC, OutC: c.outC, Spatial: []int{c.hw, c.hw}, Kernel: []int{c.k, c.k},
@@ -496,6 +499,58 @@ func checkConvBias[T Float](t *testing.T, p *ConvParams, x, w, bias []T, impl st
 	for i := range got {
 		if got[i] != want[i] {
 			t.Fatalf("%v %s %T threads %d: y[%d] = %v, separate bias pass %v", p.Kernel, impl, got[0], threads, i, got[i], want[i])
+		}
+	}
+}
+
+// convIndirect (the padded image read in place by kernInd) gives the bits of the im2col
+// GEMM it replaces — kernels, thread counts (row and column task splits), bias or none,
+// several k slabs, uneven pads, dilation, non-square kernels, groups, odd sizes — and the
+// naive loops' values.
+func TestConvIndirectMatchesIm2col(t *testing.T) {
+	r := rand.New(rand.NewPCG(71, 72))
+	for _, p := range []ConvParams{
+		{Batch: 1, InC: 128, OutC: 32, Spatial: []int{14, 14}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}},
+		{Batch: 2, InC: 5, OutC: 19, Spatial: []int{9, 13}, Kernel: []int{3, 2}, PadBegin: []int{2, 0}, PadEnd: []int{1, 1}},
+		{Batch: 1, InC: 40, OutC: 70, Spatial: []int{7, 7}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}, // k = 360: two slabs
+		{Batch: 1, InC: 6, OutC: 12, Groups: 3, Spatial: []int{11, 10}, Kernel: []int{3, 3}, Dilation: []int{2, 1}, PadBegin: []int{2, 1}, PadEnd: []int{0, 1}},
+		{Batch: 1, InC: 3, OutC: 9, Spatial: []int{6, 40}, Kernel: []int{1, 5}, PadBegin: []int{0, 2}, PadEnd: []int{0, 2}},
+		{Batch: 1, InC: 16, OutC: 200, Spatial: []int{5, 5}, Kernel: []int{3, 3}},
+	} {
+		if err := p.Init(); err != nil {
+			t.Fatal(err)
+		}
+		if p.g.ind == nil {
+			t.Fatalf("%+v: not eligible for convIndirect", p)
+		}
+		x, w, bias := randSlice[float32](r, p.XLen()), randSlice[float32](r, p.WLen()), randSlice[float32](r, p.OutC)
+		want64 := make([]float64, p.YLen())
+		convNaive(&p, func(xi, wi, yi int) { want64[yi] += float64(x[xi]) * float64(w[wi]) })
+		for _, threads := range []int{1, 2, 3} {
+			old := runtime.GOMAXPROCS(threads)
+			for _, impl := range gemmAvailable(4) {
+				if impl.kernInd == nil {
+					continue
+				}
+				withImpl[float32](impl, func() {
+					for _, b := range [][]float32{nil, bias} {
+						got, want := make([]float32, p.YLen()), make([]float32, p.YLen())
+						Conv(&p, x, w, b, got)
+						convIndirectOff = true
+						Conv(&p, x, w, b, want)
+						convIndirectOff = false
+						for i := range got {
+							if got[i] != want[i] {
+								t.Fatalf("%v %v %s threads %d bias %v: y[%d] = %v, im2col %v", p.Spatial, p.Kernel, impl.name, threads, b != nil, i, got[i], want[i])
+							}
+						}
+						if b == nil {
+							assertClose(t, fmt.Sprintf("%v %v %s", p.Spatial, p.Kernel, impl.name), toF64(got), want64, 1e-4)
+						}
+					}
+				})
+			}
+			runtime.GOMAXPROCS(old)
 		}
 	}
 }

@@ -50,6 +50,9 @@ type gemmImpl struct {
 	mr, nr     int
 	kc, mc, nc int
 	kern       func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int, bias unsafe.Pointer)
+	// kernInd is the float32 kernel with B read in place (nil: none): B's row p is the nr
+	// values at b + offs[p] bytes — convIndirect's image rows, unpacked.
+	kernInd func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int, bias, offs unsafe.Pointer)
 }
 
 // gemmForceGeneric makes every GEMM use the pure-Go micro-kernel. Tests flip it to cover the

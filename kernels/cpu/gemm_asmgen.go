@@ -24,6 +24,9 @@ type kernel struct {
 	reg    string // "Y" or "Z"
 	lanes  int
 	double bool
+	// indirect: B is not packed; step p reads its nr values at b + offs[p] (bytes), a table
+	// of int64 — convolution reading the padded image in place (convIndirect).
+	indirect bool
 }
 
 func (k kernel) es() int { // element size in bytes
@@ -55,8 +58,15 @@ func (k kernel) areg(i int) string   { return k.r(k.mr*k.nv + k.nv + i%2) }
 func (k kernel) step(u int) {
 	es, nr := k.es(), k.nv*k.lanes
 	vb := k.lanes * es
-	for v := 0; v < k.nv; v++ {
-		p("\tVMOVUPS %d(DI), %s", (u*nr)*es+v*vb, k.breg(v))
+	if k.indirect {
+		p("\tMOVQ %d(R11), R12", u*8)
+		for v := 0; v < k.nv; v++ {
+			p("\tVMOVUPS %d(DI)(R12*1), %s", v*vb, k.breg(v))
+		}
+	} else {
+		for v := 0; v < k.nv; v++ {
+			p("\tVMOVUPS %d(DI), %s", (u*nr)*es+v*vb, k.breg(v))
+		}
 	}
 	for i := 0; i < k.mr; i++ {
 		p("\t%s %d(SI), %s", k.bcast(), (u*k.mr+i)*es, k.areg(i))
@@ -74,13 +84,25 @@ func (k kernel) gen() {
 	if k.double {
 		shift, betaOff, modeOff, biasOff, argSize = 3, 48, 56, 64, 72
 	}
+	offsOff := argSize
+	if k.indirect {
+		argSize += 8
+	}
 	typ := "float32"
 	if k.double {
 		typ = "float64"
 	}
-	p("// func %s(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta %s, mode int, bias unsafe.Pointer)", k.name, typ)
-	p("// C[0:%d, 0:%d] = alpha·A·B (+ beta·C) (+ bias[i] on row i): A packed k×%d, B packed k×%d, C row-major with ldc elements.", k.mr, nr, k.mr, nr)
+	if k.indirect {
+		p("// func %s(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta %s, mode int, bias, offs unsafe.Pointer)", k.name, typ)
+		p("// As the packed kernel, but B's row p is the %d values at b + offs[p] bytes (offs: k int64s).", nr)
+	} else {
+		p("// func %s(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta %s, mode int, bias unsafe.Pointer)", k.name, typ)
+		p("// C[0:%d, 0:%d] = alpha·A·B (+ beta·C) (+ bias[i] on row i): A packed k×%d, B packed k×%d, C row-major with ldc elements.", k.mr, nr, k.mr, nr)
+	}
 	p("TEXT ·%s(SB), NOSPLIT, $0-%d", k.name, argSize)
+	if k.indirect {
+		p("\tMOVQ offs+%d(FP), R11", offsOff)
+	}
 	p("\tMOVQ k+0(FP), CX")
 	p("\tMOVQ a+8(FP), SI")
 	p("\tMOVQ b+16(FP), DI")
@@ -107,12 +129,18 @@ func (k kernel) gen() {
 	p("\tTESTQ R10, R10")
 	p("\tJZ %s_tail", k.name)
 	p("%s_loop4:", k.name)
-	p("\tPREFETCHT0 %d(DI)", 16*nr*es)
+	if !k.indirect {
+		p("\tPREFETCHT0 %d(DI)", 16*nr*es)
+	}
 	for u := 0; u < 4; u++ {
 		k.step(u)
 	}
 	p("\tADDQ $%d, SI", 4*k.mr*es)
-	p("\tADDQ $%d, DI", 4*nr*es)
+	if k.indirect {
+		p("\tADDQ $32, R11")
+	} else {
+		p("\tADDQ $%d, DI", 4*nr*es)
+	}
 	p("\tDECQ R10")
 	p("\tJNZ %s_loop4", k.name)
 	p("%s_tail:", k.name)
@@ -121,7 +149,11 @@ func (k kernel) gen() {
 	p("%s_loop1:", k.name)
 	k.step(0)
 	p("\tADDQ $%d, SI", k.mr*es)
-	p("\tADDQ $%d, DI", nr*es)
+	if k.indirect {
+		p("\tADDQ $8, R11")
+	} else {
+		p("\tADDQ $%d, DI", nr*es)
+	}
 	p("\tDECQ CX")
 	p("\tJNZ %s_loop1", k.name)
 	p("%s_store:", k.name)
@@ -339,6 +371,8 @@ TEXT ·gemmXGETBV(SB), NOSPLIT, $0-8
 		{name: "gemmKernD6x8AVX2", mr: 6, nv: 2, reg: "Y", lanes: 4, double: true},
 		{name: "gemmKernS8x32AVX512", mr: 8, nv: 2, reg: "Z", lanes: 16},
 		{name: "gemmKernD8x16AVX512", mr: 8, nv: 2, reg: "Z", lanes: 8, double: true},
+		{name: "gemmKernS6x16AVX2Ind", mr: 6, nv: 2, reg: "Y", lanes: 8, indirect: true},
+		{name: "gemmKernS8x32AVX512Ind", mr: 8, nv: 2, reg: "Z", lanes: 16, indirect: true},
 	} {
 		k.gen()
 	}
