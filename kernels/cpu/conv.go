@@ -41,7 +41,7 @@ type convGeom struct {
 	// segs lists, for every kernel tap and output line (all spatial axes but the last),
 	// the run of output positions along the last axis whose input lies inside x.
 	segs     []convSeg
-	segStart []int32 // segs[segStart[k]:segStart[k+1]] are tap k's, in output order
+	segStart []int32  // segs[segStart[k]:segStart[k+1]] are tap k's, in output order
 	ind      *convInd // convIndirect's geometry; nil where it does not apply
 	init     bool
 }
