@@ -252,3 +252,63 @@ max3_loop:
 max3_done:
 	VZEROUPPER
 	RET
+
+// func dot32x2(a, b0, b1 *float32, n int) (s0, s1 float32): dot32 of a with two rows at once
+// (two memory streams in flight instead of one; each row's sum in dot32's order and fold, so
+// the same bits as two dot32 calls).
+TEXT ·dot32x2(SB), NOSPLIT, $0-40
+	MOVQ a+0(FP), SI
+	MOVQ b0+8(FP), DX
+	MOVQ b1+16(FP), R8
+	MOVQ n+24(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	SHRQ $5, CX
+	JZ dot2_reduce
+dot2_loop:
+	VMOVUPS (SI), Y4
+	VMOVUPS 32(SI), Y5
+	VMOVUPS 64(SI), Y6
+	VMOVUPS 96(SI), Y7
+	VFMADD231PS (DX), Y4, Y0
+	VFMADD231PS (R8), Y4, Y8
+	VFMADD231PS 32(DX), Y5, Y1
+	VFMADD231PS 32(R8), Y5, Y9
+	VFMADD231PS 64(DX), Y6, Y2
+	VFMADD231PS 64(R8), Y6, Y10
+	VFMADD231PS 96(DX), Y7, Y3
+	VFMADD231PS 96(R8), Y7, Y11
+	ADDQ $128, SI
+	ADDQ $128, DX
+	ADDQ $128, R8
+	DECQ CX
+	JNZ dot2_loop
+dot2_reduce:
+	VADDPS Y1, Y0, Y0
+	VADDPS Y3, Y2, Y2
+	VADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X0
+	VMOVSHDUP X0, X1
+	VADDSS X1, X0, X0
+	VMOVSS X0, s0+32(FP)
+	VADDPS Y9, Y8, Y8
+	VADDPS Y11, Y10, Y10
+	VADDPS Y10, Y8, Y8
+	VEXTRACTF128 $1, Y8, X9
+	VADDPS X9, X8, X8
+	VMOVHLPS X8, X8, X9
+	VADDPS X9, X8, X8
+	VMOVSHDUP X8, X9
+	VADDSS X9, X8, X8
+	VMOVSS X8, s1+36(FP)
+	VZEROUPPER
+	RET

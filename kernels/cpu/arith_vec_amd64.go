@@ -155,3 +155,16 @@ func maxNaN3Vec32(o, a, b, c []float32) int {
 	maxNaN3_32(&o[0], &a[0], &b[0], &c[0], n)
 	return n
 }
+
+//go:noescape
+func dot32x2(a, b0, b1 *float32, n int) (s0, s1 float32)
+
+// dotVec32x2 is dotVec32 of a with two rows at once (the same bits as two calls).
+func dotVec32x2(a, b0, b1 []float32) (float32, float32, int) {
+	n := len(a) &^ 31
+	if n == 0 || !gemmHasAVX2FMA || arithForceGo {
+		return 0, 0, 0
+	}
+	s0, s1 := dot32x2(&a[0], &b0[0], &b1[0], n)
+	return s0, s1, n
+}

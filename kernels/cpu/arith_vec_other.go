@@ -16,3 +16,5 @@ func dotVec32(a, b []float32) (float32, int) { return 0, 0 }
 func maxNaNVec32(o, x []float32) int { return 0 }
 
 func maxNaN3Vec32(o, a, b, c []float32) int { return 0 }
+
+func dotVec32x2(a, b0, b1 []float32) (float32, float32, int) { return 0, 0, 0 }

@@ -21,21 +21,39 @@ func gemvT(n, k int, alpha float32, a, b []float32, ldb int, beta float32, c []f
 		grain = n
 	}
 	Parallel(n, grain, func(lo, hi int) {
-		for j := lo; j < hi; j++ {
+		j := lo
+		// Two rows at a time: two streams from memory in flight (the layer is bound by how
+		// fast one core can pull B in), each row summed as dotVec32 sums it.
+		for ; j+2 <= hi; j += 2 {
+			r0, r1 := b[j*ldb:j*ldb+k], b[(j+1)*ldb:(j+1)*ldb+k]
+			s0, s1, i := dotVec32x2(a, r0, r1)
+			gemvStore(j, dotTail(s0, a, r0, i), alpha, beta, c)
+			gemvStore(j+1, dotTail(s1, a, r1, i), alpha, beta, c)
+		}
+		for ; j < hi; j++ {
 			row := b[j*ldb : j*ldb+k]
 			s, i := dotVec32(a, row)
-			for ; i < k; i++ {
-				s += a[i] * row[i]
-			}
-			v := alpha * s
-			switch beta {
-			case 0:
-			case 1:
-				v += c[j]
-			default:
-				v += beta * c[j]
-			}
-			c[j] = v
+			gemvStore(j, dotTail(s, a, row, i), alpha, beta, c)
 		}
 	})
+}
+
+// dotTail adds a[i:]·row[i:] to s in order.
+func dotTail(s float32, a, row []float32, i int) float32 {
+	for ; i < len(a); i++ {
+		s += a[i] * row[i]
+	}
+	return s
+}
+
+func gemvStore(j int, s, alpha, beta float32, c []float32) {
+	v := alpha * s
+	switch beta {
+	case 0:
+	case 1:
+		v += c[j]
+	default:
+		v += beta * c[j]
+	}
+	c[j] = v
 }
