@@ -46,14 +46,20 @@ type convGeom struct {
 	init     bool
 }
 
-// convInd is the geometry of convIndirect: a 2-d stride-1 convolution computed on the
-// zero-padded image (hp × wp a channel), whose output grid is ho rows of wp columns (the
-// last wp − wo of each row are discarded), so that column j of the im2col matrix's row
-// (c, ky, kx) is the padded image at c·hp·wp + ky·dh·wp + kx·dw + j: every row a shifted
-// view of the padded image, read in place by the micro-kernel.
+// convInd is the geometry of convIndirect: a 2-d convolution computed on the zero-padded
+// image split into its s0·s1 stride phases — phase (py, px) of channel c is the hq × wq plane
+// of padded positions (i·s0 + py, j·s1 + px) — so that output (oy, ox) under tap (ky, kx)
+// reads phase ((ky·dh) mod s0, (kx·dw) mod s1) at (oy + ky·dh div s0, ox + kx·dw div s1). On
+// an output grid of ho rows of wq columns (the last wq − wo of each row discarded), column j
+// of the im2col matrix's row (c, ky, kx) is then the phase buffer at a fixed offset plus j:
+// every row a shifted view, read in place by the micro-kernel. With stride 1 there is one
+// phase, the padded image itself.
 type convInd struct {
 	h, w, pb0, pb1 int
-	hp, wp, ho, wo int
+	s0, s1         int
+	hp, wp         int // the padded rows and columns the windows cover
+	hq, wq         int // a phase plane
+	ho, wo         int
 	offs           []int64 // byte offsets (float32) of im2col row p = c·kSize + tap
 }
 
@@ -213,16 +219,20 @@ func (g *convGeom) setup(batch, inC, outC, groups int, in, out, kernel, stride, 
 		}
 	}
 	g.segStart[g.kSize] = int32(len(g.segs))
-	if r == 2 && stride[0] == 1 && stride[1] == 1 {
-		d := &convInd{h: in[0], w: in[1], pb0: pb[0], pb1: pb[1], ho: out[0], wo: out[1]}
-		d.wp = out[1] + dil[1]*(kernel[1]-1)
-		d.hp = out[0] + dil[0]*(kernel[0]-1)
-		if d.hp >= d.pb0+d.h && d.wp >= d.pb1+d.w && sizeOK(g.cg, d.hp, d.wp) {
+	if r == 2 {
+		d := &convInd{h: in[0], w: in[1], pb0: pb[0], pb1: pb[1], s0: stride[0], s1: stride[1], ho: out[0], wo: out[1]}
+		d.hp = (out[0]-1)*stride[0] + dil[0]*(kernel[0]-1) + 1
+		d.wp = (out[1]-1)*stride[1] + dil[1]*(kernel[1]-1) + 1
+		d.hq, d.wq = (d.hp+d.s0-1)/d.s0, (d.wp+d.s1-1)/d.s1
+		if sizeOK(g.cg, d.s0*d.hq, d.s1*d.wq) {
 			d.offs = make([]int64, g.kdim)
+			plane := d.hq * d.wq
 			for c := 0; c < g.cg; c++ {
 				for ky := 0; ky < kernel[0]; ky++ {
 					for kx := 0; kx < kernel[1]; kx++ {
-						d.offs[(c*kernel[0]+ky)*kernel[1]+kx] = 4 * int64(c*d.hp*d.wp+ky*dil[0]*d.wp+kx*dil[1])
+						y, x := ky*dil[0], kx*dil[1]
+						phase := (y%d.s0)*d.s1 + x%d.s1
+						d.offs[(c*kernel[0]+ky)*kernel[1]+kx] = 4 * int64((phase*g.cg+c)*plane+(y/d.s0)*d.wq+x/d.s1)
 					}
 				}
 			}
@@ -500,12 +510,13 @@ func convForward[T Float](g *convGeom, x, w, bias, y []T) {
 // convIndirectOff turns convIndirect off (tests compare it with the im2col GEMM).
 var convIndirectOff bool
 
-// convIndirect computes one image and group of a 2-d stride-1 float32 convolution without
-// an im2col matrix: the image is copied once into a zero-padded buffer, and the micro-kernel
-// (kernInd) reads each im2col row as a shifted view of it (convInd), so the only packing is
-// the weights' (A). Packing the im2col matrix fed only 2·ocg flops per element packed: at
+// convIndirect computes one image and group of a 2-d float32 convolution without an im2col
+// matrix: the image is copied once into a zero-padded buffer split into its stride phases,
+// and the micro-kernel (kernInd) reads each im2col row as a shifted view of it (convInd), so
+// the only packing is the weights' (A). Packing the im2col matrix fed only 2·ocg flops per element packed: at
 // batch 1 with few output channels (DenseNet's 3×3 128 → 32 layers, 55% of its convolution
-// time) it cost more than the arithmetic. The result is computed on a grid of wp-wide rows,
+// time) it cost more than the arithmetic; with stride 2 (the stems, ResNet's downsampling)
+// the packer gathered every other element. The result is computed on a grid of wq-wide rows,
 // every tile full (rows padded to mr, columns to nr, the extra rows' weights zero), then
 // copied into y. The k loop, its kc slabs, the modes and the bias are the GEMM's, so the
 // bits are the im2col GEMM's (TestConvIndirectMatchesIm2col). Work is shared out by rows of C
@@ -521,18 +532,34 @@ func convIndirect[T Float](g *convGeom, x, w, bias, y []T, workers int) bool {
 	}
 	mr, nr, kc, mc := impl.mr, impl.nr, impl.kc, impl.mc
 	m, k := g.ocg, g.kdim
-	plane := d.hp * d.wp
-	n := d.ho * d.wp
+	plane := d.hq * d.wq
+	n := d.ho * d.wq
 	mPad, nPad := gemmSplit(m, 1, mr), gemmSplit(n, 1, nr)
-	xLen := g.cg*plane + nr // the last tiles read up to nr − 1 past the last plane
+	xLen := d.s0*d.s1*g.cg*plane + nr // the last tiles read up to nr − 1 past the last plane
 	buf, s := convGetBuf[float32](xLen + mPad*nPad + mPad)
 	defer convPutBuf(buf)
 	xp, cp, bp := s[:xLen], s[xLen:xLen+mPad*nPad], s[xLen+mPad*nPad:]
 	x32 := f32s(x)
 	clear(xp)
+	rows, cols := min(d.h, d.hp-d.pb0), min(d.w, d.wp-d.pb1) // the input the windows read
 	for c := 0; c < g.cg; c++ {
-		for r := 0; r < d.h; r++ {
-			copy(xp[c*plane+(r+d.pb0)*d.wp+d.pb1:][:d.w], x32[c*g.inSize+r*d.w:][:d.w])
+		for r := 0; r < rows; r++ {
+			src := x32[c*g.inSize+r*d.w:][:cols]
+			y := r + d.pb0
+			if d.s0 == 1 && d.s1 == 1 {
+				copy(xp[c*plane+y*d.wq+d.pb1:], src)
+				continue
+			}
+			for px := 0; px < d.s1; px++ { // the row's columns, phase by phase
+				x0 := (px - d.pb1%d.s1 + d.s1) % d.s1 // first input column of phase px
+				if x0 >= cols {
+					continue
+				}
+				dst := xp[(((y%d.s0)*d.s1+px)*g.cg+c)*plane+(y/d.s0)*d.wq+(x0+d.pb1)/d.s1:]
+				for i, j := 0, x0; j < cols; i, j = i+1, j+d.s1 {
+					dst[i] = src[j]
+				}
+			}
 		}
 	}
 	var bip []float32
@@ -585,7 +612,7 @@ func convIndirect[T Float](g *convGeom, x, w, bias, y []T, workers int) bool {
 	y32 := f32s(y)
 	for j := 0; j < m; j++ {
 		for r := 0; r < d.ho; r++ {
-			copy(y32[j*g.outSize+r*d.wo:][:d.wo], cp[j*nPad+r*d.wp:])
+			copy(y32[j*g.outSize+r*d.wo:][:d.wo], cp[j*nPad+r*d.wq:])
 		}
 	}
 	return true

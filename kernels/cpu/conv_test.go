@@ -503,10 +503,10 @@ func checkConvBias[T Float](t *testing.T, p *ConvParams, x, w, bias []T, impl st
 	}
 }
 
-// convIndirect (the padded image read in place by kernInd) gives the bits of the im2col
-// GEMM it replaces — kernels, thread counts (row and column task splits), bias or none,
-// several k slabs, uneven pads, dilation, non-square kernels, groups, odd sizes — and the
-// naive loops' values.
+// convIndirect (the padded image, split into stride phases, read in place by kernInd) gives
+// the bits of the im2col GEMM it replaces — kernels, thread counts (row and column task
+// splits), bias or none, several k slabs, strides, uneven pads, dilation, non-square kernels,
+// groups, odd sizes — and the naive loops' values.
 func TestConvIndirectMatchesIm2col(t *testing.T) {
 	r := rand.New(rand.NewPCG(71, 72))
 	for _, p := range []ConvParams{
@@ -516,6 +516,15 @@ func TestConvIndirectMatchesIm2col(t *testing.T) {
 		{Batch: 1, InC: 6, OutC: 12, Groups: 3, Spatial: []int{11, 10}, Kernel: []int{3, 3}, Dilation: []int{2, 1}, PadBegin: []int{2, 1}, PadEnd: []int{0, 1}},
 		{Batch: 1, InC: 3, OutC: 9, Spatial: []int{6, 40}, Kernel: []int{1, 5}, PadBegin: []int{0, 2}, PadEnd: []int{0, 2}},
 		{Batch: 1, InC: 16, OutC: 200, Spatial: []int{5, 5}, Kernel: []int{3, 3}},
+		// Strides: the stem's 7×7/2, ResNet's 3×3/2 and 1×1/2, AlexNet's 11×11/4, uneven
+		// strides and pads, stride with dilation, inputs the windows do not reach.
+		{Batch: 1, InC: 3, OutC: 10, Spatial: []int{30, 29}, Kernel: []int{7, 7}, Stride: []int{2, 2}, PadBegin: []int{3, 3}, PadEnd: []int{3, 3}},
+		{Batch: 2, InC: 9, OutC: 17, Spatial: []int{14, 15}, Kernel: []int{3, 3}, Stride: []int{2, 2}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}},
+		{Batch: 1, InC: 33, OutC: 24, Spatial: []int{14, 14}, Kernel: []int{1, 1}, Stride: []int{2, 2}},
+		{Batch: 1, InC: 3, OutC: 8, Spatial: []int{43, 40}, Kernel: []int{11, 11}, Stride: []int{4, 4}, PadBegin: []int{2, 2}, PadEnd: []int{2, 2}},
+		{Batch: 1, InC: 4, OutC: 6, Groups: 2, Spatial: []int{13, 17}, Kernel: []int{2, 3}, Stride: []int{3, 2}, Dilation: []int{2, 1}, PadBegin: []int{0, 2}, PadEnd: []int{1, 0}},
+		{Batch: 1, InC: 2, OutC: 5, Spatial: []int{12, 12}, Kernel: []int{3, 3}, Stride: []int{5, 5}},
+		{Batch: 1, InC: 3, OutC: 7, Spatial: []int{10, 14}, Kernel: []int{3, 4}, Stride: []int{2, 3}, PadBegin: []int{1, 1}, PadEnd: []int{0, 2}},
 	} {
 		if err := p.Init(); err != nil {
 			t.Fatal(err)
