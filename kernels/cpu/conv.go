@@ -60,6 +60,11 @@ type convInd struct {
 	hp, wp         int // the padded rows and columns the windows cover
 	hq, wq         int // a phase plane
 	ho, wo         int
+	// Only the phases some tap reads are stored (a 1×1/2 kernel reads one of four): phaseY[py]
+	// is row phase py's index among them, or −1; likewise phaseX; nx is how many column
+	// phases are stored, phases the number stored.
+	phaseY, phaseX []int
+	nx, phases     int
 	offs           []int64 // byte offsets (float32) of im2col row p = c·kSize + tap
 }
 
@@ -219,19 +224,46 @@ func (g *convGeom) setup(batch, inC, outC, groups int, in, out, kernel, stride, 
 		}
 	}
 	g.segStart[g.kSize] = int32(len(g.segs))
-	if r == 2 {
+	// Strided convolutions of many channels stay with the im2col GEMM: each im2col row of
+	// theirs is another channel's phase plane, and the micro-kernel's loads from that many
+	// planes measured slower than packed slivers (ResNet's 1×1/2 and 3×3/2 layers); a stem's
+	// three channels gain (its im2col packing was every other element).
+	if r == 2 && (stride[0] == 1 && stride[1] == 1 || g.cg <= 4) {
 		d := &convInd{h: in[0], w: in[1], pb0: pb[0], pb1: pb[1], s0: stride[0], s1: stride[1], ho: out[0], wo: out[1]}
 		d.hp = (out[0]-1)*stride[0] + dil[0]*(kernel[0]-1) + 1
 		d.wp = (out[1]-1)*stride[1] + dil[1]*(kernel[1]-1) + 1
 		d.hq, d.wq = (d.hp+d.s0-1)/d.s0, (d.wp+d.s1-1)/d.s1
 		if sizeOK(g.cg, d.s0*d.hq, d.s1*d.wq) {
+			used := func(s, k, dil int) ([]int, int) {
+				idx := make([]int, s)
+				for i := range idx {
+					idx[i] = -1
+				}
+				n := 0
+				for t := 0; t < k; t++ {
+					if r := t * dil % s; idx[r] < 0 {
+						idx[r] = 0
+					}
+				}
+				for r := range idx { // in residue order, so phases are stored in order
+					if idx[r] == 0 {
+						idx[r] = n
+						n++
+					}
+				}
+				return idx, n
+			}
+			var ny int
+			d.phaseY, ny = used(d.s0, kernel[0], dil[0])
+			d.phaseX, d.nx = used(d.s1, kernel[1], dil[1])
+			d.phases = ny * d.nx
 			d.offs = make([]int64, g.kdim)
 			plane := d.hq * d.wq
 			for c := 0; c < g.cg; c++ {
 				for ky := 0; ky < kernel[0]; ky++ {
 					for kx := 0; kx < kernel[1]; kx++ {
 						y, x := ky*dil[0], kx*dil[1]
-						phase := (y%d.s0)*d.s1 + x%d.s1
+						phase := d.phaseY[y%d.s0]*d.nx + d.phaseX[x%d.s1]
 						d.offs[(c*kernel[0]+ky)*kernel[1]+kx] = 4 * int64((phase*g.cg+c)*plane+(y/d.s0)*d.wq+x/d.s1)
 					}
 				}
@@ -535,7 +567,7 @@ func convIndirect[T Float](g *convGeom, x, w, bias, y []T, workers int) bool {
 	plane := d.hq * d.wq
 	n := d.ho * d.wq
 	mPad, nPad := gemmSplit(m, 1, mr), gemmSplit(n, 1, nr)
-	xLen := d.s0*d.s1*g.cg*plane + nr // the last tiles read up to nr − 1 past the last plane
+	xLen := d.phases*g.cg*plane + nr // the last tiles read up to nr − 1 past the last plane
 	buf, s := convGetBuf[float32](xLen + mPad*nPad + mPad)
 	defer convPutBuf(buf)
 	xp, cp, bp := s[:xLen], s[xLen:xLen+mPad*nPad], s[xLen+mPad*nPad:]
@@ -550,12 +582,17 @@ func convIndirect[T Float](g *convGeom, x, w, bias, y []T, workers int) bool {
 				copy(xp[c*plane+y*d.wq+d.pb1:], src)
 				continue
 			}
+			iy := d.phaseY[y%d.s0]
+			if iy < 0 { // a row no tap reads
+				continue
+			}
 			for px := 0; px < d.s1; px++ { // the row's columns, phase by phase
 				x0 := (px - d.pb1%d.s1 + d.s1) % d.s1 // first input column of phase px
-				if x0 >= cols {
+				ix := d.phaseX[px]
+				if x0 >= cols || ix < 0 {
 					continue
 				}
-				dst := xp[(((y%d.s0)*d.s1+px)*g.cg+c)*plane+(y/d.s0)*d.wq+(x0+d.pb1)/d.s1:]
+				dst := xp[((iy*d.nx+ix)*g.cg+c)*plane+(y/d.s0)*d.wq+(x0+d.pb1)/d.s1:]
 				for i, j := 0, x0; j < cols; i, j = i+1, j+d.s1 {
 					dst[i] = src[j]
 				}
@@ -595,14 +632,15 @@ func convIndirect[T Float](g *convGeom, x, w, bias, y []T, workers int) bool {
 			for ic := i0; ic < i1; ic += mc {
 				mb := min(mc, i1-ic)
 				gemmPackA(false, w32, k, ic, pc, min(mb, max(0, m-ic)), kb, mr, ap)
-				for ir := 0; ir < mb; ir += mr {
-					as := unsafe.Pointer(&ap[ir*kb])
-					var bs unsafe.Pointer
-					if bip != nil {
-						bs = unsafe.Pointer(&bip[ic+ir])
-					}
-					for jr := j0; jr < j1; jr += nr {
-						impl.kernInd(kb, as, unsafe.Pointer(&xp[jr]), unsafe.Pointer(&cp[(ic+ir)*nPad+jr]), nPad, 1, float32(mode%3), mode, bs, offs)
+				// The GEMM's order: a column sliver of B (kb scattered rows of nr) stays in L1
+				// while every row tile of the A block (in L2) passes over it.
+				for jr := j0; jr < j1; jr += nr {
+					for ir := 0; ir < mb; ir += mr {
+						var bs unsafe.Pointer
+						if bip != nil {
+							bs = unsafe.Pointer(&bip[ic+ir])
+						}
+						impl.kernInd(kb, unsafe.Pointer(&ap[ir*kb]), unsafe.Pointer(&xp[jr]), unsafe.Pointer(&cp[(ic+ir)*nPad+jr]), nPad, 1, float32(mode%3), mode, bs, offs)
 					}
 				}
 			}

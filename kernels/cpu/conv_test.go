@@ -427,6 +427,8 @@ func BenchmarkConvBatch1(b *testing.B) {
 		{"stem7x7s2", 3, 64, 224, 7, 2, 3},
 		{"1x1-64-256-56", 64, 256, 56, 1, 1, 0},
 		{"1x1-256-64-56", 256, 64, 56, 1, 1, 0},
+		{"1x1s2-256-512-56", 256, 512, 56, 1, 2, 0},
+		{"3x3s2-128-56", 128, 128, 56, 3, 2, 1},
 		{"3x3-64-56", 64, 64, 56, 3, 1, 1},
 		{"3x3-256-14", 256, 256, 14, 3, 1, 1},
 		{"1x1-1024-256-14", 1024, 256, 14, 1, 1, 0},
@@ -516,11 +518,12 @@ func TestConvIndirectMatchesIm2col(t *testing.T) {
 		{Batch: 1, InC: 6, OutC: 12, Groups: 3, Spatial: []int{11, 10}, Kernel: []int{3, 3}, Dilation: []int{2, 1}, PadBegin: []int{2, 1}, PadEnd: []int{0, 1}},
 		{Batch: 1, InC: 3, OutC: 9, Spatial: []int{6, 40}, Kernel: []int{1, 5}, PadBegin: []int{0, 2}, PadEnd: []int{0, 2}},
 		{Batch: 1, InC: 16, OutC: 200, Spatial: []int{5, 5}, Kernel: []int{3, 3}},
-		// Strides: the stem's 7×7/2, ResNet's 3×3/2 and 1×1/2, AlexNet's 11×11/4, uneven
-		// strides and pads, stride with dilation, inputs the windows do not reach.
+		// Strides (taken with at most 4 channels a group, as stems have): the stem's 7×7/2,
+		// 3×3/2 and 1×1/2, AlexNet's 11×11/4, uneven strides and pads, stride with dilation,
+		// inputs the windows do not reach.
 		{Batch: 1, InC: 3, OutC: 10, Spatial: []int{30, 29}, Kernel: []int{7, 7}, Stride: []int{2, 2}, PadBegin: []int{3, 3}, PadEnd: []int{3, 3}},
-		{Batch: 2, InC: 9, OutC: 17, Spatial: []int{14, 15}, Kernel: []int{3, 3}, Stride: []int{2, 2}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}},
-		{Batch: 1, InC: 33, OutC: 24, Spatial: []int{14, 14}, Kernel: []int{1, 1}, Stride: []int{2, 2}},
+		{Batch: 2, InC: 4, OutC: 17, Spatial: []int{14, 15}, Kernel: []int{3, 3}, Stride: []int{2, 2}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}},
+		{Batch: 1, InC: 3, OutC: 24, Spatial: []int{14, 14}, Kernel: []int{1, 1}, Stride: []int{2, 2}},
 		{Batch: 1, InC: 3, OutC: 8, Spatial: []int{43, 40}, Kernel: []int{11, 11}, Stride: []int{4, 4}, PadBegin: []int{2, 2}, PadEnd: []int{2, 2}},
 		{Batch: 1, InC: 4, OutC: 6, Groups: 2, Spatial: []int{13, 17}, Kernel: []int{2, 3}, Stride: []int{3, 2}, Dilation: []int{2, 1}, PadBegin: []int{0, 2}, PadEnd: []int{1, 0}},
 		{Batch: 1, InC: 2, OutC: 5, Spatial: []int{12, 12}, Kernel: []int{3, 3}, Stride: []int{5, 5}},
@@ -531,6 +534,9 @@ func TestConvIndirectMatchesIm2col(t *testing.T) {
 		}
 		if p.g.ind == nil {
 			t.Fatalf("%+v: not eligible for convIndirect", p)
+		}
+		if q := (ConvParams{Batch: 1, InC: 16, OutC: 8, Spatial: []int{9, 9}, Kernel: []int{3, 3}, Stride: []int{2, 2}}); q.Init() != nil || q.g.ind != nil {
+			t.Fatal("a strided 16-channel convolution took convIndirect")
 		}
 		x, w, bias := randSlice[float32](r, p.XLen()), randSlice[float32](r, p.WLen()), randSlice[float32](r, p.OutC)
 		want64 := make([]float64, p.YLen())
