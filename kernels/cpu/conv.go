@@ -553,7 +553,7 @@ var convIndirectOff bool
 // copied into y. The k loop, its kc slabs, the modes and the bias are the GEMM's, so the
 // bits are the im2col GEMM's (TestConvIndirectMatchesIm2col). Work is shared out by rows of C
 // (each task packs only its rows of A; B is not packed), and by columns too when there are
-// fewer than two row tiles a worker. Scratch: the padded image and the padded result. It
+// fewer than two row blocks a worker. Scratch: the padded image and the padded result. It
 // reports false, computing nothing, where it does not apply (other convolutions, float64,
 // CPUs without the kernel).
 func convIndirect[T Float](g *convGeom, x, w, bias, y []T, workers int) bool {
@@ -607,10 +607,13 @@ func convIndirect[T Float](g *convGeom, x, w, bias, y []T, workers int) bool {
 	}
 	w32 := f32s(w)
 	mTiles, nTiles := mPad/mr, nPad/nr
-	rowTasks := min(mTiles, gemmTasksPerWorker*workers)
+	// Row tasks of at least an mc block, so that each B sliver loaded into L1 serves many
+	// row tiles; where that leaves too few tasks (DenseNet's 32 output channels: one), columns
+	// are split too, each column task packing its rows of A again (small when M is).
+	rowTasks := min((mTiles*mr+mc-1)/mc, gemmTasksPerWorker*workers)
 	colTasks := 1
 	if workers > 1 && rowTasks < 2*workers {
-		colTasks = min(nTiles, (2*workers+rowTasks-1)/rowTasks)
+		colTasks = max(1, min(nTiles/2, (gemmTasksPerWorker*workers+rowTasks-1)/rowTasks))
 	}
 	rowsPer, colsPer := gemmSplit(mPad, rowTasks, mr), gemmSplit(nPad, colTasks, nr)
 	rowTasks, colTasks = (mPad+rowsPer-1)/rowsPer, (nPad+colsPer-1)/colsPer
