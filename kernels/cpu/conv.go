@@ -539,6 +539,32 @@ func convForward[T Float](g *convGeom, x, w, bias, y []T) {
 	})
 }
 
+// convPhases scatters the input rows and columns the windows read (rows × cols of each of
+// cg channels, inSize apart in x) into the stored stride phases of xp (convInd's layout).
+func convPhases(d *convInd, cg, plane, rows, cols int, x []float32, inSize int, xp []float32) {
+	for c := 0; c < cg; c++ {
+		for r := 0; r < rows; r++ {
+			src := x[c*inSize+r*d.w:][:cols]
+			y := r + d.pb0
+			iy := d.phaseY[y%d.s0]
+			if iy < 0 { // a row no tap reads
+				continue
+			}
+			for px := 0; px < d.s1; px++ { // the row's columns, phase by phase
+				x0 := (px - d.pb1%d.s1 + d.s1) % d.s1 // first input column of phase px
+				ix := d.phaseX[px]
+				if x0 >= cols || ix < 0 {
+					continue
+				}
+				dst := xp[((iy*d.nx+ix)*cg+c)*plane+(y/d.s0)*d.wq+(x0+d.pb1)/d.s1:]
+				for i, j := 0, x0; j < cols; i, j = i+1, j+d.s1 {
+					dst[i] = src[j]
+				}
+			}
+		}
+	}
+}
+
 // convIndirectOff turns convIndirect off (tests compare it with the im2col GEMM).
 var convIndirectOff bool
 
@@ -572,32 +598,25 @@ func convIndirect[T Float](g *convGeom, x, w, bias, y []T, workers int) bool {
 	defer convPutBuf(buf)
 	xp, cp, bp := s[:xLen], s[xLen:xLen+mPad*nPad], s[xLen+mPad*nPad:]
 	x32 := f32s(x)
-	clear(xp)
 	rows, cols := min(d.h, d.hp-d.pb0), min(d.w, d.wp-d.pb1) // the input the windows read
-	for c := 0; c < g.cg; c++ {
-		for r := 0; r < rows; r++ {
-			src := x32[c*g.inSize+r*d.w:][:cols]
-			y := r + d.pb0
-			if d.s0 == 1 && d.s1 == 1 {
-				copy(xp[c*plane+y*d.wq+d.pb1:], src)
-				continue
+	if d.s0 == 1 && d.s1 == 1 {
+		// One phase: each padded row is its pads (zeroed) around a copy of an input row; only
+		// the pads are cleared, not the whole buffer before the copy.
+		for c := 0; c < g.cg; c++ {
+			pl := xp[c*plane : (c+1)*plane]
+			clear(pl[:d.pb0*d.wq])
+			for r := 0; r < rows; r++ {
+				row := pl[(r+d.pb0)*d.wq : (r+d.pb0+1)*d.wq]
+				clear(row[:d.pb1])
+				copy(row[d.pb1:], x32[c*g.inSize+r*d.w:][:cols])
+				clear(row[d.pb1+cols:])
 			}
-			iy := d.phaseY[y%d.s0]
-			if iy < 0 { // a row no tap reads
-				continue
-			}
-			for px := 0; px < d.s1; px++ { // the row's columns, phase by phase
-				x0 := (px - d.pb1%d.s1 + d.s1) % d.s1 // first input column of phase px
-				ix := d.phaseX[px]
-				if x0 >= cols || ix < 0 {
-					continue
-				}
-				dst := xp[((iy*d.nx+ix)*g.cg+c)*plane+(y/d.s0)*d.wq+(x0+d.pb1)/d.s1:]
-				for i, j := 0, x0; j < cols; i, j = i+1, j+d.s1 {
-					dst[i] = src[j]
-				}
-			}
+			clear(pl[(rows+d.pb0)*d.wq:])
 		}
+		clear(xp[g.cg*plane:])
+	} else {
+		clear(xp)
+		convPhases(d, g.cg, plane, rows, cols, x32, g.inSize, xp)
 	}
 	var bip []float32
 	if bias != nil {
