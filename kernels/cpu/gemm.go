@@ -19,12 +19,18 @@
 //     Tiles on the ragged right and bottom edges are computed into a scratch tile and
 //     merged, so the assembly never handles partial tiles.
 //   - op(B) is reached through a packer (gemmBSource), so convolution can pack im2col
-//     columns straight from the image instead of materialising the column matrix.
-//   - Work is spread over the cores by splitting C into a grid of contiguous row/column
-//     ranges (aligned to mr/nr) and running an independent blocked GEMM on each range with
-//     its own packing buffers. Splitting along the larger of m and n keeps both cores busy
-//     for thin matrices too; the cost is that the operand along the other dimension is
-//     packed once per range, which is cheap next to the O(mnk) arithmetic.
+//     columns straight from the image instead of materialising the column matrix; and the
+//     float32 kernels have a twin (kernInd) that reads B's rows in place at a table of
+//     offsets, with which convolution skips packing altogether (conv.go's convIndirect).
+//   - The micro-kernel's store applies beta and, on a GEMM's last k slab, a per-row bias (a
+//     convolution's), so no pass over C follows.
+//   - Work is spread over the cores by splitting C (gemmGrid picks rows or columns, whichever
+//     packs less). A column split cuts C into up to gemmTasksPerWorker ranges a worker that
+//     the workers take from a counter (parallelTasks), each range an independent blocked
+//     GEMM packing its own A; so a worker whose core another process holds leaves its ranges
+//     to the others. A row split packs op(B) once for all workers (gemmSharedB) and shares
+//     out row ranges, each packing its own rows of A. Every tile is computed by the same
+//     slabs and micro-kernel calls however C is split, so results do not depend on it.
 //   - Packing buffers come from a sync.Pool, so steady-state calls allocate nothing.
 //
 // beta == 0 overwrites C without reading it (NaNs or garbage in C do not propagate), as BLAS
