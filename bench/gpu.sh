@@ -20,9 +20,11 @@
 # $OUT (default: a new temporary folder), as logs.tgz; a table of results comes last. Each
 # check has a time limit, and the whole run ends within GPU_BUDGET seconds (default 540: 9 of a
 # session's 15 device minutes, leaving a narrowed rerun room).
-# --no-torch leaves PyTorch's figures out (a rerun after a fix: they do not change). A rerun
+# --no-torch leaves PyTorch's figures out (a rerun after a fix: they do not change), and
+# TORCH_RUNS="sdpa" keeps only the step with SDPA (the budget's reference) of them. A rerun
 # after a kernel's fix can narrow the correctness checks: PPC_GPU_CASES, a regular expression
 # of kernel case names (e.g. attention), and GPU_GRID, one of the grid's subtests (e.g. bf16).
+# KERNELS_LIMIT (seconds, default 360) bounds the kernel cases.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 budget=${GPU_BUDGET:-540}
@@ -125,14 +127,22 @@ sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sani
 
 # torch.compile's compile overlaps the checks; its timing waits for the go file.
 go_file=$logs/go
+# TORCH_RUNS narrows PyTorch's step figures to save device time: "sdpa" (always run: the
+# budget's reference), "math" (materialised attention) and "compile" (torch.compile).
+torch_runs=${TORCH_RUNS:-sdpa math compile}
+have_torch=
 if [ -n "$torch" ] && $py -c 'import torch' 2>/dev/null; then
-  timeout $((deadline - SECONDS)) $py bench/gpt2_pytorch.py --attn sdpa --compile --wait "$go_file" >"$logs/torch-compile.log" 2>&1 &
-  compile_pid=$!
+  have_torch=1
+  compile_pid=
+  if [[ " $torch_runs " == *" compile "* ]]; then
+    timeout $((deadline - SECONDS)) $py bench/gpt2_pytorch.py --attn sdpa --compile --wait "$go_file" >"$logs/torch-compile.log" 2>&1 &
+    compile_pid=$!
+  fi
 fi
 
 # Correctness, in parallel.
 pids=()
-gotest kernels 360 -test.run '^TestGPUKernels$' -test.v -test.count=1 &
+gotest kernels "${KERNELS_LIMIT:-360}" -test.run '^TestGPUKernels$' -test.v -test.count=1 &
 pids+=($!)
 gotest grid 300 -test.run "^TestGPUTrainsLikeCPU\$${GPU_GRID:+/$GPU_GRID}" -test.v -test.count=1 &
 pids+=($!)
@@ -160,15 +170,17 @@ ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*
 if [ -n "$ncu" ]; then
   incuda ncu-attention 120 "$ncu" --clock-control none --section SpeedOfLight --section LaunchStats --section Occupancy --launch-count 4 "$bin/cuda.test" -test.run '^$' -test.bench '^BenchmarkAttention$/^1024$' -test.benchtime 1x
 fi
-if [ -n "${compile_pid:-}" ]; then
+if [ -n "$have_torch" ]; then
   check torch-matmul 120 $py bench/gpt2_pytorch.py --matmul 4096,8192,head
   check torch-attention 120 $py bench/gpt2_pytorch.py --attention 1024,4096,8192
   check torch-sdpa 180 $py bench/gpt2_pytorch.py --attn sdpa
-  check torch-math 180 $py bench/gpt2_pytorch.py --attn math
+  [[ " $torch_runs " == *" math "* ]] && check torch-math 180 $py bench/gpt2_pytorch.py --attn math
   touch "$go_file"
   t0=$SECONDS
-  wait "$compile_pid" && record torch-compile pass $((SECONDS - t0)) "$(tail -1 "$logs/torch-compile.log")" ||
-    record torch-compile FAIL $((SECONDS - t0)) "$(tail -1 "$logs/torch-compile.log" | cut -c1-150)"
+  if [ -n "$compile_pid" ]; then
+    wait "$compile_pid" && record torch-compile pass $((SECONDS - t0)) "$(tail -1 "$logs/torch-compile.log")" ||
+      record torch-compile FAIL $((SECONDS - t0)) "$(tail -1 "$logs/torch-compile.log" | cut -c1-150)"
+  fi
 else
   record torch SKIP 0 "--no-torch, or no python3 with torch"
 fi

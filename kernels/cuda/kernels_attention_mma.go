@@ -16,10 +16,14 @@ import (
 // their fragments from there.
 //
 //	attention       a block per (batch·head, 64 query rows): per key tile, each warp's
-//	                S = Q·Kᵀ into shared memory; a thread per query row applies the scale and
-//	                masks, updates the row's running maximum and sum (the online softmax) and
-//	                writes P, rounded to the operands' type as FlashAttention-2 does, for the
-//	                warps' O += P·V; O's registers are rescaled by the row's correction.
+//	                S = Q·Kᵀ stays in its lanes' registers, scaled and masked there; the
+//	                online softmax runs in the lanes too (each lane holds two rows' elements:
+//	                the row's maximum is the max of its four lanes' shares, passed through
+//	                shared memory, and each lane keeps its share of the row's sum, added up
+//	                once at the end), writing P, rounded to the operands' type as
+//	                FlashAttention-2 does, for the warps' O += P·V. (Run 5 on an H100 had a
+//	                thread per query row do the softmax from a float tile of S in shared
+//	                memory, on half the block's threads: the forward's largest cost.)
 //	attention_grad  δ = rowsum(dO ∘ O) as before; dq: a block per query tile, per key tile
 //	                S = Q·Kᵀ and dP = dO·Vᵀ in registers, dS = P ∘ (dP − δ) elementwise in
 //	                the lanes (rows' lse and δ from shared memory) into shared memory, then
@@ -46,7 +50,7 @@ func mmaTiles(d16, dv16 int) (br, bc int, ok bool) {
 	for _, t := range [][2]int{{64, 32}, {64, 16}, {32, 32}, {32, 16}, {16, 16}} {
 		br, bc = t[0], t[1]
 		q, v, p := ld(d16), ld(dv16), ld(bc)
-		fwd := 2*(br*q+bc*q+bc*v+br*p) + 4*(br*(bc+1)+3*br)
+		fwd := 2*(br*q+bc*q+bc*v+br*p) + 4*(br*4+2*br)
 		dq := 2*(br*q+br*v+bc*q+bc*v+2*br*p) + 4*2*br
 		dkv := 2*(br*q+br*v+bc*q+bc*v+3*br*p) + 4*2*bc
 		if max(fwd, dq, dkv) <= attnMMAShared {
@@ -208,40 +212,65 @@ func planAttentionMMA(s *device.Spec) ([]ir.Type, []planStep, error) {
 	}
 	br, bc := m.br, m.bc
 	shared := []tileVar{{"uint16_t", "qs", br * ld(m.d16)}, {"uint16_t", "ks", bc * ld(m.d16)}, {"uint16_t", "vs", bc * ld(m.dv16)},
-		{"float", "ss", br * (bc + 1)}, {"uint16_t", "ps", br * ld(bc)}, {"float", "m_s", br}, {"float", "l_s", br}, {"float", "a_s", br}}
-	private := []tileVar{{"float", "o", m.dv16 / 8 * 4}}
-	init := zeros("o", m.dv16/8*4) + m.c("if (tid < $BR) { m_s[tid] = -PPC_INF; l_s[tid] = 0; }\n") +
+		{"uint16_t", "ps", br * ld(bc)}, {"float", "red", br * 4}, {"float", "m_s", br}, {"float", "l_s", br}}
+	// A lane's scores sv (its four elements of each 8 keys: rows g and g + 8), and for its two
+	// rows the running maximum mr and its own columns' share of the running sum lr.
+	private := []tileVar{{"float", "o", m.dv16 / 8 * 4}, {"float", "sv", bc / 8 * 4}, {"float", "mr", 2}, {"float", "lr", 2}}
+	init := zeros("o", m.dv16/8*4) + "mr[0] = -PPC_INF; mr[1] = -PPC_INF; lr[0] = 0; lr[1] = 0;\n" +
 		m.stageBits("qs", br, d.D, m.d16, "in0", "bh * $SQ", "q0", "$SQ")
 	staging := m.stageBits("ks", bc, d.D, m.d16, "in1", "kvh * $SKV", "j0", "kend") + m.stageBits("vs", bc, d.Dv, m.dv16, "in2", "kvh * $SKV", "j0", "kend")
-	// S = Q·Kᵀ, a warp's 16 rows by the tile's bc keys, into ss.
+	// S = Q·Kᵀ, a warp's 16 rows by the tile's bc keys, scaled and masked in the lanes' own
+	// registers; each lane's maximum of its share of each row goes to red (row·4 + t).
 	var sp strings.Builder
 	sp.WriteString(lanes + fragsA("qa", "qs", m.d16))
 	for nt := 0; nt < bc/8; nt++ {
 		fmt.Fprintf(&sp, "{\n  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;\n%s", indent(m.productBt([4]string{"s0", "s1", "s2", "s3"}, "qa", m.d16/16, "ks", m.d16, fmt.Sprint(nt*8)), "  "))
-		sp.WriteString(indent(eachElem(nt, m.c("ss[row * $LS + col] = @v;\n")), "  "))
+		body := m.c("const long long qi = q0 + row, j = j0 + col;\n$T x = @v * $SCALE;\n") +
+			m.visible("qi < $SQ && j < kend", "qi", "j", "x", "in3") + "sv[@i] = vis ? x : -PPC_INF;\n"
+		sp.WriteString(indent(eachElem(nt, body), "  "))
 		sp.WriteString("}\n")
 	}
-	// The online softmax, a thread per query row.
-	soft := m.c("if (tid >= $BR) continue;\nconst long long qi = q0 + tid;\nif (qi >= $SQ) continue;\n$T mt = -PPC_INF;\n") +
-		m.c("for (int k = 0; k < $BC; k++) {\n  const long long j = j0 + k;\n  $T x = ss[tid * $LS + k] * $SCALE;\n") +
-		indent(m.visible("j < kend", "qi", "j", "x", "in3"), "  ") +
-		m.c("  x = vis ? x : ($T)-PPC_INF;\n  ss[tid * $LS + k] = x;\n  if (x > mt) mt = x;\n}\n") +
-		m.c("if (mt == -PPC_INF) {\n  a_s[tid] = 1;\n  for (int k = 0; k < $BC; k++) ps[tid * $LP + k] = 0;\n  continue;\n}\n") +
-		m.c("const $T mo = m_s[tid], mn = mo > mt ? mo : mt, alpha = ppc_expo(mo - mn);\n$T l = l_s[tid] * alpha;\n") +
-		m.c("for (int k = 0; k < $BC; k++) {\n  const $T p = "+round(m.dt, "ppc_expo(ss[tid * $LS + k] - mn)")+";\n  ps[tid * $LP + k] = "+store(m.dt, "p")+";\n  l += p;\n}\n") +
-		"m_s[tid] = mn;\nl_s[tid] = l;\na_s[tid] = alpha;\n"
-	// O = O·α + P·V.
-	var pv strings.Builder
-	pv.WriteString(lanes + "const float a0 = a_s[w * 16 + g], a1 = a_s[w * 16 + g + 8];\n")
-	for nt := 0; nt < m.dv16/8; nt++ {
-		fmt.Fprintf(&pv, "o[%d] *= a0; o[%d] *= a0; o[%d] *= a1; o[%d] *= a1;\n", 4*nt, 4*nt+1, 4*nt+2, 4*nt+3)
+	sp.WriteString("float pm0 = -PPC_INF, pm1 = -PPC_INF;\n")
+	for i := 0; i < bc/8*4; i++ {
+		fmt.Fprintf(&sp, "if (sv[%d] > pm%d) pm%d = sv[%d];\n", i, i%4/2, i%4/2, i)
 	}
-	pv.WriteString(m.accumulate("o", "ps", bc, "vs", m.dv16))
+	sp.WriteString("red[(w * 16 + g) * 4 + t] = pm0;\nred[(w * 16 + g + 8) * 4 + t] = pm1;\n")
+	// The online softmax in the lanes: a row's maximum from its four lanes' shares, the
+	// correction α of the lane's O and sum, and P (rounded to the operands' type, as
+	// FlashAttention-2 does) into ps for P·V.
+	var soft strings.Builder
+	soft.WriteString(lanes)
+	for h := 0; h < 2; h++ {
+		fmt.Fprintf(&soft, "{\n  const int row = w * 16 + g + %d;\n  float mt = red[row * 4];\n", 8*h)
+		for q := 1; q < 4; q++ {
+			fmt.Fprintf(&soft, "  if (red[row * 4 + %d] > mt) mt = red[row * 4 + %d];\n", q, q)
+		}
+		fmt.Fprintf(&soft, "  const float mo = mr[%d], mn = mo > mt ? mo : mt, alpha = mn == -PPC_INF ? 1.0f : ppc_expo(mo - mn);\n  mr[%d] = mn;\n  float l = 0;\n", h, h)
+		for nt := 0; nt < bc/8; nt++ {
+			for e := 2 * h; e < 2*h+2; e++ {
+				fmt.Fprintf(&soft, "  {\n    const int col = %d + 2 * t + %d;\n    const float p = mn == -PPC_INF ? 0.0f : %s;\n    ps[row * %d + col] = %s;\n    l += p;\n  }\n",
+					nt*8, e%2, round(m.dt, fmt.Sprintf("ppc_expo(sv[%d] - mn)", 4*nt+e)), ld(bc), store(m.dt, "p"))
+			}
+		}
+		fmt.Fprintf(&soft, "  lr[%d] = lr[%d] * alpha + l;\n", h, h)
+		for nt := 0; nt < m.dv16/8; nt++ {
+			fmt.Fprintf(&soft, "  o[%d] *= alpha; o[%d] *= alpha;\n", 4*nt+2*h, 4*nt+2*h+1)
+		}
+		soft.WriteString("}\n")
+	}
+	// O += P·V.
+	pv := lanes + m.accumulate("o", "ps", bc, "vs", m.dv16)
+	// The rows' sums from their lanes' shares, in a fixed order; then O / l and the lse.
+	sums := lanes + "red[(w * 16 + g) * 4 + t] = lr[0];\nred[(w * 16 + g + 8) * 4 + t] = lr[1];\n"
+	rows := lanes + "if (t == 0) {\n  const int r0 = w * 16 + g, r1 = r0 + 8;\n" +
+		"  l_s[r0] = red[r0 * 4] + red[r0 * 4 + 1] + red[r0 * 4 + 2] + red[r0 * 4 + 3];\n  m_s[r0] = mr[0];\n" +
+		"  l_s[r1] = red[r1 * 4] + red[r1 * 4 + 1] + red[r1 * 4 + 2] + red[r1 * 4 + 3];\n  m_s[r1] = mr[1];\n}\n"
 	final := lanes + strings.ReplaceAll(m.storeFrags("o", d.Dv, m.dv16, "q0 + row < $SQ", "bh * $SQ + q0 + row", "(l_s[row] == 0 ? 0.0f : %s / l_s[row])", m.dt), "out_[", "out[") +
 		m.c("if (tid < $BR && q0 + tid < $SQ) {\n  const $T l = l_s[tid];\n  out1[bh * $SQ + q0 + tid] = "+store(m.lseDType, round(m.lseDType, "l == 0 ? ($T)-PPC_INF : m_s[tid] + ppc_loga(l)"))+";\n}\n")
 	tiles := int64(d.Batch * d.Hq * ceilDiv(d.Sq, br))
 	fwd := m.kernelSpec(tiles, shared, private, m.queryTiles(),
-		phase(init), loop(m.c("for (long long j0 = 0; j0 < kend; j0 += $BC)"), phase(staging), phase(sp.String()), phase(soft), phase(pv.String())), phase(final))
+		phase(init), loop(m.c("for (long long j0 = 0; j0 < kend; j0 += $BC)"), phase(staging), phase(sp.String()), phase(soft.String()), phase(pv)),
+		phase(sums), phase(rows), phase(final))
 	return nil, []planStep{{in: in, also: []Ref{res1}, out: res0, row: fwd}}, nil
 }
 
@@ -332,11 +361,12 @@ func planAttentionGradMMA(s *device.Spec) ([]ir.Type, []planStep, error) {
 
 // eachElem writes body once per element e < 4 of a lane's tile of D at column block nt,
 // with the element's row (within the block) and column (within the tile) as the constants
-// `row` and `col`, and @v and @p naming its registers s_e and p_e (S and dP).
+// `row` and `col`, @v and @p naming its registers s_e and p_e (S and dP), and @i its index
+// 4·nt + e among the lane's elements of the whole tile.
 func eachElem(nt int, body string) string {
 	var b strings.Builder
 	for e := 0; e < 4; e++ {
-		r := strings.NewReplacer("@v", fmt.Sprintf("s%d", e), "@p", fmt.Sprintf("p%d", e))
+		r := strings.NewReplacer("@v", fmt.Sprintf("s%d", e), "@p", fmt.Sprintf("p%d", e), "@i", fmt.Sprint(4*nt+e))
 		fmt.Fprintf(&b, "{\n  const int row = w * 16 + g + %d, col = %d + 2 * t + %d;\n%s}\n", 8*(e/2), nt*8, e%2, indent(r.Replace(body), "  "))
 	}
 	return b.String()

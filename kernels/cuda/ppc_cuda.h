@@ -247,7 +247,8 @@ PPC_DEV float ppc_round_f16(float f) { return ppc_f16_f32(ppc_f32_f16(f)); }
 //   ppc_frag_a(p, ld, lane):  A(r, k) at p[r·ld + k]
 //   ppc_frag_bt(p, ld, lane): B(k, n) at p[n·ld + k] (B's columns are rows of p)
 //   ppc_frag_b(p, ld, lane):  B(k, n) at p[k·ld + n]
-// ld is even and p 4-byte aligned (tiles padded to 16 columns, shared arrays 16-aligned).
+// ld is 16·m + 8 and each row 16-byte aligned (tiles padded to 16 columns and placed at
+// multiples of 8 columns, shared arrays 16-aligned): ldmatrix needs it.
 #define PPC_ALIGN16 __attribute__((aligned(16)))
 #if defined(PPC_HOST) || !defined(__CUDA_ARCH__) || __CUDA_ARCH__ < 800
 struct ppc_fa { const uint16_t* p; int ld; };
@@ -271,33 +272,38 @@ PPC_DEV void ppc_mma_f16(float& c0, float& c1, float& c2, float& c3, ppc_fa a, p
 #else
 struct ppc_fa { uint32_t r0, r1, r2, r3; };
 struct ppc_fb { uint32_t r0, r1; };
-PPC_DEV uint32_t ppc_ld32(const uint16_t* p) { return *(const uint32_t*)p; }
-PPC_DEV uint32_t ppc_pack2(uint16_t lo, uint16_t hi) { return (uint32_t)lo | ((uint32_t)hi << 16); }
 // A: a lane's registers hold (row g, columns 2t, 2t+1), (g+8, 2t, 2t+1), (g, 2t+8, 2t+9),
 // (g+8, 2t+8, 2t+9), the lower column in the lower half; B: (rows 2t, 2t+1, column g) and
 // (rows 2t+8, 2t+9, column g) — PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating
-// point type".
+// point type". ldmatrix loads them a warp at a time: each 8×8 matrix of 16-bit elements from
+// eight row addresses (lanes 8i…8i+7 give matrix i's), lane l receiving row l/4's elements
+// 2(l%4) and 2(l%4)+1 — the A fragment's layout for A's four 8×8 quarters, and with .trans
+// the B fragment's for a row-major [k, n] tile. One instruction where 32-bit loads took four
+// (A), two (Bᵀ) or four 16-bit loads a register (B). Rows are 16-byte aligned: shared arrays
+// are, tiles start at multiples of 8 columns, and row strides are 16·m + 8 elements.
+PPC_DEV uint32_t ppc_smem(const void* p) {
+  uint32_t a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
 PPC_DEV ppc_fa ppc_frag_a(const uint16_t* p, int ld, int lane) {
-  const uint16_t* q = p + (lane >> 2) * ld + 2 * (lane & 3);
+  const int i = lane >> 3;
+  const uint32_t a = ppc_smem(p + ((lane & 7) + 8 * (i & 1)) * ld + 8 * (i >> 1));
   ppc_fa f;
-  f.r0 = ppc_ld32(q);
-  f.r1 = ppc_ld32(q + 8 * ld);
-  f.r2 = ppc_ld32(q + 8);
-  f.r3 = ppc_ld32(q + 8 * ld + 8);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(f.r0), "=r"(f.r1), "=r"(f.r2), "=r"(f.r3) : "r"(a) : "memory");
   return f;
 }
 PPC_DEV ppc_fb ppc_frag_bt(const uint16_t* p, int ld, int lane) {
-  const uint16_t* q = p + (lane >> 2) * ld + 2 * (lane & 3);
+  const uint32_t a = ppc_smem(p + (lane & 7) * ld + 8 * ((lane >> 3) & 1));
   ppc_fb f;
-  f.r0 = ppc_ld32(q);
-  f.r1 = ppc_ld32(q + 8);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(f.r0), "=r"(f.r1) : "r"(a) : "memory");
   return f;
 }
 PPC_DEV ppc_fb ppc_frag_b(const uint16_t* p, int ld, int lane) {
-  const uint16_t* q = p + 2 * (lane & 3) * ld + (lane >> 2);
+  const uint32_t a = ppc_smem(p + (lane & 15) * ld);
   ppc_fb f;
-  f.r0 = ppc_pack2(q[0], q[ld]);
-  f.r1 = ppc_pack2(q[8 * ld], q[9 * ld]);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(f.r0), "=r"(f.r1) : "r"(a) : "memory");
   return f;
 }
 PPC_DEV void ppc_mma_bf16(float& c0, float& c1, float& c2, float& c3, ppc_fa a, ppc_fb b, int lane) {

@@ -140,6 +140,7 @@ func checkKernels(t *testing.T, cases []cudatest.Case, dev *Device) {
 	ref := cpu.New()
 	rng := rand.New(rand.NewPCG(1, 2))
 	impls := make([]device.Impl, len(cases))
+	start := time.Now()
 	for ci, c := range cases {
 		impl, err := dev.Prepare(c.Spec)
 		if err != nil {
@@ -147,10 +148,19 @@ func checkKernels(t *testing.T, cases []cudatest.Case, dev *Device) {
 		}
 		impls[ci] = impl
 	}
+	// Progress and where the time goes, under -v as it happens: on the GPU the whole list
+	// has run past its time limit without saying why.
+	t.Logf("%d cases prepared in %v", len(cases), time.Since(start).Round(time.Millisecond))
+	slowest, slowestAt := time.Duration(0), ""
 	onDevice := func(x device.Tensor) device.Tensor { return upload(t, dev, x) }
+	t0, prev := time.Now(), ""
 	for ci, c := range cases {
-		if ci%100 == 99 {
-			t.Logf("%d of %d cases checked", ci, len(cases)) // progress, under -v as it happens
+		if d := time.Since(t0); d > slowest && prev != "" {
+			slowest, slowestAt = d, prev
+		}
+		t0, prev = time.Now(), c.Name
+		if ci%50 == 49 {
+			t.Logf("%d of %d cases checked, %v; slowest %s (%v)", ci, len(cases), time.Since(start).Round(time.Millisecond), slowestAt, slowest.Round(time.Millisecond))
 		}
 		impl, err := ref.Prepare(c.Spec)
 		if err != nil {
