@@ -565,6 +565,11 @@ func convPhases(d *convInd, cg, plane, rows, cols int, x []float32, inSize int, 
 	}
 }
 
+// convIndirectMax bounds convIndirect's scratch (the padded image and the padded result of
+// one image and group) to 16 MiB of float32, which ImageNet-sized layers stay far below;
+// larger images take the im2col GEMM, whose scratch is a few panels whatever the size.
+const convIndirectMax = 1 << 22
+
 // convIndirectOff turns convIndirect off (tests compare it with the im2col GEMM).
 var convIndirectOff bool
 
@@ -579,9 +584,9 @@ var convIndirectOff bool
 // copied into y. The k loop, its kc slabs, the modes and the bias are the GEMM's, so the
 // bits are the im2col GEMM's (TestConvIndirectMatchesIm2col). Work is shared out by rows of C
 // (each task packs only its rows of A; B is not packed), and by columns too when there are
-// fewer than two row blocks a worker. Scratch: the padded image and the padded result. It
-// reports false, computing nothing, where it does not apply (other convolutions, float64,
-// CPUs without the kernel).
+// fewer than two row blocks a worker. Scratch: the padded image and the padded result, at most
+// convIndirectMax elements. It reports false, computing nothing, where it does not apply
+// (other convolutions, float64, CPUs without the kernel, larger scratch).
 func convIndirect[T Float](g *convGeom, x, w, bias, y []T, workers int) bool {
 	impl := gemmImplFor(unsafe.Sizeof(T(0)))
 	d := g.ind
@@ -594,6 +599,9 @@ func convIndirect[T Float](g *convGeom, x, w, bias, y []T, workers int) bool {
 	n := d.ho * d.wq
 	mPad, nPad := gemmSplit(m, 1, mr), gemmSplit(n, 1, nr)
 	xLen := d.phases*g.cg*plane + nr // the last tiles read up to nr − 1 past the last plane
+	if xLen+mPad*nPad > convIndirectMax {
+		return false
+	}
 	buf, s := convGetBuf[float32](xLen + mPad*nPad + mPad)
 	defer convPutBuf(buf)
 	xp, cp, bp := s[:xLen], s[xLen:xLen+mPad*nPad], s[xLen+mPad*nPad:]

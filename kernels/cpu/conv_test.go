@@ -571,3 +571,15 @@ func TestConvIndirectMatchesIm2col(t *testing.T) {
 		}
 	}
 }
+
+// An image whose padded copy and result would pass convIndirectMax takes the im2col GEMM.
+func TestConvIndirectScratchBound(t *testing.T) {
+	p := ConvParams{Batch: 1, InC: 1, OutC: 8, Spatial: []int{700, 700}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}
+	if err := p.Init(); err != nil {
+		t.Fatal(err)
+	}
+	x, w := make([]float32, p.XLen()), make([]float32, p.WLen())
+	if convIndirect(&p.g, x, w, nil, make([]float32, p.YLen()), 1) {
+		t.Fatal("convIndirect took a 700 × 700 image with 8 output channels")
+	}
+}
