@@ -367,7 +367,7 @@ func gemmSharedB[T Float](impl *gemmImpl, transA bool, m, n, k int, alpha T, a [
 	nPad := gemmSplit(n, 1, nr)
 	// Panel jc (nc columns) starts at jc·k: its slabs one after another, each kb × nbPad.
 	off := func(jc, pc int) int { return jc*k + pc*min(nc, nPad-jc) }
-	buf, packed := convGetBuf[T](k * nPad)
+	buf, packed := convGetBuf[T](k * nPad) // conv.go's pool of scratch slices
 	defer convPutBuf(buf)
 	const chunk = 8 // slivers packed per task
 	type job struct{ jc, pc, s0 int }
