@@ -168,3 +168,17 @@ func dotVec32x2(a, b0, b1 []float32) (float32, float32, int) {
 	s0, s1 := dot32x2(&a[0], &b0[0], &b1[0], n)
 	return s0, s1, n
 }
+
+//go:noescape
+func dot32x4(a, b0, b1, b2, b3 *float32, n int) (s0, s1, s2, s3 float32)
+
+// dotVec32x4 is dotVec32 of a with four rows at once (the same bits as four calls); n is 0
+// without AVX-512.
+func dotVec32x4(a, b0, b1, b2, b3 []float32) (s [4]float32, n int) {
+	n = len(a) &^ 31
+	if n == 0 || !gemmHasAVX512 || arithForceGo {
+		return s, 0
+	}
+	s[0], s[1], s[2], s[3] = dot32x4(&a[0], &b0[0], &b1[0], &b2[0], &b3[0], n)
+	return s, n
+}
