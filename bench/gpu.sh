@@ -142,7 +142,7 @@ fi
 
 # Correctness, in parallel.
 pids=()
-gotest kernels "${KERNELS_LIMIT:-360}" -test.run '^TestGPUKernels$' -test.v -test.count=1 &
+gotest kernels "${KERNELS_LIMIT:-360}" -test.run '^TestGPU(Kernels|MisalignedGemm)$' -test.v -test.count=1 &
 pids+=($!)
 gotest grid 300 -test.run "^TestGPUTrainsLikeCPU\$${GPU_GRID:+/$GPU_GRID}" -test.v -test.count=1 &
 pids+=($!)
@@ -214,9 +214,9 @@ ppc_ms=$(field 'BenchmarkGPT2SmallStep' ms/step)
     ratio=$(awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f×", b / a; else print "?" }')
     printf '  seq %-5s ppc %8s ms  torch sdpa %8s ms  torch/ppc %s\n' "$n" "${a:-?}" "${b:-?}" "$ratio"
   done
-  echo "bf16 GEMM n³, and GPT-2's head 8192×768×50257 (TFLOP/s):"
-  for n in 4096 8192 head; do
-    a=$(grep -h "BenchmarkGEMM/$n.*TFLOP/s" "$logs"/ppc-bench.log 2>/dev/null | awk '{ for (i = 2; i <= NF; i++) if ($i == "TFLOP/s") print $(i-1) }')
+  echo "bf16 GEMM n³, and GPT-2's head 8192×768×50257 and its two gradients as the step runs them (TFLOP/s):"
+  for n in 4096 8192 head head_dx head_dw; do
+    a=$(grep -h "BenchmarkGEMM/$n-[0-9].*TFLOP/s" "$logs"/ppc-bench.log 2>/dev/null | awk '{ for (i = 2; i <= NF; i++) if ($i == "TFLOP/s") print $(i-1) }')
     b=$(grep -h "torch.matmul $n:" "$logs"/torch-matmul.log 2>/dev/null | awk '{ print $3 }')
     ratio=$(awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f×", a / b; else print "?" }')
     printf '  %-6s ppc %7s  torch.matmul %7s  ppc/torch %s\n' "$n" "${a:-?}" "${b:-?}" "$ratio"

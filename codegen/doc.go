@@ -96,8 +96,11 @@
 // into elementwise chains. copy_to_axis (the identity forward; autodiff made its all_reduce
 // explicit) and a collective over an axis of one rank alias their result to their operand's
 // buffer instead of copying: no instruction writes a buffer in place but the gradient
-// accumulators, the buckets' unpacking and the optimizer's final copies, so the alias is safe
-// and free. axis_index (the offset of a rank's block, for the vocab-parallel embedding and
+// accumulators, the buckets' unpacking and the optimizer's step (whose elementwise updates
+// write each parameter and state tensor in place: no copy back, no buffer for the new
+// value), so the alias is safe and free. A reshape of an activation is likewise a view of its
+// operand's bytes (aliasReshapes: its buffer shares the operand's offset, the instruction is
+// dropped) wherever both are written exactly once, which is checked over the whole stream. axis_index (the offset of a rank's block, for the vocab-parallel embedding and
 // cross-entropy and for ZeRO's block of a parameter) lowers to AXIS_INDEX, which names the
 // axis: the loader writes each replica's own coordinate, so the program stays shared. The
 // optimizer pass gives state the parameter's shard attribute, so state buffers carry the

@@ -87,7 +87,7 @@ func RunMemories(m *ir.Module) (map[string]RunMemory, error) {
 			return nil, err
 		}
 		rg := &rankGen{g: g, prog: &pb.Program{}, kernels: map[string]int{}, named: map[string]int{}, inputs: map[portKey]int{},
-			ports: map[portKey]int{}, consts: map[*ir.Dense]int{}, values: map[*ir.Value]int{}, first: map[int]int{}, last: map[int]int{},
+			ports: map[portKey]int{}, consts: map[*ir.Dense]int{}, values: map[*ir.Value]int{}, first: map[int]int{}, last: map[int]int{}, alias: map[int32]int32{},
 			fwd: map[int]bool{}, perMB: map[string]bool{}, pending: map[string]int{}, gathered: map[string]bool{}, blocks: map[string]int{}}
 		rm := RunMemory{Args: map[string]int64{}, Results: map[string]int64{}}
 		given := map[int]bool{}
@@ -121,6 +121,7 @@ func RunMemories(m *ir.Module) (map[string]RunMemory, error) {
 				}
 			}
 		}
+		rg.aliasReshapes()
 		var own, all []lower.Interval
 		for id, first := range rg.first {
 			if !given[id] {

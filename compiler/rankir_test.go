@@ -194,3 +194,61 @@ func TestOptimizerUpdatesInPlace(t *testing.T) {
 		})
 	}
 }
+
+// TestGradientsFirstWrittenNotZeroed: a gradient accumulator whose first touch in a step is
+// an accumulation is written by it (a COPY, or a cast to fp32 for bf16 gradients) instead of
+// being zeroed at the step's start and added to: no accumulator is zeroed and then first
+// accumulated into. (The equivalence grids check the values.)
+func TestGradientsFirstWrittenNotZeroed(t *testing.T) {
+	tiny := LoadOptions{Preset: "tiny"}
+	for _, o := range []Options{
+		{Load: tiny, Microbatches: 1, Precision: "bf16"},
+		{Load: tiny, Microbatches: 4, PP: 2},
+	} {
+		res, err := Compile(gptPPM, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r, p := range res.Output.Programs {
+			next := map[int32]pb.Instr_Kind{} // a gradient's touch after its ZERO
+			zeroed := map[int32]bool{}
+			writes := 0
+			for _, in := range p.Instrs {
+				for _, id := range append(append([]int32{}, in.In...), in.Out...) {
+					if p.Buffers[id].Role != pb.Role_GRAD {
+						continue
+					}
+					if zeroed[id] {
+						if _, ok := next[id]; !ok && in.Kind != pb.Instr_ZERO {
+							next[id] = in.Kind
+						}
+					}
+					if in.Kind == pb.Instr_ZERO {
+						zeroed[id] = true
+					}
+					if (in.Kind == pb.Instr_COPY || in.Kind == pb.Instr_LAUNCH) && len(in.Out) == 1 && in.Out[0] == id && !zeroed[id] {
+						writes++
+					}
+				}
+			}
+			for id, k := range next {
+				if k == pb.Instr_ACCUM && p.Buffers[id].Role == pb.Role_GRAD && firstTouch(p, id) == pb.Instr_ZERO {
+					t.Errorf("%+v rank %d: %s is zeroed and then accumulated into", o, r, p.Buffers[id].Name)
+				}
+			}
+			if writes == 0 {
+				t.Errorf("%+v rank %d: no gradient is written by its first accumulation", o, r)
+			}
+		}
+	}
+}
+
+// firstTouch is the kind of the first instruction of p that reads or writes buffer id.
+func firstTouch(p *pb.Program, id int32) pb.Instr_Kind {
+	for _, in := range p.Instrs {
+		if slices.Contains(in.In, id) || slices.Contains(in.Out, id) {
+			return in.Kind
+		}
+	}
+	return pb.Instr_NOP
+}

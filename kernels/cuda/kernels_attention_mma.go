@@ -130,9 +130,21 @@ func (m *mmaGen) names() {
 // stageBits writes the loop of a block's threads copying rows [r0, r0 + rows) of a
 // [·, width] 16-bit operand (rows from base) into tile as [rows, padded] bits (row stride
 // ld(padded)), zeros past end and past width.
+//
+// Where rows are whole 16-byte vectors (width a multiple of 8) and the operand is 16-byte
+// aligned (checked at run time: a view may start anywhere), a thread copies eight elements
+// at a time (ppc_copy16): run 6's Nsight Compute saw the kernels latency-bound, and the
+// element-at-a-time staging — an index division and a 2-byte load per element — was most of
+// their instructions besides the products.
 func (m *mmaGen) stageBits(tile string, rows, width, padded int, op, base, r0, end string) string {
-	return m.c(fmt.Sprintf("for (int e = (int)tid; e < %d; e += $NT) {\n  const int rr = e / %d, cc = e %% %d;\n  const long long i = %s + rr;\n  %s[rr * %d + cc] = i < %s && cc < %d ? %s[(%s + i) * %dLL + cc] : (uint16_t)0;\n}\n",
+	scalar := m.c(fmt.Sprintf("for (int e = (int)tid; e < %d; e += $NT) {\n  const int rr = e / %d, cc = e %% %d;\n  const long long i = %s + rr;\n  %s[rr * %d + cc] = i < %s && cc < %d ? %s[(%s + i) * %dLL + cc] : (uint16_t)0;\n}\n",
 		rows*padded, padded, padded, r0, tile, ld(padded), end, width, op, base, width))
+	if width%8 != 0 {
+		return scalar
+	}
+	vec := m.c(fmt.Sprintf("for (int e = (int)tid; e < %d; e += $NT) {\n  const int rr = e / %d, cc = e %% %d * 8;\n  const long long i = %s + rr;\n  if (i < %s && cc < %d) ppc_copy16(&%s[rr * %d + cc], &%s[(%s + i) * %dLL + cc]);\n  else ppc_zero16(&%s[rr * %d + cc]);\n}\n",
+		rows*padded/8, padded/8, padded/8, r0, end, width, tile, ld(padded), op, base, width, tile, ld(padded)))
+	return fmt.Sprintf("if ((((unsigned long long)%s) & 15ULL) == 0) {\n%s} else {\n%s}\n", op, indent(vec, "  "), indent(scalar, "  "))
 }
 
 // lanes declares a phase's warp coordinates: lane, warp w, the lane's row g and column pair t.
@@ -155,6 +167,19 @@ func (m *mmaGen) productBt(c [4]string, a string, kblocks int, tile string, widt
 	for kk := 0; kk < kblocks; kk++ {
 		fmt.Fprintf(&b, "%s(%s, %s, %s, %s, %s_%d, ppc_frag_bt(%s + (%s) * %d + %d, %d, lane), lane);\n",
 			m.mma, c[0], c[1], c[2], c[3], a, kk, tile, n0, ld(width), kk*16, ld(width))
+	}
+	return b.String()
+}
+
+// productBtFrom is productBt with each A fragment loaded where it is used, from the warp's
+// rows of tileA (width columns), rather than held in registers across the tile: the dk/dv
+// kernel holds two accumulators of the head dim besides, and run 7's Nsight Compute saw it at
+// 198 registers a thread, two blocks an SM; ldmatrix makes the reload one instruction.
+func (m *mmaGen) productBtFrom(c [4]string, tileA string, kblocks int, tile string, width int, n0 string) string {
+	var b strings.Builder
+	for kk := 0; kk < kblocks; kk++ {
+		fmt.Fprintf(&b, "%s(%s, %s, %s, %s, ppc_frag_a(%s + w * 16 * %d + %d, %d, lane), ppc_frag_bt(%s + (%s) * %d + %d, %d, lane), lane);\n",
+			m.mma, c[0], c[1], c[2], c[3], tileA, ld(width), kk*16, ld(width), tile, n0, ld(width), kk*16, ld(width))
 	}
 	return b.String()
 }
@@ -329,10 +354,10 @@ func planAttentionGradMMA(s *device.Spec) ([]ir.Type, []planStep, error) {
 		m.stageBits("qs", bc, d.D, m.d16, "in0", "bh * $SQ", "i0", "$SQ") + m.stageBits("dos", bc, d.Dv, m.dv16, "in3", "bh * $SQ", "i0", "$SQ") +
 		m.c("if (tid < $BC) {\n  const bool ok = i0 + tid < $SQ;\n  ls[tid] = ok ? "+lseAt("bh * $SQ + i0 + tid")+" : ($T)-PPC_INF;\n  dls[tid] = ok ? in5[bh * $SQ + i0 + tid] : 0;\n}\n")
 	var kvc strings.Builder
-	kvc.WriteString(lanes + m.c("const long long h = gg * $G + hh;\n(void)h;\n") + m.maskBase() + fragsA("ka", "ks", m.d16) + fragsA("va", "vs", m.dv16))
+	kvc.WriteString(lanes + m.c("const long long h = gg * $G + hh;\n(void)h;\n") + m.maskBase())
 	for nt := 0; nt < bc/8; nt++ {
-		fmt.Fprintf(&kvc, "{\n  float s0 = 0, s1 = 0, s2 = 0, s3 = 0, p0 = 0, p1 = 0, p2 = 0, p3 = 0;\n%s%s", indent(m.productBt([4]string{"s0", "s1", "s2", "s3"}, "ka", m.d16/16, "qs", m.d16, fmt.Sprint(nt*8)), "  "),
-			indent(m.productBt([4]string{"p0", "p1", "p2", "p3"}, "va", m.dv16/16, "dos", m.dv16, fmt.Sprint(nt*8)), "  "))
+		fmt.Fprintf(&kvc, "{\n  float s0 = 0, s1 = 0, s2 = 0, s3 = 0, p0 = 0, p1 = 0, p2 = 0, p3 = 0;\n%s%s", indent(m.productBtFrom([4]string{"s0", "s1", "s2", "s3"}, "ks", m.d16/16, "qs", m.d16, fmt.Sprint(nt*8)), "  "),
+			indent(m.productBtFrom([4]string{"p0", "p1", "p2", "p3"}, "vs", m.dv16/16, "dos", m.dv16, fmt.Sprint(nt*8)), "  "))
 		// Here row is a key row of the block and col a query row of the tile.
 		body := m.c("const long long j = k0 + row, qi = i0 + col;\nconst $T lse = ls[col];\n$T x = @v * $SCALE;\n") +
 			m.visible("qi < $SQ && j < $SKV && lse != -PPC_INF", "qi", "j", "x", "in6") +

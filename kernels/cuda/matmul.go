@@ -135,6 +135,14 @@ func PlanMatmul(s *device.Spec, tf32 bool) ([]GemmCall, error) {
 	for _, d := range batch[split:] {
 		call.Batch *= int64(d)
 	}
+	// A batch of the IR's A (not transposed) against one B — a linear layer on [b, s, d]
+	// activations, GPT-2's tied head and its input gradient — is one GEMM of the stacked
+	// rows: M = batch·M, the result's rows stacked alike. One large call instead of a batch of
+	// smaller ones, which AlignGemm can pad (it stages single calls).
+	if call.Batch > 1 && split == 0 && stA == whole && stB == repeated && !ta {
+		call.N *= call.Batch
+		call.Batch = 1
+	}
 	if call.Batch > 1 {
 		call.StrideC = matC
 		if stA == whole {
@@ -195,10 +203,13 @@ var AlignGemmMin int64 = 1 << 30
 // PadRows), the padding zeros.
 type Pitched struct {
 	Rows, Cols, PadRows, PadCols, LD, Off int64
+	// Batch matrices (at least 1), Stride elements apart in the IR's buffer, each copy
+	// PadRows × PadCols after the last.
+	Batch, Stride int64
 }
 
 // Bytes is the padded copy's size for elements of n bytes.
-func (p *Pitched) Bytes(n int64) int64 { return p.PadRows * p.PadCols * n }
+func (p *Pitched) Bytes(n int64) int64 { return p.Batch * p.PadRows * p.PadCols * n }
 
 // AlignGemm stages a large 16-bit GEMM whose matrices break cuBLASLt's 16-byte alignment
 // through padded copies. A dim or leading dimension that is not a multiple of 8 elements
@@ -210,12 +221,14 @@ func (p *Pitched) Bytes(n int64) int64 { return p.PadRows * p.PadCols * n }
 // extent aligned too. So M, N and K are each rounded up to 8: each operand with a padded dim
 // or a misaligned leading dimension is copied first, zeros in the padding (zero rows of K
 // add nothing; extra rows of M and columns of N are computed and dropped), and a padded
-// result is computed contiguous and copied back. Only single calls (no batch) of at least
+// result is computed contiguous and copied back. In a strided batch (GPT-2's head weight
+// gradient: a product per sequence, summed after) each staged operand is copied matrix by
+// matrix, and one repeated across the batch (stride 0) once. Only calls of at least
 // AlignGemmMin multiply-adds with every dim ≥ 128 are staged, and none whose bias epilogue
 // would read past its M elements. a, b and out (nil: as they are) are the copies of
 // cuBLASLt's A, B and result; call reads and writes the copies at offset 0.
 func AlignGemm(c GemmCall) (call GemmCall, a, b, out *Pitched) {
-	if c.Batch != 1 || c.DType != ir.BF16 && c.DType != ir.F16 || c.M < 128 || c.N < 128 || c.K < 128 || c.M*c.N*c.K < AlignGemmMin {
+	if c.DType != ir.BF16 && c.DType != ir.F16 || c.M < 128 || c.N < 128 || c.K < 128 || c.Batch*c.M*c.N*c.K < AlignGemmMin {
 		return c, nil, nil, nil
 	}
 	up := func(x int64) int64 { return (x + 7) / 8 * 8 }
@@ -223,38 +236,50 @@ func AlignGemm(c GemmCall) (call GemmCall, a, b, out *Pitched) {
 	if c.Bias && M != c.M {
 		return c, nil, nil, nil
 	}
-	bad := func(ld, off int64) bool { return ld%8 != 0 || off%8 != 0 }
-	// stage is the copy of a stored rows × cols matrix to padRows × padCols, or nil.
-	stage := func(rows, cols, padRows, padCols, ld, off int64) *Pitched {
-		if rows == padRows && cols == padCols && !bad(ld, off) {
+	bad := func(ld, off, stride int64) bool { return ld%8 != 0 || off%8 != 0 || stride%8 != 0 }
+	// stage is the copy of a stored rows × cols matrix (stride elements to the next of the
+	// batch: 0 when it repeats) to padRows × padCols, or nil.
+	stage := func(rows, cols, padRows, padCols, ld, off, stride int64) *Pitched {
+		if rows == padRows && cols == padCols && !bad(ld, off, stride) {
 			return nil
 		}
-		return &Pitched{Rows: rows, Cols: cols, PadRows: padRows, PadCols: padCols, LD: ld, Off: off}
+		n := int64(1)
+		if stride != 0 {
+			n = c.Batch
+		}
+		return &Pitched{Rows: rows, Cols: cols, PadRows: padRows, PadCols: padCols, LD: ld, Off: off, Batch: n, Stride: stride}
 	}
 	call = c
 	call.M, call.N, call.K = M, N, K
 	if c.TransA {
-		a = stage(c.K, c.M, K, M, c.LDA, c.OffA)
+		a = stage(c.K, c.M, K, M, c.LDA, c.OffA, c.StrideA)
 	} else {
-		a = stage(c.M, c.K, M, K, c.LDA, c.OffA)
+		a = stage(c.M, c.K, M, K, c.LDA, c.OffA, c.StrideA)
 	}
 	if c.TransB {
-		b = stage(c.N, c.K, N, K, c.LDB, c.OffB)
+		b = stage(c.N, c.K, N, K, c.LDB, c.OffB, c.StrideB)
 	} else {
-		b = stage(c.K, c.N, K, N, c.LDB, c.OffB)
+		b = stage(c.K, c.N, K, N, c.LDB, c.OffB, c.StrideB)
 	}
-	out = stage(c.M, c.N, M, N, c.LDC, c.OffC)
+	out = stage(c.M, c.N, M, N, c.LDC, c.OffC, c.StrideC)
 	if a == nil && b == nil && out == nil {
 		return c, nil, nil, nil
 	}
+	// A staged operand's matrices follow each other in its copy.
+	restride := func(p *Pitched, stride int64) int64 {
+		if stride == 0 {
+			return 0
+		}
+		return p.PadRows * p.PadCols
+	}
 	if a != nil {
-		call.LDA, call.OffA = a.PadRows, 0
+		call.LDA, call.OffA, call.StrideA = a.PadRows, 0, restride(a, c.StrideA)
 	}
 	if b != nil {
-		call.LDB, call.OffB = b.PadRows, 0
+		call.LDB, call.OffB, call.StrideB = b.PadRows, 0, restride(b, c.StrideB)
 	}
 	if out != nil {
-		call.LDC, call.OffC = out.PadRows, 0
+		call.LDC, call.OffC, call.StrideC = out.PadRows, 0, restride(out, c.StrideC)
 	}
 	return call, a, b, out
 }
@@ -264,18 +289,22 @@ func AlignGemm(c GemmCall) (call GemmCall, a, b, out *Pitched) {
 func PitchKernel(name string, dt ir.DType, p Pitched, toIR bool) Kernel {
 	st, _ := storage(dt)
 	var b strings.Builder
-	n := p.PadRows * p.PadCols
+	batch := max(p.Batch, 1)
+	pad := p.PadRows * p.PadCols
+	n := batch * pad
 	if toIR {
-		n = p.Rows * p.Cols
-		fmt.Fprintf(&b, "// %s: a %d × %d %s matrix back from its padded copy (%d × %d) to leading dimension %d\n", name, p.Rows, p.Cols, dt, p.PadRows, p.PadCols, p.LD)
+		n = batch * p.Rows * p.Cols
+		fmt.Fprintf(&b, "// %s: %d × a %d × %d %s matrix back from its padded copy (%d × %d) to leading dimension %d, stride %d\n", name, batch, p.Rows, p.Cols, dt, p.PadRows, p.PadCols, p.LD, p.Stride)
 	} else {
-		fmt.Fprintf(&b, "// %s: a %d × %d %s matrix, leading dimension %d, to a padded copy (%d × %d)\n", name, p.Rows, p.Cols, dt, p.LD, p.PadRows, p.PadCols)
+		fmt.Fprintf(&b, "// %s: %d × a %d × %d %s matrix, leading dimension %d, stride %d, to a padded copy (%d × %d)\n", name, batch, p.Rows, p.Cols, dt, p.LD, p.Stride, p.PadRows, p.PadCols)
 	}
 	fmt.Fprintf(&b, "PPC_GLOBAL void %s(const %s* __restrict__ in0, %s* __restrict__ out, long long n) {\n  PPC_FOR_EACH(i, n) {\n", name, st, st)
 	if toIR {
-		fmt.Fprintf(&b, "    const long long c = i / %dLL, r = i %% %dLL;\n    out[c * %dLL + r + %dLL] = in0[c * %dLL + r];\n", p.Rows, p.Rows, p.LD, p.Off, p.PadRows)
+		fmt.Fprintf(&b, "    const long long m = i / %dLL, j = i %% %dLL, c = j / %dLL, r = j %% %dLL;\n    out[m * %dLL + c * %dLL + r + %dLL] = in0[m * %dLL + c * %dLL + r];\n",
+			p.Rows*p.Cols, p.Rows*p.Cols, p.Rows, p.Rows, p.Stride, p.LD, p.Off, pad, p.PadRows)
 	} else {
-		fmt.Fprintf(&b, "    const long long c = i / %dLL, r = i %% %dLL;\n    out[i] = r < %dLL && c < %dLL ? in0[c * %dLL + r + %dLL] : (%s)0;\n", p.PadRows, p.PadRows, p.Rows, p.Cols, p.LD, p.Off, st)
+		fmt.Fprintf(&b, "    const long long m = i / %dLL, j = i %% %dLL, c = j / %dLL, r = j %% %dLL;\n    out[i] = r < %dLL && c < %dLL ? in0[m * %dLL + c * %dLL + r + %dLL] : (%s)0;\n",
+			pad, pad, p.PadRows, p.PadRows, p.Rows, p.Cols, p.Stride, p.LD, p.Off, st)
 	}
 	b.WriteString("  }\n}\n")
 	writeHostLauncher(&b, name, []string{fmt.Sprintf("(const %s*)in[0]", st)}, st)

@@ -37,6 +37,7 @@ func TestPlanMatmulMatchesCPU(t *testing.T) {
 		ta, tb bool
 		bias   bool
 		calls  int
+		batch  int64 // of the first call; 0: not checked
 	}
 	for _, c := range []mm{
 		{a: []int{5, 3}, b: []int{3, 7}, calls: 1},
@@ -44,7 +45,9 @@ func TestPlanMatmulMatchesCPU(t *testing.T) {
 		{a: []int{5, 3}, b: []int{7, 3}, tb: true, calls: 1},
 		{a: []int{3, 5}, b: []int{7, 3}, ta: true, tb: true, bias: true, calls: 1},
 		{a: []int{4, 5, 3}, b: []int{4, 3, 7}, calls: 1},
-		{a: []int{2, 4, 5, 3}, b: []int{3, 7}, bias: true, calls: 1},
+		{a: []int{2, 4, 5, 3}, b: []int{3, 7}, bias: true, calls: 1, batch: 1}, // the batch folded into M: one GEMM of 40 rows
+		{a: []int{2, 5, 3}, b: []int{7, 3}, tb: true, calls: 1, batch: 1},
+		{a: []int{2, 3, 5}, b: []int{3, 7}, ta: true, calls: 1, batch: 2}, // transposed rows do not stack
 		{a: []int{5, 3}, b: []int{2, 4, 3, 7}, tb: false, calls: 1},
 		{a: []int{2, 1, 5, 3}, b: []int{1, 4, 3, 7}, calls: 2},
 		{a: []int{2, 4, 5, 3}, b: []int{4, 3, 7}, calls: 2}, // B repeats every 4 matrices: no single stride
@@ -74,7 +77,7 @@ func TestPlanMatmulMatchesCPU(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%+v: %v", c, err)
 		}
-		if len(calls) != c.calls || calls[0].Compute != "CUBLAS_COMPUTE_32F" || calls[0].Bias != c.bias {
+		if len(calls) != c.calls || calls[0].Compute != "CUBLAS_COMPUTE_32F" || calls[0].Bias != c.bias || c.batch != 0 && calls[0].Batch != c.batch {
 			t.Errorf("%+v: %d calls (%+v), want %d", c, len(calls), calls[0], c.calls)
 		}
 		var tensors []device.Tensor

@@ -250,6 +250,17 @@ PPC_DEV float ppc_round_f16(float f) { return ppc_f16_f32(ppc_f32_f16(f)); }
 // ld is 16·m + 8 and each row 16-byte aligned (tiles padded to 16 columns and placed at
 // multiples of 8 columns, shared arrays 16-aligned): ldmatrix needs it.
 #define PPC_ALIGN16 __attribute__((aligned(16)))
+// ppc_copy16 copies eight 16-bit elements, ppc_zero16 zeroes eight: on the GPU one 16-byte
+// access (both addresses 16-byte aligned), for staging a tile's rows from global to shared
+// memory a vector at a time; on the host element by element (no aliasing tricks for C++).
+#ifdef PPC_HOST
+PPC_DEV void ppc_copy16(uint16_t* d, const uint16_t* s) { for (int k = 0; k < 8; k++) d[k] = s[k]; }
+PPC_DEV void ppc_zero16(uint16_t* d) { for (int k = 0; k < 8; k++) d[k] = 0; }
+#else
+struct PPC_ALIGN16 ppc_v16 { uint32_t x, y, z, w; };
+PPC_DEV void ppc_copy16(uint16_t* d, const uint16_t* s) { *(ppc_v16*)d = *(const ppc_v16*)s; }
+PPC_DEV void ppc_zero16(uint16_t* d) { ppc_v16 z = {0, 0, 0, 0}; *(ppc_v16*)d = z; }
+#endif
 #if defined(PPC_HOST) || !defined(__CUDA_ARCH__) || __CUDA_ARCH__ < 800
 struct ppc_fa { const uint16_t* p; int ld; };
 struct ppc_fb { const uint16_t* p; int ld; int kn; };

@@ -31,6 +31,7 @@ type rowKernel struct {
 	ct          string   // the compute type, of the shared arrays
 	setup       string   // every phase's prelude (per row and thread)
 	phases      []string // each a statement list over tid, T, row
+	pairs       bool     // a second shared array part2 (maxSumExp's sums beside its maxima)
 }
 
 // rowShared is how many elements each shared array has: the largest block.
@@ -65,9 +66,31 @@ func (rk *rowKernel) partial(init, expr, op string, slot int, final string) {
 
 // maxSumExp adds the phases of a row's maximum (stat[0]) and Σ exp(x − max) (stat[1]) over
 // the elements x, as softmax and cross-entropy need them.
+//
+// Both in one pass over the row (the online softmax): each thread keeps its elements' running
+// maximum m and Σ exp(x − m), rescaling the sum when the maximum grows, and the tree folds
+// pairs (m₁, s₁), (m₂, s₂) into (max, s₁·exp(m₁ − max) + s₂·exp(m₂ − max)). Two passes, a
+// maximum and then the sum, read a vocabulary-wide row twice: GPT-2's cross-entropy over
+// [8192, 50,257] f32 logits took 2.0 ms on an H100 and its gradient 3.9 (run 7), where one
+// read of the logits is 0.55 ms. The sums differ from the CPU device's (which sums
+// exp(x − max) with the final maximum) by a rounding per rescale: a few ulps. A NaN anywhere
+// makes both NaN, as the NaN-aware maximum does on the CPU device.
 func (rk *rowKernel) maxSumExp(x string) {
-	rk.partial("-PPC_INF", x, "ppc_max<"+rk.ct+">", 0, "")
-	rk.partial("0", fmt.Sprintf("ppc_expo((%s)(%s - stat[0]))", rk.ct, x), "+", 1, "")
+	ty := rk.ct
+	rk.pairs = true
+	inf := "(" + ty + ")-PPC_INF"
+	rk.phases = append(rk.phases,
+		fmt.Sprintf("%s m = %s, s = 0;\n      for (long long j = tid; j < %dLL; j += T) {\n        const %s x = %s;\n"+
+			"        if (x > m) { s = s * ppc_expo((%s)(m - x)) + 1; m = x; }\n"+
+			"        else if (x != x) { m = x; s = x; }\n"+
+			"        else if (m != %s) s += ppc_expo((%s)(x - m));\n      }\n      part[tid] = m;\n      part2[tid] = s;",
+			ty, inf, rk.width, ty, x, ty, inf, ty))
+	for h := rowShared / 2; h >= 1; h /= 2 {
+		rk.phases = append(rk.phases, fmt.Sprintf("if (tid < %d && tid + %d < T) {\n        const %s m1 = part[tid], m2 = part[tid + %d], m = ppc_max<%s>(m1, m2);\n"+
+			"        part2[tid] = (m1 == %s ? (%s)0 : part2[tid] * ppc_expo((%s)(m1 - m))) + (m2 == %s ? (%s)0 : part2[tid + %d] * ppc_expo((%s)(m2 - m)));\n        part[tid] = m;\n      }",
+			h, h, ty, h, ty, inf, ty, ty, inf, ty, h, ty))
+	}
+	rk.phases = append(rk.phases, "if (tid == 0) { stat[0] = part[0]; stat[1] = part2[0]; }")
 }
 
 // each adds a phase that runs body for each of the thread's elements j.
@@ -82,6 +105,9 @@ func (rk *rowKernel) kernel(s *device.Spec, name string) (Kernel, error) {
 		return Kernel{}, fmt.Errorf("%s: %v", s.Op.Name, err)
 	}
 	shared := fmt.Sprintf("  PPC_SHARED %s part[%d];\n  PPC_SHARED %s stat[4];\n", rk.ct, rowShared, rk.ct)
+	if rk.pairs {
+		shared += fmt.Sprintf("  PPC_SHARED %s part2[%d];\n", rk.ct, rowShared)
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "// %s: %s → %s, a block per row of %d\n", name, s.Op.Name, s.Out[0], rk.width)
 	fmt.Fprintf(&b, "#ifndef PPC_HOST\nPPC_GLOBAL void %s(%s) {\n%s", name, strings.Join(params, ", "), shared)

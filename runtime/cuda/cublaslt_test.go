@@ -74,7 +74,8 @@ func TestCublasLtCalls(t *testing.T) {
 	if err := lib.sym(&reset, "fake_reset"); err != nil {
 		t.Fatal(err)
 	}
-	// x [4, 5, 3] @ wᵀ with w [7, 3], bias [7], bf16: M 7, N 5, K 3, batch 4 with w repeated.
+	// x [4, 5, 3] @ wᵀ with w [7, 3], bias [7], bf16: M 7, K 3, and x's 4 × 5 rows one
+	// GEMM's N (kernels.PlanMatmul folds a batch against one weight into its rows).
 	spec := &device.Spec{Op: ir.MustLookup("matmul"), Attrs: ir.Attrs{{Name: "transpose_b", Value: ir.BoolAttr(true)}},
 		In: []ir.Type{ty(ir.BF16, 4, 5, 3), ty(ir.BF16, 7, 3), ty(ir.BF16, 7)}, Out: []ir.Type{ty(ir.BF16, 4, 5, 7)}}
 	calls, err := kernels.PlanMatmul(spec, false)
@@ -92,12 +93,9 @@ func TestCublasLtCalls(t *testing.T) {
 		"desc attr=4 value=0",
 		"desc attr=7 value=4", // the bias epilogue
 		"desc attr=8 ptr=0x40000",
-		"layout 2 type=14 rows=3 cols=7 ld=3",   // A stored K×M (transposed), bf16
-		"layout 2 batch=4", "layout 2 stride=0", // w repeats for every batch
-		"layout 3 type=14 rows=3 cols=5 ld=3", // B: x's rows, K×N
-		"layout 3 batch=4", "layout 3 stride=15",
-		"layout 4 type=14 rows=7 cols=5 ld=7",
-		"layout 4 batch=4", "layout 4 stride=35",
+		"layout 2 type=14 rows=3 cols=7 ld=3",  // A stored K×M (transposed), bf16
+		"layout 3 type=14 rows=3 cols=20 ld=3", // B: x's rows, K×N
+		"layout 4 type=14 rows=7 cols=20 ld=7",
 		"pref attr=1 value=4194304",
 		"heuristic requested=1",
 		"matmul alpha=1 beta=0 A=0x10000 B=0x20000 C=0x30000 D=0x30000 algo=42 ws=0x50000/4194304 stream=0x60000",
@@ -122,7 +120,11 @@ func TestCublasLtCalls(t *testing.T) {
 	if got := logOf(); strings.Count(got, "destroy") != 4 {
 		t.Errorf("Close destroys the descriptor and three layouts:\n%s", got)
 	}
-	// A call with element offsets (a batch the strides cannot express) moves the pointers.
+	if strings.Contains(got, "batch=") {
+		t.Errorf("a folded batch set batch attributes:\n%s", got)
+	}
+	// A call with element offsets (a batch the strides cannot express) moves the pointers;
+	// within it, a strided batch of 4 with x's matrix repeated.
 	spec = &device.Spec{Op: ir.MustLookup("matmul"), In: []ir.Type{ty(ir.F32, 2, 1, 5, 3), ty(ir.F32, 1, 4, 3, 7)}, Out: []ir.Type{ty(ir.F32, 2, 4, 5, 7)}}
 	calls, err = kernels.PlanMatmul(spec, true)
 	if err != nil || len(calls) != 2 {
@@ -132,8 +134,14 @@ func TestCublasLtCalls(t *testing.T) {
 	if err := lt.Matmul(calls[1], 0x10000, 0x20000, 0x30000, 0, 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	if got := logOf(); !strings.Contains(got, "desc compute=77 scale=0\n") || !strings.Contains(got, "desc attr=7 value=1\n") ||
+	got = logOf()
+	if !strings.Contains(got, "desc compute=77 scale=0\n") || !strings.Contains(got, "desc attr=7 value=1\n") ||
 		!strings.Contains(got, "A=0x10000 B=0x2003c C=0x30230 D=0x30230") {
 		t.Errorf("offset call (tf32 asked for):\n%s", got)
+	}
+	for _, w := range []string{"layout 2 batch=4", "layout 2 stride=21", "layout 3 batch=4", "layout 3 stride=0", "layout 4 batch=4", "layout 4 stride=35"} {
+		if !strings.Contains(got, w+"\n") {
+			t.Errorf("the batched call lacks %q:\n%s", w, got)
+		}
 	}
 }

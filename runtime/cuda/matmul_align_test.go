@@ -19,20 +19,7 @@ import (
 func TestMisalignedGemmStaged(t *testing.T) {
 	defer func(v int64) { kernels.AlignGemmMin = v }(kernels.AlignGemmMin)
 	kernels.AlignGemmMin = 1
-	bf := func(s ...int) ir.Type { return ir.Type{DType: ir.BF16, Shape: s} }
-	mm := ir.MustLookup("matmul")
-	tb := ir.Attrs{{Name: "transpose_b", Value: ir.BoolAttr(true)}}
-	ta := ir.Attrs{{Name: "transpose_a", Value: ir.BoolAttr(true)}}
-	cases := []struct {
-		c      cudatest.Case
-		copies string
-	}{
-		{cudatest.Case{Name: "logits", Spec: &device.Spec{Op: mm, Attrs: tb, In: []ir.Type{bf(136, 128), bf(131, 128)}, Out: []ir.Type{bf(136, 131)}}, ULPs: 1}, "_a_c"},
-		{cudatest.Case{Name: "dx", Spec: &device.Spec{Op: mm, In: []ir.Type{bf(136, 131), bf(131, 128)}, Out: []ir.Type{bf(136, 128)}}, ULPs: 1}, "_a_b"},
-		{cudatest.Case{Name: "dw", Spec: &device.Spec{Op: mm, Attrs: ta, In: []ir.Type{bf(136, 131), bf(136, 128)}, Out: []ir.Type{bf(131, 128)}}, ULPs: 1}, "_b_c"},
-		{cudatest.Case{Name: "right", Spec: &device.Spec{Op: mm, In: []ir.Type{bf(136, 128), bf(128, 131)}, Out: []ir.Type{bf(136, 131)}}, ULPs: 1}, "_a_c"},
-	}
-	for _, c := range cases {
+	for _, c := range misalignedGemms() {
 		t.Run(c.c.Name, func(t *testing.T) {
 			e := newEmulator(t)
 			dev, err := NewDevice(e, e, e.compile, false)
@@ -51,4 +38,44 @@ func TestMisalignedGemmStaged(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestGPUMisalignedGemm: the same staged GEMMs through cuBLASLt on the GPU, against the
+// CPU device (skips with one line where there is no GPU).
+func TestGPUMisalignedGemm(t *testing.T) {
+	dev, _ := gpuDevice(t)
+	defer func(v int64) { kernels.AlignGemmMin = v }(kernels.AlignGemmMin)
+	kernels.AlignGemmMin = 1
+	var cases []cudatest.Case
+	for _, c := range misalignedGemms() {
+		cases = append(cases, c.c)
+	}
+	checkKernels(t, cases, dev)
+}
+
+// misalignedGemms are the cases of the two tests above, each with the copies it stages.
+func misalignedGemms() []struct {
+	c      cudatest.Case
+	copies string
+} {
+	bf := func(s ...int) ir.Type { return ir.Type{DType: ir.BF16, Shape: s} }
+	mm := ir.MustLookup("matmul")
+	tb := ir.Attrs{{Name: "transpose_b", Value: ir.BoolAttr(true)}}
+	ta := ir.Attrs{{Name: "transpose_a", Value: ir.BoolAttr(true)}}
+	cases := []struct {
+		c      cudatest.Case
+		copies string
+	}{
+		{cudatest.Case{Name: "logits", Spec: &device.Spec{Op: mm, Attrs: tb, In: []ir.Type{bf(136, 128), bf(131, 128)}, Out: []ir.Type{bf(136, 131)}}, ULPs: 1}, "_a_c"},
+		{cudatest.Case{Name: "dx", Spec: &device.Spec{Op: mm, In: []ir.Type{bf(136, 131), bf(131, 128)}, Out: []ir.Type{bf(136, 128)}}, ULPs: 1}, "_a_b"},
+		{cudatest.Case{Name: "dw", Spec: &device.Spec{Op: mm, Attrs: ta, In: []ir.Type{bf(136, 131), bf(136, 128)}, Out: []ir.Type{bf(131, 128)}}, ULPs: 1}, "_b_c"},
+		{cudatest.Case{Name: "right", Spec: &device.Spec{Op: mm, In: []ir.Type{bf(136, 128), bf(128, 131)}, Out: []ir.Type{bf(136, 131)}}, ULPs: 1}, "_a_c"},
+		// As the model has them: [batch, seq, ·] activations. The logits and their input
+		// gradient fold the batch into one GEMM (kernels.PlanMatmul); the head's gradient
+		// is a product per sequence (summed after, by reduce_sum), each staged.
+		{cudatest.Case{Name: "logits 3d", Spec: &device.Spec{Op: mm, Attrs: tb, In: []ir.Type{bf(2, 68, 128), bf(131, 128)}, Out: []ir.Type{bf(2, 68, 131)}}, ULPs: 1}, "_a_c"},
+		{cudatest.Case{Name: "dx 3d", Spec: &device.Spec{Op: mm, In: []ir.Type{bf(2, 68, 131), bf(131, 128)}, Out: []ir.Type{bf(2, 68, 128)}}, ULPs: 1}, "_a_b"},
+		{cudatest.Case{Name: "dw batched", Spec: &device.Spec{Op: mm, Attrs: ta, In: []ir.Type{bf(3, 136, 131), bf(3, 136, 128)}, Out: []ir.Type{bf(3, 131, 128)}}, ULPs: 2}, "_b_c"}, // a bf16 rounding off a cancelling sum: 1.2 ulps
+	}
+	return cases
 }
