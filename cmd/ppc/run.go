@@ -8,6 +8,8 @@ import (
 	"maps"
 	"math"
 	"os"
+	goruntime "runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -142,6 +144,7 @@ func init() {
 					return err
 				}
 				defer job.Close()
+				gcHeadroom(e.getenvFunc())
 				var proc *dist.Process
 				if li != nil {
 					if proc, err = joinRun(e, job, li, time.Duration(timeout), runFlags(fs)); err != nil {
@@ -593,4 +596,25 @@ func roundDuration(d time.Duration) time.Duration {
 		return d.Round(100 * time.Microsecond)
 	}
 	return d.Round(time.Millisecond)
+}
+
+// gcHeadroomBytes is how far the Go heap may grow past its live bytes before a collection in
+// `ppc run`.
+const gcHeadroomBytes = 16 << 20
+
+// gcHeadroom sets the collector's headroom to gcHeadroomBytes once the plan's memory is
+// allocated. GOGC's default lets the heap grow by 100% of the live heap, which on the CPU
+// device is now mostly the arena (one noscan allocation that a collection does not walk):
+// garbage from initialisation and the steps could grow by the arena's size before the first
+// collection, and the resident set with it (~25 MiB of a GPT-2-width run's peak). A GOGC the
+// user set is left alone.
+func gcHeadroom(getenv func(string) string) {
+	if getenv("GOGC") != "" {
+		return
+	}
+	var ms goruntime.MemStats
+	goruntime.ReadMemStats(&ms)
+	if pct := int(100 * gcHeadroomBytes / max(ms.HeapAlloc, 1)); pct < 100 {
+		debug.SetGCPercent(max(pct, 1))
+	}
 }

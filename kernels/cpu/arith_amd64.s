@@ -104,6 +104,28 @@ sqrt_done:
 	VZEROUPPER
 	RET
 
+// func scaleShift32(o, a *float32, mul, add float32, n int): o[i] = a[i]·mul + add, the
+// product rounded before the sum (no FMA), as the Go twin computes it.
+TEXT ·scaleShift32(SB), NOSPLIT, $0-32
+	MOVQ o+0(FP), DI
+	MOVQ a+8(FP), SI
+	VBROADCASTSS mul+16(FP), Y1
+	VBROADCASTSS add+20(FP), Y2
+	MOVQ n+24(FP), CX
+	SHRQ $3, CX
+	JZ ss_done
+ss_loop:
+	VMULPS (SI), Y1, Y0
+	VADDPS Y2, Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ ss_loop
+ss_done:
+	VZEROUPPER
+	RET
+
 // func relu32(o, a *float32, n int): MAXPS returns its second source (0) when the first is
 // not greater, NaN and −0 included — relu's "x if x > 0 else 0".
 TEXT ·relu32(SB), NOSPLIT, $0-24
@@ -190,5 +212,194 @@ max_loop:
 	DECQ CX
 	JNZ max_loop
 max_done:
+	VZEROUPPER
+	RET
+
+// func maxNaN3_32(o, a, b, c *float32, n int): o[i] = max(max(a[i], b[i]), c[i]) as Go's
+// builtin max computes it (maxNaN32's sequence twice), n a multiple of 8: a 3-tap pooling
+// window in one pass.
+TEXT ·maxNaN3_32(SB), NOSPLIT, $0-40
+	MOVQ o+0(FP), DI
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DX
+	MOVQ c+24(FP), R8
+	MOVQ n+32(FP), CX
+	SHRQ $3, CX
+	JZ max3_done
+max3_loop:
+	VMOVUPS (SI), Y1
+	VMOVUPS (DX), Y0
+	VMAXPS Y1, Y0, Y2
+	VCMPPS $0, Y1, Y0, Y3
+	VANDPS Y1, Y0, Y4
+	VBLENDVPS Y3, Y4, Y2, Y2
+	VCMPPS $3, Y0, Y0, Y5
+	VORPS Y5, Y2, Y1
+	VMOVUPS (R8), Y0
+	VMAXPS Y1, Y0, Y2
+	VCMPPS $0, Y1, Y0, Y3
+	VANDPS Y1, Y0, Y4
+	VBLENDVPS Y3, Y4, Y2, Y2
+	VCMPPS $3, Y0, Y0, Y5
+	VORPS Y5, Y2, Y2
+	VMOVUPS Y2, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DX
+	ADDQ $32, R8
+	ADDQ $32, DI
+	DECQ CX
+	JNZ max3_loop
+max3_done:
+	VZEROUPPER
+	RET
+
+// func dot32x2(a, b0, b1 *float32, n int) (s0, s1 float32): dot32 of a with two rows at once
+// (two memory streams in flight instead of one; each row's sum in dot32's order and fold, so
+// the same bits as two dot32 calls).
+TEXT ·dot32x2(SB), NOSPLIT, $0-40
+	MOVQ a+0(FP), SI
+	MOVQ b0+8(FP), DX
+	MOVQ b1+16(FP), R8
+	MOVQ n+24(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	SHRQ $5, CX
+	JZ dot2_reduce
+dot2_loop:
+	VMOVUPS (SI), Y4
+	VMOVUPS 32(SI), Y5
+	VMOVUPS 64(SI), Y6
+	VMOVUPS 96(SI), Y7
+	VFMADD231PS (DX), Y4, Y0
+	VFMADD231PS (R8), Y4, Y8
+	VFMADD231PS 32(DX), Y5, Y1
+	VFMADD231PS 32(R8), Y5, Y9
+	VFMADD231PS 64(DX), Y6, Y2
+	VFMADD231PS 64(R8), Y6, Y10
+	VFMADD231PS 96(DX), Y7, Y3
+	VFMADD231PS 96(R8), Y7, Y11
+	ADDQ $128, SI
+	ADDQ $128, DX
+	ADDQ $128, R8
+	DECQ CX
+	JNZ dot2_loop
+dot2_reduce:
+	VADDPS Y1, Y0, Y0
+	VADDPS Y3, Y2, Y2
+	VADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X0
+	VMOVSHDUP X0, X1
+	VADDSS X1, X0, X0
+	VMOVSS X0, s0+32(FP)
+	VADDPS Y9, Y8, Y8
+	VADDPS Y11, Y10, Y10
+	VADDPS Y10, Y8, Y8
+	VEXTRACTF128 $1, Y8, X9
+	VADDPS X9, X8, X8
+	VMOVHLPS X8, X8, X9
+	VADDPS X9, X8, X8
+	VMOVSHDUP X8, X9
+	VADDSS X9, X8, X8
+	VMOVSS X8, s1+36(FP)
+	VZEROUPPER
+	RET
+
+// func dot32x4(a, b0, b1, b2, b3 *float32, n int) (s0, s1, s2, s3 float32) (AVX-512): dot32 of
+// a with four rows at once, four memory streams in flight. Each row's zmm accumulator pair
+// holds dot32's four ymm accumulators lane for lane (acc0|acc1, acc2|acc3), and the fold is
+// dot32's ((0 + 1) + (2 + 3), then across lanes), so each sum has dot32's bits.
+TEXT ·dot32x4(SB), NOSPLIT, $0-64
+	MOVQ a+0(FP), SI
+	MOVQ b0+8(FP), DX
+	MOVQ b1+16(FP), R8
+	MOVQ b2+24(FP), R9
+	MOVQ b3+32(FP), R10
+	MOVQ n+40(FP), CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	SHRQ $5, CX
+	JZ dot4_reduce
+dot4_loop:
+	VMOVUPS (SI), Z16
+	VMOVUPS 64(SI), Z17
+	VFMADD231PS (DX), Z16, Z0
+	VFMADD231PS 64(DX), Z17, Z1
+	VFMADD231PS (R8), Z16, Z2
+	VFMADD231PS 64(R8), Z17, Z3
+	VFMADD231PS (R9), Z16, Z4
+	VFMADD231PS 64(R9), Z17, Z5
+	VFMADD231PS (R10), Z16, Z6
+	VFMADD231PS 64(R10), Z17, Z7
+	ADDQ $128, SI
+	ADDQ $128, DX
+	ADDQ $128, R8
+	ADDQ $128, R9
+	ADDQ $128, R10
+	DECQ CX
+	JNZ dot4_loop
+dot4_reduce:
+	VEXTRACTF64X4 $1, Z0, Y8
+	VADDPS Y8, Y0, Y8
+	VEXTRACTF64X4 $1, Z1, Y9
+	VADDPS Y9, Y1, Y9
+	VADDPS Y9, Y8, Y8
+	VEXTRACTF128 $1, Y8, X9
+	VADDPS X9, X8, X8
+	VMOVHLPS X8, X8, X9
+	VADDPS X9, X8, X8
+	VMOVSHDUP X8, X9
+	VADDSS X9, X8, X8
+	VMOVSS X8, s0+48(FP)
+	VEXTRACTF64X4 $1, Z2, Y8
+	VADDPS Y8, Y2, Y8
+	VEXTRACTF64X4 $1, Z3, Y9
+	VADDPS Y9, Y3, Y9
+	VADDPS Y9, Y8, Y8
+	VEXTRACTF128 $1, Y8, X9
+	VADDPS X9, X8, X8
+	VMOVHLPS X8, X8, X9
+	VADDPS X9, X8, X8
+	VMOVSHDUP X8, X9
+	VADDSS X9, X8, X8
+	VMOVSS X8, s1+52(FP)
+	VEXTRACTF64X4 $1, Z4, Y8
+	VADDPS Y8, Y4, Y8
+	VEXTRACTF64X4 $1, Z5, Y9
+	VADDPS Y9, Y5, Y9
+	VADDPS Y9, Y8, Y8
+	VEXTRACTF128 $1, Y8, X9
+	VADDPS X9, X8, X8
+	VMOVHLPS X8, X8, X9
+	VADDPS X9, X8, X8
+	VMOVSHDUP X8, X9
+	VADDSS X9, X8, X8
+	VMOVSS X8, s2+56(FP)
+	VEXTRACTF64X4 $1, Z6, Y8
+	VADDPS Y8, Y6, Y8
+	VEXTRACTF64X4 $1, Z7, Y9
+	VADDPS Y9, Y7, Y9
+	VADDPS Y9, Y8, Y8
+	VEXTRACTF128 $1, Y8, X9
+	VADDPS X9, X8, X8
+	VMOVHLPS X8, X8, X9
+	VADDPS X9, X8, X8
+	VMOVSHDUP X8, X9
+	VADDSS X9, X8, X8
+	VMOVSS X8, s3+60(FP)
 	VZEROUPPER
 	RET

@@ -30,6 +30,20 @@ func ReluRow[T Float](a, o []T) {
 	}
 }
 
+// scaleShiftRow sets o[i] = a[i]·mul + add, rounding the product before the sum (the
+// conversion forbids a fused multiply-add, which the AVX body does not use either): batch
+// normalisation at inference, per channel.
+func scaleShiftRow[T Float](a, o []T, mul, add T) {
+	a = a[:len(o)]
+	if isFloat32Type[T]() {
+		i := scaleShiftVec32(f32s(a), f32s(o), float32(mul), float32(add))
+		a, o = a[i:], o[i:]
+	}
+	for i, v := range a {
+		o[i] = T(v*mul) + add
+	}
+}
+
 // maxIntoRow sets o[i] = max(o[i], x[i]) with Go's builtin max (NaN propagates, +0 beats −0).
 func maxIntoRow[T Float](o, x []T) {
 	x = x[:len(o)]
@@ -39,5 +53,38 @@ func maxIntoRow[T Float](o, x []T) {
 	}
 	for i, v := range x {
 		o[i] = max(o[i], v)
+	}
+}
+
+// max3Row sets o[i] = max(max(a[i], b[i]), c[i]) with Go's builtin max; o may alias a, b or
+// c only at the same offsets.
+func max3Row[T Float](o, a, b, c []T) {
+	a, b, c = a[:len(o)], b[:len(o)], c[:len(o)]
+	if isFloat32Type[T]() {
+		i := maxNaN3Vec32(f32s(o), f32s(a), f32s(b), f32s(c))
+		o, a, b, c = o[i:], a[i:], b[i:], c[i:]
+	}
+	for i := range o {
+		o[i] = max(max(a[i], b[i]), c[i])
+	}
+}
+
+// maxTapsRow sets o[i] = the max over t < k of src[i + t·step] (builtin max; the order of
+// taps changes no value): the row or column pass of a separable max pool, three taps a pass.
+// o must not overlap src.
+func maxTapsRow[T Float](o, src []T, k, step int) {
+	n := len(o)
+	switch {
+	case k == 1:
+		copy(o, src[:n])
+		return
+	case k == 2:
+		copy(o, src[:n])
+		maxIntoRow(o, src[step:step+n])
+		return
+	}
+	max3Row(o, src[:n], src[step:step+n], src[2*step:2*step+n])
+	for t := 3; t < k; t++ {
+		maxIntoRow(o, src[t*step:t*step+n])
 	}
 }

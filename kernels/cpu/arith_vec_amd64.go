@@ -46,6 +46,9 @@ func sqrt32(o, a *float32, n int)
 //go:noescape
 func relu32(o, a *float32, n int)
 
+//go:noescape
+func scaleShift32(o, a *float32, mul, add float32, n int)
+
 // arithForceGo makes the row kernels compute every element in Go (tests compare the two).
 var arithForceGo bool
 
@@ -103,6 +106,15 @@ func reluVec32(a, o []float32) int {
 	return n
 }
 
+func scaleShiftVec32(a, o []float32, mul, add float32) int {
+	n := len(o) &^ 7
+	if n == 0 || !gemmHasAVX2FMA || arithForceGo {
+		return 0
+	}
+	scaleShift32(&o[0], &a[0], mul, add, n)
+	return n
+}
+
 //go:noescape
 func dot32(a, b *float32, n int) float32
 
@@ -128,4 +140,45 @@ func maxNaNVec32(o, x []float32) int {
 	}
 	maxNaN32(&o[0], &x[0], n)
 	return n
+}
+
+//go:noescape
+func maxNaN3_32(o, a, b, c *float32, n int)
+
+// maxNaN3Vec32 runs maxNaN3_32 over the longest prefix of o that is a multiple of 8 and
+// returns its length.
+func maxNaN3Vec32(o, a, b, c []float32) int {
+	n := len(o) &^ 7
+	if n == 0 || !gemmHasAVX2FMA || arithForceGo {
+		return 0
+	}
+	maxNaN3_32(&o[0], &a[0], &b[0], &c[0], n)
+	return n
+}
+
+//go:noescape
+func dot32x2(a, b0, b1 *float32, n int) (s0, s1 float32)
+
+// dotVec32x2 is dotVec32 of a with two rows at once (the same bits as two calls).
+func dotVec32x2(a, b0, b1 []float32) (float32, float32, int) {
+	n := len(a) &^ 31
+	if n == 0 || !gemmHasAVX2FMA || arithForceGo {
+		return 0, 0, 0
+	}
+	s0, s1 := dot32x2(&a[0], &b0[0], &b1[0], n)
+	return s0, s1, n
+}
+
+//go:noescape
+func dot32x4(a, b0, b1, b2, b3 *float32, n int) (s0, s1, s2, s3 float32)
+
+// dotVec32x4 is dotVec32 of a with four rows at once (the same bits as four calls); n is 0
+// without AVX-512.
+func dotVec32x4(a, b0, b1, b2, b3 []float32) (s [4]float32, n int) {
+	n = len(a) &^ 31
+	if n == 0 || !gemmHasAVX512 || arithForceGo {
+		return s, 0
+	}
+	s[0], s[1], s[2], s[3] = dot32x4(&a[0], &b0[0], &b1[0], &b2[0], &b3[0], n)
+	return s, n
 }

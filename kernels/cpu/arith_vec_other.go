@@ -9,7 +9,14 @@ func arithVSVec32(op ArithOp, a []float32, s float32, o []float32) int { return 
 func arithSVVec32(op ArithOp, s float32, b, o []float32) int           { return 0 }
 func sqrtVec32(a, o []float32) int                                     { return 0 }
 func reluVec32(a, o []float32) int                                     { return 0 }
+func scaleShiftVec32(a, o []float32, mul, add float32) int             { return 0 }
 
 func dotVec32(a, b []float32) (float32, int) { return 0, 0 }
 
 func maxNaNVec32(o, x []float32) int { return 0 }
+
+func maxNaN3Vec32(o, a, b, c []float32) int { return 0 }
+
+func dotVec32x2(a, b0, b1 []float32) (float32, float32, int) { return 0, 0, 0 }
+
+func dotVec32x4(a, b0, b1, b2, b3 []float32) (s [4]float32, n int) { return s, 0 }

@@ -52,11 +52,22 @@ func TestArithRowsMatchGo(t *testing.T) {
 		if vec, ref := run(func(o []float32) { SqrtRow(a[:m], o[:m]) }); !same(vec, ref) {
 			t.Fatalf("sqrt m=%d: assembly and Go differ", m)
 		}
+		if vec, ref := run(func(o []float32) { scaleShiftRow(a[:m], o[:m], 1.3, -0.7) }); !same(vec, ref) {
+			t.Fatalf("scale-shift m=%d: assembly and Go differ", m)
+		}
 		if vec, ref := run(func(o []float32) { ReluRow(a[:m], o[:m]) }); !same(vec, ref) {
 			t.Fatalf("relu m=%d: assembly and Go differ", m)
 		}
 		if vec, ref := run(func(o []float32) { copy(o, b); maxIntoRow(o[:m], a[:m]) }); !same(vec, ref) {
 			t.Fatalf("max m=%d: assembly and Go differ", m)
+		}
+		// Three taps: NaNs and signed zeros in every position (a, b and a shifted b).
+		m3 := min(m, n-1)
+		if vec, ref := run(func(o []float32) { max3Row(o[:m3], a[:m3], b[:m3], b[1:m3+1]) }); !same(vec, ref) {
+			t.Fatalf("max3 m=%d: assembly and Go differ", m)
+		}
+		if vec, ref := run(func(o []float32) { max3Row(o[:m3], b[1:m3+1], a[:m3], b[:m3]) }); !same(vec, ref) {
+			t.Fatalf("max3 m=%d (taps reordered): assembly and Go differ", m)
 		}
 	}
 	// And the values themselves, against float64 arithmetic rounded once.
@@ -77,6 +88,14 @@ func TestArithRowsMatchGo(t *testing.T) {
 			if math.Float32bits(o[i]) != math.Float32bits(c[2]) && !(c[2] != c[2] && o[i] != o[i]) {
 				t.Fatalf("max(%v, %v) = %v (element %d), want %v", c[0], c[1], o[i], i, c[2])
 			}
+		}
+	}
+	// scale-shift: the product rounded, then the sum rounded (not one fused rounding).
+	scaleShiftRow(a, o, 1.3, -0.7)
+	for i, v := range a {
+		mul, add := float32(1.3), float32(-0.7)
+		if w := float32(float64(float32(float64(v)*float64(mul))) + float64(add)); math.Float32bits(w) != math.Float32bits(o[i]) && !(w != w && o[i] != o[i]) {
+			t.Fatalf("%v·1.3 − 0.7 = %v, want %v", v, o[i], w)
 		}
 	}
 	ReluRow(a, o)

@@ -41,8 +41,31 @@ type convGeom struct {
 	// segs lists, for every kernel tap and output line (all spatial axes but the last),
 	// the run of output positions along the last axis whose input lies inside x.
 	segs     []convSeg
-	segStart []int32 // segs[segStart[k]:segStart[k+1]] are tap k's, in output order
+	segStart []int32  // segs[segStart[k]:segStart[k+1]] are tap k's, in output order
+	ind      *convInd // convIndirect's geometry; nil where it does not apply
 	init     bool
+}
+
+// convInd is the geometry of convIndirect: a 2-d convolution computed on the zero-padded
+// image split into its s0·s1 stride phases — phase (py, px) of channel c is the hq × wq plane
+// of padded positions (i·s0 + py, j·s1 + px) — so that output (oy, ox) under tap (ky, kx)
+// reads phase ((ky·dh) mod s0, (kx·dw) mod s1) at (oy + ky·dh div s0, ox + kx·dw div s1). On
+// an output grid of ho rows of wq columns (the last wq − wo of each row discarded), column j
+// of the im2col matrix's row (c, ky, kx) is then the phase buffer at a fixed offset plus j:
+// every row a shifted view, read in place by the micro-kernel. With stride 1 there is one
+// phase, the padded image itself.
+type convInd struct {
+	h, w, pb0, pb1 int
+	s0, s1         int
+	hp, wp         int // the padded rows and columns the windows cover
+	hq, wq         int // a phase plane
+	ho, wo         int
+	// Only the phases some tap reads are stored (a 1×1/2 kernel reads one of four): phaseY[py]
+	// is row phase py's index among them, or −1; likewise phaseX; nx is how many column
+	// phases are stored, phases the number stored.
+	phaseY, phaseX []int
+	nx, phases     int
+	offs           []int64 // byte offsets (float32) of im2col row p = c·kSize + tap
 }
 
 // convSeg says: for kernel tap k, outputs yOff..yOff+n-1 (plane offsets) read inputs
@@ -201,6 +224,53 @@ func (g *convGeom) setup(batch, inC, outC, groups int, in, out, kernel, stride, 
 		}
 	}
 	g.segStart[g.kSize] = int32(len(g.segs))
+	// Strided convolutions of many channels stay with the im2col GEMM: each im2col row of
+	// theirs is another channel's phase plane, and the micro-kernel's loads from that many
+	// planes measured slower than packed slivers (ResNet's 1×1/2 and 3×3/2 layers); a stem's
+	// three channels gain (its im2col packing was every other element).
+	if r == 2 && (stride[0] == 1 && stride[1] == 1 || g.cg <= 4) {
+		d := &convInd{h: in[0], w: in[1], pb0: pb[0], pb1: pb[1], s0: stride[0], s1: stride[1], ho: out[0], wo: out[1]}
+		d.hp = (out[0]-1)*stride[0] + dil[0]*(kernel[0]-1) + 1
+		d.wp = (out[1]-1)*stride[1] + dil[1]*(kernel[1]-1) + 1
+		d.hq, d.wq = (d.hp+d.s0-1)/d.s0, (d.wp+d.s1-1)/d.s1
+		if sizeOK(g.cg, d.s0*d.hq, d.s1*d.wq) {
+			used := func(s, k, dil int) ([]int, int) {
+				idx := make([]int, s)
+				for i := range idx {
+					idx[i] = -1
+				}
+				n := 0
+				for t := 0; t < k; t++ {
+					if r := t * dil % s; idx[r] < 0 {
+						idx[r] = 0
+					}
+				}
+				for r := range idx { // in residue order, so phases are stored in order
+					if idx[r] == 0 {
+						idx[r] = n
+						n++
+					}
+				}
+				return idx, n
+			}
+			var ny int
+			d.phaseY, ny = used(d.s0, kernel[0], dil[0])
+			d.phaseX, d.nx = used(d.s1, kernel[1], dil[1])
+			d.phases = ny * d.nx
+			d.offs = make([]int64, g.kdim)
+			plane := d.hq * d.wq
+			for c := 0; c < g.cg; c++ {
+				for ky := 0; ky < kernel[0]; ky++ {
+					for kx := 0; kx < kernel[1]; kx++ {
+						y, x := ky*dil[0], kx*dil[1]
+						phase := d.phaseY[y%d.s0]*d.nx + d.phaseX[x%d.s1]
+						d.offs[(c*kernel[0]+ky)*kernel[1]+kx] = 4 * int64((phase*g.cg+c)*plane+(y/d.s0)*d.wq+x/d.s1)
+					}
+				}
+			}
+			g.ind = d
+		}
+	}
 	g.init = true
 	return nil
 }
@@ -426,6 +496,10 @@ func convForward[T Float](g *convGeom, x, w, bias, y []T) {
 		xg := x[(n*g.inC+gr*g.cg)*g.inSize:][:g.cg*g.inSize]
 		yg := y[(n*g.outC+gr*g.ocg)*g.outSize:][:g.ocg*g.outSize]
 		wg := w[gr*g.ocg*g.kdim:][:g.ocg*g.kdim]
+		var bg []T // the group's bias, added by the GEMM's micro-kernel as it stores C
+		if bias != nil {
+			bg = bias[gr*g.ocg : (gr+1)*g.ocg]
+		}
 		switch {
 		case g.direct():
 			clear(yg)
@@ -448,22 +522,168 @@ func convForward[T Float](g *convGeom, x, w, bias, y []T) {
 						dst[i] += wv * src[i*s]
 					}
 				}
+				if bg != nil {
+					bv := bg[j]
+					for i := range yj {
+						yj[i] += bv
+					}
+				}
 			}
 		case g.pointwise:
-			gemmRun(false, false, g.ocg, g.outSize, g.cg, 1, wg, g.kdim, xg, g.inSize, 0, yg, g.outSize, inner)
+			gemmRunSrc(false, g.ocg, g.outSize, g.cg, 1, wg, g.kdim, &gemmMatrixB[T]{b: xg, ldb: g.inSize}, 0, yg, g.outSize, bg, inner)
 		default:
-			gemmRunSrc(false, g.ocg, g.outSize, g.kdim, 1, wg, g.kdim, &convCols[T]{g, xg, false}, 0, yg, g.outSize, inner)
-		}
-		if bias != nil {
-			for j := 0; j < g.ocg; j++ {
-				bv := bias[gr*g.ocg+j]
-				yj := yg[j*g.outSize : (j+1)*g.outSize]
-				for i := range yj {
-					yj[i] += bv
-				}
+			if !convIndirect(g, xg, wg, bg, yg, inner) {
+				gemmRunSrc(false, g.ocg, g.outSize, g.kdim, 1, wg, g.kdim, &convCols[T]{g, xg, false}, 0, yg, g.outSize, bg, inner)
 			}
 		}
 	})
+}
+
+// convPhases scatters the input rows and columns the windows read (rows × cols of each of
+// cg channels, inSize apart in x) into the stored stride phases of xp (convInd's layout).
+func convPhases(d *convInd, cg, plane, rows, cols int, x []float32, inSize int, xp []float32) {
+	for c := 0; c < cg; c++ {
+		for r := 0; r < rows; r++ {
+			src := x[c*inSize+r*d.w:][:cols]
+			y := r + d.pb0
+			iy := d.phaseY[y%d.s0]
+			if iy < 0 { // a row no tap reads
+				continue
+			}
+			for px := 0; px < d.s1; px++ { // the row's columns, phase by phase
+				x0 := (px - d.pb1%d.s1 + d.s1) % d.s1 // first input column of phase px
+				ix := d.phaseX[px]
+				if x0 >= cols || ix < 0 {
+					continue
+				}
+				dst := xp[((iy*d.nx+ix)*cg+c)*plane+(y/d.s0)*d.wq+(x0+d.pb1)/d.s1:]
+				for i, j := 0, x0; j < cols; i, j = i+1, j+d.s1 {
+					dst[i] = src[j]
+				}
+			}
+		}
+	}
+}
+
+// convIndirectMax bounds convIndirect's scratch (the padded image and the padded result of
+// one image and group) to 16 MiB of float32, which ImageNet-sized layers stay far below;
+// larger images take the im2col GEMM, whose scratch is a few panels whatever the size.
+const convIndirectMax = 1 << 22
+
+// convIndirectOff turns convIndirect off (tests compare it with the im2col GEMM).
+var convIndirectOff bool
+
+// convIndirect computes one image and group of a 2-d float32 convolution without an im2col
+// matrix: the image is copied once into a zero-padded buffer split into its stride phases,
+// and the micro-kernel (kernInd) reads each im2col row as a shifted view of it (convInd), so
+// the only packing is the weights' (A). Packing the im2col matrix fed only 2·ocg flops per element packed: at
+// batch 1 with few output channels (DenseNet's 3×3 128 → 32 layers, 55% of its convolution
+// time) it cost more than the arithmetic; with stride 2 (the stems, ResNet's downsampling)
+// the packer gathered every other element. The result is computed on a grid of wq-wide rows,
+// every tile full (rows padded to mr, columns to nr, the extra rows' weights zero), then
+// copied into y. The k loop, its kc slabs, the modes and the bias are the GEMM's, so the
+// bits are the im2col GEMM's (TestConvIndirectMatchesIm2col). Work is shared out by rows of C
+// (each task packs only its rows of A; B is not packed), and by columns too when there are
+// fewer than two row blocks a worker. Scratch: the padded image and the padded result, at most
+// convIndirectMax elements. It reports false, computing nothing, where it does not apply
+// (other convolutions, float64, CPUs without the kernel, larger scratch).
+func convIndirect[T Float](g *convGeom, x, w, bias, y []T, workers int) bool {
+	impl := gemmImplFor(unsafe.Sizeof(T(0)))
+	d := g.ind
+	if d == nil || !isFloat32Type[T]() || impl.kernInd == nil || convIndirectOff {
+		return false
+	}
+	mr, nr, kc, mc := impl.mr, impl.nr, impl.kc, impl.mc
+	m, k := g.ocg, g.kdim
+	plane := d.hq * d.wq
+	n := d.ho * d.wq
+	mPad, nPad := gemmSplit(m, 1, mr), gemmSplit(n, 1, nr)
+	xLen := d.phases*g.cg*plane + nr // the last tiles read up to nr − 1 past the last plane
+	if xLen+mPad*nPad > convIndirectMax {
+		return false
+	}
+	buf, s := convGetBuf[float32](xLen + mPad*nPad + mPad)
+	defer convPutBuf(buf)
+	xp, cp, bp := s[:xLen], s[xLen:xLen+mPad*nPad], s[xLen+mPad*nPad:]
+	x32 := f32s(x)
+	rows, cols := min(d.h, d.hp-d.pb0), min(d.w, d.wp-d.pb1) // the input the windows read
+	if d.s0 == 1 && d.s1 == 1 {
+		// One phase: each padded row is its pads (zeroed) around a copy of an input row; only
+		// the pads are cleared, not the whole buffer before the copy.
+		for c := 0; c < g.cg; c++ {
+			pl := xp[c*plane : (c+1)*plane]
+			clear(pl[:d.pb0*d.wq])
+			for r := 0; r < rows; r++ {
+				row := pl[(r+d.pb0)*d.wq : (r+d.pb0+1)*d.wq]
+				clear(row[:d.pb1])
+				copy(row[d.pb1:], x32[c*g.inSize+r*d.w:][:cols])
+				clear(row[d.pb1+cols:])
+			}
+			clear(pl[(rows+d.pb0)*d.wq:])
+		}
+		clear(xp[g.cg*plane:])
+	} else {
+		clear(xp)
+		convPhases(d, g.cg, plane, rows, cols, x32, g.inSize, xp)
+	}
+	var bip []float32
+	if bias != nil {
+		copy(bp, f32s(bias))
+		clear(bp[m:])
+		bip = bp
+	}
+	w32 := f32s(w)
+	mTiles, nTiles := mPad/mr, nPad/nr
+	// Row tasks of at least an mc block, so that each B sliver loaded into L1 serves many
+	// row tiles; where that leaves too few tasks (DenseNet's 32 output channels: one), columns
+	// are split too, each column task packing its rows of A again (small when M is).
+	rowTasks := min((mTiles*mr+mc-1)/mc, gemmTasksPerWorker*workers)
+	colTasks := 1
+	if workers > 1 && rowTasks < 2*workers {
+		colTasks = max(1, min(nTiles/2, (gemmTasksPerWorker*workers+rowTasks-1)/rowTasks))
+	}
+	rowsPer, colsPer := gemmSplit(mPad, rowTasks, mr), gemmSplit(nPad, colTasks, nr)
+	rowTasks, colTasks = (mPad+rowsPer-1)/rowsPer, (nPad+colsPer-1)/colsPer
+	parallelTasks(rowTasks*colTasks, workers, func(t int) {
+		i0, j0 := (t/colTasks)*rowsPer, (t%colTasks)*colsPer
+		i1, j1 := min(mPad, i0+rowsPer), min(nPad, j0+colsPer)
+		sc := gemmGetScratch[float32](impl, i1-i0, j1-j0, k)
+		ap := unsafe.Slice((*float32)(sc.ap), min(mc, i1-i0)*min(kc, k))
+		for pc := 0; pc < k; pc += kc {
+			kb := min(kc, k-pc)
+			mode := 0
+			if pc > 0 {
+				mode = 1
+			}
+			if bip != nil && pc+kb >= k {
+				mode += 3
+			}
+			offs := unsafe.Pointer(&d.offs[pc])
+			for ic := i0; ic < i1; ic += mc {
+				mb := min(mc, i1-ic)
+				gemmPackA(false, w32, k, ic, pc, min(mb, max(0, m-ic)), kb, mr, ap)
+				// The GEMM's order: a column sliver of B (kb scattered rows of nr) stays in L1
+				// while every row tile of the A block (in L2) passes over it.
+				for jr := j0; jr < j1; jr += nr {
+					for ir := 0; ir < mb; ir += mr {
+						var bs unsafe.Pointer
+						if bip != nil {
+							bs = unsafe.Pointer(&bip[ic+ir])
+						}
+						impl.kernInd(kb, unsafe.Pointer(&ap[ir*kb]), unsafe.Pointer(&xp[jr]), unsafe.Pointer(&cp[(ic+ir)*nPad+jr]), nPad, 1, float32(mode%3), mode, bs, offs)
+					}
+				}
+			}
+		}
+		gemmPutScratch(sc)
+	})
+	y32 := f32s(y)
+	for j := 0; j < m; j++ {
+		for r := 0; r < d.ho; r++ {
+			copy(y32[j*g.outSize+r*d.wo:][:d.wo], cp[j*nPad+r*d.wq:])
+		}
+	}
+	return true
 }
 
 // ConvBackwardData computes dx, the gradient of the loss with respect to Conv's input x,
@@ -580,7 +800,7 @@ func convFilterImage[T Float](g *convGeom, xg, dyg, dwg []T, beta T, inner int) 
 	case g.pointwise:
 		gemmRun(false, true, g.ocg, g.cg, g.outSize, 1, dyg, g.outSize, xg, g.inSize, beta, dwg, g.kdim, inner)
 	default:
-		gemmRunSrc(false, g.ocg, g.kdim, g.outSize, 1, dyg, g.outSize, &convCols[T]{g, xg, true}, beta, dwg, g.kdim, inner)
+		gemmRunSrc(false, g.ocg, g.kdim, g.outSize, 1, dyg, g.outSize, &convCols[T]{g, xg, true}, beta, dwg, g.kdim, nil, inner)
 	}
 }
 

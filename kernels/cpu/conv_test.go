@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
+
+	"ppc.dev/ppc/internal/cputime"
 )
 
 // convNaive visits every (image, out channel, output position, in channel, tap) of a
@@ -409,5 +412,174 @@ func TestConvGenericKernel(t *testing.T) {
 		dw := make([]float64, p.WLen())
 		ConvBackwardFilter(p, x, dy, dw, nil)
 		assertClose(t, fmt.Sprintf("case %d generic dw", ci), dw, wantDw, 1e-12)
+	}
+}
+
+// BenchmarkConvBatch1 is batch-1 inference's convolutions, ResNet-50's shapes and DenseNet's
+// growth layers (bench/cpu.sh's resnet50 and densenet121): GFLOP/s of wall time and per
+// CPU-second on GOMAXPROCS threads.
+func BenchmarkConvBatch1(b *testing.B) {
+	for _, c := range []struct {
+		name             string
+		inC, outC, hw, k int
+		stride, pad      int
+	}{
+		{"stem7x7s2", 3, 64, 224, 7, 2, 3},
+		{"1x1-64-256-56", 64, 256, 56, 1, 1, 0},
+		{"1x1-256-64-56", 256, 64, 56, 1, 1, 0},
+		{"1x1s2-256-512-56", 256, 512, 56, 1, 2, 0},
+		{"3x3s2-128-56", 128, 128, 56, 3, 2, 1},
+		{"3x3-64-56", 64, 64, 56, 3, 1, 1},
+		{"3x3-256-14", 256, 256, 14, 3, 1, 1},
+		{"1x1-1024-256-14", 1024, 256, 14, 1, 1, 0},
+		{"3x3-512-7", 512, 512, 7, 3, 1, 1},
+		{"1x1-512-2048-7", 512, 2048, 7, 1, 1, 0},
+		{"googlenet-1x1-480-96-14", 480, 96, 14, 1, 1, 0},
+		{"googlenet-1x1-832-128-7", 832, 128, 7, 1, 1, 0},
+		{"densenet-3x3-128-32-56", 128, 32, 56, 3, 1, 1},
+		{"densenet-3x3-128-32-14", 128, 32, 14, 3, 1, 1},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			p := &ConvParams{Batch: 1, InC: c.inC, OutC: c.outC, Spatial: []int{c.hw, c.hw}, Kernel: []int{c.k, c.k},
+				Stride: []int{c.stride, c.stride}, PadBegin: []int{c.pad, c.pad}, PadEnd: []int{c.pad, c.pad}}
+			if err := p.Init(); err != nil {
+				b.Fatal(err)
+			}
+			r := rand.New(rand.NewPCG(1, 1))
+			x, w, bias := randSlice[float32](r, p.XLen()), randSlice[float32](r, p.WLen()), randSlice[float32](r, p.OutC)
+			y := make([]float32, p.YLen())
+			Conv(p, x, w, bias, y)
+			cpu0 := cputime.Process()
+			for b.Loop() {
+				Conv(p, x, w, bias, y)
+			}
+			flop := 2 * float64(p.YLen()) * float64(p.WLen()/p.OutC) * float64(b.N)
+			b.ReportMetric(flop/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			if cpu := cputime.Process() - cpu0; cpu > 0 {
+				b.ReportMetric(flop/cpu.Seconds()/1e9, "GFLOP/cpu-s")
+			}
+		})
+	}
+}
+
+// The bias the GEMM's micro-kernel adds as it stores C (modes 3 and 4) gives the bits of a
+// separate pass over the biasless result: every kernel, f32 and f64, one and two threads
+// (the row split hands each range its share of the bias), edge tiles on both axes, more
+// than one k slab (k > kc: the last slab's mode 4), groups and 1×1 convolutions.
+func TestConvBiasFusedMatchesSeparate(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	for _, p := range []ConvParams{
+		{Batch: 2, InC: 40, OutC: 21, Spatial: []int{9, 11}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}, // k = 360
+		{Batch: 1, InC: 300, OutC: 70, Spatial: []int{7, 7}, Kernel: []int{1, 1}},                                             // pointwise, k = 300
+		{Batch: 1, InC: 6, OutC: 10, Groups: 2, Spatial: []int{13}, Kernel: []int{3}, Stride: []int{2}},
+		{Batch: 1, InC: 64, OutC: 64, Spatial: []int{20, 20}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}, // big enough to split over threads
+	} {
+		if err := p.Init(); err != nil {
+			t.Fatal(err)
+		}
+		x, w, bias := randSlice[float64](r, p.XLen()), randSlice[float64](r, p.WLen()), randSlice[float64](r, p.OutC)
+		for _, threads := range []int{1, 2} {
+			old := runtime.GOMAXPROCS(threads)
+			for _, impl := range gemmAvailable(4) {
+				withImpl[float32](impl, func() { checkConvBias(t, &p, toF32(x), toF32(w), toF32(bias), impl.name, threads) })
+			}
+			for _, impl := range gemmAvailable(8) {
+				withImpl[float64](impl, func() { checkConvBias(t, &p, x, w, bias, impl.name, threads) })
+			}
+			runtime.GOMAXPROCS(old)
+		}
+	}
+}
+
+func checkConvBias[T Float](t *testing.T, p *ConvParams, x, w, bias []T, impl string, threads int) {
+	t.Helper()
+	got, want := make([]T, p.YLen()), make([]T, p.YLen())
+	Conv(p, x, w, bias, got)
+	Conv(p, x, w, nil, want)
+	sp := p.YLen() / p.Batch / p.OutC
+	for i := range want {
+		want[i] += bias[i/sp%p.OutC]
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("%v %s %T threads %d: y[%d] = %v, separate bias pass %v", p.Kernel, impl, got[0], threads, i, got[i], want[i])
+		}
+	}
+}
+
+// convIndirect (the padded image, split into stride phases, read in place by kernInd) gives
+// the bits of the im2col GEMM it replaces — kernels, thread counts (row and column task
+// splits), bias or none, several k slabs, strides, uneven pads, dilation, non-square kernels,
+// groups, odd sizes — and the naive loops' values.
+func TestConvIndirectMatchesIm2col(t *testing.T) {
+	r := rand.New(rand.NewPCG(71, 72))
+	for _, p := range []ConvParams{
+		{Batch: 1, InC: 128, OutC: 32, Spatial: []int{14, 14}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}},
+		{Batch: 2, InC: 5, OutC: 19, Spatial: []int{9, 13}, Kernel: []int{3, 2}, PadBegin: []int{2, 0}, PadEnd: []int{1, 1}},
+		{Batch: 1, InC: 40, OutC: 70, Spatial: []int{7, 7}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}, // k = 360: two slabs
+		{Batch: 1, InC: 6, OutC: 12, Groups: 3, Spatial: []int{11, 10}, Kernel: []int{3, 3}, Dilation: []int{2, 1}, PadBegin: []int{2, 1}, PadEnd: []int{0, 1}},
+		{Batch: 1, InC: 3, OutC: 9, Spatial: []int{6, 40}, Kernel: []int{1, 5}, PadBegin: []int{0, 2}, PadEnd: []int{0, 2}},
+		{Batch: 1, InC: 16, OutC: 200, Spatial: []int{5, 5}, Kernel: []int{3, 3}},
+		// Strides (taken with at most 4 channels a group, as stems have): the stem's 7×7/2,
+		// 3×3/2 and 1×1/2, AlexNet's 11×11/4, uneven strides and pads, stride with dilation,
+		// inputs the windows do not reach.
+		{Batch: 1, InC: 3, OutC: 10, Spatial: []int{30, 29}, Kernel: []int{7, 7}, Stride: []int{2, 2}, PadBegin: []int{3, 3}, PadEnd: []int{3, 3}},
+		{Batch: 2, InC: 4, OutC: 17, Spatial: []int{14, 15}, Kernel: []int{3, 3}, Stride: []int{2, 2}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}},
+		{Batch: 1, InC: 3, OutC: 24, Spatial: []int{14, 14}, Kernel: []int{1, 1}, Stride: []int{2, 2}},
+		{Batch: 1, InC: 3, OutC: 8, Spatial: []int{43, 40}, Kernel: []int{11, 11}, Stride: []int{4, 4}, PadBegin: []int{2, 2}, PadEnd: []int{2, 2}},
+		{Batch: 1, InC: 4, OutC: 6, Groups: 2, Spatial: []int{13, 17}, Kernel: []int{2, 3}, Stride: []int{3, 2}, Dilation: []int{2, 1}, PadBegin: []int{0, 2}, PadEnd: []int{1, 0}},
+		{Batch: 1, InC: 2, OutC: 5, Spatial: []int{12, 12}, Kernel: []int{3, 3}, Stride: []int{5, 5}},
+		{Batch: 1, InC: 3, OutC: 7, Spatial: []int{10, 14}, Kernel: []int{3, 4}, Stride: []int{2, 3}, PadBegin: []int{1, 1}, PadEnd: []int{0, 2}},
+	} {
+		if err := p.Init(); err != nil {
+			t.Fatal(err)
+		}
+		if p.g.ind == nil {
+			t.Fatalf("%+v: not eligible for convIndirect", p)
+		}
+		if q := (ConvParams{Batch: 1, InC: 16, OutC: 8, Spatial: []int{9, 9}, Kernel: []int{3, 3}, Stride: []int{2, 2}}); q.Init() != nil || q.g.ind != nil {
+			t.Fatal("a strided 16-channel convolution took convIndirect")
+		}
+		x, w, bias := randSlice[float32](r, p.XLen()), randSlice[float32](r, p.WLen()), randSlice[float32](r, p.OutC)
+		want64 := make([]float64, p.YLen())
+		convNaive(&p, func(xi, wi, yi int) { want64[yi] += float64(x[xi]) * float64(w[wi]) })
+		for _, threads := range []int{1, 2, 3} {
+			old := runtime.GOMAXPROCS(threads)
+			for _, impl := range gemmAvailable(4) {
+				if impl.kernInd == nil {
+					continue
+				}
+				withImpl[float32](impl, func() {
+					for _, b := range [][]float32{nil, bias} {
+						got, want := make([]float32, p.YLen()), make([]float32, p.YLen())
+						Conv(&p, x, w, b, got)
+						convIndirectOff = true
+						Conv(&p, x, w, b, want)
+						convIndirectOff = false
+						for i := range got {
+							if got[i] != want[i] {
+								t.Fatalf("%v %v %s threads %d bias %v: y[%d] = %v, im2col %v", p.Spatial, p.Kernel, impl.name, threads, b != nil, i, got[i], want[i])
+							}
+						}
+						if b == nil {
+							assertClose(t, fmt.Sprintf("%v %v %s", p.Spatial, p.Kernel, impl.name), toF64(got), want64, 1e-4)
+						}
+					}
+				})
+			}
+			runtime.GOMAXPROCS(old)
+		}
+	}
+}
+
+// An image whose padded copy and result would pass convIndirectMax takes the im2col GEMM.
+func TestConvIndirectScratchBound(t *testing.T) {
+	p := ConvParams{Batch: 1, InC: 1, OutC: 8, Spatial: []int{700, 700}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}
+	if err := p.Init(); err != nil {
+		t.Fatal(err)
+	}
+	x, w := make([]float32, p.XLen()), make([]float32, p.WLen())
+	if convIndirect(&p.g, x, w, nil, make([]float32, p.YLen()), 1) {
+		t.Fatal("convIndirect took a 700 × 700 image with 8 output channels")
 	}
 }

@@ -19,12 +19,18 @@
 //     Tiles on the ragged right and bottom edges are computed into a scratch tile and
 //     merged, so the assembly never handles partial tiles.
 //   - op(B) is reached through a packer (gemmBSource), so convolution can pack im2col
-//     columns straight from the image instead of materialising the column matrix.
-//   - Work is spread over the cores by splitting C into a grid of contiguous row/column
-//     ranges (aligned to mr/nr) and running an independent blocked GEMM on each range with
-//     its own packing buffers. Splitting along the larger of m and n keeps both cores busy
-//     for thin matrices too; the cost is that the operand along the other dimension is
-//     packed once per range, which is cheap next to the O(mnk) arithmetic.
+//     columns straight from the image instead of materialising the column matrix; and the
+//     float32 kernels have a twin (kernInd) that reads B's rows in place at a table of
+//     offsets, with which convolution skips packing altogether (conv.go's convIndirect).
+//   - The micro-kernel's store applies beta and, on a GEMM's last k slab, a per-row bias (a
+//     convolution's), so no pass over C follows.
+//   - Work is spread over the cores by splitting C (gemmGrid picks rows or columns, whichever
+//     packs less). A column split cuts C into up to gemmTasksPerWorker ranges a worker that
+//     the workers take from a counter (parallelTasks), each range an independent blocked
+//     GEMM packing its own A; so a worker whose core another process holds leaves its ranges
+//     to the others. A row split packs op(B) once for all workers (gemmSharedB) and shares
+//     out row ranges, each packing its own rows of A. Every tile is computed by the same
+//     slabs and micro-kernel calls however C is split, so results do not depend on it.
 //   - Packing buffers come from a sync.Pool, so steady-state calls allocate nothing.
 //
 // beta == 0 overwrites C without reading it (NaNs or garbage in C do not propagate), as BLAS
@@ -42,12 +48,17 @@ import (
 
 // gemmImpl is one micro-kernel and the blocking parameters tuned for it. The kernel computes
 // C[0:mr,0:nr] = alpha·Ap·Bp + beta·C where Ap is a packed k×mr sliver and Bp a packed k×nr
-// sliver; mode 0 means beta == 0 (C is not read), 1 means beta == 1, 2 any other beta.
+// sliver; mode 0 means beta == 0 (C is not read), 1 means beta == 1, 2 any other beta; modes
+// 3 and 4 are 0 and 1 and then add bias[i] (mr elements) to row i — a convolution's bias,
+// added after the whole sum as a separate pass would, while the tile is in registers.
 type gemmImpl struct {
 	name       string
 	mr, nr     int
 	kc, mc, nc int
-	kern       func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int)
+	kern       func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int, bias unsafe.Pointer)
+	// kernInd is the float32 kernel with B read in place (nil: none): B's row p is the nr
+	// values at b + offs[p] bytes — convIndirect's image rows, unpacked.
+	kernInd func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int, bias, offs unsafe.Pointer)
 }
 
 // gemmForceGeneric makes every GEMM use the pure-Go micro-kernel. Tests flip it to cover the
@@ -85,7 +96,7 @@ var (
 	gemmGenericD = gemmImpl{name: "go4x4", mr: 4, nr: 4, kc: 256, mc: 128, nc: 2048, kern: gemmKernGo[float64]}
 )
 
-func gemmKernGo[T Float](k int, ap, bp, cp unsafe.Pointer, ldc int, alpha, beta float64, mode int) {
+func gemmKernGo[T Float](k int, ap, bp, cp unsafe.Pointer, ldc int, alpha, beta float64, mode int, biasp unsafe.Pointer) {
 	a := unsafe.Slice((*T)(ap), 4*k)
 	b := unsafe.Slice((*T)(bp), 4*k)
 	var c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33 T
@@ -114,15 +125,22 @@ func gemmKernGo[T Float](k int, ap, bp, cp unsafe.Pointer, ldc int, alpha, beta 
 	c := unsafe.Slice((*T)(cp), 3*ldc+4)
 	acc := [16]T{c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33}
 	al, be := T(alpha), T(beta)
+	var bias []T
+	if mode >= 3 {
+		bias = unsafe.Slice((*T)(biasp), 4)
+	}
 	for i := 0; i < 4; i++ {
 		row := c[i*ldc : i*ldc+4 : i*ldc+4]
 		for j := 0; j < 4; j++ {
 			v := al * acc[4*i+j]
 			switch mode {
-			case 1:
+			case 1, 4:
 				v += row[j]
 			case 2:
 				v += be * row[j]
+			}
+			if mode >= 3 {
+				v += bias[i]
 			}
 			row[j] = v
 		}
@@ -240,7 +258,7 @@ func gemmRun[T Float](transA, transB bool, m, n, k int, alpha T, a []T, lda int,
 		gemvT(n, k, float32(alpha), f32s(a), f32s(b), ldb, float32(beta), f32s(c), workers)
 		return
 	}
-	gemmRunSrc(transA, m, n, k, alpha, a, lda, &gemmMatrixB[T]{trans: transB, b: b, ldb: ldb}, beta, c, ldc, workers)
+	gemmRunSrc(transA, m, n, k, alpha, a, lda, &gemmMatrixB[T]{trans: transB, b: b, ldb: ldb}, beta, c, ldc, nil, workers)
 }
 
 // gemmBSource supplies op(B) to the blocked GEMM by packing it: pack writes
@@ -263,13 +281,22 @@ func (s *gemmMatrixB[T]) pack(pc, jc, kb, nb, nr int, dst, _ []T) {
 	gemmPackB(s.trans, s.b, s.ldb, pc, jc, kb, nb, nr, dst)
 }
 
-// gemmRunSrc is gemmRun with op(B) supplied by a packer.
-func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, b gemmBSource[T], beta T, c []T, ldc int, workers int) {
+// gemmRunSrc is gemmRun with op(B) supplied by a packer and, when bias is not nil, bias[i]
+// (m elements) added to row i of the result: C = alpha·op(A)·op(B) + beta·C, then + bias,
+// in the rounding of a separate pass over C.
+func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, b gemmBSource[T], beta T, c []T, ldc int, bias []T, workers int) {
 	if m == 0 || n == 0 {
 		return
 	}
 	if k == 0 || alpha == 0 {
 		gemmScaleC(m, n, beta, c, ldc)
+		if bias != nil {
+			for i := 0; i < m; i++ {
+				for j := range c[i*ldc : i*ldc+n] {
+					c[i*ldc+j] += bias[i]
+				}
+			}
+		}
 		return
 	}
 	impl := gemmImplFor(unsafe.Sizeof(T(0)))
@@ -279,28 +306,109 @@ func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, b ge
 	pm, pn := gemmGrid(impl, m, n, workers)
 	if pm*pn == 1 {
 		sc := gemmGetScratch[T](impl, m, n, k)
-		gemmSerial(impl, sc, transA, m, n, k, alpha, a, lda, b, 0, beta, c, ldc)
+		gemmSerial(impl, sc, transA, m, n, k, alpha, a, lda, b, 0, beta, c, ldc, bias)
 		gemmPutScratch(sc)
 		return
+	}
+	if pn == 1 && k*gemmSplit(n, 1, impl.nr) <= gemmSharedBMax {
+		gemmSharedB(impl, transA, m, n, k, alpha, a, lda, b, beta, c, ldc, bias, workers)
+		return
+	}
+	// Column ranges are cut finer than one per worker and taken from a shared counter, so
+	// that a worker whose core another process holds (the machines these run on are shared)
+	// leaves its remaining ranges to the others instead of making them wait. Each extra
+	// column range packs A once more, so ranges stay at least gemmMinCols wide.
+	if pn > 1 {
+		pn = max(pn, min(gemmTasksPerWorker*workers/pm, n/gemmMinCols))
 	}
 	// Row and column ranges are multiples of mr / nr so only the last range has edge tiles.
 	rowsPer := gemmSplit(m, pm, impl.mr)
 	colsPer := gemmSplit(n, pn, impl.nr)
-	Parallel(pm*pn, 1, func(lo, hi int) {
-		for t := lo; t < hi; t++ {
-			i0, j0 := (t/pn)*rowsPer, (t%pn)*colsPer
-			if i0 >= m || j0 >= n {
-				continue
-			}
-			mm, nn := min(rowsPer, m-i0), min(colsPer, n-j0)
-			aOff := i0 * lda
-			if transA {
-				aOff = i0
-			}
-			sc := gemmGetScratch[T](impl, mm, nn, k)
-			gemmSerial(impl, sc, transA, mm, nn, k, alpha, a[aOff:], lda, b, j0, beta, c[i0*ldc+j0:], ldc)
-			gemmPutScratch(sc)
+	parallelTasks(pm*pn, workers, func(t int) {
+		i0, j0 := (t/pn)*rowsPer, (t%pn)*colsPer
+		if i0 >= m || j0 >= n {
+			return
 		}
+		mm, nn := min(rowsPer, m-i0), min(colsPer, n-j0)
+		aOff := i0 * lda
+		if transA {
+			aOff = i0
+		}
+		var bi []T
+		if bias != nil {
+			bi = bias[i0:]
+		}
+		sc := gemmGetScratch[T](impl, mm, nn, k)
+		gemmSerial(impl, sc, transA, mm, nn, k, alpha, a[aOff:], lda, b, j0, beta, c[i0*ldc+j0:], ldc, bi)
+		gemmPutScratch(sc)
+	})
+}
+
+// gemmTasksPerWorker and gemmMinCols bound how finely gemmRunSrc cuts C's columns for its
+// workers: up to 4 ranges a worker, none narrower than 512 columns.
+const (
+	gemmTasksPerWorker = 4
+	gemmMinCols        = 512
+)
+
+// gemmSharedBMax bounds the elements of op(B) that gemmSharedB packs whole (16 MiB of
+// float32); a larger B is split by rows with each range packing its own panels.
+const gemmSharedBMax = 1 << 22
+
+// gemmSharedB is the parallel GEMM when C is split by rows (m large next to n: batch-1
+// convolutions on small planes, whose op(B) is the im2col matrix): op(B) is packed once, all
+// of it, by all workers (its panels' slivers shared out), and then ranges of C's rows, each
+// packing only its own rows of A, run against it. Splitting C into one row range per worker
+// made each worker pack all of op(B) itself — ResNet's 3×3 256 → 256 layer on 14 × 14
+// spent about a third of each worker's time packing the same im2col matrix. Results are the
+// bits of the serial GEMM: the same slabs, packing and micro-kernel calls for every tile.
+func gemmSharedB[T Float](impl *gemmImpl, transA bool, m, n, k int, alpha T, a []T, lda int, b gemmBSource[T], beta T, c []T, ldc int, bias []T, workers int) {
+	mr, nr, kc, nc := impl.mr, impl.nr, impl.kc, impl.nc
+	nPad := gemmSplit(n, 1, nr)
+	// Panel jc (nc columns) starts at jc·k: its slabs one after another, each kb × nbPad.
+	off := func(jc, pc int) int { return jc*k + pc*min(nc, nPad-jc) }
+	buf, packed := convGetBuf[T](k * nPad) // conv.go's pool of scratch slices
+	defer convPutBuf(buf)
+	const chunk = 8 // slivers packed per task
+	type job struct{ jc, pc, s0 int }
+	var jobs []job
+	for jc := 0; jc < n; jc += nc {
+		nb := min(nc, n-jc)
+		for pc := 0; pc < k; pc += kc {
+			for s0 := 0; s0 < nb; s0 += chunk * nr {
+				jobs = append(jobs, job{jc, pc, s0})
+			}
+		}
+	}
+	parallelTasks(len(jobs), workers, func(t int) {
+		j := jobs[t]
+		nb, kb := min(nc, n-j.jc), min(kc, k-j.pc)
+		cols := min(chunk*nr, nb-j.s0)
+		sc := gemmGetScratch[T](impl, mr, nb, kb)
+		b.pack(j.pc, j.jc+j.s0, kb, cols, nr, packed[off(j.jc, j.pc)+j.s0*kb:], unsafe.Slice((*T)(sc.row), sc.rowLen))
+		gemmPutScratch(sc)
+	})
+	rowsPer := gemmSplit(m, min(gemmTasksPerWorker*workers, (m+mr-1)/mr), mr)
+	parallelTasks((m+rowsPer-1)/rowsPer, workers, func(t int) {
+		i0 := t * rowsPer
+		mm := min(rowsPer, m-i0)
+		aOff := i0 * lda
+		if transA {
+			aOff = i0
+		}
+		var bi []T
+		if bias != nil {
+			bi = bias[i0:]
+		}
+		sc := gemmGetScratch[T](impl, mm, n, k)
+		for jc := 0; jc < n; jc += nc {
+			nb := min(nc, n-jc)
+			for pc := 0; pc < k; pc += kc {
+				kb := min(kc, k-pc)
+				gemmSlab(impl, sc, transA, mm, nb, k, pc, kb, alpha, a[aOff:], lda, packed[off(jc, pc):], beta, c[i0*ldc+jc:], ldc, bi)
+			}
+		}
+		gemmPutScratch(sc)
 	})
 }
 
@@ -406,65 +514,96 @@ func gemmPutScratch(sc *gemmScratch) {
 }
 
 // gemmSerial is the blocked GEMM on one core (BLIS loop order: nc panel, kc slab, mc block,
-// nr sliver, mr sliver). It computes columns j0..j0+n of op(B), which land in c[:, 0:n].
-func gemmSerial[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, n, k int, alpha T, a []T, lda int, b gemmBSource[T], j0 int, beta T, c []T, ldc int) {
-	mr, nr := impl.mr, impl.nr
+// nr sliver, mr sliver). It computes columns j0..j0+n of op(B), which land in c[:, 0:n]; a
+// non-nil bias (m elements) is added to the rows by the last slab's micro-kernel calls.
+func gemmSerial[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, n, k int, alpha T, a []T, lda int, b gemmBSource[T], j0 int, beta T, c []T, ldc int, bias []T) {
+	nr := impl.nr
 	kcMax := min(impl.kc, k)
-	mcMax := min(impl.mc, (m+mr-1)/mr*mr)
 	ncMax := min(impl.nc, (n+nr-1)/nr*nr)
-	ap := unsafe.Slice((*T)(sc.ap), mcMax*kcMax)
 	bp := unsafe.Slice((*T)(sc.bp), kcMax*ncMax)
-	tmp := unsafe.Slice((*T)(sc.tmp), mr*nr)
 	row := unsafe.Slice((*T)(sc.row), sc.rowLen)
 	for jc := 0; jc < n; jc += impl.nc {
 		nb := min(impl.nc, n-jc)
 		for pc := 0; pc < k; pc += impl.kc {
 			kb := min(impl.kc, k-pc)
 			b.pack(pc, j0+jc, kb, nb, nr, bp, row)
-			// Only the first slab applies the caller's beta; later slabs accumulate.
-			bet := beta
-			if pc > 0 {
-				bet = 1
-			}
-			mode := 2
-			switch bet {
-			case 0:
-				mode = 0
-			case 1:
-				mode = 1
-			}
-			for ic := 0; ic < m; ic += impl.mc {
-				mb := min(impl.mc, m-ic)
-				gemmPackA(transA, a, lda, ic, pc, mb, kb, mr, ap)
-				for jr := 0; jr < nb; jr += nr {
-					nn := min(nr, nb-jr)
-					bs := unsafe.Pointer(&bp[jr*kb])
-					for ir := 0; ir < mb; ir += mr {
-						mm := min(mr, mb-ir)
-						as := unsafe.Pointer(&ap[ir*kb])
-						ci := (ic+ir)*ldc + jc + jr
-						if mm == mr && nn == nr {
-							impl.kern(kb, as, bs, unsafe.Pointer(&c[ci]), ldc, float64(alpha), float64(bet), mode)
-							continue
+			gemmSlab(impl, sc, transA, m, nb, k, pc, kb, alpha, a, lda, bp, beta, c[jc:], ldc, bias)
+		}
+	}
+}
+
+// gemmSlab multiplies rows 0..m of op(A)'s slab pc..pc+kb by a packed B panel bp (kb × nb,
+// in nr-column slivers) into c[:m, :nb]: A packed an mc block at a time into sc, then the
+// micro-kernel over every tile. The first slab (pc = 0) applies beta, later ones accumulate,
+// and the last (pc + kb = k) adds bias.
+func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, pc, kb int, alpha T, a []T, lda int, bp []T, beta T, c []T, ldc int, bias []T) {
+	mr, nr := impl.mr, impl.nr
+	ap := unsafe.Slice((*T)(sc.ap), min(impl.mc, (m+mr-1)/mr*mr)*min(impl.kc, k))
+	tmp := unsafe.Slice((*T)(sc.tmp), mr*nr)
+	// Only the first slab applies the caller's beta; later slabs accumulate.
+	bet := beta
+	if pc > 0 {
+		bet = 1
+	}
+	mode := 2
+	switch bet {
+	case 0:
+		mode = 0
+	case 1:
+		mode = 1
+	}
+	last := bias != nil && pc+kb >= k
+	if last && mode == 2 { // no kernel mode adds both: scale C first
+		gemmScaleC(m, nb, bet, c, ldc)
+		mode = 1
+	}
+	if last {
+		mode += 3
+	}
+	for ic := 0; ic < m; ic += impl.mc {
+		mb := min(impl.mc, m-ic)
+		gemmPackA(transA, a, lda, ic, pc, mb, kb, mr, ap)
+		for jr := 0; jr < nb; jr += nr {
+			nn := min(nr, nb-jr)
+			bs := unsafe.Pointer(&bp[jr*kb])
+			for ir := 0; ir < mb; ir += mr {
+				mm := min(mr, mb-ir)
+				as := unsafe.Pointer(&ap[ir*kb])
+				ci := (ic+ir)*ldc + jr
+				var bip unsafe.Pointer
+				if mode >= 3 {
+					bip = unsafe.Pointer(&bias[ic+ir])
+				}
+				if mm == mr && nn == nr {
+					impl.kern(kb, as, bs, unsafe.Pointer(&c[ci]), ldc, float64(alpha), float64(bet), mode, bip)
+					continue
+				}
+				impl.kern(kb, as, bs, unsafe.Pointer(&tmp[0]), nr, 1, 0, 0, nil)
+				for i := 0; i < mm; i++ {
+					row := c[ci+i*ldc : ci+i*ldc+nn]
+					t := tmp[i*nr : i*nr+nn]
+					switch mode {
+					case 0:
+						for j := range row {
+							row[j] = alpha * t[j]
 						}
-						impl.kern(kb, as, bs, unsafe.Pointer(&tmp[0]), nr, 1, 0, 0)
-						for i := 0; i < mm; i++ {
-							row := c[ci+i*ldc : ci+i*ldc+nn]
-							t := tmp[i*nr : i*nr+nn]
-							switch mode {
-							case 0:
-								for j := range row {
-									row[j] = alpha * t[j]
-								}
-							case 1:
-								for j := range row {
-									row[j] += alpha * t[j]
-								}
-							default:
-								for j := range row {
-									row[j] = alpha*t[j] + bet*row[j]
-								}
-							}
+					case 1:
+						for j := range row {
+							row[j] += alpha * t[j]
+						}
+					case 2:
+						for j := range row {
+							row[j] = alpha*t[j] + bet*row[j]
+						}
+					case 3: // the conversions round each step, as the kernel does (no fusion)
+						bv := bias[ic+ir+i]
+						for j := range row {
+							row[j] = T(alpha*t[j]) + bv
+						}
+					case 4:
+						bv := bias[ic+ir+i]
+						for j := range row {
+							row[j] = T(T(alpha*t[j])+row[j]) + bv
 						}
 					}
 				}
@@ -492,7 +631,11 @@ func gemmPackA[T Float](trans bool, a []T, lda, ic, pc, mb, kb, mr int, dst []T)
 			}
 			continue
 		}
-		gemmInterleave(d, mr, rows, kb, func(i int) []T { return a[(ic+s+i)*lda+pc : (ic+s+i)*lda+pc+kb] })
+		done := 0 // columns already packed (by the AVX transpose: 8 full rows of float32)
+		if rows == 8 && mr == 8 {
+			done = gemmFastPackA8(d, a[(ic+s)*lda+pc:], lda, kb)
+		}
+		gemmInterleave(d[done*mr:], mr, rows, kb-done, func(i int) []T { return a[(ic+s+i)*lda+pc+done : (ic+s+i)*lda+pc+kb] })
 		for i := rows; i < mr; i++ {
 			for p := 0; p < kb; p++ {
 				d[p*mr+i] = 0

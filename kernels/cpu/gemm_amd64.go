@@ -12,19 +12,42 @@ func gemmCPUID(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
 func gemmXGETBV() (eax, edx uint32)
 
 //go:noescape
-func gemmKernS6x16AVX2(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int)
+func gemmKernS6x16AVX2(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int, bias unsafe.Pointer)
 
 //go:noescape
-func gemmKernD6x8AVX2(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int)
+func gemmKernD6x8AVX2(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int, bias unsafe.Pointer)
 
 //go:noescape
-func gemmKernS8x32AVX512(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int)
+func gemmKernS8x32AVX512(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int, bias unsafe.Pointer)
 
 //go:noescape
-func gemmKernD8x16AVX512(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int)
+func gemmKernD8x16AVX512(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int, bias unsafe.Pointer)
+
+//go:noescape
+func gemmKernS6x16AVX2Ind(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int, bias, offs unsafe.Pointer)
+
+//go:noescape
+func gemmKernS8x32AVX512Ind(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int, bias, offs unsafe.Pointer)
 
 //go:noescape
 func gemmCopyRowsAVX(dst, src unsafe.Pointer, dstStride, srcStride, rows, width int)
+
+//go:noescape
+func gemmPackA8AVX(dst, src unsafe.Pointer, lda, blocks int)
+
+// gemmFastPackA8 packs the first kb&^7 columns of 8 float32 rows of src (lda elements
+// apart) into an 8-row A sliver d with the AVX transpose and returns how many columns it
+// packed (0 for float64, other widths or machines without AVX2).
+func gemmFastPackA8[T Float](d, src []T, lda, kb int) int {
+	if !gemmHasAVX2FMA || !isFloat32Type[T]() || kb < 8 {
+		return 0
+	}
+	blocks := kb / 8
+	_ = src[7*lda+blocks*8-1] // bounds: the assembly trusts these
+	_ = d[blocks*64-1]
+	gemmPackA8AVX(unsafe.Pointer(&d[0]), unsafe.Pointer(&src[0]), lda*4, blocks)
+	return blocks * 8
+}
 
 // gemmFastCopy copies rows runs of w elements from src (runs srcLd elements apart) to dst
 // (runs dstLd apart) with vector moves, for the run widths the packed slivers use (64 or
@@ -76,9 +99,9 @@ func gemmDetect() (avx2fma, avx512 bool) {
 // wrapS adapts a float32 assembly kernel to gemmImpl's signature, whose alpha and beta
 // are float64 so one function type serves both element sizes (float32 → float64 → float32
 // is exact).
-func wrapS(f func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int)) func(int, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, int, float64, float64, int) {
-	return func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int) {
-		f(k, a, b, c, ldc, float32(alpha), float32(beta), mode)
+func wrapS(f func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int, bias unsafe.Pointer)) func(int, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, int, float64, float64, int, unsafe.Pointer) {
+	return func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int, bias unsafe.Pointer) {
+		f(k, a, b, c, ldc, float32(alpha), float32(beta), mode, bias)
 	}
 }
 
@@ -86,9 +109,9 @@ func wrapS(f func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, m
 // next to the streamed A sliver; the mc×kc A block in (half of) L2; the kc×nc B panel in L3
 // (or L2: gemmAVX512NC).
 var (
-	gemmAVX2S   = gemmImpl{name: "avx2-6x16", mr: 6, nr: 16, kc: 384, mc: 144, nc: 3072, kern: wrapS(gemmKernS6x16AVX2)}
+	gemmAVX2S   = gemmImpl{name: "avx2-6x16", mr: 6, nr: 16, kc: 384, mc: 144, nc: 3072, kern: wrapS(gemmKernS6x16AVX2), kernInd: gemmKernS6x16AVX2Ind}
 	gemmAVX2D   = gemmImpl{name: "avx2-6x8", mr: 6, nr: 8, kc: 256, mc: 144, nc: 3072, kern: gemmKernD6x8AVX2}
-	gemmAVX512S = gemmImpl{name: "avx512-8x32", mr: 8, nr: 32, kc: 256, mc: 128, nc: gemmAVX512NC(), kern: wrapS(gemmKernS8x32AVX512)}
+	gemmAVX512S = gemmImpl{name: "avx512-8x32", mr: 8, nr: 32, kc: 256, mc: 128, nc: gemmAVX512NC(), kern: wrapS(gemmKernS8x32AVX512), kernInd: gemmKernS8x32AVX512Ind}
 	gemmAVX512D = gemmImpl{name: "avx512-8x16", mr: 8, nr: 16, kc: 256, mc: 128, nc: 1536, kern: gemmKernD8x16AVX512}
 )
 

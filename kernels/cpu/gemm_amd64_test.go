@@ -26,3 +26,30 @@ func BenchmarkFMAPeak(b *testing.B) {
 		b.Run("avx512-f32", func(b *testing.B) { run(b, gemmPeakAVX512, 48*16*2) })
 	}
 }
+
+// The AVX transpose that packs 8-row A slivers writes what the scalar interleave writes,
+// for every width up to 41 and an odd row stride.
+func TestPackA8MatchesInterleave(t *testing.T) {
+	if !gemmHasAVX2FMA {
+		t.Skip("no AVX2")
+	}
+	const lda = 45
+	src := make([]float32, 8*lda)
+	for i := range src {
+		src[i] = float32(i) + 0.5
+	}
+	for kb := 0; kb <= 41; kb++ {
+		got, want := make([]float32, 8*kb), make([]float32, 8*kb)
+		done := gemmFastPackA8(got, src, lda, kb)
+		if done != kb&^7 {
+			t.Fatalf("kb %d: packed %d columns, want %d", kb, done, kb&^7)
+		}
+		gemmInterleave(got[done*8:], 8, 8, kb-done, func(i int) []float32 { return src[i*lda+done : i*lda+kb] })
+		gemmInterleave(want, 8, 8, kb, func(i int) []float32 { return src[i*lda : i*lda+kb] })
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("kb %d: sliver[%d] = %v, want %v", kb, i, got[i], want[i])
+			}
+		}
+	}
+}

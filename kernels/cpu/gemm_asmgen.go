@@ -24,6 +24,9 @@ type kernel struct {
 	reg    string // "Y" or "Z"
 	lanes  int
 	double bool
+	// indirect: B is not packed; step p reads its nr values at b + offs[p] (bytes), a table
+	// of int64 — convolution reading the padded image in place (convIndirect).
+	indirect bool
 }
 
 func (k kernel) es() int { // element size in bytes
@@ -55,8 +58,15 @@ func (k kernel) areg(i int) string   { return k.r(k.mr*k.nv + k.nv + i%2) }
 func (k kernel) step(u int) {
 	es, nr := k.es(), k.nv*k.lanes
 	vb := k.lanes * es
-	for v := 0; v < k.nv; v++ {
-		p("\tVMOVUPS %d(DI), %s", (u*nr)*es+v*vb, k.breg(v))
+	if k.indirect {
+		p("\tMOVQ %d(R11), R12", u*8)
+		for v := 0; v < k.nv; v++ {
+			p("\tVMOVUPS %d(DI)(R12*1), %s", v*vb, k.breg(v))
+		}
+	} else {
+		for v := 0; v < k.nv; v++ {
+			p("\tVMOVUPS %d(DI), %s", (u*nr)*es+v*vb, k.breg(v))
+		}
 	}
 	for i := 0; i < k.mr; i++ {
 		p("\t%s %d(SI), %s", k.bcast(), (u*k.mr+i)*es, k.areg(i))
@@ -70,17 +80,29 @@ func (k kernel) gen() {
 	es, nr := k.es(), k.nv*k.lanes
 	vb := k.lanes * es
 	shift := 2
-	betaOff, modeOff, argSize := 44, 48, 56
+	betaOff, modeOff, biasOff, argSize := 44, 48, 56, 64
 	if k.double {
-		shift, betaOff, modeOff, argSize = 3, 48, 56, 64
+		shift, betaOff, modeOff, biasOff, argSize = 3, 48, 56, 64, 72
+	}
+	offsOff := argSize
+	if k.indirect {
+		argSize += 8
 	}
 	typ := "float32"
 	if k.double {
 		typ = "float64"
 	}
-	p("// func %s(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta %s, mode int)", k.name, typ)
-	p("// C[0:%d, 0:%d] = alpha·A·B (+ beta·C): A packed k×%d, B packed k×%d, C row-major with ldc elements.", k.mr, nr, k.mr, nr)
+	if k.indirect {
+		p("// func %s(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta %s, mode int, bias, offs unsafe.Pointer)", k.name, typ)
+		p("// As the packed kernel, but B's row p is the %d values at b + offs[p] bytes (offs: k int64s).", nr)
+	} else {
+		p("// func %s(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta %s, mode int, bias unsafe.Pointer)", k.name, typ)
+		p("// C[0:%d, 0:%d] = alpha·A·B (+ beta·C) (+ bias[i] on row i): A packed k×%d, B packed k×%d, C row-major with ldc elements.", k.mr, nr, k.mr, nr)
+	}
 	p("TEXT ·%s(SB), NOSPLIT, $0-%d", k.name, argSize)
+	if k.indirect {
+		p("\tMOVQ offs+%d(FP), R11", offsOff)
+	}
 	p("\tMOVQ k+0(FP), CX")
 	p("\tMOVQ a+8(FP), SI")
 	p("\tMOVQ b+16(FP), DI")
@@ -107,12 +129,18 @@ func (k kernel) gen() {
 	p("\tTESTQ R10, R10")
 	p("\tJZ %s_tail", k.name)
 	p("%s_loop4:", k.name)
-	p("\tPREFETCHT0 %d(DI)", 16*nr*es)
+	if !k.indirect {
+		p("\tPREFETCHT0 %d(DI)", 16*nr*es)
+	}
 	for u := 0; u < 4; u++ {
 		k.step(u)
 	}
 	p("\tADDQ $%d, SI", 4*k.mr*es)
-	p("\tADDQ $%d, DI", 4*nr*es)
+	if k.indirect {
+		p("\tADDQ $32, R11")
+	} else {
+		p("\tADDQ $%d, DI", 4*nr*es)
+	}
 	p("\tDECQ R10")
 	p("\tJNZ %s_loop4", k.name)
 	p("%s_tail:", k.name)
@@ -121,35 +149,47 @@ func (k kernel) gen() {
 	p("%s_loop1:", k.name)
 	k.step(0)
 	p("\tADDQ $%d, SI", k.mr*es)
-	p("\tADDQ $%d, DI", nr*es)
+	if k.indirect {
+		p("\tADDQ $8, R11")
+	} else {
+		p("\tADDQ $%d, DI", nr*es)
+	}
 	p("\tDECQ CX")
 	p("\tJNZ %s_loop1", k.name)
 	p("%s_store:", k.name)
-	alpha, beta := k.areg(0), k.areg(1)
+	alpha, beta, bias := k.areg(0), k.areg(1), k.breg(0)
 	p("\t%s alpha+40(FP), %s", k.bcast(), alpha)
 	p("\tMOVQ mode+%d(FP), AX", modeOff)
+	p("\tMOVQ bias+%d(FP), BX", biasOff)
+	// Modes 3 and 4 are 0 and 1 followed by adding bias[i] to row i: the bias comes after
+	// the whole sum, in the same rounding as a separate pass over C.
+	p("\tCMPQ AX, $3")
+	p("\tJEQ %s_bias0", k.name)
+	p("\tJGT %s_bias1", k.name)
 	p("\tCMPQ AX, $1")
 	p("\tJEQ %s_add", k.name)
 	p("\tJGT %s_general", k.name)
+	// The epilogues: each row's accumulators scaled by alpha, plus what the mode adds.
+	epi := func(label string, body func(i, v int)) {
+		p("%s_%s:", k.name, label)
+		for i := 0; i < k.mr; i++ {
+			if label == "bias0" || label == "bias1" {
+				p("\t%s %d(BX), %s", k.bcast(), i*es, bias)
+			}
+			for v := 0; v < k.nv; v++ {
+				p("\tVMUL%s %s, %s, %s", k.sfx(), alpha, k.acc(i, v), k.acc(i, v))
+				body(i, v)
+				p("\tVMOVUPS %s, %d(DX)", k.acc(i, v), v*vb)
+			}
+			p("\tADDQ R8, DX")
+		}
+		p("\tJMP %s_done", k.name)
+	}
+	addC := func(i, v int) { p("\tVADD%s %d(DX), %s, %s", k.sfx(), v*vb, k.acc(i, v), k.acc(i, v)) }
+	addBias := func(i, v int) { p("\tVADD%s %s, %s, %s", k.sfx(), bias, k.acc(i, v), k.acc(i, v)) }
 	// mode 0: overwrite C (beta == 0: never read C, so NaNs in it do not leak through).
-	for i := 0; i < k.mr; i++ {
-		for v := 0; v < k.nv; v++ {
-			p("\tVMUL%s %s, %s, %s", k.sfx(), alpha, k.acc(i, v), k.acc(i, v))
-			p("\tVMOVUPS %s, %d(DX)", k.acc(i, v), v*vb)
-		}
-		p("\tADDQ R8, DX")
-	}
-	p("\tJMP %s_done", k.name)
-	p("%s_add:", k.name) // mode 1: beta == 1
-	for i := 0; i < k.mr; i++ {
-		for v := 0; v < k.nv; v++ {
-			p("\tVMUL%s %s, %s, %s", k.sfx(), alpha, k.acc(i, v), k.acc(i, v))
-			p("\tVADD%s %d(DX), %s, %s", k.sfx(), v*vb, k.acc(i, v), k.acc(i, v))
-			p("\tVMOVUPS %s, %d(DX)", k.acc(i, v), v*vb)
-		}
-		p("\tADDQ R8, DX")
-	}
-	p("\tJMP %s_done", k.name)
+	epi("zero", func(i, v int) {})
+	epi("add", addC)         // mode 1: beta == 1
 	p("%s_general:", k.name) // mode 2: any other beta
 	p("\t%s beta+%d(FP), %s", k.bcast(), betaOff, beta)
 	for i := 0; i < k.mr; i++ {
@@ -160,6 +200,9 @@ func (k kernel) gen() {
 		}
 		p("\tADDQ R8, DX")
 	}
+	p("\tJMP %s_done", k.name)
+	epi("bias0", addBias)                                      // mode 3
+	epi("bias1", func(i, v int) { addC(i, v); addBias(i, v) }) // mode 4
 	p("%s_done:", k.name)
 	p("\tVZEROUPPER")
 	p("\tRET")
@@ -252,6 +295,69 @@ copy_done:
 	VZEROUPPER
 	RET
 
+// func gemmPackA8AVX(dst, src unsafe.Pointer, lda, blocks int)
+// Packs 8 float32 rows (lda bytes apart) into an 8-row A sliver, 8 columns at a time:
+// dst[p·8 + i] = row i's element p for p < 8·blocks. Each block is an 8×8 transpose
+// (unpack, shuffle, 128-bit permute), one contiguous 256-byte store per block where the
+// scalar interleave writes element by element.
+TEXT ·gemmPackA8AVX(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ lda+16(FP), R8
+	MOVQ blocks+24(FP), CX
+	LEAQ (R8)(R8*2), R10
+	TESTQ CX, CX
+	JZ packa_done
+packa_loop:
+	LEAQ (SI)(R8*4), R11
+	VMOVUPS (SI), Y0
+	VMOVUPS (SI)(R8*1), Y1
+	VMOVUPS (SI)(R8*2), Y2
+	VMOVUPS (SI)(R10*1), Y3
+	VMOVUPS (R11), Y4
+	VMOVUPS (R11)(R8*1), Y5
+	VMOVUPS (R11)(R8*2), Y6
+	VMOVUPS (R11)(R10*1), Y7
+	VUNPCKLPS Y1, Y0, Y8
+	VUNPCKHPS Y1, Y0, Y9
+	VUNPCKLPS Y3, Y2, Y10
+	VUNPCKHPS Y3, Y2, Y11
+	VUNPCKLPS Y5, Y4, Y12
+	VUNPCKHPS Y5, Y4, Y13
+	VUNPCKLPS Y7, Y6, Y14
+	VUNPCKHPS Y7, Y6, Y15
+	VSHUFPS $0x44, Y10, Y8, Y0
+	VSHUFPS $0xEE, Y10, Y8, Y1
+	VSHUFPS $0x44, Y11, Y9, Y2
+	VSHUFPS $0xEE, Y11, Y9, Y3
+	VSHUFPS $0x44, Y14, Y12, Y4
+	VSHUFPS $0xEE, Y14, Y12, Y5
+	VSHUFPS $0x44, Y15, Y13, Y6
+	VSHUFPS $0xEE, Y15, Y13, Y7
+	VPERM2F128 $0x20, Y4, Y0, Y8
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y10
+	VPERM2F128 $0x20, Y7, Y3, Y11
+	VPERM2F128 $0x31, Y4, Y0, Y12
+	VPERM2F128 $0x31, Y5, Y1, Y13
+	VPERM2F128 $0x31, Y6, Y2, Y14
+	VPERM2F128 $0x31, Y7, Y3, Y15
+	VMOVUPS Y8, (DI)
+	VMOVUPS Y9, 32(DI)
+	VMOVUPS Y10, 64(DI)
+	VMOVUPS Y11, 96(DI)
+	VMOVUPS Y12, 128(DI)
+	VMOVUPS Y13, 160(DI)
+	VMOVUPS Y14, 192(DI)
+	VMOVUPS Y15, 224(DI)
+	ADDQ $32, SI
+	ADDQ $256, DI
+	DECQ CX
+	JNZ packa_loop
+packa_done:
+	VZEROUPPER
+	RET
+
 // func gemmXGETBV() (eax, edx uint32)
 TEXT ·gemmXGETBV(SB), NOSPLIT, $0-8
 	MOVL $0, CX
@@ -265,6 +371,8 @@ TEXT ·gemmXGETBV(SB), NOSPLIT, $0-8
 		{name: "gemmKernD6x8AVX2", mr: 6, nv: 2, reg: "Y", lanes: 4, double: true},
 		{name: "gemmKernS8x32AVX512", mr: 8, nv: 2, reg: "Z", lanes: 16},
 		{name: "gemmKernD8x16AVX512", mr: 8, nv: 2, reg: "Z", lanes: 8, double: true},
+		{name: "gemmKernS6x16AVX2Ind", mr: 6, nv: 2, reg: "Y", lanes: 8, indirect: true},
+		{name: "gemmKernS8x32AVX512Ind", mr: 8, nv: 2, reg: "Z", lanes: 16, indirect: true},
 	} {
 		k.gen()
 	}

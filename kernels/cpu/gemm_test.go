@@ -415,3 +415,53 @@ func TestGemmImplBlocking(t *testing.T) {
 		}
 	}
 }
+
+// A GEMM split over workers gives the serial GEMM's bits, whichever way C is split: by rows
+// with op(B) packed once and shared (gemmSharedB: m ≫ n, here with two panels, two slabs and
+// edge tiles on both axes), by columns taken from a counter, with a bias, any beta and
+// transposed operands, for every kernel.
+func TestGemmParallelMatchesSerial(t *testing.T) {
+	r := rand.New(rand.NewPCG(61, 62))
+	for _, sh := range [][3]int{{701, 780, 270}, {300, 50, 600}, {40, 2100, 70}, {9, 1500, 33}} {
+		m, n, k := sh[0], sh[1], sh[2]
+		for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}} {
+			for _, beta := range []float64{0, 0.5} {
+				for _, impl := range gemmAvailable(4) {
+					withImpl[float32](impl, func() { checkGemmParallel[float32](t, r, impl.name, tr[0], tr[1], m, n, k, float32(beta)) })
+				}
+				for _, impl := range gemmAvailable(8) {
+					withImpl[float64](impl, func() { checkGemmParallel[float64](t, r, impl.name, tr[0], tr[1], m, n, k, beta) })
+				}
+			}
+		}
+	}
+}
+
+func checkGemmParallel[T Float](t *testing.T, r *rand.Rand, impl string, transA, transB bool, m, n, k int, beta T) {
+	t.Helper()
+	lda, ldb := k, n
+	if transA {
+		lda = m
+	}
+	if transB {
+		ldb = k
+	}
+	a, b, c0, bias := randSlice[T](r, m*k), randSlice[T](r, k*n), randSlice[T](r, m*n), randSlice[T](r, m)
+	for _, withBias := range []bool{false, true} {
+		var bi []T
+		if withBias {
+			bi = bias
+		}
+		want := append([]T(nil), c0...)
+		gemmRunSrc(transA, m, n, k, 1.5, a, lda, &gemmMatrixB[T]{trans: transB, b: b, ldb: ldb}, beta, want, n, bi, 1)
+		for _, workers := range []int{2, 3} {
+			got := append([]T(nil), c0...)
+			gemmRunSrc(transA, m, n, k, 1.5, a, lda, &gemmMatrixB[T]{trans: transB, b: b, ldb: ldb}, beta, got, n, bi, workers)
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("%s %T %dx%dx%d trans %v,%v beta %v bias %v, %d workers: c[%d] = %v, serial %v", impl, got[0], m, n, k, transA, transB, beta, withBias, workers, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}

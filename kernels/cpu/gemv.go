@@ -9,6 +9,9 @@ package cpu
 // not depend on the thread count. They may differ in the last bits from the same row computed
 // inside a larger GEMM, whose kernels sum in another order.
 
+// gemvQuad: dot32x4 (AVX-512) is there to take four rows at a time.
+var gemvQuad = gemmHasAVX512 && gemmHasAVX2FMA
+
 // gemvMinK is the shortest k taking this path (below it a dot product is mostly its fold).
 const gemvMinK = 64
 
@@ -21,21 +24,47 @@ func gemvT(n, k int, alpha float32, a, b []float32, ldb int, beta float32, c []f
 		grain = n
 	}
 	Parallel(n, grain, func(lo, hi int) {
-		for j := lo; j < hi; j++ {
+		j := lo
+		// Four rows at a time with AVX-512, else two: more streams from memory in flight (the
+		// layer is bound by how fast one core can pull B in), each row summed as dotVec32
+		// sums it, so the grouping (which moves with the thread split) changes no bits.
+		for ; gemvQuad && j+4 <= hi; j += 4 {
+			r0, r1, r2, r3 := b[j*ldb:j*ldb+k], b[(j+1)*ldb:(j+1)*ldb+k], b[(j+2)*ldb:(j+2)*ldb+k], b[(j+3)*ldb:(j+3)*ldb+k]
+			s, i := dotVec32x4(a, r0, r1, r2, r3)
+			for q, row := range [4][]float32{r0, r1, r2, r3} {
+				gemvStore(j+q, dotTail(s[q], a, row, i), alpha, beta, c)
+			}
+		}
+		for ; j+2 <= hi; j += 2 {
+			r0, r1 := b[j*ldb:j*ldb+k], b[(j+1)*ldb:(j+1)*ldb+k]
+			s0, s1, i := dotVec32x2(a, r0, r1)
+			gemvStore(j, dotTail(s0, a, r0, i), alpha, beta, c)
+			gemvStore(j+1, dotTail(s1, a, r1, i), alpha, beta, c)
+		}
+		for ; j < hi; j++ {
 			row := b[j*ldb : j*ldb+k]
 			s, i := dotVec32(a, row)
-			for ; i < k; i++ {
-				s += a[i] * row[i]
-			}
-			v := alpha * s
-			switch beta {
-			case 0:
-			case 1:
-				v += c[j]
-			default:
-				v += beta * c[j]
-			}
-			c[j] = v
+			gemvStore(j, dotTail(s, a, row, i), alpha, beta, c)
 		}
 	})
+}
+
+// dotTail adds a[i:]·row[i:] to s in order.
+func dotTail(s float32, a, row []float32, i int) float32 {
+	for ; i < len(a); i++ {
+		s += a[i] * row[i]
+	}
+	return s
+}
+
+func gemvStore(j int, s, alpha, beta float32, c []float32) {
+	v := alpha * s
+	switch beta {
+	case 0:
+	case 1:
+		v += c[j]
+	default:
+		v += beta * c[j]
+	}
+	c[j] = v
 }

@@ -50,3 +50,27 @@ func BenchmarkGemvT(b *testing.B) {
 	}
 	b.ReportMetric(float64(4*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 }
+
+// Two and four rows at once (dot32x2, dot32x4) sum each row as dot32 does: the same bits, whatever the row's
+// partner, so gemvT's pairing of rows (which moves with the thread split) changes nothing.
+func TestDotX2MatchesDot(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, k := range []int{32, 64, 999, 4096} {
+		a, b0, b1 := randSlice[float32](r, k), randSlice[float32](r, k), randSlice[float32](r, k)
+		b1[k/2] = float32(math.Inf(1))
+		s0, s1, n := dotVec32x2(a, b0, b1)
+		w0, n0 := dotVec32(a, b0)
+		w1, _ := dotVec32(a, b1)
+		if n != n0 || math.Float32bits(s0) != math.Float32bits(w0) || math.Float32bits(s1) != math.Float32bits(w1) {
+			t.Fatalf("k %d: dot32x2 = %v, %v over %d; dot32 %v, %v over %d", k, s0, s1, n, w0, w1, n0)
+		}
+		if !gemvQuad {
+			continue
+		}
+		s4, n4 := dotVec32x4(a, b1, b0, b1, b0)
+		if n4 != n0 || math.Float32bits(s4[0]) != math.Float32bits(w1) || math.Float32bits(s4[1]) != math.Float32bits(w0) ||
+			math.Float32bits(s4[2]) != math.Float32bits(w1) || math.Float32bits(s4[3]) != math.Float32bits(w0) {
+			t.Fatalf("k %d: dot32x4 = %v over %d; dot32 %v, %v over %d", k, s4, n4, w1, w0, n0)
+		}
+	}
+}

@@ -44,10 +44,7 @@ func BatchNormInference[T Float](x, scale, bias, mean, variance []T, eps T, n, c
 		mul, add := T(a), T(float64(bias[ch])-a*float64(mean[ch]))
 		for b := 0; b < n; b++ {
 			off := (b*c + ch) * spatial
-			xs, ys := x[off:off+spatial], y[off:off+spatial]
-			for i, v := range xs {
-				ys[i] = v*mul + add
-			}
+			scaleShiftRow(x[off:off+spatial], y[off:off+spatial], mul, add)
 		}
 	})
 }
@@ -94,10 +91,7 @@ func BatchNormTraining[T Float](x, scale, bias []T, eps T, n, c, spatial int, y,
 		mul, add := T(a), T(float64(bias[ch])-a*mean)
 		for b := 0; b < n; b++ {
 			off := (b*c + ch) * spatial
-			xs, ys := x[off:off+spatial], y[off:off+spatial]
-			for i, v := range xs {
-				ys[i] = v*mul + add
-			}
+			scaleShiftRow(x[off:off+spatial], y[off:off+spatial], mul, add)
 		}
 	})
 }

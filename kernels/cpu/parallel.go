@@ -3,6 +3,7 @@ package cpu
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
 // Float is the element type of the floating-point kernels.
@@ -37,5 +38,39 @@ func Parallel(n, grain int, f func(lo, hi int)) {
 		}(lo, hi)
 	}
 	f(0, min(chunk, n))
+	wg.Wait()
+}
+
+// parallelTasks runs f(t) for t in [0, tasks) on up to workers goroutines, each taking the
+// next task from a shared counter: unlike Parallel's fixed shares, a worker that is
+// descheduled leaves its remaining tasks to the others. The order in which tasks run varies;
+// callers' tasks must be independent.
+func parallelTasks(tasks, workers int, f func(t int)) {
+	workers = min(workers, tasks)
+	if workers <= 1 {
+		for t := 0; t < tasks; t++ {
+			f(t)
+		}
+		return
+	}
+	var next atomic.Int64
+	run := func() {
+		for {
+			t := int(next.Add(1) - 1)
+			if t >= tasks {
+				return
+			}
+			f(t)
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Add(workers - 1)
+	for w := 1; w < workers; w++ {
+		go func() {
+			defer wg.Done()
+			run()
+		}()
+	}
+	run()
 	wg.Wait()
 }

@@ -304,46 +304,114 @@ func MaxPool[T Float](p *PoolParams, x, y []T, argmax []int32) {
 	})
 }
 
-// maxPoolFlat is MaxPool without argmax for 2-d windows of stride and dilation 1 (an
-// Inception block's 3×3 pool): each plane is copied into a scratch plane with its padding as
-// −∞ and rows widened to the padded width Wp, so that every tap (ky, kx) becomes one shift
-// of the whole flat plane by ky·Wp + kx, and the output (also Wp wide) is k0·k1 vectorised
-// row maxima over the plane instead of a call per tap and output row. The maximum is the
-// builtin's (NaN propagates, +0 beats −0), which is commutative and associative, so the order
-// of taps changes no value; padding (−∞) never wins. It reports false, computing nothing,
-// for other pools.
+// maxPoolFlat is MaxPool without argmax for 2-d windows of dilation 1 (every 2-d max pool
+// the CNNs run at inference: Inception's 3×3 stride-1 pools, the 3×3 and 2×2 stride-2 ones
+// after stems and stages). The window max is separable — the max over the window is the max
+// over its k1 columns of each column's max over the window's k0 rows — so each output row
+// takes two vectorised passes (maxTapsRow: three taps a pass) instead of a scalar max per tap
+// and output:
+//   - v = the max of the window's input rows (those inside x), into a row padded to wp = the
+//     columns the windows cover, the padding (and ceil mode's overhang) −∞;
+//   - h[j] = max(v[j], …, v[j+k1−1]), the shifted row maxima, straight into y for stride 1,
+//     else into scratch of which y takes every s1-th element.
+//
+// The maximum is the builtin's (NaN propagates, +0 beats −0), which is commutative and
+// associative, so the order of taps changes no value; padding (−∞) never wins, and a window
+// wholly in the padding gives −∞ as the general path does. Scratch: two rows per worker,
+// allocated per call. Stride-1 pools take maxPoolFlatPlane instead. It reports false,
+// computing nothing, for other pools.
 func maxPoolFlat[T Float](p *PoolParams, x, y []T) bool {
-	if len(p.Spatial) != 2 || p.Stride[0] != 1 || p.Stride[1] != 1 || p.Dilation[0] != 1 || p.Dilation[1] != 1 {
+	if len(p.Spatial) != 2 || p.Dilation[0] != 1 || p.Dilation[1] != 1 {
 		return false
+	}
+	if p.Stride[0] == 1 && p.Stride[1] == 1 {
+		return maxPoolFlatPlane(p, x, y)
 	}
 	h, w := p.Spatial[0], p.Spatial[1]
 	k0, k1 := p.Kernel[0], p.Kernel[1]
+	s0, s1 := p.Stride[0], p.Stride[1]
 	oh, ow := p.OutSpatial[0], p.OutSpatial[1]
-	hp, wp := h+p.PadBegin[0]+p.PadEnd[0], w+p.PadBegin[1]+p.PadEnd[1]
-	if oh != hp-k0+1 || ow != wp-k1+1 {
+	pb0, pb1 := p.PadBegin[0], p.PadBegin[1]
+	// The columns the windows cover, from the first window's first tap (padded coordinates);
+	// input columns past them are read by no window.
+	wp := (ow-1)*s1 + k1
+	cols := min(w, wp-pb1)
+	if cols <= 0 {
 		return false
 	}
+	hn := (ow-1)*s1 + 1 // the shifted maxima y reads
 	inf := T(math.Inf(-1))
 	Parallel(p.Batch*p.Channels, max(1, 2048/max(1, p.outSize)), func(lo, hi int) {
-		// The padded input plane, plus k1 − 1 elements read past its end by the last taps.
-		xs := make([]T, hp*wp+k1)
-		ys := make([]T, oh*wp)
+		v := make([]T, wp)
+		hs := make([]T, hn)
+		for i := range v {
+			v[i] = inf
+		}
+		vx := v[pb1 : pb1+cols]
+		for pl := lo; pl < hi; pl++ {
+			xp := x[pl*p.inSize : (pl+1)*p.inSize]
+			yp := y[pl*p.outSize : (pl+1)*p.outSize]
+			for o := range oh {
+				r0, r1 := max(0, o*s0-pb0), min(h, o*s0-pb0+k0)
+				if r0 >= r1 { // a window row wholly in the padding
+					for i := range vx {
+						vx[i] = inf
+					}
+				} else {
+					maxTapsRow(vx, xp[r0*w:], r1-r0, w)
+				}
+				yr := yp[o*ow : (o+1)*ow]
+				hr := hs
+				if s1 == 1 {
+					hr = yr
+				}
+				maxTapsRow(hr, v, k1, 1)
+				if s1 != 1 {
+					for j := range yr {
+						yr[j] = hs[j*s1]
+					}
+				}
+			}
+		}
+	})
+	return true
+}
+
+// maxPoolFlatPlane is maxPoolFlat's stride-1 form: an Inception block's rows are short (28
+// or 14 outputs), so a pass per output row would be mostly call overhead. Each plane is
+// copied into a scratch plane with its padding as −∞ and rows widened to the padded width
+// wp; then both separable passes run over the whole flat plane: the row maxima over k1
+// shifts by one (values straddling a row end fall in columns no window starts at), the
+// column maxima over k0 shifts by wp, and y takes the first ow columns of each row.
+func maxPoolFlatPlane[T Float](p *PoolParams, x, y []T) bool {
+	h, w := p.Spatial[0], p.Spatial[1]
+	k0, k1 := p.Kernel[0], p.Kernel[1]
+	oh, ow := p.OutSpatial[0], p.OutSpatial[1]
+	pb0, pb1 := p.PadBegin[0], p.PadBegin[1]
+	hp, wp := oh+k0-1, ow+k1-1 // the rows and columns the windows cover
+	rows, cols := min(h, hp-pb0), min(w, wp-pb1)
+	if rows <= 0 || cols <= 0 {
+		return false
+	}
+	n := hp * wp
+	inf := T(math.Inf(-1))
+	Parallel(p.Batch*p.Channels, max(1, 2048/max(1, p.outSize)), func(lo, hi int) {
+		xs := make([]T, n+k1-1) // plus the elements the last shifts read past the plane
+		hs := make([]T, n)
+		vs := make([]T, oh*wp)
 		for i := range xs {
 			xs[i] = inf
 		}
 		for pl := lo; pl < hi; pl++ {
 			xp := x[pl*p.inSize : (pl+1)*p.inSize]
-			for r := range h {
-				copy(xs[(r+p.PadBegin[0])*wp+p.PadBegin[1]:], xp[r*w:(r+1)*w])
+			for r := range rows {
+				copy(xs[(r+pb0)*wp+pb1:], xp[r*w:r*w+cols])
 			}
-			copy(ys, xs)
-			for t := 1; t < k0*k1; t++ {
-				off := (t/k1)*wp + t%k1
-				maxIntoRow(ys, xs[off:off+len(ys)])
-			}
+			maxTapsRow(hs, xs, k1, 1)
+			maxTapsRow(vs, hs, k0, wp)
 			yp := y[pl*p.outSize : (pl+1)*p.outSize]
 			for r := range oh {
-				copy(yp[r*ow:(r+1)*ow], ys[r*wp:])
+				copy(yp[r*ow:(r+1)*ow], vs[r*wp:])
 			}
 		}
 	})

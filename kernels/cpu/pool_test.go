@@ -226,29 +226,42 @@ func BenchmarkMaxPool(b *testing.B) {
 	b.ReportMetric(float64(p.XLen()*4)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 }
 
-// BenchmarkMaxPoolStride1 is an Inception block's 3×3 stride-1 pool (GoogLeNet's 4a input:
-// 480 channels of 28 × 28, batch 1), without argmax as inference runs it.
-func BenchmarkMaxPoolStride1(b *testing.B) {
-	p := PoolParams{Batch: 1, Channels: 480, Spatial: []int{28, 28}, Kernel: []int{3, 3}, Stride: []int{1, 1}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}
-	if err := p.Init(); err != nil {
-		b.Fatal(err)
+// BenchmarkMaxPoolInference is batch-1 inference's 2-d max pools without argmax: ResNet's
+// 3×3/2 stem pool (64 × 112 × 112), GoogLeNet's ceil-mode 3×3/2 pool after its stem (192 ×
+// 56 × 56) and an Inception block's 3×3 stride-1 pool (4a's input: 480 × 28 × 28).
+func BenchmarkMaxPoolInference(b *testing.B) {
+	for _, c := range []struct {
+		name           string
+		ch, hw, s, pad int
+		ceil           bool
+	}{{"resnet-stem", 64, 112, 2, 1, false}, {"googlenet-s2-ceil", 192, 56, 2, 0, true}, {"inception-s1", 480, 28, 1, 1, false}} {
+		b.Run(c.name, func(b *testing.B) {
+			p := PoolParams{Batch: 1, Channels: c.ch, Spatial: []int{c.hw, c.hw}, Kernel: []int{3, 3}, Stride: []int{c.s, c.s},
+				PadBegin: []int{c.pad, c.pad}, PadEnd: []int{c.pad, c.pad}, CeilMode: c.ceil}
+			if err := p.Init(); err != nil {
+				b.Fatal(err)
+			}
+			x := randSlice[float32](rand.New(rand.NewPCG(1, 1)), p.XLen())
+			y := make([]float32, p.YLen())
+			for b.Loop() {
+				MaxPool(&p, x, y, nil)
+			}
+			b.ReportMetric(float64(p.XLen()*4)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+		})
 	}
-	x := randSlice[float32](rand.New(rand.NewPCG(1, 1)), p.XLen())
-	y := make([]float32, p.YLen())
-	for b.Loop() {
-		MaxPool(&p, x, y, nil)
-	}
-	b.ReportMetric(float64(p.XLen()*4)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 }
 
-// Stride-1 2-d max pooling (maxPoolFlat) gives the bits of the general path (which MaxPool
-// takes when it also computes argmax), NaNs, zeros of both signs and uneven pads included.
+// 2-d max pooling without argmax (maxPoolFlat: the separable row and plane forms) gives the
+// bits of the general path (which MaxPool takes when it also computes argmax), NaNs, zeros
+// of both signs, strides, odd sizes, uneven pads and ceil mode's overhang included.
 func TestMaxPoolFlatMatchesGeneral(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
-	for _, c := range []struct{ h, w, k0, k1, pb0, pb1, pe0, pe1 int }{
-		{28, 28, 3, 3, 1, 1, 1, 1}, {7, 9, 2, 3, 0, 2, 1, 0}, {5, 5, 5, 5, 2, 2, 2, 2}, {1, 17, 1, 3, 0, 1, 0, 1}, {6, 4, 3, 2, 0, 0, 0, 0},
+	for _, c := range []struct{ h, w, k0, k1, s0, s1, pb0, pb1, pe0, pe1 int }{
+		{28, 28, 3, 3, 1, 1, 1, 1, 1, 1}, {7, 9, 2, 3, 1, 1, 0, 2, 1, 0}, {5, 5, 5, 5, 1, 1, 2, 2, 2, 2}, {1, 17, 1, 3, 1, 1, 0, 1, 0, 1}, {6, 4, 3, 2, 1, 1, 0, 0, 0, 0},
+		{112, 112, 3, 3, 2, 2, 1, 1, 1, 1}, {56, 56, 3, 3, 2, 2, 0, 0, 0, 0}, {13, 11, 3, 3, 2, 2, 0, 0, 0, 0}, {9, 10, 2, 3, 2, 3, 1, 0, 0, 1},
+		{7, 8, 3, 2, 3, 2, 1, 1, 1, 0}, {6, 6, 2, 2, 2, 2, 0, 0, 0, 0}, {5, 7, 1, 3, 1, 2, 0, 1, 0, 1}, {4, 5, 3, 3, 2, 1, 2, 0, 2, 0},
 	} {
-		p := PoolParams{Batch: 2, Channels: 3, Spatial: []int{c.h, c.w}, Kernel: []int{c.k0, c.k1},
+		p := PoolParams{Batch: 2, Channels: 3, Spatial: []int{c.h, c.w}, Kernel: []int{c.k0, c.k1}, Stride: []int{c.s0, c.s1},
 			PadBegin: []int{c.pb0, c.pb1}, PadEnd: []int{c.pe0, c.pe1}, CeilMode: c.h%2 == 0}
 		if err := p.Init(); err != nil {
 			t.Fatal(err)

@@ -164,4 +164,7 @@ func BenchmarkNorms(b *testing.B) {
 	})
 	b.Run("softmax_4096x1024", func(b *testing.B) { benchKernel(b, opSpec("softmax", nil, x), bytes, 0) })
 	b.Run("softmax_grad_4096x1024", func(b *testing.B) { benchKernel(b, opSpec("softmax_grad", nil, x, x), 3*x.Bytes(), 0) })
+	// DenseNet-121's pre-activation batch norm at batch 1 (block 2's widest input, 480 × 28 × 28).
+	xb, cb := ir.T(ir.F32, 1, 480, 28, 28), ir.T(ir.F32, 480)
+	b.Run("batch_norm_480x28x28", func(b *testing.B) { benchKernel(b, opSpec("batch_norm", nil, xb, cb, cb, cb, cb), 2*xb.Bytes(), 0) })
 }
