@@ -7,7 +7,8 @@
 # The machine needs the NVIDIA driver, NVRTC and cuBLASLt (a CUDA toolkit, or PyTorch's pip
 # wheels, which ppc finds in the python3 on PATH's site-packages), and python3 with CUDA
 # torch for PyTorch's figures; Go only if .gpu/ is missing. It runs, in parallel:
-#   - every kernel case against the CPU device (TestGPUKernels);
+#   - every kernel case against the CPU device (TestGPUKernels), and the misaligned GEMMs
+#     staged on padded copies (TestGPUMisalignedGemm);
 #   - the equivalence grid against the CPU device (TestGPUTrainsLikeCPU);
 #   - the README's main job (tiny GPT, pp 2 × tp 2 × dp 2 with sp, 8 ranks in one process)
 #     for 20 steps on the GPU and on the CPU: the losses' largest relative difference;
