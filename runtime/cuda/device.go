@@ -24,7 +24,7 @@ type Blas interface {
 
 // Device is ppc's CUDA device (device.Device). Every kernel but the matmuls is generated
 // CUDA C (kernels/cuda's PlanSite); Prepare only generates, and the first launch after a batch of Prepares
-// compiles them all (into modules of ModuleKernels kernels, compiled concurrently; NVRTC's
+// compiles them all (into modules of ModuleBytes of source or more, compiled concurrently; NVRTC's
 // machine code cached on disk by source hash). Matmuls go to cuBLASLt. Identical kernels — the same op on the same shapes, which a
 // program has many of — are generated once: a kernel's name is its source's hash.
 //
@@ -43,9 +43,12 @@ type Device struct {
 	Geometry func(n int64) (grid, block uint32)
 	// RowGeometry picks a row kernel's grid and block for rows of width elements.
 	RowGeometry func(rows, width int64) (grid, block uint32)
-	// ModuleKernels, when positive, splits a build into modules compiled concurrently,
-	// about four per core, none of fewer than ModuleKernels kernels (0: one module).
-	ModuleKernels int
+	// ModuleBytes, when positive, splits a build into modules compiled concurrently, about
+	// four per core, each of at least ModuleBytes bytes of kernel source but the last (0: one
+	// module). Bytes, not kernels: NVRTC's time follows the source, and a tensor-core attention
+	// kernel is ~100 KB of unrolled C where an elementwise one is ~1 KB — modules of 32
+	// kernels left the attention cases in five modules that took ~100 s (H100, run 8).
+	ModuleBytes int
 
 	mu      sync.Mutex
 	pending []kernels.Kernel
@@ -224,7 +227,7 @@ func (d *Device) Prepare(s *device.Spec) (impl device.Impl, err error) {
 }
 
 // build compiles the kernels prepared since the last build and looks up their functions
-// (d.mu held). With ModuleKernels set, they are split into modules compiled concurrently:
+// (d.mu held). With ModuleBytes set, they are split into modules compiled concurrently:
 // NVRTC compiles one program on one thread, and thousands of
 // kernels in one program take a minute (measured: 1,460 kernels of the tiny GPT's plan, 13 s
 // to PTX and 17 s more in ptxas on a 2.6 GHz EPYC core).
@@ -233,13 +236,19 @@ func (d *Device) build() error {
 		return nil
 	}
 	chunks := [][]kernels.Kernel{d.pending}
-	if d.ModuleKernels > 0 {
-		workers := 4 * runtime.GOMAXPROCS(0)
-		n := max(d.ModuleKernels, (len(d.pending)+workers-1)/workers)
+	if d.ModuleBytes > 0 {
+		total := 0
+		for _, k := range d.pending {
+			total += len(k.Body)
+		}
+		budget := max(d.ModuleBytes, total/(4*runtime.GOMAXPROCS(0)))
 		chunks = nil
-		for ks := d.pending; len(ks) > 0; {
-			m := min(n, len(ks))
-			chunks, ks = append(chunks, ks[:m]), ks[m:]
+		start, size := 0, 0
+		for i, k := range d.pending {
+			if size += len(k.Body); size >= budget || i == len(d.pending)-1 {
+				chunks = append(chunks, d.pending[start:i+1])
+				start, size = i+1, 0
+			}
 		}
 	}
 	imgs := make([][]byte, len(chunks))
@@ -711,9 +720,9 @@ func Open(r *Report, ordinal int, tf32 bool, cacheDir string) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Modules of 32 kernels or more: NVRTC's fixed cost per program (0.12 s, mostly the
-	// header) stays small beside its 10 ms or so per kernel.
-	d.ModuleKernels = 32
+	// Modules of 64 KiB of source or more (some 32 typical kernels): NVRTC's fixed cost per
+	// program (0.12 s, mostly the header) stays small beside its 10 ms or so per kernel.
+	d.ModuleBytes = 64 << 10
 	if nl := &r.Libraries[3]; nl.Found() {
 		nc, err := OpenNCCL(nl)
 		if err != nil {

@@ -8,8 +8,9 @@
 //   - A program's kernels are generated when it is loaded (kernels/cuda), named by their
 //     source's hash, so identical kernels (same op, same shapes) are compiled once, and
 //     compiled at the first launch after load by NVRTC to the GPU's own machine code (CUBIN,
-//     so the driver does not compile PTX again at load), in modules of a few dozen kernels
-//     compiled concurrently (NVRTC compiles a program on one thread, about 10 ms a kernel),
+//     so the driver does not compile PTX again at load), in modules of at least 64 KiB of
+//     source compiled concurrently (NVRTC compiles a program on one thread, about 10 ms a
+//     small kernel; a tensor-core attention kernel is ~100 KB),
 //     and cached on disk, keyed by the source's hash.
 //
 //   - Device memory is the runtime's: one allocation per rank (device.Device.Alloc), the
