@@ -613,7 +613,7 @@ func (rg *rankGen) emit() error {
 				if src := rg.prog.Buffers[in.In[0]]; src.Dtype == b.Dtype {
 					in.Kind = pb.Instr_COPY
 				} else {
-					in.Kind, in.Kernel = pb.Instr_LAUNCH, int32(rg.kernel(&lower.Kernel{Op: ir.MustLookup("cast"), Attrs: ir.Attrs{{Name: "to", Value: ir.Ident(ir.DType(b.Dtype).String())}}}))
+					in.Kind, in.Kernel = pb.Instr_LAUNCH, int32(rg.castKernel(ir.DType(b.Dtype)))
 				}
 				continue
 			}
@@ -629,6 +629,11 @@ func (rg *rankGen) emit() error {
 	rg.planMemory()
 	rg.placeAliases()
 	return nil
+}
+
+// castKernel is the kernel converting its operand to dtype dt.
+func (rg *rankGen) castKernel(dt ir.DType) int {
+	return rg.kernel(&lower.Kernel{Op: ir.MustLookup("cast"), Attrs: ir.Attrs{{Name: "to", Value: ir.Ident(dt.String())}}})
 }
 
 // firstAccumulations finds, for each gradient accumulator, the ACCUM that is the step's first
@@ -814,8 +819,7 @@ func (rg *rankGen) gradReduceScatter(prog *ir.Func, op *ir.Op) error {
 				// A 16-bit gradient accumulated in fp32 is reduced in fp32 too (Megatron's
 				// --accumulate-allreduce-grads-in-fp32): widened first.
 				wide := rg.newBuffer(name+".f32#"+fmt.Sprint(mb), ir.Type{DType: ir.F32, Shape: t.Shape}, pb.Role_ACTIVATION)
-				rg.instr(&pb.Instr{Kind: pb.Instr_ZERO, Out: []int32{int32(wide)}, Microbatch: int32(mb)})
-				rg.instr(&pb.Instr{Kind: pb.Instr_ACCUM, In: []int32{int32(buf)}, Out: []int32{int32(wide)}, Microbatch: int32(mb)})
+				rg.instr(&pb.Instr{Kind: pb.Instr_LAUNCH, Kernel: int32(rg.castKernel(ir.F32)), In: []int32{int32(buf)}, Out: []int32{int32(wide)}, Microbatch: int32(mb)})
 				buf = wide
 			}
 			bufs[i] = buf
