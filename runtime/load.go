@@ -285,9 +285,17 @@ func (j *Job) prepare(r int, prog *pb.Program, local bool) (*Rank, error) {
 	}
 	types := make([]ir.Type, len(prog.Buffers))
 	var persistent int64
+	named := map[string]int{} // parameters and state by name, as checkRanks keys them: one buffer each
 	for i, b := range prog.Buffers {
 		if b == nil || int(b.Id) != i {
 			return nil, fmt.Errorf("buffer %d: id mismatch", i)
+		}
+		if b.Role == pb.Role_PARAM || b.Role == pb.Role_STATE {
+			key := fmt.Sprintf("%v %q", b.Copy, b.Name)
+			if j, ok := named[key]; ok {
+				return nil, fmt.Errorf("buffers %d and %d are both %s %q", j, i, strings.ToLower(b.Role.String()), b.Name)
+			}
+			named[key] = i
 		}
 		t, err := codegen.TypeFromProto(b.Dtype, b.Shape)
 		if err != nil {
