@@ -330,14 +330,7 @@ func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, b ge
 			return
 		}
 		mm, nn := min(rowsPer, m-i0), min(colsPer, n-j0)
-		aOff := i0 * lda
-		if transA {
-			aOff = i0
-		}
-		var bi []T
-		if bias != nil {
-			bi = bias[i0:]
-		}
+		aOff, bi := gemmRowBlock(i0, lda, transA, bias)
 		sc := gemmGetScratch[T](impl, mm, nn, k)
 		gemmSerial(impl, sc, transA, mm, nn, k, alpha, a[aOff:], lda, b, j0, beta, c[i0*ldc+j0:], ldc, bi)
 		gemmPutScratch(sc)
@@ -392,14 +385,7 @@ func gemmSharedB[T Float](impl *gemmImpl, transA bool, m, n, k int, alpha T, a [
 	parallelTasks((m+rowsPer-1)/rowsPer, workers, func(t int) {
 		i0 := t * rowsPer
 		mm := min(rowsPer, m-i0)
-		aOff := i0 * lda
-		if transA {
-			aOff = i0
-		}
-		var bi []T
-		if bias != nil {
-			bi = bias[i0:]
-		}
+		aOff, bi := gemmRowBlock(i0, lda, transA, bias)
 		sc := gemmGetScratch[T](impl, mm, n, k)
 		for jc := 0; jc < n; jc += nc {
 			nb := min(nc, n-jc)
@@ -740,4 +726,17 @@ func GEMMKernel() string {
 		return gemmGenericS.name
 	}
 	return gemmImplS.name
+}
+
+// gemmRowBlock is where a worker's rows from i0 start: A's offset (a row of lda elements, or a
+// column when A is transposed) and the bias from row i0 (nil without one).
+func gemmRowBlock[T Float](i0, lda int, transA bool, bias []T) (aOff int, bi []T) {
+	aOff = i0 * lda
+	if transA {
+		aOff = i0
+	}
+	if bias != nil {
+		bi = bias[i0:]
+	}
+	return aOff, bi
 }
