@@ -306,13 +306,10 @@ func (p *planner) prepare(c *candidate) *evaluation {
 					tiedUnsharded[r] += pr.bytes
 				}
 			} else {
+				// A tied parameter's gradient is accumulated per use; the parts are summed
+				// into the first use's accumulator (codegen's grad_sum), so the first use on
+				// a rank is the parameter's own gradient and needs no more.
 				rankShared[r] = append(rankShared[r], pr)
-				// A tied parameter's gradient is accumulated per use and summed across
-				// the ranks holding it: one more accumulator.
-				tiedGrads[r] += pr.bytes
-				if c.DP > 1 && pr.dim0%c.DP != 0 {
-					tiedUnsharded[r] += pr.bytes
-				}
 			}
 		}
 		// The stage's runs as the arena sees them.
