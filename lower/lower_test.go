@@ -76,6 +76,7 @@ func TestFusionKeepsShapes(t *testing.T) {
 
 func TestPlanMemory(t *testing.T) {
 	r := rand.New(rand.NewSource(1))
+	smaller := 0 // trials where largest-first placement beat start order
 	for trial := 0; trial < 200; trial++ {
 		n := 1 + r.Intn(60)
 		iv := make([]Interval, n)
@@ -86,6 +87,11 @@ func TestPlanMemory(t *testing.T) {
 		off, arena, bound := PlanMemory(iv)
 		if arena < bound {
 			t.Fatalf("arena %d below the live bound %d", arena, bound)
+		}
+		if _, byStart, _ := planByStart(iv); arena > byStart {
+			t.Fatalf("arena %d above start order's %d", arena, byStart)
+		} else if arena < byStart {
+			smaller++
 		}
 		if peak := PeakLive(iv); peak != bound {
 			t.Fatalf("PeakLive %d, PlanMemory's live bound %d", peak, bound)
@@ -102,6 +108,9 @@ func TestPlanMemory(t *testing.T) {
 				}
 			}
 		}
+	}
+	if smaller == 0 {
+		t.Errorf("largest-first placement never beat start order in 200 trials")
 	}
 	// Stack-like lifetimes reuse memory: the arena is the peak, not the sum.
 	off, arena, _ := PlanMemory([]Interval{{0, 1, 1024}, {2, 3, 1024}, {4, 5, 1024}})
