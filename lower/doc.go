@@ -2,8 +2,9 @@
 // slots (Block): constants become constant slots, chains of elementwise ops fuse into one
 // launch when each intermediate has a single user in the chain and the chain's shape, and
 // every other op is one launch — collectives included, which are never fused (code generation
-// turns them into collective instructions). It also owns the memory planner (PlanMemory): greedy best-fit
-// offsets in one arena for buffers with known lifetimes, which code generation runs over each
+// turns them into collective instructions). It also owns the memory planner (PlanMemory):
+// offsets in one arena for buffers with known lifetimes — greedy best-fit in start order and,
+// for up to 8,192 buffers, largest first, the smaller arena kept — which code generation runs over each
 // rank's whole unrolled step, and PeakLive, the most bytes a subset of those buffers holds at
 // once (how code generation tells forward activations from workspace in the arena).
 package lower
