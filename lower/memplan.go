@@ -41,17 +41,7 @@ const bySizeMax = 8192
 // overlaps no interval already placed that is live at the same time.
 func planBySize(iv []Interval) (offsets []int64, arena int64) {
 	offsets = make([]int64, len(iv))
-	order := make([]int, len(iv))
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(a, b int) bool {
-		x, y := iv[order[a]], iv[order[b]]
-		if x.Size != y.Size {
-			return x.Size > y.Size
-		}
-		return x.Start < y.Start
-	})
+	order := orderBy(iv, func(x, y Interval) bool { return x.Size > y.Size || x.Size == y.Size && x.Start < y.Start })
 	type placed struct {
 		off, size  int64
 		start, end int
@@ -80,20 +70,20 @@ func planBySize(iv []Interval) (offsets []int64, arena int64) {
 	return offsets, arena
 }
 
-// planByStart is greedy best-fit in order of start time.
-func planByStart(iv []Interval) (offsets []int64, arena, liveBound int64) {
-	offsets = make([]int64, len(iv))
+// orderBy is the intervals' indices in the order less gives (stable: equal ones by index).
+func orderBy(iv []Interval, less func(x, y Interval) bool) []int {
 	order := make([]int, len(iv))
 	for i := range order {
 		order[i] = i
 	}
-	sort.SliceStable(order, func(a, b int) bool {
-		x, y := iv[order[a]], iv[order[b]]
-		if x.Start != y.Start {
-			return x.Start < y.Start
-		}
-		return x.Size > y.Size
-	})
+	sort.SliceStable(order, func(a, b int) bool { return less(iv[order[a]], iv[order[b]]) })
+	return order
+}
+
+// planByStart is greedy best-fit in order of start time.
+func planByStart(iv []Interval) (offsets []int64, arena, liveBound int64) {
+	offsets = make([]int64, len(iv))
+	order := orderBy(iv, func(x, y Interval) bool { return x.Start < y.Start || x.Start == y.Start && x.Size > y.Size })
 	type placed struct {
 		off, size int64
 		end       int
