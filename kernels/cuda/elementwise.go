@@ -302,15 +302,12 @@ func Elementwise(s *device.Spec, name string) (Kernel, error) {
 		return Kernel{}, fmt.Errorf("fused kernel without steps")
 	}
 	k := Kernel{Name: name, N: int64(out.NumElements()), In: s.In, Out: out}
-	params, hostArgs, ost, err := signature(s)
-	if err != nil {
-		return Kernel{}, err
-	}
 	// An elementwise launch may write over one of its inputs (the optimizer's in-place
 	// updates: each element is read at its own index before it is written), which
 	// __restrict__ would promise cannot happen.
-	for i := range params {
-		params[i] = strings.Replace(params[i], " __restrict__", "", 1)
+	params, hostArgs, ost, err := signature(s, false)
+	if err != nil {
+		return Kernel{}, err
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "// %s: %s → %s\n", name, Describe(s), out)
@@ -370,14 +367,20 @@ func Elementwise(s *device.Spec, name string) (Kernel, error) {
 }
 
 // signature is a kernel's parameters (typed inputs in0…, the result out, the size n), the
-// host launcher's casts of its void* inputs, and the result's storage type.
-func signature(s *device.Spec) (params, hostArgs []string, ost string, err error) {
+// host launcher's casts of its void* inputs, and the result's storage type. The pointers are
+// __restrict__ when restrict is set: every kernel but the elementwise ones, which may be
+// launched in place.
+func signature(s *device.Spec, restrict bool) (params, hostArgs []string, ost string, err error) {
+	qual := ""
+	if restrict {
+		qual = " __restrict__"
+	}
 	for j, t := range s.In {
 		st, err := storage(t.DType)
 		if err != nil {
 			return nil, nil, "", fmt.Errorf("input %d: %v", j, err)
 		}
-		params = append(params, fmt.Sprintf("const %s* __restrict__ in%d", st, j))
+		params = append(params, fmt.Sprintf("const %s*%s in%d", st, qual, j))
 		hostArgs = append(hostArgs, fmt.Sprintf("(const %s*)in[%d]", st, j))
 	}
 	// A kernel's results besides the first (a tile kernel's) come after its operands.
@@ -386,12 +389,12 @@ func signature(s *device.Spec) (params, hostArgs []string, ost string, err error
 		if err != nil {
 			return nil, nil, "", fmt.Errorf("result %d: %v", j+1, err)
 		}
-		params = append(params, fmt.Sprintf("%s* __restrict__ out%d", st, j+1))
+		params = append(params, fmt.Sprintf("%s*%s out%d", st, qual, j+1))
 	}
 	if ost, err = storage(s.Out[0].DType); err != nil {
 		return nil, nil, "", fmt.Errorf("result: %v", err)
 	}
-	return append(params, fmt.Sprintf("%s* __restrict__ out", ost), "long long n"), hostArgs, ost, nil
+	return append(params, fmt.Sprintf("%s*%s out", ost, qual), "long long n"), hostArgs, ost, nil
 }
 
 // Describe names a launch site's ops, as its kernel's comment does: the op, or fused(op,…).

@@ -237,7 +237,7 @@ func PlanSite(s *device.Spec, name string) (*Plan, error) {
 
 // wrap puts a generator's loop body into the kernel function and its host launcher.
 func wrap(s *device.Spec, name string, g generator) (Kernel, error) {
-	params, hostArgs, ost, err := signature(s)
+	params, hostArgs, ost, err := signature(s, true)
 	if err != nil {
 		return Kernel{}, fmt.Errorf("%s: %v", s.Op.Name, err)
 	}

@@ -100,7 +100,7 @@ func (rk *rowKernel) each(body string) {
 
 // kernel writes the device function and the host launcher.
 func (rk *rowKernel) kernel(s *device.Spec, name string) (Kernel, error) {
-	params, hostArgs, ost, err := signature(s)
+	params, hostArgs, ost, err := signature(s, true)
 	if err != nil {
 		return Kernel{}, fmt.Errorf("%s: %v", s.Op.Name, err)
 	}

@@ -67,7 +67,7 @@ func (tk *tileKernel) sharedBytes() int64 {
 
 // kernel writes the device function and the host launcher.
 func (tk *tileKernel) kernel(s *device.Spec, name string) (Kernel, error) {
-	params, hostArgs, ost, err := signature(s)
+	params, hostArgs, ost, err := signature(s, true)
 	if err != nil {
 		return Kernel{}, fmt.Errorf("%s: %v", s.Op.Name, err)
 	}
