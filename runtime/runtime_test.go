@@ -153,6 +153,15 @@ func TestLoaderRejectsCorruptPrograms(t *testing.T) {
 				}
 			}
 		}, "writes to read-only buffer"},
+		{"two params one name", func(p *pb.Program) {
+			var params []*pb.Buffer
+			for _, b := range p.Buffers {
+				if b.Role == pb.Role_PARAM {
+					params = append(params, b)
+				}
+			}
+			params[1].Name = params[0].Name
+		}, "are both param"},
 		// The optimizer's elementwise launches update parameters in place; an elementwise
 		// launch outside the OPT block writing one is refused.
 		{"launch writes param", func(p *pb.Program) {
