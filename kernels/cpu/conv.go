@@ -486,17 +486,18 @@ func Conv[T Float](p *ConvParams, x, w, bias, y []T) {
 	if bias != nil {
 		needLen("Conv", "bias", len(bias), p.OutC)
 	}
-	convForward(g, x, w, bias, y)
+	convForward(g, x, w, nil, bias, y)
 }
 
-func convForward[T Float](g *convGeom, x, w, bias, y []T) {
+func convForward[T Float](g *convGeom, x, w []T, f *ConvFilter[T], bias, y []T) {
 	small := g.direct() || gemmWork(g.ocg, g.outSize, g.kdim) < gemmParallelWork
 	convSchedule(g.batch*g.groups, small, func(t, inner int) {
 		n, gr := t/g.groups, t%g.groups
 		xg := x[(n*g.inC+gr*g.cg)*g.inSize:][:g.cg*g.inSize]
 		yg := y[(n*g.outC+gr*g.ocg)*g.outSize:][:g.ocg*g.outSize]
 		wg := w[gr*g.ocg*g.kdim:][:g.ocg*g.kdim]
-		var bg []T // the group's bias, added by the GEMM's micro-kernel as it stores C
+		pa := f.group(gr) // the group's packed weights (nil: packed here)
+		var bg []T        // the group's bias, added by the GEMM's micro-kernel as it stores C
 		if bias != nil {
 			bg = bias[gr*g.ocg : (gr+1)*g.ocg]
 		}
@@ -530,10 +531,10 @@ func convForward[T Float](g *convGeom, x, w, bias, y []T) {
 				}
 			}
 		case g.pointwise:
-			gemmRunSrc(false, g.ocg, g.outSize, g.cg, 1, wg, g.kdim, &gemmMatrixB[T]{b: xg, ldb: g.inSize}, 0, yg, g.outSize, bg, inner)
+			gemmRunSrc(false, g.ocg, g.outSize, g.cg, 1, wg, g.kdim, pa, &gemmMatrixB[T]{b: xg, ldb: g.inSize}, 0, yg, g.outSize, bg, inner)
 		default:
-			if !convIndirect(g, xg, wg, bg, yg, inner) {
-				gemmRunSrc(false, g.ocg, g.outSize, g.kdim, 1, wg, g.kdim, &convCols[T]{g, xg, false}, 0, yg, g.outSize, bg, inner)
+			if !convIndirect(g, xg, wg, pa, bg, yg, inner) {
+				gemmRunSrc(false, g.ocg, g.outSize, g.kdim, 1, wg, g.kdim, pa, &convCols[T]{g, xg, false}, 0, yg, g.outSize, bg, inner)
 			}
 		}
 	})
@@ -587,7 +588,7 @@ var convIndirectOff bool
 // fewer than two row blocks a worker. Scratch: the padded image and the padded result, at most
 // convIndirectMax elements. It reports false, computing nothing, where it does not apply
 // (other convolutions, float64, CPUs without the kernel, larger scratch).
-func convIndirect[T Float](g *convGeom, x, w, bias, y []T, workers int) bool {
+func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T, workers int) bool {
 	impl := gemmImplFor(unsafe.Sizeof(T(0)))
 	d := g.ind
 	if d == nil || !isFloat32Type[T]() || impl.kernInd == nil || convIndirectOff {
@@ -661,7 +662,12 @@ func convIndirect[T Float](g *convGeom, x, w, bias, y []T, workers int) bool {
 			offs := unsafe.Pointer(&d.offs[pc])
 			for ic := i0; ic < i1; ic += mc {
 				mb := min(mc, i1-ic)
-				gemmPackA(false, w32, k, ic, pc, min(mb, max(0, m-ic)), kb, mr, ap)
+				ap := ap
+				if pa != nil {
+					ap = f32s(pa.slab(pc, kb)[ic*kb:])
+				} else {
+					gemmPackA(false, w32, k, ic, pc, min(mb, max(0, m-ic)), kb, mr, ap)
+				}
 				// The GEMM's order: a column sliver of B (kb scattered rows of nr) stays in L1
 				// while every row tile of the A block (in L2) passes over it.
 				for jr := j0; jr < j1; jr += nr {
@@ -800,7 +806,7 @@ func convFilterImage[T Float](g *convGeom, xg, dyg, dwg []T, beta T, inner int) 
 	case g.pointwise:
 		gemmRun(false, true, g.ocg, g.cg, g.outSize, 1, dyg, g.outSize, xg, g.inSize, beta, dwg, g.kdim, inner)
 	default:
-		gemmRunSrc(false, g.ocg, g.kdim, g.outSize, 1, dyg, g.outSize, &convCols[T]{g, xg, true}, beta, dwg, g.kdim, nil, inner)
+		gemmRunSrc(false, g.ocg, g.kdim, g.outSize, 1, dyg, g.outSize, nil, &convCols[T]{g, xg, true}, beta, dwg, g.kdim, nil, inner)
 	}
 }
 
