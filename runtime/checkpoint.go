@@ -64,6 +64,7 @@ func (j *Job) Weights() (map[string]device.Tensor, error) {
 // first holder's buffer, as Buffers. Data-parallel replicas hold equal copies of each block;
 // the first is taken.
 func (j *Job) Tensors(role pb.Role) (map[string]device.Tensor, error) {
+	j.expose(role)
 	out := map[string]device.Tensor{}
 	placed := map[string]map[string]bool{} // name → block offsets copied
 	for _, r := range j.Ranks {
@@ -382,6 +383,7 @@ func (e *MismatchError) Error() string {
 // blocks that overlap its own (checkpoint blocks' SHA-256 checked as they are read): a
 // process of a large world reads its share of the checkpoint, not all of it.
 func (j *Job) Resume(path string, partial bool) (Resumed, error) {
+	defer j.forgetConstants()
 	ck, err := checkpoint.Open(path)
 	if err != nil {
 		return Resumed{}, err

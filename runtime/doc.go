@@ -36,6 +36,12 @@
 //     only where they must — inputs, losses and metrics, checkpoints, initialisation, and
 //     messages for the transports, which move host bytes — through readHost and writeHost,
 //     which on the CPU device are the buffers' own bytes (no copy).
+//   - Constants are said, not guessed. The loader marks a launch operand constant
+//     (device.Spec.Const) when its buffer is a program constant or a parameter no instruction
+//     writes, so a device may keep a prepared form of it (the CPU device's packed convolution
+//     weights); the job calls the device's ForgetConstants whenever it wrote, or may have
+//     written, such a buffer itself: Init, Resume, and before every step once Buffers or
+//     Tensors handed out views a caller may write.
 //   - Replicas share programs. plan.json names the program file each rank runs; the dp × tp
 //     replicas of a pipeline rank run one file, decoded once. What differs between them is
 //     resolved from the rank's mesh coordinates when it is prepared (codegen/doc.go): a

@@ -62,6 +62,7 @@ func (e *RunError) Unwrap() error { return e.Err }
 // Init creates every rank's parameters, optimizer state and constants (the step counter
 // starts at 0, so the first Step runs step 1).
 func (j *Job) Init(seed uint64) error {
+	defer j.forgetConstants()
 	for _, r := range j.Ranks {
 		for i, b := range r.Prog.Buffers {
 			switch b.Role {
@@ -89,6 +90,9 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 	step := 0
 	if len(j.Ranks) > 0 {
 		step = j.Ranks[0].step + 1
+	}
+	if j.exposed {
+		j.forgetConstants()
 	}
 	j.comm.ResetStep()
 	if j.proc != nil {
@@ -541,6 +545,7 @@ func (j *Job) Outputs(mb int) (map[string]device.Tensor, error) {
 // sharded parameter or state is the first rank's block; Tensors merges the blocks. On a host
 // device they are the buffers themselves (writing them changes the run); on others, copies.
 func (j *Job) Buffers(role pb.Role) (map[string]device.Tensor, error) {
+	j.expose(role)
 	out := map[string]device.Tensor{}
 	for _, r := range j.Ranks {
 		for i, b := range r.Prog.Buffers {
@@ -556,6 +561,15 @@ func (j *Job) Buffers(role pb.Role) (map[string]device.Tensor, error) {
 		}
 	}
 	return out, nil
+}
+
+// expose notes that buffers of role were handed out as views the caller may write (on a host
+// device), so that constant operands' prepared forms cannot outlive a write (Job.exposed).
+func (j *Job) expose(role pb.Role) {
+	if role == pb.Role_PARAM || role == pb.Role_CONST {
+		j.exposed = true
+		j.forgetConstants()
+	}
 }
 
 // Close releases the ranks' device memory (on the CPU the garbage collector does; on a GPU a

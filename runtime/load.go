@@ -34,6 +34,17 @@ type Job struct {
 	comm  dist.Comm
 	proc  *dist.Process // the multi-process run this job is part of (nil: every rank is here)
 	net   device.Net    // the device's own communication, when it carries the run's (devnet.go)
+	// exposed: parameters or constants were handed to a caller who may write them at any
+	// time (Buffers, Tensors), so every step first makes the device forget what it prepared
+	// from constant operands (device.Constants).
+	exposed bool
+}
+
+// forgetConstants tells the device that constant operands (Spec.Const) may have changed.
+func (j *Job) forgetConstants() {
+	if c, ok := j.dev.(device.Constants); ok {
+		c.ForgetConstants()
+	}
 }
 
 // Rank is one rank's prepared program and memory. The dp × tp replicas of a pipeline rank
@@ -64,6 +75,8 @@ type Rank struct {
 	step   int
 	// shards[i] places PARAM or STATE buffer i in its full tensor (nil: it is the whole).
 	shards []*shardGeom
+	// constant[i]: buffer i is a constant or a parameter no instruction writes.
+	constant []bool
 	// curStep and at say what the rank is doing (the step, and the instruction or −1
 	// between steps), for the reports of a multi-process run when it stops.
 	curStep, at atomic.Int64
@@ -384,6 +397,20 @@ func (j *Job) prepare(r int, prog *pb.Program, local bool) (*Rank, error) {
 		}
 		specs[k] = s
 	}
+	// A parameter that no instruction writes is as constant as a program constant: the
+	// device may keep prepared forms of both (Spec.Const).
+	written := make([]bool, len(prog.Buffers))
+	for _, in := range prog.Instrs {
+		for _, id := range in.Out {
+			if id >= 0 && int(id) < len(written) {
+				written[id] = true
+			}
+		}
+	}
+	rank.constant = make([]bool, len(prog.Buffers))
+	for i, b := range prog.Buffers {
+		rank.constant[i] = b.Role == pb.Role_CONST || b.Role == pb.Role_PARAM && !written[i]
+	}
 	rank.instrs = make([]instr, len(prog.Instrs))
 	inOpt := false // between BEGIN OPT and its END: the optimizer's step
 	for n, in := range prog.Instrs {
@@ -686,8 +713,14 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, local
 			return it, fmt.Errorf("kernel %d out of range", in.Kernel)
 		}
 		spec := *specs[in.Kernel]
-		for _, x := range it.in {
+		for i, x := range it.in {
 			spec.In = append(spec.In, x.Type)
+			if rank.constant[in.In[i]] {
+				if spec.Const == nil {
+					spec.Const = make([]bool, len(it.in))
+				}
+				spec.Const[i] = true
+			}
 		}
 		for _, x := range it.out {
 			spec.Out = append(spec.Out, x.Type)

@@ -258,7 +258,7 @@ func gemmRun[T Float](transA, transB bool, m, n, k int, alpha T, a []T, lda int,
 		gemvT(n, k, float32(alpha), f32s(a), f32s(b), ldb, float32(beta), f32s(c), workers)
 		return
 	}
-	gemmRunSrc(transA, m, n, k, alpha, a, lda, &gemmMatrixB[T]{trans: transB, b: b, ldb: ldb}, beta, c, ldc, nil, workers)
+	gemmRunSrc(transA, m, n, k, alpha, a, lda, nil, &gemmMatrixB[T]{trans: transB, b: b, ldb: ldb}, beta, c, ldc, nil, workers)
 }
 
 // gemmBSource supplies op(B) to the blocked GEMM by packing it: pack writes
@@ -284,7 +284,7 @@ func (s *gemmMatrixB[T]) pack(pc, jc, kb, nb, nr int, dst, _ []T) {
 // gemmRunSrc is gemmRun with op(B) supplied by a packer and, when bias is not nil, bias[i]
 // (m elements) added to row i of the result: C = alpha·op(A)·op(B) + beta·C, then + bias,
 // in the rounding of a separate pass over C.
-func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, b gemmBSource[T], beta T, c []T, ldc int, bias []T, workers int) {
+func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, pa *gemmPacked[T], b gemmBSource[T], beta T, c []T, ldc int, bias []T, workers int) {
 	if m == 0 || n == 0 {
 		return
 	}
@@ -306,12 +306,12 @@ func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, b ge
 	pm, pn := gemmGrid(impl, m, n, workers)
 	if pm*pn == 1 {
 		sc := gemmGetScratch[T](impl, m, n, k)
-		gemmSerial(impl, sc, transA, m, n, k, alpha, a, lda, b, 0, beta, c, ldc, bias)
+		gemmSerial(impl, sc, transA, m, n, k, alpha, a, lda, pa, b, 0, beta, c, ldc, bias)
 		gemmPutScratch(sc)
 		return
 	}
 	if pn == 1 && k*gemmSplit(n, 1, impl.nr) <= gemmSharedBMax {
-		gemmSharedB(impl, transA, m, n, k, alpha, a, lda, b, beta, c, ldc, bias, workers)
+		gemmSharedB(impl, transA, m, n, k, alpha, a, lda, pa, b, beta, c, ldc, bias, workers)
 		return
 	}
 	// Column ranges are cut finer than one per worker and taken from a shared counter, so
@@ -332,7 +332,7 @@ func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, b ge
 		mm, nn := min(rowsPer, m-i0), min(colsPer, n-j0)
 		aOff, bi := gemmRowBlock(i0, lda, transA, bias)
 		sc := gemmGetScratch[T](impl, mm, nn, k)
-		gemmSerial(impl, sc, transA, mm, nn, k, alpha, a[aOff:], lda, b, j0, beta, c[i0*ldc+j0:], ldc, bi)
+		gemmSerial(impl, sc, transA, mm, nn, k, alpha, a[aOff:], lda, pa.from(i0), b, j0, beta, c[i0*ldc+j0:], ldc, bi)
 		gemmPutScratch(sc)
 	})
 }
@@ -355,7 +355,7 @@ const gemmSharedBMax = 1 << 22
 // made each worker pack all of op(B) itself — ResNet's 3×3 256 → 256 layer on 14 × 14
 // spent about a third of each worker's time packing the same im2col matrix. Results are the
 // bits of the serial GEMM: the same slabs, packing and micro-kernel calls for every tile.
-func gemmSharedB[T Float](impl *gemmImpl, transA bool, m, n, k int, alpha T, a []T, lda int, b gemmBSource[T], beta T, c []T, ldc int, bias []T, workers int) {
+func gemmSharedB[T Float](impl *gemmImpl, transA bool, m, n, k int, alpha T, a []T, lda int, pa *gemmPacked[T], b gemmBSource[T], beta T, c []T, ldc int, bias []T, workers int) {
 	mr, nr, kc, nc := impl.mr, impl.nr, impl.kc, impl.nc
 	nPad := gemmSplit(n, 1, nr)
 	// Panel jc (nc columns) starts at jc·k: its slabs one after another, each kb × nbPad.
@@ -391,7 +391,7 @@ func gemmSharedB[T Float](impl *gemmImpl, transA bool, m, n, k int, alpha T, a [
 			nb := min(nc, n-jc)
 			for pc := 0; pc < k; pc += kc {
 				kb := min(kc, k-pc)
-				gemmSlab(impl, sc, transA, mm, nb, k, pc, kb, alpha, a[aOff:], lda, packed[off(jc, pc):], beta, c[i0*ldc+jc:], ldc, bi)
+				gemmSlab(impl, sc, transA, mm, nb, k, pc, kb, alpha, a[aOff:], lda, pa.from(i0), packed[off(jc, pc):], beta, c[i0*ldc+jc:], ldc, bi)
 			}
 		}
 		gemmPutScratch(sc)
@@ -502,7 +502,7 @@ func gemmPutScratch(sc *gemmScratch) {
 // gemmSerial is the blocked GEMM on one core (BLIS loop order: nc panel, kc slab, mc block,
 // nr sliver, mr sliver). It computes columns j0..j0+n of op(B), which land in c[:, 0:n]; a
 // non-nil bias (m elements) is added to the rows by the last slab's micro-kernel calls.
-func gemmSerial[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, n, k int, alpha T, a []T, lda int, b gemmBSource[T], j0 int, beta T, c []T, ldc int, bias []T) {
+func gemmSerial[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, n, k int, alpha T, a []T, lda int, pa *gemmPacked[T], b gemmBSource[T], j0 int, beta T, c []T, ldc int, bias []T) {
 	nr := impl.nr
 	kcMax := min(impl.kc, k)
 	ncMax := min(impl.nc, (n+nr-1)/nr*nr)
@@ -513,7 +513,7 @@ func gemmSerial[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, n, k i
 		for pc := 0; pc < k; pc += impl.kc {
 			kb := min(impl.kc, k-pc)
 			b.pack(pc, j0+jc, kb, nb, nr, bp, row)
-			gemmSlab(impl, sc, transA, m, nb, k, pc, kb, alpha, a, lda, bp, beta, c[jc:], ldc, bias)
+			gemmSlab(impl, sc, transA, m, nb, k, pc, kb, alpha, a, lda, pa, bp, beta, c[jc:], ldc, bias)
 		}
 	}
 }
@@ -522,7 +522,7 @@ func gemmSerial[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, n, k i
 // in nr-column slivers) into c[:m, :nb]: A packed an mc block at a time into sc, then the
 // micro-kernel over every tile. The first slab (pc = 0) applies beta, later ones accumulate,
 // and the last (pc + kb = k) adds bias.
-func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, pc, kb int, alpha T, a []T, lda int, bp []T, beta T, c []T, ldc int, bias []T) {
+func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, pc, kb int, alpha T, a []T, lda int, pa *gemmPacked[T], bp []T, beta T, c []T, ldc int, bias []T) {
 	mr, nr := impl.mr, impl.nr
 	ap := unsafe.Slice((*T)(sc.ap), min(impl.mc, (m+mr-1)/mr*mr)*min(impl.kc, k))
 	tmp := unsafe.Slice((*T)(sc.tmp), mr*nr)
@@ -548,7 +548,12 @@ func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, p
 	}
 	for ic := 0; ic < m; ic += impl.mc {
 		mb := min(impl.mc, m-ic)
-		gemmPackA(transA, a, lda, ic, pc, mb, kb, mr, ap)
+		ap := ap
+		if pa != nil {
+			ap = pa.slab(pc, kb)[(pa.i0+ic)*kb:]
+		} else {
+			gemmPackA(transA, a, lda, ic, pc, mb, kb, mr, ap)
+		}
 		for jr := 0; jr < nb; jr += nr {
 			nn := min(nr, nb-jr)
 			bs := unsafe.Pointer(&bp[jr*kb])
@@ -597,6 +602,28 @@ func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, p
 		}
 	}
 }
+
+// gemmPacked is op(A) packed ahead of the call, every row and slab (PackConvFilter), so
+// that gemmSlab reads it instead of packing: slab pc's slivers start at p[pc·mPad] (mPad: the
+// rows rounded up to mr), sliver s of it at s·mr·kb — gemmPackA's layout, all rows at once.
+// i0 is the first row of the caller's row range (a multiple of mr). nil: gemmSlab packs.
+type gemmPacked[T Float] struct {
+	p        []T
+	mPad, i0 int
+}
+
+// from is pa for the row range from i0 (nil stays nil).
+func (pa *gemmPacked[T]) from(i0 int) *gemmPacked[T] {
+	if pa == nil {
+		return nil
+	}
+	c := *pa
+	c.i0 += i0
+	return &c
+}
+
+// slab is slab pc (kb wide) of every row.
+func (pa *gemmPacked[T]) slab(pc, kb int) []T { return pa.p[pc*pa.mPad : pc*pa.mPad+pa.mPad*kb] }
 
 // gemmPackA packs op(A)[ic:ic+mb, pc:pc+kb] into mr-row slivers: sliver s holds, for each
 // p, the mr values op(A)[ic+s·mr+i, pc+p] contiguously. Rows past mb are zero-filled so

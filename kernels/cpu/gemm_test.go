@@ -453,10 +453,10 @@ func checkGemmParallel[T Float](t *testing.T, r *rand.Rand, impl string, transA,
 			bi = bias
 		}
 		want := append([]T(nil), c0...)
-		gemmRunSrc(transA, m, n, k, 1.5, a, lda, &gemmMatrixB[T]{trans: transB, b: b, ldb: ldb}, beta, want, n, bi, 1)
+		gemmRunSrc(transA, m, n, k, 1.5, a, lda, nil, &gemmMatrixB[T]{trans: transB, b: b, ldb: ldb}, beta, want, n, bi, 1)
 		for _, workers := range []int{2, 3} {
 			got := append([]T(nil), c0...)
-			gemmRunSrc(transA, m, n, k, 1.5, a, lda, &gemmMatrixB[T]{trans: transB, b: b, ldb: ldb}, beta, got, n, bi, workers)
+			gemmRunSrc(transA, m, n, k, 1.5, a, lda, nil, &gemmMatrixB[T]{trans: transB, b: b, ldb: ldb}, beta, got, n, bi, workers)
 			for i := range got {
 				if got[i] != want[i] {
 					t.Fatalf("%s %T %dx%dx%d trans %v,%v beta %v bias %v, %d workers: c[%d] = %v, serial %v", impl, got[0], m, n, k, transA, transB, beta, withBias, workers, i, got[i], want[i])

@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"sort"
+	"sync/atomic"
 
 	"ppc.dev/ppc/ir"
 	"ppc.dev/ppc/runtime/device"
@@ -12,7 +13,13 @@ import (
 type Device struct {
 	// scratch holds the widened copies of bf16 and f16 tensors (lowprec.go).
 	scratch scratchList
+	// constGen counts ForgetConstants calls: a kernel's prepared form of a constant operand
+	// (constant.go) is used only while the count is the one it was made under.
+	constGen atomic.Uint64
 }
+
+// ForgetConstants implements device.Constants.
+func (d *Device) ForgetConstants() { d.constGen.Add(1) }
 
 // New returns the CPU device.
 func New() *Device { return &Device{} }
@@ -43,6 +50,11 @@ func (d *Device) Prepare(s *device.Spec) (impl device.Impl, err error) {
 	}()
 	if s.Op == nil || s.Op.Has(ir.Elementwise) {
 		return prepareElementwise(s)
+	}
+	if cb := constBuilders[s.Op.Name]; cb != nil && s.Const != nil {
+		if impl, ok := cb(d, s); ok {
+			return impl, nil
+		}
 	}
 	b := builders[s.Op.Name]
 	if b == nil {

@@ -8,6 +8,11 @@
 // results do not depend on how ops were fused, and a pipeline that cuts a chain at a stage
 // boundary computes exactly what one device computes.
 //
+// Operands the runtime marks constant (device.Spec.Const: an inference program's parameters)
+// may keep a prepared form between launches — a convolution's packed weights (constant.go) —
+// used only while the device's ForgetConstants count and the operand's buffer are those it
+// was made under.
+//
 // bf16 and f16 (mixed-precision training) run every other op by rounding: the op's f32
 // kernel on widened copies, its float results rounded to nearest even (lowprec.go); kernels
 // that only move elements take them as they are.

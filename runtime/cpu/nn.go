@@ -127,25 +127,34 @@ func checkOutSpatial(s *device.Spec, lead []int, spatial []int) error {
 }
 
 func prepareConv(s *device.Spec) (device.Impl, error) {
-	d, wp, err := windowOperands(s)
+	p, bias, d, err := convSetup(s)
 	if err != nil {
 		return nil, err
 	}
+	return byDType(d, convImpl[float32](p, bias), convImpl[float64](p, bias)), nil
+}
+
+// convSetup checks a conv launch site and returns its kernel parameters, whether it has a
+// bias and its dtype.
+func convSetup(s *device.Spec) (p *k.ConvParams, bias bool, d ir.DType, err error) {
+	d, wp, err := windowOperands(s)
+	if err != nil {
+		return nil, false, d, err
+	}
 	x, w := s.In[0], s.In[1]
-	p := &k.ConvParams{Batch: x.Shape[0], InC: x.Shape[1], OutC: w.Shape[0], Groups: wp.Groups,
+	p = &k.ConvParams{Batch: x.Shape[0], InC: x.Shape[1], OutC: w.Shape[0], Groups: wp.Groups,
 		Spatial: slices.Clone(x.Shape[2:]), Kernel: wp.Kernel, Stride: wp.Strides, Dilation: wp.Dilations,
 		PadBegin: wp.PadsBegin, PadEnd: wp.PadsEnd}
 	if w.Shape[1]*wp.Groups != x.Shape[1] {
-		return nil, fmt.Errorf("conv weight %s does not match %d input channels in %d groups", w, x.Shape[1], wp.Groups)
+		return nil, false, d, fmt.Errorf("conv weight %s does not match %d input channels in %d groups", w, x.Shape[1], wp.Groups)
 	}
 	if err := p.Init(); err != nil {
-		return nil, err
+		return nil, false, d, err
 	}
 	if err := checkOutSpatial(s, []int{p.Batch, p.OutC}, p.OutSpatial); err != nil {
-		return nil, err
+		return nil, false, d, err
 	}
-	bias := len(s.In) == 3
-	return byDType(d, convImpl[float32](p, bias), convImpl[float64](p, bias)), nil
+	return p, len(s.In) == 3, d, nil
 }
 
 func convImpl[T k.Float](p *k.ConvParams, bias bool) device.Impl {

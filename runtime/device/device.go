@@ -103,6 +103,20 @@ type Spec struct {
 	Fused   []FusedStep
 	Outputs []int
 	In, Out []ir.Type
+	// Const[i] says that operand i's buffer is constant for the run: a program constant, or
+	// a parameter that no instruction of the program writes (every parameter of an
+	// inference program). A device may keep a prepared form of such an operand (packed
+	// weights) from one launch to the next; the runtime tells it when the bytes may have
+	// changed outside the program (Constants). Nil: none is.
+	Const []bool
+}
+
+// Constants is implemented by devices that keep prepared forms of constant operands
+// (Spec.Const). The runtime calls ForgetConstants after it wrote, or may have written, such
+// buffers itself — parameters initialised or loaded from a checkpoint, or handed to a caller
+// who may write them — so that no launch reads a form prepared from the old bytes.
+type Constants interface {
+	ForgetConstants()
 }
 
 // OutputSteps is the fused steps a chain writes, in the order of Out.

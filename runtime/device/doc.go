@@ -11,6 +11,10 @@
 // checkpoints, and the staging of messages for a transport that sends host bytes. On the CPU
 // those are the tensor's own bytes (Data), so nothing is copied.
 //
+// A Spec says which operands are constant for the run (Const: program constants and
+// parameters no instruction writes); a device that keeps prepared forms of them (packed
+// weights) implements Constants, which the runtime calls whenever it may have changed them.
+//
 // Host memory for tensors (HostBytes) is aligned as a buffer on the CPU is, so that every
 // layer of the runtime that holds tensor bytes on the host (collectives, checkpoints, data)
 // gets every element type's views. Layering (runtime/doc.go): device imports no runtime

@@ -1,0 +1,73 @@
+package cpu
+
+import "unsafe"
+
+// ConvFilter is a convolution's weights packed once into the GEMM micro-kernel's A slivers
+// (every group, every kc slab: gemmPackA's layout), for weights that do not change between
+// calls — an inference program's parameters. Conv packs the weights at every call: at batch
+// 1 that pass reads every weight from memory (ResNet-50's 100 MB per image, more than the
+// caches hold) only to write them again in another order, a tenth or more of a late layer's
+// time (BenchmarkConvBatch1/…/filter). A filter's convolution computes the bits of Conv:
+// packing only moves elements, and the micro-kernel calls are the same.
+//
+// The filter keeps a reference to the weights (depthwise groups read them directly, and a
+// micro-kernel other than the one it was packed for reads them through Conv's path): they
+// must not change while the filter is used. Memory: about the weights' size again (rows
+// rounded up to the micro-kernel's mr).
+type ConvFilter[T Float] struct {
+	p    *ConvParams
+	w    []T
+	impl *gemmImpl // the micro-kernel the slivers were packed for
+	mPad int       // each group's rows rounded up to impl.mr
+	a    []T       // group gr's packed weights at gr·kdim·mPad (nil: depthwise, none packed)
+}
+
+// PackConvFilter packs w (p.WLen() elements) for p's convolutions.
+//
+// Preconditions (panics otherwise): p.Init succeeded; len(w) ≥ p.WLen().
+func PackConvFilter[T Float](p *ConvParams, w []T) *ConvFilter[T] {
+	g := &p.g
+	g.mustInit("PackConvFilter")
+	needLen("PackConvFilter", "w", len(w), p.WLen())
+	impl := gemmImplFor(unsafe.Sizeof(T(0)))
+	f := &ConvFilter[T]{p: p, w: w, impl: impl}
+	if g.direct() {
+		return f
+	}
+	m, k, mr, kc := g.ocg, g.kdim, impl.mr, impl.kc
+	f.mPad = gemmSplit(m, 1, mr)
+	f.a = make([]T, g.groups*k*f.mPad)
+	Parallel(g.groups*((k+kc-1)/kc), 1, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			gr, pc := t/((k+kc-1)/kc), t%((k+kc-1)/kc)*kc
+			kb := min(kc, k-pc)
+			wg := w[gr*m*k : (gr+1)*m*k]
+			gemmPackA(false, wg, k, 0, pc, m, kb, mr, f.a[gr*k*f.mPad+pc*f.mPad:])
+		}
+	})
+	return f
+}
+
+// group is group gr's packed weights for the GEMM, nil where there are none (a nil filter,
+// depthwise groups, or a micro-kernel other than the one they were packed for: tests
+// switch kernels).
+func (f *ConvFilter[T]) group(gr int) *gemmPacked[T] {
+	if f == nil || f.a == nil || f.impl != gemmImplFor(unsafe.Sizeof(T(0))) {
+		return nil
+	}
+	size := f.p.g.kdim * f.mPad
+	return &gemmPacked[T]{p: f.a[gr*size : (gr+1)*size], mPad: f.mPad}
+}
+
+// Conv is Conv(p, x, w, bias, y) with the filter's p and w, reading the packed weights.
+//
+// Preconditions (panics otherwise): those of Conv.
+func (f *ConvFilter[T]) Conv(x, bias, y []T) {
+	p := f.p
+	needLen("Conv", "x", len(x), p.XLen())
+	needLen("Conv", "y", len(y), p.YLen())
+	if bias != nil {
+		needLen("Conv", "bias", len(bias), p.OutC)
+	}
+	convForward(&p.g, x, f.w, f, bias, y)
+}
