@@ -275,6 +275,23 @@ func FuzzLoadProgram(f *testing.F) {
 	if data, err := proto.Marshal(withColl); err == nil {
 		f.Add(data)
 	}
+	// And with a fused kernel writing two results (lower's multi-result chains), so that
+	// mutations reach its output steps.
+	multi := proto.Clone(withColl).(*pb.Program)
+	multi.Instrs = multi.Instrs[:len(multi.Instrs)-3]
+	for _, b := range multi.Buffers {
+		if b.Role == pb.Role_ACTIVATION && b.Dtype == pb.DType_F32 && len(b.Shape) > 0 {
+			ty := &pb.TensorType{Dtype: b.Dtype, Shape: b.Shape}
+			multi.Kernels = append(multi.Kernels, &pb.Kernel{Op: "fused", Outputs: []int32{0, 1},
+				Fused: []*pb.FusedStep{{Op: "neg", Args: []int32{0}, Type: ty}, {Op: "abs", Args: []int32{1}, Type: ty}}})
+			multi.Instrs = append(multi.Instrs, &pb.Instr{Kind: pb.Instr_LAUNCH, Kernel: int32(len(multi.Kernels) - 1),
+				In: []int32{b.Id}, Out: []int32{b.Id, b.Id}})
+			break
+		}
+	}
+	if data, err := proto.Marshal(multi); err == nil {
+		f.Add(data)
+	}
 	// A mutated program may ask for gigabytes and minutes of valid work; keep each input small.
 	MemoryLimit = 64 << 20
 	f.Fuzz(func(t *testing.T, data []byte) {
