@@ -3,7 +3,9 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sync"
+	"unsafe"
 
 	"ppc.dev/ppc/ir"
 	k "ppc.dev/ppc/kernels/cpu"
@@ -431,7 +433,108 @@ func prepareElementwise(s *device.Spec) (device.Impl, error) {
 	if impl := arithChainFastPath(s); impl != nil {
 		return impl, nil
 	}
-	return prepareEngine(s)
+	whole, err := prepareEngine(s)
+	if err != nil {
+		return nil, err
+	}
+	if split := splitAtOutputs(s, whole); split != nil {
+		return split, nil
+	}
+	return whole, nil
+}
+
+// splitAtOutputs runs a chain writing several results as one launch per result, each reading
+// the results before it from their buffers, so that every part takes its own fast path (a
+// bias add before a GELU is the f32 fast path's broadcast add; the engine would widen it to
+// float64). The same steps on the same values: the same bits. Where a result is written over
+// an input (the optimizer's in-place updates) a later part could read it as that input, so
+// such a launch runs the whole chain (whole); nil when a later part reads a step of an
+// earlier part that is not a result.
+func splitAtOutputs(s *device.Spec, whole device.Impl) device.Impl {
+	outs := s.OutputSteps()
+	if s.Op != nil || len(outs) < 2 || !slices.IsSorted(outs) {
+		return nil
+	}
+	nIn := len(s.In)
+	type part struct {
+		impl device.Impl
+		uses []int // the results before it that it reads, as its inputs after s.In
+	}
+	var parts []part
+	lo := 0
+	for o, j := range outs {
+		// Step k of the chain is the part's value: an input, an earlier result, or its own step.
+		remap := map[int]int{}
+		in := slices.Clone(s.In)
+		var uses []int
+		var steps []device.FusedStep
+		for k := lo; k <= j; k++ {
+			st := s.Fused[k]
+			args := make([]int, len(st.Args))
+			for a, x := range st.Args {
+				switch {
+				case x < nIn:
+					args[a] = x
+				case x-nIn >= lo:
+					args[a] = -1 - (x - nIn - lo) // this part's step, fixed up below
+				default:
+					r := slices.Index(outs[:o], x-nIn)
+					if r < 0 {
+						return nil // an earlier part's intermediate
+					}
+					if _, ok := remap[r]; !ok {
+						remap[r] = len(in)
+						in = append(in, s.Out[r])
+						uses = append(uses, r)
+					}
+					args[a] = remap[r]
+				}
+			}
+			steps = append(steps, device.FusedStep{Op: st.Op, Args: args, Attrs: st.Attrs, Type: st.Type})
+		}
+		for i := range steps {
+			for a, x := range steps[i].Args {
+				if x < 0 {
+					steps[i].Args[a] = len(in) + (-1 - x)
+				}
+			}
+		}
+		one := &device.Spec{Fused: steps, In: in, Out: []ir.Type{s.Out[o]}}
+		impl := arithFastPath(one)
+		if impl == nil {
+			impl = arithChainFastPath(one)
+		}
+		if impl == nil {
+			var err error
+			if impl, err = prepareEngine(one); err != nil {
+				return nil
+			}
+		}
+		parts = append(parts, part{impl, uses})
+		lo = j + 1
+	}
+	return func(in, outs []device.Tensor) error {
+		for _, o := range outs {
+			for _, x := range in {
+				if overlap(o.Data, x.Data) {
+					return whole(in, outs)
+				}
+			}
+		}
+		for o, p := range parts {
+			args := in
+			if len(p.uses) > 0 {
+				args = slices.Clone(in)
+				for _, r := range p.uses {
+					args = append(args, outs[r])
+				}
+			}
+			if err := p.impl(args, outs[o:o+1]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }
 
 // prepareEngine builds the fused engine for a chain or a single elementwise op.
@@ -574,4 +677,13 @@ func getScratch(n int) *scratch {
 	}
 	sc.args = sc.args[:0]
 	return sc
+}
+
+// overlap reports whether two byte slices share memory.
+func overlap(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	a0, b0 := uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&b[0]))
+	return a0 < b0+uintptr(len(b)) && b0 < a0+uintptr(len(a))
 }
