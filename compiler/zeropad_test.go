@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	pb "ppc.dev/ppc/codegen/programpb"
+	"ppc.dev/ppc/runtime"
+	"ppc.dev/ppc/runtime/data"
 )
 
 // batch12 is tiny GPT with a global batch of 12 sequences, which dp 3 splits: dp 3 divides
@@ -137,4 +139,42 @@ func TestZeroPaddedCheckpoint(t *testing.T) {
 	agree(t, "dp 3 zero 3 saves, dp 2 zero 2 resumes", refL[2:], l, refS, s, spmdRtol, spmdAtol)
 	l, _, s = spmdRun(t, gptPPM, z3dp3, 1, dp2Ck)
 	agree(t, "dp 2 zero 2 saves, dp 3 zero 3 resumes", refL[2:], l, refS, s, spmdRtol, spmdAtol)
+}
+
+// TestZeroPaddingStaysZero: after 3 AdamW steps with weight decay at dp 3, the padding of
+// every padded block a rank holds — parameters under ZeRO-3, main parameters and moments
+// under ZeRO 1 and 3 — is still exactly zero: the padded gradient rows are zeros (PACK's
+// and pad's), so nothing moves them, and nothing gathered from them reaches the model.
+func TestZeroPaddingStaysZero(t *testing.T) {
+	for _, zero := range []int{1, 3} {
+		_, job := initJob(t, gptPPM, Options{Load: batch12, DP: 3, Zero: zero, Microbatches: 2, Optimizer: "adamw{lr=1e-2,weight_decay=0.1}", Precision: "bf16"}, 5)
+		for i := 0; i < 3; i++ {
+			if _, err := job.Step(runtime.Options{Seed: 5}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		checked := 0
+		for _, r := range job.Ranks {
+			for i, b := range r.Prog.Buffers {
+				if b.ZeroRows == 0 {
+					continue
+				}
+				n := b.Shape[0]
+				inside := max(0, min(n, b.ZeroRows-int64(r.Coords.DP)*n))
+				vals := data.Float64s(r.Bufs[i])
+				row := int64(len(vals)) / n
+				for k, v := range vals[inside*row:] {
+					if v != 0 {
+						t.Fatalf("zero %d: rank %d: %s (%v, %d rows inside): padding element %d is %g", zero, r.Index, b.Name, b.Shape, inside, k, v)
+					}
+				}
+				if inside < n {
+					checked++
+				}
+			}
+		}
+		if checked == 0 {
+			t.Fatalf("zero %d: no padded block checked", zero)
+		}
+	}
 }
