@@ -158,3 +158,62 @@ func RunMemories(m *ir.Module) (map[string]RunMemory, error) {
 
 // placed is n bytes rounded up to the arena's alignment.
 func placed(n int64) int64 { return (n + lower.Alignment - 1) / lower.Alignment * lower.Alignment }
+
+// StageHeld is what one micro-batch of each stage of m (a module after split-stages) holds
+// between its runs, each port placed as the arena places it: stash, the forward values a
+// backward reads (F's results the stage's I or W reads, received ones included), from its F
+// to its backward; held, what its W reads of them plus what an I hands W (the linears' output
+// gradients), from its I to its W. schedule.CapHeld runs W's earlier where held outgrows
+// stash; the planner's stageMem counts the same ports.
+func StageHeld(m *ir.Module) (stash, held []int64, err error) {
+	pm, err := passes.PortsOf(m)
+	if err != nil {
+		return nil, nil, err
+	}
+	funcs := map[string]*ir.Func{}
+	size := map[string]int64{}
+	stages := 0
+	for _, f := range m.Funcs {
+		if f.Attrs.Str("kind", "") == "" {
+			continue
+		}
+		funcs[f.Name] = f
+		stages = max(stages, f.Attrs.Int("stage", 0)+1)
+		for i, r := range f.Results {
+			if p := f.ResultAttrs[i].Str(passes.AttrPort, ""); p != "" {
+				size[p] = placed(r.Type.Bytes())
+			}
+		}
+	}
+	stash, held = make([]int64, stages), make([]int64, stages)
+	for p, consumers := range pm.Consumers {
+		prod := funcs[pm.Producer[p]]
+		if prod == nil {
+			continue
+		}
+		pk := prod.Attrs.Str("kind", "")
+		readI, readW := map[int]bool{}, map[int]bool{}
+		for _, name := range consumers {
+			if c := funcs[name]; c != nil {
+				switch c.Attrs.Str("kind", "") {
+				case passes.KindI:
+					readI[c.Attrs.Int("stage", 0)] = true
+				case passes.KindW:
+					readW[c.Attrs.Int("stage", 0)] = true
+				}
+			}
+		}
+		for cs := range stages {
+			switch {
+			case pk == passes.KindF && (readI[cs] || readW[cs]):
+				stash[cs] += size[p]
+				if readW[cs] {
+					held[cs] += size[p]
+				}
+			case pk == passes.KindI && readW[cs]:
+				held[cs] += size[p]
+			}
+		}
+	}
+	return stash, held, nil
+}

@@ -65,6 +65,9 @@ type Options struct {
 	MaxInflight int
 	// zbCost are the stage costs a zb-auto schedule is built for (from a probe compile).
 	zbCost *schedule.Cost
+	// held is what each stage's micro-batch holds between its runs (from a probe compile), for
+	// schedule.CapHeld.
+	held *schedule.Held
 	// StopAfter makes Compile return the module right after the named pass, "partition"
 	// (the probe that prices token slices for --token-slices auto and zb-auto's stages) or
 	// "split-stages" (the planner's probe of stashes), without code generation.
@@ -481,6 +484,23 @@ func (c *compilation) probe() (*Result, error) {
 		}
 		again := opts
 		again.zbCost = &cost
+		return Compile(model, again)
+	}
+	if opts.held == nil && opts.StopAfter == "" && opts.TokenSlices == "" && c.training() && defersW(opts) {
+		// A schedule that defers W's is capped by what its stages hold (schedule.CapHeld),
+		// measured on the stages split-stages makes.
+		probe := opts
+		probe.StopAfter = "split-stages"
+		pr, err := Compile(model, probe)
+		if err != nil {
+			return nil, err
+		}
+		stash, held, err := codegen.StageHeld(pr.Module)
+		if err != nil {
+			return nil, err
+		}
+		again := opts
+		again.held = &schedule.Held{Stash: stash, Held: held}
 		return Compile(model, again)
 	}
 	if opts.TokenSlices != "" && opts.Schedule == "" && opts.Microbatches < opts.PP {
@@ -907,8 +927,10 @@ func estimate(s *schedule.Schedule, plan *codegen.Plan) (*codegen.Estimate, erro
 		PeakActivations: res.PeakActivations}, nil
 }
 
-// loadSchedule makes the pipeline schedule: a generator by name, or a PyTorch CSV (whose
-// rank count then sets --pp; Compile takes its micro-batch count when none is given).
+// loadSchedule makes the pipeline schedule: a generator by name — its W's run earlier where
+// the stages hold more after I than F stashed (opts.held, schedule.CapHeld) — or a PyTorch
+// CSV, run as written (whose rank count then sets --pp; Compile takes its micro-batch count
+// when none is given).
 func loadSchedule(opts *Options) (*schedule.Schedule, error) {
 	name := opts.Schedule
 	if name == "" {
@@ -919,7 +941,11 @@ func loadSchedule(opts *Options) (*schedule.Schedule, error) {
 		if opts.zbCost != nil {
 			cost = *opts.zbCost
 		}
-		return schedule.GenerateFor(name, opts.PP, opts.Microbatches, opts.VirtualStages, cost, opts.MaxInflight)
+		s, err := schedule.GenerateFor(name, opts.PP, opts.Microbatches, opts.VirtualStages, cost, opts.MaxInflight)
+		if err == nil && opts.held != nil {
+			s = schedule.CapHeld(s, *opts.held)
+		}
+		return s, err
 	}
 	if opts.MaxInflight != 0 {
 		return nil, fmt.Errorf("--max-inflight applies to zb-auto, whose layout it bounds; %s has its own", name)
@@ -962,6 +988,26 @@ func (e *ScheduleError) Error() string {
 	return fmt.Sprintf("%s: %v", e.File, e.Err)
 }
 func (e *ScheduleError) Unwrap() error { return e.Err }
+
+// defersW reports whether the generated schedule opts names runs W's apart from their I's on
+// more than one pipeline rank (a CSV schedule is run as written).
+func defersW(opts Options) bool {
+	if opts.PP < 2 || schedule.IsCSVName(opts.Schedule) {
+		return false
+	}
+	s, err := loadSchedule(&opts)
+	if err != nil {
+		return false // the compile reports it
+	}
+	for _, acts := range s.Actions {
+		for _, a := range acts {
+			if a.Kind == schedule.BackwardWeight {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // codegenSchedule keeps the compute actions of a schedule for code generation.
 func codegenSchedule(s *schedule.Schedule, stages int) (codegen.Schedule, error) {

@@ -71,7 +71,10 @@
 //     recomputation each unit is rebuilt right before its own backward, which its probe's
 //     runs hold). So the planner sees what deferring
 //     W costs: under zero-bubble schedules a rank's later I's hold their output gradients
-//     until W, and ZB-V's cool-down defers up to 2·pp−1 of them on its later ranks.
+//     until W, and ZB-V's cool-down defers up to 2·pp−1 of them on its later ranks. The
+//     planner caps the deferral as ppc compile does (schedule.CapHeld, with each stage's
+//     stash and held bytes from stageMem: the same ports codegen.StageHeld measures), so
+//     both replay the same order.
 //     Under ZeRO-3 (parameters held as dp blocks, gathered per layer inside the runs:
 //     passes.ParamGather) each probe is also rewritten as a ZeRO-3 compile would be
 //     (passes.GatherAsZero3) and its runs measured before and after their first gather: a

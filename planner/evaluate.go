@@ -146,7 +146,8 @@ func (p *planner) prepare(c *candidate) *evaluation {
 	for r := range rankSet {
 		rankSet[r] = map[string]param{}
 	}
-	var stageSplit [][]param // per stage, the parameters ZeRO splits over dp, in order
+	firstUse := map[string]int{} // the rank of each tied parameter's first use (its partial 0)
+	var stageSplit [][]param     // per stage, the parameters ZeRO splits over dp, in order
 	e.oneMB = make([]int64, c.PP)
 	busy := make([]float64, c.PP)
 	lo := 0
@@ -301,6 +302,9 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			}
 		}
 		for _, pr := range stageShared {
+			if _, ok := firstUse[pr.name]; !ok {
+				firstUse[pr.name] = r
+			}
 			if slices.Contains(rankShared[r], pr) {
 				rankParams[r] -= pr.bytes // held by an earlier stage of this rank
 				tiedGrads[r] += pr.bytes  // but each use accumulates its own partial
@@ -445,19 +449,31 @@ func (p *planner) prepare(c *candidate) *evaluation {
 				}
 				stages = append(stages, sizes)
 			}
+			// A tied parameter dp does not split whose first use (partial 0) is on another
+			// rank: that partial is received (tied-grads) before the last bucket is
+			// reduce-scattered, and the sum is formed in it (grad_sum adds into the first
+			// part), held until the optimizer reads it.
+			var recv int64
+			for _, pr := range rankShared[r] {
+				if pr.dim0%c.DP != 0 && firstUse[pr.name] != r {
+					recv += int64(float64(pr.bytes) * rb.grads)
+				}
+			}
 			var peak, blocks int64
 			if c.Zero == 1 {
 				// Reduce-scatter, bucket by bucket: the blocks so far, the bucket packed
 				// (a lone tensor is scattered from its accumulator) and its blocks.
+				var last int64
 				for _, sizes := range stages {
 					for _, b := range bucketsOf(scaled(sizes, rb.grads)) {
-						peak = max(peak, blocks+b.packed()+b.bytes/dp)
+						last = blocks + b.packed() + b.bytes/dp
+						peak = max(peak, last)
 						blocks += b.bytes / dp
 					}
 				}
 				// The optimizer reads each gradient block once and makes the parameter's
 				// new block: at most all the gradient blocks and the first new block.
-				peak = max(peak, blocks+largest/dp)
+				peak = max(peak, last+recv, blocks+largest/dp+recv)
 			}
 			// The all-gather, bucket by bucket: the new blocks not yet gathered, and the
 			// whole bucket gathered (a lone tensor straight into its parameter).
@@ -658,6 +674,16 @@ func stageMemOf(units []unitCost, gathered func([]param) (int64, float64), padGr
 		sm.runW = max(sm.runW, beforeW[k]+run(2, k, m.runW))
 	}
 	return sm
+}
+
+// held is what one micro-batch of each stage holds from its F and from its I to its W, as
+// ppc compile measures it (codegen.StageHeld) to cap the W's a schedule defers.
+func (e *evaluation) held() schedule.Held {
+	h := schedule.Held{Stash: make([]int64, len(e.stageMem)), Held: make([]int64, len(e.stageMem))}
+	for i, sm := range e.stageMem {
+		h.Stash[i], h.Held[i] = sm.stash, sm.stash-sm.stashI+sm.held
+	}
+	return h
 }
 
 // arena replays each rank's runs in schedule order over the stages' stageMem: the most
@@ -1000,6 +1026,7 @@ func (e *evaluation) simulate(full bool) (pl Plan, fits, built bool) {
 	if err != nil {
 		return pl, false, false
 	}
+	s = schedule.CapHeld(s, e.held())
 	sim := schedule.SimulateStep
 	if full {
 		sim = schedule.Simulate

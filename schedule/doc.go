@@ -89,6 +89,13 @@
 // Megatron do); the simulator charges B = I+W unless told otherwise, so the
 // classic formulas hold.
 //
+// CapHeld adapts a layout that defers W's to what its stages hold: where a W
+// holds more after its I than its F stashed (a transformer layer's W reads the
+// linears' inputs and output gradients), it runs deferred W's earlier on any
+// rank that would otherwise pass the layout's busiest rank as the papers count
+// memory. ppc compile and ppc plan apply it with measured bytes; Generate and
+// ppc simulate give the layouts as the papers write them.
+//
 // # Simulator conventions and formulas
 //
 // Simulate runs each rank's list in order; an action starts when its rank is
