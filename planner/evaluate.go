@@ -455,7 +455,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			// part), held until the optimizer reads it.
 			var recv int64
 			for _, pr := range rankShared[r] {
-				if pr.dim0%c.DP != 0 && firstUse[pr.name] != r {
+				if !pr.split(c.DP) && firstUse[pr.name] != r {
 					recv += int64(float64(pr.bytes) * rb.grads)
 				}
 			}
