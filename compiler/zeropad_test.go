@@ -141,11 +141,11 @@ func TestZeroPaddedCheckpoint(t *testing.T) {
 	agree(t, "dp 2 zero 2 saves, dp 3 zero 3 resumes", refL[2:], l, refS, s, spmdRtol, spmdAtol)
 }
 
-// TestZeroPaddingStaysZero: after 3 AdamW steps with weight decay at dp 3, the padding of
+// TestZeroPaddedStaysZero: after 3 AdamW steps with weight decay at dp 3, the padding of
 // every padded block a rank holds — parameters under ZeRO-3, main parameters and moments
 // under ZeRO 1 and 3 — is still exactly zero: the padded gradient rows are zeros (PACK's
 // and pad's), so nothing moves them, and nothing gathered from them reaches the model.
-func TestZeroPaddingStaysZero(t *testing.T) {
+func TestZeroPaddedStaysZero(t *testing.T) {
 	for _, zero := range []int{1, 3} {
 		_, job := initJob(t, gptPPM, Options{Load: batch12, DP: 3, Zero: zero, Microbatches: 2, Optimizer: "adamw{lr=1e-2,weight_decay=0.1}", Precision: "bf16"}, 5)
 		for i := 0; i < 3; i++ {
