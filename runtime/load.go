@@ -833,6 +833,9 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, local
 			n += packedElems(p.Type, max(1, int(in.Blocks)))
 		}
 		if n != flat[0].Type.NumElements() {
+			if in.Blocks > 1 {
+				return it, fmt.Errorf("%s in %d blocks: the tensors take %d elements (blocks of ceil(rows/%d) rows), the flat buffer %s", strings.ToLower(in.Kind.String()), in.Blocks, n, in.Blocks, flat[0].Type)
+			}
 			return it, fmt.Errorf("%s: the tensors hold %d elements, the flat buffer %s", strings.ToLower(in.Kind.String()), n, flat[0].Type)
 		}
 	case pb.Instr_AXIS_INDEX:
