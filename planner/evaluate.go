@@ -602,7 +602,7 @@ func stageMemOf(units []unitCost, gathered func([]param) (int64, float64), padGr
 		for j := range units {
 			if g[j] == 0 {
 				// A gather is placed right before a reader of the copies: a unit that
-				// reads none (a head whose tied embedding dp cannot split) issues none,
+				// reads none (a unit with no parameters but scalars) issues none,
 				// and the next segment's copies are gathered in the next unit's run.
 				continue
 			}
