@@ -1315,6 +1315,9 @@ func (rg *rankGen) kernel(k *lower.Kernel) int {
 			pk.Fused = append(pk.Fused, &pb.FusedStep{Op: st.Op.Name, Args: args, Attrs: attrsToProto(st.Attrs),
 				Type: &pb.TensorType{Dtype: dt, Shape: shape}})
 		}
+		for _, o := range k.Outputs {
+			pk.Outputs = append(pk.Outputs, int32(o))
+		}
 	}
 	rg.kernels[key] = len(rg.prog.Kernels)
 	rg.prog.Kernels = append(rg.prog.Kernels, pk)
@@ -1331,6 +1334,7 @@ func kernelKey(k *lower.Kernel) string {
 	for _, st := range k.Fused {
 		fmt.Fprintf(&b, "%s%v%s%s;", st.Op.Name, st.Args, ir.AttrString(ir.Dict(st.Attrs)), st.Type)
 	}
+	fmt.Fprintf(&b, "%v", k.Outputs)
 	return b.String()
 }
 
@@ -1496,11 +1500,12 @@ func (rg *rankGen) call(prog *ir.Func, op *ir.Op) error {
 			if read {
 				at = max(at, r)
 			}
-			// In place: an elementwise launch whose only result is the update, run after
-			// every other reader of the old value, writes the parameter or state itself —
-			// each element is read (at its own index: the result has its shape) before it is
-			// written, on every device — so the update needs neither a copy nor a buffer.
-			// AdamW's step is then four launches a parameter, not eight.
+			// In place: an elementwise launch writing the update, run after every other
+			// reader of the old value, writes the parameter or state itself — each element
+			// of every input is read (at its own index: the result has its shape) before any
+			// result's is written, on every device — so the update needs neither a copy nor
+			// a buffer. AdamW's step is then one launch a parameter (lower fuses the new
+			// moments, the parameter and its 16-bit copy), not eight.
 			if (!read || r <= p) && slotBuf[s] < 0 && rg.inPlace(b, b.Launches[p], s, dst) {
 				slotBuf[s] = dst
 				continue
@@ -1539,7 +1544,7 @@ func (rg *rankGen) call(prog *ir.Func, op *ir.Op) error {
 func (rg *rankGen) inPlace(b *lower.Block, l lower.Launch, s, dst int) bool {
 	k := &b.Kernels[l.Kernel]
 	elementwise := k.Op == nil && len(k.Fused) > 0 || k.Op != nil && k.Op.Has(ir.Elementwise)
-	return elementwise && len(l.Out) == 1 && l.Out[0] == s && b.Slots[s].Equal(rg.typeOf(dst))
+	return elementwise && slices.Contains(l.Out, s) && b.Slots[s].Equal(rg.typeOf(dst))
 }
 
 // allReduce lowers a rank program's all_reduce of a value (the optimizer's found_inf and

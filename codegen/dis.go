@@ -109,6 +109,13 @@ func kernelText(k *pb.Kernel) string {
 		}
 		steps = append(steps, fmt.Sprintf("s%d = %s %s%s", i, st.Op, strings.Join(args, ", "), attrText(st.Attrs)))
 	}
+	if len(k.Outputs) > 0 {
+		outs := make([]string, len(k.Outputs))
+		for i, o := range k.Outputs {
+			outs[i] = fmt.Sprintf("s%d", o)
+		}
+		steps = append(steps, "→ "+strings.Join(outs, ", "))
+	}
 	return "fused [" + strings.Join(steps, "; ") + "]"
 }
 

@@ -98,7 +98,9 @@
 // buffer instead of copying: no instruction writes a buffer in place but the gradient
 // accumulators, the buckets' unpacking and the optimizer's step (whose elementwise updates
 // write each parameter and state tensor in place: no copy back, no buffer for the new
-// value), so the alias is safe and free. A reshape of an activation is likewise a view of its
+// value; a fused chain writing several updates — AdamW's moments and parameter, one launch —
+// writes each in place, every device reading the chain's inputs before writing its
+// results), so the alias is safe and free. A reshape of an activation is likewise a view of its
 // operand's bytes (aliasReshapes: its buffer shares the operand's offset, the instruction is
 // dropped) wherever both are written exactly once, which is checked over the whole stream. axis_index (the offset of a rank's block, for the vocab-parallel embedding and
 // cross-entropy and for ZeRO's block of a parameter) lowers to AXIS_INDEX, which names the

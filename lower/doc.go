@@ -1,6 +1,8 @@
 // Package lower owns the step from an IR function to kernel launches over numbered value
 // slots (Block): constants become constant slots, chains of elementwise ops fuse into one
-// launch when each intermediate has a single user in the chain and the chain's shape, and
+// launch when every use of each intermediate is in the chain and it has the chain's shape —
+// an intermediate the function returns is one more result of the launch (AdamW's moments,
+// parameter and 16-bit copy are one launch, which code generation writes in place) — and
 // every other op is one launch — collectives included, which are never fused (code generation
 // turns them into collective instructions). It also owns the memory planner (PlanMemory):
 // offsets in one arena for buffers with known lifetimes — greedy best-fit in start order and,

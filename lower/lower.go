@@ -16,10 +16,13 @@ type FusedStep struct {
 }
 
 // Kernel is what one launch computes: an IR op, or (Op nil) a fused elementwise chain.
+// Outputs are the steps of a fused chain whose results the launch writes, in the order of
+// its Out slots; nil means the last step alone.
 type Kernel struct {
-	Op    *ir.OpDef
-	Attrs ir.Attrs
-	Fused []FusedStep
+	Op      *ir.OpDef
+	Attrs   ir.Attrs
+	Fused   []FusedStep
+	Outputs []int
 }
 
 // Name is the op name, or "fused(add,mul,…)".
@@ -58,9 +61,12 @@ type Block struct {
 }
 
 // Func lowers one function. Every op becomes one launch, except constants (which become
-// constant slots) and chains of elementwise ops, which fuse into one launch when an
-// intermediate result is used exactly once, by the next elementwise op of the chain, and has
-// that op's shape (so the fused loop runs over one index space).
+// constant slots) and chains of elementwise ops, which fuse into one launch when every use of
+// an intermediate result is by an op of the chain and it has that op's shape (so the fused
+// loop runs over one index space). An intermediate the function also returns is written as
+// one more output of the launch: AdamW's new moments and parameter, and the parameter's bf16
+// copy, are one launch, each element read before any is written (so each may be written in
+// place) — the same steps in the same order as separate launches, so the same bits.
 func Func(f *ir.Func) (*Block, error) {
 	b := &Block{Name: f.Name, Consts: map[int]*ir.Dense{}}
 	slot := map[*ir.Value]int{}
@@ -97,10 +103,20 @@ func Func(f *ir.Func) (*Block, error) {
 		}
 		for _, x := range op.Operands {
 			p := x.Def
-			if p == nil || !fusible(p) || returned[x] || len(uses[x]) != 1 || !x.Type.Shape.Equal(op.Results[0].Type.Shape) {
+			if p == nil || !fusible(p) || !x.Type.Shape.Equal(op.Results[0].Type.Shape) {
 				continue
 			}
-			fusedInto[p] = root
+			// Every use is in root's chain: uses come later in the function, so they are
+			// placed already (a use outside would read x before the chain's launch).
+			inChain := true
+			for _, u := range uses[x] {
+				if u != root && fusedInto[u] != root {
+					inChain = false
+				}
+			}
+			if inChain {
+				fusedInto[p] = root
+			}
 		}
 	}
 	// Group each root's members in program order.
@@ -112,6 +128,9 @@ func Func(f *ir.Func) (*Block, error) {
 	}
 	for _, op := range f.Ops {
 		if _, inner := fusedInto[op]; inner {
+			if returned[op.Results[0]] && newSlot(op.Results[0]) < 0 {
+				return nil, fmt.Errorf("%s: result of %s has no known type; run shape-infer", op.Loc, op.Def.Name)
+			}
 			continue // emitted with its root
 		}
 		for _, r := range op.Results {
@@ -140,7 +159,7 @@ func Func(f *ir.Func) (*Block, error) {
 			b.Launches = append(b.Launches, l)
 			continue
 		}
-		b.fuse(group, slot)
+		b.fuse(group, slot, returned)
 	}
 	for _, r := range f.Results {
 		s, ok := slot[r]
@@ -155,8 +174,9 @@ func Func(f *ir.Func) (*Block, error) {
 // fusible ops are elementwise with one result.
 func fusible(op *ir.Op) bool { return op.Def.Has(ir.Elementwise) && len(op.Results) == 1 }
 
-// fuse emits one kernel for an elementwise group whose last member is the root.
-func (b *Block) fuse(group []*ir.Op, slot map[*ir.Value]int) {
+// fuse emits one kernel for an elementwise group whose last member is the root, writing the
+// root's result and, before it, every member's the function returns.
+func (b *Block) fuse(group []*ir.Op, slot map[*ir.Value]int, returned map[*ir.Value]bool) {
 	root := group[len(group)-1]
 	inGroup := map[*ir.Value]int{} // value → step index
 	var inputs []int
@@ -189,6 +209,17 @@ func (b *Block) fuse(group []*ir.Op, slot map[*ir.Value]int) {
 		}
 	}
 	k := Kernel{Fused: steps}
+	var outs []int
+	for i, op := range group[:len(group)-1] {
+		if returned[op.Results[0]] {
+			k.Outputs = append(k.Outputs, i)
+			outs = append(outs, slot[op.Results[0]])
+		}
+	}
+	if len(outs) > 0 {
+		k.Outputs = append(k.Outputs, len(steps)-1)
+	}
+	outs = append(outs, slot[root.Results[0]])
 	if len(steps) == 1 {
 		// A lone elementwise op stays a plain launch of its op; the device runs it with the
 		// same elementwise engine.
@@ -199,5 +230,5 @@ func (b *Block) fuse(group []*ir.Op, slot map[*ir.Value]int) {
 		}
 	}
 	b.Kernels = append(b.Kernels, k)
-	b.Launches = append(b.Launches, Launch{Kernel: len(b.Kernels) - 1, In: inputs, Out: []int{slot[root.Results[0]]}})
+	b.Launches = append(b.Launches, Launch{Kernel: len(b.Kernels) - 1, In: inputs, Out: outs})
 }

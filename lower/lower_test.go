@@ -39,10 +39,10 @@ func TestFusion(t *testing.T) {
 	for _, l := range b.Launches {
 		names = append(names, b.Kernels[l.Kernel].Name())
 	}
-	// %0 is used twice (both operands of the mul), so it stays its own launch while mul→relu
-	// fuse; tanh has two users and stays; exp→mul fuse, emitted where their root (the mul) is.
+	// %0's two uses are both in the mul, so add→mul→relu fuse; tanh has users in two chains
+	// (exp's and neg's) and stays; exp→mul fuse, emitted where their root (the mul) is.
 	got := strings.Join(names, " ")
-	want := "add fused(mul,relu) matmul tanh neg fused(exp,mul)"
+	want := "fused(add,mul,relu) matmul tanh neg fused(exp,mul)"
 	if got != want {
 		t.Fatalf("launches %q, want %q", got, want)
 	}
@@ -50,9 +50,54 @@ func TestFusion(t *testing.T) {
 		t.Fatalf("%d constant slots", len(b.Consts))
 	}
 	// The fused exp→mul reads %4 and the constant, and writes %7.
-	last := b.Launches[5]
+	last := b.Launches[4]
 	if len(last.In) != 2 || b.Slots[last.Out[0]].String() != "f32[4,8]" {
 		t.Fatalf("fused launch %+v", last)
+	}
+}
+
+// TestFusionWritesReturnedIntermediates: AdamW's shape — each new moment is returned and
+// read by the parameter's update, whose bf16 copy is returned too — is one launch writing
+// four results, in program order, each the step that computes it.
+func TestFusionWritesReturnedIntermediates(t *testing.T) {
+	f := parseFunc(t, `func @f(%m: f32[8], %v: f32[8], %g: f32[8], %p: f32[8], %b: f32[]) -> (f32[8], f32[8], f32[8], bf16[8]) {
+  %0 = mul %m, %b : f32[8]
+  %m2 = add %0, %g : f32[8]
+  %1 = mul %g, %g : f32[8]
+  %v2 = add %v, %1 : f32[8]
+  %2 = sqrt %v2 : f32[8]
+  %3 = div %m2, %2 : f32[8]
+  %p2 = sub %p, %3 : f32[8]
+  %h = cast %p2 {to = bf16} : bf16[8]
+  return %m2, %v2, %p2, %h
+}
+`)
+	b, err := Func(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Launches) != 1 {
+		var names []string
+		for _, l := range b.Launches {
+			names = append(names, b.Kernels[l.Kernel].Name())
+		}
+		t.Fatalf("launches %v, want one", names)
+	}
+	l, k := b.Launches[0], b.Kernels[b.Launches[0].Kernel]
+	if len(l.Out) != 4 || len(k.Outputs) != 4 {
+		t.Fatalf("launch writes %d slots, kernel %d outputs; want 4", len(l.Out), len(k.Outputs))
+	}
+	for i, r := range b.Results {
+		if l.Out[i] != r {
+			t.Errorf("output %d is slot %d, the function returns slot %d there", i, l.Out[i], r)
+		}
+		step := k.Fused[k.Outputs[i]]
+		if !step.Type.Equal(b.Slots[r]) {
+			t.Errorf("output %d is step %d of type %s, returned %s", i, k.Outputs[i], step.Type, b.Slots[r])
+		}
+	}
+	if got := k.Fused[k.Outputs[0]].Op.Name; got != "add" {
+		t.Errorf("first output computed by %s, want the moment's add", got)
 	}
 }
 

@@ -53,6 +53,17 @@ func TestStageMemComposesUnits(t *testing.T) {
 					// The runs' peaks within 1 KiB: the first stage's W places the
 					// embedding's gradients 512 bytes apart from how its probe does.
 					near := func(a, b int64) bool { return a-b <= 1024 && b-a <= 1024 }
+					// In the stage's function lower may fuse an elementwise chain across two
+					// units (it writes a returned intermediate as one more result of the
+					// launch), which the one-unit probes cannot: the composed runs may be
+					// larger by one bf16 activation of the micro-batch (2 × 32 × 64 × 2 bytes,
+					// in tp 2's first stage, where the embedding's backward meets the first
+					// layer's), never smaller.
+					const fusedAcross = 2 * 32 * 64 * 2
+					over := func(a, b int64) bool { return a >= b && a-b <= fusedAcross }
+					if over(got.runI, want.runI) && over(got.runW, want.runW) && near(got.runF, want.runF) {
+						got.runI, got.runW = want.runI, want.runW
+					}
 					if near(got.runF, want.runF) && near(got.runI, want.runI) && near(got.runW, want.runW) {
 						got.runF, got.runI, got.runW = want.runF, want.runI, want.runW
 					}

@@ -654,6 +654,9 @@ func kernelSpec(pk *pb.Kernel) (*device.Spec, error) {
 			}
 			s.Fused = append(s.Fused, device.FusedStep{Op: def, Args: args, Attrs: attrs, Type: t})
 		}
+		for _, o := range pk.Outputs {
+			s.Outputs = append(s.Outputs, int(o))
+		}
 		return s, nil
 	}
 	def := ir.Lookup(pk.Op)
@@ -1151,8 +1154,9 @@ func checkLaunch(s *device.Spec) (err error) {
 		}
 		return sameTypes(s.Op.Name, want, s.Out)
 	}
-	if len(s.Out) != 1 {
-		return fmt.Errorf("fused kernel with %d outputs", len(s.Out))
+	outs := s.OutputSteps()
+	if len(s.Out) != len(outs) {
+		return fmt.Errorf("fused kernel writes %d steps, %d buffers given", len(outs), len(s.Out))
 	}
 	vals := append([]ir.Type(nil), s.In...)
 	for i, st := range s.Fused {
@@ -1175,7 +1179,22 @@ func checkLaunch(s *device.Spec) (err error) {
 		}
 		vals = append(vals, st.Type)
 	}
-	return sameTypes("fused", vals[len(vals)-1:], s.Out)
+	// Each output is a distinct step of the last step's shape: the chain runs over one
+	// index space and writes each result once.
+	last := s.Fused[len(s.Fused)-1].Type
+	seen := map[int]bool{}
+	want := make([]ir.Type, len(outs))
+	for i, o := range outs {
+		if o < 0 || o >= len(s.Fused) || seen[o] {
+			return fmt.Errorf("fused kernel output %d is step %d of %d (or repeated)", i, o, len(s.Fused))
+		}
+		seen[o] = true
+		want[i] = s.Fused[o].Type
+		if !want[i].Shape.Equal(last.Shape) {
+			return fmt.Errorf("fused kernel output %d (step %d) is %s, the chain runs over %s", i, o, want[i], last)
+		}
+	}
+	return sameTypes("fused", want, s.Out)
 }
 
 func sameTypes(op string, want, got []ir.Type) error {

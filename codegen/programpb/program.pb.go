@@ -1077,12 +1077,14 @@ func (x *FusedStep) GetType() *TensorType {
 }
 
 // A kernel: an IR op (by name, with its attributes), or "fused" with steps whose last result is
-// the output.
+// the output — or, with outputs, the steps (indices into fused) whose results the launch writes,
+// in the order of its out buffers, each element read before any is written.
 type Kernel struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Op            string                 `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
 	Attrs         []*NamedAttr           `protobuf:"bytes,2,rep,name=attrs,proto3" json:"attrs,omitempty"`
 	Fused         []*FusedStep           `protobuf:"bytes,3,rep,name=fused,proto3" json:"fused,omitempty"`
+	Outputs       []int32                `protobuf:"varint,4,rep,packed,name=outputs,proto3" json:"outputs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1134,6 +1136,13 @@ func (x *Kernel) GetAttrs() []*NamedAttr {
 func (x *Kernel) GetFused() []*FusedStep {
 	if x != nil {
 		return x.Fused
+	}
+	return nil
+}
+
+func (x *Kernel) GetOutputs() []int32 {
+	if x != nil {
+		return x.Outputs
 	}
 	return nil
 }
@@ -1573,11 +1582,12 @@ const file_program_proto_rawDesc = "" +
 	"\x02op\x18\x01 \x01(\tR\x02op\x12\x12\n" +
 	"\x04args\x18\x02 \x03(\x05R\x04args\x12,\n" +
 	"\x05attrs\x18\x03 \x03(\v2\x16.ppc.program.NamedAttrR\x05attrs\x12+\n" +
-	"\x04type\x18\x04 \x01(\v2\x17.ppc.program.TensorTypeR\x04type\"t\n" +
+	"\x04type\x18\x04 \x01(\v2\x17.ppc.program.TensorTypeR\x04type\"\x8e\x01\n" +
 	"\x06Kernel\x12\x0e\n" +
 	"\x02op\x18\x01 \x01(\tR\x02op\x12,\n" +
 	"\x05attrs\x18\x02 \x03(\v2\x16.ppc.program.NamedAttrR\x05attrs\x12,\n" +
-	"\x05fused\x18\x03 \x03(\v2\x16.ppc.program.FusedStepR\x05fused\"\x84\x06\n" +
+	"\x05fused\x18\x03 \x03(\v2\x16.ppc.program.FusedStepR\x05fused\x12\x18\n" +
+	"\aoutputs\x18\x04 \x03(\x05R\aoutputs\"\x84\x06\n" +
 	"\x05Instr\x12+\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.ppc.program.Instr.KindR\x04kind\x12\x16\n" +
 	"\x06kernel\x18\x02 \x01(\x05R\x06kernel\x12\x0e\n" +

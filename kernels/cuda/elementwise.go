@@ -281,10 +281,12 @@ func offset(t ir.Type, out ir.Shape) string {
 // Elementwise writes the kernel of an elementwise launch site: one op, or a chain the
 // lowering fused (s.Fused), over the output's elements with broadcast inputs, each step
 // computed in float (f32, bf16, f16), double (f64) or 64-bit integers and rounded to its
-// own dtype, as the CPU device computes it.
+// own dtype, as the CPU device computes it. A chain writing several results (s.Outputs:
+// AdamW's moments, parameter and 16-bit copy) stores them after its last step, each thread
+// having read all of its inputs' elements first.
 func Elementwise(s *device.Spec, name string) (Kernel, error) {
-	if len(s.Out) != 1 {
-		return Kernel{}, fmt.Errorf("%s: %d results, an elementwise kernel has one", s.Name(), len(s.Out))
+	if len(s.Out) == 0 || s.Op != nil && len(s.Out) != 1 {
+		return Kernel{}, fmt.Errorf("%s: %d results, an elementwise op has one", s.Name(), len(s.Out))
 	}
 	out := s.Out[0]
 	steps := s.Fused
@@ -300,6 +302,18 @@ func Elementwise(s *device.Spec, name string) (Kernel, error) {
 	}
 	if len(steps) == 0 {
 		return Kernel{}, fmt.Errorf("fused kernel without steps")
+	}
+	outSteps := []int{len(steps) - 1}
+	if s.Op == nil {
+		outSteps = s.OutputSteps()
+	}
+	if len(outSteps) != len(s.Out) {
+		return Kernel{}, fmt.Errorf("fused kernel writes %d steps into %d results", len(outSteps), len(s.Out))
+	}
+	for o, j := range outSteps {
+		if j < 0 || j >= len(steps) || !steps[j].Type.Equal(s.Out[o]) || !s.Out[o].Shape.Equal(out.Shape) {
+			return Kernel{}, fmt.Errorf("fused kernel output %d (step %d) does not match its result %s", o, j, s.Out[o])
+		}
 	}
 	k := Kernel{Name: name, N: int64(out.NumElements()), In: s.In, Out: out}
 	// An elementwise launch may write over one of its inputs (the optimizer's in-place
@@ -359,8 +373,12 @@ func Elementwise(s *device.Spec, name string) (Kernel, error) {
 		fmt.Fprintf(&b, "    %s %s = %s; // %s\n", classOf(st.Type.DType).ctype(), v, round(st.Type.DType, e), st.Op.Name)
 		vals = append(vals, val{v, st.Type.DType})
 	}
-	last := vals[len(vals)-1]
-	fmt.Fprintf(&b, "    out[i] = %s;\n  }\n}\n", store(out.DType, last.name))
+	for o := range s.Out[1:] {
+		v := vals[len(s.In)+outSteps[o+1]]
+		fmt.Fprintf(&b, "    out%d[i] = %s;\n", o+1, store(s.Out[o+1].DType, v.name))
+	}
+	first := vals[len(s.In)+outSteps[0]]
+	fmt.Fprintf(&b, "    out[i] = %s;\n  }\n}\n", store(out.DType, first.name))
 	writeHostLauncher(&b, name, hostArgs, ost)
 	k.Body = b.String()
 	return k, nil
@@ -390,6 +408,8 @@ func signature(s *device.Spec, restrict bool) (params, hostArgs []string, ost st
 			return nil, nil, "", fmt.Errorf("result %d: %v", j+1, err)
 		}
 		params = append(params, fmt.Sprintf("%s*%s out%d", st, qual, j+1))
+		// The host launch passes them in in[], after the operands.
+		hostArgs = append(hostArgs, fmt.Sprintf("(%s*)in[%d]", st, len(s.In)+j))
 	}
 	if ost, err = storage(s.Out[0].DType); err != nil {
 		return nil, nil, "", fmt.Errorf("result: %v", err)

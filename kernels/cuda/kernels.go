@@ -162,7 +162,11 @@ func PlanSite(s *device.Spec, name string) (*Plan, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Plan{Steps: []Step{{Kernel: k, In: all(), Out: Ref{Result, 0}}}}, nil
+		var also []Ref // a fused chain's results besides the first
+		for r := 1; r < len(s.Out); r++ {
+			also = append(also, Ref{Result, r})
+		}
+		return &Plan{Steps: []Step{{Kernel: k, In: all(), Also: also, Out: Ref{Result, 0}}}}, nil
 	}
 	if per, ok := perResult[s.Op.Name]; ok {
 		if per.results > 0 && len(s.Out) != per.results {

@@ -447,7 +447,19 @@ func prepareEngine(s *device.Spec) (device.Impl, error) {
 		}
 		steps = []device.FusedStep{{Op: s.Op, Args: args, Attrs: s.Attrs, Type: s.Out[0]}}
 	}
-	out := s.Out[0]
+	if len(steps) == 0 {
+		return nil, fmt.Errorf("fused kernel without steps")
+	}
+	// The chain runs over its last step's elements and writes its output steps' values once
+	// every step of a chunk is computed: a result written over an input is never read back.
+	outSteps := []int{len(steps) - 1}
+	if s.Op == nil {
+		outSteps = s.OutputSteps()
+	}
+	if len(outSteps) != len(s.Out) {
+		return nil, fmt.Errorf("fused kernel writes %d steps into %d results", len(outSteps), len(s.Out))
+	}
+	out := steps[len(steps)-1].Type
 	nIn := len(s.In)
 	type step struct {
 		f     ewFunc
@@ -478,7 +490,7 @@ func prepareEngine(s *device.Spec) (device.Impl, error) {
 				}
 			}
 		}
-		if i == len(steps)-1 && st.Type.DType.IsFloat() && st.Type.DType == out.DType {
+		if i == len(steps)-1 && st.Type.DType.IsFloat() && len(outSteps) == 1 {
 			// The store rounds a float result to its dtype exactly as the rounder would
 			// (f32 and f64 directly; f16 and bf16 through f32 in both), so skip the pass.
 			r = nil
@@ -493,9 +505,16 @@ func prepareEngine(s *device.Spec) (device.Impl, error) {
 		}
 		loaders[i] = l
 	}
-	store, err := storer(out.DType)
-	if err != nil {
-		return nil, err
+	stores := make([]func([]byte, int, []float64), len(outSteps))
+	for o, j := range outSteps {
+		if j < 0 || j >= len(steps) || !steps[j].Type.Equal(s.Out[o]) || !s.Out[o].Shape.Equal(out.Shape) {
+			return nil, fmt.Errorf("fused kernel output %d (step %d) does not match its result %s", o, j, s.Out[o])
+		}
+		st, err := storer(s.Out[o].DType)
+		if err != nil {
+			return nil, err
+		}
+		stores[o] = st
 	}
 	total := out.NumElements()
 	return func(in, outs []device.Tensor) error {
@@ -525,7 +544,9 @@ func prepareEngine(s *device.Spec) (device.Impl, error) {
 						st.round(dst)
 					}
 				}
-				store(outs[0].Data, lo, vals[len(vals)-1][:n])
+				for o, j := range outSteps {
+					stores[o](outs[o].Data, lo, vals[nIn+j][:n])
+				}
 			}
 		})
 		return nil

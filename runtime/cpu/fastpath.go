@@ -22,7 +22,7 @@ var arithOps = map[string]k.ArithOp{"add": k.OpAdd, "sub": k.OpSub, "mul": k.OpM
 // chain) whose operands and result are all f32 or all f64, with any numpy broadcasting; nil
 // when the launch is not of that form.
 func arithFastPath(s *device.Spec) device.Impl {
-	if len(s.Out) != 1 {
+	if len(s.Out) != 1 || len(s.Outputs) > 0 {
 		return nil
 	}
 	out := s.Out[0]
@@ -76,15 +76,16 @@ var chainOps = map[string]int{"add": 2, "sub": 2, "mul": 2, "div": 2, "neg": 1, 
 // chainChunk is the number of elements a typed chain processes at a time.
 const chainChunk = 1024
 
-// arithChainFastPath returns the kernel of a fused chain whose inputs, steps and result all
+// arithChainFastPath returns the kernel of a fused chain whose inputs, steps and results all
 // have one dtype, f32 or f64, and whose steps are all chainOps: it runs the chain in that
 // dtype over chunks of the output, reading same-shape inputs in place. nil when the chain is
 // not of that form.
 func arithChainFastPath(s *device.Spec) device.Impl {
-	if len(s.Out) != 1 {
+	if len(s.Out) == 0 {
 		return nil
 	}
 	out := s.Out[0]
+	var outSteps []int // nil: the last step alone
 	fused := s.Fused
 	if s.Op != nil { // a lone op is a chain of one step
 		args := make([]int, len(s.In))
@@ -94,6 +95,11 @@ func arithChainFastPath(s *device.Spec) device.Impl {
 		fused = []device.FusedStep{{Op: s.Op, Args: args, Attrs: s.Attrs, Type: out}}
 	}
 	if len(fused) == 0 {
+		return nil
+	}
+	if len(s.Outputs) > 0 {
+		outSteps = s.OutputSteps()
+	} else if len(s.Out) != 1 {
 		return nil
 	}
 	d := out.DType
@@ -126,9 +132,9 @@ func arithChainFastPath(s *device.Spec) device.Impl {
 		steps[i] = chainStep{st.Op.Name, st.Args}
 	}
 	if d == ir.F32 {
-		return typedChain[float32](s.In, out.Shape, steps)
+		return typedChain[float32](s.In, out.Shape, steps, outSteps)
 	}
-	return typedChain[float64](s.In, out.Shape, steps)
+	return typedChain[float64](s.In, out.Shape, steps, outSteps)
 }
 
 type chainStep struct {
@@ -194,7 +200,11 @@ func makeTypedLoader[T k.Float](src []T, shape, out ir.Shape) typedLoader[T] {
 	}
 }
 
-func typedChain[T k.Float](inTypes []ir.Type, out ir.Shape, steps []chainStep) device.Impl {
+// typedChain runs steps over chunks of out. With outSteps (a chain writing several results)
+// every step is computed into the chunk's buffers and the results copied out after the last,
+// so that a result written over an input (an in-place update) is never read back as that
+// input; otherwise the last step writes the result directly.
+func typedChain[T k.Float](inTypes []ir.Type, out ir.Shape, steps []chainStep, outSteps []int) device.Impl {
 	nIn := len(inTypes)
 	total := out.NumElements()
 	return func(in, outs []device.Tensor) error {
@@ -231,11 +241,14 @@ func typedChain[T k.Float](inTypes []ir.Type, out ir.Shape, steps []chainStep) d
 				}
 				for j, st := range steps {
 					dst := bufs[nIn+j][:n]
-					if j == len(steps)-1 {
+					if j == len(steps)-1 && outSteps == nil {
 						dst = y[lo : lo+n]
 					}
 					chainOp(st.op, dst, vals[st.args[0]], vals[st.args[len(st.args)-1]])
 					vals[nIn+j] = dst
+				}
+				for o, j := range outSteps {
+					copy(floats[T](outs[o])[lo:lo+n], vals[nIn+j])
 				}
 			}
 		})

@@ -268,3 +268,79 @@ func TestArithChainFastPathBitIdentical(t *testing.T) {
 		}
 	}
 }
+
+// TestFusedOutputsInPlace: a chain writing several results (AdamW's update as lower fuses
+// it) gives the same bits whether its results go to fresh buffers or over its own inputs, as
+// code generation places the optimizer's updates — on the f32 chain fast path and on the
+// engine (the bf16 copy of the parameter is a cast the fast path does not take), with every
+// result the step it names: separately computed one-output chains agree bit for bit.
+func TestFusedOutputsInPlace(t *testing.T) {
+	r := rand.New(rand.NewPCG(91, 92))
+	for _, withCast := range []bool{false, true} {
+		full := ir.T(ir.F32, 3, 5000) // several chunks per worker
+		step := func(name string, args []int, ty ir.Type) device.FusedStep {
+			return device.FusedStep{Op: ir.Lookup(name), Args: args, Type: ty}
+		}
+		steps := []device.FusedStep{
+			step("mul", []int{0, 4}, full), step("add", []int{5, 2}, full), step("mul", []int{2, 2}, full),
+			step("abs", []int{1}, full), step("add", []int{8, 7}, full), step("sqrt", []int{9}, full),
+			step("div", []int{6, 10}, full), step("sub", []int{3, 11}, full),
+			step("sub", []int{12, 0}, full), // reads m again after m' is made: in place, m' must not be written yet
+		}
+		outs := []int{1, 4, 8}
+		outTypes := []ir.Type{full, full, full}
+		if withCast {
+			steps = append(steps, device.FusedStep{Op: ir.Lookup("cast"), Args: []int{13}, Attrs: attrs("to", "bf16"), Type: ir.T(ir.BF16, 3, 5000)})
+			outs = append(outs, 9)
+			outTypes = append(outTypes, ir.T(ir.BF16, 3, 5000))
+		}
+		in := []ir.Type{full, full, full, full, ir.T(ir.F32)} // m, v, g, p, β
+		s := &device.Spec{Fused: steps, Outputs: outs, In: in, Out: outTypes}
+		if fast := arithChainFastPath(s); (fast != nil) == withCast {
+			t.Fatalf("cast %v: chain fast path taken: %v", withCast, fast != nil)
+		}
+		impl, err := prepareElementwise(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := make([]device.Tensor, len(in))
+		for i := range ts {
+			ts[i] = randBits(r, in[i])
+		}
+		fresh := make([]device.Tensor, len(outTypes))
+		for i, ty := range outTypes {
+			fresh[i] = newTensor(ty)
+		}
+		if err := impl(ts, fresh); err != nil {
+			t.Fatal(err)
+		}
+		// Each result alone: the chain cut at its step.
+		for o, j := range outs {
+			one := &device.Spec{Fused: steps[:j+1], In: in, Out: []ir.Type{outTypes[o]}}
+			alone, err := prepareElementwise(one)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := newTensor(outTypes[o])
+			if err := alone(ts, []device.Tensor{want}); err != nil {
+				t.Fatal(err)
+			}
+			if i := sameBits(fresh[o], want); i >= 0 {
+				t.Fatalf("cast %v: result %d element %d: %v, computed alone %v", withCast, o, i, values(fresh[o])[i], values(want)[i])
+			}
+		}
+		// In place: m', v', p' over m, v, p.
+		inPlace := []device.Tensor{ts[0], ts[1], ts[3]}
+		if withCast {
+			inPlace = append(inPlace, newTensor(outTypes[3]))
+		}
+		if err := impl(ts, inPlace); err != nil {
+			t.Fatal(err)
+		}
+		for o := range inPlace {
+			if i := sameBits(inPlace[o], fresh[o]); i >= 0 {
+				t.Fatalf("cast %v: result %d in place differs at element %d: %v, not in place %v", withCast, o, i, values(inPlace[o])[i], values(fresh[o])[i])
+			}
+		}
+	}
+}

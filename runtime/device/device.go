@@ -92,14 +92,25 @@ type FusedStep struct {
 }
 
 // Spec is one kernel launch site: an IR op with its attributes, or a fused chain of
-// elementwise ops (Op nil, Fused set, whose last step is the output), with the exact operand
-// and result types. The runtime has checked Attrs and types against the op table before a
-// device sees a Spec.
+// elementwise ops (Op nil, Fused set, whose last step is the output — or Outputs: the steps
+// written to Out, in order, all of the last step's shape), with the exact operand and result
+// types. The runtime has checked Attrs and types against the op table before a device sees a
+// Spec. A fused chain reads every input element before it writes any result's (its results
+// may be written over its inputs: the optimizer's in-place updates).
 type Spec struct {
 	Op      *ir.OpDef
 	Attrs   ir.Attrs
 	Fused   []FusedStep
+	Outputs []int
 	In, Out []ir.Type
+}
+
+// OutputSteps is the fused steps a chain writes, in the order of Out.
+func (s *Spec) OutputSteps() []int {
+	if len(s.Outputs) > 0 {
+		return s.Outputs
+	}
+	return []int{len(s.Fused) - 1}
 }
 
 // Name is the op name, or "fused".

@@ -99,6 +99,26 @@ func Cases() []Case {
 		Fused: []device.FusedStep{step("mul", []int{0, 2}, nil, ty(bf, out...)), step("where", []int{1, 2, 3}, nil, ty(bf, out...)),
 			step("exp", []int{4}, nil, ty(f32, out...))},
 		Out: []ir.Type{ty(f32, out...)}}, 8, 0, 0, nil})
+	// A chain writing several results: AdamW's update as lower fuses it (the new moments, the
+	// parameter and its bf16 copy in one launch), its results written over its inputs on the
+	// device as code generation places them (here separate buffers; TestFusedOutputsInPlace
+	// runs it in place).
+	full := ty(f32, out...)
+	cs = append(cs, Case{"k_fused_adamw", &device.Spec{
+		In: []ir.Type{full, full, full, full, ty(f32)}, // m, v, g, p, β
+		Fused: []device.FusedStep{
+			step("mul", []int{0, 4}, nil, full),          // 5: β·m
+			step("add", []int{5, 2}, nil, full),          // 6: m' = β·m + g
+			step("mul", []int{2, 2}, nil, full),          // 7: g²
+			step("abs", []int{1}, nil, full),             // 8: |v|
+			step("add", []int{8, 7}, nil, full),          // 9: v' = |v| + g²
+			step("sqrt", []int{9}, nil, full),            // 10
+			step("div", []int{6, 10}, nil, full),         // 11: m'/√v'
+			step("sub", []int{3, 11}, nil, full),         // 12: p'
+			step("cast", []int{12}, nil, ty(bf, out...)), // 13: p' in bf16
+		},
+		Outputs: []int{1, 4, 7, 8},
+		Out:     []ir.Type{full, full, full, ty(bf, out...)}}, 0, 0, 0, nil})
 	// Data movement, reductions and softmax (Generate), on odd shapes.
 	x := ty(f32, 3, 5, 7)
 	op("reshape", ir.Attrs{{Name: "shape", Value: ir.Ints(15, 7)}}, 0, []ir.Type{ty(bf, 3, 5, 7)}, ty(bf, 15, 7))
