@@ -1,7 +1,10 @@
 package codegen
 
 import (
+	"slices"
+
 	pb "ppc.dev/ppc/codegen/programpb"
+	"ppc.dev/ppc/ir"
 )
 
 // aliasReshapes makes each reshape of an activation a view of its operand's bytes instead of
@@ -14,6 +17,10 @@ import (
 // stream rather than assumed, since accumulators (ACCUM), in-place collectives and the
 // optimizer write buffers in place. Both the program (emit) and the planner's run memories
 // (RunMemories) alias the same way, so the plan's memory is compile's.
+//
+// A slice of an activation's leading rows (dim 0 cut short, every other dim whole: ZeRO-3's
+// padded gathers, passes.ParamGather, drop their padding so) is a view of the operand's
+// leading bytes in the same way.
 func (rg *rankGen) aliasReshapes() {
 	writes := map[int32]int{}
 	for _, in := range rg.prog.Instrs {
@@ -28,10 +35,14 @@ func (rg *rankGen) aliasReshapes() {
 	}
 	activation := func(id int32) bool { return rg.prog.Buffers[id].Role == pb.Role_ACTIVATION }
 	for i, in := range rg.prog.Instrs {
-		if in.Kind != pb.Instr_LAUNCH || rg.prog.Kernels[in.Kernel].Op != "reshape" || len(in.In) != 1 || len(in.Out) != 1 {
+		if in.Kind != pb.Instr_LAUNCH || len(in.In) != 1 || len(in.Out) != 1 {
 			continue
 		}
 		x, y := in.In[0], in.Out[0]
+		k := rg.prog.Kernels[in.Kernel]
+		if k.Op != "reshape" && !(k.Op == "slice" && leadingRows(k, rg.typeOf(int(x)), rg.typeOf(int(y)))) {
+			continue
+		}
 		for {
 			r, ok := rg.alias[x]
 			if !ok {
@@ -39,7 +50,7 @@ func (rg *rankGen) aliasReshapes() {
 			}
 			x = r
 		}
-		if !activation(x) || !activation(y) || writes[in.In[0]] > 1 || writes[x] > 1 || writes[y] != 1 || rg.typeOf(int(x)).Bytes() != rg.typeOf(int(y)).Bytes() {
+		if !activation(x) || !activation(y) || writes[in.In[0]] > 1 || writes[x] > 1 || writes[y] != 1 || k.Op == "reshape" && rg.typeOf(int(x)).Bytes() != rg.typeOf(int(y)).Bytes() {
 			continue
 		}
 		rg.alias[y] = x
@@ -73,4 +84,27 @@ func (rg *rankGen) placeAliases() {
 	}
 	rg.prog.Instrs = kept
 	rg.info.Instructions = len(kept)
+}
+
+// leadingRows reports whether slice kernel k of x giving y keeps x's leading rows: y's dim 0
+// shorter, its other dims x's, starting at 0 with step 1 — the first bytes of x.
+func leadingRows(k *pb.Kernel, x, y ir.Type) bool {
+	if x.Rank() == 0 || x.Rank() != y.Rank() || !slices.Equal(x.Shape[1:], y.Shape[1:]) || y.Shape[0] > x.Shape[0] || x.DType != y.DType {
+		return false
+	}
+	as, err := AttrsFromProto(k.Attrs)
+	if err != nil {
+		return false
+	}
+	for _, v := range as.Ints("starts") {
+		if v != 0 {
+			return false
+		}
+	}
+	for _, v := range as.Ints("steps") {
+		if v != 1 {
+			return false
+		}
+	}
+	return true
 }

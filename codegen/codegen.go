@@ -180,6 +180,7 @@ type gen struct {
 	mesh         Mesh
 	shards       map[string]*ir.Sharding // parameter → its sharding (absent: whole)
 	unpadded     map[string][]int        // parameter → the shape the user sees, when padded (ir.AttrUnpadded)
+	zeroRows     map[string]int          // ZeRO-3 parameter → the rows its padded dp blocks split (ir.AttrZeroRows)
 	mainParams   map[string]bool         // 16-bit parameters whose fp32 main copy is their checkpointed tensor (passes.AttrMainParam)
 	gradDType    ir.DType                // the dtype 16-bit gradients accumulate in (passes.AttrGradDType; F32 by default)
 	rankProgs    []*ir.Func              // @rank<r>: each pipeline rank's step (passes.RankPrograms)
@@ -321,6 +322,7 @@ func moduleMesh(m *ir.Module, ranks int) (Mesh, error) {
 func (g *gen) collectShardings() error {
 	g.shards = map[string]*ir.Sharding{}
 	g.unpadded = map[string][]int{}
+	g.zeroRows = map[string]int{}
 	g.mainParams = map[string]bool{}
 	g.gradDType = ir.F32
 	if s := g.m.Attrs.Str(passes.AttrGradDType, ""); s != "" {
@@ -371,6 +373,9 @@ func (g *gen) collectShardings() error {
 				return fmt.Errorf("@%s: parameter %%%s: %v", f.Name, a.Name, err)
 			}
 			g.shards[a.Name] = s
+			if r := f.ArgAttrs[i].Int(ir.AttrZeroRows, 0); zero && r > 0 {
+				g.zeroRows[a.Name] = r
+			}
 		}
 	}
 	return nil
@@ -433,13 +438,18 @@ func shardProto(s *ir.Sharding) []*pb.ShardDim {
 	return out
 }
 
-// logicalShape is the full tensor's shape of a local (per-rank) shape under s.
-func (g *gen) logicalShape(local []int, s *ir.Sharding) []int {
+// logicalShape is the full tensor's shape of a local (per-rank) shape under s; zeroRows > 0
+// is a padded ZeRO block's (ir.AttrZeroRows): dim 0 is those rows times its other axes.
+func (g *gen) logicalShape(local []int, s *ir.Sharding, zeroRows int) []int {
 	out := slices.Clone(local)
 	if s == nil {
 		return out
 	}
 	for i, axes := range s.Dims {
+		if i == 0 && zeroRows > 0 {
+			out[0] = zeroRows
+			axes = slices.DeleteFunc(slices.Clone(axes), func(a string) bool { return a == "dp" })
+		}
 		for _, a := range axes {
 			out[i] *= g.mesh.Size(a)
 		}
@@ -857,42 +867,50 @@ func (rg *rankGen) gradReduceScatter(prog *ir.Func, op *ir.Op) error {
 // member a contiguous run of its input: PACK lays the tensors' blocks out member by member
 // (every tensor's block 0, then every tensor's block 1, …: Blocks = n), and the member's run
 // is cut back into its blocks (UNPACK). The sums are those of one reduce-scatter per tensor,
-// element for element.
+// element for element. A tensor whose rows n does not divide has blocks of ceil(rows/n) rows
+// (ZeRO's padding): it is packed even alone, PACK filling its last blocks with zeros.
 func (rg *rankGen) reduceScatter(axis string, names []string, bufs []int, mb int) ([]int, int64, error) {
 	n := rg.g.mesh.Size(axis)
 	if n == 0 {
 		return nil, 0, fmt.Errorf("%q is not an axis of the mesh (pp, dp, ep, edp, cp, tp)", axis)
 	}
 	var bytes int64
+	padded := false
 	blockTypes := make([]ir.Type, len(bufs))
 	for i, buf := range bufs {
 		t := rg.typeOf(buf)
-		if t.Rank() == 0 || t.Shape[0]%n != 0 {
-			return nil, 0, fmt.Errorf("%q (%s): dim 0 does not split into %d blocks", names[i], t, n)
+		if t.Rank() == 0 || t.Shape[0] == 0 {
+			return nil, 0, fmt.Errorf("%q (%s): no rows to split into %d blocks", names[i], t, n)
 		}
 		if t.DType != rg.typeOf(bufs[0]).DType {
 			return nil, 0, fmt.Errorf("%s and %s: a bucket holds one dtype", rg.typeOf(bufs[0]), t)
 		}
-		bytes += t.Bytes()
 		blockTypes[i] = ir.Type{DType: t.DType, Shape: slices.Clone(t.Shape)}
-		blockTypes[i].Shape[0] /= n
+		blockTypes[i].Shape[0] = passes.ZeroBlockRows(t.Shape[0], n)
+		bytes += int64(n) * blockTypes[i].Bytes()
+		padded = padded || t.Shape[0]%n != 0
 	}
 	blocks := make([]int, len(bufs))
 	for i := range bufs {
 		blocks[i] = rg.newBuffer(fmt.Sprintf("%s.block#%d", names[i], mb), blockTypes[i], pb.Role_ACTIVATION)
 	}
-	if len(bufs) == 1 {
+	if len(bufs) == 1 && !padded {
 		rg.instr(&pb.Instr{Kind: pb.Instr_REDUCE_SCATTER, In: []int32{int32(bufs[0])}, Out: []int32{int32(blocks[0])}, Axis: axis, ReduceOp: pb.Instr_SUM, Microbatch: int32(mb)})
 		return blocks, bytes, nil
 	}
 	dt := blockTypes[0].DType
 	elems := int(bytes / int64(dt.Size()))
 	flat := rg.newBuffer(fmt.Sprintf("%s-bucket#%d", axis, mb), ir.Type{DType: dt, Shape: ir.Shape{elems}}, pb.Role_ACTIVATION)
-	mine := rg.newBuffer(fmt.Sprintf("%s-bucket.block#%d", axis, mb), ir.Type{DType: dt, Shape: ir.Shape{elems / n}}, pb.Role_ACTIVATION)
 	in := make([]int32, len(bufs))
 	for i, buf := range bufs {
 		in[i] = int32(buf)
 	}
+	if len(bufs) == 1 { // a lone padded tensor: its block is the member's run
+		rg.instr(&pb.Instr{Kind: pb.Instr_PACK, In: in, Out: []int32{int32(flat)}, Blocks: int32(n), Microbatch: int32(mb)})
+		rg.instr(&pb.Instr{Kind: pb.Instr_REDUCE_SCATTER, In: []int32{int32(flat)}, Out: []int32{int32(blocks[0])}, Axis: axis, ReduceOp: pb.Instr_SUM, Microbatch: int32(mb)})
+		return blocks, bytes, nil
+	}
+	mine := rg.newBuffer(fmt.Sprintf("%s-bucket.block#%d", axis, mb), ir.Type{DType: dt, Shape: ir.Shape{elems / n}}, pb.Role_ACTIVATION)
 	rg.instr(&pb.Instr{Kind: pb.Instr_PACK, In: in, Out: []int32{int32(flat)}, Blocks: int32(n), Microbatch: int32(mb)})
 	rg.instr(&pb.Instr{Kind: pb.Instr_REDUCE_SCATTER, In: []int32{int32(flat)}, Out: []int32{int32(mine)}, Axis: axis, ReduceOp: pb.Instr_SUM, Microbatch: int32(mb)})
 	ids := make([]int32, len(blocks))
@@ -907,7 +925,9 @@ func (rg *rankGen) reduceScatter(axis string, names []string, bufs []int, mb int
 // left are all-gathered into the whole parameters. A lone block is gathered straight into its
 // parameter; several are packed, gathered as one (member by member: every parameter's block
 // of member 0, then of member 1, …), and UNPACK in n blocks puts each run in its place in its
-// parameter — no copy of the bucket beyond the gathered one.
+// parameter — no copy of the bucket beyond the gathered one. A padded block (ZeRO: n does
+// not divide the parameter's rows) is gathered, even alone, into a bucket whose UNPACK drops
+// the padding.
 func (rg *rankGen) paramAllGather(prog *ir.Func, op *ir.Op) error {
 	axis := op.Attrs.Str("axis", "")
 	n := rg.g.mesh.Size(axis)
@@ -917,6 +937,7 @@ func (rg *rankGen) paramAllGather(prog *ir.Func, op *ir.Op) error {
 	names := op.Attrs.Strings("params")
 	blocks, params := make([]int32, len(names)), make([]int, len(names))
 	var bytes int64
+	padded := false
 	for i, name := range names {
 		blk, ok := rg.blocks[name]
 		param, isParam := rg.named["param:"+name]
@@ -927,28 +948,35 @@ func (rg *rankGen) paramAllGather(prog *ir.Func, op *ir.Op) error {
 			return fmt.Errorf("@%s: param_all_gather of %q, which is not a parameter here", prog.Name, name)
 		}
 		bt, pt := rg.typeOf(blk), rg.typeOf(param)
-		if bt.DType != pt.DType || bt.Rank() != pt.Rank() || bt.Rank() == 0 || bt.Shape[0]*n != pt.Shape[0] || !slices.Equal(bt.Shape[1:], pt.Shape[1:]) {
+		if bt.DType != pt.DType || bt.Rank() != pt.Rank() || bt.Rank() == 0 || pt.Shape[0] == 0 || bt.Shape[0] != passes.ZeroBlockRows(pt.Shape[0], n) || !slices.Equal(bt.Shape[1:], pt.Shape[1:]) {
 			return fmt.Errorf("@%s: param_all_gather of %q: %s is not a block over %s of %s", prog.Name, name, bt, axis, pt)
 		}
 		if bt.DType != rg.typeOf(int(blocks[0])).DType && i > 0 {
 			return fmt.Errorf("@%s: param_all_gather of %s and %s: a bucket holds one dtype", prog.Name, rg.typeOf(int(blocks[0])), bt)
 		}
 		blocks[i], params[i] = int32(blk), param
-		bytes += pt.Bytes()
+		bytes += int64(n) * bt.Bytes()
+		padded = padded || pt.Shape[0]%n != 0
 	}
 	rg.g.dpComm.opt[max(op.Stage, 0)] += rg.g.collectiveTime("all_gather", bytes, axis)
-	if len(names) == 1 {
+	if len(names) == 1 && !padded {
 		rg.instr(&pb.Instr{Kind: pb.Instr_ALL_GATHER, In: blocks, Out: []int32{int32(params[0])}, Axis: axis})
 		return nil
 	}
 	dt := rg.typeOf(params[0]).DType
 	elems := int(bytes / int64(dt.Size()))
-	flat := rg.newBuffer(axis+"-gather.block", ir.Type{DType: dt, Shape: ir.Shape{elems / n}}, pb.Role_ACTIVATION)
-	all := rg.newBuffer(axis+"-gather", ir.Type{DType: dt, Shape: ir.Shape{elems}}, pb.Role_ACTIVATION)
 	out := make([]int32, len(params))
 	for i, p := range params {
 		out[i] = int32(p)
 	}
+	if len(names) == 1 { // a lone padded block: gathered as it is
+		all := rg.newBuffer(axis+"-gather", ir.Type{DType: dt, Shape: ir.Shape{elems}}, pb.Role_ACTIVATION)
+		rg.instr(&pb.Instr{Kind: pb.Instr_ALL_GATHER, In: blocks, Out: []int32{int32(all)}, Axis: axis})
+		rg.instr(&pb.Instr{Kind: pb.Instr_UNPACK, In: []int32{int32(all)}, Out: out, Blocks: int32(n)})
+		return nil
+	}
+	flat := rg.newBuffer(axis+"-gather.block", ir.Type{DType: dt, Shape: ir.Shape{elems / n}}, pb.Role_ACTIVATION)
+	all := rg.newBuffer(axis+"-gather", ir.Type{DType: dt, Shape: ir.Shape{elems}}, pb.Role_ACTIVATION)
 	rg.instr(&pb.Instr{Kind: pb.Instr_PACK, In: blocks, Out: []int32{int32(flat)}})
 	rg.instr(&pb.Instr{Kind: pb.Instr_ALL_GATHER, In: []int32{int32(flat)}, Out: []int32{int32(all)}, Axis: axis})
 	rg.instr(&pb.Instr{Kind: pb.Instr_UNPACK, In: []int32{int32(all)}, Out: out, Blocks: int32(n)})
@@ -1174,6 +1202,7 @@ func (rg *rankGen) bindArg(f *ir.Func, i, mb int) (int, error) {
 		}
 		rg.prog.Buffers[buf].Shard = shardProto(s)
 		rg.prog.Buffers[buf].Unpadded = int64s(at.Ints(ir.AttrUnpadded))
+		rg.prog.Buffers[buf].ZeroRows = int64(at.Int(ir.AttrZeroRows, 0))
 		rg.named["state:"+name] = buf
 		return buf, nil
 	case at.Has("step"):
@@ -1198,6 +1227,7 @@ func (rg *rankGen) param(name string, t ir.Type, at ir.Attrs) (int, error) {
 	b := rg.prog.Buffers[buf]
 	b.Shard = shardProto(rg.g.shards[name])
 	b.Unpadded = int64s(rg.g.unpadded[name])
+	b.ZeroRows = int64(rg.g.zeroRows[name])
 	b.Copy = rg.g.mainParams[name]
 	if d, ok := at.Get(ir.AttrData).(*ir.Dense); ok {
 		if d.Elided {
@@ -1671,7 +1701,7 @@ func (g *gen) describe(p *Plan, progs []*pb.Program) {
 				if _, ok := params[a.Name]; !ok {
 					order = append(order, a.Name)
 					sh := g.shards[a.Name]
-					pr := Param{Name: a.Name, DType: a.Type.DType.String(), Shape: g.logicalShape(a.Type.Shape, sh), Init: at.Str(ir.AttrInit, ""), Expert: at.Has(passes.AttrExpert)}
+					pr := Param{Name: a.Name, DType: a.Type.DType.String(), Shape: g.logicalShape(a.Type.Shape, sh, g.zeroRows[a.Name]), Init: at.Str(ir.AttrInit, ""), Expert: at.Has(passes.AttrExpert)}
 					if u := g.unpadded[a.Name]; u != nil {
 						pr.Shape, pr.Padded = u, pr.Shape // checkpoints hold the tensor the user sees
 					}

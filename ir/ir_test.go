@@ -335,3 +335,30 @@ func TestBF16Rounding(t *testing.T) {
 		t.Error("NaN lost")
 	}
 }
+
+// TestVerifyZeroRows: zero_rows (a padded ZeRO block) needs a block split over dp last on dim
+// 0 of ceil(rows/dp) rows; each misuse is an error naming the argument.
+func TestVerifyZeroRows(t *testing.T) {
+	src := func(arg string) string {
+		return `module @m attributes {mesh = {dp = 3, tp = 2}}
+
+func @f(%w: ` + arg + `) -> (f32[]) {
+  %s = reduce_sum %w : f32[]
+  return %s
+}
+`
+	}
+	if _, err := ParseAndVerify("x.ir", src(`f32[22,4] {param, shard = [[tp, dp], _], zero_rows = 64}`)); err != nil {
+		t.Fatalf("a padded block: %v", err)
+	}
+	for _, c := range []struct{ arg, want string }{
+		{`f32[22,4] {param, shard = [[tp, dp], _], zero_rows = 70}`, "%w: f32[22,4]: a block of 70 rows split over dp 3 has ceil(70/3) = 24 rows"},
+		{`f32[22,4] {param, shard = [[dp, tp], _], zero_rows = 64}`, "%w: attribute zero_rows needs a block split over dp on dim 0"},
+		{`f32[22,4] {param, zero_rows = 64}`, "%w: attribute zero_rows needs a block split over dp on dim 0"},
+		{`f32[22,4] {param, shard = [dp, _], zero_rows = 0}`, "%w: attribute zero_rows must be a positive integer, got 0"},
+	} {
+		if _, err := ParseAndVerify("x.ir", src(c.arg)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want %q", c.arg, err, c.want)
+		}
+	}
+}

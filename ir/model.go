@@ -44,6 +44,12 @@ const (
 	// divide): checkpoints, exports and initialisation hold this leading block of it, and
 	// the elements beyond it are zero and stay zero.
 	AttrUnpadded = "unpadded"
+	// AttrZeroRows (int, on a ZeRO block: a parameter, gradient or optimizer state split over
+	// dp on dim 0) is the rows the dp blocks split when dp does not divide them: dim 0 as the
+	// rank's other axes leave it (its tp block, or the whole dim). Each dp rank holds
+	// ceil(rows/dp) of them, the last ranks' blocks padded with zeros (possibly wholly
+	// padding), as FSDP and Megatron's distributed optimizer pad; absent, dp divides dim 0.
+	AttrZeroRows = "zero_rows"
 	// AttrMetric (string, on a scalar result) names a value the step reports beside the loss:
 	// on a result of @forward (a model's `metric NAME EXPR`), a per-micro-batch count summed
 	// over the step's micro-batches and replicas, such as the tokens a mixture of experts

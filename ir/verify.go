@@ -112,6 +112,20 @@ func (v *verifier) fn(f *Func, commExplicit bool) {
 				v.errorf(f.Loc, "@%s: argument %%%s: attribute %s must list one positive size per dim of %s, got %s", f.Name, a.Name, AttrUnpadded, a.Type, AttrString(u))
 			}
 		}
+		if r := f.ArgAttrs[i].Get(AttrZeroRows); r != nil {
+			// A padded ZeRO block: ceil(rows/dp) rows, split over dp on dim 0.
+			rows, ok := r.(Int)
+			s, _ := ArgSharding(f, i)
+			dp := v.axes["dp"]
+			switch {
+			case !ok || rows < 1:
+				v.errorf(f.Loc, "@%s: argument %%%s: attribute %s must be a positive integer, got %s", f.Name, a.Name, AttrZeroRows, AttrString(r))
+			case s == nil || a.Type.Rank() == 0 || len(s.Dims) == 0 || len(s.Dims[0]) == 0 || s.Dims[0][len(s.Dims[0])-1] != "dp":
+				v.errorf(f.Loc, "@%s: argument %%%s: attribute %s needs a block split over dp on dim 0 (shard [[…, dp], …])", f.Name, a.Name, AttrZeroRows)
+			case dp > 0 && a.Type.Shape[0] != (int(rows)+dp-1)/dp:
+				v.errorf(f.Loc, "@%s: argument %%%s: %s: a block of %d rows split over dp %d has ceil(%d/%d) = %d rows", f.Name, a.Name, a.Type, rows, dp, rows, dp, (int(rows)+dp-1)/dp)
+			}
+		}
 		defined[a] = true
 		if s, err := ArgSharding(f, i); err != nil {
 			v.errorf(f.Loc, "@%s: argument %%%s: %v", f.Name, a.Name, err)

@@ -65,14 +65,19 @@
 // Data parallelism needs no sharding inside a function: the per-micro-batch functions are
 // SPMD over dp by construction (rank d of dp runs micro-batches d·M … d·M+M−1 of the global
 // batch), so weight gradients leave the W passes as partial sums over dp, and the optimizer
-// divides by M·dp. Under ZeRO the optimizer pass updates each replica's dp block of every
-// parameter whose first dim dp divides: its gradient argument is the block of the reduced
-// sum, the state is the block (a `shard` over dp, whose shapes are the block's in any
-// module), and the result is the new block. Parameters keep their logical shapes in the
-// `shard` attribute, so ranks initialise their own blocks (the initialiser is shard-invariant)
-// and checkpoints merge by name and offset. A parameter whose first dim dp does not divide is
-// held, reduced and updated whole (no padding: dp 124 = 4·31, OPT-175B's, splits no dim of a
-// GPT).
+// divides by M·dp. Under ZeRO the optimizer pass updates each replica's dp block of dim 0 of
+// every parameter that has one (scalars and expert shards stay whole): its gradient argument
+// is the block of the reduced sum, the state is the block (a `shard` over dp, whose shapes are
+// the block's in any module), and the result is the new block. Parameters keep their logical
+// shapes in the `shard` attribute, so ranks initialise their own blocks (the initialiser is
+// shard-invariant) and checkpoints merge by name and offset. Where dp does not divide the
+// rows — dp 124 = 4·31, OPT-175B's, divides no dim of a GPT — a block is ceil(rows/dp) rows
+// and the last ranks' are padded with zeros, as FSDP and Megatron's distributed optimizer
+// pad: the block arguments carry zero_rows = rows (ir.AttrZeroRows), the parameter's block is
+// taken from it padded (`pad`), gradients are padded before their reduce-scatters and gathers
+// drop the padding. A padded row's gradient is zero, so its state and update stay zero. We
+// chose padding over blocks of unequal size because every collective keeps equal blocks and
+// nothing else needs to know; where dp divides, the IR is what it was.
 //
 // ZeRO-3 (FSDP; optimizer{zero=3}) holds the parameter itself as that block: @optimizer's
 // parameter argument is the block and its update replaces it in place, with no gather after

@@ -206,7 +206,7 @@ func runLossScale(m *ir.Module, opts Options) error {
 		target := f.ResultAttrs[i].Str(AttrUpdate, "")
 		prev := old[target]
 		if prev != nil && zeroed[target] && r.Type.Rank() > 0 && !prev.Type.Equal(r.Type) {
-			prev = zeroBlock(b, prev, r.Type.Shape[0]) // the new value is a block: keep the old block
+			prev = zeroBlock(b, prev, r.Type.Shape[0], meshSize(m, "dp")) // the new value is a block: keep the old block
 		}
 		if prev == nil || !prev.Type.Equal(r.Type) {
 			return ir.ErrorAt(m.Source, f.Loc, "loss-scale: @%s result %d updates %q, which is not an argument of its type", OptimizerFunc, i, target)

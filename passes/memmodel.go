@@ -61,6 +61,12 @@ func (r StateRecipe) PerParam(zero, dp int) string {
 	}
 	whole, shard := r.Weights+r.Grads+r.Accum+r.Master+r.Optimizer, 0.0
 	switch {
+	case zero == 3:
+		// The parameters too: everything over dp (plus the padding of blocks dp does not divide).
+		if dp <= 1 {
+			return fmt.Sprintf("%g B/param (%s)", whole, parts)
+		}
+		return fmt.Sprintf("%g/d = %.4g B/param at dp %d (%s; ZeRO-3 shards all four over dp)", whole, whole/float64(dp), dp, parts)
 	case zero >= 2:
 		whole, shard = r.Weights, r.Grads+r.Accum+r.Master+r.Optimizer
 	case zero == 1:

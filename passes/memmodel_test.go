@@ -3,6 +3,8 @@ package passes
 import (
 	"math"
 	"testing"
+
+	"ppc.dev/ppc/ir"
 )
 
 // TestModelStatePlaybook reproduces the Ultra-Scale Playbook's table of model-state memory
@@ -62,5 +64,25 @@ func TestFullRecomputeFormula(t *testing.T) {
 	}
 	if _, one := FullRecomputeActivationBytes(2048, 1, 12288, 96, 8, 1, 16, true, true); peak-one != 2*s*h/8*5*16 {
 		t.Errorf("five more layers add %g, want their inputs only (%g)", peak-one, 2*s*h/8*5*16)
+	}
+}
+
+// TestPerParamNamesZeRO: the recipe line says what each ZeRO stage shards — ZeRO-3 all four
+// parts, the 16-bit parameters included (it once said "2 + 16/d", as ZeRO-2).
+func TestPerParamNamesZeRO(t *testing.T) {
+	r := CompileRecipe(ir.BF16, ir.F32, 2)
+	for _, c := range []struct {
+		zero, dp int
+		want     string
+	}{
+		{0, 4, "18 B/param (2 params + 4 grads + 12 main params and optimizer state)"},
+		{1, 4, "6 + 12/d = 9 B/param at dp 4 (2 params + 4 grads + 12 main params and optimizer state; ZeRO-1 shards the last one over dp)"},
+		{2, 4, "2 + 16/d = 6 B/param at dp 4 (2 params + 4 grads + 12 main params and optimizer state; ZeRO-2 shards the last three over dp)"},
+		{3, 124, "18/d = 0.1452 B/param at dp 124 (2 params + 4 grads + 12 main params and optimizer state; ZeRO-3 shards all four over dp)"},
+		{3, 1, "18 B/param (2 params + 4 grads + 12 main params and optimizer state)"},
+	} {
+		if got := r.PerParam(c.zero, c.dp); got != c.want {
+			t.Errorf("zero %d dp %d: %q, want %q", c.zero, c.dp, got, c.want)
+		}
 	}
 }

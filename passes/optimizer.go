@@ -49,11 +49,15 @@ var Optimizer = &Pass{
 		"buffer the first step gives buf = g exactly, PyTorch's clone). The op order is fixed, so the update is " +
 		"bitwise reproducible for every partitioning. Options not given take the kind's defaults (PyTorch's, but for " +
 		"sgd's lr); each must be finite in f32, the precision of the update. With zero=1 or 2 (ZeRO stage 1 or 2) on a " +
-		"mesh with dp > 1, each replica keeps and updates one dp block of every parameter whose first dim dp divides " +
+		"mesh with dp > 1, each replica keeps and updates one dp block of dim 0 of every parameter that has one " +
 		"(@optimizer gets the attribute zero = 1 or 2): the gradient argument is the block of the global sum (shard over " +
 		"dp on dim 0), the state arguments are that block, the parameter's block is taken with axis_index, and the " +
 		"result {update = <name>} is the new block, which each rank's program all-gathers into the whole parameter; " +
-		"other parameters are updated whole. @optimizer holds no collective: the rank programs reduce-scatter the " +
+		"scalars and expert shards are updated whole. Where dp does not divide the rows, a block is ceil(rows/dp) rows " +
+		"and the last ranks' are padded with zeros (the arguments carry zero_rows = rows, the block of the parameter is " +
+		"taken from it padded, and the rank programs pad a gradient before its reduce-scatter and drop the padding " +
+		"after the gather): FSDP's and Megatron's padding, whose rows' gradient, state and update stay zero. " +
+		"@optimizer holds no collective: the rank programs reduce-scatter the " +
 		"gradients (rank-optimizer, before the step, for ZeRO-1; grad-reduce, each micro-batch's, for ZeRO-2, which " +
 		"accumulates only the block) and all-gather the new blocks (rank-optimizer). With zero=3 (ZeRO-3, FSDP) the " +
 		"parameter itself is held as that block (its argument is the block, shard over dp on dim 0, and no block is " +
@@ -355,8 +359,19 @@ func zeroBlocks(m *ir.Module) (map[string]int, int) {
 	return out, dp
 }
 
+// ZeroBlockRows is the rows of a ZeRO block of a dim of the given rows split over dp: all
+// of them padded to a multiple of dp (FSDP's and Megatron's distributed optimizer's
+// padding), ceil(rows/dp).
+func ZeroBlockRows(rows, dp int) int { return (rows + dp - 1) / dp }
+
 // zeroBlock is this dp replica's block of dim 0 of p, n rows: the rows axis_index(dp)·n …
-func zeroBlock(b *ir.Builder, p *ir.Value, n int) *ir.Value {
+// of p padded with zeros to n·dp rows when dp does not divide its rows.
+func zeroBlock(b *ir.Builder, p *ir.Value, n, dp int) *ir.Value {
+	if extra := n*dp - p.Type.Shape[0]; extra > 0 {
+		pads := make([]int, 2*p.Type.Rank())
+		pads[p.Type.Rank()] = extra
+		p = b.Op1("pad", ir.Attrs{{Name: "pads", Value: ir.Ints(pads...)}}, p)
+	}
 	off := b.Mul(b.Op1("axis_index", ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}}), b.Scalar(ir.I64, float64(n)))
 	idx := b.Add(b.Op1("iota", ir.Attrs{{Name: "axis", Value: ir.Int(0)}, {Name: "type", Value: ir.TypeAttr(ir.T(ir.I64, n))}}), off)
 	return b.Op1("gather", ir.Attrs{{Name: "axis", Value: ir.Int(0)}}, p, idx)
@@ -442,8 +457,13 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 			s, _ := ir.ShardingFromAttr(shard)
 			expert = s.Uses(EPAxis)
 		}
-		zero := c.zero >= 1 && dp > 1 && ct.Rank() >= 1 && ct.Shape[0]%dp == 0 && !expert
+		// Every parameter with a first dim is split, whether or not dp divides it: each rank
+		// holds ceil(rows/dp) rows, the last ranks' blocks padded with zeros (zero_rows), as
+		// FSDP and Megatron's distributed optimizer pad. The padding's gradient, state and
+		// update stay exactly zero (a zero gradient moves neither AdamW nor SGD from zero).
+		zero := c.zero >= 1 && dp > 1 && ct.Rank() >= 1 && !expert
 		gt := ct
+		var zeroRows ir.Attr // the rows a padded block splits (nil: dp divides them)
 		pa := train.ArgAttrs[p.Index]
 		main := pa.Has(AttrMainParam)
 		if main && c.gradDType == p.Type.DType {
@@ -453,18 +473,25 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 			// ZeRO: the state is this replica's block of dim 0 (inside the tp block, when tp
 			// splits dim 0 too: the dp axis comes second, innermost).
 			st.Shape = slices.Clone(ct.Shape)
-			st.Shape[0] /= dp
+			st.Shape[0] = ZeroBlockRows(ct.Shape[0], dp)
 			stShard = zeroSharding(shard, ct.Rank()).Attr()
 			gt.Shape = st.Shape // the gradient arrives as the block of the global sum
 			gAttrs = gAttrs.Set(ir.AttrShard, stShard)
+			if ct.Shape[0]%dp != 0 {
+				zeroRows = ir.Int(ct.Shape[0])
+				gAttrs = gAttrs.Set(ir.AttrZeroRows, zeroRows)
+			}
 			f.Attrs = f.Attrs.Set(AttrZero, ir.Int(c.zero))
 		}
 		pt, pAttrs := p.Type, laidOut(ir.Attrs{{Name: ir.AttrParam, Value: ir.Unit{}}})
 		if zero && c.zero == 3 {
 			// ZeRO-3: the parameter is held as its block, laid out as its state.
 			pt.Shape = slices.Clone(pt.Shape)
-			pt.Shape[0] /= dp
+			pt.Shape[0] = st.Shape[0]
 			pAttrs = pAttrs.Set(ir.AttrShard, stShard)
+			if zeroRows != nil {
+				pAttrs = pAttrs.Set(ir.AttrZeroRows, zeroRows)
+			}
 		}
 		op := optParam{
 			p:    f.AddArg(p.Name, pt, pAttrs),
@@ -477,6 +504,9 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 			as := laidOut(ir.Attrs{{Name: AttrState, Value: ir.String(MainParamState(p.Name))}, {Name: AttrMainParam, Value: ir.Unit{}}})
 			if stShard != nil {
 				as = as.Set(ir.AttrShard, stShard)
+			}
+			if zeroRows != nil {
+				as = as.Set(ir.AttrZeroRows, zeroRows)
 			}
 			if d := pa.Get(ir.AttrData); d != nil {
 				as = as.Set(ir.AttrData, d)
@@ -494,6 +524,9 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 			}
 			if unpadded != nil {
 				as = as.Set(ir.AttrUnpadded, unpadded)
+			}
+			if zeroRows != nil {
+				as = as.Set(ir.AttrZeroRows, zeroRows)
 			}
 			op.state = append(op.state, f.AddArg(name, st, as))
 		}
@@ -536,7 +569,7 @@ func addOptimizer(m *ir.Module, c optConfig) error {
 			if p.Type.DType != ct {
 				p = b.Cast(p, ct)
 			}
-			p = zeroBlock(b, p, g.Type.Shape[0]) // this replica's block, as its gradient is
+			p = zeroBlock(b, p, g.Type.Shape[0], dp) // this replica's block, as its gradient is
 		case p.Type.DType != ct:
 			p = b.Cast(p, ct)
 		}

@@ -10,11 +10,13 @@ import (
 // ParamGather writes ZeRO-3's parameter gathers into the per-stage functions.
 var ParamGather = &Pass{
 	Name: "param-gather",
-	Doc: "After split-stages, under ZeRO-3 (@optimizer {zero = 3}: every parameter whose first dim dp divides is held " +
+	Doc: "After split-stages, under ZeRO-3 (@optimizer {zero = 3}: every parameter with a first dim is held " +
 		"by each dp replica as its block of dim 0, @optimizer's argument for it the block): each per-stage function " +
 		"(F, I, W, and so every recomputation, which I and W do inside them) takes such a parameter as the block — " +
 		"its argument's type and shard become @optimizer's — and all-gathers it over dp where it reads it, " +
-		"`%<name>.gathered = all_gather %<name> {axis = dp, dim = 0, parts = dp}`, so the whole parameter lives in " +
+		"`%<name>.gathered = all_gather %<name> {axis = dp, dim = 0, parts = dp}` — a padded block (zero_rows: dp does " +
+		"not divide the rows) gathers ceil(rows/dp)·dp rows and `slice`s off the padding, a view of the gathered copy's " +
+		"leading rows — so the whole parameter lives in " +
 		"the arena only from its gather to its last reader in that run (the memory plan frees it there) and is gathered " +
 		"again by the next function that reads it — FSDP's gather before the forward and again before the backward. " +
 		"The gathers are grouped by layer (the partition's parameter namespaces: h3.*, layers.3.*; parameters " +
@@ -23,8 +25,9 @@ var ParamGather = &Pass{
 		"computes (FSDP's prefetch, by placement: it overlaps where the device runs collectives on a stream of their own) and at most two " +
 		"layers are whole at once. A parameter read only through casts to one dtype (mixed precision's 16-bit copy) " +
 		"is cast as a block and gathered in that dtype: half the bytes, the same values. The gradient leaves W whole " +
-		"and is reduce-scattered after the run as ZeRO-2's (grad-reduce); the optimizer updates the block in place and " +
-		"nothing is gathered after it (rank-optimizer). Other parameters (dp does not divide dim 0) are held whole.",
+		"and is reduce-scattered right after the op computing it, padded with zeros to ceil(rows/dp)·dp rows first where dp " +
+		"does not divide them (`pad`), and the run returns the block; the optimizer updates the block in place and " +
+		"nothing is gathered after it (rank-optimizer). Scalars and expert shards are held whole.",
 	Run: runParamGather,
 }
 
@@ -55,19 +58,22 @@ func runParamGather(m *ir.Module, _ Options) error {
 		if f.Attrs.Str("kind", "") == "" {
 			continue
 		}
-		block := map[*ir.Value]bool{}
+		block := map[*ir.Value]int{} // a block parameter → the rows of its whole copy
 		for i, a := range f.Args {
 			j, ok := blocks[a.Name]
 			if !ok || !f.ArgAttrs[i].Has(ir.AttrParam) {
 				continue
 			}
 			oa := opt.Args[j]
-			if whole := oa.Type.Shape[0] * dp; a.Type.Rank() == 0 || a.Type.Shape[0] != whole || !slices.Equal(a.Type.Shape[1:], oa.Type.Shape[1:]) {
-				return fmt.Errorf("@%s: parameter %%%s is %s, @%s's block %s is not 1/%d of it", f.Name, a.Name, a.Type, OptimizerFunc, oa.Type, dp)
+			if a.Type.Rank() == 0 || ZeroBlockRows(a.Type.Shape[0], dp) != oa.Type.Shape[0] || !slices.Equal(a.Type.Shape[1:], oa.Type.Shape[1:]) {
+				return fmt.Errorf("@%s: parameter %%%s is %s, @%s's block %s is not its block over dp %d", f.Name, a.Name, a.Type, OptimizerFunc, oa.Type, dp)
 			}
+			block[a] = a.Type.Shape[0]
 			a.Type = oa.Type
 			f.ArgAttrs[i] = f.ArgAttrs[i].Set(ir.AttrShard, opt.ArgAttrs[j].Get(ir.AttrShard))
-			block[a] = true
+			if r := opt.ArgAttrs[j].Get(ir.AttrZeroRows); r != nil {
+				f.ArgAttrs[i] = f.ArgAttrs[i].Set(ir.AttrZeroRows, r)
+			}
 		}
 		if len(block) > 0 {
 			gatherParams(f, block, dp)
@@ -81,14 +87,15 @@ func runParamGather(m *ir.Module, _ Options) error {
 // returns of a parameter held as blocks, and returns the block instead: a run holds one whole
 // gradient at a time, and the rank accumulates only its block. A 16-bit gradient accumulated
 // in fp32 (the recipe's default, accType) is widened first, so that the sum over dp is taken
-// in fp32 as ZeRO-2's reduce-scatter takes it.
+// in fp32 as ZeRO-2's reduce-scatter takes it. A gradient whose rows dp does not divide is
+// padded with zero rows to a multiple of dp first: the padding's blocks sum to zero.
 func scatterGrads(m *ir.Module, f *ir.Func, isBlock func(string) bool, dp int) {
-	rs := ir.MustLookup("reduce_scatter")
+	rs, pad := ir.MustLookup("reduce_scatter"), ir.MustLookup("pad")
 	cast := ir.MustLookup("cast")
 	after := map[*ir.Op][]*ir.Op{}
 	for i, r := range f.Results {
 		name := f.ResultAttrs[i].Str(ir.AttrGrad, "")
-		if name == "" || !isBlock(name) || r.Def == nil || r.Type.Rank() == 0 || r.Type.Shape[0]%dp != 0 {
+		if name == "" || !isBlock(name) || r.Def == nil || r.Type.Rank() == 0 {
 			continue
 		}
 		src := r
@@ -98,9 +105,21 @@ func scatterGrads(m *ir.Module, f *ir.Func, isBlock func(string) bool, dp int) {
 			after[r.Def] = append(after[r.Def], c)
 			src = c.Results[0]
 		}
+		n := ZeroBlockRows(src.Type.Shape[0], dp)
+		if extra := n*dp - src.Type.Shape[0]; extra > 0 {
+			pads := make([]int, 2*src.Type.Rank())
+			pads[src.Type.Rank()] = extra
+			t := src.Type
+			t.Shape = slices.Clone(t.Shape)
+			t.Shape[0] = n * dp
+			p := ir.NewOp(pad, []*ir.Value{src}, ir.Attrs{{Name: "pads", Value: ir.Ints(pads...)}}, []ir.Type{t})
+			annotate(p, r.Def)
+			after[r.Def] = append(after[r.Def], p)
+			src = p.Results[0]
+		}
 		t := src.Type
 		t.Shape = slices.Clone(t.Shape)
-		t.Shape[0] /= dp
+		t.Shape[0] = n
 		op := ir.NewOp(rs, []*ir.Value{src}, ir.Attrs{{Name: "axis", Value: ir.Ident("dp")}, {Name: "dim", Value: ir.Int(0)}, {Name: "parts", Value: ir.Int(dp)}}, []ir.Type{t})
 		op.Results[0].Name = "d." + name + ".block"
 		annotate(op, r.Def)
@@ -123,12 +142,17 @@ func scatterGrads(m *ir.Module, f *ir.Func, isBlock func(string) bool, dp int) {
 // same layerOfParam). A parameter read through a cast of it (one op whose only operand is
 // the parameter) is read as that dtype: the block is cast and the copy gathered. Each
 // segment gathers each (parameter, dtype) it reads once; its gathers are placed before the
-// first reader of the segment before it (prefetch), the first segment's before its own.
-func gatherParams(f *ir.Func, block map[*ir.Value]bool, dp int) {
+// first reader of the segment before it (prefetch), the first segment's before its own. A
+// padded block's gathered copy has ceil(rows/dp)·dp rows and is sliced to the parameter's
+// rows (block maps each block to them), a view of its leading rows (codegen).
+func gatherParams(f *ir.Func, block map[*ir.Value]int, dp int) {
 	// The casts of block parameters are transparent: their readers read the parameter.
 	castOf := map[*ir.Value]*ir.Op{}
 	for _, op := range f.Ops {
-		if op.Name() == "cast" && block[op.Operands[0]] {
+		if op.Name() != "cast" {
+			continue
+		}
+		if _, ok := block[op.Operands[0]]; ok {
 			castOf[op.Results[0]] = op
 		}
 	}
@@ -162,7 +186,7 @@ func gatherParams(f *ir.Func, block map[*ir.Value]bool, dp int) {
 			k := key{x, x.Type.DType}
 			if c := castOf[x]; c != nil {
 				k = key{c.Operands[0], x.Type.DType}
-			} else if !block[x] {
+			} else if _, ok := block[x]; !ok {
 				continue
 			}
 			layer := layerOfParam(k.p.Name)
@@ -183,7 +207,7 @@ func gatherParams(f *ir.Func, block map[*ir.Value]bool, dp int) {
 			reads = append(reads, read{i, j, k})
 		}
 	}
-	gather, cast := ir.MustLookup("all_gather"), ir.MustLookup("cast")
+	gather, cast, slice := ir.MustLookup("all_gather"), ir.MustLookup("cast"), ir.MustLookup("slice")
 	before := map[int][]*ir.Op{} // op index → the ops placed before it
 	for g, sg := range segs {
 		at := sg.first
@@ -207,6 +231,17 @@ func gatherParams(f *ir.Func, block map[*ir.Value]bool, dp int) {
 			annotate(op, anchor)
 			before[at] = append(before[at], op)
 			sg.copies[k] = op.Results[0]
+			if rows := block[k.p]; rows != t.Shape[0] {
+				// The padding dropped: the parameter's rows, the gathered copy's leading ones.
+				w := t
+				w.Shape = slices.Clone(t.Shape)
+				w.Shape[0] = rows
+				s := ir.NewOp(slice, []*ir.Value{op.Results[0]}, ir.Attrs{{Name: "axes", Value: ir.Ints(0)}, {Name: "ends", Value: ir.Ints(rows)}, {Name: "starts", Value: ir.Ints(0)}}, []ir.Type{w})
+				s.Results[0].Name = k.p.Name + ".whole"
+				annotate(s, anchor)
+				before[at] = append(before[at], s)
+				sg.copies[k] = s.Results[0]
+			}
 		}
 	}
 	for _, r := range reads {
@@ -237,8 +272,8 @@ func annotate(op, like *ir.Op) {
 
 // GatherAsZero3 rewrites the per-stage functions of m (a module after split-stages, for
 // instance a planner's probe) as param-gather would under ZeRO-3 over dp replicas: every
-// parameter argument whose first dim dp divides becomes its block and is gathered where it
-// is read. The mesh gets the dp axis. It lets `ppc plan` measure the runs' arena with the
+// parameter argument with a first dim becomes its block (padded where dp does not divide
+// it) and is gathered where it is read. The mesh gets the dp axis. It lets `ppc plan` measure the runs' arena with the
 // gathered copies, as code generation will lay them out.
 func GatherAsZero3(m *ir.Module, dp int) {
 	mesh := m.Mesh()
@@ -250,19 +285,22 @@ func GatherAsZero3(m *ir.Module, dp int) {
 	for _, f := range m.Funcs {
 		// Every function takes the blocks (@optimizer as the optimizer pass would give it
 		// them); the per-stage functions gather them.
-		block := map[*ir.Value]bool{}
+		block := map[*ir.Value]int{}
 		for i, a := range f.Args {
-			if !f.ArgAttrs[i].Has(ir.AttrParam) || a.Type.Rank() == 0 || a.Type.Shape[0]%dp != 0 {
+			if !f.ArgAttrs[i].Has(ir.AttrParam) || a.Type.Rank() == 0 {
 				continue
+			}
+			block[a] = a.Type.Shape[0]
+			if a.Type.Shape[0]%dp != 0 {
+				f.ArgAttrs[i] = f.ArgAttrs[i].Set(ir.AttrZeroRows, ir.Int(a.Type.Shape[0]))
 			}
 			var shard ir.Attr
 			if m.Attrs.Has(ir.AttrPartitioned) {
 				shard = f.ArgAttrs[i].Get(ir.AttrShard)
 			}
 			a.Type.Shape = slices.Clone(a.Type.Shape)
-			a.Type.Shape[0] /= dp
+			a.Type.Shape[0] = ZeroBlockRows(a.Type.Shape[0], dp)
 			f.ArgAttrs[i] = f.ArgAttrs[i].Set(ir.AttrShard, zeroSharding(shard, a.Type.Rank()).Attr())
-			block[a] = true
 		}
 		if f.Attrs.Str("kind", "") != "" {
 			if len(block) > 0 {

@@ -97,7 +97,7 @@ func gradTypes(m *ir.Module) map[string]ir.Type {
 			t := accType(m, r.Type)
 			if blocks[f.ResultAttrs[i].Str(ir.AttrGrad, "")] == 2 { // ZeRO-3's functions return the blocks
 				t.Shape = slices.Clone(t.Shape)
-				t.Shape[0] /= dp
+				t.Shape[0] = ZeroBlockRows(t.Shape[0], dp)
 			}
 			out[key] = t
 		}

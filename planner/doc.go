@@ -81,8 +81,10 @@
 //     unit of a larger stage holds its own copies before it (they were prefetched during the
 //     layer before) and the next segment's after it; each run's gathers and gradient
 //     reduce-scatters are priced in F, I and W. A gather is issued right before a reader of
-//     the copies, so a unit whose run reads none (a head whose tied embedding dp cannot split)
-//     prefetches nothing: the next segment's copies arrive in the next unit's run.
+//     the copies, so a unit whose run reads none (one with no parameters but scalars: ZeRO
+//     pads every other block) prefetches nothing: the next segment's copies arrive in the
+//     next unit's run. The probe gathers at dp 2; a configuration's dp pads the copies (and
+//     W's padded gradients) otherwise, which evaluation.padGrow and stageMemOf add.
 //     TestPlanMemoryMatchesCompile (cmd/ppc) draws configurations over the schedules, tp and
 //     sp, recomputation and ZeRO 0–3 and holds each rank's prediction to within 2% of ppc
 //     compile's live bytes; the arena's placement adds its fragmentation, reported by ppc

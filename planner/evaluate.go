@@ -33,18 +33,18 @@ type evaluation struct {
 	compiled []codegen.Memory
 }
 
-// gathered is the bytes of the copies of ps that ZeRO-3 over dp gathers (those whose first
-// dim dp divides; the others are held whole) and the cost model's time to gather them, one
-// collective each.
+// gathered is the bytes of the copies of ps that ZeRO-3 over dp gathers (every one with a
+// first dim, padded to a multiple of dp rows: the gathered copy is, its rows a view of it)
+// and the cost model's time to gather them, one collective each.
 func (e *evaluation) gathered(ps []param) (bytes int64, t float64) {
 	c := e.c
 	if c.Zero != 3 || c.DP < 2 {
 		return 0, 0
 	}
 	for _, pr := range ps {
-		if pr.dim0%c.DP == 0 {
-			bytes += pr.bytes
-			t += e.p.dev.AxisCollectiveTime("all_gather", float64(pr.bytes), c.DP, "dp")
+		if pr.split(c.DP) {
+			bytes += pr.padded(c.DP)
+			t += e.p.dev.AxisCollectiveTime("all_gather", float64(pr.padded(c.DP)), c.DP, "dp")
 		}
 	}
 	return bytes, t
@@ -140,6 +140,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 	work := make([]int64, c.PP)
 	tiedGrads := make([]int64, c.PP)
 	tiedUnsharded := make([]int64, c.PP) // of tiedGrads, those ZeRO cannot shard
+	tiedBlocks := make([]int64, c.PP)    // of tiedGrads, the dp blocks of those ZeRO shards
 	rankSizes := make([][]int64, c.PP)
 	rankSet := make([]map[string]param, c.PP) // the parameters each rank holds, by name
 	for r := range rankSet {
@@ -193,8 +194,8 @@ func (p *planner) prepare(c *candidate) *evaluation {
 				// the accumulation dtype (param-gather widens a 16-bit one first). Priced in
 				// bf16, a GPT-3 step at dp 128 was 2.3 s a micro-batch short of ppc compile's.
 				for _, gr := range u.wgrads {
-					if gr.dim0%c.DP == 0 {
-						gt[2] += dev.AxisCollectiveTime("reduce_scatter", float64(gr.bytes)*rb.grads, c.DP, "dp")
+					if gr.split(c.DP) {
+						gt[2] += dev.AxisCollectiveTime("reduce_scatter", float64(gr.padded(c.DP))*rb.grads, c.DP, "dp")
 					}
 				}
 			}
@@ -244,9 +245,10 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			}
 			// The dense gradients as grad-reduce and rank-optimizer reduce them: a tied
 			// weight's partials each (one per use in the stage: at pp 1 the embedding's and
-			// the head's), a parameter dp does not split all-reduced after its stage's last
-			// W whatever the ZeRO stage; under ZeRO-1 the split ones reduce-scattered once,
-			// their partials summed first, under ZeRO-2 each run's as it computes them.
+			// the head's), a parameter dp does not split (a scalar) all-reduced after its
+			// stage's last W whatever the ZeRO stage; under ZeRO-1 the split ones (padded to
+			// a multiple of dp rows) reduce-scattered once, their partials summed first,
+			// under ZeRO-2 each run's as it computes them.
 			var splitOnce, splitUses, wholeUses []int64
 			seen := map[string]bool{}
 			for _, u := range units[lo:hi] {
@@ -254,14 +256,14 @@ func (p *planner) prepare(c *candidate) *evaluation {
 					if pr.expert {
 						continue
 					}
-					if pr.dim0%c.DP != 0 {
+					if !pr.split(c.DP) {
 						wholeUses = append(wholeUses, pr.bytes)
 						continue
 					}
-					splitUses = append(splitUses, pr.bytes)
+					splitUses = append(splitUses, pr.padded(c.DP))
 					if !seen[pr.name] {
 						seen[pr.name] = true
-						splitOnce = append(splitOnce, pr.bytes)
+						splitOnce = append(splitOnce, pr.padded(c.DP))
 					}
 				}
 			}
@@ -306,7 +308,9 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			if slices.Contains(rankShared[r], pr) {
 				rankParams[r] -= pr.bytes // held by an earlier stage of this rank
 				tiedGrads[r] += pr.bytes  // but each use accumulates its own partial
-				if c.DP > 1 && pr.dim0%c.DP != 0 {
+				if pr.split(c.DP) {
+					tiedBlocks[r] += pr.padded(c.DP) / int64(c.DP)
+				} else {
 					tiedUnsharded[r] += pr.bytes
 				}
 			} else {
@@ -317,7 +321,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			}
 		}
 		// The stage's runs as the arena sees them.
-		sm := stageMemOf(units[lo:hi], e.gathered)
+		sm := stageMemOf(units[lo:hi], e.gathered, e.padGrow)
 		if c.Zero == 2 && c.DP > 1 {
 			// ZeRO-2 keeps the run's gradients it reduce-scatters (those of the
 			// parameters dp splits; the others are accumulated as they come) for the
@@ -329,14 +333,14 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			for _, u := range units[lo:hi] {
 				g += u.mem.grads
 				for _, gr := range u.wgrads {
-					if gr.dim0%c.DP != 0 {
+					if !gr.split(c.DP) {
 						g -= gr.bytes
 					}
 				}
 			}
 			for _, pr := range rankSetOf(units[lo:hi]) {
-				if pr.dim0%c.DP == 0 {
-					split = append(split, pr.bytes)
+				if pr.split(c.DP) {
+					split = append(split, pr.padded(c.DP)) // packed in padded blocks
 				}
 			}
 			wide := scaled(split, rb.grads)
@@ -364,7 +368,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			}
 			g := int64(float64(n) * rb.grads)
 			all = append(all, g)
-			if pr.dim0%max(c.DP, 1) != 0 {
+			if !pr.split(c.DP) {
 				whole = append(whole, g)
 			}
 		}
@@ -382,9 +386,10 @@ func (p *planner) prepare(c *candidate) *evaluation {
 				sm.lastW = max(sm.lastW, packedMax(whole))
 			}
 		}
-		var split []param
+		var split []param // as ZeRO lays them out: padded
 		for _, pr := range stageParams {
-			if !pr.expert && pr.dim0%max(c.DP, 1) == 0 {
+			if pr.split(c.DP) {
+				pr.bytes = pr.padded(c.DP)
 				split = append(split, pr)
 			}
 		}
@@ -450,7 +455,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			// part), held until the optimizer reads it.
 			var recv int64
 			for _, pr := range rankShared[r] {
-				if pr.dim0%c.DP != 0 && firstUse[pr.name] != r {
+				if !pr.split(c.DP) && firstUse[pr.name] != r {
 					recv += int64(float64(pr.bytes) * rb.grads)
 				}
 			}
@@ -489,28 +494,56 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		gr := func(x int64) int64 { return int64(float64(x) * rb.grads) }
 		st := func(x int64) int64 { return int64(float64(x) * rb.state) }
 		m := codegen.Memory{Params: pb, Grads: gr(pb + tiedGrads[r]), Optimizer: st(pb), Workspace: work[r], Activations: e.oneMB[r]}
-		// ZeRO shards a parameter's state (and under ZeRO-2 its gradient) over dp when dp
-		// divides its first dim; the others stay whole (passes' optimizer).
-		var whole int64
+		// ZeRO shards a parameter's state (and under ZeRO-2 its gradient) over dp in
+		// blocks of ceil(rows/dp) rows; scalars and expert shards stay whole (passes'
+		// optimizer).
+		var splitBytes, blocks int64
 		for _, pr := range rankSet[r] {
-			if c.DP > 1 && pr.dim0%c.DP != 0 {
-				whole += pr.bytes
+			if pr.split(c.DP) {
+				splitBytes += pr.bytes
+				blocks += pr.padded(c.DP) / int64(c.DP)
 			}
 		}
-		tiedWhole := tiedUnsharded[r]
-		dp := int64(c.DP)
-		if c.Zero >= 1 {
-			m.Optimizer = st((pb-whole)/dp + whole)
+		held := pb - splitBytes + blocks // the rank's parameters as ZeRO holds them
+		if c.Zero >= 1 && c.DP > 1 {
+			m.Optimizer = st(held)
 		}
-		if c.Zero >= 2 {
-			m.Grads = gr((pb-whole)/dp + whole + (tiedGrads[r]-tiedWhole)/dp + tiedWhole)
+		if c.Zero >= 2 && c.DP > 1 {
+			m.Grads = gr(held + tiedBlocks[r] + tiedUnsharded[r])
 		}
 		if c.Zero == 3 && c.DP > 1 {
-			m.Params = (pb-whole)/dp + whole
+			m.Params = held
 		}
 		e.rankMem[r] = m
 	}
 	return e
+}
+
+// padGrow is what ZeRO-3's W run of unit u holds beyond its probe's measure (taken at dp 2,
+// readZero3) around its gradients' reduce-scatters: a gradient dp splits is live whole (in
+// the accumulation dtype) with, where dp does not divide its rows, its copy padded to
+// ceil(rows/dp)·dp rows (param-gather's pad), else its reduce-scattered block. The run's
+// peak around them moves by the difference of the largest such pair at dp and at 2.
+func (e *evaluation) padGrow(u unitCost) int64 {
+	c := e.c
+	if c.Zero != 3 || c.DP < 2 {
+		return 0
+	}
+	scale := e.p.recipeBytes().grads
+	pair := func(gr param, dp int) int64 {
+		whole, padded := float64(gr.bytes)*scale, float64(gr.padded(dp))*scale
+		if gr.dim0%dp != 0 {
+			return int64(whole + padded)
+		}
+		return int64(whole + padded/float64(dp))
+	}
+	var at, probe int64
+	for _, gr := range u.wgrads {
+		if gr.split(c.DP) {
+			at, probe = max(at, pair(gr, c.DP)), max(probe, pair(gr, 2))
+		}
+	}
+	return at - probe
 }
 
 // stageMem is one stage's runs as the arena holds them, per micro-batch: what F leaves
@@ -541,7 +574,7 @@ type stageMem struct {
 // segment's parameters before the previous segment's first reader, so while a unit runs,
 // the next segment's copies (the previous one's, in I and W, which run the units in
 // reverse) and the later units of its own segment are already there.
-func stageMemOf(units []unitCost, gathered func([]param) (int64, float64)) stageMem {
+func stageMemOf(units []unitCost, gathered func([]param) (int64, float64), padGrow func(unitCost) int64) stageMem {
 	var sm stageMem
 	var made int64
 	n := len(units)
@@ -569,7 +602,7 @@ func stageMemOf(units []unitCost, gathered func([]param) (int64, float64)) stage
 		for j := range units {
 			if g[j] == 0 {
 				// A gather is placed right before a reader of the copies: a unit that
-				// reads none (a head whose tied embedding dp cannot split) issues none,
+				// reads none (a unit with no parameters but scalars) issues none,
 				// and the next segment's copies are gathered in the next unit's run.
 				continue
 			}
@@ -603,7 +636,18 @@ func stageMemOf(units []unitCost, gathered func([]param) (int64, float64)) stage
 		if first[k] >= 0 && units[j].segment != units[first[k]].segment {
 			own, _ = gathered(units[j].gathers[k])
 		}
-		return max(m.before3[k]+own, m.after3[k]+ahead[k][j])
+		// The probe gathered its copies padded for dp 2 (readZero3); at this dp their
+		// padding, and so the copies, differ by grow.
+		all, _ := gathered(units[j].gathers[k])
+		var probe int64
+		for _, pr := range units[j].gathers[k] {
+			probe += pr.padded(2)
+		}
+		grow := all - probe
+		if k == 2 {
+			grow += padGrow(units[j])
+		}
+		return max(m.before3[k]+own, m.after3[k]+grow+ahead[k][j])
 	}
 	for j, u := range units {
 		m := u.mem
@@ -1163,27 +1207,6 @@ func rankSetOf(units []unitCost) []param {
 		}
 	}
 	return out
-}
-
-// zeroNote says, for a configuration with ZeRO, how little of the model dp can split: ZeRO
-// blocks a parameter over dp only where dp divides its first dim (dp 124 = 4·31 divides no
-// dim of GPT-3's), which is why such a configuration holds far more than 1/dp.
-func (e *evaluation) zeroNote() string {
-	c := e.c
-	if c.Zero == 0 || c.DP < 2 {
-		return ""
-	}
-	var split, all int64
-	for _, pr := range rankSetOf(e.units) {
-		all += pr.bytes
-		if pr.dim0%c.DP == 0 {
-			split += pr.bytes
-		}
-	}
-	if all == 0 || split*2 > all {
-		return ""
-	}
-	return fmt.Sprintf("; ZeRO splits a parameter over dp only where dp divides its first dim, and dp %d divides that of %.0f%% of the parameter bytes", c.DP, 100*float64(split)/float64(all))
 }
 
 // compiledMemory compiles c as the command the planner prints for it does and returns ppc

@@ -777,8 +777,8 @@ func (p *planner) run(cands []candidate, res *Result) error {
 		if leastMem == nil {
 			return inputErr("no configuration could be built for %d GPUs", p.req.GPUs)
 		}
-		return inputErr("nothing fits in the %s of a %s: the least memory any configuration needs is %s per GPU (%s)%s; use more GPUs, a GPU with more memory, or a smaller --global-batch",
-			codegen.FormatBytes(p.dev.MemBytes), p.dev.Name, codegen.FormatBytes(leastMem.staticPeak()), leastMem.c.describe(), leastMem.zeroNote())
+		return inputErr("nothing fits in the %s of a %s: the least memory any configuration needs is %s per GPU (%s); use more GPUs, a GPU with more memory, or a smaller --global-batch",
+			codegen.FormatBytes(p.dev.MemBytes), p.dev.Name, codegen.FormatBytes(leastMem.staticPeak()), leastMem.c.describe())
 	}
 	sort.Slice(fit, func(i, j int) bool { return fit[i].bound < fit[j].bound })
 	k := max(p.req.Top, 2)

@@ -63,9 +63,23 @@ type unitMem struct {
 type param struct {
 	name  string
 	bytes int64
-	dim0  int // its first dim as one tp rank holds it (ZeRO shards it over dp when dp divides it; −1: never)
+	dim0  int // its first dim as one tp rank holds it (ZeRO shards it over dp, padded; 0 or −1: never)
 	// expert: an expert parameter's ep shard, whose gradient is summed over edp = dp/ep only.
 	expert bool
+}
+
+// split reports whether ZeRO over dp replicas splits pr into blocks: every parameter with a
+// first dim but the expert shards (passes' optimizer), padded where dp does not divide it.
+func (pr param) split(dp int) bool { return dp > 1 && pr.dim0 > 0 && !pr.expert }
+
+// padded is pr's bytes as ZeRO over dp lays them out: ceil(dim0/dp)·dp rows, each rank's
+// block 1/dp of it (pr's own bytes where ZeRO does not split it).
+func (pr param) padded(dp int) int64 {
+	if !pr.split(dp) {
+		return pr.bytes
+	}
+	rows := int64(passes.ZeroBlockRows(pr.dim0, dp)) * int64(dp)
+	return pr.bytes / int64(pr.dim0) * rows
 }
 
 // probeKey names one probe compile: the tensor-parallel layout, the recompute mode and the

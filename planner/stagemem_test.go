@@ -41,7 +41,7 @@ func TestStageMemComposesUnits(t *testing.T) {
 				}
 				lo := 0
 				for s, hi := range bounds {
-					got := stageMemOf(units[lo:hi], func([]param) (int64, float64) { return 0, 0 })
+					got := stageMemOf(units[lo:hi], func([]param) (int64, float64) { return 0, 0 }, func(unitCost) int64 { return 0 })
 					lo = hi
 					w := stages[s].mem
 					want := stageMem{stash: w.stash, stashI: w.stashI, held: w.held, argsI: w.argsI, argsW: w.stash - w.stashI + w.held, runF: w.runF, runI: w.runI, runW: w.runW}

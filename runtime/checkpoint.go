@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 
@@ -227,13 +226,10 @@ func (j *Job) owners() []ownedBlock {
 			var shape ir.Shape
 			if g := r.shards[i]; g != nil {
 				off = g.offset
-				if g.valid != nil {
+				if g.padded {
 					// A padded tensor's block clipped to the unpadded one; a block of
 					// padding only is not written.
-					shape = slices.Clone(r.Bufs[i].Type.Shape)
-					for d := range shape {
-						shape[d] = int(max(0, min(int64(shape[d]), g.valid[d]-off[d])))
-					}
+					shape = g.inside()
 					if shape.NumElements() == 0 {
 						continue
 					}
@@ -306,6 +302,17 @@ func clipBlock(t device.Tensor, g *shardGeom, clipped ir.Shape) device.Tensor {
 		out.Data = append(out.Data, t.Data[rn.local*es:(rn.local+rn.n)*es]...)
 	}
 	return out
+}
+
+// unclipBlock is clipBlock's inverse: it places in, the part of a padded tensor's block
+// (placed by g) inside the unpadded tensor, into the block t.
+func unclipBlock(t device.Tensor, g *shardGeom, in device.Tensor) {
+	es := int64(t.Type.DType.Size())
+	var at int64
+	for _, rn := range contiguousRuns(g, t.Type) {
+		copy(t.Data[rn.local*es:(rn.local+rn.n)*es], in.Data[at:at+rn.n*es])
+		at += rn.n * es
+	}
 }
 
 // StepCount is the number of the last step run (0 before the first).
@@ -473,24 +480,36 @@ func (j *Job) Resume(path string, partial bool) (Resumed, error) {
 				// Each rank takes its block of the full tensor from whichever stored blocks
 				// it overlaps: any layout resumes any other.
 				var off []int64 // nil: the whole tensor
-				padded := false
-				if g := r.shards[i]; g != nil {
-					off, padded = g.offset, g.valid != nil
+				g := r.shards[i]
+				if g != nil {
+					off = g.offset
 				}
 				err := j.writeHost(r.Bufs[i], func(t device.Tensor) error {
-					if padded {
-						clear(t.Data) // the checkpoint holds the unpadded tensor: the padding is zero
+					dst := t
+					if b.Copy {
+						// The 16-bit copy: the fp32 main parameter's block, rounded as the
+						// optimizer's cast rounds.
+						dst = device.Tensor{Type: ir.Type{DType: ir.F32, Shape: t.Type.Shape}, Data: make([]byte, 4*t.Type.NumElements())}
 					}
-					if !b.Copy {
-						return ck.ReadInto(b.Name, off, t)
-					}
-					// The 16-bit copy: the fp32 main parameter's block, rounded as the
-					// optimizer's cast rounds.
-					main := device.Tensor{Type: ir.Type{DType: ir.F32, Shape: t.Type.Shape}, Data: make([]byte, 4*t.Type.NumElements())}
-					if err := ck.ReadInto(b.Name, off, main); err != nil {
+					if g != nil && g.padded {
+						// The checkpoint holds the unpadded tensor: the block's part inside
+						// it is read and placed, the padding is zero.
+						in := device.Tensor{Type: ir.Type{DType: dst.Type.DType, Shape: g.inside()}}
+						in.Data = make([]byte, in.Type.Bytes())
+						if in.Type.NumElements() > 0 {
+							if err := ck.ReadInto(b.Name, off, in); err != nil {
+								return err
+							}
+						}
+						clear(dst.Data)
+						unclipBlock(dst, g, in)
+					} else if err := ck.ReadInto(b.Name, off, dst); err != nil {
 						return err
 					}
-					return data.StoreF64(t, data.Float64s(main))
+					if b.Copy {
+						return data.StoreF64(t, data.Float64s(dst))
+					}
+					return nil
 				})
 				var ie *fault.InputError
 				if errors.As(err, &ie) {

@@ -81,7 +81,9 @@
 //     unpadded shape) counts i in its unpadded tensor, so it starts as the unpadded model
 //     does, with zeros in the padding; checkpoints hold only the unpadded block (a block of
 //     padding alone is not written) and resuming zeroes the padding, so padded and unpadded
-//     layouts resume each other (shardGeom.valid, contiguousRuns).
+//     layouts resume each other (shardGeom.count, contiguousRuns). ZeRO's padded dp blocks
+//     (pb.Buffer.zero_rows: dp does not divide the rows of its tp block) are placed the same
+//     way: rank d holds rows d·ceil(rows/dp) … of its tp block, those past it padding.
 //   - Traces are streamed to their file step by step on one clock from the start of the run,
 //     so a long run's trace costs no memory and an interrupted one is valid once closed.
 //   - Checkpoints are runtime/checkpoint's; the job says which rank owns which block (the

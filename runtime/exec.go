@@ -306,17 +306,27 @@ func (j *Job) exec(r *Rank, it *instr, step int, src data.Source) error {
 		if it.Kind == pb.Instr_UNPACK {
 			flat, parts = it.in[0], it.out
 		}
+		// Where n does not divide a tensor's rows, its last blocks run past it (ZeRO's
+		// padding): PACK zeroes that part of the flat buffer, UNPACK skips it.
 		n := max(1, int(it.Blocks))
 		var off int64
 		for d := range n {
 			for _, x := range parts {
-				bt := ir.Type{DType: x.Type.DType, Shape: ir.Shape{x.Type.NumElements() / n}}
-				part := x.At(int64(d)*bt.Bytes(), bt)
+				rows, block, row := packRows(x.Type, n)
+				es := int64(x.Type.DType.Size())
+				bt := ir.Type{DType: x.Type.DType, Shape: ir.Shape{block * row}}
+				in := ir.Type{DType: x.Type.DType, Shape: ir.Shape{max(0, min(block, rows-d*block)) * row}}
 				var err error
-				if it.Kind == pb.Instr_PACK {
-					err = dev.Copy(flat.At(off, bt), part)
-				} else {
-					err = dev.Copy(part, flat.At(off, bt))
+				if in.Shape[0] > 0 {
+					part := x.At(int64(d*block*row)*es, in)
+					if it.Kind == pb.Instr_PACK {
+						err = dev.Copy(flat.At(off, in), part)
+					} else {
+						err = dev.Copy(part, flat.At(off, in))
+					}
+				}
+				if pad := bt.Bytes() - in.Bytes(); err == nil && pad > 0 && it.Kind == pb.Instr_PACK {
+					err = dev.Zero(flat.At(off+in.Bytes(), ir.Type{DType: x.Type.DType, Shape: ir.Shape{int(pad / es)}}))
 				}
 				if err != nil {
 					return err

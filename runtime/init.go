@@ -131,9 +131,10 @@ type run struct{ local, global, n int64 }
 // contiguousRuns lists the stretches of a buffer of type t, placed in its full tensor by g
 // (nil: the whole tensor), that are contiguous in the full tensor, with their element offsets
 // in the buffer and in the full tensor. Initialisation and checkpoints use them. The full
-// tensor of a padded one is its unpadded block (g.full): elements of the padding are in no
-// run, and the offsets are the unpadded tensor's, so that a padded parameter draws exactly
-// the unpadded one's values and checkpoints hold the unpadded tensor.
+// tensor of a padded one is the unpadded tensor (g.full): elements of the padding (beyond
+// g.count along some dim: a padded vocabulary's, a ZeRO block's) are in no run, and the
+// offsets are the unpadded tensor's, so that a padded parameter draws exactly the unpadded
+// one's values and checkpoints hold the unpadded tensor.
 func contiguousRuns(g *shardGeom, t ir.Type) []run {
 	n := int64(t.NumElements())
 	if g == nil || t.Rank() == 0 {
@@ -143,7 +144,7 @@ func contiguousRuns(g *shardGeom, t ir.Type) []run {
 	last := int64(t.Shape[rank-1])
 	full := g.full()
 	// The part of each row of the last dim inside the full tensor.
-	row := min(last, full[rank-1]-g.offset[rank-1])
+	row := g.count[rank-1]
 	if last == 0 || row <= 0 {
 		return nil
 	}
@@ -154,7 +155,7 @@ func contiguousRuns(g *shardGeom, t ir.Type) []run {
 		inside := true
 		for d := 0; d < rank; d++ {
 			c := g.offset[d] + coord[d]
-			inside = inside && c < full[d]
+			inside = inside && coord[d] < g.count[d]
 			lin = lin*full[d] + c
 		}
 		// Rows that follow each other in the buffer and in the full tensor (a split of the

@@ -426,6 +426,26 @@ func (j *Job) prepare(r int, prog *pb.Program, local bool) (*Rank, error) {
 	return rank, nil
 }
 
+// packRows is how PACK and UNPACK in n blocks cut a tensor of type t: into n blocks of
+// `block` rows of dim 0 (a scalar is one row) of `row` elements each, of which the tensor
+// has `rows` — the last blocks padded (ZeRO's padding) where n does not divide them.
+func packRows(t ir.Type, n int) (rows, block, row int) {
+	rows = 1
+	if t.Rank() > 0 {
+		rows = t.Shape[0]
+	}
+	if rows == 0 {
+		return 0, 0, 0
+	}
+	return rows, (rows + n - 1) / n, t.NumElements() / rows
+}
+
+// packedElems is the elements a tensor of type t takes in a flat buffer packed in n blocks.
+func packedElems(t ir.Type, n int) int {
+	_, block, row := packRows(t, n)
+	return n * block * row
+}
+
 // elementwiseSpec reports whether kernel k is elementwise (a fused chain or an op with the
 // trait): the only launches that may write a parameter, each element at its own index.
 func elementwiseSpec(specs []*device.Spec, k int32) bool {
@@ -436,21 +456,27 @@ func elementwiseSpec(specs []*device.Spec, k int32) bool {
 	return s.Op == nil && len(s.Fused) > 0 || s.Op != nil && s.Op.Has(ir.Elementwise)
 }
 
-// shardGeom places a buffer in its full tensor: the full shape and the buffer's offset in it.
-// valid, when the compile padded the tensor (pb.Buffer.Unpadded), is the leading block the
-// user sees: checkpoints hold it, initialisation draws it as the unpadded tensor's, and the
-// elements beyond it are zero.
+// shardGeom places a buffer in its full tensor — the tensor as checkpoints hold it, the
+// unpadded one — by the full shape, the full tensor's index of the buffer's element 0 and,
+// per dim, how many of the buffer's leading elements lie in the tensor: the rest is
+// padding, which is zero and stays zero (a vocabulary padded for tp, pb.Buffer.Unpadded;
+// ZeRO's padded dp blocks, pb.Buffer.ZeroRows). padded says some count falls short.
 type shardGeom struct {
 	global, offset []int64
-	valid          []int64
+	count          []int64
+	padded         bool
 }
 
-// full is the shape of the tensor as checkpoints hold it: the unpadded one.
-func (g *shardGeom) full() []int64 {
-	if g.valid != nil {
-		return g.valid
+// full is the shape of the tensor as checkpoints hold it.
+func (g *shardGeom) full() []int64 { return g.global }
+
+// inside is the shape of the buffer's part inside the full tensor.
+func (g *shardGeom) inside() ir.Shape {
+	out := make(ir.Shape, len(g.count))
+	for d, c := range g.count {
+		out[d] = int(c)
 	}
-	return g.global
+	return out
 }
 
 // wholeBytes is the bytes of the whole tensor a buffer of size bytes (type t, on this rank)
@@ -469,33 +495,49 @@ func wholeBytes(g *shardGeom, t ir.Type, size int64) int64 {
 // shardOf computes where rank c's block of a sharded buffer lies in the full tensor (nil for
 // a buffer that is the whole tensor): along dim i, the axes that split it number the blocks
 // in mixed radix, the first axis outermost, and the rank's block is its coordinates on them.
+// A ZeRO block dp does not divide (ZeroRows) splits the rows of its other axes' block into
+// dp blocks of ceil(rows/dp), the last ones running past them; a padded tensor (Unpadded)
+// is its user-visible leading block.
 func shardOf(b *pb.Buffer, t ir.Type, mesh codegen.Mesh, c codegen.Coords) (*shardGeom, error) {
 	g, err := blockOf(b, t, mesh, c)
-	if err != nil || len(b.Unpadded) == 0 {
-		return g, err
+	if err != nil {
+		return nil, err
 	}
-	// A padded tensor: its user-visible leading block.
+	if len(b.Unpadded) == 0 {
+		return g, nil
+	}
 	if len(b.Unpadded) != t.Rank() {
 		return nil, fmt.Errorf("unpadded shape %v has %d dims, the buffer %s", b.Unpadded, len(b.Unpadded), t)
 	}
 	if g == nil {
-		g = &shardGeom{global: make([]int64, t.Rank()), offset: make([]int64, t.Rank())}
-		for i, d := range t.Shape {
-			g.global[i] = int64(d)
-		}
+		g = wholeGeom(t)
 	}
 	for i, u := range b.Unpadded {
 		if u < 1 || u > g.global[i] {
 			return nil, fmt.Errorf("unpadded shape %v does not fit in the padded tensor %v", b.Unpadded, g.global)
 		}
+		g.count[i] = max(0, min(g.count[i], u-g.offset[i]))
 	}
-	g.valid = slices.Clone(b.Unpadded)
+	g.global = slices.Clone(b.Unpadded)
+	g.padded = true
 	return g, nil
 }
 
-// blockOf is shardOf without padding.
+// wholeGeom places a buffer of type t as the whole tensor.
+func wholeGeom(t ir.Type) *shardGeom {
+	g := &shardGeom{global: make([]int64, t.Rank()), offset: make([]int64, t.Rank()), count: make([]int64, t.Rank())}
+	for i, d := range t.Shape {
+		g.global[i], g.count[i] = int64(d), int64(d)
+	}
+	return g
+}
+
+// blockOf is shardOf without a padded vocabulary.
 func blockOf(b *pb.Buffer, t ir.Type, mesh codegen.Mesh, c codegen.Coords) (*shardGeom, error) {
 	if len(b.Shard) == 0 {
+		if b.ZeroRows != 0 {
+			return nil, fmt.Errorf("zero_rows %d without a sharding over dp", b.ZeroRows)
+		}
 		return nil, nil
 	}
 	if len(b.Shard) != t.Rank() {
@@ -504,11 +546,24 @@ func blockOf(b *pb.Buffer, t ir.Type, mesh codegen.Mesh, c codegen.Coords) (*sha
 	if !slices.ContainsFunc(b.Shard, func(d *pb.ShardDim) bool { return len(d.GetAxes()) > 0 }) {
 		return nil, nil // [_, _]: whole, as if no sharding were given
 	}
-	g := &shardGeom{global: make([]int64, t.Rank()), offset: make([]int64, t.Rank())}
+	g := wholeGeom(t)
 	used := map[string]bool{}
 	for i, d := range b.Shard {
 		factor, block := int64(1), int64(0)
-		for _, a := range d.GetAxes() {
+		axes := d.GetAxes()
+		zero := i == 0 && b.ZeroRows != 0
+		if zero {
+			// dp, innermost, splits the rows of the other axes' block with padding.
+			n := int64(mesh.Size("dp"))
+			switch {
+			case len(axes) == 0 || axes[len(axes)-1] != "dp":
+				return nil, fmt.Errorf("zero_rows %d: sharding %s does not split dim 0 over dp last", b.ZeroRows, codegen.ShardText(b.Shard))
+			case b.ZeroRows < 1 || (b.ZeroRows+n-1)/n != int64(t.Shape[0]):
+				return nil, fmt.Errorf("zero_rows %d: %s is not a block of ceil(%d/%d) rows", b.ZeroRows, t, b.ZeroRows, n)
+			}
+			axes = axes[:len(axes)-1]
+		}
+		for _, a := range axes {
 			switch {
 			case a != "dp" && a != "tp" && a != "ep":
 				return nil, fmt.Errorf("sharding %s: %q is not a mesh axis a tensor can be split over (dp, ep, tp)", codegen.ShardText(b.Shard), a)
@@ -520,7 +575,18 @@ func blockOf(b *pb.Buffer, t ir.Type, mesh codegen.Mesh, c codegen.Coords) (*sha
 			factor, block = factor*n, block*n+int64(c.Of(a))
 		}
 		local := int64(t.Shape[i])
-		g.global[i], g.offset[i] = local*factor, local*block
+		if !zero {
+			g.global[i], g.offset[i] = local*factor, local*block
+			continue
+		}
+		if used["dp"] {
+			return nil, fmt.Errorf("sharding %s uses mesh axis dp twice", codegen.ShardText(b.Shard))
+		}
+		used["dp"] = true
+		rows, at := b.ZeroRows, local*int64(c.Of("dp"))
+		g.global[0], g.offset[0] = rows*factor, rows*block+at
+		g.count[0] = max(0, min(local, rows-at))
+		g.padded = g.count[0] < local
 	}
 	return g, nil
 }
@@ -800,12 +866,12 @@ func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, local
 			if p.Type.DType != flat[0].Type.DType {
 				return it, fmt.Errorf("%s of %s and %s: one dtype", strings.ToLower(in.Kind.String()), p.Type, flat[0].Type)
 			}
-			if in.Blocks > 1 && p.Type.NumElements()%int(in.Blocks) != 0 {
-				return it, fmt.Errorf("%s: %s does not split into %d blocks", strings.ToLower(in.Kind.String()), p.Type, in.Blocks)
-			}
-			n += p.Type.NumElements()
+			n += packedElems(p.Type, max(1, int(in.Blocks)))
 		}
 		if n != flat[0].Type.NumElements() {
+			if in.Blocks > 1 {
+				return it, fmt.Errorf("%s in %d blocks: the tensors take %d elements (blocks of ceil(rows/%d) rows), the flat buffer %s", strings.ToLower(in.Kind.String()), in.Blocks, n, in.Blocks, flat[0].Type)
+			}
 			return it, fmt.Errorf("%s: the tensors hold %d elements, the flat buffer %s", strings.ToLower(in.Kind.String()), n, flat[0].Type)
 		}
 	case pb.Instr_AXIS_INDEX:

@@ -202,7 +202,7 @@ func TestLoaderRejectsSPMDFields(t *testing.T) {
 		}, "pack: the tensors hold 6 elements, the flat buffer f32[]"},
 		{"pack blocks", func(p0, _ *pb.Program) {
 			p0.Instrs = append(p0.Instrs, &pb.Instr{Kind: pb.Instr_PACK, In: []int32{1, 2}, Out: []int32{3}, Blocks: 4})
-		}, "pack: f32[2] does not split into 4 blocks"},
+		}, "pack in 4 blocks: the tensors take 8 elements (blocks of ceil(rows/4) rows), the flat buffer f32[]"},
 		{"unpack negative blocks", func(p0, _ *pb.Program) {
 			p0.Instrs = append(p0.Instrs, &pb.Instr{Kind: pb.Instr_UNPACK, In: []int32{2}, Out: []int32{1, 1}, Blocks: -2})
 		}, "unpack in -2 blocks"},

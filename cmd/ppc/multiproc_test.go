@@ -49,8 +49,8 @@ func losses(out string) []string {
 }
 
 // nprocLayouts are the plans the multi-process tests run: pipeline, tensor-, data- (with
-// ZeRO-1 and ZeRO-3), context-parallel (the ring's transfers between cp ranks over TCP) and
-// expert-parallel (the mixture-of-experts model's all-to-alls over TCP), on 2 and 4
+// ZeRO-1 and ZeRO-3, and ZeRO-2 and 3 with padded blocks at dp 3), context-parallel (the ring's transfers between cp ranks over TCP) and
+// expert-parallel (the mixture-of-experts model's all-to-alls over TCP), on 2, 3 and 4
 // processes; model is gpt.ppm unless named.
 var nprocLayouts = []struct {
 	world  int
@@ -58,7 +58,10 @@ var nprocLayouts = []struct {
 	model  string
 }{{2, []string{"--pp", "2"}, ""}, {4, []string{"--pp", "4"}, ""}, {4, []string{"--pp", "2", "--tp", "2"}, ""}, {4, []string{"--pp", "2", "--dp", "2", "--zero", "1"}, ""},
 	{4, []string{"--pp", "2", "--dp", "2", "--zero", "3"}, ""}, {4, []string{"--pp", "2", "--cp", "2"}, ""},
-	{4, []string{"--dp", "4", "--ep", "2", "--microbatches", "1"}, moePPM}}
+	{4, []string{"--dp", "4", "--ep", "2", "--microbatches", "1"}, moePPM},
+	// dp 3 divides no first dim of tiny GPT: every ZeRO block is padded.
+	{3, []string{"--dp", "3", "--zero", "2", "--set", "batch=12", "--microbatches", "2"}, ""},
+	{3, []string{"--dp", "3", "--zero", "3", "--set", "batch=12", "--microbatches", "2"}, ""}}
 
 const moePPM = "../../testdata/models/moe.ppm"
 

@@ -187,8 +187,9 @@ func TestPlanErrors(t *testing.T) {
 		{[]string{gpt, "--gpus", "8", "--gpu", "h100-80gb", "--tp", "16"}, "--tp 16: tensor parallelism must divide --gpus 8 and stay inside a node of 8 GPUs"},
 		{[]string{gpt, "--gpus", "8", "--gpu", "h100-80gb", "--tp", "8"}, "--tp 8 cannot split"},
 		{[]string{gpt, "--gpus", "8", "--gpu", "h100-80gb", "--zero", "4"}, "--zero must be 0, 1, 2 or 3, got 4"},
-		// dp 3 divides no first dim of the tiny GPT: ZeRO-3 shards nothing, and says so.
-		{[]string{gpt, "--gpus", "3", "--gpu", "a100-80gb{mem_bytes=1e6}", "--global-batch", "3", "--zero", "3"}, "dp 3 divides that of 0% of the parameter bytes"},
+		// dp 3 divides no first dim of the tiny GPT: ZeRO-3 pads its blocks, and the refusal
+		// names the least configuration as it is (no note that dp splits nothing).
+		{[]string{gpt, "--gpus", "3", "--gpu", "a100-80gb{mem_bytes=1e6}", "--global-batch", "3", "--zero", "3"}, "per GPU (pp 1, dp 3, tp 1, 1f1b, 1 micro-batches of 1, recompute full, ZeRO 3); use more GPUs"},
 		{[]string{gpt, "--gpus", "8", "--gpu", "h100-80gb", "--schedule", "2f2b"}, `--schedule "2f2b": want one of gpipe`},
 		{[]string{gpt, "--gpus", "8", "--gpu", "h100-80gb", "--gpus-per-node", "0"}, "--gpus-per-node must be at least 1"},
 		{[]string{gpt, "--gpus", "8", "--gpu", "h100-80gb", "--token-slices", "40"}, "--token-slices 40: the sequence has 32 tokens, so at most 32 slices"},

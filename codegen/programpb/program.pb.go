@@ -359,7 +359,13 @@ type Buffer struct {
 	// is what checkpoints hold. The copy is not saved: initialisation draws it as the main
 	// parameter rounded, a resume rounds the checkpoint's fp32 tensor, and each optimizer step
 	// writes it from the updated main parameter.
-	Copy          bool `protobuf:"varint,15,opt,name=copy,proto3" json:"copy,omitempty"`
+	Copy bool `protobuf:"varint,15,opt,name=copy,proto3" json:"copy,omitempty"`
+	// PARAM and STATE split over dp on dim 0 (ZeRO) where dp does not divide the rows: the
+	// rows of dim 0 inside the block of the dim's other axes (its tp block, or the whole dim)
+	// that the dp blocks split. Each dp rank holds ceil(zero_rows/dp) rows from
+	// coordinate × that, the last ranks' blocks padded with zeros (wholly padding, possibly),
+	// which initialisation leaves zero and checkpoints do not hold. 0: dp divides them.
+	ZeroRows      int64 `protobuf:"varint,16,opt,name=zero_rows,json=zeroRows,proto3" json:"zero_rows,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -483,6 +489,13 @@ func (x *Buffer) GetCopy() bool {
 		return x.Copy
 	}
 	return false
+}
+
+func (x *Buffer) GetZeroRows() int64 {
+	if x != nil {
+		return x.ZeroRows
+	}
+	return 0
 }
 
 // The mesh axes that split one dim of a tensor.
@@ -1173,10 +1186,12 @@ type Instr struct {
 	// action computes; 0 in programs without token slices.
 	TokenSlice int32 `protobuf:"varint,15,opt,name=token_slice,json=tokenSlice,proto3" json:"token_slice,omitempty"`
 	// PACK, UNPACK: 0 or 1, the tensors lie end to end in the flat buffer; n > 1, each tensor is
-	// n equal blocks (its elements cut in n runs) and the flat buffer holds them member by
-	// member — block 0 of every tensor in order, then block 1 of each, … — the layout in which a
-	// reduce-scatter or all-gather over n members gives each member a contiguous run of the
-	// bucket. It spares the copies into n blocks per tensor that the plain layout would need.
+	// n blocks of ceil(d0/n) rows of its dim 0 (d0 rows; a scalar is one row) and the flat
+	// buffer holds them member by member — block 0 of every tensor in order, then block 1 of
+	// each, … — the layout in which a reduce-scatter or all-gather over n members gives each
+	// member a contiguous run of the bucket. It spares the copies into n blocks per tensor that
+	// the plain layout would need. Where n does not divide d0 the last blocks run past the
+	// tensor (ZeRO's padding): PACK writes zeros there and UNPACK drops those elements.
 	Blocks int32 `protobuf:"varint,16,opt,name=blocks,proto3" json:"blocks,omitempty"`
 	// ALL_TO_ALL: the dimension along which the received blocks are concatenated (`dim` is the
 	// one along which in[0] is cut).
@@ -1513,7 +1528,7 @@ var File_program_proto protoreflect.FileDescriptor
 
 const file_program_proto_rawDesc = "" +
 	"\n" +
-	"\rprogram.proto\x12\vppc.program\"\x8f\x03\n" +
+	"\rprogram.proto\x12\vppc.program\"\xac\x03\n" +
 	"\x06Buffer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12(\n" +
@@ -1529,7 +1544,8 @@ const file_program_proto_rawDesc = "" +
 	"\x05splat\x18\f \x01(\bR\x05splat\x12+\n" +
 	"\x05shard\x18\r \x03(\v2\x15.ppc.program.ShardDimR\x05shard\x12\x1a\n" +
 	"\bunpadded\x18\x0e \x03(\x03R\bunpadded\x12\x12\n" +
-	"\x04copy\x18\x0f \x01(\bR\x04copyJ\x04\b\t\x10\n" +
+	"\x04copy\x18\x0f \x01(\bR\x04copy\x12\x1b\n" +
+	"\tzero_rows\x18\x10 \x01(\x03R\bzeroRowsJ\x04\b\t\x10\n" +
 	"J\x04\b\n" +
 	"\x10\vR\fglobal_shapeR\rglobal_offset\"\x1e\n" +
 	"\bShardDim\x12\x12\n" +
