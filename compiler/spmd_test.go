@@ -88,6 +88,24 @@ func readCheckpoint(t *testing.T, dir string) map[string][]float64 {
 
 // agree compares losses and checkpoints as ppc compare does: |got − ref| ≤ atol + rtol·|ref|
 // element by element (rtol = atol = 0: bitwise).
+// resumeCase is a checkpoint (ck) another layout (opts) resumes, and the state it was saved from.
+type resumeCase struct {
+	what  string
+	opts  Options
+	ck    string
+	state map[string][]float64
+}
+
+// resumesUnchanged: each checkpoint, resumed by its other layout and saved with no step, gives
+// the same bits as the state it was saved from.
+func resumesUnchanged(t *testing.T, cases []resumeCase) {
+	t.Helper()
+	for _, c := range cases {
+		_, _, s := spmdRun(t, gptPPM, c.opts, 0, c.ck)
+		agree(t, c.what, nil, nil, c.state, s, 0, 0)
+	}
+}
+
 func agree(t *testing.T, what string, refL, gotL []float64, ref, got map[string][]float64, rtol, atol float64) {
 	t.Helper()
 	close := func(r, g float64) bool { return math.Abs(g-r) <= atol+rtol*math.Abs(r) }
@@ -534,20 +552,12 @@ func TestZero3Checkpoint(t *testing.T) {
 	z3pp := Options{Load: tiny, PP: 2, DP: 2, TP: 2, Zero: 3, Microbatches: m, Optimizer: sgdM}
 	_, z3Ck, z3State := spmdRun(t, gptPPM, z3, 2, "")
 	_, z0Ck, z0State := spmdRun(t, gptPPM, z0, 2, "")
-	for _, c := range []struct {
-		what  string
-		opts  Options
-		ck    string
-		state map[string][]float64
-	}{
+	resumesUnchanged(t, []resumeCase{
 		{"zero 3 checkpoint through zero 0", z0, z3Ck, z3State},
 		{"zero 3 checkpoint through one device", one, z3Ck, z3State},
 		{"zero 0 checkpoint through zero 3", z3, z0Ck, z0State},
 		{"zero 0 checkpoint through pp 2 tp 2 zero 3", z3pp, z0Ck, z0State},
-	} {
-		_, _, s := spmdRun(t, gptPPM, c.opts, 0, c.ck)
-		agree(t, c.what, nil, nil, c.state, s, 0, 0)
-	}
+	})
 	refL, _, refS := spmdRun(t, gptPPM, z0, 3, "")
 	l, _, s := spmdRun(t, gptPPM, z0, 1, z3Ck)
 	agree(t, "zero 3 saves, zero 0 resumes", refL[2:], l, refS, s, spmdRtol, spmdAtol)

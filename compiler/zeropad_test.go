@@ -121,19 +121,11 @@ func TestZeroPaddedCheckpoint(t *testing.T) {
 	one := Options{Load: batch12, Microbatches: 6, Optimizer: sgdM}
 	_, dp3Ck, dp3State := spmdRun(t, gptPPM, z3dp3, 2, "")
 	_, dp2Ck, dp2State := spmdRun(t, gptPPM, z2dp2, 2, "")
-	for _, c := range []struct {
-		what  string
-		opts  Options
-		ck    string
-		state map[string][]float64
-	}{
+	resumesUnchanged(t, []resumeCase{
 		{"dp 3 zero 3 checkpoint through dp 2 zero 2", z2dp2, dp3Ck, dp3State},
 		{"dp 3 zero 3 checkpoint through dp 3 zero 1", z1dp3, dp3Ck, dp3State},
 		{"dp 2 zero 2 checkpoint through dp 3 zero 3", z3dp3, dp2Ck, dp2State},
-	} {
-		_, _, s := spmdRun(t, gptPPM, c.opts, 0, c.ck)
-		agree(t, c.what, nil, nil, c.state, s, 0, 0)
-	}
+	})
 	refL, _, refS := spmdRun(t, gptPPM, one, 3, "")
 	l, _, s := spmdRun(t, gptPPM, z2dp2, 1, dp3Ck)
 	agree(t, "dp 3 zero 3 saves, dp 2 zero 2 resumes", refL[2:], l, refS, s, spmdRtol, spmdAtol)
