@@ -1300,12 +1300,13 @@ func (rg *rankGen) kernel(k *lower.Kernel) int {
 	if i, ok := rg.kernels[key]; ok {
 		return i
 	}
-	pk := &pb.Kernel{}
+	pk := &pb.Kernel{Op: "fused"}
 	if k.Op != nil {
 		pk.Op = k.Op.Name
 		pk.Attrs = attrsToProto(k.Attrs)
-	} else {
-		pk.Op = "fused"
+		pk.OpInputs = int32(k.OpInputs)
+	}
+	if len(k.Fused) > 0 {
 		for _, st := range k.Fused {
 			dt, shape := tensorFields(st.Type)
 			args := make([]int32, len(st.Args))
@@ -1329,7 +1330,10 @@ func kernelKey(k *lower.Kernel) string {
 	if k.Op != nil {
 		b.WriteString(k.Op.Name)
 		b.WriteString(ir.AttrString(ir.Dict(k.Attrs)))
-		return b.String()
+		if len(k.Fused) == 0 {
+			return b.String()
+		}
+		fmt.Fprintf(&b, "+%d:", k.OpInputs)
 	}
 	for _, st := range k.Fused {
 		fmt.Fprintf(&b, "%s%v%s%s;", st.Op.Name, st.Args, ir.AttrString(ir.Dict(st.Attrs)), st.Type)

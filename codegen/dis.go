@@ -98,7 +98,7 @@ func attrText(as []*pb.NamedAttr) string {
 }
 
 func kernelText(k *pb.Kernel) string {
-	if k.Op != "fused" {
+	if k.Op != "fused" && len(k.Fused) == 0 {
 		return k.Op + attrText(k.Attrs)
 	}
 	var steps []string
@@ -115,6 +115,10 @@ func kernelText(k *pb.Kernel) string {
 			outs[i] = fmt.Sprintf("s%d", o)
 		}
 		steps = append(steps, "→ "+strings.Join(outs, ", "))
+	}
+	if k.Op != "fused" {
+		// An epilogue: $0 is the op's result, $1 … the launch's operands after the op's.
+		return fmt.Sprintf("%s%s, %d operands, then [%s]", k.Op, attrText(k.Attrs), k.OpInputs, strings.Join(steps, "; "))
 	}
 	return "fused [" + strings.Join(steps, "; ") + "]"
 }

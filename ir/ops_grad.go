@@ -11,8 +11,10 @@ import "slices"
 // infer_grad.go.
 var gradOps = []OpDef{
 	elementwiseGrad("relu_grad",
-		"Backward of relu. Operands x (relu's input) and dy, of one floating-point type; "+
-			"dx = dy where x > 0, else 0 (the gradient at x = 0 is 0, as in PyTorch)."),
+		"Backward of relu. Operands x (relu's input, or its result: relu(x) > 0 exactly where x > 0) and dy, "+
+			"of one floating-point type; dx = dy where x > 0, else 0 (the gradient at x = 0 is 0, as in PyTorch). "+
+			"Autodiff passes the result, so that relu's input need not be kept for the backward and a "+
+			"convolution's relu can run as its epilogue."),
 	{Name: "gelu_grad", MinOperands: 2, MaxOperands: 2, Traits: Pure | Elementwise, Infer: inferGradElementwise,
 		Attrs: []AttrSpec{{Name: "approximate", Kind: KindEnum, Optional: true, Enum: []string{"none", "tanh"}}},
 		Doc: "Backward of gelu. Operands x (gelu's input) and dy, of one floating-point type; approximate as on the " +

@@ -15,20 +15,33 @@ type FusedStep struct {
 	Type  ir.Type
 }
 
-// Kernel is what one launch computes: an IR op, or (Op nil) a fused elementwise chain.
-// Outputs are the steps of a fused chain whose results the launch writes, in the order of
-// its Out slots; nil means the last step alone.
+// Kernel is what one launch computes: an IR op, or (Op nil) a fused elementwise chain, or an
+// op followed by an elementwise epilogue (Op and Fused: see Epilogue). Outputs are the steps
+// of a fused chain whose results the launch writes, in the order of its Out slots; nil means
+// the last step alone.
 type Kernel struct {
 	Op      *ir.OpDef
 	Attrs   ir.Attrs
 	Fused   []FusedStep
 	Outputs []int
+	// OpInputs is, for an epilogue, how many of the launch's inputs are the op's operands:
+	// the chain's input 0 is the op's result and its inputs 1, 2, … the launch's inputs from
+	// OpInputs on.
+	OpInputs int
 }
 
-// Name is the op name, or "fused(add,mul,…)".
+// Epilogue reports whether the kernel is an op followed by an elementwise chain.
+func (k *Kernel) Epilogue() bool { return k.Op != nil && len(k.Fused) > 0 }
+
+// Name is the op name, "fused(add,mul,…)", or for an epilogue the op's and its steps'
+// ("conv+relu", "conv+add+relu").
 func (k *Kernel) Name() string {
 	if k.Op != nil {
-		return k.Op.Name
+		s := k.Op.Name
+		for _, st := range k.Fused {
+			s += "+" + st.Op.Name
+		}
+		return s
 	}
 	s := "fused("
 	for i, st := range k.Fused {
@@ -126,7 +139,23 @@ func Func(f *ir.Func) (*Block, error) {
 			members[r] = append(members[r], op)
 		}
 	}
+	epi := epilogues(f, fusedInto, members, uses, returned)
+	done := map[*ir.Op]bool{}
 	for _, op := range f.Ops {
+		if done[op] {
+			continue // in an epilogue, emitted with its op
+		}
+		if root, ok := epi[op]; ok {
+			group := append(members[root], root)
+			for _, m := range group {
+				done[m] = true
+				if (m == root || returned[m.Results[0]]) && newSlot(m.Results[0]) < 0 {
+					return nil, fmt.Errorf("%s: result of %s has no known type; run shape-infer", m.Loc, m.Def.Name)
+				}
+			}
+			b.fuse(group, slot, returned, op)
+			continue
+		}
 		if _, inner := fusedInto[op]; inner {
 			if returned[op.Results[0]] && newSlot(op.Results[0]) < 0 {
 				return nil, fmt.Errorf("%s: result of %s has no known type; run shape-infer", op.Loc, op.Def.Name)
@@ -159,7 +188,7 @@ func Func(f *ir.Func) (*Block, error) {
 			b.Launches = append(b.Launches, l)
 			continue
 		}
-		b.fuse(group, slot, returned)
+		b.fuse(group, slot, returned, nil)
 	}
 	for _, r := range f.Results {
 		s, ok := slot[r]
@@ -174,37 +203,121 @@ func Func(f *ir.Func) (*Block, error) {
 // fusible ops are elementwise with one result.
 func fusible(op *ir.Op) bool { return op.Def.Has(ir.Elementwise) && len(op.Results) == 1 }
 
+// epilogueOps are the ops an elementwise group may follow as their epilogue: those whose CPU
+// kernel applies the epilogue to each part of its result while that part is still in cache —
+// a convolution's block of output channels (the copy out of its padded result, a row block
+// of its GEMM), batch norm's plane — where a separate ReLU or residual add + ReLU launch read
+// and wrote every element again (8–12% of a batch-1 ResNet-50 or GoogLeNet step; DenseNet's
+// batch norms are followed by ReLUs). Other devices run the op and then the chain in place
+// (runtime/device.PrepareEpilogue).
+var epilogueOps = map[string]bool{"conv": true, "batch_norm": true}
+
+// epilogues finds the elementwise groups (a chain's root with its members, or a lone
+// elementwise op) that run as the epilogue of the op defining one of their operands, and
+// returns that op → the group's root. A group qualifies when that operand v is its op's only
+// result, is not returned, and every use of v is in the group; every step's result, and every
+// other operand of the group, has v's type (the chain runs over v's elements, no
+// broadcasting); and those other operands are defined before the op, so that emitting the
+// group at the op's place reads nothing the function computes later.
+func epilogues(f *ir.Func, fusedInto map[*ir.Op]*ir.Op, members map[*ir.Op][]*ir.Op, uses map[*ir.Value][]*ir.Op, returned map[*ir.Value]bool) map[*ir.Op]*ir.Op {
+	pos := map[*ir.Op]int{}
+	for i, op := range f.Ops {
+		pos[op] = i
+	}
+	epi := map[*ir.Op]*ir.Op{}
+	for _, root := range f.Ops {
+		if _, inner := fusedInto[root]; inner || !fusible(root) {
+			continue
+		}
+		group := append(members[root], root)
+		in := map[*ir.Op]bool{}
+		for _, m := range group {
+			in[m] = true
+		}
+		// Candidates: the outside operands an epilogue op defines, used only here; the first
+		// whose op comes after the group's other operands (a residual block's downsampling
+		// convolution rather than the main path's, which precedes it).
+	candidates:
+		for _, m := range group {
+			for _, v := range m.Operands {
+				if v.Def == nil || in[v.Def] || !epilogueOps[v.Def.Def.Name] || len(v.Def.Results) != 1 || returned[v] || epi[v.Def] != nil {
+					continue
+				}
+				if epilogueFits(group, in, v, uses[v], pos) {
+					epi[v.Def] = root
+					break candidates
+				}
+			}
+		}
+	}
+	return epi
+}
+
+// epilogueFits reports whether group can be v's op's epilogue: every use of v is in it,
+// every step's result and every other operand has v's type, and those operands are defined
+// before v's op.
+func epilogueFits(group []*ir.Op, in map[*ir.Op]bool, v *ir.Value, vUses []*ir.Op, pos map[*ir.Op]int) bool {
+	for _, u := range vUses {
+		if !in[u] {
+			return false
+		}
+	}
+	for _, m := range group {
+		if !m.Results[0].Type.Equal(v.Type) {
+			return false
+		}
+		for _, x := range m.Operands {
+			if x == v || x.Def != nil && in[x.Def] {
+				continue
+			}
+			if !x.Type.Equal(v.Type) || x.Def != nil && pos[x.Def] > pos[v.Def] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // fuse emits one kernel for an elementwise group whose last member is the root, writing the
-// root's result and, before it, every member's the function returns.
-func (b *Block) fuse(group []*ir.Op, slot map[*ir.Value]int, returned map[*ir.Value]bool) {
+// root's result and, before it, every member's the function returns. With op, the group is
+// op's epilogue: the launch reads op's operands first, and the chain's input 0 is op's result.
+func (b *Block) fuse(group []*ir.Op, slot map[*ir.Value]int, returned map[*ir.Value]bool, op *ir.Op) {
 	root := group[len(group)-1]
 	inGroup := map[*ir.Value]int{} // value → step index
 	var inputs []int
 	inputIdx := map[int]int{}
+	first := 0 // the chain's first input from a slot (after op's result)
+	if op != nil {
+		first = 1
+	}
 	var steps []FusedStep
-	for _, op := range group {
-		st := FusedStep{Op: op.Def, Attrs: op.Attrs, Type: op.Results[0].Type}
-		for _, x := range op.Operands {
+	for _, m := range group {
+		st := FusedStep{Op: m.Def, Attrs: m.Attrs, Type: m.Results[0].Type}
+		for _, x := range m.Operands {
 			if k, ok := inGroup[x]; ok {
 				st.Args = append(st.Args, -1-k) // fixed up below once the input count is known
+				continue
+			}
+			if op != nil && x == op.Results[0] {
+				st.Args = append(st.Args, 0)
 				continue
 			}
 			s := slot[x]
 			i, ok := inputIdx[s]
 			if !ok {
-				i = len(inputs)
+				i = first + len(inputs)
 				inputIdx[s] = i
 				inputs = append(inputs, s)
 			}
 			st.Args = append(st.Args, i)
 		}
-		inGroup[op.Results[0]] = len(steps)
+		inGroup[m.Results[0]] = len(steps)
 		steps = append(steps, st)
 	}
 	for i := range steps {
 		for j, a := range steps[i].Args {
 			if a < 0 {
-				steps[i].Args[j] = len(inputs) + (-1 - a)
+				steps[i].Args[j] = first + len(inputs) + (-1 - a)
 			}
 		}
 	}
@@ -220,7 +333,15 @@ func (b *Block) fuse(group []*ir.Op, slot map[*ir.Value]int, returned map[*ir.Va
 		k.Outputs = append(k.Outputs, len(steps)-1)
 	}
 	outs = append(outs, slot[root.Results[0]])
-	if len(steps) == 1 {
+	switch {
+	case op != nil:
+		k.Op, k.Attrs, k.OpInputs = op.Def, op.Attrs, len(op.Operands)
+		opIn := make([]int, len(op.Operands))
+		for i, x := range op.Operands {
+			opIn[i] = slot[x]
+		}
+		inputs = append(opIn, inputs...)
+	case len(steps) == 1:
 		// A lone elementwise op stays a plain launch of its op; the device runs it with the
 		// same elementwise engine.
 		k = Kernel{Op: root.Def, Attrs: root.Attrs}

@@ -214,3 +214,78 @@ func @f(%x: f32[4,8], %b: f32[8]) -> (f32[4,8]) {
 		t.Fatalf("launches %q, want %q", got, want)
 	}
 }
+
+// TestConvEpilogue: the elementwise group after a convolution runs as its epilogue when it
+// reads the convolution's result only there, everything it reads has that type, and those
+// other operands exist before the convolution (so the launch stays where the convolution
+// was). A residual block's downsampling convolution, after the main path's, takes the add.
+func TestConvEpilogue(t *testing.T) {
+	f := parseFunc(t, `func @f(%x: f32[1,4,6,6], %w: f32[4,4,3,3] {param}, %b: f32[4] {param}, %wd: f32[4,4,1,1] {param}, %s: f32[] {param}) -> (f32[1,4,6,6], f32[1,4,6,6], f32[1,4,6,6], f32[1,4,6,6]) {
+  %c0 = conv %x, %w, %b {pads = [1, 1, 1, 1]} : f32[1,4,6,6]
+  %r0 = relu %c0 : f32[1,4,6,6]
+  %c1 = conv %r0, %w {pads = [1, 1, 1, 1]} : f32[1,4,6,6]
+  %d1 = conv %x, %wd : f32[1,4,6,6]
+  %a1 = add %c1, %d1 : f32[1,4,6,6]
+  %r1 = relu %a1 : f32[1,4,6,6]
+  %c2 = conv %r1, %w {pads = [1, 1, 1, 1]} : f32[1,4,6,6]
+  %m2 = mul %c2, %s : f32[1,4,6,6]
+  %c3 = conv %r1, %w {pads = [1, 1, 1, 1]} : f32[1,4,6,6]
+  %r3 = relu %c3 : f32[1,4,6,6]
+  %t3 = tanh %c3 : f32[1,4,6,6]
+  %c4 = conv %r1, %w {pads = [1, 1, 1, 1]} : f32[1,4,6,6]
+  %r4 = relu %c4 : f32[1,4,6,6]
+  return %m2, %r3, %t3, %r4
+}
+`)
+	b, err := Func(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, l := range b.Launches {
+		names = append(names, b.Kernels[l.Kernel].Name())
+	}
+	// c0 → relu fuses; c1's add needs d1, defined after it, so d1 takes the add and relu;
+	// c2's mul reads a scalar (broadcast) and stays apart; c3 has two users in two groups.
+	got := strings.Join(names, " ")
+	want := "conv+relu conv conv+add+relu conv mul conv relu tanh conv+relu"
+	if got != want {
+		t.Fatalf("launches %q, want %q", got, want)
+	}
+	k := b.Kernels[b.Launches[2].Kernel]
+	l := b.Launches[2]
+	// d1's launch: x and wd, then c1's result; the chain adds $1 (c1) to $0 (d1's result).
+	if k.OpInputs != 2 || len(l.In) != 3 || l.In[2] != b.Launches[1].Out[0] || len(l.Out) != 1 {
+		t.Fatalf("downsampling epilogue %+v on %+v", k, l)
+	}
+	if a := k.Fused[0].Args; len(a) != 2 || a[0] != 1 || a[1] != 0 || k.Fused[1].Args[0] != 2 {
+		t.Fatalf("epilogue steps %+v", k.Fused)
+	}
+	if k0 := b.Kernels[b.Launches[0].Kernel]; k0.OpInputs != 3 || len(b.Launches[0].In) != 3 {
+		t.Fatalf("first epilogue %+v", k0)
+	}
+}
+
+// Batch norm takes its ReLU as an epilogue too (DenseNet's pre-activation layers); a ReLU
+// after a matmul stays its own launch (no matmul epilogue).
+func TestBatchNormEpilogue(t *testing.T) {
+	f := parseFunc(t, `func @f(%x: f32[1,4,3,3], %s: f32[4], %b: f32[4], %m: f32[4], %v: f32[4], %a: f32[2,3], %w: f32[3,3]) -> (f32[1,4,3,3], f32[2,3]) {
+  %n = batch_norm %x, %s, %b, %m, %v : f32[1,4,3,3]
+  %r = relu %n : f32[1,4,3,3]
+  %y = matmul %a, %w : f32[2,3]
+  %z = relu %y : f32[2,3]
+  return %r, %z
+}
+`)
+	b, err := Func(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, l := range b.Launches {
+		names = append(names, b.Kernels[l.Kernel].Name())
+	}
+	if got := strings.Join(names, " "); got != "batch_norm+relu matmul relu" {
+		t.Fatalf("launches %q", got)
+	}
+}

@@ -173,7 +173,7 @@ var coreGradRules = map[string]gradRule{
 		inner := g.b.Op1("where", nil, g.b.Op1("less", nil, x, zero), g.b.Neg(dy), zero)
 		return g.b.Op1("where", nil, g.b.Op1("greater", nil, x, zero), dy, inner)
 	}),
-	"relu":    fusedRule("relu_grad", true),
+	"relu":    fusedRule("relu_grad", false), // from the result (see relu_grad)
 	"gelu":    fusedRule("gelu_grad", true, "approximate"),
 	"silu":    fusedRule("silu_grad", true),
 	"tanh":    fusedRule("tanh_grad", false),

@@ -49,7 +49,11 @@ func TestLoaderMarksConstantParameters(t *testing.T) {
 		if _, err := runtime.Load(dir, rec); err != nil {
 			t.Fatal(err)
 		}
-		got := rec.konst["conv"]
+		// The relu after the conv is its epilogue: one launch site.
+		got, ok := rec.konst["conv+relu"]
+		if !ok {
+			t.Fatalf("no conv+relu launch among %v", rec.konst)
+		}
 		if fwd && (len(got) != 3 || got[0] || !got[1] || !got[2]) {
 			t.Fatalf("inference: conv's Const = %v, want [false true true]", got)
 		}

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -649,42 +650,13 @@ func LaunchSpecs(p *pb.Program) ([]*device.Spec, error) {
 
 func kernelSpec(pk *pb.Kernel) (*device.Spec, error) {
 	if pk.Op == "fused" {
-		if len(pk.Fused) == 0 || len(pk.Fused) > 4096 {
-			return nil, fmt.Errorf("fused kernel with %d steps", len(pk.Fused))
+		if len(pk.Fused) == 0 {
+			return nil, errors.New("fused kernel with 0 steps")
 		}
-		s := &device.Spec{}
-		for i, st := range pk.Fused {
-			if st == nil {
-				return nil, fmt.Errorf("fused step %d is empty", i)
-			}
-			def := ir.Lookup(st.Op)
-			if def == nil || !def.Has(ir.Elementwise) {
-				return nil, fmt.Errorf("fused step %d: %q is not an elementwise op", i, st.Op)
-			}
-			attrs, err := codegen.AttrsFromProto(st.Attrs)
-			if err != nil {
-				return nil, fmt.Errorf("fused step %d: %v", i, err)
-			}
-			if _, err := def.CheckAttrs(attrs); err != nil {
-				return nil, fmt.Errorf("fused step %d: %v", i, err)
-			}
-			if st.Type == nil {
-				return nil, fmt.Errorf("fused step %d has no type", i)
-			}
-			t, err := codegen.TypeFromProto(st.Type.Dtype, st.Type.Shape)
-			if err != nil {
-				return nil, fmt.Errorf("fused step %d: %v", i, err)
-			}
-			args := make([]int, len(st.Args))
-			for a, x := range st.Args {
-				args[a] = int(x)
-			}
-			s.Fused = append(s.Fused, device.FusedStep{Op: def, Args: args, Attrs: attrs, Type: t})
+		if pk.OpInputs != 0 {
+			return nil, fmt.Errorf("fused kernel with op_inputs %d", pk.OpInputs)
 		}
-		for _, o := range pk.Outputs {
-			s.Outputs = append(s.Outputs, int(o))
-		}
-		return s, nil
+		return fusedSpec(pk, &device.Spec{})
 	}
 	def := ir.Lookup(pk.Op)
 	if def == nil {
@@ -700,7 +672,57 @@ func kernelSpec(pk *pb.Kernel) (*device.Spec, error) {
 	if _, err := def.CheckAttrs(attrs); err != nil {
 		return nil, err
 	}
-	return &device.Spec{Op: def, Attrs: attrs}, nil
+	s := &device.Spec{Op: def, Attrs: attrs}
+	if len(pk.Fused) == 0 {
+		if pk.OpInputs != 0 || len(pk.Outputs) > 0 {
+			return nil, fmt.Errorf("%s kernel with op_inputs %d and %d outputs but no epilogue", pk.Op, pk.OpInputs, len(pk.Outputs))
+		}
+		return s, nil
+	}
+	if def.Has(ir.Elementwise) || pk.OpInputs < 0 {
+		return nil, fmt.Errorf("%s kernel with an epilogue on %d operands", pk.Op, pk.OpInputs)
+	}
+	s.OpInputs = int(pk.OpInputs)
+	return fusedSpec(pk, s)
+}
+
+// fusedSpec adds pk's fused steps and outputs to s.
+func fusedSpec(pk *pb.Kernel, s *device.Spec) (*device.Spec, error) {
+	if len(pk.Fused) > 4096 {
+		return nil, fmt.Errorf("fused kernel with %d steps", len(pk.Fused))
+	}
+	for i, st := range pk.Fused {
+		if st == nil {
+			return nil, fmt.Errorf("fused step %d is empty", i)
+		}
+		def := ir.Lookup(st.Op)
+		if def == nil || !def.Has(ir.Elementwise) {
+			return nil, fmt.Errorf("fused step %d: %q is not an elementwise op", i, st.Op)
+		}
+		attrs, err := codegen.AttrsFromProto(st.Attrs)
+		if err != nil {
+			return nil, fmt.Errorf("fused step %d: %v", i, err)
+		}
+		if _, err := def.CheckAttrs(attrs); err != nil {
+			return nil, fmt.Errorf("fused step %d: %v", i, err)
+		}
+		if st.Type == nil {
+			return nil, fmt.Errorf("fused step %d has no type", i)
+		}
+		t, err := codegen.TypeFromProto(st.Type.Dtype, st.Type.Shape)
+		if err != nil {
+			return nil, fmt.Errorf("fused step %d: %v", i, err)
+		}
+		args := make([]int, len(st.Args))
+		for a, x := range st.Args {
+			args[a] = int(x)
+		}
+		s.Fused = append(s.Fused, device.FusedStep{Op: def, Args: args, Attrs: attrs, Type: t})
+	}
+	for _, o := range pk.Outputs {
+		s.Outputs = append(s.Outputs, int(o))
+	}
+	return s, nil
 }
 
 func (j *Job) prepareInstr(rank *Rank, in *pb.Instr, specs []*device.Spec, local, inOpt bool) (instr, error) {
@@ -1176,6 +1198,32 @@ func checkLaunch(s *device.Spec) (err error) {
 			err = fmt.Errorf("malformed kernel: %v", r)
 		}
 	}()
+	if s.Epilogue() {
+		// The op alone, then the chain alone over its result, and every type the op
+		// result's: the chain may run over any part of the result as soon as it is final.
+		if s.OpInputs > len(s.In) || len(s.Out) == 0 {
+			return fmt.Errorf("%s epilogue on %d of %d operands, %d results", s.Op.Name, s.OpInputs, len(s.In), len(s.Out))
+		}
+		op, chain := s.SplitEpilogue()
+		if err := checkLaunch(op); err != nil {
+			return err
+		}
+		if err := checkLaunch(chain); err != nil {
+			return fmt.Errorf("%s epilogue: %v", s.Op.Name, err)
+		}
+		t := op.Out[0]
+		for i, x := range chain.In {
+			if !x.Equal(t) {
+				return fmt.Errorf("%s epilogue input %d is %s, the op's result %s", s.Op.Name, i, x, t)
+			}
+		}
+		for i, st := range s.Fused {
+			if !st.Type.Equal(t) {
+				return fmt.Errorf("%s epilogue step %d is %s, the op's result %s", s.Op.Name, i, st.Type, t)
+			}
+		}
+		return nil
+	}
 	if s.Op != nil {
 		n := len(s.In)
 		if n < s.Op.MinOperands || s.Op.MaxOperands >= 0 && n > s.Op.MaxOperands {

@@ -292,6 +292,25 @@ func FuzzLoadProgram(f *testing.F) {
 	if data, err := proto.Marshal(multi); err == nil {
 		f.Add(data)
 	}
+	// And with an epilogue (lower makes them of a convolution and its ReLU; here a matmul's
+	// launch with a ReLU after it), so that mutations reach the epilogue checks.
+	epi := proto.Clone(withColl).(*pb.Program)
+	epi.Instrs = epi.Instrs[:len(epi.Instrs)-3]
+	for _, in := range epi.Instrs {
+		if in.Kind != pb.Instr_LAUNCH || epi.Kernels[in.Kernel].Op != "matmul" {
+			continue
+		}
+		out := epi.Buffers[in.Out[0]]
+		epi.Kernels = append(epi.Kernels, &pb.Kernel{Op: "matmul", OpInputs: int32(len(in.In)),
+			Fused: []*pb.FusedStep{{Op: "relu", Args: []int32{0}, Type: &pb.TensorType{Dtype: out.Dtype, Shape: out.Shape}}}})
+		e := proto.Clone(in).(*pb.Instr)
+		e.Kernel = int32(len(epi.Kernels) - 1)
+		epi.Instrs = append(epi.Instrs, e)
+		break
+	}
+	if data, err := proto.Marshal(epi); err == nil {
+		f.Add(data)
+	}
 	// A mutated program may ask for gigabytes and minutes of valid work; keep each input small.
 	MemoryLimit = 64 << 20
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -372,5 +391,68 @@ func TestLoaderChecksProgramChecksum(t *testing.T) {
 	}
 	if _, err := Load(dir, cpu.New()); err != nil {
 		t.Fatalf("the untouched plan: %v", err)
+	}
+}
+
+// An epilogue kernel (a convolution with its residual add and ReLU: lower's conv epilogue)
+// is checked as its op and its chain, every type the op result's: a corrupted one is refused
+// naming the file and the problem.
+func TestLoaderRejectsBadEpilogues(t *testing.T) {
+	dir := jobtest.Compile(t, "../testdata/ir/gradcheck_nn.ir", compiler.Options{ForwardOnly: true, Microbatches: 1})
+	if _, err := Load(dir, cpu.New()); err != nil {
+		t.Fatal(err)
+	}
+	epilogue := func(p *pb.Program) *pb.Kernel {
+		for _, k := range p.Kernels {
+			if k.Op == "conv" && len(k.Fused) > 0 {
+				return k
+			}
+		}
+		panic("no conv epilogue in the program")
+	}
+	cases := []struct {
+		name string
+		f    func(p *pb.Program)
+		want string
+	}{
+		{"op inputs past the operands", func(p *pb.Program) { epilogue(p).OpInputs = 9 }, "conv epilogue on 9 of 3 operands"},
+		{"negative op inputs", func(p *pb.Program) { epilogue(p).OpInputs = -1 }, "conv kernel with an epilogue on -1 operands"},
+		{"op inputs short", func(p *pb.Program) { epilogue(p).OpInputs = 1 }, "conv takes"},
+		{"step type", func(p *pb.Program) { epilogue(p).Fused[0].Type.Shape = []int64{2, 4, 4, 5} }, "fused step 0"},
+		{"step reads past", func(p *pb.Program) { epilogue(p).Fused[1].Args[0] = 7 }, "fused step 1 reads value 7"},
+		{"not elementwise", func(p *pb.Program) { epilogue(p).Fused[1].Op = "conv" }, `"conv" is not an elementwise op`},
+		{"elementwise op with epilogue", func(p *pb.Program) {
+			k := epilogue(p)
+			k.Op, k.Attrs = "relu", nil
+		}, "relu kernel with an epilogue"},
+		{"op inputs without epilogue", func(p *pb.Program) {
+			k := epilogue(p)
+			k.Fused = nil
+		}, "conv kernel with op_inputs 2 and 0 outputs but no epilogue"},
+		{"fused with op inputs", func(p *pb.Program) { epilogue(p).Op = "fused" }, "fused kernel with op_inputs 2"},
+		{"extra input type", func(p *pb.Program) {
+			k := epilogue(p)
+			// The residual, the chain's input 1, replaced by the convolution's weight (another
+			// type).
+			for _, in := range p.Instrs {
+				if in.Kind == pb.Instr_LAUNCH && p.Kernels[in.Kernel] == k {
+					in.In[2] = in.In[1]
+					return
+				}
+			}
+		}, "conv epilogue: "},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			bad := corrupt(t, dir, c.f)
+			_, err := Load(bad, cpu.New())
+			var ie *fault.InputError
+			if err == nil || !errors.As(err, &ie) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want an fault.InputError containing %q", err, c.want)
+			}
+			if !strings.Contains(err.Error(), "rank-00000.ppx") {
+				t.Fatalf("error does not name the file: %v", err)
+			}
+		})
 	}
 }

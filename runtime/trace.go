@@ -9,6 +9,7 @@ import (
 	"time"
 
 	pb "ppc.dev/ppc/codegen/programpb"
+	"ppc.dev/ppc/runtime/device"
 )
 
 // Trace streams executed instructions to a Chrome trace (Perfetto): one process per rank,
@@ -140,6 +141,10 @@ func (t *Trace) record(rank, step int, it *instr, began time.Time, dur time.Dura
 		}
 		ev = traceEvent{Name: name, Cat: it.Kind.String(), Ph: "X", Ts: us(start), Dur: us(dur),
 			Pid: rank, Tid: 1, Args: map[string]any{"step": step, "microbatch": it.Microbatch}}
+		if it.Kind == pb.Instr_LAUNCH {
+			// The operand types, so that a profile tells a kernel's launches apart.
+			ev.Args["in"], ev.Args["out"] = typeNames(it.in), typeNames(it.out)
+		}
 	}
 	b := marshalEvent(ev) // outside the lock: the ranks encode in parallel
 	t.mu.Lock()
@@ -194,4 +199,12 @@ func actionName(it *instr) string {
 		name += "." + strconv.Itoa(int(it.TokenSlice)-1) // micro-batch.slice, as the simulator labels units
 	}
 	return name + " s" + strconv.Itoa(int(it.Stage))
+}
+
+func typeNames(ts []device.Tensor) []string {
+	names := make([]string, len(ts))
+	for i, t := range ts {
+		names[i] = t.Type.String()
+	}
+	return names
 }

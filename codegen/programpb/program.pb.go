@@ -1079,12 +1079,19 @@ func (x *FusedStep) GetType() *TensorType {
 // A kernel: an IR op (by name, with its attributes), or "fused" with steps whose last result is
 // the output — or, with outputs, the steps (indices into fused) whose results the launch writes,
 // in the order of its out buffers, each element read before any is written.
+//
+// An op with fused steps is an op with an elementwise epilogue (a convolution's ReLU, or its
+// residual add and ReLU): the op reads the first op_inputs in buffers; the steps' input 0 is
+// its result and inputs 1, 2, … are the remaining in buffers; every step, extra input and out
+// buffer has the op result's type, so a device may apply the steps to each part of the result
+// as soon as it is final, or run the op into the last out buffer and the steps in place.
 type Kernel struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Op            string                 `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
 	Attrs         []*NamedAttr           `protobuf:"bytes,2,rep,name=attrs,proto3" json:"attrs,omitempty"`
 	Fused         []*FusedStep           `protobuf:"bytes,3,rep,name=fused,proto3" json:"fused,omitempty"`
 	Outputs       []int32                `protobuf:"varint,4,rep,packed,name=outputs,proto3" json:"outputs,omitempty"`
+	OpInputs      int32                  `protobuf:"varint,5,opt,name=op_inputs,json=opInputs,proto3" json:"op_inputs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1145,6 +1152,13 @@ func (x *Kernel) GetOutputs() []int32 {
 		return x.Outputs
 	}
 	return nil
+}
+
+func (x *Kernel) GetOpInputs() int32 {
+	if x != nil {
+		return x.OpInputs
+	}
+	return 0
 }
 
 type Instr struct {
@@ -1582,12 +1596,13 @@ const file_program_proto_rawDesc = "" +
 	"\x02op\x18\x01 \x01(\tR\x02op\x12\x12\n" +
 	"\x04args\x18\x02 \x03(\x05R\x04args\x12,\n" +
 	"\x05attrs\x18\x03 \x03(\v2\x16.ppc.program.NamedAttrR\x05attrs\x12+\n" +
-	"\x04type\x18\x04 \x01(\v2\x17.ppc.program.TensorTypeR\x04type\"\x8e\x01\n" +
+	"\x04type\x18\x04 \x01(\v2\x17.ppc.program.TensorTypeR\x04type\"\xab\x01\n" +
 	"\x06Kernel\x12\x0e\n" +
 	"\x02op\x18\x01 \x01(\tR\x02op\x12,\n" +
 	"\x05attrs\x18\x02 \x03(\v2\x16.ppc.program.NamedAttrR\x05attrs\x12,\n" +
 	"\x05fused\x18\x03 \x03(\v2\x16.ppc.program.FusedStepR\x05fused\x12\x18\n" +
-	"\aoutputs\x18\x04 \x03(\x05R\aoutputs\"\x84\x06\n" +
+	"\aoutputs\x18\x04 \x03(\x05R\aoutputs\x12\x1b\n" +
+	"\top_inputs\x18\x05 \x01(\x05R\bopInputs\"\x84\x06\n" +
 	"\x05Instr\x12+\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.ppc.program.Instr.KindR\x04kind\x12\x16\n" +
 	"\x06kernel\x18\x02 \x01(\x05R\x06kernel\x12\x0e\n" +

@@ -486,15 +486,38 @@ func Conv[T Float](p *ConvParams, x, w, bias, y []T) {
 	if bias != nil {
 		needLen("Conv", "bias", len(bias), p.OutC)
 	}
-	convForward(g, x, w, nil, bias, y)
+	convForward(g, x, w, nil, bias, y, nil)
 }
 
-func convForward[T Float](g *convGeom, x, w []T, f *ConvFilter[T], bias, y []T) {
+// ConvEpi is Conv followed by an epilogue: epi(lo, hi) is called on ranges of y's elements
+// that partition y, each as soon as its values are final — while they are still in cache —
+// and possibly concurrently on disjoint ranges. It may rewrite y[lo:hi] (a ReLU, a residual
+// add); it must not read or write y outside its range.
+//
+// Preconditions (panics otherwise): those of Conv.
+func ConvEpi[T Float](p *ConvParams, x, w, bias, y []T, epi func(lo, hi int)) {
+	g := &p.g
+	g.mustInit("Conv")
+	needLen("Conv", "x", len(x), p.XLen())
+	needLen("Conv", "w", len(w), p.WLen())
+	needLen("Conv", "y", len(y), p.YLen())
+	if bias != nil {
+		needLen("Conv", "bias", len(bias), p.OutC)
+	}
+	convForward(g, x, w, nil, bias, y, epi)
+}
+
+func convForward[T Float](g *convGeom, x, w []T, f *ConvFilter[T], bias, y []T, epi func(lo, hi int)) {
 	small := g.direct() || gemmWork(g.ocg, g.outSize, g.kdim) < gemmParallelWork
 	convSchedule(g.batch*g.groups, small, func(t, inner int) {
 		n, gr := t/g.groups, t%g.groups
 		xg := x[(n*g.inC+gr*g.cg)*g.inSize:][:g.cg*g.inSize]
-		yg := y[(n*g.outC+gr*g.ocg)*g.outSize:][:g.ocg*g.outSize]
+		yOff := (n*g.outC + gr*g.ocg) * g.outSize
+		yg := y[yOff:][:g.ocg*g.outSize]
+		var e func(lo, hi int) // epi on the group's ranges, nil without one
+		if epi != nil {
+			e = func(lo, hi int) { epi(yOff+lo, yOff+hi) }
+		}
 		wg := w[gr*g.ocg*g.kdim:][:g.ocg*g.kdim]
 		pa := f.group(gr) // the group's packed weights (nil: packed here)
 		var bg []T        // the group's bias, added by the GEMM's micro-kernel as it stores C
@@ -533,9 +556,14 @@ func convForward[T Float](g *convGeom, x, w []T, f *ConvFilter[T], bias, y []T) 
 		case g.pointwise:
 			gemmRunSrc(false, g.ocg, g.outSize, g.cg, 1, wg, g.kdim, pa, &gemmMatrixB[T]{b: xg, ldb: g.inSize}, 0, yg, g.outSize, bg, inner)
 		default:
-			if !convIndirect(g, xg, wg, pa, bg, yg, inner) {
-				gemmRunSrc(false, g.ocg, g.outSize, g.kdim, 1, wg, g.kdim, pa, &convCols[T]{g, xg, false}, 0, yg, g.outSize, bg, inner)
+			if convIndirect(g, xg, wg, pa, bg, yg, inner, e) {
+				return // it ran the epilogue as it copied its result out
 			}
+			gemmRunSrc(false, g.ocg, g.outSize, g.kdim, 1, wg, g.kdim, pa, &convCols[T]{g, xg, false}, 0, yg, g.outSize, bg, inner)
+		}
+		if e != nil {
+			// Right after the GEMM, while its result is in cache: by channel ranges, one a core.
+			convChunks(g.ocg, g.outSize, inner, func(j0, j1 int) { e(j0*g.outSize, j1*g.outSize) })
 		}
 	})
 }
@@ -589,7 +617,7 @@ var convIndirectOff bool
 // fewer than two row blocks a worker. Scratch: the padded image and the padded result, at most
 // convIndirectMax elements. It reports false, computing nothing, where it does not apply
 // (other convolutions, float64, CPUs without the kernel, larger scratch).
-func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T, workers int) bool {
+func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T, workers int, epi func(lo, hi int)) bool {
 	impl := gemmImplFor(unsafe.Sizeof(T(0)))
 	d := g.ind
 	if d == nil || !isFloat32Type[T]() || impl.kernInd == nil || convIndirectOff {
@@ -696,6 +724,9 @@ func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T
 			for r := 0; r < d.ho; r++ {
 				copy(y32[j*g.outSize+r*d.wo:][:d.wo], cp[j*nPad+r*d.wq:])
 			}
+		}
+		if epi != nil {
+			epi(j0*g.outSize, j1*g.outSize)
 		}
 	})
 	return true

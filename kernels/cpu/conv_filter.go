@@ -69,5 +69,19 @@ func (f *ConvFilter[T]) Conv(x, bias, y []T) {
 	if bias != nil {
 		needLen("Conv", "bias", len(bias), p.OutC)
 	}
-	convForward(&p.g, x, f.w, f, bias, y)
+	convForward(&p.g, x, f.w, f, bias, y, nil)
+}
+
+// ConvEpi is ConvEpi(p, x, w, bias, y, epi) with the filter's p and w, reading the packed
+// weights.
+//
+// Preconditions (panics otherwise): those of Conv.
+func (f *ConvFilter[T]) ConvEpi(x, bias, y []T, epi func(lo, hi int)) {
+	p := f.p
+	needLen("Conv", "x", len(x), p.XLen())
+	needLen("Conv", "y", len(y), p.YLen())
+	if bias != nil {
+		needLen("Conv", "bias", len(bias), p.OutC)
+	}
+	convForward(&p.g, x, f.w, f, bias, y, epi)
 }

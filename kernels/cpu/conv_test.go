@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"sync"
 	"testing"
 
 	"ppc.dev/ppc/internal/cputime"
@@ -591,7 +592,82 @@ func TestConvIndirectScratchBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	x, w := make([]float32, p.XLen()), make([]float32, p.WLen())
-	if convIndirect(&p.g, x, w, nil, nil, make([]float32, p.YLen()), 1) {
+	if convIndirect(&p.g, x, w, nil, nil, make([]float32, p.YLen()), 1, nil) {
 		t.Fatal("convIndirect took a 700 × 700 image with 8 output channels")
+	}
+}
+
+// ConvEpi calls its epilogue on ranges that partition y, each after its values are final:
+// a ReLU applied there gives the bits of Conv followed by ReLU, on every path (depthwise
+// loops, pointwise GEMM, the indirect kernel, the im2col GEMM, float64), with and without
+// packed weights, on one and two workers. The ranges are checked for overlap and coverage.
+func TestConvEpilogue(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	cases := append([]convCase{
+		{1, 64, 48, 1, []int{14, 14}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{0, 0}, []int{0, 0}},               // pointwise
+		{1, 32, 40, 1, []int{15, 13}, []int{3, 3}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{1, 1}},               // indirect
+		{2, 6, 6, 6, []int{9, 9}, []int{3, 3}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{1, 1}},                   // depthwise
+		{1, 16, 24, 1, []int{20, 20}, []int{3, 3}, []int{2, 2}, []int{1, 1}, []int{1, 1}, []int{1, 1}},               // strided
+		{3, 8, 12, 2, []int{10, 11}, []int{3, 3}, []int{1, 2}, []int{2, 1}, []int{2, 1}, []int{0, 1}},                // groups, dilation
+		{1, 96, 160, 1, []int{28, 28}, []int{3, 3}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{1, 1}},              // several k slabs
+		{2, 128, 64, 1, []int{7, 7}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{0, 0}, []int{0, 0}},                // batch, 7 × 7
+		{1, 4, 6, 1, []int{5, 6, 7}, []int{2, 3, 3}, []int{1, 1, 2}, []int{1, 1, 1}, []int{0, 1, 1}, []int{1, 1, 0}}, // 3-d
+	}, convCases...)
+	for _, threads := range []int{1, 2} {
+		old := runtime.GOMAXPROCS(threads)
+		for ci, tc := range cases {
+			p := tc.params()
+			if err := p.Init(); err != nil {
+				t.Fatal(err)
+			}
+			x := randSlice[float32](r, p.XLen())
+			w := randSlice[float32](r, p.WLen())
+			bias := randSlice[float32](r, p.OutC)
+			want := make([]float32, p.YLen())
+			Conv(p, x, w, bias, want)
+			ReluRow(want, want)
+			for _, packed := range []bool{false, true} {
+				got := make([]float32, p.YLen())
+				var mu sync.Mutex
+				seen := make([]int, len(got))
+				epi := func(lo, hi int) {
+					mu.Lock()
+					for i := lo; i < hi; i++ {
+						seen[i]++
+					}
+					mu.Unlock()
+					ReluRow(got[lo:hi], got[lo:hi])
+				}
+				if packed {
+					PackConvFilter(p, w).ConvEpi(x, bias, got, epi)
+				} else {
+					ConvEpi(p, x, w, bias, got, epi)
+				}
+				name := fmt.Sprintf("case %d, %d threads, packed %v", ci, threads, packed)
+				for i, n := range seen {
+					if n != 1 {
+						t.Fatalf("%s: element %d passed to the epilogue %d times", name, i, n)
+					}
+				}
+				for i := range got {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%s: y[%d] = %v, Conv then ReLU gives %v", name, i, got[i], want[i])
+					}
+				}
+			}
+			// float64 takes the im2col GEMM everywhere.
+			x64, w64, b64 := toF64(x), toF64(w), toF64(bias)
+			want64 := make([]float64, p.YLen())
+			Conv(p, x64, w64, b64, want64)
+			ReluRow(want64, want64)
+			got64 := make([]float64, p.YLen())
+			ConvEpi(p, x64, w64, b64, got64, func(lo, hi int) { ReluRow(got64[lo:hi], got64[lo:hi]) })
+			for i := range got64 {
+				if got64[i] != want64[i] {
+					t.Fatalf("case %d f64: y[%d] = %v, want %v", ci, i, got64[i], want64[i])
+				}
+			}
+		}
+		runtime.GOMAXPROCS(old)
 	}
 }

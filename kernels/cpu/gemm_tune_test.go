@@ -175,7 +175,7 @@ func TestTuneOthers(t *testing.T) {
 	bx, by := randSlice[float32](r, n*c*sp), make([]float32, n*c*sp)
 	s, b, m, v := randSlice[float32](r, c), randSlice[float32](r, c), make([]float32, c), make([]float32, c)
 	fmt.Printf("batchnorm train fwd %.2f Gelem/s\n", cpuRate(float64(n*c*sp), 3, func() { BatchNormTraining(bx, s, b, 1e-5, n, c, sp, by, m, v) }))
-	fmt.Printf("batchnorm inference %.2f Gelem/s\n", cpuRate(float64(n*c*sp), 3, func() { BatchNormInference(bx, s, b, m, v, 1e-5, n, c, sp, by) }))
+	fmt.Printf("batchnorm inference %.2f Gelem/s\n", cpuRate(float64(n*c*sp), 3, func() { BatchNormInference(bx, s, b, m, v, 1e-5, n, c, sp, by, nil) }))
 }
 
 func TestTunePool(t *testing.T) {

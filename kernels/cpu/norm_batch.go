@@ -34,8 +34,9 @@ func bnChannels(n, c, spatial int, f func(ch int)) {
 
 // BatchNormInference computes y = scale·(x − mean)/√(variance + eps) + bias per channel
 // (ONNX BatchNormalization, inference mode). x and y are [n, c, spatial]; scale, bias,
-// mean and variance are [c]. y may alias x.
-func BatchNormInference[T Float](x, scale, bias, mean, variance []T, eps T, n, c, spatial int, y []T) {
+// mean and variance are [c]. y may alias x. epi, if not nil, is called on each plane's range
+// of y once the plane is written (ConvEpi's contract: the ReLU lowering fuses after it).
+func BatchNormInference[T Float](x, scale, bias, mean, variance []T, eps T, n, c, spatial int, y []T, epi func(lo, hi int)) {
 	bnCheck("BatchNormInference", n, c, spatial, []bnLen{
 		{"x", len(x), n * c * spatial}, {"y", len(y), n * c * spatial}, {"scale", len(scale), c},
 		{"bias", len(bias), c}, {"mean", len(mean), c}, {"variance", len(variance), c}})
@@ -45,6 +46,9 @@ func BatchNormInference[T Float](x, scale, bias, mean, variance []T, eps T, n, c
 		for b := 0; b < n; b++ {
 			off := (b*c + ch) * spatial
 			scaleShiftRow(x[off:off+spatial], y[off:off+spatial], mul, add)
+			if epi != nil {
+				epi(off, off+spatial)
+			}
 		}
 	})
 }

@@ -20,7 +20,7 @@ func TestBatchNorm(t *testing.T) {
 		variance[i] = math.Abs(variance[i]) + 0.1
 	}
 	y := make([]float64, len(x))
-	BatchNormInference(x, scale, bias, mean, variance, eps, n, c, sp, y)
+	BatchNormInference(x, scale, bias, mean, variance, eps, n, c, sp, y, nil)
 	for i, v := range x {
 		ch := (i / sp) % c
 		want := scale[ch]*(v-mean[ch])/math.Sqrt(variance[ch]+eps) + bias[ch]
@@ -29,7 +29,7 @@ func TestBatchNorm(t *testing.T) {
 		}
 	}
 	y32 := make([]float32, len(x))
-	BatchNormInference(toF32(x), toF32(scale), toF32(bias), toF32(mean), toF32(variance), eps, n, c, sp, y32)
+	BatchNormInference(toF32(x), toF32(scale), toF32(bias), toF32(mean), toF32(variance), eps, n, c, sp, y32, nil)
 	assertClose(t, "inference f32", toF64(y32), y, 1e-5)
 
 	bm, bv := make([]float64, c), make([]float64, c)

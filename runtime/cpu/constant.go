@@ -3,7 +3,6 @@ package cpu
 import (
 	"unsafe"
 
-	k "ppc.dev/ppc/kernels/cpu"
 	"ppc.dev/ppc/runtime/device"
 )
 
@@ -55,18 +54,5 @@ func prepareConvConst(d *Device, s *device.Spec) (device.Impl, bool) {
 	if err != nil { // the ordinary builder reports it, or widens 16-bit operands
 		return nil, false
 	}
-	return byDType(dt, convConstImpl[float32](d, p, bias), convConstImpl[float64](d, p, bias)), true
-}
-
-func convConstImpl[T k.Float](d *Device, p *k.ConvParams, bias bool) device.Impl {
-	var c constForm[*k.ConvFilter[T]]
-	return func(in, out []device.Tensor) error {
-		f := c.get(d, in[1], func() *k.ConvFilter[T] { return k.PackConvFilter(p, floats[T](in[1])) })
-		var b []T
-		if bias {
-			b = floats[T](in[2])
-		}
-		f.Conv(floats[T](in[0]), b, floats[T](out[0]))
-		return nil
-	}
+	return byDType(dt, convImpl[float32](d, p, bias, true, nil), convImpl[float64](d, p, bias, true, nil)), true
 }

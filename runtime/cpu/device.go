@@ -48,6 +48,9 @@ func (d *Device) Prepare(s *device.Spec) (impl device.Impl, err error) {
 			impl, err = nil, fmt.Errorf("cannot prepare %s: %v", s.Name(), r)
 		}
 	}()
+	if s.Epilogue() {
+		return d.prepareEpilogue(s)
+	}
 	if s.Op == nil || s.Op.Has(ir.Elementwise) {
 		return prepareElementwise(s)
 	}

@@ -8,6 +8,12 @@
 // results do not depend on how ops were fused, and a pipeline that cuts a chain at a stage
 // boundary computes exactly what one device computes.
 //
+// A convolution with an epilogue (device.Spec.Epilogue: the ReLU or residual add + ReLU that
+// lowering fuses after it) applies the chain inside the convolution, to each block of output
+// channels as the block becomes final (epilogue.go), with the typed chain's operations, so
+// the bits are those of the two launches; other epilogues run as the op and then the chain
+// in place.
+//
 // Operands the runtime marks constant (device.Spec.Const: an inference program's parameters)
 // may keep a prepared form between launches — a convolution's packed weights (constant.go) —
 // used only while the device's ForgetConstants count and the operand's buffer are those it

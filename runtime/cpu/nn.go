@@ -131,7 +131,7 @@ func prepareConv(s *device.Spec) (device.Impl, error) {
 	if err != nil {
 		return nil, err
 	}
-	return byDType(d, convImpl[float32](p, bias), convImpl[float64](p, bias)), nil
+	return byDType(d, convImpl[float32](nil, p, bias, false, nil), convImpl[float64](nil, p, bias, false, nil)), nil
 }
 
 // convSetup checks a conv launch site and returns its kernel parameters, whether it has a
@@ -157,13 +157,31 @@ func convSetup(s *device.Spec) (p *k.ConvParams, bias bool, d ir.DType, err erro
 	return p, len(s.In) == 3, d, nil
 }
 
-func convImpl[T k.Float](p *k.ConvParams, bias bool) device.Impl {
+// convImpl is a conv launch: with constW, its weights (a constant operand) packed at the
+// first launch and reused (constant.go); with run, followed by its epilogue (epilogue.go) on
+// the operands after x, w and the bias.
+func convImpl[T k.Float](d *Device, p *k.ConvParams, bias, constW bool, run epiRunner[T]) device.Impl {
+	var c constForm[*k.ConvFilter[T]]
+	nOp := 2
+	if bias {
+		nOp = 3
+	}
 	return func(in, out []device.Tensor) error {
+		x, y := floats[T](in[0]), floats[T](out[0])
 		var b []T
 		if bias {
 			b = floats[T](in[2])
 		}
-		k.Conv(p, floats[T](in[0]), floats[T](in[1]), b, floats[T](out[0]))
+		var epi func(lo, hi int)
+		if run != nil {
+			epi = run(y, in[nOp:])
+		}
+		if constW {
+			f := c.get(d, in[1], func() *k.ConvFilter[T] { return k.PackConvFilter(p, floats[T](in[1])) })
+			f.ConvEpi(x, b, y, epi)
+			return nil
+		}
+		k.ConvEpi(p, x, floats[T](in[1]), b, y, epi)
 		return nil
 	}
 }
@@ -260,13 +278,20 @@ func prepareBatchNorm(s *device.Spec) (device.Impl, error) {
 	}
 	n, c, sp := channelGeometry(s.In[0])
 	eps := s.Attrs.Float("eps", 1e-5)
-	return byDType(d, batchNormImpl[float32](n, c, sp, eps), batchNormImpl[float64](n, c, sp, eps)), nil
+	return byDType(d, batchNormImpl[float32](n, c, sp, eps, nil), batchNormImpl[float64](n, c, sp, eps, nil)), nil
 }
 
-func batchNormImpl[T k.Float](n, c, sp int, eps float64) device.Impl {
+// batchNormImpl is batch_norm, followed by its epilogue (epilogue.go) on the operands after
+// its five with run.
+func batchNormImpl[T k.Float](n, c, sp int, eps float64, run epiRunner[T]) device.Impl {
 	return func(in, out []device.Tensor) error {
+		y := floats[T](out[0])
+		var epi func(lo, hi int)
+		if run != nil {
+			epi = run(y, in[5:])
+		}
 		k.BatchNormInference(floats[T](in[0]), floats[T](in[1]), floats[T](in[2]), floats[T](in[3]), floats[T](in[4]),
-			T(eps), n, c, sp, floats[T](out[0]))
+			T(eps), n, c, sp, y, epi)
 		return nil
 	}
 }

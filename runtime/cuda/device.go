@@ -119,6 +119,10 @@ func (d *Device) Prepare(s *device.Spec) (impl device.Impl, err error) {
 			impl, err = nil, fmt.Errorf("cannot prepare %s for CUDA: %v", s.Name(), r)
 		}
 	}()
+	if s.Epilogue() {
+		// The op, then its chain in place over the result: one more launch, no more memory.
+		return device.PrepareEpilogue(d.Prepare, s)
+	}
 	if s.Op != nil && s.Op.Name == "matmul" {
 		return d.prepareMatmul(s)
 	}

@@ -97,12 +97,19 @@ type FusedStep struct {
 // types. The runtime has checked Attrs and types against the op table before a device sees a
 // Spec. A fused chain reads every input element before it writes any result's (its results
 // may be written over its inputs: the optimizer's in-place updates).
+//
+// An op with Fused steps is an op followed by an elementwise epilogue (Epilogue): the op
+// reads In[:OpInputs], and the chain's input 0 is the op's result, its inputs 1, 2, … are
+// In[OpInputs:]; every step, those inputs and Out have the op result's type. A device may
+// apply the chain to parts of the result as they become final (the CPU convolution does), or
+// run the two one after the other (PrepareEpilogue).
 type Spec struct {
-	Op      *ir.OpDef
-	Attrs   ir.Attrs
-	Fused   []FusedStep
-	Outputs []int
-	In, Out []ir.Type
+	Op       *ir.OpDef
+	Attrs    ir.Attrs
+	Fused    []FusedStep
+	Outputs  []int
+	OpInputs int
+	In, Out  []ir.Type
 	// Const[i] says that operand i's buffer is constant for the run: a program constant, or
 	// a parameter that no instruction of the program writes (every parameter of an
 	// inference program). A device may keep a prepared form of such an operand (packed
@@ -127,12 +134,57 @@ func (s *Spec) OutputSteps() []int {
 	return []int{len(s.Fused) - 1}
 }
 
-// Name is the op name, or "fused".
+// Name is the op name, "fused", or for an epilogue the op's and its steps' ("conv+relu",
+// "conv+add+relu").
 func (s *Spec) Name() string {
 	if s.Op == nil {
 		return "fused"
 	}
-	return s.Op.Name
+	name := s.Op.Name
+	for _, st := range s.Fused {
+		name += "+" + st.Op.Name
+	}
+	return name
+}
+
+// Epilogue reports whether the spec is an op followed by an elementwise chain.
+func (s *Spec) Epilogue() bool { return s.Op != nil && len(s.Fused) > 0 }
+
+// SplitEpilogue returns an epilogue's two parts: the op alone, writing one result of the
+// chain's type, and the chain alone, over that result and the other operands.
+func (s *Spec) SplitEpilogue() (op, chain *Spec) {
+	t := s.Out[len(s.Out)-1]
+	op = &Spec{Op: s.Op, Attrs: s.Attrs, In: s.In[:s.OpInputs], Out: []ir.Type{t}}
+	if s.Const != nil {
+		op.Const = s.Const[:s.OpInputs]
+	}
+	chain = &Spec{Fused: s.Fused, Outputs: s.Outputs, In: append([]ir.Type{t}, s.In[s.OpInputs:]...), Out: s.Out}
+	return op, chain
+}
+
+// PrepareEpilogue prepares an epilogue as its op, writing the last result buffer, and then
+// its chain run in place over that buffer (a chain reads each element before writing it).
+func PrepareEpilogue(prepare func(*Spec) (Impl, error), s *Spec) (Impl, error) {
+	op, chain := s.SplitEpilogue()
+	opImpl, err := prepare(op)
+	if err != nil {
+		return nil, err
+	}
+	chainImpl, err := prepare(chain)
+	if err != nil {
+		return nil, err
+	}
+	n := s.OpInputs
+	return func(in, out []Tensor) error {
+		if len(in) < n || len(out) == 0 {
+			return fmt.Errorf("%s: %d operands and %d results for an epilogue on %d", s.Name(), len(in), len(out), n)
+		}
+		last := out[len(out)-1]
+		if err := opImpl(in[:n], []Tensor{last}); err != nil {
+			return err
+		}
+		return chainImpl(append([]Tensor{last}, in[n:]...), out)
+	}, nil
 }
 
 // Impl runs a prepared kernel. It may be called concurrently only on distinct tensors.

@@ -1,0 +1,130 @@
+package cpu
+
+import (
+	"errors"
+	"sync"
+
+	"ppc.dev/ppc/ir"
+	k "ppc.dev/ppc/kernels/cpu"
+	"ppc.dev/ppc/runtime/device"
+)
+
+// An epilogue (device.Spec.Epilogue: an op followed by an elementwise chain, which lower
+// makes of a convolution and the ReLU, or residual add and ReLU, after it) runs inside the
+// convolution where its chain is made of chainOps in the result's dtype: the convolution
+// calls it on each block of output channels as soon as the block is final — while the block
+// is still in cache — instead of a second launch reading and writing every element again.
+// The steps are the arithmetic chain's (chainOp), in the same order on the same values, so
+// the bits are those of the two launches. Any other epilogue runs as its op and then its
+// chain in place (device.PrepareEpilogue).
+
+// prepareEpilogue prepares an epilogue launch site.
+func (d *Device) prepareEpilogue(s *device.Spec) (device.Impl, error) {
+	op, chain := s.SplitEpilogue()
+	if len(s.Out) == 1 && epilogueSteps(chain) != nil {
+		var impl device.Impl
+		var err error
+		switch op.Op.Name {
+		case "conv":
+			impl, err = d.prepareConvEpi(op, chain)
+		case "batch_norm":
+			impl, err = prepareBatchNormEpi(op, chain)
+		default:
+			err = errNoEpilogue
+		}
+		if err == nil {
+			return impl, nil
+		}
+	}
+	return device.PrepareEpilogue(d.Prepare, s)
+}
+
+// errNoEpilogue: the op has no form that applies an epilogue itself.
+var errNoEpilogue = errors.New("no fused epilogue")
+
+// prepareBatchNormEpi is batch_norm (inference) with its epilogue applied to each plane as
+// the plane is written.
+func prepareBatchNormEpi(op, chain *device.Spec) (device.Impl, error) {
+	if _, err := prepareBatchNorm(op); err != nil {
+		return nil, err
+	}
+	n, c, sp := channelGeometry(op.In[0])
+	eps := op.Attrs.Float("eps", 1e-5)
+	steps, nIn := epilogueSteps(chain), len(chain.In)
+	return byDType(op.Out[0].DType, batchNormImpl(n, c, sp, eps, chainRunner[float32](steps, nIn)),
+		batchNormImpl(n, c, sp, eps, chainRunner[float64](steps, nIn))), nil
+}
+
+// prepareConvEpi is a convolution (op) with its epilogue (chain) applied inside it.
+func (d *Device) prepareConvEpi(op, chain *device.Spec) (device.Impl, error) {
+	p, bias, dt, err := convSetup(op)
+	if err != nil {
+		return nil, err
+	}
+	steps, nIn := epilogueSteps(chain), len(chain.In)
+	constW := len(op.Const) >= 2 && op.Const[1]
+	return byDType(dt, convImpl(d, p, bias, constW, chainRunner[float32](steps, nIn)),
+		convImpl(d, p, bias, constW, chainRunner[float64](steps, nIn))), nil
+}
+
+// epilogueSteps returns the chain's steps when each is a chainOp on values of the result's
+// type (a single-dtype f32 or f64 chain over the result's elements), else nil.
+func epilogueSteps(chain *device.Spec) []chainStep {
+	t := chain.Out[0]
+	if t.DType != ir.F32 && t.DType != ir.F64 || len(chain.Out) != 1 || len(chain.Outputs) > 1 {
+		return nil
+	}
+	for _, in := range chain.In {
+		if !in.Equal(t) {
+			return nil
+		}
+	}
+	steps := make([]chainStep, len(chain.Fused))
+	for i, st := range chain.Fused {
+		n, ok := chainOps[st.Op.Name]
+		if !ok || len(st.Args) != n || !st.Type.Equal(t) {
+			return nil
+		}
+		for _, a := range st.Args {
+			if a < 0 || a >= len(chain.In)+i {
+				return nil
+			}
+		}
+		steps[i] = chainStep{st.Op.Name, st.Args}
+	}
+	return steps
+}
+
+// epiRunner makes a launch's epilogue: the chain over elements [lo, hi) of y (its input 0,
+// rewritten with the last step's result) and of extra (its inputs 1, 2, …).
+type epiRunner[T k.Float] func(y []T, extra []device.Tensor) func(lo, hi int)
+
+func chainRunner[T k.Float](steps []chainStep, nIn int) epiRunner[T] {
+	scratch := sync.Pool{New: func() any { return make([]T, chainChunk*len(steps)) }}
+	return func(y []T, extra []device.Tensor) func(lo, hi int) {
+		ins := make([][]T, nIn)
+		ins[0] = y
+		for i, t := range extra {
+			ins[i+1] = floats[T](t)
+		}
+		return func(lo, hi int) {
+			buf := scratch.Get().([]T)
+			defer scratch.Put(buf)
+			vals := make([][]T, nIn+len(steps))
+			for c := lo; c < hi; c += chainChunk {
+				n := min(chainChunk, hi-c)
+				for i, in := range ins {
+					vals[i] = in[c : c+n]
+				}
+				for j, st := range steps {
+					dst := buf[j*chainChunk:][:n]
+					if j == len(steps)-1 {
+						dst = y[c : c+n] // read (as input 0) by earlier steps only at these indices
+					}
+					chainOp(st.op, dst, vals[st.args[0]], vals[st.args[len(st.args)-1]])
+					vals[nIn+j] = dst
+				}
+			}
+		}
+	}
+}
