@@ -139,14 +139,18 @@ sizes="512 1024 2048 4096"
 # Each side reports GFLOP/s of wall time and of CPU time (all threads): on one thread the
 # second is what a core achieves while it runs, robust to other work on the machine; on two,
 # wall time is the figure (it includes the scaling) and CPU time shows the efficiency.
+# Calls per measurement, the same on both sides: at least ~0.1 s of work, so that a 512³
+# call (under a millisecond on two threads) is not measured three times in a process whose
+# second thread has barely started (3 calls swung 86–137 GFLOP/s, 30 calls 135–188).
 for t in 1 2; do
   for n in $sizes; do
+    calls=$((n <= 512 ? 40 : n <= 1024 ? 10 : 3))
     p=() o=() pc=() oc=()
     for ((r = 0; r < reps; r++)); do
-      line=$(pin "$t" "$peers/kernels.test" -test.run '^$' -test.bench "GemmSquare/$n\$" -test.benchtime 3x | grep GFLOP)
+      line=$(pin "$t" "$peers/kernels.test" -test.run '^$' -test.bench "GemmSquare/$n\$" -test.benchtime "${calls}x" | grep GFLOP)
       p+=("$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "GFLOP/s") print $i}' <<<"$line")")
       pc+=("$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "GFLOP/cpu-s") print $i}' <<<"$line")")
-      line=$(pin "$t" "$py" bench/cpu_peers.py gemm --n "$n" --reps 3 2>/dev/null)
+      line=$(pin "$t" "$py" bench/cpu_peers.py gemm --n "$n" --reps "$calls" 2>/dev/null)
       o+=("$(awk '{print $3}' <<<"$line")")
       oc+=("$(awk '{print $4}' <<<"$line")")
     done
