@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 )
 
@@ -234,7 +235,8 @@ func BenchmarkMaxPoolInference(b *testing.B) {
 		name           string
 		ch, hw, s, pad int
 		ceil           bool
-	}{{"resnet-stem", 64, 112, 2, 1, false}, {"googlenet-s2-ceil", 192, 56, 2, 0, true}, {"inception-s1", 480, 28, 1, 1, false}} {
+	}{{"resnet-stem", 64, 112, 2, 1, false}, {"googlenet-s2-ceil", 192, 56, 2, 0, true}, {"inception-s1", 480, 28, 1, 1, false},
+		{"inception-5a-s1", 832, 7, 1, 1, false}} {
 		b.Run(c.name, func(b *testing.B) {
 			p := PoolParams{Batch: 1, Channels: c.ch, Spatial: []int{c.hw, c.hw}, Kernel: []int{3, 3}, Stride: []int{c.s, c.s},
 				PadBegin: []int{c.pad, c.pad}, PadEnd: []int{c.pad, c.pad}, CeilMode: c.ceil}
@@ -257,11 +259,12 @@ func BenchmarkMaxPoolInference(b *testing.B) {
 func TestMaxPoolFlatMatchesGeneral(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, c := range []struct{ h, w, k0, k1, s0, s1, pb0, pb1, pe0, pe1 int }{
-		{28, 28, 3, 3, 1, 1, 1, 1, 1, 1}, {7, 9, 2, 3, 1, 1, 0, 2, 1, 0}, {5, 5, 5, 5, 1, 1, 2, 2, 2, 2}, {1, 17, 1, 3, 1, 1, 0, 1, 0, 1}, {6, 4, 3, 2, 1, 1, 0, 0, 0, 0},
+		{28, 28, 3, 3, 1, 1, 1, 1, 1, 1}, {7, 7, 3, 3, 1, 1, 1, 1, 1, 1}, {2, 3, 3, 3, 1, 1, 1, 1, 1, 1}, {3, 2, 3, 3, 1, 1, 1, 1, 1, 1}, {3, 5, 3, 3, 1, 1, 1, 2, 1, 0}, {7, 9, 2, 3, 1, 1, 0, 2, 1, 0}, {5, 5, 5, 5, 1, 1, 2, 2, 2, 2}, {1, 17, 1, 3, 1, 1, 0, 1, 0, 1}, {6, 4, 3, 2, 1, 1, 0, 0, 0, 0},
 		{112, 112, 3, 3, 2, 2, 1, 1, 1, 1}, {56, 56, 3, 3, 2, 2, 0, 0, 0, 0}, {13, 11, 3, 3, 2, 2, 0, 0, 0, 0}, {9, 10, 2, 3, 2, 3, 1, 0, 0, 1},
 		{7, 8, 3, 2, 3, 2, 1, 1, 1, 0}, {6, 6, 2, 2, 2, 2, 0, 0, 0, 0}, {5, 7, 1, 3, 1, 2, 0, 1, 0, 1}, {4, 5, 3, 3, 2, 1, 2, 0, 2, 0},
 	} {
-		p := PoolParams{Batch: 2, Channels: 3, Spatial: []int{c.h, c.w}, Kernel: []int{c.k0, c.k1}, Stride: []int{c.s0, c.s1},
+		// Enough planes (maxPoolSame's chunks of planes) to give every worker several.
+		p := PoolParams{Batch: 2, Channels: 3 + 61*(c.h*c.w%2), Spatial: []int{c.h, c.w}, Kernel: []int{c.k0, c.k1}, Stride: []int{c.s0, c.s1},
 			PadBegin: []int{c.pb0, c.pb1}, PadEnd: []int{c.pe0, c.pe1}, CeilMode: c.h%2 == 0}
 		if err := p.Init(); err != nil {
 			t.Fatal(err)
@@ -277,12 +280,17 @@ func TestMaxPoolFlatMatchesGeneral(t *testing.T) {
 				x[i] = 0
 			}
 		}
-		got, want := make([]float32, p.YLen()), make([]float32, p.YLen())
-		MaxPool(&p, x, got, nil)
+		want := make([]float32, p.YLen())
 		MaxPool(&p, x, want, make([]int32, p.YLen()))
-		for i := range got {
-			if math.Float32bits(got[i]) != math.Float32bits(want[i]) && !(got[i] != got[i] && want[i] != want[i]) {
-				t.Fatalf("%+v: y[%d] = %v, general path %v", c, i, got[i], want[i])
+		for _, threads := range []int{1, 3} {
+			old := runtime.GOMAXPROCS(threads)
+			got := make([]float32, p.YLen())
+			MaxPool(&p, x, got, nil)
+			runtime.GOMAXPROCS(old)
+			for i := range got {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) && !(got[i] != got[i] && want[i] != want[i]) {
+					t.Fatalf("%+v, %d threads: y[%d] = %v, general path %v", c, threads, i, got[i], want[i])
+				}
 			}
 		}
 	}
