@@ -490,6 +490,10 @@ func MaxPoolBackward[T Float](p *PoolParams, dy []T, argmax []int32, dx []T) {
 // Preconditions (panics otherwise): p.Init succeeded; len(x) ≥ XLen(), len(y) ≥ YLen().
 func AvgPool[T Float](p *PoolParams, x, y []T) {
 	p.check("AvgPool", len(x), len(y))
+	if p.global() {
+		avgPoolGlobal(p, x, y)
+		return
+	}
 	p.planes(func(pl int) {
 		xp := x[pl*p.inSize : (pl+1)*p.inSize]
 		yp := y[pl*p.outSize : (pl+1)*p.outSize]
@@ -512,6 +516,47 @@ func AvgPool[T Float](p *PoolParams, x, y []T) {
 				}
 			}
 		})
+	})
+}
+
+// global reports whether every window is its whole plane: one output a plane, no padding
+// (a CNN's global average pool before its classifier).
+func (p *PoolParams) global() bool {
+	for i, in := range p.Spatial {
+		if p.OutSpatial[i] != 1 || p.Kernel[i] != in || p.PadBegin[i] != 0 || p.PadEnd[i] != 0 || p.Dilation[i] != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// avgPoolGlobal is AvgPool where every window is its plane: each plane summed in order from
+// 0, as the general path sums its window's taps (row by row, so the same bits), four planes
+// at a time so that their independent sums overlap, then divided by the plane's size. The
+// general path's per-plane set-up cost more than the sums (GoogLeNet's 1024 × 7 × 7: 390 µs,
+// onnxruntime 50).
+func avgPoolGlobal[T Float](p *PoolParams, x, y []T) {
+	n := p.inSize
+	Parallel(p.Batch*p.Channels, max(1, 4096/max(1, n)), func(lo, hi int) {
+		pl := lo
+		for ; pl+4 <= hi; pl += 4 {
+			a, b, c, d := x[pl*n:(pl+1)*n], x[(pl+1)*n:(pl+2)*n], x[(pl+2)*n:(pl+3)*n], x[(pl+3)*n:(pl+4)*n]
+			var sa, sb, sc, sd T
+			for i := range a {
+				sa += a[i]
+				sb += b[i]
+				sc += c[i]
+				sd += d[i]
+			}
+			y[pl], y[pl+1], y[pl+2], y[pl+3] = sa/T(n), sb/T(n), sc/T(n), sd/T(n)
+		}
+		for ; pl < hi; pl++ {
+			var s T
+			for _, v := range x[pl*n : (pl+1)*n] {
+				s += v
+			}
+			y[pl] = s / T(n)
+		}
 	})
 }
 

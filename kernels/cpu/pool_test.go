@@ -295,3 +295,48 @@ func TestMaxPoolFlatMatchesGeneral(t *testing.T) {
 		}
 	}
 }
+
+// An average pool whose windows are whole planes (avgPoolGlobal) sums each plane in order
+// from 0, as the general path sums a window's taps, and divides once: checked bit for bit
+// against that sum, on 1-, 2- and 3-d planes, plane counts that leave each tail of the
+// four-plane loop, one and three threads.
+func TestAvgPoolGlobal(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 24))
+	for _, c := range []struct {
+		ch      int
+		spatial []int
+	}{{1024, []int{7, 7}}, {5, []int{13}}, {7, []int{2, 3, 4}}, {6, []int{1, 1}}} {
+		p := PoolParams{Batch: 1, Channels: c.ch, Spatial: c.spatial, Kernel: c.spatial}
+		if err := p.Init(); err != nil {
+			t.Fatal(err)
+		}
+		if !p.global() {
+			t.Fatalf("%v: not a global pool", c.spatial)
+		}
+		x := randSlice[float32](r, p.XLen())
+		x[3] = float32(math.Copysign(0, -1))
+		want := make([]float32, p.YLen())
+		n := p.XLen() / p.YLen()
+		for i := range want {
+			var s float32
+			for _, v := range x[i*n : (i+1)*n] {
+				s += v
+			}
+			want[i] = s / float32(n)
+		}
+		for _, threads := range []int{1, 3} {
+			old := runtime.GOMAXPROCS(threads)
+			got := make([]float32, p.YLen())
+			AvgPool(&p, x, got)
+			runtime.GOMAXPROCS(old)
+			for i := range got {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%d × %v, %d threads: y[%d] = %v, the in-order sum gives %v", c.ch, c.spatial, threads, i, got[i], want[i])
+				}
+			}
+		}
+	}
+	if p := (PoolParams{Batch: 1, Channels: 1, Spatial: []int{7, 7}, Kernel: []int{7, 7}, PadBegin: []int{1, 0}, PadEnd: []int{0, 0}}); p.Init() != nil || p.global() {
+		t.Fatal("a padded pool counted as global")
+	}
+}
