@@ -324,10 +324,10 @@ func maxPoolFlat[T Float](p *PoolParams, x, y []T) bool {
 	if len(p.Spatial) != 2 || p.Dilation[0] != 1 || p.Dilation[1] != 1 {
 		return false
 	}
+	if maxPool3x3(p, x, y) {
+		return true
+	}
 	if p.Stride[0] == 1 && p.Stride[1] == 1 {
-		if p.OutSpatial[0] == p.Spatial[0] && p.OutSpatial[1] == p.Spatial[1] && maxPoolSame(p, x, y) {
-			return true
-		}
 		return maxPoolFlatPlane(p, x, y)
 	}
 	h, w := p.Spatial[0], p.Spatial[1]
@@ -380,47 +380,83 @@ func maxPoolFlat[T Float](p *PoolParams, x, y []T) bool {
 	return true
 }
 
-// maxPoolSame is maxPoolFlat's 3×3, stride-1, pad-1 form (every Inception block's pool):
-// each separable pass is one long vectorised three-way max over a block of whole planes,
-// read in place — h[i] = max(x[i−1], x[i], x[i+1]), then y[i] = max(h[i−w], h[i], h[i+w]) —
-// and then the windows the planes' edges cut are computed again over the taps inside: each
-// row's first and last column (two-way maxima down the columns), each plane's first and last
-// row (two-way maxima of two rows). maxPoolFlatPlane made four calls and 2·h row copies a
-// plane, which on small planes cost more than the arithmetic (GoogLeNet's 832 × 7 × 7 pool:
-// 250 µs at two threads, onnxruntime 23 µs at one). The builtin max is commutative and
-// associative, so the bits are the general path's. Blocks of about 8 KiB of x stay in L1
-// with their scratch (from conv.go's pool).
-func maxPoolSame[T Float](p *PoolParams, x, y []T) bool {
+// maxPool3x3 is maxPoolFlat for 3 × 3 windows whose centres lie inside the input (pads of at
+// most 1 on each side; every CNN's 3×3 max pool: ResNet's stem, GoogLeNet's ceil-mode stride-2
+// pools, each Inception block's stride-1 pool). It computes the 3 × 3 max centred on every
+// input element, a window the input's edge cuts taking the taps inside — each separable pass
+// one long vectorised three-way max over a block of whole planes, read in place
+// (h[i] = max(x[i−1], x[i], x[i+1]), then max(h[i−w], h[i], h[i+w])), after which each row's
+// first and last column and each plane's first and last row are computed again over the taps
+// inside — and takes y from the window centres: all of it for stride 1 with pad 1 (written
+// straight into y), every s-th element otherwise. The per-row calls of maxPoolFlat and
+// maxPoolFlatPlane cost more than the arithmetic on small planes (GoogLeNet's 832 × 7 × 7
+// pool: 250 µs at two threads, onnxruntime 23 µs at one), so the extra centres a stride skips
+// are cheaper to compute than to avoid. Padding never wins and the builtin max is
+// commutative and associative, so the bits are the general path's. Blocks of about 8 KiB of x
+// stay in L1 with their scratch (from conv.go's pool). It reports false, computing nothing,
+// for other pools, and for strided ones on rows wider than maxPool3x3Strided.
+func maxPool3x3[T Float](p *PoolParams, x, y []T) bool {
 	h, w := p.Spatial[0], p.Spatial[1]
-	if p.Kernel[0] != 3 || p.Kernel[1] != 3 || p.PadBegin[0] != 1 || p.PadBegin[1] != 1 || h < 2 || w < 2 {
+	oh, ow := p.OutSpatial[0], p.OutSpatial[1]
+	s0, s1, pb0, pb1 := p.Stride[0], p.Stride[1], p.PadBegin[0], p.PadBegin[1]
+	if p.Kernel[0] != 3 || p.Kernel[1] != 3 || h < 2 || w < 2 || pb0 > 1 || pb1 > 1 ||
+		(oh-1)*s0-pb0+1 >= h || (ow-1)*s1-pb1+1 >= w {
 		return false
 	}
-	plane := h * w
+	plane, oPlane := h*w, oh*ow
+	direct := s0 == 1 && s1 == 1 && pb0 == 1 && pb1 == 1 // y is every centre
+	if !direct && w > maxPool3x3Strided {
+		return false
+	}
 	block := max(1, 2048/plane)
 	Parallel(p.Batch*p.Channels, block, func(lo, hi int) {
-		buf, scratch := convGetBuf[T](min(block, hi-lo) * plane) // written before read
+		bs := min(block, hi-lo) * plane
+		buf, scratch := convGetBuf[T](2 * bs) // written before read
 		defer convPutBuf(buf)
 		for b0 := lo; b0 < hi; b0 += block {
 			b1 := min(hi, b0+block)
 			n := (b1 - b0) * plane
-			xs, ys, hs := x[b0*plane:b1*plane], y[b0*plane:b1*plane], scratch[:n]
+			xs, hs, fs := x[b0*plane:b1*plane], scratch[:n], scratch[bs:bs+n]
+			if direct {
+				fs = y[b0*plane : b1*plane]
+			}
 			max3Row(hs[1:n-1], xs[:n-2], xs[1:n-1], xs[2:])
 			for r := 0; r < n; r += w {
 				hs[r] = max(xs[r], xs[r+1])
 				hs[r+w-1] = max(xs[r+w-2], xs[r+w-1])
 			}
-			max3Row(ys[w:n-w], hs[:n-2*w], hs[w:n-w], hs[2*w:])
+			if n > 2*w {
+				max3Row(fs[w:n-w], hs[:n-2*w], hs[w:n-w], hs[2*w:])
+			}
 			for pl := 0; pl < n; pl += plane {
 				first, last := pl, pl+plane-w
-				copy(ys[first:first+w], hs[first:first+w])
-				maxIntoRow(ys[first:first+w], hs[first+w:first+2*w])
-				copy(ys[last:last+w], hs[last:last+w])
-				maxIntoRow(ys[last:last+w], hs[last-w:last])
+				copy(fs[first:first+w], hs[first:first+w])
+				maxIntoRow(fs[first:first+w], hs[first+w:first+2*w])
+				copy(fs[last:last+w], hs[last:last+w])
+				maxIntoRow(fs[last:last+w], hs[last-w:last])
+			}
+			if direct {
+				continue
+			}
+			for pl := b0; pl < b1; pl++ {
+				fp, yp := fs[(pl-b0)*plane:], y[pl*oPlane:(pl+1)*oPlane]
+				for o := 0; o < oh; o++ {
+					fr, yr := fp[(o*s0-pb0+1)*w+1-pb1:], yp[o*ow:(o+1)*ow]
+					for j := range yr {
+						yr[j] = fr[j*s1]
+					}
+				}
 			}
 		}
 	})
 	return true
 }
+
+// maxPool3x3Strided is the widest rows on which maxPool3x3 takes a strided pool: computing
+// every centre cost more than maxPoolFlat's calls a row on wider ones (one thread, µs:
+// GoogLeNet's 832 × 14 × 14 3×3/2 pool 298 → 207, its 480 × 28 × 28 one 374 → 390, 192 × 56
+// × 56 427 → 550, ResNet's 64 × 112 × 112 stem pool 443 → 775).
+const maxPool3x3Strided = 16
 
 // maxPoolFlatPlane is maxPoolFlat's stride-1 form: an Inception block's rows are short (28
 // or 14 outputs), so a pass per output row would be mostly call overhead. Each plane is

@@ -236,7 +236,7 @@ func BenchmarkMaxPoolInference(b *testing.B) {
 		ch, hw, s, pad int
 		ceil           bool
 	}{{"resnet-stem", 64, 112, 2, 1, false}, {"googlenet-s2-ceil", 192, 56, 2, 0, true}, {"inception-s1", 480, 28, 1, 1, false},
-		{"inception-5a-s1", 832, 7, 1, 1, false}} {
+		{"inception-5a-s1", 832, 7, 1, 1, false}, {"googlenet-s2-28", 480, 28, 2, 0, true}, {"googlenet-s2-14", 832, 14, 2, 0, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			p := PoolParams{Batch: 1, Channels: c.ch, Spatial: []int{c.hw, c.hw}, Kernel: []int{3, 3}, Stride: []int{c.s, c.s},
 				PadBegin: []int{c.pad, c.pad}, PadEnd: []int{c.pad, c.pad}, CeilMode: c.ceil}
@@ -260,7 +260,7 @@ func TestMaxPoolFlatMatchesGeneral(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, c := range []struct{ h, w, k0, k1, s0, s1, pb0, pb1, pe0, pe1 int }{
 		{28, 28, 3, 3, 1, 1, 1, 1, 1, 1}, {7, 7, 3, 3, 1, 1, 1, 1, 1, 1}, {2, 3, 3, 3, 1, 1, 1, 1, 1, 1}, {3, 2, 3, 3, 1, 1, 1, 1, 1, 1}, {3, 5, 3, 3, 1, 1, 1, 2, 1, 0}, {7, 9, 2, 3, 1, 1, 0, 2, 1, 0}, {5, 5, 5, 5, 1, 1, 2, 2, 2, 2}, {1, 17, 1, 3, 1, 1, 0, 1, 0, 1}, {6, 4, 3, 2, 1, 1, 0, 0, 0, 0},
-		{112, 112, 3, 3, 2, 2, 1, 1, 1, 1}, {56, 56, 3, 3, 2, 2, 0, 0, 0, 0}, {13, 11, 3, 3, 2, 2, 0, 0, 0, 0}, {9, 10, 2, 3, 2, 3, 1, 0, 0, 1},
+		{112, 112, 3, 3, 2, 2, 1, 1, 1, 1}, {56, 56, 3, 3, 2, 2, 0, 0, 0, 0}, {13, 11, 3, 3, 2, 2, 0, 0, 0, 0}, {14, 14, 3, 3, 2, 2, 0, 0, 0, 0}, {10, 16, 3, 3, 2, 2, 1, 1, 1, 1}, {9, 8, 3, 3, 3, 2, 1, 0, 0, 1}, {9, 10, 2, 3, 2, 3, 1, 0, 0, 1},
 		{7, 8, 3, 2, 3, 2, 1, 1, 1, 0}, {6, 6, 2, 2, 2, 2, 0, 0, 0, 0}, {5, 7, 1, 3, 1, 2, 0, 1, 0, 1}, {4, 5, 3, 3, 2, 1, 2, 0, 2, 0},
 	} {
 		// Enough planes (maxPoolSame's chunks of planes) to give every worker several.
