@@ -31,21 +31,9 @@ func TestFusion(t *testing.T) {
   return %7, %6
 }
 `)
-	b, err := Func(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, l := range b.Launches {
-		names = append(names, b.Kernels[l.Kernel].Name())
-	}
 	// %0's two uses are both in the mul, so add→mul→relu fuse; tanh has users in two chains
 	// (exp's and neg's) and stays; exp→mul fuse, emitted where their root (the mul) is.
-	got := strings.Join(names, " ")
-	want := "fused(add,mul,relu) matmul tanh neg fused(exp,mul)"
-	if got != want {
-		t.Fatalf("launches %q, want %q", got, want)
-	}
+	b := lowerNames(t, f, "fused(add,mul,relu) matmul tanh neg fused(exp,mul)")
 	if len(b.Consts) != 1 {
 		t.Fatalf("%d constant slots", len(b.Consts))
 	}
@@ -237,21 +225,9 @@ func TestConvEpilogue(t *testing.T) {
   return %m2, %r3, %t3, %r4
 }
 `)
-	b, err := Func(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, l := range b.Launches {
-		names = append(names, b.Kernels[l.Kernel].Name())
-	}
 	// c0 → relu fuses; c1's add needs d1, defined after it, so d1 takes the add and relu;
 	// c2's mul reads a scalar (broadcast) and stays apart; c3 has two users in two groups.
-	got := strings.Join(names, " ")
-	want := "conv+relu conv conv+add+relu conv mul conv relu tanh conv+relu"
-	if got != want {
-		t.Fatalf("launches %q, want %q", got, want)
-	}
+	b := lowerNames(t, f, "conv+relu conv conv+add+relu conv mul conv relu tanh conv+relu")
 	k := b.Kernels[b.Launches[2].Kernel]
 	l := b.Launches[2]
 	// d1's launch: x and wd, then c1's result; the chain adds $1 (c1) to $0 (d1's result).
@@ -277,6 +253,12 @@ func TestBatchNormEpilogue(t *testing.T) {
   return %r, %z
 }
 `)
+	lowerNames(t, f, "batch_norm+relu matmul relu")
+}
+
+// lowerNames lowers f and checks its launches' kernel names, in order.
+func lowerNames(t *testing.T, f *ir.Func, want string) *Block {
+	t.Helper()
 	b, err := Func(f)
 	if err != nil {
 		t.Fatal(err)
@@ -285,7 +267,8 @@ func TestBatchNormEpilogue(t *testing.T) {
 	for _, l := range b.Launches {
 		names = append(names, b.Kernels[l.Kernel].Name())
 	}
-	if got := strings.Join(names, " "); got != "batch_norm+relu matmul relu" {
-		t.Fatalf("launches %q", got)
+	if got := strings.Join(names, " "); got != want {
+		t.Fatalf("launches %q, want %q", got, want)
 	}
+	return b
 }

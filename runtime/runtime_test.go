@@ -183,17 +183,21 @@ func TestLoaderRejectsCorruptPrograms(t *testing.T) {
 		}, "writes to read-only buffer"},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			bad := corrupt(t, dir, c.f)
-			_, err := Load(bad, cpu.New())
-			var ie *fault.InputError
-			if err == nil || !errors.As(err, &ie) || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("got %v, want an fault.InputError containing %q", err, c.want)
-			}
-			if !strings.Contains(err.Error(), "rank-00000.ppx") {
-				t.Fatalf("error does not name the file: %v", err)
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { refusesCorrupt(t, dir, c.f, c.want) })
+	}
+}
+
+// refusesCorrupt checks that the loader refuses dir's program changed by f with a
+// fault.InputError naming the program file and containing want.
+func refusesCorrupt(t *testing.T, dir string, f func(p *pb.Program), want string) {
+	t.Helper()
+	_, err := Load(corrupt(t, dir, f), cpu.New())
+	var ie *fault.InputError
+	if err == nil || !errors.As(err, &ie) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("got %v, want an fault.InputError containing %q", err, want)
+	}
+	if !strings.Contains(err.Error(), "rank-00000.ppx") {
+		t.Fatalf("error does not name the file: %v", err)
 	}
 }
 
@@ -443,16 +447,6 @@ func TestLoaderRejectsBadEpilogues(t *testing.T) {
 		}, "conv epilogue: "},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			bad := corrupt(t, dir, c.f)
-			_, err := Load(bad, cpu.New())
-			var ie *fault.InputError
-			if err == nil || !errors.As(err, &ie) || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("got %v, want an fault.InputError containing %q", err, c.want)
-			}
-			if !strings.Contains(err.Error(), "rank-00000.ppx") {
-				t.Fatalf("error does not name the file: %v", err)
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { refusesCorrupt(t, dir, c.f, c.want) })
 	}
 }

@@ -478,15 +478,7 @@ func convSchedule(tasks int, small bool, task func(t, inner int)) {
 // Preconditions (panics otherwise): p.Init succeeded; len(x) ≥ XLen(), len(w) ≥ WLen(),
 // len(y) ≥ YLen(), bias nil or len(bias) ≥ OutC; y does not overlap x or w.
 func Conv[T Float](p *ConvParams, x, w, bias, y []T) {
-	g := &p.g
-	g.mustInit("Conv")
-	needLen("Conv", "x", len(x), p.XLen())
-	needLen("Conv", "w", len(w), p.WLen())
-	needLen("Conv", "y", len(y), p.YLen())
-	if bias != nil {
-		needLen("Conv", "bias", len(bias), p.OutC)
-	}
-	convForward(g, x, w, nil, bias, y, nil)
+	ConvEpi(p, x, w, bias, y, nil)
 }
 
 // ConvEpi is Conv followed by an epilogue: epi(lo, hi) is called on ranges of y's elements

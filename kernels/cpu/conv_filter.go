@@ -63,13 +63,7 @@ func (f *ConvFilter[T]) group(gr int) *gemmPacked[T] {
 //
 // Preconditions (panics otherwise): those of Conv.
 func (f *ConvFilter[T]) Conv(x, bias, y []T) {
-	p := f.p
-	needLen("Conv", "x", len(x), p.XLen())
-	needLen("Conv", "y", len(y), p.YLen())
-	if bias != nil {
-		needLen("Conv", "bias", len(bias), p.OutC)
-	}
-	convForward(&p.g, x, f.w, f, bias, y, nil)
+	f.ConvEpi(x, bias, y, nil)
 }
 
 // ConvEpi is ConvEpi(p, x, w, bias, y, epi) with the filter's p and w, reading the packed
