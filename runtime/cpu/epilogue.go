@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"errors"
 	"sync"
 
 	"ppc.dev/ppc/ir"
@@ -21,54 +20,44 @@ import (
 // prepareEpilogue prepares an epilogue launch site.
 func (d *Device) prepareEpilogue(s *device.Spec) (device.Impl, error) {
 	op, chain := s.SplitEpilogue()
-	if len(s.Out) == 1 && epilogueSteps(chain) != nil {
-		var impl device.Impl
-		var err error
-		switch op.Op.Name {
-		case "conv":
-			impl, err = d.prepareConvEpi(op, chain)
-		case "batch_norm":
-			impl, err = prepareBatchNormEpi(op, chain)
-		default:
-			err = errNoEpilogue
-		}
-		if err == nil {
-			return impl, nil
+	if build := epilogueBuilders[op.Op.Name]; build != nil {
+		if steps := epilogueSteps(chain); steps != nil {
+			if impl, err := build(d, op, steps, len(chain.In)); err == nil {
+				return impl, nil
+			}
 		}
 	}
 	return device.PrepareEpilogue(d.Prepare, s)
 }
 
-// errNoEpilogue: the op has no form that applies an epilogue itself.
-var errNoEpilogue = errors.New("no fused epilogue")
-
-// prepareBatchNormEpi is batch_norm (inference) with its epilogue applied to each plane as
-// the plane is written.
-func prepareBatchNormEpi(op, chain *device.Spec) (device.Impl, error) {
-	if _, err := prepareBatchNorm(op); err != nil {
-		return nil, err
-	}
-	n, c, sp := channelGeometry(op.In[0])
-	eps := op.Attrs.Float("eps", 1e-5)
-	steps, nIn := epilogueSteps(chain), len(chain.In)
-	return byDType(op.Out[0].DType, batchNormImpl(n, c, sp, eps, chainRunner[float32](steps, nIn)),
-		batchNormImpl(n, c, sp, eps, chainRunner[float64](steps, nIn))), nil
+// epilogueBuilders are the ops whose kernel applies an epilogue itself, given its steps and
+// how many inputs its chain reads; an error sends the launch site to the two-launch form.
+var epilogueBuilders = map[string]func(d *Device, op *device.Spec, steps []chainStep, nIn int) (device.Impl, error){
+	// a convolution, to each block of output channels as the block is final
+	"conv": func(d *Device, op *device.Spec, steps []chainStep, nIn int) (device.Impl, error) {
+		p, bias, dt, err := convSetup(op)
+		if err != nil {
+			return nil, err
+		}
+		constW := len(op.Const) >= 2 && op.Const[1]
+		return byDType(dt, convImpl(d, p, bias, constW, chainRunner[float32](steps, nIn)),
+			convImpl(d, p, bias, constW, chainRunner[float64](steps, nIn))), nil
+	},
+	// batch norm (inference), to each plane as the plane is written
+	"batch_norm": func(_ *Device, op *device.Spec, steps []chainStep, nIn int) (device.Impl, error) {
+		if _, err := prepareBatchNorm(op); err != nil {
+			return nil, err
+		}
+		n, c, sp := channelGeometry(op.In[0])
+		eps := op.Attrs.Float("eps", 1e-5)
+		return byDType(op.Out[0].DType, batchNormImpl(n, c, sp, eps, chainRunner[float32](steps, nIn)),
+			batchNormImpl(n, c, sp, eps, chainRunner[float64](steps, nIn))), nil
+	},
 }
 
-// prepareConvEpi is a convolution (op) with its epilogue (chain) applied inside it.
-func (d *Device) prepareConvEpi(op, chain *device.Spec) (device.Impl, error) {
-	p, bias, dt, err := convSetup(op)
-	if err != nil {
-		return nil, err
-	}
-	steps, nIn := epilogueSteps(chain), len(chain.In)
-	constW := len(op.Const) >= 2 && op.Const[1]
-	return byDType(dt, convImpl(d, p, bias, constW, chainRunner[float32](steps, nIn)),
-		convImpl(d, p, bias, constW, chainRunner[float64](steps, nIn))), nil
-}
-
-// epilogueSteps returns the chain's steps when each is a chainOp on values of the result's
-// type (a single-dtype f32 or f64 chain over the result's elements), else nil.
+// epilogueSteps returns the chain's steps when it writes one result, f32 or f64, and each
+// step is a chainOp on values of that type (a single-dtype chain over the result's
+// elements), else nil.
 func epilogueSteps(chain *device.Spec) []chainStep {
 	t := chain.Out[0]
 	if t.DType != ir.F32 && t.DType != ir.F64 || len(chain.Out) != 1 || len(chain.Outputs) > 1 {
@@ -79,20 +68,7 @@ func epilogueSteps(chain *device.Spec) []chainStep {
 			return nil
 		}
 	}
-	steps := make([]chainStep, len(chain.Fused))
-	for i, st := range chain.Fused {
-		n, ok := chainOps[st.Op.Name]
-		if !ok || len(st.Args) != n || !st.Type.Equal(t) {
-			return nil
-		}
-		for _, a := range st.Args {
-			if a < 0 || a >= len(chain.In)+i {
-				return nil
-			}
-		}
-		steps[i] = chainStep{st.Op.Name, st.Args}
-	}
-	return steps
+	return chainSteps(chain.Fused, len(chain.In), t)
 }
 
 // epiRunner makes a launch's epilogue: the chain over elements [lo, hi) of y (its input 0,

@@ -115,6 +115,19 @@ func arithChainFastPath(s *device.Spec) device.Impl {
 			return nil
 		}
 	}
+	steps := chainSteps(fused, nIn, out)
+	if steps == nil {
+		return nil
+	}
+	if d == ir.F32 {
+		return typedChain[float32](s.In, out.Shape, steps, outSteps)
+	}
+	return typedChain[float64](s.In, out.Shape, steps, outSteps)
+}
+
+// chainSteps returns fused's steps when each is a chainOp with result type out reading nIn
+// inputs and earlier steps, else nil.
+func chainSteps(fused []device.FusedStep, nIn int, out ir.Type) []chainStep {
 	steps := make([]chainStep, len(fused))
 	for i, st := range fused {
 		if st.Op == nil || !st.Type.Equal(out) {
@@ -131,10 +144,7 @@ func arithChainFastPath(s *device.Spec) device.Impl {
 		}
 		steps[i] = chainStep{st.Op.Name, st.Args}
 	}
-	if d == ir.F32 {
-		return typedChain[float32](s.In, out.Shape, steps, outSteps)
-	}
-	return typedChain[float64](s.In, out.Shape, steps, outSteps)
+	return steps
 }
 
 type chainStep struct {
