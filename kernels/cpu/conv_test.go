@@ -436,6 +436,7 @@ func BenchmarkConvBatch1(b *testing.B) {
 		{"1x1-1024-256-14", 1024, 256, 14, 1, 1, 0},
 		{"3x3-512-7", 512, 512, 7, 3, 1, 1},
 		{"1x1-512-2048-7", 512, 2048, 7, 1, 1, 0},
+		{"googlenet-3x3-64-192-56", 64, 192, 56, 3, 1, 1},
 		{"googlenet-1x1-480-96-14", 480, 96, 14, 1, 1, 0},
 		{"googlenet-1x1-832-128-7", 832, 128, 7, 1, 1, 0},
 		{"densenet-3x3-128-32-56", 128, 32, 56, 3, 1, 1},
@@ -700,6 +701,64 @@ func BenchmarkConvEpilogue(b *testing.B) {
 			for b.Loop() {
 				f.ConvEpi(x, bias, y, func(lo, hi int) { ReluRow(y[lo:hi], y[lo:hi]) })
 			}
+		})
+	}
+}
+
+// googLeNetConvs are GoogLeNet's 57 convolutions at batch 1 in the order the network runs
+// them (torchvision's, bench/cpu.sh's googlenet): inC, outC, input side, kernel, stride, pad.
+var googLeNetConvs = [][6]int{
+	{3, 64, 224, 7, 2, 3}, {64, 64, 56, 1, 1, 0}, {64, 192, 56, 3, 1, 1}, {192, 64, 28, 1, 1, 0}, {192, 96, 28, 1, 1, 0}, {96, 128, 28, 3, 1, 1}, {192, 16, 28, 1, 1, 0}, {16, 32, 28, 3, 1, 1}, {192, 32, 28, 1, 1, 0}, {256, 128, 28, 1, 1, 0}, {256, 128, 28, 1, 1, 0}, {128, 192, 28, 3, 1, 1}, {256, 32, 28, 1, 1, 0}, {32, 96, 28, 3, 1, 1}, {256, 64, 28, 1, 1, 0},
+	{480, 192, 14, 1, 1, 0}, {480, 96, 14, 1, 1, 0}, {96, 208, 14, 3, 1, 1}, {480, 16, 14, 1, 1, 0}, {16, 48, 14, 3, 1, 1}, {480, 64, 14, 1, 1, 0}, {512, 160, 14, 1, 1, 0}, {512, 112, 14, 1, 1, 0}, {112, 224, 14, 3, 1, 1}, {512, 24, 14, 1, 1, 0}, {24, 64, 14, 3, 1, 1}, {512, 64, 14, 1, 1, 0}, {512, 128, 14, 1, 1, 0}, {512, 128, 14, 1, 1, 0}, {128, 256, 14, 3, 1, 1},
+	{512, 24, 14, 1, 1, 0}, {24, 64, 14, 3, 1, 1}, {512, 64, 14, 1, 1, 0}, {512, 112, 14, 1, 1, 0}, {512, 144, 14, 1, 1, 0}, {144, 288, 14, 3, 1, 1}, {512, 32, 14, 1, 1, 0}, {32, 64, 14, 3, 1, 1}, {512, 64, 14, 1, 1, 0}, {528, 256, 14, 1, 1, 0}, {528, 160, 14, 1, 1, 0}, {160, 320, 14, 3, 1, 1}, {528, 32, 14, 1, 1, 0}, {32, 128, 14, 3, 1, 1}, {528, 128, 14, 1, 1, 0},
+	{832, 256, 7, 1, 1, 0}, {832, 160, 7, 1, 1, 0}, {160, 320, 7, 3, 1, 1}, {832, 32, 7, 1, 1, 0}, {32, 128, 7, 3, 1, 1}, {832, 128, 7, 1, 1, 0}, {832, 384, 7, 1, 1, 0}, {832, 192, 7, 1, 1, 0}, {192, 384, 7, 3, 1, 1}, {832, 48, 7, 1, 1, 0}, {48, 128, 7, 3, 1, 1}, {832, 128, 7, 1, 1, 0},
+}
+
+// BenchmarkConvNetwork runs GoogLeNet's convolutions one after another, each on its own
+// input, packed weights and output with a ReLU epilogue, as a network runs them: unlike
+// BenchmarkConvBatch1's repeated calls, each layer starts with its data out of cache (the
+// gap between the two was 1.5× in 2026-11). Sub-benchmarks run the 1×1 layers only, the
+// others only, and all; GFLOP/s of wall time.
+func BenchmarkConvNetwork(b *testing.B) {
+	type layer struct {
+		p       *ConvParams
+		f       *ConvFilter[float32]
+		x, bias []float32
+		y       []float32
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	var layers []layer
+	for _, c := range googLeNetConvs {
+		p := &ConvParams{Batch: 1, InC: c[0], OutC: c[1], Spatial: []int{c[2], c[2]}, Kernel: []int{c[3], c[3]},
+			Stride: []int{c[4], c[4]}, PadBegin: []int{c[5], c[5]}, PadEnd: []int{c[5], c[5]}}
+		if err := p.Init(); err != nil {
+			b.Fatal(err)
+		}
+		layers = append(layers, layer{p, PackConvFilter(p, randSlice[float32](r, p.WLen())), randSlice[float32](r, p.XLen()), randSlice[float32](r, p.OutC), make([]float32, p.YLen())})
+	}
+	for _, sel := range []string{"1x1", "kxk", "all"} {
+		b.Run(sel, func(b *testing.B) {
+			var flop float64
+			run := func() {
+				for _, l := range layers {
+					if k := l.p.Kernel[0]; sel == "1x1" && k != 1 || sel == "kxk" && k == 1 {
+						continue
+					}
+					y := l.y
+					l.f.ConvEpi(l.x, l.bias, y, func(lo, hi int) {
+						for i, v := range y[lo:hi] {
+							y[lo+i] = max(v, 0)
+						}
+					})
+					flop += 2 * float64(l.p.YLen()) * float64(l.p.WLen()/l.p.OutC)
+				}
+			}
+			run()
+			flop = 0
+			for b.Loop() {
+				run()
+			}
+			b.ReportMetric(flop/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		})
 	}
 }

@@ -28,17 +28,7 @@ func Parallel(n, grain int, f func(lo, hi int)) {
 		return
 	}
 	chunk := (n + workers - 1) / workers
-	var wg sync.WaitGroup
-	for lo := chunk; lo < n; lo += chunk {
-		hi := min(lo+chunk, n)
-		wg.Add(1)
-		go func(lo, hi int) {
-			defer wg.Done()
-			f(lo, hi)
-		}(lo, hi)
-	}
-	f(0, min(chunk, n))
-	wg.Wait()
+	parallelTasks((n+chunk-1)/chunk, workers, func(t int) { f(t*chunk, min((t+1)*chunk, n)) })
 }
 
 // parallelTasks runs f(t) for t in [0, tasks) on up to workers goroutines, each taking the
@@ -51,6 +41,9 @@ func parallelTasks(tasks, workers int, f func(t int)) {
 		for t := 0; t < tasks; t++ {
 			f(t)
 		}
+		return
+	}
+	if theTeam.run(tasks, workers, f) {
 		return
 	}
 	var next atomic.Int64
@@ -71,6 +64,17 @@ func parallelTasks(tasks, workers int, f func(t int)) {
 			run()
 		}()
 	}
+	unpark()
 	run()
 	wg.Wait()
 }
+
+// unpark makes the helper goroutines just started stealable at once by the idle cores the
+// runtime woke for them, where a region could not have the team (team.go). Go puts a new
+// goroutine in its parent's P's runnext slot, and another P takes a goroutine from there only
+// after a 3 µs sleep (runqgrab: so that a goroutine that readies another and then blocks
+// keeps it) that coarse guest timers stretch: a helper measured 120–180 µs late. Starting
+// one more, empty goroutine moves the last helper from runnext to the run queue, which idle
+// Ps steal from without the sleep (40–95 µs late: the rest is waking the core); the empty
+// one runs when this goroutine waits.
+func unpark() { go func() {}() }

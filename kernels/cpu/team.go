@@ -1,0 +1,146 @@
+package cpu
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A team is the helper goroutines that parallel regions (Parallel, parallelTasks) share.
+// Between regions a helper spins for a while (teamSpin) watching for the next one, and only
+// then blocks: starting a goroutine for each region, as the kernels did, measured 15–30 µs
+// for the go statement and 40–180 µs before the helper ran on the VMs these benchmarks run
+// on (waking a parked thread there means waking an idle virtual CPU, and Go's scheduler
+// takes a new goroutine from another core's runnext slot only after a 3 µs sleep that the
+// guest's timers stretched to hundreds of µs: time.Sleep(1 µs) measured 324 µs). A batch-1
+// network runs a region every 50–300 µs, so the helpers were late to most of them, and
+// GoogLeNet's 1×1 convolutions ran no faster on two cores than on one. Spinning helpers
+// join a region within about a microsecond. OpenMP runtimes and OpenBLAS's threads spin
+// between regions for the same reason.
+//
+// The team serves one region at a time; a region that starts while another runs (a task
+// that opens a region of its own, or two ranks in one process) starts goroutines as before.
+// Which goroutine runs a task never changes a result: tasks are independent.
+type team struct {
+	busy    atomic.Bool         // a region holds the team
+	cur     atomic.Pointer[job] // the latest region's job
+	mu      sync.Mutex          // guards helpers and grows the team
+	helpers []*helper           // started lazily, up to the region's workers − 1
+	parked  atomic.Int32        // helpers blocked in park
+}
+
+// job is one region's work, a fresh object each region so a helper that arrives after it
+// ended finds its tasks all taken instead of another region's state.
+type job struct {
+	f       func(t int)
+	tasks   int64
+	next    atomic.Int64 // the next task to take
+	seats   atomic.Int32 // helpers still allowed to join (workers − 1)
+	running atomic.Int32 // helpers inside the job
+}
+
+type helper struct {
+	state atomic.Int32 // 0 spinning, 1 parked
+	wake  chan struct{}
+}
+
+// teamSpin is how long a helper watches for the next region before it blocks.
+const teamSpin = 500 * time.Microsecond
+
+var theTeam team
+
+// run runs f(t) for t in [0, tasks) on this goroutine and up to workers − 1 helpers and
+// reports true, or reports false, running nothing, when the team is serving another region.
+func (tm *team) run(tasks, workers int, f func(t int)) bool {
+	if !tm.busy.CompareAndSwap(false, true) {
+		return false
+	}
+	defer tm.busy.Store(false)
+	if len(tm.helpers) < workers-1 {
+		tm.grow(workers - 1)
+	}
+	j := &job{f: f, tasks: int64(tasks)}
+	j.seats.Store(int32(workers - 1))
+	tm.cur.Store(j)
+	if tm.parked.Load() > 0 {
+		for i, h := range tm.helpers {
+			if i >= workers-1 {
+				break
+			}
+			if h.state.CompareAndSwap(1, 0) {
+				select {
+				case h.wake <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
+	j.work()
+	// Every task is taken; wait for the helpers still running one.
+	for spins := 0; j.running.Load() != 0; spins++ {
+		if spins&1023 == 1023 {
+			runtime.Gosched()
+		}
+	}
+	return true
+}
+
+// work takes and runs the job's tasks until none are left.
+func (j *job) work() {
+	for {
+		t := j.next.Add(1) - 1
+		if t >= j.tasks {
+			return
+		}
+		j.f(int(t))
+	}
+}
+
+func (tm *team) grow(n int) {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	for len(tm.helpers) < n {
+		h := &helper{wake: make(chan struct{}, 1)}
+		tm.helpers = append(tm.helpers, h)
+		go tm.loop(h)
+	}
+}
+
+// loop is a helper's life: join each new job that has a seat, spin between jobs, block
+// after teamSpin without one.
+func (tm *team) loop(h *helper) {
+	var last *job
+	for {
+		start := time.Now()
+		for spins := 0; ; spins++ {
+			if j := tm.cur.Load(); j != last {
+				last = j
+				if j.seats.Add(-1) >= 0 {
+					j.running.Add(1)
+					j.work()
+					j.running.Add(-1)
+				}
+				start = time.Now()
+				continue
+			}
+			if spins&255 != 255 {
+				continue
+			}
+			if time.Since(start) < teamSpin {
+				runtime.Gosched() // let anything else queued on this core run
+				continue
+			}
+			// Park. A region that starts after state is 1 sends a wake; one that started
+			// before is seen by the check below.
+			h.state.Store(1)
+			tm.parked.Add(1)
+			if tm.cur.Load() == last {
+				<-h.wake
+			}
+			h.state.Store(0)
+			tm.parked.Add(-1)
+			start = time.Now()
+		}
+	}
+}

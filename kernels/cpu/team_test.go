@@ -1,0 +1,89 @@
+package cpu
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Every task of a region runs exactly once, whatever the task and worker counts, on one
+// core or several.
+func TestTeamRunsEveryTaskOnce(t *testing.T) {
+	for _, procs := range []int{1, 2, 4} {
+		old := runtime.GOMAXPROCS(procs)
+		for _, tasks := range []int{0, 1, 2, 3, 7, 64, 1000} {
+			for _, workers := range []int{1, 2, 3, 8} {
+				counts := make([]atomic.Int32, tasks)
+				parallelTasks(tasks, workers, func(i int) { counts[i].Add(1) })
+				for i := range counts {
+					if n := counts[i].Load(); n != 1 {
+						t.Fatalf("GOMAXPROCS %d, %d tasks on %d workers: task %d ran %d times", procs, tasks, workers, i, n)
+					}
+				}
+			}
+		}
+		runtime.GOMAXPROCS(old)
+	}
+}
+
+// A task that opens a region of its own, and regions opened from several goroutines at
+// once, find the team busy and start goroutines instead: every task still runs once.
+func TestTeamNestedAndConcurrentRegions(t *testing.T) {
+	old := runtime.GOMAXPROCS(3)
+	defer runtime.GOMAXPROCS(old)
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for rep := 0; rep < 50; rep++ {
+				var sum atomic.Int64
+				parallelTasks(6, 3, func(i int) {
+					Parallel(10, 1, func(lo, hi int) {
+						for j := lo; j < hi; j++ {
+							sum.Add(int64(100*i + j))
+						}
+					})
+				})
+				if want := int64(10*100*15 + 6*45); sum.Load() != want {
+					t.Errorf("nested sum %d, want %d", sum.Load(), want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// After the helpers have stopped spinning and blocked, a region still gets its helpers:
+// two tasks that each wait for the other to start can only finish if they run at once.
+func TestTeamWakesParkedHelpers(t *testing.T) {
+	old := runtime.GOMAXPROCS(2)
+	defer runtime.GOMAXPROCS(old)
+	parallelTasks(2, 2, func(int) {}) // start the team
+	deadline := time.Now().Add(5 * time.Second)
+	for theTeam.parked.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no helper blocked after idling")
+		}
+		time.Sleep(teamSpin)
+	}
+	for rep := 0; rep < 3; rep++ {
+		var started atomic.Int32
+		ok := make([]bool, 2)
+		parallelTasks(2, 2, func(i int) {
+			started.Add(1)
+			end := time.Now().Add(2 * time.Second)
+			for started.Load() < 2 && time.Now().Before(end) {
+				runtime.Gosched()
+			}
+			ok[i] = started.Load() == 2
+		})
+		if !ok[0] || !ok[1] {
+			t.Fatalf("round %d: the two tasks did not run at the same time (no helper joined)", rep)
+		}
+		time.Sleep(3 * teamSpin) // let them block again
+	}
+}
