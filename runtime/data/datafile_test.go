@@ -268,3 +268,42 @@ func TestTokenFileWidth(t *testing.T) {
 		}
 	}
 }
+
+// TestArrayFill: each micro-batch takes the next samples of the array in order, wrapping at
+// its end, converted to the input's dtype (a float64 array into an f32 input here); a tensor
+// of another dtype than the plan's input is refused.
+func TestArrayFill(t *testing.T) {
+	in := codegen.Input{Name: "x", DType: "f32", MicrobatchShape: []int{2, 3}}
+	plan := &codegen.Plan{Microbatches: 2, Inputs: []codegen.Input{in}}
+	arr := device.Tensor{Type: ir.Type{DType: ir.F64, Shape: ir.Shape{5, 3}}, Data: make([]byte, 8*15)}
+	for i := range arr.F64() {
+		arr.F64()[i] = float64(i) + 0.25
+	}
+	p := filepath.Join(t.TempDir(), "x.npy")
+	if err := WriteNpy(p, arr); err != nil {
+		t.Fatal(err)
+	}
+	src, _, err := Open("x="+p, plan, Options{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ step, mb, s0, s1 int }{{1, 0, 0, 1}, {1, 1, 2, 3}, {2, 0, 4, 0}, {2, 1, 1, 2}} {
+		tt := device.Tensor{Type: ir.Type{DType: ir.F32, Shape: ir.Shape{2, 3}}, Data: make([]byte, 4*6)}
+		if err := src.Fill(in, c.step, c.mb, tt); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range tt.F32() {
+			s := c.s0
+			if i >= 3 {
+				s = c.s1
+			}
+			if want := float32(3*s+i%3) + 0.25; v != want {
+				t.Fatalf("step %d micro-batch %d: element %d = %v, want %v (sample %d)", c.step, c.mb, i, v, want, s)
+			}
+		}
+	}
+	bad := device.Tensor{Type: ir.Type{DType: ir.F64, Shape: ir.Shape{2, 3}}, Data: make([]byte, 8*6)}
+	if err := src.Fill(in, 1, 0, bad); err == nil || !strings.Contains(err.Error(), "f64") {
+		t.Fatalf("an f64 tensor for an f32 input: %v", err)
+	}
+}
