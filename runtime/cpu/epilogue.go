@@ -84,18 +84,32 @@ func chainRunner[T k.Float](steps []chainStep, nIn int) epiRunner[T] {
 			ins[i+1] = floats[T](t)
 		}
 		return func(lo, hi int) {
-			buf := scratch.Get().([]T)
-			defer scratch.Put(buf)
-			vals := make([][]T, nIn+len(steps))
+			// Called per block of channels, or per plane (batch norm: 49 elements on a 7 × 7
+			// map), so nothing here allocates: the value list sits on the stack when short,
+			// and a single step (a ReLU) needs no scratch at all.
+			var buf []T
+			if len(steps) > 1 {
+				buf = scratch.Get().([]T)
+				defer scratch.Put(buf)
+			}
+			var short [8][]T
+			vals := short[:0]
+			if n := nIn + len(steps); n <= len(short) {
+				vals = short[:n]
+			} else {
+				vals = make([][]T, n)
+			}
 			for c := lo; c < hi; c += chainChunk {
 				n := min(chainChunk, hi-c)
 				for i, in := range ins {
 					vals[i] = in[c : c+n]
 				}
 				for j, st := range steps {
-					dst := buf[j*chainChunk:][:n]
+					var dst []T
 					if j == len(steps)-1 {
 						dst = y[c : c+n] // read (as input 0) by earlier steps only at these indices
+					} else {
+						dst = buf[j*chainChunk:][:n]
 					}
 					chainOp(st.op, dst, vals[st.args[0]], vals[st.args[len(st.args)-1]])
 					vals[nIn+j] = dst
