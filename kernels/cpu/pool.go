@@ -530,6 +530,9 @@ func AvgPool[T Float](p *PoolParams, x, y []T) {
 		avgPoolGlobal(p, x, y)
 		return
 	}
+	if avgPoolInside(p, x, y) {
+		return
+	}
 	p.planes(func(pl int) {
 		xp := x[pl*p.inSize : (pl+1)*p.inSize]
 		yp := y[pl*p.outSize : (pl+1)*p.outSize]
@@ -553,6 +556,64 @@ func AvgPool[T Float](p *PoolParams, x, y []T) {
 			}
 		})
 	})
+}
+
+// avgPoolInside is AvgPool for 2-d windows of dilation 1 that all lie inside the input (no
+// padding, no ceil-mode overhang: DenseNet's 2×2/2 transition pools): each output sums its
+// window's taps in the general path's order — from +0, row by row — and divides by the
+// window's size once, in one pass per output row instead of the general path's pass per tap
+// and row set-up per output row (DenseNet-121's three transition pools: 1 ms of a 38 ms step
+// at two threads, onnxruntime 0.23). Dividing by a power of two is multiplying by its
+// reciprocal exactly, so those sizes multiply. It reports false, computing nothing, for
+// other pools.
+func avgPoolInside[T Float](p *PoolParams, x, y []T) bool {
+	if len(p.Spatial) != 2 || p.Dilation[0] != 1 || p.Dilation[1] != 1 {
+		return false
+	}
+	h, w := p.Spatial[0], p.Spatial[1]
+	k0, k1, s0, s1 := p.Kernel[0], p.Kernel[1], p.Stride[0], p.Stride[1]
+	oh, ow := p.OutSpatial[0], p.OutSpatial[1]
+	if p.PadBegin[0] != 0 || p.PadBegin[1] != 0 || (oh-1)*s0+k0 > h || (ow-1)*s1+k1 > w {
+		return false
+	}
+	n := k0 * k1
+	div, mul := T(n), T(0)
+	if n&(n-1) == 0 {
+		mul = 1 / T(n)
+	}
+	p.planes(func(pl int) {
+		xp := x[pl*p.inSize : (pl+1)*p.inSize]
+		yp := y[pl*p.outSize : (pl+1)*p.outSize]
+		for o := 0; o < oh; o++ {
+			yr := yp[o*ow : (o+1)*ow]
+			rows := xp[o*s0*w:]
+			if k0 == 2 && k1 == 2 && s1 == 2 {
+				r0, r1 := rows[:2*ow], rows[w:w+2*ow]
+				for j := range yr {
+					s := T(0) + r0[2*j]
+					s += r0[2*j+1]
+					s += r1[2*j]
+					s += r1[2*j+1]
+					yr[j] = s * mul
+				}
+				continue
+			}
+			for j := range yr {
+				s := T(0)
+				for t0 := 0; t0 < k0; t0++ {
+					for _, v := range rows[t0*w+j*s1 : t0*w+j*s1+k1] {
+						s += v
+					}
+				}
+				if mul != 0 {
+					yr[j] = s * mul
+				} else {
+					yr[j] = s / div
+				}
+			}
+		}
+	})
+	return true
 }
 
 // global reports whether every window is its whole plane: one output a plane, no padding

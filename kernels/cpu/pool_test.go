@@ -340,3 +340,84 @@ func TestAvgPoolGlobal(t *testing.T) {
 		t.Fatal("a padded pool counted as global")
 	}
 }
+
+// An average pool whose windows all lie inside the input (avgPoolInside) sums each window
+// from +0 row by row and divides once, as the general path does: checked bit for bit against
+// that sum computed here, with NaNs and zeros of both signs, for power-of-two window sizes
+// (multiplied by the reciprocal) and others (divided), at one and three threads. Pools with
+// padding or a ceil-mode overhang are left to the general path.
+func TestAvgPoolInside(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	for _, c := range []struct{ h, w, k0, k1, s0, s1 int }{
+		{56, 56, 2, 2, 2, 2}, {7, 9, 2, 2, 2, 2}, {13, 11, 3, 3, 2, 2}, {9, 9, 3, 3, 3, 3}, {6, 8, 2, 3, 1, 2}, {8, 8, 5, 5, 1, 1}, {4, 6, 1, 4, 2, 1}, {5, 5, 1, 1, 1, 1},
+	} {
+		p := PoolParams{Batch: 2, Channels: 5, Spatial: []int{c.h, c.w}, Kernel: []int{c.k0, c.k1}, Stride: []int{c.s0, c.s1}}
+		if err := p.Init(); err != nil {
+			t.Fatal(err)
+		}
+		x := randSlice[float32](r, p.XLen())
+		for i := range x {
+			switch i % 23 {
+			case 4:
+				x[i] = float32(math.NaN())
+			case 7, 8, 9, 10:
+				x[i] = float32(math.Copysign(0, -1)) // a window of only −0 sums to +0 from +0
+			}
+		}
+		oh, ow := p.OutSpatial[0], p.OutSpatial[1]
+		want := make([]float32, p.YLen())
+		for pl := 0; pl < p.Batch*p.Channels; pl++ {
+			for o := 0; o < oh; o++ {
+				for j := 0; j < ow; j++ {
+					s := float32(0)
+					for t0 := 0; t0 < c.k0; t0++ {
+						for t1 := 0; t1 < c.k1; t1++ {
+							s += x[pl*c.h*c.w+(o*c.s0+t0)*c.w+j*c.s1+t1]
+						}
+					}
+					want[pl*oh*ow+o*ow+j] = s / float32(c.k0*c.k1)
+				}
+			}
+		}
+		for _, threads := range []int{1, 3} {
+			old := runtime.GOMAXPROCS(threads)
+			got := make([]float32, p.YLen())
+			taken := avgPoolInside(&p, x, got)
+			runtime.GOMAXPROCS(old)
+			if !taken {
+				t.Fatalf("%+v: not taken", c)
+			}
+			for i := range got {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) && !(got[i] != got[i] && want[i] != want[i]) {
+					t.Fatalf("%+v, %d threads: y[%d] = %v, want %v", c, threads, i, got[i], want[i])
+				}
+			}
+		}
+	}
+	for _, p := range []PoolParams{
+		{Batch: 1, Channels: 1, Spatial: []int{8, 8}, Kernel: []int{2, 2}, Stride: []int{2, 2}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}},
+		{Batch: 1, Channels: 1, Spatial: []int{7, 7}, Kernel: []int{2, 2}, Stride: []int{2, 2}, CeilMode: true},
+	} {
+		if err := p.Init(); err != nil {
+			t.Fatal(err)
+		}
+		if avgPoolInside(&p, make([]float32, p.XLen()), make([]float32, p.YLen())) {
+			t.Fatalf("%v pads, ceil %v: taken", p.PadBegin, p.CeilMode)
+		}
+	}
+}
+
+// BenchmarkAvgPoolTransition is DenseNet-121's first transition pool (2×2/2 on 128 × 56 ×
+// 56, batch 1): avgPoolInside.
+func BenchmarkAvgPoolTransition(b *testing.B) {
+	p := PoolParams{Batch: 1, Channels: 128, Spatial: []int{56, 56}, Kernel: []int{2, 2}, Stride: []int{2, 2}}
+	if err := p.Init(); err != nil {
+		b.Fatal(err)
+	}
+	x := randSlice[float32](rand.New(rand.NewPCG(1, 1)), p.XLen())
+	y := make([]float32, p.YLen())
+	for b.Loop() {
+		AvgPool(&p, x, y)
+	}
+	b.ReportMetric(float64(p.XLen()*4)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+}
