@@ -253,6 +253,49 @@ max3_done:
 	VZEROUPPER
 	RET
 
+// func maxNaN3s2_32(o, v *float32, n int): o[j] = max(max(v[2j], v[2j+1]), v[2j+2]) as Go's
+// builtin max computes it (maxNaN32's sequence twice), n a multiple of 8, reading v[0 :
+// 2n+2]: a 3-tap stride-2 pooling window along a row. Eight outputs take sixteen values
+// and the sixteen two further on; VSHUFPS picks the even and odd ones within each 128-bit
+// lane and VPERMPD puts the lanes' halves in order.
+TEXT ·maxNaN3s2_32(SB), NOSPLIT, $0-24
+	MOVQ o+0(FP), DI
+	MOVQ v+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	JZ max3s2_done
+max3s2_loop:
+	VMOVUPS (SI), Y6
+	VMOVUPS 32(SI), Y7
+	VMOVUPS 8(SI), Y8
+	VMOVUPS 40(SI), Y9
+	VSHUFPS $0x88, Y7, Y6, Y1
+	VPERMPD $0xD8, Y1, Y1
+	VSHUFPS $0xDD, Y7, Y6, Y0
+	VPERMPD $0xD8, Y0, Y0
+	VMAXPS Y1, Y0, Y2
+	VCMPPS $0, Y1, Y0, Y3
+	VANDPS Y1, Y0, Y4
+	VBLENDVPS Y3, Y4, Y2, Y2
+	VCMPPS $3, Y0, Y0, Y5
+	VORPS Y5, Y2, Y1
+	VSHUFPS $0x88, Y9, Y8, Y0
+	VPERMPD $0xD8, Y0, Y0
+	VMAXPS Y1, Y0, Y2
+	VCMPPS $0, Y1, Y0, Y3
+	VANDPS Y1, Y0, Y4
+	VBLENDVPS Y3, Y4, Y2, Y2
+	VCMPPS $3, Y0, Y0, Y5
+	VORPS Y5, Y2, Y2
+	VMOVUPS Y2, (DI)
+	ADDQ $64, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ max3s2_loop
+max3s2_done:
+	VZEROUPPER
+	RET
+
 // func dot32x2(a, b0, b1 *float32, n int) (s0, s1 float32): dot32 of a with two rows at once
 // (two memory streams in flight instead of one; each row's sum in dot32's order and fold, so
 // the same bits as two dot32 calls).

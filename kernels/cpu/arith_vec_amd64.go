@@ -157,6 +157,21 @@ func maxNaN3Vec32(o, a, b, c []float32) int {
 }
 
 //go:noescape
+func maxNaN3s2_32(o, v *float32, n int)
+
+// maxNaN3s2Vec32 runs maxNaN3s2_32 over the longest prefix of o that is a multiple of 8 and
+// whose reads stay inside v, and returns its length.
+func maxNaN3s2Vec32(o, v []float32) int {
+	n := min(len(o), (len(v)-2)/2) &^ 7
+	if n <= 0 || !gemmHasAVX2FMA || arithForceGo {
+		return 0
+	}
+	_ = v[2*n+1] // bounds: the assembly trusts these
+	maxNaN3s2_32(&o[0], &v[0], n)
+	return n
+}
+
+//go:noescape
 func dot32x2(a, b0, b1 *float32, n int) (s0, s1 float32)
 
 // dotVec32x2 is dotVec32 of a with two rows at once (the same bits as two calls).

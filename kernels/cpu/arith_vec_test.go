@@ -69,6 +69,34 @@ func TestArithRowsMatchGo(t *testing.T) {
 		if vec, ref := run(func(o []float32) { max3Row(o[:m3], b[1:m3+1], a[:m3], b[:m3]) }); !same(vec, ref) {
 			t.Fatalf("max3 m=%d (taps reordered): assembly and Go differ", m)
 		}
+		// Stride 2: o[j] from a[2j … 2j+2], each output with its own specials; m/2 outputs
+		// leave every tail of the eight-output loop as m varies.
+		m2 := min(m, n-2) / 2
+		if vec, ref := run(func(o []float32) { max3s2Row(o[:m2], a[:2*m2+1]) }); !same(vec, ref) {
+			t.Fatalf("max3 stride 2, %d outputs: assembly and Go differ", m2)
+		}
+		if vec, ref := run(func(o []float32) { max3s2Row(o[:m2], b[1:2*m2+2]) }); !same(vec, ref) {
+			t.Fatalf("max3 stride 2, %d outputs (shifted): assembly and Go differ", m2)
+		}
+	}
+	// max3s2Row's outputs against the window maxima themselves, every offset of a special
+	// value in a window of 24 outputs (three loop iterations).
+	for pos := 0; pos < 49; pos++ {
+		for _, sp := range specials {
+			v := make([]float32, 49)
+			for i := range v {
+				v[i] = float32(i%5) - 2
+			}
+			v[pos] = sp
+			o := make([]float32, 24)
+			max3s2Row(o, v)
+			for j := range o {
+				w := max(max(v[2*j], v[2*j+1]), v[2*j+2])
+				if math.Float32bits(w) != math.Float32bits(o[j]) && !(w != w && o[j] != o[j]) {
+					t.Fatalf("special %v at %d: o[%d] = %v, want %v", sp, pos, j, o[j], w)
+				}
+			}
+		}
 	}
 	// And the values themselves, against float64 arithmetic rounded once.
 	o := make([]float32, n)

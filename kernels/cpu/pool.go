@@ -313,7 +313,8 @@ func MaxPool[T Float](p *PoolParams, x, y []T, argmax []int32) {
 //   - v = the max of the window's input rows (those inside x), into a row padded to wp = the
 //     columns the windows cover, the padding (and ceil mode's overhang) −∞;
 //   - h[j] = max(v[j], …, v[j+k1−1]), the shifted row maxima, straight into y for stride 1,
-//     else into scratch of which y takes every s1-th element.
+//     else into scratch of which y takes every s1-th element; a 3-wide window of stride 2
+//     (every CNN's strided max pool) straight into y in one pass (max3s2Row).
 //
 // The maximum is the builtin's (NaN propagates, +0 beats −0), which is commutative and
 // associative, so the order of taps changes no value; padding (−∞) never wins, and a window
@@ -364,6 +365,10 @@ func maxPoolFlat[T Float](p *PoolParams, x, y []T) bool {
 					maxTapsRow(vx, xp[r0*w:], r1-r0, w)
 				}
 				yr := yp[o*ow : (o+1)*ow]
+				if k1 == 3 && s1 == 2 { // the stride-2 window in one pass (maxNaN3s2_32)
+					max3s2Row(yr, v)
+					continue
+				}
 				hr := hs
 				if s1 == 1 {
 					hr = yr
@@ -455,7 +460,9 @@ func maxPool3x3[T Float](p *PoolParams, x, y []T) bool {
 // maxPool3x3Strided is the widest rows on which maxPool3x3 takes a strided pool: computing
 // every centre cost more than maxPoolFlat's calls a row on wider ones (one thread, µs:
 // GoogLeNet's 832 × 14 × 14 3×3/2 pool 298 → 207, its 480 × 28 × 28 one 374 → 390, 192 × 56
-// × 56 427 → 550, ResNet's 64 × 112 × 112 stem pool 443 → 775).
+// × 56 427 → 550, ResNet's 64 × 112 × 112 stem pool 443 → 775). Since maxPoolFlat takes a
+// 3-wide stride-2 window in one pass (max3s2Row) the wide ones are faster still: the stem
+// pool 450 → 310–326, 192 × 56 × 56 430–444 → 289–302 (BenchmarkMaxPoolInference).
 const maxPool3x3Strided = 16
 
 // maxPoolFlatPlane is maxPoolFlat's stride-1 form: an Inception block's rows are short (28
