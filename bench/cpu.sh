@@ -20,9 +20,11 @@
 #   - float32 GEMM N³, N = 512…4096, against numpy's matmul (OpenBLAS), 1 and 2 threads;
 #   - peak RSS of the GPT-2-width training run against PyTorch's, and compile's memory report
 #     (plan.json's peak_bytes) against that measured peak.
-# The peers' worker threads sleep instead of spinning when idle (OMP_WAIT_POLICY=PASSIVE,
-# onnxruntime's allow_spinning 0): on a machine shared with other work, spinning made
-# PyTorch's 2-thread step 10× slower than its 1-thread step.
+# Each peer runs with its faster wait policy. PyTorch's threads sleep when idle
+# (OMP_WAIT_POLICY=PASSIVE): spinning OpenMP and OpenBLAS threads made its 2-thread step 4–10×
+# slower than sleeping ones. onnxruntime keeps its default, threads that spin between
+# operators (5–10% faster than sleeping ones), as ppc's kernel helpers spin for up to 0.5 ms
+# between parallel regions.
 # "speed" is peer time / ppc time (> 1: ppc faster); "rss" is ppc / peer (< 1: ppc smaller).
 # Timings on a shared machine are noisy: the figures are medians of interleaved runs, and
 # `uptime`'s load average is printed first and last.
