@@ -104,6 +104,9 @@ func (j *Job) Step(opts Options) (StepResult, error) {
 	if !tr.records(step) {
 		tr = nil
 	}
+	if sc, ok := j.dev.(device.SharedCores); ok {
+		sc.SetSharedCores(len(j.Ranks) > 1)
+	}
 	start := time.Now()
 	var wg sync.WaitGroup
 	for _, r := range j.Ranks {

@@ -22,6 +22,12 @@ import (
 // The team serves one region at a time; a region that starts while another runs (a task
 // that opens a region of its own, or two ranks in one process) starts goroutines as before.
 // Which goroutine runs a task never changes a result: tasks are independent.
+//
+// Spinning pays only while the cores would otherwise idle. Where several goroutines issue
+// kernels at once (the ranks of a plan run in one process, SetSharedCores), a spinning
+// helper holds a core another rank could use: the README's 8-rank job on two cores ran 25%
+// slower with spinning helpers. Then helpers block as soon as a region ends and a region's
+// caller blocks while its helpers finish.
 type team struct {
 	busy    atomic.Bool         // a region holds the team
 	cur     atomic.Pointer[job] // the latest region's job
@@ -38,6 +44,8 @@ type job struct {
 	next    atomic.Int64 // the next task to take
 	seats   atomic.Int32 // helpers still allowed to join (workers − 1)
 	running atomic.Int32 // helpers inside the job
+	waiting atomic.Bool  // the caller blocks on done until running is 0
+	done    chan struct{}
 }
 
 type helper struct {
@@ -56,6 +64,15 @@ const (
 
 var theTeam team
 
+// teamShared: other goroutines compete for the cores (SetSharedCores).
+var teamShared atomic.Bool
+
+// SetSharedCores says whether several goroutines call the kernels at once (the ranks of a
+// plan running in one process): then the helper goroutines of parallel regions block between
+// regions instead of spinning, leaving the cores to the other callers. Results do not depend
+// on it.
+func SetSharedCores(shared bool) { teamShared.Store(shared) }
+
 // run runs f(t) for t in [0, tasks) on this goroutine and up to workers − 1 helpers and
 // reports true, or reports false, running nothing, when the team is serving another region.
 func (tm *team) run(tasks, workers int, f func(t int)) bool {
@@ -66,7 +83,7 @@ func (tm *team) run(tasks, workers int, f func(t int)) bool {
 	if len(tm.helpers) < workers-1 {
 		tm.grow(workers - 1)
 	}
-	j := &job{f: f, tasks: int64(tasks)}
+	j := &job{f: f, tasks: int64(tasks), done: make(chan struct{}, 1)}
 	j.seats.Store(int32(workers - 1))
 	tm.cur.Store(j)
 	if tm.parked.Load() > 0 {
@@ -83,8 +100,16 @@ func (tm *team) run(tasks, workers int, f func(t int)) bool {
 		}
 	}
 	j.work()
-	// Every task is taken; wait for the helpers still running one (yielding now and then,
-	// as the helpers do, should another goroutine wait for this core).
+	// Every task is taken; wait for the helpers still running one: spinning (yielding now
+	// and then, as the helpers do, should another goroutine wait for this core), or blocked
+	// where other goroutines want the cores.
+	if teamShared.Load() {
+		j.waiting.Store(true)
+		if j.running.Load() != 0 {
+			<-j.done
+		}
+		return true
+	}
 	var since time.Time
 	for spins := 1; j.running.Load() != 0; spins++ {
 		if spins&1023 == 0 {
@@ -133,7 +158,12 @@ func (tm *team) loop(h *helper) {
 				if j.seats.Add(-1) >= 0 {
 					j.running.Add(1)
 					j.work()
-					j.running.Add(-1)
+					if j.running.Add(-1) == 0 && j.waiting.Load() {
+						select {
+						case j.done <- struct{}{}:
+						default:
+						}
+					}
 				}
 				start, yielded = time.Now(), time.Now()
 				continue
@@ -141,7 +171,7 @@ func (tm *team) loop(h *helper) {
 			if spins&1023 != 1023 {
 				continue
 			}
-			if now := time.Now(); now.Sub(start) < teamSpin {
+			if now := time.Now(); now.Sub(start) < teamSpin && !teamShared.Load() {
 				if now.Sub(yielded) > teamYield {
 					runtime.Gosched() // let anything else queued on this core run
 					yielded = now

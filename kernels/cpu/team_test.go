@@ -87,3 +87,34 @@ func TestTeamWakesParkedHelpers(t *testing.T) {
 		time.Sleep(3 * teamSpin) // let them block again
 	}
 }
+
+// With other goroutines sharing the cores (SetSharedCores), helpers block as soon as a
+// region ends, and a region's caller blocks, not spins, until its helpers' tasks finish:
+// every task has finished when the region returns.
+func TestTeamSharedCores(t *testing.T) {
+	old := runtime.GOMAXPROCS(2)
+	defer runtime.GOMAXPROCS(old)
+	SetSharedCores(true)
+	defer SetSharedCores(false)
+	for rep := 0; rep < 20; rep++ {
+		var done [4]atomic.Bool
+		parallelTasks(4, 2, func(i int) {
+			if i%2 == 1 {
+				time.Sleep(200 * time.Microsecond)
+			}
+			done[i].Store(true)
+		})
+		for i := range done {
+			if !done[i].Load() {
+				t.Fatalf("round %d: the region returned before task %d finished", rep, i)
+			}
+		}
+	}
+	deadline := time.Now().Add(time.Second)
+	for int(theTeam.parked.Load()) < len(theTeam.helpers) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d helpers blocked a second after the last region", theTeam.parked.Load(), len(theTeam.helpers))
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}

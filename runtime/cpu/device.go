@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"ppc.dev/ppc/ir"
+	k "ppc.dev/ppc/kernels/cpu"
 	"ppc.dev/ppc/runtime/device"
 )
 
@@ -26,6 +27,10 @@ func New() *Device { return &Device{} }
 
 // Name is "cpu".
 func (*Device) Name() string { return "cpu" }
+
+// SetSharedCores implements device.SharedCores: the kernels' helper goroutines stop spinning
+// between parallel regions while several ranks share the process's cores.
+func (*Device) SetSharedCores(shared bool) { k.SetSharedCores(shared) }
 
 // builder prepares the kernel of one op for a launch site.
 type builder func(s *device.Spec) (device.Impl, error)

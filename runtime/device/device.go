@@ -216,6 +216,14 @@ type Device interface {
 	Read(dst []byte, t Tensor) error
 }
 
+// SharedCores is implemented by devices whose kernels tune their parallelism to whether
+// several ranks of this process issue work at once (the CPU device: its kernels' helper
+// threads spin between parallel regions for one rank, and block for several, leaving the
+// cores to the other ranks). The runtime says so before each step.
+type SharedCores interface {
+	SetSharedCores(shared bool)
+}
+
 // Async is implemented by devices whose copies to the host can queue behind their work (a
 // GPU's stream): the runtime then sends a message while the device goes on computing,
 // instead of waiting for the device at every send.
