@@ -126,6 +126,31 @@ ss_done:
 	VZEROUPPER
 	RET
 
+// func scaleShiftRelu32(o, a *float32, mul, add float32, n int): o[i] = relu(a[i]·mul + add),
+// scaleShift32's two roundings and then relu32's MAXPS against 0, in one pass: a batch norm
+// and the ReLU after it without writing and reading the row twice.
+TEXT ·scaleShiftRelu32(SB), NOSPLIT, $0-32
+	MOVQ o+0(FP), DI
+	MOVQ a+8(FP), SI
+	VBROADCASTSS mul+16(FP), Y1
+	VBROADCASTSS add+20(FP), Y2
+	MOVQ n+24(FP), CX
+	VXORPS Y3, Y3, Y3
+	SHRQ $3, CX
+	JZ ssr_done
+ssr_loop:
+	VMULPS (SI), Y1, Y0
+	VADDPS Y2, Y0, Y0
+	VMAXPS Y3, Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ ssr_loop
+ssr_done:
+	VZEROUPPER
+	RET
+
 // func relu32(o, a *float32, n int): MAXPS returns its second source (0) when the first is
 // not greater, NaN and −0 included — relu's "x if x > 0 else 0".
 TEXT ·relu32(SB), NOSPLIT, $0-24

@@ -44,6 +44,23 @@ func scaleShiftRow[T Float](a, o []T, mul, add T) {
 	}
 }
 
+// scaleShiftReluRow sets o[i] = relu(a[i]·mul + add): scaleShiftRow and then ReluRow, the
+// same roundings and the same bits, in one pass.
+func scaleShiftReluRow[T Float](a, o []T, mul, add T) {
+	a = a[:len(o)]
+	if isFloat32Type[T]() {
+		i := scaleShiftReluVec32(f32s(a), f32s(o), float32(mul), float32(add))
+		a, o = a[i:], o[i:]
+	}
+	for i, v := range a {
+		if w := T(v*mul) + add; w > 0 {
+			o[i] = w
+		} else {
+			o[i] = 0
+		}
+	}
+}
+
 // maxIntoRow sets o[i] = max(o[i], x[i]) with Go's builtin max (NaN propagates, +0 beats −0).
 func maxIntoRow[T Float](o, x []T) {
 	x = x[:len(o)]

@@ -49,6 +49,9 @@ func relu32(o, a *float32, n int)
 //go:noescape
 func scaleShift32(o, a *float32, mul, add float32, n int)
 
+//go:noescape
+func scaleShiftRelu32(o, a *float32, mul, add float32, n int)
+
 // arithForceGo makes the row kernels compute every element in Go (tests compare the two).
 var arithForceGo bool
 
@@ -112,6 +115,15 @@ func scaleShiftVec32(a, o []float32, mul, add float32) int {
 		return 0
 	}
 	scaleShift32(&o[0], &a[0], mul, add, n)
+	return n
+}
+
+func scaleShiftReluVec32(a, o []float32, mul, add float32) int {
+	n := len(o) &^ 7
+	if n == 0 || !gemmHasAVX2FMA || arithForceGo {
+		return 0
+	}
+	scaleShiftRelu32(&o[0], &a[0], mul, add, n)
 	return n
 }
 

@@ -10,6 +10,7 @@ func arithSVVec32(op ArithOp, s float32, b, o []float32) int           { return 
 func sqrtVec32(a, o []float32) int                                     { return 0 }
 func reluVec32(a, o []float32) int                                     { return 0 }
 func scaleShiftVec32(a, o []float32, mul, add float32) int             { return 0 }
+func scaleShiftReluVec32(a, o []float32, mul, add float32) int         { return 0 }
 
 func dotVec32(a, b []float32) (float32, int) { return 0, 0 }
 

@@ -58,6 +58,16 @@ func TestArithRowsMatchGo(t *testing.T) {
 		if vec, ref := run(func(o []float32) { ReluRow(a[:m], o[:m]) }); !same(vec, ref) {
 			t.Fatalf("relu m=%d: assembly and Go differ", m)
 		}
+		if vec, ref := run(func(o []float32) { scaleShiftReluRow(a[:m], o[:m], 1.3, -0.7) }); !same(vec, ref) {
+			t.Fatalf("scale-shift-relu m=%d: assembly and Go differ", m)
+		}
+		// and the one pass is the two passes it replaces
+		two := make([]float32, m)
+		scaleShiftRow(a[:m], two, -1.1, 0.25)
+		ReluRow(two, two)
+		if vec, _ := run(func(o []float32) { scaleShiftReluRow(a[:m], o[:m], -1.1, 0.25) }); !same(vec[:m], two) {
+			t.Fatalf("scale-shift-relu m=%d: not scale-shift then relu", m)
+		}
 		if vec, ref := run(func(o []float32) { copy(o, b); maxIntoRow(o[:m], a[:m]) }); !same(vec, ref) {
 			t.Fatalf("max m=%d: assembly and Go differ", m)
 		}

@@ -37,7 +37,18 @@ func bnChannels(n, c, spatial int, f func(ch int)) {
 // mean and variance are [c]. y may alias x. epi, if not nil, is called on each plane's range
 // of y once the plane is written (ConvEpi's contract: the ReLU lowering fuses after it).
 func BatchNormInference[T Float](x, scale, bias, mean, variance []T, eps T, n, c, spatial int, y []T, epi func(lo, hi int)) {
-	bnCheck("BatchNormInference", n, c, spatial, []bnLen{
+	batchNormInference("BatchNormInference", x, scale, bias, mean, variance, eps, n, c, spatial, y, epi, false)
+}
+
+// BatchNormReluInference is BatchNormInference followed by a ReLU (x if x > 0, else 0) in
+// one pass over each plane — the bits of the two, without writing and reading every plane
+// again (a pre-activation network's batch norm and ReLU: DenseNet's 62).
+func BatchNormReluInference[T Float](x, scale, bias, mean, variance []T, eps T, n, c, spatial int, y []T) {
+	batchNormInference("BatchNormReluInference", x, scale, bias, mean, variance, eps, n, c, spatial, y, nil, true)
+}
+
+func batchNormInference[T Float](op string, x, scale, bias, mean, variance []T, eps T, n, c, spatial int, y []T, epi func(lo, hi int), relu bool) {
+	bnCheck(op, n, c, spatial, []bnLen{
 		{"x", len(x), n * c * spatial}, {"y", len(y), n * c * spatial}, {"scale", len(scale), c},
 		{"bias", len(bias), c}, {"mean", len(mean), c}, {"variance", len(variance), c}})
 	bnChannels(n, c, spatial, func(ch int) {
@@ -45,6 +56,10 @@ func BatchNormInference[T Float](x, scale, bias, mean, variance []T, eps T, n, c
 		mul, add := T(a), T(float64(bias[ch])-a*float64(mean[ch]))
 		for b := 0; b < n; b++ {
 			off := (b*c + ch) * spatial
+			if relu {
+				scaleShiftReluRow(x[off:off+spatial], y[off:off+spatial], mul, add)
+				continue
+			}
 			scaleShiftRow(x[off:off+spatial], y[off:off+spatial], mul, add)
 			if epi != nil {
 				epi(off, off+spatial)

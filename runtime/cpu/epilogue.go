@@ -50,6 +50,9 @@ var epilogueBuilders = map[string]func(d *Device, op *device.Spec, steps []chain
 		}
 		n, c, sp := channelGeometry(op.In[0])
 		eps := op.Attrs.Float("eps", 1e-5)
+		if len(steps) == 1 && steps[0].op == "relu" && nIn == 1 { // the scale-shift-ReLU pass
+			return byDType(op.Out[0].DType, batchNormReluImpl[float32](n, c, sp, eps), batchNormReluImpl[float64](n, c, sp, eps)), nil
+		}
 		return byDType(op.Out[0].DType, batchNormImpl(n, c, sp, eps, chainRunner[float32](steps, nIn)),
 			batchNormImpl(n, c, sp, eps, chainRunner[float64](steps, nIn))), nil
 	},

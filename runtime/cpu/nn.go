@@ -296,6 +296,16 @@ func batchNormImpl[T k.Float](n, c, sp int, eps float64, run epiRunner[T]) devic
 	}
 }
 
+// batchNormReluImpl is batch norm with its ReLU epilogue in one pass (BatchNormReluInference):
+// the bits of the chain runner's ReLU after it.
+func batchNormReluImpl[T k.Float](n, c, sp int, eps float64) device.Impl {
+	return func(in, out []device.Tensor) error {
+		k.BatchNormReluInference(floats[T](in[0]), floats[T](in[1]), floats[T](in[2]), floats[T](in[3]), floats[T](in[4]),
+			T(eps), n, c, sp, floats[T](out[0]))
+		return nil
+	}
+}
+
 // prepareInstanceNorm runs BatchNormTraining on x viewed as one image of N·C channels: the
 // per-channel batch statistics of that view are exactly the per-(n, c) instance statistics.
 func prepareInstanceNorm(s *device.Spec) (device.Impl, error) {
