@@ -5,6 +5,18 @@
 // float32 row kernels of arith_vec.go with AVX: n elements (a multiple of 8), eight per
 // instruction. Each is the IEEE operation the Go loops perform, so results are the same bits.
 
+// MAXNAN(a, b, d): d = Go's builtin max of a and b, eight lanes (Y2–Y5 scratch). MAXPS
+// returns its second source b when the values are equal or either is NaN, so: equal values
+// (±0 being the only unequal bits) take a AND b, and a NaN a is forced through by OR-ing its
+// all-ones mask.
+#define MAXNAN(a, b, d) \
+	VMAXPS b, a, Y2 \
+	VCMPPS $0, b, a, Y3 \
+	VANDPS b, a, Y4 \
+	VBLENDVPS Y3, Y4, Y2, Y2 \
+	VCMPPS $3, a, a, Y5 \
+	VORPS Y5, Y2, d
+
 // VV(name, op): o[i] = a[i] op b[i].
 #define VV(name, op) \
 TEXT name(SB), NOSPLIT, $0-32 \
@@ -213,9 +225,7 @@ dot_reduce:
 	RET
 
 // func maxNaN32(o, x *float32, n int): o[i] = max(o[i], x[i]) as Go's builtin max computes it
-// for floats (NaN if either is NaN; max(−0, +0) = +0), n a multiple of 8. MAXPS returns its
-// second source when the values are equal or either is NaN, so: equal values (±0 being the
-// only unequal bits) take x AND o, and a NaN x is forced through by OR-ing its all-ones mask.
+// for floats (NaN if either is NaN; max(−0, +0) = +0: MAXNAN), n a multiple of 8.
 TEXT ·maxNaN32(SB), NOSPLIT, $0-24
 	MOVQ o+0(FP), DI
 	MOVQ x+8(FP), SI
@@ -225,12 +235,7 @@ TEXT ·maxNaN32(SB), NOSPLIT, $0-24
 max_loop:
 	VMOVUPS (SI), Y0
 	VMOVUPS (DI), Y1
-	VMAXPS Y1, Y0, Y2
-	VCMPPS $0, Y1, Y0, Y3
-	VANDPS Y1, Y0, Y4
-	VBLENDVPS Y3, Y4, Y2, Y2
-	VCMPPS $3, Y0, Y0, Y5
-	VORPS Y5, Y2, Y2
+	MAXNAN(Y0, Y1, Y2)
 	VMOVUPS Y2, (DI)
 	ADDQ $32, SI
 	ADDQ $32, DI
@@ -241,7 +246,7 @@ max_done:
 	RET
 
 // func maxNaN3_32(o, a, b, c *float32, n int): o[i] = max(max(a[i], b[i]), c[i]) as Go's
-// builtin max computes it (maxNaN32's sequence twice), n a multiple of 8: a 3-tap pooling
+// builtin max computes it (MAXNAN twice), n a multiple of 8: a 3-tap pooling
 // window in one pass.
 TEXT ·maxNaN3_32(SB), NOSPLIT, $0-40
 	MOVQ o+0(FP), DI
@@ -254,19 +259,9 @@ TEXT ·maxNaN3_32(SB), NOSPLIT, $0-40
 max3_loop:
 	VMOVUPS (SI), Y1
 	VMOVUPS (DX), Y0
-	VMAXPS Y1, Y0, Y2
-	VCMPPS $0, Y1, Y0, Y3
-	VANDPS Y1, Y0, Y4
-	VBLENDVPS Y3, Y4, Y2, Y2
-	VCMPPS $3, Y0, Y0, Y5
-	VORPS Y5, Y2, Y1
+	MAXNAN(Y0, Y1, Y1)
 	VMOVUPS (R8), Y0
-	VMAXPS Y1, Y0, Y2
-	VCMPPS $0, Y1, Y0, Y3
-	VANDPS Y1, Y0, Y4
-	VBLENDVPS Y3, Y4, Y2, Y2
-	VCMPPS $3, Y0, Y0, Y5
-	VORPS Y5, Y2, Y2
+	MAXNAN(Y0, Y1, Y2)
 	VMOVUPS Y2, (DI)
 	ADDQ $32, SI
 	ADDQ $32, DX
@@ -279,7 +274,7 @@ max3_done:
 	RET
 
 // func maxNaN3s2_32(o, v *float32, n int): o[j] = max(max(v[2j], v[2j+1]), v[2j+2]) as Go's
-// builtin max computes it (maxNaN32's sequence twice), n a multiple of 8, reading v[0 :
+// builtin max computes it (MAXNAN twice), n a multiple of 8, reading v[0 :
 // 2n+2]: a 3-tap stride-2 pooling window along a row. Eight outputs take sixteen values
 // and the sixteen two further on; VSHUFPS picks the even and odd ones within each 128-bit
 // lane and VPERMPD puts the lanes' halves in order.
@@ -298,20 +293,10 @@ max3s2_loop:
 	VPERMPD $0xD8, Y1, Y1
 	VSHUFPS $0xDD, Y7, Y6, Y0
 	VPERMPD $0xD8, Y0, Y0
-	VMAXPS Y1, Y0, Y2
-	VCMPPS $0, Y1, Y0, Y3
-	VANDPS Y1, Y0, Y4
-	VBLENDVPS Y3, Y4, Y2, Y2
-	VCMPPS $3, Y0, Y0, Y5
-	VORPS Y5, Y2, Y1
+	MAXNAN(Y0, Y1, Y1)
 	VSHUFPS $0x88, Y9, Y8, Y0
 	VPERMPD $0xD8, Y0, Y0
-	VMAXPS Y1, Y0, Y2
-	VCMPPS $0, Y1, Y0, Y3
-	VANDPS Y1, Y0, Y4
-	VBLENDVPS Y3, Y4, Y2, Y2
-	VCMPPS $3, Y0, Y0, Y5
-	VORPS Y5, Y2, Y2
+	MAXNAN(Y0, Y1, Y2)
 	VMOVUPS Y2, (DI)
 	ADDQ $64, SI
 	ADDQ $32, DI
