@@ -307,3 +307,22 @@ func TestArrayFill(t *testing.T) {
 		t.Fatalf("an f64 tensor for an f32 input: %v", err)
 	}
 }
+
+// TestArrayUnknownDType: an input whose dtype the runtime does not know (a hand-edited
+// plan) is refused when the data opens, naming the file, the input and the dtype, as an input
+// error — not at the first step.
+func TestArrayUnknownDType(t *testing.T) {
+	in := codegen.Input{Name: "x", DType: "f7", MicrobatchShape: []int{1, 3}}
+	plan := &codegen.Plan{Microbatches: 1, Inputs: []codegen.Input{in}}
+	p := filepath.Join(t.TempDir(), "x.npy")
+	arr := f32Tensor(1, 2, 3)
+	arr.Type.Shape = ir.Shape{1, 3}
+	if err := WriteNpy(p, arr); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := Open("x="+p, plan, Options{Seed: 1})
+	var ie *fault.InputError
+	if !errors.As(err, &ie) || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), `"x"`) || !strings.Contains(err.Error(), `"f7"`) {
+		t.Fatalf("got %v", err)
+	}
+}
