@@ -325,7 +325,7 @@ func maxPoolFlat[T Float](p *PoolParams, x, y []T) bool {
 	if len(p.Spatial) != 2 || p.Dilation[0] != 1 || p.Dilation[1] != 1 {
 		return false
 	}
-	if maxPool3x3(p, x, y) {
+	if maxPool3x3s2(p, x, y) || maxPool3x3(p, x, y) {
 		return true
 	}
 	if p.Stride[0] == 1 && p.Stride[1] == 1 {
@@ -377,6 +377,69 @@ func maxPoolFlat[T Float](p *PoolParams, x, y []T) bool {
 				if s1 != 1 {
 					for j := range yr {
 						yr[j] = hs[j*s1]
+					}
+				}
+			}
+		}
+	})
+	return true
+}
+
+// maxPool3x3s2 is maxPoolFlat for 3 × 3 stride-2 windows without padding on planes of even
+// width whose windows reach at most one column and one row past the input (ceil mode's
+// overhang: GoogLeNet's four pools between its stages). Per-row calls cost more than their
+// arithmetic on these planes (28, 14 or 7 outputs a row), so a block of planes takes two long
+// passes: the column maxima of every three rows (vs[i] = max(x[i], x[i+w], x[i+2w]), the rows
+// the input's last row cuts redone over the two inside), then the 3-wide stride-2 row maxima of
+// all of vs at once (g[t] = max(vs[2t], vs[2t+1], vs[2t+2]): every other of g's w-long rows is
+// an output row, as w is even), after which each output row is a copy out of g, its last
+// window redone over the two columns inside where it hangs over. Padding never wins and the
+// builtin max is commutative and associative, so the bits are the general path's
+// (TestMaxPoolFlatMatchesGeneral). Interleaved medians, µs, one / two threads (2026-11-28):
+// GoogLeNet's 832 × 14 × 14 pool 246 / 149 → 156 / 88 (maxPool3x3 before), its 480 × 28 × 28
+// one 402 / 246 → 265 / 182 (maxPoolFlat's per-row calls before); on its 192 × 56 × 56 one
+// this was 5–8% slower than maxPoolFlat, hence maxPool3x3s2Width. It reports false,
+// computing nothing, for other pools.
+// maxPool3x3s2Width is the widest plane maxPool3x3s2 takes (see there).
+const maxPool3x3s2Width = 32
+
+func maxPool3x3s2[T Float](p *PoolParams, x, y []T) bool {
+	h, w := p.Spatial[0], p.Spatial[1]
+	oh, ow := p.OutSpatial[0], p.OutSpatial[1]
+	if p.Kernel[0] != 3 || p.Kernel[1] != 3 || p.Stride[0] != 2 || p.Stride[1] != 2 ||
+		p.PadBegin[0] != 0 || p.PadBegin[1] != 0 || w%2 != 0 || h < 3 || w < 4 || w > maxPool3x3s2Width {
+		return false
+	}
+	rowOver, colOver := 2*oh+1-h, 2*ow+1-w // taps past the last row and column: at most one
+	if rowOver > 1 || colOver > 1 {
+		return false
+	}
+	plane, oPlane := h*w, oh*ow
+	block := max(1, 4096/plane)
+	Parallel(p.Batch*p.Channels, block, func(lo, hi int) {
+		bs := min(block, hi-lo) * plane
+		buf, scratch := convGetBuf[T](bs + bs/2) // written before read
+		defer convPutBuf(buf)
+		for b0 := lo; b0 < hi; b0 += block {
+			b1 := min(hi, b0+block)
+			n := (b1 - b0) * plane
+			xs, vs, g := x[b0*plane:b1*plane], scratch[:n], scratch[bs:bs+n/2-1]
+			max3Row(vs[:n-2*w], xs[:n-2*w], xs[w:n-w], xs[2*w:])
+			if rowOver == 1 { // the last output row's windows: rows h−2 and h−1 only
+				for pl := 0; pl < n; pl += plane {
+					r := pl + plane - 2*w
+					copy(vs[r:r+w], xs[r:r+w])
+					maxIntoRow(vs[r:r+w], xs[r+w:r+2*w])
+				}
+			}
+			max3s2Row(g, vs)
+			for pl := b0; pl < b1; pl++ {
+				gp, vp, yp := g[(pl-b0)*plane/2:], vs[(pl-b0)*plane:], y[pl*oPlane:(pl+1)*oPlane]
+				for o := 0; o < oh; o++ {
+					yr := yp[o*ow : (o+1)*ow]
+					copy(yr, gp[o*w:])
+					if colOver == 1 {
+						yr[ow-1] = max(vp[2*o*w+w-2], vp[2*o*w+w-1])
 					}
 				}
 			}

@@ -262,6 +262,7 @@ func TestMaxPoolFlatMatchesGeneral(t *testing.T) {
 		{28, 28, 3, 3, 1, 1, 1, 1, 1, 1}, {7, 7, 3, 3, 1, 1, 1, 1, 1, 1}, {2, 3, 3, 3, 1, 1, 1, 1, 1, 1}, {3, 2, 3, 3, 1, 1, 1, 1, 1, 1}, {3, 5, 3, 3, 1, 1, 1, 2, 1, 0}, {7, 9, 2, 3, 1, 1, 0, 2, 1, 0}, {5, 5, 5, 5, 1, 1, 2, 2, 2, 2}, {1, 17, 1, 3, 1, 1, 0, 1, 0, 1}, {6, 4, 3, 2, 1, 1, 0, 0, 0, 0},
 		{112, 112, 3, 3, 2, 2, 1, 1, 1, 1}, {56, 56, 3, 3, 2, 2, 0, 0, 0, 0}, {13, 11, 3, 3, 2, 2, 0, 0, 0, 0}, {14, 14, 3, 3, 2, 2, 0, 0, 0, 0}, {10, 16, 3, 3, 2, 2, 1, 1, 1, 1}, {9, 8, 3, 3, 3, 2, 1, 0, 0, 1}, {9, 10, 2, 3, 2, 3, 1, 0, 0, 1},
 		{7, 8, 3, 2, 3, 2, 1, 1, 1, 0}, {6, 6, 2, 2, 2, 2, 0, 0, 0, 0}, {5, 7, 1, 3, 1, 2, 0, 1, 0, 1}, {4, 5, 3, 3, 2, 1, 2, 0, 2, 0},
+		{28, 28, 3, 3, 2, 2, 0, 0, 0, 0}, {9, 12, 3, 3, 2, 2, 0, 0, 0, 0}, {9, 4, 3, 3, 2, 2, 0, 0, 0, 0}, {4, 6, 3, 3, 2, 2, 0, 0, 0, 0}, {3, 4, 3, 3, 2, 2, 0, 0, 0, 0},
 	} {
 		// Enough planes (maxPoolSame's chunks of planes) to give every worker several.
 		p := PoolParams{Batch: 2, Channels: 3 + 61*(c.h*c.w%2), Spatial: []int{c.h, c.w}, Kernel: []int{c.k0, c.k1}, Stride: []int{c.s0, c.s1},
@@ -286,6 +287,43 @@ func TestMaxPoolFlatMatchesGeneral(t *testing.T) {
 			old := runtime.GOMAXPROCS(threads)
 			got := make([]float32, p.YLen())
 			MaxPool(&p, x, got, nil)
+			runtime.GOMAXPROCS(old)
+			for i := range got {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) && !(got[i] != got[i] && want[i] != want[i]) {
+					t.Fatalf("%+v, %d threads: y[%d] = %v, general path %v", c, threads, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+// maxPool3x3s2 over many planes — several blocks a worker, the last one partial — gives the
+// general path's bits on GoogLeNet's ceil-mode pools and a floor-mode one, NaNs and signed
+// zeros included.
+func TestMaxPool3x3s2Blocks(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, c := range []struct {
+		ch, h, w int
+		ceil     bool
+	}{{45, 14, 14, true}, {13, 28, 28, true}, {50, 7, 8, false}} {
+		p := PoolParams{Batch: 1, Channels: c.ch, Spatial: []int{c.h, c.w}, Kernel: []int{3, 3}, Stride: []int{2, 2},
+			PadBegin: []int{0, 0}, PadEnd: []int{0, 0}, CeilMode: c.ceil}
+		if err := p.Init(); err != nil {
+			t.Fatal(err)
+		}
+		x := randSlice[float32](r, p.XLen())
+		for i := 0; i+7 < len(x); i += 29 {
+			x[i] = float32(math.NaN())
+			x[i+7] = float32(math.Copysign(0, -1))
+		}
+		want := make([]float32, p.YLen())
+		MaxPool(&p, x, want, make([]int32, p.YLen()))
+		for _, threads := range []int{1, 3} {
+			old := runtime.GOMAXPROCS(threads)
+			got := make([]float32, p.YLen())
+			if !maxPool3x3s2(&p, x, got) {
+				t.Fatalf("%+v: maxPool3x3s2 did not take it", c)
+			}
 			runtime.GOMAXPROCS(old)
 			for i := range got {
 				if math.Float32bits(got[i]) != math.Float32bits(want[i]) && !(got[i] != got[i] && want[i] != want[i]) {
