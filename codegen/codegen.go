@@ -343,6 +343,7 @@ func (g *gen) collectShardings() error {
 		}
 	}
 	partitioned := g.m.Attrs.Has(ir.AttrPartitioned)
+	zero3 := g.zero3Params()
 	seen := map[string]string{}
 	for _, f := range g.m.Funcs {
 		for i, a := range f.Args {
@@ -355,7 +356,7 @@ func (g *gen) collectShardings() error {
 			}
 			// ZeRO-3's block over dp is a block in any module (passes.ParamGather); a split
 			// over dp of any other parameter is refused (partitioned) or a request (not).
-			zero := s != nil && s.Uses("dp") && g.zero3Param(a.Name)
+			zero := s != nil && s.Uses("dp") && zero3[a.Name]
 			if s.Replicated() || !(partitioned || zero) {
 				s = nil
 			}
@@ -381,20 +382,25 @@ func (g *gen) collectShardings() error {
 	return nil
 }
 
-// zero3Param reports whether ZeRO-3 holds parameter name as its dp block: @optimizer says
-// zero = 3 and takes the block.
-func (g *gen) zero3Param(name string) bool {
+// zero3Params returns the parameters ZeRO-3 holds as their dp blocks: @optimizer says
+// zero = 3 and takes the block (the first of @optimizer's arguments by each name decides).
+// One map for all parameters: asking @optimizer's arguments one parameter at a time was
+// quadratic, seconds when planning GPT-3 175B's configurations.
+func (g *gen) zero3Params() map[string]bool {
 	opt := g.m.Func(passes.OptimizerFunc)
 	if opt == nil || opt.Attrs.Int(passes.AttrZero, 0) != 3 {
-		return false
+		return nil
 	}
+	zero, seen := map[string]bool{}, map[string]bool{}
 	for i, a := range opt.Args {
-		if a.Name == name && opt.ArgAttrs[i].Has(ir.AttrParam) {
-			s, _ := ir.ArgSharding(opt, i)
-			return s != nil && s.Uses("dp")
+		if seen[a.Name] || !opt.ArgAttrs[i].Has(ir.AttrParam) {
+			continue
 		}
+		seen[a.Name] = true
+		s, _ := ir.ArgSharding(opt, i)
+		zero[a.Name] = s != nil && s.Uses("dp")
 	}
-	return false
+	return zero
 }
 
 // checkSharding checks a parameter or state sharding against the mesh: tp axes only, one

@@ -171,7 +171,15 @@ func buildRankPrograms(m *ir.Module, placement []int, actions [][]RankAction) ([
 	// u div M, and its values are those of the micro-batch (each slice has its own ports).
 	sliced := TokenSlices(m) != nil
 	nslices := max(len(TokenSlices(m)), 1)
-	rankOf := func(name string) int { return placement[m.Func(name).Attrs.Int("stage", 0)] }
+	// The module's functions by name (m.Func scans them all: with thousands of stage and
+	// token-slice functions that scan was a tenth of planning GPT-3 175B's configurations).
+	funcs := make(map[string]*ir.Func, len(m.Funcs))
+	for _, f := range m.Funcs {
+		if funcs[f.Name] == nil { // the first of a name, as m.Func
+			funcs[f.Name] = f
+		}
+	}
+	rankOf := func(name string) int { return placement[funcs[name].Attrs.Int("stage", 0)] }
 	tag := func(p string, mb int) ir.Int { return ir.Int(pm.Index[p]*nmb + mb) }
 	runDef, sendDef, recvDef := ir.MustLookup("run"), ir.MustLookup("send"), ir.MustLookup("recv")
 	var progs []*ir.Func
@@ -202,7 +210,7 @@ func buildRankPrograms(m *ir.Module, placement []int, actions [][]RankAction) ([
 				kinds = []string{KindI, KindW}
 			}
 			for _, k := range kinds {
-				f := m.Func(SliceFuncName(k, a.Stage, slice))
+				f := funcs[SliceFuncName(k, a.Stage, slice)]
 				if f == nil {
 					continue // a stage without parameters has no W function
 				}
