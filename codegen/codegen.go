@@ -237,9 +237,11 @@ type rankGen struct {
 	values  map[*ir.Value]int // the rank program's values (call and all_reduce results) → buffers
 	first   map[int]int       // arena buffer → first instruction touching it
 	last    map[int]int       // arena buffer → last instruction touching it
-	// alias maps a reshape's result buffer to the buffer whose bytes it views (aliasReshapes).
-	alias  map[int32]int32
-	stages []int
+	// alias maps a view's buffer to the buffer whose bytes it views (aliasReshapes,
+	// aliasConcats), aliasOff the view's byte offset in it (absent: 0).
+	alias    map[int32]int32
+	aliasOff map[int32]int64
+	stages   []int
 	// forward is set while a forward (F) action is emitted; the arena buffers created then
 	// (its inputs, received activations and results) are in fwd, the rest of the arena is
 	// workspace: gradients in flight, recomputation, optimizer temporaries.
@@ -642,6 +644,7 @@ func (rg *rankGen) emit() error {
 		}
 	}
 	rg.aliasReshapes()
+	rg.aliasConcats()
 	rg.planMemory()
 	rg.placeAliases()
 	return nil

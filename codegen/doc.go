@@ -102,7 +102,10 @@
 // writes each in place, every device reading the chain's inputs before writing its
 // results), so the alias is safe and free. A reshape of an activation is likewise a view of its
 // operand's bytes (aliasReshapes: its buffer shares the operand's offset, the instruction is
-// dropped) wherever both are written exactly once, which is checked over the whole stream. axis_index (the offset of a rank's block, for the vocab-parallel embedding and
+// dropped) wherever both are written exactly once, which is checked over the whole stream;
+// the operands of a concatenation over its outer dim are views of the result's ranges,
+// written there by their producers (aliasConcats: DenseNet's blocks, Inception's branches),
+// under the same condition and at offsets that keep the arena's alignment. axis_index (the offset of a rank's block, for the vocab-parallel embedding and
 // cross-entropy and for ZeRO's block of a parameter) lowers to AXIS_INDEX, which names the
 // axis: the loader writes each replica's own coordinate, so the program stays shared. The
 // optimizer pass gives state the parameter's shard attribute, so state buffers carry the

@@ -122,6 +122,7 @@ func RunMemories(m *ir.Module) (map[string]RunMemory, error) {
 			}
 		}
 		rg.aliasReshapes()
+		rg.aliasConcats()
 		var own, all []lower.Interval
 		for id, first := range rg.first {
 			if !given[id] {
