@@ -146,6 +146,10 @@ func maxNaN32(o, x *float32, n int)
 // maxNaNVec32 runs maxNaN32 over the longest prefix of o that is a multiple of 8 and returns
 // its length.
 func maxNaNVec32(o, x []float32) int {
+	if n := len(o) &^ 15; n > 0 && arithHasRange && !arithForceGo {
+		maxRange32(&o[0], &x[0], n)
+		return n
+	}
 	n := len(o) &^ 7
 	if n == 0 || !gemmHasAVX2FMA || arithForceGo {
 		return 0
@@ -154,12 +158,30 @@ func maxNaNVec32(o, x []float32) int {
 	return n
 }
 
+// arithHasRange: the CPU has AVX-512DQ's VRANGEPS (and the zmm state, gemmHasAVX512), with
+// which the max kernels take one instruction a max where MAXNAN takes six: GoogLeNet's
+// pools spend most of their time in these passes.
+var arithHasRange = func() bool {
+	_, ebx7, _, _ := gemmCPUID(7, 0)
+	return gemmHasAVX512 && ebx7&(1<<17) != 0
+}()
+
+//go:noescape
+func maxRange32(o, x *float32, n int)
+
+//go:noescape
+func maxRange3_32(o, a, b, c *float32, n int)
+
 //go:noescape
 func maxNaN3_32(o, a, b, c *float32, n int)
 
 // maxNaN3Vec32 runs maxNaN3_32 over the longest prefix of o that is a multiple of 8 and
 // returns its length.
 func maxNaN3Vec32(o, a, b, c []float32) int {
+	if n := len(o) &^ 15; n > 0 && arithHasRange && !arithForceGo {
+		maxRange3_32(&o[0], &a[0], &b[0], &c[0], n)
+		return n
+	}
 	n := len(o) &^ 7
 	if n == 0 || !gemmHasAVX2FMA || arithForceGo {
 		return 0
