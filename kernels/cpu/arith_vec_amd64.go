@@ -146,15 +146,20 @@ func maxNaN32(o, x *float32, n int)
 // maxNaNVec32 runs maxNaN32 over the longest prefix of o that is a multiple of 8 and returns
 // its length.
 func maxNaNVec32(o, x []float32) int {
-	if n := len(o) &^ 15; n > 0 && arithHasRange && !arithForceGo {
-		maxRange32(&o[0], &x[0], n)
-		return n
-	}
 	n := len(o) &^ 7
 	if n == 0 || !gemmHasAVX2FMA || arithForceGo {
 		return 0
 	}
-	maxNaN32(&o[0], &x[0], n)
+	i := 0
+	if arithHasRange { // sixteen lanes at a time, then eight (a row of 56: 48 + 8)
+		i = n &^ 15
+		if i > 0 {
+			maxRange32(&o[0], &x[0], i)
+		}
+	}
+	if i < n {
+		maxNaN32(&o[i], &x[i], n-i)
+	}
 	return n
 }
 
@@ -178,15 +183,20 @@ func maxNaN3_32(o, a, b, c *float32, n int)
 // maxNaN3Vec32 runs maxNaN3_32 over the longest prefix of o that is a multiple of 8 and
 // returns its length.
 func maxNaN3Vec32(o, a, b, c []float32) int {
-	if n := len(o) &^ 15; n > 0 && arithHasRange && !arithForceGo {
-		maxRange3_32(&o[0], &a[0], &b[0], &c[0], n)
-		return n
-	}
 	n := len(o) &^ 7
 	if n == 0 || !gemmHasAVX2FMA || arithForceGo {
 		return 0
 	}
-	maxNaN3_32(&o[0], &a[0], &b[0], &c[0], n)
+	i := 0
+	if arithHasRange {
+		i = n &^ 15
+		if i > 0 {
+			maxRange3_32(&o[0], &a[0], &b[0], &c[0], i)
+		}
+	}
+	if i < n {
+		maxNaN3_32(&o[i], &a[i], &b[i], &c[i], n-i)
+	}
 	return n
 }
 

@@ -38,22 +38,25 @@ func TestMaxKernelsSpecials(t *testing.T) {
 		}
 		old := arithHasRange
 		arithHasRange = f.range_
-		o := make([]float32, len(a))
-		if n := maxNaN3Vec32(o, a, b, c); n != len(a) {
-			t.Fatalf("%s: three-way max covered %d of %d", f.name, n, len(a))
-		}
-		for i := range o {
-			if want := max(max(a[i], b[i]), c[i]); !same(o[i], want) {
-				t.Errorf("%s: max(%v, %v, %v) = %v, builtin %v", f.name, a[i], b[i], c[i], o[i], want)
+		// All of it (a multiple of 16), and 8 fewer (the VRANGEPS form's last 8 by AVX).
+		for _, l := range []int{len(a), len(a) - 8} {
+			o := make([]float32, l)
+			if n := maxNaN3Vec32(o, a[:l], b[:l], c[:l]); n != l {
+				t.Fatalf("%s: three-way max covered %d of %d", f.name, n, l)
 			}
-		}
-		copy(o, a)
-		if n := maxNaNVec32(o, b); n != len(a) {
-			t.Fatalf("%s: max into covered %d of %d", f.name, n, len(a))
-		}
-		for i := range o {
-			if want := max(a[i], b[i]); !same(o[i], want) {
-				t.Errorf("%s: max(%v, %v) = %v, builtin %v", f.name, a[i], b[i], o[i], want)
+			for i := range o {
+				if want := max(max(a[i], b[i]), c[i]); !same(o[i], want) {
+					t.Errorf("%s, %d: max(%v, %v, %v) = %v, builtin %v", f.name, l, a[i], b[i], c[i], o[i], want)
+				}
+			}
+			copy(o, a)
+			if n := maxNaNVec32(o, b[:l]); n != l {
+				t.Fatalf("%s: max into covered %d of %d", f.name, n, l)
+			}
+			for i := range o {
+				if want := max(a[i], b[i]); !same(o[i], want) {
+					t.Errorf("%s, %d: max(%v, %v) = %v, builtin %v", f.name, l, a[i], b[i], o[i], want)
+				}
 			}
 		}
 		arithHasRange = old
