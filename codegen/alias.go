@@ -46,19 +46,25 @@ func (rg *rankGen) aliasReshapes() {
 		}
 		rg.alias[y] = x
 		rg.prog.Instrs[i] = &pb.Instr{Kind: pb.Instr_NOP}
-		if f, ok := rg.first[int(y)]; ok {
-			if g, ok := rg.first[int(x)]; !ok || f < g {
-				rg.first[int(x)] = f
-			}
-			rg.last[int(x)] = max(rg.last[int(x)], rg.last[int(y)])
-		}
-		delete(rg.first, int(y))
-		delete(rg.last, int(y))
-		if rg.fwd[int(y)] {
-			rg.fwd[int(x)] = true
-		}
-		delete(rg.fwd, int(y))
+		rg.mergeLifetime(y, x)
 	}
+}
+
+// mergeLifetime gives root the lifetime of view y too (the root's bytes hold y's), and y's
+// place among the forward activations, and drops y from the memory plan.
+func (rg *rankGen) mergeLifetime(y, root int32) {
+	if f, ok := rg.first[int(y)]; ok {
+		if g, ok := rg.first[int(root)]; !ok || f < g {
+			rg.first[int(root)] = f
+		}
+		rg.last[int(root)] = max(rg.last[int(root)], rg.last[int(y)])
+	}
+	delete(rg.first, int(y))
+	delete(rg.last, int(y))
+	if rg.fwd[int(y)] {
+		rg.fwd[int(root)] = true
+	}
+	delete(rg.fwd, int(y))
 }
 
 // writes counts the instructions writing each buffer: their results, and the operands of
@@ -106,9 +112,7 @@ func (rg *rankGen) aliasConcats() {
 	}
 	// view makes x a view of target's bytes from off, merging x's lifetime into the root's.
 	view := func(x, target int32, off int64) bool {
-		r := root(target)
-		fx, ok := rg.first[int(x)]
-		if !ok {
+		if _, ok := rg.first[int(x)]; !ok {
 			return false
 		}
 		if rg.aliasOff == nil {
@@ -118,16 +122,7 @@ func (rg *rankGen) aliasConcats() {
 		if off != 0 {
 			rg.aliasOff[x] = off
 		}
-		if f, ok := rg.first[int(r)]; !ok || fx < f {
-			rg.first[int(r)] = fx
-		}
-		rg.last[int(r)] = max(rg.last[int(r)], rg.last[int(x)])
-		delete(rg.first, int(x))
-		delete(rg.last, int(x))
-		if rg.fwd[int(x)] {
-			rg.fwd[int(r)] = true
-		}
-		delete(rg.fwd, int(x))
+		rg.mergeLifetime(x, root(target))
 		return true
 	}
 	for i := len(rg.prog.Instrs) - 1; i >= 0; i-- {
