@@ -385,6 +385,9 @@ func maxPoolFlat[T Float](p *PoolParams, x, y []T) bool {
 	return true
 }
 
+// maxPool3x3s2Width is the widest plane maxPool3x3s2 takes (see there).
+const maxPool3x3s2Width = 32
+
 // maxPool3x3s2 is maxPoolFlat for 3 × 3 stride-2 windows without padding on planes of even
 // width whose windows reach at most one column and one row past the input (ceil mode's
 // overhang: GoogLeNet's four pools between its stages). Per-row calls cost more than their
@@ -400,9 +403,6 @@ func maxPoolFlat[T Float](p *PoolParams, x, y []T) bool {
 // one 402 / 246 → 265 / 182 (maxPoolFlat's per-row calls before); on its 192 × 56 × 56 one
 // this was 5–8% slower than maxPoolFlat, hence maxPool3x3s2Width. It reports false,
 // computing nothing, for other pools.
-// maxPool3x3s2Width is the widest plane maxPool3x3s2 takes (see there).
-const maxPool3x3s2Width = 32
-
 func maxPool3x3s2[T Float](p *PoolParams, x, y []T) bool {
 	h, w := p.Spatial[0], p.Spatial[1]
 	oh, ow := p.OutSpatial[0], p.OutSpatial[1]
