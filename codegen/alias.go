@@ -34,13 +34,7 @@ func (rg *rankGen) aliasReshapes() {
 		if k.Op != "reshape" && !(k.Op == "slice" && leadingRows(k, rg.typeOf(int(x)), rg.typeOf(int(y)))) {
 			continue
 		}
-		for {
-			r, ok := rg.alias[x]
-			if !ok {
-				break
-			}
-			x = r
-		}
+		x, _ = rg.viewRoot(x) // no offsets yet: aliasConcats runs after
 		if !activation(x) || !activation(y) || writes[in.In[0]] > 1 || writes[x] > 1 || writes[y] != 1 || k.Op == "reshape" && rg.typeOf(int(x)).Bytes() != rg.typeOf(int(y)).Bytes() {
 			continue
 		}
@@ -65,6 +59,19 @@ func (rg *rankGen) mergeLifetime(y, root int32) {
 		rg.fwd[int(root)] = true
 	}
 	delete(rg.fwd, int(y))
+}
+
+// viewRoot follows view id to the buffer that owns its bytes (id itself if it is not a
+// view) and returns it with id's byte offset in it.
+func (rg *rankGen) viewRoot(id int32) (root int32, off int64) {
+	for {
+		r, ok := rg.alias[id]
+		if !ok {
+			return id, off
+		}
+		off += rg.aliasOff[id]
+		id = r
+	}
 }
 
 // writes counts the instructions writing each buffer: their results, and the operands of
@@ -101,15 +108,7 @@ func (rg *rankGen) writes() map[int32]int {
 func (rg *rankGen) aliasConcats() {
 	writes := rg.writes()
 	activation := func(id int32) bool { return rg.prog.Buffers[id].Role == pb.Role_ACTIVATION }
-	root := func(id int32) int32 {
-		for {
-			r, ok := rg.alias[id]
-			if !ok {
-				return id
-			}
-			id = r
-		}
-	}
+	root := func(id int32) int32 { r, _ := rg.viewRoot(id); return r }
 	// view makes x a view of target's bytes from off, merging x's lifetime into the root's.
 	view := func(x, target int32, off int64) bool {
 		if _, ok := rg.first[int(x)]; !ok {
@@ -216,15 +215,7 @@ func (rg *rankGen) concatOffsets(k *pb.Kernel, xs []int32, y int32) ([]int64, bo
 // left (after the memory plan, which numbers instructions).
 func (rg *rankGen) placeAliases() {
 	for y := range rg.alias {
-		x, off := y, int64(0)
-		for {
-			r, ok := rg.alias[x]
-			if !ok {
-				break
-			}
-			off += rg.aliasOff[x]
-			x = r
-		}
+		x, off := rg.viewRoot(y)
 		rg.prog.Buffers[y].Offset = rg.prog.Buffers[x].Offset + off
 	}
 	kept := rg.prog.Instrs[:0]
