@@ -43,6 +43,7 @@ type convGeom struct {
 	segs     []convSeg
 	segStart []int32  // segs[segStart[k]:segStart[k+1]] are tap k's, in output order
 	ind      *convInd // convIndirect's geometry; nil where it does not apply
+	wino     bool     // 2-d, 3×3, stride 1, dilation 1: Winograd F(2×2, 3×3) applies (conv_winograd.go)
 	init     bool
 }
 
@@ -269,6 +270,7 @@ func (g *convGeom) setup(batch, inC, outC, groups int, in, out, kernel, stride, 
 				}
 			}
 			g.ind = d
+			g.wino = kernel[0] == 3 && kernel[1] == 3 && stride[0] == 1 && stride[1] == 1 && dil[0] == 1 && dil[1] == 1
 		}
 	}
 	g.init = true
@@ -511,11 +513,15 @@ func convForward[T Float](g *convGeom, x, w []T, f *ConvFilter[T], bias, y []T, 
 			e = func(lo, hi int) { epi(yOff+lo, yOff+hi) }
 		}
 		wg := w[gr*g.ocg*g.kdim:][:g.ocg*g.kdim]
-		pa := f.group(gr) // the group's packed weights (nil: packed here)
-		var bg []T        // the group's bias, added by the GEMM's micro-kernel as it stores C
+		var bg []T // the group's bias, added by the GEMM's micro-kernel as it stores C
 		if bias != nil {
 			bg = bias[gr*g.ocg : (gr+1)*g.ocg]
 		}
+		if u := f.winoGroup(gr); u != nil {
+			convWinograd(g, xg, u, f.mPad, bg, yg, inner, e)
+			return
+		}
+		pa := f.group(gr) // the group's packed weights (nil: packed here)
 		switch {
 		case g.direct():
 			clear(yg)

@@ -7,8 +7,10 @@ import "unsafe"
 // calls — an inference program's parameters. Conv packs the weights at every call: at batch
 // 1 that pass reads every weight from memory (ResNet-50's 100 MB per image, more than the
 // caches hold) only to write them again in another order, a tenth or more of a late layer's
-// time (BenchmarkConvBatch1/…/filter). A filter's convolution computes the bits of Conv:
-// packing only moves elements, and the micro-kernel calls are the same.
+// time (BenchmarkConvBatch1/…/filter). A filter's convolution computes the bits of Conv —
+// packing only moves elements, and the micro-kernel calls are the same — except where
+// PackConvFilter chose the Winograd path (conv_winograd.go: 3×3 stride-1 float32 layers with
+// enough channels), whose result differs from Conv's by rounding.
 //
 // The filter keeps a reference to the weights (depthwise groups read them directly, and a
 // micro-kernel other than the one it was packed for reads them through Conv's path): they
@@ -19,7 +21,8 @@ type ConvFilter[T Float] struct {
 	w    []T
 	impl *gemmImpl // the micro-kernel the slivers were packed for
 	mPad int       // each group's rows rounded up to impl.mr
-	a    []T       // group gr's packed weights at gr·kdim·mPad (nil: depthwise, none packed)
+	a    []T       // group gr's packed weights at gr·kdim·mPad (nil: depthwise or Winograd, none packed)
+	wino []T       // group gr's Winograd U_ξ, packed (winoPack; nil: the direct path)
 }
 
 // PackConvFilter packs w (p.WLen() elements) for p's convolutions.
@@ -36,6 +39,10 @@ func PackConvFilter[T Float](p *ConvParams, w []T) *ConvFilter[T] {
 	}
 	m, k, mr, kc := g.ocg, g.kdim, impl.mr, impl.kc
 	f.mPad = gemmSplit(m, 1, mr)
+	if g.winograd() && isFloat32Type[T]() {
+		f.wino = winoPack(g, w, impl, f.mPad)
+		return f
+	}
 	f.a = make([]T, g.groups*k*f.mPad)
 	Parallel(g.groups*((k+kc-1)/kc), 1, func(lo, hi int) {
 		for t := lo; t < hi; t++ {

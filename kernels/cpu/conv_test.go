@@ -603,8 +603,8 @@ func TestConvIndirectScratchBound(t *testing.T) {
 
 // ConvEpi calls its epilogue on ranges that partition y, each after its values are final:
 // a ReLU applied there gives the bits of Conv followed by ReLU, on every path (depthwise
-// loops, pointwise GEMM, the indirect kernel, the im2col GEMM, float64), with and without
-// packed weights, on one and two workers. The ranges are checked for overlap and coverage.
+// loops, pointwise GEMM, the indirect kernel, the im2col GEMM, Winograd, float64), with and
+// without packed weights, on one and two workers. The ranges are checked for overlap and coverage.
 func TestConvEpilogue(t *testing.T) {
 	r := rand.New(rand.NewPCG(31, 32))
 	cases := append([]convCase{
@@ -627,10 +627,17 @@ func TestConvEpilogue(t *testing.T) {
 			x := randSlice[float32](r, p.XLen())
 			w := randSlice[float32](r, p.WLen())
 			bias := randSlice[float32](r, p.OutC)
-			want := make([]float32, p.YLen())
-			Conv(p, x, w, bias, want)
-			ReluRow(want, want)
+			f := PackConvFilter(p, w)
 			for _, packed := range []bool{false, true} {
+				// Packed weights of a 3×3 layer take the Winograd path (other bits than Conv's):
+				// the reference is the same call without the epilogue.
+				want := make([]float32, p.YLen())
+				if packed {
+					f.Conv(x, bias, want)
+				} else {
+					Conv(p, x, w, bias, want)
+				}
+				ReluRow(want, want)
 				got := make([]float32, p.YLen())
 				var mu sync.Mutex
 				seen := make([]int, len(got))
@@ -643,7 +650,7 @@ func TestConvEpilogue(t *testing.T) {
 					ReluRow(got[lo:hi], got[lo:hi])
 				}
 				if packed {
-					PackConvFilter(p, w).ConvEpi(x, bias, got, epi)
+					f.ConvEpi(x, bias, got, epi)
 				} else {
 					ConvEpi(p, x, w, bias, got, epi)
 				}

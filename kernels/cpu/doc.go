@@ -17,7 +17,10 @@
 // other strides, 3-d) packs im2col columns straight from the image. Weights that do not
 // change between calls (an inference program's) can be packed once into the micro-kernel's
 // slivers (ConvFilter, conv_filter.go) — the same elements in the same order, so the same
-// bits — where Conv packs them at every call. ConvEpi hands each block of output channels to
+// bits — where Conv packs them at every call; for 3×3 stride-1 layers with enough channels
+// the filter holds the Winograd F(2×2, 3×3) transform of the weights instead
+// (conv_winograd.go: 2.25× fewer multiplications, a result that differs from the direct one
+// by rounding only). ConvEpi hands each block of output channels to
 // an epilogue (the runtime's fused ReLU, residual add) as soon as the block is final: in
 // convIndirect's copy out of its padded result, else right after the block's GEMM.
 //

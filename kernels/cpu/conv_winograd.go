@@ -1,0 +1,236 @@
+package cpu
+
+import "unsafe"
+
+// Winograd F(2×2, 3×3) for the 3×3 stride-1 convolutions of inference (ConvFilter: weights
+// that do not change between calls). Each 2×2 block of outputs ("tile") of an output channel
+// is Aᵀ·[Σ_c U_oc ⊙ V_c]·A, where V_c = Bᵀ·d·B is the transform of the 4×4 input patch d of
+// channel c under the tile and U = G·g·Gᵀ that of the 3×3 filter g — so the 36
+// multiplications a tile of a channel pair costs directly become 16, and those are 16
+// independent GEMMs, one per point ξ of the 4×4 transform: M_ξ (ocg × tiles) = U_ξ (ocg ×
+// cg) · V_ξ (cg × tiles), run by the blocked GEMM with U_ξ packed once (ConvFilter). The
+// transforms are additions only (B and A hold 0 and ±1; G also ½, applied to the weights
+// once, in float64), so the result differs from the direct convolution's by rounding alone:
+// TestConvWinogradMatchesDirect bounds it by a few units in the last place of Σ|w|·|x|. It
+// is not the direct convolution's bits, and that is why it serves only constant weights:
+// training's forward and backward stay the GEMM's, bit for bit the same in every layout.
+//
+// The larger F(4×4, 3×3) saves 4× instead of 2.25×, but its transforms hold 2, 4 and 5 and
+// its error grows with them; F(2×2, 3×3) was enough to take the 3×3 layers past the direct
+// path (BenchmarkConvBatch1's 3×3 cases).
+
+// convWinoMin bounds where the Winograd path pays: the transforms cost in proportion to
+// cg + ocg a tile and the multiplications they save to cg·ocg, so a group takes it when
+// cg·ocg ≥ convWinoMin·(cg + ocg). Measured at batch 1, two threads (BenchmarkConvWinograd,
+// AVX2 EPYC, 2026-11-28): 64 → 64 channels (32 by this measure) ran 0.8× the direct path's
+// speed and DenseNet's 128 → 32 (26) 0.6–0.85×, while 64 → 192 (48) ran 1.1×, 96 → 128 (55)
+// 1.15×, 128 → 128 (64) 1.2–1.4× and 256 → 256 and more 1.3–1.4×. A variable so tests can
+// send small cases through it.
+var convWinoMin = 48
+
+// convWinoOff turns the Winograd path off (tests and benchmarks compare it with the direct one).
+var convWinoOff bool
+
+// winograd reports whether g's groups take the Winograd path when their weights are packed
+// for it.
+func (g *convGeom) winograd() bool {
+	return g.wino && g.cg*g.ocg >= convWinoMin*(g.cg+g.ocg) && !convWinoOff
+}
+
+// winoPack transforms every group's filters (w: groups × ocg × cg × 3 × 3) into U and packs
+// each group's 16 matrices U_ξ (ocg × cg) into the micro-kernel's A slivers: group gr, point
+// ξ at (gr·16 + ξ)·cg·mPad, gemmPackA's layout for all rows and every kc slab.
+func winoPack[T Float](g *convGeom, w []T, impl *gemmImpl, mPad int) []T {
+	m, k := g.ocg, g.cg
+	out := make([]T, g.groups*16*k*mPad)
+	Parallel(g.groups, 1, func(lo, hi int) {
+		u := make([]T, 16*m*k) // one group's U_ξ, row-major ocg × cg each
+		for gr := lo; gr < hi; gr++ {
+			for o := 0; o < m; o++ {
+				for c := 0; c < k; c++ {
+					f := w[((gr*m+o)*k+c)*9:][:9]
+					var t [4][3]float64 // G·g
+					for j := 0; j < 3; j++ {
+						g0, g1, g2 := float64(f[j]), float64(f[3+j]), float64(f[6+j])
+						t[0][j], t[1][j], t[2][j], t[3][j] = g0, (g0+g1+g2)/2, (g0-g1+g2)/2, g2
+					}
+					for i := 0; i < 4; i++ { // (G·g)·Gᵀ
+						t0, t1, t2 := t[i][0], t[i][1], t[i][2]
+						for xi, v := range [4]float64{t0, (t0 + t1 + t2) / 2, (t0 - t1 + t2) / 2, t2} {
+							u[((i*4+xi)*m+o)*k+c] = T(v)
+						}
+					}
+				}
+			}
+			for xi := 0; xi < 16; xi++ {
+				dst := out[(gr*16+xi)*k*mPad:]
+				for pc := 0; pc < k; pc += impl.kc {
+					gemmPackA(false, u[xi*m*k:(xi+1)*m*k], k, 0, pc, m, min(impl.kc, k-pc), impl.mr, dst[pc*mPad:])
+				}
+			}
+		}
+	})
+	return out
+}
+
+// winoGroup is group gr's packed U_ξ for the current micro-kernel, nil where the filter has
+// none (another path, or a micro-kernel other than the one they were packed for).
+func (f *ConvFilter[T]) winoGroup(gr int) []T {
+	if f == nil || f.wino == nil || convWinoOff || f.impl != gemmImplFor(unsafe.Sizeof(T(0))) {
+		return nil
+	}
+	size := 16 * f.p.g.cg * f.mPad
+	return f.wino[gr*size : (gr+1)*size]
+}
+
+// convWinograd computes one image and group (x: cg planes, y: ocg planes) from the group's
+// packed U (u), adding bias (nil: none) and running epi on ranges of y as they are done.
+// V is written straight in the micro-kernel's packed B layout (nr-tile slivers, every
+// channel), so the products need no packing pass: that pass was a sixth of the time.
+// Scratch: V and M, 16·(cg + mPad)·tiles elements (tiles rounded up to nr), pooled.
+func convWinograd[T Float](g *convGeom, x []T, u []T, mPad int, bias, y []T, workers int, epi func(lo, hi int)) {
+	d := g.ind
+	impl := gemmImplFor(unsafe.Sizeof(T(0)))
+	mr, nr, kc, mc := impl.mr, impl.nr, impl.kc, impl.mc
+	th, tw := (d.ho+1)/2, (d.wo+1)/2
+	nT, m, k := th*tw, g.ocg, g.cg
+	nTp := gemmSplit(nT, 1, nr)
+	// V_ξ (k × nTp) and M_ξ (mPad × nTp) lie sv and sm elements apart, an odd number of
+	// cache lines: the transforms read or write all 16 at once, and at a multiple of 4 KiB
+	// apart (64 channels of 28 × 28 tiles) the 16 streams fell into one L1 set and the
+	// transforms ran 3× slower.
+	sv, sm := winoStride(k*nTp), winoStride(mPad*nTp)
+	buf, s := convGetBuf[T](16 * (sv + sm))
+	defer convPutBuf(buf)
+	v, mt := s[:16*sv], s[16*sv:]
+	// The input transform, by channels: each channel copied into a zero-padded plane that
+	// covers every tile's 4×4 patch (padded row i·2 + r, column j·2 + c), then transformed.
+	ph, pw := 2*th+2, 2*tw+2
+	rows, cols := min(d.h, ph-d.pb0), min(d.w, pw-d.pb1)
+	convChunks(k, 16*nT, workers, func(c0, c1 int) {
+		pb, pl := convGetBuf[T](ph * pw)
+		defer convPutBuf(pb)
+		clear(pl)
+		for c := c0; c < c1; c++ {
+			for r := 0; r < rows; r++ {
+				copy(pl[(r+d.pb0)*pw+d.pb1:][:cols], x[c*g.inSize+r*d.w:][:cols])
+			}
+			winoInput(pl, pw, th, tw, v[c*nr:], sv, k*nr, nr)
+			for t := nT; t < nTp; t++ { // the last sliver's columns past the tiles
+				for xi := 0; xi < 16; xi++ {
+					v[xi*sv+(t/nr)*k*nr+c*nr+t%nr] = 0
+				}
+			}
+		}
+	})
+	// The 16 products M_ξ = U_ξ·V_ξ, one a task, in the GEMM's loop order (gemmSlab) with
+	// every tile full: U's rows are padded to mr with zeros, V's columns to nr.
+	parallelTasks(16, workers, func(xi int) {
+		ux, vx, cx := u[xi*k*mPad:(xi+1)*k*mPad], v[xi*sv:], mt[xi*sm:]
+		for pc := 0; pc < k; pc += kc {
+			kb, mode := min(kc, k-pc), min(pc, 1)
+			ap := ux[pc*mPad:]
+			for ic := 0; ic < mPad; ic += mc {
+				mb := min(mc, mPad-ic)
+				for j := 0; j < nTp; j += nr {
+					bs := unsafe.Pointer(&vx[j*k+pc*nr])
+					for ir := 0; ir < mb; ir += mr {
+						impl.kern(kb, unsafe.Pointer(&ap[(ic+ir)*kb]), bs, unsafe.Pointer(&cx[(ic+ir)*nTp+j]), nTp, 1, float64(mode), mode, nil)
+					}
+				}
+			}
+		}
+	})
+	// The output transform, by output channels, each range's epilogue right after it.
+	convChunks(m, g.outSize, workers, func(o0, o1 int) {
+		for o := o0; o < o1; o++ {
+			var b T
+			if bias != nil {
+				b = bias[o]
+			}
+			winoOutput(mt[o*nTp:], sm, th, tw, b, y[o*g.outSize:(o+1)*g.outSize], d.ho, d.wo)
+		}
+		if epi != nil {
+			epi(o0*g.outSize, o1*g.outSize)
+		}
+	})
+}
+
+// winoStride is n rounded up to an odd number of 64-byte lines of float32.
+func winoStride(n int) int {
+	n = (n + 15) &^ 15
+	if n/16%2 == 0 {
+		n += 16
+	}
+	return n
+}
+
+// winoInput writes V = Bᵀ·d·B for every tile of a padded plane pl (rows pw apart; tile (i, j)
+// covers rows 2i … 2i+3, columns 2j … 2j+3) to dst in packed B slivers: point ξ of tile
+// t = i·tw + j at dst[ξ·stride + (t / nr)·sliver + t mod nr]. Bᵀ = [1 0 −1 0; 0 1 1 0;
+// 0 −1 1 0; 0 1 0 −1].
+func winoInput[T Float](pl []T, pw, th, tw int, dst []T, stride, sliver, nr int) {
+	var o [16][]T
+	for xi := range o {
+		o[xi] = dst[xi*stride:]
+	}
+	for i := 0; i < th; i++ {
+		r0 := pl[(2*i)*pw:][:2*tw+2]
+		r1 := pl[(2*i+1)*pw:][:2*tw+2]
+		r2 := pl[(2*i+2)*pw:][:2*tw+2]
+		r3 := pl[(2*i+3)*pw:][:2*tw+2]
+		t := i * tw
+		q, qEnd := t/nr*sliver+t%nr, t/nr*sliver+nr // tile t's place, and its sliver's end
+		for j := 0; j < tw; j, q = j+1, q+1 {
+			if q == qEnd { // the next sliver
+				q, qEnd = qEnd-nr+sliver, qEnd+sliver
+			}
+			c := 2 * j
+			// Bᵀ·d: the patch's columns.
+			a0, a1, a2, a3 := r0[c]-r2[c], r1[c]+r2[c], r2[c]-r1[c], r1[c]-r3[c]
+			b0, b1, b2, b3 := r0[c+1]-r2[c+1], r1[c+1]+r2[c+1], r2[c+1]-r1[c+1], r1[c+1]-r3[c+1]
+			e0, e1, e2, e3 := r0[c+2]-r2[c+2], r1[c+2]+r2[c+2], r2[c+2]-r1[c+2], r1[c+2]-r3[c+2]
+			f0, f1, f2, f3 := r0[c+3]-r2[c+3], r1[c+3]+r2[c+3], r2[c+3]-r1[c+3], r1[c+3]-r3[c+3]
+			// (Bᵀ·d)·B: each row.
+			o[0][q], o[1][q], o[2][q], o[3][q] = a0-e0, b0+e0, e0-b0, b0-f0
+			o[4][q], o[5][q], o[6][q], o[7][q] = a1-e1, b1+e1, e1-b1, b1-f1
+			o[8][q], o[9][q], o[10][q], o[11][q] = a2-e2, b2+e2, e2-b2, b2-f2
+			o[12][q], o[13][q], o[14][q], o[15][q] = a3-e3, b3+e3, e3-b3, b3-f3
+		}
+	}
+}
+
+// winoOutput writes Y = Aᵀ·M·A + b for every tile of one output channel (point ξ of tile
+// i·tw + j at src[ξ·stride + i·tw + j]) into y, ho × wo: tile (i, j) is outputs 2i … 2i+1,
+// 2j … 2j+1, those past the plane's edge dropped. Aᵀ = [1 1 1 0; 0 1 −1 −1].
+func winoOutput[T Float](src []T, stride, th, tw int, b T, y []T, ho, wo int) {
+	var s [16][]T
+	for i := 0; i < th; i++ {
+		for xi := range s {
+			s[xi] = src[xi*stride+i*tw:][:tw]
+		}
+		y0 := y[2*i*wo:][:wo]
+		var y1 []T
+		if 2*i+1 < ho {
+			y1 = y[(2*i+1)*wo:][:wo]
+		}
+		for j := 0; j < tw; j++ {
+			// Aᵀ·M: the tile's columns.
+			u00, u01, u02, u03 := s[0][j]+s[4][j]+s[8][j], s[1][j]+s[5][j]+s[9][j], s[2][j]+s[6][j]+s[10][j], s[3][j]+s[7][j]+s[11][j]
+			u10, u11, u12, u13 := s[4][j]-s[8][j]-s[12][j], s[5][j]-s[9][j]-s[13][j], s[6][j]-s[10][j]-s[14][j], s[7][j]-s[11][j]-s[15][j]
+			// (Aᵀ·M)·A: each row.
+			c := 2 * j
+			if c+1 < wo {
+				y0[c], y0[c+1] = u00+u01+u02+b, u01-u02-u03+b
+				if y1 != nil {
+					y1[c], y1[c+1] = u10+u11+u12+b, u11-u12-u13+b
+				}
+				continue
+			}
+			y0[c] = u00 + u01 + u02 + b
+			if y1 != nil {
+				y1[c] = u10 + u11 + u12 + b
+			}
+		}
+	}
+}

@@ -1,0 +1,185 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestConvWinogradMatchesDirect checks the Winograd path (a ConvFilter of a 3×3 stride-1
+// convolution) against the exact sum in float64: every output within a few float32 units in
+// the last place of Σ|w|·|x| over its window (and the bias), on odd planes (tiles past the
+// edge), asymmetric and large pads, one-row and one-column planes, groups, batches, channels
+// that are not multiples of the micro-kernel's rows and more than a kc slab, and an epilogue.
+func TestConvWinogradMatchesDirect(t *testing.T) {
+	defer func(v int) { convWinoMin = v }(convWinoMin)
+	convWinoMin = 0
+	r := rand.New(rand.NewPCG(7, 8))
+	cases := []struct {
+		batch, inC, outC, groups, h, w int
+		pb, pe                         [2]int
+	}{
+		{1, 2, 1, 1, 3, 3, [2]int{0, 0}, [2]int{0, 0}},
+		{1, 3, 5, 1, 5, 7, [2]int{1, 1}, [2]int{1, 1}},
+		{2, 4, 6, 2, 6, 5, [2]int{1, 0}, [2]int{0, 2}},
+		{1, 17, 13, 1, 1, 9, [2]int{1, 1}, [2]int{1, 1}},
+		{1, 9, 7, 1, 11, 1, [2]int{1, 1}, [2]int{1, 1}},
+		{1, 8, 8, 1, 4, 4, [2]int{3, 2}, [2]int{2, 3}},
+		{1, 400, 20, 1, 7, 7, [2]int{1, 1}, [2]int{1, 1}},
+		{3, 32, 33, 1, 14, 13, [2]int{1, 1}, [2]int{1, 1}},
+	}
+	for ci, c := range cases {
+		p := &ConvParams{Batch: c.batch, InC: c.inC, OutC: c.outC, Groups: c.groups, Spatial: []int{c.h, c.w}, Kernel: []int{3, 3},
+			PadBegin: c.pb[:], PadEnd: c.pe[:]}
+		if err := p.Init(); err != nil {
+			t.Fatal(ci, err)
+		}
+		x, w, bias := randSlice[float32](r, p.XLen()), randSlice[float32](r, p.WLen()), randSlice[float32](r, p.OutC)
+		f := PackConvFilter(p, w)
+		if f.wino == nil {
+			t.Fatalf("case %d: the filter was not packed for the Winograd path", ci)
+		}
+		want, mag := make([]float64, p.YLen()), make([]float64, p.YLen())
+		convNaive(p, func(xi, wi, yi int) {
+			want[yi] += float64(x[xi]) * float64(w[wi])
+			mag[yi] += math.Abs(float64(x[xi]) * float64(w[wi]))
+		})
+		outSize := p.YLen() / p.Batch / p.OutC
+		for i := range want {
+			b := float64(bias[i/outSize%p.OutC])
+			want[i] += b
+			mag[i] += math.Abs(b)
+		}
+		for _, epi := range []bool{false, true} {
+			got := make([]float32, p.YLen())
+			for i := range got {
+				got[i] = float32(math.NaN()) // every output must be written
+			}
+			var e func(lo, hi int)
+			if epi { // ReLU, which also checks the ranges cover y once
+				seen := make([]int, p.YLen())
+				defer func() {
+					for i, n := range seen {
+						if n != 1 {
+							t.Fatalf("case %d: epilogue saw element %d %d times", ci, i, n)
+						}
+					}
+				}()
+				e = func(lo, hi int) {
+					for i := lo; i < hi; i++ {
+						seen[i]++
+						got[i] = max(got[i], 0)
+					}
+				}
+			}
+			f.ConvEpi(x, bias, got, e)
+			for i, g := range got {
+				wv := want[i]
+				if epi {
+					wv = max(wv, 0)
+				}
+				// A few roundings of partial sums each bounded by Σ|w·x| (transforms of up to 9
+				// terms, the GEMM's sum over channels, the output transform).
+				if tol := 8 * float64(float32eps) * mag[i]; !(math.Abs(float64(g)-wv) <= tol) {
+					t.Fatalf("case %d (epilogue %v): y[%d] = %g, want %g ± %g", ci, epi, i, g, wv, tol)
+				}
+			}
+		}
+	}
+}
+
+const float32eps = 1.0 / (1 << 23)
+
+// TestConvWinogradWhenItApplies checks which filters take the Winograd path: float32 3×3
+// stride-1 undilated 2-d convolutions whose groups have enough channels (convWinoMin).
+func TestConvWinogradWhenItApplies(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		p    ConvParams
+		want bool
+	}{
+		{"3x3", ConvParams{Batch: 1, InC: 96, OutC: 128, Spatial: []int{8, 8}, Kernel: []int{3, 3}}, true},
+		{"3x3 at the bound", ConvParams{Batch: 1, InC: 64, OutC: 192, Spatial: []int{8, 8}, Kernel: []int{3, 3}}, true},
+		{"64 to 64", ConvParams{Batch: 1, InC: 64, OutC: 64, Spatial: []int{8, 8}, Kernel: []int{3, 3}}, false},
+		{"few out", ConvParams{Batch: 1, InC: 128, OutC: 32, Spatial: []int{8, 8}, Kernel: []int{3, 3}}, false},
+		{"few in", ConvParams{Batch: 1, InC: 32, OutC: 128, Spatial: []int{8, 8}, Kernel: []int{3, 3}}, false},
+		{"stride 2", ConvParams{Batch: 1, InC: 128, OutC: 128, Spatial: []int{8, 8}, Kernel: []int{3, 3}, Stride: []int{2, 2}}, false},
+		{"dilated", ConvParams{Batch: 1, InC: 128, OutC: 128, Spatial: []int{8, 8}, Kernel: []int{3, 3}, Dilation: []int{2, 2}}, false},
+		{"5x5", ConvParams{Batch: 1, InC: 128, OutC: 128, Spatial: []int{8, 8}, Kernel: []int{5, 5}}, false},
+		{"3x1", ConvParams{Batch: 1, InC: 128, OutC: 128, Spatial: []int{8, 8}, Kernel: []int{3, 1}}, false},
+		{"1-d", ConvParams{Batch: 1, InC: 128, OutC: 128, Spatial: []int{8}, Kernel: []int{3}}, false},
+		{"3-d", ConvParams{Batch: 1, InC: 128, OutC: 128, Spatial: []int{4, 8, 8}, Kernel: []int{3, 3, 3}}, false},
+		{"groups of 32", ConvParams{Batch: 1, InC: 128, OutC: 128, Groups: 4, Spatial: []int{8, 8}, Kernel: []int{3, 3}}, false},
+		{"groups of 128", ConvParams{Batch: 1, InC: 256, OutC: 256, Groups: 2, Spatial: []int{8, 8}, Kernel: []int{3, 3}}, true},
+	} {
+		p := c.p
+		if err := p.Init(); err != nil {
+			t.Fatal(c.name, err)
+		}
+		w := make([]float32, p.WLen())
+		if got := PackConvFilter(&p, w).wino != nil; got != c.want {
+			t.Errorf("%s: Winograd %v, want %v", c.name, got, c.want)
+		}
+		if PackConvFilter(&p, make([]float64, p.WLen())).wino != nil {
+			t.Errorf("%s: float64 weights took the Winograd path", c.name)
+		}
+	}
+}
+
+// TestConvWinogradFallsBack checks a Winograd filter used under another micro-kernel (the
+// tests' forced kernels) computes the direct convolution's bits instead.
+func TestConvWinogradFallsBack(t *testing.T) {
+	p := &ConvParams{Batch: 1, InC: 16, OutC: 16, Spatial: []int{9, 9}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}
+	if err := p.Init(); err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	x, w := randSlice[float32](r, p.XLen()), randSlice[float32](r, p.WLen())
+	f := PackConvFilter(p, w)
+	gemmForceGeneric = true
+	defer func() { gemmForceGeneric = false }()
+	want, got := make([]float32, p.YLen()), make([]float32, p.YLen())
+	Conv(p, x, w, nil, want)
+	f.Conv(x, nil, got)
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("y[%d] = %g, want the direct path's %g", i, got[i], want[i])
+		}
+	}
+}
+
+func BenchmarkConvWinograd(b *testing.B) {
+	for _, c := range []struct{ c, oc, hw int }{{64, 64, 56}, {128, 128, 28}, {256, 256, 14}, {512, 512, 7}, {128, 128, 56},
+		{64, 192, 56}, {96, 128, 28}, {128, 32, 56}, {128, 32, 14}, {160, 320, 7}, {32, 128, 14}} {
+		p := &ConvParams{Batch: 1, InC: c.c, OutC: c.oc, Spatial: []int{c.hw, c.hw}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}
+		if err := p.Init(); err != nil {
+			b.Fatal(err)
+		}
+		r := rand.New(rand.NewPCG(1, 1))
+		x, w, bias := randSlice[float32](r, p.XLen()), randSlice[float32](r, p.WLen()), randSlice[float32](r, p.OutC)
+		y := make([]float32, p.YLen())
+		defer func(v int) { convWinoMin = v }(convWinoMin)
+		convWinoMin = 0
+		f := PackConvFilter(p, w)
+		convWinoOff = true
+		fd := PackConvFilter(p, w) // the direct path's packed weights
+		convWinoOff = false
+		for _, off := range []bool{false, true} {
+			name := fmt.Sprintf("%d-%d-%d/winograd", c.c, c.oc, c.hw)
+			if off {
+				name = fmt.Sprintf("%d-%d-%d/direct", c.c, c.oc, c.hw)
+			}
+			b.Run(name, func(b *testing.B) {
+				f := f
+				if off {
+					f = fd
+				}
+				for b.Loop() {
+					f.Conv(x, bias, y)
+				}
+				b.ReportMetric(2*float64(p.YLen())*float64(p.WLen()/p.OutC)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
