@@ -22,10 +22,10 @@ import "unsafe"
 // convWinoMin bounds where the Winograd path pays: the transforms cost in proportion to
 // cg + ocg a tile and the multiplications they save to cg·ocg, so a group takes it when
 // cg·ocg ≥ convWinoMin·(cg + ocg). Measured at batch 1, two threads (BenchmarkConvWinograd,
-// AVX2 EPYC, 2026-11-28): 64 → 64 channels (32 by this measure) ran 0.8× the direct path's
-// speed and DenseNet's 128 → 32 (26) 0.6–0.85×, while 64 → 192 (48) ran 1.1×, 96 → 128 (55)
-// 1.15×, 128 → 128 (64) 1.2–1.4× and 256 → 256 and more 1.3–1.4×. A variable so tests can
-// send small cases through it.
+// medians of interleaved runs, 2-core AVX2 EPYC, 2026-11-28): 64 → 64 channels on 56 × 56
+// (32 by this measure) ran as fast as the direct path, DenseNet's 128 → 32 (26) 0.8–0.9×,
+// while 64 → 192 (48) ran 1.2×, 96 → 128 (55) 1.15×, 128 → 128 (64) 1.3–1.4× and 256 → 256
+// and 512 → 512 1.3–1.5×. A variable so tests can send small cases through it.
 var convWinoMin = 48
 
 // convWinoOff turns the Winograd path off (tests and benchmarks compare it with the direct one).
@@ -83,16 +83,39 @@ func (f *ConvFilter[T]) winoGroup(gr int) []T {
 	return f.wino[gr*size : (gr+1)*size]
 }
 
+// convWinoBlockBytes bounds a block's V (16·cg·tiles float32s): a block of tile rows is
+// transformed, multiplied and transformed back while its V and M are still in L2. Whole
+// images of 64 channels of 56 × 56 (3.2 MB of V, then 3.2 MB of M) spent most of their time
+// in the transforms' cache misses. A variable so tests can make blocks of one tile row.
+var convWinoBlockBytes = 256 << 10
+
 // convWinograd computes one image and group (x: cg planes, y: ocg planes) from the group's
-// packed U (u), adding bias (nil: none) and running epi on ranges of y as they are done.
-// V is written straight in the micro-kernel's packed B layout (nr-tile slivers, every
-// channel), so the products need no packing pass: that pass was a sixth of the time.
-// Scratch: V and M, 16·(cg + mPad)·tiles elements (tiles rounded up to nr), pooled.
+// packed U (u), adding bias (nil: none) and running epi on ranges of y as they are done. The
+// tiles are taken in blocks of whole tile rows, each block's three stages run back to back
+// on one worker while its V and M stay in cache; where there are too few blocks to share
+// out (small planes), one block of every tile row runs each stage on every worker. Scratch:
+// V and M of a block, 16·(cg + mPad)·tiles elements (tiles rounded up to nr), pooled.
 func convWinograd[T Float](g *convGeom, x []T, u []T, mPad int, bias, y []T, workers int, epi func(lo, hi int)) {
+	d := g.ind
+	th, tw := (d.ho+1)/2, (d.wo+1)/2
+	br := max(1, convWinoBlockBytes/(4*16*g.cg*tw)) // tile rows a block
+	if blocks := (th + br - 1) / br; workers == 1 && blocks == 1 || workers > 1 && blocks < 2*workers {
+		convWinoBlock(g, x, u, mPad, bias, y, 0, th, workers, epi)
+		return
+	}
+	parallelTasks((th+br-1)/br, workers, func(t int) {
+		convWinoBlock(g, x, u, mPad, bias, y, t*br, min(th, (t+1)*br), 1, epi)
+	})
+}
+
+// convWinoBlock is convWinograd on tile rows i0 … i1−1, each stage shared out over workers.
+// V is written straight in the micro-kernel's packed B layout (nr-tile slivers, every
+// channel), so the products need no packing pass (it was a sixth of the time).
+func convWinoBlock[T Float](g *convGeom, x []T, u []T, mPad int, bias, y []T, i0, i1, workers int, epi func(lo, hi int)) {
 	d := g.ind
 	impl := gemmImplFor(unsafe.Sizeof(T(0)))
 	mr, nr, kc, mc := impl.mr, impl.nr, impl.kc, impl.mc
-	th, tw := (d.ho+1)/2, (d.wo+1)/2
+	th, tw := i1-i0, (d.wo+1)/2
 	nT, m, k := th*tw, g.ocg, g.cg
 	nTp := gemmSplit(nT, 1, nr)
 	// V_ξ (k × nTp) and M_ξ (mPad × nTp) lie sv and sm elements apart, an odd number of
@@ -103,17 +126,18 @@ func convWinograd[T Float](g *convGeom, x []T, u []T, mPad int, bias, y []T, wor
 	buf, s := convGetBuf[T](16 * (sv + sm))
 	defer convPutBuf(buf)
 	v, mt := s[:16*sv], s[16*sv:]
-	// The input transform, by channels: each channel copied into a zero-padded plane that
-	// covers every tile's 4×4 patch (padded row i·2 + r, column j·2 + c), then transformed.
+	// The input transform, by channels: the rows the block's patches cover (padded rows
+	// 2·i0 … 2·i1+1, columns 0 … 2·tw+1) copied into a zero-padded plane, then transformed.
 	ph, pw := 2*th+2, 2*tw+2
-	rows, cols := min(d.h, ph-d.pb0), min(d.w, pw-d.pb1)
+	r0, r1 := max(0, 2*i0-d.pb0), min(d.h, 2*i0+ph-d.pb0) // the input rows inside
+	cols := min(d.w, pw-d.pb1)
 	convChunks(k, 16*nT, workers, func(c0, c1 int) {
 		pb, pl := convGetBuf[T](ph * pw)
 		defer convPutBuf(pb)
 		clear(pl)
 		for c := c0; c < c1; c++ {
-			for r := 0; r < rows; r++ {
-				copy(pl[(r+d.pb0)*pw+d.pb1:][:cols], x[c*g.inSize+r*d.w:][:cols])
+			for r := r0; r < r1; r++ {
+				copy(pl[(r+d.pb0-2*i0)*pw+d.pb1:][:cols], x[c*g.inSize+r*d.w:][:cols])
 			}
 			winoInput(pl, pw, th, tw, v[c*nr:], sv, k*nr, nr)
 			for t := nT; t < nTp; t++ { // the last sliver's columns past the tiles
@@ -141,16 +165,22 @@ func convWinograd[T Float](g *convGeom, x []T, u []T, mPad int, bias, y []T, wor
 			}
 		}
 	})
-	// The output transform, by output channels, each range's epilogue right after it.
+	// The output transform, by output channels, each range's epilogue right after it: the
+	// block's output rows 2·i0 … of each channel.
+	y0, y1 := 2*i0, min(d.ho, 2*i1)
 	convChunks(m, g.outSize, workers, func(o0, o1 int) {
 		for o := o0; o < o1; o++ {
 			var b T
 			if bias != nil {
 				b = bias[o]
 			}
-			winoOutput(mt[o*nTp:], sm, th, tw, b, y[o*g.outSize:(o+1)*g.outSize], d.ho, d.wo)
+			plane := y[o*g.outSize : (o+1)*g.outSize]
+			winoOutput(mt[o*nTp:], sm, th, tw, b, plane[y0*d.wo:y1*d.wo], y1-y0, d.wo)
+			if epi != nil && (y0 > 0 || y1 < d.ho) {
+				epi(o*g.outSize+y0*d.wo, o*g.outSize+y1*d.wo)
+			}
 		}
-		if epi != nil {
+		if epi != nil && y0 == 0 && y1 == d.ho {
 			epi(o0*g.outSize, o1*g.outSize)
 		}
 	})

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
+	"sync"
 	"testing"
 )
 
@@ -28,6 +30,7 @@ func TestConvWinogradMatchesDirect(t *testing.T) {
 		{1, 8, 8, 1, 4, 4, [2]int{3, 2}, [2]int{2, 3}},
 		{1, 400, 20, 1, 7, 7, [2]int{1, 1}, [2]int{1, 1}},
 		{3, 32, 33, 1, 14, 13, [2]int{1, 1}, [2]int{1, 1}},
+		{1, 24, 20, 1, 23, 30, [2]int{2, 1}, [2]int{0, 1}},
 	}
 	for ci, c := range cases {
 		p := &ConvParams{Batch: c.batch, InC: c.inC, OutC: c.outC, Groups: c.groups, Spatial: []int{c.h, c.w}, Kernel: []int{3, 3},
@@ -51,22 +54,25 @@ func TestConvWinogradMatchesDirect(t *testing.T) {
 			want[i] += b
 			mag[i] += math.Abs(b)
 		}
-		for _, epi := range []bool{false, true} {
+		for _, run := range []struct {
+			epi        bool
+			threads    int
+			blockBytes int
+		}{{false, 1, convWinoBlockBytes}, {true, 2, convWinoBlockBytes}, {true, 1, 1}, {false, 2, 1}, {true, 3, 1}} {
+			epi := run.epi
+			defer func(v, b int) { runtime.GOMAXPROCS(v); convWinoBlockBytes = b }(runtime.GOMAXPROCS(run.threads), convWinoBlockBytes)
+			convWinoBlockBytes = run.blockBytes
 			got := make([]float32, p.YLen())
 			for i := range got {
 				got[i] = float32(math.NaN()) // every output must be written
 			}
 			var e func(lo, hi int)
+			var mu sync.Mutex
+			seen := make([]int, p.YLen())
 			if epi { // ReLU, which also checks the ranges cover y once
-				seen := make([]int, p.YLen())
-				defer func() {
-					for i, n := range seen {
-						if n != 1 {
-							t.Fatalf("case %d: epilogue saw element %d %d times", ci, i, n)
-						}
-					}
-				}()
 				e = func(lo, hi int) {
+					mu.Lock()
+					defer mu.Unlock()
 					for i := lo; i < hi; i++ {
 						seen[i]++
 						got[i] = max(got[i], 0)
@@ -74,6 +80,11 @@ func TestConvWinogradMatchesDirect(t *testing.T) {
 				}
 			}
 			f.ConvEpi(x, bias, got, e)
+			for i, n := range seen {
+				if epi && n != 1 {
+					t.Fatalf("case %d %+v: epilogue saw element %d %d times", ci, run, i, n)
+				}
+			}
 			for i, g := range got {
 				wv := want[i]
 				if epi {
@@ -82,7 +93,7 @@ func TestConvWinogradMatchesDirect(t *testing.T) {
 				// A few roundings of partial sums each bounded by Σ|w·x| (transforms of up to 9
 				// terms, the GEMM's sum over channels, the output transform).
 				if tol := 8 * float64(float32eps) * mag[i]; !(math.Abs(float64(g)-wv) <= tol) {
-					t.Fatalf("case %d (epilogue %v): y[%d] = %g, want %g ± %g", ci, epi, i, g, wv, tol)
+					t.Fatalf("case %d %+v: y[%d] = %g, want %g ± %g", ci, run, i, g, wv, tol)
 				}
 			}
 		}
