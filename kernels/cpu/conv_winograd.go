@@ -21,11 +21,15 @@ import "unsafe"
 
 // convWinoMin bounds where the Winograd path pays: the transforms cost in proportion to
 // cg + ocg a tile and the multiplications they save to cg·ocg, so a group takes it when
-// cg·ocg ≥ convWinoMin·(cg + ocg). Measured at batch 1, two threads (BenchmarkConvWinograd,
-// medians of interleaved runs, 2-core AVX2 EPYC, 2026-11-28): 64 → 64 channels on 56 × 56
-// (32 by this measure) ran as fast as the direct path, DenseNet's 128 → 32 (26) 0.8–0.9×,
-// while 64 → 192 (48) ran 1.2×, 96 → 128 (55) 1.15×, 128 → 128 (64) 1.3–1.4× and 256 → 256
-// and 512 → 512 1.3–1.5×. A variable so tests can send small cases through it.
+// cg·ocg ≥ convWinoMin·(cg + ocg) — or convWinoMin/3 where the assembly transforms run
+// (AVX2, eight tiles at once: planes of at least 16 output columns). Measured at batch 1,
+// two threads (BenchmarkConvWinograd, medians of interleaved runs, 2-core AVX2 EPYC,
+// 2026-11-28), against the direct path: with the Go transforms (14 × 14 and 7 × 7 planes),
+// 128 → 32 channels (26 by this measure) and 32 → 128 ran 0.75–0.8×, 64 → 192 (48)
+// 1.2×, 96 → 128 (55) 1.15×, 128 → 128 (64) 1.3–1.4×, 256 → 256 and 512 → 512 1.3–1.5×;
+// with the assembly ones, 32 → 32 on 56 × 56 (16) ran 1.45×, 128 → 32 1.2× on 56 × 56
+// and 28 × 28, 64 → 64 1.2–1.35×, 64 → 192 1.7×. A variable so tests can send small cases
+// through it.
 var convWinoMin = 48
 
 // convWinoOff turns the Winograd path off (tests and benchmarks compare it with the direct one).
@@ -34,7 +38,14 @@ var convWinoOff bool
 // winograd reports whether g's groups take the Winograd path when their weights are packed
 // for it.
 func (g *convGeom) winograd() bool {
-	return g.wino && g.cg*g.ocg >= convWinoMin*(g.cg+g.ocg) && !convWinoOff
+	if !g.wino || convWinoOff {
+		return false
+	}
+	least := convWinoMin
+	if winoVec && (g.ind.wo+1)/2 >= 8 {
+		least = convWinoMin / 3
+	}
+	return g.cg*g.ocg >= least*(g.cg+g.ocg)
 }
 
 // winoPack transforms every group's filters (w: groups × ocg × cg × 3 × 3) into U and packs
@@ -200,6 +211,7 @@ func winoStride(n int) int {
 // t = i·tw + j at dst[ξ·stride + (t / nr)·sliver + t mod nr]. Bᵀ = [1 0 −1 0; 0 1 1 0;
 // 0 −1 1 0; 0 1 0 −1].
 func winoInput[T Float](pl []T, pw, th, tw int, dst []T, stride, sliver, nr int) {
+	vec := winoVec && isFloat32Type[T]() && nr%8 == 0
 	var o [16][]T
 	for xi := range o {
 		o[xi] = dst[xi*stride:]
@@ -211,11 +223,18 @@ func winoInput[T Float](pl []T, pw, th, tw int, dst []T, stride, sliver, nr int)
 		r3 := pl[(2*i+3)*pw:][:2*tw+2]
 		t := i * tw
 		q, qEnd := t/nr*sliver+t%nr, t/nr*sliver+nr // tile t's place, and its sliver's end
-		for j := 0; j < tw; j, q = j+1, q+1 {
+		for j := 0; j < tw; j, q, t = j+1, q+1, t+1 {
 			if q == qEnd { // the next sliver
 				q, qEnd = qEnd-nr+sliver, qEnd+sliver
 			}
 			c := 2 * j
+			// Eight tiles at once where they lie in one sliver (t a multiple of 8: nr is).
+			if vec && t%8 == 0 && j+8 <= tw {
+				_ = o[15][q+7] // bounds: the assembly writes q … q+7 of every point
+				winoIn8AVX(unsafe.Pointer(&r0[c]), unsafe.Pointer(&r1[c]), unsafe.Pointer(&r2[c]), unsafe.Pointer(&r3[c]), unsafe.Pointer(&o[0][q]), 4*stride)
+				j, q, t = j+7, q+7, t+7
+				continue
+			}
 			// Bᵀ·d: the patch's columns.
 			a0, a1, a2, a3 := r0[c]-r2[c], r1[c]+r2[c], r2[c]-r1[c], r1[c]-r3[c]
 			b0, b1, b2, b3 := r0[c+1]-r2[c+1], r1[c+1]+r2[c+1], r2[c+1]-r1[c+1], r1[c+1]-r3[c+1]
@@ -234,6 +253,7 @@ func winoInput[T Float](pl []T, pw, th, tw int, dst []T, stride, sliver, nr int)
 // i·tw + j at src[ξ·stride + i·tw + j]) into y, ho × wo: tile (i, j) is outputs 2i … 2i+1,
 // 2j … 2j+1, those past the plane's edge dropped. Aᵀ = [1 1 1 0; 0 1 −1 −1].
 func winoOutput[T Float](src []T, stride, th, tw int, b T, y []T, ho, wo int) {
+	vec := winoVec && isFloat32Type[T]()
 	var s [16][]T
 	for i := 0; i < th; i++ {
 		for xi := range s {
@@ -245,6 +265,13 @@ func winoOutput[T Float](src []T, stride, th, tw int, b T, y []T, ho, wo int) {
 			y1 = y[(2*i+1)*wo:][:wo]
 		}
 		for j := 0; j < tw; j++ {
+			if vec && y1 != nil && j+8 <= tw && 2*j+16 <= wo { // eight tiles at once
+				_ = s[15][j+7] // bounds: the assembly reads j … j+7 of every point
+				_ = y1[2*j+15]
+				winoOut8AVX(unsafe.Pointer(&s[0][j]), 4*stride, unsafe.Pointer(&y0[2*j]), unsafe.Pointer(&y1[2*j]), float32(b))
+				j += 7
+				continue
+			}
 			// Aᵀ·M: the tile's columns.
 			u00, u01, u02, u03 := s[0][j]+s[4][j]+s[8][j], s[1][j]+s[5][j]+s[9][j], s[2][j]+s[6][j]+s[10][j], s[3][j]+s[7][j]+s[11][j]
 			u10, u11, u12, u13 := s[4][j]-s[8][j]-s[12][j], s[5][j]-s[9][j]-s[13][j], s[6][j]-s[10][j]-s[14][j], s[7][j]-s[11][j]-s[15][j]

@@ -102,6 +102,41 @@ func TestConvWinogradMatchesDirect(t *testing.T) {
 
 const float32eps = 1.0 / (1 << 23)
 
+// TestConvWinogradVecMatchesGo checks the eight-tile assembly transforms give the bits of
+// the Go loops (winoInput, winoOutput), on planes whose tile rows hold one, two and more
+// groups of eight tiles with a remainder, whose rows start mid-sliver, and with a last
+// output row or column cut off by the plane's edge.
+func TestConvWinogradVecMatchesGo(t *testing.T) {
+	if !winoVec {
+		t.Skip("no AVX2 here: the Go loops are the only transforms")
+	}
+	defer func(v, b int) { convWinoMin, convWinoBlockBytes = v, b }(convWinoMin, convWinoBlockBytes)
+	convWinoMin = 0
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, c := range []struct{ inC, outC, h, w, block int }{
+		{5, 7, 16, 16, 1 << 20}, {6, 4, 17, 33, 1 << 20}, {3, 9, 30, 47, 1}, {4, 4, 9, 56, 1 << 20}, {8, 3, 56, 56, 1},
+	} {
+		p := &ConvParams{Batch: 1, InC: c.inC, OutC: c.outC, Spatial: []int{c.h, c.w}, Kernel: []int{3, 3},
+			PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}
+		if err := p.Init(); err != nil {
+			t.Fatal(err)
+		}
+		convWinoBlockBytes = c.block
+		x, w, bias := randSlice[float32](r, p.XLen()), randSlice[float32](r, p.WLen()), randSlice[float32](r, p.OutC)
+		f := PackConvFilter(p, w)
+		want, got := make([]float32, p.YLen()), make([]float32, p.YLen())
+		winoVec = false
+		f.Conv(x, bias, want)
+		winoVec = true
+		f.Conv(x, bias, got)
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%+v: y[%d] = %v with the assembly, %v with the Go loops", c, i, got[i], want[i])
+			}
+		}
+	}
+}
+
 // TestConvWinogradWhenItApplies checks which filters take the Winograd path: float32 3×3
 // stride-1 undilated 2-d convolutions whose groups have enough channels (convWinoMin).
 func TestConvWinogradWhenItApplies(t *testing.T) {
@@ -122,6 +157,9 @@ func TestConvWinogradWhenItApplies(t *testing.T) {
 		{"1-d", ConvParams{Batch: 1, InC: 128, OutC: 128, Spatial: []int{8}, Kernel: []int{3}}, false},
 		{"3-d", ConvParams{Batch: 1, InC: 128, OutC: 128, Spatial: []int{4, 8, 8}, Kernel: []int{3, 3, 3}}, false},
 		{"groups of 32", ConvParams{Batch: 1, InC: 128, OutC: 128, Groups: 4, Spatial: []int{8, 8}, Kernel: []int{3, 3}}, false},
+		{"24 to 48 on 16 × 16", ConvParams{Batch: 1, InC: 24, OutC: 48, Spatial: []int{16, 16}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}, winoVec},
+		{"16 to 32 on 16 × 16", ConvParams{Batch: 1, InC: 16, OutC: 32, Spatial: []int{16, 16}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}, false},
+		{"24 to 48 on 14 × 14", ConvParams{Batch: 1, InC: 24, OutC: 48, Spatial: []int{14, 14}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}, false},
 		{"groups of 128", ConvParams{Batch: 1, InC: 256, OutC: 256, Groups: 2, Spatial: []int{8, 8}, Kernel: []int{3, 3}}, true},
 	} {
 		p := c.p
@@ -162,7 +200,7 @@ func TestConvWinogradFallsBack(t *testing.T) {
 
 func BenchmarkConvWinograd(b *testing.B) {
 	for _, c := range []struct{ c, oc, hw int }{{64, 64, 56}, {128, 128, 28}, {256, 256, 14}, {512, 512, 7}, {128, 128, 56},
-		{64, 192, 56}, {96, 128, 28}, {128, 32, 56}, {128, 32, 14}, {160, 320, 7}, {32, 128, 14}} {
+		{64, 192, 56}, {96, 128, 28}, {128, 32, 56}, {128, 32, 14}, {160, 320, 7}, {32, 128, 14}, {128, 32, 28}, {64, 64, 28}, {32, 32, 56}} {
 		p := &ConvParams{Batch: 1, InC: c.c, OutC: c.oc, Spatial: []int{c.hw, c.hw}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}
 		if err := p.Init(); err != nil {
 			b.Fatal(err)
