@@ -626,13 +626,23 @@ func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T
 	plane := d.hq * d.wq
 	n := d.ho * d.wq
 	mPad, nPad := gemmSplit(m, 1, mr), gemmSplit(n, 1, nr)
+	// Where each output row is whole tiles (wo a multiple of nr: the stems' 112 columns),
+	// the tiles are stored straight into y — tile column jr of the output plane reads the grid
+	// at jr + (jr / wo)·(wq − wo) — and there is no padded result to copy out (on the 7×7/2
+	// stem the copy and the result's writes were a sixth of the time).
+	direct := d.wo%nr == 0
+	cpLen := mPad * nPad
+	if direct {
+		nPad, cpLen = d.ho*d.wo, 0
+	}
 	xLen := d.phases*g.cg*plane + nr // the last tiles read up to nr − 1 past the last plane
-	if xLen+mPad*nPad > convIndirectMax {
+	if xLen+cpLen > convIndirectMax {
 		return false
 	}
-	buf, s := convGetBuf[float32](xLen + mPad*nPad + mPad)
+	buf, s := convGetBuf[float32](xLen + cpLen + mPad)
 	defer convPutBuf(buf)
-	xp, cp, bp := s[:xLen], s[xLen:xLen+mPad*nPad], s[xLen+mPad*nPad:]
+	xp, cp, bp := s[:xLen], s[xLen:xLen+cpLen], s[xLen+cpLen:]
+	y32 := f32s(y)
 	x32 := f32s(x)
 	rows, cols := min(d.h, d.hp-d.pb0), min(d.w, d.wp-d.pb1) // the input the windows read
 	// The copies into xp, and out of cp below, are shared out by channels too: on one core
@@ -683,6 +693,7 @@ func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T
 		i1, j1 := min(mPad, i0+rowsPer), min(nPad, j0+colsPer)
 		sc := gemmGetScratch[float32](impl, i1-i0, j1-j0, k)
 		ap := unsafe.Slice((*float32)(sc.ap), min(mc, i1-i0)*min(kc, k))
+		tmp := unsafe.Slice((*float32)(sc.tmp), mr*nr)
 		for pc := 0; pc < k; pc += kc {
 			kb := min(kc, k-pc)
 			mode := 0
@@ -709,14 +720,35 @@ func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T
 						if bip != nil {
 							bs = unsafe.Pointer(&bip[ic+ir])
 						}
-						impl.kernInd(kb, unsafe.Pointer(&ap[ir*kb]), unsafe.Pointer(&xp[jr]), unsafe.Pointer(&cp[(ic+ir)*nPad+jr]), nPad, 1, float32(mode%3), mode, bs, offs)
+						if !direct {
+							impl.kernInd(kb, unsafe.Pointer(&ap[ir*kb]), unsafe.Pointer(&xp[jr]), unsafe.Pointer(&cp[(ic+ir)*nPad+jr]), nPad, 1, float32(mode%3), mode, bs, offs)
+							continue
+						}
+						bx := unsafe.Pointer(&xp[jr+jr/d.wo*(d.wq-d.wo)])
+						if row := ic + ir; row+mr <= m {
+							impl.kernInd(kb, unsafe.Pointer(&ap[ir*kb]), bx, unsafe.Pointer(&y32[row*g.outSize+jr]), g.outSize, 1, float32(mode%3), mode, bs, offs)
+						} else { // the last rows: the tile in tmp, then the mode's arithmetic
+							impl.kernInd(kb, unsafe.Pointer(&ap[ir*kb]), bx, unsafe.Pointer(&tmp[0]), nr, 1, 0, 0, nil, offs)
+							for i := 0; i < m-row; i++ {
+								var b float32
+								if mode >= 3 {
+									b = bip[row+i]
+								}
+								convStoreTile(y32[(row+i)*g.outSize+jr:][:nr], tmp[i*nr:][:nr], mode, b)
+							}
+						}
 					}
 				}
 			}
 		}
 		gemmPutScratch(sc)
 	})
-	y32 := f32s(y)
+	if direct {
+		if epi != nil { // y is final only now
+			convChunks(m, g.outSize, workers, func(j0, j1 int) { epi(j0*g.outSize, j1*g.outSize) })
+		}
+		return true
+	}
 	convChunks(m, g.outSize, workers, func(j0, j1 int) {
 		for j := j0; j < j1; j++ {
 			for r := 0; r < d.ho; r++ {
@@ -728,6 +760,28 @@ func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T
 		}
 	})
 	return true
+}
+
+// convStoreTile is the micro-kernel's store of one row of a tile t (alpha 1) into c under
+// mode (gemmSlab's modes: 0 c = t, 1 c += t, 3 and 4 the same then + bias), in the
+// kernel's roundings, for tiles with rows past the matrix's.
+func convStoreTile(c, t []float32, mode int, bias float32) {
+	switch mode {
+	case 0:
+		copy(c, t)
+	case 1:
+		for j := range c {
+			c[j] += t[j]
+		}
+	case 3:
+		for j := range c {
+			c[j] = t[j] + bias
+		}
+	case 4:
+		for j := range c {
+			c[j] = (t[j] + c[j]) + bias
+		}
+	}
 }
 
 // convChunkMin is the fewest elements worth handing to another worker in convChunks.

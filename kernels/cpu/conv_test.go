@@ -547,6 +547,11 @@ func TestConvIndirectMatchesIm2col(t *testing.T) {
 		{Batch: 1, InC: 4, OutC: 6, Groups: 2, Spatial: []int{13, 17}, Kernel: []int{2, 3}, Stride: []int{3, 2}, Dilation: []int{2, 1}, PadBegin: []int{0, 2}, PadEnd: []int{1, 0}},
 		{Batch: 1, InC: 2, OutC: 5, Spatial: []int{12, 12}, Kernel: []int{3, 3}, Stride: []int{5, 5}},
 		{Batch: 1, InC: 3, OutC: 7, Spatial: []int{10, 14}, Kernel: []int{3, 4}, Stride: []int{2, 3}, PadBegin: []int{1, 1}, PadEnd: []int{0, 2}},
+		// Output rows of whole tiles (32 and 64 columns: 16- and 32-column kernels), stored
+		// straight into y: a stem, two k slabs with rows past the last row tile, groups.
+		{Batch: 1, InC: 3, OutC: 13, Spatial: []int{64, 63}, Kernel: []int{7, 7}, Stride: []int{2, 2}, PadBegin: []int{3, 3}, PadEnd: []int{3, 4}},
+		{Batch: 2, InC: 50, OutC: 11, Spatial: []int{5, 64}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}},
+		{Batch: 1, InC: 4, OutC: 10, Groups: 2, Spatial: []int{3, 32}, Kernel: []int{1, 3}, PadBegin: []int{0, 1}, PadEnd: []int{0, 1}},
 	} {
 		if err := p.Init(); err != nil {
 			t.Fatal(err)
@@ -568,8 +573,17 @@ func TestConvIndirectMatchesIm2col(t *testing.T) {
 				}
 				withImpl[float32](impl, func() {
 					for _, b := range [][]float32{nil, bias} {
-						got, want := make([]float32, p.YLen()), make([]float32, p.YLen())
-						Conv(&p, x, w, b, got)
+						got, want := make([]float32, p.YLen()+64), make([]float32, p.YLen())
+						for i := p.YLen(); i < len(got); i++ {
+							got[i] = -7 // past y: must stay
+						}
+						Conv(&p, x, w, b, got[:p.YLen()])
+						for i := p.YLen(); i < len(got); i++ {
+							if got[i] != -7 {
+								t.Fatalf("%v %v %s threads %d: wrote past y at %d", p.Spatial, p.Kernel, impl.name, threads, i)
+							}
+						}
+						got = got[:p.YLen()]
 						convIndirectOff = true
 						Conv(&p, x, w, b, want)
 						convIndirectOff = false
