@@ -151,9 +151,10 @@ func convWinoBlock[T Float](g *convGeom, x []T, u []T, mPad int, bias, y []T, i0
 				copy(pl[(r+d.pb0-2*i0)*pw+d.pb1:][:cols], x[c*g.inSize+r*d.w:][:cols])
 			}
 			winoInput(pl, pw, th, tw, v[c*nr:], sv, k*nr, nr)
-			for t := nT; t < nTp; t++ { // the last sliver's columns past the tiles
+			if nT < nTp { // the last sliver's columns past the tiles
+				q := nT/nr*k*nr + c*nr + nT%nr
 				for xi := 0; xi < 16; xi++ {
-					v[xi*sv+(t/nr)*k*nr+c*nr+t%nr] = 0
+					clear(v[xi*sv+q : xi*sv+q+nTp-nT])
 				}
 			}
 		}
@@ -235,6 +236,12 @@ func winoInput[T Float](pl []T, pw, th, tw int, dst []T, stride, sliver, nr int)
 				j, q, t = j+7, q+7, t+7
 				continue
 			}
+			if vec && t%4 == 0 && j+4 <= tw { // four (a sliver holds whole fours too)
+				_ = o[15][q+3]
+				winoIn4AVX(unsafe.Pointer(&r0[c]), unsafe.Pointer(&r1[c]), unsafe.Pointer(&r2[c]), unsafe.Pointer(&r3[c]), unsafe.Pointer(&o[0][q]), 4*stride)
+				j, q, t = j+3, q+3, t+3
+				continue
+			}
 			// Bᵀ·d: the patch's columns.
 			a0, a1, a2, a3 := r0[c]-r2[c], r1[c]+r2[c], r2[c]-r1[c], r1[c]-r3[c]
 			b0, b1, b2, b3 := r0[c+1]-r2[c+1], r1[c+1]+r2[c+1], r2[c+1]-r1[c+1], r1[c+1]-r3[c+1]
@@ -270,6 +277,13 @@ func winoOutput[T Float](src []T, stride, th, tw int, b T, y []T, ho, wo int) {
 				_ = y1[2*j+15]
 				winoOut8AVX(unsafe.Pointer(&s[0][j]), 4*stride, unsafe.Pointer(&y0[2*j]), unsafe.Pointer(&y1[2*j]), float32(b))
 				j += 7
+				continue
+			}
+			if vec && y1 != nil && j+4 <= tw && 2*j+8 <= wo { // four
+				_ = s[15][j+3]
+				_ = y1[2*j+7]
+				winoOut4AVX(unsafe.Pointer(&s[0][j]), 4*stride, unsafe.Pointer(&y0[2*j]), unsafe.Pointer(&y1[2*j]), float32(b))
+				j += 3
 				continue
 			}
 			// Aᵀ·M: the tile's columns.

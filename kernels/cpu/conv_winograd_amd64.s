@@ -165,3 +165,139 @@ TEXT ·winoOut8AVX(SB), NOSPLIT, $0-36
 	VMOVUPS Y13, 32(DX)
 	VZEROUPPER
 	RET
+
+// COLS4(p, c0, c1, c2, c3): COLS for four tiles in xmm registers (10 floats of p read).
+#define COLS4(p, c0, c1, c2, c3) \
+	VMOVUPS 0(p), c1 \
+	VSHUFPS $0x88, 16(p), c1, c0 \
+	VSHUFPS $0xDD, 16(p), c1, c1 \
+	VMOVUPS 8(p), c3 \
+	VSHUFPS $0x88, 24(p), c3, c2 \
+	VSHUFPS $0xDD, 24(p), c3, c3
+
+// ROW4: ROW in xmm registers (X12 scratch).
+#define ROW4(t0, t1, t2, t3) \
+	VSUBPS t2, t0, X12 \
+	VMOVUPS X12, (R8) \
+	ADDQ BX, R8 \
+	VADDPS t2, t1, X12 \
+	VMOVUPS X12, (R8) \
+	ADDQ BX, R8 \
+	VSUBPS t1, t2, X12 \
+	VMOVUPS X12, (R8) \
+	ADDQ BX, R8 \
+	VSUBPS t3, t1, X12 \
+	VMOVUPS X12, (R8) \
+	ADDQ BX, R8
+
+// func winoIn4AVX(r0, r1, r2, r3, dst unsafe.Pointer, stride int)
+// winoIn8AVX for four tiles (10 floats of each row read, four values a point written).
+TEXT ·winoIn4AVX(SB), NOSPLIT, $0-48
+	MOVQ r0+0(FP), AX
+	MOVQ r1+8(FP), CX
+	MOVQ r2+16(FP), DX
+	MOVQ r3+24(FP), SI
+	MOVQ dst+32(FP), DI
+	MOVQ stride+40(FP), BX
+	COLS4(CX, X0, X1, X2, X3)
+	COLS4(DX, X4, X5, X6, X7)
+	VADDPS X4, X0, X8
+	VADDPS X5, X1, X9
+	VADDPS X6, X2, X10
+	VADDPS X7, X3, X11
+	MOVQ BX, R8
+	SHLQ $2, R8
+	ADDQ DI, R8
+	ROW4(X8, X9, X10, X11)
+	VSUBPS X0, X4, X8
+	VSUBPS X1, X5, X9
+	VSUBPS X2, X6, X10
+	VSUBPS X3, X7, X11
+	ROW4(X8, X9, X10, X11)
+	COLS4(SI, X8, X9, X10, X11)
+	VSUBPS X8, X0, X8
+	VSUBPS X9, X1, X9
+	VSUBPS X10, X2, X10
+	VSUBPS X11, X3, X11
+	ROW4(X8, X9, X10, X11)
+	COLS4(AX, X0, X1, X2, X3)
+	VSUBPS X4, X0, X0
+	VSUBPS X5, X1, X1
+	VSUBPS X6, X2, X2
+	VSUBPS X7, X3, X3
+	MOVQ DI, R8
+	ROW4(X0, X1, X2, X3)
+	RET
+
+// func winoOut4AVX(src unsafe.Pointer, stride int, y0, y1 unsafe.Pointer, b float32)
+// winoOut8AVX for four tiles (eight values of each output row written).
+TEXT ·winoOut4AVX(SB), NOSPLIT, $0-36
+	MOVQ src+0(FP), SI
+	MOVQ stride+8(FP), BX
+	MOVQ y0+16(FP), DI
+	MOVQ y1+24(FP), DX
+	VBROADCASTSS b+32(FP), X15
+	LEAQ (BX)(BX*2), R9
+	MOVQ BX, R10
+	SHLQ $2, R10
+	MOVQ SI, R8
+	VMOVUPS (R8), X8
+	VMOVUPS (R8)(R10*1), X9
+	VMOVUPS (R8)(R10*2), X10
+	LEAQ (R8)(R9*4), R11
+	VMOVUPS (R11), X11
+	VADDPS X9, X8, X0
+	VADDPS X10, X0, X0
+	VSUBPS X10, X9, X4
+	VSUBPS X11, X4, X4
+	ADDQ BX, R8
+	VMOVUPS (R8), X8
+	VMOVUPS (R8)(R10*1), X9
+	VMOVUPS (R8)(R10*2), X10
+	LEAQ (R8)(R9*4), R11
+	VMOVUPS (R11), X11
+	VADDPS X9, X8, X1
+	VADDPS X10, X1, X1
+	VSUBPS X10, X9, X5
+	VSUBPS X11, X5, X5
+	ADDQ BX, R8
+	VMOVUPS (R8), X8
+	VMOVUPS (R8)(R10*1), X9
+	VMOVUPS (R8)(R10*2), X10
+	LEAQ (R8)(R9*4), R11
+	VMOVUPS (R11), X11
+	VADDPS X9, X8, X2
+	VADDPS X10, X2, X2
+	VSUBPS X10, X9, X6
+	VSUBPS X11, X6, X6
+	ADDQ BX, R8
+	VMOVUPS (R8), X8
+	VMOVUPS (R8)(R10*1), X9
+	VMOVUPS (R8)(R10*2), X10
+	LEAQ (R8)(R9*4), R11
+	VMOVUPS (R11), X11
+	VADDPS X9, X8, X3
+	VADDPS X10, X3, X3
+	VSUBPS X10, X9, X7
+	VSUBPS X11, X7, X7
+	VADDPS X1, X0, X8
+	VADDPS X2, X8, X8
+	VADDPS X15, X8, X8
+	VSUBPS X2, X1, X9
+	VSUBPS X3, X9, X9
+	VADDPS X15, X9, X9
+	VUNPCKLPS X9, X8, X10
+	VUNPCKHPS X9, X8, X11
+	VMOVUPS X10, (DI)
+	VMOVUPS X11, 16(DI)
+	VADDPS X5, X4, X8
+	VADDPS X6, X8, X8
+	VADDPS X15, X8, X8
+	VSUBPS X6, X5, X9
+	VSUBPS X7, X9, X9
+	VADDPS X15, X9, X9
+	VUNPCKLPS X9, X8, X10
+	VUNPCKHPS X9, X8, X11
+	VMOVUPS X10, (DX)
+	VMOVUPS X11, 16(DX)
+	RET

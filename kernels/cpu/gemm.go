@@ -641,11 +641,15 @@ func gemmPackA[T Float](trans bool, a []T, lda, ic, pc, mb, kb, mr int, dst []T)
 			if rows == mr && gemmCopyRows(d, a[pc*lda+ic+s:], lda, kb, mr) {
 				continue
 			}
-			for p := 0; p < kb; p++ {
-				src := a[(pc+p)*lda+ic+s:]
+			for p := 0; p < kb; p++ { // element by element: copy() of a few is a memmove call
+				src := a[(pc+p)*lda+ic+s:][:rows]
 				dp := d[p*mr : p*mr+mr]
-				copy(dp[:rows], src[:rows])
-				clear(dp[rows:])
+				for i, v := range src {
+					dp[i] = v
+				}
+				for i := rows; i < mr; i++ {
+					dp[i] = 0
+				}
 			}
 			continue
 		}
@@ -710,6 +714,10 @@ func gemmCopyRows[T Float](dst, src []T, ld, kb, w int) bool {
 	case 8:
 		for p := 0; p < kb; p++ {
 			*(*[8]T)(dst[p*8:]) = *(*[8]T)(src[p*ld:])
+		}
+	case 6: // the AVX2 kernel's transposed A slivers
+		for p := 0; p < kb; p++ {
+			*(*[6]T)(dst[p*6:]) = *(*[6]T)(src[p*ld:])
 		}
 	case 4:
 		for p := 0; p < kb; p++ {
