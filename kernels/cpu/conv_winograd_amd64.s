@@ -2,7 +2,7 @@
 
 #include "textflag.h"
 
-// The Winograd F(2×2, 3×3) transforms of conv_winograd.go for eight tiles of a tile row at
+// The Winograd F(2×2, 3×3) transforms of conv_winograd.go for eight (or four) tiles of a tile row at
 // once (AVX2): the same IEEE additions in the same order as winoInput and winoOutput's Go
 // loops, one tile a lane, so both give the same bits.
 
