@@ -200,7 +200,7 @@ func TestConvWinogradFallsBack(t *testing.T) {
 
 func BenchmarkConvWinograd(b *testing.B) {
 	for _, c := range []struct{ c, oc, hw int }{{64, 64, 56}, {128, 128, 28}, {256, 256, 14}, {512, 512, 7}, {128, 128, 56},
-		{64, 192, 56}, {96, 128, 28}, {128, 32, 56}, {128, 32, 14}, {160, 320, 7}, {32, 128, 14}, {128, 32, 28}, {64, 64, 28}, {32, 32, 56}, {128, 32, 7}, {64, 64, 14}} {
+		{64, 192, 56}, {96, 128, 28}, {128, 32, 56}, {128, 32, 14}, {160, 320, 7}, {32, 128, 14}, {128, 32, 28}, {64, 64, 28}, {32, 32, 56}, {128, 32, 7}, {64, 64, 14}, {384, 256, 13}, {192, 384, 13}} {
 		p := &ConvParams{Batch: 1, InC: c.c, OutC: c.oc, Spatial: []int{c.hw, c.hw}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}
 		if err := p.Init(); err != nil {
 			b.Fatal(err)
