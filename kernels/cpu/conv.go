@@ -630,9 +630,9 @@ func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T
 	// the tiles are stored straight into y — tile column jr of the output plane reads the grid
 	// at jr + (jr / wo)·(wq − wo) — and there is no padded result to copy out (on the 7×7/2
 	// stem the copy and the result's writes were a sixth of the time).
-	direct := d.wo%nr == 0
+	intoY := d.wo%nr == 0
 	cpLen := mPad * nPad
-	if direct {
+	if intoY {
 		nPad, cpLen = d.ho*d.wo, 0
 	}
 	xLen := d.phases*g.cg*plane + nr // the last tiles read up to nr − 1 past the last plane
@@ -720,21 +720,21 @@ func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T
 						if bip != nil {
 							bs = unsafe.Pointer(&bip[ic+ir])
 						}
-						if !direct {
+						if !intoY {
 							impl.kernInd(kb, unsafe.Pointer(&ap[ir*kb]), unsafe.Pointer(&xp[jr]), unsafe.Pointer(&cp[(ic+ir)*nPad+jr]), nPad, 1, float32(mode%3), mode, bs, offs)
 							continue
 						}
 						bx := unsafe.Pointer(&xp[jr+jr/d.wo*(d.wq-d.wo)])
 						if row := ic + ir; row+mr <= m {
 							impl.kernInd(kb, unsafe.Pointer(&ap[ir*kb]), bx, unsafe.Pointer(&y32[row*g.outSize+jr]), g.outSize, 1, float32(mode%3), mode, bs, offs)
-						} else { // the last rows: the tile in tmp, then the mode's arithmetic
+						} else { // the last rows: the tile in tmp, then the GEMM's edge-tile store
 							impl.kernInd(kb, unsafe.Pointer(&ap[ir*kb]), bx, unsafe.Pointer(&tmp[0]), nr, 1, 0, 0, nil, offs)
 							for i := 0; i < m-row; i++ {
 								var b float32
 								if mode >= 3 {
 									b = bip[row+i]
 								}
-								convStoreTile(y32[(row+i)*g.outSize+jr:][:nr], tmp[i*nr:][:nr], mode, b)
+								gemmStoreEdge(y32[(row+i)*g.outSize+jr:][:nr], tmp[i*nr:][:nr], mode, 1, 1, b)
 							}
 						}
 					}
@@ -743,7 +743,7 @@ func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T
 		}
 		gemmPutScratch(sc)
 	})
-	if direct {
+	if intoY {
 		if epi != nil { // y is final only now
 			convChunks(m, g.outSize, workers, func(j0, j1 int) { epi(j0*g.outSize, j1*g.outSize) })
 		}
@@ -760,28 +760,6 @@ func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T
 		}
 	})
 	return true
-}
-
-// convStoreTile is the micro-kernel's store of one row of a tile t (alpha 1) into c under
-// mode (gemmSlab's modes: 0 c = t, 1 c += t, 3 and 4 the same then + bias), in the
-// kernel's roundings, for tiles with rows past the matrix's.
-func convStoreTile(c, t []float32, mode int, bias float32) {
-	switch mode {
-	case 0:
-		copy(c, t)
-	case 1:
-		for j := range c {
-			c[j] += t[j]
-		}
-	case 3:
-		for j := range c {
-			c[j] = t[j] + bias
-		}
-	case 4:
-		for j := range c {
-			c[j] = (t[j] + c[j]) + bias
-		}
-	}
 }
 
 // convChunkMin is the fewest elements worth handing to another worker in convChunks.

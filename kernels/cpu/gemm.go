@@ -576,34 +576,42 @@ func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, p
 				}
 				impl.kern(kb, as, bs, unsafe.Pointer(&tmp[0]), nr, 1, 0, 0, nil)
 				for i := 0; i < mm; i++ {
-					row := c[ci+i*ldc : ci+i*ldc+nn]
-					t := tmp[i*nr : i*nr+nn]
-					switch mode {
-					case 0:
-						for j := range row {
-							row[j] = alpha * t[j]
-						}
-					case 1:
-						for j := range row {
-							row[j] += alpha * t[j]
-						}
-					case 2:
-						for j := range row {
-							row[j] = alpha*t[j] + bet*row[j]
-						}
-					case 3: // the conversions round each step, as the kernel does (no fusion)
-						bv := bias[ic+ir+i]
-						for j := range row {
-							row[j] = T(alpha*t[j]) + bv
-						}
-					case 4:
-						bv := bias[ic+ir+i]
-						for j := range row {
-							row[j] = T(T(alpha*t[j])+row[j]) + bv
-						}
+					var bv T
+					if mode >= 3 {
+						bv = bias[ic+ir+i]
 					}
+					gemmStoreEdge(c[ci+i*ldc:ci+i*ldc+nn], tmp[i*nr:i*nr+nn], mode, alpha, bet, bv)
 				}
 			}
+		}
+	}
+}
+
+// gemmStoreEdge is the micro-kernel's store of one row t of an edge tile (computed into a
+// full scratch tile) into row under mode: 0 row = alpha·t, 1 row += alpha·t, 2 row = alpha·t
+// + bet·row, 3 and 4 as 0 and 1 then + bv. The conversions round each step, as the kernel
+// does (no fusion).
+func gemmStoreEdge[T Float](row, t []T, mode int, alpha, bet, bv T) {
+	switch mode {
+	case 0:
+		for j := range row {
+			row[j] = alpha * t[j]
+		}
+	case 1:
+		for j := range row {
+			row[j] += alpha * t[j]
+		}
+	case 2:
+		for j := range row {
+			row[j] = alpha*t[j] + bet*row[j]
+		}
+	case 3:
+		for j := range row {
+			row[j] = T(alpha*t[j]) + bv
+		}
+	case 4:
+		for j := range row {
+			row[j] = T(T(alpha*t[j])+row[j]) + bv
 		}
 	}
 }
@@ -641,15 +649,11 @@ func gemmPackA[T Float](trans bool, a []T, lda, ic, pc, mb, kb, mr int, dst []T)
 			if rows == mr && gemmCopyRows(d, a[pc*lda+ic+s:], lda, kb, mr) {
 				continue
 			}
-			for p := 0; p < kb; p++ { // element by element: copy() of a few is a memmove call
-				src := a[(pc+p)*lda+ic+s:][:rows]
+			for p := 0; p < kb; p++ {
+				src := a[(pc+p)*lda+ic+s:]
 				dp := d[p*mr : p*mr+mr]
-				for i, v := range src {
-					dp[i] = v
-				}
-				for i := rows; i < mr; i++ {
-					dp[i] = 0
-				}
+				copy(dp[:rows], src[:rows])
+				clear(dp[rows:])
 			}
 			continue
 		}
@@ -714,10 +718,6 @@ func gemmCopyRows[T Float](dst, src []T, ld, kb, w int) bool {
 	case 8:
 		for p := 0; p < kb; p++ {
 			*(*[8]T)(dst[p*8:]) = *(*[8]T)(src[p*ld:])
-		}
-	case 6: // the AVX2 kernel's transposed A slivers
-		for p := 0; p < kb; p++ {
-			*(*[6]T)(dst[p*6:]) = *(*[6]T)(src[p*ld:])
 		}
 	case 4:
 		for p := 0; p < kb; p++ {
