@@ -32,7 +32,8 @@ import "unsafe"
 // through it.
 var convWinoMin = 48
 
-// convWinoOff turns the Winograd path off (tests and benchmarks compare it with the direct one).
+// convWinoOff turns the Winograd path off for filters packed while it is set (benchmarks
+// compare the two paths).
 var convWinoOff bool
 
 // winograd reports whether g's groups take the Winograd path when their weights are packed
@@ -87,7 +88,7 @@ func winoPack[T Float](g *convGeom, w []T, impl *gemmImpl, mPad int) []T {
 // winoGroup is group gr's packed U_ξ for the current micro-kernel, nil where the filter has
 // none (another path, or a micro-kernel other than the one they were packed for).
 func (f *ConvFilter[T]) winoGroup(gr int) []T {
-	if f == nil || f.wino == nil || convWinoOff || f.impl != gemmImplFor(unsafe.Sizeof(T(0))) {
+	if f == nil || f.wino == nil || f.impl != gemmImplFor(unsafe.Sizeof(T(0))) {
 		return nil
 	}
 	size := 16 * f.p.g.cg * f.mPad
@@ -99,6 +100,10 @@ func (f *ConvFilter[T]) winoGroup(gr int) []T {
 // images of 64 channels of 56 × 56 (3.2 MB of V, then 3.2 MB of M) spent most of their time
 // in the transforms' cache misses. A variable so tests can make blocks of one tile row.
 var convWinoBlockBytes = 256 << 10
+
+// convWinoUMax is the size of U (one group's, bytes) above which blocks hold at least 64
+// tiles (convWinograd).
+const convWinoUMax = 1 << 20
 
 // convWinograd computes one image and group (x: cg planes, y: ocg planes) from the group's
 // packed U (u), adding bias (nil: none) and running epi on ranges of y as they are done. The
@@ -114,7 +119,7 @@ func convWinograd[T Float](g *convGeom, x []T, u []T, mPad int, bias, y []T, wor
 	// (256 → 256 channels: 4 MiB), blocks of at least 64 tiles, so that U's bytes stay
 	// a small fraction of the products' (AlexNet's 384 → 256 on 13 × 13 in blocks of 7
 	// tiles ran 1.1× slower than the direct path).
-	if 16*g.ocg*g.cg*4 > 4*convWinoBlockBytes {
+	if 16*g.ocg*g.cg*int(unsafe.Sizeof(T(0))) > convWinoUMax {
 		br = max(br, (64+tw-1)/tw)
 	}
 	if blocks := (th + br - 1) / br; workers == 1 && blocks == 1 || workers > 1 && blocks < 2*workers {
