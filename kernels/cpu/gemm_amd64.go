@@ -35,27 +35,34 @@ func gemmCopyRowsAVX(dst, src unsafe.Pointer, dstStride, srcStride, rows, width 
 //go:noescape
 func gemmPackA8AVX(dst, src unsafe.Pointer, lda, blocks int)
 
-// gemmFastPackA8 packs the first kb&^7 columns of 8 float32 rows of src (lda elements
-// apart) into an 8-row A sliver d with the AVX transpose and returns how many columns it
-// packed (0 for float64, other widths or machines without AVX2).
-func gemmFastPackA8[T Float](d, src []T, lda, kb int) int {
-	if !gemmHasAVX2FMA || !isFloat32Type[T]() || kb < 8 {
+//go:noescape
+func gemmPackA6AVX(dst, src unsafe.Pointer, lda, blocks int)
+
+// gemmFastPackA packs the first kb&^7 columns of mr (8 or 6) full float32 rows of src (lda
+// elements apart) into an mr-row A sliver d with the AVX transpose and returns how many
+// columns it packed (0 for float64, other heights or machines without AVX2).
+func gemmFastPackA[T Float](d, src []T, lda, kb, mr int) int {
+	if !gemmHasAVX2FMA || !isFloat32Type[T]() || kb < 8 || (mr != 8 && mr != 6) {
 		return 0
 	}
 	blocks := kb / 8
-	_ = src[7*lda+blocks*8-1] // bounds: the assembly trusts these
-	_ = d[blocks*64-1]
-	gemmPackA8AVX(unsafe.Pointer(&d[0]), unsafe.Pointer(&src[0]), lda*4, blocks)
+	_ = src[(mr-1)*lda+blocks*8-1] // bounds: the assembly trusts these
+	_ = d[blocks*8*mr-1]
+	if mr == 8 {
+		gemmPackA8AVX(unsafe.Pointer(&d[0]), unsafe.Pointer(&src[0]), lda*4, blocks)
+	} else {
+		gemmPackA6AVX(unsafe.Pointer(&d[0]), unsafe.Pointer(&src[0]), lda*4, blocks)
+	}
 	return blocks * 8
 }
 
 // gemmFastCopy copies rows runs of w elements from src (runs srcLd elements apart) to dst
-// (runs dstLd apart) with vector moves, for the run widths the packed slivers use (64 or
-// 128 bytes); it reports false, copying nothing, otherwise.
+// (runs dstLd apart) with vector moves, for the run widths the packed slivers use (24, 48,
+// 64 or 128 bytes); it reports false, copying nothing, otherwise.
 func gemmFastCopy[T Float](dst []T, dstLd int, src []T, srcLd, rows, w int) bool {
 	size := int(unsafe.Sizeof(T(0)))
 	bytes := w * size
-	if !gemmHasAVX2FMA || (bytes != 64 && bytes != 128) || rows == 0 {
+	if !gemmHasAVX2FMA || (bytes != 24 && bytes != 48 && bytes != 64 && bytes != 128) || rows == 0 {
 		return false
 	}
 	_ = src[(rows-1)*srcLd+w-1] // bounds: the assembly trusts these
@@ -109,8 +116,8 @@ func wrapS(f func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, m
 // next to the streamed A sliver; the mc×kc A block in (half of) L2; the kc×nc B panel in L3
 // (or L2: gemmAVX512NC).
 var (
-	gemmAVX2S   = gemmImpl{name: "avx2-6x16", mr: 6, nr: 16, kc: 384, mc: 144, nc: 3072, kern: wrapS(gemmKernS6x16AVX2), kernInd: gemmKernS6x16AVX2Ind}
-	gemmAVX2D   = gemmImpl{name: "avx2-6x8", mr: 6, nr: 8, kc: 256, mc: 144, nc: 3072, kern: gemmKernD6x8AVX2}
+	gemmAVX2S   = gemmImpl{name: "avx2-6x16", mr: 6, nr: 16, kc: 384, mc: 144, nc: 3072, kern: wrapS(gemmKernS6x16AVX2), kernInd: gemmKernS6x16AVX2Ind, rowsSpan: 8 << 20}
+	gemmAVX2D   = gemmImpl{name: "avx2-6x8", mr: 6, nr: 8, kc: 256, mc: 144, nc: 3072, kern: gemmKernD6x8AVX2, rowsSpan: 8 << 20}
 	gemmAVX512S = gemmImpl{name: "avx512-8x32", mr: 8, nr: 32, kc: 256, mc: 128, nc: gemmAVX512NC(), kern: wrapS(gemmKernS8x32AVX512), kernInd: gemmKernS8x32AVX512Ind}
 	gemmAVX512D = gemmImpl{name: "avx512-8x16", mr: 8, nr: 16, kc: 256, mc: 128, nc: 1536, kern: gemmKernD8x16AVX512}
 )

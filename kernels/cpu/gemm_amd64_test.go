@@ -27,29 +27,92 @@ func BenchmarkFMAPeak(b *testing.B) {
 	}
 }
 
-// The AVX transpose that packs 8-row A slivers writes what the scalar interleave writes,
-// for every width up to 41 and an odd row stride.
-func TestPackA8MatchesInterleave(t *testing.T) {
+// The AVX transposes that pack 8- and 6-row A slivers write what the scalar interleave
+// writes, for every width up to 41 and an odd row stride, and nothing past the columns they
+// report (the 6-row one's overlapping stores must stop at the block's end).
+func TestPackAMatchesInterleave(t *testing.T) {
 	if !gemmHasAVX2FMA {
 		t.Skip("no AVX2")
 	}
 	const lda = 45
-	src := make([]float32, 8*lda)
-	for i := range src {
-		src[i] = float32(i) + 0.5
-	}
-	for kb := 0; kb <= 41; kb++ {
-		got, want := make([]float32, 8*kb), make([]float32, 8*kb)
-		done := gemmFastPackA8(got, src, lda, kb)
-		if done != kb&^7 {
-			t.Fatalf("kb %d: packed %d columns, want %d", kb, done, kb&^7)
+	const guard = float32(-7)
+	for _, mr := range []int{8, 6} {
+		src := make([]float32, mr*lda)
+		for i := range src {
+			src[i] = float32(i) + 0.5
 		}
-		gemmInterleave(got[done*8:], 8, 8, kb-done, func(i int) []float32 { return src[i*lda+done : i*lda+kb] })
-		gemmInterleave(want, 8, 8, kb, func(i int) []float32 { return src[i*lda : i*lda+kb] })
-		for i := range want {
-			if got[i] != want[i] {
-				t.Fatalf("kb %d: sliver[%d] = %v, want %v", kb, i, got[i], want[i])
+		for kb := 0; kb <= 41; kb++ {
+			got, want := make([]float32, mr*kb+8), make([]float32, mr*kb)
+			for i := range got {
+				got[i] = guard
+			}
+			done := gemmFastPackA(got, src, lda, kb, mr)
+			if done != kb&^7 {
+				t.Fatalf("mr %d kb %d: packed %d columns, want %d", mr, kb, done, kb&^7)
+			}
+			for i := done * mr; i < len(got); i++ {
+				if got[i] != guard {
+					t.Fatalf("mr %d kb %d: wrote sliver[%d] past the %d packed columns", mr, kb, i, done)
+				}
+			}
+			gemmInterleave(got[done*mr:], mr, mr, kb-done, func(i int) []float32 { return src[i*lda+done : i*lda+kb] })
+			gemmInterleave(want, mr, mr, kb, func(i int) []float32 { return src[i*lda : i*lda+kb] })
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("mr %d kb %d: sliver[%d] = %v, want %v", mr, kb, i, got[i], want[i])
+				}
 			}
 		}
 	}
+}
+
+// The vector row copy moves exactly w elements a row for each width it takes (the slivers'
+// 6-, 8-, 16- and 32-wide runs of float32 and float64), and declines the others.
+func TestFastCopyWidths(t *testing.T) {
+	if !gemmHasAVX2FMA {
+		t.Skip("no AVX2")
+	}
+	check := func(t *testing.T, size int, copyRows func(dst, src []float64, rows, w int) bool) {
+		for _, w := range []int{3, 4, 6, 8, 12, 16, 32} {
+			const rows, srcLd, dstLd = 5, 37, 41
+			src := make([]float64, rows*srcLd)
+			for i := range src {
+				src[i] = float64(i) + 0.25
+			}
+			dst := make([]float64, rows*dstLd)
+			for i := range dst {
+				dst[i] = -1
+			}
+			ok := copyRows(dst, src, rows, w)
+			if want := w*size == 24 || w*size == 48 || w*size == 64 || w*size == 128; ok != want {
+				t.Fatalf("size %d w %d: copied %v, want %v", size, w, ok, want)
+			}
+			for r := 0; r < rows; r++ {
+				for j := 0; j < dstLd; j++ {
+					want := -1.0
+					if ok && j < w {
+						want = src[r*srcLd+j]
+					}
+					if got := dst[r*dstLd+j]; got != want {
+						t.Fatalf("size %d w %d: dst[%d][%d] = %v, want %v", size, w, r, j, got, want)
+					}
+				}
+			}
+		}
+	}
+	check(t, 4, func(dst, src []float64, rows, w int) bool {
+		d, s := make([]float32, len(dst)), make([]float32, len(src))
+		for i := range d {
+			d[i] = float32(dst[i])
+		}
+		for i := range s {
+			s[i] = float32(src[i])
+		}
+		ok := gemmFastCopy(d, 41, s, 37, rows, w)
+		for i := range d {
+			dst[i] = float64(d[i])
+		}
+		return ok
+	})
+	check(t, 8, func(dst, src []float64, rows, w int) bool { return gemmFastCopy(dst, 41, src, 37, rows, w) })
 }

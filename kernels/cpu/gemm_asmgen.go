@@ -254,9 +254,10 @@ TEXT ·gemmCPUID(SB), NOSPLIT, $0-24
 	RET
 
 // func gemmCopyRowsAVX(dst, src unsafe.Pointer, dstStride, srcStride, rows, width int)
-// Copies rows runs of width bytes (64 or 128) from src to dst, advancing src by srcStride
-// and dst by dstStride bytes per run: packing full-width GEMM slivers (and scattering a
-// row across slivers).
+// Copies rows runs of width bytes (24, 48, 64 or 128) from src to dst, advancing src by
+// srcStride and dst by dstStride bytes per run: packing full-width GEMM slivers (and
+// scattering a row across slivers). 24 and 48 are the AVX2 kernels' 6-row A slivers
+// (transposed A), float32 and float64.
 TEXT ·gemmCopyRowsAVX(SB), NOSPLIT, $0-48
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
@@ -268,6 +269,10 @@ TEXT ·gemmCopyRowsAVX(SB), NOSPLIT, $0-48
 	JZ copy_done
 	CMPQ AX, $64
 	JEQ copy64
+	CMPQ AX, $24
+	JEQ copy24
+	CMPQ AX, $48
+	JEQ copy48
 copy128:
 	VMOVUPS (SI), Y0
 	VMOVUPS 32(SI), Y1
@@ -291,6 +296,26 @@ copy64:
 	ADDQ R8, DI
 	DECQ CX
 	JNZ copy64
+	JMP copy_done
+copy24:
+	VMOVUPS (SI), X0
+	VMOVSD 16(SI), X1
+	VMOVUPS X0, (DI)
+	VMOVSD X1, 16(DI)
+	ADDQ DX, SI
+	ADDQ R8, DI
+	DECQ CX
+	JNZ copy24
+	JMP copy_done
+copy48:
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), X1
+	VMOVUPS Y0, (DI)
+	VMOVUPS X1, 32(DI)
+	ADDQ DX, SI
+	ADDQ R8, DI
+	DECQ CX
+	JNZ copy48
 copy_done:
 	VZEROUPPER
 	RET
@@ -355,6 +380,68 @@ packa_loop:
 	DECQ CX
 	JNZ packa_loop
 packa_done:
+	VZEROUPPER
+	RET
+
+// func gemmPackA6AVX(dst, src unsafe.Pointer, lda, blocks int)
+// Packs 6 float32 rows (lda bytes apart) into a 6-row A sliver, 8 columns at a time:
+// dst[p·6 + i] = row i's element p for p < 8·blocks. The same 8×8 transpose as
+// gemmPackA8AVX with rows 4 and 5 standing in for the absent 6 and 7: each output column's
+// lanes 6 and 7 are junk that the next column's overlapping store (24 bytes on) overwrites;
+// the last column is stored as 16 + 8 bytes so nothing is written past the block.
+TEXT ·gemmPackA6AVX(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ lda+16(FP), R8
+	MOVQ blocks+24(FP), CX
+	LEAQ (R8)(R8*2), R10
+	TESTQ CX, CX
+	JZ packa6_done
+packa6_loop:
+	LEAQ (SI)(R8*4), R11
+	VMOVUPS (SI), Y0
+	VMOVUPS (SI)(R8*1), Y1
+	VMOVUPS (SI)(R8*2), Y2
+	VMOVUPS (SI)(R10*1), Y3
+	VMOVUPS (R11), Y4
+	VMOVUPS (R11)(R8*1), Y5
+	VUNPCKLPS Y1, Y0, Y8
+	VUNPCKHPS Y1, Y0, Y9
+	VUNPCKLPS Y3, Y2, Y10
+	VUNPCKHPS Y3, Y2, Y11
+	VUNPCKLPS Y5, Y4, Y12
+	VUNPCKHPS Y5, Y4, Y13
+	VSHUFPS $0x44, Y10, Y8, Y0
+	VSHUFPS $0xEE, Y10, Y8, Y1
+	VSHUFPS $0x44, Y11, Y9, Y2
+	VSHUFPS $0xEE, Y11, Y9, Y3
+	VSHUFPS $0x44, Y12, Y12, Y4
+	VSHUFPS $0xEE, Y12, Y12, Y5
+	VSHUFPS $0x44, Y13, Y13, Y6
+	VSHUFPS $0xEE, Y13, Y13, Y7
+	VPERM2F128 $0x20, Y4, Y0, Y8
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y10
+	VPERM2F128 $0x20, Y7, Y3, Y11
+	VPERM2F128 $0x31, Y4, Y0, Y12
+	VPERM2F128 $0x31, Y5, Y1, Y13
+	VPERM2F128 $0x31, Y6, Y2, Y14
+	VPERM2F128 $0x31, Y7, Y3, Y15
+	VMOVUPS Y8, (DI)
+	VMOVUPS Y9, 24(DI)
+	VMOVUPS Y10, 48(DI)
+	VMOVUPS Y11, 72(DI)
+	VMOVUPS Y12, 96(DI)
+	VMOVUPS Y13, 120(DI)
+	VMOVUPS Y14, 144(DI)
+	VMOVUPS X15, 168(DI)
+	VEXTRACTF128 $1, Y15, X15
+	VMOVSD X15, 184(DI)
+	ADDQ $32, SI
+	ADDQ $192, DI
+	DECQ CX
+	JNZ packa6_loop
+packa6_done:
 	VZEROUPPER
 	RET
 

@@ -15,7 +15,7 @@ func gemmAvailable(size uintptr) []*gemmImpl {
 
 func gemmFastCopy[T Float](dst []T, dstLd int, src []T, srcLd, rows, w int) bool { return false }
 
-func gemmFastPackA8[T Float](d, src []T, lda, kb int) int { return 0 }
+func gemmFastPackA[T Float](d, src []T, lda, kb, mr int) int { return 0 }
 
 // No SIMD kernels to choose between here.
 const gemmHasAVX2FMA, gemmHasAVX512 = false, false
