@@ -144,9 +144,54 @@ func withImpl[T Float](impl *gemmImpl, f func()) {
 func TestGemm(t *testing.T) {
 	for _, impl := range gemmAvailable(4) {
 		t.Run("f32/"+impl.name, func(t *testing.T) { withImpl[float32](impl, func() { testGemmAll[float32](t, impl) }) })
+		rows := gemmRowOrder(impl)
+		t.Run("f32/"+impl.name+"/rows", func(t *testing.T) { withImpl[float32](rows, func() { testGemmAll[float32](t, rows) }) })
 	}
 	for _, impl := range gemmAvailable(8) {
 		t.Run("f64/"+impl.name, func(t *testing.T) { withImpl[float64](impl, func() { testGemmAll[float64](t, impl) }) })
+		rows := gemmRowOrder(impl)
+		t.Run("f64/"+impl.name+"/rows", func(t *testing.T) { withImpl[float64](rows, func() { testGemmAll[float64](t, rows) }) })
+	}
+}
+
+// gemmRowOrder is impl with every slab's tiles taken along C's rows (rowsSpan 1), and
+// gemmColumnOrder the same kernel always down C's columns: the tests' GEMMs are far
+// smaller than the span at which the tuned kernels switch.
+func gemmRowOrder(impl *gemmImpl) *gemmImpl {
+	v := *impl
+	v.rowsSpan = 1
+	return &v
+}
+
+func gemmColumnOrder(impl *gemmImpl) *gemmImpl {
+	v := *impl
+	v.rowsSpan = 0
+	return &v
+}
+
+// Both tile orders give the same bits, with edge tiles on both sides, several k slabs and
+// mc blocks, beta, a bias and a parallel split.
+func TestGemmTileOrder(t *testing.T) {
+	r := rand.New(rand.NewPCG(63, 64))
+	for _, sh := range [][3]int{{301, 77, 900}, {13, 530, 40}, {160, 33, 5}} {
+		m, n, k := sh[0], sh[1], sh[2]
+		for _, impl := range gemmAvailable(4) {
+			a, b, c0, bias := randSlice[float32](r, m*k), randSlice[float32](r, k*n), randSlice[float32](r, m*n), randSlice[float32](r, m)
+			for _, workers := range []int{1, 2} {
+				var got [2][]float32
+				for o, v := range []*gemmImpl{gemmColumnOrder(impl), gemmRowOrder(impl)} {
+					got[o] = append([]float32(nil), c0...)
+					withImpl[float32](v, func() {
+						gemmRunSrc(false, m, n, k, 1.5, a, k, nil, &gemmMatrixB[float32]{b: b, ldb: n}, 0.5, got[o], n, bias, workers)
+					})
+				}
+				for i := range got[0] {
+					if got[0][i] != got[1][i] {
+						t.Fatalf("%s %dx%dx%d, %d workers: c[%d] = %v along rows, %v down columns", impl.name, m, n, k, workers, i, got[1][i], got[0][i])
+					}
+				}
+			}
+		}
 	}
 }
 
