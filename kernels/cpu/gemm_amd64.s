@@ -82,11 +82,8 @@ copy_done:
 	VZEROUPPER
 	RET
 
+
 // func gemmPackA8AVX(dst, src unsafe.Pointer, lda, blocks int)
-// Packs 8 float32 rows (lda bytes apart) into an 8-row A sliver, 8 columns at a time:
-// dst[p·8 + i] = row i's element p for p < 8·blocks. Each block is an 8×8 transpose
-// (unpack, shuffle, 128-bit permute), one contiguous 256-byte store per block where the
-// scalar interleave writes element by element.
 TEXT ·gemmPackA8AVX(SB), NOSPLIT, $0-32
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
@@ -94,8 +91,8 @@ TEXT ·gemmPackA8AVX(SB), NOSPLIT, $0-32
 	MOVQ blocks+24(FP), CX
 	LEAQ (R8)(R8*2), R10
 	TESTQ CX, CX
-	JZ packa_done
-packa_loop:
+	JZ packa8_done
+packa8_loop:
 	LEAQ (SI)(R8*4), R11
 	VMOVUPS (SI), Y0
 	VMOVUPS (SI)(R8*1), Y1
@@ -129,7 +126,7 @@ packa_loop:
 	VPERM2F128 $0x31, Y5, Y1, Y13
 	VPERM2F128 $0x31, Y6, Y2, Y14
 	VPERM2F128 $0x31, Y7, Y3, Y15
-	VMOVUPS Y8, (DI)
+	VMOVUPS Y8, 0(DI)
 	VMOVUPS Y9, 32(DI)
 	VMOVUPS Y10, 64(DI)
 	VMOVUPS Y11, 96(DI)
@@ -140,17 +137,12 @@ packa_loop:
 	ADDQ $32, SI
 	ADDQ $256, DI
 	DECQ CX
-	JNZ packa_loop
-packa_done:
+	JNZ packa8_loop
+packa8_done:
 	VZEROUPPER
 	RET
 
 // func gemmPackA6AVX(dst, src unsafe.Pointer, lda, blocks int)
-// Packs 6 float32 rows (lda bytes apart) into a 6-row A sliver, 8 columns at a time:
-// dst[p·6 + i] = row i's element p for p < 8·blocks. The same 8×8 transpose as
-// gemmPackA8AVX with rows 4 and 5 standing in for the absent 6 and 7: each output column's
-// lanes 6 and 7 are junk that the next column's overlapping store (24 bytes on) overwrites;
-// the last column is stored as 16 + 8 bytes so nothing is written past the block.
 TEXT ·gemmPackA6AVX(SB), NOSPLIT, $0-32
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
@@ -173,14 +165,16 @@ packa6_loop:
 	VUNPCKHPS Y3, Y2, Y11
 	VUNPCKLPS Y5, Y4, Y12
 	VUNPCKHPS Y5, Y4, Y13
+	VUNPCKLPS Y5, Y4, Y14
+	VUNPCKHPS Y5, Y4, Y15
 	VSHUFPS $0x44, Y10, Y8, Y0
 	VSHUFPS $0xEE, Y10, Y8, Y1
 	VSHUFPS $0x44, Y11, Y9, Y2
 	VSHUFPS $0xEE, Y11, Y9, Y3
-	VSHUFPS $0x44, Y12, Y12, Y4
-	VSHUFPS $0xEE, Y12, Y12, Y5
-	VSHUFPS $0x44, Y13, Y13, Y6
-	VSHUFPS $0xEE, Y13, Y13, Y7
+	VSHUFPS $0x44, Y14, Y12, Y4
+	VSHUFPS $0xEE, Y14, Y12, Y5
+	VSHUFPS $0x44, Y15, Y13, Y6
+	VSHUFPS $0xEE, Y15, Y13, Y7
 	VPERM2F128 $0x20, Y4, Y0, Y8
 	VPERM2F128 $0x20, Y5, Y1, Y9
 	VPERM2F128 $0x20, Y6, Y2, Y10
@@ -189,7 +183,7 @@ packa6_loop:
 	VPERM2F128 $0x31, Y5, Y1, Y13
 	VPERM2F128 $0x31, Y6, Y2, Y14
 	VPERM2F128 $0x31, Y7, Y3, Y15
-	VMOVUPS Y8, (DI)
+	VMOVUPS Y8, 0(DI)
 	VMOVUPS Y9, 24(DI)
 	VMOVUPS Y10, 48(DI)
 	VMOVUPS Y11, 72(DI)
