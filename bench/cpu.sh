@@ -82,10 +82,11 @@ pin() {
   taskset -c "0-$((t - 1))" env GOMAXPROCS="$t" OMP_NUM_THREADS="$t" OPENBLAS_NUM_THREADS="$t" OMP_WAIT_POLICY=PASSIVE "$@"
 }
 median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print (NR % 2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-# ppcsteps: median of the step times (ms) that `ppc run` printed on stdin, the first left out.
-ppcsteps() { sed -n 's/^step \([0-9]*\) .*time=\([0-9.]*\)\(m\?s\).*/\1 \2 \3/p' | awk '$1 > 1 {print ($3 == "s" ? $2 * 1000 : $2)}' | median; }
-# ppcsteps2: the same steps' median and fastest, "MEDIAN MIN".
-ppcsteps2() { sed -n 's/^step \([0-9]*\) .*time=\([0-9.]*\)\(m\?s\).*/\1 \2 \3/p' | awk '$1 > 1 {print ($3 == "s" ? $2 * 1000 : $2)}' | sort -g | awk '{a[NR]=$1} END {print (NR % 2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2), a[1]}'; }
+# steptimes: the step times (ms) that `ppc run` printed on stdin, the first left out, one a
+# line; ppcsteps: their median; ppcsteps2: their median and fastest, "MEDIAN MIN".
+steptimes() { sed -n 's/^step \([0-9]*\) .*time=\([0-9.]*\)\(m\?s\).*/\1 \2 \3/p' | awk '$1 > 1 {print ($3 == "s" ? $2 * 1000 : $2)}'; }
+ppcsteps() { steptimes | median; }
+ppcsteps2() { steptimes | sort -g | awk '{a[NR]=$1} END {print (NR % 2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2), a[1]}'; }
 row() { printf '%-44s %12s %12s %9s\n' "$@"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f×", a / b}'; }
 
