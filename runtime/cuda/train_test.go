@@ -509,6 +509,18 @@ func TestCUDADeviceTrace(t *testing.T) {
 	}
 }
 
+// logStream is the stream a Recorder log line names ("... stream N ..." or "stream N waits
+// ..."), or -1 for a call on no stream (an event or module made, an allocation).
+func logStream(l string) int {
+	i := strings.LastIndex(l, "stream ")
+	if i < 0 {
+		return -1
+	}
+	s := -1
+	fmt.Sscanf(l[i+len("stream "):], "%d", &s)
+	return s
+}
+
 // TestCUDADeviceAllocatesAtLoad: the executor's memory discipline on the device — every
 // allocation (each rank's one block, the launch plans' scratch) is made when the plan loads,
 // all kernels are one module built at the first launch, and the steps allocate nothing and
@@ -542,16 +554,26 @@ func TestCUDADeviceAllocatesAtLoad(t *testing.T) {
 		t.Errorf("the steps allocated %d more times", n-allocs)
 	}
 	// Inputs and received activations are copies queued from page-locked buffers, marked by
-	// an event, not followed by a wait for the device.
+	// an event, not followed by a wait for the device. The two ranks run concurrently, so the
+	// call that follows a copy is the next one on the copy's stream, not the next log line.
 	copies := func(prefix string) (queued, waited int) {
-		for i, l := range e.Log[h2d0:] {
-			if strings.HasPrefix(l, prefix) && i+1 < len(e.Log[h2d0:]) {
-				switch next := e.Log[h2d0+i+1]; {
-				case strings.HasPrefix(next, "record event"), strings.HasPrefix(next, "event "): // an event made or reused
+		log := e.Log[h2d0:]
+		for i, l := range log {
+			if !strings.HasPrefix(l, prefix) {
+				continue
+			}
+			s := logStream(l)
+			for _, next := range log[i+1:] {
+				if logStream(next) != s {
+					continue
+				}
+				switch {
+				case strings.HasPrefix(next, "record event"):
 					queued++
 				case strings.HasPrefix(next, "sync stream"):
 					waited++
 				}
+				break
 			}
 		}
 		return queued, waited
