@@ -64,6 +64,12 @@ type gemmImpl struct {
 	// kernInd is the float32 kernel with B read in place (nil: none): B's row p is the nr
 	// values at b + offs[p] bytes — convIndirect's image rows, unpacked.
 	kernInd func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int, bias, offs unsafe.Pointer)
+	// kernHalf (nil: none) is kern for a tile of nr/2 columns, reading the first half of
+	// each row of a packed nr-wide B sliver: a panel's last tile, when nr/2 or fewer columns
+	// remain, costs half a full tile instead of a whole one (ResNet's 7×7 layers have 49
+	// columns: 3 full tiles and 1 column). Each lane sums in the same order as kern's, so
+	// the results are the same bits.
+	kernHalf func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int, bias unsafe.Pointer)
 	// rowsSpan, where non-zero, orders a slab's tiles along C's rows (each A sliver in turn
 	// meets every B sliver of the panel) once the slab's C spans at least rowsSpan bytes
 	// (its rows × ldc), instead of down C's columns (each B sliver in turn meets every A
@@ -601,10 +607,14 @@ func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, p
 			if mode >= 3 {
 				bip = unsafe.Pointer(&bias[ic+ir])
 			}
-			if mm == mr && nn == nr {
-				impl.kern(kb, as, bs, unsafe.Pointer(&c[ci]), ldc, float64(alpha), float64(bet), mode, bip)
+			kern, w := impl.kern, nr
+			if nn <= nr/2 && impl.kernHalf != nil {
+				kern, w = impl.kernHalf, nr/2
+			}
+			if mm == mr && nn == w {
+				kern(kb, as, bs, unsafe.Pointer(&c[ci]), ldc, float64(alpha), float64(bet), mode, bip)
 			} else {
-				impl.kern(kb, as, bs, unsafe.Pointer(&tmp[0]), nr, 1, 0, 0, nil)
+				kern(kb, as, bs, unsafe.Pointer(&tmp[0]), nr, 1, 0, 0, nil)
 				for i := 0; i < mm; i++ {
 					var bv T
 					if mode >= 3 {

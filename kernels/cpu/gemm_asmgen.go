@@ -27,7 +27,14 @@ type kernel struct {
 	// indirect: B is not packed; step p reads its nr values at b + offs[p] (bytes), a table
 	// of int64 — convolution reading the padded image in place (convIndirect).
 	indirect bool
+	// bvecs is the packed B sliver's width in vectors when it is wider than the tile (0: nv):
+	// a narrow kernel for a panel's last columns reads the first nv vectors of each row of
+	// the full kernel's sliver.
+	bvecs int
 }
+
+// bstep is the bytes between consecutive rows of the packed B sliver.
+func (k kernel) bstep() int { return max(k.bvecs, k.nv) * k.lanes * k.es() }
 
 func (k kernel) es() int { // element size in bytes
 	if k.double {
@@ -56,7 +63,7 @@ func (k kernel) breg(v int) string   { return k.r(k.mr*k.nv + v) }
 func (k kernel) areg(i int) string   { return k.r(k.mr*k.nv + k.nv + i%2) }
 
 func (k kernel) step(u int) {
-	es, nr := k.es(), k.nv*k.lanes
+	es := k.es()
 	vb := k.lanes * es
 	if k.indirect {
 		p("\tMOVQ %d(R11), R12", u*8)
@@ -65,7 +72,7 @@ func (k kernel) step(u int) {
 		}
 	} else {
 		for v := 0; v < k.nv; v++ {
-			p("\tVMOVUPS %d(DI), %s", (u*nr)*es+v*vb, k.breg(v))
+			p("\tVMOVUPS %d(DI), %s", u*k.bstep()+v*vb, k.breg(v))
 		}
 	}
 	for i := 0; i < k.mr; i++ {
@@ -97,7 +104,10 @@ func (k kernel) gen() {
 		p("// As the packed kernel, but B's row p is the %d values at b + offs[p] bytes (offs: k int64s).", nr)
 	} else {
 		p("// func %s(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta %s, mode int, bias unsafe.Pointer)", k.name, typ)
-		p("// C[0:%d, 0:%d] = alpha·A·B (+ beta·C) (+ bias[i] on row i): A packed k×%d, B packed k×%d, C row-major with ldc elements.", k.mr, nr, k.mr, nr)
+		p("// C[0:%d, 0:%d] = alpha·A·B (+ beta·C) (+ bias[i] on row i): A packed k×%d, B packed k×%d, C row-major with ldc elements.", k.mr, nr, k.mr, k.bstep()/es)
+		if k.bvecs > k.nv {
+			p("// (B's first %d columns: a panel's last columns, in the %d-wide kernel's sliver.)", nr, k.bstep()/es)
+		}
 	}
 	p("TEXT ·%s(SB), NOSPLIT, $0-%d", k.name, argSize)
 	if k.indirect {
@@ -130,7 +140,7 @@ func (k kernel) gen() {
 	p("\tJZ %s_tail", k.name)
 	p("%s_loop4:", k.name)
 	if !k.indirect {
-		p("\tPREFETCHT0 %d(DI)", 16*nr*es)
+		p("\tPREFETCHT0 %d(DI)", 16*k.bstep())
 	}
 	for u := 0; u < 4; u++ {
 		k.step(u)
@@ -139,7 +149,7 @@ func (k kernel) gen() {
 	if k.indirect {
 		p("\tADDQ $32, R11")
 	} else {
-		p("\tADDQ $%d, DI", 4*nr*es)
+		p("\tADDQ $%d, DI", 4*k.bstep())
 	}
 	p("\tDECQ R10")
 	p("\tJNZ %s_loop4", k.name)
@@ -152,7 +162,7 @@ func (k kernel) gen() {
 	if k.indirect {
 		p("\tADDQ $8, R11")
 	} else {
-		p("\tADDQ $%d, DI", nr*es)
+		p("\tADDQ $%d, DI", k.bstep())
 	}
 	p("\tDECQ CX")
 	p("\tJNZ %s_loop1", k.name)
@@ -395,6 +405,8 @@ TEXT ·gemmXGETBV(SB), NOSPLIT, $0-8
 	for _, k := range []kernel{
 		{name: "gemmKernS6x16AVX2", mr: 6, nv: 2, reg: "Y", lanes: 8},
 		{name: "gemmKernD6x8AVX2", mr: 6, nv: 2, reg: "Y", lanes: 4, double: true},
+		{name: "gemmKernS6x8AVX2", mr: 6, nv: 1, reg: "Y", lanes: 8, bvecs: 2},
+		{name: "gemmKernD6x4AVX2", mr: 6, nv: 1, reg: "Y", lanes: 4, double: true, bvecs: 2},
 		{name: "gemmKernS8x32AVX512", mr: 8, nv: 2, reg: "Z", lanes: 16},
 		{name: "gemmKernD8x16AVX512", mr: 8, nv: 2, reg: "Z", lanes: 8, double: true},
 		{name: "gemmKernS6x16AVX2Ind", mr: 6, nv: 2, reg: "Y", lanes: 8, indirect: true},

@@ -195,6 +195,60 @@ func TestGemmTileOrder(t *testing.T) {
 	}
 }
 
+// The half-width kernel for a panel's last columns gives the bits of the full kernel's
+// edge tile: every remainder of the 16-wide sliver up to 8 (8 is stored straight to C), with
+// ragged rows, several slabs, each beta mode and a bias, in both tile orders.
+func TestGemmHalfTiles(t *testing.T) {
+	r := rand.New(rand.NewPCG(65, 66))
+	for size, impls := range map[int][]*gemmImpl{4: gemmAvailable(4), 8: gemmAvailable(8)} {
+		for _, impl := range impls {
+			if impl.kernHalf == nil {
+				continue
+			}
+			whole := *impl
+			whole.kernHalf = nil
+			for _, n := range []int{1, 3, 8, 49, 196, 24 + 7} {
+				for _, sh := range [][2]int{{13, 700}, {12, 5}} {
+					m, k := sh[0], sh[1]
+					for _, beta := range []float64{0, 1, 0.5} {
+						for _, bias := range []bool{false, true} {
+							for _, order := range []func(*gemmImpl) *gemmImpl{gemmColumnOrder, gemmRowOrder} {
+								half, full := order(impl), order(&whole)
+								if size == 4 {
+									checkHalf[float32](t, r, half, full, m, n, k, beta, bias)
+								} else {
+									checkHalf[float64](t, r, half, full, m, n, k, beta, bias)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func checkHalf[T Float](t *testing.T, r *rand.Rand, half, full *gemmImpl, m, n, k int, beta float64, withBias bool) {
+	t.Helper()
+	a, b, c0 := randSlice[T](r, m*k), randSlice[T](r, k*n), randSlice[T](r, m*n)
+	var bias []T
+	if withBias {
+		bias = randSlice[T](r, m)
+	}
+	var got [2][]T
+	for o, v := range []*gemmImpl{full, half} {
+		got[o] = append([]T(nil), c0...)
+		withImpl[T](v, func() {
+			gemmRunSrc(false, m, n, k, 1.5, a, k, nil, &gemmMatrixB[T]{b: b, ldb: n}, T(beta), got[o], n, bias, 1)
+		})
+	}
+	for i := range got[0] {
+		if got[0][i] != got[1][i] {
+			t.Fatalf("%s %dx%dx%d beta %v bias %v: c[%d] = %v with the half-width kernel, %v with the full one", half.name, m, n, k, beta, withBias, i, got[1][i], got[0][i])
+		}
+	}
+}
+
 func TestGemmForceGeneric(t *testing.T) {
 	gemmForceGeneric = true
 	defer func() { gemmForceGeneric = false }()
