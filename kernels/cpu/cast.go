@@ -130,9 +130,9 @@ func castCheckLen(name string, n, m int) {
 func F32ToBF16Slice(src []float32, dst []uint16) {
 	castCheckLen("F32ToBF16Slice", len(src), len(dst))
 	Parallel(len(src), castGrain, func(lo, hi int) {
-		d := dst[lo:hi]
-		for i, v := range src[lo:hi] {
-			d[i] = F32ToBF16(v)
+		d, s := dst[lo:hi], src[lo:hi]
+		for i := castNarrowVec(d, s, false); i < len(s); i++ {
+			d[i] = F32ToBF16(s[i])
 		}
 	})
 }
@@ -141,9 +141,9 @@ func F32ToBF16Slice(src []float32, dst []uint16) {
 func BF16ToF32Slice(src []uint16, dst []float32) {
 	castCheckLen("BF16ToF32Slice", len(src), len(dst))
 	Parallel(len(src), castGrain, func(lo, hi int) {
-		d := dst[lo:hi]
-		for i, v := range src[lo:hi] {
-			d[i] = BF16ToF32(v)
+		d, s := dst[lo:hi], src[lo:hi]
+		for i := castWidenVec(d, s, false); i < len(s); i++ {
+			d[i] = BF16ToF32(s[i])
 		}
 	})
 }
@@ -152,9 +152,9 @@ func BF16ToF32Slice(src []uint16, dst []float32) {
 func F32ToF16Slice(src []float32, dst []uint16) {
 	castCheckLen("F32ToF16Slice", len(src), len(dst))
 	Parallel(len(src), castGrain, func(lo, hi int) {
-		d := dst[lo:hi]
-		for i, v := range src[lo:hi] {
-			d[i] = F32ToF16(v)
+		d, s := dst[lo:hi], src[lo:hi]
+		for i := castNarrowVec(d, s, true); i < len(s); i++ {
+			d[i] = F32ToF16(s[i])
 		}
 	})
 }
@@ -163,9 +163,9 @@ func F32ToF16Slice(src []float32, dst []uint16) {
 func F16ToF32Slice(src []uint16, dst []float32) {
 	castCheckLen("F16ToF32Slice", len(src), len(dst))
 	Parallel(len(src), castGrain, func(lo, hi int) {
-		d := dst[lo:hi]
-		for i, v := range src[lo:hi] {
-			d[i] = F16ToF32(v)
+		d, s := dst[lo:hi], src[lo:hi]
+		for i := castWidenVec(d, s, true); i < len(s); i++ {
+			d[i] = F16ToF32(s[i])
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/x448/float16"
@@ -325,5 +326,51 @@ func BenchmarkCastF32ToBF16(b *testing.B) {
 	b.SetBytes(int64(6 * n))
 	for b.Loop() {
 		_ = Cast(src, F32, dst, BF16)
+	}
+}
+
+// The vector conversions give the scalar ones' bits: every 16-bit pattern widened, and
+// narrowing every float32 pattern whose low 16 bits sit at or beside a rounding boundary of
+// bfloat16 (bit 15) or of IEEE half, normal (bit 12) or subnormal (bits 13–16), or are
+// random — NaNs, infinities, overflow to infinity and subnormal results included. Slices
+// of odd lengths cover the scalar tails.
+func TestCastVectorMatchesScalar(t *testing.T) {
+	r := rand.New(rand.NewPCG(70, 71))
+	var f32 []float32
+	for hi := range uint32(1 << 16) {
+		for _, lo := range []uint32{0, 1, 0x0fff, 0x1000, 0x1001, 0x1fff, 0x2000, 0x2001, 0x3fff, 0x4000, 0x4001, 0x7fff, 0x8000, 0x8001, 0xffff, r.Uint32() & 0xffff} {
+			f32 = append(f32, math.Float32frombits(hi<<16|lo))
+		}
+	}
+	h16 := make([]uint16, 1<<16+5)
+	for i := range h16 {
+		h16[i] = uint16(i)
+	}
+	type conv struct {
+		name   string
+		narrow func([]float32, []uint16)
+		widen  func([]uint16, []float32)
+	}
+	for _, c := range []conv{{"f16", F32ToF16Slice, F16ToF32Slice}, {"bf16", F32ToBF16Slice, BF16ToF32Slice}} {
+		run := func(goOnly bool) ([]uint16, []float32) {
+			castForceGo = goOnly
+			defer func() { castForceGo = false }()
+			n, w := make([]uint16, len(f32)-3), make([]float32, len(h16))
+			c.narrow(f32[:len(f32)-3], n)
+			c.widen(h16, w)
+			return n, w
+		}
+		vn, vw := run(false)
+		sn, sw := run(true)
+		for i := range vn {
+			if vn[i] != sn[i] {
+				t.Fatalf("%s: %#08x narrows to %#04x, the scalar conversion gives %#04x", c.name, math.Float32bits(f32[i]), vn[i], sn[i])
+			}
+		}
+		for i := range vw {
+			if math.Float32bits(vw[i]) != math.Float32bits(sw[i]) {
+				t.Fatalf("%s: %#04x widens to %#08x, the scalar conversion gives %#08x", c.name, h16[i], math.Float32bits(vw[i]), math.Float32bits(sw[i]))
+			}
+		}
 	}
 }

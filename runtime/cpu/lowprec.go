@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"math"
 	"sync"
 
 	"ppc.dev/ppc/ir"
@@ -104,38 +103,23 @@ func (d *Device) prepareWidened(s *device.Spec, b builder, direct error) (device
 	}, nil
 }
 
-// widen writes the values of a bf16 or f16 tensor into dst.
+// widen writes the values of a bf16 or f16 tensor into dst (exactly; vector conversions
+// where the CPU has them).
 func widen(dst []float32, t device.Tensor) {
-	src := t.U16()
-	f16 := t.Type.DType == ir.F16
-	k.Parallel(len(dst), 1<<14, func(lo, hi int) {
-		if f16 {
-			for i := lo; i < hi; i++ {
-				dst[i] = ir.F16ToF32(src[i])
-			}
-			return
-		}
-		for i := lo; i < hi; i++ {
-			dst[i] = math.Float32frombits(uint32(src[i]) << 16)
-		}
-	})
+	if src := t.U16()[:len(dst)]; t.Type.DType == ir.F16 {
+		k.F16ToF32Slice(src, dst)
+	} else {
+		k.BF16ToF32Slice(src, dst)
+	}
 }
 
 // narrow rounds src to the bf16 or f16 tensor t, to nearest even.
 func narrow(t device.Tensor, src []float32) {
-	dst := t.U16()
-	f16 := t.Type.DType == ir.F16
-	k.Parallel(len(dst), 1<<14, func(lo, hi int) {
-		if f16 {
-			for i := lo; i < hi; i++ {
-				dst[i] = ir.F32ToF16(src[i])
-			}
-			return
-		}
-		for i := lo; i < hi; i++ {
-			dst[i] = ir.F32ToBF16(src[i])
-		}
-	})
+	if dst := t.U16(); t.Type.DType == ir.F16 {
+		k.F32ToF16Slice(src[:len(dst)], dst)
+	} else {
+		k.F32ToBF16Slice(src[:len(dst)], dst)
+	}
 }
 
 // scratchList is a free list of byte buffers by size, safe for concurrent use. Buffers are

@@ -1,0 +1,98 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// Vector conversions between float32 and the 16-bit floats, 8 elements a step; n is a
+// positive multiple of 8. They give the bits of the scalar F32ToF16, F16ToF32, F32ToBF16
+// and BF16ToF32 (TestCastVectorMatchesScalar).
+
+// func castF32ToF16F16C(dst *uint16, src *float32, n int)
+// VCVTPS2PH with rounding control 0: round to nearest even, independent of MXCSR.
+TEXT ·castF32ToF16F16C(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+f2h_loop:
+	VMOVUPS (SI), Y0
+	VCVTPS2PH $0, Y0, X1
+	VMOVDQU X1, (DI)
+	ADDQ $32, SI
+	ADDQ $16, DI
+	SUBQ $8, CX
+	JNZ f2h_loop
+	VZEROUPPER
+	RET
+
+// func castF16ToF32F16C(dst *float32, src *uint16, n int)
+TEXT ·castF16ToF32F16C(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+h2f_loop:
+	VCVTPH2PS (SI), Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $16, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JNZ h2f_loop
+	VZEROUPPER
+	RET
+
+// func castF32ToBF16AVX2(dst *uint16, src *float32, n int)
+// Round to nearest even on the top 16 bits (u + 0x7fff + bit 16 of u, then the top half);
+// a NaN keeps its top half with the quiet bit set.
+TEXT ·castF32ToBF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVL $1, AX
+	VMOVD AX, X8
+	VPBROADCASTD X8, Y8 // 1
+	MOVL $0x7fff, AX
+	VMOVD AX, X9
+	VPBROADCASTD X9, Y9 // rounding bias
+	MOVL $0x7fffffff, AX
+	VMOVD AX, X10
+	VPBROADCASTD X10, Y10 // |u| mask
+	MOVL $0x7f800000, AX
+	VMOVD AX, X11
+	VPBROADCASTD X11, Y11 // infinity
+	MOVL $0x40, AX
+	VMOVD AX, X12
+	VPBROADCASTD X12, Y12 // bf16's quiet bit
+f2b_loop:
+	VMOVDQU (SI), Y0
+	VPSRLD $16, Y0, Y1       // u >> 16
+	VPAND Y8, Y1, Y2         // its lowest bit
+	VPADDD Y9, Y0, Y3
+	VPADDD Y2, Y3, Y3
+	VPSRLD $16, Y3, Y3       // rounded
+	VPAND Y10, Y0, Y4
+	VPCMPGTD Y11, Y4, Y4     // NaN: |u| > infinity
+	VPOR Y12, Y1, Y5         // quieted NaN
+	VPBLENDVB Y4, Y5, Y3, Y3
+	VEXTRACTI128 $1, Y3, X6
+	VPACKUSDW X6, X3, X3
+	VMOVDQU X3, (DI)
+	ADDQ $32, SI
+	ADDQ $16, DI
+	SUBQ $8, CX
+	JNZ f2b_loop
+	VZEROUPPER
+	RET
+
+// func castBF16ToF32AVX2(dst *float32, src *uint16, n int)
+TEXT ·castBF16ToF32AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+b2f_loop:
+	VPMOVZXWD (SI), Y0
+	VPSLLD $16, Y0, Y0
+	VMOVDQU Y0, (DI)
+	ADDQ $16, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JNZ b2f_loop
+	VZEROUPPER
+	RET
