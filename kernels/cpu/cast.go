@@ -170,6 +170,32 @@ func F16ToF32Slice(src []uint16, dst []float32) {
 	})
 }
 
+// F32RoundedToF16Slice rounds each value of src to float32 and that to IEEE half
+// (F32ToF16(float32(v))), into dst (same length), on the calling goroutine: the runtime's
+// elementwise stores, whose float64 values are float32 results. (F64ToF16 rounds once.)
+func F32RoundedToF16Slice(src []float64, dst []uint16) {
+	castCheckLen("F32RoundedToF16Slice", len(src), len(dst))
+	for i := castNarrowVec64(dst, src, true); i < len(src); i++ {
+		dst[i] = F32ToF16(float32(src[i]))
+	}
+}
+
+// F32RoundedToBF16Slice is F32RoundedToF16Slice for bfloat16.
+func F32RoundedToBF16Slice(src []float64, dst []uint16) {
+	castCheckLen("F32RoundedToBF16Slice", len(src), len(dst))
+	for i := castNarrowVec64(dst, src, false); i < len(src); i++ {
+		dst[i] = F32ToBF16(float32(src[i]))
+	}
+}
+
+// F16ToF64Slice widens IEEE halves into dst (same length) exactly, on the calling goroutine.
+func F16ToF64Slice(src []uint16, dst []float64) {
+	castCheckLen("F16ToF64Slice", len(src), len(dst))
+	for i := castWidenF16Vec64(dst, src); i < len(src); i++ {
+		dst[i] = float64(F16ToF32(src[i]))
+	}
+}
+
 // ---- Cast ----
 
 // Cast converts the elements of src (type from) into dst (type to), both little-endian. The

@@ -56,3 +56,38 @@ func castWidenVec(dst []float32, src []uint16, half bool) int {
 	}
 	return n
 }
+
+//go:noescape
+func castF64ToF16F16C(dst *uint16, src *float64, n int)
+
+//go:noescape
+func castF16ToF64F16C(dst *float64, src *uint16, n int)
+
+//go:noescape
+func castF64ToBF16AVX2(dst *uint16, src *float64, n int)
+
+// castNarrowVec64 is castNarrowVec for float64 values rounded to float32 first.
+func castNarrowVec64(dst []uint16, src []float64, half bool) int {
+	n := len(src) &^ 7
+	if n == 0 || castForceGo || !gemmHasAVX2FMA || half && !castHasF16C {
+		return 0
+	}
+	_ = dst[n-1]
+	if half {
+		castF64ToF16F16C(&dst[0], &src[0], n)
+	} else {
+		castF64ToBF16AVX2(&dst[0], &src[0], n)
+	}
+	return n
+}
+
+// castWidenF16Vec64 widens IEEE halves to float64 (the longest prefix of a multiple of 8).
+func castWidenF16Vec64(dst []float64, src []uint16) int {
+	n := len(src) &^ 7
+	if n == 0 || castForceGo || !castHasF16C {
+		return 0
+	}
+	_ = dst[n-1]
+	castF16ToF64F16C(&dst[0], &src[0], n)
+	return n
+}

@@ -347,11 +347,20 @@ func TestCastVectorMatchesScalar(t *testing.T) {
 		h16[i] = uint16(i)
 	}
 	type conv struct {
-		name   string
-		narrow func([]float32, []uint16)
-		widen  func([]uint16, []float32)
+		name     string
+		narrow   func([]float32, []uint16)
+		widen    func([]uint16, []float32)
+		narrow64 func([]float64, []uint16)
+		one      func(float32) uint16
 	}
-	for _, c := range []conv{{"f16", F32ToF16Slice, F16ToF32Slice}, {"bf16", F32ToBF16Slice, BF16ToF32Slice}} {
+	f64 := make([]float64, len(f32))
+	for i, v := range f32 {
+		f64[i] = float64(v)
+		if i%3 == 1 { // not a float32: the rounding to float32 comes first
+			f64[i] = math.Float64frombits(math.Float64bits(f64[i]) + uint64(r.Uint32()))
+		}
+	}
+	for _, c := range []conv{{"f16", F32ToF16Slice, F16ToF32Slice, F32RoundedToF16Slice, F32ToF16}, {"bf16", F32ToBF16Slice, BF16ToF32Slice, F32RoundedToBF16Slice, F32ToBF16}} {
 		run := func(goOnly bool) ([]uint16, []float32) {
 			castForceGo = goOnly
 			defer func() { castForceGo = false }()
@@ -367,10 +376,28 @@ func TestCastVectorMatchesScalar(t *testing.T) {
 				t.Fatalf("%s: %#08x narrows to %#04x, the scalar conversion gives %#04x", c.name, math.Float32bits(f32[i]), vn[i], sn[i])
 			}
 		}
+		castForceGo = true
+		s64 := make([]uint16, len(f64)-5)
+		c.narrow64(f64[:len(s64)], s64)
+		castForceGo = false
+		v64 := make([]uint16, len(s64))
+		c.narrow64(f64[:len(s64)], v64)
+		for i := range v64 {
+			if v64[i] != s64[i] || s64[i] != c.one(float32(f64[i])) {
+				t.Fatalf("%s: float64 %#016x narrows to %#04x, the scalar conversion gives %#04x", c.name, math.Float64bits(f64[i]), v64[i], s64[i])
+			}
+		}
 		for i := range vw {
 			if math.Float32bits(vw[i]) != math.Float32bits(sw[i]) {
 				t.Fatalf("%s: %#04x widens to %#08x, the scalar conversion gives %#08x", c.name, h16[i], math.Float32bits(vw[i]), math.Float32bits(sw[i]))
 			}
+		}
+	}
+	w64 := make([]float64, len(h16))
+	F16ToF64Slice(h16, w64)
+	for i, v := range w64 {
+		if want := float64(F16ToF32(h16[i])); math.Float64bits(v) != math.Float64bits(want) {
+			t.Fatalf("f16: %#04x widens to float64 %#016x, want %#016x", h16[i], math.Float64bits(v), math.Float64bits(want))
 		}
 	}
 }

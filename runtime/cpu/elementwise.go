@@ -186,12 +186,7 @@ func makeLoader(t ir.Type, out ir.Shape) (func(data []byte) loader, error) {
 				}
 			case ir.F16:
 				src := device.Tensor{Data: data}.U16()
-				return func(dst []float64, lo int) {
-					s := src[lo : lo+len(dst)]
-					for i := range dst {
-						dst[i] = float64(ir.F16ToF32(s[i]))
-					}
-				}
+				return func(dst []float64, lo int) { k.F16ToF64Slice(src[lo:lo+len(dst)], dst) }
 			}
 			return func(dst []float64, lo int) {
 				for i := range dst {
@@ -382,17 +377,11 @@ func storer(d ir.DType) (func(data []byte, lo int, v []float64), error) {
 		return func(data []byte, lo int, v []float64) { copy(device.Tensor{Data: data}.F64()[lo:], v) }, nil
 	case ir.F16:
 		return func(data []byte, lo int, v []float64) {
-			dst := device.Tensor{Data: data}.U16()[lo:]
-			for i, x := range v {
-				dst[i] = ir.F32ToF16(float32(x))
-			}
+			k.F32RoundedToF16Slice(v, device.Tensor{Data: data}.U16()[lo:lo+len(v)])
 		}, nil
 	case ir.BF16:
 		return func(data []byte, lo int, v []float64) {
-			dst := device.Tensor{Data: data}.U16()[lo:]
-			for i, x := range v {
-				dst[i] = ir.F32ToBF16(float32(x))
-			}
+			k.F32RoundedToBF16Slice(v, device.Tensor{Data: data}.U16()[lo:lo+len(v)])
 		}, nil
 	case ir.I64:
 		return func(data []byte, lo int, v []float64) {
