@@ -6,37 +6,38 @@
 // positive multiple of 8. They give the bits of the scalar F32ToF16, F16ToF32, F32ToBF16
 // and BF16ToF32 (TestCastVectorMatchesScalar).
 
+// ARGS loads the arguments every conversion takes; NEXT advances by 8 elements of srcSize
+// and dstSize bytes and loops while any remain.
+#define ARGS \
+	MOVQ dst+0(FP), DI \
+	MOVQ src+8(FP), SI \
+	MOVQ n+16(FP), CX
+
+#define NEXT(srcSize, dstSize, loop) \
+	ADDQ $(8*srcSize), SI \
+	ADDQ $(8*dstSize), DI \
+	SUBQ $8, CX \
+	JNZ loop \
+	VZEROUPPER \
+	RET
+
 // func castF32ToF16F16C(dst *uint16, src *float32, n int)
 // VCVTPS2PH with rounding control 0: round to nearest even, independent of MXCSR.
 TEXT ·castF32ToF16F16C(SB), NOSPLIT, $0-24
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ n+16(FP), CX
+	ARGS
 f2h_loop:
 	VMOVUPS (SI), Y0
 	VCVTPS2PH $0, Y0, X1
 	VMOVDQU X1, (DI)
-	ADDQ $32, SI
-	ADDQ $16, DI
-	SUBQ $8, CX
-	JNZ f2h_loop
-	VZEROUPPER
-	RET
+	NEXT(4, 2, f2h_loop)
 
 // func castF16ToF32F16C(dst *float32, src *uint16, n int)
 TEXT ·castF16ToF32F16C(SB), NOSPLIT, $0-24
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ n+16(FP), CX
+	ARGS
 h2f_loop:
 	VCVTPH2PS (SI), Y0
 	VMOVUPS Y0, (DI)
-	ADDQ $16, SI
-	ADDQ $32, DI
-	SUBQ $8, CX
-	JNZ h2f_loop
-	VZEROUPPER
-	RET
+	NEXT(2, 4, h2f_loop)
 
 // BF16_CONSTS loads the bfloat16 rounding's constants into Y8–Y12, and BF16_ROUND rounds the
 // 8 float32 in Y0 to the 8 bfloat16 in X3 (clobbering Y1–Y6).
@@ -74,37 +75,23 @@ h2f_loop:
 // Round to nearest even on the top 16 bits (u + 0x7fff + bit 16 of u, then the top half);
 // a NaN keeps its top half with the quiet bit set.
 TEXT ·castF32ToBF16AVX2(SB), NOSPLIT, $0-24
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ n+16(FP), CX
+	ARGS
 	BF16_CONSTS
 f2b_loop:
 	VMOVDQU (SI), Y0
 	// u + 0x7fff + bit 16 of u, then the top half; a NaN (|u| > infinity) gets the quiet bit.
 	BF16_ROUND
 	VMOVDQU X3, (DI)
-	ADDQ $32, SI
-	ADDQ $16, DI
-	SUBQ $8, CX
-	JNZ f2b_loop
-	VZEROUPPER
-	RET
+	NEXT(4, 2, f2b_loop)
 
 // func castBF16ToF32AVX2(dst *float32, src *uint16, n int)
 TEXT ·castBF16ToF32AVX2(SB), NOSPLIT, $0-24
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ n+16(FP), CX
+	ARGS
 b2f_loop:
 	VPMOVZXWD (SI), Y0
 	VPSLLD $16, Y0, Y0
 	VMOVDQU Y0, (DI)
-	ADDQ $16, SI
-	ADDQ $32, DI
-	SUBQ $8, CX
-	JNZ b2f_loop
-	VZEROUPPER
-	RET
+	NEXT(2, 4, b2f_loop)
 
 // The float64 forms round to float32 first (VCVTPD2PS under the default MXCSR rounds to
 // nearest even, as Go's float32(x) does) and then to the 16-bit format: the runtime's
@@ -112,27 +99,18 @@ b2f_loop:
 
 // func castF64ToF16F16C(dst *uint16, src *float64, n int)
 TEXT ·castF64ToF16F16C(SB), NOSPLIT, $0-24
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ n+16(FP), CX
+	ARGS
 d2h_loop:
 	VCVTPD2PSY (SI), X0
 	VCVTPD2PSY 32(SI), X1
 	VINSERTF128 $1, X1, Y0, Y0
 	VCVTPS2PH $0, Y0, X1
 	VMOVDQU X1, (DI)
-	ADDQ $64, SI
-	ADDQ $16, DI
-	SUBQ $8, CX
-	JNZ d2h_loop
-	VZEROUPPER
-	RET
+	NEXT(8, 2, d2h_loop)
 
 // func castF16ToF64F16C(dst *float64, src *uint16, n int)
 TEXT ·castF16ToF64F16C(SB), NOSPLIT, $0-24
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ n+16(FP), CX
+	ARGS
 h2d_loop:
 	VCVTPH2PS (SI), Y0
 	VCVTPS2PD X0, Y1
@@ -140,18 +118,11 @@ h2d_loop:
 	VCVTPS2PD X2, Y3
 	VMOVUPD Y1, (DI)
 	VMOVUPD Y3, 32(DI)
-	ADDQ $16, SI
-	ADDQ $64, DI
-	SUBQ $8, CX
-	JNZ h2d_loop
-	VZEROUPPER
-	RET
+	NEXT(2, 8, h2d_loop)
 
 // func castF64ToBF16AVX2(dst *uint16, src *float64, n int)
 TEXT ·castF64ToBF16AVX2(SB), NOSPLIT, $0-24
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ n+16(FP), CX
+	ARGS
 	BF16_CONSTS
 d2b_loop:
 	VCVTPD2PSY (SI), X0
@@ -159,9 +130,4 @@ d2b_loop:
 	VINSERTF128 $1, X1, Y0, Y0
 	BF16_ROUND
 	VMOVDQU X3, (DI)
-	ADDQ $64, SI
-	ADDQ $16, DI
-	SUBQ $8, CX
-	JNZ d2b_loop
-	VZEROUPPER
-	RET
+	NEXT(8, 2, d2b_loop)
