@@ -80,7 +80,8 @@ type gemmImpl struct {
 	// on Zen 3 (AVX2): 2048³ and 4096³ ran 1.1× faster along rows, while ResNet's 1×1
 	// convolutions on 56×56 (C of 0.8–3.2 MB, a B panel the two workers share) ran
 	// 0.75–0.85× along rows. The tiles and their k slabs are the same either way, so the
-	// results are the same bits.
+	// results are the same bits. A parallel GEMM's column ranges always go down columns
+	// (gemmRunSrc).
 	rowsSpan int
 }
 
