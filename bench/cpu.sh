@@ -86,7 +86,7 @@ median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print (
 # line; ppcsteps: their median; ppcsteps2: their median and fastest, "MEDIAN MIN".
 steptimes() { sed -n 's/^step \([0-9]*\) .*time=\([0-9.]*\)\(m\?s\).*/\1 \2 \3/p' | awk '$1 > 1 {print ($3 == "s" ? $2 * 1000 : $2)}'; }
 ppcsteps() { steptimes | median; }
-ppcsteps2() { steptimes | sort -g | awk '{a[NR]=$1} END {print (NR % 2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2), a[1]}'; }
+ppcsteps2() { local t; t=$(steptimes); echo "$(median <<<"$t") $(sort -g <<<"$t" | head -1)"; }
 row() { printf '%-44s %12s %12s %9s\n' "$@"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f×", a / b}'; }
 
