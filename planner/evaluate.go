@@ -142,12 +142,16 @@ func (p *planner) prepare(c *candidate) *evaluation {
 	tiedUnsharded := make([]int64, c.PP) // of tiedGrads, those ZeRO cannot shard
 	tiedBlocks := make([]int64, c.PP)    // of tiedGrads, the dp blocks of those ZeRO shards
 	rankSizes := make([][]int64, c.PP)
-	rankSet := make([]map[string]param, c.PP) // the parameters each rank holds, by name
+	// Of the parameters each rank holds (each once), the bytes of those ZeRO splits over dp
+	// and their blocks.
+	rankSet := make([]paramSet, c.PP)
+	splitBytes, splitBlocks := make([]int64, c.PP), make([]int64, c.PP)
+	noParams := newParamSet(units)
 	for r := range rankSet {
-		rankSet[r] = map[string]param{}
+		rankSet[r] = slices.Clone(noParams)
 	}
-	firstUse := map[string]int{} // the rank of each tied parameter's first use (its partial 0)
-	var stageSplit [][]param     // per stage, the parameters ZeRO splits over dp, in order
+	firstUse := make([]int, len(noParams)*64) // the rank of each tied parameter's first use (its partial 0), +1
+	var stageSplit [][]param                  // per stage, the parameters ZeRO splits over dp, in order
 	e.oneMB = make([]int64, c.PP)
 	busy := make([]float64, c.PP)
 	lo := 0
@@ -155,8 +159,12 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		var sc schedule.StageCost
 		var pbytes int64
 		var stageShared []param
-		var sizes []int64 // the stage's parameter tensors, each once
-		var stageParams []param
+		n := 0
+		for _, u := range units[lo:hi] {
+			n += len(u.params)
+		}
+		sizes := make([]int64, 0, n) // the stage's parameter tensors, each once
+		stageParams := make([]param, 0, n)
 		for _, u := range units[lo:hi] {
 			sc.F += u.f
 			sc.I += u.i + u.recompute
@@ -250,7 +258,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			// a multiple of dp rows) reduce-scattered once, their partials summed first,
 			// under ZeRO-2 each run's as it computes them.
 			var splitOnce, splitUses, wholeUses []int64
-			seen := map[string]bool{}
+			seen := slices.Clone(noParams)
 			for _, u := range units[lo:hi] {
 				for _, pr := range u.params {
 					if pr.expert {
@@ -261,8 +269,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 						continue
 					}
 					splitUses = append(splitUses, pr.padded(c.DP))
-					if !seen[pr.name] {
-						seen[pr.name] = true
+					if seen.add(pr) {
 						splitOnce = append(splitOnce, pr.padded(c.DP))
 					}
 				}
@@ -298,12 +305,15 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		rankSizes[r] = append(rankSizes[r], sizes...)
 		for _, u := range units[lo:hi] {
 			for _, pr := range u.params {
-				rankSet[r][pr.name] = pr
+				if rankSet[r].add(pr) && pr.split(c.DP) {
+					splitBytes[r] += pr.bytes
+					splitBlocks[r] += pr.padded(c.DP) / int64(c.DP)
+				}
 			}
 		}
 		for _, pr := range stageShared {
-			if _, ok := firstUse[pr.name]; !ok {
-				firstUse[pr.name] = r
+			if firstUse[pr.id] == 0 {
+				firstUse[pr.id] = r + 1
 			}
 			if slices.Contains(rankShared[r], pr) {
 				rankParams[r] -= pr.bytes // held by an earlier stage of this rank
@@ -338,7 +348,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 					}
 				}
 			}
-			for _, pr := range rankSetOf(units[lo:hi]) {
+			for _, pr := range rankSetOf(units[lo:hi], slices.Clone(noParams)) {
 				if pr.split(c.DP) {
 					split = append(split, pr.padded(c.DP)) // packed in padded blocks
 				}
@@ -386,7 +396,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 				sm.lastW = max(sm.lastW, packedMax(whole))
 			}
 		}
-		var split []param // as ZeRO lays them out: padded
+		split := make([]param, 0, len(stageParams)) // as ZeRO lays them out: padded
 		for _, pr := range stageParams {
 			if pr.split(c.DP) {
 				pr.bytes = pr.padded(c.DP)
@@ -433,15 +443,14 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			// first appears), each stage bucketed apart.
 			var stages [][]int64
 			var P, largest int64
-			seen := map[string]bool{}
+			seen := slices.Clone(noParams)
 			for s, rr := range e.placement {
 				if rr != r || s >= len(stageSplit) {
 					continue
 				}
 				var sizes []int64
 				for _, pr := range stageSplit[s] {
-					if !seen[pr.name] {
-						seen[pr.name] = true
+					if seen.add(pr) {
 						sizes = append(sizes, pr.bytes)
 						P += pr.bytes
 						largest = max(largest, pr.bytes)
@@ -455,7 +464,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			// part), held until the optimizer reads it.
 			var recv int64
 			for _, pr := range rankShared[r] {
-				if !pr.split(c.DP) && firstUse[pr.name] != r {
+				if !pr.split(c.DP) && firstUse[pr.id] != r+1 {
 					recv += int64(float64(pr.bytes) * rb.grads)
 				}
 			}
@@ -497,14 +506,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		// ZeRO shards a parameter's state (and under ZeRO-2 its gradient) over dp in
 		// blocks of ceil(rows/dp) rows; scalars and expert shards stay whole (passes'
 		// optimizer).
-		var splitBytes, blocks int64
-		for _, pr := range rankSet[r] {
-			if pr.split(c.DP) {
-				splitBytes += pr.bytes
-				blocks += pr.padded(c.DP) / int64(c.DP)
-			}
-		}
-		held := pb - splitBytes + blocks // the rank's parameters as ZeRO holds them
+		held := pb - splitBytes[r] + splitBlocks[r] // the rank's parameters as ZeRO holds them
 		if c.Zero >= 1 && c.DP > 1 {
 			m.Optimizer = st(held)
 		}
@@ -1194,14 +1196,13 @@ func sortedKeys(m map[string]string) []string {
 	return keys
 }
 
-// rankSetOf is the parameters units read, each once, in order.
-func rankSetOf(units []unitCost) []param {
+// rankSetOf is the parameters units read, each once, in order; seen is an empty set for
+// them.
+func rankSetOf(units []unitCost, seen paramSet) []param {
 	var out []param
-	seen := map[string]bool{}
 	for _, u := range units {
 		for _, pr := range u.params {
-			if !seen[pr.name] {
-				seen[pr.name] = true
+			if seen.add(pr) {
 				out = append(out, pr)
 			}
 		}

@@ -61,11 +61,40 @@ type unitMem struct {
 }
 
 type param struct {
-	name  string
+	name string
+	// id numbers the probe's parameters densely by name (readProbe), so that a
+	// configuration's evaluation keeps its sets of them as bits (paramSet) rather than maps
+	// by name: the planner evaluates thousands of configurations, each over every parameter
+	// (GPT-3 175B has over a thousand tensors), and the maps were a sixth of a search.
+	id    int32
 	bytes int64
 	dim0  int // its first dim as one tp rank holds it (ZeRO shards it over dp, padded; 0 or −1: never)
 	// expert: an expert parameter's ep shard, whose gradient is summed over edp = dp/ep only.
 	expert bool
+}
+
+// paramSet is a set of a probe's parameters, a bit per id.
+type paramSet []uint64
+
+// newParamSet is an empty set for the parameters of units.
+func newParamSet(units []unitCost) paramSet {
+	n := int32(0)
+	for _, u := range units {
+		for _, pr := range u.params {
+			n = max(n, pr.id+1)
+		}
+	}
+	return make(paramSet, (n+63)/64)
+}
+
+// add adds pr and reports whether it was not in s yet.
+func (s paramSet) add(pr param) bool {
+	w, b := pr.id>>6, uint64(1)<<(pr.id&63)
+	if s[w]&b != 0 {
+		return false
+	}
+	s[w] |= b
+	return true
 }
 
 // split reports whether ZeRO over dp replicas splits pr into blocks: every parameter with a
@@ -189,6 +218,15 @@ func (p *planner) readProbe(m *ir.Module, tp int) ([]unitCost, error) {
 	all := make([][]param, len(units))
 	uses := map[string]int{}
 	expert := map[string]bool{}
+	ids := map[string]int32{}
+	idOf := func(name string) int32 {
+		id, ok := ids[name]
+		if !ok {
+			id = int32(len(ids))
+			ids[name] = id
+		}
+		return id
+	}
 	for _, f := range m.Funcs {
 		if f.Attrs.Str("kind", "") != passes.KindF {
 			continue
@@ -203,7 +241,7 @@ func (p *planner) readProbe(m *ir.Module, tp int) ([]unitCost, error) {
 				if a.Type.Rank() >= 1 {
 					d0 = a.Type.Shape[0]
 				}
-				pr := param{name: a.Name, bytes: a.Type.Bytes(), dim0: d0}
+				pr := param{name: a.Name, id: idOf(a.Name), bytes: a.Type.Bytes(), dim0: d0}
 				if sh, _ := ir.ArgSharding(f, i); sh.Uses(passes.EPAxis) {
 					// An expert shard: ZeRO leaves it whole (its replicas are edp's), its
 					// gradient summed over edp.
@@ -220,7 +258,7 @@ func (p *planner) readProbe(m *ir.Module, tp int) ([]unitCost, error) {
 		if s := f.Attrs.Int("stage", 0); f.Attrs.Str("kind", "") == passes.KindW && s < len(units) {
 			for i, r := range f.Results {
 				if name := f.ResultAttrs[i].Str(ir.AttrGrad, ""); name != "" && r.Type.Rank() > 0 {
-					gr := param{name: name, bytes: r.Type.Bytes(), dim0: r.Type.Shape[0]}
+					gr := param{name: name, id: idOf(name), bytes: r.Type.Bytes(), dim0: r.Type.Shape[0]}
 					if expert[name] {
 						gr.dim0, gr.expert = -1, true
 					}
@@ -394,7 +432,7 @@ func readZero3(m *ir.Module, units []unitCost) error {
 				}
 			}
 			for _, dt := range dts {
-				units[s].gathers[k] = append(units[s].gathers[k], param{name: a.Name, bytes: int64(a.Type.NumElements()) * int64(dt.Size()), dim0: a.Type.Shape[0]})
+				units[s].gathers[k] = append(units[s].gathers[k], param{name: a.Name, id: -1, bytes: int64(a.Type.NumElements()) * int64(dt.Size()), dim0: a.Type.Shape[0]})
 			}
 		}
 	}
