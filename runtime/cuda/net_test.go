@@ -25,10 +25,9 @@ func netPair(t *testing.T) ([2]*Device, [2]*emulator) {
 func netDevices(t *testing.T, n int) ([]*Device, []*emulator) {
 	t.Helper()
 	w := newFakeWorld()
-	dir := t.TempDir()
 	devs, emus := make([]*Device, n), make([]*emulator, n)
 	for i := range devs {
-		emus[i] = newEmulator(t, dir)
+		emus[i] = newEmulator(t)
 		emus[i].hb = newHBCheck()
 		d, err := NewDevice(emus[i], emus[i], emus[i].compile, false)
 		if err != nil {

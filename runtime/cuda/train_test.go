@@ -371,10 +371,10 @@ func trainMultiProcess(t *testing.T, opts compiler.Options, mk func(r int) (*Dev
 // with a stream-order checker, and NCCL's stand-in when nccl; the emulators' modules are
 // built once for all.
 func emulatedGPUs(t *testing.T, nccl bool) (mk func(r int) (*Device, error), emus *[]*emulator) {
-	modules, fake := t.TempDir(), newFakeWorld()
+	fake := newFakeWorld()
 	emus = new([]*emulator)
 	return func(r int) (*Device, error) {
-		e := newEmulator(t, modules)
+		e := newEmulator(t)
 		e.hb = newHBCheck()
 		*emus = append(*emus, e)
 		d, err := NewDevice(e, e, e.compile, false)
