@@ -150,8 +150,12 @@ func (p *planner) prepare(c *candidate) *evaluation {
 	for r := range rankSet {
 		rankSet[r] = slices.Clone(noParams)
 	}
-	firstUse := make([]int, len(noParams)*64) // the rank of each tied parameter's first use (its partial 0), +1
-	var stageSplit [][]param                  // per stage, the parameters ZeRO splits over dp, in order
+	var firstUse []tiedUse   // the rank of each tied parameter's first use (its partial 0)
+	var stageSplit [][]param // per stage, the parameters ZeRO splits over dp, in order (ZeRO-1 and 2)
+	// Per-stage lists, reused from stage to stage: the planner evaluates thousands of
+	// configurations, and these were half of the bytes its search allocated.
+	var sizes, splitOnce, splitUses, wholeUses, all, whole []int64
+	var stageParams []param
 	e.oneMB = make([]int64, c.PP)
 	busy := make([]float64, c.PP)
 	lo := 0
@@ -159,12 +163,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		var sc schedule.StageCost
 		var pbytes int64
 		var stageShared []param
-		n := 0
-		for _, u := range units[lo:hi] {
-			n += len(u.params)
-		}
-		sizes := make([]int64, 0, n) // the stage's parameter tensors, each once
-		stageParams := make([]param, 0, n)
+		sizes, stageParams = sizes[:0], stageParams[:0] // the stage's parameter tensors, each once
 		for _, u := range units[lo:hi] {
 			sc.F += u.f
 			sc.I += u.i + u.recompute
@@ -257,7 +256,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			// stage's last W whatever the ZeRO stage; under ZeRO-1 the split ones (padded to
 			// a multiple of dp rows) reduce-scattered once, their partials summed first,
 			// under ZeRO-2 each run's as it computes them.
-			var splitOnce, splitUses, wholeUses []int64
+			splitOnce, splitUses, wholeUses = splitOnce[:0], splitUses[:0], wholeUses[:0]
 			seen := slices.Clone(noParams)
 			for _, u := range units[lo:hi] {
 				for _, pr := range u.params {
@@ -312,8 +311,8 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			}
 		}
 		for _, pr := range stageShared {
-			if firstUse[pr.id] == 0 {
-				firstUse[pr.id] = r + 1
+			if !slices.ContainsFunc(firstUse, func(u tiedUse) bool { return u.id == pr.id }) {
+				firstUse = append(firstUse, tiedUse{pr.id, r})
 			}
 			if slices.Contains(rankShared[r], pr) {
 				rankParams[r] -= pr.bytes // held by an earlier stage of this rank
@@ -370,7 +369,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 		// when the pipeline has freed its activations. Counting ZeRO-1's reduce-scatter here,
 		// and the whole ones in it, over-predicted a rank whose other stage still holds its
 		// activations then (interleaved: 7%) and one whose tied embedding dp does not split.
-		var all, whole []int64
+		all, whole = all[:0], whole[:0]
 		for i, n := range sizes {
 			pr := stageParams[i]
 			if pr.expert {
@@ -396,14 +395,16 @@ func (p *planner) prepare(c *candidate) *evaluation {
 				sm.lastW = max(sm.lastW, packedMax(whole))
 			}
 		}
-		split := make([]param, 0, len(stageParams)) // as ZeRO lays them out: padded
-		for _, pr := range stageParams {
-			if pr.split(c.DP) {
-				pr.bytes = pr.padded(c.DP)
-				split = append(split, pr)
+		if c.DP > 1 && (c.Zero == 1 || c.Zero == 2) {
+			var split []param // as ZeRO lays them out: padded
+			for _, pr := range stageParams {
+				if pr.split(c.DP) {
+					pr.bytes = pr.padded(c.DP)
+					split = append(split, pr)
+				}
 			}
+			stageSplit = append(stageSplit, split)
 		}
-		stageSplit = append(stageSplit, split)
 		sm.send, sm.recvI = units[hi-1].send, units[hi-1].mem.recvI
 		e.stageMem = append(e.stageMem, sm)
 		// Before the schedule is known: what F needs beyond its own stash, or I beyond the
@@ -464,7 +465,7 @@ func (p *planner) prepare(c *candidate) *evaluation {
 			// part), held until the optimizer reads it.
 			var recv int64
 			for _, pr := range rankShared[r] {
-				if !pr.split(c.DP) && firstUse[pr.id] != r+1 {
+				if !pr.split(c.DP) && !slices.Contains(firstUse, tiedUse{pr.id, r}) {
 					recv += int64(float64(pr.bytes) * rb.grads)
 				}
 			}
@@ -1194,6 +1195,12 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// tiedUse is the rank of a tied parameter's first use (its partial 0).
+type tiedUse struct {
+	id   int32
+	rank int
 }
 
 // rankSetOf is the parameters units read, each once, in order; seen is an empty set for
