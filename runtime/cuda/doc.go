@@ -34,8 +34,9 @@
 //     driver call.
 //
 // The tests run the device without a GPU over an emulated driver, which builds each module's
-// kernels for the host (ppc_cuda.h's PPC_HOST branch) and runs them: every kernel of
-// kernels/cuda/cudatest's cases, and whole training runs, against the CPU device. They check
+// kernels for the host (ppc_cuda.h's PPC_HOST branch; each distinct module once per test
+// binary, as the disk cache would) and runs them: every kernel of kernels/cuda/cudatest's
+// cases, and whole training runs, against the CPU device. They check
 // the stream order too: the emulated driver runs work as it is queued, which would hide a
 // missing wait, so a checker keeps vector clocks per stream, event and host over the calls and
 // fails on any two unordered operations on one buffer.
