@@ -53,11 +53,18 @@ func TestKernelsCompileWithNVRTC(t *testing.T) {
 		t.Fatal(err)
 	}
 	ks := cudatest.Kernels(t)
-	// As the device builds them: modules of a few dozen kernels, compiled concurrently.
+	// As the device builds them: modules of a few dozen kernels, compiled concurrently. The
+	// kernels are dealt out to the modules in turn: in case order the attention kernels
+	// (4–15 s each in NVRTC) filled the last two modules, and one core compiled them alone
+	// for minutes after the others had finished.
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
-	for i := 0; i < len(ks); i += 64 {
-		chunk := ks[i:min(i+64, len(ks))]
+	n := (len(ks) + 63) / 64
+	for i := range n {
+		var chunk []kernels.Kernel
+		for j := i; j < len(ks); j += n {
+			chunk = append(chunk, ks[j])
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
