@@ -142,8 +142,8 @@ func (p *planner) prepare(c *candidate) *evaluation {
 	tiedUnsharded := make([]int64, c.PP) // of tiedGrads, those ZeRO cannot shard
 	tiedBlocks := make([]int64, c.PP)    // of tiedGrads, the dp blocks of those ZeRO shards
 	rankSizes := make([][]int64, c.PP)
-	// Of the parameters each rank holds (each once), the bytes of those ZeRO splits over dp
-	// and their blocks.
+	// The parameters each rank holds, and of them (each once) the bytes of those ZeRO splits
+	// over dp and their blocks.
 	rankSet := make([]paramSet, c.PP)
 	splitBytes, splitBlocks := make([]int64, c.PP), make([]int64, c.PP)
 	noParams := newParamSet(units)
