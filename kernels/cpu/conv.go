@@ -43,6 +43,7 @@ type convGeom struct {
 	segs     []convSeg
 	segStart []int32  // segs[segStart[k]:segStart[k+1]] are tap k's, in output order
 	ind      *convInd // convIndirect's geometry; nil where it does not apply
+	sub      *convSub // convSubsampled's geometry; nil where it does not apply
 	wino     bool     // 2-d, 3×3, stride 1, dilation 1: Winograd F(2×2, 3×3) applies (conv_winograd.go)
 	init     bool
 }
@@ -68,6 +69,10 @@ type convInd struct {
 	nx, phases     int
 	offs           []int64 // byte offsets (float32) of im2col row p = c·kSize + tap
 }
+
+// convSub is the geometry of convSubsampled: a 2-d 1×1 convolution with strides s0, s1 and no
+// padding reads input (oy·s0, ox·s1) of a w-column image for output (oy, ox) of ho × wo.
+type convSub struct{ w, s0, s1, ho, wo int }
 
 // convSeg says: for kernel tap k, outputs yOff..yOff+n-1 (plane offsets) read inputs
 // xOff, xOff+s, ... where s is the last axis's stride.
@@ -272,6 +277,12 @@ func (g *convGeom) setup(batch, inC, outC, groups int, in, out, kernel, stride, 
 			g.ind = d
 			g.wino = kernel[0] == 3 && kernel[1] == 3 && stride[0] == 1 && stride[1] == 1 && dil[0] == 1 && dil[1] == 1
 		}
+	}
+	// A strided 1×1 convolution that reads no padding (ResNet's downsampling layers) is a
+	// pointwise one on the subsampled image: convSubsampled.
+	if r == 2 && g.ind == nil && kernel[0] == 1 && kernel[1] == 1 && pb[0] == 0 && pb[1] == 0 &&
+		(out[0]-1)*stride[0] < in[0] && (out[1]-1)*stride[1] < in[1] {
+		g.sub = &convSub{w: in[1], s0: stride[0], s1: stride[1], ho: out[0], wo: out[1]}
 	}
 	g.init = true
 	return nil
@@ -553,6 +564,8 @@ func convForward[T Float](g *convGeom, x, w []T, f *ConvFilter[T], bias, y []T, 
 			}
 		case g.pointwise:
 			gemmRunSrc(false, g.ocg, g.outSize, g.cg, 1, wg, g.kdim, pa, &gemmMatrixB[T]{b: xg, ldb: g.inSize}, 0, yg, g.outSize, bg, inner)
+		case g.sub != nil && !convSubsampledOff:
+			convSubsampled(g, xg, wg, pa, bg, yg, inner)
 		default:
 			if convIndirect(g, xg, wg, pa, bg, yg, inner, e) {
 				return // it ran the epilogue as it copied its result out
@@ -564,6 +577,43 @@ func convForward[T Float](g *convGeom, x, w []T, f *ConvFilter[T], bias, y []T, 
 			convChunks(g.ocg, g.outSize, inner, func(j0, j1 int) { e(j0*g.outSize, j1*g.outSize) })
 		}
 	})
+}
+
+// convSubsampledOff turns convSubsampled off (tests compare it with the im2col GEMM).
+var convSubsampledOff bool
+
+// convSubsampled computes one image and group of a strided 1×1 convolution (convSub) as the
+// pointwise GEMM on a copy of the input positions it reads. The im2col packer gathered them
+// element by element as it packed each panel, channel after channel (its reads jumping
+// between planes), and spent a fifth of ResNet-50's 1×1/2 layers there; the copy reads each
+// plane's rows in order, once, shared out by channels. B then holds the same values as the
+// im2col matrix, and the GEMM's k slabs and micro-kernel calls are the same, so the bits are
+// the im2col GEMM's.
+func convSubsampled[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T, workers int) {
+	d := g.sub
+	buf, xs := convGetBuf[T](g.cg * g.outSize)
+	defer convPutBuf(buf)
+	convChunks(g.cg, g.outSize, workers, func(c0, c1 int) {
+		for c := c0; c < c1; c++ {
+			xc := x[c*g.inSize : (c+1)*g.inSize]
+			dst := xs[c*g.outSize : (c+1)*g.outSize]
+			for oy := 0; oy < d.ho; oy++ {
+				row := xc[oy*d.s0*d.w:]
+				out := dst[oy*d.wo : (oy+1)*d.wo]
+				i := 0
+				if d.s1 == 2 { // four at a time, one bounds check each
+					for ; i+4 <= len(out); i += 4 {
+						o, r := out[i:i+4:i+4], row[2*i:2*i+7:2*i+7]
+						o[0], o[1], o[2], o[3] = r[0], r[2], r[4], r[6]
+					}
+				}
+				for ; i < len(out); i++ {
+					out[i] = row[i*d.s1]
+				}
+			}
+		}
+	})
+	gemmRunSrc(false, g.ocg, g.outSize, g.cg, 1, w, g.kdim, pa, &gemmMatrixB[T]{b: xs, ldb: g.outSize}, 0, y, g.outSize, bias, workers)
 }
 
 // convPhases scatters the input rows and columns the windows read (rows × cols of channels

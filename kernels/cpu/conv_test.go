@@ -603,6 +603,59 @@ func TestConvIndirectMatchesIm2col(t *testing.T) {
 	}
 }
 
+// A strided 1×1 convolution that reads no padding (ResNet's 1×1/2 downsampling) computes the
+// pointwise GEMM on the subsampled image (convSubsampled): the im2col GEMM's bits, on every
+// kernel and thread count, with groups, batches, bias and uneven strides; one whose end
+// padding holds outputs does not take it.
+func TestConvSubsampledMatchesIm2col(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, c := range []struct {
+		p   ConvParams
+		sub bool
+	}{
+		{ConvParams{Batch: 1, InC: 16, OutC: 13, Spatial: []int{15, 14}, Kernel: []int{1, 1}, Stride: []int{2, 2}}, true},
+		{ConvParams{Batch: 2, InC: 12, OutC: 10, Groups: 2, Spatial: []int{9, 17}, Kernel: []int{1, 1}, Stride: []int{3, 2}}, true},
+		{ConvParams{Batch: 1, InC: 40, OutC: 20, Spatial: []int{8, 23}, Kernel: []int{1, 1}, Stride: []int{2, 3}, Dilation: []int{2, 2}}, true},
+		{ConvParams{Batch: 1, InC: 7, OutC: 9, Spatial: []int{11, 11}, Kernel: []int{1, 1}, Stride: []int{2, 2}, PadEnd: []int{1, 0}}, true},  // end padding no output reads
+		{ConvParams{Batch: 1, InC: 7, OutC: 9, Spatial: []int{10, 11}, Kernel: []int{1, 1}, Stride: []int{2, 2}, PadEnd: []int{1, 0}}, false}, // a last row of padding
+		{ConvParams{Batch: 1, InC: 7, OutC: 9, Spatial: []int{10, 11}, Kernel: []int{1, 1}, Stride: []int{2, 2}, PadBegin: []int{0, 1}, PadEnd: []int{0, 1}}, false},
+	} {
+		p := c.p
+		if err := p.Init(); err != nil {
+			t.Fatal(err)
+		}
+		if wantSub := c.sub; (p.g.sub != nil) != wantSub {
+			t.Fatalf("%v stride %v pads %v: subsampled %v, want %v", p.Spatial, p.Stride, p.PadEnd, p.g.sub != nil, wantSub)
+		}
+		x, w, bias := randSlice[float32](r, p.XLen()), randSlice[float32](r, p.WLen()), randSlice[float32](r, p.OutC)
+		want64 := make([]float64, p.YLen())
+		convNaive(&p, func(xi, wi, yi int) { want64[yi] += float64(x[xi]) * float64(w[wi]) })
+		for _, threads := range []int{1, 2, 3} {
+			old := runtime.GOMAXPROCS(threads)
+			for _, impl := range gemmAvailable(4) {
+				withImpl[float32](impl, func() {
+					for _, b := range [][]float32{nil, bias} {
+						got, want := make([]float32, p.YLen()), make([]float32, p.YLen())
+						Conv(&p, x, w, b, got)
+						convSubsampledOff = true
+						Conv(&p, x, w, b, want)
+						convSubsampledOff = false
+						for i := range got {
+							if got[i] != want[i] {
+								t.Fatalf("%v stride %v %s threads %d bias %v: y[%d] = %v, im2col %v", p.Spatial, p.Stride, impl.name, threads, b != nil, i, got[i], want[i])
+							}
+						}
+						if b == nil {
+							assertClose(t, fmt.Sprintf("%v stride %v %s", p.Spatial, p.Stride, impl.name), toF64(got), want64, 1e-4)
+						}
+					}
+				})
+			}
+			runtime.GOMAXPROCS(old)
+		}
+	}
+}
+
 // An image whose padded copy and result would pass convIndirectMax takes the im2col GEMM.
 func TestConvIndirectScratchBound(t *testing.T) {
 	p := ConvParams{Batch: 1, InC: 1, OutC: 8, Spatial: []int{700, 700}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}
