@@ -579,6 +579,19 @@ func convForward[T Float](g *convGeom, x, w []T, f *ConvFilter[T], bias, y []T, 
 	})
 }
 
+// copyShort is copy(dst, src) for the short rows of small planes: an inlined loop where copy
+// calls memmove, whose call cost more than a row of 7 to 28 elements.
+func copyShort[T Float](dst, src []T) {
+	if len(src) >= 32 {
+		copy(dst, src)
+		return
+	}
+	dst = dst[:len(src)]
+	for i, v := range src {
+		dst[i] = v
+	}
+}
+
 // convSubsampledOff turns convSubsampled off (tests compare it with the im2col GEMM).
 var convSubsampledOff bool
 
@@ -705,15 +718,7 @@ func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T
 			clear(xp[c0*plane : c1*plane])
 			for c := c0; c < c1; c++ {
 				for r := 0; r < rows; r++ {
-					src := x32[c*g.inSize+r*d.w:][:cols]
-					dst := xp[c*plane+(r+d.pb0)*d.wq+d.pb1:][:len(src)]
-					i := 0
-					for ; i+4 <= len(src); i += 4 { // a 16-byte move (wider arrays call memmove)
-						*(*[4]float32)(dst[i:]) = *(*[4]float32)(src[i:])
-					}
-					for ; i < len(src); i++ {
-						dst[i] = src[i]
-					}
+					copyShort(xp[c*plane+(r+d.pb0)*d.wq+d.pb1:], x32[c*g.inSize+r*d.w:][:cols])
 				}
 			}
 			return
