@@ -566,44 +566,53 @@ func TestConvIndirectMatchesIm2col(t *testing.T) {
 		if q := (ConvParams{Batch: 1, InC: 16, OutC: 8, Spatial: []int{9, 9}, Kernel: []int{3, 3}, Stride: []int{2, 2}}); q.Init() != nil || q.g.ind != nil {
 			t.Fatal("a strided 16-channel convolution took convIndirect")
 		}
-		x, w, bias := randSlice[float32](r, p.XLen()), randSlice[float32](r, p.WLen()), randSlice[float32](r, p.OutC)
-		want64 := make([]float64, p.YLen())
-		convNaive(&p, func(xi, wi, yi int) { want64[yi] += float64(x[xi]) * float64(w[wi]) })
-		for _, threads := range []int{1, 2, 3} {
-			old := runtime.GOMAXPROCS(threads)
-			for _, impl := range gemmAvailable(4) {
-				if impl.kernInd == nil {
-					continue
-				}
-				withImpl[float32](impl, func() {
-					for _, b := range [][]float32{nil, bias} {
-						got, want := make([]float32, p.YLen()+64), make([]float32, p.YLen())
-						for i := p.YLen(); i < len(got); i++ {
-							got[i] = -7 // past y: must stay
-						}
-						Conv(&p, x, w, b, got[:p.YLen()])
-						for i := p.YLen(); i < len(got); i++ {
-							if got[i] != -7 {
-								t.Fatalf("%v %v %s threads %d: wrote past y at %d", p.Spatial, p.Kernel, impl.name, threads, i)
-							}
-						}
-						got = got[:p.YLen()]
-						convIndirectOff = true
-						Conv(&p, x, w, b, want)
-						convIndirectOff = false
-						for i := range got {
-							if got[i] != want[i] {
-								t.Fatalf("%v %v %s threads %d bias %v: y[%d] = %v, im2col %v", p.Spatial, p.Kernel, impl.name, threads, b != nil, i, got[i], want[i])
-							}
-						}
-						if b == nil {
-							assertClose(t, fmt.Sprintf("%v %v %s", p.Spatial, p.Kernel, impl.name), toF64(got), want64, 1e-4)
+		checkConvPath(t, r, &p, &convIndirectOff, func(impl *gemmImpl) bool { return impl.kernInd != nil })
+	}
+}
+
+// checkConvPath runs p with the path that off turns off taken and not, on one to three
+// threads and each kernel that use admits (nil: all), with and without bias: the two must
+// agree bit for bit, write nothing past y, and match the convolution summed in float64.
+func checkConvPath(t *testing.T, r *rand.Rand, p *ConvParams, off *bool, use func(*gemmImpl) bool) {
+	t.Helper()
+	x, w, bias := randSlice[float32](r, p.XLen()), randSlice[float32](r, p.WLen()), randSlice[float32](r, p.OutC)
+	want64 := make([]float64, p.YLen())
+	convNaive(p, func(xi, wi, yi int) { want64[yi] += float64(x[xi]) * float64(w[wi]) })
+	name := fmt.Sprintf("%v %v stride %v pads %v %v", p.Spatial, p.Kernel, p.Stride, p.PadBegin, p.PadEnd)
+	for _, threads := range []int{1, 2, 3} {
+		old := runtime.GOMAXPROCS(threads)
+		for _, impl := range gemmAvailable(4) {
+			if use != nil && !use(impl) {
+				continue
+			}
+			withImpl[float32](impl, func() {
+				for _, b := range [][]float32{nil, bias} {
+					got, want := make([]float32, p.YLen()+64), make([]float32, p.YLen())
+					for i := p.YLen(); i < len(got); i++ {
+						got[i] = -7 // past y: must stay
+					}
+					Conv(p, x, w, b, got[:p.YLen()])
+					for i := p.YLen(); i < len(got); i++ {
+						if got[i] != -7 {
+							t.Fatalf("%s %s threads %d: wrote past y at %d", name, impl.name, threads, i)
 						}
 					}
-				})
-			}
-			runtime.GOMAXPROCS(old)
+					got = got[:p.YLen()]
+					*off = true
+					Conv(p, x, w, b, want)
+					*off = false
+					for i := range got {
+						if got[i] != want[i] {
+							t.Fatalf("%s %s threads %d bias %v: y[%d] = %v, im2col %v", name, impl.name, threads, b != nil, i, got[i], want[i])
+						}
+					}
+					if b == nil {
+						assertClose(t, name+" "+impl.name, toF64(got), want64, 1e-4)
+					}
+				}
+			})
 		}
+		runtime.GOMAXPROCS(old)
 	}
 }
 
@@ -631,32 +640,7 @@ func TestConvSubsampledMatchesIm2col(t *testing.T) {
 		if wantSub := c.sub; (p.g.sub != nil) != wantSub {
 			t.Fatalf("%v stride %v pads %v: subsampled %v, want %v", p.Spatial, p.Stride, p.PadEnd, p.g.sub != nil, wantSub)
 		}
-		x, w, bias := randSlice[float32](r, p.XLen()), randSlice[float32](r, p.WLen()), randSlice[float32](r, p.OutC)
-		want64 := make([]float64, p.YLen())
-		convNaive(&p, func(xi, wi, yi int) { want64[yi] += float64(x[xi]) * float64(w[wi]) })
-		for _, threads := range []int{1, 2, 3} {
-			old := runtime.GOMAXPROCS(threads)
-			for _, impl := range gemmAvailable(4) {
-				withImpl[float32](impl, func() {
-					for _, b := range [][]float32{nil, bias} {
-						got, want := make([]float32, p.YLen()), make([]float32, p.YLen())
-						Conv(&p, x, w, b, got)
-						convSubsampledOff = true
-						Conv(&p, x, w, b, want)
-						convSubsampledOff = false
-						for i := range got {
-							if got[i] != want[i] {
-								t.Fatalf("%v stride %v %s threads %d bias %v: y[%d] = %v, im2col %v", p.Spatial, p.Stride, impl.name, threads, b != nil, i, got[i], want[i])
-							}
-						}
-						if b == nil {
-							assertClose(t, fmt.Sprintf("%v stride %v %s", p.Spatial, p.Stride, impl.name), toF64(got), want64, 1e-4)
-						}
-					}
-				})
-			}
-			runtime.GOMAXPROCS(old)
-		}
+		checkConvPath(t, r, &p, &convSubsampledOff, nil)
 	}
 }
 
@@ -683,6 +667,7 @@ func TestConvEpilogue(t *testing.T) {
 		{1, 32, 40, 1, []int{15, 13}, []int{3, 3}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{1, 1}},               // indirect
 		{2, 6, 6, 6, []int{9, 9}, []int{3, 3}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{1, 1}},                   // depthwise
 		{1, 16, 24, 1, []int{20, 20}, []int{3, 3}, []int{2, 2}, []int{1, 1}, []int{1, 1}, []int{1, 1}},               // strided
+		{1, 24, 16, 1, []int{14, 13}, []int{1, 1}, []int{2, 2}, []int{1, 1}, []int{0, 0}, []int{0, 0}},               // strided 1×1: subsampled
 		{3, 8, 12, 2, []int{10, 11}, []int{3, 3}, []int{1, 2}, []int{2, 1}, []int{2, 1}, []int{0, 1}},                // groups, dilation
 		{1, 96, 160, 1, []int{28, 28}, []int{3, 3}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{1, 1}},              // several k slabs
 		{2, 128, 64, 1, []int{7, 7}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{0, 0}, []int{0, 0}},                // batch, 7 × 7
