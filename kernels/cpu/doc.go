@@ -13,8 +13,10 @@
 // stride phases, and a micro-kernel variant reads each im2col row as a shifted view of it
 // (convIndirect) — at batch 1 packing fed so few flops per element that it cost as much as
 // the arithmetic. The bias is added by the micro-kernel as it stores the last k slab. Both
-// give the bits of the packed GEMM (same slabs, same kernel order). The rest (backward,
-// other strides, 3-d) packs im2col columns straight from the image. Weights that do not
+// give the bits of the packed GEMM (same slabs, same kernel order). A strided 1×1 convolution
+// that reads no padding (ResNet's downsampling) is the pointwise GEMM on a subsampled copy of
+// its input (convSubsampled), the same bits again. The rest (backward, other strides, 3-d)
+// packs im2col columns straight from the image. Weights that do not
 // change between calls (an inference program's) can be packed once into the micro-kernel's
 // slivers (ConvFilter, conv_filter.go) — the same elements in the same order, so the same
 // bits — where Conv packs them at every call; for 3×3 stride-1 layers with enough channels
