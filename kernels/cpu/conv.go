@@ -327,13 +327,27 @@ func (cc *convCols[T]) row(r, from, n int, dst []T) {
 		d := dst[dOff : dOff+cnt]
 		src := xc[xOff:]
 		if s == 1 {
-			copy(d, src)
+			copyShort(d, src[:len(d)])
 			return
 		}
-		for j := range d {
-			d[j] = src[j*s]
-		}
+		gatherStride(d, src, s)
 	})
+}
+
+// gatherStride writes src[0], src[s], src[2s], … to d. Stride 2 (downsampling layers) goes
+// four at a time with one bounds check for the four: element by element, the checks and
+// the index arithmetic made the gather cost 2–4× its loads.
+func gatherStride[T Float](d, src []T, s int) {
+	i := 0
+	if s == 2 {
+		for ; i+4 <= len(d); i += 4 {
+			o, r := d[i:i+4:i+4], src[2*i:2*i+7:2*i+7]
+			o[0], o[1], o[2], o[3] = r[0], r[2], r[4], r[6]
+		}
+	}
+	for ; i < len(d); i++ {
+		d[i] = src[i*s]
+	}
 }
 
 func (cc *convCols[T]) pack(pc, jc, kb, nb, nr int, dst, tmp []T) {
@@ -611,18 +625,7 @@ func convSubsampled[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y [
 			xc := x[c*g.inSize : (c+1)*g.inSize]
 			dst := xs[c*g.outSize : (c+1)*g.outSize]
 			for oy := 0; oy < d.ho; oy++ {
-				row := xc[oy*d.s0*d.w:]
-				out := dst[oy*d.wo : (oy+1)*d.wo]
-				i := 0
-				if d.s1 == 2 { // four at a time, one bounds check each
-					for ; i+4 <= len(out); i += 4 {
-						o, r := out[i:i+4:i+4], row[2*i:2*i+7:2*i+7]
-						o[0], o[1], o[2], o[3] = r[0], r[2], r[4], r[6]
-					}
-				}
-				for ; i < len(out); i++ {
-					out[i] = row[i*d.s1]
-				}
+				gatherStride(dst[oy*d.wo:(oy+1)*d.wo], xc[oy*d.s0*d.w:], d.s1)
 			}
 		}
 	})
