@@ -650,10 +650,8 @@ func convPhases(d *convInd, c0, c1, cg, plane, rows, cols int, x []float32, inSi
 				if x0 >= cols || ix < 0 {
 					continue
 				}
-				dst := xp[((iy*d.nx+ix)*cg+c)*plane+(y/d.s0)*d.wq+(x0+d.pb1)/d.s1:]
-				for i, j := 0, x0; j < cols; i, j = i+1, j+d.s1 {
-					dst[i] = src[j]
-				}
+				n := (cols - x0 + d.s1 - 1) / d.s1 // the phase's columns in this row
+				gatherStride(xp[((iy*d.nx+ix)*cg+c)*plane+(y/d.s0)*d.wq+(x0+d.pb1)/d.s1:][:n], src[x0:], d.s1)
 			}
 		}
 	}
