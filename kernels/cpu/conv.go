@@ -44,6 +44,7 @@ type convGeom struct {
 	segStart []int32  // segs[segStart[k]:segStart[k+1]] are tap k's, in output order
 	ind      *convInd // convIndirect's geometry; nil where it does not apply
 	sub      *convSub // convSubsampled's geometry; nil where it does not apply
+	bc       *convBc  // convBcast's geometry; nil where it does not apply
 	wino     bool     // 2-d, 3×3, stride 1, dilation 1: Winograd F(2×2, 3×3) applies (conv_winograd.go)
 	init     bool
 }
@@ -283,6 +284,14 @@ func (g *convGeom) setup(batch, inC, outC, groups int, in, out, kernel, stride, 
 	if r == 2 && g.ind == nil && kernel[0] == 1 && kernel[1] == 1 && pb[0] == 0 && pb[1] == 0 &&
 		(out[0]-1)*stride[0] < in[0] && (out[1]-1)*stride[1] < in[1] {
 		g.sub = &convSub{w: in[1], s0: stride[0], s1: stride[1], ho: out[0], wo: out[1]}
+	}
+	// convBcast where it measured faster: strided convolutions of many channels (the im2col
+	// packer's gathers) and output rows under 32 columns (convIndirect's grid of 16-column
+	// tiles), but not where convSubsampled applies (a packed filter holds one packing, and
+	// the 1×1/2 layers are GEMM-speed already); stems' few channels make too short a k loop
+	// for it (the 7×7/2 stem ran 0.6× as fast as convIndirect).
+	if r == 2 && !g.pointwise && g.sub == nil && g.cg > 4 && (stride[0] > 1 || stride[1] > 1 || out[1] < 32) {
+		g.convBcastSetup(in, out, kernel, stride, dil, pb)
 	}
 	g.init = true
 	return nil
@@ -581,6 +590,9 @@ func convForward[T Float](g *convGeom, x, w []T, f *ConvFilter[T], bias, y []T, 
 		case g.sub != nil && !convSubsampledOff:
 			convSubsampled(g, xg, wg, pa, bg, yg, inner)
 		default:
+			if convBcast(g, xg, wg, f.bcastGroup(gr), bg, yg, inner, e) {
+				return // it ran the epilogue as it copied its result out
+			}
 			if convIndirect(g, xg, wg, pa, bg, yg, inner, e) {
 				return // it ran the epilogue as it copied its result out
 			}
@@ -712,32 +724,8 @@ func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T
 	// The copies into xp, and out of cp below, are shared out by channels too: on one core
 	// they were a tenth of a 2-thread 3×3 layer's time (ResNet's 64 → 64 on 56 × 56).
 	convChunks(g.cg, plane, workers, func(c0, c1 int) {
-		if d.s0 == 1 && d.s1 == 1 && cols < 32 {
-			// Short rows (14 × 14 and 7 × 7 planes): the planes are cleared in one call and the
-			// rows copied by an inlined loop. A memmove and two clears a row of 14 were a sixth
-			// of DenseNet's 3×3 128 → 32 layers on 14 × 14 (one thread), all call overhead.
-			clear(xp[c0*plane : c1*plane])
-			for c := c0; c < c1; c++ {
-				for r := 0; r < rows; r++ {
-					copyShort(xp[c*plane+(r+d.pb0)*d.wq+d.pb1:], x32[c*g.inSize+r*d.w:][:cols])
-				}
-			}
-			return
-		}
-		if d.s0 == 1 && d.s1 == 1 {
-			// One phase: each padded row is its pads (zeroed) around a copy of an input row;
-			// only the pads are cleared, not the whole buffer before the copy.
-			for c := c0; c < c1; c++ {
-				pl := xp[c*plane : (c+1)*plane]
-				clear(pl[:d.pb0*d.wq])
-				for r := 0; r < rows; r++ {
-					row := pl[(r+d.pb0)*d.wq : (r+d.pb0+1)*d.wq]
-					clear(row[:d.pb1])
-					copy(row[d.pb1:], x32[c*g.inSize+r*d.w:][:cols])
-					clear(row[d.pb1+cols:])
-				}
-				clear(pl[(rows+d.pb0)*d.wq:])
-			}
+		if d.s0 == 1 && d.s1 == 1 { // one phase: the padded image itself
+			padPlanes(xp, x32, c0, c1, d.hq, d.wq, d.pb0, d.pb1, rows, cols, d.w, g.inSize)
 			return
 		}
 		for ph := 0; ph < d.phases; ph++ {

@@ -12,6 +12,8 @@ import "unsafe"
 // PackConvFilter chose the Winograd path (conv_winograd.go: 3×3 stride-1 float32 layers with
 // enough channels), whose result differs from Conv's by rounding.
 //
+// Where convBcast applies the weights are packed for it instead, as its B operand.
+//
 // The filter keeps a reference to the weights (depthwise groups read them directly, and a
 // micro-kernel other than the one it was packed for reads them through Conv's path): they
 // must not change while the filter is used. Memory: about the weights' size again (rows
@@ -23,6 +25,8 @@ type ConvFilter[T Float] struct {
 	mPad int       // each group's rows rounded up to impl.mr
 	a    []T       // group gr's packed weights at gr·kdim·mPad (nil: depthwise or Winograd, none packed)
 	wino []T       // group gr's Winograd U_ξ, packed (winoPack; nil: the direct path)
+	bt   []T       // group gr's weights packed for convBcast at gr·kdim·nPad (convBcastPack; nil: none)
+	nPad int       // each group's output channels rounded up to 16, with bt
 }
 
 // PackConvFilter packs w (p.WLen() elements) for p's convolutions.
@@ -41,6 +45,14 @@ func PackConvFilter[T Float](p *ConvParams, w []T) *ConvFilter[T] {
 	f.mPad = gemmSplit(m, 1, mr)
 	if g.winograd() && isFloat32Type[T]() {
 		f.wino = winoPack(g, w, impl, f.mPad)
+		return f
+	}
+	if g.bc != nil && isFloat32Type[T]() && impl.kernBcast != nil && !convBcastOff {
+		f.nPad = gemmSplit(m, 1, 16)
+		f.bt = make([]T, g.groups*k*f.nPad)
+		for gr := 0; gr < g.groups; gr++ {
+			convBcastPack(impl, f32s(w[gr*m*k:(gr+1)*m*k]), k, m, f32s(f.bt[gr*k*f.nPad:(gr+1)*k*f.nPad]), 1)
+		}
 		return f
 	}
 	f.a = make([]T, g.groups*k*f.mPad)
@@ -64,6 +76,15 @@ func (f *ConvFilter[T]) group(gr int) *gemmPacked[T] {
 	}
 	size := f.p.g.kdim * f.mPad
 	return &gemmPacked[T]{p: f.a[gr*size : (gr+1)*size], mPad: f.mPad}
+}
+
+// bcastGroup is group gr's weights packed for convBcast, nil where there are none (as group).
+func (f *ConvFilter[T]) bcastGroup(gr int) []T {
+	if f == nil || f.bt == nil || f.impl != gemmImplFor(unsafe.Sizeof(T(0))) {
+		return nil
+	}
+	size := f.p.g.kdim * f.nPad
+	return f.bt[gr*size : (gr+1)*size]
 }
 
 // Conv is Conv(p, x, w, bias, y) with the filter's p and w, reading the packed weights.

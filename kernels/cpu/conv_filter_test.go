@@ -8,10 +8,10 @@ import (
 	"unsafe"
 )
 
-// convFilterCases reach every forward path with odd sizes: the indirect kernel (3×3, more
-// than one k slab, groups, a stem's stride), the pointwise GEMM (its row-split shared-B and
-// column-split parallel forms, edge rows and columns), the im2col GEMM (a strided convolution
-// of many channels) and depthwise loops (nothing packed).
+// convFilterCases reach every forward path with odd sizes: convBcast (rows under 32 columns,
+// more than one k slab, groups, a stride), the indirect kernel (3×3, more than one k slab, a
+// stem's stride), the pointwise GEMM (its row-split shared-B and column-split parallel forms,
+// edge rows and columns), the im2col GEMM (3-d) and depthwise loops (nothing packed).
 var convFilterCases = []ConvParams{
 	{Batch: 1, InC: 40, OutC: 70, Spatial: []int{7, 7}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}, // k = 360
 	{Batch: 2, InC: 6, OutC: 12, Groups: 3, Spatial: []int{11, 10}, Kernel: []int{3, 3}, Dilation: []int{2, 1}, PadBegin: []int{2, 1}, PadEnd: []int{0, 1}},
@@ -21,6 +21,8 @@ var convFilterCases = []ConvParams{
 	{Batch: 1, InC: 90, OutC: 150, Spatial: []int{33, 35}, Kernel: []int{1, 1}},                                                                 // pointwise, rows and columns split
 	{Batch: 1, InC: 17, OutC: 33, Spatial: []int{13, 12}, Kernel: []int{3, 3}, Stride: []int{2, 2}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}, // im2col
 	{Batch: 1, InC: 6, OutC: 6, Groups: 6, Spatial: []int{9, 9}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}},               // depthwise
+	{Batch: 1, InC: 50, OutC: 21, Spatial: []int{4, 40}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}},                       // indirect, k = 450
+	{Batch: 2, InC: 5, OutC: 7, Spatial: []int{4, 5, 6}, Kernel: []int{2, 2, 2}, PadBegin: []int{1, 0, 1}, PadEnd: []int{0, 1, 1}},              // 3-d: im2col
 }
 
 // A packed filter's convolution gives Conv's bits on every path, kernel, dtype and thread

@@ -431,6 +431,8 @@ func BenchmarkConvBatch1(b *testing.B) {
 		{"1x1-256-64-56", 256, 64, 56, 1, 1, 0},
 		{"1x1s2-256-512-56", 256, 512, 56, 1, 2, 0},
 		{"3x3s2-128-56", 128, 128, 56, 3, 2, 1},
+		{"3x3s2-256-28", 256, 256, 28, 3, 2, 1},
+		{"3x3s2-512-14", 512, 512, 14, 3, 2, 1},
 		{"3x3-64-56", 64, 64, 56, 3, 1, 1},
 		{"3x3-256-14", 256, 256, 14, 3, 1, 1},
 		{"1x1-1024-256-14", 1024, 256, 14, 1, 1, 0},
@@ -444,6 +446,8 @@ func BenchmarkConvBatch1(b *testing.B) {
 		{"googlenet-1x1-192-64-28", 192, 64, 28, 1, 1, 0},
 		{"densenet-3x3-128-32-56", 128, 32, 56, 3, 1, 1},
 		{"densenet-3x3-128-32-14", 128, 32, 14, 3, 1, 1},
+		{"densenet-3x3-128-32-7", 128, 32, 7, 3, 1, 1},
+		{"alexnet-5x5-64-192-27", 64, 192, 27, 5, 1, 2},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			p := &ConvParams{Batch: 1, InC: c.inC, OutC: c.outC, Spatial: []int{c.hw, c.hw}, Kernel: []int{c.k, c.k},
@@ -566,7 +570,53 @@ func TestConvIndirectMatchesIm2col(t *testing.T) {
 		if q := (ConvParams{Batch: 1, InC: 16, OutC: 8, Spatial: []int{9, 9}, Kernel: []int{3, 3}, Stride: []int{2, 2}}); q.Init() != nil || q.g.ind != nil {
 			t.Fatal("a strided 16-channel convolution took convIndirect")
 		}
+		convBcastOff = true // it would take these first
 		checkConvPath(t, r, &p, &convIndirectOff, func(impl *gemmImpl) bool { return impl.kernInd != nil })
+		convBcastOff = false
+	}
+}
+
+// convBcast computes the im2col GEMM's bits (on the kernels that have kernBcast, one to
+// three threads, with and without bias) on strides, dilations, groups and batches, uneven
+// pads, padding read and not (the image read in place), several k slabs and a k tail that
+// is not a multiple of the 4-step unroll, channels that are not a multiple of 16, and
+// fewer positions than a tile.
+func TestConvBcastMatchesIm2col(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, p := range []ConvParams{
+		{Batch: 1, InC: 16, OutC: 20, Spatial: []int{15, 15}, Kernel: []int{3, 3}, Stride: []int{2, 2}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}},
+		{Batch: 2, InC: 50, OutC: 33, Spatial: []int{9, 10}, Kernel: []int{3, 3}, Stride: []int{2, 2}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}, // two k slabs
+		{Batch: 1, InC: 6, OutC: 10, Spatial: []int{30, 29}, Kernel: []int{7, 7}, Stride: []int{2, 2}, PadBegin: []int{3, 3}, PadEnd: []int{3, 3}},
+		{Batch: 1, InC: 12, OutC: 6, Groups: 2, Spatial: []int{13, 17}, Kernel: []int{2, 3}, Stride: []int{3, 2}, Dilation: []int{2, 1}, PadBegin: []int{0, 2}, PadEnd: []int{1, 0}},
+		{Batch: 1, InC: 6, OutC: 5, Spatial: []int{12, 12}, Kernel: []int{3, 3}, Stride: []int{5, 5}},                                             // in place
+		{Batch: 1, InC: 7, OutC: 17, Spatial: []int{11, 12}, Kernel: []int{3, 2}, Dilation: []int{2, 3}},                                          // in place, dilated
+		{Batch: 1, InC: 7, OutC: 9, Spatial: []int{10, 11}, Kernel: []int{1, 1}, Stride: []int{2, 2}, PadBegin: []int{0, 1}, PadEnd: []int{0, 1}}, // 1×1 reading padding
+		{Batch: 1, InC: 32, OutC: 32, Spatial: []int{7, 7}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}},                      // DenseNet's last block
+		{Batch: 2, InC: 9, OutC: 7, Spatial: []int{6, 13}, Kernel: []int{3, 3}, PadBegin: []int{1, 2}, PadEnd: []int{2, 1}},
+		{Batch: 1, InC: 5, OutC: 12, Spatial: []int{2, 2}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}},                         // 4 positions
+		{Batch: 1, InC: 30, OutC: 40, Spatial: []int{40, 40}, Kernel: []int{3, 3}, Stride: []int{2, 2}, PadBegin: []int{1, 1}, PadEnd: []int{0, 0}}, // many blocks
+		{Batch: 1, InC: 5, OutC: 8, Spatial: []int{43, 40}, Kernel: []int{11, 11}, Stride: []int{4, 4}, PadBegin: []int{2, 2}, PadEnd: []int{2, 2}},
+	} {
+		if err := p.Init(); err != nil {
+			t.Fatal(err)
+		}
+		if p.g.bc == nil {
+			t.Fatalf("%v %v stride %v: not eligible for convBcast", p.Spatial, p.Kernel, p.Stride)
+		}
+		convIndirectOff = true // so that the reference is the im2col GEMM itself
+		checkConvPath(t, r, &p, &convBcastOff, func(impl *gemmImpl) bool { return impl.kernBcast != nil })
+		convIndirectOff = false
+	}
+	// Where it measured slower: a stem's few channels, stride-1 rows of 32 columns or more;
+	// and where convSubsampled applies.
+	for _, p := range []ConvParams{
+		{Batch: 1, InC: 64, OutC: 64, Spatial: []int{14, 14}, Kernel: []int{1, 1}, Stride: []int{2, 2}},
+		{Batch: 1, InC: 3, OutC: 64, Spatial: []int{32, 32}, Kernel: []int{7, 7}, Stride: []int{2, 2}, PadBegin: []int{3, 3}, PadEnd: []int{3, 3}},
+		{Batch: 1, InC: 16, OutC: 16, Spatial: []int{8, 32}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}},
+	} {
+		if err := p.Init(); err != nil || p.g.bc != nil {
+			t.Fatalf("%v %v stride %v: took convBcast (err %v)", p.Spatial, p.Kernel, p.Stride, err)
+		}
 	}
 }
 

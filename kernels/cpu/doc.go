@@ -15,8 +15,14 @@
 // the arithmetic. The bias is added by the micro-kernel as it stores the last k slab. Both
 // give the bits of the packed GEMM (same slabs, same kernel order). A strided 1×1 convolution
 // that reads no padding (ResNet's downsampling) is the pointwise GEMM on a subsampled copy of
-// its input (convSubsampled), the same bits again. The rest (backward, other strides, 3-d)
-// packs im2col columns straight from the image. Weights that do not
+// its input (convSubsampled), the same bits again. Strided convolutions of more channels,
+// and stride-1 ones whose output rows are under 32 columns, turn the GEMM around (convBcast,
+// conv_bcast.go): output positions are C's rows, so the micro-kernel broadcasts the image's
+// elements from where they lie — a stride costs nothing where vector loads would gather —
+// and its tiles cover positions rather than a padded grid of rows; the weights are B, and
+// the result is transposed into y. Same slabs, same FMA chain per element: the same bits.
+// The rest (backward, 3-d, other machines' kernels) packs im2col columns straight from the
+// image. Weights that do not
 // change between calls (an inference program's) can be packed once into the micro-kernel's
 // slivers (ConvFilter, conv_filter.go) — the same elements in the same order, so the same
 // bits — where Conv packs them at every call; for 3×3 stride-1 layers with enough channels
@@ -24,7 +30,8 @@
 // (conv_winograd.go: 2.25× fewer multiplications, a result that differs from the direct one
 // by rounding only). ConvEpi hands each block of output channels to
 // an epilogue (the runtime's fused ReLU, residual add) as soon as the block is final: in
-// convIndirect's copy out of its padded result, else right after the block's GEMM.
+// convIndirect's copy out of its padded result and convBcast's transpose, else right after
+// the block's GEMM.
 //
 // Parallel regions (Parallel, parallelTasks) run on a team of helper goroutines that spin
 // for a while between regions before they block (team.go): a goroutine started per region

@@ -64,6 +64,10 @@ type gemmImpl struct {
 	// kernInd is the float32 kernel with B read in place (nil: none): B's row p is the nr
 	// values at b + offs[p] bytes — convIndirect's image rows, unpacked.
 	kernInd func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int, bias, offs unsafe.Pointer)
+	// kernBcast (nil: none) is convBcast's float32 kernel, an mr×nr tile whose rows are output
+	// positions: A is the image, broadcast from x + pos[i] + offs[p] bytes, B the weights
+	// packed k×nr; mode 0 stores the sum, 1 adds it to C.
+	kernBcast func(k int, x, pos, b, c unsafe.Pointer, ldc, mode int, offs unsafe.Pointer)
 	// kernHalf (nil: none) is kern for a tile of nr/2 columns, reading the first half of
 	// each row of a packed nr-wide B sliver: a panel's last tile, when nr/2 or fewer columns
 	// remain, costs half a full tile instead of a whole one (ResNet's 7×7 layers have 49
@@ -746,7 +750,11 @@ func gemmPackB[T Float](trans bool, b []T, ldb, pc, jc, kb, nb, nr int, dst []T)
 			}
 			continue
 		}
-		gemmInterleave(d, nr, cols, kb, func(j int) []T { return b[(jc+s+j)*ldb+pc : (jc+s+j)*ldb+pc+kb] })
+		done := 0 // rows the AVX transpose packed
+		if cols == nr {
+			done = gemmFastPackBT(d, b[(jc+s)*ldb+pc:], ldb, kb, nr)
+		}
+		gemmInterleave(d[done*nr:], nr, cols, kb-done, func(j int) []T { return b[(jc+s+j)*ldb+pc+done : (jc+s+j)*ldb+pc+kb] })
 		for j := cols; j < nr; j++ {
 			for p := 0; p < kb; p++ {
 				d[p*nr+j] = 0

@@ -66,6 +66,45 @@ func TestPackAMatchesInterleave(t *testing.T) {
 	}
 }
 
+// The AVX transpose that packs a transposed B's full 16- and 32-column slivers writes what
+// the scalar interleave writes, for every depth up to 41 and an odd row stride, and nothing
+// past the rows it reports.
+func TestPackBTMatchesInterleave(t *testing.T) {
+	if !gemmHasAVX2FMA {
+		t.Skip("no AVX2")
+	}
+	const ldb = 45
+	const guard = float32(-7)
+	for _, nr := range []int{16, 32} {
+		src := make([]float32, nr*ldb)
+		for i := range src {
+			src[i] = float32(i) + 0.5
+		}
+		for kb := 0; kb <= 41; kb++ {
+			got, want := make([]float32, nr*kb+nr), make([]float32, nr*kb)
+			for i := range got {
+				got[i] = guard
+			}
+			done := gemmFastPackBT(got, src, ldb, kb, nr)
+			if kb >= 8 && done != kb&^7 || kb < 8 && done != 0 {
+				t.Fatalf("nr %d kb %d: packed %d rows, want %d", nr, kb, done, kb&^7)
+			}
+			for i := done * nr; i < len(got); i++ {
+				if got[i] != guard {
+					t.Fatalf("nr %d kb %d: wrote sliver[%d] past the %d packed rows", nr, kb, i, done)
+				}
+			}
+			gemmInterleave(got[done*nr:], nr, nr, kb-done, func(i int) []float32 { return src[i*ldb+done : i*ldb+kb] })
+			gemmInterleave(want, nr, nr, kb, func(i int) []float32 { return src[i*ldb : i*ldb+kb] })
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("nr %d kb %d: sliver[%d] = %v, want %v", nr, kb, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}
+
 // The vector row copy moves exactly w elements a row for each width it takes (the slivers'
 // 6-, 8-, 16- and 32-wide runs of float32 and float64), and declines the others.
 func TestFastCopyWidths(t *testing.T) {

@@ -219,6 +219,101 @@ func (k kernel) gen() {
 	p("")
 }
 
+// bcast writes gemmKernS6x16AVX2Bcast, the kernel of convBcast: C's rows are 6 output
+// positions of a convolution and its columns 16 output channels, so A — the image — is
+// broadcast element by element, read in place at x + pos[i] + offs[p] bytes (row i, step p),
+// and B is the weights packed k×16. Because A's values are broadcast, not loaded as vectors,
+// a stride or dilation costs nothing (the vector kernels would gather). The k loop is the
+// packed kernel's (one FMA chain per accumulator, in p order), so the bits are the same;
+// the store is mode 0 (C = acc) or 1 (C += acc), without alpha, beta or bias.
+func bcast() {
+	const name = "gemmKernS6x16AVX2Bcast"
+	bases := []string{"SI", "AX", "BX", "DX", "R8", "R13"}
+	acc := func(i, v int) string { return fmt.Sprintf("Y%d", i*2+v) }
+	step := func(u int) {
+		p("\tMOVQ %d(R11), R12", u*8)
+		p("\tVMOVUPS %d(DI), Y12", u*64)
+		p("\tVMOVUPS %d(DI), Y13", u*64+32)
+		for i, b := range bases {
+			a := fmt.Sprintf("Y%d", 14+i%2)
+			p("\tVBROADCASTSS (%s)(R12*1), %s", b, a)
+			p("\tVFMADD231PS Y12, %s, %s", a, acc(i, 0))
+			p("\tVFMADD231PS Y13, %s, %s", a, acc(i, 1))
+		}
+	}
+	p("// func %s(k int, x, pos, b, c unsafe.Pointer, ldc, mode int, offs unsafe.Pointer)", name)
+	p("// C[0:6, 0:16] = (C +) Σ_p x[pos[i] + offs[p]]·B[p, 0:16]: pos 6 int64 and offs k int64")
+	p("// byte offsets into x, B packed k×16, C row-major with ldc elements; mode 0 or 1.")
+	p("TEXT ·%s(SB), NOSPLIT, $0-64", name)
+	p("\tMOVQ c+32(FP), DX")
+	p("\tMOVQ ldc+40(FP), R8")
+	p("\tSHLQ $2, R8")
+	for i := 0; i < 6; i++ { // touch C early so its lines arrive while the k loop runs
+		p("\tPREFETCHT0 (DX)")
+		p("\tPREFETCHT0 63(DX)")
+		p("\tADDQ R8, DX")
+	}
+	for i := 0; i < 12; i++ {
+		p("\tVXORPS Y%d, Y%d, Y%d", i, i, i)
+	}
+	p("\tMOVQ k+0(FP), CX")
+	p("\tMOVQ x+8(FP), R9")
+	p("\tMOVQ pos+16(FP), R12")
+	p("\tMOVQ b+24(FP), DI")
+	p("\tMOVQ offs+56(FP), R11")
+	for i, b := range bases {
+		p("\tMOVQ %d(R12), %s", i*8, b)
+		p("\tADDQ R9, %s", b)
+	}
+	p("\tMOVQ CX, R10")
+	p("\tSHRQ $2, R10")
+	p("\tANDQ $3, CX")
+	p("\tTESTQ R10, R10")
+	p("\tJZ %s_tail", name)
+	p("%s_loop4:", name)
+	for u := 0; u < 4; u++ {
+		step(u)
+	}
+	p("\tADDQ $32, R11")
+	p("\tADDQ $256, DI")
+	p("\tDECQ R10")
+	p("\tJNZ %s_loop4", name)
+	p("%s_tail:", name)
+	p("\tTESTQ CX, CX")
+	p("\tJZ %s_store", name)
+	p("%s_loop1:", name)
+	step(0)
+	p("\tADDQ $8, R11")
+	p("\tADDQ $64, DI")
+	p("\tDECQ CX")
+	p("\tJNZ %s_loop1", name)
+	p("%s_store:", name)
+	p("\tMOVQ c+32(FP), DX")
+	p("\tMOVQ ldc+40(FP), R8")
+	p("\tSHLQ $2, R8")
+	p("\tMOVQ mode+48(FP), AX")
+	p("\tTESTQ AX, AX")
+	p("\tJNZ %s_add", name)
+	for i := 0; i < 6; i++ {
+		p("\tVMOVUPS %s, (DX)", acc(i, 0))
+		p("\tVMOVUPS %s, 32(DX)", acc(i, 1))
+		p("\tADDQ R8, DX")
+	}
+	p("\tJMP %s_done", name)
+	p("%s_add:", name)
+	for i := 0; i < 6; i++ {
+		p("\tVADDPS (DX), %s, %s", acc(i, 0), acc(i, 0))
+		p("\tVADDPS 32(DX), %s, %s", acc(i, 1), acc(i, 1))
+		p("\tVMOVUPS %s, (DX)", acc(i, 0))
+		p("\tVMOVUPS %s, 32(DX)", acc(i, 1))
+		p("\tADDQ R8, DX")
+	}
+	p("%s_done:", name)
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
 // peak emits a loop of 2*n independent FMAs per iteration, used by the benchmarks to measure
 // the core's FMA throughput (the denominator of "fraction of peak").
 func peak(name, reg string, n int) {
@@ -252,15 +347,27 @@ func peak(name, reg string, n int) {
 // and 5 stand in for the absent 6 and 7: each output column's lanes 6 and 7 are junk that
 // the next column's store, 24 bytes on, overwrites, and the last column is stored as 16 + 8
 // bytes so that nothing is written past the block.
-func packA(rows int) {
+//
+// With strided set it writes gemmPackT8AVX(dst, src, lda, ldd, blocks) instead: 8 rows, each
+// packed column stored ldd bytes after the previous one, so that a transposed B operand's 8
+// rows become 8 of the columns of a wider sliver (dst[p·ldd/4 + i] = row i's element p).
+func packA(rows int, strided bool) {
 	name := fmt.Sprintf("gemmPackA%dAVX", rows)
 	l := fmt.Sprintf("packa%d", rows)
-	p("// func %s(dst, src unsafe.Pointer, lda, blocks int)", name)
-	p("TEXT ·%s(SB), NOSPLIT, $0-32", name)
+	if strided {
+		name, l = "gemmPackT8AVX", "packt8"
+		p("// func %s(dst, src unsafe.Pointer, lda, ldd, blocks int)", name)
+		p("TEXT ·%s(SB), NOSPLIT, $0-40", name)
+		p("\tMOVQ ldd+24(FP), R9")
+		p("\tMOVQ blocks+32(FP), CX")
+	} else {
+		p("// func %s(dst, src unsafe.Pointer, lda, blocks int)", name)
+		p("TEXT ·%s(SB), NOSPLIT, $0-32", name)
+		p("\tMOVQ blocks+24(FP), CX")
+	}
 	p("\tMOVQ dst+0(FP), DI")
 	p("\tMOVQ src+8(FP), SI")
 	p("\tMOVQ lda+16(FP), R8")
-	p("\tMOVQ blocks+24(FP), CX")
 	p("\tLEAQ (R8)(R8*2), R10")
 	p("\tTESTQ CX, CX")
 	p("\tJZ %s_done", l)
@@ -288,6 +395,11 @@ func packA(rows int) {
 	}
 	es := 4 * rows // bytes a packed column
 	for j := 0; j < 8; j++ {
+		if strided {
+			p("\tVMOVUPS Y%d, (DI)", 8+j)
+			p("\tADDQ R9, DI")
+			continue
+		}
 		if rows == 8 || j < 7 {
 			p("\tVMOVUPS Y%d, %d(DI)", 8+j, j*es)
 			continue
@@ -297,7 +409,9 @@ func packA(rows int) {
 		p("\tVMOVSD X%d, %d(DI)", 8+j, j*es+16)
 	}
 	p("\tADDQ $32, SI")
-	p("\tADDQ $%d, DI", 8*es)
+	if !strided {
+		p("\tADDQ $%d, DI", 8*es)
+	}
 	p("\tDECQ CX")
 	p("\tJNZ %s_loop", l)
 	p("%s_done:", l)
@@ -392,8 +506,9 @@ copy_done:
 	RET
 
 `)
-	packA(8)
-	packA(6)
+	packA(8, false)
+	packA(6, false)
+	packA(8, true)
 	p(`// func gemmXGETBV() (eax, edx uint32)
 TEXT ·gemmXGETBV(SB), NOSPLIT, $0-8
 	MOVL $0, CX
@@ -414,6 +529,7 @@ TEXT ·gemmXGETBV(SB), NOSPLIT, $0-8
 	} {
 		k.gen()
 	}
+	bcast()
 	peak("gemmPeakAVX2", "Y", 12)
 	peak("gemmPeakAVX512", "Z", 24)
 	if err := os.WriteFile("gemm_amd64.s", out.Bytes(), 0o644); err != nil {

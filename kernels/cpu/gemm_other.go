@@ -17,5 +17,7 @@ func gemmFastCopy[T Float](dst []T, dstLd int, src []T, srcLd, rows, w int) bool
 
 func gemmFastPackA[T Float](d, src []T, lda, kb, mr int) int { return 0 }
 
+func gemmFastPackBT[T Float](d, src []T, ldb, kb, nr int) int { return 0 }
+
 // No SIMD kernels to choose between here.
 const gemmHasAVX2FMA, gemmHasAVX512 = false, false
