@@ -139,10 +139,16 @@ func (k kernel) gen() {
 	p("\tTESTQ R10, R10")
 	p("\tJZ %s_tail", k.name)
 	p("%s_loop4:", k.name)
-	if !k.indirect {
-		p("\tPREFETCHT0 %d(DI)", 16*k.bstep())
-	}
+	// Every line of the packed B sliver is prefetched 16 steps ahead. Where tiles go along C's
+	// rows (2048³ and up) each call streams its B sliver from L3; one prefetch per four steps
+	// left three lines in four to the hardware prefetcher, and prefetching each line ran
+	// 1024³–4096³ 3–6% faster at one thread on Zen 3 (8 steps ahead: 2048³ 2% less; 32: none).
 	for u := 0; u < 4; u++ {
+		if !k.indirect && (u*k.bstep())%64 == 0 {
+			for l := 0; l < (k.bstep()+63)/64; l++ {
+				p("\tPREFETCHT0 %d(DI)", (16+u)*k.bstep()+64*l)
+			}
+		}
 		k.step(u)
 	}
 	p("\tADDQ $%d, SI", 4*k.mr*es)
