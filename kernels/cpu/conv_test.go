@@ -714,12 +714,13 @@ func TestConvEpilogue(t *testing.T) {
 	r := rand.New(rand.NewPCG(31, 32))
 	cases := append([]convCase{
 		{1, 64, 48, 1, []int{14, 14}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{0, 0}, []int{0, 0}},               // pointwise
-		{1, 32, 40, 1, []int{15, 13}, []int{3, 3}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{1, 1}},               // indirect
+		{1, 32, 40, 1, []int{6, 40}, []int{3, 3}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{1, 1}},                // indirect
+		{1, 32, 40, 1, []int{15, 13}, []int{3, 3}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{1, 1}},               // convBcast: rows under 32
 		{2, 6, 6, 6, []int{9, 9}, []int{3, 3}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{1, 1}},                   // depthwise
-		{1, 16, 24, 1, []int{20, 20}, []int{3, 3}, []int{2, 2}, []int{1, 1}, []int{1, 1}, []int{1, 1}},               // strided
+		{1, 16, 24, 1, []int{20, 20}, []int{3, 3}, []int{2, 2}, []int{1, 1}, []int{1, 1}, []int{1, 1}},               // strided: convBcast
 		{1, 24, 16, 1, []int{14, 13}, []int{1, 1}, []int{2, 2}, []int{1, 1}, []int{0, 0}, []int{0, 0}},               // strided 1×1: subsampled
 		{3, 8, 12, 2, []int{10, 11}, []int{3, 3}, []int{1, 2}, []int{2, 1}, []int{2, 1}, []int{0, 1}},                // groups, dilation
-		{1, 96, 160, 1, []int{28, 28}, []int{3, 3}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{1, 1}},              // several k slabs
+		{1, 96, 160, 1, []int{28, 28}, []int{3, 3}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{1, 1}},              // several k slabs (convBcast)
 		{2, 128, 64, 1, []int{7, 7}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{0, 0}, []int{0, 0}},                // batch, 7 × 7
 		{1, 4, 6, 1, []int{5, 6, 7}, []int{2, 3, 3}, []int{1, 1, 2}, []int{1, 1, 1}, []int{0, 1, 1}, []int{1, 1, 0}}, // 3-d
 	}, convCases...)
