@@ -27,78 +27,49 @@ func BenchmarkFMAPeak(b *testing.B) {
 	}
 }
 
-// The AVX transposes that pack 8- and 6-row A slivers write what the scalar interleave
-// writes, for every width up to 41 and an odd row stride, and nothing past the columns they
-// report (the 6-row one's overlapping stores must stop at the block's end).
-func TestPackAMatchesInterleave(t *testing.T) {
+// The AVX transposes that pack 8- and 6-row A slivers, and a transposed B's full 16- and
+// 32-column slivers, write what the scalar interleave writes, for every depth up to 41 and
+// an odd row stride, and nothing past what they report packing (the 6-row one's overlapping
+// stores must stop at the block's end).
+func TestPackTransposesMatchInterleave(t *testing.T) {
 	if !gemmHasAVX2FMA {
 		t.Skip("no AVX2")
 	}
-	const lda = 45
+	const ld = 45
 	const guard = float32(-7)
-	for _, mr := range []int{8, 6} {
-		src := make([]float32, mr*lda)
+	for _, c := range []struct {
+		name string
+		w    int // the sliver's width: rows of A, columns of B
+		pack func(d, src []float32, kb int) int
+	}{
+		{"A", 8, func(d, src []float32, kb int) int { return gemmFastPackA(d, src, ld, kb, 8) }},
+		{"A", 6, func(d, src []float32, kb int) int { return gemmFastPackA(d, src, ld, kb, 6) }},
+		{"Bᵀ", 16, func(d, src []float32, kb int) int { return gemmFastPackBT(d, src, ld, kb, 16) }},
+		{"Bᵀ", 32, func(d, src []float32, kb int) int { return gemmFastPackBT(d, src, ld, kb, 32) }},
+	} {
+		src := make([]float32, c.w*ld)
 		for i := range src {
 			src[i] = float32(i) + 0.5
 		}
 		for kb := 0; kb <= 41; kb++ {
-			got, want := make([]float32, mr*kb+8), make([]float32, mr*kb)
+			got, want := make([]float32, c.w*kb+c.w), make([]float32, c.w*kb)
 			for i := range got {
 				got[i] = guard
 			}
-			done := gemmFastPackA(got, src, lda, kb, mr)
+			done := c.pack(got, src, kb)
 			if done != kb&^7 {
-				t.Fatalf("mr %d kb %d: packed %d columns, want %d", mr, kb, done, kb&^7)
+				t.Fatalf("%s %d kb %d: packed %d, want %d", c.name, c.w, kb, done, kb&^7)
 			}
-			for i := done * mr; i < len(got); i++ {
+			for i := done * c.w; i < len(got); i++ {
 				if got[i] != guard {
-					t.Fatalf("mr %d kb %d: wrote sliver[%d] past the %d packed columns", mr, kb, i, done)
+					t.Fatalf("%s %d kb %d: wrote sliver[%d] past the %d packed", c.name, c.w, kb, i, done)
 				}
 			}
-			gemmInterleave(got[done*mr:], mr, mr, kb-done, func(i int) []float32 { return src[i*lda+done : i*lda+kb] })
-			gemmInterleave(want, mr, mr, kb, func(i int) []float32 { return src[i*lda : i*lda+kb] })
+			gemmInterleave(got[done*c.w:], c.w, c.w, kb-done, func(i int) []float32 { return src[i*ld+done : i*ld+kb] })
+			gemmInterleave(want, c.w, c.w, kb, func(i int) []float32 { return src[i*ld : i*ld+kb] })
 			for i := range want {
 				if got[i] != want[i] {
-					t.Fatalf("mr %d kb %d: sliver[%d] = %v, want %v", mr, kb, i, got[i], want[i])
-				}
-			}
-		}
-	}
-}
-
-// The AVX transpose that packs a transposed B's full 16- and 32-column slivers writes what
-// the scalar interleave writes, for every depth up to 41 and an odd row stride, and nothing
-// past the rows it reports.
-func TestPackBTMatchesInterleave(t *testing.T) {
-	if !gemmHasAVX2FMA {
-		t.Skip("no AVX2")
-	}
-	const ldb = 45
-	const guard = float32(-7)
-	for _, nr := range []int{16, 32} {
-		src := make([]float32, nr*ldb)
-		for i := range src {
-			src[i] = float32(i) + 0.5
-		}
-		for kb := 0; kb <= 41; kb++ {
-			got, want := make([]float32, nr*kb+nr), make([]float32, nr*kb)
-			for i := range got {
-				got[i] = guard
-			}
-			done := gemmFastPackBT(got, src, ldb, kb, nr)
-			if kb >= 8 && done != kb&^7 || kb < 8 && done != 0 {
-				t.Fatalf("nr %d kb %d: packed %d rows, want %d", nr, kb, done, kb&^7)
-			}
-			for i := done * nr; i < len(got); i++ {
-				if got[i] != guard {
-					t.Fatalf("nr %d kb %d: wrote sliver[%d] past the %d packed rows", nr, kb, i, done)
-				}
-			}
-			gemmInterleave(got[done*nr:], nr, nr, kb-done, func(i int) []float32 { return src[i*ldb+done : i*ldb+kb] })
-			gemmInterleave(want, nr, nr, kb, func(i int) []float32 { return src[i*ldb : i*ldb+kb] })
-			for i := range want {
-				if got[i] != want[i] {
-					t.Fatalf("nr %d kb %d: sliver[%d] = %v, want %v", nr, kb, i, got[i], want[i])
+					t.Fatalf("%s %d kb %d: sliver[%d] = %v, want %v", c.name, c.w, kb, i, got[i], want[i])
 				}
 			}
 		}
