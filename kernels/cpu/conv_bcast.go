@@ -17,6 +17,9 @@ type convBc struct {
 	p              int // output positions, ho·wo
 }
 
+// convBcastMR and convBcastNR are kernBcast's tile: output positions by output channels.
+const convBcastMR, convBcastNR = 6, 16
+
 // convBcastSetup builds g.bc for a 2-d convolution.
 func (g *convGeom) convBcastSetup(in, out, kernel, stride, dil, pb []int) {
 	d := &convBc{h: in[0], w: in[1], pb0: pb[0], pb1: pb[1], p: out[0] * out[1]}
@@ -30,8 +33,7 @@ func (g *convGeom) convBcastSetup(in, out, kernel, stride, dil, pb []int) {
 	if d.inPlace {
 		row, plane = d.w, g.inSize
 	}
-	const mr = 6 // the kernel's rows (gemmKernS6x16AVX2Bcast)
-	d.pos = make([]int64, (d.p+mr-1)/mr*mr)
+	d.pos = make([]int64, (d.p+convBcastMR-1)/convBcastMR*convBcastMR)
 	for q := range d.pos {
 		oy, ox := min(q, d.p-1)/out[1], min(q, d.p-1)%out[1] // the last tile's extra rows repeat the last position
 		d.pos[q] = 4 * int64(oy*stride[0]*row+ox*stride[1])
@@ -72,7 +74,7 @@ func convBcast[T Float](g *convGeom, x, w, bt []T, bias, y []T, workers int, epi
 	if d == nil || !isFloat32Type[T]() || impl.kernBcast == nil || convBcastOff {
 		return false
 	}
-	const mr, nr = 6, 16
+	const mr, nr = convBcastMR, convBcastNR
 	k, n := g.kdim, g.ocg
 	nPad := gemmSplit(n, 1, nr)
 	pPad := len(d.pos)
@@ -169,14 +171,14 @@ func convBcast[T Float](g *convGeom, x, w, bt []T, bias, y []T, workers int, epi
 }
 
 // convBcastPack packs the m × k weights w (row-major) as convBcast's B: Wᵀ, slab by slab of
-// kc rows, each slab's nr-column slivers kb × nr (channels past m zero), nr = 16.
+// kc rows, each slab's convBcastNR-column slivers kb × convBcastNR (channels past m zero).
 func convBcastPack(impl *gemmImpl, w []float32, k, m int, dst []float32, workers int) {
-	nPad := gemmSplit(m, 1, 16)
+	nPad := gemmSplit(m, 1, convBcastNR)
 	slabs := (k + impl.kc - 1) / impl.kc
 	parallelTasks(slabs, workers, func(t int) {
 		pc := t * impl.kc
 		kb := min(impl.kc, k-pc)
-		gemmPackB(true, w, k, pc, 0, kb, m, 16, dst[pc*nPad:pc*nPad+kb*nPad])
+		gemmPackB(true, w, k, pc, 0, kb, m, convBcastNR, dst[pc*nPad:pc*nPad+kb*nPad])
 	})
 }
 
