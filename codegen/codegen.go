@@ -1309,7 +1309,17 @@ func (rg *rankGen) kernel(k *lower.Kernel) int {
 	if i, ok := rg.kernels[key]; ok {
 		return i
 	}
+	rg.kernels[key] = len(rg.prog.Kernels)
+	rg.prog.Kernels = append(rg.prog.Kernels, kernelProto(k))
+	return len(rg.prog.Kernels) - 1
+}
+
+// kernelProto is a kernel in the program format.
+func kernelProto(k *lower.Kernel) *pb.Kernel {
 	pk := &pb.Kernel{Op: "fused"}
+	if k.Pre != nil {
+		pk.Pre, pk.PreInputs = kernelProto(k.Pre), int32(k.PreInputs)
+	}
 	if k.Op != nil {
 		pk.Op = k.Op.Name
 		pk.Attrs = attrsToProto(k.Attrs)
@@ -1329,13 +1339,14 @@ func (rg *rankGen) kernel(k *lower.Kernel) int {
 			pk.Outputs = append(pk.Outputs, int32(o))
 		}
 	}
-	rg.kernels[key] = len(rg.prog.Kernels)
-	rg.prog.Kernels = append(rg.prog.Kernels, pk)
-	return len(rg.prog.Kernels) - 1
+	return pk
 }
 
 func kernelKey(k *lower.Kernel) string {
 	var b strings.Builder
+	if k.Pre != nil {
+		fmt.Fprintf(&b, "(%s)%d>", kernelKey(k.Pre), k.PreInputs)
+	}
 	if k.Op != nil {
 		b.WriteString(k.Op.Name)
 		b.WriteString(ir.AttrString(ir.Dict(k.Attrs)))
@@ -1653,7 +1664,7 @@ func launchFLOPs(k *lower.Kernel, b *lower.Block, l lower.Launch) int64 {
 		return 2 * int64(dy.NumElements()) * per
 	}
 	if k.Op.Name == "conv" || k.Op.Name == "conv_transpose" {
-		w := b.Slots[l.In[1]].Shape
+		w := b.Slots[l.In[max(1, k.PreInputs)]].Shape // after a prologue's inputs
 		per := int64(1)
 		for _, d := range w[1:] {
 			per *= int64(d)

@@ -98,6 +98,16 @@ func attrText(as []*pb.NamedAttr) string {
 }
 
 func kernelText(k *pb.Kernel) string {
+	if k.Pre != nil {
+		// A prologue: its result is the op's operand 0, read from the launch's first
+		// pre_inputs operands.
+		return fmt.Sprintf("(%s on %d operands) > %s", kernelText(k.Pre), k.PreInputs, opText(k))
+	}
+	return opText(k)
+}
+
+// opText is kernelText without the prologue.
+func opText(k *pb.Kernel) string {
 	if k.Op != "fused" && len(k.Fused) == 0 {
 		return k.Op + attrText(k.Attrs)
 	}
@@ -128,7 +138,11 @@ func instrText(p *pb.Program, in *pb.Instr) string {
 	case pb.Instr_LAUNCH:
 		name := "?"
 		if in.Kernel >= 0 && int(in.Kernel) < len(p.Kernels) {
-			name = p.Kernels[in.Kernel].Op
+			k := p.Kernels[in.Kernel]
+			name = k.Op
+			if k.Pre != nil {
+				name = k.Pre.Op + ">" + name
+			}
 		}
 		return fmt.Sprintf("%s = launch k%d %s(%s)", bufs(in.Out), in.Kernel, name, bufs(in.In))
 	case pb.Instr_INPUT:

@@ -2,6 +2,7 @@ package lower
 
 import (
 	"fmt"
+	"slices"
 
 	"ppc.dev/ppc/ir"
 )
@@ -24,20 +25,30 @@ type Kernel struct {
 	Attrs   ir.Attrs
 	Fused   []FusedStep
 	Outputs []int
-	// OpInputs is, for an epilogue, how many of the launch's inputs are the op's operands:
-	// the chain's input 0 is the op's result and its inputs 1, 2, … the launch's inputs from
-	// OpInputs on.
+	// OpInputs is, for an epilogue, how many of the launch's inputs are the op's operands
+	// (with a prologue: the prologue's inputs and the op's operands 1, 2, …): the chain's
+	// input 0 is the op's result and its inputs 1, 2, … the launch's inputs from OpInputs on.
 	OpInputs int
+	// Pre, when not nil, is the op's prologue: the kernel (an op, possibly with an
+	// epilogue) whose result is the op's operand 0, computed inside this launch instead of
+	// written out by its own. The launch reads Pre's PreInputs inputs first, then the op's
+	// operands 1, 2, …, then the epilogue's. See prologues.
+	Pre       *Kernel
+	PreInputs int
 }
 
 // Epilogue reports whether the kernel is an op followed by an elementwise chain.
 func (k *Kernel) Epilogue() bool { return k.Op != nil && len(k.Fused) > 0 }
 
 // Name is the op name, "fused(add,mul,…)", or for an epilogue the op's and its steps'
-// ("conv+relu", "conv+add+relu").
+// ("conv+relu", "conv+add+relu"), after a prologue's name and ">"
+// ("batch_norm+relu>conv+relu").
 func (k *Kernel) Name() string {
 	if k.Op != nil {
 		s := k.Op.Name
+		if k.Pre != nil {
+			s = k.Pre.Name() + ">" + s
+		}
 		for _, st := range k.Fused {
 			s += "+" + st.Op.Name
 		}
@@ -140,10 +151,29 @@ func Func(f *ir.Func) (*Block, error) {
 		}
 	}
 	epi := epilogues(f, fusedInto, members, uses, returned)
+	preOf := prologues(f, epi, members, uses, returned) // consumer → its prologue's op
+	pro := map[*ir.Op]bool{}
+	for _, p := range preOf {
+		pro[p] = true
+	}
 	done := map[*ir.Op]bool{}
 	for _, op := range f.Ops {
 		if done[op] {
-			continue // in an epilogue, emitted with its op
+			continue // in an epilogue or a prologue, emitted with its op
+		}
+		if pro[op] {
+			// Emitted inside its consumer's launch; its result has no slot.
+			done[op] = true
+			if root, ok := epi[op]; ok {
+				for _, m := range append(members[root], root) {
+					done[m] = true
+				}
+			}
+			continue
+		}
+		var pre *launchParts // op's prologue
+		if p, ok := preOf[op]; ok {
+			pre = b.parts(p, epi, members, slot, returned)
 		}
 		if root, ok := epi[op]; ok {
 			group := append(members[root], root)
@@ -153,7 +183,7 @@ func Func(f *ir.Func) (*Block, error) {
 					return nil, fmt.Errorf("%s: result of %s has no known type; run shape-infer", m.Loc, m.Def.Name)
 				}
 			}
-			b.fuse(group, slot, returned, op)
+			b.add(b.fuse(group, slot, returned, op, pre))
 			continue
 		}
 		if _, inner := fusedInto[op]; inner {
@@ -177,18 +207,15 @@ func Func(f *ir.Func) (*Block, error) {
 		}
 		group := append(members[op], op)
 		if len(group) == 1 && !op.Def.Has(ir.Elementwise) {
-			l := Launch{Kernel: len(b.Kernels)}
-			b.Kernels = append(b.Kernels, Kernel{Op: op.Def, Attrs: op.Attrs})
-			for _, x := range op.Operands {
-				l.In = append(l.In, slot[x])
-			}
+			lp := &launchParts{k: Kernel{Op: op.Def, Attrs: op.Attrs}, in: b.opInputs(op, slot, pre)}
+			lp.k.withPre(pre)
 			for _, r := range op.Results {
-				l.Out = append(l.Out, slot[r])
+				lp.out = append(lp.out, slot[r])
 			}
-			b.Launches = append(b.Launches, l)
+			b.add(lp)
 			continue
 		}
-		b.fuse(group, slot, returned, nil)
+		b.add(b.fuse(group, slot, returned, nil, nil))
 	}
 	for _, r := range f.Results {
 		s, ok := slot[r]
@@ -253,6 +280,71 @@ func epilogues(f *ir.Func, fusedInto map[*ir.Op]*ir.Op, members map[*ir.Op][]*ir
 	return epi
 }
 
+// prologues finds the inference batch norms (each with a ReLU as its epilogue, or none)
+// whose result only a pointwise convolution reads, as its operand 0, and returns that
+// convolution → the batch norm. Their launch is then the convolution's prologue (Kernel.Pre):
+// the CPU device applies the scale, shift and ReLU to its input as its GEMM packs it
+// (kernels/cpu.ConvPre), the bits of the batch norm's own launch, where that launch wrote
+// the whole normalised input and the convolution read it back — DenseNet's pre-activation
+// layers, 62 launches and 5% of a batch-1 step. Other devices run the two in turn through
+// scratch memory (runtime/device.PreparePrologue). Only f32 and f64, the types the CPU
+// device fuses, so that the intermediate buffer the memory plan no longer holds is never
+// needed there.
+func prologues(f *ir.Func, epi map[*ir.Op]*ir.Op, members map[*ir.Op][]*ir.Op, uses map[*ir.Value][]*ir.Op, returned map[*ir.Value]bool) map[*ir.Op]*ir.Op {
+	pre := map[*ir.Op]*ir.Op{}
+	for _, op := range f.Ops {
+		if op.Def.Name != "batch_norm" || len(op.Results) != 1 {
+			continue
+		}
+		v := op.Results[0]
+		if root, ok := epi[op]; ok {
+			if len(members[root]) > 0 || root.Def.Name != "relu" {
+				continue
+			}
+			v = root.Results[0]
+		}
+		if returned[v] || len(uses[v]) != 1 {
+			continue
+		}
+		c := uses[v][0]
+		if c.Def.Name != "conv" || c.Operands[0] != v || !pointwiseConv(c) {
+			continue
+		}
+		dt := v.Type.DType
+		ok := dt == ir.F32 || dt == ir.F64
+		for _, x := range append(append([]*ir.Value{}, op.Operands...), c.Operands...) {
+			ok = ok && x.Type.DType == dt
+		}
+		if ok && pre[c] == nil {
+			pre[c] = op
+		}
+	}
+	return pre
+}
+
+// pointwiseConv reports whether a convolution is 1×1, stride 1 and unpadded (its result has
+// its input's spatial extents): a GEMM on its input as it lies, which a prologue can feed.
+func pointwiseConv(c *ir.Op) bool {
+	if len(c.Operands) < 2 || len(c.Results) != 1 {
+		return false
+	}
+	x, w, y := c.Operands[0].Type, c.Operands[1].Type, c.Results[0].Type
+	if !x.Known() || !w.Known() || !y.Known() || x.Rank() < 3 || w.Rank() != x.Rank() || y.Rank() != x.Rank() {
+		return false
+	}
+	for _, d := range w.Shape[2:] {
+		if d != 1 {
+			return false
+		}
+	}
+	for _, st := range c.Attrs.Ints("strides") {
+		if st != 1 {
+			return false
+		}
+	}
+	return slices.Equal(x.Shape[2:], y.Shape[2:])
+}
+
 // epilogueFits reports whether group can be v's op's epilogue: every use of v is in it,
 // every step's result and every other operand has v's type, and those operands are defined
 // before v's op.
@@ -278,10 +370,58 @@ func epilogueFits(group []*ir.Op, in map[*ir.Op]bool, v *ir.Value, vUses []*ir.O
 	return true
 }
 
-// fuse emits one kernel for an elementwise group whose last member is the root, writing the
+// launchParts is one launch before it is added to a block: its kernel and its input and
+// output slots.
+type launchParts struct {
+	k       Kernel
+	in, out []int
+}
+
+// add appends a launch of its own kernel.
+func (b *Block) add(lp *launchParts) {
+	b.Kernels = append(b.Kernels, lp.k)
+	b.Launches = append(b.Launches, Launch{Kernel: len(b.Kernels) - 1, In: lp.in, Out: lp.out})
+}
+
+// parts is the launch op (with its epilogue, if it has one) would be on its own.
+func (b *Block) parts(op *ir.Op, epi map[*ir.Op]*ir.Op, members map[*ir.Op][]*ir.Op, slot map[*ir.Value]int, returned map[*ir.Value]bool) *launchParts {
+	if root, ok := epi[op]; ok {
+		return b.fuse(append(members[root], root), slot, returned, op, nil)
+	}
+	return &launchParts{k: Kernel{Op: op.Def, Attrs: op.Attrs}, in: b.opInputs(op, slot, nil)}
+}
+
+// opInputs is the launch inputs op's operands are: with a prologue, the prologue's inputs in
+// place of operand 0.
+func (b *Block) opInputs(op *ir.Op, slot map[*ir.Value]int, pre *launchParts) []int {
+	var in []int
+	for i, x := range op.Operands {
+		if i == 0 && pre != nil {
+			in = append(in, pre.in...)
+			continue
+		}
+		in = append(in, slot[x])
+	}
+	return in
+}
+
+// withPre makes pre (nil: none) the kernel's prologue.
+func (k *Kernel) withPre(pre *launchParts) {
+	if pre == nil {
+		return
+	}
+	pk := pre.k
+	k.Pre, k.PreInputs = &pk, len(pre.in)
+	if k.Epilogue() {
+		k.OpInputs += len(pre.in) - 1
+	}
+}
+
+// fuse makes one kernel for an elementwise group whose last member is the root, writing the
 // root's result and, before it, every member's the function returns. With op, the group is
-// op's epilogue: the launch reads op's operands first, and the chain's input 0 is op's result.
-func (b *Block) fuse(group []*ir.Op, slot map[*ir.Value]int, returned map[*ir.Value]bool, op *ir.Op) {
+// op's epilogue: the launch reads op's operands first (after pre's inputs in place of
+// operand 0, when op has a prologue), and the chain's input 0 is op's result.
+func (b *Block) fuse(group []*ir.Op, slot map[*ir.Value]int, returned map[*ir.Value]bool, op *ir.Op, pre *launchParts) *launchParts {
 	root := group[len(group)-1]
 	inGroup := map[*ir.Value]int{} // value → step index
 	var inputs []int
@@ -336,11 +476,8 @@ func (b *Block) fuse(group []*ir.Op, slot map[*ir.Value]int, returned map[*ir.Va
 	switch {
 	case op != nil:
 		k.Op, k.Attrs, k.OpInputs = op.Def, op.Attrs, len(op.Operands)
-		opIn := make([]int, len(op.Operands))
-		for i, x := range op.Operands {
-			opIn[i] = slot[x]
-		}
-		inputs = append(opIn, inputs...)
+		k.withPre(pre)
+		inputs = append(b.opInputs(op, slot, pre), inputs...)
 	case len(steps) == 1:
 		// A lone elementwise op stays a plain launch of its op; the device runs it with the
 		// same elementwise engine.
@@ -350,6 +487,5 @@ func (b *Block) fuse(group []*ir.Op, slot map[*ir.Value]int, returned map[*ir.Va
 			inputs = append(inputs, slot[x])
 		}
 	}
-	b.Kernels = append(b.Kernels, k)
-	b.Launches = append(b.Launches, Launch{Kernel: len(b.Kernels) - 1, In: inputs, Out: outs})
+	return &launchParts{k: k, in: inputs, out: outs}
 }

@@ -272,3 +272,59 @@ func lowerNames(t *testing.T, f *ir.Func, want string) *Block {
 	}
 	return b
 }
+
+// TestPrologue: an inference batch norm (with its ReLU, or alone) whose result only a
+// pointwise convolution reads, as its operand 0, runs inside the convolution's launch: the
+// launch reads the batch norm's operands, then the convolution's weights and bias, then its
+// epilogue's; the normalised input gets no slot. Not where the result has another use, is
+// returned, or feeds a 3×3, strided or 16-bit convolution, or the convolution's weights, or
+// where the batch norm's epilogue is more than a ReLU.
+func TestPrologue(t *testing.T) {
+	f := parseFunc(t, `func @f(%x: f32[1,4,5,5], %s: f32[4], %b: f32[4], %m: f32[4], %v: f32[4], %w: f32[6,4,1,1] {param}, %cb: f32[6] {param}, %w3: f32[6,4,3,3] {param}, %h: f16[1,4,5,5], %hs: f16[4], %hw: f16[6,4,1,1], %k: f32[]) -> (f32[1,6,5,5], f32[1,6,5,5], f32[1,6,5,5], f32[1,6,3,3], f32[1,4,5,5], f32[1,6,5,5], f16[1,6,5,5], f32[1,6,5,5], f32[1,6,5,5]) {
+  %n0 = batch_norm %x, %s, %b, %m, %v : f32[1,4,5,5]
+  %r0 = relu %n0 : f32[1,4,5,5]
+  %c0 = conv %r0, %w, %cb : f32[1,6,5,5]
+  %y0 = relu %c0 : f32[1,6,5,5]
+  %n1 = batch_norm %x, %s, %b, %m, %v : f32[1,4,5,5]
+  %c1 = conv %n1, %w : f32[1,6,5,5]
+  %n2 = batch_norm %x, %s, %b, %m, %v : f32[1,4,5,5]
+  %r2 = relu %n2 : f32[1,4,5,5]
+  %c2 = conv %r2, %w3, %cb {pads = [1, 1, 1, 1]} : f32[1,6,5,5]
+  %n3 = batch_norm %x, %s, %b, %m, %v : f32[1,4,5,5]
+  %r3 = relu %n3 : f32[1,4,5,5]
+  %c3 = conv %r3, %w {strides = [2, 2]} : f32[1,6,3,3]
+  %n4 = batch_norm %x, %s, %b, %m, %v : f32[1,4,5,5]
+  %r4 = relu %n4 : f32[1,4,5,5]
+  %c4 = conv %r4, %w : f32[1,6,5,5]
+  %n5 = batch_norm %h, %hs, %hs, %hs, %hs : f16[1,4,5,5]
+  %c5 = conv %n5, %hw : f16[1,6,5,5]
+  %n6 = batch_norm %x, %s, %b, %m, %v : f32[1,4,5,5]
+  %e6 = mul %n6, %n6 : f32[1,4,5,5]
+  %c6 = conv %e6, %w : f32[1,6,5,5]
+  %n7 = batch_norm %x, %s, %b, %m, %v : f32[1,4,5,5]
+  %r7 = relu %n7 : f32[1,4,5,5]
+  %c7 = conv %r7, %w : f32[1,6,5,5]
+  %d7 = conv %r7, %w : f32[1,6,5,5]
+  %a7 = add %c7, %d7 : f32[1,6,5,5]
+  return %y0, %c1, %c2, %c3, %r4, %c4, %c5, %c6, %a7
+}
+`)
+	b := lowerNames(t, f, "batch_norm+relu>conv+relu batch_norm>conv batch_norm+relu conv batch_norm+relu conv batch_norm+relu conv batch_norm conv batch_norm+mul conv batch_norm+relu conv conv+add")
+	k, l := b.Kernels[b.Launches[0].Kernel], b.Launches[0]
+	// x, s, b, m, v, then w and cb: the epilogue (a ReLU) reads nothing more.
+	if k.Pre == nil || k.PreInputs != 5 || k.OpInputs != 7 || len(l.In) != 7 || l.In[5] != b.Args[5] || l.In[6] != b.Args[6] || l.In[0] != b.Args[0] {
+		t.Fatalf("prologue launch %+v reading %v (args %v)", k, l.In, b.Args)
+	}
+	if k.Pre.Op.Name != "batch_norm" || len(k.Pre.Fused) != 1 || k.Pre.OpInputs != 5 {
+		t.Fatalf("prologue kernel %+v", k.Pre)
+	}
+	if k1 := b.Kernels[b.Launches[1].Kernel]; k1.Pre == nil || k1.PreInputs != 5 || k1.OpInputs != 0 || len(b.Launches[1].In) != 6 {
+		t.Fatalf("batch norm alone as the prologue: %+v on %v", k1, b.Launches[1].In)
+	}
+	// Neither fused normalised input has a slot.
+	for i, name := range b.SlotNames {
+		if name == "r0" || name == "n1" {
+			t.Fatalf("slot %d holds %%%s, which the launch computes inside", i, name)
+		}
+	}
+}

@@ -649,6 +649,32 @@ func LaunchSpecs(p *pb.Program) ([]*device.Spec, error) {
 }
 
 func kernelSpec(pk *pb.Kernel) (*device.Spec, error) {
+	if pk.Pre == nil {
+		if pk.PreInputs != 0 {
+			return nil, fmt.Errorf("%s kernel with pre_inputs %d but no prologue", pk.Op, pk.PreInputs)
+		}
+		return opSpec(pk)
+	}
+	if pk.Pre.Pre != nil || pk.Pre.Op == "fused" || pk.Op == "fused" || pk.PreInputs < 1 {
+		return nil, fmt.Errorf("%s kernel with a prologue (%s on %d operands): a prologue is an op before an op, on at least one operand", pk.Op, pk.Pre.Op, pk.PreInputs)
+	}
+	pre, err := opSpec(pk.Pre)
+	if err != nil {
+		return nil, fmt.Errorf("prologue: %v", err)
+	}
+	s, err := opSpec(pk)
+	if err != nil {
+		return nil, err
+	}
+	if s.Epilogue() && s.OpInputs < int(pk.PreInputs) {
+		return nil, fmt.Errorf("%s kernel with an epilogue on %d operands but a prologue on %d", pk.Op, s.OpInputs, pk.PreInputs)
+	}
+	s.Pre, s.PreInputs = pre, int(pk.PreInputs)
+	return s, nil
+}
+
+// opSpec is kernelSpec for a kernel without a prologue.
+func opSpec(pk *pb.Kernel) (*device.Spec, error) {
 	if pk.Op == "fused" {
 		if len(pk.Fused) == 0 {
 			return nil, errors.New("fused kernel with 0 steps")
@@ -1198,6 +1224,17 @@ func checkLaunch(s *device.Spec) (err error) {
 			err = fmt.Errorf("malformed kernel: %v", r)
 		}
 	}()
+	if s.Pre != nil {
+		// The prologue alone, then the op reading its result.
+		pre, op, err := s.SplitPrologue()
+		if err != nil {
+			return err
+		}
+		if err := checkLaunch(pre); err != nil {
+			return fmt.Errorf("prologue: %v", err)
+		}
+		return checkLaunch(op)
+	}
 	if s.Epilogue() {
 		// The op alone, then the chain alone over its result, and every type the op
 		// result's: the chain may run over any part of the result as soon as it is final.

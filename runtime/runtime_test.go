@@ -315,6 +315,21 @@ func FuzzLoadProgram(f *testing.F) {
 	if data, err := proto.Marshal(epi); err == nil {
 		f.Add(data)
 	}
+	// And with a prologue (lower makes them of a batch norm before a pointwise convolution;
+	// here a ReLU on a matmul's first operand, which the CPU device runs through scratch), so
+	// that mutations reach the prologue checks.
+	pro := proto.Clone(withColl).(*pb.Program)
+	pro.Instrs = pro.Instrs[:len(pro.Instrs)-3]
+	for _, in := range pro.Instrs {
+		if in.Kind == pb.Instr_LAUNCH && pro.Kernels[in.Kernel].Op == "matmul" {
+			pro.Kernels = append(pro.Kernels, &pb.Kernel{Op: "matmul", Pre: &pb.Kernel{Op: "relu"}, PreInputs: 1})
+			in.Kernel = int32(len(pro.Kernels) - 1)
+			break
+		}
+	}
+	if data, err := proto.Marshal(pro); err == nil {
+		f.Add(data)
+	}
 	// A mutated program may ask for gigabytes and minutes of valid work; keep each input small.
 	MemoryLimit = 64 << 20
 	f.Fuzz(func(t *testing.T, data []byte) {

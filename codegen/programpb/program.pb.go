@@ -1085,6 +1085,14 @@ func (x *FusedStep) GetType() *TensorType {
 // its result and inputs 1, 2, … are the remaining in buffers; every step, extra input and out
 // buffer has the op result's type, so a device may apply the steps to each part of the result
 // as soon as it is final, or run the op into the last out buffer and the steps in place.
+//
+// An op with a pre kernel has a prologue (an inference batch norm, and its ReLU, before a
+// pointwise convolution): pre — an op, possibly with an epilogue, never with a prologue of its
+// own — computes the op's operand 0 from the first pre_inputs in buffers, and the op's
+// operands 1, 2, … are the in buffers after those (op_inputs, with an epilogue, counts both).
+// The intermediate result has no buffer: its type is pre's last step's, or what pre's op
+// infers from its operands. A device may compute it as the op reads it, or run pre into
+// scratch memory and then the op.
 type Kernel struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Op            string                 `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
@@ -1092,6 +1100,8 @@ type Kernel struct {
 	Fused         []*FusedStep           `protobuf:"bytes,3,rep,name=fused,proto3" json:"fused,omitempty"`
 	Outputs       []int32                `protobuf:"varint,4,rep,packed,name=outputs,proto3" json:"outputs,omitempty"`
 	OpInputs      int32                  `protobuf:"varint,5,opt,name=op_inputs,json=opInputs,proto3" json:"op_inputs,omitempty"`
+	Pre           *Kernel                `protobuf:"bytes,6,opt,name=pre,proto3" json:"pre,omitempty"`
+	PreInputs     int32                  `protobuf:"varint,7,opt,name=pre_inputs,json=preInputs,proto3" json:"pre_inputs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1157,6 +1167,20 @@ func (x *Kernel) GetOutputs() []int32 {
 func (x *Kernel) GetOpInputs() int32 {
 	if x != nil {
 		return x.OpInputs
+	}
+	return 0
+}
+
+func (x *Kernel) GetPre() *Kernel {
+	if x != nil {
+		return x.Pre
+	}
+	return nil
+}
+
+func (x *Kernel) GetPreInputs() int32 {
+	if x != nil {
+		return x.PreInputs
 	}
 	return 0
 }
@@ -1596,13 +1620,16 @@ const file_program_proto_rawDesc = "" +
 	"\x02op\x18\x01 \x01(\tR\x02op\x12\x12\n" +
 	"\x04args\x18\x02 \x03(\x05R\x04args\x12,\n" +
 	"\x05attrs\x18\x03 \x03(\v2\x16.ppc.program.NamedAttrR\x05attrs\x12+\n" +
-	"\x04type\x18\x04 \x01(\v2\x17.ppc.program.TensorTypeR\x04type\"\xab\x01\n" +
+	"\x04type\x18\x04 \x01(\v2\x17.ppc.program.TensorTypeR\x04type\"\xf1\x01\n" +
 	"\x06Kernel\x12\x0e\n" +
 	"\x02op\x18\x01 \x01(\tR\x02op\x12,\n" +
 	"\x05attrs\x18\x02 \x03(\v2\x16.ppc.program.NamedAttrR\x05attrs\x12,\n" +
 	"\x05fused\x18\x03 \x03(\v2\x16.ppc.program.FusedStepR\x05fused\x12\x18\n" +
 	"\aoutputs\x18\x04 \x03(\x05R\aoutputs\x12\x1b\n" +
-	"\top_inputs\x18\x05 \x01(\x05R\bopInputs\"\x84\x06\n" +
+	"\top_inputs\x18\x05 \x01(\x05R\bopInputs\x12%\n" +
+	"\x03pre\x18\x06 \x01(\v2\x13.ppc.program.KernelR\x03pre\x12\x1d\n" +
+	"\n" +
+	"pre_inputs\x18\a \x01(\x05R\tpreInputs\"\x84\x06\n" +
 	"\x05Instr\x12+\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.ppc.program.Instr.KindR\x04kind\x12\x16\n" +
 	"\x06kernel\x18\x02 \x01(\x05R\x06kernel\x12\x0e\n" +
@@ -1749,17 +1776,18 @@ var file_program_proto_depIdxs = []int32{
 	9,  // 11: ppc.program.FusedStep.type:type_name -> ppc.program.TensorType
 	11, // 12: ppc.program.Kernel.attrs:type_name -> ppc.program.NamedAttr
 	12, // 13: ppc.program.Kernel.fused:type_name -> ppc.program.FusedStep
-	2,  // 14: ppc.program.Instr.kind:type_name -> ppc.program.Instr.Kind
-	3,  // 15: ppc.program.Instr.reduce_op:type_name -> ppc.program.Instr.ReduceOp
-	16, // 16: ppc.program.Program.mesh:type_name -> ppc.program.NamedInt
-	4,  // 17: ppc.program.Program.buffers:type_name -> ppc.program.Buffer
-	13, // 18: ppc.program.Program.kernels:type_name -> ppc.program.Kernel
-	14, // 19: ppc.program.Program.instrs:type_name -> ppc.program.Instr
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	13, // 14: ppc.program.Kernel.pre:type_name -> ppc.program.Kernel
+	2,  // 15: ppc.program.Instr.kind:type_name -> ppc.program.Instr.Kind
+	3,  // 16: ppc.program.Instr.reduce_op:type_name -> ppc.program.Instr.ReduceOp
+	16, // 17: ppc.program.Program.mesh:type_name -> ppc.program.NamedInt
+	4,  // 18: ppc.program.Program.buffers:type_name -> ppc.program.Buffer
+	13, // 19: ppc.program.Program.kernels:type_name -> ppc.program.Kernel
+	14, // 20: ppc.program.Program.instrs:type_name -> ppc.program.Instr
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_program_proto_init() }

@@ -514,3 +514,55 @@ maxr3_loop:
 maxr3_done:
 	VZEROUPPER
 	RET
+
+// SCC_LOAD and SCC_STORE are a row of scaleShiftCols32 around what follows the shift: the 16
+// elements at DI times the broadcast at SI plus the broadcast at R8, in Y0 and Y3, then
+// stored back and the pointers advanced to the next row.
+#define SCC_LOAD \
+	VBROADCASTSS (SI), Y1 \
+	VBROADCASTSS (R8), Y2 \
+	VMULPS (DI), Y1, Y0 \
+	VMULPS 32(DI), Y1, Y3 \
+	VADDPS Y2, Y0, Y0 \
+	VADDPS Y2, Y3, Y3
+
+#define SCC_STORE \
+	VMOVUPS Y0, (DI) \
+	VMOVUPS Y3, 32(DI) \
+	ADDQ $4, SI \
+	ADDQ $4, R8 \
+	ADDQ DX, DI
+
+// func scaleShiftCols32(d *float32, stride int, mul, add *float32, rows, relu int): in place,
+// for each row p < rows, the 16 elements at d + p·stride (bytes: stride·4) become
+// d·mul[p] + add[p] — scaleShift32's two roundings — and then, with relu ≠ 0, relu32's MAXPS
+// against 0: a packed GEMM B sliver's rows under a per-row batch norm (gemmPreB).
+TEXT ·scaleShiftCols32(SB), NOSPLIT, $0-48
+	MOVQ d+0(FP), DI
+	MOVQ stride+8(FP), DX
+	SHLQ $2, DX
+	MOVQ mul+16(FP), SI
+	MOVQ add+24(FP), R8
+	MOVQ rows+32(FP), CX
+	MOVQ relu+40(FP), R9
+	VXORPS Y5, Y5, Y5
+	TESTQ CX, CX
+	JZ scc_done
+	TESTQ R9, R9
+	JZ scc_plain
+scc_relu:
+	SCC_LOAD
+	VMAXPS Y5, Y0, Y0
+	VMAXPS Y5, Y3, Y3
+	SCC_STORE
+	DECQ CX
+	JNZ scc_relu
+	JMP scc_done
+scc_plain:
+	SCC_LOAD
+	SCC_STORE
+	DECQ CX
+	JNZ scc_plain
+scc_done:
+	VZEROUPPER
+	RET

@@ -118,6 +118,26 @@ func scaleShiftVec32(a, o []float32, mul, add float32) int {
 	return n
 }
 
+//go:noescape
+func scaleShiftCols32(d *float32, stride int, mul, add *float32, rows, relu int)
+
+// scaleShiftColsVec32 applies row p's mul[p] and add[p] (and a ReLU) in place to the 16
+// columns at d[p·stride:] for p < len(mul), and reports whether it could (AVX2).
+func scaleShiftColsVec32(d []float32, stride int, mul, add []float32, relu bool) bool {
+	rows := len(mul)
+	if rows == 0 || !gemmHasAVX2FMA || arithForceGo {
+		return rows == 0
+	}
+	_ = d[(rows-1)*stride+15]
+	_ = add[rows-1]
+	r := 0
+	if relu {
+		r = 1
+	}
+	scaleShiftCols32(&d[0], stride, &mul[0], &add[0], rows, r)
+	return true
+}
+
 func scaleShiftReluVec32(a, o []float32, mul, add float32) int {
 	n := len(o) &^ 7
 	if n == 0 || !gemmHasAVX2FMA || arithForceGo {

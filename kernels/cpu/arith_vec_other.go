@@ -12,6 +12,10 @@ func reluVec32(a, o []float32) int                                     { return 
 func scaleShiftVec32(a, o []float32, mul, add float32) int             { return 0 }
 func scaleShiftReluVec32(a, o []float32, mul, add float32) int         { return 0 }
 
+func scaleShiftColsVec32(d []float32, stride int, mul, add []float32, relu bool) bool {
+	return len(mul) == 0
+}
+
 func dotVec32(a, b []float32) (float32, int) { return 0, 0 }
 
 func maxNaNVec32(o, x []float32) int { return 0 }

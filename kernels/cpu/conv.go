@@ -405,6 +405,59 @@ func (cc *convCols[T]) pack(pc, jc, kb, nb, nr int, dst, tmp []T) {
 	}
 }
 
+// ConvPre is a prologue of a pointwise convolution (ConvParams.Pointwise), per input
+// channel: the convolution reads relu(x·Mul[c] + Add[c]) (without the ReLU when Relu is
+// false) in place of x — an inference batch norm and ReLU before a 1×1 convolution, as in
+// DenseNet's pre-activation layers, applied while the GEMM packs its B panels instead of
+// in a pass that writes and reads back the whole normalised input. The values are
+// scaleShiftRow's (scaleShiftReluRow's): the same roundings as BatchNormInference (and the
+// ReLU after it) writing them, so the same bits.
+type ConvPre[T Float] struct {
+	Mul, Add []T // [InC]
+	Relu     bool
+}
+
+// gemmPreB is a pointwise convolution's input under a ConvPre, as a GEMM B operand: row p of
+// b (input channel p of the group) scaled and shifted by mul[p] and add[p], as it is packed.
+type gemmPreB[T Float] struct {
+	b        []T
+	ldb      int
+	mul, add []T
+	relu     bool
+}
+
+// pack packs the panel as gemmMatrixB does, then applies each row's scale and shift (and
+// ReLU) to the slivers in place: 16 columns of a row at a time from two broadcasts, where
+// transforming the rows into scratch first (scaleShiftRow over each row, then the sliver
+// copies) cost a call per row and a second pass, and made DenseNet's 1×1 layers on 14 × 14
+// and 7 × 7 planes slower than the batch norm's own pass had been. Columns past nb keep their
+// zeros.
+func (s *gemmPreB[T]) pack(pc, jc, kb, nb, nr int, dst, _ []T) {
+	gemmPackB(false, s.b, s.ldb, pc, jc, kb, nb, nr, dst)
+	mul, add := s.mul[pc:pc+kb], s.add[pc:pc+kb]
+	for c := 0; c < nb; c += nr {
+		d := dst[c*kb : (c+nr)*kb]
+		cols := min(nr, nb-c)
+		if isFloat32Type[T]() && cols == nr && nr%16 == 0 {
+			done := true
+			for h := 0; h < nr && done; h += 16 {
+				done = scaleShiftColsVec32(f32s(d[h:]), nr, f32s(mul), f32s(add), s.relu)
+			}
+			if done {
+				continue
+			}
+		}
+		for p := range kb {
+			row := d[p*nr : p*nr+cols]
+			if s.relu {
+				scaleShiftReluRow(row, row, mul[p], add[p])
+			} else {
+				scaleShiftRow(row, row, mul[p], add[p])
+			}
+		}
+	}
+}
+
 // visit calls f(dOff, xOff, cnt) for each run of output positions from+dOff ..
 // from+dOff+cnt-1 (within [from, from+n)) whose input under tap k lies inside the image,
 // starting at plane offset xOff and advancing by the last axis's stride.
@@ -524,18 +577,42 @@ func Conv[T Float](p *ConvParams, x, w, bias, y []T) {
 //
 // Preconditions (panics otherwise): those of Conv.
 func ConvEpi[T Float](p *ConvParams, x, w, bias, y []T, epi func(lo, hi int)) {
+	ConvPreEpi(p, x, nil, w, bias, y, epi)
+}
+
+// ConvPreEpi is ConvEpi on the input under a prologue pre (nil: none).
+//
+// Preconditions (panics otherwise): those of Conv; pre nil, or p.Pointwise() and pre's
+// slices of InC elements.
+func ConvPreEpi[T Float](p *ConvParams, x []T, pre *ConvPre[T], w, bias, y []T, epi func(lo, hi int)) {
 	g := &p.g
 	g.mustInit("Conv")
-	needLen("Conv", "x", len(x), p.XLen())
 	needLen("Conv", "w", len(w), p.WLen())
+	convCheck(p, x, pre, bias, y)
+	convForward(g, x, pre, w, nil, bias, y, epi)
+}
+
+// Pointwise reports whether the convolution is 1×1, stride 1 and unpadded: a GEMM on the
+// input as it lies (the convolutions a ConvPre applies to). p.Init must have succeeded.
+func (p *ConvParams) Pointwise() bool { return p.g.pointwise }
+
+// convCheck checks a forward convolution's operands other than the weights.
+func convCheck[T Float](p *ConvParams, x []T, pre *ConvPre[T], bias, y []T) {
+	needLen("Conv", "x", len(x), p.XLen())
 	needLen("Conv", "y", len(y), p.YLen())
 	if bias != nil {
 		needLen("Conv", "bias", len(bias), p.OutC)
 	}
-	convForward(g, x, w, nil, bias, y, epi)
+	if pre != nil {
+		if !p.g.pointwise {
+			panic("cpu.Conv: a prologue on a convolution that is not pointwise")
+		}
+		needLen("Conv", "pre.Mul", len(pre.Mul), p.InC)
+		needLen("Conv", "pre.Add", len(pre.Add), p.InC)
+	}
 }
 
-func convForward[T Float](g *convGeom, x, w []T, f *ConvFilter[T], bias, y []T, epi func(lo, hi int)) {
+func convForward[T Float](g *convGeom, x []T, pre *ConvPre[T], w []T, f *ConvFilter[T], bias, y []T, epi func(lo, hi int)) {
 	small := g.direct() || gemmWork(g.ocg, g.outSize, g.kdim) < gemmParallelWork
 	convSchedule(g.batch*g.groups, small, func(t, inner int) {
 		n, gr := t/g.groups, t%g.groups
@@ -586,7 +663,12 @@ func convForward[T Float](g *convGeom, x, w []T, f *ConvFilter[T], bias, y []T, 
 				}
 			}
 		case g.pointwise:
-			gemmRunSrc(false, g.ocg, g.outSize, g.cg, 1, wg, g.kdim, pa, &gemmMatrixB[T]{b: xg, ldb: g.inSize}, 0, yg, g.outSize, bg, inner)
+			var src gemmBSource[T] = &gemmMatrixB[T]{b: xg, ldb: g.inSize}
+			if pre != nil {
+				c0 := gr * g.cg
+				src = &gemmPreB[T]{b: xg, ldb: g.inSize, mul: pre.Mul[c0 : c0+g.cg], add: pre.Add[c0 : c0+g.cg], relu: pre.Relu}
+			}
+			gemmRunSrc(false, g.ocg, g.outSize, g.cg, 1, wg, g.kdim, pa, src, 0, yg, g.outSize, bg, inner)
 		case g.sub != nil && !convSubsampledOff:
 			convSubsampled(g, xg, wg, pa, bg, yg, inner)
 		default:

@@ -99,11 +99,14 @@ func (f *ConvFilter[T]) Conv(x, bias, y []T) {
 //
 // Preconditions (panics otherwise): those of Conv.
 func (f *ConvFilter[T]) ConvEpi(x, bias, y []T, epi func(lo, hi int)) {
-	p := f.p
-	needLen("Conv", "x", len(x), p.XLen())
-	needLen("Conv", "y", len(y), p.YLen())
-	if bias != nil {
-		needLen("Conv", "bias", len(bias), p.OutC)
-	}
-	convForward(&p.g, x, f.w, f, bias, y, epi)
+	f.ConvPreEpi(x, nil, bias, y, epi)
+}
+
+// ConvPreEpi is ConvPreEpi(p, x, pre, w, bias, y, epi) with the filter's p and w, reading
+// the packed weights.
+//
+// Preconditions (panics otherwise): those of ConvPreEpi.
+func (f *ConvFilter[T]) ConvPreEpi(x []T, pre *ConvPre[T], bias, y []T, epi func(lo, hi int)) {
+	convCheck(f.p, x, pre, bias, y)
+	convForward(&f.p.g, x, pre, f.w, f, bias, y, epi)
 }

@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -877,5 +879,148 @@ func BenchmarkConvNetwork(b *testing.B) {
 			}
 			b.ReportMetric(flop/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		})
+	}
+}
+
+// A BatchNormPre gives the bits of the inference batch norm (and ReLU) written out and the
+// convolution run on the result, for both dtypes, with and without packed weights, over
+// shapes that take each parallel GEMM (a shared B panel from 28 × 28 up, per-range panels
+// below), edges that are not whole slivers, several k slabs, groups and a batch.
+func TestConvPreMatchesBatchNormThenConv(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	for _, tc := range []struct {
+		batch, inC, outC, groups int
+		hw                       []int
+	}{
+		{1, 64, 128, 1, []int{56, 56}},
+		{1, 992, 128, 1, []int{14, 14}}, // several k slabs
+		{1, 37, 19, 1, []int{7, 7}},
+		{2, 12, 10, 2, []int{5, 9}},
+		{1, 8, 5, 1, []int{3, 4, 5}},
+	} {
+		p := &ConvParams{Batch: tc.batch, InC: tc.inC, OutC: tc.outC, Groups: tc.groups, Spatial: tc.hw, Kernel: slices.Repeat([]int{1}, len(tc.hw))}
+		if err := p.Init(); err != nil {
+			t.Fatal(err)
+		}
+		if !p.Pointwise() {
+			t.Fatalf("%v: not pointwise", tc)
+		}
+		sp := p.XLen() / tc.batch / tc.inC
+		x, w, bias := randSlice[float32](r, p.XLen()), randSlice[float32](r, p.WLen()), randSlice[float32](r, p.OutC)
+		scale, shift, mean := randSlice[float32](r, tc.inC), randSlice[float32](r, tc.inC), randSlice[float32](r, tc.inC)
+		variance := randSlice[float32](r, tc.inC)
+		for i := range variance {
+			variance[i] = variance[i]*variance[i] + 0.1
+		}
+		f := PackConvFilter(p, w)
+		for _, relu := range []bool{false, true} {
+			xn := make([]float32, len(x))
+			if relu {
+				BatchNormReluInference(x, scale, shift, mean, variance, 1e-5, tc.batch, tc.inC, sp, xn)
+			} else {
+				BatchNormInference(x, scale, shift, mean, variance, 1e-5, tc.batch, tc.inC, sp, xn, nil)
+			}
+			pre := BatchNormPre(scale, shift, mean, variance, 1e-5, relu, make([]float32, tc.inC), make([]float32, tc.inC))
+			for _, threads := range []int{1, 2, 3} {
+				old := runtime.GOMAXPROCS(threads)
+				for _, packed := range []bool{false, true} {
+					// Alternately with the vector kernels and the Go loops.
+					arithForceGo = threads == 2
+					defer func() { arithForceGo = false }()
+					want, got := make([]float32, p.YLen()), make([]float32, p.YLen())
+					if packed {
+						f.Conv(xn, bias, want)
+						f.ConvPreEpi(x, pre, bias, got, nil)
+					} else {
+						Conv(p, xn, w, bias, want)
+						ConvPreEpi(p, x, pre, w, bias, got, nil)
+					}
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%v relu %v, %d threads, packed %v: y[%d] = %v, batch norm then Conv gives %v", tc, relu, threads, packed, i, got[i], want[i])
+						}
+					}
+				}
+				runtime.GOMAXPROCS(old)
+			}
+			// float64
+			x64, xn64 := toF64(x), make([]float64, len(x))
+			s64, b64, m64, v64 := toF64(scale), toF64(shift), toF64(mean), toF64(variance)
+			if relu {
+				BatchNormReluInference(x64, s64, b64, m64, v64, 1e-5, tc.batch, tc.inC, sp, xn64)
+			} else {
+				BatchNormInference(x64, s64, b64, m64, v64, 1e-5, tc.batch, tc.inC, sp, xn64, nil)
+			}
+			pre64 := BatchNormPre(s64, b64, m64, v64, 1e-5, relu, make([]float64, tc.inC), make([]float64, tc.inC))
+			want64, got64 := make([]float64, p.YLen()), make([]float64, p.YLen())
+			Conv(p, xn64, toF64(w), toF64(bias), want64)
+			ConvPreEpi(p, x64, pre64, toF64(w), toF64(bias), got64, nil)
+			for i := range got64 {
+				if got64[i] != want64[i] {
+					t.Fatalf("%v relu %v f64: y[%d] = %v, want %v", tc, relu, i, got64[i], want64[i])
+				}
+			}
+		}
+	}
+	// Not on a convolution that is not pointwise: its padding would read relu(Add), not 0.
+	p := &ConvParams{Batch: 1, InC: 2, OutC: 2, Spatial: []int{4, 4}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}
+	if err := p.Init(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if e := recover(); e == nil || !strings.Contains(fmt.Sprint(e), "not pointwise") {
+			t.Fatalf("a prologue on a 3×3 convolution: recovered %v", e)
+		}
+	}()
+	ConvPreEpi(p, make([]float32, p.XLen()), &ConvPre[float32]{Mul: []float32{1, 1}, Add: []float32{0, 0}}, make([]float32, p.WLen()), nil, make([]float32, p.YLen()), nil)
+}
+
+// BenchmarkConvPre is DenseNet's pre-activation layer on a 1×1 convolution at batch 1: the
+// batch norm and ReLU as their own pass (BatchNormReluInference into a buffer, then the
+// convolution on it, as two launches run) against the convolution applying them as a
+// ConvPre while it packs its input; weights packed once, the ReLU after it as an epilogue.
+func BenchmarkConvPre(b *testing.B) {
+	for _, c := range []struct {
+		name          string
+		inC, outC, hw int
+	}{
+		{"224-128-56", 224, 128, 56},
+		{"480-128-28", 480, 128, 28},
+		{"992-128-14", 992, 128, 14},
+		{"992-128-7", 992, 128, 7},
+	} {
+		p := &ConvParams{Batch: 1, InC: c.inC, OutC: c.outC, Spatial: []int{c.hw, c.hw}, Kernel: []int{1, 1}}
+		if err := p.Init(); err != nil {
+			b.Fatal(err)
+		}
+		r := rand.New(rand.NewPCG(1, 1))
+		x, w, bias := randSlice[float32](r, p.XLen()), randSlice[float32](r, p.WLen()), randSlice[float32](r, p.OutC)
+		scale, shift, mean, variance := randSlice[float32](r, c.inC), randSlice[float32](r, c.inC), randSlice[float32](r, c.inC), randSlice[float32](r, c.inC)
+		for i := range variance {
+			variance[i] = variance[i]*variance[i] + 0.1
+		}
+		pre := &ConvPre[float32]{Mul: scale, Add: shift, Relu: true}
+		xn, y := make([]float32, p.XLen()), make([]float32, p.YLen())
+		f := PackConvFilter(p, w)
+		relu := func(lo, hi int) { ReluRow(y[lo:hi], y[lo:hi]) }
+		for _, v := range []struct {
+			name string
+			run  func()
+		}{
+			{"two-passes", func() {
+				BatchNormReluInference(x, scale, shift, mean, variance, 1e-5, 1, c.inC, c.hw*c.hw, xn)
+				f.ConvEpi(xn, bias, y, relu)
+			}},
+			{"prologue", func() { f.ConvPreEpi(x, pre, bias, y, relu) }},
+			{"conv-alone", func() { f.ConvEpi(xn, bias, y, relu) }}, // what the prologue adds to
+		} {
+			b.Run(c.name+"/"+v.name, func(b *testing.B) {
+				for b.Loop() {
+					v.run()
+				}
+				flop := 2 * float64(p.YLen()) * float64(c.inC) * float64(b.N)
+				b.ReportMetric(flop/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
 	}
 }

@@ -31,7 +31,10 @@
 // by rounding only). ConvEpi hands each block of output channels to
 // an epilogue (the runtime's fused ReLU, residual add) as soon as the block is final: in
 // convIndirect's copy out of its padded result and convBcast's transpose, else right after
-// the block's GEMM.
+// the block's GEMM. ConvPreEpi reads a pointwise convolution's input under a prologue
+// (ConvPre: an inference batch norm and ReLU, BatchNormPre) applied to each B panel as the
+// GEMM packs it, 16 columns of a row at a time in place (scaleShiftCols32), with the batch
+// norm's roundings.
 //
 // Parallel regions (Parallel, parallelTasks) run on a team of helper goroutines that spin
 // for a while between regions before they block (team.go): a goroutine started per region

@@ -52,8 +52,7 @@ func batchNormInference[T Float](op string, x, scale, bias, mean, variance []T, 
 		{"x", len(x), n * c * spatial}, {"y", len(y), n * c * spatial}, {"scale", len(scale), c},
 		{"bias", len(bias), c}, {"mean", len(mean), c}, {"variance", len(variance), c}})
 	bnChannels(n, c, spatial, func(ch int) {
-		a := float64(scale[ch]) / math.Sqrt(float64(variance[ch])+float64(eps))
-		mul, add := T(a), T(float64(bias[ch])-a*float64(mean[ch]))
+		mul, add := bnCoeffs(scale[ch], bias[ch], mean[ch], variance[ch], eps)
 		for b := 0; b < n; b++ {
 			off := (b*c + ch) * spatial
 			if relu {
@@ -66,6 +65,25 @@ func batchNormInference[T Float](op string, x, scale, bias, mean, variance []T, 
 			}
 		}
 	})
+}
+
+// bnCoeffs is an inference batch norm's channel as y = x·mul + add.
+func bnCoeffs[T Float](scale, bias, mean, variance, eps T) (mul, add T) {
+	a := float64(scale) / math.Sqrt(float64(variance)+float64(eps))
+	return T(a), T(float64(bias) - a*float64(mean))
+}
+
+// BatchNormPre is the ConvPre of an inference batch norm (and a ReLU after it, with relu):
+// BatchNormInference's multipliers, in mul and add ([c] each), so that a pointwise
+// convolution under it reads the bits BatchNormInference (BatchNormReluInference) writes.
+func BatchNormPre[T Float](scale, bias, mean, variance []T, eps T, relu bool, mul, add []T) *ConvPre[T] {
+	c := len(mul)
+	bnCheck("BatchNormPre", 1, c, 0, []bnLen{{"add", len(add), c}, {"scale", len(scale), c},
+		{"bias", len(bias), c}, {"mean", len(mean), c}, {"variance", len(variance), c}})
+	for ch := range mul {
+		mul[ch], add[ch] = bnCoeffs(scale[ch], bias[ch], mean[ch], variance[ch], eps)
+	}
+	return &ConvPre[T]{Mul: mul, Add: add, Relu: relu}
 }
 
 // bnStats returns the mean and biased (population) variance of one channel.

@@ -53,6 +53,9 @@ func (d *Device) Prepare(s *device.Spec) (impl device.Impl, err error) {
 			impl, err = nil, fmt.Errorf("cannot prepare %s: %v", s.Name(), r)
 		}
 	}()
+	if s.Pre != nil {
+		return d.preparePrologue(s)
+	}
 	if s.Epilogue() {
 		return d.prepareEpilogue(s)
 	}

@@ -12,7 +12,11 @@
 // lowering fuses after it) applies the chain inside the convolution, to each block of output
 // channels as the block becomes final (epilogue.go), with the typed chain's operations, so
 // the bits are those of the two launches; other epilogues run as the op and then the chain
-// in place.
+// in place. A pointwise convolution with a prologue (device.Spec.Pre: the inference batch
+// norm, and its ReLU, before it) applies the batch norm's scale and shift and the ReLU to
+// each panel of its input as its GEMM packs it (prologue.go), with BatchNormInference's
+// multipliers and roundings: the bits of the two launches, without writing the normalised
+// input. Other prologues run into a buffer of the launch site's, then the op.
 //
 // Operands the runtime marks constant (device.Spec.Const: an inference program's parameters)
 // may keep a prepared form between launches — a convolution's packed weights (constant.go) —

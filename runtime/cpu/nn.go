@@ -161,12 +161,20 @@ func convSetup(s *device.Spec) (p *k.ConvParams, bias bool, d ir.DType, err erro
 // first launch and reused (constant.go); with run, followed by its epilogue (epilogue.go) on
 // the operands after x, w and the bias.
 func convImpl[T k.Float](d *Device, p *k.ConvParams, bias, constW bool, run epiRunner[T]) device.Impl {
+	conv := convRunner(d, p, bias, constW, run)
+	return func(in, out []device.Tensor) error { return conv(in, out, nil) }
+}
+
+// convRun is a conv launch (convImpl's) on its input under a prologue (nil: none).
+type convRun[T k.Float] func(in, out []device.Tensor, pre *k.ConvPre[T]) error
+
+func convRunner[T k.Float](d *Device, p *k.ConvParams, bias, constW bool, run epiRunner[T]) convRun[T] {
 	var c constForm[*k.ConvFilter[T]]
 	nOp := 2
 	if bias {
 		nOp = 3
 	}
-	return func(in, out []device.Tensor) error {
+	return func(in, out []device.Tensor, pre *k.ConvPre[T]) error {
 		x, y := floats[T](in[0]), floats[T](out[0])
 		var b []T
 		if bias {
@@ -178,10 +186,10 @@ func convImpl[T k.Float](d *Device, p *k.ConvParams, bias, constW bool, run epiR
 		}
 		if constW {
 			f := c.get(d, in[1], func() *k.ConvFilter[T] { return k.PackConvFilter(p, floats[T](in[1])) })
-			f.ConvEpi(x, b, y, epi)
+			f.ConvPreEpi(x, pre, b, y, epi)
 			return nil
 		}
-		k.ConvEpi(p, x, floats[T](in[1]), b, y, epi)
+		k.ConvPreEpi(p, x, pre, floats[T](in[1]), b, y, epi)
 		return nil
 	}
 }

@@ -119,6 +119,17 @@ func (d *Device) Prepare(s *device.Spec) (impl device.Impl, err error) {
 			impl, err = nil, fmt.Errorf("cannot prepare %s for CUDA: %v", s.Name(), r)
 		}
 	}()
+	if s.Pre != nil {
+		// The prologue into scratch memory of the site's, then the op: launches on one
+		// stream, so the site's launches never overlap on the scratch.
+		return device.PreparePrologue(d.Prepare, func(t ir.Type) (device.Tensor, error) {
+			mem, err := d.Alloc(t.Bytes())
+			if err != nil {
+				return device.Tensor{}, err
+			}
+			return mem.At(0, t), nil
+		}, s)
+	}
 	if s.Epilogue() {
 		// The op, then its chain in place over the result: one more launch, no more memory.
 		return device.PrepareEpilogue(d.Prepare, s)

@@ -619,3 +619,54 @@ func TestCUDADeviceAllocatesAtLoad(t *testing.T) {
 		t.Errorf("Close freed %d allocations for %d ranks", freed, len(job.Ranks))
 	}
 }
+
+// An inference program's prologues (a batch norm and its ReLU before a pointwise
+// convolution, one launch on the CPU device) run on the CUDA device as the batch norm into
+// scratch memory of the launch site's, then the convolution: over the emulated driver, the
+// loss is the CPU device's within the grid's tolerance, and the scratch is allocated when
+// the program loads, not by the step.
+func TestCUDADevicePrologues(t *testing.T) {
+	e := newEmulator(t)
+	dev, err := NewDevice(e, e, e.compile, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const model = "../../testdata/ir/preact.ir"
+	opts := compiler.Options{ForwardOnly: true, Microbatches: 1}
+	job, _ := loadJob(t, dev, model, opts, 7)
+	pre := 0
+	for _, k := range job.Ranks[0].Prog.Kernels {
+		if k.Pre != nil {
+			pre++
+		}
+	}
+	if pre != 3 {
+		t.Fatalf("%d kernels with a prologue, want 3", pre)
+	}
+	allocs := 0
+	for _, l := range e.Log {
+		if strings.HasPrefix(l, "alloc ") {
+			allocs++
+		}
+	}
+	r, err := job.Step(runtime.Options{Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range e.Log {
+		if strings.HasPrefix(l, "alloc ") {
+			allocs--
+		}
+	}
+	if allocs != 0 {
+		t.Errorf("the step allocated %d times", -allocs)
+	}
+	cpuJob, _ := loadJob(t, cpu.New(), model, opts, 7)
+	want, err := cpuJob.Step(runtime.Options{Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(r.Loss-want.Loss) > 1e-5+1e-4*math.Abs(want.Loss) || math.IsNaN(r.Loss) {
+		t.Fatalf("loss %v on the CUDA device, %v on the CPU device", r.Loss, want.Loss)
+	}
+}

@@ -2,6 +2,7 @@ package device
 
 import (
 	"fmt"
+	"sync"
 	"unsafe"
 
 	"ppc.dev/ppc/ir"
@@ -103,6 +104,13 @@ type FusedStep struct {
 // In[OpInputs:]; every step, those inputs and Out have the op result's type. A device may
 // apply the chain to parts of the result as they become final (the CPU convolution does), or
 // run the two one after the other (PrepareEpilogue).
+//
+// An op with a Pre spec has a prologue: Pre computes the op's operand 0 from In[:PreInputs],
+// and the op's operands 1, 2, … are In[PreInputs:] (up to OpInputs with an epilogue, which
+// counts the prologue's inputs too). The intermediate result has no buffer: a device may
+// compute it piece by piece as the op reads it (the CPU convolution applies a batch norm
+// and ReLU to its input as it packs it), or run the two in turn through scratch memory
+// (PreparePrologue).
 type Spec struct {
 	Op       *ir.OpDef
 	Attrs    ir.Attrs
@@ -110,6 +118,11 @@ type Spec struct {
 	Outputs  []int
 	OpInputs int
 	In, Out  []ir.Type
+	// Pre, when not nil, is the op's prologue (see Prologue): a kernel — an op, possibly
+	// with an epilogue — whose In, Out and Const are unset here (SplitPrologue derives
+	// them). PreInputs is how many of In it reads.
+	Pre       *Spec
+	PreInputs int
 	// Const[i] says that operand i's buffer is constant for the run: a program constant, or
 	// a parameter that no instruction of the program writes (every parameter of an
 	// inference program). A device may keep a prepared form of such an operand (packed
@@ -141,6 +154,9 @@ func (s *Spec) Name() string {
 		return "fused"
 	}
 	name := s.Op.Name
+	if s.Pre != nil {
+		name = s.Pre.Name() + ">" + name
+	}
 	for _, st := range s.Fused {
 		name += "+" + st.Op.Name
 	}
@@ -154,7 +170,7 @@ func (s *Spec) Epilogue() bool { return s.Op != nil && len(s.Fused) > 0 }
 // chain's type, and the chain alone, over that result and the other operands.
 func (s *Spec) SplitEpilogue() (op, chain *Spec) {
 	t := s.Out[len(s.Out)-1]
-	op = &Spec{Op: s.Op, Attrs: s.Attrs, In: s.In[:s.OpInputs], Out: []ir.Type{t}}
+	op = &Spec{Op: s.Op, Attrs: s.Attrs, Pre: s.Pre, PreInputs: s.PreInputs, In: s.In[:s.OpInputs], Out: []ir.Type{t}}
 	if s.Const != nil {
 		op.Const = s.Const[:s.OpInputs]
 	}
@@ -184,6 +200,82 @@ func PrepareEpilogue(prepare func(*Spec) (Impl, error), s *Spec) (Impl, error) {
 			return err
 		}
 		return chainImpl(append([]Tensor{last}, in[n:]...), out)
+	}, nil
+}
+
+// SplitPrologue returns a launch's prologue and the rest: pre, the prologue on In[:PreInputs]
+// writing the op's operand 0, and op, the op (with its epilogue) reading that result and
+// In[PreInputs:]. The result's type is the prologue epilogue's last step's, or what its op
+// infers. An error says the spec is malformed (the loader refuses such programs).
+func (s *Spec) SplitPrologue() (pre, op *Spec, err error) {
+	n := s.PreInputs
+	if s.Pre == nil || s.Pre.Op == nil || s.Pre.Pre != nil || n < 1 || n > len(s.In) || s.Epilogue() && s.OpInputs < n {
+		return nil, nil, fmt.Errorf("%s: malformed prologue on %d of %d operands", s.Name(), n, len(s.In))
+	}
+	p := *s.Pre
+	p.In, p.Out, p.Const = s.In[:n], nil, nil
+	if s.Const != nil {
+		p.Const = s.Const[:n]
+	}
+	var t ir.Type
+	if p.Epilogue() {
+		if len(p.OutputSteps()) != 1 {
+			return nil, nil, fmt.Errorf("%s: a prologue writing %d results", s.Name(), len(p.OutputSteps()))
+		}
+		t = p.Fused[len(p.Fused)-1].Type
+	} else {
+		ts, err := p.Op.Infer(p.In, p.Attrs)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: prologue: %v", s.Name(), err)
+		}
+		if len(ts) != 1 {
+			return nil, nil, fmt.Errorf("%s: a prologue with %d results", s.Name(), len(ts))
+		}
+		t = ts[0]
+	}
+	p.Out = []ir.Type{t}
+	op = &Spec{Op: s.Op, Attrs: s.Attrs, Fused: s.Fused, Outputs: s.Outputs, In: append([]ir.Type{t}, s.In[n:]...), Out: s.Out}
+	if s.Epilogue() {
+		op.OpInputs = s.OpInputs - n + 1
+	}
+	if s.Const != nil {
+		op.Const = append([]bool{false}, s.Const[n:]...)
+	}
+	return &p, op, nil
+}
+
+// PreparePrologue prepares a launch with a prologue as the prologue, writing scratch memory
+// that alloc makes now (one buffer for the launch site, never one per launch), and then the
+// op reading it. Launches of the site are serialised on the scratch.
+func PreparePrologue(prepare func(*Spec) (Impl, error), alloc func(ir.Type) (Tensor, error), s *Spec) (Impl, error) {
+	pre, op, err := s.SplitPrologue()
+	if err != nil {
+		return nil, err
+	}
+	preImpl, err := prepare(pre)
+	if err != nil {
+		return nil, err
+	}
+	opImpl, err := prepare(op)
+	if err != nil {
+		return nil, err
+	}
+	scratch, err := alloc(pre.Out[0])
+	if err != nil {
+		return nil, fmt.Errorf("%s: scratch for the prologue's %s: %v", s.Name(), pre.Out[0], err)
+	}
+	n := s.PreInputs
+	var mu sync.Mutex
+	return func(in, out []Tensor) error {
+		if len(in) < n {
+			return fmt.Errorf("%s: %d operands for a prologue on %d", s.Name(), len(in), n)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if err := preImpl(in[:n], []Tensor{scratch}); err != nil {
+			return err
+		}
+		return opImpl(append([]Tensor{scratch}, in[n:]...), out)
 	}, nil
 }
 
