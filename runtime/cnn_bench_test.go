@@ -1,9 +1,13 @@
 package runtime_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"ppc.dev/ppc/compiler"
 	"ppc.dev/ppc/internal/cputime"
@@ -71,5 +75,60 @@ func BenchmarkCNNInference(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkPlansInterleaved runs the compiled plans in PPC_BENCH_PLANS (directories, comma
+// separated; skipped when unset) a step each in turn, on inputs from PPC_BENCH_DATA (--data's
+// form; synthetic without), and reports each plan's median ms per step (plan0-ms/step, …).
+// On a shared machine, whose speed drifts by tens of percent within minutes, plans compared
+// step by step see the same drift; separate processes taken in turn did not (DenseNet-121
+// with and without batch-norm prologues: per-process medians 2% apart either way, and the
+// same pair interleaved by step faster with prologues in ten runs out of ten, by 0.2–9%).
+func BenchmarkPlansInterleaved(b *testing.B) {
+	dirs := strings.Split(os.Getenv("PPC_BENCH_PLANS"), ",")
+	if dirs[0] == "" {
+		b.Skip("PPC_BENCH_PLANS is not set: the plan directories to compare")
+	}
+	type plan struct {
+		job  *Job
+		src  data.Source
+		step []float64 // ms
+	}
+	plans := make([]*plan, len(dirs))
+	for i, dir := range dirs {
+		job, err := Load(dir, cpu.New())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := job.Init(1); err != nil {
+			b.Fatal(err)
+		}
+		p := &plan{job: job}
+		if spec := os.Getenv("PPC_BENCH_DATA"); spec != "" {
+			if p.src, _, err = data.Open(spec, job.Plan, data.Options{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		plans[i] = p
+	}
+	run := func(p *plan) time.Duration {
+		t0 := time.Now()
+		if _, err := p.job.Step(Options{Seed: 1, Data: p.src}); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(t0)
+	}
+	for _, p := range plans {
+		run(p) // packs constant weights
+	}
+	for b.Loop() {
+		for _, p := range plans {
+			p.step = append(p.step, float64(run(p).Microseconds())/1000)
+		}
+	}
+	for i, p := range plans {
+		slices.Sort(p.step)
+		b.ReportMetric(p.step[len(p.step)/2], fmt.Sprintf("plan%d-ms/step", i))
 	}
 }
