@@ -517,7 +517,7 @@ maxr3_done:
 
 // SCC_LOAD and SCC_STORE are a row of scaleShiftCols32 around what follows the shift: the 16
 // elements at DI times the broadcast at SI plus the broadcast at R8, in Y0 and Y3, then
-// stored back and the pointers advanced to the next row.
+// masked by Y6 and Y7, stored back and the pointers advanced to the next row.
 #define SCC_LOAD \
 	VBROADCASTSS (SI), Y1 \
 	VBROADCASTSS (R8), Y2 \
@@ -527,17 +527,20 @@ maxr3_done:
 	VADDPS Y2, Y3, Y3
 
 #define SCC_STORE \
+	VANDPS Y6, Y0, Y0 \
+	VANDPS Y7, Y3, Y3 \
 	VMOVUPS Y0, (DI) \
 	VMOVUPS Y3, 32(DI) \
 	ADDQ $4, SI \
 	ADDQ $4, R8 \
 	ADDQ DX, DI
 
-// func scaleShiftCols32(d *float32, stride int, mul, add *float32, rows, relu int): in place,
-// for each row p < rows, the 16 elements at d + p·stride (bytes: stride·4) become
-// d·mul[p] + add[p] — scaleShift32's two roundings — and then, with relu ≠ 0, relu32's MAXPS
-// against 0: a packed GEMM B sliver's rows under a per-row batch norm (gemmPreB).
-TEXT ·scaleShiftCols32(SB), NOSPLIT, $0-48
+// func scaleShiftCols32(d *float32, stride int, mul, add *float32, rows, relu int, mask *uint32):
+// in place, for each row p < rows, the 16 elements at d + p·stride (bytes: stride·4) become
+// d·mul[p] + add[p] — scaleShift32's two roundings — then, with relu ≠ 0, relu32's MAXPS
+// against 0, and then AND mask (16 lanes: all ones keeps the value, 0 writes +0): a packed
+// GEMM B sliver's rows under a per-row batch norm (gemmPreB), its padding columns kept 0.
+TEXT ·scaleShiftCols32(SB), NOSPLIT, $0-56
 	MOVQ d+0(FP), DI
 	MOVQ stride+8(FP), DX
 	SHLQ $2, DX
@@ -545,6 +548,9 @@ TEXT ·scaleShiftCols32(SB), NOSPLIT, $0-48
 	MOVQ add+24(FP), R8
 	MOVQ rows+32(FP), CX
 	MOVQ relu+40(FP), R9
+	MOVQ mask+48(FP), R10
+	VMOVUPS (R10), Y6
+	VMOVUPS 32(R10), Y7
 	VXORPS Y5, Y5, Y5
 	TESTQ CX, CX
 	JZ scc_done

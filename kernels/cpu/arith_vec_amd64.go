@@ -119,11 +119,12 @@ func scaleShiftVec32(a, o []float32, mul, add float32) int {
 }
 
 //go:noescape
-func scaleShiftCols32(d *float32, stride int, mul, add *float32, rows, relu int)
+func scaleShiftCols32(d *float32, stride int, mul, add *float32, rows, relu int, mask *uint32)
 
-// scaleShiftColsVec32 applies row p's mul[p] and add[p] (and a ReLU) in place to the 16
-// columns at d[p·stride:] for p < len(mul), and reports whether it could (AVX2).
-func scaleShiftColsVec32(d []float32, stride int, mul, add []float32, relu bool) bool {
+// scaleShiftColsVec32 applies row p's mul[p] and add[p] (and a ReLU) in place to the first
+// cols ≤ 16 of the 16 columns at d[p·stride:] for p < len(mul), leaving the others +0, and
+// reports whether it could (AVX2).
+func scaleShiftColsVec32(d []float32, stride, cols int, mul, add []float32, relu bool) bool {
 	rows := len(mul)
 	if rows == 0 || !gemmHasAVX2FMA || arithForceGo {
 		return rows == 0
@@ -134,7 +135,11 @@ func scaleShiftColsVec32(d []float32, stride int, mul, add []float32, relu bool)
 	if relu {
 		r = 1
 	}
-	scaleShiftCols32(&d[0], stride, &mul[0], &add[0], rows, r)
+	var mask [16]uint32
+	for i := range min(cols, 16) {
+		mask[i] = ^uint32(0)
+	}
+	scaleShiftCols32(&d[0], stride, &mul[0], &add[0], rows, r, &mask[0])
 	return true
 }
 

@@ -12,7 +12,7 @@ func reluVec32(a, o []float32) int                                     { return 
 func scaleShiftVec32(a, o []float32, mul, add float32) int             { return 0 }
 func scaleShiftReluVec32(a, o []float32, mul, add float32) int         { return 0 }
 
-func scaleShiftColsVec32(d []float32, stride int, mul, add []float32, relu bool) bool {
+func scaleShiftColsVec32(d []float32, stride, cols int, mul, add []float32, relu bool) bool {
 	return len(mul) == 0
 }
 

@@ -431,17 +431,17 @@ type gemmPreB[T Float] struct {
 // transforming the rows into scratch first (scaleShiftRow over each row, then the sliver
 // copies) cost a call per row and a second pass, and made DenseNet's 1×1 layers on 14 × 14
 // and 7 × 7 planes slower than the batch norm's own pass had been. Columns past nb keep their
-// zeros.
+// zeros (a lane mask in the last sliver: a 7 × 7 plane's last sliver holds one column).
 func (s *gemmPreB[T]) pack(pc, jc, kb, nb, nr int, dst, _ []T) {
 	gemmPackB(false, s.b, s.ldb, pc, jc, kb, nb, nr, dst)
 	mul, add := s.mul[pc:pc+kb], s.add[pc:pc+kb]
 	for c := 0; c < nb; c += nr {
 		d := dst[c*kb : (c+nr)*kb]
 		cols := min(nr, nb-c)
-		if isFloat32Type[T]() && cols == nr && nr%16 == 0 {
+		if isFloat32Type[T]() && nr%16 == 0 {
 			done := true
 			for h := 0; h < nr && done; h += 16 {
-				done = scaleShiftColsVec32(f32s(d[h:]), nr, f32s(mul), f32s(add), s.relu)
+				done = scaleShiftColsVec32(f32s(d[h:]), nr, max(0, cols-h), f32s(mul), f32s(add), s.relu)
 			}
 			if done {
 				continue
