@@ -84,7 +84,7 @@ func BenchmarkCNNInference(b *testing.B) {
 // On a shared machine, whose speed drifts by tens of percent within minutes, plans compared
 // step by step see the same drift; separate processes taken in turn did not (DenseNet-121
 // with and without batch-norm prologues: per-process medians 2% apart either way, and the
-// same pair interleaved by step faster with prologues in ten runs out of ten, by 0.2–9%).
+// same pair interleaved by step faster with prologues in nine runs out of nine, by 0.2–9%).
 func BenchmarkPlansInterleaved(b *testing.B) {
 	dirs := strings.Split(os.Getenv("PPC_BENCH_PLANS"), ",")
 	if dirs[0] == "" {
