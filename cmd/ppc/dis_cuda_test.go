@@ -52,7 +52,7 @@ func TestDisCUDACompilesToPTX(t *testing.T) {
 		for _, m := range regexp.MustCompile(`(?m)\.entry (\w+)\(`).FindAllSubmatch(text, -1) {
 			entries[string(m[1])] = true
 		}
-		kernels := regexp.MustCompile(`(?m)^PPC_GLOBAL void (rank_\d+_k\d+(?:_r\d+)?)\(`).FindAllStringSubmatch(src, -1)
+		kernels := regexp.MustCompile(`(?m)^PPC_GLOBAL void (rank_\d+_k\d+(?:_pre)?(?:_r\d+)?)\(`).FindAllStringSubmatch(src, -1)
 		if len(kernels) < 20 {
 			t.Fatalf("%v: only %d kernels", c, len(kernels))
 		}
@@ -80,5 +80,32 @@ func TestDisCUDACompilesToPTX(t *testing.T) {
 			}
 		}
 		t.Logf("%v: %d kernels (%d of collectives) compiled to PTX", c, len(kernels)+len(colls), len(colls))
+	}
+}
+
+// An inference plan's prologue sites (a batch norm and its ReLU inside a pointwise
+// convolution's launch) are the batch norm's kernels and then the convolution's, as the CUDA
+// device runs them through scratch memory: `ppc dis --cuda` prints both, and no site lacks a
+// kernel.
+func TestDisCUDAPrologues(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "plan")
+	if code, _, errs := ppc(t, "", "compile", "--forward-only", "-o", dir, filepath.Join("..", "..", "testdata", "ir", "preact.ir")); code != 0 {
+		t.Fatalf("compile: %s", errs)
+	}
+	code, src, errs := ppc(t, "", "dis", "--cuda", dir)
+	if code != 0 {
+		t.Fatalf("dis --cuda: exit %d: %s", code, errs)
+	}
+	if i := strings.Index(src, "without a CUDA kernel"); i >= 0 {
+		t.Fatalf("launch sites without a CUDA kernel:%s", src[i:])
+	}
+	pre := regexp.MustCompile(`(?m)^PPC_GLOBAL void (rank_\d+_k(\d+)_pre)\(`).FindAllStringSubmatch(src, -1)
+	if len(pre) != 3 {
+		t.Fatalf("%d prologue kernels, want 3 (the plan's batch norms)", len(pre))
+	}
+	for _, m := range pre {
+		if !regexp.MustCompile(`(?m)^PPC_GLOBAL void rank_\d+_k` + m[2] + `\(`).MatchString(src) {
+			t.Errorf("%s has no convolution kernel after it", m[1])
+		}
 	}
 }

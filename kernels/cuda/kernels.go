@@ -68,13 +68,26 @@ func HasKernel(op string) bool {
 }
 
 // Kernels writes the kernels of a launch site, in launch order (Plan's). A generator's bug is
-// an error naming the op (FuzzKernels looks for them), never a crash of `ppc dis --cuda`.
+// an error naming the op (FuzzKernels looks for them), never a crash of `ppc dis --cuda`. A
+// site with a prologue is its prologue's kernels and then its op's, as the device runs them
+// (device.PreparePrologue, through scratch memory).
 func Kernels(s *device.Spec, name string) (ks []Kernel, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			ks, err = nil, fmt.Errorf("cannot generate %s: %v", s.Name(), r)
 		}
 	}()
+	if s.Pre != nil {
+		pre, op, err := s.SplitPrologue()
+		if err != nil {
+			return nil, err
+		}
+		if ks, err = Kernels(pre, name+"_pre"); err != nil {
+			return nil, err
+		}
+		rest, err := Kernels(op, name)
+		return append(ks, rest...), err
+	}
 	p, err := PlanSite(s, name)
 	if err != nil {
 		return nil, err
