@@ -32,6 +32,11 @@ func TestProloguesRunLikeTheirLaunches(t *testing.T) {
 		if want := map[bool]int{true: 3, false: 0}[fwd]; pre != want {
 			t.Fatalf("forward only %v: %d kernels with a prologue, want %d", fwd, pre, want)
 		}
+		// The plan counts a convolution's FLOPs past its prologue's operands: 2·(864·8 +
+		// 432·20 + 288·6) for the three convolutions and 2·10·144 for the classifier.
+		if f := job.Plan.Programs[0].FLOPs; fwd && f != 37440 {
+			t.Errorf("the inference plan counts %d FLOPs a step, want 37440", f)
+		}
 		if err := job.Init(7); err != nil {
 			t.Fatal(err)
 		}
