@@ -10,14 +10,15 @@
 # fetches CUDA libraries) — and builds ppc into bench/.peers. Then, with ppc and each peer
 # pinned to the same cores (taskset) and thread counts (GOMAXPROCS, OMP_NUM_THREADS,
 # OPENBLAS_NUM_THREADS, onnxruntime's intra-op threads), runs each comparison REPS times,
-# alternating ppc and the peer, and prints the median of each side and their ratio (for the
-# CNNs also each side's fastest step of all its runs):
+# alternating ppc and the peer (the CNNs a step at a time, 10·REPS steps each), and prints the
+# median of each side and their ratio:
 #   - GPT training steps, fp32 AdamW, testdata/models/gpt.ppm at tiny and GPT-2 widths, 2
 #     layers, seq 256 (bench/cpu_peers.py builds the same model in PyTorch eager);
 #   - CNN inference, batch 1, steady state: torchvision's resnet50, googlenet (the Inception
 #     family with batch norm), densenet121 and alexnet with random weights, exported to ONNX
-#     here by torch.onnx.export (nothing downloaded), run by ppc (compile --forward-only, run)
-#     and by onnxruntime-node;
+#     here by torch.onnx.export (nothing downloaded), run by ppc (its runtime, in runtime's
+#     BenchmarkCNNAgainstOnnxruntime) and by onnxruntime-node (bench/cpu_ort.js, which that
+#     benchmark steps);
 #   - float32 GEMM N³, N = 512…4096, against numpy's matmul (OpenBLAS), 1 and 2 threads;
 #   - peak RSS of the GPT-2-width training run against PyTorch's, and compile's memory report
 #     (plan.json's peak_bytes) against that measured peak.
@@ -59,6 +60,7 @@ fi
 cp bench/cpu_ort.js "$peers/ort.js" # node resolves onnxruntime-node beside the script
 go build -o "$peers/ppc" ./cmd/ppc
 go test -c -o "$peers/kernels.test" ./kernels/cpu
+go test -c -o "$peers/runtime.test" ./runtime
 ppc=$peers/ppc
 # OpenBLAS 0.3.21 (Debian 12) does not know CPUs newer than Cooper Lake and falls back to its
 # generic SSE3 kernels ("Prescott"), 3–5× slower: name the newest kernels it has that the
@@ -83,10 +85,9 @@ pin() {
 }
 median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print (NR % 2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 # steptimes: the step times (ms) that `ppc run` printed on stdin, the first left out, one a
-# line; ppcsteps: their median; ppcsteps2: their median and fastest, "MEDIAN MIN".
+# line; ppcsteps: their median.
 steptimes() { sed -n 's/^step \([0-9]*\) .*time=\([0-9.]*\)\(m\?s\).*/\1 \2 \3/p' | awk '$1 > 1 {print ($3 == "s" ? $2 * 1000 : $2)}'; }
 ppcsteps() { steptimes | median; }
-ppcsteps2() { local t; t=$(steptimes); echo "$(median <<<"$t") $(sort -g <<<"$t" | head -1)"; }
 row() { printf '%-44s %12s %12s %9s\n' "$@"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f×", a / b}'; }
 
@@ -125,25 +126,27 @@ models="resnet50 googlenet densenet121 alexnet"
 # A fixed input for ppc (as onnxruntime gets one): synthetic data would add its generation
 # (Philox and Box–Muller, a few ms an image) to every step.
 [ -f "$peers/input.npy" ] || "$py" -c 'import numpy as np, sys; np.save(sys.argv[1], np.random.default_rng(0).standard_normal((4, 3, 224, 224), dtype=np.float32))' "$peers/input.npy"
+# ppc and onnxruntime a step each in turn, in the same minutes (runtime's
+# BenchmarkCNNAgainstOnnxruntime: ppc's plan in the test process, onnxruntime in a node process
+# it steps; each side after a pause that lets the other's threads go idle): whole runs of
+# each taken in turn swung 20–40% here as the neighbours came and went.
 for m in $models; do
   onnx=$peers/$m.onnx
   [ -f "$onnx" ] || "$py" bench/cpu_peers.py export --model "$m" --out "$onnx" 2>/dev/null
-  "$ppc" compile "$onnx" --forward-only -o "$tmp/$m" >/dev/null
-  p=() o=() pb=() ob=()
-  for ((r = 0; r < reps; r++)); do
-    read -r a b < <(pin "$threads" "$ppc" run "$tmp/$m" --steps 12 --data input="$peers/input.npy" | ppcsteps2)
-    p+=("$a") pb+=("$b")
-    read -r a b < <(pin "$threads" node "$peers/ort.js" "$onnx" "$threads" 11 | sed -n 's/^median \([0-9.]*\) min \([0-9.]*\)/\1 \2/p')
-    o+=("$a") ob+=("$b")
-  done
-  pm=$(printf '%s\n' "${p[@]}" | median)
-  om=$(printf '%s\n' "${o[@]}" | median)
+done
+steps=$((10 * reps))
+(cd runtime && PPC_BENCH_ORT="$PWD/../$peers/ort.js" PPC_BENCH_MODELS="$models" pin "$threads" "../$peers/runtime.test" \
+  -test.run '^$' -test.bench CNNAgainstOnnxruntime -test.benchtime "${steps}x") >"$tmp/cnn.txt"
+for m in $models; do
+  line=$(grep "CNNAgainstOnnxruntime/$m-" "$tmp/cnn.txt" || true)
+  pm=$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "ppc-ms/step") print $i}' <<<"$line")
+  om=$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "ort-ms/step") print $i}' <<<"$line")
+  if [ -z "$pm" ] || [ -z "$om" ]; then
+    echo "$m: no result from BenchmarkCNNAgainstOnnxruntime:" >&2
+    cat "$tmp/cnn.txt" >&2
+    exit 1
+  fi
   row "$m inference, batch 1, ms (onnxruntime)" "$pm" "$om" "$(ratio "$om" "$pm")"
-  # The fastest step of all runs: on a machine whose neighbours come and go, a second
-  # figure that their bursts move less than the medians (run-to-run swings of 20–40% here).
-  pm=$(printf '%s\n' "${pb[@]}" | sort -g | head -1)
-  om=$(printf '%s\n' "${ob[@]}" | sort -g | head -1)
-  row "  fastest step" "$pm" "$om" "$(ratio "$om" "$pm")"
 done
 
 # --- GEMM --------------------------------------------------------------------------------

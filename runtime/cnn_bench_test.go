@@ -1,10 +1,15 @@
 package runtime_test
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -130,5 +135,106 @@ func BenchmarkPlansInterleaved(b *testing.B) {
 	for i, p := range plans {
 		slices.Sort(p.step)
 		b.ReportMetric(p.step[len(p.step)/2], fmt.Sprintf("plan%d-ms/step", i))
+	}
+}
+
+// cnnPause is how long BenchmarkCNNAgainstOnnxruntime lets the machine settle before each
+// side's step. onnxruntime's process keeps the cores busy for tens of milliseconds after a run
+// returns: ppc's AlexNet step took 31 ms alone, 47 ms 10 ms after an onnxruntime run, 37 ms
+// 40 ms after and 28 ms 100 ms after (ppc's helpers spin 0.5 ms).
+const cnnPause = 100 * time.Millisecond
+
+// BenchmarkCNNAgainstOnnxruntime is bench/cpu.sh's CNN comparison a step at a time: for each
+// of its models (PPC_BENCH_MODELS, space separated; default all four) it starts onnxruntime
+// (`node PPC_BENCH_ORT MODEL.onnx GOMAXPROCS serve`, bench/cpu_ort.js; skipped when unset)
+// beside ppc's plan in this process, and runs a ppc step and an onnxruntime run in turn,
+// each after a pause (cnnPause) that leaves both cores to it. It reports both medians and
+// onnxruntime's time ÷ ppc's (> 1: ppc faster): both sides measured in the same minutes,
+// where runs of each taken in turn saw this machine's neighbours come and go.
+func BenchmarkCNNAgainstOnnxruntime(b *testing.B) {
+	script := os.Getenv("PPC_BENCH_ORT")
+	if script == "" {
+		b.Skip("PPC_BENCH_ORT is not set: bench/cpu_ort.js, with onnxruntime-node beside it (bash bench/cpu.sh installs it)")
+	}
+	peers := filepath.Join("..", "bench", ".peers")
+	models := strings.Fields(os.Getenv("PPC_BENCH_MODELS"))
+	if len(models) == 0 {
+		models = []string{"resnet50", "googlenet", "densenet121", "alexnet"}
+	}
+	for _, m := range models {
+		model, input := filepath.Join(peers, m+".onnx"), filepath.Join(peers, "input.npy")
+		if _, err := os.Stat(model); err != nil {
+			b.Logf("%s: %v (bash bench/cpu.sh exports it)", m, err)
+			continue
+		}
+		dir := jobtest.Compile(b, model, compiler.Options{ForwardOnly: true, Microbatches: 1})
+		b.Run(m, func(b *testing.B) {
+			job, err := Load(dir, cpu.New())
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := job.Init(1); err != nil {
+				b.Fatal(err)
+			}
+			src, _, err := data.Open("input="+input, job.Plan, data.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			cmd := exec.Command("node", script, model, strconv.Itoa(goruntime.GOMAXPROCS(0)), "serve")
+			cmd.Stderr = os.Stderr
+			in, err := cmd.StdinPipe()
+			if err != nil {
+				b.Fatal(err)
+			}
+			outPipe, err := cmd.StdoutPipe()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
+			}
+			defer func() {
+				in.Close()
+				cmd.Wait()
+			}()
+			out := bufio.NewScanner(outPipe)
+			if !out.Scan() || out.Text() != "ready" {
+				b.Fatalf("onnxruntime did not start: %q %v", out.Text(), out.Err())
+			}
+			peer := func() float64 {
+				if _, err := io.WriteString(in, "\n"); err != nil {
+					b.Fatal(err)
+				}
+				if !out.Scan() {
+					b.Fatalf("onnxruntime stopped: %v", out.Err())
+				}
+				ms, err := strconv.ParseFloat(out.Text(), 64)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return ms
+			}
+			step := func() float64 {
+				t0 := time.Now()
+				if _, err := job.Step(Options{Data: src}); err != nil {
+					b.Fatal(err)
+				}
+				return float64(time.Since(t0).Microseconds()) / 1000
+			}
+			step() // the filters are packed here
+			var ppcMs, ortMs []float64
+			for b.Loop() {
+				time.Sleep(cnnPause)
+				ppcMs = append(ppcMs, step())
+				time.Sleep(cnnPause)
+				ortMs = append(ortMs, peer())
+			}
+			slices.Sort(ppcMs)
+			slices.Sort(ortMs)
+			p, o := ppcMs[len(ppcMs)/2], ortMs[len(ortMs)/2]
+			b.ReportMetric(p, "ppc-ms/step")
+			b.ReportMetric(o, "ort-ms/step")
+			b.ReportMetric(o/p, "ort/ppc")
+		})
 	}
 }
