@@ -23,6 +23,27 @@ import (
 	"ppc.dev/ppc/runtime/device"
 )
 
+// loadBench loads the plan in dir on dev with weights from seed 1, and opens its data from
+// spec (--data's form; nil, synthetic data, where spec is empty).
+func loadBench(b *testing.B, dir string, dev device.Device, spec string) (*Job, data.Source) {
+	b.Helper()
+	job, err := Load(dir, dev)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := job.Init(1); err != nil {
+		b.Fatal(err)
+	}
+	if spec == "" {
+		return job, nil
+	}
+	src, _, err := data.Open(spec, job.Plan, data.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return job, src
+}
+
 // noConstants is the CPU device told that no operand is constant: every convolution packs
 // its weights at every call, as before the device kept packed filters.
 type noConstants struct{ device.Device }
@@ -53,17 +74,7 @@ func BenchmarkCNNInference(b *testing.B) {
 			dev  device.Device
 		}{{"packed-once", cpu.New()}, {"packed-per-call", noConstants{cpu.New()}}} {
 			b.Run(m+"/"+v.name, func(b *testing.B) {
-				job, err := Load(dir, v.dev)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := job.Init(1); err != nil {
-					b.Fatal(err)
-				}
-				src, _, err := data.Open("input="+input, job.Plan, data.Options{})
-				if err != nil {
-					b.Fatal(err)
-				}
+				job, src := loadBench(b, dir, v.dev, "input="+input)
 				step := func() {
 					if _, err := job.Step(Options{Data: src}); err != nil {
 						b.Fatal(err)
@@ -102,20 +113,8 @@ func BenchmarkPlansInterleaved(b *testing.B) {
 	}
 	plans := make([]*plan, len(dirs))
 	for i, dir := range dirs {
-		job, err := Load(dir, cpu.New())
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := job.Init(1); err != nil {
-			b.Fatal(err)
-		}
-		p := &plan{job: job}
-		if spec := os.Getenv("PPC_BENCH_DATA"); spec != "" {
-			if p.src, _, err = data.Open(spec, job.Plan, data.Options{}); err != nil {
-				b.Fatal(err)
-			}
-		}
-		plans[i] = p
+		job, src := loadBench(b, dir, cpu.New(), os.Getenv("PPC_BENCH_DATA"))
+		plans[i] = &plan{job: job, src: src}
 	}
 	run := func(p *plan) time.Duration {
 		t0 := time.Now()
@@ -169,17 +168,7 @@ func BenchmarkCNNAgainstOnnxruntime(b *testing.B) {
 		}
 		dir := jobtest.Compile(b, model, compiler.Options{ForwardOnly: true, Microbatches: 1})
 		b.Run(m, func(b *testing.B) {
-			job, err := Load(dir, cpu.New())
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := job.Init(1); err != nil {
-				b.Fatal(err)
-			}
-			src, _, err := data.Open("input="+input, job.Plan, data.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
+			job, src := loadBench(b, dir, cpu.New(), "input="+input)
 			cmd := exec.Command("node", script, model, strconv.Itoa(goruntime.GOMAXPROCS(0)), "serve")
 			cmd.Stderr = os.Stderr
 			in, err := cmd.StdinPipe()
