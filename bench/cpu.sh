@@ -10,8 +10,8 @@
 # fetches CUDA libraries) — and builds ppc into bench/.peers. Then, with ppc and each peer
 # pinned to the same cores (taskset) and thread counts (GOMAXPROCS, OMP_NUM_THREADS,
 # OPENBLAS_NUM_THREADS, onnxruntime's intra-op threads), runs each comparison REPS times,
-# alternating ppc and the peer (the CNNs a step at a time, 10·REPS steps each), and prints the
-# median of each side and their ratio:
+# alternating ppc and the peer (the CNNs a step at a time, 10·REPS steps each; the GEMMs a
+# measurement at a time, 5·REPS each), and prints the median of each side and their ratio:
 #   - GPT training steps, fp32 AdamW, testdata/models/gpt.ppm at tiny and GPT-2 widths, 2
 #     layers, seq 256 (bench/cpu_peers.py builds the same model in PyTorch eager);
 #   - CNN inference, batch 1, steady state: torchvision's resnet50, googlenet (the Inception
@@ -19,7 +19,8 @@
 #     here by torch.onnx.export (nothing downloaded), run by ppc (its runtime, in runtime's
 #     BenchmarkCNNAgainstOnnxruntime) and by onnxruntime-node (bench/cpu_ort.js, which that
 #     benchmark steps);
-#   - float32 GEMM N³, N = 512…4096, against numpy's matmul (OpenBLAS), 1 and 2 threads;
+#   - float32 GEMM N³, N = 512…4096, against numpy's matmul (OpenBLAS), 1 and 2 threads, a
+#     measurement of each in turn (kernels/cpu's BenchmarkGemmAgainstOpenBLAS);
 #   - peak RSS of the GPT-2-width training run against PyTorch's, and compile's memory report
 #     (plan.json's peak_bytes) against that measured peak.
 # Each peer runs with its faster wait policy. PyTorch's threads sleep when idle
@@ -152,30 +153,24 @@ done
 # --- GEMM --------------------------------------------------------------------------------
 sizes="512 1024 2048 4096"
 [ -n "$quick" ] && sizes="512 1024"
-# Each side reports GFLOP/s of wall time and of CPU time (all threads): on one thread the
-# second is what a core achieves while it runs, robust to other work on the machine; on two,
-# wall time is the figure (it includes the scaling) and CPU time shows the efficiency.
-# Calls per measurement, the same on both sides: at least ~0.1 s of work, so that a 512³
-# call (under a millisecond on two threads) is not measured three times in a process whose
-# second thread has barely started (3 calls swung 86–137 GFLOP/s, 30 calls 135–188).
+# ppc's Gemm and numpy's matmul a measurement each in turn, in the same minutes (kernels/cpu's
+# BenchmarkGemmAgainstOpenBLAS, which steps bench/cpu_peers.py gemm --serve; each side after a
+# pause that lets the other's threads go idle), 5·REPS measurements a side. A measurement is
+# enough calls for ~0.1 s of work on two threads (40 at 512³, 10 at 1024³, 2 at 2048³, 1 at
+# 4096³): a single 512³ call would time the helpers' wake-up more than the GEMM.
 for t in 1 2; do
+  PPC_BENCH_NUMPY="$PWD/bench/cpu_peers.py" PPC_BENCH_PYTHON="$py" PPC_BENCH_SIZES="$sizes" pin "$t" "$peers/kernels.test" \
+    -test.run '^$' -test.bench GemmAgainstOpenBLAS -test.benchtime "$((5 * reps))x" >"$tmp/gemm.txt"
   for n in $sizes; do
-    calls=$((n <= 512 ? 40 : n <= 1024 ? 10 : 3))
-    p=() o=() pc=() oc=()
-    for ((r = 0; r < reps; r++)); do
-      line=$(pin "$t" "$peers/kernels.test" -test.run '^$' -test.bench "GemmSquare/$n\$" -test.benchtime "${calls}x" | grep GFLOP)
-      p+=("$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "GFLOP/s") print $i}' <<<"$line")")
-      pc+=("$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "GFLOP/cpu-s") print $i}' <<<"$line")")
-      line=$(pin "$t" "$py" bench/cpu_peers.py gemm --n "$n" --reps "$calls" 2>/dev/null)
-      o+=("$(awk '{print $3}' <<<"$line")")
-      oc+=("$(awk '{print $4}' <<<"$line")")
-    done
-    pm=$(printf '%s\n' "${p[@]}" | median)
-    om=$(printf '%s\n' "${o[@]}" | median)
+    line=$(grep -E "GemmAgainstOpenBLAS/$n(-[0-9]+)?[[:space:]]" "$tmp/gemm.txt" || true)
+    pm=$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "ppc-GFLOP/s") print $i}' <<<"$line")
+    om=$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "blas-GFLOP/s") print $i}' <<<"$line")
+    if [ -z "$pm" ] || [ -z "$om" ]; then
+      echo "GEMM ${n}³: no result from BenchmarkGemmAgainstOpenBLAS:" >&2
+      cat "$tmp/gemm.txt" >&2
+      exit 1
+    fi
     row "GEMM f32 ${n}³, $t thread(s), GFLOP/s (OpenBLAS)" "$pm" "$om" "$(ratio "$pm" "$om")"
-    pm=$(printf '%s\n' "${pc[@]}" | median)
-    om=$(printf '%s\n' "${oc[@]}" | median)
-    row "  per CPU-second" "$pm" "$om" "$(ratio "$pm" "$om")"
   done
 done
 echo

@@ -5,9 +5,12 @@
       position embeddings, pre-LayerNorm layers, causal attention with the scores
       materialised — torch 1.13 has no fused attention — tanh-GELU MLP, biases, tied head,
       cross-entropy), fp32, AdamW. Prints: median <ms>
-  gemm --n N --reps R
+  gemm --n N --reps R [--serve]
       numpy float32 N×N×N matmul (OpenBLAS). Prints: median <ms> <GFLOP/s> <GFLOP/cpu-s>
-      (the last per second of the process's CPU time, all threads)
+      (the last per second of the process's CPU time, all threads). With --serve it checks
+      and warms up, prints "ready", and then runs R calls for every line it reads on stdin,
+      printing their mean in ms: kernels/cpu's BenchmarkGemmAgainstOpenBLAS steps it in turn
+      with ppc's Gemm.
   export --model NAME --out FILE
       torchvision's NAME (random weights, nothing downloaded) to ONNX, batch 1, inference mode.
 
@@ -83,6 +86,14 @@ def gemm(a):
     err = np.abs(z[:4] - ref).max() / np.abs(ref).max()
     if not err < 1e-5:
         sys.exit("gemm: OpenBLAS's result is off by %g relative" % err)
+    if a.serve:
+        print("ready", flush=True)
+        for _ in sys.stdin:
+            t0 = time.perf_counter()
+            for _ in range(a.reps):
+                np.matmul(x, y, out=z)
+            print("%.4f" % (1e3 * (time.perf_counter() - t0) / a.reps), flush=True)
+        return
     times = []
     c0 = time.process_time()
     for _ in range(a.reps):
@@ -119,12 +130,14 @@ def main():
     m = sub.add_parser("gemm")
     m.add_argument("--n", type=int, required=True)
     m.add_argument("--reps", type=int, default=5)
+    m.add_argument("--serve", action="store_true")
     e = sub.add_parser("export")
     e.add_argument("--model", required=True)
     e.add_argument("--out", required=True)
     a = p.parse_args()
     {"gpt": gpt, "gemm": gemm, "export": export}[a.cmd](a)
-    print("rss %d" % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+    if not getattr(a, "serve", False):
+        print("rss %d" % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,20 +1,18 @@
 package runtime_test
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"ppc.dev/ppc/compiler"
+	"ppc.dev/ppc/internal/benchpeer"
 	"ppc.dev/ppc/internal/cputime"
 	"ppc.dev/ppc/internal/jobtest"
 	. "ppc.dev/ppc/runtime"
@@ -132,8 +130,7 @@ func BenchmarkPlansInterleaved(b *testing.B) {
 		}
 	}
 	for i, p := range plans {
-		slices.Sort(p.step)
-		b.ReportMetric(p.step[len(p.step)/2], fmt.Sprintf("plan%d-ms/step", i))
+		b.ReportMetric(benchpeer.Median(p.step), fmt.Sprintf("plan%d-ms/step", i))
 	}
 }
 
@@ -170,39 +167,7 @@ func BenchmarkCNNAgainstOnnxruntime(b *testing.B) {
 		b.Run(m, func(b *testing.B) {
 			job, src := loadBench(b, dir, cpu.New(), "input="+input)
 			cmd := exec.Command("node", script, model, strconv.Itoa(goruntime.GOMAXPROCS(0)), "serve")
-			cmd.Stderr = os.Stderr
-			in, err := cmd.StdinPipe()
-			if err != nil {
-				b.Fatal(err)
-			}
-			outPipe, err := cmd.StdoutPipe()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				b.Fatal(err)
-			}
-			defer func() {
-				in.Close()
-				cmd.Wait()
-			}()
-			out := bufio.NewScanner(outPipe)
-			if !out.Scan() || out.Text() != "ready" {
-				b.Fatalf("onnxruntime did not start: %q %v", out.Text(), out.Err())
-			}
-			peer := func() float64 {
-				if _, err := io.WriteString(in, "\n"); err != nil {
-					b.Fatal(err)
-				}
-				if !out.Scan() {
-					b.Fatalf("onnxruntime stopped: %v", out.Err())
-				}
-				ms, err := strconv.ParseFloat(out.Text(), 64)
-				if err != nil {
-					b.Fatal(err)
-				}
-				return ms
-			}
+			peer := benchpeer.Start(b, cmd)
 			step := func() float64 {
 				t0 := time.Now()
 				if _, err := job.Step(Options{Data: src}); err != nil {
@@ -218,9 +183,7 @@ func BenchmarkCNNAgainstOnnxruntime(b *testing.B) {
 				time.Sleep(cnnPause)
 				ortMs = append(ortMs, peer())
 			}
-			slices.Sort(ppcMs)
-			slices.Sort(ortMs)
-			p, o := ppcMs[len(ppcMs)/2], ortMs[len(ortMs)/2]
+			p, o := benchpeer.Median(ppcMs), benchpeer.Median(ortMs)
 			b.ReportMetric(p, "ppc-ms/step")
 			b.ReportMetric(o, "ort-ms/step")
 			b.ReportMetric(o/p, "ort/ppc")

@@ -1,0 +1,63 @@
+// Package benchpeer runs a peer (onnxruntime, numpy's OpenBLAS) in its own process beside a
+// benchmark, one measurement at a time, so that ppc and the peer can be timed in turn in the
+// same minutes: on a shared machine, whole runs of each taken in turn swung by 20–40% as the
+// neighbours came and went. bench/cpu.sh's CNN and GEMM rows are measured this way.
+//
+// The protocol is a line each way: the peer prints "ready" once warm; then for every line it
+// reads on stdin it does its work once and prints the time that took, in ms.
+package benchpeer
+
+import (
+	"bufio"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"testing"
+)
+
+// Start starts cmd and waits for its "ready"; it returns the function that asks for one
+// measurement (ms). The process's stdin is closed and it is waited for when b ends.
+func Start(b testing.TB, cmd *exec.Cmd) func() float64 {
+	b.Helper()
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		in.Close()
+		cmd.Wait()
+	})
+	out := bufio.NewScanner(outPipe)
+	if !out.Scan() || out.Text() != "ready" {
+		b.Fatalf("%s did not start: %q %v", cmd.Path, out.Text(), out.Err())
+	}
+	return func() float64 {
+		if _, err := io.WriteString(in, "\n"); err != nil {
+			b.Fatal(err)
+		}
+		if !out.Scan() {
+			b.Fatalf("%s stopped: %v", cmd.Path, out.Err())
+		}
+		ms, err := strconv.ParseFloat(out.Text(), 64)
+		if err != nil {
+			b.Fatalf("%s printed %q, not a time in ms", cmd.Path, out.Text())
+		}
+		return ms
+	}
+}
+
+// Median sorts xs and returns its middle element (xs must not be empty).
+func Median(xs []float64) float64 {
+	slices.Sort(xs)
+	return xs[len(xs)/2]
+}
