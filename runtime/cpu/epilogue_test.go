@@ -11,103 +11,112 @@ import (
 )
 
 // A convolution with an epilogue gives the bits of the convolution's launch followed by the
-// chain's: the ReLU and residual add + ReLU inside the convolution (f32 and f64, packed and
-// unpacked weights, with and without bias), a chain the convolution cannot run (tanh) as the
-// two launches in place, bf16 through the widened kernels, and a chain writing two results.
+// chain's: the ReLU, residual add and add + ReLU inside the convolution (f32 and f64, packed
+// and unpacked weights, with and without bias; on a 3×3 convolution, and on a pointwise one
+// and a strided 1×1, which are GEMMs), a chain the convolution cannot
+// run (tanh) as the two launches in place, bf16 through the widened kernels, and a chain
+// writing two results.
 func TestConvEpilogue(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	conv := ir.Lookup("conv")
-	as := attrs("pads", []int{1, 1, 1, 1})
 	step := func(op string, ty ir.Type, args ...int) device.FusedStep {
 		return device.FusedStep{Op: ir.Lookup(op), Args: args, Type: ty}
 	}
-	for _, d := range []ir.DType{ir.F32, ir.F64, ir.BF16} {
-		xs, ws := []int{2, 37, 9, 11}, []int{45, 37, 3, 3}
-		x := tensorOf(d, xs, randVals(r, prod(xs), -1, 1))
-		w := tensorOf(d, ws, randVals(r, prod(ws), -1, 1))
-		b := tensorOf(d, []int{45}, randVals(r, 45, -1, 1))
-		out, err := conv.Infer([]ir.Type{x.Type, w.Type, b.Type}, as)
-		if err != nil {
-			t.Fatal(err)
-		}
-		yt := out[0]
-		res := tensorOf(d, yt.Shape, randVals(r, yt.NumElements(), -1, 1))
-		for _, c := range []struct {
-			name    string
-			steps   []device.FusedStep
-			outputs []int
-			bias    bool
-		}{
-			{"relu", []device.FusedStep{step("relu", yt, 0)}, nil, true},
-			{"relu, no bias", []device.FusedStep{step("relu", yt, 0)}, nil, false},
-			{"add relu", []device.FusedStep{step("add", yt, 1, 0), step("relu", yt, 2)}, nil, true},
-			{"tanh", []device.FusedStep{step("tanh", yt, 0)}, nil, true},
-			{"two results", []device.FusedStep{step("add", yt, 0, 1), step("relu", yt, 2)}, []int{0, 1}, true},
-		} {
-			opIn := []device.Tensor{x, w}
-			if c.bias {
-				opIn = append(opIn, b)
-			}
-			extra := []device.Tensor{}
-			if c.steps[0].Op.Name == "add" {
-				extra = append(extra, res)
-			}
-			types := func(ts []device.Tensor) []ir.Type {
-				var tys []ir.Type
-				for _, t := range ts {
-					tys = append(tys, t.Type)
-				}
-				return tys
-			}
-			nOut := max(1, len(c.outputs))
-			// The reference: the convolution, then the chain, as two launches.
-			y := newTensor(yt)
-			convImpl, err := testDev.Prepare(&device.Spec{Op: conv, Attrs: as, In: types(opIn), Out: []ir.Type{yt}})
+	for _, geo := range []struct {
+		k  int
+		as ir.Attrs
+	}{{3, attrs("pads", []int{1, 1, 1, 1})}, {1, nil}, {1, attrs("strides", []int{2, 2})}} {
+		as := geo.as
+		for _, d := range []ir.DType{ir.F32, ir.F64, ir.BF16} {
+			xs, ws := []int{2, 37, 9, 11}, []int{45, 37, geo.k, geo.k}
+			x := tensorOf(d, xs, randVals(r, prod(xs), -1, 1))
+			w := tensorOf(d, ws, randVals(r, prod(ws), -1, 1))
+			b := tensorOf(d, []int{45}, randVals(r, 45, -1, 1))
+			out, err := conv.Infer([]ir.Type{x.Type, w.Type, b.Type}, as)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := convImpl(opIn, []device.Tensor{y}); err != nil {
-				t.Fatal(err)
-			}
-			chainIn := append([]device.Tensor{y}, extra...)
-			outTypes := make([]ir.Type, nOut)
-			for i := range outTypes {
-				outTypes[i] = yt
-			}
-			chain, err := testDev.Prepare(&device.Spec{Fused: c.steps, Outputs: c.outputs, In: types(chainIn), Out: outTypes})
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := make([]device.Tensor, nOut)
-			for i := range want {
-				want[i] = newTensor(yt)
-			}
-			if err := chain(chainIn, want); err != nil {
-				t.Fatal(err)
-			}
-			for _, constW := range []bool{false, true} {
-				in := append(append([]device.Tensor{}, opIn...), extra...)
-				s := &device.Spec{Op: conv, Attrs: as, Fused: c.steps, Outputs: c.outputs, OpInputs: len(opIn), In: types(in), Out: outTypes}
-				if constW {
-					s.Const = make([]bool, len(in))
-					s.Const[1] = true
+			yt := out[0]
+			res := tensorOf(d, yt.Shape, randVals(r, yt.NumElements(), -1, 1))
+			for _, c := range []struct {
+				name    string
+				steps   []device.FusedStep
+				outputs []int
+				bias    bool
+			}{
+				{"relu", []device.FusedStep{step("relu", yt, 0)}, nil, true},
+				{"relu, no bias", []device.FusedStep{step("relu", yt, 0)}, nil, false},
+				{"add relu", []device.FusedStep{step("add", yt, 1, 0), step("relu", yt, 2)}, nil, true},
+				{"add relu, no bias", []device.FusedStep{step("add", yt, 0, 1), step("relu", yt, 2)}, nil, false},
+				{"add", []device.FusedStep{step("add", yt, 0, 1)}, nil, true},
+				{"tanh", []device.FusedStep{step("tanh", yt, 0)}, nil, true},
+				{"two results", []device.FusedStep{step("add", yt, 0, 1), step("relu", yt, 2)}, []int{0, 1}, true},
+			} {
+				opIn := []device.Tensor{x, w}
+				if c.bias {
+					opIn = append(opIn, b)
 				}
-				impl, err := New().Prepare(s)
+				extra := []device.Tensor{}
+				if c.steps[0].Op.Name == "add" {
+					extra = append(extra, res)
+				}
+				types := func(ts []device.Tensor) []ir.Type {
+					var tys []ir.Type
+					for _, t := range ts {
+						tys = append(tys, t.Type)
+					}
+					return tys
+				}
+				nOut := max(1, len(c.outputs))
+				// The reference: the convolution, then the chain, as two launches.
+				y := newTensor(yt)
+				convImpl, err := testDev.Prepare(&device.Spec{Op: conv, Attrs: as, In: types(opIn), Out: []ir.Type{yt}})
 				if err != nil {
 					t.Fatal(err)
 				}
-				got := make([]device.Tensor, nOut)
-				for i := range got {
-					got[i] = newTensor(yt)
-				}
-				if err := impl(in, got); err != nil {
+				if err := convImpl(opIn, []device.Tensor{y}); err != nil {
 					t.Fatal(err)
 				}
-				for o := range got {
-					g, wv := values(got[o]), values(want[o])
-					for i := range wv {
-						if math.Float64bits(g[i]) != math.Float64bits(wv[i]) {
-							t.Fatalf("%s %s (constant weights %v) result %d: y[%d] = %v, separate launches give %v", d, c.name, constW, o, i, g[i], wv[i])
+				chainIn := append([]device.Tensor{y}, extra...)
+				outTypes := make([]ir.Type, nOut)
+				for i := range outTypes {
+					outTypes[i] = yt
+				}
+				chain, err := testDev.Prepare(&device.Spec{Fused: c.steps, Outputs: c.outputs, In: types(chainIn), Out: outTypes})
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := make([]device.Tensor, nOut)
+				for i := range want {
+					want[i] = newTensor(yt)
+				}
+				if err := chain(chainIn, want); err != nil {
+					t.Fatal(err)
+				}
+				for _, constW := range []bool{false, true} {
+					in := append(append([]device.Tensor{}, opIn...), extra...)
+					s := &device.Spec{Op: conv, Attrs: as, Fused: c.steps, Outputs: c.outputs, OpInputs: len(opIn), In: types(in), Out: outTypes}
+					if constW {
+						s.Const = make([]bool, len(in))
+						s.Const[1] = true
+					}
+					impl, err := New().Prepare(s)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got := make([]device.Tensor, nOut)
+					for i := range got {
+						got[i] = newTensor(yt)
+					}
+					if err := impl(in, got); err != nil {
+						t.Fatal(err)
+					}
+					for o := range got {
+						g, wv := values(got[o]), values(want[o])
+						for i := range wv {
+							if math.Float64bits(g[i]) != math.Float64bits(wv[i]) {
+								t.Fatalf("%d×%d %v %s %s (constant weights %v) result %d: y[%d] = %v, separate launches give %v", geo.k, geo.k, as, d, c.name, constW, o, i, g[i], wv[i])
+							}
 						}
 					}
 				}
