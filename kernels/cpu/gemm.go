@@ -33,9 +33,10 @@
 //     packs less). A column split cuts C into up to gemmTasksPerWorker ranges a worker that
 //     the workers take from a counter (parallelTasks), each range an independent blocked
 //     GEMM packing its own A; so a worker whose core another process holds leaves its ranges
-//     to the others. A row split packs op(B) once for all workers (gemmSharedB) and shares
-//     out row ranges, each packing its own rows of A. Every tile is computed by the same
-//     slabs and micro-kernel calls however C is split, so results do not depend on it.
+//     to the others. A row split packs op(B) once for all workers (gemmSharedB: all of it,
+//     or for large GEMMs a panel and slab at a time) and shares out row ranges, each packing
+//     its own rows of A. Every tile is computed by the same slabs and micro-kernel calls
+//     however C is split, so results do not depend on it.
 //   - Packing buffers come from a sync.Pool, so steady-state calls allocate nothing.
 //
 // beta == 0 overwrites C without reading it (NaNs or garbage in C do not propagate), as BLAS
@@ -338,7 +339,7 @@ func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, pa *
 		gemmPutScratch(sc)
 		return
 	}
-	if pn == 1 && n > gemmMinCols && k*gemmSplit(n, 1, impl.nr) <= gemmSharedBMax {
+	if pn == 1 && n > gemmMinCols && k*gemmSplit(n, 1, impl.nr) <= gemmSharedBMax || m >= gemmPanelsMin && n >= gemmPanelsMin {
 		gemmSharedB(impl, transA, m, n, k, alpha, a, lda, pa, b, beta, c, ldc, bias, workers)
 		return
 	}
@@ -392,54 +393,88 @@ const (
 const gemmSharedBMax = 1 << 22
 
 // gemmSharedB is the parallel GEMM when C is split by rows (m large next to n, n above
-// gemmMinCols: batch-1 convolutions on 28 × 28 and larger planes, transformer layers): op(B) is packed once, all
-// of it, by all workers (its panels' slivers shared out), and then ranges of C's rows, each
-// packing only its own rows of A, run against it. Splitting C into one row range per worker
-// made each worker pack all of op(B) itself — ResNet's 3×3 256 → 256 layer on 14 × 14
-// spent about a third of each worker's time packing the same im2col matrix. Results are the
-// bits of the serial GEMM: the same slabs, packing and micro-kernel calls for every tile.
+// gemmMinCols: batch-1 convolutions on 28 × 28 and larger planes, transformer layers; and
+// GEMMs of at least gemmPanelsMin rows and columns): op(B) is packed once by all workers
+// (its panels' slivers shared out), and then ranges of C's rows, each packing only its own
+// rows of A, run against it. Splitting C into one row range per worker made each worker
+// pack all of op(B) itself — ResNet's 3×3 256 → 256 layer on 14 × 14 spent about a third of
+// each worker's time packing the same im2col matrix. Where all of op(B) fits gemmSharedBMax
+// (and the GEMM is under gemmPanelsMin one way) it is packed in one go; else a panel and
+// slab at a time (kc × nc, the serial GEMM's), each packed and then multiplied by every row
+// range before the next, so the panel is still in cache — column ranges instead
+// (gemmRunSrc's other split) each pack all of A, which at 4096³ on two threads, eight
+// ranges, was 5% of the time. Results are the bits of the serial GEMM: the
+// same slabs, packing and micro-kernel calls for every tile.
 func gemmSharedB[T Float](impl *gemmImpl, transA bool, m, n, k int, alpha T, a []T, lda int, pa *gemmPacked[T], b gemmBSource[T], beta T, c []T, ldc int, bias []T, workers int) {
 	mr, nr, kc, nc := impl.mr, impl.nr, impl.kc, impl.nc
 	nPad := gemmSplit(n, 1, nr)
-	// Panel jc (nc columns) starts at jc·k: its slabs one after another, each kb × nbPad.
-	off := func(jc, pc int) int { return jc*k + pc*min(nc, nPad-jc) }
-	buf, packed := convGetBuf[T](k * nPad) // conv.go's pool of scratch slices
-	defer convPutBuf(buf)
-	const chunk = 8 // slivers packed per task
-	type job struct{ jc, pc, s0 int }
-	var jobs []job
+	// The panels (jc, pc) in the serial GEMM's order, each with where it is packed, and
+	// the phases that pack and then use them: one for all of B, or one per panel.
+	type panel struct{ jc, pc, off int }
+	var panels []panel
+	whole := k*nPad <= gemmSharedBMax && (m < gemmPanelsMin || n < gemmPanelsMin)
+	size := 0
 	for jc := 0; jc < n; jc += nc {
-		nb := min(nc, n-jc)
 		for pc := 0; pc < k; pc += kc {
-			for s0 := 0; s0 < nb; s0 += chunk * nr {
-				jobs = append(jobs, job{jc, pc, s0})
+			off := 0
+			if whole { // panel jc starts at jc·k: its slabs one after another, each kb × nbPad
+				off = jc*k + pc*min(nc, nPad-jc)
 			}
+			panels = append(panels, panel{jc, pc, off})
+			size = max(size, off+min(kc, k-pc)*min(nc, nPad-jc))
 		}
 	}
-	parallelTasks(len(jobs), workers, func(t int) {
-		j := jobs[t]
-		nb, kb := min(nc, n-j.jc), min(kc, k-j.pc)
-		cols := min(chunk*nr, nb-j.s0)
-		sc := gemmGetScratch[T](impl, mr, nb, kb)
-		b.pack(j.pc, j.jc+j.s0, kb, cols, nr, packed[off(j.jc, j.pc)+j.s0*kb:], unsafe.Slice((*T)(sc.row), sc.rowLen))
-		gemmPutScratch(sc)
-	})
+	phases := [][]panel{panels}
+	if !whole {
+		phases = nil
+		for i := range panels {
+			phases = append(phases, panels[i:i+1])
+		}
+	}
+	buf, packed := convGetBuf[T](size) // conv.go's pool of scratch slices
+	defer convPutBuf(buf)
+	const chunk = 8 // slivers packed per task
+	type job struct {
+		p  panel
+		s0 int
+	}
 	rowsPer := gemmSplit(m, min(gemmTasksPerWorker*workers, (m+mr-1)/mr), mr)
-	parallelTasks((m+rowsPer-1)/rowsPer, workers, func(t int) {
-		i0 := t * rowsPer
-		mm := min(rowsPer, m-i0)
-		aOff, bi := gemmRowBlock(i0, lda, transA, bias)
-		sc := gemmGetScratch[T](impl, mm, n, k)
-		for jc := 0; jc < n; jc += nc {
-			nb := min(nc, n-jc)
-			for pc := 0; pc < k; pc += kc {
-				kb := min(kc, k-pc)
-				gemmSlab(impl, sc, transA, mm, nb, k, pc, kb, alpha, a[aOff:], lda, pa.from(i0), packed[off(jc, pc):], beta, c[i0*ldc+jc:], ldc, bi)
+	var jobs []job
+	for _, phase := range phases {
+		jobs = jobs[:0]
+		for _, p := range phase {
+			for s0 := 0; s0 < min(nc, n-p.jc); s0 += chunk * nr {
+				jobs = append(jobs, job{p, s0})
 			}
 		}
-		gemmPutScratch(sc)
-	})
+		parallelTasks(len(jobs), workers, func(t int) {
+			j := jobs[t]
+			nb, kb := min(nc, n-j.p.jc), min(kc, k-j.p.pc)
+			cols := min(chunk*nr, nb-j.s0)
+			sc := gemmGetScratch[T](impl, mr, nb, kb)
+			b.pack(j.p.pc, j.p.jc+j.s0, kb, cols, nr, packed[j.p.off+j.s0*kb:], unsafe.Slice((*T)(sc.row), sc.rowLen))
+			gemmPutScratch(sc)
+		})
+		parallelTasks((m+rowsPer-1)/rowsPer, workers, func(t int) {
+			i0 := t * rowsPer
+			mm := min(rowsPer, m-i0)
+			aOff, bi := gemmRowBlock(i0, lda, transA, bias)
+			sc := gemmGetScratch[T](impl, mm, n, k)
+			for _, p := range phase {
+				nb, kb := min(nc, n-p.jc), min(kc, k-p.pc)
+				gemmSlab(impl, sc, transA, mm, nb, k, p.pc, kb, alpha, a[aOff:], lda, pa.from(i0), packed[p.off:], beta, c[i0*ldc+p.jc:], ldc, bi)
+			}
+			gemmPutScratch(sc)
+		})
+	}
 }
+
+// gemmPanelsMin is the size from which a GEMM's rows and columns both make gemmSharedB, a
+// panel at a time, the parallel split, whatever gemmGrid prefers: against column ranges
+// (each packing all of A: 2 ranges at 1024³, 4 at 2048³, 8 at 4096³) it measured 0–10%,
+// about 2% and about 3.5% faster on two threads (Zen 3, the two splits a call each in turn,
+// medians of 10–40 calls, 4–6 runs each; 2026-11-29). Results are the same bits.
+const gemmPanelsMin = 1024
 
 // gemmSplit returns the size of each of parts ranges covering n, rounded up to align.
 func gemmSplit(n, parts, align int) int {

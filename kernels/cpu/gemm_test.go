@@ -539,6 +539,21 @@ func TestGemmParallelMatchesSerial(t *testing.T) {
 	}
 }
 
+// A GEMM of at least gemmPanelsMin rows and columns whose op(B) is over gemmSharedBMax is
+// split by rows against op(B) packed a panel and slab at a time (gemmSharedB's phases):
+// two panels, two slabs, edge tiles, transposed operands, a bias, the serial GEMM's bits.
+func TestGemmSharedPanelsMatchesSerial(t *testing.T) {
+	r := rand.New(rand.NewPCG(69, 70))
+	const m, n, k = 1030, 3100, 1400
+	if k*gemmSplit(n, 1, 16) <= gemmSharedBMax {
+		t.Fatalf("%d×%d B fits gemmSharedBMax: the test needs one that does not", k, n)
+	}
+	for _, tr := range [][2]bool{{false, false}, {true, true}} {
+		impl := gemmImplFor(4)
+		checkGemmParallel[float32](t, r, impl.name, tr[0], tr[1], m, n, k, 0.5)
+	}
+}
+
 func checkGemmParallel[T Float](t *testing.T, r *rand.Rand, impl string, transA, transB bool, m, n, k int, beta T) {
 	t.Helper()
 	lda, ldb := k, n
