@@ -155,7 +155,8 @@ sizes="512 1024 2048 4096"
 [ -n "$quick" ] && sizes="512 1024"
 # ppc's Gemm and numpy's matmul a measurement each in turn, in the same minutes (kernels/cpu's
 # BenchmarkGemmAgainstOpenBLAS, which steps bench/cpu_peers.py gemm --serve; each side after a
-# pause that lets the other's threads go idle), 5·REPS measurements a side. A measurement is
+# pause that lets the other's threads go idle), 5·REPS measurements a side: their medians, and
+# each side's fastest measurement (the least disturbed by neighbours). A measurement is
 # enough calls for ~0.1 s of work on two threads (40 at 512³, 10 at 1024³, 2 at 2048³, 1 at
 # 4096³): a single 512³ call would time the helpers' wake-up more than the GEMM.
 for t in 1 2; do
@@ -171,6 +172,9 @@ for t in 1 2; do
       exit 1
     fi
     row "GEMM f32 ${n}³, $t thread(s), GFLOP/s (OpenBLAS)" "$pm" "$om" "$(ratio "$pm" "$om")"
+    pb=$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "ppc-best-GFLOP/s") print $i}' <<<"$line")
+    ob=$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "blas-best-GFLOP/s") print $i}' <<<"$line")
+    row "  each side's fastest measurement" "$pb" "$ob" "$(ratio "$pb" "$ob")"
   done
 done
 echo

@@ -56,7 +56,8 @@ func Start(b testing.TB, cmd *exec.Cmd) func() float64 {
 	}
 }
 
-// Median sorts xs and returns its middle element (xs must not be empty).
+// Median sorts xs (so xs[0] is then the least) and returns its middle element (xs must not
+// be empty).
 func Median(xs []float64) float64 {
 	slices.Sort(xs)
 	return xs[len(xs)/2]
