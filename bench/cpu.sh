@@ -148,6 +148,9 @@ for m in $models; do
     exit 1
   fi
   row "$m inference, batch 1, ms (onnxruntime)" "$pm" "$om" "$(ratio "$om" "$pm")"
+  pb=$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "ppc-best-ms") print $i}' <<<"$line")
+  ob=$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "ort-best-ms") print $i}' <<<"$line")
+  row "  each side's fastest step" "$pb" "$ob" "$(ratio "$ob" "$pb")"
 done
 
 # --- GEMM --------------------------------------------------------------------------------
