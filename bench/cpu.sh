@@ -91,6 +91,24 @@ steptimes() { sed -n 's/^step \([0-9]*\) .*time=\([0-9.]*\)\(m\?s\).*/\1 \2 \3/p
 ppcsteps() { steptimes | median; }
 row() { printf '%-44s %12s %12s %9s\n' "$@"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f×", a / b}'; }
+# results FILE LINE UNIT…: pm, om, pb, ob = the figures a benchmark LINE gives for the four
+# UNITs (ppc's and the peer's medians, then their fastest); exits printing FILE where any
+# is missing.
+results() {
+  local file=$1 line=$2 v u
+  shift 2
+  local vals=()
+  for u in "$@"; do
+    v=$(awk -v u="$u" '{for (i = 1; i < NF; i++) if ($(i+1) == u) print $i}' <<<"$line")
+    if [ -z "$v" ]; then
+      echo "no $u in the benchmark's output:" >&2
+      cat "$file" >&2
+      exit 1
+    fi
+    vals+=("$v")
+  done
+  pm=${vals[0]} om=${vals[1]} pb=${vals[2]} ob=${vals[3]}
+}
 
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/^Mem/ {print $2}') GiB; load $(uptime | sed 's/.*average: //')"
 echo "peers: PyTorch $("$py" -c 'import torch; print(torch.__version__)'), numpy $("$py" -c 'import numpy; print(numpy.__version__)') on OpenBLAS ($(corename) kernels), onnxruntime-node $(node -p "require('./$peers/node_modules/onnxruntime-node/package.json').version"); $threads threads unless said; $reps repetitions"
@@ -140,16 +158,8 @@ steps=$((10 * reps))
   -test.run '^$' -test.bench CNNAgainstOnnxruntime -test.benchtime "${steps}x") >"$tmp/cnn.txt"
 for m in $models; do
   line=$(grep "CNNAgainstOnnxruntime/$m-" "$tmp/cnn.txt" || true)
-  pm=$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "ppc-ms/step") print $i}' <<<"$line")
-  om=$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "ort-ms/step") print $i}' <<<"$line")
-  if [ -z "$pm" ] || [ -z "$om" ]; then
-    echo "$m: no result from BenchmarkCNNAgainstOnnxruntime:" >&2
-    cat "$tmp/cnn.txt" >&2
-    exit 1
-  fi
+  results "$tmp/cnn.txt" "$line" ppc-ms/step ort-ms/step ppc-best-ms ort-best-ms
   row "$m inference, batch 1, ms (onnxruntime)" "$pm" "$om" "$(ratio "$om" "$pm")"
-  pb=$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "ppc-best-ms") print $i}' <<<"$line")
-  ob=$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "ort-best-ms") print $i}' <<<"$line")
   row "  each side's fastest step" "$pb" "$ob" "$(ratio "$ob" "$pb")"
 done
 
@@ -167,16 +177,8 @@ for t in 1 2; do
     -test.run '^$' -test.bench GemmAgainstOpenBLAS -test.benchtime "$((5 * reps))x" >"$tmp/gemm.txt"
   for n in $sizes; do
     line=$(grep -E "GemmAgainstOpenBLAS/$n(-[0-9]+)?[[:space:]]" "$tmp/gemm.txt" || true)
-    pm=$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "ppc-GFLOP/s") print $i}' <<<"$line")
-    om=$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "blas-GFLOP/s") print $i}' <<<"$line")
-    if [ -z "$pm" ] || [ -z "$om" ]; then
-      echo "GEMM ${n}³: no result from BenchmarkGemmAgainstOpenBLAS:" >&2
-      cat "$tmp/gemm.txt" >&2
-      exit 1
-    fi
+    results "$tmp/gemm.txt" "$line" ppc-GFLOP/s blas-GFLOP/s ppc-best-GFLOP/s blas-best-GFLOP/s
     row "GEMM f32 ${n}³, $t thread(s), GFLOP/s (OpenBLAS)" "$pm" "$om" "$(ratio "$pm" "$om")"
-    pb=$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "ppc-best-GFLOP/s") print $i}' <<<"$line")
-    ob=$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "blas-best-GFLOP/s") print $i}' <<<"$line")
     row "  each side's fastest measurement" "$pb" "$ob" "$(ratio "$pb" "$ob")"
   done
 done

@@ -177,19 +177,13 @@ func BenchmarkCNNAgainstOnnxruntime(b *testing.B) {
 				return float64(time.Since(t0).Microseconds()) / 1000
 			}
 			step() // the filters are packed here
-			var ppcMs, ortMs []float64
-			for b.Loop() {
-				time.Sleep(cnnPause)
-				ppcMs = append(ppcMs, step())
-				time.Sleep(cnnPause)
-				ortMs = append(ortMs, peer())
-			}
+			ppcMs, ortMs := benchpeer.Alternate(b, cnnPause, step, peer)
 			p, o := benchpeer.Median(ppcMs), benchpeer.Median(ortMs)
 			b.ReportMetric(p, "ppc-ms/step")
 			b.ReportMetric(o, "ort-ms/step")
 			b.ReportMetric(o/p, "ort/ppc")
-			// Each side's fastest step too (Median sorted them): the least disturbed by the
-			// neighbours, whose interference a side's scheduling may absorb better or worse.
+			// Each side's fastest step too: the least disturbed by the neighbours, whose
+			// interference a side's scheduling may absorb better or worse.
 			b.ReportMetric(ppcMs[0], "ppc-best-ms")
 			b.ReportMetric(ortMs[0], "ort-best-ms")
 		})

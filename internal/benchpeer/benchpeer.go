@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // Start starts cmd and waits for its "ready"; it returns the function that asks for one
@@ -54,6 +55,21 @@ func Start(b testing.TB, cmd *exec.Cmd) func() float64 {
 		}
 		return ms
 	}
+}
+
+// Alternate runs ours and then peer, each after pause (which lets the other side's idle
+// threads stop spinning), for every iteration of b.Loop, and returns each side's times in ms,
+// sorted: the median at len/2, the fastest at 0.
+func Alternate(b *testing.B, pause time.Duration, ours, peer func() float64) (oursMs, peerMs []float64) {
+	for b.Loop() {
+		time.Sleep(pause)
+		oursMs = append(oursMs, ours())
+		time.Sleep(pause)
+		peerMs = append(peerMs, peer())
+	}
+	slices.Sort(oursMs)
+	slices.Sort(peerMs)
+	return oursMs, peerMs
 }
 
 // Median sorts xs (so xs[0] is then the least) and returns its middle element (xs must not

@@ -64,13 +64,7 @@ func BenchmarkGemmAgainstOpenBLAS(b *testing.B) {
 				}
 				return time.Since(t0).Seconds() * 1e3 / float64(calls)
 			}
-			var ppcMs, blasMs []float64
-			for b.Loop() {
-				time.Sleep(blasPause)
-				ppcMs = append(ppcMs, ours())
-				time.Sleep(blasPause)
-				blasMs = append(blasMs, peer())
-			}
+			ppcMs, blasMs := benchpeer.Alternate(b, blasPause, ours, peer)
 			gflop := 2 * float64(n) * float64(n) * float64(n) / 1e9
 			p, o := gflop/benchpeer.Median(ppcMs)*1e3, gflop/benchpeer.Median(blasMs)*1e3
 			b.ReportMetric(p, "ppc-GFLOP/s")
