@@ -228,17 +228,18 @@ func BenchmarkMaxPool(b *testing.B) {
 }
 
 // BenchmarkMaxPoolInference is batch-1 inference's 2-d max pools without argmax: ResNet's
-// 3×3/2 stem pool (64 × 112 × 112), GoogLeNet's ceil-mode 3×3/2 pool after its stem (192 ×
-// 56 × 56) and an Inception block's 3×3 stride-1 pool (4a's input: 480 × 28 × 28).
+// 3×3/2 stem pool (64 × 112 × 112), GoogLeNet's ceil-mode 3×3/2 pools after its stem (192 ×
+// 56 × 56) and stage 3 (480 × 28 × 28), its 2×2/2 one after stage 4 (832 × 14 × 14) and
+// Inception blocks' 3×3 stride-1 pools (4a's input: 480 × 28 × 28; 5b's: 832 × 7 × 7).
 func BenchmarkMaxPoolInference(b *testing.B) {
 	for _, c := range []struct {
-		name           string
-		ch, hw, s, pad int
-		ceil           bool
-	}{{"resnet-stem", 64, 112, 2, 1, false}, {"googlenet-s2-ceil", 192, 56, 2, 0, true}, {"inception-s1", 480, 28, 1, 1, false},
-		{"inception-5a-s1", 832, 7, 1, 1, false}, {"googlenet-s2-28", 480, 28, 2, 0, true}, {"googlenet-s2-14", 832, 14, 2, 0, true}} {
+		name              string
+		ch, hw, k, s, pad int
+		ceil              bool
+	}{{"resnet-stem", 64, 112, 3, 2, 1, false}, {"googlenet-s2-ceil", 192, 56, 3, 2, 0, true}, {"inception-s1", 480, 28, 3, 1, 1, false},
+		{"inception-5a-s1", 832, 7, 3, 1, 1, false}, {"googlenet-s2-28", 480, 28, 3, 2, 0, true}, {"googlenet-2x2-14", 832, 14, 2, 2, 0, true}} {
 		b.Run(c.name, func(b *testing.B) {
-			p := PoolParams{Batch: 1, Channels: c.ch, Spatial: []int{c.hw, c.hw}, Kernel: []int{3, 3}, Stride: []int{c.s, c.s},
+			p := PoolParams{Batch: 1, Channels: c.ch, Spatial: []int{c.hw, c.hw}, Kernel: []int{c.k, c.k}, Stride: []int{c.s, c.s},
 				PadBegin: []int{c.pad, c.pad}, PadEnd: []int{c.pad, c.pad}, CeilMode: c.ceil}
 			if err := p.Init(); err != nil {
 				b.Fatal(err)
@@ -263,6 +264,7 @@ func TestMaxPoolFlatMatchesGeneral(t *testing.T) {
 		{112, 112, 3, 3, 2, 2, 1, 1, 1, 1}, {56, 56, 3, 3, 2, 2, 0, 0, 0, 0}, {13, 11, 3, 3, 2, 2, 0, 0, 0, 0}, {14, 14, 3, 3, 2, 2, 0, 0, 0, 0}, {10, 16, 3, 3, 2, 2, 1, 1, 1, 1}, {9, 8, 3, 3, 3, 2, 1, 0, 0, 1}, {9, 10, 2, 3, 2, 3, 1, 0, 0, 1},
 		{7, 8, 3, 2, 3, 2, 1, 1, 1, 0}, {6, 6, 2, 2, 2, 2, 0, 0, 0, 0}, {5, 7, 1, 3, 1, 2, 0, 1, 0, 1}, {4, 5, 3, 3, 2, 1, 2, 0, 2, 0},
 		{28, 28, 3, 3, 2, 2, 0, 0, 0, 0}, {9, 12, 3, 3, 2, 2, 0, 0, 0, 0}, {9, 4, 3, 3, 2, 2, 0, 0, 0, 0}, {4, 6, 3, 3, 2, 2, 0, 0, 0, 0}, {3, 4, 3, 3, 2, 2, 0, 0, 0, 0},
+		{14, 14, 2, 2, 2, 2, 0, 0, 0, 0}, {2, 4, 2, 2, 2, 2, 0, 0, 0, 0}, {70, 66, 2, 2, 2, 2, 0, 0, 0, 0}, {7, 8, 2, 2, 2, 2, 0, 0, 0, 0}, {8, 7, 2, 2, 2, 2, 0, 0, 0, 0},
 	} {
 		// Enough planes (maxPoolSame's chunks of planes) to give every worker several.
 		p := PoolParams{Batch: 2, Channels: 3 + 61*(c.h*c.w%2), Spatial: []int{c.h, c.w}, Kernel: []int{c.k0, c.k1}, Stride: []int{c.s0, c.s1},
