@@ -432,7 +432,7 @@ const maxPool3x3s2Width = 32
 
 // maxPool3x3s2 is maxPoolFlat for 3 × 3 stride-2 windows without padding on planes of even
 // width whose windows reach at most one column and one row past the input (ceil mode's
-// overhang: GoogLeNet's four pools between its stages). Per-row calls cost more than their
+// overhang: GoogLeNet's 3×3 pools between its stages). Per-row calls cost more than their
 // arithmetic on these planes (28, 14 or 7 outputs a row), so a block of planes takes two long
 // passes: the column maxima of every three rows (vs[i] = max(x[i], x[i+w], x[i+2w]), the rows
 // the input's last row cuts redone over the two inside), then the 3-wide stride-2 row maxima of
@@ -441,10 +441,10 @@ const maxPool3x3s2Width = 32
 // window redone over the two columns inside where it hangs over. Padding never wins and the
 // builtin max is commutative and associative, so the bits are the general path's
 // (TestMaxPoolFlatMatchesGeneral). Interleaved medians, µs, one / two threads (2026-11-28):
-// GoogLeNet's 832 × 14 × 14 pool 246 / 149 → 156 / 88 (maxPool3x3 before), its 480 × 28 × 28
-// one 402 / 246 → 265 / 182 (maxPoolFlat's per-row calls before); on its 192 × 56 × 56 one
-// this was 5–8% slower than maxPoolFlat, hence maxPool3x3s2Width. It reports false,
-// computing nothing, for other pools.
+// a 3×3 pool on 832 × 14 × 14 246 / 149 → 156 / 88 (maxPool3x3 before; GoogLeNet's pool on
+// those planes is 2×2, maxPool2x2s2), GoogLeNet's 480 × 28 × 28 one 402 / 246 → 265 / 182
+// (maxPoolFlat's per-row calls before); on its 192 × 56 × 56 one this was 5–8% slower than
+// maxPoolFlat, hence maxPool3x3s2Width. It reports false, computing nothing, for other pools.
 func maxPool3x3s2[T Float](p *PoolParams, x, y []T) bool {
 	h, w := p.Spatial[0], p.Spatial[1]
 	oh, ow := p.OutSpatial[0], p.OutSpatial[1]
