@@ -385,6 +385,22 @@ func maxPoolFlat[T Float](p *PoolParams, x, y []T) bool {
 	return true
 }
 
+// poolBlocks runs f over planes whole planes of plane elements, in blocks of up to block
+// planes spread over the workers: f(b0, b1, n, bs, scratch) for planes b0 … b1−1 (n
+// elements), with scratch of size(bs) elements from conv.go's pool, bs being a full block's
+// elements (fewer where a worker has fewer planes), which f writes before it reads.
+func poolBlocks[T Float](planes, plane, block int, size func(bs int) int, f func(b0, b1, n, bs int, scratch []T)) {
+	Parallel(planes, block, func(lo, hi int) {
+		bs := min(block, hi-lo) * plane
+		buf, scratch := convGetBuf[T](size(bs))
+		defer convPutBuf(buf)
+		for b0 := lo; b0 < hi; b0 += block {
+			b1 := min(hi, b0+block)
+			f(b0, b1, (b1-b0)*plane, bs, scratch)
+		}
+	})
+}
+
 // maxPool2x2s2 is maxPoolFlat for 2 × 2 stride-2 windows without padding on planes of even
 // height and width, which they tile exactly (GoogLeNet's last pool, 832 × 14 × 14, whose ceil
 // mode then changes nothing). maxPoolFlat's three calls an output row cost more than their
@@ -403,23 +419,16 @@ func maxPool2x2s2[T Float](p *PoolParams, x, y []T) bool {
 	}
 	plane, oPlane := h*w, oh*ow
 	block := max(1, 4096/plane)
-	Parallel(p.Batch*p.Channels, block, func(lo, hi int) {
-		bs := min(block, hi-lo) * plane
-		buf, scratch := convGetBuf[T](2 * bs) // written before read
-		defer convPutBuf(buf)
-		for b0 := lo; b0 < hi; b0 += block {
-			b1 := min(hi, b0+block)
-			n := (b1 - b0) * plane
-			vs, hs := scratch[:n-w], scratch[bs:bs+n-w-1]
-			maxTapsRow(vs, x[b0*plane:b1*plane], 2, w)
-			maxTapsRow(hs, vs, 2, 1)
-			for pl := b0; pl < b1; pl++ {
-				gp, yp := hs[(pl-b0)*plane:], y[pl*oPlane:(pl+1)*oPlane]
-				for o := 0; o < oh; o++ {
-					row, yr := gp[2*o*w:], yp[o*ow:(o+1)*ow]
-					for j := range yr {
-						yr[j] = row[2*j]
-					}
+	poolBlocks(p.Batch*p.Channels, plane, block, func(bs int) int { return 2 * bs }, func(b0, b1, n, bs int, scratch []T) {
+		vs, hs := scratch[:n-w], scratch[bs:bs+n-w-1]
+		maxTapsRow(vs, x[b0*plane:b1*plane], 2, w)
+		maxTapsRow(hs, vs, 2, 1)
+		for pl := b0; pl < b1; pl++ {
+			gp, yp := hs[(pl-b0)*plane:], y[pl*oPlane:(pl+1)*oPlane]
+			for o := 0; o < oh; o++ {
+				row, yr := gp[2*o*w:], yp[o*ow:(o+1)*ow]
+				for j := range yr {
+					yr[j] = row[2*j]
 				}
 			}
 		}
@@ -458,31 +467,24 @@ func maxPool3x3s2[T Float](p *PoolParams, x, y []T) bool {
 	}
 	plane, oPlane := h*w, oh*ow
 	block := max(1, 4096/plane)
-	Parallel(p.Batch*p.Channels, block, func(lo, hi int) {
-		bs := min(block, hi-lo) * plane
-		buf, scratch := convGetBuf[T](bs + bs/2) // written before read
-		defer convPutBuf(buf)
-		for b0 := lo; b0 < hi; b0 += block {
-			b1 := min(hi, b0+block)
-			n := (b1 - b0) * plane
-			xs, vs, g := x[b0*plane:b1*plane], scratch[:n], scratch[bs:bs+n/2-1]
-			max3Row(vs[:n-2*w], xs[:n-2*w], xs[w:n-w], xs[2*w:])
-			if rowOver == 1 { // the last output row's windows: rows h−2 and h−1 only
-				for pl := 0; pl < n; pl += plane {
-					r := pl + plane - 2*w
-					copy(vs[r:r+w], xs[r:r+w])
-					maxIntoRow(vs[r:r+w], xs[r+w:r+2*w])
-				}
+	poolBlocks(p.Batch*p.Channels, plane, block, func(bs int) int { return bs + bs/2 }, func(b0, b1, n, bs int, scratch []T) {
+		xs, vs, g := x[b0*plane:b1*plane], scratch[:n], scratch[bs:bs+n/2-1]
+		max3Row(vs[:n-2*w], xs[:n-2*w], xs[w:n-w], xs[2*w:])
+		if rowOver == 1 { // the last output row's windows: rows h−2 and h−1 only
+			for pl := 0; pl < n; pl += plane {
+				r := pl + plane - 2*w
+				copy(vs[r:r+w], xs[r:r+w])
+				maxIntoRow(vs[r:r+w], xs[r+w:r+2*w])
 			}
-			max3s2Row(g, vs)
-			for pl := b0; pl < b1; pl++ {
-				gp, vp, yp := g[(pl-b0)*plane/2:], vs[(pl-b0)*plane:], y[pl*oPlane:(pl+1)*oPlane]
-				for o := 0; o < oh; o++ {
-					yr := yp[o*ow : (o+1)*ow]
-					copy(yr, gp[o*w:])
-					if colOver == 1 {
-						yr[ow-1] = max(vp[2*o*w+w-2], vp[2*o*w+w-1])
-					}
+		}
+		max3s2Row(g, vs)
+		for pl := b0; pl < b1; pl++ {
+			gp, vp, yp := g[(pl-b0)*plane/2:], vs[(pl-b0)*plane:], y[pl*oPlane:(pl+1)*oPlane]
+			for o := 0; o < oh; o++ {
+				yr := yp[o*ow : (o+1)*ow]
+				copy(yr, gp[o*w:])
+				if colOver == 1 {
+					yr[ow-1] = max(vp[2*o*w+w-2], vp[2*o*w+w-1])
 				}
 			}
 		}
@@ -519,42 +521,35 @@ func maxPool3x3[T Float](p *PoolParams, x, y []T) bool {
 		return false
 	}
 	block := max(1, 2048/plane)
-	Parallel(p.Batch*p.Channels, block, func(lo, hi int) {
-		bs := min(block, hi-lo) * plane
-		buf, scratch := convGetBuf[T](2 * bs) // written before read
-		defer convPutBuf(buf)
-		for b0 := lo; b0 < hi; b0 += block {
-			b1 := min(hi, b0+block)
-			n := (b1 - b0) * plane
-			xs, hs, fs := x[b0*plane:b1*plane], scratch[:n], scratch[bs:bs+n]
-			if direct {
-				fs = y[b0*plane : b1*plane]
-			}
-			max3Row(hs[1:n-1], xs[:n-2], xs[1:n-1], xs[2:])
-			for r := 0; r < n; r += w {
-				hs[r] = max(xs[r], xs[r+1])
-				hs[r+w-1] = max(xs[r+w-2], xs[r+w-1])
-			}
-			if n > 2*w {
-				max3Row(fs[w:n-w], hs[:n-2*w], hs[w:n-w], hs[2*w:])
-			}
-			for pl := 0; pl < n; pl += plane {
-				first, last := pl, pl+plane-w
-				copy(fs[first:first+w], hs[first:first+w])
-				maxIntoRow(fs[first:first+w], hs[first+w:first+2*w])
-				copy(fs[last:last+w], hs[last:last+w])
-				maxIntoRow(fs[last:last+w], hs[last-w:last])
-			}
-			if direct {
-				continue
-			}
-			for pl := b0; pl < b1; pl++ {
-				fp, yp := fs[(pl-b0)*plane:], y[pl*oPlane:(pl+1)*oPlane]
-				for o := 0; o < oh; o++ {
-					fr, yr := fp[(o*s0-pb0+1)*w+1-pb1:], yp[o*ow:(o+1)*ow]
-					for j := range yr {
-						yr[j] = fr[j*s1]
-					}
+	poolBlocks(p.Batch*p.Channels, plane, block, func(bs int) int { return 2 * bs }, func(b0, b1, n, bs int, scratch []T) {
+		xs, hs, fs := x[b0*plane:b1*plane], scratch[:n], scratch[bs:bs+n]
+		if direct {
+			fs = y[b0*plane : b1*plane]
+		}
+		max3Row(hs[1:n-1], xs[:n-2], xs[1:n-1], xs[2:])
+		for r := 0; r < n; r += w {
+			hs[r] = max(xs[r], xs[r+1])
+			hs[r+w-1] = max(xs[r+w-2], xs[r+w-1])
+		}
+		if n > 2*w {
+			max3Row(fs[w:n-w], hs[:n-2*w], hs[w:n-w], hs[2*w:])
+		}
+		for pl := 0; pl < n; pl += plane {
+			first, last := pl, pl+plane-w
+			copy(fs[first:first+w], hs[first:first+w])
+			maxIntoRow(fs[first:first+w], hs[first+w:first+2*w])
+			copy(fs[last:last+w], hs[last:last+w])
+			maxIntoRow(fs[last:last+w], hs[last-w:last])
+		}
+		if direct {
+			return
+		}
+		for pl := b0; pl < b1; pl++ {
+			fp, yp := fs[(pl-b0)*plane:], y[pl*oPlane:(pl+1)*oPlane]
+			for o := 0; o < oh; o++ {
+				fr, yr := fp[(o*s0-pb0+1)*w+1-pb1:], yp[o*ow:(o+1)*ow]
+				for j := range yr {
+					yr[j] = fr[j*s1]
 				}
 			}
 		}
