@@ -339,7 +339,7 @@ func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, pa *
 		gemmPutScratch(sc)
 		return
 	}
-	if pn == 1 && n > gemmMinCols && k*gemmSplit(n, 1, impl.nr) <= gemmSharedBMax || m >= gemmPanelsMin && n >= gemmPanelsMin {
+	if pn == 1 && n > gemmMinCols && k*gemmSplit(n, 1, impl.nr) <= gemmSharedBMax || gemmPanels(m, n) {
 		gemmSharedB(impl, transA, m, n, k, alpha, a, lda, pa, b, beta, c, ldc, bias, workers)
 		return
 	}
@@ -403,8 +403,8 @@ const gemmSharedBMax = 1 << 22
 // slab at a time (kc × nc, the serial GEMM's), each packed and then multiplied by every row
 // range before the next, so the panel is still in cache — column ranges instead
 // (gemmRunSrc's other split) each pack all of A, which at 4096³ on two threads, eight
-// ranges, was 5% of the time. Results are the bits of the serial GEMM: the
-// same slabs, packing and micro-kernel calls for every tile.
+// ranges, was 5% of the time. Results are the bits of the serial GEMM: the same slabs,
+// packing and micro-kernel calls for every tile.
 func gemmSharedB[T Float](impl *gemmImpl, transA bool, m, n, k int, alpha T, a []T, lda int, pa *gemmPacked[T], b gemmBSource[T], beta T, c []T, ldc int, bias []T, workers int) {
 	mr, nr, kc, nc := impl.mr, impl.nr, impl.kc, impl.nc
 	nPad := gemmSplit(n, 1, nr)
@@ -412,7 +412,7 @@ func gemmSharedB[T Float](impl *gemmImpl, transA bool, m, n, k int, alpha T, a [
 	// the phases that pack and then use them: one for all of B, or one per panel.
 	type panel struct{ jc, pc, off int }
 	var panels []panel
-	whole := k*nPad <= gemmSharedBMax && (m < gemmPanelsMin || n < gemmPanelsMin)
+	whole := k*nPad <= gemmSharedBMax && !gemmPanels(m, n)
 	size := 0
 	for jc := 0; jc < n; jc += nc {
 		for pc := 0; pc < k; pc += kc {
@@ -469,8 +469,11 @@ func gemmSharedB[T Float](impl *gemmImpl, transA bool, m, n, k int, alpha T, a [
 	}
 }
 
-// gemmPanelsMin is the size from which a GEMM's rows and columns both make gemmSharedB, a
-// panel at a time, the parallel split, whatever gemmGrid prefers: against column ranges
+// gemmPanels reports whether an m × n GEMM is large enough both ways (gemmPanelsMin) to take
+// gemmSharedB, a panel at a time, as its parallel split, whatever gemmGrid prefers.
+func gemmPanels(m, n int) bool { return m >= gemmPanelsMin && n >= gemmPanelsMin }
+
+// gemmPanelsMin is gemmPanels' size: against column ranges
 // (each packing all of A: 2 ranges at 1024³, 4 at 2048³, 8 at 4096³) it measured 0–10%,
 // about 2% and about 3.5% faster on two threads (Zen 3, the two splits a call each in turn,
 // medians of 10–40 calls, 4–6 runs each; 2026-11-29). Results are the same bits.
