@@ -39,6 +39,32 @@ func gemmKernS8x32AVX512Ind(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta 
 func gemmKernS6x16AVX2Bcast(k int, x, pos, b, c unsafe.Pointer, ldc, mode int, offs unsafe.Pointer)
 
 //go:noescape
+func gemmColS8AVX2(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)
+
+//go:noescape
+func gemmColS4AVX2(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)
+
+//go:noescape
+func gemmColS2AVX2(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)
+
+//go:noescape
+func gemmColS1AVX2(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)
+
+// gemmColAVX2 is the AVX2 float32 kernCol: the kernel for 8, 4, 2 or 1 slivers.
+func gemmColAVX2(k int, a, b unsafe.Pointer, astride, slivers int, t unsafe.Pointer) {
+	switch slivers {
+	case 8:
+		gemmColS8AVX2(k, a, b, astride, t)
+	case 4:
+		gemmColS4AVX2(k, a, b, astride, t)
+	case 2:
+		gemmColS2AVX2(k, a, b, astride, t)
+	default:
+		gemmColS1AVX2(k, a, b, astride, t)
+	}
+}
+
+//go:noescape
 func gemmCopyRowsAVX(dst, src unsafe.Pointer, dstStride, srcStride, rows, width int)
 
 //go:noescape
@@ -146,7 +172,7 @@ func wrapS(f func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, m
 // next to the streamed A sliver; the mc×kc A block in (half of) L2; the kc×nc B panel in L3
 // (or L2: gemmAVX512NC).
 var (
-	gemmAVX2S   = gemmImpl{name: "avx2-6x16", mr: 6, nr: 16, kc: 384, mc: 144, nc: 3072, kern: wrapS(gemmKernS6x16AVX2), kernHalf: wrapS(gemmKernS6x8AVX2), kernInd: gemmKernS6x16AVX2Ind, kernBcast: gemmKernS6x16AVX2Bcast, rowsSpan: 8 << 20}
+	gemmAVX2S   = gemmImpl{name: "avx2-6x16", mr: 6, nr: 16, kc: 384, mc: 144, nc: 3072, kern: wrapS(gemmKernS6x16AVX2), kernHalf: wrapS(gemmKernS6x8AVX2), kernCol: gemmColAVX2, kernInd: gemmKernS6x16AVX2Ind, kernBcast: gemmKernS6x16AVX2Bcast, rowsSpan: 8 << 20}
 	gemmAVX2D   = gemmImpl{name: "avx2-6x8", mr: 6, nr: 8, kc: 256, mc: 144, nc: 3072, kern: gemmKernD6x8AVX2, kernHalf: gemmKernD6x4AVX2, rowsSpan: 8 << 20}
 	gemmAVX512S = gemmImpl{name: "avx512-8x32", mr: 8, nr: 32, kc: 256, mc: 128, nc: gemmAVX512NC(), kern: wrapS(gemmKernS8x32AVX512), kernInd: gemmKernS8x32AVX512Ind}
 	gemmAVX512D = gemmImpl{name: "avx512-8x16", mr: 8, nr: 16, kc: 256, mc: 128, nc: 1536, kern: gemmKernD8x16AVX512}

@@ -320,6 +320,99 @@ func bcast() {
 	p("")
 }
 
+// colKernel emits gemmColS<s>AVX2: one column of C for s 6-row A slivers at once — a GEMM's
+// last columns when they are few (n mod 16 of 1 to gemmColMax: a 7 × 7 plane's 49th column),
+// where the 6×8 kernel spent as long on the one column as on 16. Lanes are rows: step p
+// loads the sliver's six values of A (its 8-wide load's last two lanes are the next step's
+// and are never stored) and multiplies them by B's one value, broadcast. Each row is one FMA
+// chain in p order from zero, as in the tile kernels, so the values are theirs bit for bit;
+// s independent chains (8 for full speed) hide the FMA's latency, where the 6×8 kernel's six
+// accumulators could not. The last step's loads and the stores are masked to six lanes, so
+// nothing past the last sliver's k steps or past t[6s) is touched. t gets row r of sliver i
+// at t[6i + r], unscaled: the caller applies alpha, beta and bias.
+func colKernel(s int) {
+	name := fmt.Sprintf("gemmColS%dAVX2", s)
+	// Sliver i's current step: SI + i·astride, from three moving bases.
+	addr := []string{"(SI)", "(SI)(R9*1)", "(SI)(R9*2)", "(R13)", "(R12)", "(R12)(R9*1)", "(R12)(R9*2)", "(R13)(R9*4)"}
+	at := func(i, off int) string {
+		if off == 0 {
+			return addr[i]
+		}
+		return fmt.Sprintf("%d%s", off, addr[i])
+	}
+	adv := func(n int) {
+		p("\tADDQ $%d, SI", 24*n)
+		if s > 4 {
+			p("\tADDQ $%d, R12", 24*n)
+		}
+		if s > 3 {
+			p("\tADDQ $%d, R13", 24*n)
+		}
+		p("\tADDQ $%d, DI", 64*n)
+	}
+	p("// func %s(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)", name)
+	p("// t[6i + r] = Σ_p A_i[p, r]·B[p] for %d slivers A_i (packed k×6, astride bytes apart) and B", s)
+	p("// a column of the 16-wide packed B sliver (k values 64 bytes apart); k ≥ 1.")
+	p("TEXT ·%s(SB), NOSPLIT, $0-40", name)
+	p("\tMOVQ k+0(FP), CX")
+	p("\tMOVQ a+8(FP), SI")
+	p("\tMOVQ b+16(FP), DI")
+	p("\tMOVQ astride+24(FP), R9")
+	if s > 4 {
+		p("\tLEAQ (SI)(R9*4), R12")
+	}
+	if s > 3 {
+		p("\tLEAQ (SI)(R9*2), R13")
+		p("\tADDQ R9, R13")
+	}
+	for i := 0; i < s; i++ {
+		p("\tVXORPS Y%d, Y%d, Y%d", i, i, i)
+	}
+	p("\tVPCMPEQD Y14, Y14, Y14") // lanes 0-5 set, 6-7 clear
+	p("\tVXORPS Y13, Y13, Y13")
+	p("\tVBLENDPS $0xc0, Y13, Y14, Y14")
+	p("\tDECQ CX") // the last step is the masked one
+	p("\tMOVQ CX, R10")
+	p("\tSHRQ $2, R10")
+	p("\tANDQ $3, CX")
+	p("\tTESTQ R10, R10")
+	p("\tJZ %s_tail", name)
+	p("%s_loop4:", name)
+	for u := 0; u < 4; u++ {
+		p("\tVBROADCASTSS %d(DI), Y15", 64*u)
+		for i := 0; i < s; i++ {
+			p("\tVFMADD231PS %s, Y15, Y%d", at(i, 24*u), i)
+		}
+	}
+	adv(4)
+	p("\tDECQ R10")
+	p("\tJNZ %s_loop4", name)
+	p("%s_tail:", name)
+	p("\tTESTQ CX, CX")
+	p("\tJZ %s_last", name)
+	p("%s_loop1:", name)
+	p("\tVBROADCASTSS (DI), Y15")
+	for i := 0; i < s; i++ {
+		p("\tVFMADD231PS %s, Y15, Y%d", at(i, 0), i)
+	}
+	adv(1)
+	p("\tDECQ CX")
+	p("\tJNZ %s_loop1", name)
+	p("%s_last:", name)
+	p("\tVBROADCASTSS (DI), Y15")
+	for i := 0; i < s; i++ {
+		p("\tVMASKMOVPS %s, Y14, Y13", at(i, 0))
+		p("\tVFMADD231PS Y13, Y15, Y%d", i)
+	}
+	p("\tMOVQ t+32(FP), DX")
+	for i := 0; i < s; i++ {
+		p("\tVMASKMOVPS Y%d, Y14, %d(DX)", i, 24*i)
+	}
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
 // peak emits a loop of 2*n independent FMAs per iteration, used by the benchmarks to measure
 // the core's FMA throughput (the denominator of "fraction of peak").
 func peak(name, reg string, n int) {
@@ -536,6 +629,9 @@ TEXT ·gemmXGETBV(SB), NOSPLIT, $0-8
 		k.gen()
 	}
 	bcast()
+	for _, s := range []int{8, 4, 2, 1} {
+		colKernel(s)
+	}
 	peak("gemmPeakAVX2", "Y", 12)
 	peak("gemmPeakAVX512", "Z", 24)
 	if err := os.WriteFile("gemm_amd64.s", out.Bytes(), 0o644); err != nil {

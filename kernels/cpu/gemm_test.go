@@ -195,20 +195,22 @@ func TestGemmTileOrder(t *testing.T) {
 	}
 }
 
-// The half-width kernel for a panel's last columns gives the bits of the full kernel's
-// edge tile: every remainder of the 16-wide sliver up to 8 (8 is stored straight to C), with
-// ragged rows, several slabs, each beta mode and a bias, in both tile orders.
+// The half-width kernel and the column kernel for a panel's last columns give the bits of
+// the full kernel's edge tile: every remainder of the 16-wide sliver up to 8 (the column
+// kernel's 1 and 2; 8 is stored straight to C), with ragged rows, several slabs and mc
+// blocks (the column kernel's 8-, 4-, 2- and 1-sliver calls), each beta mode and a bias, in
+// both tile orders.
 func TestGemmHalfTiles(t *testing.T) {
 	r := rand.New(rand.NewPCG(65, 66))
 	for size, impls := range map[int][]*gemmImpl{4: gemmAvailable(4), 8: gemmAvailable(8)} {
 		for _, impl := range impls {
-			if impl.kernHalf == nil {
+			if impl.kernHalf == nil && impl.kernCol == nil {
 				continue
 			}
 			whole := *impl
-			whole.kernHalf = nil
-			for _, n := range []int{1, 3, 8, 49, 196, 24 + 7} {
-				for _, sh := range [][2]int{{13, 700}, {12, 5}} {
+			whole.kernHalf, whole.kernCol = nil, nil
+			for _, n := range []int{1, 2, 3, 8, 49, 50, 196, 24 + 7} {
+				for _, sh := range [][2]int{{13, 700}, {12, 5}, {301, 400}} {
 					m, k := sh[0], sh[1]
 					for _, beta := range []float64{0, 1, 0.5} {
 						for _, bias := range []bool{false, true} {
@@ -244,7 +246,7 @@ func checkHalf[T Float](t *testing.T, r *rand.Rand, half, full *gemmImpl, m, n, 
 	}
 	for i := range got[0] {
 		if got[0][i] != got[1][i] {
-			t.Fatalf("%s %dx%dx%d beta %v bias %v: c[%d] = %v with the half-width kernel, %v with the full one", half.name, m, n, k, beta, withBias, i, got[1][i], got[0][i])
+			t.Fatalf("%s %dx%dx%d beta %v bias %v: c[%d] = %v with the narrow kernels, %v with the full one", half.name, m, n, k, beta, withBias, i, got[1][i], got[0][i])
 		}
 	}
 }
