@@ -80,6 +80,10 @@ type gemmImpl struct {
 	// last columns when at most gemmColMax remain (gemmSlab). Each row is one FMA chain in
 	// the tile kernels' order, so the results are the same bits.
 	kernCol func(k int, a, b unsafe.Pointer, astride, slivers int, t unsafe.Pointer)
+	// kernDown (nil: none) is kern for tiles full tiles down a column of C, one call for
+	// all of them: tile t reads the A sliver after tile t−1's and writes C's rows (and adds
+	// bias's elements) mr further on. Each tile is kern's computation, so the bits are too.
+	kernDown func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int, bias unsafe.Pointer, tiles int)
 	// rowsSpan, where non-zero, orders a slab's tiles along C's rows (each A sliver in turn
 	// meets every B sliver of the panel) once the slab's C spans at least rowsSpan bytes
 	// (its rows × ldc), instead of down C's columns (each B sliver in turn meets every A
@@ -660,8 +664,9 @@ func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, p
 		if r := nb % nr; impl.kernCol != nil && r <= gemmColMax {
 			nt -= r
 		}
-		ir, jr := 0, 0
-		for range ((mb + mr - 1) / mr) * ((nt + nr - 1) / nr) {
+		// tile computes the tile at (ir, jr) of the block: straight into C where it is whole,
+		// else into tmp and then its rows and columns that exist.
+		tile := func(ir, jr int) {
 			nn, mm := min(nr, nb-jr), min(mr, mb-ir)
 			bs := unsafe.Pointer(&bp[jr*kb])
 			as := unsafe.Pointer(&ap[ir*kb])
@@ -676,22 +681,38 @@ func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, p
 			}
 			if mm == mr && nn == w {
 				kern(kb, as, bs, unsafe.Pointer(&c[ci]), ldc, float64(alpha), float64(bet), mode, bip)
-			} else {
-				kern(kb, as, bs, unsafe.Pointer(&tmp[0]), nr, 1, 0, 0, nil)
-				for i := 0; i < mm; i++ {
-					var bv T
-					if mode >= 3 {
-						bv = bias[ic+ir+i]
-					}
-					gemmStoreEdge(c[ci+i*ldc:ci+i*ldc+nn], tmp[i*nr:i*nr+nn], mode, alpha, bet, bv)
+				return
+			}
+			kern(kb, as, bs, unsafe.Pointer(&tmp[0]), nr, 1, 0, 0, nil)
+			for i := 0; i < mm; i++ {
+				var bv T
+				if mode >= 3 {
+					bv = bias[ic+ir+i]
+				}
+				gemmStoreEdge(c[ci+i*ldc:ci+i*ldc+nn], tmp[i*nr:i*nr+nn], mode, alpha, bet, bv)
+			}
+		}
+		if rowsOuter {
+			for ir := 0; ir < mb; ir += mr {
+				for jr := 0; jr < nt; jr += nr {
+					tile(ir, jr)
 				}
 			}
-			if rowsOuter {
-				if jr += nr; jr >= nt {
-					jr, ir = 0, ir+mr
+		} else {
+			for jr := 0; jr < nt; jr += nr {
+				ir := 0
+				if full := mb / mr; impl.kernDown != nil && full > 0 && nb-jr >= nr {
+					// The column's whole tiles in one call (see gemmImpl.kernDown).
+					var bip unsafe.Pointer
+					if mode >= 3 {
+						bip = unsafe.Pointer(&bias[ic])
+					}
+					impl.kernDown(kb, unsafe.Pointer(&ap[0]), unsafe.Pointer(&bp[jr*kb]), unsafe.Pointer(&c[ic*ldc+jr]), ldc, float64(alpha), float64(bet), mode, bip, full)
+					ir = full * mr
 				}
-			} else if ir += mr; ir >= mb {
-				ir, jr = 0, jr+nr
+				for ; ir < mb; ir += mr {
+					tile(ir, jr)
+				}
 			}
 		}
 		for j := nt; j < nb; j++ {
