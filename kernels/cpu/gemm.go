@@ -84,6 +84,9 @@ type gemmImpl struct {
 	// all of them: tile t reads the A sliver after tile t−1's and writes C's rows (and adds
 	// bias's elements) mr further on. Each tile is kern's computation, so the bits are too.
 	kernDown func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int, bias unsafe.Pointer, tiles int)
+	// kernAcross (nil: none) is kernDown along a row of C: tile t reads the B sliver after
+	// tile t−1's and writes C's columns nr further on (rowsSpan's order).
+	kernAcross func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int, bias unsafe.Pointer, tiles int)
 	// rowsSpan, where non-zero, orders a slab's tiles along C's rows (each A sliver in turn
 	// meets every B sliver of the panel) once the slab's C spans at least rowsSpan bytes
 	// (its rows × ldc), instead of down C's columns (each B sliver in turn meets every A
@@ -694,7 +697,17 @@ func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, p
 		}
 		if rowsOuter {
 			for ir := 0; ir < mb; ir += mr {
-				for jr := 0; jr < nt; jr += nr {
+				jr := 0
+				if full := nt / nr; impl.kernAcross != nil && full > 0 && mb-ir >= mr {
+					// The row's whole tiles in one call (see gemmImpl.kernAcross).
+					var bip unsafe.Pointer
+					if mode >= 3 {
+						bip = unsafe.Pointer(&bias[ic+ir])
+					}
+					impl.kernAcross(kb, unsafe.Pointer(&ap[ir*kb]), unsafe.Pointer(&bp[0]), unsafe.Pointer(&c[(ic+ir)*ldc]), ldc, float64(alpha), float64(bet), mode, bip, full)
+					jr = full * nr
+				}
+				for ; jr < nt; jr += nr {
 					tile(ir, jr)
 				}
 			}

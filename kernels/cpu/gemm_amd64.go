@@ -42,6 +42,9 @@ func gemmKernS6x16AVX2Bcast(k int, x, pos, b, c unsafe.Pointer, ldc, mode int, o
 func gemmKernS6x16AVX2Down(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int, bias unsafe.Pointer, tiles int)
 
 //go:noescape
+func gemmKernS6x16AVX2Across(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int, bias unsafe.Pointer, tiles int)
+
+//go:noescape
 func gemmColS8AVX2(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)
 
 //go:noescape
@@ -171,16 +174,20 @@ func wrapS(f func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, m
 	}
 }
 
-// kernDownS adapts gemmKernS6x16AVX2Down to gemmImpl.kernDown as wrapS does kernels.
+// kernDownS and kernAcrossS adapt the walking kernels to gemmImpl's as wrapS does kernels.
 func kernDownS(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int, bias unsafe.Pointer, tiles int) {
 	gemmKernS6x16AVX2Down(k, a, b, c, ldc, float32(alpha), float32(beta), mode, bias, tiles)
+}
+
+func kernAcrossS(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int, bias unsafe.Pointer, tiles int) {
+	gemmKernS6x16AVX2Across(k, a, b, c, ldc, float32(alpha), float32(beta), mode, bias, tiles)
 }
 
 // The assembly kernels in preference order. Blocking: a kc×nr B sliver must sit in L1
 // next to the streamed A sliver; the mc×kc A block in (half of) L2; the kc×nc B panel in L3
 // (or L2: gemmAVX512NC).
 var (
-	gemmAVX2S   = gemmImpl{name: "avx2-6x16", mr: 6, nr: 16, kc: 384, mc: 144, nc: 3072, kern: wrapS(gemmKernS6x16AVX2), kernHalf: wrapS(gemmKernS6x8AVX2), kernCol: gemmColAVX2, kernDown: kernDownS, kernInd: gemmKernS6x16AVX2Ind, kernBcast: gemmKernS6x16AVX2Bcast, rowsSpan: 8 << 20}
+	gemmAVX2S   = gemmImpl{name: "avx2-6x16", mr: 6, nr: 16, kc: 384, mc: 144, nc: 3072, kern: wrapS(gemmKernS6x16AVX2), kernHalf: wrapS(gemmKernS6x8AVX2), kernCol: gemmColAVX2, kernDown: kernDownS, kernAcross: kernAcrossS, kernInd: gemmKernS6x16AVX2Ind, kernBcast: gemmKernS6x16AVX2Bcast, rowsSpan: 8 << 20}
 	gemmAVX2D   = gemmImpl{name: "avx2-6x8", mr: 6, nr: 8, kc: 256, mc: 144, nc: 3072, kern: gemmKernD6x8AVX2, kernHalf: gemmKernD6x4AVX2, rowsSpan: 8 << 20}
 	gemmAVX512S = gemmImpl{name: "avx512-8x32", mr: 8, nr: 32, kc: 256, mc: 128, nc: gemmAVX512NC(), kern: wrapS(gemmKernS8x32AVX512), kernInd: gemmKernS8x32AVX512Ind}
 	gemmAVX512D = gemmImpl{name: "avx512-8x16", mr: 8, nr: 16, kc: 256, mc: 128, nc: 1536, kern: gemmKernD8x16AVX512}

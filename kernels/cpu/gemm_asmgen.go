@@ -31,12 +31,13 @@ type kernel struct {
 	// a narrow kernel for a panel's last columns reads the first nv vectors of each row of
 	// the full kernel's sliver.
 	bvecs int
-	// down: the kernel computes tiles tiles down a column of C, one after another (an extra
-	// int argument after bias): tile t reads the A sliver after tile t−1's (the packed
-	// block's next), the same B sliver, and writes C and bias mr rows further on. A call per
-	// tile cost a tenth of the time of a tile with k = 64 (ResNet's 1×1 layers on 64
-	// channels), and each tile prefetches the next one's C a whole tile ahead.
-	down bool
+	// walk "down": the kernel computes tiles tiles down a column of C, one after another (an
+	// extra int argument after bias): tile t reads the A sliver after tile t−1's (the packed
+	// block's next), the same B sliver, and writes C and bias mr rows further on. "across":
+	// tiles along a row of C: the same A sliver, the next B sliver, C nr columns further on.
+	// A call per tile cost a tenth of the time of a tile with k = 64 (ResNet's 1×1 layers on
+	// 64 channels), and each tile prefetches the next one's C a whole tile ahead.
+	walk string
 }
 
 // bstep is the bytes between consecutive rows of the packed B sliver.
@@ -98,7 +99,7 @@ func (k kernel) gen() {
 		shift, betaOff, modeOff, biasOff, argSize = 3, 48, 56, 64, 72
 	}
 	offsOff, tilesOff := argSize, argSize
-	if k.indirect || k.down {
+	if k.indirect || k.walk != "" {
 		argSize += 8
 	}
 	typ := "float32"
@@ -108,10 +109,14 @@ func (k kernel) gen() {
 	if k.indirect {
 		p("// func %s(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta %s, mode int, bias, offs unsafe.Pointer)", k.name, typ)
 		p("// As the packed kernel, but B's row p is the %d values at b + offs[p] bytes (offs: k int64s).", nr)
-	} else if k.down {
+	} else if k.walk == "down" {
 		p("// func %s(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta %s, mode int, bias unsafe.Pointer, tiles int)", k.name, typ)
 		p("// As the packed kernel, for tiles tiles down C: tile t reads A's sliver t (a + t·k·%d·%d bytes),", k.mr, es)
 		p("// B, and writes C's rows and adds bias's elements %d·t on.", k.mr)
+	} else if k.walk == "across" {
+		p("// func %s(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta %s, mode int, bias unsafe.Pointer, tiles int)", k.name, typ)
+		p("// As the packed kernel, for tiles tiles along C: tile t reads A and B's sliver t (b + t·k·%d·%d", nr, es)
+		p("// bytes), and writes C's columns %d·t on.", nr)
 	} else {
 		p("// func %s(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta %s, mode int, bias unsafe.Pointer)", k.name, typ)
 		p("// C[0:%d, 0:%d] = alpha·A·B (+ beta·C) (+ bias[i] on row i): A packed k×%d, B packed k×%d, C row-major with ldc elements.", k.mr, nr, k.mr, k.bstep()/es)
@@ -129,13 +134,14 @@ func (k kernel) gen() {
 	p("\tMOVQ c+24(FP), DX")
 	p("\tMOVQ ldc+32(FP), R8")
 	p("\tSHLQ $%d, R8", shift)
-	if k.down && (k.mr != 6 || k.double || k.indirect) {
-		panic("down kernels are 6-row float32 packed kernels (the address arithmetic below)")
+	if k.walk != "" && (k.mr != 6 || k.double || k.indirect) {
+		panic("walking kernels are 6-row float32 packed kernels (the address arithmetic below)")
 	}
-	if k.down {
-		// R11 counts the tiles done. The first tile's C is prefetched here; each tile
-		// prefetches the next one's (R9 = DX + mr rows) as it starts.
+	if k.walk != "" {
+		// R11 counts the tiles done (across: R12 is the tile's C). The first tile's C is
+		// prefetched here; each tile prefetches the next one's as it starts.
 		p("\tXORQ R11, R11")
+		p("\tMOVQ DX, R12")
 		p("\tMOVQ DX, R9")
 		for i := 0; i < k.mr; i++ {
 			p("\tPREFETCHT0 (R9)")
@@ -144,7 +150,12 @@ func (k kernel) gen() {
 		}
 		p("%s_tile:", k.name)
 		p("\tMOVQ k+0(FP), CX")
-		p("\tMOVQ b+16(FP), DI")
+		if k.walk == "down" { // SI is at the next sliver and DX at the next tile's rows already
+			p("\tMOVQ b+16(FP), DI")
+		} else { // DI is at the next sliver
+			p("\tMOVQ a+8(FP), SI")
+			p("\tMOVQ R12, DX")
+		}
 	}
 	for i := 0; i < k.mr*k.nv; i++ {
 		if k.reg == "Z" {
@@ -153,11 +164,14 @@ func (k kernel) gen() {
 			p("\tVXORPS %s, %s, %s", k.r(i), k.r(i), k.r(i))
 		}
 	}
-	// Touch C early so its lines arrive while the k-loop runs (down: the next tile's C).
+	// Touch C early so its lines arrive while the k-loop runs (walking: the next tile's C).
 	p("\tMOVQ DX, R9")
-	if k.down {
+	switch k.walk {
+	case "down":
 		p("\tLEAQ (R8)(R8*2), R10")
 		p("\tLEAQ (R9)(R10*2), R9")
+	case "across":
+		p("\tADDQ $%d, R9", nr*es)
 	}
 	for i := 0; i < k.mr; i++ {
 		p("\tPREFETCHT0 (R9)")
@@ -208,7 +222,7 @@ func (k kernel) gen() {
 	p("\t%s alpha+40(FP), %s", k.bcast(), alpha)
 	p("\tMOVQ mode+%d(FP), AX", modeOff)
 	p("\tMOVQ bias+%d(FP), BX", biasOff)
-	if k.down { // this tile's bias: BX + R11·mr elements
+	if k.walk == "down" { // this tile's bias: BX + R11·mr elements
 		p("\tLEAQ (R11)(R11*2), R9")
 		p("\tLEAQ (BX)(R9*%d), BX", 2*es)
 	}
@@ -255,7 +269,10 @@ func (k kernel) gen() {
 	epi("bias0", addBias)                                      // mode 3
 	epi("bias1", func(i, v int) { addC(i, v); addBias(i, v) }) // mode 4
 	p("%s_done:", k.name)
-	if k.down { // SI is at the next sliver and DX at the next tile's rows already
+	if k.walk == "across" {
+		p("\tADDQ $%d, R12", nr*es)
+	}
+	if k.walk != "" {
 		p("\tINCQ R11")
 		p("\tCMPQ R11, tiles+%d(FP)", tilesOff)
 		p("\tJLT %s_tile", k.name)
@@ -664,7 +681,8 @@ TEXT ·gemmXGETBV(SB), NOSPLIT, $0-8
 		{name: "gemmKernS8x32AVX512", mr: 8, nv: 2, reg: "Z", lanes: 16},
 		{name: "gemmKernD8x16AVX512", mr: 8, nv: 2, reg: "Z", lanes: 8, double: true},
 		{name: "gemmKernS6x16AVX2Ind", mr: 6, nv: 2, reg: "Y", lanes: 8, indirect: true},
-		{name: "gemmKernS6x16AVX2Down", mr: 6, nv: 2, reg: "Y", lanes: 8, down: true},
+		{name: "gemmKernS6x16AVX2Down", mr: 6, nv: 2, reg: "Y", lanes: 8, walk: "down"},
+		{name: "gemmKernS6x16AVX2Across", mr: 6, nv: 2, reg: "Y", lanes: 8, walk: "across"},
 		{name: "gemmKernS8x32AVX512Ind", mr: 8, nv: 2, reg: "Z", lanes: 16, indirect: true},
 	} {
 		k.gen()

@@ -169,25 +169,30 @@ func gemmColumnOrder(impl *gemmImpl) *gemmImpl {
 	return &v
 }
 
-// Both tile orders give the same bits, with edge tiles on both sides, several k slabs and
-// mc blocks, beta, a bias and a parallel split.
+// Both tile orders give the same bits, and so do the kernels that walk a column or row of
+// tiles in one call (kernDown, kernAcross) and a call per tile, with edge tiles on both
+// sides, several k slabs and mc blocks, each beta mode, a bias and a parallel split.
 func TestGemmTileOrder(t *testing.T) {
 	r := rand.New(rand.NewPCG(63, 64))
-	for _, sh := range [][3]int{{301, 77, 900}, {13, 530, 40}, {160, 33, 5}} {
+	for _, sh := range [][3]int{{301, 77, 900}, {13, 530, 40}, {160, 33, 5}, {7, 300, 20}} {
 		m, n, k := sh[0], sh[1], sh[2]
 		for _, impl := range gemmAvailable(4) {
 			a, b, c0, bias := randSlice[float32](r, m*k), randSlice[float32](r, k*n), randSlice[float32](r, m*n), randSlice[float32](r, m)
-			for _, workers := range []int{1, 2} {
-				var got [2][]float32
-				for o, v := range []*gemmImpl{gemmColumnOrder(impl), gemmRowOrder(impl)} {
-					got[o] = append([]float32(nil), c0...)
-					withImpl[float32](v, func() {
-						gemmRunSrc(false, m, n, k, 1.5, a, k, nil, &gemmMatrixB[float32]{b: b, ldb: n}, 0.5, got[o], n, bias, workers)
-					})
-				}
-				for i := range got[0] {
-					if got[0][i] != got[1][i] {
-						t.Fatalf("%s %dx%dx%d, %d workers: c[%d] = %v along rows, %v down columns", impl.name, m, n, k, workers, i, got[1][i], got[0][i])
+			tiled := *impl
+			tiled.kernDown, tiled.kernAcross = nil, nil
+			for _, beta := range []float32{0, 1, 0.5} {
+				for _, workers := range []int{1, 2} {
+					var got [3][]float32
+					for o, v := range []*gemmImpl{gemmColumnOrder(&tiled), gemmColumnOrder(impl), gemmRowOrder(impl)} {
+						got[o] = append([]float32(nil), c0...)
+						withImpl[float32](v, func() {
+							gemmRunSrc(false, m, n, k, 1.5, a, k, nil, &gemmMatrixB[float32]{b: b, ldb: n}, beta, got[o], n, bias, workers)
+						})
+					}
+					for i := range got[0] {
+						if got[0][i] != got[1][i] || got[0][i] != got[2][i] {
+							t.Fatalf("%s %dx%dx%d beta %v, %d workers: c[%d] = %v a tile a call, %v down columns, %v along rows", impl.name, m, n, k, beta, workers, i, got[0][i], got[1][i], got[2][i])
+						}
 					}
 				}
 			}
