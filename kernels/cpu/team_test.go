@@ -88,6 +88,44 @@ func TestTeamWakesParkedHelpers(t *testing.T) {
 	}
 }
 
+// WakeHelpers wakes helpers that have blocked (they spin again, for teamSpin, and then
+// block again), except where other goroutines share the cores.
+func TestWakeHelpers(t *testing.T) {
+	old := runtime.GOMAXPROCS(2)
+	defer runtime.GOMAXPROCS(old)
+	parallelTasks(2, 2, func(int) {}) // start the team
+	h := theTeam.helpers[0]           // the one a region of two workers uses
+	waitParked := func() {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for h.state.Load() == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("no helper blocked after idling")
+			}
+			time.Sleep(teamSpin)
+		}
+	}
+	waitParked()
+	SetSharedCores(true)
+	WakeHelpers()
+	time.Sleep(teamSpin / 5)
+	if h.state.Load() == 0 {
+		t.Fatal("WakeHelpers woke a helper while the cores are shared")
+	}
+	SetSharedCores(false)
+	for rep := 0; rep < 3; rep++ {
+		WakeHelpers()
+		deadline := time.Now().Add(5 * time.Second)
+		for h.state.Load() != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the helper stayed blocked after WakeHelpers", rep)
+			}
+			runtime.Gosched()
+		}
+		waitParked() // and they block again
+	}
+}
+
 // With other goroutines sharing the cores (SetSharedCores), helpers block as soon as a
 // region ends, and a region's caller blocks, not spins, until its helpers' tasks finish:
 // every task has finished when the region returns.

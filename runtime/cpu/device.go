@@ -29,8 +29,12 @@ func New() *Device { return &Device{} }
 func (*Device) Name() string { return "cpu" }
 
 // SetSharedCores implements device.SharedCores: the kernels' helper goroutines stop spinning
-// between parallel regions while several ranks share the process's cores.
-func (*Device) SetSharedCores(shared bool) { k.SetSharedCores(shared) }
+// between parallel regions while several ranks share the process's cores. With one rank, it
+// wakes them for the step about to start (kernels/cpu.WakeHelpers).
+func (*Device) SetSharedCores(shared bool) {
+	k.SetSharedCores(shared)
+	k.WakeHelpers()
+}
 
 // builder prepares the kernel of one op for a launch site.
 type builder func(s *device.Spec) (device.Impl, error)

@@ -311,7 +311,9 @@ type Device interface {
 // SharedCores is implemented by devices whose kernels tune their parallelism to whether
 // several ranks of this process issue work at once (the CPU device: its kernels' helper
 // threads spin between parallel regions for one rank, and block for several, leaving the
-// cores to the other ranks). The runtime says so before each step.
+// cores to the other ranks). The runtime says so as each step starts, before it loads the
+// step's inputs; the CPU device then also wakes its helpers, blocked since the last step
+// where there was a pause, so that they are running when the step's first kernel is.
 type SharedCores interface {
 	SetSharedCores(shared bool)
 }
