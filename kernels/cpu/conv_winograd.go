@@ -186,6 +186,10 @@ func convWinoBlock[T Float](g *convGeom, x []T, u []T, mPad int, bias, y []T, i0
 				mb := min(mc, mPad-ic)
 				for j := 0; j < nTp; j += nr {
 					bs := unsafe.Pointer(&vx[j*k+pc*nr])
+					if impl.kernDown != nil { // the column's tiles in one call
+						impl.kernDown(kb, unsafe.Pointer(&ap[ic*kb]), bs, unsafe.Pointer(&cx[ic*nTp+j]), nTp, 1, float64(mode), mode, nil, mb/mr)
+						continue
+					}
 					for ir := 0; ir < mb; ir += mr {
 						impl.kern(kb, unsafe.Pointer(&ap[(ic+ir)*kb]), bs, unsafe.Pointer(&cx[(ic+ir)*nTp+j]), nTp, 1, float64(mode), mode, nil)
 					}
