@@ -19,6 +19,8 @@ var convFilterCases = []ConvParams{
 	{Batch: 1, InC: 300, OutC: 301, Spatial: []int{7, 7}, Kernel: []int{1, 1}},                                                                  // pointwise, m ≫ n: shared B
 	{Batch: 1, InC: 70, OutC: 27, Spatial: []int{41, 43}, Kernel: []int{1, 1}},                                                                  // pointwise, n ≫ m: column ranges
 	{Batch: 1, InC: 90, OutC: 150, Spatial: []int{33, 35}, Kernel: []int{1, 1}},                                                                 // pointwise, rows and columns split
+	{Batch: 1, InC: 260, OutC: 70, Spatial: []int{14, 13}, Kernel: []int{1, 1}},                                                                 // pointwise, narrow B: 2-sliver column ranges
+	{Batch: 1, InC: 400, OutC: 50, Spatial: []int{9, 9}, Kernel: []int{1, 1}},                                                                   // the same, the last range one column
 	{Batch: 1, InC: 17, OutC: 33, Spatial: []int{13, 12}, Kernel: []int{3, 3}, Stride: []int{2, 2}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}, // im2col
 	{Batch: 1, InC: 6, OutC: 6, Groups: 6, Spatial: []int{9, 9}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}},               // depthwise
 	{Batch: 1, InC: 50, OutC: 21, Spatial: []int{4, 40}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}},                       // indirect, k = 450

@@ -345,6 +345,15 @@ func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, pa *
 		workers = 1
 	}
 	pm, pn := gemmGrid(impl, m, n, workers)
+	if workers > 1 && pa != nil && n > gemmPackedColsMin*impl.nr && n <= gemmMinCols {
+		// A packed ahead (a ConvFilter's weights) and a narrow B (batch-1 convolutions on
+		// 14 × 14 planes): column ranges of two slivers, taken from a counter, each packing
+		// only its columns of B and reading the one packed A — nothing is done twice, where
+		// each row range packed all of B. Two threads: DenseNet's 992 → 128 1.08×,
+		// GoogLeNet's 480 → 192 1.13×, 528 → 256 1.09×, ResNet's 256 → 1024 even; on 7 × 7
+		// (4 slivers) the row split stays, 1.08× faster than columns for 512 → 2048.
+		pm, pn = 1, (n+2*impl.nr-1)/(2*impl.nr)
+	}
 	if pm*pn == 1 {
 		sc := gemmGetScratch[T](impl, m, n, k)
 		gemmSerial(impl, sc, transA, m, n, k, alpha, a, lda, pa, b, 0, beta, c, ldc, bias)
@@ -394,6 +403,10 @@ const (
 	gemmTasksPerWorker = 4
 	gemmMinCols        = 512
 )
+
+// gemmPackedColsMin is the fewest slivers of B for which a GEMM with A packed ahead splits
+// its columns for the workers where B is narrow (gemmRunSrc).
+const gemmPackedColsMin = 4
 
 // gemmSharedBMax bounds the elements of op(B) that gemmSharedB packs whole (16 MiB of
 // float32); a larger B is split by rows with each range packing its own panels. Narrow B
