@@ -345,13 +345,17 @@ func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, pa *
 		workers = 1
 	}
 	pm, pn := gemmGrid(impl, m, n, workers)
-	if workers > 1 && pa != nil && n > gemmPackedColsMin*impl.nr && n <= gemmMinCols {
+	if workers > 1 && pa != nil && n > gemmPackedColsMin*impl.nr && n <= gemmPackedColsMax {
 		// A packed ahead (a ConvFilter's weights) and a narrow B (batch-1 convolutions on
-		// 14 × 14 planes): column ranges of two slivers, taken from a counter, each packing
-		// only its columns of B and reading the one packed A — nothing is done twice, where
-		// each row range packed all of B. Two threads: DenseNet's 992 → 128 1.08×,
-		// GoogLeNet's 480 → 192 1.13×, 528 → 256 1.09×, ResNet's 256 → 1024 even; on 7 × 7
-		// (4 slivers) the row split stays, 1.08× faster than columns for 512 → 2048.
+		// 14 × 14 and 28 × 28 planes): column ranges of two slivers, taken from a counter,
+		// each packing only its columns of B and reading the one packed A — nothing is done
+		// twice, where each row range packed all of B (14 × 14), and no worker waits for
+		// another at a barrier, where the row ranges of gemmSharedB wait for B's packing
+		// (28 × 28). Two threads, a call each in turn: DenseNet's 992 → 128 on 14 × 14
+		// 1.08×, GoogLeNet's 480 → 192 1.13× and 528 → 256 1.09×, ResNet's 256 → 1024 even;
+		// on 28 × 28 0.97–0.99× while the machine was quiet and 1.18–1.32× while neighbours
+		// took its cores. On 7 × 7 (4 slivers) the row split stays (columns: 0.92×), and on
+		// 56 × 56 the shared B (columns: 0.94–1.04×).
 		pm, pn = 1, (n+2*impl.nr-1)/(2*impl.nr)
 	}
 	if pm*pn == 1 {
@@ -404,9 +408,9 @@ const (
 	gemmMinCols        = 512
 )
 
-// gemmPackedColsMin is the fewest slivers of B for which a GEMM with A packed ahead splits
-// its columns for the workers where B is narrow (gemmRunSrc).
-const gemmPackedColsMin = 4
+// A GEMM with A packed ahead splits its columns for the workers where B has more than
+// gemmPackedColsMin slivers and at most gemmPackedColsMax columns (gemmRunSrc).
+const gemmPackedColsMin, gemmPackedColsMax = 4, 1024
 
 // gemmSharedBMax bounds the elements of op(B) that gemmSharedB packs whole (16 MiB of
 // float32); a larger B is split by rows with each range packing its own panels. Narrow B
