@@ -178,12 +178,7 @@ func (k kernel) gen() {
 		p("\tPREFETCHT0 %d(R9)", nr*es-1)
 		p("\tADDQ R8, R9")
 	}
-	p("\tMOVQ CX, R10")
-	p("\tSHRQ $2, R10")
-	p("\tANDQ $3, CX")
-	p("\tTESTQ R10, R10")
-	p("\tJZ %s_tail", k.name)
-	p("%s_loop4:", k.name)
+	loop4(k.name)
 	// Every line of the packed B sliver is prefetched 16 steps ahead. Where tiles go along C's
 	// rows (2048³ and up) each call streams its B sliver from L3; one prefetch per four steps
 	// left three lines in four to the hardware prefetcher, and prefetching each line ran
@@ -328,12 +323,7 @@ func bcast() {
 		p("\tMOVQ %d(R12), %s", i*8, b)
 		p("\tADDQ R9, %s", b)
 	}
-	p("\tMOVQ CX, R10")
-	p("\tSHRQ $2, R10")
-	p("\tANDQ $3, CX")
-	p("\tTESTQ R10, R10")
-	p("\tJZ %s_tail", name)
-	p("%s_loop4:", name)
+	loop4(name)
 	for u := 0; u < 4; u++ {
 		step(u)
 	}
@@ -429,12 +419,7 @@ func colKernel(s int) {
 	p("\tVXORPS Y13, Y13, Y13")
 	p("\tVBLENDPS $0xc0, Y13, Y14, Y14")
 	p("\tDECQ CX") // the last step is the masked one
-	p("\tMOVQ CX, R10")
-	p("\tSHRQ $2, R10")
-	p("\tANDQ $3, CX")
-	p("\tTESTQ R10, R10")
-	p("\tJZ %s_tail", name)
-	p("%s_loop4:", name)
+	loop4(name)
 	for u := 0; u < 4; u++ {
 		p("\tVBROADCASTSS %d(DI), Y15", 64*u)
 		for i := 0; i < s; i++ {
@@ -468,6 +453,17 @@ func colKernel(s int) {
 	p("\tVZEROUPPER")
 	p("\tRET")
 	p("")
+}
+
+// loop4 splits the CX steps of a k loop into R10 rounds of four (the unrolled NAME_loop4,
+// which starts here) and CX single steps after them (NAME_tail).
+func loop4(name string) {
+	p("\tMOVQ CX, R10")
+	p("\tSHRQ $2, R10")
+	p("\tANDQ $3, CX")
+	p("\tTESTQ R10, R10")
+	p("\tJZ %s_tail", name)
+	p("%s_loop4:", name)
 }
 
 // peak emits a loop of 2*n independent FMAs per iteration, used by the benchmarks to measure
