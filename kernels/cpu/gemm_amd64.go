@@ -119,12 +119,12 @@ func gemmFastPackA[T Float](d, src []T, lda, kb, mr int) int {
 }
 
 // gemmFastCopy copies rows runs of w elements from src (runs srcLd elements apart) to dst
-// (runs dstLd apart) with vector moves, for the run widths the packed slivers use (24, 48,
-// 64 or 128 bytes); it reports false, copying nothing, otherwise.
+// (runs dstLd apart) with vector moves, for runs of 16 to 128 bytes (the packed slivers'
+// 24, 48, 64 and 128 among them); it reports false, copying nothing, otherwise.
 func gemmFastCopy[T Float](dst []T, dstLd int, src []T, srcLd, rows, w int) bool {
 	size := int(unsafe.Sizeof(T(0)))
 	bytes := w * size
-	if !gemmHasAVX2FMA || (bytes != 24 && bytes != 48 && bytes != 64 && bytes != 128) || rows == 0 {
+	if !gemmHasAVX2FMA || bytes < 16 || bytes > 128 || rows == 0 {
 		return false
 	}
 	_ = src[(rows-1)*srcLd+w-1] // bounds: the assembly trusts these

@@ -591,10 +591,12 @@ TEXT ·gemmCPUID(SB), NOSPLIT, $0-24
 	RET
 
 // func gemmCopyRowsAVX(dst, src unsafe.Pointer, dstStride, srcStride, rows, width int)
-// Copies rows runs of width bytes (24, 48, 64 or 128) from src to dst, advancing src by
-// srcStride and dst by dstStride bytes per run: packing full-width GEMM slivers (and
-// scattering a row across slivers). 24 and 48 are the AVX2 kernels' 6-row A slivers
-// (transposed A), float32 and float64.
+// Copies rows runs of width bytes (16 to 128) from src to dst, advancing src by srcStride
+// and dst by dstStride bytes per run: packing full-width GEMM slivers (and scattering a row
+// across slivers), and a small plane's rows into its padded copy. 24, 48, 64 and 128 (the
+// slivers: 24 and 48 are the AVX2 kernels' 6-row A slivers, transposed A, float32 and
+// float64) have loops of their own; other widths copy whole vectors and one more that ends
+// at the run's end, overlapping the one before (its loads all come before its stores).
 TEXT ·gemmCopyRowsAVX(SB), NOSPLIT, $0-48
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
@@ -610,6 +612,63 @@ TEXT ·gemmCopyRowsAVX(SB), NOSPLIT, $0-48
 	JEQ copy24
 	CMPQ AX, $48
 	JEQ copy48
+	CMPQ AX, $128
+	JEQ copy128
+	LEAQ -32(AX), BX
+	CMPQ AX, $32
+	JLT copyX
+	CMPQ AX, $64
+	JLE copyY2
+	CMPQ AX, $96
+	JLE copyY3
+copyY4:
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS 64(SI), Y2
+	VMOVUPS (SI)(BX*1), Y3
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, (DI)(BX*1)
+	ADDQ DX, SI
+	ADDQ R8, DI
+	DECQ CX
+	JNZ copyY4
+	JMP copy_done
+copyY3:
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS (SI)(BX*1), Y3
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y3, (DI)(BX*1)
+	ADDQ DX, SI
+	ADDQ R8, DI
+	DECQ CX
+	JNZ copyY3
+	JMP copy_done
+copyY2:
+	VMOVUPS (SI), Y0
+	VMOVUPS (SI)(BX*1), Y3
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y3, (DI)(BX*1)
+	ADDQ DX, SI
+	ADDQ R8, DI
+	DECQ CX
+	JNZ copyY2
+	JMP copy_done
+copyX:
+	LEAQ -16(AX), BX
+copyX2:
+	VMOVUPS (SI), X0
+	VMOVUPS (SI)(BX*1), X3
+	VMOVUPS X0, (DI)
+	VMOVUPS X3, (DI)(BX*1)
+	ADDQ DX, SI
+	ADDQ R8, DI
+	DECQ CX
+	JNZ copyX2
+	JMP copy_done
 copy128:
 	VMOVUPS (SI), Y0
 	VMOVUPS 32(SI), Y1
