@@ -115,6 +115,7 @@ func TestConvWinogradVecMatchesGo(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, c := range []struct{ inC, outC, h, w, block int }{
 		{5, 7, 16, 16, 1 << 20}, {6, 4, 17, 33, 1 << 20}, {3, 9, 30, 47, 1}, {4, 4, 9, 56, 1 << 20}, {8, 3, 56, 56, 1},
+		{5, 6, 28, 28, 1 << 20}, {4, 5, 14, 14, 1 << 20}, // tile rows of 14 and 7: groups from any place in a sliver
 	} {
 		p := &ConvParams{Batch: 1, InC: c.inC, OutC: c.outC, Spatial: []int{c.h, c.w}, Kernel: []int{3, 3},
 			PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}
