@@ -455,6 +455,52 @@ func colKernel(s int) {
 	p("")
 }
 
+// copyRows emits gemmCopyRowsAVX's loops (its dispatch is in main's text above): each run
+// of a row is loaded whole and then stored, from SI to DI, SI and DI then advanced by DX and
+// R8 bytes, CX times. The copyY and copyX loops end with a vector at BX, the run's end minus
+// a vector, overlapping the one before.
+func copyRows() {
+	type move struct{ op, at, reg string }
+	y := func(at string, reg int) move { return move{"VMOVUPS", at, fmt.Sprintf("Y%d", reg)} }
+	loops := []struct {
+		label string
+		moves []move
+	}{
+		{"copyY4", []move{y("(%s)", 0), y("32(%s)", 1), y("64(%s)", 2), y("(%s)(BX*1)", 3)}},
+		{"copyY3", []move{y("(%s)", 0), y("32(%s)", 1), y("(%s)(BX*1)", 3)}},
+		{"copyY2", []move{y("(%s)", 0), y("(%s)(BX*1)", 3)}},
+		{"copyX2", []move{{"VMOVUPS", "(%s)", "X0"}, {"VMOVUPS", "(%s)(BX*1)", "X3"}}},
+		{"copy128", []move{y("(%s)", 0), y("32(%s)", 1), y("64(%s)", 2), y("96(%s)", 3)}},
+		{"copy64", []move{y("(%s)", 0), y("32(%s)", 1)}},
+		{"copy24", []move{{"VMOVUPS", "(%s)", "X0"}, {"VMOVSD", "16(%s)", "X1"}}},
+		{"copy48", []move{y("(%s)", 0), {"VMOVUPS", "32(%s)", "X1"}}},
+	}
+	for i, l := range loops {
+		if l.label == "copyX2" { // 16 to 31 bytes: the last vector is a 16-byte one
+			p("copyX:")
+			p("\tLEAQ -16(AX), BX")
+		}
+		p("%s:", l.label)
+		for _, m := range l.moves {
+			p("\t%s %s, %s", m.op, fmt.Sprintf(m.at, "SI"), m.reg)
+		}
+		for _, m := range l.moves {
+			p("\t%s %s, %s", m.op, m.reg, fmt.Sprintf(m.at, "DI"))
+		}
+		p("\tADDQ DX, SI")
+		p("\tADDQ R8, DI")
+		p("\tDECQ CX")
+		p("\tJNZ %s", l.label)
+		if i < len(loops)-1 {
+			p("\tJMP copy_done")
+		}
+	}
+	p("copy_done:")
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("\n")
+}
+
 // loop4 splits the CX steps of a k loop into R10 rounds of four (the unrolled NAME_loop4,
 // which starts here) and CX single steps after them (NAME_tail).
 func loop4(name string) {
@@ -620,103 +666,8 @@ TEXT ·gemmCopyRowsAVX(SB), NOSPLIT, $0-48
 	CMPQ AX, $64
 	JLE copyY2
 	CMPQ AX, $96
-	JLE copyY3
-copyY4:
-	VMOVUPS (SI), Y0
-	VMOVUPS 32(SI), Y1
-	VMOVUPS 64(SI), Y2
-	VMOVUPS (SI)(BX*1), Y3
-	VMOVUPS Y0, (DI)
-	VMOVUPS Y1, 32(DI)
-	VMOVUPS Y2, 64(DI)
-	VMOVUPS Y3, (DI)(BX*1)
-	ADDQ DX, SI
-	ADDQ R8, DI
-	DECQ CX
-	JNZ copyY4
-	JMP copy_done
-copyY3:
-	VMOVUPS (SI), Y0
-	VMOVUPS 32(SI), Y1
-	VMOVUPS (SI)(BX*1), Y3
-	VMOVUPS Y0, (DI)
-	VMOVUPS Y1, 32(DI)
-	VMOVUPS Y3, (DI)(BX*1)
-	ADDQ DX, SI
-	ADDQ R8, DI
-	DECQ CX
-	JNZ copyY3
-	JMP copy_done
-copyY2:
-	VMOVUPS (SI), Y0
-	VMOVUPS (SI)(BX*1), Y3
-	VMOVUPS Y0, (DI)
-	VMOVUPS Y3, (DI)(BX*1)
-	ADDQ DX, SI
-	ADDQ R8, DI
-	DECQ CX
-	JNZ copyY2
-	JMP copy_done
-copyX:
-	LEAQ -16(AX), BX
-copyX2:
-	VMOVUPS (SI), X0
-	VMOVUPS (SI)(BX*1), X3
-	VMOVUPS X0, (DI)
-	VMOVUPS X3, (DI)(BX*1)
-	ADDQ DX, SI
-	ADDQ R8, DI
-	DECQ CX
-	JNZ copyX2
-	JMP copy_done
-copy128:
-	VMOVUPS (SI), Y0
-	VMOVUPS 32(SI), Y1
-	VMOVUPS 64(SI), Y2
-	VMOVUPS 96(SI), Y3
-	VMOVUPS Y0, (DI)
-	VMOVUPS Y1, 32(DI)
-	VMOVUPS Y2, 64(DI)
-	VMOVUPS Y3, 96(DI)
-	ADDQ DX, SI
-	ADDQ R8, DI
-	DECQ CX
-	JNZ copy128
-	JMP copy_done
-copy64:
-	VMOVUPS (SI), Y0
-	VMOVUPS 32(SI), Y1
-	VMOVUPS Y0, (DI)
-	VMOVUPS Y1, 32(DI)
-	ADDQ DX, SI
-	ADDQ R8, DI
-	DECQ CX
-	JNZ copy64
-	JMP copy_done
-copy24:
-	VMOVUPS (SI), X0
-	VMOVSD 16(SI), X1
-	VMOVUPS X0, (DI)
-	VMOVSD X1, 16(DI)
-	ADDQ DX, SI
-	ADDQ R8, DI
-	DECQ CX
-	JNZ copy24
-	JMP copy_done
-copy48:
-	VMOVUPS (SI), Y0
-	VMOVUPS 32(SI), X1
-	VMOVUPS Y0, (DI)
-	VMOVUPS X1, 32(DI)
-	ADDQ DX, SI
-	ADDQ R8, DI
-	DECQ CX
-	JNZ copy48
-copy_done:
-	VZEROUPPER
-	RET
-
-`)
+	JLE copyY3`)
+	copyRows()
 	packA(8, false)
 	packA(6, false)
 	packA(8, true)
