@@ -17,8 +17,8 @@ type convBc struct {
 	p              int // output positions, ho·wo
 }
 
-// convBcastMR and convBcastNR are kernBcast's tile: output positions by output channels.
-const convBcastMR, convBcastNR = 6, 16
+// convBcastPosPad rounds pos up to whole tiles of every kernBcast's rows (6 or 8).
+const convBcastPosPad = 24
 
 // convBcastSetup builds g.bc for a 2-d convolution.
 func (g *convGeom) convBcastSetup(in, out, kernel, stride, dil, pb []int) {
@@ -33,7 +33,7 @@ func (g *convGeom) convBcastSetup(in, out, kernel, stride, dil, pb []int) {
 	if d.inPlace {
 		row, plane = d.w, g.inSize
 	}
-	d.pos = make([]int64, (d.p+convBcastMR-1)/convBcastMR*convBcastMR)
+	d.pos = make([]int64, (d.p+convBcastPosPad-1)/convBcastPosPad*convBcastPosPad)
 	for q := range d.pos {
 		oy, ox := min(q, d.p-1)/out[1], min(q, d.p-1)%out[1] // the last tile's extra rows repeat the last position
 		d.pos[q] = 4 * int64(oy*stride[0]*row+ox*stride[1])
@@ -52,8 +52,8 @@ func (g *convGeom) convBcastSetup(in, out, kernel, stride, dil, pb []int) {
 // convBcastOff turns convBcast off (tests compare it with the im2col GEMM).
 var convBcastOff bool
 
-// convBcastBlock is the row tiles (of the kernel's 6 positions) a task takes: each B sliver's
-// slab (kc × 16 weights, in L1) serves all of them before the next is loaded.
+// convBcastBlock is the row tiles (of the kernel's bcastMR positions) a task takes: each B
+// sliver's slab (kc × bcastNR weights, in L1) serves all of them before the next is loaded.
 const convBcastBlock = 16
 
 // convBcast computes one image and group of a 2-d float32 convolution as the turned-around
@@ -74,10 +74,10 @@ func convBcast[T Float](g *convGeom, x, w, bt []T, bias, y []T, workers int, epi
 	if d == nil || !isFloat32Type[T]() || impl.kernBcast == nil || convBcastOff {
 		return false
 	}
-	const mr, nr = convBcastMR, convBcastNR
+	mr, nr := impl.bcastMR, impl.bcastNR
 	k, n := g.kdim, g.ocg
 	nPad := gemmSplit(n, 1, nr)
-	pPad := len(d.pos)
+	pPad := gemmSplit(d.p, 1, mr)
 	xLen := 0
 	if !d.inPlace {
 		xLen = g.cg * d.hp * d.wp
@@ -171,14 +171,14 @@ func convBcast[T Float](g *convGeom, x, w, bt []T, bias, y []T, workers int, epi
 }
 
 // convBcastPack packs the m × k weights w (row-major) as convBcast's B: Wᵀ, slab by slab of
-// kc rows, each slab's convBcastNR-column slivers kb × convBcastNR (channels past m zero).
+// kc rows, each slab's bcastNR-column slivers kb × bcastNR (channels past m zero).
 func convBcastPack(impl *gemmImpl, w []float32, k, m int, dst []float32, workers int) {
-	nPad := gemmSplit(m, 1, convBcastNR)
+	nPad := gemmSplit(m, 1, impl.bcastNR)
 	slabs := (k + impl.kc - 1) / impl.kc
 	parallelTasks(slabs, workers, func(t int) {
 		pc := t * impl.kc
 		kb := min(impl.kc, k-pc)
-		gemmPackB(true, w, k, pc, 0, kb, m, convBcastNR, dst[pc*nPad:pc*nPad+kb*nPad])
+		gemmPackB(true, w, k, pc, 0, kb, m, impl.bcastNR, dst[pc*nPad:pc*nPad+kb*nPad])
 	})
 }
 

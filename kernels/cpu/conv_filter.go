@@ -26,7 +26,7 @@ type ConvFilter[T Float] struct {
 	a    []T       // group gr's packed weights at gr·kdim·mPad (nil: depthwise or Winograd, none packed)
 	wino []T       // group gr's Winograd U_ξ, packed (winoPack; nil: the direct path)
 	bt   []T       // group gr's weights packed for convBcast at gr·kdim·nPad (convBcastPack; nil: none)
-	nPad int       // each group's output channels rounded up to convBcastNR, with bt
+	nPad int       // each group's output channels rounded up to impl.bcastNR, with bt
 }
 
 // PackConvFilter packs w (p.WLen() elements) for p's convolutions.
@@ -48,7 +48,7 @@ func PackConvFilter[T Float](p *ConvParams, w []T) *ConvFilter[T] {
 		return f
 	}
 	if g.bc != nil && isFloat32Type[T]() && impl.kernBcast != nil && !convBcastOff {
-		f.nPad = gemmSplit(m, 1, convBcastNR)
+		f.nPad = gemmSplit(m, 1, impl.bcastNR)
 		f.bt = make([]T, g.groups*k*f.nPad)
 		for gr := 0; gr < g.groups; gr++ {
 			convBcastPack(impl, f32s(w[gr*m*k:(gr+1)*m*k]), k, m, f32s(f.bt[gr*k*f.nPad:(gr+1)*k*f.nPad]), 1)

@@ -32,6 +32,14 @@ import "unsafe"
 // through it.
 var convWinoMin = 48
 
+// convWinoFill is the least fraction of the products' columns that are tiles: they are the
+// plane's tiles padded to the micro-kernel's nr, and a 7 × 7 plane's 16 fill the AVX2
+// kernel's 16 columns but half the AVX-512 kernel's 32, where the direct path (convBcast)
+// measured 1.0–2.5× faster (512 → 512 and 160 → 320 channels; BenchmarkConvWinograd, Zen 5,
+// two threads). A 14 × 14 plane's 49 tiles fill 64 columns, 77%. A variable so tests can
+// send small planes through the path.
+var convWinoFill = 0.6
+
 // convWinoOff turns the Winograd path off for filters packed while it is set (benchmarks
 // compare the two paths).
 var convWinoOff bool
@@ -40,6 +48,9 @@ var convWinoOff bool
 // for it.
 func (g *convGeom) winograd() bool {
 	if !g.wino || convWinoOff {
+		return false
+	}
+	if tiles := (g.ind.ho + 1) / 2 * ((g.ind.wo + 1) / 2); float64(tiles) < convWinoFill*float64(gemmSplit(tiles, 1, gemmImplFor(4).nr)) {
 		return false
 	}
 	least := convWinoMin
@@ -176,7 +187,16 @@ func convWinoBlock[T Float](g *convGeom, x []T, u []T, mPad int, bias, y []T, i0
 		}
 	})
 	// The 16 products M_ξ = U_ξ·V_ξ, one a task, in the GEMM's loop order (gemmSlab) with
-	// every tile full: U's rows are padded to mr with zeros, V's columns to nr.
+	// every tile full: U's rows are padded to mr with zeros, V's columns to nr — except the
+	// last A sliver's where it holds 2 or 4 of U's rows and a kernel for as many rows
+	// exists. DenseNet's 32 output channels spent a sixth of the products, two thirds of a
+	// tile, on zeros: with the AVX2 kernels (two threads, Zen 5, a call each in turn) 128 →
+	// 32 channels on 56 × 56 and 28 × 28 ran 6–14% faster, 64 → 64 on 56 × 56 3–8%; 256 →
+	// 256 on 14 × 14 (one sliver in 43) within the noise (±3%).
+	short := m - (mPad - mr) // U's rows in the last sliver
+	if !(short == 2 && impl.kernRows2 != nil || short == 4 && impl.kernRows4 != nil) {
+		short = 0
+	}
 	parallelTasks(16, workers, func(xi int) {
 		ux, vx, cx := u[xi*k*mPad:(xi+1)*k*mPad], v[xi*sv:], mt[xi*sm:]
 		for pc := 0; pc < k; pc += kc {
@@ -184,14 +204,31 @@ func convWinoBlock[T Float](g *convGeom, x []T, u []T, mPad int, bias, y []T, i0
 			ap := ux[pc*mPad:]
 			for ic := 0; ic < mPad; ic += mc {
 				mb := min(mc, mPad-ic)
+				tiles, rows := mb/mr, 0 // full tiles, then a short one of rows rows
+				if ic+mb == mPad && short > 0 {
+					tiles, rows = tiles-1, short
+				}
+				var as unsafe.Pointer // the short tile's A, and its first row of C
+				cs := (ic + tiles*mr) * nTp
+				if rows > 0 {
+					as = unsafe.Pointer(&ap[(ic+tiles*mr)*kb])
+				}
 				for j := 0; j < nTp; j += nr {
 					bs := unsafe.Pointer(&vx[j*k+pc*nr])
-					if impl.kernDown != nil { // the column's tiles in one call
-						impl.kernDown(kb, unsafe.Pointer(&ap[ic*kb]), bs, unsafe.Pointer(&cx[ic*nTp+j]), nTp, 1, float64(mode), mode, nil, mb/mr)
-						continue
+					if impl.kernDown != nil && tiles > 0 { // the column's tiles in one call
+						impl.kernDown(kb, unsafe.Pointer(&ap[ic*kb]), bs, unsafe.Pointer(&cx[ic*nTp+j]), nTp, 1, float64(mode), mode, nil, tiles)
+					} else {
+						for ir := 0; ir < tiles*mr; ir += mr {
+							impl.kern(kb, unsafe.Pointer(&ap[(ic+ir)*kb]), bs, unsafe.Pointer(&cx[(ic+ir)*nTp+j]), nTp, 1, float64(mode), mode, nil)
+						}
 					}
-					for ir := 0; ir < mb; ir += mr {
-						impl.kern(kb, unsafe.Pointer(&ap[(ic+ir)*kb]), bs, unsafe.Pointer(&cx[(ic+ir)*nTp+j]), nTp, 1, float64(mode), mode, nil)
+					switch {
+					case rows == 4:
+						impl.kernRows4(kb, as, bs, unsafe.Pointer(&cx[cs+j]), nTp, 1, float64(mode), mode, nil)
+					case rows == 2 && j/nr%2 == 0 && j+nr < nTp: // with the next sliver
+						impl.kernRows2(kb, as, bs, unsafe.Pointer(&cx[cs+j]), nTp, 1, float64(mode), mode, nil, k*nr)
+					case rows == 2 && j/nr%2 == 0: // the last sliver, alone: a whole tile
+						impl.kern(kb, as, bs, unsafe.Pointer(&cx[cs+j]), nTp, 1, float64(mode), mode, nil)
 					}
 				}
 			}

@@ -15,8 +15,8 @@ import (
 // edge), asymmetric and large pads, one-row and one-column planes, groups, batches, channels
 // that are not multiples of the micro-kernel's rows and more than a kc slab, and an epilogue.
 func TestConvWinogradMatchesDirect(t *testing.T) {
-	defer func(v int) { convWinoMin = v }(convWinoMin)
-	convWinoMin = 0
+	defer func(v int, f float64) { convWinoMin, convWinoFill = v, f }(convWinoMin, convWinoFill)
+	convWinoMin, convWinoFill = 0, 0
 	r := rand.New(rand.NewPCG(7, 8))
 	cases := []struct {
 		batch, inC, outC, groups, h, w int
@@ -31,7 +31,23 @@ func TestConvWinogradMatchesDirect(t *testing.T) {
 		{1, 400, 20, 1, 7, 7, [2]int{1, 1}, [2]int{1, 1}},
 		{3, 32, 33, 1, 14, 13, [2]int{1, 1}, [2]int{1, 1}},
 		{1, 24, 20, 1, 23, 30, [2]int{2, 1}, [2]int{0, 1}},
+		{1, 12, 10, 1, 30, 20, [2]int{1, 1}, [2]int{1, 1}},
+		{1, 400, 8, 1, 6, 70, [2]int{1, 1}, [2]int{1, 1}}, // two k slabs, three slivers of tiles a tile row
 	}
+	// Every float32 micro-kernel: the AVX2 kernel's short-row tiles (20 and 8 output
+	// channels leave 2 rows in the last sliver, 10 leave 4; pairs of tile slivers and a last
+	// one alone) run on AVX-512 machines too.
+	for _, impl := range gemmAvailable(4) {
+		gemmForceS = impl
+		testConvWinogradCases(t, r, impl, cases)
+	}
+	gemmForceS = nil
+}
+
+func testConvWinogradCases(t *testing.T, r *rand.Rand, impl *gemmImpl, cases []struct {
+	batch, inC, outC, groups, h, w int
+	pb, pe                         [2]int
+}) {
 	for ci, c := range cases {
 		p := &ConvParams{Batch: c.batch, InC: c.inC, OutC: c.outC, Groups: c.groups, Spatial: []int{c.h, c.w}, Kernel: []int{3, 3},
 			PadBegin: c.pb[:], PadEnd: c.pe[:]}
@@ -41,7 +57,7 @@ func TestConvWinogradMatchesDirect(t *testing.T) {
 		x, w, bias := randSlice[float32](r, p.XLen()), randSlice[float32](r, p.WLen()), randSlice[float32](r, p.OutC)
 		f := PackConvFilter(p, w)
 		if f.wino == nil {
-			t.Fatalf("case %d: the filter was not packed for the Winograd path", ci)
+			t.Fatalf("%s case %d: the filter was not packed for the Winograd path", impl.name, ci)
 		}
 		want, mag := make([]float64, p.YLen()), make([]float64, p.YLen())
 		convNaive(p, func(xi, wi, yi int) {
@@ -82,7 +98,7 @@ func TestConvWinogradMatchesDirect(t *testing.T) {
 			f.ConvEpi(x, bias, got, e)
 			for i, n := range seen {
 				if epi && n != 1 {
-					t.Fatalf("case %d %+v: epilogue saw element %d %d times", ci, run, i, n)
+					t.Fatalf("%s case %d %+v: epilogue saw element %d %d times", impl.name, ci, run, i, n)
 				}
 			}
 			for i, g := range got {
@@ -93,7 +109,7 @@ func TestConvWinogradMatchesDirect(t *testing.T) {
 				// A few roundings of partial sums each bounded by Σ|w·x| (transforms of up to 9
 				// terms, the GEMM's sum over channels, the output transform).
 				if tol := 8 * float64(float32eps) * mag[i]; !(math.Abs(float64(g)-wv) <= tol) {
-					t.Fatalf("case %d %+v: y[%d] = %g, want %g ± %g", ci, run, i, g, wv, tol)
+					t.Fatalf("%s case %d %+v: y[%d] = %g, want %g ± %g", impl.name, ci, run, i, g, wv, tol)
 				}
 			}
 		}
@@ -110,8 +126,8 @@ func TestConvWinogradVecMatchesGo(t *testing.T) {
 	if !winoVec {
 		t.Skip("no AVX2 here: the Go loops are the only transforms")
 	}
-	defer func(v, b int) { convWinoMin, convWinoBlockBytes = v, b }(convWinoMin, convWinoBlockBytes)
-	convWinoMin = 0
+	defer func(v, b int, f float64) { convWinoMin, convWinoBlockBytes, convWinoFill = v, b, f }(convWinoMin, convWinoBlockBytes, convWinoFill)
+	convWinoMin, convWinoFill = 0, 0
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, c := range []struct{ inC, outC, h, w, block int }{
 		{5, 7, 16, 16, 1 << 20}, {6, 4, 17, 33, 1 << 20}, {3, 9, 30, 47, 1}, {4, 4, 9, 56, 1 << 20}, {8, 3, 56, 56, 1},
@@ -146,8 +162,8 @@ func TestConvWinogradWhenItApplies(t *testing.T) {
 		p    ConvParams
 		want bool
 	}{
-		{"3x3", ConvParams{Batch: 1, InC: 96, OutC: 128, Spatial: []int{8, 8}, Kernel: []int{3, 3}}, true},
-		{"3x3 at the bound", ConvParams{Batch: 1, InC: 64, OutC: 192, Spatial: []int{8, 8}, Kernel: []int{3, 3}}, true},
+		{"3x3", ConvParams{Batch: 1, InC: 96, OutC: 128, Spatial: []int{16, 16}, Kernel: []int{3, 3}}, true},
+		{"3x3 at the bound", ConvParams{Batch: 1, InC: 64, OutC: 192, Spatial: []int{16, 16}, Kernel: []int{3, 3}}, true},
 		{"64 to 64", ConvParams{Batch: 1, InC: 64, OutC: 64, Spatial: []int{8, 8}, Kernel: []int{3, 3}}, false},
 		{"few out", ConvParams{Batch: 1, InC: 128, OutC: 32, Spatial: []int{8, 8}, Kernel: []int{3, 3}}, false},
 		{"few in", ConvParams{Batch: 1, InC: 32, OutC: 128, Spatial: []int{8, 8}, Kernel: []int{3, 3}}, false},
@@ -161,7 +177,9 @@ func TestConvWinogradWhenItApplies(t *testing.T) {
 		{"24 to 48 on 16 × 16", ConvParams{Batch: 1, InC: 24, OutC: 48, Spatial: []int{16, 16}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}, winoVec},
 		{"16 to 32 on 16 × 16", ConvParams{Batch: 1, InC: 16, OutC: 32, Spatial: []int{16, 16}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}, false},
 		{"24 to 48 on 14 × 14", ConvParams{Batch: 1, InC: 24, OutC: 48, Spatial: []int{14, 14}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}, false},
-		{"groups of 128", ConvParams{Batch: 1, InC: 256, OutC: 256, Groups: 2, Spatial: []int{8, 8}, Kernel: []int{3, 3}}, true},
+		// 16 tiles: the AVX2 kernel's 16 columns, half the AVX-512 kernel's 32.
+		{"7 × 7", ConvParams{Batch: 1, InC: 512, OutC: 512, Spatial: []int{7, 7}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}, gemmImplFor(4).nr <= 16},
+		{"groups of 128", ConvParams{Batch: 1, InC: 256, OutC: 256, Groups: 2, Spatial: []int{16, 16}, Kernel: []int{3, 3}}, true},
 	} {
 		p := c.p
 		if err := p.Init(); err != nil {
@@ -209,8 +227,8 @@ func BenchmarkConvWinograd(b *testing.B) {
 		r := rand.New(rand.NewPCG(1, 1))
 		x, w, bias := randSlice[float32](r, p.XLen()), randSlice[float32](r, p.WLen()), randSlice[float32](r, p.OutC)
 		y := make([]float32, p.YLen())
-		defer func(v int) { convWinoMin = v }(convWinoMin)
-		convWinoMin = 0
+		defer func(v int, f float64) { convWinoMin, convWinoFill = v, f }(convWinoMin, convWinoFill)
+		convWinoMin, convWinoFill = 0, 0
 		f := PackConvFilter(p, w)
 		convWinoOff = true
 		fd := PackConvFilter(p, w) // the direct path's packed weights

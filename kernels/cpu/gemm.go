@@ -69,6 +69,8 @@ type gemmImpl struct {
 	// positions: A is the image, broadcast from x + pos[i] + offs[p] bytes, B the weights
 	// packed k×nr; mode 0 stores the sum, 1 adds it to C.
 	kernBcast func(k int, x, pos, b, c unsafe.Pointer, ldc, mode int, offs unsafe.Pointer)
+	// bcastMR × bcastNR is kernBcast's tile: output positions by output channels.
+	bcastMR, bcastNR int
 	// kernHalf (nil: none) is kern for a tile of nr/2 columns, reading the first half of
 	// each row of a packed nr-wide B sliver: a panel's last tile, when nr/2 or fewer columns
 	// remain, costs about two thirds of a full tile instead of a whole one (its six
@@ -87,6 +89,14 @@ type gemmImpl struct {
 	// kernAcross (nil: none) is kernDown along a row of C: tile t reads the B sliver after
 	// tile t−1's and writes C's columns nr further on (rowsSpan's order).
 	kernAcross func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int, bias unsafe.Pointer, tiles int)
+	// kernRows2 and kernRows4 (nil: none) take a block's last rows where mr does not divide
+	// it, reading the first 2 or 4 rows of the packed (zero-padded) mr-row A sliver: a tile
+	// of mr rows would spend mr−2 or mr−4 of them on zeros. kernRows2's tile is 2 × 2·nr
+	// (B's sliver and the one bstride elements after it, so that it has the eight
+	// accumulators the FMAs' latency needs), kernRows4's 4 × nr. Each row is kern's FMA
+	// chain, so the bits are kern's.
+	kernRows2 func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int, bias unsafe.Pointer, bstride int)
+	kernRows4 func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int, bias unsafe.Pointer)
 	// rowsSpan, where non-zero, orders a slab's tiles along C's rows (each A sliver in turn
 	// meets every B sliver of the panel) once the slab's C spans at least rowsSpan bytes
 	// (its rows × ldc), instead of down C's columns (each B sliver in turn meets every A
@@ -681,13 +691,18 @@ func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, p
 		// The tiles of the block, in the order impl.rowsSpan picks (see gemmImpl), but for
 		// the last nb − nt columns where the column kernel takes them.
 		nt := nb
-		if r := nb % nr; impl.kernCol != nil && r <= gemmColMax {
-			nt -= r
+		if r := nb % nr; impl.kernCol != nil {
+			if impl.kernHalf != nil && r > nr/2 {
+				r -= nr / 2 // a half tile takes nr/2 of them
+			}
+			if r <= gemmColMax {
+				nt -= r
+			}
 		}
 		// tile computes the tile at (ir, jr) of the block: straight into C where it is whole,
 		// else into tmp and then its rows and columns that exist.
 		tile := func(ir, jr int) {
-			nn, mm := min(nr, nb-jr), min(mr, mb-ir)
+			nn, mm := min(nr, nt-jr), min(mr, mb-ir)
 			bs := unsafe.Pointer(&bp[jr*kb])
 			as := unsafe.Pointer(&ap[ir*kb])
 			ci := (ic+ir)*ldc + jr
@@ -746,7 +761,7 @@ func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, p
 			}
 		}
 		for j := nt; j < nb; j++ {
-			gemmColumn(impl, mb, kb, ap, bp[nt*kb+j-nt:], tmp, mode, alpha, bet, c[ic*ldc+j:], ldc, bias[min(ic, len(bias)):])
+			gemmColumn(impl, mb, kb, ap, bp[j/nr*nr*kb+j%nr:], tmp, mode, alpha, bet, c[ic*ldc+j:], ldc, bias[min(ic, len(bias)):])
 		}
 	}
 }

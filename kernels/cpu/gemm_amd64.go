@@ -45,6 +45,19 @@ func gemmKernS6x16AVX2Down(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta f
 func gemmKernS6x16AVX2Across(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int, bias unsafe.Pointer, tiles int)
 
 //go:noescape
+//go:noescape
+func gemmKernS8x32AVX512Bcast(k int, x, pos, b, c unsafe.Pointer, ldc, mode int, offs unsafe.Pointer)
+
+//go:noescape
+func gemmKernS8x16AVX512(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int, bias unsafe.Pointer)
+
+//go:noescape
+func gemmKernS2x32AVX2(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int, bias unsafe.Pointer, bstride int)
+
+//go:noescape
+func gemmKernS4x16AVX2(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int, bias unsafe.Pointer)
+
+//go:noescape
 func gemmColS8AVX2(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)
 
 //go:noescape
@@ -67,6 +80,32 @@ func gemmColAVX2(k int, a, b unsafe.Pointer, astride, slivers int, t unsafe.Poin
 		gemmColS2AVX2(k, a, b, astride, t)
 	default:
 		gemmColS1AVX2(k, a, b, astride, t)
+	}
+}
+
+//go:noescape
+func gemmColS8AVX512(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)
+
+//go:noescape
+func gemmColS4AVX512(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)
+
+//go:noescape
+func gemmColS2AVX512(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)
+
+//go:noescape
+func gemmColS1AVX512(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)
+
+// gemmColAVX512 is the AVX-512 float32 kernel's kernCol (8-row slivers): the kernel for 8, 4, 2 or 1 slivers.
+func gemmColAVX512(k int, a, b unsafe.Pointer, astride, slivers int, t unsafe.Pointer) {
+	switch slivers {
+	case 8:
+		gemmColS8AVX512(k, a, b, astride, t)
+	case 4:
+		gemmColS4AVX512(k, a, b, astride, t)
+	case 2:
+		gemmColS2AVX512(k, a, b, astride, t)
+	default:
+		gemmColS1AVX512(k, a, b, astride, t)
 	}
 }
 
@@ -183,13 +222,17 @@ func kernAcrossS(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mo
 	gemmKernS6x16AVX2Across(k, a, b, c, ldc, float32(alpha), float32(beta), mode, bias, tiles)
 }
 
+func kernRows2S(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mode int, bias unsafe.Pointer, bstride int) {
+	gemmKernS2x32AVX2(k, a, b, c, ldc, float32(alpha), float32(beta), mode, bias, bstride)
+}
+
 // The assembly kernels in preference order. Blocking: a kc×nr B sliver must sit in L1
 // next to the streamed A sliver; the mc×kc A block in (half of) L2; the kc×nc B panel in L3
 // (or L2: gemmAVX512NC).
 var (
-	gemmAVX2S   = gemmImpl{name: "avx2-6x16", mr: 6, nr: 16, kc: 384, mc: 144, nc: 3072, kern: wrapS(gemmKernS6x16AVX2), kernHalf: wrapS(gemmKernS6x8AVX2), kernCol: gemmColAVX2, kernDown: kernDownS, kernAcross: kernAcrossS, kernInd: gemmKernS6x16AVX2Ind, kernBcast: gemmKernS6x16AVX2Bcast, rowsSpan: 8 << 20}
+	gemmAVX2S   = gemmImpl{name: "avx2-6x16", mr: 6, nr: 16, kc: 384, mc: 144, nc: 3072, kern: wrapS(gemmKernS6x16AVX2), kernHalf: wrapS(gemmKernS6x8AVX2), kernCol: gemmColAVX2, kernDown: kernDownS, kernAcross: kernAcrossS, kernRows2: kernRows2S, kernRows4: wrapS(gemmKernS4x16AVX2), kernInd: gemmKernS6x16AVX2Ind, kernBcast: gemmKernS6x16AVX2Bcast, bcastMR: 6, bcastNR: 16, rowsSpan: 8 << 20}
 	gemmAVX2D   = gemmImpl{name: "avx2-6x8", mr: 6, nr: 8, kc: 256, mc: 144, nc: 3072, kern: gemmKernD6x8AVX2, kernHalf: gemmKernD6x4AVX2, rowsSpan: 8 << 20}
-	gemmAVX512S = gemmImpl{name: "avx512-8x32", mr: 8, nr: 32, kc: 256, mc: 128, nc: gemmAVX512NC(), kern: wrapS(gemmKernS8x32AVX512), kernInd: gemmKernS8x32AVX512Ind}
+	gemmAVX512S = gemmImpl{name: "avx512-8x32", mr: 8, nr: 32, kc: 256, mc: 128, nc: gemmAVX512NC(), kern: wrapS(gemmKernS8x32AVX512), kernHalf: wrapS(gemmKernS8x16AVX512), kernCol: gemmColAVX512, kernInd: gemmKernS8x32AVX512Ind, kernBcast: gemmKernS8x32AVX512Bcast, bcastMR: 8, bcastNR: 32}
 	gemmAVX512D = gemmImpl{name: "avx512-8x16", mr: 8, nr: 16, kc: 256, mc: 128, nc: 1536, kern: gemmKernD8x16AVX512}
 )
 

@@ -38,10 +38,26 @@ type kernel struct {
 	// A call per tile cost a tenth of the time of a tile with k = 64 (ResNet's 1×1 layers on
 	// 64 channels), and each tile prefetches the next one's C a whole tile ahead.
 	walk string
+	// astep is the packed A sliver's rows a step where the tile has fewer (0: mr): a kernel
+	// for a block's last rows reads the first mr rows of the full kernel's sliver.
+	astep int
+	// bsl, where the tile spans two packed B slivers, is a sliver's width in vectors: vectors
+	// bsl… come from the sliver bstride elements on (an extra int argument after bias). Two
+	// rows of a block's end take 2×32 (eight accumulators, enough for the FMAs' latency),
+	// not a 6×16 tile with four rows of zeros.
+	bsl int
 }
 
 // bstep is the bytes between consecutive rows of the packed B sliver.
-func (k kernel) bstep() int { return max(k.bvecs, k.nv) * k.lanes * k.es() }
+func (k kernel) bstep() int {
+	if k.bsl > 0 {
+		return k.bsl * k.lanes * k.es()
+	}
+	return max(k.bvecs, k.nv) * k.lanes * k.es()
+}
+
+// as is the packed A sliver's rows a step.
+func (k kernel) as() int { return max(k.astep, k.mr) }
 
 func (k kernel) es() int { // element size in bytes
 	if k.double {
@@ -79,11 +95,15 @@ func (k kernel) step(u int) {
 		}
 	} else {
 		for v := 0; v < k.nv; v++ {
+			if k.bsl > 0 && v >= k.bsl { // the second sliver
+				p("\tVMOVUPS %d(DI)(R13*1), %s", u*k.bstep()+(v-k.bsl)*vb, k.breg(v))
+				continue
+			}
 			p("\tVMOVUPS %d(DI), %s", u*k.bstep()+v*vb, k.breg(v))
 		}
 	}
 	for i := 0; i < k.mr; i++ {
-		p("\t%s %d(SI), %s", k.bcast(), (u*k.mr+i)*es, k.areg(i))
+		p("\t%s %d(SI), %s", k.bcast(), (u*k.as()+i)*es, k.areg(i))
 		for v := 0; v < k.nv; v++ {
 			p("\tVFMADD231%s %s, %s, %s", k.sfx(), k.breg(v), k.areg(i), k.acc(i, v))
 		}
@@ -98,8 +118,8 @@ func (k kernel) gen() {
 	if k.double {
 		shift, betaOff, modeOff, biasOff, argSize = 3, 48, 56, 64, 72
 	}
-	offsOff, tilesOff := argSize, argSize
-	if k.indirect || k.walk != "" {
+	offsOff, tilesOff, bstrideOff := argSize, argSize, argSize
+	if k.indirect || k.walk != "" || k.bsl > 0 {
 		argSize += 8
 	}
 	typ := "float32"
@@ -117,9 +137,13 @@ func (k kernel) gen() {
 		p("// func %s(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta %s, mode int, bias unsafe.Pointer, tiles int)", k.name, typ)
 		p("// As the packed kernel, for tiles tiles along C: tile t reads A and B's sliver t (b + t·k·%d·%d", nr, es)
 		p("// bytes), and writes C's columns %d·t on.", nr)
+	} else if k.bsl > 0 {
+		p("// func %s(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta %s, mode int, bias unsafe.Pointer, bstride int)", k.name, typ)
+		p("// C[0:%d, 0:%d] = alpha·A·B (+ beta·C) (+ bias[i] on row i): A's first %d rows of a sliver packed k×%d,", k.mr, nr, k.mr, k.as())
+		p("// B two slivers packed k×%d, the second bstride elements after the first.", k.bstep()/es)
 	} else {
 		p("// func %s(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta %s, mode int, bias unsafe.Pointer)", k.name, typ)
-		p("// C[0:%d, 0:%d] = alpha·A·B (+ beta·C) (+ bias[i] on row i): A packed k×%d, B packed k×%d, C row-major with ldc elements.", k.mr, nr, k.mr, k.bstep()/es)
+		p("// C[0:%d, 0:%d] = alpha·A·B (+ beta·C) (+ bias[i] on row i): A packed k×%d, B packed k×%d, C row-major with ldc elements.", k.mr, nr, k.as(), k.bstep()/es)
 		if k.bvecs > k.nv {
 			p("// (B's first %d columns: a panel's last columns, in the %d-wide kernel's sliver.)", nr, k.bstep()/es)
 		}
@@ -127,6 +151,13 @@ func (k kernel) gen() {
 	p("TEXT ·%s(SB), NOSPLIT, $0-%d", k.name, argSize)
 	if k.indirect {
 		p("\tMOVQ offs+%d(FP), R11", offsOff)
+	}
+	if k.bsl > 0 {
+		if k.walk != "" || k.indirect || 2*k.bsl != k.nv {
+			panic("a two-sliver kernel is a packed kernel of one tile, half its vectors from each sliver")
+		}
+		p("\tMOVQ bstride+%d(FP), R13", bstrideOff)
+		p("\tSHLQ $%d, R13", shift)
 	}
 	p("\tMOVQ k+0(FP), CX")
 	p("\tMOVQ a+8(FP), SI")
@@ -187,11 +218,14 @@ func (k kernel) gen() {
 		if !k.indirect && (u*k.bstep())%64 == 0 {
 			for l := 0; l < (k.bstep()+63)/64; l++ {
 				p("\tPREFETCHT0 %d(DI)", (16+u)*k.bstep()+64*l)
+				if k.bsl > 0 {
+					p("\tPREFETCHT0 %d(DI)(R13*1)", (16+u)*k.bstep()+64*l)
+				}
 			}
 		}
 		k.step(u)
 	}
-	p("\tADDQ $%d, SI", 4*k.mr*es)
+	p("\tADDQ $%d, SI", 4*k.as()*es)
 	if k.indirect {
 		p("\tADDQ $32, R11")
 	} else {
@@ -204,7 +238,7 @@ func (k kernel) gen() {
 	p("\tJZ %s_store", k.name)
 	p("%s_loop1:", k.name)
 	k.step(0)
-	p("\tADDQ $%d, SI", k.mr*es)
+	p("\tADDQ $%d, SI", k.as()*es)
 	if k.indirect {
 		p("\tADDQ $8, R11")
 	} else {
@@ -277,42 +311,64 @@ func (k kernel) gen() {
 	p("")
 }
 
-// bcast writes gemmKernS6x16AVX2Bcast, the kernel of convBcast: C's rows are 6 output
-// positions of a convolution and its columns 16 output channels, so A — the image — is
-// broadcast element by element, read in place at x + pos[i] + offs[p] bytes (row i, step p),
-// and B is the weights packed k×16. Because A's values are broadcast, not loaded as vectors,
-// a stride or dilation costs nothing (the vector kernels would gather). The k loop is the
-// packed kernel's (one FMA chain per accumulator, in p order), so the bits are the same;
-// the store is mode 0 (C = acc) or 1 (C += acc), without alpha, beta or bias.
-func bcast() {
-	const name = "gemmKernS6x16AVX2Bcast"
-	bases := []string{"SI", "AX", "BX", "DX", "R8", "R13"}
-	acc := func(i, v int) string { return fmt.Sprintf("Y%d", i*2+v) }
+// bcast writes a kernel of convBcast (gemmKernS6x16AVX2Bcast, gemmKernS8x32AVX512Bcast):
+// C's rows are mr output positions of a convolution and its columns nv vectors of output
+// channels, so A — the image — is broadcast element by element, read in place at x + pos[i]
+// + offs[p] bytes (row i, step p), and B is the weights packed k×nr. Because A's values are
+// broadcast, not loaded as vectors, a stride or dilation costs nothing (the vector kernels
+// would gather). The k loop is the packed kernel's (one FMA chain per accumulator, in p
+// order), so the bits are the same; the store is mode 0 (C = acc) or 1 (C += acc), without
+// alpha, beta or bias.
+func bcast(name string, mr, nv int, reg string, lanes int) {
+	// A row's base address each (x + pos[i]); R9 holds x until the last one is formed.
+	bases := []string{"SI", "AX", "BX", "DX", "R8", "R13", "R15", "R9"}[:mr]
+	if mr != 6 && mr != 8 || mr*nv+nv+2 > map[string]int{"Y": 16, "Z": 32}[reg] {
+		panic("bcast: 6 or 8 rows, and the accumulators, B and two broadcasts in the registers")
+	}
+	if mr == 6 {
+		bases[5] = "R13"
+	}
+	r := func(i int) string { return fmt.Sprintf("%s%d", reg, i) }
+	acc := func(i, v int) string { return r(i*nv + v) }
+	vb, nr := 4*lanes, nv*lanes
+	at := func(off int) string { // (DX) as the hand-written AVX2 kernel had it, off(DX)
+		if off == 0 {
+			return "(DX)"
+		}
+		return fmt.Sprintf("%d(DX)", off)
+	}
+	bstep := 4 * nr
 	step := func(u int) {
 		p("\tMOVQ %d(R11), R12", u*8)
-		p("\tVMOVUPS %d(DI), Y12", u*64)
-		p("\tVMOVUPS %d(DI), Y13", u*64+32)
+		for v := 0; v < nv; v++ {
+			p("\tVMOVUPS %d(DI), %s", u*bstep+v*vb, r(mr*nv+v))
+		}
 		for i, b := range bases {
-			a := fmt.Sprintf("Y%d", 14+i%2)
+			a := r(mr*nv + nv + i%2)
 			p("\tVBROADCASTSS (%s)(R12*1), %s", b, a)
-			p("\tVFMADD231PS Y12, %s, %s", a, acc(i, 0))
-			p("\tVFMADD231PS Y13, %s, %s", a, acc(i, 1))
+			for v := 0; v < nv; v++ {
+				p("\tVFMADD231PS %s, %s, %s", r(mr*nv+v), a, acc(i, v))
+			}
 		}
 	}
 	p("// func %s(k int, x, pos, b, c unsafe.Pointer, ldc, mode int, offs unsafe.Pointer)", name)
-	p("// C[0:6, 0:16] = (C +) Σ_p x[pos[i] + offs[p]]·B[p, 0:16]: pos 6 int64 and offs k int64")
-	p("// byte offsets into x, B packed k×16, C row-major with ldc elements; mode 0 or 1.")
+	p("// C[0:%d, 0:%d] = (C +) Σ_p x[pos[i] + offs[p]]·B[p, 0:%d]: pos %d int64 and offs k int64", mr, nr, nr, mr)
+	p("// byte offsets into x, B packed k×%d, C row-major with ldc elements; mode 0 or 1.", nr)
 	p("TEXT ·%s(SB), NOSPLIT, $0-64", name)
 	p("\tMOVQ c+32(FP), DX")
 	p("\tMOVQ ldc+40(FP), R8")
 	p("\tSHLQ $2, R8")
-	for i := 0; i < 6; i++ { // touch C early so its lines arrive while the k loop runs
+	for i := 0; i < mr; i++ { // touch C early so its lines arrive while the k loop runs
 		p("\tPREFETCHT0 (DX)")
-		p("\tPREFETCHT0 63(DX)")
+		p("\tPREFETCHT0 %d(DX)", bstep-1)
 		p("\tADDQ R8, DX")
 	}
-	for i := 0; i < 12; i++ {
-		p("\tVXORPS Y%d, Y%d, Y%d", i, i, i)
+	for i := 0; i < mr*nv; i++ {
+		if reg == "Z" {
+			p("\tVPXORD %s, %s, %s", r(i), r(i), r(i))
+		} else {
+			p("\tVXORPS %s, %s, %s", r(i), r(i), r(i))
+		}
 	}
 	p("\tMOVQ k+0(FP), CX")
 	p("\tMOVQ x+8(FP), R9")
@@ -320,6 +376,10 @@ func bcast() {
 	p("\tMOVQ b+24(FP), DI")
 	p("\tMOVQ offs+56(FP), R11")
 	for i, b := range bases {
+		if b == "R9" {
+			p("\tADDQ %d(R12), R9", i*8)
+			continue
+		}
 		p("\tMOVQ %d(R12), %s", i*8, b)
 		p("\tADDQ R9, %s", b)
 	}
@@ -328,7 +388,7 @@ func bcast() {
 		step(u)
 	}
 	p("\tADDQ $32, R11")
-	p("\tADDQ $256, DI")
+	p("\tADDQ $%d, DI", 4*bstep)
 	p("\tDECQ R10")
 	p("\tJNZ %s_loop4", name)
 	p("%s_tail:", name)
@@ -337,7 +397,7 @@ func bcast() {
 	p("%s_loop1:", name)
 	step(0)
 	p("\tADDQ $8, R11")
-	p("\tADDQ $64, DI")
+	p("\tADDQ $%d, DI", bstep)
 	p("\tDECQ CX")
 	p("\tJNZ %s_loop1", name)
 	p("%s_store:", name)
@@ -347,18 +407,21 @@ func bcast() {
 	p("\tMOVQ mode+48(FP), AX")
 	p("\tTESTQ AX, AX")
 	p("\tJNZ %s_add", name)
-	for i := 0; i < 6; i++ {
-		p("\tVMOVUPS %s, (DX)", acc(i, 0))
-		p("\tVMOVUPS %s, 32(DX)", acc(i, 1))
+	for i := 0; i < mr; i++ {
+		for v := 0; v < nv; v++ {
+			p("\tVMOVUPS %s, %s", acc(i, v), at(v*vb))
+		}
 		p("\tADDQ R8, DX")
 	}
 	p("\tJMP %s_done", name)
 	p("%s_add:", name)
-	for i := 0; i < 6; i++ {
-		p("\tVADDPS (DX), %s, %s", acc(i, 0), acc(i, 0))
-		p("\tVADDPS 32(DX), %s, %s", acc(i, 1), acc(i, 1))
-		p("\tVMOVUPS %s, (DX)", acc(i, 0))
-		p("\tVMOVUPS %s, 32(DX)", acc(i, 1))
+	for i := 0; i < mr; i++ {
+		for v := 0; v < nv; v++ {
+			p("\tVADDPS %s, %s, %s", at(v*vb), acc(i, v), acc(i, v))
+		}
+		for v := 0; v < nv; v++ {
+			p("\tVMOVUPS %s, %s", acc(i, v), at(v*vb))
+		}
 		p("\tADDQ R8, DX")
 	}
 	p("%s_done:", name)
@@ -367,18 +430,26 @@ func bcast() {
 	p("")
 }
 
-// colKernel emits gemmColS<s>AVX2: one column of C for s 6-row A slivers at once — a GEMM's
-// last columns when they are few (n mod 16 of 1 to gemmColMax: a 7 × 7 plane's 49th column),
-// where the 6×8 kernel spent as long on the one column as on 16. Lanes are rows: step p
-// loads the sliver's six values of A (its 8-wide load's last two lanes are the next step's
-// and are never stored) and multiplies them by B's one value, broadcast. Each row is one FMA
-// chain in p order from zero, as in the tile kernels, so the values are theirs bit for bit;
-// s independent chains (8 for full speed) hide the FMA's latency, where the 6×8 kernel's six
-// accumulators could not. The last step's loads and the stores are masked to six lanes, so
-// nothing past the last sliver's k steps or past t[6s) is touched. t gets row r of sliver i
-// at t[6i + r], unscaled: the caller applies alpha, beta and bias.
-func colKernel(s int) {
+// colKernel emits gemmColS<s>AVX2 (rows 6) and gemmColS<s>AVX512 (rows 8, for the AVX-512
+// kernel's slivers; the instructions are AVX2's): one column of C for s rows-row A slivers at
+// once — a GEMM's last columns when they are few (n mod nr of 1 to gemmColMax, after the
+// half kernel's nr/2: a 7 × 7 plane's 49th column), where a tile kernel spent as long on
+// the one column as on nr/2 or nr. Lanes are rows: step p loads the sliver's values of A
+// (six rows: its 8-wide load's last two lanes are the next step's and are never stored)
+// and multiplies them by B's one value, broadcast. Each row is one FMA chain in p order
+// from zero, as in the tile kernels, so the values are theirs bit for bit; s independent
+// chains (8 for full speed) hide the FMA's latency, where a tile kernel's accumulators
+// could not. With six rows the last step's loads and the stores are masked to six lanes,
+// so nothing past the last sliver's k steps or past t[6s) is touched. t gets row r of
+// sliver i at t[rows·i + r], unscaled: the caller applies alpha, beta and bias.
+func colKernel(s, rows int) {
 	name := fmt.Sprintf("gemmColS%dAVX2", s)
+	bstep := 64 // B's row: the packed sliver's nr values
+	if rows == 8 {
+		name, bstep = fmt.Sprintf("gemmColS%dAVX512", s), 128
+	}
+	astep := 4 * rows
+	masked := rows != 8
 	// Sliver i's current step: SI + i·astride, from three moving bases.
 	addr := []string{"(SI)", "(SI)(R9*1)", "(SI)(R9*2)", "(R13)", "(R12)", "(R12)(R9*1)", "(R12)(R9*2)", "(R13)(R9*4)"}
 	at := func(i, off int) string {
@@ -388,18 +459,18 @@ func colKernel(s int) {
 		return fmt.Sprintf("%d%s", off, addr[i])
 	}
 	adv := func(n int) {
-		p("\tADDQ $%d, SI", 24*n)
+		p("\tADDQ $%d, SI", astep*n)
 		if s > 4 {
-			p("\tADDQ $%d, R12", 24*n)
+			p("\tADDQ $%d, R12", astep*n)
 		}
 		if s > 3 {
-			p("\tADDQ $%d, R13", 24*n)
+			p("\tADDQ $%d, R13", astep*n)
 		}
-		p("\tADDQ $%d, DI", 64*n)
+		p("\tADDQ $%d, DI", bstep*n)
 	}
 	p("// func %s(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)", name)
-	p("// t[6i + r] = Σ_p A_i[p, r]·B[p] for %d slivers A_i (packed k×6, astride bytes apart) and B", s)
-	p("// a column of the 16-wide packed B sliver (k values 64 bytes apart); k ≥ 1.")
+	p("// t[%di + r] = Σ_p A_i[p, r]·B[p] for %d slivers A_i (packed k×%d, astride bytes apart) and B", rows, s, rows)
+	p("// a column of the %d-wide packed B sliver (k values %d bytes apart); k ≥ 1.", bstep/4, bstep)
 	p("TEXT ·%s(SB), NOSPLIT, $0-40", name)
 	p("\tMOVQ k+0(FP), CX")
 	p("\tMOVQ a+8(FP), SI")
@@ -415,15 +486,17 @@ func colKernel(s int) {
 	for i := 0; i < s; i++ {
 		p("\tVXORPS Y%d, Y%d, Y%d", i, i, i)
 	}
-	p("\tVPCMPEQD Y14, Y14, Y14") // lanes 0-5 set, 6-7 clear
-	p("\tVXORPS Y13, Y13, Y13")
-	p("\tVBLENDPS $0xc0, Y13, Y14, Y14")
-	p("\tDECQ CX") // the last step is the masked one
+	if masked {
+		p("\tVPCMPEQD Y14, Y14, Y14") // lanes 0-5 set, 6-7 clear
+		p("\tVXORPS Y13, Y13, Y13")
+		p("\tVBLENDPS $0xc0, Y13, Y14, Y14")
+		p("\tDECQ CX") // the last step is the masked one
+	}
 	loop4(name)
 	for u := 0; u < 4; u++ {
-		p("\tVBROADCASTSS %d(DI), Y15", 64*u)
+		p("\tVBROADCASTSS %d(DI), Y15", bstep*u)
 		for i := 0; i < s; i++ {
-			p("\tVFMADD231PS %s, Y15, Y%d", at(i, 24*u), i)
+			p("\tVFMADD231PS %s, Y15, Y%d", at(i, astep*u), i)
 		}
 	}
 	adv(4)
@@ -441,14 +514,20 @@ func colKernel(s int) {
 	p("\tDECQ CX")
 	p("\tJNZ %s_loop1", name)
 	p("%s_last:", name)
-	p("\tVBROADCASTSS (DI), Y15")
-	for i := 0; i < s; i++ {
-		p("\tVMASKMOVPS %s, Y14, Y13", at(i, 0))
-		p("\tVFMADD231PS Y13, Y15, Y%d", i)
+	if masked {
+		p("\tVBROADCASTSS (DI), Y15")
+		for i := 0; i < s; i++ {
+			p("\tVMASKMOVPS %s, Y14, Y13", at(i, 0))
+			p("\tVFMADD231PS Y13, Y15, Y%d", i)
+		}
 	}
 	p("\tMOVQ t+32(FP), DX")
 	for i := 0; i < s; i++ {
-		p("\tVMASKMOVPS Y%d, Y14, %d(DX)", i, 24*i)
+		if masked {
+			p("\tVMASKMOVPS Y%d, Y14, %d(DX)", i, 24*i)
+		} else {
+			p("\tVMOVUPS Y%d, %d(DX)", i, 32*i)
+		}
 	}
 	p("\tVZEROUPPER")
 	p("\tRET")
@@ -690,12 +769,18 @@ TEXT ·gemmXGETBV(SB), NOSPLIT, $0-8
 		{name: "gemmKernS6x16AVX2Down", mr: 6, nv: 2, reg: "Y", lanes: 8, walk: "down"},
 		{name: "gemmKernS6x16AVX2Across", mr: 6, nv: 2, reg: "Y", lanes: 8, walk: "across"},
 		{name: "gemmKernS8x32AVX512Ind", mr: 8, nv: 2, reg: "Z", lanes: 16, indirect: true},
+		{name: "gemmKernS8x16AVX512", mr: 8, nv: 1, reg: "Z", lanes: 16, bvecs: 2},
+		{name: "gemmKernS2x32AVX2", mr: 2, nv: 4, reg: "Y", lanes: 8, astep: 6, bsl: 2},
+		{name: "gemmKernS4x16AVX2", mr: 4, nv: 2, reg: "Y", lanes: 8, astep: 6},
 	} {
 		k.gen()
 	}
-	bcast()
-	for _, s := range []int{8, 4, 2, 1} {
-		colKernel(s)
+	bcast("gemmKernS6x16AVX2Bcast", 6, 2, "Y", 8)
+	bcast("gemmKernS8x32AVX512Bcast", 8, 2, "Z", 16)
+	for _, rows := range []int{6, 8} {
+		for _, s := range []int{8, 4, 2, 1} {
+			colKernel(s, rows)
+		}
 	}
 	peak("gemmPeakAVX2", "Y", 12)
 	peak("gemmPeakAVX512", "Z", 24)

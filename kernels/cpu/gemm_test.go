@@ -235,6 +235,54 @@ func TestGemmHalfTiles(t *testing.T) {
 	}
 }
 
+// The short-row kernels give the full tile's bits on their rows in every mode, read only
+// their rows of the packed A sliver (the others hold garbage here, not zeros), read the
+// second B sliver bstride elements on, and write nothing else of C.
+func TestGemmShortRows(t *testing.T) {
+	r := rand.New(rand.NewPCG(67, 68))
+	p := func(s []float32) unsafe.Pointer { return unsafe.Pointer(&s[0]) }
+	for _, impl := range gemmAvailable(4) {
+		if impl.kernRows2 == nil && impl.kernRows4 == nil {
+			continue
+		}
+		mr, nr := impl.mr, impl.nr
+		for _, k := range []int{1, 3, 4, 7, 64, 129} {
+			const gap = 40 // between the two B slivers
+			a, b := randSlice[float32](r, k*mr), randSlice[float32](r, 2*k*nr+gap)
+			b2 := b[k*nr+gap:]
+			bias := randSlice[float32](r, mr)
+			ldc := 2*nr + 5
+			c0 := randSlice[float32](r, mr*ldc)
+			for mode := 0; mode <= 4; mode++ {
+				want := append([]float32(nil), c0...)
+				impl.kern(k, p(a), p(b), p(want), ldc, 1.5, 0.5, mode, p(bias))
+				impl.kern(k, p(a), p(b2), p(want[nr:]), ldc, 1.5, 0.5, mode, p(bias))
+				for _, short := range []struct {
+					rows, cols int
+					run        func(c []float32)
+				}{
+					{2, 2 * nr, func(c []float32) {
+						impl.kernRows2(k, p(a), p(b), p(c), ldc, 1.5, 0.5, mode, p(bias), k*nr+gap)
+					}},
+					{4, nr, func(c []float32) { impl.kernRows4(k, p(a), p(b), p(c), ldc, 1.5, 0.5, mode, p(bias)) }},
+				} {
+					got := append([]float32(nil), c0...)
+					short.run(got)
+					for i := range got {
+						w := c0[i]
+						if i/ldc < short.rows && i%ldc < short.cols {
+							w = want[i]
+						}
+						if got[i] != w && !(w != w && got[i] != got[i]) {
+							t.Fatalf("%s k %d mode %d, %d rows: c[%d][%d] = %v, want %v", impl.name, k, mode, short.rows, i/ldc, i%ldc, got[i], w)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
 func checkHalf[T Float](t *testing.T, r *rand.Rand, half, full *gemmImpl, m, n, k int, beta float64, withBias bool) {
 	t.Helper()
 	a, b, c0 := randSlice[T](r, m*k), randSlice[T](r, k*n), randSlice[T](r, m*n)
