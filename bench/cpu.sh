@@ -10,7 +10,7 @@
 # fetches CUDA libraries) — and builds ppc into bench/.peers. Then, with ppc and each peer
 # pinned to the same cores (taskset) and thread counts (GOMAXPROCS, OMP_NUM_THREADS,
 # OPENBLAS_NUM_THREADS, onnxruntime's intra-op threads), runs each comparison REPS times,
-# alternating ppc and the peer (the CNNs a step at a time, 10·REPS steps each; the GEMMs a
+# alternating ppc and the peer (the CNNs four steps at a time, 10·REPS blocks each; the GEMMs a
 # measurement at a time, 5·REPS each), and prints the median of each side and their ratio:
 #   - GPT training steps, fp32 AdamW, testdata/models/gpt.ppm at tiny and GPT-2 widths, 2
 #     layers, seq 256 (bench/cpu_peers.py builds the same model in PyTorch eager);
@@ -145,10 +145,12 @@ models="resnet50 googlenet densenet121 alexnet"
 # A fixed input for ppc (as onnxruntime gets one): synthetic data would add its generation
 # (Philox and Box–Muller, a few ms an image) to every step.
 [ -f "$peers/input.npy" ] || "$py" -c 'import numpy as np, sys; np.save(sys.argv[1], np.random.default_rng(0).standard_normal((4, 3, 224, 224), dtype=np.float32))' "$peers/input.npy"
-# ppc and onnxruntime a step each in turn, in the same minutes (runtime's
+# ppc and onnxruntime four steps each in turn, in the same minutes (runtime's
 # BenchmarkCNNAgainstOnnxruntime: ppc's plan in the test process, onnxruntime in a node process
 # it steps; each side after a pause that lets the other's threads go idle): whole runs of
-# each taken in turn swung 20–40% here as the neighbours came and went.
+# each taken in turn swung 20–40% here as the neighbours came and went. The first step of
+# each four follows the machine's idling (the "after idle" row); the other three are the
+# steady state, the comparison's first row.
 for m in $models; do
   onnx=$peers/$m.onnx
   [ -f "$onnx" ] || "$py" bench/cpu_peers.py export --model "$m" --out "$onnx" 2>/dev/null
@@ -161,6 +163,8 @@ for m in $models; do
   results "$tmp/cnn.txt" "$line" ppc-ms/step ort-ms/step ppc-best-ms ort-best-ms
   row "$m inference, batch 1, ms (onnxruntime)" "$pm" "$om" "$(ratio "$om" "$pm")"
   row "  each side's fastest step" "$pb" "$ob" "$(ratio "$ob" "$pb")"
+  results "$tmp/cnn.txt" "$line" ppc-idle-ms ort-idle-ms ppc-idle-ms ort-idle-ms
+  row "  the first step after 100 ms idle" "$pm" "$om" "$(ratio "$om" "$pm")"
 done
 
 # --- GEMM --------------------------------------------------------------------------------

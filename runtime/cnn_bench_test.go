@@ -140,14 +140,19 @@ func BenchmarkPlansInterleaved(b *testing.B) {
 // 40 ms after and 28 ms 100 ms after (ppc's helpers spin 0.5 ms).
 const cnnPause = 100 * time.Millisecond
 
+// cnnBlock is how many steps each side runs in a row after its pause: the first measures a
+// step after idling, the rest the steady state (benchpeer.AlternateBlocks).
+const cnnBlock = 4
+
 // BenchmarkCNNAgainstOnnxruntime is bench/cpu.sh's CNN comparison a step at a time: for each
 // of its models (PPC_BENCH_MODELS, space separated; default all four) it starts onnxruntime
 // (`node PPC_BENCH_ORT MODEL.onnx GOMAXPROCS serve`, bench/cpu_ort.js; skipped when unset)
 // beside ppc's plan in this process, and runs a ppc step and an onnxruntime run in turn,
-// each after a pause (cnnPause) that leaves both cores to it. It reports both medians,
-// onnxruntime's time ÷ ppc's (> 1: ppc faster) and each side's fastest step: both sides
-// measured in the same minutes, where runs of each taken in turn saw this machine's
-// neighbours come and go.
+// each side cnnBlock steps in a row after a pause (cnnPause) that leaves both cores to it.
+// It reports both sides' steady-state medians (the steps after a block's first),
+// onnxruntime's time ÷ ppc's (> 1: ppc faster), the medians of the blocks' first steps (after
+// idling) and each side's fastest step: both sides measured in the same minutes, where runs
+// of each taken in turn saw this machine's neighbours come and go.
 func BenchmarkCNNAgainstOnnxruntime(b *testing.B) {
 	script := os.Getenv("PPC_BENCH_ORT")
 	if script == "" {
@@ -177,15 +182,18 @@ func BenchmarkCNNAgainstOnnxruntime(b *testing.B) {
 				return float64(time.Since(t0).Microseconds()) / 1000
 			}
 			step() // the filters are packed here
-			ppcMs, ortMs := benchpeer.Alternate(b, cnnPause, step, peer)
-			p, o := benchpeer.Median(ppcMs), benchpeer.Median(ortMs)
+			ppcMs, ortMs := benchpeer.AlternateBlocks(b, cnnPause, cnnBlock, step, peer)
+			p, o := benchpeer.Median(ppcMs.Steady), benchpeer.Median(ortMs.Steady)
 			b.ReportMetric(p, "ppc-ms/step")
 			b.ReportMetric(o, "ort-ms/step")
 			b.ReportMetric(o/p, "ort/ppc")
-			// Each side's fastest step too: the least disturbed by the neighbours, whose
-			// interference a side's scheduling may absorb better or worse.
-			b.ReportMetric(ppcMs[0], "ppc-best-ms")
-			b.ReportMetric(ortMs[0], "ort-best-ms")
+			// Each side's first step after the pause (the machine idle), and its fastest
+			// steady step: the least disturbed by the neighbours, whose interference a side's
+			// scheduling may absorb better or worse.
+			b.ReportMetric(benchpeer.Median(ppcMs.Idle), "ppc-idle-ms")
+			b.ReportMetric(benchpeer.Median(ortMs.Idle), "ort-idle-ms")
+			b.ReportMetric(ppcMs.Steady[0], "ppc-best-ms")
+			b.ReportMetric(ortMs.Steady[0], "ort-best-ms")
 		})
 	}
 }

@@ -72,6 +72,37 @@ func Alternate(b *testing.B, pause time.Duration, ours, peer func() float64) (ou
 	return oursMs, peerMs
 }
 
+// Blocks is one side's times from AlternateBlocks, each sorted (the median at len/2, the
+// fastest at 0): Idle the first run of every block, after the pause; Steady the others.
+type Blocks struct{ Idle, Steady []float64 }
+
+// AlternateBlocks is Alternate with each side running block (≥ 2) times in a row after its
+// pause. A run after the machine has idled is not a run of a busy one: on the virtual
+// machines these benchmarks run on, a core that has idled for 100 ms came back 0.3–4 ms
+// late and ran slowly for a while after (bench/cpu.sh's CNN steps: ppc's GoogLeNet 12.2 ms
+// back to back, 16.3 after idling). The first run of each block measures the one, the
+// others a steady state — the runs of a server kept busy — still in turn with the peer's.
+func AlternateBlocks(b *testing.B, pause time.Duration, block int, ours, peer func() float64) (o, p Blocks) {
+	if block < 2 {
+		b.Fatalf("AlternateBlocks: block %d, want at least 2", block)
+	}
+	run := func(side *Blocks, f func() float64) {
+		time.Sleep(pause)
+		side.Idle = append(side.Idle, f())
+		for i := 1; i < block; i++ {
+			side.Steady = append(side.Steady, f())
+		}
+	}
+	for b.Loop() {
+		run(&o, ours)
+		run(&p, peer)
+	}
+	for _, x := range [][]float64{o.Idle, o.Steady, p.Idle, p.Steady} {
+		slices.Sort(x)
+	}
+	return o, p
+}
+
 // Median sorts xs (so xs[0] is then the least) and returns its middle element (xs must not
 // be empty).
 func Median(xs []float64) float64 {
