@@ -17,8 +17,8 @@ type convBc struct {
 	p              int // output positions, ho·wo
 }
 
-// convBcastPosPad rounds pos up to whole tiles of every kernBcast's rows (6 or 8).
-const convBcastPosPad = 24
+// convBcastPosPad rounds pos up to whole tiles of every kernBcast's rows (6, 7 or 8).
+const convBcastPosPad = 168
 
 // convBcastSetup builds g.bc for a 2-d convolution.
 func (g *convGeom) convBcastSetup(in, out, kernel, stride, dil, pb []int) {
@@ -74,7 +74,10 @@ func convBcast[T Float](g *convGeom, x, w, bt []T, bias, y []T, workers int, epi
 	if d == nil || !isFloat32Type[T]() || impl.kernBcast == nil || convBcastOff {
 		return false
 	}
-	mr, nr := impl.bcastMR, impl.bcastNR
+	mr, nr, kern := impl.bcastMR, impl.bcastNR, impl.kernBcast
+	if a := impl.bcastAltMR; impl.kernBcastAlt != nil && gemmSplit(d.p, 1, a) < gemmSplit(d.p, 1, mr) {
+		mr, kern = a, impl.kernBcastAlt
+	}
 	k, n := g.kdim, g.ocg
 	nPad := gemmSplit(n, 1, nr)
 	pPad := gemmSplit(d.p, 1, mr)
@@ -142,7 +145,7 @@ func convBcast[T Float](g *convGeom, x, w, bt []T, bias, y []T, workers int, epi
 					bs = unsafe.Pointer(&b32[pc*nPad+j*kb*nr])
 				}
 				for tile := t0; tile < t1; tile++ {
-					impl.kernBcast(kb, xBase, unsafe.Pointer(&d.pos[tile*mr]), bs, unsafe.Pointer(&ct[tile*mr*nPad+j*nr]), nPad, mode, offs)
+					kern(kb, xBase, unsafe.Pointer(&d.pos[tile*mr]), bs, unsafe.Pointer(&ct[tile*mr*nPad+j*nr]), nPad, mode, offs)
 				}
 			}
 		}

@@ -616,6 +616,8 @@ func TestConvBcastMatchesIm2col(t *testing.T) {
 		{Batch: 1, InC: 64, OutC: 64, Spatial: []int{14, 14}, Kernel: []int{1, 1}, Stride: []int{2, 2}},
 		{Batch: 1, InC: 3, OutC: 64, Spatial: []int{32, 32}, Kernel: []int{7, 7}, Stride: []int{2, 2}, PadBegin: []int{3, 3}, PadEnd: []int{3, 3}},
 		{Batch: 1, InC: 16, OutC: 16, Spatial: []int{8, 32}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}},
+		{Batch: 1, InC: 64, OutC: 64, Spatial: []int{14, 14}, Kernel: []int{1, 1}}, // pointwise on 14 × 14
+		{Batch: 1, InC: 64, OutC: 2048, Spatial: []int{7, 7}, Kernel: []int{1, 1}}, // pointwise, many channels out
 	} {
 		if err := p.Init(); err != nil || p.g.bc != nil {
 			t.Fatalf("%v %v stride %v: took convBcast (err %v)", p.Spatial, p.Kernel, p.Stride, err)

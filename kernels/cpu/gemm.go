@@ -71,6 +71,12 @@ type gemmImpl struct {
 	kernBcast func(k int, x, pos, b, c unsafe.Pointer, ldc, mode int, offs unsafe.Pointer)
 	// bcastMR × bcastNR is kernBcast's tile: output positions by output channels.
 	bcastMR, bcastNR int
+	// kernBcastAlt (nil: none) is kernBcast for tiles of bcastAltMR positions, taken where
+	// they pad a plane's positions less (convBcast): 7 rows cover 7 × 7 and 14 × 14 planes
+	// exactly, where 8 rows pad 49 to 56. Each position's sum is the same FMA chain, so the
+	// bits are kernBcast's.
+	kernBcastAlt func(k int, x, pos, b, c unsafe.Pointer, ldc, mode int, offs unsafe.Pointer)
+	bcastAltMR   int
 	// kernHalf (nil: none) is kern for a tile of nr/2 columns, reading the first half of
 	// each row of a packed nr-wide B sliver: a panel's last tile, when nr/2 or fewer columns
 	// remain, costs about two thirds of a full tile instead of a whole one (its six

@@ -311,7 +311,8 @@ func (k kernel) gen() {
 	p("")
 }
 
-// bcast writes a kernel of convBcast (gemmKernS6x16AVX2Bcast, gemmKernS8x32AVX512Bcast):
+// bcast writes a kernel of convBcast (gemmKernS6x16AVX2Bcast, gemmKernS8x32AVX512Bcast and
+// its 7-row twin, whose tiles cover 7 × 7 and 14 × 14 planes exactly):
 // C's rows are mr output positions of a convolution and its columns nv vectors of output
 // channels, so A — the image — is broadcast element by element, read in place at x + pos[i]
 // + offs[p] bytes (row i, step p), and B is the weights packed k×nr. Because A's values are
@@ -322,8 +323,8 @@ func (k kernel) gen() {
 func bcast(name string, mr, nv int, reg string, lanes int) {
 	// A row's base address each (x + pos[i]); R9 holds x until the last one is formed.
 	bases := []string{"SI", "AX", "BX", "DX", "R8", "R13", "R15", "R9"}[:mr]
-	if mr != 6 && mr != 8 || mr*nv+nv+2 > map[string]int{"Y": 16, "Z": 32}[reg] {
-		panic("bcast: 6 or 8 rows, and the accumulators, B and two broadcasts in the registers")
+	if mr < 6 || mr > 8 || mr*nv+nv+2 > map[string]int{"Y": 16, "Z": 32}[reg] {
+		panic("bcast: 6 to 8 rows, and the accumulators, B and two broadcasts in the registers")
 	}
 	if mr == 6 {
 		bases[5] = "R13"
@@ -777,6 +778,7 @@ TEXT ·gemmXGETBV(SB), NOSPLIT, $0-8
 	}
 	bcast("gemmKernS6x16AVX2Bcast", 6, 2, "Y", 8)
 	bcast("gemmKernS8x32AVX512Bcast", 8, 2, "Z", 16)
+	bcast("gemmKernS7x32AVX512Bcast", 7, 2, "Z", 16)
 	for _, rows := range []int{6, 8} {
 		for _, s := range []int{8, 4, 2, 1} {
 			colKernel(s, rows)
