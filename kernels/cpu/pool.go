@@ -437,7 +437,7 @@ func maxPool2x2s2[T Float](p *PoolParams, x, y []T) bool {
 }
 
 // maxPool3x3s2Width is the widest plane maxPool3x3s2 takes (see there).
-const maxPool3x3s2Width = 32
+const maxPool3x3s2Width = 64
 
 // maxPool3x3s2 is maxPoolFlat for 3 × 3 stride-2 windows without padding on planes of even
 // width whose windows reach at most one column and one row past the input (ceil mode's
@@ -452,8 +452,11 @@ const maxPool3x3s2Width = 32
 // (TestMaxPoolFlatMatchesGeneral). Interleaved medians, µs, one / two threads (2026-11-28):
 // a 3×3 pool on 832 × 14 × 14 246 / 149 → 156 / 88 (maxPool3x3 before; GoogLeNet's pool on
 // those planes is 2×2, maxPool2x2s2), GoogLeNet's 480 × 28 × 28 one 402 / 246 → 265 / 182
-// (maxPoolFlat's per-row calls before); on its 192 × 56 × 56 one this was 5–8% slower than
-// maxPoolFlat, hence maxPool3x3s2Width. It reports false, computing nothing, for other pools.
+// (maxPoolFlat's per-row calls before). Its output rows were a copy call each, 60% of the
+// time on 192 × 56 × 56 planes, which therefore stayed with maxPoolFlat; copied a plane at a
+// time by vector moves (gemmFastCopy), that pool ran 1.6× faster than maxPoolFlat and the 480
+// × 28 × 28 one 1.2× (Zen 5, one and two threads, medians of five alternating runs,
+// 2026-11-29). It reports false, computing nothing, for other pools.
 func maxPool3x3s2[T Float](p *PoolParams, x, y []T) bool {
 	h, w := p.Spatial[0], p.Spatial[1]
 	oh, ow := p.OutSpatial[0], p.OutSpatial[1]
@@ -480,11 +483,16 @@ func maxPool3x3s2[T Float](p *PoolParams, x, y []T) bool {
 		max3s2Row(g, vs)
 		for pl := b0; pl < b1; pl++ {
 			gp, vp, yp := g[(pl-b0)*plane/2:], vs[(pl-b0)*plane:], y[pl*oPlane:(pl+1)*oPlane]
-			for o := 0; o < oh; o++ {
-				yr := yp[o*ow : (o+1)*ow]
-				copy(yr, gp[o*w:])
-				if colOver == 1 {
-					yr[ow-1] = max(vp[2*o*w+w-2], vp[2*o*w+w-1])
+			// The output rows, every w-th run of g: in one call of vector moves where the
+			// rows are 16 to 128 bytes (a copy a row was 60% of the 192 × 56 × 56 pool).
+			if !gemmFastCopy(yp, ow, gp, w, oh, ow) {
+				for o := 0; o < oh; o++ {
+					copyShort(yp[o*ow:(o+1)*ow], gp[o*w:o*w+ow])
+				}
+			}
+			if colOver == 1 {
+				for o := 0; o < oh; o++ {
+					yp[o*ow+ow-1] = max(vp[2*o*w+w-2], vp[2*o*w+w-1])
 				}
 			}
 		}
