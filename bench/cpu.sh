@@ -64,17 +64,19 @@ go test -c -o "$peers/kernels.test" ./kernels/cpu
 go test -c -o "$peers/runtime.test" ./runtime
 ppc=$peers/ppc
 # OpenBLAS 0.3.21 (Debian 12) does not know CPUs newer than Cooper Lake and falls back to its
-# generic SSE3 kernels ("Prescott"), 3–5× slower: name the newest kernels it has that the
-# CPU runs, for numpy and PyTorch alike (cpu_peers.py checks each GEMM's result in float64).
+# generic SSE3 kernels ("Prescott"), 3–5× slower; and this workplace's machines export
+# OPENBLAS_CORETYPE=Haswell, its AVX2 kernels, which on an AVX-512 CPU run at half its speed
+# (2048³ on one Zen 5 core: 95 GFLOP/s, Cooper Lake's kernels 176). So the script names the
+# newest kernels OpenBLAS has that the CPU runs, for numpy and PyTorch alike, whatever the
+# environment says (cpu_peers.py checks each GEMM's result in float64).
 corename() { "$py" -c 'import ctypes; l = ctypes.CDLL("libblas.so.3"); l.openblas_get_corename.restype = ctypes.c_char_p; print(l.openblas_get_corename().decode())'; }
-if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ "$(corename)" = Prescott ]; then
-  flags=$(grep -m1 '^flags' /proc/cpuinfo)
-  case "$flags" in
-  *avx512_bf16*) export OPENBLAS_CORETYPE=Cooperlake ;;
-  *avx512f*) export OPENBLAS_CORETYPE=SkylakeX ;;
-  *avx2*) export OPENBLAS_CORETYPE=Haswell ;;
-  esac
-fi
+flags=$(grep -m1 '^flags' /proc/cpuinfo)
+case "$flags" in
+*avx512_bf16*) export OPENBLAS_CORETYPE=Cooperlake ;;
+*avx512f*) export OPENBLAS_CORETYPE=SkylakeX ;;
+*avx2*) export OPENBLAS_CORETYPE=Haswell ;;
+*) unset OPENBLAS_CORETYPE ;;
+esac
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

@@ -72,20 +72,6 @@ func gemmColS2AVX2(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)
 //go:noescape
 func gemmColS1AVX2(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)
 
-// gemmColAVX2 is the AVX2 float32 kernCol: the kernel for 8, 4, 2 or 1 slivers.
-func gemmColAVX2(k int, a, b unsafe.Pointer, astride, slivers int, t unsafe.Pointer) {
-	switch slivers {
-	case 8:
-		gemmColS8AVX2(k, a, b, astride, t)
-	case 4:
-		gemmColS4AVX2(k, a, b, astride, t)
-	case 2:
-		gemmColS2AVX2(k, a, b, astride, t)
-	default:
-		gemmColS1AVX2(k, a, b, astride, t)
-	}
-}
-
 //go:noescape
 func gemmColS8AVX512(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)
 
@@ -98,17 +84,25 @@ func gemmColS2AVX512(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)
 //go:noescape
 func gemmColS1AVX512(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)
 
-// gemmColAVX512 is the AVX-512 float32 kernel's kernCol (8-row slivers): the kernel for 8, 4, 2 or 1 slivers.
-func gemmColAVX512(k int, a, b unsafe.Pointer, astride, slivers int, t unsafe.Pointer) {
-	switch slivers {
-	case 8:
-		gemmColS8AVX512(k, a, b, astride, t)
-	case 4:
-		gemmColS4AVX512(k, a, b, astride, t)
-	case 2:
-		gemmColS2AVX512(k, a, b, astride, t)
-	default:
-		gemmColS1AVX512(k, a, b, astride, t)
+// gemmColAVX2 and gemmColAVX512 are the float32 kernels' kernCol (6- and 8-row slivers).
+var (
+	gemmColAVX2   = colKern(gemmColS8AVX2, gemmColS4AVX2, gemmColS2AVX2, gemmColS1AVX2)
+	gemmColAVX512 = colKern(gemmColS8AVX512, gemmColS4AVX512, gemmColS2AVX512, gemmColS1AVX512)
+)
+
+// colKern is the kernCol that calls the kernel for 8, 4, 2 or 1 slivers.
+func colKern(s8, s4, s2, s1 func(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)) func(k int, a, b unsafe.Pointer, astride, slivers int, t unsafe.Pointer) {
+	return func(k int, a, b unsafe.Pointer, astride, slivers int, t unsafe.Pointer) {
+		switch slivers {
+		case 8:
+			s8(k, a, b, astride, t)
+		case 4:
+			s4(k, a, b, astride, t)
+		case 2:
+			s2(k, a, b, astride, t)
+		default:
+			s1(k, a, b, astride, t)
+		}
 	}
 }
 
