@@ -784,14 +784,18 @@ func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T
 	plane := d.hq * d.wq
 	n := d.ho * d.wq
 	mPad, nPad := gemmSplit(m, 1, mr), gemmSplit(n, 1, nr)
-	// Where each output row is whole tiles (wo a multiple of nr: the stems' 112 columns),
-	// the tiles are stored straight into y — tile column jr of the output plane reads the grid
-	// at jr + (jr / wo)·(wq − wo) — and there is no padded result to copy out (on the 7×7/2
-	// stem the copy and the result's writes were a sixth of the time).
-	intoY := d.wo%nr == 0
+	// Where each output row is whole tiles (wo a multiple of nr: the stems' 112 columns on
+	// AVX2), or whole tiles and a half one (112 = 3·32 + 16 on AVX-512: kernIndHalf), the
+	// tiles are stored straight into y — the tiles of each output row, tpr of them, tile t at
+	// row t / tpr, column (t mod tpr)·nr, reading the grid there — and there is no padded
+	// result to copy out (on the 7×7/2 stem the copy and the result's writes were a sixth of
+	// the time).
+	half := impl.kernIndHalf != nil && d.wo%nr == nr/2
+	intoY := d.wo%nr == 0 || half
+	tpr := (d.wo + nr - 1) / nr // tiles a row, intoY
 	cpLen := mPad * nPad
 	if intoY {
-		nPad, cpLen = d.ho*d.wo, 0
+		nPad, cpLen = d.ho*tpr*nr, 0
 	}
 	xLen := d.phases*g.cg*plane + nr // the last tiles read up to nr − 1 past the last plane
 	if xLen+cpLen > convIndirectMax {
@@ -870,17 +874,22 @@ func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T
 							impl.kernInd(kb, unsafe.Pointer(&ap[ir*kb]), unsafe.Pointer(&xp[jr]), unsafe.Pointer(&cp[(ic+ir)*nPad+jr]), nPad, 1, float32(mode%3), mode, bs, offs)
 							continue
 						}
-						bx := unsafe.Pointer(&xp[jr+jr/d.wo*(d.wq-d.wo)])
+						r, c := jr/nr/tpr, jr/nr%tpr*nr // the tile's output row and column
+						bx, yo := unsafe.Pointer(&xp[r*d.wq+c]), r*d.wo+c
+						kern, w := impl.kernInd, nr
+						if c+nr > d.wo {
+							kern, w = impl.kernIndHalf, nr/2
+						}
 						if row := ic + ir; row+mr <= m {
-							impl.kernInd(kb, unsafe.Pointer(&ap[ir*kb]), bx, unsafe.Pointer(&y32[row*g.outSize+jr]), g.outSize, 1, float32(mode%3), mode, bs, offs)
+							kern(kb, unsafe.Pointer(&ap[ir*kb]), bx, unsafe.Pointer(&y32[row*g.outSize+yo]), g.outSize, 1, float32(mode%3), mode, bs, offs)
 						} else { // the last rows: the tile in tmp, then the GEMM's edge-tile store
-							impl.kernInd(kb, unsafe.Pointer(&ap[ir*kb]), bx, unsafe.Pointer(&tmp[0]), nr, 1, 0, 0, nil, offs)
+							kern(kb, unsafe.Pointer(&ap[ir*kb]), bx, unsafe.Pointer(&tmp[0]), nr, 1, 0, 0, nil, offs)
 							for i := 0; i < m-row; i++ {
 								var b float32
 								if mode >= 3 {
 									b = bip[row+i]
 								}
-								gemmStoreEdge(y32[(row+i)*g.outSize+jr:][:nr], tmp[i*nr:][:nr], mode, 1, 1, b)
+								gemmStoreEdge(y32[(row+i)*g.outSize+yo:][:w], tmp[i*nr:][:w], mode, 1, 1, b)
 							}
 						}
 					}

@@ -65,6 +65,10 @@ type gemmImpl struct {
 	// kernInd is the float32 kernel with B read in place (nil: none): B's row p is the nr
 	// values at b + offs[p] bytes — convIndirect's image rows, unpacked.
 	kernInd func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int, bias, offs unsafe.Pointer)
+	// kernIndHalf (nil: none) is kernInd for a tile of nr/2 columns: an output row of
+	// nr/2 columns past whole tiles (the stems' 112 = 3·32 + 16 on AVX-512) stored straight
+	// into y (convIndirect).
+	kernIndHalf func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int, bias, offs unsafe.Pointer)
 	// kernBcast (nil: none) is convBcast's float32 kernel, an mr×nr tile whose rows are output
 	// positions: A is the image, broadcast from x + pos[i] + offs[p] bytes, B the weights
 	// packed k×nr; mode 0 stores the sum, 1 adds it to C.
