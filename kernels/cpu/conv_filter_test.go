@@ -22,6 +22,7 @@ var convFilterCases = []ConvParams{
 	{Batch: 1, InC: 260, OutC: 70, Spatial: []int{14, 13}, Kernel: []int{1, 1}},                                                                 // pointwise, narrow B: 2-sliver column ranges
 	{Batch: 1, InC: 400, OutC: 50, Spatial: []int{9, 9}, Kernel: []int{1, 1}},                                                                   // the same, the last range one column
 	{Batch: 1, InC: 100, OutC: 40, Spatial: []int{28, 27}, Kernel: []int{1, 1}},                                                                 // the same up to 1024 columns
+	{Batch: 1, InC: 70, OutC: 300, Spatial: []int{14, 13}, Kernel: []int{1, 1}},                                                                 // the same, its ranges split by rows
 	{Batch: 1, InC: 17, OutC: 33, Spatial: []int{13, 12}, Kernel: []int{3, 3}, Stride: []int{2, 2}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}, // im2col
 	{Batch: 1, InC: 6, OutC: 6, Groups: 6, Spatial: []int{9, 9}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}},               // depthwise
 	{Batch: 1, InC: 50, OutC: 21, Spatial: []int{4, 40}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}},                       // indirect, k = 450

@@ -377,6 +377,16 @@ func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, pa *
 		// took its cores. On 7 × 7 (4 slivers) the row split stays (columns: 0.92×), and on
 		// 56 × 56 the shared B (columns: 0.94–1.04×).
 		pm, pn = 1, (n+2*impl.nr-1)/(2*impl.nr)
+		// Few ranges balance badly: a 14 × 14 plane's 196 columns are 4 ranges of the AVX-512
+		// kernel's (64 + 64 + 64 + 4), two full ones for one worker and one for the other,
+		// and 7 of AVX2's (the last of 4 columns). Where A has two blocks of rows or more, each
+		// range is split in two by rows too, each half packing the range's B columns again.
+		// Two threads, Zen 5 (AVX-512), medians of five alternating runs: 1×1 layers of 256
+		// and more output channels on 14 × 14 1.10–1.18× (ResNet's, GoogLeNet's 832 → 256);
+		// on 28 × 28 (25 ranges) even, so there it stays one.
+		if pn < gemmTasksPerWorker*workers && m >= 2*impl.mc {
+			pm = 2
+		}
 	}
 	if pm*pn == 1 {
 		sc := gemmGetScratch[T](impl, m, n, k)
