@@ -133,6 +133,7 @@ func convWinograd[T Float](g *convGeom, x []T, u []T, mPad int, bias, y []T, wor
 	if 16*g.ocg*g.cg*int(unsafe.Sizeof(T(0))) > convWinoUMax {
 		br = max(br, (64+tw-1)/tw)
 	}
+	br = winoRows(br, th, tw, gemmImplFor(unsafe.Sizeof(T(0))).nr, 2*convWinoBlockBytes/(4*16*g.cg*tw))
 	if blocks := (th + br - 1) / br; workers == 1 && blocks == 1 || workers > 1 && blocks < 2*workers {
 		convWinoBlock(g, x, u, mPad, bias, y, 0, th, workers, epi)
 		return
@@ -140,6 +141,30 @@ func convWinograd[T Float](g *convGeom, x []T, u []T, mPad int, bias, y []T, wor
 	parallelTasks((th+br-1)/br, workers, func(t int) {
 		convWinoBlock(g, x, u, mPad, bias, y, t*br, min(th, (t+1)*br), 1, epi)
 	})
+}
+
+// winoRows is the tile rows a block takes, from br up to most: the fewest that pad the
+// blocks' tiles, the products' columns, least in all to whole nr-column slivers. A 14 × 14
+// plane's 7 rows of 7 tiles in blocks of two were 4 blocks of 14, 14, 14 and 7 tiles, each
+// 32 columns of the AVX-512 kernel, 38% of them tiles; in blocks of four, 28 and 21 tiles,
+// 77%. Zen 5, medians of five alternating runs: 256 → 256 on 14 × 14 1.06–1.20× at one
+// thread (within the noise at two), 96 → 128 on 28 × 28 (blocks of 3 rows of 14 tiles
+// before, 4 now) 1.16–1.23× at one and two.
+func winoRows(br, th, tw, nr, most int) int {
+	padded := func(b int) int {
+		n := 0
+		for i := 0; i < th; i += b {
+			n += gemmSplit(min(b, th-i)*tw, 1, nr)
+		}
+		return n
+	}
+	best, least := br, padded(br)
+	for b := br + 1; b <= min(th, most); b++ {
+		if p := padded(b); p < least {
+			best, least = b, p
+		}
+	}
+	return best
 }
 
 // convWinoBlock is convWinograd on tile rows i0 … i1−1, each stage shared out over workers.

@@ -251,3 +251,21 @@ func BenchmarkConvWinograd(b *testing.B) {
 		}
 	}
 }
+
+// winoRows takes the fewest tile rows a block that pad the blocks' tiles least to whole
+// slivers, within its bounds.
+func TestWinoRows(t *testing.T) {
+	for _, c := range []struct{ br, th, tw, nr, most, want int }{
+		{2, 7, 7, 32, 4, 4},   // 14 × 14 on AVX-512: 28 + 21 tiles, 64 columns, not 4 × 32
+		{2, 7, 7, 32, 3, 3},   // bounded: 21 + 21 + 7, 96 columns
+		{2, 7, 7, 16, 4, 2},   // AVX2: 14 tiles fill 16 columns already
+		{3, 14, 14, 32, 6, 4}, // 28 × 28, 96 channels: 56 tiles a block, not 42
+		{2, 14, 14, 32, 4, 2}, // 28 tiles in 32 columns: as good as any
+		{5, 3, 10, 32, 9, 5},  // br already past th
+		{1, 28, 28, 16, 1, 1}, // most below br
+	} {
+		if got := winoRows(c.br, c.th, c.tw, c.nr, c.most); got != c.want {
+			t.Errorf("winoRows(%d, %d, %d, %d, %d) = %d, want %d", c.br, c.th, c.tw, c.nr, c.most, got, c.want)
+		}
+	}
+}
