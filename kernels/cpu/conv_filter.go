@@ -50,14 +50,12 @@ func PackConvFilter[T Float](p *ConvParams, w []T) *ConvFilter[T] {
 	if g.bc != nil && isFloat32Type[T]() && impl.kernBcast != nil && !convBcastOff {
 		f.nPad = gemmSplit(m, 1, impl.bcastNR)
 		f.bt = make([]T, g.groups*k*f.nPad)
-		hugePages(f.bt)
 		for gr := 0; gr < g.groups; gr++ {
 			convBcastPack(impl, f32s(w[gr*m*k:(gr+1)*m*k]), k, m, f32s(f.bt[gr*k*f.nPad:(gr+1)*k*f.nPad]), 1)
 		}
 		return f
 	}
 	f.a = make([]T, g.groups*k*f.mPad)
-	hugePages(f.a)
 	Parallel(g.groups*((k+kc-1)/kc), 1, func(lo, hi int) {
 		for t := lo; t < hi; t++ {
 			gr, pc := t/((k+kc-1)/kc), t%((k+kc-1)/kc)*kc

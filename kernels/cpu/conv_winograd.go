@@ -66,7 +66,6 @@ func (g *convGeom) winograd() bool {
 func winoPack[T Float](g *convGeom, w []T, impl *gemmImpl, mPad int) []T {
 	m, k := g.ocg, g.cg
 	out := make([]T, g.groups*16*k*mPad)
-	hugePages(out)
 	Parallel(g.groups, 1, func(lo, hi int) {
 		u := make([]T, 16*m*k) // one group's U_ξ, row-major ocg × cg each
 		for gr := lo; gr < hi; gr++ {

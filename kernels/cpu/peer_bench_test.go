@@ -55,13 +55,7 @@ func BenchmarkGemmAgainstOpenBLAS(b *testing.B) {
 			cmd.Env = append(os.Environ(), fmt.Sprintf("OPENBLAS_NUM_THREADS=%d", threads), fmt.Sprintf("OMP_NUM_THREADS=%d", threads))
 			peer := benchpeer.Start(b, cmd)
 			r := rand.New(rand.NewPCG(1, 1))
-			// On huge pages, as numpy puts its arrays (and the CPU device its allocations).
-			x, y, z := make([]float32, n*n), make([]float32, n*n), make([]float32, n*n)
-			for _, m := range [][]float32{x, y, z} {
-				hugePages(m)
-			}
-			copy(x, randSlice[float32](r, n*n))
-			copy(y, randSlice[float32](r, n*n))
+			x, y, z := randSlice[float32](r, n*n), randSlice[float32](r, n*n), make([]float32, n*n)
 			Gemm(false, false, n, n, n, 1, x, n, y, n, 0, z, n) // faults z in, fills the scratch pool
 			ours := func() float64 {
 				t0 := time.Now()

@@ -30,14 +30,12 @@ func (*Device) Available() int64 {
 	return 0
 }
 
-// Alloc returns n zeroed bytes aligned to 256, on huge pages where it is large (numpy's rule
-// for its arrays: kernels/cpu.HugePages).
+// Alloc returns n zeroed bytes aligned to 256.
 func (*Device) Alloc(n int64) (device.Tensor, error) {
 	if n < 0 || n > int64(^uint(0)>>1)-255 {
 		return device.Tensor{}, fmt.Errorf("cannot allocate %d bytes", n)
 	}
 	raw := make([]byte, n+255)
-	k.HugePages(raw)
 	off := int64((256 - uintptr(unsafe.Pointer(&raw[0]))%256) % 256)
 	return device.Tensor{Type: ir.Type{DType: ir.I8, Shape: ir.Shape{int(n)}}, Data: raw[off : off+n : off+n]}, nil
 }
