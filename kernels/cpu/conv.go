@@ -790,8 +790,7 @@ func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T
 	// row t / tpr, column (t mod tpr)·nr, reading the grid there — and there is no padded
 	// result to copy out (on the 7×7/2 stem the copy and the result's writes were a sixth of
 	// the time).
-	half := impl.kernIndHalf != nil && d.wo%nr == nr/2
-	intoY := d.wo%nr == 0 || half
+	intoY := d.wo%nr == 0 || impl.kernIndHalf != nil && d.wo%nr == nr/2
 	tpr := (d.wo + nr - 1) / nr // tiles a row, intoY
 	cpLen := mPad * nPad
 	if intoY {
