@@ -92,6 +92,10 @@ type gemmImpl struct {
 	// last columns when at most gemmColMax remain (gemmSlab). Each row is one FMA chain in
 	// the tile kernels' order, so the results are the same bits.
 	kernCol func(k int, a, b unsafe.Pointer, astride, slivers int, t unsafe.Pointer)
+	// kernCol4 (nil: none) is kernCol for four columns at once and slivers 4, 2 or 1: each
+	// step's A values are loaded once for all four (gemmColumns takes it for three or four
+	// columns). Column j's rows go to t[j·mr·slivers]; the bits are kern's, as kernCol's.
+	kernCol4 func(k int, a, b unsafe.Pointer, astride, slivers int, t unsafe.Pointer)
 	// kernDown (nil: none) is kern for tiles full tiles down a column of C, one call for
 	// all of them: tile t reads the A sliver after tile t−1's and writes C's rows (and adds
 	// bias's elements) mr further on. Each tile is kern's computation, so the bits are too.
@@ -715,7 +719,7 @@ func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, p
 			if impl.kernHalf != nil && r > nr/2 {
 				r -= nr / 2 // a half tile takes nr/2 of them
 			}
-			if r <= gemmColMax {
+			if r <= gemmColOne || r <= gemmColMax && impl.kernCol4 != nil {
 				nt -= r
 			}
 		}
@@ -780,40 +784,70 @@ func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, p
 				}
 			}
 		}
-		for j := nt; j < nb; j++ {
-			gemmColumn(impl, mb, kb, ap, bp[j/nr*nr*kb+j%nr:], tmp, mode, alpha, bet, c[ic*ldc+j:], ldc, bias[min(ic, len(bias)):])
+		if nt < nb {
+			gemmColumns(impl, mb, kb, ap, bp, nt, nb, tmp, mode, alpha, bet, c[ic*ldc:], ldc, bias[min(ic, len(bias)):])
 		}
 	}
 }
 
-// gemmColMax is the most columns at a panel's end that gemmSlab computes a column at a time
-// (impl.kernCol) instead of as a tile. The column kernel keeps 8 FMA chains in flight where
-// the 6×8 tile kernel's 6 wait on the FMA's latency, but it reads the A block from L2 once
-// per column. Measured on Zen 3, one thread, the two a call each in turn: 2048 × 49 × 512
-// (ResNet-50's 7 × 7 layers: 3 tiles and 1 column) 1.17× faster, 2048 × 50 1.08×, 51 (3
-// columns) even, 196 − 192 = 4 columns 0.95–0.99×. Batch-1 1×1 layers on 7 × 7 planes ran
-// 1.08–1.17× faster (512 → 2048: 860 → 733 µs at two threads).
-const gemmColMax = 2
+// gemmColOne is the most columns at a panel's end that gemmSlab computes a column at a time
+// (impl.kernCol) instead of as a tile, and gemmColMax the most it computes with the column
+// kernels where the impl has the four-column one (kernCol4). The column kernel keeps 8 FMA
+// chains in flight where the 6×8 tile kernel's 6 wait on the FMA's latency, but it reads
+// the A block from L2 once per column. Measured on Zen 3, one thread, the two a call each
+// in turn: 2048 × 49 × 512 (ResNet-50's 7 × 7 layers: 3 tiles and 1 column) 1.17× faster,
+// 2048 × 50 1.08×, 51 (3 columns) even, 196 − 192 = 4 columns 0.95–0.99×. Batch-1 1×1
+// layers on 7 × 7 planes ran 1.08–1.17× faster (512 → 2048: 860 → 733 µs at two threads).
+// On Zen 5 (AVX-512) the 8×16 half tile that took a 14 × 14 plane's last 4 columns
+// (196 = 6·32 + 4) cost 12% of a 1×1 layer's time for 2% of its columns; the four-column
+// kernel made ResNet's and DenseNet's 1×1 layers on 14 × 14 1.04–1.05× faster at one thread.
+const (
+	gemmColOne = 2
+	gemmColMax = 4
+)
 
-// gemmColumn computes column 0 of c[:mb] from the packed block ap (mb rows, kb steps) and
-// the column b of a packed B sliver (kb values nr apart), storing under mode as the tiles'
-// edge stores do (gemmStoreEdge). t is scratch for up to 8 slivers' rows (the edge tile's).
-func gemmColumn[T Float](impl *gemmImpl, mb, kb int, ap, b, t []T, mode int, alpha, bet T, c []T, ldc int, bias []T) {
-	mr := impl.mr
+// gemmColumns computes columns nt … nb−1 of c[:mb] from the packed block ap (mb rows, kb
+// steps) and the packed B panel bp (nr-column slivers, kb steps), storing under mode as the
+// tiles' edge stores do (gemmStoreEdge). For each group of up to 8 A slivers the column
+// kernel runs once per column into t (the edge tile's scratch: column jj's rows at
+// t[jj·rows]), and the group's rows are then stored a row at a time.
+func gemmColumns[T Float](impl *gemmImpl, mb, kb int, ap, bp []T, nt, nb int, t []T, mode int, alpha, bet T, c []T, ldc int, bias []T) {
+	mr, nr, cols := impl.mr, impl.nr, nb-nt
+	astride := mr * kb * int(unsafe.Sizeof(T(0)))
+	four := cols > 2 && impl.kernCol4 != nil
+	var row [gemmColMax]T
 	for ir := 0; ir < mb; {
 		s := 8
-		for s > 1 && (ir+s*mr > (mb+mr-1)/mr*mr || s*mr > len(t)) {
+		if four {
+			s = 4
+		}
+		w := cols // the columns the kernels write to t
+		if four {
+			w = 4
+		}
+		for s > 1 && (ir+s*mr > (mb+mr-1)/mr*mr || s*mr*w > len(t)) {
 			s /= 2
 		}
-		impl.kernCol(kb, unsafe.Pointer(&ap[ir*kb]), unsafe.Pointer(&b[0]), mr*kb*int(unsafe.Sizeof(T(0))), s, unsafe.Pointer(&t[0]))
-		for i := 0; i < s*mr && ir+i < mb; i++ {
+		rows := s * mr
+		if four {
+			impl.kernCol4(kb, unsafe.Pointer(&ap[ir*kb]), unsafe.Pointer(&bp[nt/nr*nr*kb+nt%nr]), astride, s, unsafe.Pointer(&t[0]))
+		} else {
+			for jj := 0; jj < cols; jj++ {
+				j := nt + jj
+				impl.kernCol(kb, unsafe.Pointer(&ap[ir*kb]), unsafe.Pointer(&bp[j/nr*nr*kb+j%nr]), astride, s, unsafe.Pointer(&t[jj*rows]))
+			}
+		}
+		for i := 0; i < rows && ir+i < mb; i++ {
+			for jj := 0; jj < cols; jj++ {
+				row[jj] = t[jj*rows+i]
+			}
 			var bv T
 			if mode >= 3 {
 				bv = bias[ir+i]
 			}
-			gemmStoreEdge(c[(ir+i)*ldc:][:1], t[i:i+1], mode, alpha, bet, bv)
+			gemmStoreEdge(c[(ir+i)*ldc+nt:][:cols], row[:cols], mode, alpha, bet, bv)
 		}
-		ir += s * mr
+		ir += rows
 	}
 }
 

@@ -87,6 +87,27 @@ func gemmColS2AVX512(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)
 //go:noescape
 func gemmColS1AVX512(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)
 
+//go:noescape
+func gemmCol4S4AVX512(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)
+
+//go:noescape
+func gemmCol4S2AVX512(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)
+
+//go:noescape
+func gemmCol4S1AVX512(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)
+
+// gemmCol4AVX512 is the AVX-512 float32 kernel's kernCol4 (for 4, 2 or 1 slivers).
+func gemmCol4AVX512(k int, a, b unsafe.Pointer, astride, slivers int, t unsafe.Pointer) {
+	switch slivers {
+	case 4:
+		gemmCol4S4AVX512(k, a, b, astride, t)
+	case 2:
+		gemmCol4S2AVX512(k, a, b, astride, t)
+	default:
+		gemmCol4S1AVX512(k, a, b, astride, t)
+	}
+}
+
 // gemmColAVX2 and gemmColAVX512 are the float32 kernels' kernCol (6- and 8-row slivers).
 var (
 	gemmColAVX2   = colKern(gemmColS8AVX2, gemmColS4AVX2, gemmColS2AVX2, gemmColS1AVX2)
@@ -200,7 +221,8 @@ func gemmDetect() (avx2fma, avx512 bool) {
 	}
 	_, ebx7, _, _ := gemmCPUID(7, 0)
 	avx2fma = ebx7&(1<<5) != 0
-	avx512 = avx2fma && ebx7&(1<<16) != 0 && xcr0&0xe0 == 0xe0 // AVX512F + opmask/zmm state
+	// AVX512F and AVX512VL (the column kernels' ymm16–31), with opmask and zmm state.
+	avx512 = avx2fma && ebx7&(1<<16) != 0 && ebx7&(1<<31) != 0 && xcr0&0xe0 == 0xe0
 	return avx2fma, avx512
 }
 
@@ -232,7 +254,7 @@ func kernRows2S(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mod
 var (
 	gemmAVX2S   = gemmImpl{name: "avx2-6x16", mr: 6, nr: 16, kc: 384, mc: 144, nc: 3072, kern: wrapS(gemmKernS6x16AVX2), kernHalf: wrapS(gemmKernS6x8AVX2), kernCol: gemmColAVX2, kernDown: kernDownS, kernAcross: kernAcrossS, kernRows2: kernRows2S, kernRows4: wrapS(gemmKernS4x16AVX2), kernInd: gemmKernS6x16AVX2Ind, kernBcast: gemmKernS6x16AVX2Bcast, bcastMR: 6, bcastNR: 16, rowsSpan: 8 << 20}
 	gemmAVX2D   = gemmImpl{name: "avx2-6x8", mr: 6, nr: 8, kc: 256, mc: 144, nc: 3072, kern: gemmKernD6x8AVX2, kernHalf: gemmKernD6x4AVX2, rowsSpan: 8 << 20}
-	gemmAVX512S = gemmImpl{name: "avx512-8x32", mr: 8, nr: 32, kc: 256, mc: 128, nc: gemmAVX512NC(), kern: wrapS(gemmKernS8x32AVX512), kernHalf: wrapS(gemmKernS8x16AVX512), kernCol: gemmColAVX512, kernInd: gemmKernS8x32AVX512Ind, kernIndHalf: gemmKernS8x16AVX512Ind, kernBcast: gemmKernS8x32AVX512Bcast, bcastMR: 8, bcastNR: 32, kernBcastAlt: gemmKernS7x32AVX512Bcast, bcastAltMR: 7}
+	gemmAVX512S = gemmImpl{name: "avx512-8x32", mr: 8, nr: 32, kc: 256, mc: 128, nc: gemmAVX512NC(), kern: wrapS(gemmKernS8x32AVX512), kernHalf: wrapS(gemmKernS8x16AVX512), kernCol: gemmColAVX512, kernCol4: gemmCol4AVX512, kernInd: gemmKernS8x32AVX512Ind, kernIndHalf: gemmKernS8x16AVX512Ind, kernBcast: gemmKernS8x32AVX512Bcast, bcastMR: 8, bcastNR: 32, kernBcastAlt: gemmKernS7x32AVX512Bcast, bcastAltMR: 7}
 	gemmAVX512D = gemmImpl{name: "avx512-8x16", mr: 8, nr: 16, kc: 256, mc: 128, nc: 1536, kern: gemmKernD8x16AVX512}
 )
 

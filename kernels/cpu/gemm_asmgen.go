@@ -433,7 +433,7 @@ func bcast(name string, mr, nv int, reg string, lanes int) {
 
 // colKernel emits gemmColS<s>AVX2 (rows 6) and gemmColS<s>AVX512 (rows 8, for the AVX-512
 // kernel's slivers; the instructions are AVX2's): one column of C for s rows-row A slivers at
-// once — a GEMM's last columns when they are few (n mod nr of 1 to gemmColMax, after the
+// once — a GEMM's last columns when they are few (n mod nr of 1 to gemmColOne, after the
 // half kernel's nr/2: a 7 × 7 plane's 49th column), where a tile kernel spent as long on
 // the one column as on nr/2 or nr. Lanes are rows: step p loads the sliver's values of A
 // (six rows: its 8-wide load's last two lanes are the next step's and are never stored)
@@ -528,6 +528,87 @@ func colKernel(s, rows int) {
 			p("\tVMASKMOVPS Y%d, Y14, %d(DX)", i, 24*i)
 		} else {
 			p("\tVMOVUPS Y%d, %d(DX)", i, 32*i)
+		}
+	}
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
+// col4Kernel emits gemmCol4S<s>AVX512: four columns of C for s 8-row A slivers at once — a
+// GEMM's last three or four columns (a 14 × 14 plane's 196 = 6·32 + 4), which the 8×16 half
+// tile computed at nearly a full tile's cost (its eight broadcasts a step feed eight FMAs,
+// twelve of its sixteen columns wasted) and the one-column kernel reads the A block for
+// four times. Lanes are rows: step p loads each sliver's eight values of A once and
+// multiplies them by B's four values, each broadcast, into 4s accumulators (Y0…Y15; A in
+// Y16…, B in Y20…, which need AVX-512VL). Each row and column is one FMA chain in p order
+// from zero, as in the tile kernels, so the values are theirs bit for bit. t gets column j
+// of sliver i's rows at t[8s·j + 8i], unscaled: the caller applies alpha, beta and bias.
+// B's four columns must lie in one packed sliver (a panel's last columns start at a
+// multiple of nr/2).
+func col4Kernel(s int) {
+	name := fmt.Sprintf("gemmCol4S%dAVX512", s)
+	const bstep, astep = 128, 32
+	addr := []string{"(SI)", "(SI)(R9*1)", "(SI)(R9*2)", "(R13)"}
+	at := func(i, off int) string {
+		if off == 0 {
+			return addr[i]
+		}
+		return fmt.Sprintf("%d%s", off, addr[i])
+	}
+	step := func(u int) {
+		for i := 0; i < s; i++ {
+			p("\tVMOVUPS %s, Y%d", at(i, astep*u), 16+i)
+		}
+		for j := 0; j < 4; j++ {
+			p("\tVBROADCASTSS %d(DI), Y%d", bstep*u+4*j, 20+j)
+			for i := 0; i < s; i++ {
+				p("\tVFMADD231PS Y%d, Y%d, Y%d", 16+i, 20+j, 4*i+j)
+			}
+		}
+	}
+	adv := func(n int) {
+		p("\tADDQ $%d, SI", astep*n)
+		if s > 3 {
+			p("\tADDQ $%d, R13", astep*n)
+		}
+		p("\tADDQ $%d, DI", bstep*n)
+	}
+	p("// func %s(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)", name)
+	p("// t[%dj + 8i + r] = Σ_p A_i[p, r]·B[p, j] for %d slivers A_i (packed k×8, astride bytes", 8*s, s)
+	p("// apart) and four columns B[·, j] of the 32-wide packed B sliver (rows 128 bytes apart); k ≥ 1.")
+	p("TEXT ·%s(SB), NOSPLIT, $0-40", name)
+	p("\tMOVQ k+0(FP), CX")
+	p("\tMOVQ a+8(FP), SI")
+	p("\tMOVQ b+16(FP), DI")
+	p("\tMOVQ astride+24(FP), R9")
+	if s > 3 {
+		p("\tLEAQ (SI)(R9*2), R13")
+		p("\tADDQ R9, R13")
+	}
+	for i := 0; i < 4*s; i++ {
+		p("\tVXORPS Y%d, Y%d, Y%d", i, i, i)
+	}
+	loop4(name)
+	for u := 0; u < 4; u++ {
+		step(u)
+	}
+	adv(4)
+	p("\tDECQ R10")
+	p("\tJNZ %s_loop4", name)
+	p("%s_tail:", name)
+	p("\tTESTQ CX, CX")
+	p("\tJZ %s_store", name)
+	p("%s_loop1:", name)
+	step(0)
+	adv(1)
+	p("\tDECQ CX")
+	p("\tJNZ %s_loop1", name)
+	p("%s_store:", name)
+	p("\tMOVQ t+32(FP), DX")
+	for j := 0; j < 4; j++ {
+		for i := 0; i < s; i++ {
+			p("\tVMOVUPS Y%d, %d(DX)", 4*i+j, 4*(8*s*j+8*i))
 		}
 	}
 	p("\tVZEROUPPER")
@@ -784,6 +865,9 @@ TEXT ·gemmXGETBV(SB), NOSPLIT, $0-8
 		for _, s := range []int{8, 4, 2, 1} {
 			colKernel(s, rows)
 		}
+	}
+	for _, s := range []int{4, 2, 1} {
+		col4Kernel(s)
 	}
 	peak("gemmPeakAVX2", "Y", 12)
 	peak("gemmPeakAVX512", "Z", 24)

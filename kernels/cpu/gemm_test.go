@@ -200,10 +200,11 @@ func TestGemmTileOrder(t *testing.T) {
 	}
 }
 
-// The half-width kernel and the column kernel for a panel's last columns give the bits of
-// the full kernel's edge tile: every remainder of the 16-wide sliver up to 8 (the column
-// kernel's 1 and 2; 8 is stored straight to C), with ragged rows, several slabs and mc
-// blocks (the column kernel's 8-, 4-, 2- and 1-sliver calls), each beta mode and a bias, in
+// The half-width kernel and the column kernels for a panel's last columns give the bits of
+// the full kernel's edge tile: remainders of the sliver that the column kernel takes (1 and
+// 2), the four-column kernel (3 and 4), each after whole tiles and after a half tile, and
+// the half tile's own (8 is stored straight to C), with ragged rows, several slabs and mc
+// blocks (the column kernels' 8-, 4-, 2- and 1-sliver calls), each beta mode and a bias, in
 // both tile orders.
 func TestGemmHalfTiles(t *testing.T) {
 	r := rand.New(rand.NewPCG(65, 66))
@@ -213,8 +214,8 @@ func TestGemmHalfTiles(t *testing.T) {
 				continue
 			}
 			whole := *impl
-			whole.kernHalf, whole.kernCol = nil, nil
-			for _, n := range []int{1, 2, 3, 8, 49, 50, 196, 24 + 7} {
+			whole.kernHalf, whole.kernCol, whole.kernCol4 = nil, nil, nil
+			for _, n := range []int{1, 2, 3, 4, 8, 11, 12, 20, 35, 36, 49, 50, 51, 52, 196, 24 + 7} {
 				for _, sh := range [][2]int{{13, 700}, {12, 5}, {301, 400}} {
 					m, k := sh[0], sh[1]
 					for _, beta := range []float64{0, 1, 0.5} {
