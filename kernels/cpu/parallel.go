@@ -31,10 +31,11 @@ func Parallel(n, grain int, f func(lo, hi int)) {
 	parallelTasks((n+chunk-1)/chunk, workers, func(t int) { f(t*chunk, min((t+1)*chunk, n)) })
 }
 
-// parallelTasks runs f(t) for t in [0, tasks) on up to workers goroutines, each taking the
-// next task from a shared counter: unlike Parallel's fixed shares, a worker that is
-// descheduled leaves its remaining tasks to the others. The order in which tasks run varies;
-// callers' tasks must be independent.
+// parallelTasks runs f(t) for t in [0, tasks) on up to workers goroutines. Each worker takes
+// the tasks of its own contiguous part first and then the others' leftovers (job.work), so
+// a task stays with one core region after region, and unlike fixed shares a worker that is
+// descheduled leaves its remaining tasks to the others. The order in which tasks run
+// varies; callers' tasks must be independent.
 func parallelTasks(tasks, workers int, f func(t int)) {
 	workers = min(workers, tasks)
 	if workers <= 1 {

@@ -41,14 +41,15 @@ type team struct {
 type job struct {
 	f       func(t int)
 	tasks   int64
-	next    atomic.Int64 // the next task to take
-	seats   atomic.Int32 // helpers still allowed to join (workers − 1)
-	running atomic.Int32 // helpers inside the job
-	waiting atomic.Bool  // the caller blocks on done until running is 0
+	parts   int64          // workers: worker w's own tasks are part w (job.part)
+	next    []atomic.Int64 // next[w]: part w's next task to take
+	running atomic.Int32   // helpers inside the job
+	waiting atomic.Bool    // the caller blocks on done until running is 0
 	done    chan struct{}
 }
 
 type helper struct {
+	w     int64        // the worker it is in every region with more than w workers
 	state atomic.Int32 // 0 spinning, 1 parked
 	wake  chan struct{}
 }
@@ -83,11 +84,13 @@ func (tm *team) run(tasks, workers int, f func(t int)) bool {
 	if len(tm.helpers) < workers-1 {
 		tm.grow(workers - 1)
 	}
-	j := &job{f: f, tasks: int64(tasks), done: make(chan struct{}, 1)}
-	j.seats.Store(int32(workers - 1))
+	j := &job{f: f, tasks: int64(tasks), parts: int64(workers), next: make([]atomic.Int64, workers), done: make(chan struct{}, 1)}
+	for w := range j.next {
+		j.next[w].Store(j.part(int64(w)))
+	}
 	tm.cur.Store(j)
 	tm.wake(workers - 1)
-	j.work()
+	j.work(0)
 	// Every task is taken; wait for the helpers still running one: spinning (yielding now
 	// and then, as the helpers do, should another goroutine wait for this core), or blocked
 	// where other goroutines want the cores.
@@ -155,14 +158,28 @@ func WakeHelpers() {
 	theTeam.wake(n)
 }
 
-// work takes and runs the job's tasks until none are left.
-func (j *job) work() {
-	for {
-		t := j.next.Add(1) - 1
-		if t >= j.tasks {
-			return
+// part is the first task of part w (w ≤ parts): the tasks are cut into parts contiguous
+// ranges, one a worker (the caller 0, helper i i+1).
+func (j *job) part(w int64) int64 { return w * j.tasks / j.parts }
+
+// work takes and runs the job's tasks until none are left: worker w's own part first, in
+// order, then what is left of the others'. So each worker runs the same tasks region after
+// region wherever none is late, and a kernel's task t — the same rows or columns of its
+// output each call — stays with one core's caches: where they changed hands at random
+// (a shared counter), ResNet's 3×3 layer on 56 × 56 spent 3× as long in its output
+// transform at two threads as at one, writing lines the other core held. A late or
+// descheduled worker's tasks are still taken by the others.
+func (j *job) work(w int64) {
+	for i := int64(0); i < j.parts; i++ {
+		p := (w + i) % j.parts
+		end := j.part(p + 1)
+		for {
+			t := j.next[p].Add(1) - 1
+			if t >= end {
+				break
+			}
+			j.f(int(t))
 		}
-		j.f(int(t))
 	}
 }
 
@@ -170,7 +187,7 @@ func (tm *team) grow(n int) {
 	tm.mu.Lock()
 	defer tm.mu.Unlock()
 	for len(tm.helpers) < n {
-		h := &helper{wake: make(chan struct{}, 1)}
+		h := &helper{w: int64(len(tm.helpers) + 1), wake: make(chan struct{}, 1)}
 		tm.helpers = append(tm.helpers, h)
 		go tm.loop(h)
 	}
@@ -186,9 +203,9 @@ func (tm *team) loop(h *helper) {
 		for spins := 0; ; spins++ {
 			if j := tm.cur.Load(); j != last {
 				last = j
-				if j.seats.Add(-1) >= 0 {
+				if h.w < j.parts {
 					j.running.Add(1)
-					j.work()
+					j.work(h.w)
 					if j.running.Add(-1) == 0 && j.waiting.Load() {
 						select {
 						case j.done <- struct{}{}:
