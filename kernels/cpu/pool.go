@@ -436,18 +436,24 @@ func maxPool2x2s2[T Float](p *PoolParams, x, y []T) bool {
 	return true
 }
 
-// maxPool3x3s2Width is the widest plane maxPool3x3s2 takes (see there).
-const maxPool3x3s2Width = 64
+// maxPool3x3s2Wide is the narrowest plane on which maxPool3x3s2 computes the column maxima
+// of the output rows' windows only, a call a row (see there).
+const maxPool3x3s2Wide = 96
 
 // maxPool3x3s2 is maxPoolFlat for 3 × 3 stride-2 windows without padding on planes of even
 // width whose windows reach at most one column and one row past the input (ceil mode's
-// overhang: GoogLeNet's 3×3 pools between its stages). Per-row calls cost more than their
-// arithmetic on these planes (28, 14 or 7 outputs a row), so a block of planes takes two long
-// passes: the column maxima of every three rows (vs[i] = max(x[i], x[i+w], x[i+2w]), the rows
-// the input's last row cuts redone over the two inside), then the 3-wide stride-2 row maxima of
-// all of vs at once (g[t] = max(vs[2t], vs[2t+1], vs[2t+2]): every other of g's w-long rows is
-// an output row, as w is even), after which each output row is a copy out of g, its last
-// window redone over the two columns inside where it hangs over. Padding never wins and the
+// overhang: GoogLeNet's 3×3 pools after its stem and between its stages). Per-row calls cost
+// more than their arithmetic on narrow planes (28, 14 or 7 outputs a row), so a block of
+// planes takes two long passes: the column maxima of every three rows (vs[i] = max(x[i],
+// x[i+w], x[i+2w]), the rows the input's last row cuts redone over the two inside), then the
+// 3-wide stride-2 row maxima of all of vs at once (g[t] = max(vs[2t], vs[2t+1], vs[2t+2]):
+// every other of g's w-long rows is an output row, as w is even), after which each output row
+// is a copy out of g, its last window redone over the two columns inside where it hangs over.
+// From maxPool3x3s2Wide columns up a call a row is cheap next to the row, and vs holds the
+// output rows' column maxima only (half the passes' work); in ceil mode (w/2 outputs a row)
+// g's rows are then y's, and the row pass writes y itself. GoogLeNet's first pool (64 × 112 ×
+// 112, maxPoolFlat's per-row calls before) ran 1.28–1.32× faster (one and two threads, Zen 5,
+// medians of seven alternating runs; a call a row on 56 × 56 planes: 0.91×). Padding never wins and the
 // builtin max is commutative and associative, so the bits are the general path's
 // (TestMaxPoolFlatMatchesGeneral). Interleaved medians, µs, one / two threads (2026-11-28):
 // a 3×3 pool on 832 × 14 × 14 246 / 149 → 156 / 88 (maxPool3x3 before; GoogLeNet's pool on
@@ -461,7 +467,7 @@ func maxPool3x3s2[T Float](p *PoolParams, x, y []T) bool {
 	h, w := p.Spatial[0], p.Spatial[1]
 	oh, ow := p.OutSpatial[0], p.OutSpatial[1]
 	if p.Kernel[0] != 3 || p.Kernel[1] != 3 || p.Stride[0] != 2 || p.Stride[1] != 2 ||
-		p.PadBegin[0] != 0 || p.PadBegin[1] != 0 || w%2 != 0 || h < 3 || w < 4 || w > maxPool3x3s2Width {
+		p.PadBegin[0] != 0 || p.PadBegin[1] != 0 || w%2 != 0 || h < 3 || w < 4 {
 		return false
 	}
 	rowOver, colOver := 2*oh+1-h, 2*ow+1-w // taps past the last row and column: at most one
@@ -469,30 +475,62 @@ func maxPool3x3s2[T Float](p *PoolParams, x, y []T) bool {
 		return false
 	}
 	plane, oPlane := h*w, oh*ow
+	// vs holds the window column maxima: on narrow planes of every input row (one call for
+	// the block), output row o's at row 2o; on wide ones of the output rows only (a call each,
+	// half the work), output row o's at row o. vr is the rows from one output row's to the
+	// next's.
+	vr := 2 * w
+	if w >= maxPool3x3s2Wide {
+		vr = w
+	}
+	vPlane := oh * vr
+	if vr == 2*w {
+		vPlane = plane
+	}
+	direct := vr == w && ow == w/2 // ceil mode: the stride-2 row maxima of vs are y's rows, back to back
 	block := max(1, 4096/plane)
-	poolBlocks(p.Batch*p.Channels, plane, block, func(bs int) int { return bs + bs/2 }, func(b0, b1, n, bs int, scratch []T) {
-		xs, vs, g := x[b0*plane:b1*plane], scratch[:n], scratch[bs:bs+n/2-1]
-		max3Row(vs[:n-2*w], xs[:n-2*w], xs[w:n-w], xs[2*w:])
-		if rowOver == 1 { // the last output row's windows: rows h−2 and h−1 only
-			for pl := 0; pl < n; pl += plane {
-				r := pl + plane - 2*w
-				copy(vs[r:r+w], xs[r:r+w])
-				maxIntoRow(vs[r:r+w], xs[r+w:r+2*w])
+	poolBlocks(p.Batch*p.Channels, plane, block, func(bs int) int { n := bs / plane * vPlane; return n + n/2 }, func(b0, b1, n, bs int, scratch []T) {
+		nb, most := b1-b0, bs/plane*vPlane
+		xs, vs := x[b0*plane:b1*plane], scratch[:nb*vPlane]
+		if vr == 2*w {
+			max3Row(vs[:n-2*w], xs[:n-2*w], xs[w:n-w], xs[2*w:])
+		} else {
+			for pl := b0; pl < b1; pl++ {
+				xp, vp := x[pl*plane:(pl+1)*plane], vs[(pl-b0)*vPlane:]
+				for o := 0; o < oh-rowOver; o++ {
+					r := 2 * o * w
+					max3Row(vp[o*w:(o+1)*w], xp[r:r+w], xp[r+w:r+2*w], xp[r+2*w:r+3*w])
+				}
 			}
+		}
+		if rowOver == 1 { // the last output row's windows: input rows h−2 and h−1 only
+			for pl := 0; pl < nb; pl++ {
+				r, v := pl*plane+plane-2*w, vs[pl*vPlane+(oh-1)*vr:][:w]
+				copy(v, xs[r:r+w])
+				maxIntoRow(v, xs[r+w:r+2*w])
+			}
+		}
+		g := scratch[most : most+nb*vPlane/2-1]
+		if direct { // the block's last output is the last row's overhanging window, redone below
+			g = y[b0*oPlane : b1*oPlane-1]
 		}
 		max3s2Row(g, vs)
 		for pl := b0; pl < b1; pl++ {
-			gp, vp, yp := g[(pl-b0)*plane/2:], vs[(pl-b0)*plane:], y[pl*oPlane:(pl+1)*oPlane]
-			// The output rows, every w-th run of g: in one call of vector moves where the
-			// rows are 16 to 128 bytes (a copy a row was 60% of the 192 × 56 × 56 pool).
-			if !gemmFastCopy(yp, ow, gp, w, oh, ow) {
-				for o := 0; o < oh; o++ {
-					copyShort(yp[o*ow:(o+1)*ow], gp[o*w:o*w+ow])
+			vp, yp := vs[(pl-b0)*vPlane:], y[pl*oPlane:(pl+1)*oPlane]
+			if !direct {
+				// The output rows, every (vr/2)-th run of g: in one call of vector moves
+				// where the rows are 16 to 128 bytes (a copy a row was 60% of the 192 × 56 ×
+				// 56 pool).
+				gp := g[(pl-b0)*vPlane/2:]
+				if !gemmFastCopy(yp, ow, gp, vr/2, oh, ow) {
+					for o := 0; o < oh; o++ {
+						copyShort(yp[o*ow:(o+1)*ow], gp[o*vr/2:o*vr/2+ow])
+					}
 				}
 			}
 			if colOver == 1 {
 				for o := 0; o < oh; o++ {
-					yp[o*ow+ow-1] = max(vp[2*o*w+w-2], vp[2*o*w+w-1])
+					yp[o*ow+ow-1] = max(vp[o*vr+w-2], vp[o*vr+w-1])
 				}
 			}
 		}
