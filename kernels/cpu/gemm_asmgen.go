@@ -153,8 +153,8 @@ func (k kernel) gen() {
 		p("\tMOVQ offs+%d(FP), R11", offsOff)
 	}
 	if k.bsl > 0 {
-		if k.walk != "" || k.indirect || 2*k.bsl != k.nv {
-			panic("a two-sliver kernel is a packed kernel of one tile, half its vectors from each sliver")
+		if k.walk != "" || k.indirect || k.bsl >= k.nv || k.nv-k.bsl > k.bsl {
+			panic("a two-sliver kernel is a packed kernel of one tile, its first bsl vectors from one sliver and the rest from the next")
 		}
 		p("\tMOVQ bstride+%d(FP), R13", bstrideOff)
 		p("\tSHLQ $%d, R13", shift)
@@ -854,6 +854,7 @@ TEXT ·gemmXGETBV(SB), NOSPLIT, $0-8
 		{name: "gemmKernS8x16AVX512Ind", mr: 8, nv: 1, reg: "Z", lanes: 16, indirect: true},
 		{name: "gemmKernS8x16AVX512", mr: 8, nv: 1, reg: "Z", lanes: 16, bvecs: 2},
 		{name: "gemmKernS2x32AVX2", mr: 2, nv: 4, reg: "Y", lanes: 8, astep: 6, bsl: 2},
+		{name: "gemmKernS8x48AVX512", mr: 8, nv: 3, reg: "Z", lanes: 16, bsl: 2},
 		{name: "gemmKernS4x16AVX2", mr: 4, nv: 2, reg: "Y", lanes: 8, astep: 6},
 	} {
 		k.gen()

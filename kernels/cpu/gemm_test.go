@@ -203,7 +203,8 @@ func TestGemmTileOrder(t *testing.T) {
 // The half-width kernel and the column kernels for a panel's last columns give the bits of
 // the full kernel's edge tile: remainders of the sliver that the column kernel takes (1 and
 // 2), the four-column kernel (3 and 4), each after whole tiles and after a half tile, and
-// the half tile's own (8 is stored straight to C), with ragged rows, several slabs and mc
+// the half tile's own (8 is stored straight to C), the wide tile that takes a last whole
+// sliver and a full half one together (48 = 32 + 16, 49, 80), with ragged rows, several slabs and mc
 // blocks (the column kernels' 8-, 4-, 2- and 1-sliver calls), each beta mode and a bias, in
 // both tile orders.
 func TestGemmHalfTiles(t *testing.T) {
@@ -214,8 +215,8 @@ func TestGemmHalfTiles(t *testing.T) {
 				continue
 			}
 			whole := *impl
-			whole.kernHalf, whole.kernCol, whole.kernCol4 = nil, nil, nil
-			for _, n := range []int{1, 2, 3, 4, 8, 11, 12, 20, 35, 36, 49, 50, 51, 52, 196, 24 + 7} {
+			whole.kernHalf, whole.kernCol, whole.kernCol4, whole.kernWide = nil, nil, nil, nil
+			for _, n := range []int{1, 2, 3, 4, 8, 11, 12, 20, 35, 36, 48, 49, 50, 51, 52, 80, 196, 24 + 7} {
 				for _, sh := range [][2]int{{13, 700}, {12, 5}, {301, 400}} {
 					m, k := sh[0], sh[1]
 					for _, beta := range []float64{0, 1, 0.5} {
