@@ -789,8 +789,11 @@ func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T
 	// tiles are stored straight into y — the tiles of each output row, tpr of them, tile t at
 	// row t / tpr, column (t mod tpr)·nr, reading the grid there — and there is no padded
 	// result to copy out (on the 7×7/2 stem the copy and the result's writes were a sixth of
-	// the time).
+	// the time). Where kernIndWide exists, a row's last whole tile and its half one are one
+	// wide tile (the half tile cost nearly a whole one): the 7×7/2 stem 1.07–1.10× at one
+	// and two threads (Zen 5, medians of nine alternating runs).
 	intoY := d.wo%nr == 0 || impl.kernIndHalf != nil && d.wo%nr == nr/2
+	wide := intoY && impl.kernIndWide != nil && d.wo%nr == nr/2 && d.wo > nr
 	tpr := (d.wo + nr - 1) / nr // tiles a row, intoY
 	cpLen := mPad * nPad
 	if intoY {
@@ -840,6 +843,11 @@ func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T
 	parallelTasks(rowTasks*colTasks, workers, func(t int) {
 		i0, j0 := (t/colTasks)*rowsPer, (t%colTasks)*colsPer
 		i1, j1 := min(mPad, i0+rowsPer), min(nPad, j0+colsPer)
+		// wideAt: the tile at jr (rows from row) and the half one after it as one wide tile
+		// (kernIndWide), where both are this task's and the rows whole.
+		wideAt := func(jr, row int) bool {
+			return wide && jr >= j0 && jr+nr < j1 && jr/nr%tpr*nr+nr+nr/2 == d.wo && row+mr <= m
+		}
 		sc := gemmGetScratch[float32](impl, i1-i0, j1-j0, k)
 		ap := unsafe.Slice((*float32)(sc.ap), min(mc, i1-i0)*min(kc, k))
 		tmp := unsafe.Slice((*float32)(sc.tmp), mr*nr)
@@ -876,8 +884,13 @@ func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T
 						r, c := jr/nr/tpr, jr/nr%tpr*nr // the tile's output row and column
 						bx, yo := unsafe.Pointer(&xp[r*d.wq+c]), r*d.wo+c
 						kern, w := impl.kernInd, nr
-						if c+nr > d.wo {
+						switch row := ic + ir; {
+						case c+nr > d.wo && wideAt(jr-nr, row): // taken with the tile before it
+							continue
+						case c+nr > d.wo:
 							kern, w = impl.kernIndHalf, nr/2
+						case wideAt(jr, row):
+							kern, w = impl.kernIndWide, nr+nr/2
 						}
 						if row := ic + ir; row+mr <= m {
 							kern(kb, unsafe.Pointer(&ap[ir*kb]), bx, unsafe.Pointer(&y32[row*g.outSize+yo]), g.outSize, 1, float32(mode%3), mode, bs, offs)

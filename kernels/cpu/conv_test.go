@@ -566,6 +566,9 @@ func TestConvIndirectMatchesIm2col(t *testing.T) {
 		// Rows of whole tiles and a half one on the 32-column kernel (48 and 16 columns).
 		{Batch: 1, InC: 3, OutC: 13, Spatial: []int{20, 96}, Kernel: []int{7, 7}, Stride: []int{2, 2}, PadBegin: []int{3, 3}, PadEnd: []int{3, 3}},
 		{Batch: 2, InC: 3, OutC: 10, Spatial: []int{6, 16}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}},
+		// A stem's 112-column rows (two whole tiles and a wide one on AVX-512), tasks
+		// starting mid-row at two and three threads.
+		{Batch: 1, InC: 3, OutC: 16, Spatial: []int{9, 224}, Kernel: []int{7, 7}, Stride: []int{2, 2}, PadBegin: []int{3, 3}, PadEnd: []int{3, 3}},
 		// Rows under 32 columns (copied into the padded planes by the short-row loop), uneven
 		// pads, and a row width that is not a multiple of 4.
 		{Batch: 2, InC: 9, OutC: 7, Spatial: []int{6, 13}, Kernel: []int{3, 3}, PadBegin: []int{1, 2}, PadEnd: []int{2, 1}},

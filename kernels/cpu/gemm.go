@@ -69,6 +69,10 @@ type gemmImpl struct {
 	// nr/2 columns past whole tiles (the stems' 112 = 3·32 + 16 on AVX-512) stored straight
 	// into y (convIndirect).
 	kernIndHalf func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int, bias, offs unsafe.Pointer)
+	// kernIndWide (nil: none) is kernInd for a tile of nr + nr/2 columns: an output row's
+	// last whole tile and the half one after it (the stems' 112 = 2·32 + 48 on AVX-512), as
+	// kernWide is for the packed kernel.
+	kernIndWide func(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int, bias, offs unsafe.Pointer)
 	// kernBcast (nil: none) is convBcast's float32 kernel, an mr×nr tile whose rows are output
 	// positions: A is the image, broadcast from x + pos[i] + offs[p] bytes, B the weights
 	// packed k×nr; mode 0 stores the sum, 1 adds it to C.

@@ -55,6 +55,9 @@ func gemmKernS8x16AVX512(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta flo
 func gemmKernS7x32AVX512Bcast(k int, x, pos, b, c unsafe.Pointer, ldc, mode int, offs unsafe.Pointer)
 
 //go:noescape
+func gemmKernS8x48AVX512Ind(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int, bias, offs unsafe.Pointer)
+
+//go:noescape
 func gemmKernS8x16AVX512Ind(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float32, mode int, bias, offs unsafe.Pointer)
 
 //go:noescape
@@ -261,7 +264,7 @@ func kernRows2S(k int, a, b, c unsafe.Pointer, ldc int, alpha, beta float64, mod
 var (
 	gemmAVX2S   = gemmImpl{name: "avx2-6x16", mr: 6, nr: 16, kc: 384, mc: 144, nc: 3072, kern: wrapS(gemmKernS6x16AVX2), kernHalf: wrapS(gemmKernS6x8AVX2), kernCol: gemmColAVX2, kernDown: kernDownS, kernAcross: kernAcrossS, kernRows2: kernRows2S, kernRows4: wrapS(gemmKernS4x16AVX2), kernInd: gemmKernS6x16AVX2Ind, kernBcast: gemmKernS6x16AVX2Bcast, bcastMR: 6, bcastNR: 16, rowsSpan: 8 << 20}
 	gemmAVX2D   = gemmImpl{name: "avx2-6x8", mr: 6, nr: 8, kc: 256, mc: 144, nc: 3072, kern: gemmKernD6x8AVX2, kernHalf: gemmKernD6x4AVX2, rowsSpan: 8 << 20}
-	gemmAVX512S = gemmImpl{name: "avx512-8x32", mr: 8, nr: 32, kc: 256, mc: 128, nc: gemmAVX512NC(), kern: wrapS(gemmKernS8x32AVX512), kernHalf: wrapS(gemmKernS8x16AVX512), kernCol: gemmColAVX512, kernCol4: gemmCol4AVX512, kernWide: kernWideS512, kernInd: gemmKernS8x32AVX512Ind, kernIndHalf: gemmKernS8x16AVX512Ind, kernBcast: gemmKernS8x32AVX512Bcast, bcastMR: 8, bcastNR: 32, kernBcastAlt: gemmKernS7x32AVX512Bcast, bcastAltMR: 7}
+	gemmAVX512S = gemmImpl{name: "avx512-8x32", mr: 8, nr: 32, kc: 256, mc: 128, nc: gemmAVX512NC(), kern: wrapS(gemmKernS8x32AVX512), kernHalf: wrapS(gemmKernS8x16AVX512), kernCol: gemmColAVX512, kernCol4: gemmCol4AVX512, kernWide: kernWideS512, kernInd: gemmKernS8x32AVX512Ind, kernIndHalf: gemmKernS8x16AVX512Ind, kernIndWide: gemmKernS8x48AVX512Ind, kernBcast: gemmKernS8x32AVX512Bcast, bcastMR: 8, bcastNR: 32, kernBcastAlt: gemmKernS7x32AVX512Bcast, bcastAltMR: 7}
 	gemmAVX512D = gemmImpl{name: "avx512-8x16", mr: 8, nr: 16, kc: 256, mc: 128, nc: 1536, kern: gemmKernD8x16AVX512}
 )
 

@@ -852,6 +852,7 @@ TEXT ·gemmXGETBV(SB), NOSPLIT, $0-8
 		{name: "gemmKernS6x16AVX2Across", mr: 6, nv: 2, reg: "Y", lanes: 8, walk: "across"},
 		{name: "gemmKernS8x32AVX512Ind", mr: 8, nv: 2, reg: "Z", lanes: 16, indirect: true},
 		{name: "gemmKernS8x16AVX512Ind", mr: 8, nv: 1, reg: "Z", lanes: 16, indirect: true},
+		{name: "gemmKernS8x48AVX512Ind", mr: 8, nv: 3, reg: "Z", lanes: 16, indirect: true},
 		{name: "gemmKernS8x16AVX512", mr: 8, nv: 1, reg: "Z", lanes: 16, bvecs: 2},
 		{name: "gemmKernS2x32AVX2", mr: 2, nv: 4, reg: "Y", lanes: 8, astep: 6, bsl: 2},
 		{name: "gemmKernS8x48AVX512", mr: 8, nv: 3, reg: "Z", lanes: 16, bsl: 2},
