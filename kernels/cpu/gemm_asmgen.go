@@ -386,6 +386,13 @@ func bcast(name string, mr, nv int, reg string, lanes int) {
 	}
 	loop4(name)
 	for u := 0; u < 4; u++ {
+		// B's lines 16 steps ahead: a late layer's weights (9 MiB on ResNet's 512-channel
+		// 3×3 layers) come from memory, a sliver's first tile taking each line's miss.
+		if (u*bstep)%64 == 0 {
+			for l := 0; l < (bstep+63)/64; l++ {
+				p("\tPREFETCHT0 %d(DI)", (16+u)*bstep+64*l)
+			}
+		}
 		step(u)
 	}
 	p("\tADDQ $32, R11")
