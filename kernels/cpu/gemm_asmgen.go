@@ -223,6 +223,14 @@ func (k kernel) gen() {
 				}
 			}
 		}
+		// A's lines 16 steps ahead too (8-row float32 slivers: a line every two steps): a
+		// network's weights, packed once (ConvFilter), come from memory, and each A sliver's
+		// first tile took its misses. One thread, in ResNet-50 (Zen 5, three alternating
+		// runs): the 1×1 layers on 7 × 7 1.24–1.33× faster, on 14 × 14 1.05–1.10×, the step
+		// 48.4 → 45.2–46.2 ms; 1024³ and 2048³ within ±1%.
+		if !k.double && k.as() == 8 && (u*k.as()*es)%64 == 0 {
+			p("\tPREFETCHT0 %d(SI)", (16+u)*k.as()*es)
+		}
 		k.step(u)
 	}
 	p("\tADDQ $%d, SI", 4*k.as()*es)
