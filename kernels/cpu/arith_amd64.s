@@ -572,3 +572,77 @@ scc_plain:
 scc_done:
 	VZEROUPPER
 	RET
+
+// maxRange3s2 is the even (then odd) element indexes of two zmm tables, for VPERMI2PS.
+DATA maxRange3s2<>+0(SB)/4, $0
+DATA maxRange3s2<>+4(SB)/4, $2
+DATA maxRange3s2<>+8(SB)/4, $4
+DATA maxRange3s2<>+12(SB)/4, $6
+DATA maxRange3s2<>+16(SB)/4, $8
+DATA maxRange3s2<>+20(SB)/4, $10
+DATA maxRange3s2<>+24(SB)/4, $12
+DATA maxRange3s2<>+28(SB)/4, $14
+DATA maxRange3s2<>+32(SB)/4, $16
+DATA maxRange3s2<>+36(SB)/4, $18
+DATA maxRange3s2<>+40(SB)/4, $20
+DATA maxRange3s2<>+44(SB)/4, $22
+DATA maxRange3s2<>+48(SB)/4, $24
+DATA maxRange3s2<>+52(SB)/4, $26
+DATA maxRange3s2<>+56(SB)/4, $28
+DATA maxRange3s2<>+60(SB)/4, $30
+DATA maxRange3s2<>+64(SB)/4, $1
+DATA maxRange3s2<>+68(SB)/4, $3
+DATA maxRange3s2<>+72(SB)/4, $5
+DATA maxRange3s2<>+76(SB)/4, $7
+DATA maxRange3s2<>+80(SB)/4, $9
+DATA maxRange3s2<>+84(SB)/4, $11
+DATA maxRange3s2<>+88(SB)/4, $13
+DATA maxRange3s2<>+92(SB)/4, $15
+DATA maxRange3s2<>+96(SB)/4, $17
+DATA maxRange3s2<>+100(SB)/4, $19
+DATA maxRange3s2<>+104(SB)/4, $21
+DATA maxRange3s2<>+108(SB)/4, $23
+DATA maxRange3s2<>+112(SB)/4, $25
+DATA maxRange3s2<>+116(SB)/4, $27
+DATA maxRange3s2<>+120(SB)/4, $29
+DATA maxRange3s2<>+124(SB)/4, $31
+GLOBL maxRange3s2<>(SB), RODATA|NOPTR, $128
+
+// func maxRange3s2_32(o, v *float32, n int): maxNaN3s2_32 with VRANGEPS (see maxRange32),
+// sixteen outputs a round: v's even and odd elements (and the even ones two on) gathered
+// from two vectors each by VPERMI2PS, then maxRange3_32's three-way max. Reads v[0 … 2n+1].
+// n a multiple of 16.
+TEXT ·maxRange3s2_32(SB), NOSPLIT, $0-24
+	MOVQ o+0(FP), DI
+	MOVQ v+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $4, CX
+	JZ maxr3s2_done
+	VMOVUPS maxRange3s2<>+0(SB), Z28
+	VMOVUPS maxRange3s2<>+64(SB), Z29
+maxr3s2_loop:
+	VMOVUPS (SI), Z0
+	VMOVUPS 64(SI), Z1
+	VMOVUPS 8(SI), Z2
+	VMOVUPS 72(SI), Z3
+	VMOVAPS Z28, Z4
+	VPERMI2PS Z1, Z0, Z4
+	VMOVAPS Z29, Z5
+	VPERMI2PS Z1, Z0, Z5
+	VMOVAPS Z28, Z6
+	VPERMI2PS Z3, Z2, Z6
+	VRANGEPS $5, Z5, Z4, Z7
+	VRANGEPS $5, Z6, Z7, Z7
+	VCMPPS $3, Z5, Z4, K1
+	VCMPPS $3, Z6, Z6, K2
+	KORW K1, K2, K1
+	VADDPS Z5, Z4, Z8
+	VADDPS Z6, Z8, K1, Z7
+	VMOVUPS Z7, (DI)
+	ADDQ $128, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ maxr3s2_loop
+maxr3s2_done:
+	VZEROUPPER
+	RET

@@ -236,9 +236,20 @@ func maxNaN3s2Vec32(o, v []float32) int {
 		return 0
 	}
 	_ = v[2*n+1] // bounds: the assembly trusts these
-	maxNaN3s2_32(&o[0], &v[0], n)
+	i := 0
+	if arithHasRange {
+		if i = n &^ 15; i > 0 {
+			maxRange3s2_32(&o[0], &v[0], i)
+		}
+	}
+	if i < n {
+		maxNaN3s2_32(&o[i], &v[2*i], n-i)
+	}
 	return n
 }
+
+//go:noescape
+func maxRange3s2_32(o, v *float32, n int)
 
 //go:noescape
 func dot32x2(a, b0, b1 *float32, n int) (s0, s1 float32)
