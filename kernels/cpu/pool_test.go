@@ -238,7 +238,8 @@ func BenchmarkMaxPoolInference(b *testing.B) {
 		ceil              bool
 	}{{"resnet-stem", 64, 112, 3, 2, 1, false}, {"googlenet-s2-ceil", 192, 56, 3, 2, 0, true}, {"inception-s1", 480, 28, 3, 1, 1, false},
 		{"inception-5a-s1", 832, 7, 3, 1, 1, false}, {"googlenet-s2-28", 480, 28, 3, 2, 0, true}, {"googlenet-2x2-14", 832, 14, 2, 2, 0, true},
-		{"googlenet-s2-112", 64, 112, 3, 2, 0, true}} {
+		{"googlenet-s2-112", 64, 112, 3, 2, 0, true},
+		{"inception-4a-s1", 480, 14, 3, 1, 1, false}} {
 		b.Run(c.name, func(b *testing.B) {
 			p := PoolParams{Batch: 1, Channels: c.ch, Spatial: []int{c.hw, c.hw}, Kernel: []int{c.k, c.k}, Stride: []int{c.s, c.s},
 				PadBegin: []int{c.pad, c.pad}, PadEnd: []int{c.pad, c.pad}, CeilMode: c.ceil}
