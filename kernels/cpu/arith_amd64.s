@@ -646,3 +646,33 @@ maxr3s2_loop:
 maxr3s2_done:
 	VZEROUPPER
 	RET
+
+// func maxRange2s2_32(o, v *float32, n int): o[j] = Go's builtin max of v[2j] and v[2j+1]
+// with VRANGEPS (see maxRange32), sixteen outputs a round from v's even and odd elements
+// (VPERMI2PS). Reads v[0 … 2n−1]. n a multiple of 16.
+TEXT ·maxRange2s2_32(SB), NOSPLIT, $0-24
+	MOVQ o+0(FP), DI
+	MOVQ v+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $4, CX
+	JZ maxr2s2_done
+	VMOVUPS maxRange3s2<>+0(SB), Z28
+	VMOVUPS maxRange3s2<>+64(SB), Z29
+maxr2s2_loop:
+	VMOVUPS (SI), Z0
+	VMOVUPS 64(SI), Z1
+	VMOVAPS Z28, Z4
+	VPERMI2PS Z1, Z0, Z4
+	VMOVAPS Z29, Z5
+	VPERMI2PS Z1, Z0, Z5
+	VRANGEPS $5, Z5, Z4, Z7
+	VCMPPS $3, Z5, Z4, K1
+	VADDPS Z5, Z4, K1, Z7
+	VMOVUPS Z7, (DI)
+	ADDQ $128, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ maxr2s2_loop
+maxr2s2_done:
+	VZEROUPPER
+	RET

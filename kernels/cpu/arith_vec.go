@@ -99,6 +99,19 @@ func max3s2Row[T Float](o, v []T) {
 	}
 }
 
+// max2s2Row sets o[j] = max(v[2j], v[2j+1]) with Go's builtin max: a 2-wide stride-2 pooling
+// window along a row. v needs 2·len(o) elements.
+func max2s2Row[T Float](o, v []T) {
+	v = v[:2*len(o)]
+	if isFloat32Type[T]() {
+		i := max2s2Vec32(f32s(o), f32s(v))
+		o, v = o[i:], v[2*i:]
+	}
+	for j := range o {
+		o[j] = max(v[2*j], v[2*j+1])
+	}
+}
+
 // maxTapsRow sets o[i] = the max over t < k of src[i + t·step] (builtin max; the order of
 // taps changes no value): the row or column pass of a separable max pool, three taps a pass.
 // o must not overlap src.

@@ -252,6 +252,21 @@ func maxNaN3s2Vec32(o, v []float32) int {
 func maxRange3s2_32(o, v *float32, n int)
 
 //go:noescape
+func maxRange2s2_32(o, v *float32, n int)
+
+// max2s2Vec32 runs maxRange2s2_32 over the longest prefix of o that is a multiple of 16, where
+// the CPU has VRANGEPS, and returns its length.
+func max2s2Vec32(o, v []float32) int {
+	n := min(len(o), len(v)/2) &^ 15
+	if n <= 0 || !arithHasRange || arithForceGo {
+		return 0
+	}
+	_ = v[2*n-1] // bounds: the assembly trusts these
+	maxRange2s2_32(&o[0], &v[0], n)
+	return n
+}
+
+//go:noescape
 func dot32x2(a, b0, b1 *float32, n int) (s0, s1 float32)
 
 // dotVec32x2 is dotVec32 of a with two rows at once (the same bits as two calls).

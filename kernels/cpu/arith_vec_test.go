@@ -88,6 +88,12 @@ func TestArithRowsMatchGo(t *testing.T) {
 		if vec, ref := run(func(o []float32) { max3s2Row(o[:m2], b[1:2*m2+2]) }); !same(vec, ref) {
 			t.Fatalf("max3 stride 2, %d outputs (shifted): assembly and Go differ", m2)
 		}
+		if vec, ref := run(func(o []float32) { max2s2Row(o[:m2], a[:2*m2]) }); !same(vec, ref) {
+			t.Fatalf("max2 stride 2, %d outputs: assembly and Go differ", m2)
+		}
+		if vec, ref := run(func(o []float32) { max2s2Row(o[:m2], b[1:2*m2+1]) }); !same(vec, ref) {
+			t.Fatalf("max2 stride 2, %d outputs (shifted): assembly and Go differ", m2)
+		}
 	}
 	// max3s2Row's outputs against the window maxima themselves, every offset of a special
 	// value in a window of 24 outputs (three loop iterations).

@@ -406,7 +406,9 @@ func poolBlocks[T Float](planes, plane, block int, size func(bs int) int, f func
 // mode then changes nothing). maxPoolFlat's three calls an output row cost more than their
 // arithmetic on such planes — 289 µs of GoogLeNet's step at two threads, where onnxruntime
 // took 42 — so a block of planes takes two long passes, vs[i] = max(x[i], x[i+w]) and then
-// h[i] = max(vs[i], vs[i+1]), and each output is h at its window's top-left tap. Padding
+// g[t] = max(vs[2t], vs[2t+1]) (max2s2Row), and each output row is a run of g, copied out
+// with vector moves (picking every other of the pairs' maxima one by one took most of the
+// time). Padding
 // never enters and the builtin max is commutative and associative, so the bits are the
 // general path's (TestMaxPoolFlatMatchesGeneral). It reports false, computing nothing, for
 // other pools.
@@ -419,16 +421,15 @@ func maxPool2x2s2[T Float](p *PoolParams, x, y []T) bool {
 	}
 	plane, oPlane := h*w, oh*ow
 	block := max(1, 4096/plane)
-	poolBlocks(p.Batch*p.Channels, plane, block, func(bs int) int { return 2 * bs }, func(b0, b1, n, bs int, scratch []T) {
-		vs, hs := scratch[:n-w], scratch[bs:bs+n-w-1]
+	poolBlocks(p.Batch*p.Channels, plane, block, func(bs int) int { return bs + bs/2 }, func(b0, b1, n, bs int, scratch []T) {
+		vs, g := scratch[:n-w], scratch[bs:bs+(n-w)/2]
 		maxTapsRow(vs, x[b0*plane:b1*plane], 2, w)
-		maxTapsRow(hs, vs, 2, 1)
+		max2s2Row(g, vs) // every other of g's w-long rows is an output row, as w is even
 		for pl := b0; pl < b1; pl++ {
-			gp, yp := hs[(pl-b0)*plane:], y[pl*oPlane:(pl+1)*oPlane]
-			for o := 0; o < oh; o++ {
-				row, yr := gp[2*o*w:], yp[o*ow:(o+1)*ow]
-				for j := range yr {
-					yr[j] = row[2*j]
+			gp, yp := g[(pl-b0)*plane/2:], y[pl*oPlane:(pl+1)*oPlane]
+			if !gemmFastCopy(yp, ow, gp, w, oh, ow) {
+				for o := 0; o < oh; o++ {
+					copyShort(yp[o*ow:(o+1)*ow], gp[o*w:o*w+ow])
 				}
 			}
 		}
