@@ -400,11 +400,13 @@ func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, pa *
 		// Two threads, Zen 5 (AVX-512), medians of five alternating runs: 1×1 layers of 256
 		// and more output channels on 14 × 14 1.10–1.18× (ResNet's, GoogLeNet's 832 → 256);
 		// on 28 × 28 (25 ranges) even, so there it stays one. Where A has fewer rows
-		// (GoogLeNet's and DenseNet's 64 to 192 output channels), the ranges are a sliver
-		// each instead: 7 on 14 × 14, 3 + 3 and a half for each worker where 4 were 2 and
-		// 1 + a sliver's 4 columns (480 → 96 1.16×, 992 → 128 1.08×, two threads, Zen 5,
-		// medians of nine alternating runs).
-		if pn < gemmTasksPerWorker*workers && m >= 2*impl.mc {
+		// (GoogLeNet's and DenseNet's 64 to 192 output channels), or fewer rows than columns
+		// (k ≥ m: packing B twice costs more than each range reading all of A), the ranges
+		// are a sliver each instead: 7 on 14 × 14, 3 and 3 + 4 columns where 4 were 2 and
+		// 1 + a sliver's 4 columns. Two threads, Zen 5, medians of 9–11 alternating runs:
+		// 480 → 96 1.16×, 992 → 128 1.08×, 528 → 256 1.08×, 1024 → 256 1.08×; 256 → 1024
+		// (m > k) 0.95–0.98×, so it keeps the two row halves.
+		if pn < gemmTasksPerWorker*workers && m >= 2*impl.mc && m > k {
 			pm = 2
 		} else if pn < gemmTasksPerWorker*workers {
 			pn = (n + impl.nr - 1) / impl.nr
