@@ -254,6 +254,21 @@ func maxRange3s2_32(o, v *float32, n int)
 //go:noescape
 func maxRange2s2_32(o, v *float32, n int)
 
+//go:noescape
+func gatherEven32(o, v *float32, n int)
+
+// gatherEvenVec32 runs gatherEven32 over the longest prefix of o that is a multiple of 16,
+// where the CPU has AVX-512 (gemmHasAVX512), and returns its length.
+func gatherEvenVec32(o, v []float32) int {
+	n := min(len(o), len(v)/2) &^ 15
+	if n <= 0 || !gemmHasAVX512 || arithForceGo {
+		return 0
+	}
+	_ = v[2*n-1] // bounds: the assembly trusts these
+	gatherEven32(&o[0], &v[0], n)
+	return n
+}
+
 // max2s2Vec32 runs maxRange2s2_32 over the longest prefix of o that is a multiple of 16, where
 // the CPU has VRANGEPS, and returns its length.
 func max2s2Vec32(o, v []float32) int {

@@ -693,6 +693,8 @@ func TestConvSubsampledMatchesIm2col(t *testing.T) {
 		sub bool
 	}{
 		{ConvParams{Batch: 1, InC: 16, OutC: 13, Spatial: []int{15, 14}, Kernel: []int{1, 1}, Stride: []int{2, 2}}, true},
+		{ConvParams{Batch: 1, InC: 5, OutC: 8, Spatial: []int{6, 70}, Kernel: []int{1, 1}, Stride: []int{2, 2}}, true}, // rows of 35: 16 + 16 + 3
+		{ConvParams{Batch: 1, InC: 5, OutC: 8, Spatial: []int{5, 65}, Kernel: []int{1, 1}, Stride: []int{2, 2}}, true}, // odd width: the last row's gather ends at the plane's end
 		{ConvParams{Batch: 2, InC: 12, OutC: 10, Groups: 2, Spatial: []int{9, 17}, Kernel: []int{1, 1}, Stride: []int{3, 2}}, true},
 		{ConvParams{Batch: 1, InC: 40, OutC: 20, Spatial: []int{8, 23}, Kernel: []int{1, 1}, Stride: []int{2, 3}, Dilation: []int{2, 2}}, true},
 		{ConvParams{Batch: 1, InC: 7, OutC: 9, Spatial: []int{11, 11}, Kernel: []int{1, 1}, Stride: []int{2, 2}, PadEnd: []int{1, 0}}, true},  // end padding no output reads
