@@ -102,25 +102,15 @@ func gemmCol4S2AVX512(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)
 //go:noescape
 func gemmCol4S1AVX512(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)
 
-// gemmCol4AVX512 is the AVX-512 float32 kernel's kernCol4 (for 4, 2 or 1 slivers).
-func gemmCol4AVX512(k int, a, b unsafe.Pointer, astride, slivers int, t unsafe.Pointer) {
-	switch slivers {
-	case 4:
-		gemmCol4S4AVX512(k, a, b, astride, t)
-	case 2:
-		gemmCol4S2AVX512(k, a, b, astride, t)
-	default:
-		gemmCol4S1AVX512(k, a, b, astride, t)
-	}
-}
-
-// gemmColAVX2 and gemmColAVX512 are the float32 kernels' kernCol (6- and 8-row slivers).
+// gemmColAVX2 and gemmColAVX512 are the float32 kernels' kernCol (6- and 8-row slivers), and
+// gemmCol4AVX512 the AVX-512 kernel's kernCol4 (at most 4 slivers: gemmColumns asks no more).
 var (
-	gemmColAVX2   = colKern(gemmColS8AVX2, gemmColS4AVX2, gemmColS2AVX2, gemmColS1AVX2)
-	gemmColAVX512 = colKern(gemmColS8AVX512, gemmColS4AVX512, gemmColS2AVX512, gemmColS1AVX512)
+	gemmColAVX2    = colKern(gemmColS8AVX2, gemmColS4AVX2, gemmColS2AVX2, gemmColS1AVX2)
+	gemmColAVX512  = colKern(gemmColS8AVX512, gemmColS4AVX512, gemmColS2AVX512, gemmColS1AVX512)
+	gemmCol4AVX512 = colKern(nil, gemmCol4S4AVX512, gemmCol4S2AVX512, gemmCol4S1AVX512)
 )
 
-// colKern is the kernCol that calls the kernel for 8, 4, 2 or 1 slivers.
+// colKern is the kernCol (or kernCol4) that calls the kernel for 8, 4, 2 or 1 slivers.
 func colKern(s8, s4, s2, s1 func(k int, a, b unsafe.Pointer, astride int, t unsafe.Pointer)) func(k int, a, b unsafe.Pointer, astride, slivers int, t unsafe.Pointer) {
 	return func(k int, a, b unsafe.Pointer, astride, slivers int, t unsafe.Pointer) {
 		switch slivers {

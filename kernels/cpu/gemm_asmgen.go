@@ -209,12 +209,11 @@ func (k kernel) gen() {
 		p("\tPREFETCHT0 %d(R9)", nr*es-1)
 		p("\tADDQ R8, R9")
 	}
-	loop4(k.name)
 	// Every line of the packed B sliver is prefetched 16 steps ahead. Where tiles go along C's
 	// rows (2048³ and up) each call streams its B sliver from L3; one prefetch per four steps
 	// left three lines in four to the hardware prefetcher, and prefetching each line ran
 	// 1024³–4096³ 3–6% faster at one thread on Zen 3 (8 steps ahead: 2048³ 2% less; 32: none).
-	for u := 0; u < 4; u++ {
+	pre := func(u int) {
 		if !k.indirect && (u*k.bstep())%64 == 0 {
 			for l := 0; l < (k.bstep()+63)/64; l++ {
 				p("\tPREFETCHT0 %d(DI)", (16+u)*k.bstep()+64*l)
@@ -231,29 +230,16 @@ func (k kernel) gen() {
 		if !k.double && k.as() == 8 && (u*k.as()*es)%64 == 0 {
 			p("\tPREFETCHT0 %d(SI)", (16+u)*k.as()*es)
 		}
-		k.step(u)
 	}
-	p("\tADDQ $%d, SI", 4*k.as()*es)
-	if k.indirect {
-		p("\tADDQ $32, R11")
-	} else {
-		p("\tADDQ $%d, DI", 4*k.bstep())
+	adv := func(n int) {
+		p("\tADDQ $%d, SI", n*k.as()*es)
+		if k.indirect {
+			p("\tADDQ $%d, R11", 8*n)
+		} else {
+			p("\tADDQ $%d, DI", n*k.bstep())
+		}
 	}
-	p("\tDECQ R10")
-	p("\tJNZ %s_loop4", k.name)
-	p("%s_tail:", k.name)
-	p("\tTESTQ CX, CX")
-	p("\tJZ %s_store", k.name)
-	p("%s_loop1:", k.name)
-	k.step(0)
-	p("\tADDQ $%d, SI", k.as()*es)
-	if k.indirect {
-		p("\tADDQ $8, R11")
-	} else {
-		p("\tADDQ $%d, DI", k.bstep())
-	}
-	p("\tDECQ CX")
-	p("\tJNZ %s_loop1", k.name)
+	kLoop(k.name, "store", pre, k.step, adv)
 	p("%s_store:", k.name)
 	alpha, beta, bias := k.areg(0), k.areg(1), k.breg(0)
 	p("\t%s alpha+40(FP), %s", k.bcast(), alpha)
@@ -392,30 +378,19 @@ func bcast(name string, mr, nv int, reg string, lanes int) {
 		p("\tMOVQ %d(R12), %s", i*8, b)
 		p("\tADDQ R9, %s", b)
 	}
-	loop4(name)
-	for u := 0; u < 4; u++ {
-		// B's lines 16 steps ahead: a late layer's weights (9 MiB on ResNet's 512-channel
-		// 3×3 layers) come from memory, a sliver's first tile taking each line's miss.
+	// B's lines 16 steps ahead: a late layer's weights (9 MiB on ResNet's 512-channel 3×3
+	// layers) come from memory, a sliver's first tile taking each line's miss.
+	pre := func(u int) {
 		if (u*bstep)%64 == 0 {
 			for l := 0; l < (bstep+63)/64; l++ {
 				p("\tPREFETCHT0 %d(DI)", (16+u)*bstep+64*l)
 			}
 		}
-		step(u)
 	}
-	p("\tADDQ $32, R11")
-	p("\tADDQ $%d, DI", 4*bstep)
-	p("\tDECQ R10")
-	p("\tJNZ %s_loop4", name)
-	p("%s_tail:", name)
-	p("\tTESTQ CX, CX")
-	p("\tJZ %s_store", name)
-	p("%s_loop1:", name)
-	step(0)
-	p("\tADDQ $8, R11")
-	p("\tADDQ $%d, DI", bstep)
-	p("\tDECQ CX")
-	p("\tJNZ %s_loop1", name)
+	kLoop(name, "store", pre, step, func(n int) {
+		p("\tADDQ $%d, R11", 8*n)
+		p("\tADDQ $%d, DI", n*bstep)
+	})
 	p("%s_store:", name)
 	p("\tMOVQ c+32(FP), DX")
 	p("\tMOVQ ldc+40(FP), R8")
@@ -508,27 +483,12 @@ func colKernel(s, rows int) {
 		p("\tVBLENDPS $0xc0, Y13, Y14, Y14")
 		p("\tDECQ CX") // the last step is the masked one
 	}
-	loop4(name)
-	for u := 0; u < 4; u++ {
+	kLoop(name, "last", nil, func(u int) {
 		p("\tVBROADCASTSS %d(DI), Y15", bstep*u)
 		for i := 0; i < s; i++ {
 			p("\tVFMADD231PS %s, Y15, Y%d", at(i, astep*u), i)
 		}
-	}
-	adv(4)
-	p("\tDECQ R10")
-	p("\tJNZ %s_loop4", name)
-	p("%s_tail:", name)
-	p("\tTESTQ CX, CX")
-	p("\tJZ %s_last", name)
-	p("%s_loop1:", name)
-	p("\tVBROADCASTSS (DI), Y15")
-	for i := 0; i < s; i++ {
-		p("\tVFMADD231PS %s, Y15, Y%d", at(i, 0), i)
-	}
-	adv(1)
-	p("\tDECQ CX")
-	p("\tJNZ %s_loop1", name)
+	}, adv)
 	p("%s_last:", name)
 	if masked {
 		p("\tVBROADCASTSS (DI), Y15")
@@ -604,21 +564,7 @@ func col4Kernel(s int) {
 	for i := 0; i < 4*s; i++ {
 		p("\tVXORPS Y%d, Y%d, Y%d", i, i, i)
 	}
-	loop4(name)
-	for u := 0; u < 4; u++ {
-		step(u)
-	}
-	adv(4)
-	p("\tDECQ R10")
-	p("\tJNZ %s_loop4", name)
-	p("%s_tail:", name)
-	p("\tTESTQ CX, CX")
-	p("\tJZ %s_store", name)
-	p("%s_loop1:", name)
-	step(0)
-	adv(1)
-	p("\tDECQ CX")
-	p("\tJNZ %s_loop1", name)
+	kLoop(name, "store", nil, step, adv)
 	p("%s_store:", name)
 	p("\tMOVQ t+32(FP), DX")
 	for j := 0; j < 4; j++ {
@@ -686,6 +632,31 @@ func loop4(name string) {
 	p("\tTESTQ R10, R10")
 	p("\tJZ %s_tail", name)
 	p("%s_loop4:", name)
+}
+
+// kLoop emits a kernel's k loop of CX steps: loop4's rounds of four, step(0) … step(3) each
+// after pre(u) (prefetches; nil: none) and then adv(4), and the single steps after them,
+// step(0) then adv(1). It ends where the loop is done, which the single steps' count jumps
+// to (NAME_after) when it is zero: the caller's next label.
+func kLoop(name, after string, pre, step func(u int), adv func(n int)) {
+	loop4(name)
+	for u := 0; u < 4; u++ {
+		if pre != nil {
+			pre(u)
+		}
+		step(u)
+	}
+	adv(4)
+	p("\tDECQ R10")
+	p("\tJNZ %s_loop4", name)
+	p("%s_tail:", name)
+	p("\tTESTQ CX, CX")
+	p("\tJZ %s_%s", name, after)
+	p("%s_loop1:", name)
+	step(0)
+	adv(1)
+	p("\tDECQ CX")
+	p("\tJNZ %s_loop1", name)
 }
 
 // peak emits a loop of 2*n independent FMAs per iteration, used by the benchmarks to measure
