@@ -884,8 +884,8 @@ func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T
 					}
 					r, c := jr/nr/tpr, jr/nr%tpr*nr // the tile's output row and column
 					bx, yo := unsafe.Pointer(&xp[r*d.wq+c]), r*d.wo+c
-					kern, w := impl.kernInd, nr
-					switch row := ic + ir; {
+					kern, w, row := impl.kernInd, nr, ic+ir
+					switch {
 					case c+nr > d.wo && wideAt(jr-nr, row): // taken with the tile before it
 						return
 					case c+nr > d.wo:
@@ -893,7 +893,7 @@ func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T
 					case wideAt(jr, row):
 						kern, w = impl.kernIndWide, nr+nr/2
 					}
-					if row := ic + ir; row+mr <= m {
+					if row+mr <= m {
 						kern(kb, unsafe.Pointer(&ap[ir*kb]), bx, unsafe.Pointer(&y32[row*g.outSize+yo]), g.outSize, 1, float32(mode%3), mode, bs, offs)
 					} else { // the last rows: the tile in tmp, then the GEMM's edge-tile store
 						kern(kb, unsafe.Pointer(&ap[ir*kb]), bx, unsafe.Pointer(&tmp[0]), nr, 1, 0, 0, nil, offs)

@@ -857,13 +857,9 @@ func gemmColumns[T Float](impl *gemmImpl, mb, kb int, ap, bp []T, nt, nb int, t 
 	four := cols > 2 && impl.kernCol4 != nil
 	var row [gemmColMax]T
 	for ir := 0; ir < mb; {
-		s := 8
+		s, w := 8, cols // slivers a call, and the columns the kernels write to t
 		if four {
-			s = 4
-		}
-		w := cols // the columns the kernels write to t
-		if four {
-			w = 4
+			s, w = 4, 4
 		}
 		for s > 1 && (ir+s*mr > (mb+mr-1)/mr*mr || s*mr*w > len(t)) {
 			s /= 2
