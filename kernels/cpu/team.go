@@ -84,10 +84,7 @@ func (tm *team) run(tasks, workers int, f func(t int)) bool {
 	if len(tm.helpers) < workers-1 {
 		tm.grow(workers - 1)
 	}
-	j := &job{f: f, tasks: int64(tasks), parts: int64(workers), next: make([]atomic.Int64, workers), done: make(chan struct{}, 1)}
-	for w := range j.next {
-		j.next[w].Store(j.part(int64(w)))
-	}
+	j := newJob(f, tasks, workers)
 	tm.cur.Store(j)
 	tm.wake(workers - 1)
 	j.work(0)
@@ -156,6 +153,15 @@ func WakeHelpers() {
 		theTeam.grow(n)
 	}
 	theTeam.wake(n)
+}
+
+// newJob is a region's job: tasks for workers, each part's counter at its first task.
+func newJob(f func(t int), tasks, workers int) *job {
+	j := &job{f: f, tasks: int64(tasks), parts: int64(workers), next: make([]atomic.Int64, workers), done: make(chan struct{}, 1)}
+	for w := range j.next {
+		j.next[w].Store(j.part(int64(w)))
+	}
+	return j
 }
 
 // part is the first task of part w (w ≤ parts): the tasks are cut into parts contiguous

@@ -34,20 +34,14 @@ func TestTeamRunsEveryTaskOnce(t *testing.T) {
 // and 5, then 6–9 and 0–2; after worker 0 has run tasks 0 and 1, worker 2 takes 6–9, then
 // 2, then 3–5.
 func TestJobWorkOwnPartFirst(t *testing.T) {
-	newJob := func(ran *[]int) *job {
-		j := &job{f: func(t int) { *ran = append(*ran, t) }, tasks: 10, parts: 3, next: make([]atomic.Int64, 3)}
-		for w := range j.next {
-			j.next[w].Store(j.part(int64(w)))
-		}
-		return j
-	}
 	var ran []int
-	newJob(&ran).work(1)
+	record := func(t int) { ran = append(ran, t) }
+	newJob(record, 10, 3).work(1)
 	if want := []int{3, 4, 5, 6, 7, 8, 9, 0, 1, 2}; !slices.Equal(ran, want) {
 		t.Errorf("worker 1 alone ran %v, want %v", ran, want)
 	}
 	ran = nil
-	j := newJob(&ran)
+	j := newJob(record, 10, 3)
 	j.next[0].Add(2) // worker 0 took tasks 0 and 1
 	j.work(2)
 	if want := []int{6, 7, 8, 9, 2, 3, 4, 5}; !slices.Equal(ran, want) {
