@@ -222,13 +222,17 @@ func (k kernel) gen() {
 				}
 			}
 		}
-		// A's lines 16 steps ahead too (8-row float32 slivers: a line every two steps): a
+		// A's lines 64 steps ahead (8-row float32 slivers: a line every two steps), into the
+		// next sliver near a slab's end, which the next tile down the column reads: a
 		// network's weights, packed once (ConvFilter), come from memory, and each A sliver's
-		// first tile took its misses. One thread, in ResNet-50 (Zen 5, three alternating
-		// runs): the 1×1 layers on 7 × 7 1.24–1.33× faster, on 14 × 14 1.05–1.10×, the step
-		// 48.4 → 45.2–46.2 ms; 1024³ and 2048³ within ±1%.
+		// first tile took its misses. 16 steps ahead, one thread, in ResNet-50 (Zen 5, three
+		// alternating runs): the 1×1 layers on 7 × 7 1.24–1.33× faster, on 14 × 14
+		// 1.05–1.10×, the step 48.4 → 45.2–46.2 ms. 64 steps (about 500 cycles: a miss to
+		// memory) against 16, ResNet-50's 32 1×1 layers in turn with their ReLUs, medians of
+		// seven alternating runs: 1.06× at two threads, 1.04× at one (32 steps: 1.05×; 128
+		// and 256: as 64); 1024³ and 2048³ within ±1%.
 		if !k.double && k.as() == 8 && (u*k.as()*es)%64 == 0 {
-			p("\tPREFETCHT0 %d(SI)", (16+u)*k.as()*es)
+			p("\tPREFETCHT0 %d(SI)", (64+u)*k.as()*es)
 		}
 	}
 	adv := func(n int) {
