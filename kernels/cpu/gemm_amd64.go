@@ -138,6 +138,35 @@ func gemmPackA6AVX(dst, src unsafe.Pointer, lda, blocks int)
 //go:noescape
 func gemmPackT8AVX(dst, src unsafe.Pointer, lda, ldd, blocks int)
 
+//go:noescape
+func convBcastOutAVX(dst, src unsafe.Pointer, lda, ldd, blocks int, bias unsafe.Pointer)
+
+// convBcastOutFast writes the first q0 = p&^7 positions of channels j0 … j0 + 8·blocks − 1
+// of convBcast's result (convBcastOut) by 8 × 8 vector transposes, blocks = (j1 − j0)/8, and
+// returns q0 (0 where the CPU has no AVX2 or there is no whole block).
+func convBcastOutFast(ct []float32, nPad, p, j0, j1 int, bias, y []float32) int {
+	blocks, q0 := (j1-j0)/8, p&^7
+	if !gemmHasAVX2FMA || blocks == 0 || q0 == 0 {
+		return 0
+	}
+	_ = ct[(q0-1)*nPad+j0+8*blocks-1] // bounds: the assembly trusts these
+	_ = y[(j0+8*blocks-1)*p+q0-1]
+	var b unsafe.Pointer
+	if bias != nil {
+		_ = bias[j0+8*blocks-1]
+		b = unsafe.Pointer(&bias[j0])
+	}
+	for q := 0; q < q0; q += 8 {
+		d, s := unsafe.Pointer(&y[j0*p+q]), unsafe.Pointer(&ct[q*nPad+j0])
+		if b != nil {
+			convBcastOutAVX(d, s, nPad*4, p*4, blocks, b)
+		} else {
+			gemmPackT8AVX(d, s, nPad*4, p*4, blocks)
+		}
+	}
+	return q0
+}
+
 // gemmFastPackBT packs the first kb&^7 rows of a full nr-column sliver of a transposed
 // float32 B — column j of the sliver is src's row j (ldb elements apart) — with the AVX
 // transpose, 8 columns a call, and returns how many rows it packed (0 for float64, widths

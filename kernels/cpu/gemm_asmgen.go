@@ -702,10 +702,20 @@ func peak(name, reg string, n int) {
 // With strided set it writes gemmPackT8AVX(dst, src, lda, ldd, blocks) instead: 8 rows, each
 // packed column stored ldd bytes after the previous one, so that a transposed B operand's 8
 // rows become 8 of the columns of a wider sliver (dst[p·ldd/4 + i] = row i's element p).
-func packA(rows int, strided bool) {
+// With bias set too it writes convBcastOutAVX(dst, src, lda, ldd, blocks, bias): the same
+// transpose with bias[8b … 8b+7] added to each row's block b as it is loaded (convBcast's
+// Cᵀ into y: each output element v + bias[channel], the scalar loop's one addition).
+func packA(rows int, strided, bias bool) {
 	name := fmt.Sprintf("gemmPackA%dAVX", rows)
 	l := fmt.Sprintf("packa%d", rows)
-	if strided {
+	if bias {
+		name, l = "convBcastOutAVX", "bcastout"
+		p("// func %s(dst, src unsafe.Pointer, lda, ldd, blocks int, bias unsafe.Pointer)", name)
+		p("TEXT ·%s(SB), NOSPLIT, $0-48", name)
+		p("\tMOVQ ldd+24(FP), R9")
+		p("\tMOVQ blocks+32(FP), CX")
+		p("\tMOVQ bias+40(FP), BX")
+	} else if strided {
 		name, l = "gemmPackT8AVX", "packt8"
 		p("// func %s(dst, src unsafe.Pointer, lda, ldd, blocks int)", name)
 		p("TEXT ·%s(SB), NOSPLIT, $0-40", name)
@@ -726,6 +736,9 @@ func packA(rows int, strided bool) {
 	p("\tLEAQ (SI)(R8*4), R11")
 	for i, a := range []string{"(SI)", "(SI)(R8*1)", "(SI)(R8*2)", "(SI)(R10*1)", "(R11)", "(R11)(R8*1)", "(R11)(R8*2)", "(R11)(R10*1)"}[:rows] {
 		p("\tVMOVUPS %s, Y%d", a, i)
+		if bias {
+			p("\tVADDPS (BX), Y%d, Y%d", i, i)
+		}
 	}
 	// Rows 6 and 7 (absent with 6 rows) are rows 4 and 5 again.
 	hi := func(r int) int { return min(r, rows-4+r%2+2) }
@@ -760,6 +773,9 @@ func packA(rows int, strided bool) {
 		p("\tVMOVSD X%d, %d(DI)", 8+j, j*es+16)
 	}
 	p("\tADDQ $32, SI")
+	if bias {
+		p("\tADDQ $32, BX")
+	}
 	if !strided {
 		p("\tADDQ $%d, DI", 8*es)
 	}
@@ -821,9 +837,10 @@ TEXT ·gemmCopyRowsAVX(SB), NOSPLIT, $0-48
 	CMPQ AX, $96
 	JLE copyY3`)
 	copyRows()
-	packA(8, false)
-	packA(6, false)
-	packA(8, true)
+	packA(8, false, false)
+	packA(6, false, false)
+	packA(8, true, false)
+	packA(8, true, true)
 	p(`// func gemmXGETBV() (eax, edx uint32)
 TEXT ·gemmXGETBV(SB), NOSPLIT, $0-8
 	MOVL $0, CX

@@ -19,5 +19,7 @@ func gemmFastPackA[T Float](d, src []T, lda, kb, mr int) int { return 0 }
 
 func gemmFastPackBT[T Float](d, src []T, ldb, kb, nr int) int { return 0 }
 
+func convBcastOutFast(ct []float32, nPad, p, j0, j1 int, bias, y []float32) int { return 0 }
+
 // No SIMD kernels to choose between here.
 const gemmHasAVX2FMA, gemmHasAVX512 = false, false
