@@ -699,3 +699,64 @@ gev_loop:
 gev_done:
 	VZEROUPPER
 	RET
+
+// func gatherEvenRows32(o, v *float32, wo, rows, ldv int)
+// o[r·wo + j] = v[r·ldv + 2j] for r < rows, j < wo (AVX-512): gatherEven32's permutation a
+// row at a time, the row's last wo mod 16 outputs by masked loads and a masked store, which
+// read only the 2t − 1 elements the t outputs need and write nothing past the row.
+TEXT ·gatherEvenRows32(SB), NOSPLIT, $0-40
+	MOVQ o+0(FP), DI
+	MOVQ v+8(FP), SI
+	MOVQ wo+16(FP), R8
+	MOVQ rows+24(FP), R9
+	MOVQ ldv+32(FP), R10
+	SHLQ $2, R10
+	TESTQ R9, R9
+	JZ gevr_done
+	VMOVUPS maxRange3s2<>+0(SB), Z28
+	// The tail's masks: K1 its t outputs, K2 and K3 the 2t − 1 source elements.
+	MOVQ R8, CX
+	ANDQ $15, CX
+	MOVQ CX, R12
+	MOVL $1, AX
+	SHLL CX, AX
+	DECL AX
+	KMOVW AX, K1
+	LEAQ -1(CX)(CX*1), CX
+	MOVQ $1, BX
+	SHLQ CX, BX
+	DECQ BX
+	KMOVW BX, K2
+	SHRQ $16, BX
+	KMOVW BX, K3
+gevr_row:
+	MOVQ SI, R11
+	MOVQ R8, CX
+	SHRQ $4, CX
+	JZ gevr_tail
+gevr_loop:
+	VMOVUPS (R11), Z0
+	VMOVUPS 64(R11), Z1
+	VMOVAPS Z28, Z4
+	VPERMI2PS Z1, Z0, Z4
+	VMOVUPS Z4, (DI)
+	ADDQ $128, R11
+	ADDQ $64, DI
+	DECQ CX
+	JNZ gevr_loop
+gevr_tail:
+	TESTQ R12, R12
+	JZ gevr_next
+	VMOVUPS.Z (R11), K2, Z0
+	VMOVUPS.Z 64(R11), K3, Z1
+	VMOVAPS Z28, Z4
+	VPERMI2PS Z1, Z0, Z4
+	VMOVUPS Z4, K1, (DI)
+	LEAQ (DI)(R12*4), DI
+gevr_next:
+	ADDQ R10, SI
+	DECQ R9
+	JNZ gevr_row
+gevr_done:
+	VZEROUPPER
+	RET

@@ -257,6 +257,21 @@ func maxRange2s2_32(o, v *float32, n int)
 //go:noescape
 func gatherEven32(o, v *float32, n int)
 
+//go:noescape
+func gatherEvenRows32(o, v *float32, wo, rows, ldv int)
+
+// gatherEvenRowsVec32 sets o[r·wo + j] = v[r·ld + 2j] for r < rows, j < wo in one call
+// (gatherEvenRows32, AVX-512) and reports whether it did; false, writing nothing, elsewhere.
+func gatherEvenRowsVec32(o, v []float32, wo, rows, ld int) bool {
+	if !gemmHasAVX512 || arithForceGo || wo <= 0 || rows <= 0 {
+		return false
+	}
+	_ = o[rows*wo-1] // bounds: the assembly trusts these
+	_ = v[(rows-1)*ld+2*(wo-1)]
+	gatherEvenRows32(&o[0], &v[0], wo, rows, ld)
+	return true
+}
+
 // gatherEvenVec32 runs gatherEven32 (AVX-512) and max2s2Vec32 maxRange2s2_32 (VRANGEPS) over
 // the longest prefix of o that is a multiple of 16, and return its length.
 func gatherEvenVec32(o, v []float32) int { return pairsVec32(o, v, gemmHasAVX512, gatherEven32) }

@@ -28,6 +28,8 @@ func max2s2Vec32(o, v []float32) int { return 0 }
 
 func gatherEvenVec32(o, v []float32) int { return 0 }
 
+func gatherEvenRowsVec32(o, v []float32, wo, rows, ld int) bool { return false }
+
 func dotVec32x2(a, b0, b1 []float32) (float32, float32, int) { return 0, 0, 0 }
 
 func dotVec32x4(a, b0, b1, b2, b3 []float32) (s [4]float32, n int) { return s, 0 }

@@ -169,3 +169,38 @@ func BenchmarkArithRows(b *testing.B) {
 		}
 	})
 }
+
+// gatherEvenRowsVec32 (convSubsampled's plane gather) writes o[r·wo + j] = v[r·ld + 2j] for
+// every row length up to three vectors and a partial one, and nothing past the last row's
+// wo elements (its tail is a masked store).
+func TestGatherEvenRows(t *testing.T) {
+	const guard = float32(-7)
+	for wo := 1; wo <= 50; wo++ {
+		for _, rows := range []int{1, 3} {
+			ld := 2*wo + wo%3 // rows further apart than 2·wo, and exactly 2·wo
+			v := make([]float32, (rows-1)*ld+2*wo-1)
+			for i := range v {
+				v[i] = float32(i) + 0.5
+			}
+			o := make([]float32, rows*wo+16)
+			for i := range o {
+				o[i] = guard
+			}
+			if !gatherEvenRowsVec32(o[:rows*wo], v, wo, rows, ld) {
+				t.Skip("no AVX-512")
+			}
+			for r := range rows {
+				for j := range wo {
+					if got, want := o[r*wo+j], v[r*ld+2*j]; got != want {
+						t.Fatalf("wo %d rows %d: o[%d][%d] = %v, want %v", wo, rows, r, j, got, want)
+					}
+				}
+			}
+			for i, g := range o[rows*wo:] {
+				if g != guard {
+					t.Fatalf("wo %d rows %d: wrote %v %d elements past the end", wo, rows, g, i)
+				}
+			}
+		}
+	}
+}

@@ -722,6 +722,9 @@ func convSubsampled[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y [
 		for c := c0; c < c1; c++ {
 			xc := x[c*g.inSize : (c+1)*g.inSize]
 			dst := xs[c*g.outSize : (c+1)*g.outSize]
+			if d.s1 == 2 && isFloat32Type[T]() && gatherEvenRowsVec32(f32s(dst), f32s(xc), d.wo, d.ho, d.s0*d.w) {
+				continue // the plane in one call: rows of 28, 14 and 7 cost more in calls than copies
+			}
 			for oy := 0; oy < d.ho; oy++ {
 				gatherStride(dst[oy*d.wo:(oy+1)*d.wo], xc[oy*d.s0*d.w:], d.s1)
 			}
