@@ -571,16 +571,27 @@ func convSchedule(tasks int, small bool, task func(t, inner int)) {
 // Preconditions (panics otherwise): p.Init succeeded; len(x) ≥ XLen(), len(w) ≥ WLen(),
 // len(y) ≥ YLen(), bias nil or len(bias) ≥ OutC; y does not overlap x or w.
 func Conv[T Float](p *ConvParams, x, w, bias, y []T) {
-	ConvEpi(p, x, w, bias, y, nil)
+	ConvEpi(p, x, w, bias, y, Epilogue{})
 }
 
-// ConvEpi is Conv followed by an epilogue: epi(lo, hi) is called on ranges of y's elements
-// that partition y, each as soon as its values are final — while they are still in cache —
-// and possibly concurrently on disjoint ranges. It may rewrite y[lo:hi] (a ReLU, a residual
-// add); it must not read or write y outside its range.
+// Epilogue is what a forward convolution does to its result's elements once they are final
+// (ConvEpi): a ReLU, then Func.
+type Epilogue struct {
+	// Relu replaces each element v by max(v, 0), +0 for −0 and NaN (ReluRow's bits): in the
+	// GEMM micro-kernel's store where the convolution is pointwise — no pass over y at all —
+	// else on each of Func's ranges before Func.
+	Relu bool
+	// Func (nil: none) is called on ranges of y's elements that partition y, each as soon as
+	// its values are final — while they are still in cache — and possibly concurrently on
+	// disjoint ranges. It may rewrite y[lo:hi] (a residual add); it must not read or write y
+	// outside its range.
+	Func func(lo, hi int)
+}
+
+// ConvEpi is Conv followed by an epilogue (Epilogue).
 //
 // Preconditions (panics otherwise): those of Conv.
-func ConvEpi[T Float](p *ConvParams, x, w, bias, y []T, epi func(lo, hi int)) {
+func ConvEpi[T Float](p *ConvParams, x, w, bias, y []T, epi Epilogue) {
 	ConvPreEpi(p, x, nil, w, bias, y, epi)
 }
 
@@ -588,7 +599,7 @@ func ConvEpi[T Float](p *ConvParams, x, w, bias, y []T, epi func(lo, hi int)) {
 //
 // Preconditions (panics otherwise): those of Conv; pre nil, or p.Pointwise() and pre's
 // slices of InC elements.
-func ConvPreEpi[T Float](p *ConvParams, x []T, pre *ConvPre[T], w, bias, y []T, epi func(lo, hi int)) {
+func ConvPreEpi[T Float](p *ConvParams, x []T, pre *ConvPre[T], w, bias, y []T, epi Epilogue) {
 	g := &p.g
 	g.mustInit("Conv")
 	needLen("Conv", "w", len(w), p.WLen())
@@ -616,16 +627,27 @@ func convCheck[T Float](p *ConvParams, x []T, pre *ConvPre[T], bias, y []T) {
 	}
 }
 
-func convForward[T Float](g *convGeom, x []T, pre *ConvPre[T], w []T, f *ConvFilter[T], bias, y []T, epi func(lo, hi int)) {
+func convForward[T Float](g *convGeom, x []T, pre *ConvPre[T], w []T, f *ConvFilter[T], bias, y []T, epi Epilogue) {
 	small := g.direct() || gemmWork(g.ocg, g.outSize, g.kdim) < gemmParallelWork
 	convSchedule(g.batch*g.groups, small, func(t, inner int) {
 		n, gr := t/g.groups, t%g.groups
 		xg := x[(n*g.inC+gr*g.cg)*g.inSize:][:g.cg*g.inSize]
 		yOff := (n*g.outC + gr*g.ocg) * g.outSize
 		yg := y[yOff:][:g.ocg*g.outSize]
-		var e func(lo, hi int) // epi on the group's ranges, nil without one
-		if epi != nil {
-			e = func(lo, hi int) { epi(yOff+lo, yOff+hi) }
+		// e is epi on the group's ranges (nil without one), eFunc its Func alone: what is
+		// left where the GEMM's micro-kernel applies the ReLU.
+		var e, eFunc func(lo, hi int)
+		if epi.Func != nil {
+			eFunc = func(lo, hi int) { epi.Func(yOff+lo, yOff+hi) }
+		}
+		e = eFunc
+		if epi.Relu {
+			e = func(lo, hi int) {
+				ReluRow(y[yOff+lo:yOff+hi], y[yOff+lo:yOff+hi])
+				if eFunc != nil {
+					eFunc(lo, hi)
+				}
+			}
 		}
 		wg := w[gr*g.ocg*g.kdim:][:g.ocg*g.kdim]
 		var bg []T // the group's bias, added by the GEMM's micro-kernel as it stores C
@@ -672,7 +694,16 @@ func convForward[T Float](g *convGeom, x []T, pre *ConvPre[T], w []T, f *ConvFil
 				c0 := gr * g.cg
 				src = &gemmPreB[T]{b: xg, ldb: g.inSize, mul: pre.Mul[c0 : c0+g.cg], add: pre.Add[c0 : c0+g.cg], relu: pre.Relu}
 			}
-			gemmRunSrc(false, g.ocg, g.outSize, g.cg, 1, wg, g.kdim, pa, src, 0, yg, g.outSize, bg, inner)
+			// The ReLU in the micro-kernel's store, after the bias (modes 5 and 6: a separate
+			// ReLU's bits). A pass over y after the GEMM, whose result had left the caches
+			// by then, cost ResNet-50's 32 pointwise layers 7% at two threads (Zen 5).
+			if epi.Relu {
+				if bg == nil {
+					bg = make([]T, g.ocg) // v + 0 and then the ReLU: the ReLU's bits, −0 included
+				}
+				e = eFunc
+			}
+			gemmRunSrc(false, g.ocg, g.outSize, g.cg, 1, wg, g.kdim, pa, src, 0, yg, g.outSize, bg, epi.Relu, inner)
 		case g.sub != nil && !convSubsampledOff:
 			convSubsampled(g, xg, wg, pa, bg, yg, inner)
 		default:
@@ -682,7 +713,7 @@ func convForward[T Float](g *convGeom, x []T, pre *ConvPre[T], w []T, f *ConvFil
 			if convIndirect(g, xg, wg, pa, bg, yg, inner, e) {
 				return // it ran the epilogue as it copied its result out
 			}
-			gemmRunSrc(false, g.ocg, g.outSize, g.kdim, 1, wg, g.kdim, pa, &convCols[T]{g, xg, false}, 0, yg, g.outSize, bg, inner)
+			gemmRunSrc(false, g.ocg, g.outSize, g.kdim, 1, wg, g.kdim, pa, &convCols[T]{g, xg, false}, 0, yg, g.outSize, bg, false, inner)
 		}
 		if e != nil {
 			// Right after the GEMM, while its result is in cache: by channel ranges, one a core.
@@ -733,7 +764,7 @@ func convSubsampled[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y [
 			}
 		}
 	})
-	gemmRunSrc(false, g.ocg, g.outSize, g.cg, 1, w, g.kdim, pa, &gemmMatrixB[T]{b: xs, ldb: g.outSize}, 0, y, g.outSize, bias, workers)
+	gemmRunSrc(false, g.ocg, g.outSize, g.cg, 1, w, g.kdim, pa, &gemmMatrixB[T]{b: xs, ldb: g.outSize}, 0, y, g.outSize, bias, false, workers)
 }
 
 // convPhases scatters the input rows and columns the windows read (rows × cols of channels
@@ -1086,7 +1117,7 @@ func convFilterImage[T Float](g *convGeom, xg, dyg, dwg []T, beta T, inner int) 
 	case g.pointwise:
 		gemmRun(false, true, g.ocg, g.cg, g.outSize, 1, dyg, g.outSize, xg, g.inSize, beta, dwg, g.kdim, inner)
 	default:
-		gemmRunSrc(false, g.ocg, g.kdim, g.outSize, 1, dyg, g.outSize, nil, &convCols[T]{g, xg, true}, beta, dwg, g.kdim, nil, inner)
+		gemmRunSrc(false, g.ocg, g.kdim, g.outSize, 1, dyg, g.outSize, nil, &convCols[T]{g, xg, true}, beta, dwg, g.kdim, nil, false, inner)
 	}
 }
 

@@ -91,14 +91,14 @@ func (f *ConvFilter[T]) bcastGroup(gr int) []T {
 //
 // Preconditions (panics otherwise): those of Conv.
 func (f *ConvFilter[T]) Conv(x, bias, y []T) {
-	f.ConvEpi(x, bias, y, nil)
+	f.ConvEpi(x, bias, y, Epilogue{})
 }
 
 // ConvEpi is ConvEpi(p, x, w, bias, y, epi) with the filter's p and w, reading the packed
 // weights.
 //
 // Preconditions (panics otherwise): those of Conv.
-func (f *ConvFilter[T]) ConvEpi(x, bias, y []T, epi func(lo, hi int)) {
+func (f *ConvFilter[T]) ConvEpi(x, bias, y []T, epi Epilogue) {
 	f.ConvPreEpi(x, nil, bias, y, epi)
 }
 
@@ -106,7 +106,7 @@ func (f *ConvFilter[T]) ConvEpi(x, bias, y []T, epi func(lo, hi int)) {
 // the packed weights.
 //
 // Preconditions (panics otherwise): those of ConvPreEpi.
-func (f *ConvFilter[T]) ConvPreEpi(x []T, pre *ConvPre[T], bias, y []T, epi func(lo, hi int)) {
+func (f *ConvFilter[T]) ConvPreEpi(x []T, pre *ConvPre[T], bias, y []T, epi Epilogue) {
 	convCheck(f.p, x, pre, bias, y)
 	convForward(&f.p.g, x, pre, f.w, f, bias, y, epi)
 }

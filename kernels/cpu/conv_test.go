@@ -727,10 +727,12 @@ func TestConvIndirectScratchBound(t *testing.T) {
 	}
 }
 
-// ConvEpi calls its epilogue on ranges that partition y, each after its values are final:
-// a ReLU applied there gives the bits of Conv followed by ReLU, on every path (depthwise
-// loops, pointwise GEMM, the indirect kernel, the im2col GEMM, Winograd, float64), with and
-// without packed weights, on one and two workers. The ranges are checked for overlap and coverage.
+// ConvEpi calls its epilogue's Func on ranges that partition y, each after its values are
+// final: a ReLU applied there gives the bits of Conv followed by ReLU, on every path
+// (depthwise loops, pointwise GEMM, the indirect kernel, the im2col GEMM, Winograd, float64),
+// with and without packed weights, on one and two workers; and so does the epilogue's Relu
+// (in the pointwise GEMM's micro-kernel store, elsewhere a pass before Func), with a Func
+// after it. The ranges are checked for overlap and coverage.
 func TestConvEpilogue(t *testing.T) {
 	r := rand.New(rand.NewPCG(31, 32))
 	cases := append([]convCase{
@@ -766,31 +768,35 @@ func TestConvEpilogue(t *testing.T) {
 					Conv(p, x, w, bias, want)
 				}
 				ReluRow(want, want)
-				got := make([]float32, p.YLen())
-				var mu sync.Mutex
-				seen := make([]int, len(got))
-				epi := func(lo, hi int) {
-					mu.Lock()
-					for i := lo; i < hi; i++ {
-						seen[i]++
+				for _, fused := range []bool{false, true} {
+					got := make([]float32, p.YLen())
+					var mu sync.Mutex
+					seen := make([]int, len(got))
+					epi := Epilogue{Relu: fused, Func: func(lo, hi int) {
+						mu.Lock()
+						for i := lo; i < hi; i++ {
+							seen[i]++
+						}
+						mu.Unlock()
+						if !fused {
+							ReluRow(got[lo:hi], got[lo:hi])
+						}
+					}}
+					if packed {
+						f.ConvEpi(x, bias, got, epi)
+					} else {
+						ConvEpi(p, x, w, bias, got, epi)
 					}
-					mu.Unlock()
-					ReluRow(got[lo:hi], got[lo:hi])
-				}
-				if packed {
-					f.ConvEpi(x, bias, got, epi)
-				} else {
-					ConvEpi(p, x, w, bias, got, epi)
-				}
-				name := fmt.Sprintf("case %d, %d threads, packed %v", ci, threads, packed)
-				for i, n := range seen {
-					if n != 1 {
-						t.Fatalf("%s: element %d passed to the epilogue %d times", name, i, n)
+					name := fmt.Sprintf("case %d, %d threads, packed %v, Relu %v", ci, threads, packed, fused)
+					for i, n := range seen {
+						if n != 1 {
+							t.Fatalf("%s: element %d passed to the epilogue %d times", name, i, n)
+						}
 					}
-				}
-				for i := range got {
-					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-						t.Fatalf("%s: y[%d] = %v, Conv then ReLU gives %v", name, i, got[i], want[i])
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%s: y[%d] = %v, Conv then ReLU gives %v", name, i, got[i], want[i])
+						}
 					}
 				}
 			}
@@ -799,11 +805,17 @@ func TestConvEpilogue(t *testing.T) {
 			want64 := make([]float64, p.YLen())
 			Conv(p, x64, w64, b64, want64)
 			ReluRow(want64, want64)
-			got64 := make([]float64, p.YLen())
-			ConvEpi(p, x64, w64, b64, got64, func(lo, hi int) { ReluRow(got64[lo:hi], got64[lo:hi]) })
-			for i := range got64 {
-				if got64[i] != want64[i] {
-					t.Fatalf("case %d f64: y[%d] = %v, want %v", ci, i, got64[i], want64[i])
+			for _, fused := range []bool{false, true} {
+				got64 := make([]float64, p.YLen())
+				epi := Epilogue{Relu: fused}
+				if !fused {
+					epi.Func = func(lo, hi int) { ReluRow(got64[lo:hi], got64[lo:hi]) }
+				}
+				ConvEpi(p, x64, w64, b64, got64, epi)
+				for i := range got64 {
+					if math.Float64bits(got64[i]) != math.Float64bits(want64[i]) {
+						t.Fatalf("case %d f64, Relu %v: y[%d] = %v, want %v", ci, fused, i, got64[i], want64[i])
+					}
 				}
 			}
 		}
@@ -837,7 +849,7 @@ func BenchmarkConvEpilogue(b *testing.B) {
 		})
 		b.Run(c.name+"/epilogue", func(b *testing.B) {
 			for b.Loop() {
-				f.ConvEpi(x, bias, y, func(lo, hi int) { ReluRow(y[lo:hi], y[lo:hi]) })
+				f.ConvEpi(x, bias, y, Epilogue{Func: func(lo, hi int) { ReluRow(y[lo:hi], y[lo:hi]) }})
 			}
 		})
 	}
@@ -883,11 +895,7 @@ func BenchmarkConvNetwork(b *testing.B) {
 						continue
 					}
 					y := l.y
-					l.f.ConvEpi(l.x, l.bias, y, func(lo, hi int) {
-						for i, v := range y[lo:hi] {
-							y[lo+i] = max(v, 0)
-						}
-					})
+					l.f.ConvEpi(l.x, l.bias, y, Epilogue{Relu: true})
 					flop += 2 * float64(l.p.YLen()) * float64(l.p.WLen()/l.p.OutC)
 				}
 			}
@@ -949,10 +957,10 @@ func TestConvPreMatchesBatchNormThenConv(t *testing.T) {
 					want, got := make([]float32, p.YLen()), make([]float32, p.YLen())
 					if packed {
 						f.Conv(xn, bias, want)
-						f.ConvPreEpi(x, pre, bias, got, nil)
+						f.ConvPreEpi(x, pre, bias, got, Epilogue{})
 					} else {
 						Conv(p, xn, w, bias, want)
-						ConvPreEpi(p, x, pre, w, bias, got, nil)
+						ConvPreEpi(p, x, pre, w, bias, got, Epilogue{})
 					}
 					for i := range got {
 						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
@@ -973,7 +981,7 @@ func TestConvPreMatchesBatchNormThenConv(t *testing.T) {
 			pre64 := BatchNormPre(s64, b64, m64, v64, 1e-5, relu, make([]float64, tc.inC), make([]float64, tc.inC))
 			want64, got64 := make([]float64, p.YLen()), make([]float64, p.YLen())
 			Conv(p, xn64, toF64(w), toF64(bias), want64)
-			ConvPreEpi(p, x64, pre64, toF64(w), toF64(bias), got64, nil)
+			ConvPreEpi(p, x64, pre64, toF64(w), toF64(bias), got64, Epilogue{})
 			for i := range got64 {
 				if got64[i] != want64[i] {
 					t.Fatalf("%v relu %v f64: y[%d] = %v, want %v", tc, relu, i, got64[i], want64[i])
@@ -991,7 +999,7 @@ func TestConvPreMatchesBatchNormThenConv(t *testing.T) {
 			t.Fatalf("a prologue on a 3×3 convolution: recovered %v", e)
 		}
 	}()
-	ConvPreEpi(p, make([]float32, p.XLen()), &ConvPre[float32]{Mul: []float32{1, 1}, Add: []float32{0, 0}}, make([]float32, p.WLen()), nil, make([]float32, p.YLen()), nil)
+	ConvPreEpi(p, make([]float32, p.XLen()), &ConvPre[float32]{Mul: []float32{1, 1}, Add: []float32{0, 0}}, make([]float32, p.WLen()), nil, make([]float32, p.YLen()), Epilogue{})
 }
 
 // BenchmarkConvPre is DenseNet's pre-activation layer on a 1×1 convolution at batch 1: the
@@ -1021,7 +1029,7 @@ func BenchmarkConvPre(b *testing.B) {
 		pre := &ConvPre[float32]{Mul: scale, Add: shift, Relu: true}
 		xn, y := make([]float32, p.XLen()), make([]float32, p.YLen())
 		f := PackConvFilter(p, w)
-		relu := func(lo, hi int) { ReluRow(y[lo:hi], y[lo:hi]) }
+		relu := Epilogue{Relu: true}
 		for _, v := range []struct {
 			name string
 			run  func()

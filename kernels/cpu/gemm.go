@@ -211,13 +211,16 @@ func gemmKernGo[T Float](k int, ap, bp, cp unsafe.Pointer, ldc int, alpha, beta 
 		for j := 0; j < 4; j++ {
 			v := al * acc[4*i+j]
 			switch mode {
-			case 1, 4:
+			case 1, 4, 6:
 				v += row[j]
 			case 2:
 				v += be * row[j]
 			}
 			if mode >= 3 {
 				v += bias[i]
+			}
+			if mode >= 5 {
+				v = gemmRelu(v)
 			}
 			row[j] = v
 		}
@@ -335,7 +338,7 @@ func gemmRun[T Float](transA, transB bool, m, n, k int, alpha T, a []T, lda int,
 		gemvT(n, k, float32(alpha), f32s(a), f32s(b), ldb, float32(beta), f32s(c), workers)
 		return
 	}
-	gemmRunSrc(transA, m, n, k, alpha, a, lda, nil, &gemmMatrixB[T]{trans: transB, b: b, ldb: ldb}, beta, c, ldc, nil, workers)
+	gemmRunSrc(transA, m, n, k, alpha, a, lda, nil, &gemmMatrixB[T]{trans: transB, b: b, ldb: ldb}, beta, c, ldc, nil, false, workers)
 }
 
 // gemmBSource supplies op(B) to the blocked GEMM by packing it: pack writes
@@ -360,8 +363,9 @@ func (s *gemmMatrixB[T]) pack(pc, jc, kb, nb, nr int, dst, _ []T) {
 
 // gemmRunSrc is gemmRun with op(B) supplied by a packer and, when bias is not nil, bias[i]
 // (m elements) added to row i of the result: C = alpha·op(A)·op(B) + beta·C, then + bias,
-// in the rounding of a separate pass over C.
-func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, pa *gemmPacked[T], b gemmBSource[T], beta T, c []T, ldc int, bias []T, workers int) {
+// in the rounding of a separate pass over C; with relu (bias not nil) then max(·, 0), as
+// ReluRow, in the micro-kernel's store (modes 5 and 6).
+func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, pa *gemmPacked[T], b gemmBSource[T], beta T, c []T, ldc int, bias []T, relu bool, workers int) {
 	if m == 0 || n == 0 {
 		return
 	}
@@ -371,6 +375,9 @@ func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, pa *
 			for i := 0; i < m; i++ {
 				for j := range c[i*ldc : i*ldc+n] {
 					c[i*ldc+j] += bias[i]
+					if relu {
+						c[i*ldc+j] = gemmRelu(c[i*ldc+j])
+					}
 				}
 			}
 		}
@@ -417,12 +424,12 @@ func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, pa *
 	}
 	if pm*pn == 1 {
 		sc := gemmGetScratch[T](impl, m, n, k)
-		gemmSerial(impl, sc, transA, m, n, k, alpha, a, lda, pa, b, 0, beta, c, ldc, bias)
+		gemmSerial(impl, sc, transA, m, n, k, alpha, a, lda, pa, b, 0, beta, c, ldc, bias, relu)
 		gemmPutScratch(sc)
 		return
 	}
 	if pn == 1 && n > gemmMinCols && k*gemmSplit(n, 1, impl.nr) <= gemmSharedBMax || gemmPanels(m, n) {
-		gemmSharedB(impl, transA, m, n, k, alpha, a, lda, pa, b, beta, c, ldc, bias, workers)
+		gemmSharedB(impl, transA, m, n, k, alpha, a, lda, pa, b, beta, c, ldc, bias, relu, workers)
 		return
 	}
 	// Column ranges are cut finer than one per worker and taken from a shared counter, so
@@ -453,7 +460,7 @@ func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, pa *
 		mm, nn := min(rowsPer, m-i0), min(colsPer, n-j0)
 		aOff, bi := gemmRowBlock(i0, lda, transA, bias)
 		sc := gemmGetScratch[T](impl, mm, nn, k)
-		gemmSerial(impl, sc, transA, mm, nn, k, alpha, a[aOff:], lda, pa.from(i0), b, j0, beta, c[i0*ldc+j0:], ldc, bi)
+		gemmSerial(impl, sc, transA, mm, nn, k, alpha, a[aOff:], lda, pa.from(i0), b, j0, beta, c[i0*ldc+j0:], ldc, bi, relu)
 		gemmPutScratch(sc)
 	})
 }
@@ -491,7 +498,7 @@ const gemmSharedBMax = 1 << 22
 // (gemmRunSrc's other split) each pack all of A, which at 4096³ on two threads, eight
 // ranges, was 5% of the time. Results are the bits of the serial GEMM: the same slabs,
 // packing and micro-kernel calls for every tile.
-func gemmSharedB[T Float](impl *gemmImpl, transA bool, m, n, k int, alpha T, a []T, lda int, pa *gemmPacked[T], b gemmBSource[T], beta T, c []T, ldc int, bias []T, workers int) {
+func gemmSharedB[T Float](impl *gemmImpl, transA bool, m, n, k int, alpha T, a []T, lda int, pa *gemmPacked[T], b gemmBSource[T], beta T, c []T, ldc int, bias []T, relu bool, workers int) {
 	mr, nr, kc, nc := impl.mr, impl.nr, impl.kc, impl.nc
 	nPad := gemmSplit(n, 1, nr)
 	// The panels (jc, pc) in the serial GEMM's order, each with where it is packed, and
@@ -548,7 +555,7 @@ func gemmSharedB[T Float](impl *gemmImpl, transA bool, m, n, k int, alpha T, a [
 			sc := gemmGetScratch[T](impl, mm, n, k)
 			for _, p := range phase {
 				nb, kb := min(nc, n-p.jc), min(kc, k-p.pc)
-				gemmSlab(impl, sc, transA, mm, nb, k, p.pc, kb, alpha, a[aOff:], lda, pa.from(i0), packed[p.off:], beta, c[i0*ldc+p.jc:], ldc, bi)
+				gemmSlab(impl, sc, transA, mm, nb, k, p.pc, kb, alpha, a[aOff:], lda, pa.from(i0), packed[p.off:], beta, c[i0*ldc+p.jc:], ldc, bi, relu)
 			}
 			gemmPutScratch(sc)
 		})
@@ -677,8 +684,9 @@ const gemmL2Panel = 128 << 10
 // gemmSerial is the blocked GEMM on one core (BLIS loop order: nc panel, kc slab, mc block,
 // then the block's tiles, nr sliver outer and mr sliver inner or the other way round: see
 // gemmImpl.rowsSpan). It computes columns j0..j0+n of op(B), which land in c[:, 0:n]; a
-// non-nil bias (m elements) is added to the rows by the last slab's micro-kernel calls.
-func gemmSerial[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, n, k int, alpha T, a []T, lda int, pa *gemmPacked[T], b gemmBSource[T], j0 int, beta T, c []T, ldc int, bias []T) {
+// non-nil bias (m elements) is added to the rows by the last slab's micro-kernel calls (and
+// with relu the ReLU after it).
+func gemmSerial[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, n, k int, alpha T, a []T, lda int, pa *gemmPacked[T], b gemmBSource[T], j0 int, beta T, c []T, ldc int, bias []T, relu bool) {
 	nr := impl.nr
 	kcMax := min(impl.kc, k)
 	nc := impl.nc
@@ -693,7 +701,7 @@ func gemmSerial[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, n, k i
 		for pc := 0; pc < k; pc += impl.kc {
 			kb := min(impl.kc, k-pc)
 			b.pack(pc, j0+jc, kb, nb, nr, bp, row)
-			gemmSlab(impl, sc, transA, m, nb, k, pc, kb, alpha, a, lda, pa, bp, beta, c[jc:], ldc, bias)
+			gemmSlab(impl, sc, transA, m, nb, k, pc, kb, alpha, a, lda, pa, bp, beta, c[jc:], ldc, bias, relu)
 		}
 	}
 }
@@ -701,8 +709,8 @@ func gemmSerial[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, n, k i
 // gemmSlab multiplies rows 0..m of op(A)'s slab pc..pc+kb by a packed B panel bp (kb × nb,
 // in nr-column slivers) into c[:m, :nb]: A packed an mc block at a time into sc, then the
 // micro-kernel over every tile. The first slab (pc = 0) applies beta, later ones accumulate,
-// and the last (pc + kb = k) adds bias.
-func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, pc, kb int, alpha T, a []T, lda int, pa *gemmPacked[T], bp []T, beta T, c []T, ldc int, bias []T) {
+// and the last (pc + kb = k) adds bias (and with relu then takes max(·, 0): modes 5 and 6).
+func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, pc, kb int, alpha T, a []T, lda int, pa *gemmPacked[T], bp []T, beta T, c []T, ldc int, bias []T, relu bool) {
 	mr, nr := impl.mr, impl.nr
 	ap := unsafe.Slice((*T)(sc.ap), min(impl.mc, (m+mr-1)/mr*mr)*min(impl.kc, k))
 	tmp := unsafe.Slice((*T)(sc.tmp), mr*nr)
@@ -725,6 +733,9 @@ func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, p
 	}
 	if last {
 		mode += 3
+		if relu {
+			mode += 2
+		}
 	}
 	rowsOuter := impl.rowsSpan > 0 && m*ldc*int(unsafe.Sizeof(T(0))) >= impl.rowsSpan
 	for ic := 0; ic < m; ic += impl.mc {
@@ -889,8 +900,8 @@ func gemmColumns[T Float](impl *gemmImpl, mb, kb int, ap, bp []T, nt, nb int, t 
 
 // gemmStoreEdge is the micro-kernel's store of one row t of an edge tile (computed into a
 // full scratch tile) into row under mode: 0 row = alpha·t, 1 row += alpha·t, 2 row = alpha·t
-// + bet·row, 3 and 4 as 0 and 1 then + bv. The conversions round each step, as the kernel
-// does (no fusion).
+// + bet·row, 3 and 4 as 0 and 1 then + bv, 5 and 6 as 3 and 4 then max(·, 0) (ReluRow's). The
+// conversions round each step, as the kernel does (no fusion).
 func gemmStoreEdge[T Float](row, t []T, mode int, alpha, bet, bv T) {
 	switch mode {
 	case 0:
@@ -913,7 +924,24 @@ func gemmStoreEdge[T Float](row, t []T, mode int, alpha, bet, bv T) {
 		for j := range row {
 			row[j] = T(T(alpha*t[j])+row[j]) + bv
 		}
+	case 5:
+		for j := range row {
+			row[j] = gemmRelu(T(alpha*t[j]) + bv)
+		}
+	case 6:
+		for j := range row {
+			row[j] = gemmRelu(T(T(alpha*t[j])+row[j]) + bv)
+		}
 	}
+}
+
+// gemmRelu is modes 5 and 6's max(v, 0): ReluRow's, +0 for −0 and NaN (the kernels' VMAXPS
+// with +0 second).
+func gemmRelu[T Float](v T) T {
+	if v > 0 {
+		return v
+	}
+	return 0
 }
 
 // gemmPacked is op(A) packed ahead of the call, every row and slab (PackConvFilter), so

@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"strings"
 )
 
 var out bytes.Buffer
@@ -254,7 +255,15 @@ func (k kernel) gen() {
 		p("\tLEAQ (BX)(R9*%d), BX", 2*es)
 	}
 	// Modes 3 and 4 are 0 and 1 followed by adding bias[i] to row i: the bias comes after
-	// the whole sum, in the same rounding as a separate pass over C.
+	// the whole sum, in the same rounding as a separate pass over C. Modes 5 and 6 are 3
+	// and 4 followed by max(·, 0), a ReLU (a convolution's epilogue, gemmRunSrc's relu): the
+	// maximum with +0 as the second operand gives +0 for −0 and NaN, as ReluRow does.
+	// (convIndirect's kernels store no ReLU: its epilogue runs as it copies out.)
+	if !k.indirect {
+		p("\tCMPQ AX, $5")
+		p("\tJEQ %s_bias0relu", k.name)
+		p("\tJGT %s_bias1relu", k.name)
+	}
 	p("\tCMPQ AX, $3")
 	p("\tJEQ %s_bias0", k.name)
 	p("\tJGT %s_bias1", k.name)
@@ -264,8 +273,15 @@ func (k kernel) gen() {
 	// The epilogues: each row's accumulators scaled by alpha, plus what the mode adds.
 	epi := func(label string, body func(i, v int)) {
 		p("%s_%s:", k.name, label)
+		if strings.HasSuffix(label, "relu") { // beta's register holds the +0 (no beta here)
+			xor := "VXORPS"
+			if k.reg == "Z" {
+				xor = "VPXORD" // VXORPS on 512 bits needs AVX512DQ
+			}
+			p("\t%s %s, %s, %s", xor, beta, beta, beta)
+		}
 		for i := 0; i < k.mr; i++ {
-			if label == "bias0" || label == "bias1" {
+			if strings.HasPrefix(label, "bias") {
 				p("\t%s %d(BX), %s", k.bcast(), i*es, bias)
 			}
 			for v := 0; v < k.nv; v++ {
@@ -295,6 +311,11 @@ func (k kernel) gen() {
 	p("\tJMP %s_done", k.name)
 	epi("bias0", addBias)                                      // mode 3
 	epi("bias1", func(i, v int) { addC(i, v); addBias(i, v) }) // mode 4
+	if !k.indirect {
+		relu := func(i, v int) { p("\tVMAX%s %s, %s, %s", k.sfx(), beta, k.acc(i, v), k.acc(i, v)) }
+		epi("bias0relu", func(i, v int) { addBias(i, v); relu(i, v) })             // mode 5
+		epi("bias1relu", func(i, v int) { addC(i, v); addBias(i, v); relu(i, v) }) // mode 6
+	}
 	p("%s_done:", k.name)
 	if k.walk == "across" {
 		p("\tADDQ $%d, R12", nr*es)

@@ -186,7 +186,7 @@ func TestGemmTileOrder(t *testing.T) {
 					for o, v := range []*gemmImpl{gemmColumnOrder(&tiled), gemmColumnOrder(impl), gemmRowOrder(impl)} {
 						got[o] = append([]float32(nil), c0...)
 						withImpl[float32](v, func() {
-							gemmRunSrc(false, m, n, k, 1.5, a, k, nil, &gemmMatrixB[float32]{b: b, ldb: n}, beta, got[o], n, bias, workers)
+							gemmRunSrc(false, m, n, k, 1.5, a, k, nil, &gemmMatrixB[float32]{b: b, ldb: n}, beta, got[o], n, bias, false, workers)
 						})
 					}
 					for i := range got[0] {
@@ -296,7 +296,7 @@ func checkHalf[T Float](t *testing.T, r *rand.Rand, half, full *gemmImpl, m, n, 
 	for o, v := range []*gemmImpl{full, half} {
 		got[o] = append([]T(nil), c0...)
 		withImpl[T](v, func() {
-			gemmRunSrc(false, m, n, k, 1.5, a, k, nil, &gemmMatrixB[T]{b: b, ldb: n}, T(beta), got[o], n, bias, 1)
+			gemmRunSrc(false, m, n, k, 1.5, a, k, nil, &gemmMatrixB[T]{b: b, ldb: n}, T(beta), got[o], n, bias, false, 1)
 		})
 	}
 	for i := range got[0] {
@@ -627,13 +627,70 @@ func checkGemmParallel[T Float](t *testing.T, r *rand.Rand, impl string, transA,
 			bi = bias
 		}
 		want := append([]T(nil), c0...)
-		gemmRunSrc(transA, m, n, k, 1.5, a, lda, nil, &gemmMatrixB[T]{trans: transB, b: b, ldb: ldb}, beta, want, n, bi, 1)
+		gemmRunSrc(transA, m, n, k, 1.5, a, lda, nil, &gemmMatrixB[T]{trans: transB, b: b, ldb: ldb}, beta, want, n, bi, false, 1)
 		for _, workers := range []int{2, 3} {
 			got := append([]T(nil), c0...)
-			gemmRunSrc(transA, m, n, k, 1.5, a, lda, nil, &gemmMatrixB[T]{trans: transB, b: b, ldb: ldb}, beta, got, n, bi, workers)
+			gemmRunSrc(transA, m, n, k, 1.5, a, lda, nil, &gemmMatrixB[T]{trans: transB, b: b, ldb: ldb}, beta, got, n, bi, false, workers)
 			for i := range got {
 				if got[i] != want[i] {
 					t.Fatalf("%s %T %dx%dx%d trans %v,%v beta %v bias %v, %d workers: c[%d] = %v, serial %v", impl, got[0], m, n, k, transA, transB, beta, withBias, workers, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+// With relu the micro-kernels' bias stores take max(·, 0) (modes 5 and 6): the bits of the
+// same GEMM without it followed by ReluRow's maximum, +0 for a −0 sum and for NaN, on every
+// kernel (whole, half, wide and column tiles, short rows, tiles walked down a column or
+// along a row), several k slabs, each beta and one to three workers, float32 and float64.
+func TestGemmReluModes(t *testing.T) {
+	r := rand.New(rand.NewPCG(67, 68))
+	for _, impl := range gemmAvailable(4) {
+		for _, order := range []func(*gemmImpl) *gemmImpl{gemmColumnOrder, gemmRowOrder} {
+			checkRelu[float32](t, r, order(impl))
+		}
+	}
+	for _, impl := range gemmAvailable(8) {
+		checkRelu[float64](t, r, impl)
+	}
+}
+
+func checkRelu[T Float](t *testing.T, r *rand.Rand, impl *gemmImpl) {
+	t.Helper()
+	for _, sh := range [][3]int{{13, 49, 300}, {301, 196, 40}, {20, 80, 5}, {9, 36, 700}, {16, 51, 33}} {
+		m, n, k := sh[0], sh[1], sh[2]
+		a, b, c0, bias := randSlice[T](r, m*k), randSlice[T](r, k*n), randSlice[T](r, m*n), randSlice[T](r, m)
+		// Row 0 comes to −0 with a negative alpha (its products 0, alpha·(+0), a −0 bias) and
+		// row 1 to NaN; most others straddle 0 (the random values are centred on it).
+		for j := range b {
+			b[j] = -T(math.Abs(float64(b[j])))
+		}
+		for p := range k {
+			a[p] = 0
+		}
+		bias[0] = T(math.Copysign(0, -1))
+		a[k+k/2] = T(math.NaN())
+		for _, alpha := range []T{1.5, -1.5} {
+			for _, beta := range []T{0, 1, 0.5} {
+				for _, workers := range []int{1, 2, 3} {
+					want, got := append([]T(nil), c0...), append([]T(nil), c0...)
+					withImpl[T](impl, func() {
+						gemmRunSrc(false, m, n, k, alpha, a, k, nil, &gemmMatrixB[T]{b: b, ldb: n}, beta, want, n, bias, false, workers)
+						gemmRunSrc(false, m, n, k, alpha, a, k, nil, &gemmMatrixB[T]{b: b, ldb: n}, beta, got, n, bias, true, workers)
+					})
+					if beta == 0 && alpha < 0 && !math.Signbit(float64(want[0])) {
+						t.Fatalf("%s %dx%dx%d: row 0 came to %v before the ReLU, want −0", impl.name, m, n, k, want[0])
+					}
+					ReluRow(want, want)
+					for i := range got {
+						if math.Float64bits(float64(got[i])) != math.Float64bits(float64(want[i])) {
+							t.Fatalf("%s %dx%dx%d alpha %v beta %v, %d workers: c[%d] = %v, the GEMM then ReLU gives %v", impl.name, m, n, k, alpha, beta, workers, i, got[i], want[i])
+						}
+					}
+					if beta == 0 && (got[0] != 0 || math.Signbit(float64(got[0])) || got[n] != 0) {
+						t.Fatalf("%s %dx%dx%d: the −0 and NaN rows gave %v and %v, want +0", impl.name, m, n, k, got[0], got[n])
+					}
 				}
 			}
 		}

@@ -14,7 +14,8 @@ import (
 // calls it on each block of output channels as soon as the block is final — while the block
 // is still in cache — instead of a second launch reading and writing every element again.
 // The steps are the arithmetic chain's (chainOp), in the same order on the same values, so
-// the bits are those of the two launches. Any other epilogue runs as its op and then its
+// the bits are those of the two launches. A convolution's lone ReLU goes to the kernel as
+// k.Epilogue.Relu, which a pointwise convolution applies in its GEMM's micro-kernel store. Any other epilogue runs as its op and then its
 // chain in place (device.PrepareEpilogue).
 
 // prepareEpilogue prepares an epilogue launch site.
@@ -40,8 +41,8 @@ var epilogueBuilders = map[string]func(d *Device, op *device.Spec, steps []chain
 			return nil, err
 		}
 		constW := len(op.Const) >= 2 && op.Const[1]
-		return byDType(dt, convImpl(d, p, bias, constW, chainRunner[float32](steps, nIn)),
-			convImpl(d, p, bias, constW, chainRunner[float64](steps, nIn))), nil
+		return byDType(dt, convImpl(d, p, bias, constW, convEpilogue[float32](steps, nIn)),
+			convImpl(d, p, bias, constW, convEpilogue[float64](steps, nIn))), nil
 	},
 	// batch norm (inference), to each plane as the plane is written
 	"batch_norm": func(_ *Device, op *device.Spec, steps []chainStep, nIn int) (device.Impl, error) {
@@ -72,6 +73,22 @@ func epilogueSteps(chain *device.Spec) []chainStep {
 		}
 	}
 	return chainSteps(chain.Fused, len(chain.In), t)
+}
+
+// convEpiRunner makes a convolution launch's epilogue (k.Epilogue) on its result y and the
+// chain's other inputs.
+type convEpiRunner[T k.Float] func(y []T, extra []device.Tensor) k.Epilogue
+
+// convEpilogue is a convolution's epilogue from its chain: a lone ReLU as the kernel's Relu,
+// which the pointwise GEMM applies in its micro-kernel's store (the bits of ReluRow after it;
+// a pass over y after the GEMM cost ResNet-50's 1×1 layers 7% at two threads), anything else
+// as its Func, chainRunner's.
+func convEpilogue[T k.Float](steps []chainStep, nIn int) convEpiRunner[T] {
+	if len(steps) == 1 && steps[0].op == "relu" && nIn == 1 {
+		return func([]T, []device.Tensor) k.Epilogue { return k.Epilogue{Relu: true} }
+	}
+	run := chainRunner[T](steps, nIn)
+	return func(y []T, extra []device.Tensor) k.Epilogue { return k.Epilogue{Func: run(y, extra)} }
 }
 
 // epiRunner makes a launch's epilogue: the chain over elements [lo, hi) of y (its input 0,

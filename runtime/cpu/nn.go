@@ -160,7 +160,7 @@ func convSetup(s *device.Spec) (p *k.ConvParams, bias bool, d ir.DType, err erro
 // convImpl is a conv launch: with constW, its weights (a constant operand) packed at the
 // first launch and reused (constant.go); with run, followed by its epilogue (epilogue.go) on
 // the operands after x, w and the bias.
-func convImpl[T k.Float](d *Device, p *k.ConvParams, bias, constW bool, run epiRunner[T]) device.Impl {
+func convImpl[T k.Float](d *Device, p *k.ConvParams, bias, constW bool, run convEpiRunner[T]) device.Impl {
 	conv := convRunner(d, p, bias, constW, run)
 	return func(in, out []device.Tensor) error { return conv(in, out, nil) }
 }
@@ -168,7 +168,7 @@ func convImpl[T k.Float](d *Device, p *k.ConvParams, bias, constW bool, run epiR
 // convRun is a conv launch (convImpl's) on its input under a prologue (nil: none).
 type convRun[T k.Float] func(in, out []device.Tensor, pre *k.ConvPre[T]) error
 
-func convRunner[T k.Float](d *Device, p *k.ConvParams, bias, constW bool, run epiRunner[T]) convRun[T] {
+func convRunner[T k.Float](d *Device, p *k.ConvParams, bias, constW bool, run convEpiRunner[T]) convRun[T] {
 	var c constForm[*k.ConvFilter[T]]
 	nOp := 2
 	if bias {
@@ -180,7 +180,7 @@ func convRunner[T k.Float](d *Device, p *k.ConvParams, bias, constW bool, run ep
 		if bias {
 			b = floats[T](in[2])
 		}
-		var epi func(lo, hi int)
+		var epi k.Epilogue
 		if run != nil {
 			epi = run(y, in[nOp:])
 		}

@@ -79,15 +79,15 @@ func (d *Device) batchNormConv(pre, op *device.Spec) device.Impl {
 		nIn = len(chain.In)
 	}
 	if dt == ir.F64 {
-		var run epiRunner[float64]
+		var run convEpiRunner[float64]
 		if chain != nil {
-			run = chainRunner[float64](steps, nIn)
+			run = convEpilogue[float64](steps, nIn)
 		}
 		return batchNormConvImpl(convRunner(d, p, bias, constW, run), c, eps, relu)
 	}
-	var run epiRunner[float32]
+	var run convEpiRunner[float32]
 	if chain != nil {
-		run = chainRunner[float32](steps, nIn)
+		run = convEpilogue[float32](steps, nIn)
 	}
 	return batchNormConvImpl(convRunner(d, p, bias, constW, run), c, eps, relu)
 }
