@@ -304,26 +304,31 @@ func winoInput[T Float](pl []T, pw, th, tw int, dst []T, stride, sliver, nr int)
 		r1 := pl[(2*i+1)*pw:][:2*tw+2]
 		r2 := pl[(2*i+2)*pw:][:2*tw+2]
 		r3 := pl[(2*i+3)*pw:][:2*tw+2]
-		t := i * tw
-		q, qEnd := t/nr*sliver+t%nr, t/nr*sliver+nr // tile t's place, and its sliver's end
-		for j := 0; j < tw; j, q, t = j+1, q+1, t+1 {
-			if q == qEnd { // the next sliver
-				q, qEnd = qEnd-nr+sliver, qEnd+sliver
+		for j := 0; j < tw; {
+			// Eight or four tiles at once where they lie in one sliver; where fewer than four
+			// are left, the row's last four, doing some tiles before them again (the same
+			// values): a 14 × 14 plane's rows of 7 tiles are two fours, not a four and three
+			// tiles in Go, which were a tenth of GoogLeNet's 14 × 14 layers' time.
+			if vec {
+				if n := winoGroup(i*tw, j, tw, nr, 8, false); n >= 0 {
+					t := i*tw + n
+					q := t/nr*sliver + t%nr
+					_ = o[15][q+7] // bounds: the assembly writes q … q+7 of every point
+					winoIn8AVX(unsafe.Pointer(&r0[2*n]), unsafe.Pointer(&r1[2*n]), unsafe.Pointer(&r2[2*n]), unsafe.Pointer(&r3[2*n]), unsafe.Pointer(&o[0][q]), 4*stride)
+					j = n + 8
+					continue
+				}
+				if n := winoGroup(i*tw, j, tw, nr, 4, j+4 > tw); n >= 0 {
+					t := i*tw + n
+					q := t/nr*sliver + t%nr
+					_ = o[15][q+3]
+					winoIn4AVX(unsafe.Pointer(&r0[2*n]), unsafe.Pointer(&r1[2*n]), unsafe.Pointer(&r2[2*n]), unsafe.Pointer(&r3[2*n]), unsafe.Pointer(&o[0][q]), 4*stride)
+					j = n + 4
+					continue
+				}
 			}
-			c := 2 * j
-			// Eight tiles at once where they lie in one sliver (t a multiple of 8: nr is).
-			if vec && t%8 == 0 && j+8 <= tw {
-				_ = o[15][q+7] // bounds: the assembly writes q … q+7 of every point
-				winoIn8AVX(unsafe.Pointer(&r0[c]), unsafe.Pointer(&r1[c]), unsafe.Pointer(&r2[c]), unsafe.Pointer(&r3[c]), unsafe.Pointer(&o[0][q]), 4*stride)
-				j, q, t = j+7, q+7, t+7
-				continue
-			}
-			if vec && t%4 == 0 && j+4 <= tw { // four (a sliver holds whole fours too)
-				_ = o[15][q+3]
-				winoIn4AVX(unsafe.Pointer(&r0[c]), unsafe.Pointer(&r1[c]), unsafe.Pointer(&r2[c]), unsafe.Pointer(&r3[c]), unsafe.Pointer(&o[0][q]), 4*stride)
-				j, q, t = j+3, q+3, t+3
-				continue
-			}
+			t, c := i*tw+j, 2*j
+			q := t/nr*sliver + t%nr
 			// Bᵀ·d: the patch's columns.
 			a0, a1, a2, a3 := r0[c]-r2[c], r1[c]+r2[c], r2[c]-r1[c], r1[c]-r3[c]
 			b0, b1, b2, b3 := r0[c+1]-r2[c+1], r1[c+1]+r2[c+1], r2[c+1]-r1[c+1], r1[c+1]-r3[c+1]
@@ -334,8 +339,26 @@ func winoInput[T Float](pl []T, pw, th, tw int, dst []T, stride, sliver, nr int)
 			o[4][q], o[5][q], o[6][q], o[7][q] = a1-e1, b1+e1, e1-b1, b1-f1
 			o[8][q], o[9][q], o[10][q], o[11][q] = a2-e2, b2+e2, e2-b2, b2-f2
 			o[12][q], o[13][q], o[14][q], o[15][q] = a3-e3, b3+e3, e3-b3, b3-f3
+			j++
 		}
 	}
+}
+
+// winoGroup is where a group of n tiles that covers tile j of a row of tw (its first tile
+// t0 = i·tw) starts: j, or with back where fewer than n are left tw − n, so that the group
+// ends the row — or −1 where it does not fit the row or its tiles cross a sliver of nr.
+func winoGroup(t0, j, tw, nr, n int, back bool) int {
+	s := j
+	if j+n > tw {
+		if !back || tw < n {
+			return -1
+		}
+		s = tw - n
+	}
+	if (t0+s)/nr != (t0+s+n-1)/nr {
+		return -1
+	}
+	return s
 }
 
 // winoOutput writes Y = Aᵀ·M·A + b for every tile of one output channel (point ξ of tile
@@ -353,26 +376,32 @@ func winoOutput[T Float](src []T, stride, th, tw int, b T, y []T, ho, wo int) {
 		if 2*i+1 < ho {
 			y1 = y[(2*i+1)*wo:][:wo]
 		}
-		for j := 0; j < tw; j++ {
-			if vec && y1 != nil && j+8 <= tw && 2*j+16 <= wo { // eight tiles at once
-				_ = s[15][j+7] // bounds: the assembly reads j … j+7 of every point
-				_ = y1[2*j+15]
-				winoOut8AVX(unsafe.Pointer(&s[0][j]), 4*stride, unsafe.Pointer(&y0[2*j]), unsafe.Pointer(&y1[2*j]), float32(b))
-				j += 7
-				continue
-			}
-			if vec && y1 != nil && j+4 <= tw && 2*j+8 <= wo { // four
-				_ = s[15][j+3]
-				_ = y1[2*j+7]
-				winoOut4AVX(unsafe.Pointer(&s[0][j]), 4*stride, unsafe.Pointer(&y0[2*j]), unsafe.Pointer(&y1[2*j]), float32(b))
-				j += 3
-				continue
+		for j := 0; j < tw; {
+			// Eight or four tiles at once; where fewer than four fit, the row's last four
+			// (as winoInput's), writing some outputs again with the same bits.
+			if vec && y1 != nil {
+				if j+8 <= tw && 2*j+16 <= wo {
+					n := j
+					_ = s[15][n+7] // bounds: the assembly reads n … n+7 of every point
+					_ = y1[2*n+15]
+					winoOut8AVX(unsafe.Pointer(&s[0][n]), 4*stride, unsafe.Pointer(&y0[2*n]), unsafe.Pointer(&y1[2*n]), float32(b))
+					j = n + 8
+					continue
+				}
+				if n := min(j, wo/2-4, tw-4); n >= 0 && n+4 > j {
+					_ = s[15][n+3]
+					_ = y1[2*n+7]
+					winoOut4AVX(unsafe.Pointer(&s[0][n]), 4*stride, unsafe.Pointer(&y0[2*n]), unsafe.Pointer(&y1[2*n]), float32(b))
+					j = n + 4
+					continue
+				}
 			}
 			// Aᵀ·M: the tile's columns.
 			u00, u01, u02, u03 := s[0][j]+s[4][j]+s[8][j], s[1][j]+s[5][j]+s[9][j], s[2][j]+s[6][j]+s[10][j], s[3][j]+s[7][j]+s[11][j]
 			u10, u11, u12, u13 := s[4][j]-s[8][j]-s[12][j], s[5][j]-s[9][j]-s[13][j], s[6][j]-s[10][j]-s[14][j], s[7][j]-s[11][j]-s[15][j]
 			// (Aᵀ·M)·A: each row.
 			c := 2 * j
+			j++
 			if c+1 < wo {
 				y0[c], y0[c+1] = u00+u01+u02+b, u01-u02-u03+b
 				if y1 != nil {
