@@ -698,8 +698,11 @@ func convForward[T Float](g *convGeom, x []T, pre *ConvPre[T], w []T, f *ConvFil
 			// ReLU's bits). A pass over y after the GEMM, whose result had left the caches
 			// by then, cost ResNet-50's 32 pointwise layers 7% at two threads (Zen 5).
 			if epi.Relu {
-				if bg == nil {
-					bg = make([]T, g.ocg) // v + 0 and then the ReLU: the ReLU's bits, −0 included
+				if bg == nil { // v + 0 and then the ReLU: the ReLU's bits, −0 included
+					buf, zeros := convGetBuf[T](g.ocg)
+					defer convPutBuf(buf)
+					clear(zeros)
+					bg = zeros
 				}
 				e = eFunc
 			}
@@ -745,9 +748,9 @@ var convSubsampledOff bool
 // plane's rows in order, once, shared out by channels. B then holds the same values as the
 // im2col matrix, and the GEMM's k slabs and micro-kernel calls are the same, so the bits are
 // the im2col GEMM's. With AVX-512 a stride-2 plane is gathered in one call (gatherEvenRows32,
-// masked for each row's last wo mod 16 outputs): a call a row of 28, 14 or 7 outputs cost
-// 12% of ResNet-50's 256 → 512 layer on 56 × 56, and its three such layers ran 1.07–1.13×
-// faster without (two threads, Zen 5).
+// masked for each row's last wo mod 16 outputs): a call a row of 28, 14 or 7 outputs had cost
+// 12% of ResNet-50's 256 → 512 layer on 56 × 56, and its three such layers run 1.07–1.13×
+// faster with one call a plane (two threads, Zen 5).
 func convSubsampled[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T, workers int) {
 	d := g.sub
 	buf, xs := convGetBuf[T](g.cg * g.outSize)

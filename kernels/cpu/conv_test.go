@@ -800,6 +800,16 @@ func TestConvEpilogue(t *testing.T) {
 					}
 				}
 			}
+			// Without a bias (the pointwise GEMM then adds zeros before its ReLU).
+			want0, got0 := make([]float32, p.YLen()), make([]float32, p.YLen())
+			Conv(p, x, w, nil, want0)
+			ReluRow(want0, want0)
+			ConvEpi(p, x, w, nil, got0, Epilogue{Relu: true})
+			for i := range got0 {
+				if math.Float32bits(got0[i]) != math.Float32bits(want0[i]) {
+					t.Fatalf("case %d, %d threads, no bias: y[%d] = %v, Conv then ReLU gives %v", ci, threads, i, got0[i], want0[i])
+				}
+			}
 			// float64 takes the im2col GEMM everywhere.
 			x64, w64, b64 := toF64(x), toF64(w), toF64(bias)
 			want64 := make([]float64, p.YLen())
