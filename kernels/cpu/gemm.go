@@ -56,7 +56,8 @@ import (
 // C[0:mr,0:nr] = alpha·Ap·Bp + beta·C where Ap is a packed k×mr sliver and Bp a packed k×nr
 // sliver; mode 0 means beta == 0 (C is not read), 1 means beta == 1, 2 any other beta; modes
 // 3 and 4 are 0 and 1 and then add bias[i] (mr elements) to row i — a convolution's bias,
-// added after the whole sum as a separate pass would, while the tile is in registers.
+// added after the whole sum as a separate pass would, while the tile is in registers — and
+// 5 and 6 are 3 and 4 and then max(·, 0), a convolution's ReLU with ReluRow's bits.
 type gemmImpl struct {
 	name       string
 	mr, nr     int
