@@ -677,32 +677,9 @@ maxr2s2_done:
 	VZEROUPPER
 	RET
 
-// func gatherEven32(o, v *float32, n int): o[j] = v[2j], sixteen a round (VPERMI2PS on two
-// vectors of v). Reads v[0 … 2n−1]. n a multiple of 16.
-TEXT ·gatherEven32(SB), NOSPLIT, $0-24
-	MOVQ o+0(FP), DI
-	MOVQ v+8(FP), SI
-	MOVQ n+16(FP), CX
-	SHRQ $4, CX
-	JZ gev_done
-	VMOVUPS maxRange3s2<>+0(SB), Z28
-gev_loop:
-	VMOVUPS (SI), Z0
-	VMOVUPS 64(SI), Z1
-	VMOVAPS Z28, Z4
-	VPERMI2PS Z1, Z0, Z4
-	VMOVUPS Z4, (DI)
-	ADDQ $128, SI
-	ADDQ $64, DI
-	DECQ CX
-	JNZ gev_loop
-gev_done:
-	VZEROUPPER
-	RET
-
 // func gatherEvenRows32(o, v *float32, wo, rows, ldv int)
-// o[r·wo + j] = v[r·ldv + 2j] for r < rows, j < wo (AVX-512): gatherEven32's permutation a
-// row at a time, the row's last wo mod 16 outputs by masked loads and a masked store, which
+// o[r·wo + j] = v[r·ldv + 2j] for r < rows, j < wo (AVX-512): sixteen a round by VPERMI2PS
+// on two vectors of the row, the row's last wo mod 16 outputs by masked loads and a masked store, which
 // read only the 2t − 1 elements the t outputs need and write nothing past the row.
 TEXT ·gatherEvenRows32(SB), NOSPLIT, $0-40
 	MOVQ o+0(FP), DI

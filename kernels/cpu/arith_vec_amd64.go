@@ -255,9 +255,6 @@ func maxRange3s2_32(o, v *float32, n int)
 func maxRange2s2_32(o, v *float32, n int)
 
 //go:noescape
-func gatherEven32(o, v *float32, n int)
-
-//go:noescape
 func gatherEvenRows32(o, v *float32, wo, rows, ldv int)
 
 // gatherEvenRowsVec32 sets o[r·wo + j] = v[r·ld + 2j] for r < rows, j < wo in one call
@@ -272,21 +269,15 @@ func gatherEvenRowsVec32(o, v []float32, wo, rows, ld int) bool {
 	return true
 }
 
-// gatherEvenVec32 runs gatherEven32 (AVX-512) and max2s2Vec32 maxRange2s2_32 (VRANGEPS) over
-// the longest prefix of o that is a multiple of 16, and return its length.
-func gatherEvenVec32(o, v []float32) int { return pairsVec32(o, v, gemmHasAVX512, gatherEven32) }
-func max2s2Vec32(o, v []float32) int     { return pairsVec32(o, v, arithHasRange, maxRange2s2_32) }
-
-// pairsVec32 runs f — an assembly kernel that makes o[j] of v[2j] and v[2j+1], sixteen a
-// round — over the longest prefix of o that is a multiple of 16, where ok, and returns its
-// length.
-func pairsVec32(o, v []float32, ok bool, f func(o, v *float32, n int)) int {
+// max2s2Vec32 runs maxRange2s2_32 (VRANGEPS: o[j] = max(v[2j], v[2j+1]), sixteen a round)
+// over the longest prefix of o that is a multiple of 16, and returns its length.
+func max2s2Vec32(o, v []float32) int {
 	n := min(len(o), len(v)/2) &^ 15
-	if n <= 0 || !ok || arithForceGo {
+	if n <= 0 || !arithHasRange || arithForceGo {
 		return 0
 	}
 	_ = v[2*n-1] // bounds: the assembly trusts these
-	f(&o[0], &v[0], n)
+	maxRange2s2_32(&o[0], &v[0], n)
 	return n
 }
 

@@ -26,8 +26,6 @@ func maxNaN3s2Vec32(o, v []float32) int { return 0 }
 
 func max2s2Vec32(o, v []float32) int { return 0 }
 
-func gatherEvenVec32(o, v []float32) int { return 0 }
-
 func gatherEvenRowsVec32(o, v []float32, wo, rows, ld int) bool { return false }
 
 func dotVec32x2(a, b0, b1 []float32) (float32, float32, int) { return 0, 0, 0 }

@@ -344,14 +344,14 @@ func (cc *convCols[T]) row(r, from, n int, dst []T) {
 }
 
 // gatherStride writes src[0], src[s], src[2s], … to d. Stride 2 (downsampling layers) goes
-// sixteen at a time with AVX-512 (gatherEven32) and then four at a time with one bounds check
-// for the four: element by element, the checks and the index arithmetic made the gather cost
-// 2–4× its loads.
+// in one AVX-512 call (gatherEvenRows32, a row of one), else four at a time with one bounds
+// check for the four: element by element, the checks and the index arithmetic made the
+// gather cost 2–4× its loads.
 func gatherStride[T Float](d, src []T, s int) {
-	i := 0
-	if s == 2 && isFloat32Type[T]() && len(src) >= 2*len(d) {
-		i = gatherEvenVec32(f32s(d), f32s(src))
+	if s == 2 && isFloat32Type[T]() && gatherEvenRowsVec32(f32s(d), f32s(src), len(d), 1, 0) {
+		return
 	}
+	i := 0
 	if s == 2 {
 		for ; i+4 <= len(d); i += 4 {
 			o, r := d[i:i+4:i+4], src[2*i:2*i+7:2*i+7]
