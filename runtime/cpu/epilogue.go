@@ -51,7 +51,7 @@ var epilogueBuilders = map[string]func(d *Device, op *device.Spec, steps []chain
 		}
 		n, c, sp := channelGeometry(op.In[0])
 		eps := op.Attrs.Float("eps", 1e-5)
-		if len(steps) == 1 && steps[0].op == "relu" && nIn == 1 { // the scale-shift-ReLU pass
+		if loneRelu(steps, nIn) { // the scale-shift-ReLU pass
 			return byDType(op.Out[0].DType, batchNormReluImpl[float32](n, c, sp, eps), batchNormReluImpl[float64](n, c, sp, eps)), nil
 		}
 		return byDType(op.Out[0].DType, batchNormImpl(n, c, sp, eps, chainRunner[float32](steps, nIn)),
@@ -84,11 +84,17 @@ type convEpiRunner[T k.Float] func(y []T, extra []device.Tensor) k.Epilogue
 // a pass over y after the GEMM cost ResNet-50's 1×1 layers 7% at two threads), anything else
 // as its Func, chainRunner's.
 func convEpilogue[T k.Float](steps []chainStep, nIn int) convEpiRunner[T] {
-	if len(steps) == 1 && steps[0].op == "relu" && nIn == 1 {
+	if loneRelu(steps, nIn) {
 		return func([]T, []device.Tensor) k.Epilogue { return k.Epilogue{Relu: true} }
 	}
 	run := chainRunner[T](steps, nIn)
 	return func(y []T, extra []device.Tensor) k.Epilogue { return k.Epilogue{Func: run(y, extra)} }
+}
+
+// loneRelu reports whether a chain is a ReLU of the op's result alone, which the batch norm
+// and convolution kernels apply themselves.
+func loneRelu(steps []chainStep, nIn int) bool {
+	return len(steps) == 1 && steps[0].op == "relu" && nIn == 1
 }
 
 // epiRunner makes a launch's epilogue: the chain over elements [lo, hi) of y (its input 0,
