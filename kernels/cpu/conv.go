@@ -571,16 +571,21 @@ func convSchedule(tasks int, small bool, task func(t, inner int)) {
 // Preconditions (panics otherwise): p.Init succeeded; len(x) ≥ XLen(), len(w) ≥ WLen(),
 // len(y) ≥ YLen(), bias nil or len(bias) ≥ OutC; y does not overlap x or w.
 func Conv[T Float](p *ConvParams, x, w, bias, y []T) {
-	ConvEpi(p, x, w, bias, y, Epilogue{})
+	ConvEpi(p, x, w, bias, y, Epilogue[T]{})
 }
 
 // Epilogue is what a forward convolution does to its result's elements once they are final
-// (ConvEpi): a ReLU, then Func.
-type Epilogue struct {
+// (ConvEpi): a residual add and a ReLU, or a ReLU, then Func.
+type Epilogue[T Float] struct {
 	// Relu replaces each element v by max(v, 0), +0 for −0 and NaN (ReluRow's bits): in the
 	// GEMM micro-kernel's store where the convolution is pointwise — no pass over y at all —
 	// else on each of Func's ranges before Func.
 	Relu bool
+	// Res (nil: none; only with Relu) is a residual of y's shape added to each element before
+	// the ReLU, y = max((conv + bias) + Res, 0), each step rounded as separate passes would
+	// round it (ResNet's add and ReLU after a block's last convolution): in the pointwise
+	// GEMM's store, which reads it beside y, else with the ReLU. It must not overlap y.
+	Res []T
 	// Func (nil: none) is called on ranges of y's elements that partition y, each as soon as
 	// its values are final — while they are still in cache — and possibly concurrently on
 	// disjoint ranges. It may rewrite y[lo:hi] (a residual add); it must not read or write y
@@ -591,7 +596,7 @@ type Epilogue struct {
 // ConvEpi is Conv followed by an epilogue (Epilogue).
 //
 // Preconditions (panics otherwise): those of Conv.
-func ConvEpi[T Float](p *ConvParams, x, w, bias, y []T, epi Epilogue) {
+func ConvEpi[T Float](p *ConvParams, x, w, bias, y []T, epi Epilogue[T]) {
 	ConvPreEpi(p, x, nil, w, bias, y, epi)
 }
 
@@ -599,11 +604,11 @@ func ConvEpi[T Float](p *ConvParams, x, w, bias, y []T, epi Epilogue) {
 //
 // Preconditions (panics otherwise): those of Conv; pre nil, or p.Pointwise() and pre's
 // slices of InC elements.
-func ConvPreEpi[T Float](p *ConvParams, x []T, pre *ConvPre[T], w, bias, y []T, epi Epilogue) {
+func ConvPreEpi[T Float](p *ConvParams, x []T, pre *ConvPre[T], w, bias, y []T, epi Epilogue[T]) {
 	g := &p.g
 	g.mustInit("Conv")
 	needLen("Conv", "w", len(w), p.WLen())
-	convCheck(p, x, pre, bias, y)
+	convCheck(p, x, pre, bias, y, epi)
 	convForward(g, x, pre, w, nil, bias, y, epi)
 }
 
@@ -611,10 +616,29 @@ func ConvPreEpi[T Float](p *ConvParams, x []T, pre *ConvPre[T], w, bias, y []T, 
 // input as it lies (the convolutions a ConvPre applies to). p.Init must have succeeded.
 func (p *ConvParams) Pointwise() bool { return p.g.pointwise }
 
+// slicesOverlap reports whether two slices share memory.
+func slicesOverlap[T Float](a, b []T) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	a0, b0 := uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&b[0]))
+	sz := unsafe.Sizeof(a[0])
+	return a0 < b0+uintptr(len(b))*sz && b0 < a0+uintptr(len(a))*sz
+}
+
 // convCheck checks a forward convolution's operands other than the weights.
-func convCheck[T Float](p *ConvParams, x []T, pre *ConvPre[T], bias, y []T) {
+func convCheck[T Float](p *ConvParams, x []T, pre *ConvPre[T], bias, y []T, epi Epilogue[T]) {
 	needLen("Conv", "x", len(x), p.XLen())
 	needLen("Conv", "y", len(y), p.YLen())
+	if epi.Res != nil {
+		needLen("Conv", "epi.Res", len(epi.Res), p.YLen())
+		if !epi.Relu {
+			panic("cpu.Conv: an epilogue's residual without its ReLU")
+		}
+		if slicesOverlap(epi.Res[:p.YLen()], y[:p.YLen()]) {
+			panic("cpu.Conv: an epilogue's residual overlaps y")
+		}
+	}
 	if bias != nil {
 		needLen("Conv", "bias", len(bias), p.OutC)
 	}
@@ -627,7 +651,7 @@ func convCheck[T Float](p *ConvParams, x []T, pre *ConvPre[T], bias, y []T) {
 	}
 }
 
-func convForward[T Float](g *convGeom, x []T, pre *ConvPre[T], w []T, f *ConvFilter[T], bias, y []T, epi Epilogue) {
+func convForward[T Float](g *convGeom, x []T, pre *ConvPre[T], w []T, f *ConvFilter[T], bias, y []T, epi Epilogue[T]) {
 	small := g.direct() || gemmWork(g.ocg, g.outSize, g.kdim) < gemmParallelWork
 	convSchedule(g.batch*g.groups, small, func(t, inner int) {
 		n, gr := t/g.groups, t%g.groups
@@ -641,9 +665,17 @@ func convForward[T Float](g *convGeom, x []T, pre *ConvPre[T], w []T, f *ConvFil
 			eFunc = func(lo, hi int) { epi.Func(yOff+lo, yOff+hi) }
 		}
 		e = eFunc
+		var resg []T // the group's residual (epi.Res)
+		if epi.Res != nil {
+			resg = epi.Res[yOff:][:g.ocg*g.outSize]
+		}
 		if epi.Relu {
 			e = func(lo, hi int) {
-				ReluRow(y[yOff+lo:yOff+hi], y[yOff+lo:yOff+hi])
+				yr := y[yOff+lo : yOff+hi]
+				if resg != nil {
+					ArithVV(OpAdd, yr, resg[lo:hi], yr)
+				}
+				ReluRow(yr, yr)
 				if eFunc != nil {
 					eFunc(lo, hi)
 				}
@@ -688,15 +720,14 @@ func convForward[T Float](g *convGeom, x []T, pre *ConvPre[T], w []T, f *ConvFil
 					}
 				}
 			}
-		case g.pointwise:
-			var src gemmBSource[T] = &gemmMatrixB[T]{b: xg, ldb: g.inSize}
-			if pre != nil {
-				c0 := gr * g.cg
-				src = &gemmPreB[T]{b: xg, ldb: g.inSize, mul: pre.Mul[c0 : c0+g.cg], add: pre.Add[c0 : c0+g.cg], relu: pre.Relu}
-			}
+		case g.pointwise || g.sub != nil && !convSubsampledOff:
 			// The ReLU in the micro-kernel's store, after the bias (modes 5 and 6: a separate
-			// ReLU's bits). A pass over y after the GEMM, whose result had left the caches
-			// by then, cost ResNet-50's 32 pointwise layers 7% at two threads (Zen 5).
+			// ReLU's bits), and a residual before it (modes 7 and 8). A pass over y after the
+			// GEMM, whose result had left the caches by then, cost ResNet-50's 32 pointwise
+			// layers 7% at two threads (Zen 5) for the ReLU. The residual's add and ReLU in
+			// the store, its tiles prefetched a tile ahead, took ResNet-50's 16 convolutions
+			// with a residual from 6.39 to 6.17 ms (fastest launches of 30 steps; medians
+			// 7.29 → 6.93) at two threads; without the prefetch it ran slower than the pass.
 			if epi.Relu {
 				if bg == nil { // v + 0 and then the ReLU: the ReLU's bits, −0 included
 					buf, zeros := convGetBuf[T](g.ocg)
@@ -706,9 +737,17 @@ func convForward[T Float](g *convGeom, x []T, pre *ConvPre[T], w []T, f *ConvFil
 				}
 				e = eFunc
 			}
-			gemmRunSrc(false, g.ocg, g.outSize, g.cg, 1, wg, g.kdim, pa, src, 0, yg, g.outSize, bg, epi.Relu, inner)
-		case g.sub != nil && !convSubsampledOff:
-			convSubsampled(g, xg, wg, pa, bg, yg, inner)
+			ge := gemmEpi[T]{bias: bg, relu: epi.Relu, res: resg}
+			if !g.pointwise { // a strided 1×1 layer: the pointwise GEMM on the subsampled image
+				convSubsampled(g, xg, wg, pa, ge, yg, inner)
+				break
+			}
+			var src gemmBSource[T] = &gemmMatrixB[T]{b: xg, ldb: g.inSize}
+			if pre != nil {
+				c0 := gr * g.cg
+				src = &gemmPreB[T]{b: xg, ldb: g.inSize, mul: pre.Mul[c0 : c0+g.cg], add: pre.Add[c0 : c0+g.cg], relu: pre.Relu}
+			}
+			gemmRunSrc(false, g.ocg, g.outSize, g.cg, 1, wg, g.kdim, pa, src, 0, yg, g.outSize, ge, inner)
 		default:
 			if convBcast(g, xg, wg, f.bcastGroup(gr), bg, yg, inner, e) {
 				return // it ran the epilogue as it copied its result out
@@ -716,7 +755,7 @@ func convForward[T Float](g *convGeom, x []T, pre *ConvPre[T], w []T, f *ConvFil
 			if convIndirect(g, xg, wg, pa, bg, yg, inner, e) {
 				return // it ran the epilogue as it copied its result out
 			}
-			gemmRunSrc(false, g.ocg, g.outSize, g.kdim, 1, wg, g.kdim, pa, &convCols[T]{g, xg, false}, 0, yg, g.outSize, bg, false, inner)
+			gemmRunSrc(false, g.ocg, g.outSize, g.kdim, 1, wg, g.kdim, pa, &convCols[T]{g, xg, false}, 0, yg, g.outSize, gemmEpi[T]{bias: bg}, inner)
 		}
 		if e != nil {
 			// Right after the GEMM, while its result is in cache: by channel ranges, one a core.
@@ -742,7 +781,8 @@ func copyShort[T Float](dst, src []T) {
 var convSubsampledOff bool
 
 // convSubsampled computes one image and group of a strided 1×1 convolution (convSub) as the
-// pointwise GEMM on a copy of the input positions it reads. The im2col packer gathered them
+// pointwise GEMM on a copy of the input positions it reads, storing with epi (the pointwise
+// GEMM's bias, residual and ReLU). The im2col packer gathered them
 // element by element as it packed each panel, channel after channel (its reads jumping
 // between planes), and spent a fifth of ResNet-50's 1×1/2 layers there; the copy reads each
 // plane's rows in order, once, shared out by channels. B then holds the same values as the
@@ -751,7 +791,7 @@ var convSubsampledOff bool
 // masked for each row's last wo mod 16 outputs): a call a row of 28, 14 or 7 outputs had cost
 // 12% of ResNet-50's 256 → 512 layer on 56 × 56, and its three such layers run 1.07–1.13×
 // faster with one call a plane (two threads, Zen 5).
-func convSubsampled[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T, workers int) {
+func convSubsampled[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], epi gemmEpi[T], y []T, workers int) {
 	d := g.sub
 	buf, xs := convGetBuf[T](g.cg * g.outSize)
 	defer convPutBuf(buf)
@@ -767,7 +807,7 @@ func convSubsampled[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y [
 			}
 		}
 	})
-	gemmRunSrc(false, g.ocg, g.outSize, g.cg, 1, w, g.kdim, pa, &gemmMatrixB[T]{b: xs, ldb: g.outSize}, 0, y, g.outSize, bias, false, workers)
+	gemmRunSrc(false, g.ocg, g.outSize, g.cg, 1, w, g.kdim, pa, &gemmMatrixB[T]{b: xs, ldb: g.outSize}, 0, y, g.outSize, epi, workers)
 }
 
 // convPhases scatters the input rows and columns the windows read (rows × cols of channels
@@ -942,7 +982,7 @@ func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T
 							if mode >= 3 {
 								b = bip[row+i]
 							}
-							gemmStoreEdge(y32[(row+i)*g.outSize+yo:][:w], tmp[i*nr:][:w], mode, 1, 1, b)
+							gemmStoreEdge(y32[(row+i)*g.outSize+yo:][:w], tmp[i*nr:][:w], mode, 1, 1, b, 0)
 						}
 					}
 				}
@@ -1120,7 +1160,7 @@ func convFilterImage[T Float](g *convGeom, xg, dyg, dwg []T, beta T, inner int) 
 	case g.pointwise:
 		gemmRun(false, true, g.ocg, g.cg, g.outSize, 1, dyg, g.outSize, xg, g.inSize, beta, dwg, g.kdim, inner)
 	default:
-		gemmRunSrc(false, g.ocg, g.kdim, g.outSize, 1, dyg, g.outSize, nil, &convCols[T]{g, xg, true}, beta, dwg, g.kdim, nil, false, inner)
+		gemmRunSrc(false, g.ocg, g.kdim, g.outSize, 1, dyg, g.outSize, nil, &convCols[T]{g, xg, true}, beta, dwg, g.kdim, gemmEpi[T]{}, inner)
 	}
 }
 

@@ -91,14 +91,14 @@ func (f *ConvFilter[T]) bcastGroup(gr int) []T {
 //
 // Preconditions (panics otherwise): those of Conv.
 func (f *ConvFilter[T]) Conv(x, bias, y []T) {
-	f.ConvEpi(x, bias, y, Epilogue{})
+	f.ConvEpi(x, bias, y, Epilogue[T]{})
 }
 
 // ConvEpi is ConvEpi(p, x, w, bias, y, epi) with the filter's p and w, reading the packed
 // weights.
 //
 // Preconditions (panics otherwise): those of Conv.
-func (f *ConvFilter[T]) ConvEpi(x, bias, y []T, epi Epilogue) {
+func (f *ConvFilter[T]) ConvEpi(x, bias, y []T, epi Epilogue[T]) {
 	f.ConvPreEpi(x, nil, bias, y, epi)
 }
 
@@ -106,7 +106,7 @@ func (f *ConvFilter[T]) ConvEpi(x, bias, y []T, epi Epilogue) {
 // the packed weights.
 //
 // Preconditions (panics otherwise): those of ConvPreEpi.
-func (f *ConvFilter[T]) ConvPreEpi(x []T, pre *ConvPre[T], bias, y []T, epi Epilogue) {
-	convCheck(f.p, x, pre, bias, y)
+func (f *ConvFilter[T]) ConvPreEpi(x []T, pre *ConvPre[T], bias, y []T, epi Epilogue[T]) {
+	convCheck(f.p, x, pre, bias, y, epi)
 	convForward(&f.p.g, x, pre, f.w, f, bias, y, epi)
 }

@@ -757,6 +757,17 @@ func TestConvEpilogue(t *testing.T) {
 			x := randSlice[float32](r, p.XLen())
 			w := randSlice[float32](r, p.WLen())
 			bias := randSlice[float32](r, p.OutC)
+			res := randSlice[float32](r, p.YLen())
+			for i := range res { // a residual's special values: NaN (ReLU: +0) and zeros
+				switch i % 29 {
+				case 3:
+					res[i] = float32(math.NaN())
+				case 7:
+					res[i] = float32(math.Copysign(0, -1))
+				case 11:
+					res[i] = 0
+				}
+			}
 			f := PackConvFilter(p, w)
 			for _, packed := range []bool{false, true} {
 				// Packed weights of a 3×3 layer take the Winograd path (other bits than Conv's):
@@ -767,27 +778,44 @@ func TestConvEpilogue(t *testing.T) {
 				} else {
 					Conv(p, x, w, bias, want)
 				}
+				// The residual add and ReLU's reference: want + res, then the ReLU, as passes.
+				wantRes := make([]float32, p.YLen())
+				ArithVV(OpAdd, want, res, wantRes)
+				ReluRow(wantRes, wantRes)
 				ReluRow(want, want)
-				for _, fused := range []bool{false, true} {
+				for _, v := range []struct {
+					fused, res bool
+				}{{false, false}, {true, false}, {false, true}, {true, true}} {
+					fused := v.fused
 					got := make([]float32, p.YLen())
 					var mu sync.Mutex
 					seen := make([]int, len(got))
-					epi := Epilogue{Relu: fused, Func: func(lo, hi int) {
+					epi := Epilogue[float32]{Relu: fused, Func: func(lo, hi int) {
 						mu.Lock()
 						for i := lo; i < hi; i++ {
 							seen[i]++
 						}
 						mu.Unlock()
 						if !fused {
+							if v.res {
+								ArithVV(OpAdd, got[lo:hi], res[lo:hi], got[lo:hi])
+							}
 							ReluRow(got[lo:hi], got[lo:hi])
 						}
 					}}
+					want := want
+					if v.res {
+						want = wantRes
+						if fused {
+							epi.Res = res
+						}
+					}
 					if packed {
 						f.ConvEpi(x, bias, got, epi)
 					} else {
 						ConvEpi(p, x, w, bias, got, epi)
 					}
-					name := fmt.Sprintf("case %d, %d threads, packed %v, Relu %v", ci, threads, packed, fused)
+					name := fmt.Sprintf("case %d, %d threads, packed %v, Relu %v, residual %v", ci, threads, packed, fused, v.res)
 					for i, n := range seen {
 						if n != 1 {
 							t.Fatalf("%s: element %d passed to the epilogue %d times", name, i, n)
@@ -795,7 +823,7 @@ func TestConvEpilogue(t *testing.T) {
 					}
 					for i := range got {
 						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-							t.Fatalf("%s: y[%d] = %v, Conv then ReLU gives %v", name, i, got[i], want[i])
+							t.Fatalf("%s: y[%d] = %v, Conv (+ residual) then ReLU gives %v", name, i, got[i], want[i])
 						}
 					}
 				}
@@ -804,10 +832,19 @@ func TestConvEpilogue(t *testing.T) {
 			want0, got0 := make([]float32, p.YLen()), make([]float32, p.YLen())
 			Conv(p, x, w, nil, want0)
 			ReluRow(want0, want0)
-			ConvEpi(p, x, w, nil, got0, Epilogue{Relu: true})
+			ConvEpi(p, x, w, nil, got0, Epilogue[float32]{Relu: true})
 			for i := range got0 {
 				if math.Float32bits(got0[i]) != math.Float32bits(want0[i]) {
 					t.Fatalf("case %d, %d threads, no bias: y[%d] = %v, Conv then ReLU gives %v", ci, threads, i, got0[i], want0[i])
+				}
+			}
+			Conv(p, x, w, nil, want0)
+			ArithVV(OpAdd, want0, res, want0)
+			ReluRow(want0, want0)
+			ConvEpi(p, x, w, nil, got0, Epilogue[float32]{Relu: true, Res: res})
+			for i := range got0 {
+				if math.Float32bits(got0[i]) != math.Float32bits(want0[i]) {
+					t.Fatalf("case %d, %d threads, no bias, residual: y[%d] = %v, Conv, add and ReLU give %v", ci, threads, i, got0[i], want0[i])
 				}
 			}
 			// float64 takes the im2col GEMM everywhere.
@@ -817,7 +854,7 @@ func TestConvEpilogue(t *testing.T) {
 			ReluRow(want64, want64)
 			for _, fused := range []bool{false, true} {
 				got64 := make([]float64, p.YLen())
-				epi := Epilogue{Relu: fused}
+				epi := Epilogue[float64]{Relu: fused}
 				if !fused {
 					epi.Func = func(lo, hi int) { ReluRow(got64[lo:hi], got64[lo:hi]) }
 				}
@@ -859,7 +896,7 @@ func BenchmarkConvEpilogue(b *testing.B) {
 		})
 		b.Run(c.name+"/epilogue", func(b *testing.B) {
 			for b.Loop() {
-				f.ConvEpi(x, bias, y, Epilogue{Func: func(lo, hi int) { ReluRow(y[lo:hi], y[lo:hi]) }})
+				f.ConvEpi(x, bias, y, Epilogue[float32]{Func: func(lo, hi int) { ReluRow(y[lo:hi], y[lo:hi]) }})
 			}
 		})
 	}
@@ -905,7 +942,7 @@ func BenchmarkConvNetwork(b *testing.B) {
 						continue
 					}
 					y := l.y
-					l.f.ConvEpi(l.x, l.bias, y, Epilogue{Relu: true})
+					l.f.ConvEpi(l.x, l.bias, y, Epilogue[float32]{Relu: true})
 					flop += 2 * float64(l.p.YLen()) * float64(l.p.WLen()/l.p.OutC)
 				}
 			}
@@ -967,10 +1004,10 @@ func TestConvPreMatchesBatchNormThenConv(t *testing.T) {
 					want, got := make([]float32, p.YLen()), make([]float32, p.YLen())
 					if packed {
 						f.Conv(xn, bias, want)
-						f.ConvPreEpi(x, pre, bias, got, Epilogue{})
+						f.ConvPreEpi(x, pre, bias, got, Epilogue[float32]{})
 					} else {
 						Conv(p, xn, w, bias, want)
-						ConvPreEpi(p, x, pre, w, bias, got, Epilogue{})
+						ConvPreEpi(p, x, pre, w, bias, got, Epilogue[float32]{})
 					}
 					for i := range got {
 						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
@@ -991,7 +1028,7 @@ func TestConvPreMatchesBatchNormThenConv(t *testing.T) {
 			pre64 := BatchNormPre(s64, b64, m64, v64, 1e-5, relu, make([]float64, tc.inC), make([]float64, tc.inC))
 			want64, got64 := make([]float64, p.YLen()), make([]float64, p.YLen())
 			Conv(p, xn64, toF64(w), toF64(bias), want64)
-			ConvPreEpi(p, x64, pre64, toF64(w), toF64(bias), got64, Epilogue{})
+			ConvPreEpi(p, x64, pre64, toF64(w), toF64(bias), got64, Epilogue[float64]{})
 			for i := range got64 {
 				if got64[i] != want64[i] {
 					t.Fatalf("%v relu %v f64: y[%d] = %v, want %v", tc, relu, i, got64[i], want64[i])
@@ -1009,7 +1046,7 @@ func TestConvPreMatchesBatchNormThenConv(t *testing.T) {
 			t.Fatalf("a prologue on a 3×3 convolution: recovered %v", e)
 		}
 	}()
-	ConvPreEpi(p, make([]float32, p.XLen()), &ConvPre[float32]{Mul: []float32{1, 1}, Add: []float32{0, 0}}, make([]float32, p.WLen()), nil, make([]float32, p.YLen()), Epilogue{})
+	ConvPreEpi(p, make([]float32, p.XLen()), &ConvPre[float32]{Mul: []float32{1, 1}, Add: []float32{0, 0}}, make([]float32, p.WLen()), nil, make([]float32, p.YLen()), Epilogue[float32]{})
 }
 
 // BenchmarkConvPre is DenseNet's pre-activation layer on a 1×1 convolution at batch 1: the
@@ -1039,7 +1076,7 @@ func BenchmarkConvPre(b *testing.B) {
 		pre := &ConvPre[float32]{Mul: scale, Add: shift, Relu: true}
 		xn, y := make([]float32, p.XLen()), make([]float32, p.YLen())
 		f := PackConvFilter(p, w)
-		relu := Epilogue{Relu: true}
+		relu := Epilogue[float32]{Relu: true}
 		for _, v := range []struct {
 			name string
 			run  func()

@@ -107,7 +107,7 @@ func ConvTranspose[T Float](p *ConvTransposeParams, x, w, bias, y []T) {
 // forward Conv of dy with w. dx is overwritten.
 func ConvTransposeBackwardData[T Float](p *ConvTransposeParams, dy, w, dx []T) {
 	p.check("ConvTransposeBackwardData", len(dx), len(w), len(dy))
-	convForward[T](&p.g, dy, nil, w, nil, nil, dx, Epilogue{})
+	convForward[T](&p.g, dy, nil, w, nil, nil, dx, Epilogue[T]{})
 }
 
 // ConvTransposeBackwardFilter computes dw (shaped like w) from x and dy, summed over the

@@ -95,7 +95,7 @@ func testConvWinogradCases(t *testing.T, r *rand.Rand, impl *gemmImpl, cases []s
 					}
 				}
 			}
-			f.ConvEpi(x, bias, got, Epilogue{Func: e})
+			f.ConvEpi(x, bias, got, Epilogue[float32]{Func: e})
 			for i, n := range seen {
 				if epi && n != 1 {
 					t.Fatalf("%s case %d %+v: epilogue saw element %d %d times", impl.name, ci, run, i, n)

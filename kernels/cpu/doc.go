@@ -31,8 +31,11 @@
 // by rounding only). ConvEpi hands each block of output channels to
 // an epilogue (the runtime's fused ReLU, residual add) as soon as the block is final: in
 // convIndirect's copy out of its padded result and convBcast's transpose, else right after
-// the block's GEMM; a pointwise convolution's ReLU (Epilogue.Relu) the GEMM's micro-kernels
-// apply as they store the last k slab with the bias (modes 5 and 6), with ReluRow's bits. ConvPreEpi reads a pointwise convolution's input under a prologue
+// the block's GEMM; a pointwise (or strided 1×1) convolution's ReLU (Epilogue.Relu), and a
+// residual add before it (Epilogue.Res), the GEMM's micro-kernels apply as they store the last
+// k slab with the bias (modes 5 to 8), with the bits of the separate passes; the residual's
+// tile is prefetched a tile ahead, as its misses in the store cost more than the pass saved.
+// ConvPreEpi reads a pointwise convolution's input under a prologue
 // (ConvPre: an inference batch norm and ReLU, BatchNormPre) applied to each B panel as the
 // GEMM packs it, 16 columns of a row at a time in place (scaleShiftCols32), with the batch
 // norm's roundings.

@@ -57,7 +57,9 @@ import (
 // sliver; mode 0 means beta == 0 (C is not read), 1 means beta == 1, 2 any other beta; modes
 // 3 and 4 are 0 and 1 and then add bias[i] (mr elements) to row i — a convolution's bias,
 // added after the whole sum as a separate pass would, while the tile is in registers — and
-// 5 and 6 are 3 and 4 and then max(·, 0), a convolution's ReLU with ReluRow's bits.
+// 5 and 6 are 3 and 4 and then max(·, 0), a convolution's ReLU with ReluRow's bits; 7 and 8
+// are 5 and 6 with a residual of C's layout added before the max, the mode argument's bits
+// above the fourth being its offset from C in bytes (gemmEpi).
 type gemmImpl struct {
 	name       string
 	mr, nr     int
@@ -203,6 +205,8 @@ func gemmKernGo[T Float](k int, ap, bp, cp unsafe.Pointer, ldc int, alpha, beta 
 	c := unsafe.Slice((*T)(cp), 3*ldc+4)
 	acc := [16]T{c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33}
 	al, be := T(alpha), T(beta)
+	res := mode >> 4 // modes 7 and 8: the residual's offset from C in bytes
+	mode &= 15
 	var bias []T
 	if mode >= 3 {
 		bias = unsafe.Slice((*T)(biasp), 4)
@@ -212,13 +216,16 @@ func gemmKernGo[T Float](k int, ap, bp, cp unsafe.Pointer, ldc int, alpha, beta 
 		for j := 0; j < 4; j++ {
 			v := al * acc[4*i+j]
 			switch mode {
-			case 1, 4, 6:
+			case 1, 4, 6, 8:
 				v += row[j]
 			case 2:
 				v += be * row[j]
 			}
 			if mode >= 3 {
 				v += bias[i]
+			}
+			if mode >= 7 {
+				v += *(*T)(unsafe.Add(unsafe.Pointer(&row[j]), res))
 			}
 			if mode >= 5 {
 				v = gemmRelu(v)
@@ -339,7 +346,7 @@ func gemmRun[T Float](transA, transB bool, m, n, k int, alpha T, a []T, lda int,
 		gemvT(n, k, float32(alpha), f32s(a), f32s(b), ldb, float32(beta), f32s(c), workers)
 		return
 	}
-	gemmRunSrc(transA, m, n, k, alpha, a, lda, nil, &gemmMatrixB[T]{trans: transB, b: b, ldb: ldb}, beta, c, ldc, nil, false, workers)
+	gemmRunSrc(transA, m, n, k, alpha, a, lda, nil, &gemmMatrixB[T]{trans: transB, b: b, ldb: ldb}, beta, c, ldc, gemmEpi[T]{}, workers)
 }
 
 // gemmBSource supplies op(B) to the blocked GEMM by packing it: pack writes
@@ -362,21 +369,49 @@ func (s *gemmMatrixB[T]) pack(pc, jc, kb, nb, nr int, dst, _ []T) {
 	gemmPackB(s.trans, s.b, s.ldb, pc, jc, kb, nb, nr, dst)
 }
 
-// gemmRunSrc is gemmRun with op(B) supplied by a packer and, when bias is not nil, bias[i]
-// (m elements) added to row i of the result: C = alpha·op(A)·op(B) + beta·C, then + bias,
-// in the rounding of a separate pass over C; with relu (bias not nil) then max(·, 0), as
-// ReluRow, in the micro-kernel's store (modes 5 and 6).
-func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, pa *gemmPacked[T], b gemmBSource[T], beta T, c []T, ldc int, bias []T, relu bool, workers int) {
+// gemmEpi is what the micro-kernel's store does to C after alpha·op(A)·op(B) + beta·C, each
+// step rounded as a separate pass over C would round it: bias[i] (nil: none) added to row
+// i (modes 3 and 4), then, where res is set, the residual's element at the same place (C's
+// layout: res[i·ldc + j] beside c[i·ldc + j], modes 7 and 8), then with relu max(·, 0) as
+// ReluRow (modes 5 and 6). relu needs bias, and res needs relu (a convolution's epilogue
+// always has a bias: zeros where the convolution has none).
+type gemmEpi[T Float] struct {
+	bias []T
+	relu bool
+	res  []T
+}
+
+// gemmResOff is the byte offset from c to res (gemmEpi.res), which the kernels add to each
+// element's address in C: the same for every tile of C, whichever range it lies in. res
+// must hold as much of C's layout as c does and must not overlap c: the store reads it
+// after writing C's row.
+func gemmResOff[T Float](c, res []T) int {
+	if res == nil {
+		return 0
+	}
+	return int(uintptr(unsafe.Pointer(unsafe.SliceData(res))) - uintptr(unsafe.Pointer(unsafe.SliceData(c))))
+}
+
+// gemmRunSrc is gemmRun with op(B) supplied by a packer and the micro-kernel store's
+// epilogue epi: C = alpha·op(A)·op(B) + beta·C, then + bias, + res, max(·, 0) as epi has
+// them (modes 3 to 8).
+func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, pa *gemmPacked[T], b gemmBSource[T], beta T, c []T, ldc int, epi gemmEpi[T], workers int) {
 	if m == 0 || n == 0 {
 		return
 	}
+	if epi.res != nil && (!epi.relu || len(epi.res) < (m-1)*ldc+n) || epi.relu && epi.bias == nil {
+		panic("cpu: a GEMM epilogue's residual needs its ReLU and bias, and C's extent")
+	}
 	if k == 0 || alpha == 0 {
 		gemmScaleC(m, n, beta, c, ldc)
-		if bias != nil {
+		if epi.bias != nil {
 			for i := 0; i < m; i++ {
 				for j := range c[i*ldc : i*ldc+n] {
-					c[i*ldc+j] += bias[i]
-					if relu {
+					c[i*ldc+j] += epi.bias[i]
+					if epi.res != nil {
+						c[i*ldc+j] += epi.res[i*ldc+j]
+					}
+					if epi.relu {
 						c[i*ldc+j] = gemmRelu(c[i*ldc+j])
 					}
 				}
@@ -425,12 +460,12 @@ func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, pa *
 	}
 	if pm*pn == 1 {
 		sc := gemmGetScratch[T](impl, m, n, k)
-		gemmSerial(impl, sc, transA, m, n, k, alpha, a, lda, pa, b, 0, beta, c, ldc, bias, relu)
+		gemmSerial(impl, sc, transA, m, n, k, alpha, a, lda, pa, b, 0, beta, c, ldc, epi)
 		gemmPutScratch(sc)
 		return
 	}
 	if pn == 1 && n > gemmMinCols && k*gemmSplit(n, 1, impl.nr) <= gemmSharedBMax || gemmPanels(m, n) {
-		gemmSharedB(impl, transA, m, n, k, alpha, a, lda, pa, b, beta, c, ldc, bias, relu, workers)
+		gemmSharedB(impl, transA, m, n, k, alpha, a, lda, pa, b, beta, c, ldc, epi, workers)
 		return
 	}
 	// Column ranges are cut finer than one per worker and taken from a shared counter, so
@@ -459,9 +494,9 @@ func gemmRunSrc[T Float](transA bool, m, n, k int, alpha T, a []T, lda int, pa *
 			return
 		}
 		mm, nn := min(rowsPer, m-i0), min(colsPer, n-j0)
-		aOff, bi := gemmRowBlock(i0, lda, transA, bias)
+		aOff, e := gemmRowBlock(i0, lda, transA, epi)
 		sc := gemmGetScratch[T](impl, mm, nn, k)
-		gemmSerial(impl, sc, transA, mm, nn, k, alpha, a[aOff:], lda, pa.from(i0), b, j0, beta, c[i0*ldc+j0:], ldc, bi, relu)
+		gemmSerial(impl, sc, transA, mm, nn, k, alpha, a[aOff:], lda, pa.from(i0), b, j0, beta, c[i0*ldc+j0:], ldc, e.at(i0*ldc+j0))
 		gemmPutScratch(sc)
 	})
 }
@@ -499,7 +534,7 @@ const gemmSharedBMax = 1 << 22
 // (gemmRunSrc's other split) each pack all of A, which at 4096³ on two threads, eight
 // ranges, was 5% of the time. Results are the bits of the serial GEMM: the same slabs,
 // packing and micro-kernel calls for every tile.
-func gemmSharedB[T Float](impl *gemmImpl, transA bool, m, n, k int, alpha T, a []T, lda int, pa *gemmPacked[T], b gemmBSource[T], beta T, c []T, ldc int, bias []T, relu bool, workers int) {
+func gemmSharedB[T Float](impl *gemmImpl, transA bool, m, n, k int, alpha T, a []T, lda int, pa *gemmPacked[T], b gemmBSource[T], beta T, c []T, ldc int, epi gemmEpi[T], workers int) {
 	mr, nr, kc, nc := impl.mr, impl.nr, impl.kc, impl.nc
 	nPad := gemmSplit(n, 1, nr)
 	// The panels (jc, pc) in the serial GEMM's order, each with where it is packed, and
@@ -552,11 +587,11 @@ func gemmSharedB[T Float](impl *gemmImpl, transA bool, m, n, k int, alpha T, a [
 		parallelTasks((m+rowsPer-1)/rowsPer, workers, func(t int) {
 			i0 := t * rowsPer
 			mm := min(rowsPer, m-i0)
-			aOff, bi := gemmRowBlock(i0, lda, transA, bias)
+			aOff, e := gemmRowBlock(i0, lda, transA, epi)
 			sc := gemmGetScratch[T](impl, mm, n, k)
 			for _, p := range phase {
 				nb, kb := min(nc, n-p.jc), min(kc, k-p.pc)
-				gemmSlab(impl, sc, transA, mm, nb, k, p.pc, kb, alpha, a[aOff:], lda, pa.from(i0), packed[p.off:], beta, c[i0*ldc+p.jc:], ldc, bi, relu)
+				gemmSlab(impl, sc, transA, mm, nb, k, p.pc, kb, alpha, a[aOff:], lda, pa.from(i0), packed[p.off:], beta, c[i0*ldc+p.jc:], ldc, e.at(i0*ldc+p.jc))
 			}
 			gemmPutScratch(sc)
 		})
@@ -685,9 +720,9 @@ const gemmL2Panel = 128 << 10
 // gemmSerial is the blocked GEMM on one core (BLIS loop order: nc panel, kc slab, mc block,
 // then the block's tiles, nr sliver outer and mr sliver inner or the other way round: see
 // gemmImpl.rowsSpan). It computes columns j0..j0+n of op(B), which land in c[:, 0:n]; a
-// non-nil bias (m elements) is added to the rows by the last slab's micro-kernel calls (and
-// with relu the ReLU after it).
-func gemmSerial[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, n, k int, alpha T, a []T, lda int, pa *gemmPacked[T], b gemmBSource[T], j0 int, beta T, c []T, ldc int, bias []T, relu bool) {
+// last slab's micro-kernel calls store it with epi (bias, residual and ReLU; epi.res from
+// c's first element).
+func gemmSerial[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, n, k int, alpha T, a []T, lda int, pa *gemmPacked[T], b gemmBSource[T], j0 int, beta T, c []T, ldc int, epi gemmEpi[T]) {
 	nr := impl.nr
 	kcMax := min(impl.kc, k)
 	nc := impl.nc
@@ -702,7 +737,7 @@ func gemmSerial[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, n, k i
 		for pc := 0; pc < k; pc += impl.kc {
 			kb := min(impl.kc, k-pc)
 			b.pack(pc, j0+jc, kb, nb, nr, bp, row)
-			gemmSlab(impl, sc, transA, m, nb, k, pc, kb, alpha, a, lda, pa, bp, beta, c[jc:], ldc, bias, relu)
+			gemmSlab(impl, sc, transA, m, nb, k, pc, kb, alpha, a, lda, pa, bp, beta, c[jc:], ldc, epi.at(jc))
 		}
 	}
 }
@@ -710,8 +745,9 @@ func gemmSerial[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, n, k i
 // gemmSlab multiplies rows 0..m of op(A)'s slab pc..pc+kb by a packed B panel bp (kb × nb,
 // in nr-column slivers) into c[:m, :nb]: A packed an mc block at a time into sc, then the
 // micro-kernel over every tile. The first slab (pc = 0) applies beta, later ones accumulate,
-// and the last (pc + kb = k) adds bias (and with relu then takes max(·, 0): modes 5 and 6).
-func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, pc, kb int, alpha T, a []T, lda int, pa *gemmPacked[T], bp []T, beta T, c []T, ldc int, bias []T, relu bool) {
+// and the last (pc + kb = k) stores with epi: bias, then the residual, then max(·, 0)
+// (modes 3 to 8).
+func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, pc, kb int, alpha T, a []T, lda int, pa *gemmPacked[T], bp []T, beta T, c []T, ldc int, epi gemmEpi[T]) {
 	mr, nr := impl.mr, impl.nr
 	ap := unsafe.Slice((*T)(sc.ap), min(impl.mc, (m+mr-1)/mr*mr)*min(impl.kc, k))
 	tmp := unsafe.Slice((*T)(sc.tmp), mr*nr)
@@ -727,17 +763,24 @@ func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, p
 	case 1:
 		mode = 1
 	}
+	bias := epi.bias
 	last := bias != nil && pc+kb >= k
 	if last && mode == 2 { // no kernel mode adds both: scale C first
 		gemmScaleC(m, nb, bet, c, ldc)
 		mode = 1
 	}
+	res := 0 // the residual's offset from C in bytes (modes 7 and 8)
 	if last {
 		mode += 3
-		if relu {
+		if epi.relu {
 			mode += 2
 		}
+		if epi.res != nil {
+			mode += 2
+			res = gemmResOff(c, epi.res)
+		}
 	}
+	kmode := mode + res<<4 // the kernels' mode argument: the offset above the mode's four bits
 	rowsOuter := impl.rowsSpan > 0 && m*ldc*int(unsafe.Sizeof(T(0))) >= impl.rowsSpan
 	for ic := 0; ic < m; ic += impl.mc {
 		mb := min(impl.mc, m-ic)
@@ -774,7 +817,7 @@ func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, p
 				kern, w = impl.kernHalf, nr/2
 			}
 			if mm == mr && nn == w {
-				kern(kb, as, bs, unsafe.Pointer(&c[ci]), ldc, float64(alpha), float64(bet), mode, bip)
+				kern(kb, as, bs, unsafe.Pointer(&c[ci]), ldc, float64(alpha), float64(bet), kmode, bip)
 				return
 			}
 			kern(kb, as, bs, unsafe.Pointer(&tmp[0]), nr, 1, 0, 0, nil)
@@ -783,7 +826,7 @@ func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, p
 				if mode >= 3 {
 					bv = bias[ic+ir+i]
 				}
-				gemmStoreEdge(c[ci+i*ldc:ci+i*ldc+nn], tmp[i*nr:i*nr+nn], mode, alpha, bet, bv)
+				gemmStoreEdge(c[ci+i*ldc:ci+i*ldc+nn], tmp[i*nr:i*nr+nn], mode, alpha, bet, bv, res)
 			}
 		}
 		if rowsOuter {
@@ -795,7 +838,7 @@ func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, p
 					if mode >= 3 {
 						bip = unsafe.Pointer(&bias[ic+ir])
 					}
-					impl.kernAcross(kb, unsafe.Pointer(&ap[ir*kb]), unsafe.Pointer(&bp[0]), unsafe.Pointer(&c[(ic+ir)*ldc]), ldc, float64(alpha), float64(bet), mode, bip, full)
+					impl.kernAcross(kb, unsafe.Pointer(&ap[ir*kb]), unsafe.Pointer(&bp[0]), unsafe.Pointer(&c[(ic+ir)*ldc]), ldc, float64(alpha), float64(bet), kmode, bip, full)
 					jr = full * nr
 				}
 				for ; jr < nt; jr += nr {
@@ -817,7 +860,7 @@ func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, p
 						if mode >= 3 {
 							bip = unsafe.Pointer(&bias[ic+ir])
 						}
-						impl.kernWide(kb, unsafe.Pointer(&ap[ir*kb]), unsafe.Pointer(&bp[jr*kb]), unsafe.Pointer(&c[(ic+ir)*ldc+jr]), ldc, float64(alpha), float64(bet), mode, bip, nr*kb)
+						impl.kernWide(kb, unsafe.Pointer(&ap[ir*kb]), unsafe.Pointer(&bp[jr*kb]), unsafe.Pointer(&c[(ic+ir)*ldc+jr]), ldc, float64(alpha), float64(bet), kmode, bip, nr*kb)
 					}
 					break
 				}
@@ -828,7 +871,7 @@ func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, p
 					if mode >= 3 {
 						bip = unsafe.Pointer(&bias[ic])
 					}
-					impl.kernDown(kb, unsafe.Pointer(&ap[0]), unsafe.Pointer(&bp[jr*kb]), unsafe.Pointer(&c[ic*ldc+jr]), ldc, float64(alpha), float64(bet), mode, bip, full)
+					impl.kernDown(kb, unsafe.Pointer(&ap[0]), unsafe.Pointer(&bp[jr*kb]), unsafe.Pointer(&c[ic*ldc+jr]), ldc, float64(alpha), float64(bet), kmode, bip, full)
 					ir = full * mr
 				}
 				for ; ir < mb; ir += mr {
@@ -837,7 +880,7 @@ func gemmSlab[T Float](impl *gemmImpl, sc *gemmScratch, transA bool, m, nb, k, p
 			}
 		}
 		if nt < nb {
-			gemmColumns(impl, mb, kb, ap, bp, nt, nb, tmp, mode, alpha, bet, c[ic*ldc:], ldc, bias[min(ic, len(bias)):])
+			gemmColumns(impl, mb, kb, ap, bp, nt, nb, tmp, mode, alpha, bet, c[ic*ldc:], ldc, bias[min(ic, len(bias)):], res)
 		}
 	}
 }
@@ -862,8 +905,9 @@ const (
 // steps) and the packed B panel bp (nr-column slivers, kb steps), storing under mode as the
 // tiles' edge stores do (gemmStoreEdge). For each group of up to 8 A slivers the column
 // kernel runs once per column into t (the edge tile's scratch: column jj's rows at
-// t[jj·rows]), and the group's rows are then stored a row at a time.
-func gemmColumns[T Float](impl *gemmImpl, mb, kb int, ap, bp []T, nt, nb int, t []T, mode int, alpha, bet T, c []T, ldc int, bias []T) {
+// t[jj·rows]), and the group's rows are then stored a row at a time (res: modes 7 and 8's
+// residual offset from C in bytes).
+func gemmColumns[T Float](impl *gemmImpl, mb, kb int, ap, bp []T, nt, nb int, t []T, mode int, alpha, bet T, c []T, ldc int, bias []T, res int) {
 	mr, nr, cols := impl.mr, impl.nr, nb-nt
 	astride := mr * kb * int(unsafe.Sizeof(T(0)))
 	four := cols > 2 && impl.kernCol4 != nil
@@ -893,7 +937,7 @@ func gemmColumns[T Float](impl *gemmImpl, mb, kb int, ap, bp []T, nt, nb int, t 
 			if mode >= 3 {
 				bv = bias[ir+i]
 			}
-			gemmStoreEdge(c[(ir+i)*ldc+nt:][:cols], row[:cols], mode, alpha, bet, bv)
+			gemmStoreEdge(c[(ir+i)*ldc+nt:][:cols], row[:cols], mode, alpha, bet, bv, res)
 		}
 		ir += rows
 	}
@@ -901,9 +945,21 @@ func gemmColumns[T Float](impl *gemmImpl, mb, kb int, ap, bp []T, nt, nb int, t 
 
 // gemmStoreEdge is the micro-kernel's store of one row t of an edge tile (computed into a
 // full scratch tile) into row under mode: 0 row = alpha·t, 1 row += alpha·t, 2 row = alpha·t
-// + bet·row, 3 and 4 as 0 and 1 then + bv, 5 and 6 as 3 and 4 then max(·, 0) (ReluRow's). The
+// + bet·row, 3 and 4 as 0 and 1 then + bv, 5 and 6 as 3 and 4 then max(·, 0) (ReluRow's), 7
+// and 8 as 5 and 6 with the residual row res bytes on from row added before the max. The
 // conversions round each step, as the kernel does (no fusion).
-func gemmStoreEdge[T Float](row, t []T, mode int, alpha, bet, bv T) {
+func gemmStoreEdge[T Float](row, t []T, mode int, alpha, bet, bv T, res int) {
+	if mode >= 7 {
+		r := unsafe.Slice((*T)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(row)), res)), len(row))
+		for j := range row {
+			v := T(alpha * t[j])
+			if mode == 8 {
+				v += row[j]
+			}
+			row[j] = gemmRelu(T(v+bv) + r[j])
+		}
+		return
+	}
 	switch mode {
 	case 0:
 		for j := range row {
@@ -1105,14 +1161,22 @@ func GEMMKernel() string {
 }
 
 // gemmRowBlock is where a worker's rows from i0 start: A's offset (a row of lda elements, or a
-// column when A is transposed) and the bias from row i0 (nil without one).
-func gemmRowBlock[T Float](i0, lda int, transA bool, bias []T) (aOff int, bi []T) {
+// column when A is transposed) and the epilogue with the bias from row i0 (nil without one).
+func gemmRowBlock[T Float](i0, lda int, transA bool, epi gemmEpi[T]) (aOff int, e gemmEpi[T]) {
 	aOff = i0 * lda
 	if transA {
 		aOff = i0
 	}
-	if bias != nil {
-		bi = bias[i0:]
+	if epi.bias != nil {
+		epi.bias = epi.bias[i0:]
 	}
-	return aOff, bi
+	return aOff, epi
+}
+
+// at is epi for C from its element off on (c[off:]): the residual moves with C.
+func (epi gemmEpi[T]) at(off int) gemmEpi[T] {
+	if epi.res != nil {
+		epi.res = epi.res[off:]
+	}
+	return epi
 }

@@ -210,6 +210,20 @@ func (k kernel) gen() {
 		p("\tPREFETCHT0 %d(R9)", nr*es-1)
 		p("\tADDQ R8, R9")
 	}
+	// And the residual's tile (modes 7 and 8: the mode's bits above the fourth are its
+	// offset from C, zero in other modes): read in the store, where its misses stalled every
+	// tile — the residual add in the store ran slower than a pass over C after the GEMM.
+	p("\tMOVQ mode+%d(FP), R10", modeOff)
+	p("\tSARQ $4, R10")
+	p("\tJEQ %s_nores", k.name)
+	for i := 0; i < k.mr; i++ {
+		p("\tPREFETCHT0 (R9)(R10*1)")
+		p("\tPREFETCHT0 %d(R9)(R10*1)", nr*es-1)
+		if i < k.mr-1 {
+			p("\tADDQ R8, R9")
+		}
+	}
+	p("%s_nores:", k.name)
 	// Every line of the packed B sliver is prefetched 16 steps ahead. Where tiles go along C's
 	// rows (2048³ and up) each call streams its B sliver from L3; one prefetch per four steps
 	// left three lines in four to the hardware prefetcher, and prefetching each line ran
@@ -248,7 +262,12 @@ func (k kernel) gen() {
 	p("%s_store:", k.name)
 	alpha, beta, bias := k.areg(0), k.areg(1), k.breg(0)
 	p("\t%s alpha+40(FP), %s", k.bcast(), alpha)
+	// The mode's low four bits are the mode; the rest (an arithmetic shift) is modes 7 and
+	// 8's residual offset in bytes from C (R10).
 	p("\tMOVQ mode+%d(FP), AX", modeOff)
+	p("\tMOVQ AX, R10")
+	p("\tSARQ $4, R10")
+	p("\tANDQ $15, AX")
 	p("\tMOVQ bias+%d(FP), BX", biasOff)
 	if k.walk == "down" { // this tile's bias: BX + R11·mr elements
 		p("\tLEAQ (R11)(R11*2), R9")
@@ -256,14 +275,16 @@ func (k kernel) gen() {
 	}
 	// Modes 3 and 4 are 0 and 1 followed by adding bias[i] to row i: the bias comes after
 	// the whole sum, in the same rounding as a separate pass over C. Modes 5 and 6 are 3
-	// and 4 followed by max(·, 0), a ReLU (a convolution's epilogue, gemmRunSrc's relu): the
-	// maximum with +0 as the second operand gives +0 for −0 and NaN, as ReluRow does.
-	// (convIndirect's kernels store no ReLU: its epilogue runs as it copies out.)
-	if !k.indirect {
-		p("\tCMPQ AX, $5")
-		p("\tJEQ %s_bias0relu", k.name)
-		p("\tJGT %s_bias1relu", k.name)
-	}
+	// and 4 followed by max(·, 0), a ReLU (a convolution's epilogue, gemmEpi's relu): the
+	// maximum with +0 as the second operand gives +0 for −0 and NaN, as ReluRow does. Modes
+	// 7 and 8 are 5 and 6 with a residual of C's layout, R10 bytes on from C, added after
+	// the bias and before the ReLU (ResNet's add and ReLU after a block's last convolution).
+	p("\tCMPQ AX, $7")
+	p("\tJEQ %s_bias0resrelu", k.name)
+	p("\tJGT %s_bias1resrelu", k.name)
+	p("\tCMPQ AX, $5")
+	p("\tJEQ %s_bias0relu", k.name)
+	p("\tJGT %s_bias1relu", k.name)
 	p("\tCMPQ AX, $3")
 	p("\tJEQ %s_bias0", k.name)
 	p("\tJGT %s_bias1", k.name)
@@ -311,11 +332,12 @@ func (k kernel) gen() {
 	p("\tJMP %s_done", k.name)
 	epi("bias0", addBias)                                      // mode 3
 	epi("bias1", func(i, v int) { addC(i, v); addBias(i, v) }) // mode 4
-	if !k.indirect {
-		relu := func(i, v int) { p("\tVMAX%s %s, %s, %s", k.sfx(), beta, k.acc(i, v), k.acc(i, v)) }
-		epi("bias0relu", func(i, v int) { addBias(i, v); relu(i, v) })             // mode 5
-		epi("bias1relu", func(i, v int) { addC(i, v); addBias(i, v); relu(i, v) }) // mode 6
-	}
+	relu := func(i, v int) { p("\tVMAX%s %s, %s, %s", k.sfx(), beta, k.acc(i, v), k.acc(i, v)) }
+	addRes := func(i, v int) { p("\tVADD%s %d(DX)(R10*1), %s, %s", k.sfx(), v*vb, k.acc(i, v), k.acc(i, v)) }
+	epi("bias0relu", func(i, v int) { addBias(i, v); relu(i, v) })                              // mode 5
+	epi("bias1relu", func(i, v int) { addC(i, v); addBias(i, v); relu(i, v) })                  // mode 6
+	epi("bias0resrelu", func(i, v int) { addBias(i, v); addRes(i, v); relu(i, v) })             // mode 7
+	epi("bias1resrelu", func(i, v int) { addC(i, v); addBias(i, v); addRes(i, v); relu(i, v) }) // mode 8
 	p("%s_done:", k.name)
 	if k.walk == "across" {
 		p("\tADDQ $%d, R12", nr*es)

@@ -186,7 +186,7 @@ func TestGemmTileOrder(t *testing.T) {
 					for o, v := range []*gemmImpl{gemmColumnOrder(&tiled), gemmColumnOrder(impl), gemmRowOrder(impl)} {
 						got[o] = append([]float32(nil), c0...)
 						withImpl[float32](v, func() {
-							gemmRunSrc(false, m, n, k, 1.5, a, k, nil, &gemmMatrixB[float32]{b: b, ldb: n}, beta, got[o], n, bias, false, workers)
+							gemmRunSrc(false, m, n, k, 1.5, a, k, nil, &gemmMatrixB[float32]{b: b, ldb: n}, beta, got[o], n, gemmEpi[float32]{bias: bias}, workers)
 						})
 					}
 					for i := range got[0] {
@@ -296,7 +296,7 @@ func checkHalf[T Float](t *testing.T, r *rand.Rand, half, full *gemmImpl, m, n, 
 	for o, v := range []*gemmImpl{full, half} {
 		got[o] = append([]T(nil), c0...)
 		withImpl[T](v, func() {
-			gemmRunSrc(false, m, n, k, 1.5, a, k, nil, &gemmMatrixB[T]{b: b, ldb: n}, T(beta), got[o], n, bias, false, 1)
+			gemmRunSrc(false, m, n, k, 1.5, a, k, nil, &gemmMatrixB[T]{b: b, ldb: n}, T(beta), got[o], n, gemmEpi[T]{bias: bias}, 1)
 		})
 	}
 	for i := range got[0] {
@@ -627,10 +627,10 @@ func checkGemmParallel[T Float](t *testing.T, r *rand.Rand, impl string, transA,
 			bi = bias
 		}
 		want := append([]T(nil), c0...)
-		gemmRunSrc(transA, m, n, k, 1.5, a, lda, nil, &gemmMatrixB[T]{trans: transB, b: b, ldb: ldb}, beta, want, n, bi, false, 1)
+		gemmRunSrc(transA, m, n, k, 1.5, a, lda, nil, &gemmMatrixB[T]{trans: transB, b: b, ldb: ldb}, beta, want, n, gemmEpi[T]{bias: bi}, 1)
 		for _, workers := range []int{2, 3} {
 			got := append([]T(nil), c0...)
-			gemmRunSrc(transA, m, n, k, 1.5, a, lda, nil, &gemmMatrixB[T]{trans: transB, b: b, ldb: ldb}, beta, got, n, bi, false, workers)
+			gemmRunSrc(transA, m, n, k, 1.5, a, lda, nil, &gemmMatrixB[T]{trans: transB, b: b, ldb: ldb}, beta, got, n, gemmEpi[T]{bias: bi}, workers)
 			for i := range got {
 				if got[i] != want[i] {
 					t.Fatalf("%s %T %dx%dx%d trans %v,%v beta %v bias %v, %d workers: c[%d] = %v, serial %v", impl, got[0], m, n, k, transA, transB, beta, withBias, workers, i, got[i], want[i])
@@ -644,6 +644,8 @@ func checkGemmParallel[T Float](t *testing.T, r *rand.Rand, impl string, transA,
 // same GEMM without it followed by ReluRow's maximum, +0 for a −0 sum and for NaN, on every
 // kernel (whole, half, wide and column tiles, short rows, tiles walked down a column or
 // along a row), several k slabs, each beta and one to three workers, float32 and float64.
+// With a residual too (modes 7 and 8) they give the GEMM's bits followed by adding the
+// residual and then the ReLU, on a C whose rows are longer than n.
 func TestGemmReluModes(t *testing.T) {
 	r := rand.New(rand.NewPCG(67, 68))
 	for _, impl := range gemmAvailable(4) {
@@ -671,16 +673,40 @@ func checkRelu[T Float](t *testing.T, r *rand.Rand, impl *gemmImpl) {
 		}
 		bias[0] = T(math.Copysign(0, -1))
 		a[k+k/2] = T(math.NaN())
+		// The residual, on a C of rows ldc = n + 3 long (row 2's a −0 for −0 sums).
+		ldc := n + 3
+		res, cl := randSlice[T](r, m*ldc), randSlice[T](r, m*ldc)
+		for i := range res {
+			switch {
+			case i/ldc == 2:
+				res[i] = T(math.Copysign(0, -1))
+			case i%23 == 5:
+				res[i] = T(math.NaN())
+			}
+		}
 		for _, alpha := range []T{1.5, -1.5} {
 			for _, beta := range []T{0, 1, 0.5} {
 				for _, workers := range []int{1, 2, 3} {
 					want, got := append([]T(nil), c0...), append([]T(nil), c0...)
+					wantR, gotR := append([]T(nil), cl...), append([]T(nil), cl...)
 					withImpl[T](impl, func() {
-						gemmRunSrc(false, m, n, k, alpha, a, k, nil, &gemmMatrixB[T]{b: b, ldb: n}, beta, want, n, bias, false, workers)
-						gemmRunSrc(false, m, n, k, alpha, a, k, nil, &gemmMatrixB[T]{b: b, ldb: n}, beta, got, n, bias, true, workers)
+						gemmRunSrc(false, m, n, k, alpha, a, k, nil, &gemmMatrixB[T]{b: b, ldb: n}, beta, want, n, gemmEpi[T]{bias: bias}, workers)
+						gemmRunSrc(false, m, n, k, alpha, a, k, nil, &gemmMatrixB[T]{b: b, ldb: n}, beta, got, n, gemmEpi[T]{bias: bias, relu: true}, workers)
+						gemmRunSrc(false, m, n, k, alpha, a, k, nil, &gemmMatrixB[T]{b: b, ldb: n}, beta, wantR, ldc, gemmEpi[T]{bias: bias}, workers)
+						gemmRunSrc(false, m, n, k, alpha, a, k, nil, &gemmMatrixB[T]{b: b, ldb: n}, beta, gotR, ldc, gemmEpi[T]{bias: bias, relu: true, res: res}, workers)
 					})
 					if beta == 0 && alpha < 0 && !math.Signbit(float64(want[0])) {
 						t.Fatalf("%s %dx%dx%d: row 0 came to %v before the ReLU, want −0", impl.name, m, n, k, want[0])
+					}
+					for i := range m {
+						row := wantR[i*ldc : i*ldc+n]
+						ArithVV(OpAdd, row, res[i*ldc:], row)
+						ReluRow(row, row)
+					}
+					for i := range gotR {
+						if math.Float64bits(float64(gotR[i])) != math.Float64bits(float64(wantR[i])) {
+							t.Fatalf("%s %dx%dx%d alpha %v beta %v, %d workers, residual: c[%d] = %v, the GEMM, add and ReLU give %v", impl.name, m, n, k, alpha, beta, workers, i, gotR[i], wantR[i])
+						}
 					}
 					ReluRow(want, want)
 					for i := range got {

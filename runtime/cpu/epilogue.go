@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"sync"
+	"unsafe"
 
 	"ppc.dev/ppc/ir"
 	k "ppc.dev/ppc/kernels/cpu"
@@ -15,8 +16,10 @@ import (
 // is still in cache — instead of a second launch reading and writing every element again.
 // The steps are the arithmetic chain's (chainOp), in the same order on the same values, so
 // the bits are those of the two launches. A convolution's lone ReLU goes to the kernel as
-// k.Epilogue.Relu, which a pointwise convolution applies in its GEMM's micro-kernel store. Any other epilogue runs as its op and then its
-// chain in place (device.PrepareEpilogue).
+// k.Epilogue.Relu, and a residual add and ReLU (ResNet's, after a block's last convolution)
+// as k.Epilogue.Res and Relu, which a pointwise convolution applies in its GEMM's
+// micro-kernel store. Any other epilogue runs as its op and then its chain in place
+// (device.PrepareEpilogue).
 
 // prepareEpilogue prepares an epilogue launch site.
 func (d *Device) prepareEpilogue(s *device.Spec) (device.Impl, error) {
@@ -77,18 +80,42 @@ func epilogueSteps(chain *device.Spec) []chainStep {
 
 // convEpiRunner makes a convolution launch's epilogue (k.Epilogue) on its result y and the
 // chain's other inputs.
-type convEpiRunner[T k.Float] func(y []T, extra []device.Tensor) k.Epilogue
+type convEpiRunner[T k.Float] func(y []T, extra []device.Tensor) k.Epilogue[T]
 
 // convEpilogue is a convolution's epilogue from its chain: a lone ReLU as the kernel's Relu,
 // which the pointwise GEMM applies in its micro-kernel's store (the bits of ReluRow after it;
-// a pass over y after the GEMM cost ResNet-50's 1×1 layers 7% at two threads), anything else
-// as its Func, chainRunner's.
+// a pass over y after the GEMM cost ResNet-50's 1×1 layers 7% at two threads), a residual
+// add and then a ReLU as Res and Relu, which it applies there too (the add is commutative,
+// so the chain's operand order gives the same bits), anything else — or a residual that
+// shares memory with y — as its Func, chainRunner's.
 func convEpilogue[T k.Float](steps []chainStep, nIn int) convEpiRunner[T] {
 	if loneRelu(steps, nIn) {
-		return func([]T, []device.Tensor) k.Epilogue { return k.Epilogue{Relu: true} }
+		return func([]T, []device.Tensor) k.Epilogue[T] { return k.Epilogue[T]{Relu: true} }
 	}
 	run := chainRunner[T](steps, nIn)
-	return func(y []T, extra []device.Tensor) k.Epilogue { return k.Epilogue{Func: run(y, extra)} }
+	if residualRelu(steps, nIn) {
+		return func(y []T, extra []device.Tensor) k.Epilogue[T] {
+			res := floats[T](extra[0])
+			if overlap(sliceBytes(res), sliceBytes(y)) {
+				return k.Epilogue[T]{Func: run(y, extra)}
+			}
+			return k.Epilogue[T]{Relu: true, Res: res}
+		}
+	}
+	return func(y []T, extra []device.Tensor) k.Epilogue[T] { return k.Epilogue[T]{Func: run(y, extra)} }
+}
+
+// sliceBytes is s's memory as bytes.
+func sliceBytes[T k.Float](s []T) []byte {
+	var z T
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(z)))
+}
+
+// residualRelu reports whether a chain adds the op's result and one other input (of the
+// result's shape: epilogueSteps) and then takes the sum's ReLU.
+func residualRelu(steps []chainStep, nIn int) bool {
+	return nIn == 2 && len(steps) == 2 && steps[0].op == "add" && len(steps[0].args) == 2 &&
+		steps[0].args[0]+steps[0].args[1] == 1 && steps[1].op == "relu" && steps[1].args[0] == 2
 }
 
 // loneRelu reports whether a chain is a ReLU of the op's result alone, which the batch norm

@@ -125,6 +125,49 @@ func TestConvEpilogue(t *testing.T) {
 	}
 }
 
+// A residual add and ReLU whose residual is the launch's own result (the same memory) runs
+// as the chain after the convolution — the kernel's fused residual, which reads it beside the
+// result as it stores, would refuse it — so it gives relu(y + y) as the two launches in place.
+func TestConvEpilogueResidualInPlace(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	conv := ir.Lookup("conv")
+	x := tensorOf(ir.F32, []int{1, 16, 5, 7}, randVals(r, 16*35, -1, 1))
+	w := tensorOf(ir.F32, []int{24, 16, 1, 1}, randVals(r, 24*16, -1, 1))
+	b := tensorOf(ir.F32, []int{24}, randVals(r, 24, -1, 1))
+	yt := ir.T(ir.F32, 1, 24, 5, 7)
+	steps := []device.FusedStep{
+		{Op: ir.Lookup("add"), Args: []int{0, 1}, Type: yt},
+		{Op: ir.Lookup("relu"), Args: []int{2}, Type: yt},
+	}
+	in := []ir.Type{x.Type, w.Type, b.Type, yt}
+	impl, err := New().Prepare(&device.Spec{Op: conv, Fused: steps, OpInputs: 3, In: in, Out: []ir.Type{yt}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := newTensor(yt)
+	if err := impl([]device.Tensor{x, w, b, y}, []device.Tensor{y}); err != nil {
+		t.Fatal(err)
+	}
+	want := newTensor(yt)
+	plain, err := New().Prepare(&device.Spec{Op: conv, In: in[:3], Out: []ir.Type{yt}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plain([]device.Tensor{x, w, b}, []device.Tensor{want}); err != nil {
+		t.Fatal(err)
+	}
+	wv, got := want.F32(), y.F32()
+	for i := range wv {
+		v := wv[i] + wv[i]
+		if v < 0 || v != v {
+			v = 0
+		}
+		if math.Float32bits(got[i]) != math.Float32bits(v) {
+			t.Fatalf("y[%d] = %v, relu(y + y) = %v", i, got[i], v)
+		}
+	}
+}
+
 // A spec's name says what an epilogue launch runs (traces show it).
 func TestEpilogueName(t *testing.T) {
 	ty := ir.T(ir.F32, 1, 2, 3, 3)

@@ -180,7 +180,7 @@ func convRunner[T k.Float](d *Device, p *k.ConvParams, bias, constW bool, run co
 		if bias {
 			b = floats[T](in[2])
 		}
-		var epi k.Epilogue
+		var epi k.Epilogue[T]
 		if run != nil {
 			epi = run(y, in[nOp:])
 		}
