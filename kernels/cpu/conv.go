@@ -752,8 +752,14 @@ func convForward[T Float](g *convGeom, x []T, pre *ConvPre[T], w []T, f *ConvFil
 			if convBcast(g, xg, wg, f.bcastGroup(gr), bg, yg, inner, e) {
 				return // it ran the epilogue as it copied its result out
 			}
-			if convIndirect(g, xg, wg, pa, bg, yg, inner, e) {
-				return // it ran the epilogue as it copied its result out
+			// A lone ReLU goes to convIndirect, whose kernels store it where they write y itself
+			// (the stems); a residual's add is e's.
+			relu, ie := epi.Relu && resg == nil, e
+			if relu {
+				ie = eFunc
+			}
+			if convIndirect(g, xg, wg, pa, bg, yg, inner, relu, ie) {
+				return // it ran the epilogue as it stored or copied its result out
 			}
 			gemmRunSrc(false, g.ocg, g.outSize, g.kdim, 1, wg, g.kdim, pa, &convCols[T]{g, xg, false}, 0, yg, g.outSize, gemmEpi[T]{bias: bg}, inner)
 		}
@@ -856,8 +862,13 @@ var convIndirectOff bool
 // (each task packs only its rows of A; B is not packed), and by columns too when there are
 // fewer than two row blocks a worker. Scratch: the padded image and the padded result, at most
 // convIndirectMax elements. It reports false, computing nothing, where it does not apply
-// (other convolutions, float64, CPUs without the kernel, larger scratch).
-func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T, workers int, epi func(lo, hi int)) bool {
+// (other convolutions, float64, CPUs without the kernel, larger scratch). With relu the
+// result's ReLU comes before epi: in the kernels' store where they write y (modes 5 and 6),
+// else as the result is copied out. A pass over the 7×7/2 stem's 3.2 MB result after the
+// kernels, which had left it in L3, made it 1.14× slower at two threads and 1.06× at one
+// (its ReLU, outputs rotating over eight buffers as in a network; Zen 5, medians of nine and
+// five alternating runs).
+func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T, workers int, relu bool, epi func(lo, hi int)) bool {
 	impl := gemmImplFor(unsafe.Sizeof(T(0)))
 	d := g.ind
 	if d == nil || !isFloat32Type[T]() || impl.kernInd == nil || convIndirectOff {
@@ -907,9 +918,11 @@ func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T
 	})
 	clear(xp[d.phases*g.cg*plane:])
 	var bip []float32
-	if bias != nil {
-		copy(bp, f32s(bias))
-		clear(bp[m:])
+	if bias != nil || relu && intoY { // zeros before a ReLU in the store: the ReLU's bits
+		clear(bp)
+		if bias != nil {
+			copy(bp, f32s(bias))
+		}
 		bip = bp
 	}
 	w32 := f32s(w)
@@ -943,6 +956,9 @@ func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T
 			}
 			if bip != nil && pc+kb >= k {
 				mode += 3
+				if relu && intoY {
+					mode += 2
+				}
 			}
 			offs := unsafe.Pointer(&d.offs[pc])
 			for ic := i0; ic < i1; ic += mc {
@@ -1022,6 +1038,9 @@ func convIndirect[T Float](g *convGeom, x, w []T, pa *gemmPacked[T], bias, y []T
 			for r := 0; r < d.ho; r++ {
 				copy(y32[j*g.outSize+r*d.wo:][:d.wo], cp[j*nPad+r*d.wq:])
 			}
+		}
+		if relu {
+			ReluRow(y32[j0*g.outSize:j1*g.outSize], y32[j0*g.outSize:j1*g.outSize])
 		}
 		if epi != nil {
 			epi(j0*g.outSize, j1*g.outSize)

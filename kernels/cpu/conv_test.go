@@ -722,7 +722,7 @@ func TestConvIndirectScratchBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	x, w := make([]float32, p.XLen()), make([]float32, p.WLen())
-	if convIndirect(&p.g, x, w, nil, nil, make([]float32, p.YLen()), 1, nil) {
+	if convIndirect(&p.g, x, w, nil, nil, make([]float32, p.YLen()), 1, false, nil) {
 		t.Fatal("convIndirect took a 700 × 700 image with 8 output channels")
 	}
 }
@@ -738,6 +738,7 @@ func TestConvEpilogue(t *testing.T) {
 	cases := append([]convCase{
 		{1, 64, 48, 1, []int{14, 14}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{0, 0}, []int{0, 0}},               // pointwise
 		{1, 32, 40, 1, []int{6, 40}, []int{3, 3}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{1, 1}},                // indirect
+		{1, 3, 20, 1, []int{9, 224}, []int{7, 7}, []int{2, 2}, []int{1, 1}, []int{3, 3}, []int{3, 3}},                // a stem: indirect into y
 		{1, 32, 40, 1, []int{15, 13}, []int{3, 3}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{1, 1}},               // convBcast: rows under 32
 		{2, 6, 6, 6, []int{9, 9}, []int{3, 3}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{1, 1}},                   // depthwise
 		{1, 16, 24, 1, []int{20, 20}, []int{3, 3}, []int{2, 2}, []int{1, 1}, []int{1, 1}, []int{1, 1}},               // strided: convBcast
