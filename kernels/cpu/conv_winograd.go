@@ -53,12 +53,25 @@ func (g *convGeom) winograd() bool {
 	if tiles := (g.ind.ho + 1) / 2 * ((g.ind.wo + 1) / 2); float64(tiles) < convWinoFill*float64(gemmSplit(tiles, 1, gemmImplFor(4).nr)) {
 		return false
 	}
+	if g.bc != nil && g.cg < convWinoBcastCg {
+		return false
+	}
 	least := convWinoMin
 	if winoVec && (g.ind.wo+1)/2 >= 8 {
 		least = convWinoMin / 3
 	}
 	return g.cg*g.ocg >= least*(g.cg+g.ocg)
 }
+
+// convWinoBcastCg is the fewest input channels a group needs to take the Winograd path where
+// the direct one is convBcast (planes under 32 columns wide): the transformed GEMMs' k loops
+// are cg steps long, and on 28 × 28 planes the direct path ran faster up to 48 channels —
+// 24 → 64 1.7×, 32 → 96 (GoogLeNet's) 1.65×, 32 → 256 1.4×, 48 → 96 1.3×, 48 → 128 1.1×
+// — and even or slower from 64 (64 → 64 even, 64 → 128 0.93×, 128 → 32 even; two threads,
+// Zen 5, three runs each, 2026-11-29). On 56 × 56 planes, whose direct path is convIndirect,
+// Winograd stayed ahead at 32 channels (32 → 32 1.1×, 32 → 64 1.05×). A variable so tests can
+// send small cases through the path.
+var convWinoBcastCg = 64
 
 // winoPack transforms every group's filters (w: groups × ocg × cg × 3 × 3) into U and packs
 // each group's 16 matrices U_ξ (ocg × cg) into the micro-kernel's A slivers: group gr, point

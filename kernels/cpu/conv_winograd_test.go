@@ -15,8 +15,8 @@ import (
 // edge), asymmetric and large pads, one-row and one-column planes, groups, batches, channels
 // that are not multiples of the micro-kernel's rows and more than a kc slab, and an epilogue.
 func TestConvWinogradMatchesDirect(t *testing.T) {
-	defer func(v int, f float64) { convWinoMin, convWinoFill = v, f }(convWinoMin, convWinoFill)
-	convWinoMin, convWinoFill = 0, 0
+	defer func(v, c int, f float64) { convWinoMin, convWinoBcastCg, convWinoFill = v, c, f }(convWinoMin, convWinoBcastCg, convWinoFill)
+	convWinoMin, convWinoBcastCg, convWinoFill = 0, 0, 0
 	r := rand.New(rand.NewPCG(7, 8))
 	cases := []struct {
 		batch, inC, outC, groups, h, w int
@@ -126,8 +126,10 @@ func TestConvWinogradVecMatchesGo(t *testing.T) {
 	if !winoVec {
 		t.Skip("no AVX2 here: the Go loops are the only transforms")
 	}
-	defer func(v, b int, f float64) { convWinoMin, convWinoBlockBytes, convWinoFill = v, b, f }(convWinoMin, convWinoBlockBytes, convWinoFill)
-	convWinoMin, convWinoFill = 0, 0
+	defer func(v, b, c int, f float64) {
+		convWinoMin, convWinoBlockBytes, convWinoBcastCg, convWinoFill = v, b, c, f
+	}(convWinoMin, convWinoBlockBytes, convWinoBcastCg, convWinoFill)
+	convWinoMin, convWinoBcastCg, convWinoFill = 0, 0, 0
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, c := range []struct{ inC, outC, h, w, block int }{
 		{5, 7, 16, 16, 1 << 20}, {6, 4, 17, 33, 1 << 20}, {3, 9, 30, 47, 1}, {4, 4, 9, 56, 1 << 20}, {8, 3, 56, 56, 1},
@@ -155,7 +157,8 @@ func TestConvWinogradVecMatchesGo(t *testing.T) {
 }
 
 // TestConvWinogradWhenItApplies checks which filters take the Winograd path: float32 3×3
-// stride-1 undilated 2-d convolutions whose groups have enough channels (convWinoMin).
+// stride-1 undilated 2-d convolutions whose groups have enough channels (convWinoMin,
+// convWinoBcastCg).
 func TestConvWinogradWhenItApplies(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -174,7 +177,12 @@ func TestConvWinogradWhenItApplies(t *testing.T) {
 		{"1-d", ConvParams{Batch: 1, InC: 128, OutC: 128, Spatial: []int{8}, Kernel: []int{3}}, false},
 		{"3-d", ConvParams{Batch: 1, InC: 128, OutC: 128, Spatial: []int{4, 8, 8}, Kernel: []int{3, 3, 3}}, false},
 		{"groups of 32", ConvParams{Batch: 1, InC: 128, OutC: 128, Groups: 4, Spatial: []int{8, 8}, Kernel: []int{3, 3}}, false},
-		{"24 to 48 on 16 × 16", ConvParams{Batch: 1, InC: 24, OutC: 48, Spatial: []int{16, 16}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}, winoVec},
+		// Where the direct path is convBcast (rows under 32 columns), from convWinoBcastCg
+		// input channels only; on wider rows (convIndirect) the counts alone decide.
+		{"24 to 48 on 16 × 16", ConvParams{Batch: 1, InC: 24, OutC: 48, Spatial: []int{16, 16}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}, false},
+		{"32 to 96 on 28 × 28", ConvParams{Batch: 1, InC: 32, OutC: 96, Spatial: []int{28, 28}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}, false},
+		{"64 to 128 on 28 × 28", ConvParams{Batch: 1, InC: 64, OutC: 128, Spatial: []int{28, 28}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}, winoVec},
+		{"32 to 64 on 56 × 56", ConvParams{Batch: 1, InC: 32, OutC: 64, Spatial: []int{56, 56}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}, winoVec},
 		{"16 to 32 on 16 × 16", ConvParams{Batch: 1, InC: 16, OutC: 32, Spatial: []int{16, 16}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}, false},
 		{"24 to 48 on 14 × 14", ConvParams{Batch: 1, InC: 24, OutC: 48, Spatial: []int{14, 14}, Kernel: []int{3, 3}, PadBegin: []int{1, 1}, PadEnd: []int{1, 1}}, false},
 		// 16 tiles: the AVX2 kernel's 16 columns, half the AVX-512 kernel's 32.
@@ -227,8 +235,8 @@ func BenchmarkConvWinograd(b *testing.B) {
 		r := rand.New(rand.NewPCG(1, 1))
 		x, w, bias := randSlice[float32](r, p.XLen()), randSlice[float32](r, p.WLen()), randSlice[float32](r, p.OutC)
 		y := make([]float32, p.YLen())
-		defer func(v int, f float64) { convWinoMin, convWinoFill = v, f }(convWinoMin, convWinoFill)
-		convWinoMin, convWinoFill = 0, 0
+		defer func(v, c int, f float64) { convWinoMin, convWinoBcastCg, convWinoFill = v, c, f }(convWinoMin, convWinoBcastCg, convWinoFill)
+		convWinoMin, convWinoBcastCg, convWinoFill = 0, 0, 0
 		f := PackConvFilter(p, w)
 		convWinoOff = true
 		fd := PackConvFilter(p, w) // the direct path's packed weights
