@@ -122,8 +122,15 @@ func convBcast[T Float](g *convGeom, x, w, bt []T, bias, y []T, workers int, epi
 	}
 	perCol := (slivers + colTasks - 1) / colTasks
 	colTasks = (slivers + perCol - 1) / perCol
+	// Tasks go column range by column range (task t: block t mod blocks of column range t /
+	// blocks), so that each worker's own part (job.work) is whole column ranges: the weights
+	// of its output channels, read once, where block by block each worker read every
+	// range's weights — all of a 3×3/2 layer's 2.4 MiB on 28 × 28 — for half the positions.
+	// ResNet-50's 3×3/2 256-channel layer 1.07× at two threads alone (Zen 5, medians of seven
+	// alternating runs) and 1.08–1.1× in the network (its fastest of 30 steps 777 → 699 µs);
+	// the others with column ranges within ±1.5%.
 	parallelTasks(blocks*colTasks, workers, func(t int) {
-		t0, j0 := t/colTasks*convBcastBlock, t%colTasks*perCol
+		t0, j0 := t%blocks*convBcastBlock, t/blocks*perCol
 		t1, j1 := min(tiles, t0+convBcastBlock), min(slivers, j0+perCol)
 		var sliver []float32 // perSlab: the slab's sliver being used
 		if perSlab {
