@@ -28,13 +28,14 @@
 // bits — where Conv packs them at every call; for 3×3 stride-1 layers with enough channels
 // the filter holds the Winograd F(2×2, 3×3) transform of the weights instead
 // (conv_winograd.go: 2.25× fewer multiplications, a result that differs from the direct one
-// by rounding only). ConvEpi hands each block of output channels to
-// an epilogue (the runtime's fused ReLU, residual add) as soon as the block is final: in
-// convIndirect's copy out of its padded result (a ReLU in its kernels' store where they write
-// y itself: the stems) and convBcast's transpose, else right after the block's GEMM; a pointwise (or strided 1×1) convolution's ReLU (Epilogue.Relu), and a
-// residual add before it (Epilogue.Res), the GEMM's micro-kernels apply as they store the last
-// k slab with the bias (modes 5 to 8), with the bits of the separate passes; the residual's
-// tile is prefetched a tile ahead, as its misses in the store cost more than the pass saved.
+// by rounding only). ConvEpi hands each block of output channels to an epilogue (the
+// runtime's fused ReLU, residual add) as soon as the block is final: in convIndirect's copy
+// out of its padded result (a ReLU in its kernels' store where they write y itself: the
+// stems) and convBcast's transpose, else right after the block's GEMM; a pointwise (or
+// strided 1×1) convolution's ReLU (Epilogue.Relu), and a residual add before it
+// (Epilogue.Res), the GEMM's micro-kernels apply as they store the last k slab with the bias
+// (modes 5 to 8), with the bits of the separate passes; the residual's tile is prefetched a
+// tile ahead, as its misses in the store cost more than the pass saved.
 // ConvPreEpi reads a pointwise convolution's input under a prologue
 // (ConvPre: an inference batch norm and ReLU, BatchNormPre) applied to each B panel as the
 // GEMM packs it, 16 columns of a row at a time in place (scaleShiftCols32), with the batch
