@@ -759,16 +759,7 @@ func TestConvEpilogue(t *testing.T) {
 			w := randSlice[float32](r, p.WLen())
 			bias := randSlice[float32](r, p.OutC)
 			res := randSlice[float32](r, p.YLen())
-			for i := range res { // a residual's special values: NaN (ReLU: +0) and zeros
-				switch i % 29 {
-				case 3:
-					res[i] = float32(math.NaN())
-				case 7:
-					res[i] = float32(math.Copysign(0, -1))
-				case 11:
-					res[i] = 0
-				}
-			}
+			sprinkleSpecials(res, 29) // a residual's NaNs (ReLU: +0) and zeros
 			f := PackConvFilter(p, w)
 			for _, packed := range []bool{false, true} {
 				// Packed weights of a 3×3 layer take the Winograd path (other bits than Conv's):

@@ -279,18 +279,14 @@ func (k kernel) gen() {
 	// maximum with +0 as the second operand gives +0 for −0 and NaN, as ReluRow does. Modes
 	// 7 and 8 are 5 and 6 with a residual of C's layout, R10 bytes on from C, added after
 	// the bias and before the ReLU (ResNet's add and ReLU after a block's last convolution).
-	p("\tCMPQ AX, $7")
-	p("\tJEQ %s_bias0resrelu", k.name)
-	p("\tJGT %s_bias1resrelu", k.name)
-	p("\tCMPQ AX, $5")
-	p("\tJEQ %s_bias0relu", k.name)
-	p("\tJGT %s_bias1relu", k.name)
-	p("\tCMPQ AX, $3")
-	p("\tJEQ %s_bias0", k.name)
-	p("\tJGT %s_bias1", k.name)
-	p("\tCMPQ AX, $1")
-	p("\tJEQ %s_add", k.name)
-	p("\tJGT %s_general", k.name)
+	for _, c := range []struct {
+		mode   int
+		eq, gt string // the epilogues of mode and of mode + 1 (or of any above: general)
+	}{{7, "bias0resrelu", "bias1resrelu"}, {5, "bias0relu", "bias1relu"}, {3, "bias0", "bias1"}, {1, "add", "general"}} {
+		p("\tCMPQ AX, $%d", c.mode)
+		p("\tJEQ %s_%s", k.name, c.eq)
+		p("\tJGT %s_%s", k.name, c.gt)
+	}
 	// The epilogues: each row's accumulators scaled by alpha, plus what the mode adds.
 	epi := func(label string, body func(i, v int)) {
 		p("%s_%s:", k.name, label)

@@ -49,6 +49,21 @@ func randSlice[T Float](r *rand.Rand, n int) []T {
 	return s
 }
 
+// sprinkleSpecials puts a NaN, a −0 and a +0 into every period elements of s (at 3, 5 and 6
+// of each period): the values whose bits max, ReLU and the adds must keep.
+func sprinkleSpecials[T Float](s []T, period int) {
+	for i := range s {
+		switch i % period {
+		case 3:
+			s[i] = T(math.NaN())
+		case 5:
+			s[i] = T(math.Copysign(0, -1))
+		case 6:
+			s[i] = 0
+		}
+	}
+}
+
 // gemmTol is the tolerance for a result of k-term dot products of values in [-1, 1].
 func gemmTol[T Float](k int) float64 {
 	if unsafe.Sizeof(T(0)) == 4 {

@@ -275,16 +275,7 @@ func TestMaxPoolFlatMatchesGeneral(t *testing.T) {
 			t.Fatal(err)
 		}
 		x := randSlice[float32](r, p.XLen())
-		for i := range x {
-			switch i % 37 {
-			case 3:
-				x[i] = float32(math.NaN())
-			case 5:
-				x[i] = float32(math.Copysign(0, -1))
-			case 6:
-				x[i] = 0
-			}
-		}
+		sprinkleSpecials(x, 37)
 		want := make([]float32, p.YLen())
 		MaxPool(&p, x, want, make([]int32, p.YLen()))
 		for _, threads := range []int{1, 3} {
