@@ -739,6 +739,7 @@ func TestConvEpilogue(t *testing.T) {
 		{1, 64, 48, 1, []int{14, 14}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{0, 0}, []int{0, 0}},               // pointwise
 		{1, 32, 40, 1, []int{6, 40}, []int{3, 3}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{1, 1}},                // indirect
 		{1, 3, 20, 1, []int{9, 224}, []int{7, 7}, []int{2, 2}, []int{1, 1}, []int{3, 3}, []int{3, 3}},                // a stem: indirect into y
+		{1, 32, 40, 1, []int{5, 48}, []int{3, 3}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{1, 1}},                // indirect into y, two k slabs
 		{1, 32, 40, 1, []int{15, 13}, []int{3, 3}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{1, 1}},               // convBcast: rows under 32
 		{2, 6, 6, 6, []int{9, 9}, []int{3, 3}, []int{1, 1}, []int{1, 1}, []int{1, 1}, []int{1, 1}},                   // depthwise
 		{1, 16, 24, 1, []int{20, 20}, []int{3, 3}, []int{2, 2}, []int{1, 1}, []int{1, 1}, []int{1, 1}},               // strided: convBcast
