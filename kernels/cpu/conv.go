@@ -616,8 +616,8 @@ func ConvPreEpi[T Float](p *ConvParams, x []T, pre *ConvPre[T], w, bias, y []T, 
 // input as it lies (the convolutions a ConvPre applies to). p.Init must have succeeded.
 func (p *ConvParams) Pointwise() bool { return p.g.pointwise }
 
-// slicesOverlap reports whether two slices share memory.
-func slicesOverlap[T Float](a, b []T) bool {
+// Overlap reports whether two slices share memory.
+func Overlap[T Float](a, b []T) bool {
 	if len(a) == 0 || len(b) == 0 {
 		return false
 	}
@@ -635,7 +635,7 @@ func convCheck[T Float](p *ConvParams, x []T, pre *ConvPre[T], bias, y []T, epi 
 		if !epi.Relu {
 			panic("cpu.Conv: an epilogue's residual without its ReLU")
 		}
-		if slicesOverlap(epi.Res[:p.YLen()], y[:p.YLen()]) {
+		if Overlap(epi.Res[:p.YLen()], y[:p.YLen()]) {
 			panic("cpu.Conv: an epilogue's residual overlaps y")
 		}
 	}

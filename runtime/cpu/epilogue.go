@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"sync"
-	"unsafe"
 
 	"ppc.dev/ppc/ir"
 	k "ppc.dev/ppc/kernels/cpu"
@@ -96,19 +95,13 @@ func convEpilogue[T k.Float](steps []chainStep, nIn int) convEpiRunner[T] {
 	if residualRelu(steps, nIn) {
 		return func(y []T, extra []device.Tensor) k.Epilogue[T] {
 			res := floats[T](extra[0])
-			if overlap(sliceBytes(res), sliceBytes(y)) {
+			if k.Overlap(res, y) {
 				return k.Epilogue[T]{Func: run(y, extra)}
 			}
 			return k.Epilogue[T]{Relu: true, Res: res}
 		}
 	}
 	return func(y []T, extra []device.Tensor) k.Epilogue[T] { return k.Epilogue[T]{Func: run(y, extra)} }
-}
-
-// sliceBytes is s's memory as bytes.
-func sliceBytes[T k.Float](s []T) []byte {
-	var z T
-	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(z)))
 }
 
 // residualRelu reports whether a chain adds the op's result and one other input (of the
